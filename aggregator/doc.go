@@ -1,0 +1,3 @@
+// Package aggregator is reserved for the decision pipeline described in ARCHITECTURE.md;
+// it has no code yet.
+package aggregator

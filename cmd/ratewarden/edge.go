@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/challenge"
+	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/examples"
+)
+
+// builtinUpstream makes the edge serve a small demo origin itself, so the
+// quick start runs on a machine with nothing else.
+const builtinUpstream = "builtin"
+
+func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlags("edge", "edge [--config FILE] [--listen ADDR] [--upstream URL|builtin] [flags]", stderr)
+	cfgPath := fs.String("config", "", "configuration `file` (default: the built-in seed configuration)")
+	listen := fs.String("listen", "", "listen `address` (overrides edge.listen)")
+	upstream := fs.String("upstream", "", "origin `URL`, or \"builtin\" for a demo origin (overrides edge.upstream)")
+	admin := fs.String("admin-listen", "", "metrics and health `address`, \"off\" to disable (overrides edge.admin_listen)")
+	decisionsFile := fs.String("decisions-file", "", "append decisions as JSON lines to `path` (overrides edge.decisions_file)")
+	node := fs.String("node", "", "edge node `name` recorded in decisions (overrides edge.node)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if *cfgPath == "" && *upstream == "" {
+		*upstream = builtinUpstream
+	}
+	override(&cfg.Edge.Listen, *listen)
+	override(&cfg.Edge.Upstream, *upstream)
+	override(&cfg.Edge.AdminListen, *admin)
+	override(&cfg.Edge.DecisionsFile, *decisionsFile)
+	override(&cfg.Edge.Node, *node)
+	if cfg.Edge.AdminListen == "off" {
+		cfg.Edge.AdminListen = ""
+	}
+	if cfg.Edge.Upstream != builtinUpstream {
+		// Flags bypass the file's validation: check the merged result.
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	return serveEdge(ctx, cfg, log, getenv)
+}
+
+func override(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+// loadConfig reads path, or the built-in seed configuration.
+func loadConfig(path string) (*config.Config, error) {
+	if path != "" {
+		return config.Load(path)
+	}
+	cfg, err := config.Parse(examples.Seed, "built-in seed.yaml")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Defaults()
+	return cfg, cfg.Validate()
+}
+
+func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string) error {
+	var cleanup []func(context.Context) error
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
+		defer cancel()
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			if err := cleanup[i](sctx); err != nil {
+				log.Error("shutdown", "err", err)
+			}
+		}
+	}()
+
+	opts := edge.Options{Env: getenv}
+	var emitter *decisions.Emitter
+	if cfg.Edge.DecisionsFile != "" {
+		f, err := decisions.OpenJSONLines(cfg.Edge.DecisionsFile)
+		if err != nil {
+			return err
+		}
+		emitter = decisions.NewEmitter(f, decisions.EmitterOptions{Queue: cfg.Edge.DecisionQueue,
+			OnError: func(err error) { log.Error("decisions", "err", err) }})
+		opts.Sink = emitter
+		cleanup = append(cleanup, func(ctx context.Context) error {
+			return errors.Join(emitter.Close(ctx), f.Close())
+		})
+	}
+	for _, l := range []struct {
+		path string
+		dst  *edge.ListSource
+		name string
+	}{{cfg.Lists.AllowFile, &opts.Allow, "allow"}, {cfg.Lists.DenyFile, &opts.Deny, "deny"}} {
+		if l.path == "" {
+			continue
+		}
+		name := l.name
+		w, err := lists.Watch(l.path, cfg.Lists.Refresh, func(err error) {
+			log.Error("list refresh failed; keeping the last good list", "list", name, "err", err)
+		})
+		if err != nil {
+			return fmt.Errorf("%s list: %w", l.name, err)
+		}
+		*l.dst = w
+		cleanup = append(cleanup, w.Close)
+	}
+	var secret string
+	if cfg.Challenge.Enabled {
+		if raw := getenv(cfg.Challenge.KeysEnv); raw != "" {
+			keys, err := challenge.ParseKeys(raw)
+			if err != nil {
+				return fmt.Errorf("%s: %w", cfg.Challenge.KeysEnv, err)
+			}
+			opts.Keys = keys
+			secret = getenv(cfg.Challenge.VerifierSecretEnv)
+			if secret == "" {
+				log.Warn("no verifier secret: the token endpoint is disabled", "env", cfg.Challenge.VerifierSecretEnv)
+			}
+		} else {
+			log.Warn("no challenge keys: challenges redirect, but no token can pass them", "env", cfg.Challenge.KeysEnv)
+		}
+	}
+	lim, err := edge.New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, lim.Close)
+
+	origin, err := upstreamHandler(cfg.Edge.Upstream)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           lim.Handler(origin, secret),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	ln, err := net.Listen("tcp", cfg.Edge.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node)
+
+	var adminSrv *http.Server
+	if cfg.Edge.AdminListen != "" {
+		h, err := adminHandler(lim, emitter)
+		if err != nil {
+			return err
+		}
+		aln, err := net.Listen("tcp", cfg.Edge.AdminListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		adminSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- adminSrv.Serve(aln) }()
+		log.Info("admin listening", "addr", aln.Addr().String(), "metrics", "/metrics")
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-errc:
+		srv.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if adminSrv != nil {
+		adminSrv.Shutdown(sctx)
+	}
+	return err
+}
+
+// upstreamHandler is the reverse proxy to the origin, or the demo origin.
+func upstreamHandler(upstream string) (http.Handler, error) {
+	if upstream == builtinUpstream {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, "{\"origin\":\"builtin\",\"path\":%q}\n", r.URL.Path)
+		}), nil
+	}
+	u, err := url.Parse(upstream)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("upstream %q: want an absolute http or https URL", upstream)
+	}
+	return edge.NewReverseProxy(u), nil
+}
+
+// adminHandler serves /metrics (Prometheus, from OpenTelemetry
+// instruments) and /healthz.
+func adminHandler(lim *edge.Limiter, emitter *decisions.Emitter) (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	meter := mp.Meter("github.com/ratewarden/ratewarden/edge")
+	if err := lim.RegisterMetrics(meter); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if emitter != nil {
+		if err := registerEmitterMetrics(meter, emitter); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	return mux, nil
+}
+
+func registerEmitterMetrics(meter metric.Meter, e *decisions.Emitter) error {
+	written, err := meter.Int64ObservableCounter("ratewarden.decisions.written",
+		metric.WithDescription("Decisions written to the decision sink."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
+	errs, err := meter.Int64ObservableCounter("ratewarden.decisions.write.errors",
+		metric.WithDescription("Decision sink write errors."), metric.WithUnit("{error}"))
+	if err != nil {
+		return err
+	}
+	queued, err := meter.Int64ObservableGauge("ratewarden.decisions.queued",
+		metric.WithDescription("Decisions waiting in the emitter queue."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := e.Stats()
+		o.ObserveInt64(written, int64(s.Written))
+		o.ObserveInt64(errs, int64(s.Errors))
+		o.ObserveInt64(queued, int64(s.Queued))
+		return nil
+	}, written, errs, queued)
+	return err
+}

@@ -1,0 +1,107 @@
+// Command ratewarden is the edge rate limiter and its tools.
+//
+//	ratewarden edge [flags]            run the limiting reverse proxy
+//	ratewarden config check FILE...    validate configuration files
+//	ratewarden token issue [flags]     issue a challenge token
+//	ratewarden lambda [flags]          serve API Gateway / ALB events in AWS Lambda
+//	ratewarden version                 print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// errUsage marks errors whose message is a usage text: exit 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	fmt.Fprintln(stderr, "ratewarden:", err)
+	var ce *checkError
+	if errors.As(err, &ce) {
+		return 1
+	}
+	return 1
+}
+
+const usage = `ratewarden: an edge rate limiter whose every decision is an event.
+
+Usage:
+  ratewarden edge [flags]              run the limiting reverse proxy
+  ratewarden config check FILE...      validate configuration files
+  ratewarden token issue [flags]       issue a challenge token
+  ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
+  ratewarden version                   print the version
+
+Run "ratewarden COMMAND --help" for a command's flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch args[0] {
+	case "edge":
+		return runEdge(ctx, args[1:], stdout, stderr, getenv)
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
+	case "lambda":
+		return runLambda(ctx, args[1:], stdout, stderr, getenv)
+	case "token":
+		return runToken(args[1:], stdout, stderr, getenv)
+	case "version":
+		fmt.Fprintln(stdout, "ratewarden", version)
+		return nil
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "ratewarden: unknown command %q\n\n%s", args[0], usage)
+	return errUsage
+}
+
+// newFlags returns a flag set that prints its usage to stderr and returns
+// errors instead of exiting.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: ratewarden %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, mapping a bad flag to errUsage.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}

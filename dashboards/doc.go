@@ -1,0 +1,3 @@
+// Package dashboards is reserved for the decision pipeline described in ARCHITECTURE.md;
+// it has no code yet.
+package dashboards

@@ -1,0 +1,117 @@
+// Package decisions defines the decision event: the record of one allow,
+// block or challenge decision made by the edge, and its codecs.
+//
+// The schema is versioned. Fields are only ever added, never renamed, never
+// reused with another meaning; a reader that meets a version newer than
+// [Version] reads the fields it knows and reports the version.
+package decisions
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Version is the schema version written into every encoded decision.
+const Version = 1
+
+// Outcome is what the edge did with a request.
+type Outcome uint8
+
+// The outcomes. The zero value is not a valid outcome.
+const (
+	Allow       Outcome = iota + 1 // within every limit
+	Block                          // over a limit: 429
+	Challenge                      // over a limit but under factor × limit: 302 to the challenge page
+	AllowListed                    // on the allow list: limits bypassed
+	DenyListed                     // on the deny list: 403
+	TokenPass                      // would have been challenged, passed on a valid challenge token
+	FailOpen                       // the store failed and the path fails open: passed
+	FailClosed                     // the store failed and the path fails closed: 503
+	LocalLimit                     // the store is unavailable and the local fallback limit refused: 429
+	ShadowBlock                    // a shadow rule would have refused: passed, recorded only
+	numOutcomes
+)
+
+// NumOutcomes is one more than the largest Outcome, for arrays indexed by Outcome.
+const NumOutcomes = int(numOutcomes)
+
+var outcomeNames = [...]string{
+	Allow:       "allow",
+	Block:       "block",
+	Challenge:   "challenge",
+	AllowListed: "allow_listed",
+	DenyListed:  "deny_listed",
+	TokenPass:   "token_pass",
+	FailOpen:    "fail_open",
+	FailClosed:  "fail_closed",
+	LocalLimit:  "local_limit",
+	ShadowBlock: "shadow_block",
+}
+
+// String returns the outcome's wire name, such as "allow" or "shadow_block".
+func (o Outcome) String() string {
+	if o == 0 || int(o) >= len(outcomeNames) {
+		return "unknown"
+	}
+	return outcomeNames[o]
+}
+
+// ParseOutcome returns the outcome whose wire name is s.
+func ParseOutcome(s string) (Outcome, bool) {
+	for i, n := range outcomeNames {
+		if n == s && i != 0 {
+			return Outcome(i), true
+		}
+	}
+	return 0, false
+}
+
+// Passed reports whether a request with this outcome reaches the origin.
+func (o Outcome) Passed() bool {
+	switch o {
+	case Allow, AllowListed, TokenPass, FailOpen, ShadowBlock:
+		return true
+	}
+	return false
+}
+
+// Decision is one decision of the edge about one request. It is a plain
+// value: copying it is how it is handed over, and it holds no pointers into
+// mutable state. The strings it holds may share memory with the request.
+type Decision struct {
+	Time      time.Time // when the request was decided
+	RequestID string    // from the configured request-id header, or generated
+	Node      string    // the edge node that decided
+
+	ClientIP       netip.Addr // resolved client address (possibly truncated or pseudonymised by a later stage)
+	UserID         string     // authenticated user, empty for anonymous clients
+	Plan           string     // the user's plan as presented, empty if none
+	Tier           string     // the tier whose rules applied
+	IdentitySource string     // how the identity was established; see the Source constants
+
+	Method string
+	Host   string
+	Path   string
+
+	Rule      string        // the rule that determined the outcome, such as "anonymous:/api/reports"
+	Algorithm string        // that rule's algorithm, such as "fixed_window"
+	Limit     int64         // that rule's limit
+	Window    time.Duration // that rule's window
+	Count     int64         // the count the rule saw, this request included
+	Remaining int64         // requests left in the window (never negative)
+	Reset     time.Duration // time until the window resets or the bucket refills
+
+	Outcome      Outcome
+	Reason       string        // why, in a few words
+	StoreLatency time.Duration // time spent in the counter store; zero for in-process stores
+}
+
+// Identity sources recorded in Decision.IdentitySource.
+const (
+	SourcePeer            = "peer"             // the TCP peer address
+	SourceForwarded       = "forwarded"        // a forwarding header set by a trusted proxy
+	SourceHeader          = "header"           // user headers set by a trusted proxy
+	SourceJWT             = "jwt"              // a verified JWT
+	SourceUntrustedHeader = "untrusted_header" // user headers from an untrusted peer, ignored: anonymous
+	SourceInvalidJWT      = "invalid_jwt"      // a JWT that failed verification, ignored: anonymous
+)

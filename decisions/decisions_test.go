@@ -1,0 +1,233 @@
+package decisions
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func sample() Decision {
+	return Decision{
+		Time: time.Date(2026, 11, 30, 3, 0, 1, 123456789, time.UTC), RequestID: "r-1", Node: "edge-1",
+		ClientIP: netip.MustParseAddr("2001:db8::7"), UserID: "u_\"abc\"\n", Plan: "pro", Tier: "pro",
+		IdentitySource: SourceJWT, Method: "GET", Host: "api.example.com", Path: "/api/reports/\x01\xff",
+		Rule: "pro:/api/reports", Algorithm: "fixed_window", Limit: 30, Window: time.Minute, Count: 31,
+		Remaining: 0, Reset: 42 * time.Second, Outcome: Challenge, Reason: "over the limit", StoreLatency: 1500 * time.Microsecond,
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	d := sample()
+	line := AppendJSON(nil, &d)
+	if !json.Valid(line) {
+		t.Fatalf("invalid JSON: %s", line)
+	}
+	got, v, err := ParseJSON(line)
+	if err != nil || v != Version {
+		t.Fatalf("parse: %v (v%d)", err, v)
+	}
+	want := d
+	want.Path = "/api/reports/\x01\ufffd" // invalid UTF-8 is replaced
+	if got != want {
+		t.Errorf("round trip\n got %+v\nwant %+v", got, want)
+	}
+	for o := Outcome(1); int(o) < NumOutcomes; o++ {
+		d.Outcome = o
+		got, _, err := ParseJSON(AppendJSON(nil, &d))
+		if err != nil || got.Outcome != o {
+			t.Errorf("outcome %v: %v %v", o, got.Outcome, err)
+		}
+	}
+}
+
+func TestParseJSONErrors(t *testing.T) {
+	for _, c := range []struct{ name, line, want string }{
+		{"not json", `{"v":1,`, "parse decision"},
+		{"no version", `{"time":"2026-11-30T03:00:00Z","outcome":"allow"}`, "schema version"},
+		{"bad time", `{"v":1,"time":"yesterday","outcome":"allow"}`, "time"},
+		{"bad ip", `{"v":1,"time":"2026-11-30T03:00:00Z","client_ip":"1.2.3","outcome":"allow"}`, "client_ip"},
+		{"bad outcome", `{"v":1,"time":"2026-11-30T03:00:00Z","outcome":"maybe"}`, "unknown outcome"},
+	} {
+		if _, _, err := ParseJSON([]byte(c.line)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to mention %q", c.name, err, c.want)
+		}
+	}
+	// A newer version is read as far as the known fields go.
+	d, v, err := ParseJSON([]byte(`{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"block","future_field":1}`))
+	if err != nil || v != 2 || d.Outcome != Block {
+		t.Errorf("newer version: %+v v%d %v", d, v, err)
+	}
+}
+
+func FuzzJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", "quote\"back\\slash", "\x00\x1f\x7f", "ünï\u2028", "\xff\xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := AppendJSONString(nil, s)
+		var got string
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%q encodes to invalid JSON %s: %v", s, b, err)
+		}
+		// encoding/json replaces each invalid byte by U+FFFD, as ours does.
+		ref, _ := json.Marshal(s)
+		var want string
+		json.Unmarshal(ref, &want)
+		if got != want {
+			t.Fatalf("%q decodes to %q, want %q", s, got, want)
+		}
+	})
+}
+
+// memWriter records batches; it can be made to fail or to block.
+type memWriter struct {
+	mu      sync.Mutex
+	got     []Decision
+	flushes int
+	fail    error
+	gate    chan struct{}
+}
+
+func (m *memWriter) WriteBatch(ds []Decision) error {
+	if m.gate != nil {
+		<-m.gate
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	m.got = append(m.got, ds...)
+	return nil
+}
+
+func (m *memWriter) Flush() error {
+	m.mu.Lock()
+	m.flushes++
+	m.mu.Unlock()
+	return nil
+}
+
+func TestEmitterCloseFlushesEverything(t *testing.T) {
+	w := &memWriter{}
+	e := NewEmitter(w, EmitterOptions{Queue: 1 << 14, Batch: 100, Interval: time.Hour})
+	const n = 10000
+	for i := range n {
+		d := sample()
+		d.Count = int64(i)
+		if !e.Emit(d) {
+			t.Fatalf("emit %d dropped", i)
+		}
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.got) != n {
+		t.Fatalf("wrote %d, want %d", len(w.got), n)
+	}
+	for i, d := range w.got {
+		if d.Count != int64(i) {
+			t.Fatalf("decision %d out of order: count %d", i, d.Count)
+		}
+	}
+	s := e.Stats()
+	if s.Emitted != n || s.Written != n || s.Dropped != 0 || s.Queued != 0 || w.flushes == 0 {
+		t.Errorf("stats %+v flushes %d", s, w.flushes)
+	}
+	if e.Emit(sample()) || e.Stats().Dropped != 1 {
+		t.Error("emit after close was accepted")
+	}
+}
+
+func TestEmitterDropsWhenFull(t *testing.T) {
+	w := &memWriter{gate: make(chan struct{})}
+	e := NewEmitter(w, EmitterOptions{Queue: 8, Batch: 4, Interval: time.Hour})
+	accepted := 0
+	for range 100 {
+		if e.Emit(sample()) {
+			accepted++
+		}
+	}
+	close(w.gate)
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := e.Stats()
+	// The writer may hold one batch while blocked: at most queue + batch accepted.
+	if accepted < 8 || accepted > 12 || s.Dropped != uint64(100-accepted) || s.Written != uint64(accepted) || len(w.got) != accepted {
+		t.Errorf("accepted %d stats %+v wrote %d", accepted, s, len(w.got))
+	}
+}
+
+func TestEmitterCountsWriteErrors(t *testing.T) {
+	var reported []error
+	var mu sync.Mutex
+	w := &memWriter{fail: errors.New("disk full")}
+	e := NewEmitter(w, EmitterOptions{Batch: 2, OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }})
+	for range 4 {
+		e.Emit(sample())
+	}
+	e.Close(context.Background())
+	if s := e.Stats(); s.Errors == 0 || s.Written != 0 || len(reported) != int(s.Errors) {
+		t.Errorf("stats %+v reported %d", s, len(reported))
+	}
+}
+
+func TestJSONLinesFile(t *testing.T) {
+	path := t.TempDir() + "/d.jsonl"
+	f, err := OpenJSONLines(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEmitter(f, EmitterOptions{})
+	for range 3 {
+		e.Emit(sample())
+	}
+	e.Close(context.Background())
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := NewJSONLinesWriter(&buf)
+	d := sample()
+	w.WriteBatch([]Decision{d, d, d})
+	w.Flush()
+	b, _ := readFile(path)
+	if !bytes.Equal(b, buf.Bytes()) || bytes.Count(b, []byte("\n")) != 3 {
+		t.Errorf("file %q\nwant %q", b, buf.Bytes())
+	}
+}
+
+func BenchmarkEmit(b *testing.B) {
+	e := NewEmitter(&memWriterDiscard{}, EmitterOptions{Queue: 1 << 16})
+	defer e.Close(context.Background())
+	d := sample()
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Emit(d)
+	}
+}
+
+func BenchmarkAppendJSON(b *testing.B) {
+	d := sample()
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendJSON(buf[:0], &d)
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+type memWriterDiscard struct{}
+
+func (*memWriterDiscard) WriteBatch([]Decision) error { return nil }
+func (*memWriterDiscard) Flush() error                { return nil }
+
+func readFile(path string) ([]byte, error) { return os.ReadFile(path) }

@@ -1,0 +1,168 @@
+package decisions
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// AppendJSON appends d to dst as one JSON object (no trailing newline) and
+// returns the extended buffer. Times are RFC 3339 with nanoseconds in UTC;
+// durations are integer milliseconds (window, reset) or microseconds (store
+// latency), named with their unit. Empty strings and zero numbers are kept,
+// so every line has the same fields.
+func AppendJSON(dst []byte, d *Decision) []byte {
+	dst = append(dst, `{"v":`...)
+	dst = strconv.AppendInt(dst, Version, 10)
+	dst = append(dst, `,"time":"`...)
+	dst = d.Time.UTC().AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, '"')
+	dst = appendField(dst, "request_id", d.RequestID)
+	dst = appendField(dst, "node", d.Node)
+	dst = append(dst, `,"client_ip":"`...)
+	if d.ClientIP.IsValid() {
+		dst = d.ClientIP.AppendTo(dst)
+	}
+	dst = append(dst, '"')
+	dst = appendField(dst, "user_id", d.UserID)
+	dst = appendField(dst, "plan", d.Plan)
+	dst = appendField(dst, "tier", d.Tier)
+	dst = appendField(dst, "identity_source", d.IdentitySource)
+	dst = appendField(dst, "method", d.Method)
+	dst = appendField(dst, "host", d.Host)
+	dst = appendField(dst, "path", d.Path)
+	dst = appendField(dst, "rule", d.Rule)
+	dst = appendField(dst, "algorithm", d.Algorithm)
+	dst = appendInt(dst, "limit", d.Limit)
+	dst = appendInt(dst, "window_ms", d.Window.Milliseconds())
+	dst = appendInt(dst, "count", d.Count)
+	dst = appendInt(dst, "remaining", d.Remaining)
+	dst = appendInt(dst, "reset_ms", d.Reset.Milliseconds())
+	dst = appendField(dst, "outcome", d.Outcome.String())
+	dst = appendField(dst, "reason", d.Reason)
+	dst = appendInt(dst, "store_latency_us", d.StoreLatency.Microseconds())
+	return append(dst, '}')
+}
+
+func appendInt(dst []byte, name string, v int64) []byte {
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	dst = append(dst, '"', ':')
+	return strconv.AppendInt(dst, v, 10)
+}
+
+func appendField(dst []byte, name, v string) []byte {
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	dst = append(dst, '"', ':')
+	return AppendJSONString(dst, v)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendJSONString appends s as a JSON string. Invalid UTF-8 is replaced by
+// U+FFFD, so the output is always valid JSON.
+func AppendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// wire is the JSON form of a Decision, for decoding.
+type wire struct {
+	V              int    `json:"v"`
+	Time           string `json:"time"`
+	RequestID      string `json:"request_id"`
+	Node           string `json:"node"`
+	ClientIP       string `json:"client_ip"`
+	UserID         string `json:"user_id"`
+	Plan           string `json:"plan"`
+	Tier           string `json:"tier"`
+	IdentitySource string `json:"identity_source"`
+	Method         string `json:"method"`
+	Host           string `json:"host"`
+	Path           string `json:"path"`
+	Rule           string `json:"rule"`
+	Algorithm      string `json:"algorithm"`
+	Limit          int64  `json:"limit"`
+	WindowMS       int64  `json:"window_ms"`
+	Count          int64  `json:"count"`
+	Remaining      int64  `json:"remaining"`
+	ResetMS        int64  `json:"reset_ms"`
+	Outcome        string `json:"outcome"`
+	Reason         string `json:"reason"`
+	StoreLatencyUS int64  `json:"store_latency_us"`
+}
+
+// ParseJSON decodes one decision written by AppendJSON. Unknown fields are
+// ignored (they come from newer writers); a version newer than Version is
+// decoded as far as the known fields go and reported by the returned
+// version.
+func ParseJSON(line []byte) (d Decision, version int, err error) {
+	var w wire
+	if err := json.Unmarshal(line, &w); err != nil {
+		return d, 0, fmt.Errorf("parse decision: %w", err)
+	}
+	if w.V < 1 {
+		return d, w.V, fmt.Errorf("parse decision: missing or invalid schema version %d", w.V)
+	}
+	t, err := time.Parse(time.RFC3339Nano, w.Time)
+	if err != nil {
+		return d, w.V, fmt.Errorf("parse decision: time: %w", err)
+	}
+	var ip netip.Addr
+	if w.ClientIP != "" {
+		if ip, err = netip.ParseAddr(w.ClientIP); err != nil {
+			return d, w.V, fmt.Errorf("parse decision: client_ip: %w", err)
+		}
+	}
+	o, ok := ParseOutcome(w.Outcome)
+	if !ok {
+		return d, w.V, fmt.Errorf("parse decision: unknown outcome %q", w.Outcome)
+	}
+	return Decision{
+		Time: t, RequestID: w.RequestID, Node: w.Node, ClientIP: ip, UserID: w.UserID, Plan: w.Plan,
+		Tier: w.Tier, IdentitySource: w.IdentitySource, Method: w.Method, Host: w.Host, Path: w.Path,
+		Rule: w.Rule, Algorithm: w.Algorithm, Limit: w.Limit, Window: time.Duration(w.WindowMS) * time.Millisecond,
+		Count: w.Count, Remaining: w.Remaining, Reset: time.Duration(w.ResetMS) * time.Millisecond,
+		Outcome: o, Reason: w.Reason, StoreLatency: time.Duration(w.StoreLatencyUS) * time.Microsecond,
+	}, w.V, nil
+}

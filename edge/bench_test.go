@@ -1,0 +1,178 @@
+package edge
+
+import (
+	"context"
+	"hash/maphash"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// discard is a BatchWriter that drops everything, so the benchmark measures
+// the request path's hand-off, not the encoding.
+type discard struct{}
+
+func (discard) WriteBatch([]decisions.Decision) error { return nil }
+func (discard) Flush() error                          { return nil }
+
+const benchKeys = 1 << 20 // "1M_keys"
+
+func benchAddrs(n int) []string {
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ":4711"
+	}
+	return addrs
+}
+
+// BenchmarkDecide measures one decision with the memory store: identity,
+// tier and longest-prefix match, two counter updates (path rule and global
+// rule), grading, and the hand-off to the decision emitter. The peer
+// sub-benchmarks do the same two counter updates with golang.org/x/time/rate
+// limiters in a sharded map (and no decision at all).
+func BenchmarkDecide(b *testing.B) {
+	cfg := seedConfig(b, nil)
+	addrs := benchAddrs(benchKeys)
+	newL := func(b *testing.B) (*Limiter, *decisions.Emitter) {
+		em := decisions.NewEmitter(discard{}, decisions.EmitterOptions{Queue: 1 << 16})
+		b.Cleanup(func() { em.Close(context.Background()) })
+		return newLimiter(b, cfg, Options{Sink: em}), em
+	}
+	ctx := context.Background()
+	b.Run("hot_key", func(b *testing.B) {
+		l, _ := newL(b)
+		r := req("203.0.113.7:4711", "/api/search")
+		b.ReportAllocs()
+		now := t0
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			l.Decide(ctx, now, r)
+		}
+	})
+	b.Run("1M_keys", func(b *testing.B) {
+		l, _ := newL(b)
+		r := req("", "/api/search")
+		for _, a := range addrs {
+			r.RemoteAddr = a
+			l.Decide(ctx, t0, r)
+		}
+		b.ReportAllocs()
+		now, i := t0, 0
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			r.RemoteAddr = addrs[i&(benchKeys-1)]
+			i++
+			l.Decide(ctx, now, r)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		l, _ := newL(b)
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			g := int(next.Add(1))
+			r := req("", "/api/search")
+			i := g * 7919
+			now := t0
+			for pb.Next() {
+				now = now.Add(time.Microsecond)
+				r.RemoteAddr = addrs[i&(benchKeys-1)]
+				i++
+				l.Decide(ctx, now, r)
+			}
+		})
+	})
+}
+
+// peer is the comparison: per-key x/time/rate limiters in a sharded map,
+// one for the path rule and one for the global rule, as a hand-written
+// limiter would keep them.
+type peer struct {
+	seed   maphash.Seed
+	shards [64]struct {
+		sync.Mutex
+		m map[peerKey]*rate.Limiter
+	}
+}
+
+type peerKey struct{ rule, ip string }
+
+func newPeer() *peer {
+	p := &peer{seed: maphash.MakeSeed()}
+	for i := range p.shards {
+		p.shards[i].m = make(map[peerKey]*rate.Limiter)
+	}
+	return p
+}
+
+func (p *peer) allow(now time.Time, rule string, limit rate.Limit, burst int, ip string) bool {
+	s := &p.shards[maphash.String(p.seed, ip)&63]
+	k := peerKey{rule, ip}
+	s.Lock()
+	lim := s.m[k]
+	if lim == nil {
+		lim = rate.NewLimiter(limit, burst)
+		s.m[peerKey{rule, string([]byte(ip))}] = lim
+	}
+	s.Unlock()
+	return lim.AllowN(now, 1)
+}
+
+func (p *peer) decide(now time.Time, remoteAddr string) bool {
+	ip, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	// /api/search: 30/min; global: 60/min.
+	if !p.allow(now, "/api/search", rate.Every(2*time.Second), 30, ip) {
+		return false
+	}
+	return p.allow(now, "global", rate.Every(time.Second), 60, ip)
+}
+
+func BenchmarkDecidePeerXTimeRate(b *testing.B) {
+	addrs := benchAddrs(benchKeys)
+	b.Run("hot_key", func(b *testing.B) {
+		p := newPeer()
+		b.ReportAllocs()
+		now := t0
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			p.decide(now, "203.0.113.7:4711")
+		}
+	})
+	b.Run("1M_keys", func(b *testing.B) {
+		p := newPeer()
+		for _, a := range addrs {
+			p.decide(t0, a)
+		}
+		b.ReportAllocs()
+		now, i := t0, 0
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			p.decide(now, addrs[i&(benchKeys-1)])
+			i++
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		p := newPeer()
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(1)) * 7919
+			now := t0
+			for pb.Next() {
+				now = now.Add(time.Microsecond)
+				p.decide(now, addrs[i&(benchKeys-1)])
+				i++
+			}
+		})
+	})
+}

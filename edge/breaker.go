@@ -1,0 +1,71 @@
+package edge
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Breaker states, as reported by the breaker_state metric.
+const (
+	breakerClosed   = 0
+	breakerOpen     = 1
+	breakerHalfOpen = 2
+)
+
+// breaker is a circuit breaker in front of the counter store: after
+// `failures` consecutive failures it opens and callers skip the store; after
+// `cooldown` one caller probes (half-open) and its result closes or re-opens
+// it. It is safe for concurrent use and never takes a lock.
+type breaker struct {
+	failures int64
+	cooldown int64 // ns
+
+	state    atomic.Int32
+	streak   atomic.Int64 // consecutive failures
+	openedAt atomic.Int64 // unix ns
+	opened   atomic.Uint64
+}
+
+// allow reports whether a call may go to the store at now.
+func (b *breaker) allow(now int64) bool {
+	switch b.state.Load() {
+	case breakerClosed:
+		return true
+	case breakerOpen:
+		if now-b.openedAt.Load() < b.cooldown {
+			return false
+		}
+		// One caller wins the probe.
+		return b.state.CompareAndSwap(breakerOpen, breakerHalfOpen)
+	default: // half-open: a probe is in flight
+		return false
+	}
+}
+
+func (b *breaker) success() {
+	b.streak.Store(0)
+	if b.state.Load() != breakerClosed {
+		b.state.Store(breakerClosed)
+	}
+}
+
+func (b *breaker) failure(now int64) {
+	n := b.streak.Add(1)
+	switch s := b.state.Load(); {
+	case s == breakerHalfOpen:
+		b.trip(breakerHalfOpen, now)
+	case s == breakerClosed && n >= b.failures:
+		b.trip(breakerClosed, now)
+	}
+}
+
+func (b *breaker) trip(from int32, now int64) {
+	b.openedAt.Store(now)
+	if b.state.CompareAndSwap(from, breakerOpen) {
+		b.opened.Add(1)
+	}
+}
+
+func newBreaker(failures int, cooldown time.Duration) *breaker {
+	return &breaker{failures: int64(max(failures, 1)), cooldown: int64(cooldown)}
+}

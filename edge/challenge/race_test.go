@@ -1,0 +1,5 @@
+//go:build race
+
+package challenge
+
+const raceEnabled = true

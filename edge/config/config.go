@@ -1,0 +1,134 @@
+// Package config is the edge's configuration file: its schema, strict
+// decoding with file:line errors, defaults and validation.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration file. The zero value is not valid; use
+// Load, or fill it and call Defaults then Validate.
+type Config struct {
+	Edge       Edge             `yaml:"edge"`
+	Identity   Identity         `yaml:"identity"`
+	Store      Store            `yaml:"store"`
+	Challenge  Challenge        `yaml:"challenge"`
+	Lists      Lists            `yaml:"lists"`
+	FailClosed []string         `yaml:"fail_closed"` // path prefixes that fail closed (503) when the store fails
+	Tiers      map[string]*Tier `yaml:"tiers"`
+
+	// file is the path the configuration was read from, for error messages.
+	file string
+	// lines maps a key path such as "tiers.anonymous.paths./api/reports.limit"
+	// to the line it was found on.
+	lines map[string]int
+}
+
+// Edge is the edge process: where it listens and where it forwards.
+type Edge struct {
+	Listen          string        `yaml:"listen"`            // default 127.0.0.1:8080
+	Upstream        string        `yaml:"upstream"`          // origin URL, required for the reverse proxy
+	AdminListen     string        `yaml:"admin_listen"`      // Prometheus metrics and health; "" disables; default 127.0.0.1:9090
+	Node            string        `yaml:"node"`              // node name in decisions; default the host name
+	DecisionsFile   string        `yaml:"decisions_file"`    // JSON-lines decision log; "" disables
+	DecisionQueue   int           `yaml:"decision_queue"`    // bounded queue of decisions awaiting the sink; default 65536
+	RequestIDHeader string        `yaml:"request_id_header"` // default X-Request-Id
+	ShutdownGrace   time.Duration `yaml:"shutdown_grace"`    // default 10s
+}
+
+// Identity says how clients are identified.
+type Identity struct {
+	TrustedProxies []string `yaml:"trusted_proxies"`  // CIDRs or addresses whose forwarding and user headers are believed
+	ClientIPHeader string   `yaml:"client_ip_header"` // x-forwarded-for (default) or cloudfront-viewer-address
+	UserHeader     string   `yaml:"user_header"`      // default X-User-Id; believed from trusted proxies only
+	PlanHeader     string   `yaml:"plan_header"`      // default X-User-Plan; believed from trusted proxies only
+	IPv6Prefix     int      `yaml:"ipv6_prefix"`      // anonymous IPv6 clients are counted per prefix of this length; default 64
+	JWT            *JWT     `yaml:"jwt"`              // optional bearer-token authentication
+}
+
+// JWT verifies bearer tokens in the Authorization header.
+type JWT struct {
+	Algorithm     string        `yaml:"algorithm"`       // HS256, RS256 or ES256
+	KeyEnv        string        `yaml:"key_env"`         // HS256: environment variable holding the shared key
+	PublicKeyFile string        `yaml:"public_key_file"` // RS256/ES256: PEM public key
+	UserClaim     string        `yaml:"user_claim"`      // default sub
+	PlanClaim     string        `yaml:"plan_claim"`      // default plan
+	Issuer        string        `yaml:"issuer"`          // required iss when set
+	Audience      string        `yaml:"audience"`        // required aud when set
+	Leeway        time.Duration `yaml:"leeway"`          // clock skew allowed on exp/nbf; default 30s
+}
+
+// Store is the counter store and what happens when it fails.
+type Store struct {
+	Type    string        `yaml:"type"`     // memory (default)
+	Timeout time.Duration `yaml:"timeout"`  // deadline of every store call; default 50ms
+	MaxKeys int           `yaml:"max_keys"` // memory: tracked keys at most; default 1000000
+	Breaker Breaker       `yaml:"breaker"`
+	// EdgeNodes is how many edge nodes share the limits; while the breaker is
+	// open each node enforces limit ÷ EdgeNodes locally. Default 1.
+	EdgeNodes int `yaml:"edge_nodes"`
+}
+
+// Breaker is the circuit breaker in front of the store.
+type Breaker struct {
+	Failures int           `yaml:"failures"` // consecutive failures that open it; default 5
+	Cooldown time.Duration `yaml:"cooldown"` // how long it stays open before one probe; default 5s
+}
+
+// Challenge configures CAPTCHA challenges and their tokens.
+type Challenge struct {
+	Enabled  bool          `yaml:"enabled"`
+	Factor   float64       `yaml:"factor"`    // challenge while count ≤ factor × limit, block above; default 2
+	Page     string        `yaml:"page"`      // challenge page; default /captcha
+	Param    string        `yaml:"param"`     // query parameter carrying the original URI; default redirect
+	TokenTTL time.Duration `yaml:"token_ttl"` // default 30m
+	Cookie   string        `yaml:"cookie"`    // default rw_challenge
+	Header   string        `yaml:"header"`    // default X-Ratewarden-Token
+	KeysEnv  string        `yaml:"keys_env"`  // "kid:base64key,..." (first signs); default RATEWARDEN_CHALLENGE_KEYS
+	// VerifierSecretEnv holds the shared secret the CAPTCHA verifier presents
+	// to the token endpoint; default RATEWARDEN_VERIFIER_SECRET.
+	VerifierSecretEnv string `yaml:"verifier_secret_env"`
+	Endpoint          string `yaml:"endpoint"` // token endpoint path on the edge; default /.ratewarden/token
+}
+
+// Lists are the allow and deny lists.
+type Lists struct {
+	AllowFile string        `yaml:"allow_file"`
+	DenyFile  string        `yaml:"deny_file"`
+	Refresh   time.Duration `yaml:"refresh"` // default 30s
+}
+
+// Tier is a set of limits for one class of client.
+type Tier struct {
+	Extends string           `yaml:"extends"` // a tier whose path rules this one inherits
+	Global  *Rule            `yaml:"global"`
+	Paths   map[string]*Rule `yaml:"paths"` // path prefix → rule; longest prefix wins
+}
+
+// Rule is one limit.
+type Rule struct {
+	Limit     int64         `yaml:"limit"`
+	Window    time.Duration `yaml:"window"`    // 1s to 24h; default 1m
+	Algorithm string        `yaml:"algorithm"` // fixed_window (default), sliding_window, token_bucket, concurrency
+	Burst     int64         `yaml:"burst"`     // token_bucket capacity; default limit
+	Challenge *bool         `yaml:"challenge"` // default challenge.enabled
+	Shadow    bool          `yaml:"shadow"`    // evaluate and record, never refuse
+}
+
+// Reserved tier names.
+const (
+	TierAnonymous     = "anonymous"
+	TierAuthenticated = "authenticated"
+)
+
+// The allowed values of enumerated keys, each in one place: adding a store
+// or a header is one line here (and its implementation elsewhere).
+var (
+	// StoreTypes are the allowed store.type values; the first is the default.
+	StoreTypes = []string{"memory"}
+	// ClientIPHeaders are the allowed identity.client_ip_header values; the
+	// first is the default.
+	ClientIPHeaders = []string{"x-forwarded-for", "cloudfront-viewer-address"}
+	// JWTAlgorithms are the allowed identity.jwt.algorithm values.
+	JWTAlgorithms = []string{"HS256", "RS256", "ES256"}
+)

@@ -1,0 +1,798 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// examples is where the shipped configuration files are, relative to this
+// package.
+const examples = "../../examples"
+
+func TestExamplesLoad(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(examples, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"seed.yaml", "minimal.yaml", "full.yaml"} {
+		if !slices.Contains(files, filepath.Join(examples, want)) {
+			t.Errorf("examples/%s is missing", want)
+		}
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if _, err := Load(f); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestSeed checks that examples/seed.yaml is the seed design's limits table,
+// rule by rule, after extends.
+func TestSeed(t *testing.T) {
+	c, err := Load(filepath.Join(examples, "seed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	tiers := c.ResolvedTiers()
+	for _, name := range sortedKeys(tiers) {
+		tier := tiers[name]
+		lines = append(lines, fmt.Sprintf("%s global %s", name, describe(tier.Global)))
+		for _, prefix := range sortedKeys(tier.Paths) {
+			lines = append(lines, fmt.Sprintf("%s %s %s", name, prefix, describe(tier.Paths[prefix])))
+		}
+	}
+	got := strings.Join(lines, "\n")
+	const want = `anonymous global 60/1m fixed_window challenge
+anonymous /api/export 3/1m fixed_window challenge
+anonymous /api/reports 5/1m fixed_window challenge
+anonymous /api/search 30/1m fixed_window challenge
+authenticated global 300/1m fixed_window challenge
+authenticated /api/export 20/1m fixed_window challenge
+authenticated /api/reports 30/1m fixed_window challenge
+authenticated /api/search 120/1m fixed_window challenge
+enterprise global 10000/1m fixed_window challenge
+enterprise /api/export 20/1m fixed_window challenge
+enterprise /api/reports 30/1m fixed_window challenge
+enterprise /api/search 120/1m fixed_window challenge
+free global 100/1m fixed_window challenge
+free /api/export 20/1m fixed_window challenge
+free /api/reports 30/1m fixed_window challenge
+free /api/search 120/1m fixed_window challenge
+pro global 1000/1m fixed_window challenge
+pro /api/export 20/1m fixed_window challenge
+pro /api/reports 30/1m fixed_window challenge
+pro /api/search 120/1m fixed_window challenge`
+	if got != want {
+		t.Errorf("seed tiers:\n%s\nwant:\n%s", got, want)
+	}
+
+	for _, c := range []struct {
+		key       string
+		got, want any
+	}{
+		{"fail_closed", c.FailClosed, []string{"/api/admin/", "/api/billing/"}},
+		{"challenge.enabled", c.Challenge.Enabled, true},
+		{"challenge.factor", c.Challenge.Factor, 2.0},
+		{"challenge.token_ttl", c.Challenge.TokenTTL, 30 * time.Minute},
+		{"challenge.page", c.Challenge.Page, "/captcha"},
+		{"challenge.param", c.Challenge.Param, "redirect"},
+		{"store.type", c.Store.Type, "memory"},
+		{"edge.upstream", c.Edge.Upstream, "http://127.0.0.1:3000"},
+		{"identity.user_header", c.Identity.UserHeader, "X-User-Id"},
+		{"identity.plan_header", c.Identity.PlanHeader, "X-User-Plan"},
+	} {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.key, c.got, c.want)
+		}
+	}
+}
+
+func describe(r *Rule) string {
+	if r == nil {
+		return "<nil>"
+	}
+	s := fmt.Sprintf("%d/%s %s", r.Limit, fmtDuration(r.Window), r.Algorithm)
+	if r.Burst != 0 {
+		s += " burst " + strconv.FormatInt(r.Burst, 10)
+	}
+	if r.Challenge != nil && *r.Challenge {
+		s += " challenge"
+	}
+	if r.Shadow {
+		s += " shadow"
+	}
+	return s
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(filepath.Join(examples, "minimal.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "edge"
+	}
+	g := c.Tiers["anonymous"].Global
+	for _, d := range []struct {
+		key       string
+		got, want any
+	}{
+		{"edge.listen", c.Edge.Listen, "127.0.0.1:8080"},
+		{"edge.admin_listen", c.Edge.AdminListen, "127.0.0.1:9090"},
+		{"edge.node", c.Edge.Node, host},
+		{"edge.decision_queue", c.Edge.DecisionQueue, 65536},
+		{"edge.request_id_header", c.Edge.RequestIDHeader, "X-Request-Id"},
+		{"edge.shutdown_grace", c.Edge.ShutdownGrace, 10 * time.Second},
+		{"identity.client_ip_header", c.Identity.ClientIPHeader, "x-forwarded-for"},
+		{"identity.user_header", c.Identity.UserHeader, "X-User-Id"},
+		{"identity.plan_header", c.Identity.PlanHeader, "X-User-Plan"},
+		{"identity.ipv6_prefix", c.Identity.IPv6Prefix, 64},
+		{"identity.jwt", c.Identity.JWT, (*JWT)(nil)},
+		{"store.type", c.Store.Type, "memory"},
+		{"store.timeout", c.Store.Timeout, 50 * time.Millisecond},
+		{"store.max_keys", c.Store.MaxKeys, 1000000},
+		{"store.edge_nodes", c.Store.EdgeNodes, 1},
+		{"store.breaker.failures", c.Store.Breaker.Failures, 5},
+		{"store.breaker.cooldown", c.Store.Breaker.Cooldown, 5 * time.Second},
+		{"challenge.enabled", c.Challenge.Enabled, false},
+		{"challenge.factor", c.Challenge.Factor, 2.0},
+		{"challenge.page", c.Challenge.Page, "/captcha"},
+		{"challenge.param", c.Challenge.Param, "redirect"},
+		{"challenge.token_ttl", c.Challenge.TokenTTL, 30 * time.Minute},
+		{"challenge.cookie", c.Challenge.Cookie, "rw_challenge"},
+		{"challenge.header", c.Challenge.Header, "X-Ratewarden-Token"},
+		{"challenge.keys_env", c.Challenge.KeysEnv, "RATEWARDEN_CHALLENGE_KEYS"},
+		{"challenge.verifier_secret_env", c.Challenge.VerifierSecretEnv, "RATEWARDEN_VERIFIER_SECRET"},
+		{"challenge.endpoint", c.Challenge.Endpoint, "/.ratewarden/token"},
+		{"lists.refresh", c.Lists.Refresh, 30 * time.Second},
+		{"global.limit", g.Limit, int64(60)},
+		{"global.window", g.Window, time.Minute},
+		{"global.algorithm", g.Algorithm, "fixed_window"},
+		{"global.burst", g.Burst, int64(0)},
+		{"global.challenge", *g.Challenge, false},
+	} {
+		if !reflect.DeepEqual(d.got, d.want) {
+			t.Errorf("%s = %#v, want %#v", d.key, d.got, d.want)
+		}
+	}
+}
+
+func TestRuleDefaults(t *testing.T) {
+	c := mustParse(t, `
+identity:
+  jwt: {algorithm: RS256, public_key_file: key.pem}
+challenge: {enabled: true}
+tiers:
+  anonymous:
+    global: {limit: 60, algorithm: token_bucket}
+    paths:
+      /a: {limit: 5, algorithm: token_bucket, burst: 7, challenge: false}
+`)
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a := c.Tiers["anonymous"]
+	for _, d := range []struct{ got, want string }{
+		{describe(a.Global), "60/1m token_bucket burst 60 challenge"},
+		{describe(a.Paths["/a"]), "5/1m token_bucket burst 7"},
+		{c.Identity.JWT.UserClaim + " " + c.Identity.JWT.PlanClaim + " " + c.Identity.JWT.Leeway.String(), "sub plan 30s"},
+	} {
+		if d.got != d.want {
+			t.Errorf("got %q, want %q", d.got, d.want)
+		}
+	}
+}
+
+// TestFullExample checks that examples/full.yaml writes every key of the
+// schema, and that the values it writes are the defaults: filling the
+// defaults into it changes nothing but the node name, whose default is the
+// host name.
+func TestFullExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(examples, "full.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data, "full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range schemaKeys(reflect.TypeFor[Config](), "") {
+		if _, ok := c.lines[k]; !ok {
+			t.Errorf("full.yaml does not show %s", k)
+		}
+	}
+	// Only the anonymous tier writes every rule key; the others are short.
+	filled, _ := Parse(data, "full.yaml")
+	filled.Defaults()
+	filled.Edge.Node = ""
+	if a, b := filled.Tiers["anonymous"], c.Tiers["anonymous"]; !reflect.DeepEqual(a, b) {
+		t.Errorf("full.yaml's anonymous tier differs from its defaults:\n%+v\nwant\n%+v", a, b)
+	}
+	filled.Tiers = c.Tiers
+	if !reflect.DeepEqual(filled, c) {
+		t.Errorf("full.yaml differs from its defaults:\n%+v\nwant\n%+v", filled, c)
+	}
+}
+
+// schemaKeys lists the key paths of t's yaml fields, using the map keys
+// full.yaml uses for tiers and paths.
+func schemaKeys(t reflect.Type, path string) []string {
+	sample := map[string]string{"tiers": "anonymous", "paths": "/api/reports"}
+	var keys []string
+	for _, f := range fieldsOf(t) {
+		ft := t.Field(f.index).Type
+		k := joinKey(path, f.name)
+		keys = append(keys, k)
+		if ft.Kind() == reflect.Map {
+			k = joinKey(k, sample[f.name])
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Duration]() {
+			keys = append(keys, schemaKeys(ft, k)...)
+		}
+	}
+	return keys
+}
+
+const anonymous = `
+tiers:
+  anonymous:
+    global: {limit: 60}
+`
+
+// TestErrors checks that each problem is reported with its key path, the
+// line marked "# <-" (0 when no line is marked) and the message text.
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, key, want string
+	}{
+		// Decoding.
+		{"unknown nested key", `
+tiers:
+  anonymous:
+    globl: {limit: 60} # <-
+`, "tiers.anonymous.globl", "unknown key; use one of extends, global, paths"},
+		{"unknown top key", "tier: {} # <-\n" + anonymous, "tier", "unknown key; use one of edge, identity, store, challenge, lists, fail_closed, tiers"},
+		{"wrong type", `
+tiers:
+  anonymous:
+    global:
+      limit: lots # <-
+`, "tiers.anonymous.global.limit", `"lots" is not an integer; use a whole number such as 60`},
+		{"quoted integer", `
+tiers:
+  anonymous:
+    global: {limit: "60"} # <-
+`, "tiers.anonymous.global.limit", `"60" is not an integer`},
+		{"fractional integer", `
+tiers:
+  anonymous:
+    global: {limit: 1.5} # <-
+`, "tiers.anonymous.global.limit", `"1.5" is not an integer`},
+		{"integer out of range", "store:\n  edge_nodes: 9223372036854775808 # <-\n" + anonymous, "store.edge_nodes", `"9223372036854775808" is out of range`},
+		{"boolean for string", "edge:\n  listen: true # <-\n" + anonymous, "edge.listen", `"true" is not a string`},
+		{"string for boolean", "challenge:\n  enabled: yes # <-\n" + anonymous, "challenge.enabled", `"yes" is not a boolean; use true or false`},
+		{"mapping for list", "fail_closed: {a: b} # <-\n" + anonymous, "fail_closed", "is a mapping, not a list"},
+		{"scalar for mapping", "edge: 5 # <-\n" + anonymous, "edge", `"5" is not a mapping; use a mapping with keys listen, upstream,`},
+		{"list for scalar", "edge:\n  listen: [a] # <-\n" + anonymous, "edge.listen", "is a list, not a string"},
+		{"duplicate key", `
+tiers:
+  anonymous:
+    global: {limit: 60}
+  anonymous: # <-
+    global: {limit: 70}
+`, "tiers.anonymous", "duplicate key (first on line 3); use each key once"},
+		{"duplicate nested key", `
+tiers:
+  anonymous:
+    global:
+      limit: 60
+      limit: 70 # <-
+`, "tiers.anonymous.global.limit", "duplicate key (first on line 5)"},
+		{"bad duration", `
+tiers:
+  anonymous:
+    global: {limit: 60, window: 5 minutes} # <-
+`, "tiers.anonymous.global.window", `"5 minutes" is not a duration; use a duration such as 30s, 1m or 1h30m`},
+		{"bare number duration", `
+tiers:
+  anonymous:
+    global: {limit: 60, window: 60} # <-
+`, "tiers.anonymous.global.window", `"60" is not a duration`},
+		{"merge key", `
+rule: &r {limit: 60}
+tiers:
+  anonymous:
+    global:
+      <<: *r # <-
+`, "tiers.anonymous.global.<<", "merge keys are not supported"},
+		{"non-scalar key", "edge:\n  [a]: b # <-\n" + anonymous, "edge", "has a key that is a list"},
+		{"second document", anonymous + "---  # <-\nedge: {}\n", "", "starts a second YAML document; use one document per file"},
+		{"syntax error", "edge:\n  listen: [a,\n  # <-\n", "", "invalid YAML: did not find expected node content"},
+
+		// Validation.
+		{"limit zero", `
+tiers:
+  anonymous:
+    global: {limit: 0} # <-
+`, "tiers.anonymous.global.limit", `"0" is not allowed; use 1 to 1000000000`},
+		{"limit missing", `
+tiers:
+  anonymous:
+    global: {window: 1m} # <-
+`, "tiers.anonymous.global.limit", `is missing; use 1 to 1000000000 hits per window`},
+		{"window short", `
+tiers:
+  anonymous:
+    global: {limit: 60}
+    paths:
+      /api:
+        limit: 5
+        window: 500ms # <-
+`, "tiers.anonymous.paths./api.window", `"500ms" is not allowed; use 1s to 24h`},
+		{"window long", `
+tiers:
+  anonymous:
+    global: {limit: 60, window: 25h} # <-
+`, "tiers.anonymous.global.window", `"25h" is not allowed; use 1s to 24h`},
+		{"algorithm", `
+tiers:
+  anonymous:
+    global: {limit: 60}
+    paths:
+      /api/reports:
+        limit: 5
+        algorithm: leaky # <-
+`, "tiers.anonymous.paths./api/reports.algorithm", `"leaky" is not allowed; use one of fixed_window, sliding_window, token_bucket, concurrency`},
+		{"burst negative", `
+tiers:
+  anonymous:
+    global: {limit: 60, algorithm: token_bucket, burst: -1} # <-
+`, "tiers.anonymous.global.burst", `"-1" is not allowed; use 0 to 1000000000`},
+		{"path prefix", `
+tiers:
+  anonymous:
+    global: {limit: 60}
+    paths:
+      api/reports: {limit: 5} # <-
+`, "tiers.anonymous.paths.api/reports", `"api/reports" is not allowed as a path prefix; use a path prefix starting with /`},
+		{"dotted path prefix keeps its line", `
+tiers:
+  anonymous:
+    global: {limit: 60}
+    paths:
+      /v1.2/x: {limit: 0} # <-
+`, "tiers.anonymous.paths./v1.2/x.limit", `"0" is not allowed`},
+		{"anonymous missing", `
+tiers: # <-
+  authenticated:
+    global: {limit: 60}
+`, "tiers.anonymous", "is missing; use a tier named anonymous"},
+		{"no tiers", "edge: {}\n", "tiers.anonymous", "is missing"},
+		{"global missing", `
+tiers:
+  anonymous:
+    global: {limit: 60}
+  free: # <-
+    paths:
+      /a: {limit: 1}
+`, "tiers.free.global", "is missing; use a global rule"},
+		{"null tier", anonymous + "  free: # <-\n", "tiers.free.global", "is missing"},
+		{"tier name", anonymous + "  free plan: {global: {limit: 1}} # <-\n", "tiers.free plan", `"free plan" is not allowed as a tier name; use letters, digits, _ and -`},
+		{"extends unknown", anonymous + "  free:\n    extends: gold # <-\n", "tiers.free.extends", `"gold" is not a tier; use one of anonymous`},
+		{"extends self", anonymous + "  free:\n    extends: free # <-\n", "tiers.free.extends", `"free" is the tier itself`},
+		{"extends cycle", anonymous + `
+  a:
+    extends: b # <-
+    global: {limit: 1}
+  b:
+    extends: a
+    global: {limit: 1}
+`, "tiers.a.extends", `"b" is not allowed: a extends b, which extends a; use extends in one direction only`},
+		{"extends two levels", anonymous + `
+  a:
+    global: {limit: 1}
+  b:
+    extends: a
+  c:
+    extends: b # <-
+`, "tiers.c.extends", `"b" is not allowed: it extends a and extends is one level only`},
+		{"fail closed", "fail_closed:\n  - /api/admin/\n  - api/billing/ # <-\n" + anonymous, "fail_closed[1]", `"api/billing/" is not allowed; use a path prefix starting with /`},
+		{"upstream scheme", "edge:\n  upstream: ftp://origin # <-\n" + anonymous, "edge.upstream", `"ftp://origin" is not allowed; use an absolute http or https URL`},
+		{"upstream relative", "edge:\n  upstream: 127.0.0.1:3000 # <-\n" + anonymous, "edge.upstream", "is not allowed"},
+		{"listen", "edge:\n  listen: localhost # <-\n" + anonymous, "edge.listen", `"localhost" is not allowed; use host:port`},
+		{"decision queue", "edge:\n  decision_queue: -1 # <-\n" + anonymous, "edge.decision_queue", `"-1" is not allowed; use 1 or more`},
+		{"request id header", "edge:\n  request_id_header: X Request # <-\n" + anonymous, "edge.request_id_header", "use an HTTP header name"},
+		{"store type", "store:\n  type: dynamo # <-\n" + anonymous, "store.type", `"dynamo" is not allowed; use one of memory`},
+		{"store timeout", "store:\n  timeout: 11s # <-\n" + anonymous, "store.timeout", `"11s" is not allowed; use 1ms to 10s`},
+		{"max keys", "store:\n  max_keys: 999 # <-\n" + anonymous, "store.max_keys", `"999" is not allowed; use 1000 or more`},
+		{"edge nodes", "store:\n  edge_nodes: -2 # <-\n" + anonymous, "store.edge_nodes", `"-2" is not allowed; use 1 or more`},
+		{"breaker failures", "store:\n  breaker:\n    failures: -1 # <-\n" + anonymous, "store.breaker.failures", "use 1 or more"},
+		{"breaker cooldown", "store:\n  breaker: {cooldown: 50ms} # <-\n" + anonymous, "store.breaker.cooldown", `"50ms" is not allowed; use 100ms or more`},
+		{"ipv6 prefix", "identity:\n  ipv6_prefix: 129 # <-\n" + anonymous, "identity.ipv6_prefix", "use 1 to 128"},
+		{"client ip header", "identity:\n  client_ip_header: x-real-ip # <-\n" + anonymous, "identity.client_ip_header", `"x-real-ip" is not allowed; use one of x-forwarded-for, cloudfront-viewer-address`},
+		{"trusted proxy", "identity:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - proxy.local # <-\n" + anonymous, "identity.trusted_proxies[1]", `"proxy.local" is not allowed; use an address or CIDR prefix`},
+		{"trusted proxy zone", "identity:\n  trusted_proxies: [\"fe80::1%eth0\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "without a zone"},
+		{"trusted proxy mapped", "identity:\n  trusted_proxies: [\"::ffff:0:0/80\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "is not allowed"},
+		{"same user and plan header", "identity:\n  user_header: X-Who\n  plan_header: x-who # <-\n" + anonymous, "identity.plan_header", `"x-who" is also the user header; use a different header`},
+		{"same user and plan claim", "identity:\n  jwt: {algorithm: HS256, key_env: K, user_claim: sub, plan_claim: sub} # <-\n" + anonymous, "identity.jwt.plan_claim", "is also the user claim"},
+		{"user header", "identity:\n  user_header: \"X:User\" # <-\n" + anonymous, "identity.user_header", "use an HTTP header name"},
+		{"jwt algorithm", "identity:\n  jwt: {algorithm: none} # <-\n" + anonymous, "identity.jwt.algorithm", `"none" is not allowed; use one of HS256, RS256, ES256`},
+		{"jwt key env", "identity:\n  jwt: # <-\n    algorithm: HS256\n" + anonymous, "identity.jwt.key_env", "is missing; use the environment variable holding the HS256 shared key"},
+		{"jwt public key", "identity:\n  jwt: # <-\n    algorithm: ES256\n    key_env: K\n" + anonymous, "identity.jwt.public_key_file", "is missing; use the PEM file holding the ES256 public key"},
+		{"jwt leeway", "identity:\n  jwt: {algorithm: HS256, key_env: K, leeway: -1s} # <-\n" + anonymous, "identity.jwt.leeway", `"-1s" is not allowed; use 0s or more`},
+		{"challenge factor", "challenge:\n  enabled: true\n  factor: 0.5 # <-\n" + anonymous, "challenge.factor", `"0.5" is not allowed; use a number from 1 to 100`},
+		{"challenge factor nan", "challenge:\n  enabled: true\n  factor: .nan # <-\n" + anonymous, "challenge.factor", `"NaN" is not allowed`},
+		{"challenge on one rule", `
+challenge:
+  factor: 0.5 # <-
+tiers:
+  anonymous:
+    global: {limit: 60, challenge: true}
+`, "challenge.factor", `"0.5" is not allowed`},
+		{"token ttl", "challenge:\n  enabled: true\n  token_ttl: 30s # <-\n" + anonymous, "challenge.token_ttl", `"30s" is not allowed; use 1m to 24h`},
+		{"challenge page", "challenge:\n  enabled: true\n  page: captcha # <-\n" + anonymous, "challenge.page", "use a path starting with / or an absolute http or https URL"},
+		{"challenge endpoint", "challenge:\n  enabled: true\n  endpoint: token # <-\n" + anonymous, "challenge.endpoint", "use a path starting with /"},
+		{"challenge cookie", "challenge:\n  enabled: true\n  cookie: a;b # <-\n" + anonymous, "challenge.cookie", "use a cookie name"},
+		{"lists refresh", "lists:\n  refresh: 10ms # <-\n" + anonymous, "lists.refresh", `"10ms" is not allowed; use 1s or more`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := markedLine(tc.yaml)
+			e := find(t, check(tc.yaml), tc.key)
+			prefix := "test.yaml"
+			if line > 0 {
+				prefix += ":" + strconv.Itoa(line)
+			}
+			if tc.key != "" {
+				prefix += ": " + tc.key
+			}
+			msg := e.Error()
+			if e.Line != line || !strings.HasPrefix(msg, prefix+": ") || !strings.Contains(msg, tc.want) {
+				t.Errorf("got  %s\nwant %s: …%s…", msg, prefix, tc.want)
+			}
+		})
+	}
+}
+
+// TestValid checks configurations near the edges of what is allowed.
+func TestValid(t *testing.T) {
+	for _, tc := range []struct{ name, yaml string }{
+		{"concurrency ignores window", `
+tiers:
+  anonymous:
+    global: {limit: 60}
+    paths:
+      /upload: {limit: 4, algorithm: concurrency, window: 48h}
+`},
+		{"factor unchecked without challenges", "challenge: {factor: 0.5}\n" + anonymous},
+		{"admin listener disabled", "edge: {admin_listen: \"\"}\n" + anonymous},
+		{"null values take defaults", "edge:\n  listen:\nstore:\n" + anonymous},
+		{"proxies", "identity: {trusted_proxies: [10.0.0.0/8, 192.168.1.1, \"::1\", \"2001:db8::/32\"]}\n" + anonymous},
+		{"header names ignore case", "identity: {client_ip_header: CloudFront-Viewer-Address}\n" + anonymous},
+		{"jwt algorithm ignores case", "identity: {jwt: {algorithm: es256, public_key_file: k.pem}}\n" + anonymous},
+		{"plan tier extends anonymous", anonymous + "  free: {extends: anonymous}\n"},
+		{"empty file is only missing anonymous", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := check(tc.yaml)
+			if tc.yaml == "" {
+				var list ErrorList
+				if !errors.As(err, &list) || len(list) != 1 || list[0].Key != "tiers.anonymous" {
+					t.Fatalf("got %v, want only tiers.anonymous missing", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestAliases(t *testing.T) {
+	c := mustParse(t, `
+tiers:
+  anonymous:
+    global: &r {limit: 5}
+    paths: {/a: *r, /b: *r}
+`)
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := c.Tiers["anonymous"].Paths
+	if p["/a"] == p["/b"] || p["/a"].Limit != 5 || p["/b"].Limit != 5 {
+		t.Errorf("aliased rules: %+v %+v", p["/a"], p["/b"])
+	}
+}
+
+func TestAdminListenDisabled(t *testing.T) {
+	c := mustParse(t, "edge: {admin_listen: \"\"}\n"+anonymous)
+	c.Defaults()
+	if c.Edge.AdminListen != "" {
+		t.Errorf("admin_listen = %q, want it disabled", c.Edge.AdminListen)
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	err := check(`
+tiers:
+  anonymous:
+    global: {limit: 60}
+    paths:
+      /api/reports: {limit: 5, algorithm: leaky}
+`)
+	const want = `test.yaml:6: tiers.anonymous.paths./api/reports.algorithm: "leaky" is not allowed; use one of fixed_window, sliding_window, token_bucket, concurrency`
+	if err == nil || err.Error() != want {
+		t.Errorf("got  %v\nwant %s", err, want)
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.File != "test.yaml" || e.Line != 6 || e.Value != "leaky" {
+		t.Errorf("errors.As: %#v", e)
+	}
+}
+
+// TestAllErrors checks that decoding reports every error, in line order, up
+// to MaxErrors and a count of the rest.
+func TestAllErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(anonymous)
+	b.WriteString("    paths:\n")
+	for i := range MaxErrors + 5 {
+		fmt.Fprintf(&b, "      /p%d: {limit: x}\n", i)
+	}
+	var list ErrorList
+	if !errors.As(check(b.String()), &list) {
+		t.Fatal("no ErrorList")
+	}
+	if len(list) != MaxErrors+1 {
+		t.Fatalf("got %d errors, want %d", len(list), MaxErrors+1)
+	}
+	for i, e := range list[:MaxErrors] {
+		if want := 6 + i; e.Line != want {
+			t.Errorf("error %d on line %d, want %d: %v", i, e.Line, want, e)
+		}
+	}
+	if got, want := list[MaxErrors].Error(), "test.yaml: 5 more errors not shown"; got != want {
+		t.Errorf("last: %q, want %q", got, want)
+	}
+}
+
+func TestResolvedTiers(t *testing.T) {
+	c := mustParse(t, `
+tiers:
+  anonymous:
+    global: {limit: 60}
+  authenticated:
+    global: {limit: 300}
+    paths:
+      /a: {limit: 30}
+      /b: {limit: 20}
+  pro:
+    extends: authenticated
+    global: {limit: 1000}
+    paths:
+      /b: {limit: 200}
+      /c: {limit: 100}
+  basic:
+    extends: authenticated
+`)
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := c.ResolvedTiers()
+	summary := func(tier *Tier) string {
+		s := []string{"global " + describe(tier.Global)}
+		for _, p := range sortedKeys(tier.Paths) {
+			s = append(s, p+" "+describe(tier.Paths[p]))
+		}
+		return strings.Join(s, ", ")
+	}
+	for _, tc := range []struct{ tier, want string }{
+		{"anonymous", "global 60/1m fixed_window"},
+		{"authenticated", "global 300/1m fixed_window, /a 30/1m fixed_window, /b 20/1m fixed_window"},
+		{"pro", "global 1000/1m fixed_window, /a 30/1m fixed_window, /b 200/1m fixed_window, /c 100/1m fixed_window"},
+		{"basic", "global 300/1m fixed_window, /a 30/1m fixed_window, /b 20/1m fixed_window"},
+	} {
+		if s := summary(got[tc.tier]); s != tc.want {
+			t.Errorf("%s: %s\nwant %s", tc.tier, s, tc.want)
+		}
+	}
+	if got["pro"].Paths["/a"] == c.Tiers["authenticated"].Paths["/a"] || got["pro"].Paths["/a"] == got["basic"].Paths["/a"] {
+		t.Error("resolved rules share a *Rule")
+	}
+	if c.Tiers["pro"].Paths["/a"] != nil || got["pro"].Extends != "" {
+		t.Error("ResolvedTiers modified the configuration or kept extends")
+	}
+}
+
+func TestTierFor(t *testing.T) {
+	seed, err := Load(filepath.Join(examples, "seed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	minimal, err := Load(filepath.Join(examples, "minimal.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c             *Config
+		authenticated bool
+		plan, want    string
+	}{
+		{seed, false, "", "anonymous"},
+		{seed, false, "pro", "anonymous"},
+		{seed, true, "pro", "pro"},
+		{seed, true, "enterprise", "enterprise"},
+		{seed, true, "", "authenticated"},
+		{seed, true, "gold", "authenticated"},
+		{seed, true, "anonymous", "authenticated"},
+		{minimal, true, "pro", "anonymous"},
+	} {
+		if got := tc.c.TierFor(tc.authenticated, tc.plan); got != tc.want {
+			t.Errorf("TierFor(%v, %q) = %q, want %q", tc.authenticated, tc.plan, got, tc.want)
+		}
+	}
+}
+
+func TestTrustedPrefixes(t *testing.T) {
+	id := Identity{TrustedProxies: []string{"10.1.2.3/8", "192.168.1.1", "::1", "bad", "::ffff:10.0.0.0/104"}}
+	got := id.TrustedPrefixes()
+	want := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("192.168.1.1/32"),
+		netip.MustParsePrefix("::1/128"),
+		netip.MustParsePrefix("10.0.0.0/8"),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestDecodeAndValidationErrors checks that Load reports decoding and
+// validation errors together, without validating a value that failed to
+// decode.
+func TestDecodeAndValidationErrors(t *testing.T) {
+	err := check(`
+edge:
+  listen: nonsense
+tiers:
+  anonymous:
+    global: {limit: lots, window: 5m}
+    paths:
+      api: {limit: 5}
+`)
+	var list ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("got %v, want an ErrorList", err)
+	}
+	var got []string
+	for _, e := range list {
+		got = append(got, strconv.Itoa(e.Line)+" "+e.Key)
+	}
+	want := []string{"3 edge.listen", "6 tiers.anonymous.global.limit", "8 tiers.anonymous.paths.api"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q\nwant %q\n%v", got, want, err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, make([]byte, MaxFileSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{filepath.Join(dir, "absent.yaml"), "absent.yaml"},
+		{big, big + ": file is larger than 1 MiB"},
+	} {
+		if _, err := Load(tc.path); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load(%s) = %v, want %q", tc.path, err, tc.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join(examples, "*.yaml"))
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range []string{
+		anonymous,
+		"a: &a [*a]",
+		"tiers: {anonymous: {global: &g {limit: 1}}, b: {global: *g, extends: anonymous}}",
+		"tiers: {a: {extends: b}, b: {extends: a}}",
+		"{",
+		"- 1\n- 2",
+		"edge: !!int 5",
+		"identity: {jwt: {algorithm: HS256}, trusted_proxies: [\"fe80::1%eth0\"]}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, "fuzz.yaml")
+		if err == nil {
+			c.Defaults()
+			if err = c.Validate(); err == nil {
+				c.ResolvedTiers()
+				return
+			}
+		}
+		if !strings.Contains(err.Error(), "fuzz.yaml") {
+			t.Fatalf("error does not name the file: %v", err)
+		}
+		var list ErrorList
+		if !errors.As(err, &list) {
+			t.Fatalf("error is not an ErrorList: %v", err)
+		}
+		for _, e := range list {
+			if e.File != "fuzz.yaml" {
+				t.Fatalf("error without the file: %#v", e)
+			}
+		}
+	})
+}
+
+// mustParse decodes yaml as test.yaml or fails the test.
+func mustParse(t *testing.T, yaml string) *Config {
+	t.Helper()
+	c, err := Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// check does what Load does with yaml as test.yaml.
+func check(yaml string) error {
+	_, err := load([]byte(yaml), "test.yaml")
+	return err
+}
+
+// find returns the error about key, or fails the test.
+func find(t *testing.T, err error, key string) *Error {
+	t.Helper()
+	var list ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("got %v, want an ErrorList", err)
+	}
+	for _, e := range list {
+		if e.Key == key {
+			return e
+		}
+	}
+	t.Fatalf("no error about %q in:\n%v", key, err)
+	return nil
+}
+
+// markedLine is the line of yaml that holds "# <-", or 0.
+func markedLine(yaml string) int {
+	for i, l := range strings.Split(yaml, "\n") {
+		if strings.Contains(l, "# <-") {
+			return i + 1
+		}
+	}
+	return 0
+}

@@ -1,0 +1,100 @@
+package config
+
+import (
+	"os"
+	"time"
+
+	"github.com/ratewarden/ratewarden/edge/limit"
+)
+
+// Defaults fills every unset field with its documented default; it is the
+// one place defaults live. A zero value counts as unset ("0s", "" and 0 mean
+// the default), except edge.admin_listen, which a file may set to "" to
+// disable the admin listener. Defaults does not apply extends (see
+// ResolvedTiers) and is idempotent. It is not safe for concurrent use with
+// any other use of c.
+func (c *Config) Defaults() {
+	e := &c.Edge
+	def(&e.Listen, "127.0.0.1:8080")
+	if _, written := c.lines["edge.admin_listen"]; !written {
+		def(&e.AdminListen, "127.0.0.1:9090")
+	}
+	if e.Node == "" {
+		e.Node = hostname()
+	}
+	def(&e.DecisionQueue, 65536)
+	def(&e.RequestIDHeader, "X-Request-Id")
+	def(&e.ShutdownGrace, 10*time.Second)
+
+	id := &c.Identity
+	def(&id.ClientIPHeader, ClientIPHeaders[0])
+	def(&id.UserHeader, "X-User-Id")
+	def(&id.PlanHeader, "X-User-Plan")
+	def(&id.IPv6Prefix, 64)
+	if j := id.JWT; j != nil {
+		def(&j.UserClaim, "sub")
+		def(&j.PlanClaim, "plan")
+		def(&j.Leeway, 30*time.Second)
+	}
+
+	s := &c.Store
+	def(&s.Type, StoreTypes[0])
+	def(&s.Timeout, 50*time.Millisecond)
+	def(&s.MaxKeys, 1_000_000)
+	def(&s.EdgeNodes, 1)
+	def(&s.Breaker.Failures, 5)
+	def(&s.Breaker.Cooldown, 5*time.Second)
+
+	ch := &c.Challenge
+	def(&ch.Factor, 2)
+	def(&ch.Page, "/captcha")
+	def(&ch.Param, "redirect")
+	def(&ch.TokenTTL, 30*time.Minute)
+	def(&ch.Cookie, "rw_challenge")
+	def(&ch.Header, "X-Ratewarden-Token")
+	def(&ch.KeysEnv, "RATEWARDEN_CHALLENGE_KEYS")
+	def(&ch.VerifierSecretEnv, "RATEWARDEN_VERIFIER_SECRET")
+	def(&ch.Endpoint, "/.ratewarden/token")
+
+	def(&c.Lists.Refresh, 30*time.Second)
+
+	for _, t := range c.Tiers {
+		if t == nil {
+			continue
+		}
+		c.ruleDefaults(t.Global)
+		for _, r := range t.Paths {
+			c.ruleDefaults(r)
+		}
+	}
+}
+
+func (c *Config) ruleDefaults(r *Rule) {
+	if r == nil {
+		return
+	}
+	def(&r.Window, time.Minute)
+	def(&r.Algorithm, limit.FixedWindow.String())
+	if r.Algorithm == limit.TokenBucket.String() {
+		def(&r.Burst, r.Limit)
+	}
+	if r.Challenge == nil {
+		enabled := c.Challenge.Enabled
+		r.Challenge = &enabled
+	}
+}
+
+// def sets *p to v when *p is the zero value.
+func def[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+func hostname() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "edge"
+}

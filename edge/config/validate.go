@@ -1,0 +1,412 @@
+package config
+
+import (
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/edge/limit"
+)
+
+// Range bounds that are not the limit package's.
+const (
+	// MaxLimit bounds a rule's limit and burst, so that a token bucket's
+	// emission interval (window ÷ limit, with a window of at least 1s) is at
+	// least a nanosecond and factor × limit fits an int64.
+	MaxLimit = 1_000_000_000
+	// MaxFactor bounds challenge.factor, for the same reason.
+	MaxFactor = 100
+)
+
+// Validate checks every value against its allowed range, after Defaults.
+// Its error is an ErrorList of every problem found, ordered by line, each
+// naming the key path, the value and what is allowed, and for a
+// configuration read by Parse the file and line. Validate does not modify
+// c; it is safe for concurrent use as long as nothing modifies c.
+func (c *Config) Validate() error {
+	return c.validate().err()
+}
+
+func (c *Config) validate() *validator {
+	v := &validator{collector: collector{file: c.file}, lines: c.lines}
+	v.edge(&c.Edge)
+	v.identity(&c.Identity)
+	v.store(&c.Store)
+	if c.challenging() {
+		v.challenge(&c.Challenge)
+	}
+	if c.Lists.Refresh < time.Second {
+		v.report(key("lists", "refresh"), fmtDuration(c.Lists.Refresh), "is not allowed", "1s or more")
+	}
+	for i, p := range c.FailClosed {
+		if !strings.HasPrefix(p, "/") {
+			v.report(key("fail_closed", index(i)), p, "is not allowed", "a path prefix starting with /, such as /api/admin/")
+		}
+	}
+	v.tiers(c.Tiers)
+	return v
+}
+
+// challenging reports whether any rule may challenge, so that the challenge
+// settings matter.
+func (c *Config) challenging() bool {
+	if c.Challenge.Enabled {
+		return true
+	}
+	for _, t := range c.Tiers {
+		if t == nil {
+			continue
+		}
+		if t.Global != nil && t.Global.Challenge != nil && *t.Global.Challenge {
+			return true
+		}
+		for _, r := range t.Paths {
+			if r != nil && r.Challenge != nil && *r.Challenge {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type validator struct {
+	collector
+	lines map[string]int
+}
+
+// key builds a key path from its segments; index segments ("[2]") join
+// without a dot.
+func key(segs ...string) []string { return segs }
+
+func index(i int) string { return "[" + strconv.Itoa(i) + "]" }
+
+func joinSegs(segs []string) string {
+	var b strings.Builder
+	for i, s := range segs {
+		if i > 0 && !strings.HasPrefix(s, "[") {
+			b.WriteByte('.')
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+// line is the line of the longest prefix of the key path that was written
+// in the file: a missing or defaulted key is reported where its parent is.
+// Segments, not dots, are trimmed, since path prefixes may contain dots.
+func (v *validator) line(segs []string) int {
+	for n := len(segs); n > 0; n-- {
+		if l, ok := v.lines[joinSegs(segs[:n])]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+func (v *validator) report(segs []string, value, problem, allowed string) {
+	v.add(&Error{Line: v.line(segs), Key: joinSegs(segs), Value: quoted(value), Problem: problem, Allowed: allowed})
+}
+
+func (v *validator) intRange(segs []string, got, lo, hi int64) {
+	if got >= lo && got <= hi {
+		return
+	}
+	allowed := strconv.FormatInt(lo, 10) + " or more"
+	if hi < math.MaxInt64 {
+		allowed = strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10)
+	}
+	v.report(segs, strconv.FormatInt(got, 10), "is not allowed", allowed)
+}
+
+func (v *validator) durationRange(segs []string, got, lo, hi time.Duration) {
+	if got >= lo && got <= hi {
+		return
+	}
+	allowed := fmtDuration(lo) + " or more"
+	if hi < math.MaxInt64 {
+		allowed = fmtDuration(lo) + " to " + fmtDuration(hi)
+	}
+	v.report(segs, fmtDuration(got), "is not allowed", allowed)
+}
+
+func (v *validator) oneOf(segs []string, got string, allowed []string) {
+	if !slices.Contains(allowed, got) {
+		v.report(segs, got, "is not allowed", "one of "+strings.Join(allowed, ", "))
+	}
+}
+
+// oneOfFold is oneOf ignoring case, for values the edge reads without case.
+func (v *validator) oneOfFold(segs []string, got string, allowed []string) {
+	if !slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(a, got) }) {
+		v.report(segs, got, "is not allowed", "one of "+strings.Join(allowed, ", "))
+	}
+}
+
+func (v *validator) hostPort(segs []string, got string) {
+	if _, _, err := net.SplitHostPort(got); err != nil {
+		v.report(segs, got, "is not allowed", "host:port, such as 127.0.0.1:8080 or :8080")
+	}
+}
+
+func (v *validator) header(segs []string, got string) {
+	if !isToken(got) {
+		v.report(segs, got, "is not allowed", "an HTTP header name such as X-User-Id")
+	}
+}
+
+func (v *validator) required(segs []string, got, why string) {
+	if got == "" {
+		v.report(segs, "", "is missing", why)
+	}
+}
+
+func (v *validator) edge(e *Edge) {
+	v.hostPort(key("edge", "listen"), e.Listen)
+	if e.AdminListen != "" {
+		v.hostPort(key("edge", "admin_listen"), e.AdminListen)
+	}
+	if e.Upstream != "" {
+		u, err := url.Parse(e.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.report(key("edge", "upstream"), e.Upstream, "is not allowed", "an absolute http or https URL such as http://127.0.0.1:3000")
+		}
+	}
+	v.required(key("edge", "node"), e.Node, "a node name")
+	v.intRange(key("edge", "decision_queue"), int64(e.DecisionQueue), 1, math.MaxInt64)
+	v.header(key("edge", "request_id_header"), e.RequestIDHeader)
+	v.durationRange(key("edge", "shutdown_grace"), e.ShutdownGrace, 0, math.MaxInt64)
+}
+
+func (v *validator) identity(id *Identity) {
+	for i, p := range id.TrustedProxies {
+		if _, ok := parseProxy(p); !ok {
+			v.report(key("identity", "trusted_proxies", index(i)), p, "is not allowed", "an address or CIDR prefix such as 10.0.0.0/8 or ::1, without a zone; an IPv4-mapped prefix needs at least 96 bits")
+		}
+	}
+	// Header names are case-insensitive, so these values are too.
+	v.oneOfFold(key("identity", "client_ip_header"), id.ClientIPHeader, ClientIPHeaders)
+	v.header(key("identity", "user_header"), id.UserHeader)
+	v.header(key("identity", "plan_header"), id.PlanHeader)
+	if id.PlanHeader != "" && strings.EqualFold(id.PlanHeader, id.UserHeader) {
+		v.report(key("identity", "plan_header"), id.PlanHeader, "is also the user header", "a different header")
+	}
+	v.intRange(key("identity", "ipv6_prefix"), int64(id.IPv6Prefix), 1, 128)
+	j := id.JWT
+	if j == nil {
+		return
+	}
+	v.oneOfFold(key("identity", "jwt", "algorithm"), j.Algorithm, JWTAlgorithms)
+	switch alg := strings.ToUpper(j.Algorithm); alg {
+	case "HS256":
+		v.required(key("identity", "jwt", "key_env"), j.KeyEnv, "the environment variable holding the HS256 shared key")
+	case "RS256", "ES256":
+		v.required(key("identity", "jwt", "public_key_file"), j.PublicKeyFile, "the PEM file holding the "+j.Algorithm+" public key")
+	}
+	v.required(key("identity", "jwt", "user_claim"), j.UserClaim, "the claim holding the user id, such as sub")
+	v.required(key("identity", "jwt", "plan_claim"), j.PlanClaim, "the claim holding the plan, such as plan")
+	if j.PlanClaim != "" && j.PlanClaim == j.UserClaim {
+		v.report(key("identity", "jwt", "plan_claim"), j.PlanClaim, "is also the user claim", "a different claim")
+	}
+	v.durationRange(key("identity", "jwt", "leeway"), j.Leeway, 0, math.MaxInt64)
+}
+
+func (v *validator) store(s *Store) {
+	v.oneOf(key("store", "type"), s.Type, StoreTypes)
+	v.durationRange(key("store", "timeout"), s.Timeout, time.Millisecond, 10*time.Second)
+	v.intRange(key("store", "max_keys"), int64(s.MaxKeys), 1000, math.MaxInt64)
+	v.intRange(key("store", "edge_nodes"), int64(s.EdgeNodes), 1, math.MaxInt64)
+	v.intRange(key("store", "breaker", "failures"), int64(s.Breaker.Failures), 1, math.MaxInt64)
+	v.durationRange(key("store", "breaker", "cooldown"), s.Breaker.Cooldown, 100*time.Millisecond, math.MaxInt64)
+}
+
+func (v *validator) challenge(ch *Challenge) {
+	if f := ch.Factor; math.IsNaN(f) || f < 1 || f > MaxFactor {
+		v.report(key("challenge", "factor"), strconv.FormatFloat(f, 'g', -1, 64), "is not allowed", "a number from 1 to "+strconv.Itoa(MaxFactor))
+	}
+	if !strings.HasPrefix(ch.Page, "/") && !isHTTPURL(ch.Page) {
+		v.report(key("challenge", "page"), ch.Page, "is not allowed", "a path starting with / or an absolute http or https URL")
+	}
+	v.required(key("challenge", "param"), ch.Param, "a query parameter name such as redirect")
+	v.durationRange(key("challenge", "token_ttl"), ch.TokenTTL, time.Minute, 24*time.Hour)
+	if !isToken(ch.Cookie) {
+		v.report(key("challenge", "cookie"), ch.Cookie, "is not allowed", "a cookie name such as rw_challenge")
+	}
+	v.header(key("challenge", "header"), ch.Header)
+	v.required(key("challenge", "keys_env"), ch.KeysEnv, "the environment variable holding the token keys")
+	v.required(key("challenge", "verifier_secret_env"), ch.VerifierSecretEnv, "the environment variable holding the verifier secret")
+	if !strings.HasPrefix(ch.Endpoint, "/") {
+		v.report(key("challenge", "endpoint"), ch.Endpoint, "is not allowed", "a path starting with /")
+	}
+}
+
+func (v *validator) tiers(tiers map[string]*Tier) {
+	names := sortedKeys(tiers)
+	if _, ok := tiers[TierAnonymous]; !ok {
+		v.report(key("tiers", TierAnonymous), "", "is missing",
+			"a tier named anonymous with a global rule; it limits every client that is not authenticated")
+	}
+	for _, name := range names {
+		t := tiers[name]
+		if t == nil {
+			t = &Tier{}
+		}
+		if !isTierName(name) {
+			v.report(key("tiers", name), name, "is not allowed as a tier name", "letters, digits, _ and -")
+		}
+		global := t.Global
+		if parent := v.extends(tiers, name, t); global == nil && parent != nil {
+			global = parent.Global
+		}
+		if global == nil {
+			v.report(key("tiers", name, "global"), "", "is missing",
+				"a global rule such as {limit: 60, window: 1m}, or extends naming a tier that has one")
+		}
+		if t.Global != nil {
+			v.rule(key("tiers", name, "global"), t.Global)
+		}
+		for _, prefix := range sortedKeys(t.Paths) {
+			segs := key("tiers", name, "paths", prefix)
+			if !strings.HasPrefix(prefix, "/") {
+				v.report(segs, prefix, "is not allowed as a path prefix", "a path prefix starting with /, such as /api/reports")
+			}
+			v.rule(segs, t.Paths[prefix])
+		}
+	}
+}
+
+// extends checks t.Extends and returns the parent tier when it is a valid
+// one: another tier, which itself extends nothing.
+func (v *validator) extends(tiers map[string]*Tier, name string, t *Tier) *Tier {
+	if t.Extends == "" {
+		return nil
+	}
+	segs := key("tiers", name, "extends")
+	parent, ok := tiers[t.Extends]
+	switch {
+	case t.Extends == name:
+		v.report(segs, t.Extends, "is the tier itself", "the name of another tier")
+		return nil
+	case !ok:
+		v.report(segs, t.Extends, "is not a tier", "one of "+strings.Join(slices.DeleteFunc(sortedKeys(tiers), func(s string) bool { return s == name }), ", "))
+		return nil
+	case parent == nil:
+		return &Tier{}
+	case parent.Extends == name:
+		v.report(segs, t.Extends, "is not allowed: "+name+" extends "+t.Extends+", which extends "+name, "extends in one direction only")
+		return nil
+	case parent.Extends != "":
+		v.report(segs, t.Extends, "is not allowed: it extends "+parent.Extends+" and extends is one level only", "a tier that extends nothing")
+		return nil
+	}
+	return parent
+}
+
+func (v *validator) rule(segs []string, r *Rule) {
+	if r == nil {
+		v.report(segs, "", "is missing", "a rule such as {limit: 60, window: 1m}")
+		return
+	}
+	at := func(k string) []string { return append(slices.Clip(segs), k) }
+	if _, written := v.lines[joinSegs(at("limit"))]; r.Limit == 0 && !written {
+		v.report(at("limit"), "", "is missing", "1 to "+strconv.Itoa(MaxLimit)+" hits per window")
+	} else {
+		v.intRange(at("limit"), r.Limit, 1, MaxLimit)
+	}
+	algo, ok := limit.ParseAlgorithm(r.Algorithm)
+	if !ok {
+		v.oneOf(at("algorithm"), r.Algorithm, limit.Algorithms)
+	}
+	if algo != limit.Concurrency {
+		v.durationRange(at("window"), r.Window, limit.MinWindow, limit.MaxWindow)
+	}
+	v.intRange(at("burst"), r.Burst, 0, MaxLimit)
+}
+
+// parseProxy parses a trusted_proxies entry: a CIDR prefix or a single
+// address, without a zone. IPv4-mapped IPv6 entries are unmapped, because
+// the edge unmaps peers before comparing them.
+func parseProxy(s string) (netip.Prefix, bool) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, false
+		}
+		if a := p.Addr(); a.Is4In6() {
+			if p.Bits() < 96 {
+				return netip.Prefix{}, false
+			}
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// isToken reports whether s is an RFC 9110 token, as header and cookie
+// names must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isTierName reports whether s can name a tier: tier names appear in key
+// paths, metric dimensions and plan values, so they hold no dots or spaces.
+func isTierName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// fmtDuration writes a duration the way a configuration does: 1m, not 1m0s.
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

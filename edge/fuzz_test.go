@@ -1,0 +1,59 @@
+package edge
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// FuzzDecide feeds the limiter hostile requests: it must never panic, must
+// emit exactly one decision per request, and must never pass a request the
+// deny list names.
+func FuzzDecide(f *testing.F) {
+	f.Add("203.0.113.7:1", "/api/reports", "", "", "", "")
+	f.Add("10.0.0.1:1", "/api/admin/x", "198.51.100.66, 10.0.0.2", "u_1", "pro", "v1.k1.1.AAAA")
+	f.Add("garbage", "", ",,,,", "\x00", "\xff", "v1..")
+	f.Add("[::1]:80", "/"+string(make([]byte, 300)), "::ffff:1.2.3.4", "", "enterprise", "")
+	cfg := seedConfig(f, nil)
+	sink := &recordSink{}
+	l := newLimiter(f, cfg, Options{Sink: sink, Keys: testKeys(f), Deny: staticList{mustList(f, "198.51.100.66\n")}})
+	f.Fuzz(func(t *testing.T, remote, path, xff, user, plan, token string) {
+		h := http.Header{}
+		if xff != "" {
+			h.Set("X-Forwarded-For", xff)
+		}
+		if user != "" {
+			h.Set("X-User-Id", user)
+		}
+		if plan != "" {
+			h.Set("X-User-Plan", plan)
+		}
+		if token != "" {
+			h.Set("X-Ratewarden-Token", token)
+			h.Set("Cookie", "rw_challenge="+token)
+		}
+		sink.mu.Lock()
+		before := len(sink.ds)
+		sink.mu.Unlock()
+		v := l.Decide(context.Background(), t0.Add(time.Duration(len(path))*time.Second), &Request{RemoteAddr: remote, Path: path, URI: path, Header: h})
+		sink.mu.Lock()
+		after := len(sink.ds)
+		sink.mu.Unlock()
+		if after != before+1 {
+			t.Fatalf("%d decisions for one request", after-before)
+		}
+		if v.Outcome == 0 || v.Outcome.String() == "unknown" {
+			t.Fatalf("no outcome: %+v", v.Decision)
+		}
+		if v.ClientIP.String() == "198.51.100.66" && v.Outcome != decisions.DenyListed {
+			t.Fatalf("deny-listed client got %v", v.Outcome)
+		}
+		if _, refused := Refusal(&v, "/captcha", "redirect"); refused == v.Outcome.Passed() {
+			t.Fatalf("outcome %v: refused %v", v.Outcome, refused)
+		}
+		SetHeaders(http.Header{}, &v)
+	})
+}

@@ -1,0 +1,414 @@
+// Package identity resolves who a client is: the address it is counted
+// under, and the user and plan it is authenticated as, if any.
+//
+// The client address is the TCP peer unless the peer is a trusted proxy; then
+// it comes from the forwarding header the proxy set (X-Forwarded-For or
+// CloudFront-Viewer-Address). User and plan come from a verified JWT bearer
+// token, or from user headers set by a trusted proxy. Headers from untrusted
+// peers are never believed: a client that sends X-User-Id itself is counted
+// as anonymous, and the decision records that it tried.
+//
+// Every input is bounded: X-Forwarded-For is read for at most
+// [MaxForwardedEntries] entries and [MaxForwardedBytes] bytes from the right,
+// user ids and plans are at most [MaxUserLen] bytes, bearer tokens at most
+// [MaxTokenLen] bytes. Nothing in this package panics on any input.
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/config"
+)
+
+// Bounds on what a client can make the resolver read.
+const (
+	MaxForwardedEntries = 64      // X-Forwarded-For entries examined, from the right
+	MaxForwardedBytes   = 8 << 10 // X-Forwarded-For bytes examined, from the right
+	MaxUserLen          = 256     // longest user id or plan believed
+	MaxTokenLen         = 8 << 10 // longest bearer token verified
+)
+
+// Defaults filled in by New for empty configuration fields.
+const (
+	DefaultClientIPHeader = "x-forwarded-for"
+	DefaultUserHeader     = "X-User-Id"
+	DefaultPlanHeader     = "X-User-Plan"
+	DefaultIPv6Prefix     = 64
+	DefaultUserClaim      = "sub"
+	DefaultPlanClaim      = "plan"
+	DefaultLeeway         = 30 * time.Second
+)
+
+// The supported client_ip_header values.
+const (
+	headerXFF        = "x-forwarded-for"
+	headerCloudFront = "cloudfront-viewer-address"
+)
+
+// Identity is who a client is. It is a small value, returned by value; its
+// strings may share memory with the request headers.
+type Identity struct {
+	ClientIP netip.Addr // the resolved client address (zero if none could be found)
+	// Addr is the address the client is counted under: ClientIP, or for IPv6
+	// the first address of its /IPv6Prefix, so that clients rotating
+	// addresses inside one /64 share a counter.
+	Addr   netip.Addr
+	User   string // authenticated user id, "" if anonymous
+	Plan   string // plan as presented (header or claim), "" if none
+	Source string // how the identity was established: one of the decisions.Source* constants
+}
+
+// Resolver resolves identities from requests. It is immutable after New and
+// safe for concurrent use. The zero value is not usable; a nil *Resolver
+// resolves every request to its TCP peer.
+type Resolver struct {
+	trusted    []netip.Prefix
+	cloudFront bool   // read CloudFront-Viewer-Address instead of X-Forwarded-For
+	ipHeader   string // canonical header key of the forwarding header
+	userHeader string // canonical header key
+	planHeader string // canonical header key
+	ipv6Bits   int
+	jwt        *verifier // nil when bearer tokens are not configured
+}
+
+// New returns a resolver for cfg, with defaults filled in for empty fields.
+// It validates every field; an error names the key path, the value and what
+// is allowed. The HS256 key is read from env(cfg.JWT.KeyEnv) (os.Getenv when
+// env is nil); the RS256 and ES256 keys from the PEM file
+// cfg.JWT.PublicKeyFile. Key material never appears in an error.
+func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
+	if env == nil {
+		env = os.Getenv
+	}
+	r := &Resolver{}
+
+	for i, s := range cfg.TrustedProxies {
+		p, err := parseTrusted(s)
+		if err != nil {
+			return nil, fmt.Errorf("identity.trusted_proxies[%d]: %q %v; want an IP address or CIDR such as 10.0.0.0/8", i, s, err)
+		}
+		r.trusted = append(r.trusted, p)
+	}
+
+	h := strings.ToLower(strings.TrimSpace(cfg.ClientIPHeader))
+	switch h {
+	case "", headerXFF:
+		r.ipHeader = textproto.CanonicalMIMEHeaderKey(headerXFF)
+	case headerCloudFront:
+		r.cloudFront = true
+		r.ipHeader = textproto.CanonicalMIMEHeaderKey(headerCloudFront)
+	default:
+		return nil, fmt.Errorf("identity.client_ip_header: %q is not supported; want %s or %s", cfg.ClientIPHeader, headerXFF, headerCloudFront)
+	}
+
+	var err error
+	if r.userHeader, err = headerKey("identity.user_header", cfg.UserHeader, DefaultUserHeader); err != nil {
+		return nil, err
+	}
+	if r.planHeader, err = headerKey("identity.plan_header", cfg.PlanHeader, DefaultPlanHeader); err != nil {
+		return nil, err
+	}
+	if r.userHeader == r.planHeader {
+		return nil, fmt.Errorf("identity.plan_header: %q is also the user header; want a different header", cfg.PlanHeader)
+	}
+
+	switch p := cfg.IPv6Prefix; {
+	case p == 0:
+		r.ipv6Bits = DefaultIPv6Prefix
+	case p < 1 || p > 128:
+		return nil, fmt.Errorf("identity.ipv6_prefix: %d is out of range; want 1 to 128 (default %d)", p, DefaultIPv6Prefix)
+	default:
+		r.ipv6Bits = p
+	}
+
+	if cfg.JWT != nil {
+		if r.jwt, err = newVerifier(*cfg.JWT, env); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// parseTrusted parses a trusted proxy entry: an address or a CIDR.
+// IPv4-mapped IPv6 entries are unmapped, because peers are.
+func parseTrusted(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, errors.New("is not a valid CIDR")
+		}
+		if a := p.Addr(); a.Is4In6() {
+			if p.Bits() < 96 {
+				return netip.Prefix{}, errors.New("mixes IPv4-mapped and plain IPv6 addresses")
+			}
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, errors.New("is not an IP address")
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// headerKey validates a header name and returns its canonical key.
+func headerKey(path, name, def string) (string, error) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		name = def
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			return "", fmt.Errorf("%s: %q is not a valid header name; want letters, digits and -", path, name)
+		}
+	}
+	return textproto.CanonicalMIMEHeaderKey(name), nil
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// Resolve returns the identity of the request whose RemoteAddr is remoteAddr
+// and whose headers are h, checking token lifetimes against now.
+// It never fails: what cannot be believed is ignored, and Source says why.
+// Without a bearer token and a forwarding header it does not allocate.
+func (r *Resolver) Resolve(remoteAddr string, h http.Header, now time.Time) Identity {
+	peer, _ := parseHostPort(remoteAddr)
+	peer = peer.Unmap().WithZone("")
+	id := Identity{ClientIP: peer, Source: decisions.SourcePeer}
+	if r == nil {
+		id.Addr = peer
+		return id
+	}
+	trusted := r.isTrusted(peer)
+	if trusted {
+		var a netip.Addr
+		if r.cloudFront {
+			a = viewerAddress(h[r.ipHeader])
+		} else {
+			a = r.forwardedFor(peer, h[r.ipHeader])
+		}
+		if a.IsValid() {
+			id.ClientIP, id.Source = a, decisions.SourceForwarded
+		}
+	}
+	id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
+
+	if r.jwt != nil {
+		if tok, ok := bearer(h["Authorization"]); ok {
+			user, plan, ok := r.jwt.verify(tok, now)
+			if !ok {
+				id.Source = decisions.SourceInvalidJWT
+				return id
+			}
+			id.User, id.Plan, id.Source = user, plan, decisions.SourceJWT
+			return id
+		}
+	}
+
+	users, plans := h[r.userHeader], h[r.planHeader]
+	if len(users) == 0 && len(plans) == 0 {
+		return id
+	}
+	if !trusted {
+		id.Source = decisions.SourceUntrustedHeader
+		return id
+	}
+	// A trusted proxy sets each header once; two lines mean a client's
+	// header was passed through beside the proxy's, and neither is believed.
+	if len(users) != 1 || len(plans) > 1 {
+		return id
+	}
+	user := trimOWS(users[0])
+	var plan string
+	if len(plans) == 1 {
+		plan = trimOWS(plans[0])
+	}
+	if user == "" || len(user) > MaxUserLen || len(plan) > MaxUserLen {
+		return id
+	}
+	id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader
+	return id
+}
+
+// CountingAddr is the address an anonymous client at a is counted under:
+// a itself, or for IPv6 the first address of its /ipv6Bits prefix, so that
+// clients rotating addresses inside one allocation share a counter.
+func CountingAddr(a netip.Addr, ipv6Bits int) netip.Addr {
+	if a.Is6() && ipv6Bits < 128 {
+		if p, err := a.Prefix(ipv6Bits); err == nil {
+			return p.Addr()
+		}
+	}
+	return a
+}
+
+func (r *Resolver) isTrusted(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, p := range r.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardedFor walks X-Forwarded-For from the right and returns the first
+// address that is not a trusted proxy. If every address is trusted it
+// returns the leftmost; an unparsable entry, or reaching the entry or byte
+// bound, stops the walk at the last good address. It returns the zero Addr
+// when the header gave no address, so the peer stands.
+//
+// The header lines are walked as if joined with commas, without joining
+// them, so that the common case does not allocate. Empty list elements are
+// skipped, as RFC 9110 section 5.6.1 asks.
+func (r *Resolver) forwardedFor(peer netip.Addr, lines []string) netip.Addr {
+	var last netip.Addr
+	entries, budget := 0, MaxForwardedBytes
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for {
+			var e string
+			more := false
+			if j := strings.LastIndexByte(line, ','); j >= 0 {
+				e, line, more = line[j+1:], line[:j], true
+			} else {
+				e = line
+			}
+			budget -= len(e) + 1
+			if budget < 0 {
+				return last
+			}
+			if e = trimOWS(e); e != "" {
+				entries++
+				if entries > MaxForwardedEntries {
+					return last
+				}
+				a, ok := parseHostPort(e)
+				if !ok || a.Zone() != "" {
+					return last
+				}
+				a = a.Unmap()
+				if !r.isTrusted(a) {
+					return a
+				}
+				last = a
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return last
+}
+
+// viewerAddress parses CloudFront-Viewer-Address: "198.51.100.10:46532" or
+// "2001:db8::1:46532"; the text after the last colon is the port. CloudFront
+// sets the header once; should there be several lines, the last is the one
+// nearest to us.
+func viewerAddress(lines []string) netip.Addr {
+	if len(lines) == 0 {
+		return netip.Addr{}
+	}
+	v := trimOWS(lines[len(lines)-1])
+	if len(v) > 64 {
+		return netip.Addr{}
+	}
+	i := strings.LastIndexByte(v, ':')
+	if i < 0 || !validPort(v[i+1:]) {
+		return netip.Addr{}
+	}
+	host := v[:i]
+	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
+func validPort(s string) bool {
+	if len(s) == 0 || len(s) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n <= 65535
+}
+
+// parseHostPort parses "ip", "ip:port" or "[ip]:port". It chooses the parser
+// by the shape of s, so that well-formed input never builds an error value.
+func parseHostPort(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if s[0] == '[' || strings.Count(s, ":") == 1 {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		return ap.Addr(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" header.
+// ok is false when there is no bearer credential at all; a bearer scheme
+// with an empty token is returned as ok with an empty token, which fails
+// verification.
+func bearer(lines []string) (tok string, ok bool) {
+	if len(lines) == 0 {
+		return "", false
+	}
+	v := trimOWS(lines[0])
+	const scheme = "bearer"
+	if len(v) < len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return "", false
+	}
+	rest := v[len(scheme):]
+	if rest != "" && rest[0] != ' ' && rest[0] != '\t' {
+		return "", false // another scheme, such as "Bearerish"
+	}
+	return trimOWS(rest), true
+}
+
+// trimOWS trims HTTP optional whitespace: spaces and tabs.
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}

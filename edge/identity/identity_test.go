@@ -1,0 +1,335 @@
+package identity
+
+import (
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/config"
+)
+
+var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+var trustedProxies = []string{"10.0.0.0/8", "192.0.2.1", "2001:db8:ffff::/48", "::ffff:172.16.0.0/108"}
+
+func mustNew(t testing.TB, cfg config.Identity, env map[string]string) *Resolver {
+	t.Helper()
+	r, err := New(cfg, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return r
+}
+
+// hdr builds a header from name, value pairs; a name may repeat to add lines.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+func addr(s string) netip.Addr {
+	if s == "" {
+		return netip.Addr{}
+	}
+	return netip.MustParseAddr(s)
+}
+
+type resolveCase struct {
+	name   string
+	remote string
+	h      http.Header
+	ip     string // want ClientIP, "" for zero
+	key    string // want Addr; "" means the same as ip
+	user   string
+	plan   string
+	source string
+}
+
+func runResolve(t *testing.T, r *Resolver, cases []resolveCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := r.Resolve(c.remote, c.h, now)
+			key := c.key
+			if key == "" {
+				key = c.ip
+			}
+			want := Identity{ClientIP: addr(c.ip), Addr: addr(key), User: c.user, Plan: c.plan, Source: c.source}
+			if got != want {
+				t.Errorf("Resolve(%q, %v)\n got %+v\nwant %+v", c.remote, c.h, got, want)
+			}
+		})
+	}
+}
+
+func TestResolveForwardedFor(t *testing.T) {
+	r := mustNew(t, config.Identity{TrustedProxies: trustedProxies}, nil)
+	const (
+		peer     = decisions.SourcePeer
+		fwd      = decisions.SourceForwarded
+		client   = "203.0.113.7"
+		trusted1 = "10.0.0.1:443"
+	)
+	manyTrusted := make([]string, 70)
+	for i := range manyTrusted {
+		manyTrusted[i] = "10.0.1." + strconv.Itoa(i)
+	}
+	runResolve(t, r, []resolveCase{
+		{name: "untrusted peer", remote: "198.51.100.1:5000", h: hdr(), ip: "198.51.100.1", source: peer},
+		{name: "untrusted peer XFF ignored", remote: "198.51.100.1:5000", h: hdr("X-Forwarded-For", client), ip: "198.51.100.1", source: peer},
+		{name: "bare IP peer", remote: "198.51.100.1", h: hdr(), ip: "198.51.100.1", source: peer},
+		{name: "bare IPv6 peer", remote: "2001:db8::1", h: hdr(), ip: "2001:db8::1", key: "2001:db8::", source: peer},
+		{name: "unparsable peer", remote: "@", h: hdr("X-Forwarded-For", client), source: peer},
+		{name: "empty peer", remote: "", h: hdr(), source: peer},
+		{name: "IPv6 peer with zone", remote: "[fe80::1%eth0]:80", h: hdr(), ip: "fe80::1", key: "fe80::", source: peer},
+		{name: "trusted peer no header", remote: trusted1, h: hdr(), ip: "10.0.0.1", source: peer},
+		{name: "trusted peer empty header", remote: trusted1, h: hdr("X-Forwarded-For", ""), ip: "10.0.0.1", source: peer},
+		{name: "trusted peer one hop", remote: trusted1, h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "trusted single address peer", remote: "192.0.2.1:1", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "chain with trusted hops", remote: trusted1, h: hdr("X-Forwarded-For", client+", 10.0.0.5, 10.0.0.6"), ip: client, source: fwd},
+		{name: "spoofed leftmost", remote: trusted1, h: hdr("X-Forwarded-For", "6.6.6.6, "+client+", 10.0.0.5"), ip: client, source: fwd},
+		{name: "spoofed leftmost trusted", remote: trusted1, h: hdr("X-Forwarded-For", "10.9.9.9, "+client), ip: client, source: fwd},
+		{name: "all trusted gives leftmost", remote: trusted1, h: hdr("X-Forwarded-For", "10.0.0.9,10.0.0.8"), ip: "10.0.0.9", source: fwd},
+		{name: "lines joined", remote: trusted1, h: hdr("X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", client+", 10.0.0.2"), ip: client, source: fwd},
+		{name: "client on earlier line", remote: trusted1, h: hdr("X-Forwarded-For", "6.6.6.6, "+client, "X-Forwarded-For", "10.0.0.2"), ip: client, source: fwd},
+		{name: "whitespace trimmed", remote: trusted1, h: hdr("X-Forwarded-For", " \t"+client+" \t,\t10.0.0.2 "), ip: client, source: fwd},
+		{name: "empty elements skipped", remote: trusted1, h: hdr("X-Forwarded-For", ","+client+",, 10.0.0.5,"), ip: client, source: fwd},
+		{name: "unparsable stops at last good", remote: trusted1, h: hdr("X-Forwarded-For", client+", garbage, 10.0.0.5"), ip: "10.0.0.5", source: fwd},
+		{name: "unparsable rightmost keeps peer", remote: trusted1, h: hdr("X-Forwarded-For", client+", garbage"), ip: "10.0.0.1", source: peer},
+		{name: "zone is unparsable", remote: trusted1, h: hdr("X-Forwarded-For", "fe80::1%eth0"), ip: "10.0.0.1", source: peer},
+		{name: "entry with port", remote: trusted1, h: hdr("X-Forwarded-For", client+":5555"), ip: client, source: fwd},
+		{name: "IPv6 entry with port", remote: trusted1, h: hdr("X-Forwarded-For", "[2001:db8:1::7]:80"), ip: "2001:db8:1::7", key: "2001:db8:1::", source: fwd},
+		{name: "mapped entry unmapped", remote: trusted1, h: hdr("X-Forwarded-For", "::ffff:"+client), ip: client, source: fwd},
+		{name: "mapped peer unmapped and trusted", remote: "[::ffff:10.0.0.1]:443", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "mapped trusted prefix", remote: "172.16.3.4:1", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "IPv6 trusted peer", remote: "[2001:db8:ffff::2]:443", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "entries beyond 64 ignored", remote: trusted1,
+			h:  hdr("X-Forwarded-For", client+", "+strings.Join(manyTrusted, ", ")),
+			ip: "10.0.1.6", source: fwd},
+		{name: "spoofed padding beyond 64", remote: trusted1,
+			h:  hdr("X-Forwarded-For", strings.Repeat("6.6.6.6, ", 200)+client),
+			ip: client, source: fwd},
+		{name: "bytes beyond 8 KiB ignored", remote: trusted1,
+			h:  hdr("X-Forwarded-For", client+","+strings.Repeat(" ", MaxForwardedBytes)+",10.0.0.5"),
+			ip: "10.0.0.5", source: fwd},
+		{name: "CloudFront header ignored in XFF mode", remote: trusted1, h: hdr("Cloudfront-Viewer-Address", client+":1"), ip: "10.0.0.1", source: peer},
+	})
+}
+
+func TestResolveCloudFront(t *testing.T) {
+	r := mustNew(t, config.Identity{TrustedProxies: trustedProxies, ClientIPHeader: "CloudFront-Viewer-Address"}, nil)
+	const (
+		peer    = decisions.SourcePeer
+		fwd     = decisions.SourceForwarded
+		trusted = "10.0.0.1:443"
+	)
+	runResolve(t, r, []resolveCase{
+		{name: "v4", remote: trusted, h: hdr("CloudFront-Viewer-Address", "198.51.100.10:46532"), ip: "198.51.100.10", source: fwd},
+		{name: "v6", remote: trusted, h: hdr("CloudFront-Viewer-Address", "2001:db8::1:46532"), ip: "2001:db8::1", key: "2001:db8::", source: fwd},
+		{name: "v6 bracketed", remote: trusted, h: hdr("CloudFront-Viewer-Address", "[2001:db8:0:1::1]:443"), ip: "2001:db8:0:1::1", key: "2001:db8:0:1::", source: fwd},
+		{name: "mapped", remote: trusted, h: hdr("CloudFront-Viewer-Address", "::ffff:198.51.100.10:1"), ip: "198.51.100.10", source: fwd},
+		{name: "untrusted peer", remote: "198.51.100.1:1", h: hdr("CloudFront-Viewer-Address", "198.51.100.10:46532"), ip: "198.51.100.1", source: peer},
+		{name: "missing", remote: trusted, h: hdr(), ip: "10.0.0.1", source: peer},
+		{name: "no port", remote: trusted, h: hdr("CloudFront-Viewer-Address", "198.51.100.10"), ip: "10.0.0.1", source: peer},
+		{name: "bad port", remote: trusted, h: hdr("CloudFront-Viewer-Address", "198.51.100.10:65536"), ip: "10.0.0.1", source: peer},
+		{name: "empty port", remote: trusted, h: hdr("CloudFront-Viewer-Address", "198.51.100.10:"), ip: "10.0.0.1", source: peer},
+		{name: "garbage", remote: trusted, h: hdr("CloudFront-Viewer-Address", "nonsense:1"), ip: "10.0.0.1", source: peer},
+		{name: "last line wins", remote: trusted, h: hdr("CloudFront-Viewer-Address", "6.6.6.6:1", "CloudFront-Viewer-Address", "198.51.100.10:2"), ip: "198.51.100.10", source: fwd},
+		{name: "XFF ignored", remote: trusted, h: hdr("X-Forwarded-For", "198.51.100.10"), ip: "10.0.0.1", source: peer},
+	})
+}
+
+func TestResolveIPv6Prefix(t *testing.T) {
+	const remote = "[2001:db8:1:2:3:4:5:6]:443"
+	f := func(prefix int, wantKey string) {
+		t.Helper()
+		r := mustNew(t, config.Identity{IPv6Prefix: prefix}, nil)
+		got := r.Resolve(remote, http.Header{}, now)
+		if got.ClientIP != addr("2001:db8:1:2:3:4:5:6") || got.Addr != addr(wantKey) {
+			t.Errorf("ipv6_prefix %d: got ClientIP %v Addr %v, want Addr %v", prefix, got.ClientIP, got.Addr, wantKey)
+		}
+	}
+	f(0, "2001:db8:1:2::")
+	f(64, "2001:db8:1:2::")
+	f(56, "2001:db8:1::")
+	f(48, "2001:db8:1::")
+	f(128, "2001:db8:1:2:3:4:5:6")
+
+	// Two addresses inside one /64 share a key; one outside does not.
+	r := mustNew(t, config.Identity{}, nil)
+	a := r.Resolve("[2001:db8:1:2::1]:1", nil, now).Addr
+	b := r.Resolve("[2001:db8:1:2:ffff:ffff:ffff:ffff]:1", nil, now).Addr
+	c := r.Resolve("[2001:db8:1:3::1]:1", nil, now).Addr
+	if a != b || a == c {
+		t.Errorf("keys: %v %v %v; want the first two equal and the third different", a, b, c)
+	}
+}
+
+func TestResolveUserHeaders(t *testing.T) {
+	r := mustNew(t, config.Identity{TrustedProxies: trustedProxies}, nil)
+	const (
+		trusted   = "10.0.0.1:443"
+		untrusted = "198.51.100.1:5000"
+	)
+	long := strings.Repeat("u", MaxUserLen+1)
+	runResolve(t, r, []resolveCase{
+		{name: "spoofed user from untrusted peer", remote: untrusted, h: hdr("X-User-Id", "admin", "X-User-Plan", "enterprise"),
+			ip: "198.51.100.1", source: decisions.SourceUntrustedHeader},
+		{name: "spoofed plan only from untrusted peer", remote: untrusted, h: hdr("X-User-Plan", "enterprise"),
+			ip: "198.51.100.1", source: decisions.SourceUntrustedHeader},
+		{name: "spoofed empty user from untrusted peer", remote: untrusted, h: hdr("X-User-Id", ""),
+			ip: "198.51.100.1", source: decisions.SourceUntrustedHeader},
+		{name: "trusted peer user and plan", remote: trusted, h: hdr("X-User-Id", "alice", "X-User-Plan", "pro"),
+			ip: "10.0.0.1", user: "alice", plan: "pro", source: decisions.SourceHeader},
+		{name: "trusted peer user only", remote: trusted, h: hdr("X-User-Id", " alice "),
+			ip: "10.0.0.1", user: "alice", source: decisions.SourceHeader},
+		{name: "trusted peer with XFF and user", remote: trusted, h: hdr("X-Forwarded-For", "203.0.113.7", "x-user-id", "bob"),
+			ip: "203.0.113.7", user: "bob", source: decisions.SourceHeader},
+		{name: "trusted peer plan only", remote: trusted, h: hdr("X-User-Plan", "pro"),
+			ip: "10.0.0.1", source: decisions.SourcePeer},
+		{name: "trusted peer empty user", remote: trusted, h: hdr("X-User-Id", " "),
+			ip: "10.0.0.1", source: decisions.SourcePeer},
+		{name: "trusted peer oversized user", remote: trusted, h: hdr("X-User-Id", long),
+			ip: "10.0.0.1", source: decisions.SourcePeer},
+		{name: "trusted peer oversized user forwarded", remote: trusted, h: hdr("X-Forwarded-For", "203.0.113.7", "X-User-Id", long),
+			ip: "203.0.113.7", source: decisions.SourceForwarded},
+		{name: "trusted peer oversized plan", remote: trusted, h: hdr("X-User-Id", "alice", "X-User-Plan", long),
+			ip: "10.0.0.1", source: decisions.SourcePeer},
+		{name: "trusted peer longest user", remote: trusted, h: hdr("X-User-Id", long[1:]),
+			ip: "10.0.0.1", user: long[1:], source: decisions.SourceHeader},
+		{name: "trusted peer two user lines", remote: trusted, h: hdr("X-User-Id", "mallory", "X-User-Id", "alice"),
+			ip: "10.0.0.1", source: decisions.SourcePeer},
+		{name: "bearer ignored without JWT config", remote: untrusted, h: hdr("Authorization", "Bearer a.b.c"),
+			ip: "198.51.100.1", source: decisions.SourcePeer},
+	})
+
+	custom := mustNew(t, config.Identity{TrustedProxies: trustedProxies, UserHeader: "x-auth-user", PlanHeader: "X-Auth-Plan"}, nil)
+	runResolve(t, custom, []resolveCase{
+		{name: "custom headers", remote: trusted, h: hdr("X-Auth-User", "carol", "X-Auth-Plan", "free"),
+			ip: "10.0.0.1", user: "carol", plan: "free", source: decisions.SourceHeader},
+		{name: "default header not read", remote: trusted, h: hdr("X-User-Id", "carol"),
+			ip: "10.0.0.1", source: decisions.SourcePeer},
+	})
+}
+
+func TestResolveNil(t *testing.T) {
+	var r *Resolver
+	got := r.Resolve("198.51.100.1:1", hdr("X-User-Id", "x"), now)
+	want := Identity{ClientIP: addr("198.51.100.1"), Addr: addr("198.51.100.1"), Source: decisions.SourcePeer}
+	if got != want {
+		t.Errorf("nil resolver: got %+v, want %+v", got, want)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	dir := t.TempDir()
+	keys := writeKeys(t, dir)
+	cases := []struct {
+		name string
+		cfg  config.Identity
+		want string
+	}{
+		{"bad CIDR", config.Identity{TrustedProxies: []string{"10.0.0.0/8", "10.0.0.0/33"}}, `identity.trusted_proxies[1]: "10.0.0.0/33"`},
+		{"bad address", config.Identity{TrustedProxies: []string{"10.0.0.300"}}, `identity.trusted_proxies[0]: "10.0.0.300" is not an IP address`},
+		{"zone", config.Identity{TrustedProxies: []string{"fe80::1%eth0"}}, `identity.trusted_proxies[0]`},
+		{"empty proxy", config.Identity{TrustedProxies: []string{""}}, `identity.trusted_proxies[0]`},
+		{"client_ip_header", config.Identity{ClientIPHeader: "x-real-ip"}, `identity.client_ip_header: "x-real-ip" is not supported; want x-forwarded-for or cloudfront-viewer-address`},
+		{"user_header", config.Identity{UserHeader: "X User"}, `identity.user_header: "X User" is not a valid header name`},
+		{"same headers", config.Identity{UserHeader: "X-A", PlanHeader: "x-a"}, `identity.plan_header`},
+		{"ipv6_prefix high", config.Identity{IPv6Prefix: 129}, `identity.ipv6_prefix: 129 is out of range; want 1 to 128`},
+		{"ipv6_prefix negative", config.Identity{IPv6Prefix: -1}, `identity.ipv6_prefix: -1`},
+		{"algorithm", config.Identity{JWT: &config.JWT{Algorithm: "HS512", KeyEnv: "K"}}, `identity.jwt.algorithm: "HS512" is not supported; want HS256, RS256 or ES256`},
+		{"algorithm none", config.Identity{JWT: &config.JWT{Algorithm: "none"}}, `identity.jwt.algorithm: "none"`},
+		{"key_env empty", config.Identity{JWT: &config.JWT{Algorithm: "HS256"}}, `identity.jwt.key_env: empty`},
+		{"key_env unset", config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "UNSET"}}, `identity.jwt.key_env: the key in $UNSET is 0 bytes; HS256 needs at least 32`},
+		{"key_env short", config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "SHORT"}}, `identity.jwt.key_env: the key in $SHORT is 11 bytes`},
+		{"public_key_file empty", config.Identity{JWT: &config.JWT{Algorithm: "RS256"}}, `identity.jwt.public_key_file: empty; RS256 needs`},
+		{"public_key_file missing", config.Identity{JWT: &config.JWT{Algorithm: "ES256", PublicKeyFile: dir + "/nope.pem"}}, `identity.jwt.public_key_file: open `},
+		{"RS256 with EC key", config.Identity{JWT: &config.JWT{Algorithm: "RS256", PublicKeyFile: keys.ecPath}}, `not a PEM RSA public key`},
+		{"ES256 with RSA key", config.Identity{JWT: &config.JWT{Algorithm: "ES256", PublicKeyFile: keys.rsaPath}}, `not a PEM ECDSA public key`},
+		{"ES256 with P-384", config.Identity{JWT: &config.JWT{Algorithm: "ES256", PublicKeyFile: keys.p384Path}}, `ECDSA key on P-384; ES256 needs P-256`},
+		{"RS256 small key", config.Identity{JWT: &config.JWT{Algorithm: "RS256", PublicKeyFile: keys.rsaSmallPath}}, `RSA key of 1024 bits; want at least 2048`},
+		{"not PEM", config.Identity{JWT: &config.JWT{Algorithm: "RS256", PublicKeyFile: keys.garbagePath}}, `not a PEM RSA public key`},
+		{"leeway", config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "K", Leeway: -time.Second}}, `identity.jwt.leeway: -1s is negative`},
+		{"same claims", config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "K", UserClaim: "sub", PlanClaim: "sub"}}, `identity.jwt.plan_claim`},
+	}
+	env := map[string]string{"K": hsKey, "SHORT": "short-s3cr3"}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(c.cfg, func(k string) string { return env[k] })
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("New: got error %v, want one containing %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "s3cr3") || strings.Contains(err.Error(), hsKey) {
+				t.Errorf("error %q shows key material", err)
+			}
+		})
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	r := mustNew(t, config.Identity{}, nil)
+	if r.ipHeader != "X-Forwarded-For" || r.userHeader != "X-User-Id" || r.planHeader != "X-User-Plan" || r.ipv6Bits != 64 || r.jwt != nil {
+		t.Errorf("defaults: %+v", r)
+	}
+	r = mustNew(t, config.Identity{JWT: &config.JWT{Algorithm: "hs256", KeyEnv: "K"}}, map[string]string{"K": hsKey})
+	if r.jwt.userClaim != "sub" || r.jwt.planClaim != "plan" {
+		t.Errorf("JWT defaults: %+v", r.jwt)
+	}
+}
+
+func TestResolveDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	r := mustNew(t, config.Identity{TrustedProxies: trustedProxies, JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "K"}}, map[string]string{"K": hsKey})
+	f := func(name, remote string, h http.Header) {
+		t.Helper()
+		if n := testing.AllocsPerRun(100, func() { r.Resolve(remote, h, now) }); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", name, n)
+		}
+	}
+	f("peer only", "198.51.100.1:5000", http.Header{"User-Agent": {"x"}})
+	f("IPv6 peer", "[2001:db8::1]:5000", http.Header{})
+	f("trusted XFF", "10.0.0.1:443", http.Header{"X-Forwarded-For": {"203.0.113.7, 10.0.0.5, 10.0.0.6"}})
+	f("trusted user header", "10.0.0.1:443", http.Header{"X-User-Id": {"alice"}, "X-User-Plan": {"pro"}})
+	f("spoofed user header", "198.51.100.1:5000", http.Header{"X-User-Id": {"alice"}})
+}
+
+func BenchmarkResolve(b *testing.B) {
+	r := mustNew(b, config.Identity{TrustedProxies: trustedProxies, JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "K"}}, map[string]string{"K": hsKey})
+	tok := signHS(b, []byte(hsKey), claims{"sub": "alice", "plan": "pro", "exp": now.Add(time.Hour).Unix()})
+	cases := []struct {
+		name   string
+		remote string
+		h      http.Header
+	}{
+		{"peer-only", "198.51.100.1:5000", http.Header{"User-Agent": {"bench"}}},
+		{"trusted-xff-3", "10.0.0.1:443", http.Header{"X-Forwarded-For": {"203.0.113.7, 10.0.0.5, 10.0.0.6"}}},
+		{"trusted-header", "10.0.0.1:443", http.Header{"X-User-Id": {"alice"}, "X-User-Plan": {"pro"}}},
+		{"jwt-hs256", "198.51.100.1:5000", http.Header{"Authorization": {"Bearer " + tok}}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Resolve(c.remote, c.h, now)
+			}
+		})
+		b.Run(c.name+"-parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r.Resolve(c.remote, c.h, now)
+				}
+			})
+		})
+	}
+}

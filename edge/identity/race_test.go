@@ -1,0 +1,5 @@
+//go:build race
+
+package identity
+
+const raceEnabled = true

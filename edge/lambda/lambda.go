@@ -1,0 +1,223 @@
+// Package lambda runs the edge limiter inside AWS Lambda behind API Gateway
+// (REST APIs, payload 1.0, and HTTP APIs, payload 2.0) or an Application
+// Load Balancer. The event becomes an http.Request, goes through the same
+// limiter handler as the reverse proxy (one decision core), and the
+// response becomes the event's response.
+package lambda
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// Handler adapts an http.Handler (typically Limiter.Handler in front of the
+// application) to Lambda events. It is safe for concurrent use.
+type Handler struct {
+	next http.Handler
+}
+
+// New returns a Handler serving events with next.
+func New(next http.Handler) *Handler { return &Handler{next: next} }
+
+// Invoke handles one raw event: an API Gateway REST (1.0), HTTP API (2.0)
+// or ALB event, detected from its shape. Pass it to lambda.Start.
+func (h *Handler) Invoke(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe struct {
+		Version        string `json:"version"`
+		RequestContext struct {
+			ELB *json.RawMessage `json:"elb"`
+		} `json:"requestContext"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("decode event: %w", err)
+	}
+	switch {
+	case probe.RequestContext.ELB != nil:
+		var ev events.ALBTargetGroupRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("decode ALB event: %w", err)
+		}
+		return h.ALB(ctx, ev)
+	case probe.Version == "2.0":
+		var ev events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("decode HTTP API event: %w", err)
+		}
+		return h.HTTPAPI(ctx, ev)
+	}
+	var ev events.APIGatewayProxyRequest
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return nil, fmt.Errorf("decode REST API event: %w", err)
+	}
+	return h.RESTAPI(ctx, ev)
+}
+
+// RESTAPI handles an API Gateway REST API (payload 1.0) event.
+func (h *Handler) RESTAPI(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	hdr := headerOf(ev.Headers, ev.MultiValueHeaders)
+	q := queryOf(ev.QueryStringParameters, ev.MultiValueQueryStringParameters)
+	r, err := newRequest(ctx, ev.HTTPMethod, ev.Path, q, hdr, ev.Body, ev.IsBase64Encoded, ev.RequestContext.Identity.SourceIP)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	rec := h.serve(r)
+	body, b64 := rec.body()
+	return events.APIGatewayProxyResponse{StatusCode: rec.status, Headers: single(rec.hdr), MultiValueHeaders: rec.hdr,
+		Body: body, IsBase64Encoded: b64}, nil
+}
+
+// HTTPAPI handles an API Gateway HTTP API (payload 2.0) event.
+func (h *Handler) HTTPAPI(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	hdr := headerOf(ev.Headers, nil)
+	if len(ev.Cookies) > 0 {
+		hdr.Set("Cookie", strings.Join(ev.Cookies, "; "))
+	}
+	http := ev.RequestContext.HTTP
+	r, err := newRequest(ctx, http.Method, ev.RawPath, ev.RawQueryString, hdr, ev.Body, ev.IsBase64Encoded, http.SourceIP)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	rec := h.serve(r)
+	body, b64 := rec.body()
+	cookies := rec.hdr.Values("Set-Cookie")
+	rec.hdr.Del("Set-Cookie")
+	return events.APIGatewayV2HTTPResponse{StatusCode: rec.status, Headers: single(rec.hdr), MultiValueHeaders: rec.hdr,
+		Cookies: cookies, Body: body, IsBase64Encoded: b64}, nil
+}
+
+// ALB handles an Application Load Balancer event. The event carries no
+// peer address: the ALB appends the address it accepted the connection
+// from to X-Forwarded-For, so that last hop is taken as the peer, and the
+// hops before it are believed only if that peer is a trusted proxy.
+func (h *Handler) ALB(ctx context.Context, ev events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
+	hdr := headerOf(ev.Headers, ev.MultiValueHeaders)
+	q := queryOf(ev.QueryStringParameters, ev.MultiValueQueryStringParameters)
+	peer := ""
+	if xff := hdr.Values("X-Forwarded-For"); len(xff) > 0 {
+		last := xff[len(xff)-1]
+		if i := strings.LastIndexByte(last, ','); i >= 0 {
+			last = last[i+1:]
+		}
+		peer = strings.TrimSpace(last)
+	}
+	r, err := newRequest(ctx, ev.HTTPMethod, ev.Path, q, hdr, ev.Body, ev.IsBase64Encoded, peer)
+	if err != nil {
+		return events.ALBTargetGroupResponse{}, err
+	}
+	rec := h.serve(r)
+	body, b64 := rec.body()
+	resp := events.ALBTargetGroupResponse{StatusCode: rec.status, StatusDescription: fmt.Sprintf("%d %s", rec.status, http.StatusText(rec.status)),
+		Body: body, IsBase64Encoded: b64}
+	if ev.MultiValueHeaders != nil {
+		resp.MultiValueHeaders = rec.hdr
+	} else {
+		resp.Headers = single(rec.hdr)
+	}
+	return resp, nil
+}
+
+func headerOf(single map[string]string, multi map[string][]string) http.Header {
+	h := make(http.Header, len(single)+len(multi))
+	for k, vs := range multi {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	for k, v := range single {
+		if _, ok := h[http.CanonicalHeaderKey(k)]; !ok {
+			h.Set(k, v)
+		}
+	}
+	return h
+}
+
+func queryOf(single map[string]string, multi map[string][]string) string {
+	q := make(url.Values, len(single)+len(multi))
+	for k, vs := range multi {
+		q[k] = vs
+	}
+	for k, v := range single {
+		if _, ok := q[k]; !ok {
+			q.Set(k, v)
+		}
+	}
+	return q.Encode()
+}
+
+func newRequest(ctx context.Context, method, path, query string, h http.Header, body string, b64 bool, sourceIP string) (*http.Request, error) {
+	var b []byte
+	if b64 {
+		var err error
+		if b, err = base64.StdEncoding.DecodeString(body); err != nil {
+			return nil, fmt.Errorf("decode event body: %w", err)
+		}
+	} else {
+		b = []byte(body)
+	}
+	u := &url.URL{Path: path, RawQuery: query}
+	r, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	r.Header = h
+	r.Host = h.Get("Host")
+	r.RequestURI = u.RequestURI()
+	r.RemoteAddr = sourceIP
+	return r, nil
+}
+
+// recorder is an http.ResponseWriter that keeps the response.
+type recorder struct {
+	hdr    http.Header
+	status int
+	buf    bytes.Buffer
+}
+
+func (h *Handler) serve(r *http.Request) *recorder {
+	rec := &recorder{hdr: make(http.Header)}
+	h.next.ServeHTTP(rec, r)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return rec
+}
+
+func (rec *recorder) Header() http.Header { return rec.hdr }
+
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return rec.buf.Write(p)
+}
+
+func (rec *recorder) WriteHeader(status int) {
+	if rec.status == 0 {
+		rec.status = status
+	}
+}
+
+// body returns the body as text, or base64 when it is not valid UTF-8.
+func (rec *recorder) body() (string, bool) {
+	if utf8.Valid(rec.buf.Bytes()) {
+		return rec.buf.String(), false
+	}
+	return base64.StdEncoding.EncodeToString(rec.buf.Bytes()), true
+}
+
+func single(h http.Header) map[string]string {
+	m := make(map[string]string, len(h))
+	for k, vs := range h {
+		m[k] = strings.Join(vs, ",")
+	}
+	return m
+}

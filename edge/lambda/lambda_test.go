@@ -1,0 +1,127 @@
+package lambda_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/edge/lambda"
+)
+
+func newHandler(t *testing.T) *lambda.Handler {
+	t.Helper()
+	cfg, err := config.Load("../../examples/seed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := edge.New(cfg, edge.Options{Env: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close(context.Background()) })
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Set-Cookie", "s=1")
+		fmt.Fprintf(w, "%s %s?%s body=%s", r.Method, r.URL.Path, r.URL.RawQuery, b)
+	})
+	return lambda.New(lim.Handler(app, ""))
+}
+
+// invoke sends ev as raw JSON through Invoke and returns status, headers
+// and body, whatever the response type.
+func invoke(t *testing.T, h *lambda.Handler, ev any) (int, map[string]string, string) {
+	t.Helper()
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.Invoke(context.Background(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch r := out.(type) {
+	case events.APIGatewayProxyResponse:
+		return r.StatusCode, r.Headers, r.Body
+	case events.APIGatewayV2HTTPResponse:
+		return r.StatusCode, r.Headers, r.Body
+	case events.ALBTargetGroupResponse:
+		return r.StatusCode, r.Headers, r.Body
+	}
+	t.Fatalf("unexpected response type %T", out)
+	return 0, nil, ""
+}
+
+func TestEventShapes(t *testing.T) {
+	rest := events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: "/api/reports", Body: "e30=", IsBase64Encoded: true,
+		QueryStringParameters: map[string]string{"a": "1"}, Headers: map[string]string{"Host": "api.example.com"}}
+	rest.RequestContext.Identity.SourceIP = "203.0.113.1"
+	v2 := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/api/reports", RawQueryString: "a=1", Body: "{}"}
+	v2.RequestContext.HTTP.Method = "POST"
+	v2.RequestContext.HTTP.SourceIP = "203.0.113.2"
+	alb := events.ALBTargetGroupRequest{HTTPMethod: "POST", Path: "/api/reports", Body: "{}",
+		QueryStringParameters: map[string]string{"a": "1"},
+		Headers:               map[string]string{"x-forwarded-for": "198.51.100.9, 203.0.113.3"}}
+	alb.RequestContext.ELB.TargetGroupArn = "arn:aws:elasticloadbalancing:region:123456789012:targetgroup/tg/1"
+	for _, c := range []struct {
+		name string
+		ev   any
+	}{{"rest", rest}, {"http api", v2}, {"alb", alb}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHandler(t)
+			var statuses []int
+			for i := range 11 {
+				status, hdr, body := invoke(t, h, c.ev)
+				statuses = append(statuses, status)
+				if i == 0 {
+					if body != "POST /api/reports?a=1 body={}" {
+						t.Errorf("body %q", body)
+					}
+					if hdr["X-Ratelimit-Limit"] != "5" || hdr["X-Ratelimit-Remaining"] != "4" {
+						t.Errorf("headers %v", hdr)
+					}
+				}
+				if status == 302 && hdr["Location"] != "/captcha?redirect=%2Fapi%2Freports%3Fa%3D1" {
+					t.Errorf("Location %q", hdr["Location"])
+				}
+			}
+			if got := fmt.Sprint(statuses); got != "[200 200 200 200 200 302 302 302 302 302 429]" {
+				t.Errorf("statuses %s", got)
+			}
+		})
+	}
+}
+
+func TestALBClientIsLastHop(t *testing.T) {
+	h := newHandler(t)
+	// Two clients behind one spoofable first hop: counted apart by the
+	// last hop, the address the ALB saw.
+	for i, ip := range []string{"203.0.113.10", "203.0.113.11"} {
+		alb := events.ALBTargetGroupRequest{HTTPMethod: "GET", Path: "/api/export",
+			Headers: map[string]string{"x-forwarded-for": "1.1.1.1, " + ip}}
+		alb.RequestContext.ELB.TargetGroupArn = "tg"
+		for j := range 3 {
+			if status, _, _ := invoke(t, h, alb); status != 200 {
+				t.Errorf("client %d request %d: %d", i, j, status)
+			}
+		}
+	}
+}
+
+func TestBadEvent(t *testing.T) {
+	h := newHandler(t)
+	if _, err := h.Invoke(context.Background(), json.RawMessage(`{"version":`)); err == nil {
+		t.Error("truncated event: no error")
+	}
+	rest := events.APIGatewayProxyRequest{HTTPMethod: "GET", Path: "/", Body: "!!", IsBase64Encoded: true}
+	raw, _ := json.Marshal(rest)
+	if _, err := h.Invoke(context.Background(), raw); err == nil {
+		t.Error("bad base64 body: no error")
+	}
+}

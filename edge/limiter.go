@@ -1,0 +1,482 @@
+// Package edge is the rate limiter that sits in front of an origin: it
+// identifies the client, counts the request against its tier's path rule
+// and global rule, and decides to allow, challenge or block; every request
+// yields exactly one decision, handed to a sink without blocking.
+//
+// The decision core is Limiter.Decide. The deployment shapes are thin
+// adapters around it: Middleware for net/http (and so the reverse proxy of
+// `ratewarden edge`), and the Lambda handler in package edge/lambda.
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/challenge"
+	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/edge/identity"
+	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/edge/memstore"
+)
+
+// Store counts hits per key and rule. Implementations are safe for
+// concurrent use; package limittest is their conformance suite.
+type Store interface {
+	Take(ctx context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, error)
+}
+
+// inProcess is implemented by stores that cannot block or fail (the memory
+// store): the limiter then skips the deadline, the breaker and the latency
+// clock reads.
+type inProcess interface{ InProcess() bool }
+
+// Sink receives every decision. Emit must not block; it reports false when
+// it dropped the decision.
+type Sink interface {
+	Emit(d decisions.Decision) bool
+}
+
+// ListSource yields the current allow or deny list; the list may change
+// between calls (a lists.Watcher refreshes it).
+type ListSource interface {
+	List() *lists.List
+}
+
+// Options are the collaborators of a Limiter. Every field is optional.
+type Options struct {
+	Store Store      // default: a memory store sized by the configuration
+	Sink  Sink       // default: decisions are discarded (still counted)
+	Allow ListSource // allow list: limits bypassed
+	Deny  ListSource // deny list: 403
+	Keys  *challenge.Keyring
+	// Env reads environment variables (JWT keys); default os.Getenv.
+	Env func(string) string
+}
+
+// Limiter decides requests. It is safe for concurrent use.
+type Limiter struct {
+	cfg        *config.Config
+	node       string
+	tiers      map[string]*tier
+	anonymous  *tier
+	authed     *tier // may be nil
+	failClosed []string
+	ident      *identity.Resolver
+	store      Store
+	remote     bool // the store is not in-process: deadlines, breaker, latency
+	timeout    time.Duration
+	breaker    *breaker
+	local      *memstore.Store // fallback counters while the breaker is open
+	ownStore   *memstore.Store // the default store, closed by Close
+	sink       Sink
+	allow      ListSource
+	deny       ListSource
+	keys       *challenge.Keyring
+	ipv6Prefix int
+
+	metrics counters
+	ids     *requestIDs
+}
+
+// New builds a Limiter from a validated configuration.
+func New(cfg *config.Config, opts Options) (*Limiter, error) {
+	tiers, err := compileTiers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	env := opts.Env
+	if env == nil {
+		env = osGetenv
+	}
+	res, err := identity.New(cfg.Identity, env)
+	if err != nil {
+		return nil, fmt.Errorf("new limiter: %w", err)
+	}
+	l := &Limiter{
+		cfg: cfg, node: cfg.Edge.Node, tiers: tiers,
+		anonymous: tiers[config.TierAnonymous], authed: tiers[config.TierAuthenticated],
+		failClosed: cfg.FailClosed, ident: res, store: opts.Store,
+		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, keys: opts.Keys,
+		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(),
+	}
+	if l.store == nil {
+		l.ownStore = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+		l.store = l.ownStore
+	}
+	if ip, ok := l.store.(inProcess); !ok || !ip.InProcess() {
+		l.remote = true
+		l.breaker = newBreaker(cfg.Store.Breaker.Failures, cfg.Store.Breaker.Cooldown)
+		l.local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+	}
+	return l, nil
+}
+
+// Close releases the stores the limiter created itself.
+func (l *Limiter) Close(ctx context.Context) error {
+	var errs []error
+	if l.ownStore != nil {
+		errs = append(errs, l.ownStore.Close(ctx))
+	}
+	if l.local != nil {
+		errs = append(errs, l.local.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Request is what the limiter needs to know of a request.
+type Request struct {
+	RemoteAddr string      // the TCP peer, "ip:port"
+	Method     string      //
+	Host       string      //
+	Path       string      // matched against path rules
+	URI        string      // path and query, carried to the challenge page
+	Header     http.Header // identity, forwarding and token headers
+	RequestID  string      // may be empty
+}
+
+// Verdict is a decision and what the response needs.
+type Verdict struct {
+	decisions.Decision
+	RetryAfter time.Duration // for refusals
+	// Policies are the rules the request was counted against, for the
+	// RateLimit-Policy header; Policies[0] decided.
+	Policies [2]Policy
+	// held are concurrency slots to release when the response ends.
+	held [2]held
+	uri  string // carried to the challenge page
+}
+
+// Policy is one rule a request was counted against.
+type Policy struct {
+	Name      string
+	Limit     int64
+	Window    time.Duration // 0 for concurrency limits
+	Remaining int64
+	Reset     time.Duration
+}
+
+type held struct {
+	rule *rule
+	key  limit.Key
+	fall bool // held on the local fallback store
+}
+
+// Severity of a rule's result, worst last.
+const (
+	levelOK = iota
+	levelShadow
+	levelChallenge
+	levelBlock
+)
+
+type eval struct {
+	rule  *rule
+	res   limit.Result
+	level int
+	fall  int8 // 0: store answered; 1: fail open; 2: fail closed; 3: local limit answered
+	err   error
+	lat   time.Duration
+}
+
+// Decide decides r at now and hands the decision to the sink. It never
+// blocks longer than the store deadline and never fails: store errors
+// become fail-open or fail-closed decisions.
+func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request) Verdict {
+	var v Verdict
+	v.uri = r.URI
+	id := l.ident.Resolve(r.RemoteAddr, r.Header, now)
+	d := &v.Decision
+	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
+	d.ClientIP, d.UserID, d.Plan, d.IdentitySource = id.ClientIP, id.User, id.Plan, id.Source
+	d.Method, d.Host, d.Path = r.Method, r.Host, r.Path
+
+	t := l.tierFor(id.User, id.Plan)
+	d.Tier = t.name
+
+	switch {
+	case !id.ClientIP.IsValid() && id.User == "":
+		// Nothing to count under. Sharing one counter among every
+		// unidentifiable request would refuse them all; this only happens
+		// when a deployment passes no peer address, so pass and say why.
+		l.finish(&v, decisions.FailOpen, "no client address")
+		return v
+	case l.deny != nil && l.deny.List().Contains(id.ClientIP, id.User):
+		l.finish(&v, decisions.DenyListed, "deny list")
+		return v
+	case l.allow != nil && l.allow.List().Contains(id.ClientIP, id.User):
+		l.finish(&v, decisions.AllowListed, "allow list")
+		return v
+	}
+
+	key := limit.Key{Addr: id.Addr, User: id.User}
+	var evals [2]eval
+	n := 0
+	if pr := t.match(r.Path); pr != nil {
+		evals[0] = l.evaluate(ctx, now, key, pr, r.Path)
+		n = 1
+	}
+	if n == 0 || evals[0].level != levelBlock {
+		evals[n] = l.evaluate(ctx, now, key, t.global, r.Path)
+		n++
+	}
+
+	// The worst result decides; among equals, the tightest.
+	w := 0
+	if n == 2 {
+		a, b := &evals[0], &evals[1]
+		if b.level > a.level || (b.level == a.level && b.res.Remaining < a.res.Remaining) {
+			w = 1
+		}
+	}
+	for i := range n {
+		e := &evals[i]
+		d.StoreLatency += e.lat
+		v.Policies[i] = Policy{Name: e.rule.id, Limit: e.rule.limit.Capacity(), Window: window(e.rule), Remaining: e.res.Remaining, Reset: e.res.Reset}
+		acquired := (e.fall == 0 && e.rule.limit.Allowed(e.res)) || (e.fall == 3 && e.rule.local.Allowed(e.res))
+		if e.rule.limit.Algorithm == limit.Concurrency && acquired {
+			k := key
+			k.Rule = e.rule.id
+			v.held[i] = held{rule: e.rule, key: k, fall: e.fall == 3}
+		}
+	}
+	if w == 1 {
+		v.Policies[0], v.Policies[1] = v.Policies[1], v.Policies[0]
+	}
+	e := &evals[w]
+	d.Rule, d.Algorithm, d.Limit, d.Window = e.rule.id, e.rule.algorithm, e.rule.limit.Capacity(), window(e.rule)
+	d.Count, d.Remaining, d.Reset = e.res.Count, e.res.Remaining, e.res.Reset
+
+	outcome, reason := l.outcome(e, r, id, now)
+	if !outcome.Passed() {
+		l.release(ctx, now, &v)
+	}
+	v.RetryAfter = e.rule.limit.RetryAfter(e.res)
+	if outcome == decisions.FailClosed {
+		v.RetryAfter = l.cfg.Store.Breaker.Cooldown
+	}
+	l.finish(&v, outcome, reason)
+	return v
+}
+
+func window(r *rule) time.Duration {
+	if r.limit.Algorithm == limit.Concurrency {
+		return 0
+	}
+	return r.limit.Window
+}
+
+// outcome turns the deciding evaluation into an outcome and a reason.
+func (l *Limiter) outcome(e *eval, r *Request, id identity.Identity, now time.Time) (decisions.Outcome, string) {
+	switch e.fall {
+	case 1:
+		return decisions.FailOpen, storeReason(e.err, "fails open")
+	case 2:
+		return decisions.FailClosed, storeReason(e.err, "fails closed")
+	case 3:
+		if e.level >= levelChallenge {
+			return decisions.LocalLimit, "store unavailable: over the local limit"
+		}
+		return decisions.FailOpen, "store unavailable: within the local limit"
+	}
+	switch e.level {
+	case levelShadow:
+		return decisions.ShadowBlock, "over the limit (shadow rule)"
+	case levelChallenge:
+		if l.tokenValid(r, id, now) {
+			return decisions.TokenPass, "over the limit: valid challenge token"
+		}
+		return decisions.Challenge, "over the limit"
+	case levelBlock:
+		if e.rule.challenge {
+			return decisions.Block, "over the challenge ceiling"
+		}
+		return decisions.Block, "over the limit"
+	}
+	return decisions.Allow, "within the limit"
+}
+
+func storeReason(err error, mode string) string {
+	switch {
+	case err == nil:
+		return "store unavailable (breaker open): path " + mode
+	case errors.Is(err, context.DeadlineExceeded):
+		return "store timeout: path " + mode
+	}
+	return "store error: path " + mode
+}
+
+// evaluate counts one hit of key under ru and grades the result.
+func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru *rule, path string) eval {
+	key.Rule = ru.id
+	e := eval{rule: ru}
+	if !l.remote {
+		e.res, _ = l.store.Take(ctx, key, ru.limit, now, 1)
+		e.level = ru.grade(e.res)
+		return e
+	}
+	ns := now.UnixNano()
+	if l.breaker.allow(ns) {
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		start := time.Now()
+		e.res, e.err = l.store.Take(cctx, key, ru.limit, now, 1)
+		e.lat = time.Since(start)
+		cancel()
+		l.metrics.storeLatency(e.lat)
+		if e.err == nil {
+			l.breaker.success()
+			e.level = ru.grade(e.res)
+			return e
+		}
+		l.metrics.storeErrors.Add(1)
+		l.breaker.failure(ns)
+		if l.isFailClosed(path) {
+			e.fall = 2
+		} else {
+			e.fall = 1
+		}
+		e.level = levelOK
+		return e
+	}
+	if l.isFailClosed(path) {
+		e.fall = 2
+		return e
+	}
+	// Breaker open: enforce the local share of the limit.
+	e.fall = 3
+	e.res, _ = l.local.Take(ctx, key, ru.local, now, 1)
+	if ru.local.Allowed(e.res) {
+		e.level = levelOK
+	} else {
+		e.level = levelBlock
+	}
+	return e
+}
+
+// grade maps a store result to a severity.
+func (r *rule) grade(res limit.Result) int {
+	var level int
+	switch {
+	case r.limit.Allowed(res):
+		return levelOK
+	case r.challenge && res.Count <= r.ceiling:
+		level = levelChallenge
+	default:
+		level = levelBlock
+	}
+	if r.shadow {
+		return levelShadow
+	}
+	return level
+}
+
+func (l *Limiter) isFailClosed(path string) bool {
+	for _, p := range l.failClosed {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// tierFor picks the tier: a configured plan tier, else authenticated, else
+// anonymous.
+func (l *Limiter) tierFor(user, plan string) *tier {
+	if user == "" {
+		return l.anonymous
+	}
+	if plan != "" && plan != config.TierAnonymous {
+		if t := l.tiers[plan]; t != nil {
+			return t
+		}
+	}
+	if l.authed != nil {
+		return l.authed
+	}
+	return l.anonymous
+}
+
+// tokenValid reports whether r carries a valid challenge token for id.
+func (l *Limiter) tokenValid(r *Request, id identity.Identity, now time.Time) bool {
+	if l.keys == nil {
+		return false
+	}
+	tok := r.Header.Get(l.cfg.Challenge.Header)
+	if tok == "" {
+		tok = cookieValue(r.Header, l.cfg.Challenge.Cookie)
+	}
+	if tok == "" {
+		return false
+	}
+	_, err := l.keys.Verify(tok, challenge.Subject(id.Addr, id.User), now)
+	if err != nil {
+		l.metrics.tokenRejected.Add(1)
+		return false
+	}
+	return true
+}
+
+func cookieValue(h http.Header, name string) string {
+	if len(h["Cookie"]) == 0 {
+		return ""
+	}
+	for _, c := range (&http.Request{Header: h}).Cookies() {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return ""
+}
+
+func (l *Limiter) finish(v *Verdict, o decisions.Outcome, reason string) {
+	v.Outcome, v.Reason = o, reason
+	l.metrics.outcomes[o].Add(1)
+	if l.sink != nil && !l.sink.Emit(v.Decision) {
+		l.metrics.dropped.Add(1)
+	}
+}
+
+// Release returns the concurrency slots v holds. Call it when the response
+// ends; it is a no-op for verdicts that hold none.
+func (l *Limiter) Release(ctx context.Context, now time.Time, v *Verdict) {
+	l.release(ctx, now, v)
+}
+
+func (l *Limiter) release(ctx context.Context, now time.Time, v *Verdict) {
+	for i := range v.held {
+		h := &v.held[i]
+		if h.rule == nil {
+			continue
+		}
+		if h.fall {
+			l.local.Take(ctx, h.key, h.rule.local, now, -1)
+		} else if l.remote {
+			cctx, cancel := context.WithTimeout(ctx, l.timeout)
+			if _, err := l.store.Take(cctx, h.key, h.rule.limit, now, -1); err != nil {
+				l.metrics.storeErrors.Add(1)
+			}
+			cancel()
+		} else {
+			l.store.Take(ctx, h.key, h.rule.limit, now, -1)
+		}
+		h.rule = nil
+	}
+}
+
+// Holds reports whether v holds concurrency slots that Release must return.
+func (v *Verdict) Holds() bool { return v.held[0].rule != nil || v.held[1].rule != nil }
+
+// SubjectFor returns the challenge-token subject of a client address or
+// user, counting IPv6 addresses by their configured prefix as Decide does.
+func (l *Limiter) SubjectFor(ip netip.Addr, user string) string {
+	return challenge.Subject(identity.CountingAddr(ip.Unmap(), l.ipv6Prefix), user)
+}
+
+func osGetenv(k string) string { return os.Getenv(k) }

@@ -1,0 +1,467 @@
+package edge
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/challenge"
+	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/edge/memstore"
+)
+
+// t0 is the start of a minute, so fixed windows of a minute start here.
+var t0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+
+// recordSink keeps every decision.
+type recordSink struct {
+	mu sync.Mutex
+	ds []decisions.Decision
+}
+
+func (s *recordSink) Emit(d decisions.Decision) bool {
+	s.mu.Lock()
+	s.ds = append(s.ds, d)
+	s.mu.Unlock()
+	return true
+}
+
+func seedConfig(t testing.TB, edit func(*config.Config)) *config.Config {
+	t.Helper()
+	cfg, err := config.Load("../examples/seed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Identity.TrustedProxies = []string{"10.0.0.0/8"}
+	if edit != nil {
+		edit(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newLimiter(t testing.TB, cfg *config.Config, opts Options) *Limiter {
+	t.Helper()
+	if opts.Env == nil {
+		opts.Env = func(string) string { return "" }
+	}
+	l, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return l
+}
+
+func req(remote, path string, kv ...string) *Request {
+	h := make(http.Header)
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return &Request{RemoteAddr: remote, Method: "GET", Host: "api.example.com", Path: path, URI: path, Header: h}
+}
+
+// outcomes decides r n times at t0+i*step and returns the outcomes.
+func outcomes(l *Limiter, n int, step time.Duration, r *Request) []decisions.Outcome {
+	out := make([]decisions.Outcome, n)
+	for i := range n {
+		v := l.Decide(context.Background(), t0.Add(time.Duration(i)*step), r)
+		out[i] = v.Outcome
+	}
+	return out
+}
+
+func repeat(o decisions.Outcome, n int) []decisions.Outcome {
+	out := make([]decisions.Outcome, n)
+	for i := range out {
+		out[i] = o
+	}
+	return out
+}
+
+func concat(parts ...[]decisions.Outcome) []decisions.Outcome {
+	var out []decisions.Outcome
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func equalOutcomes(t *testing.T, got, want []decisions.Outcome) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("outcomes\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestSeedTable(t *testing.T) {
+	const (
+		allow = decisions.Allow
+		chall = decisions.Challenge
+		block = decisions.Block
+	)
+	cases := []struct {
+		name string
+		r    *Request
+		n    int
+		want []decisions.Outcome
+	}{
+		{"anonymous /api/reports: 6th challenged, 11th blocked", req("203.0.113.7:4711", "/api/reports"), 12,
+			concat(repeat(allow, 5), repeat(chall, 5), repeat(block, 2))},
+		{"anonymous /api/export: 3", req("203.0.113.8:1", "/api/export/csv"), 7,
+			concat(repeat(allow, 3), repeat(chall, 3), repeat(block, 1))},
+		{"anonymous /api/search: 30", req("203.0.113.9:1", "/api/search?q=x"), 31,
+			concat(repeat(allow, 30), repeat(chall, 1))},
+		{"anonymous global: 60", req("203.0.113.10:1", "/products/1"), 61,
+			concat(repeat(allow, 60), repeat(chall, 1))},
+		{"authenticated user gets 30 on /api/reports", req("10.1.2.3:1", "/api/reports", "X-User-Id", "u_abc"), 31,
+			concat(repeat(allow, 30), repeat(chall, 1))},
+		{"authenticated global 300", req("10.1.2.3:1", "/home", "X-User-Id", "u_global"), 301,
+			concat(repeat(allow, 300), repeat(chall, 1))},
+		{"free plan 100/min", req("10.1.2.3:1", "/home", "X-User-Id", "u_free", "X-User-Plan", "free"), 101,
+			concat(repeat(allow, 100), repeat(chall, 1))},
+		{"pro plan keeps authenticated path rules", req("10.1.2.3:1", "/api/export", "X-User-Id", "u_pro", "X-User-Plan", "pro"), 21,
+			concat(repeat(allow, 20), repeat(chall, 1))},
+		{"unknown plan is authenticated", req("10.1.2.3:1", "/home", "X-User-Id", "u_x", "X-User-Plan", "platinum"), 301,
+			concat(repeat(allow, 300), repeat(chall, 1))},
+		{"spoofed X-User-Id from an untrusted peer is anonymous", req("198.51.100.1:1", "/api/reports", "X-User-Id", "u_abc"), 6,
+			concat(repeat(allow, 5), repeat(chall, 1))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLimiter(t, seedConfig(t, nil), Options{})
+			equalOutcomes(t, outcomes(l, c.n, 10*time.Millisecond, c.r), c.want)
+		})
+	}
+}
+
+func TestWindowResets(t *testing.T) {
+	l := newLimiter(t, seedConfig(t, nil), Options{})
+	r := req("203.0.113.7:1", "/api/export")
+	equalOutcomes(t, outcomes(l, 4, time.Second, r), concat(repeat(decisions.Allow, 3), repeat(decisions.Challenge, 1)))
+	v := l.Decide(context.Background(), t0.Add(time.Minute), r)
+	if v.Outcome != decisions.Allow || v.Count != 1 {
+		t.Errorf("next minute: outcome %v count %d, want allow 1", v.Outcome, v.Count)
+	}
+}
+
+func TestDecisionFields(t *testing.T) {
+	sink := &recordSink{}
+	l := newLimiter(t, seedConfig(t, func(c *config.Config) { c.Edge.Node = "edge-7" }), Options{Sink: sink})
+	r := req("10.0.0.5:1", "/api/reports", "X-Forwarded-For", "203.0.113.99, 10.0.0.9", "X-User-Id", "u_1", "X-User-Plan", "pro")
+	r.RequestID = "rid-1"
+	r.Method = "POST"
+	v := l.Decide(context.Background(), t0.Add(15*time.Second), r)
+	if len(sink.ds) != 1 {
+		t.Fatalf("sink got %d decisions, want 1", len(sink.ds))
+	}
+	d := sink.ds[0]
+	want := decisions.Decision{
+		Time: t0.Add(15 * time.Second), RequestID: "rid-1", Node: "edge-7",
+		UserID: "u_1", Plan: "pro", Tier: "pro", IdentitySource: decisions.SourceHeader,
+		Method: "POST", Host: "api.example.com", Path: "/api/reports",
+		Rule: "pro:/api/reports", Algorithm: "fixed_window", Limit: 30, Window: time.Minute,
+		Count: 1, Remaining: 29, Reset: 45 * time.Second, Outcome: decisions.Allow, Reason: "within the limit",
+	}
+	want.ClientIP = d.ClientIP
+	if d != want {
+		t.Errorf("decision\n got %+v\nwant %+v", d, want)
+	}
+	if d.ClientIP.String() != "203.0.113.99" {
+		t.Errorf("client ip %v, want 203.0.113.99", d.ClientIP)
+	}
+	if v.Decision != d {
+		t.Error("verdict and emitted decision differ")
+	}
+	if v.Policies[0].Name != "pro:/api/reports" || v.Policies[1].Name != "pro:global" {
+		t.Errorf("policies %+v", v.Policies)
+	}
+}
+
+// failingStore fails every call, as an unreachable store does.
+type failingStore struct {
+	mu    sync.Mutex
+	calls int
+	err   error
+}
+
+func (f *failingStore) Take(ctx context.Context, _ limit.Key, _ limit.Rule, _ time.Time, _ int64) (limit.Result, error) {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	if f.err != nil {
+		return limit.Result{}, f.err
+	}
+	<-ctx.Done()
+	return limit.Result{}, ctx.Err()
+}
+
+func TestStoreFailure(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		path   string
+		want   decisions.Outcome
+		reason string
+	}{
+		{"admin fails closed", errors.New("connection refused"), "/api/admin/x", decisions.FailClosed, "store error: path fails closed"},
+		{"billing fails closed", errors.New("connection refused"), "/api/billing/invoices", decisions.FailClosed, "store error: path fails closed"},
+		{"search fails open", errors.New("connection refused"), "/api/search", decisions.FailOpen, "store error: path fails open"},
+		{"timeout fails open", nil, "/api/search", decisions.FailOpen, "store timeout: path fails open"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := seedConfig(t, func(c *config.Config) { c.Store.Timeout = time.Millisecond })
+			l := newLimiter(t, cfg, Options{Store: &failingStore{err: c.err}})
+			v := l.Decide(context.Background(), t0, req("203.0.113.7:1", c.path))
+			if v.Outcome != c.want || v.Reason != c.reason {
+				t.Errorf("got %v %q, want %v %q", v.Outcome, v.Reason, c.want, c.reason)
+			}
+			resp, refused := Refusal(&v, "/captcha", "redirect")
+			if wantRefused := c.want == decisions.FailClosed; refused != wantRefused || (refused && resp.Status != http.StatusServiceUnavailable) {
+				t.Errorf("refusal %v status %d", refused, resp.Status)
+			}
+		})
+	}
+}
+
+func TestBreakerOpensAndLocalLimitApplies(t *testing.T) {
+	store := &failingStore{err: errors.New("down")}
+	cfg := seedConfig(t, func(c *config.Config) {
+		c.Store.EdgeNodes = 2
+		c.Store.Breaker.Failures = 3
+		c.Store.Breaker.Cooldown = 5 * time.Second
+	})
+	l := newLimiter(t, cfg, Options{Store: store})
+	r := req("203.0.113.7:1", "/products")
+	// Three failures open the breaker; each failed call fails open.
+	for i := range 3 {
+		if v := l.Decide(context.Background(), t0.Add(time.Duration(i)*time.Millisecond), r); v.Outcome != decisions.FailOpen {
+			t.Fatalf("request %d: %v", i, v.Outcome)
+		}
+	}
+	if s := l.Stats(); s.BreakerState != breakerOpen || s.StoreErrors != 3 {
+		t.Fatalf("breaker state %d errors %d, want open and 3", s.BreakerState, s.StoreErrors)
+	}
+	calls := store.calls
+	// While open: no store calls; the local limit is 60/2 = 30 per minute.
+	got := outcomes(l, 31, time.Millisecond, r)
+	equalOutcomes(t, got, concat(repeat(decisions.FailOpen, 30), repeat(decisions.LocalLimit, 1)))
+	if store.calls != calls {
+		t.Errorf("store called %d times while the breaker was open", store.calls-calls)
+	}
+	// Fail-closed paths still fail closed while open, without a store call.
+	if v := l.Decide(context.Background(), t0.Add(time.Second), req("203.0.113.7:1", "/api/admin/users")); v.Outcome != decisions.FailClosed {
+		t.Errorf("admin while open: %v", v.Outcome)
+	}
+	// After the cooldown one probe goes to the store.
+	l.Decide(context.Background(), t0.Add(6*time.Second), r)
+	if store.calls != calls+1 {
+		t.Errorf("probe calls %d, want 1", store.calls-calls)
+	}
+}
+
+func TestBreakerRecovers(t *testing.T) {
+	b := newBreaker(2, time.Second)
+	now := t0.UnixNano()
+	b.failure(now)
+	if !b.allow(now) {
+		t.Fatal("open after one failure")
+	}
+	b.failure(now)
+	if b.allow(now + int64(500*time.Millisecond)) {
+		t.Fatal("closed after two failures")
+	}
+	if !b.allow(now+int64(time.Second)) || b.allow(now+int64(time.Second)) {
+		t.Fatal("want exactly one probe after the cooldown")
+	}
+	b.success()
+	if !b.allow(now + int64(time.Second)) {
+		t.Fatal("still open after a successful probe")
+	}
+	b.failure(now)
+	if !b.allow(now) {
+		t.Fatal("a success did not reset the failure streak")
+	}
+}
+
+func testKeys(t testing.TB) *challenge.Keyring {
+	t.Helper()
+	k, err := challenge.ParseKeys("k1:" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestChallengeTokens(t *testing.T) {
+	keys := testKeys(t)
+	other, err := challenge.ParseKeys("k1:" + base64.StdEncoding.EncodeToString([]byte("ffffffffffffffffffffffffffffffff")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := "203.0.113.7"
+	valid := keys.Issue("ip:"+ip, t0, 30*time.Minute)
+	forged := other.Issue("ip:"+ip, t0, 30*time.Minute)
+	expired := keys.Issue("ip:"+ip, t0.Add(-time.Hour), 30*time.Minute)
+	otherIdentity := keys.Issue("ip:203.0.113.8", t0, 30*time.Minute)
+	tampered := valid[:len(valid)-2] + "AA"
+	cases := []struct {
+		name  string
+		kv    []string
+		want6 decisions.Outcome // the 6th /api/reports request
+	}{
+		{"valid cookie passes", []string{"Cookie", "a=b; rw_challenge=" + valid}, decisions.TokenPass},
+		{"valid header passes", []string{"X-Ratewarden-Token", valid}, decisions.TokenPass},
+		{"forged", []string{"X-Ratewarden-Token", forged}, decisions.Challenge},
+		{"tampered", []string{"X-Ratewarden-Token", tampered}, decisions.Challenge},
+		{"expired", []string{"X-Ratewarden-Token", expired}, decisions.Challenge},
+		{"other identity", []string{"X-Ratewarden-Token", otherIdentity}, decisions.Challenge},
+		{"garbage", []string{"X-Ratewarden-Token", "v1..x.\x00"}, decisions.Challenge},
+		{"none", nil, decisions.Challenge},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLimiter(t, seedConfig(t, nil), Options{Keys: keys})
+			r := req(ip+":1", "/api/reports", c.kv...)
+			got := outcomes(l, 11, time.Millisecond, r)
+			want := concat(repeat(decisions.Allow, 5), repeat(c.want6, 5), repeat(decisions.Block, 1))
+			equalOutcomes(t, got, want)
+		})
+	}
+}
+
+func TestLists(t *testing.T) {
+	parse := func(s string) *lists.List {
+		l, err := lists.Parse(strings.NewReader(s), "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	allow := staticList{parse("192.0.2.0/24\nuser:partner\n")}
+	deny := staticList{parse("198.51.100.66\n")}
+	l := newLimiter(t, seedConfig(t, nil), Options{Allow: allow, Deny: deny})
+	equalOutcomes(t, outcomes(l, 20, time.Millisecond, req("192.0.2.10:1", "/api/export")), repeat(decisions.AllowListed, 20))
+	equalOutcomes(t, outcomes(l, 2, time.Millisecond, req("198.51.100.66:1", "/")), repeat(decisions.DenyListed, 2))
+	equalOutcomes(t, outcomes(l, 40, time.Millisecond, req("10.0.0.1:1", "/api/export", "X-User-Id", "partner")), repeat(decisions.AllowListed, 40))
+	v := l.Decide(context.Background(), t0, req("198.51.100.66:1", "/"))
+	if resp, _ := Refusal(&v, "/captcha", "redirect"); resp.Status != http.StatusForbidden {
+		t.Errorf("deny list status %d", resp.Status)
+	}
+}
+
+type staticList struct{ l *lists.List }
+
+func (s staticList) List() *lists.List { return s.l }
+
+func TestShadowRule(t *testing.T) {
+	cfg := seedConfig(t, func(c *config.Config) { c.Tiers["anonymous"].Paths["/api/export"].Shadow = true })
+	l := newLimiter(t, cfg, Options{})
+	got := outcomes(l, 10, time.Millisecond, req("203.0.113.7:1", "/api/export"))
+	equalOutcomes(t, got, concat(repeat(decisions.Allow, 3), repeat(decisions.ShadowBlock, 7)))
+}
+
+func TestAlgorithmsThroughTheLimiter(t *testing.T) {
+	cases := []struct {
+		name string
+		rule config.Rule
+		step time.Duration
+		n    int
+		want []decisions.Outcome
+	}{
+		{"sliding window", config.Rule{Limit: 4, Window: time.Minute, Algorithm: "sliding_window"}, time.Second, 6,
+			concat(repeat(decisions.Allow, 4), repeat(decisions.Challenge, 2))},
+		{"token bucket burst 2 at 60/min", config.Rule{Limit: 60, Window: time.Minute, Algorithm: "token_bucket", Burst: 2}, 0, 5,
+			concat(repeat(decisions.Allow, 2), repeat(decisions.Challenge, 2), repeat(decisions.Block, 1))},
+		{"token bucket refills", config.Rule{Limit: 60, Window: time.Minute, Algorithm: "token_bucket", Burst: 2}, time.Second, 10,
+			repeat(decisions.Allow, 10)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rule := c.rule
+			cfg := seedConfig(t, func(cf *config.Config) { cf.Tiers["anonymous"].Paths["/x"] = &rule })
+			l := newLimiter(t, cfg, Options{})
+			equalOutcomes(t, outcomes(l, c.n, c.step, req("203.0.113.7:1", "/x")), c.want)
+		})
+	}
+}
+
+func TestConcurrencyLimitReleases(t *testing.T) {
+	cfg := seedConfig(t, func(c *config.Config) {
+		c.Tiers["anonymous"].Paths["/slow"] = &config.Rule{Limit: 2, Algorithm: "concurrency"}
+	})
+	l := newLimiter(t, cfg, Options{})
+	r := req("203.0.113.7:1", "/slow")
+	a := l.Decide(context.Background(), t0, r)
+	b := l.Decide(context.Background(), t0, r)
+	c := l.Decide(context.Background(), t0, r)
+	if a.Outcome != decisions.Allow || b.Outcome != decisions.Allow || c.Outcome != decisions.Block {
+		t.Fatalf("outcomes %v %v %v, want allow allow block", a.Outcome, b.Outcome, c.Outcome)
+	}
+	if !a.Holds() || c.Holds() {
+		t.Fatalf("holds: a %v c %v", a.Holds(), c.Holds())
+	}
+	l.Release(context.Background(), t0, &a)
+	if a.Holds() {
+		t.Fatal("released verdict still holds")
+	}
+	if d := l.Decide(context.Background(), t0, r); d.Outcome != decisions.Allow {
+		t.Errorf("after release: %v", d.Outcome)
+	}
+	// Releasing twice returns nothing more.
+	l.Release(context.Background(), t0, &a)
+	if d := l.Decide(context.Background(), t0, r); d.Outcome != decisions.Block {
+		t.Errorf("double release freed a slot: %v", d.Outcome)
+	}
+}
+
+// TestExactlyOneDecision checks that every request yields one decision,
+// whatever its path through the limiter.
+func TestExactlyOneDecision(t *testing.T) {
+	sink := &recordSink{}
+	l := newLimiter(t, seedConfig(t, nil), Options{Sink: sink, Keys: testKeys(t),
+		Deny: staticList{mustList(t, "198.51.100.66\n")}})
+	reqs := []*Request{
+		req("203.0.113.7:1", "/api/reports"), req("198.51.100.66:1", "/"), req("garbage", "/"),
+		req("10.0.0.1:1", "/", "X-Forwarded-For", "not-an-ip"), req("[2001:db8::1]:1", "/api/search"),
+	}
+	n := 0
+	for i := range 20 {
+		for _, r := range reqs {
+			l.Decide(context.Background(), t0.Add(time.Duration(i)*time.Millisecond), r)
+			n++
+		}
+	}
+	if len(sink.ds) != n {
+		t.Fatalf("%d requests, %d decisions", n, len(sink.ds))
+	}
+	var total uint64
+	for _, c := range l.Stats().Outcomes {
+		total += c
+	}
+	if total != uint64(n) {
+		t.Errorf("outcome counters sum to %d, want %d", total, n)
+	}
+}
+
+func mustList(t testing.TB, s string) *lists.List {
+	l, err := lists.Parse(strings.NewReader(s), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+var _ = memstore.New

@@ -1,0 +1,5 @@
+//go:build race
+
+package lists
+
+const raceEnabled = true

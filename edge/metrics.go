@@ -1,0 +1,149 @@
+package edge
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// latencyBounds are the store-latency histogram's bucket upper bounds.
+var latencyBounds = [...]time.Duration{
+	250 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond,
+	5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond,
+}
+
+// counters are the limiter's own instruments: one atomic add each on the
+// request path, read by the metrics exporter when it collects.
+type counters struct {
+	outcomes      [decisions.NumOutcomes]atomic.Uint64
+	dropped       atomic.Uint64 // decisions the sink refused
+	storeErrors   atomic.Uint64
+	tokenRejected atomic.Uint64
+	tokensIssued  atomic.Uint64
+	// tokenEndpointDenied counts token requests without a valid verifier secret.
+	tokenEndpointDenied atomic.Uint64
+
+	latBuckets [len(latencyBounds) + 1]atomic.Uint64
+	latSum     atomic.Int64 // ns
+}
+
+func (c *counters) storeLatency(d time.Duration) {
+	i := 0
+	for i < len(latencyBounds) && d > latencyBounds[i] {
+		i++
+	}
+	c.latBuckets[i].Add(1)
+	c.latSum.Add(int64(d))
+}
+
+// Stats is a snapshot of the limiter's counters.
+type Stats struct {
+	Outcomes      map[string]uint64 // decisions by outcome name
+	Dropped       uint64            // decisions the sink dropped
+	StoreErrors   uint64            // failed store calls
+	TokenRejected uint64            // challenge tokens that failed verification
+	BreakerState  int               // 0 closed, 1 open, 2 half-open
+	BreakerOpened uint64            // times the breaker opened
+}
+
+// Stats returns a snapshot of the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := Stats{Outcomes: make(map[string]uint64), Dropped: l.metrics.dropped.Load(),
+		StoreErrors: l.metrics.storeErrors.Load(), TokenRejected: l.metrics.tokenRejected.Load()}
+	for o := decisions.Outcome(1); int(o) < decisions.NumOutcomes; o++ {
+		s.Outcomes[o.String()] = l.metrics.outcomes[o].Load()
+	}
+	if l.breaker != nil {
+		s.BreakerState = int(l.breaker.state.Load())
+		s.BreakerOpened = l.breaker.opened.Load()
+	}
+	return s
+}
+
+// RegisterMetrics registers the limiter's instruments with meter as
+// asynchronous instruments, so the request path pays one atomic add and the
+// exporter reads the values when it collects.
+func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
+	decided, err := meter.Int64ObservableCounter("ratewarden.edge.decisions",
+		metric.WithDescription("Decisions by outcome."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
+	dropped, err := meter.Int64ObservableCounter("ratewarden.edge.decisions.dropped",
+		metric.WithDescription("Decisions the sink dropped (queue full or closed)."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
+	storeErrs, err := meter.Int64ObservableCounter("ratewarden.edge.store.errors",
+		metric.WithDescription("Failed counter-store calls (errors and timeouts)."), metric.WithUnit("{call}"))
+	if err != nil {
+		return err
+	}
+	tokens, err := meter.Int64ObservableCounter("ratewarden.edge.challenge.tokens.rejected",
+		metric.WithDescription("Challenge tokens that failed verification."), metric.WithUnit("{token}"))
+	if err != nil {
+		return err
+	}
+	breakerState, err := meter.Int64ObservableGauge("ratewarden.edge.store.breaker.state",
+		metric.WithDescription("Store circuit breaker: 0 closed, 1 open, 2 half-open."))
+	if err != nil {
+		return err
+	}
+	breakerOpened, err := meter.Int64ObservableCounter("ratewarden.edge.store.breaker.opened",
+		metric.WithDescription("Times the store circuit breaker opened."), metric.WithUnit("{event}"))
+	if err != nil {
+		return err
+	}
+	latCount, err := meter.Int64ObservableCounter("ratewarden.edge.store.latency.calls",
+		metric.WithDescription("Store calls by latency bucket upper bound (le, seconds; +Inf for the rest)."), metric.WithUnit("{call}"))
+	if err != nil {
+		return err
+	}
+	latSum, err := meter.Float64ObservableCounter("ratewarden.edge.store.latency.sum",
+		metric.WithDescription("Total time spent in store calls."), metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	var outcomeAttrs [decisions.NumOutcomes]metric.ObserveOption
+	for o := decisions.Outcome(1); int(o) < decisions.NumOutcomes; o++ {
+		outcomeAttrs[o] = metric.WithAttributes(attribute.String("outcome", o.String()))
+	}
+	var leAttrs [len(latencyBounds) + 1]metric.ObserveOption
+	for i := range leAttrs {
+		le := "+Inf"
+		if i < len(latencyBounds) {
+			le = formatSeconds(latencyBounds[i])
+		}
+		leAttrs[i] = metric.WithAttributes(attribute.String("le", le))
+	}
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		s := l.Stats()
+		for oc := decisions.Outcome(1); int(oc) < decisions.NumOutcomes; oc++ {
+			o.ObserveInt64(decided, int64(l.metrics.outcomes[oc].Load()), outcomeAttrs[oc])
+		}
+		o.ObserveInt64(dropped, int64(s.Dropped))
+		o.ObserveInt64(storeErrs, int64(s.StoreErrors))
+		o.ObserveInt64(tokens, int64(s.TokenRejected))
+		o.ObserveInt64(breakerState, int64(s.BreakerState))
+		o.ObserveInt64(breakerOpened, int64(s.BreakerOpened))
+		var cum uint64
+		for i := range l.metrics.latBuckets {
+			cum += l.metrics.latBuckets[i].Load()
+			o.ObserveInt64(latCount, int64(cum), leAttrs[i])
+		}
+		o.ObserveFloat64(latSum, time.Duration(l.metrics.latSum.Load()).Seconds())
+		return nil
+	}, decided, dropped, storeErrs, tokens, breakerState, breakerOpened, latCount, latSum)
+	return err
+}
+
+func formatSeconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'g', -1, 64)
+}

@@ -1,0 +1,172 @@
+package edge
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Middleware returns next behind the limiter: refused requests are answered
+// by the edge (429, 302 to the challenge page, 403 or 503) and never reach
+// next; passed requests reach next with the rate-limit headers already set
+// on the response. Concurrency slots are released when next returns.
+func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		req := Request{
+			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
+			URI: r.URL.RequestURI(), Header: r.Header,
+		}
+		hdr := l.cfg.Edge.RequestIDHeader
+		if req.RequestID = r.Header.Get(hdr); req.RequestID == "" || len(req.RequestID) > 128 {
+			req.RequestID = l.ids.next()
+			r.Header.Set(hdr, req.RequestID)
+		}
+		v := l.Decide(r.Context(), now, &req)
+		if resp, refused := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
+			resp.Write(w, &v)
+			return
+		}
+		SetHeaders(w.Header(), &v)
+		if v.Holds() {
+			defer l.Release(r.Context(), time.Now(), &v)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requestIDs generates request ids: a random per-process prefix and a
+// counter, so ids are unique without a random read per request.
+type requestIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newRequestIDs() *requestIDs {
+	var b [6]byte
+	rand.Read(b[:])
+	return &requestIDs{prefix: hex.EncodeToString(b[:]) + "-"}
+}
+
+func (g *requestIDs) next() string {
+	var buf [32]byte
+	b := append(buf[:0], g.prefix...)
+	b = strconv.AppendUint(b, g.n.Add(1), 36)
+	return string(b)
+}
+
+// tokenRequest is the body of a token request from the CAPTCHA verifier.
+type tokenRequest struct {
+	IP   string `json:"ip"`   // the client address that solved the challenge
+	User string `json:"user"` // or the user id
+	TTL  string `json:"ttl"`  // optional, at most the configured token TTL
+}
+
+type tokenResponse struct {
+	Token   string    `json:"token"`
+	Expires time.Time `json:"expires"`
+	Cookie  string    `json:"cookie"` // the cookie name the edge reads
+	Header  string    `json:"header"` // or the header name
+}
+
+// TokenHandler serves the token endpoint: the CAPTCHA verifier, once a
+// client solved the challenge, POSTs {"ip": "..."} or {"user": "..."} with
+// "Authorization: Bearer <verifier secret>" and gets a challenge token to
+// hand to the client (as the cookie or header named in the response).
+// secret must be non-empty; a nil keyring or empty secret serves 404.
+func (l *Limiter) TokenHandler(secret string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l.keys == nil || secret == "" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeJSONError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
+			l.metrics.tokenEndpointDenied.Add(1)
+			writeJSONError(w, http.StatusUnauthorized, "unauthorized", "a valid verifier secret is required")
+			return
+		}
+		var tr tokenRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&tr); err != nil {
+			writeJSONError(w, http.StatusBadRequest, "bad_request", "body: "+err.Error())
+			return
+		}
+		var ip netip.Addr
+		switch {
+		case tr.User != "" && tr.IP != "":
+			writeJSONError(w, http.StatusBadRequest, "bad_request", "give ip or user, not both")
+			return
+		case tr.User != "":
+			if len(tr.User) > 256 {
+				writeJSONError(w, http.StatusBadRequest, "bad_request", "user: longer than 256 bytes")
+				return
+			}
+		case tr.IP != "":
+			a, err := netip.ParseAddr(tr.IP)
+			if err != nil {
+				writeJSONError(w, http.StatusBadRequest, "bad_request", "ip: "+err.Error())
+				return
+			}
+			ip = a.Unmap()
+		default:
+			writeJSONError(w, http.StatusBadRequest, "bad_request", "give ip or user")
+			return
+		}
+		ttl := l.cfg.Challenge.TokenTTL
+		if tr.TTL != "" {
+			d, err := time.ParseDuration(tr.TTL)
+			if err != nil || d <= 0 || d > ttl {
+				writeJSONError(w, http.StatusBadRequest, "bad_request", "ttl: a duration up to "+ttl.String())
+				return
+			}
+			ttl = d
+		}
+		now := time.Now()
+		tok := l.keys.Issue(l.SubjectFor(ip, tr.User), now, ttl)
+		l.metrics.tokensIssued.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(tokenResponse{Token: tok, Expires: now.Add(ttl).UTC().Truncate(time.Second),
+			Cookie: l.cfg.Challenge.Cookie, Header: l.cfg.Challenge.Header})
+	})
+}
+
+func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(errorBody(code, msg, 0))
+}
+
+// Handler returns the edge's whole HTTP surface in front of next: the token
+// endpoint (if challenges are enabled) and everything else behind the
+// limiter.
+func (l *Limiter) Handler(next http.Handler, verifierSecret string) http.Handler {
+	limited := l.Middleware(next)
+	if !l.cfg.Challenge.Enabled || l.keys == nil {
+		return limited
+	}
+	tokens := l.TokenHandler(verifierSecret)
+	endpoint := l.cfg.Challenge.Endpoint
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == endpoint {
+			tokens.ServeHTTP(w, r)
+			return
+		}
+		limited.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,141 @@
+package edge
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// SetHeaders sets the rate-limit headers of v on h: the de-facto
+// X-RateLimit-Limit, -Remaining and -Reset (unix seconds), and the IETF
+// httpapi draft's RateLimit-Policy (every rule the request counted against)
+// and RateLimit (the deciding rule). Decisions that counted nothing (lists,
+// missing identity) set none.
+func SetHeaders(h http.Header, v *Verdict) {
+	p := &v.Policies[0]
+	if p.Name == "" {
+		return
+	}
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(p.Limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(p.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(v.Time.Add(p.Reset).Add(time.Second-1).Unix(), 10))
+	var b strings.Builder
+	for i := range v.Policies {
+		q := &v.Policies[i]
+		if q.Name == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		writePolicyName(&b, q.Name)
+		b.WriteString(";q=")
+		b.WriteString(strconv.FormatInt(q.Limit, 10))
+		if q.Window > 0 {
+			b.WriteString(";w=")
+			b.WriteString(strconv.FormatInt(ceilSeconds(q.Window), 10))
+		}
+	}
+	h.Set("RateLimit-Policy", b.String())
+	b.Reset()
+	writePolicyName(&b, p.Name)
+	b.WriteString(";r=")
+	b.WriteString(strconv.FormatInt(p.Remaining, 10))
+	b.WriteString(";t=")
+	b.WriteString(strconv.FormatInt(ceilSeconds(p.Reset), 10))
+	h.Set("RateLimit", b.String())
+}
+
+// writePolicyName writes name as a structured-field string (RFC 8941):
+// printable ASCII, with quote and backslash escaped.
+func writePolicyName(b *strings.Builder, name string) {
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Response is what the edge answers instead of forwarding a request.
+type Response struct {
+	Status   int
+	Location string // for challenges
+	Body     []byte // JSON; empty for challenges
+}
+
+// Refusal returns the response for a refused verdict (block, local limit,
+// challenge, deny list, fail closed), or ok false for a verdict that
+// passes. challengePage and param build the challenge redirect.
+func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
+	retry := max(ceilSeconds(v.RetryAfter), 1)
+	switch v.Outcome {
+	case decisions.Block, decisions.LocalLimit:
+		return Response{Status: http.StatusTooManyRequests, Body: errorBody("rate_limit_exceeded",
+			"Too many requests. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry)}, true
+	case decisions.Challenge:
+		sep := "?"
+		if strings.Contains(challengePage, "?") {
+			sep = "&"
+		}
+		return Response{Status: http.StatusFound, Location: challengePage + sep + param + "=" + url.QueryEscape(v.uri)}, true
+	case decisions.DenyListed:
+		return Response{Status: http.StatusForbidden, Body: errorBody("forbidden", "Access denied.", 0)}, true
+	case decisions.FailClosed:
+		return Response{Status: http.StatusServiceUnavailable, Body: errorBody("service_unavailable",
+			"Service temporarily unavailable. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry)}, true
+	}
+	return Response{}, false
+}
+
+func errorBody(code, msg string, retry int64) []byte {
+	b := make([]byte, 0, 128)
+	b = append(b, `{"error":`...)
+	b = decisions.AppendJSONString(b, code)
+	b = append(b, `,"message":`...)
+	b = decisions.AppendJSONString(b, msg)
+	if retry > 0 {
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, retry, 10)
+	}
+	return append(b, '}', '\n')
+}
+
+// Write writes resp with v's headers to w.
+func (resp *Response) Write(w http.ResponseWriter, v *Verdict) {
+	h := w.Header()
+	SetHeaders(h, v)
+	if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(v.RetryAfter), 1), 10))
+	}
+	if resp.Location != "" {
+		h.Set("Location", resp.Location)
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(resp.Status)
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+}

@@ -1,0 +1,109 @@
+package edge
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/edge/limit"
+)
+
+// rule is one compiled limit.
+type rule struct {
+	id        string // "tier:/prefix" or "tier:global"; the counter key's rule part and the policy name
+	algorithm string
+	limit     limit.Rule
+	challenge bool  // over the limit but within factor × limit: challenge
+	ceiling   int64 // factor × capacity: above it, block
+	shadow    bool
+	local     limit.Rule // the fallback limit while the store is unavailable
+}
+
+type pathRule struct {
+	prefix string
+	rule   *rule
+}
+
+// tier is a compiled tier: a global rule and path rules, longest prefix first.
+type tier struct {
+	name   string
+	global *rule
+	paths  []pathRule
+}
+
+// match returns the path rule for path, or nil.
+func (t *tier) match(path string) *rule {
+	for i := range t.paths {
+		if strings.HasPrefix(path, t.paths[i].prefix) {
+			return t.paths[i].rule
+		}
+	}
+	return nil
+}
+
+func compileTiers(cfg *config.Config) (map[string]*tier, error) {
+	out := make(map[string]*tier, len(cfg.Tiers))
+	for name, ct := range cfg.ResolvedTiers() {
+		t := &tier{name: name}
+		g, err := compileRule(cfg, name+":global", ct.Global)
+		if err != nil {
+			return nil, err
+		}
+		t.global = g
+		for prefix, cr := range ct.Paths {
+			r, err := compileRule(cfg, name+":"+prefix, cr)
+			if err != nil {
+				return nil, err
+			}
+			t.paths = append(t.paths, pathRule{prefix: prefix, rule: r})
+		}
+		slices.SortFunc(t.paths, func(a, b pathRule) int {
+			return cmp.Or(cmp.Compare(len(b.prefix), len(a.prefix)), strings.Compare(a.prefix, b.prefix))
+		})
+		out[name] = t
+	}
+	if out[config.TierAnonymous] == nil {
+		return nil, fmt.Errorf("compile rules: no %q tier", config.TierAnonymous)
+	}
+	return out, nil
+}
+
+func compileRule(cfg *config.Config, id string, cr *config.Rule) (*rule, error) {
+	if cr == nil {
+		return nil, fmt.Errorf("compile rules: %s: no rule", id)
+	}
+	alg, ok := limit.ParseAlgorithm(cr.Algorithm)
+	if !ok {
+		return nil, fmt.Errorf("compile rules: %s: unknown algorithm %q", id, cr.Algorithm)
+	}
+	lr := limit.Rule{Algorithm: alg, Limit: cr.Limit, Window: cr.Window, Burst: cr.Burst}
+	r := &rule{id: id, algorithm: alg.String(), shadow: cr.Shadow}
+	r.challenge = cfg.Challenge.Enabled && alg != limit.Concurrency
+	if cr.Challenge != nil {
+		r.challenge = *cr.Challenge && alg != limit.Concurrency
+	}
+	r.ceiling = lr.Capacity()
+	if r.challenge {
+		r.ceiling = int64(float64(lr.Capacity()) * cfg.Challenge.Factor)
+	}
+	// Counting stops a little above the block threshold: enough to tell a
+	// block from a challenge, and a token bucket's refill is not pushed
+	// indefinitely into the future by a flood.
+	if alg == limit.TokenBucket {
+		lr.MaxCount = r.ceiling + 1
+	}
+	r.limit = lr
+	local := lr
+	nodes := int64(max(cfg.Store.EdgeNodes, 1))
+	local.Limit = max(lr.Limit/nodes, 1)
+	if local.Burst > 0 {
+		local.Burst = max(lr.Burst/nodes, 1)
+	}
+	if local.MaxCount > 0 {
+		local.MaxCount = max(lr.MaxCount/nodes, 1)
+	}
+	r.local = local
+	return r, nil
+}

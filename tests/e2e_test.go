@@ -1,0 +1,268 @@
+package tests
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// buildBinary builds cmd/ratewarden once per test binary.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ratewarden")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/ratewarden")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+var (
+	listenRE = regexp.MustCompile(`msg="edge listening" addr=(\S+)`)
+	adminRE  = regexp.MustCompile(`msg="admin listening" addr=(\S+)`)
+)
+
+// startEdge runs `ratewarden edge args...` and returns its base URL and its
+// admin URL; the process is stopped with SIGINT at cleanup and must exit
+// cleanly.
+func startEdge(t *testing.T, bin string, env []string, args ...string) (string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr, admin := make(chan string, 1), make(chan string, 1)
+	var logs strings.Builder
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+			if m := adminRE.FindStringSubmatch(sc.Text()); m != nil {
+				admin <- m[1]
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			<-logDone
+			if err != nil {
+				t.Errorf("edge exited with %v\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("edge did not stop on SIGINT\n%s", logs.String())
+		}
+	})
+	var urls [2]string
+	for i, ch := range []chan string{addr, admin} {
+		select {
+		case a := <-ch:
+			urls[i] = "http://" + a
+		case <-time.After(30 * time.Second):
+			t.Fatalf("edge did not start\n%s", logs.String())
+		}
+	}
+	return urls[0], urls[1]
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func get(t *testing.T, client *http.Client, url string, kv ...string) result {
+	t.Helper()
+	r, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Header.Set(kv[i], kv[i+1])
+	}
+	resp, err := client.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+// TestEdgeEndToEnd runs `ratewarden edge --config examples/seed.yaml` in
+// front of an origin and checks the seed's table through real HTTP.
+func TestEdgeEndToEnd(t *testing.T) {
+	bin := buildBinary(t)
+	var reached atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		w.Header().Set("X-Origin", "yes")
+		fmt.Fprintf(w, "origin %s", r.URL.Path)
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	decisionsFile := filepath.Join(dir, "decisions.jsonl")
+	base, admin := startEdge(t, bin, []string{"RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET="},
+		"--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-file", decisionsFile, "--node", "e2e-1")
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	// Anonymous /api/reports: 5 allowed, 5 challenged, then blocked.
+	var statuses []int
+	var last result
+	for i := range 11 {
+		res := get(t, client, base+"/api/reports?page=2")
+		statuses = append(statuses, res.status)
+		last = res
+		switch {
+		case i < 5:
+			if res.body != "origin /api/reports" || res.header.Get("X-Origin") != "yes" {
+				t.Errorf("request %d: body %q", i+1, res.body)
+			}
+			if got := res.header.Get("X-RateLimit-Remaining"); got != fmt.Sprint(4-i) {
+				t.Errorf("request %d: X-RateLimit-Remaining %q, want %d", i+1, got, 4-i)
+			}
+		case i < 10:
+			if loc := res.header.Get("Location"); loc != "/captcha?redirect=%2Fapi%2Freports%3Fpage%3D2" {
+				t.Errorf("request %d: Location %q", i+1, loc)
+			}
+		}
+	}
+	if got := fmt.Sprint(statuses); got != "[200 200 200 200 200 302 302 302 302 302 429]" {
+		t.Errorf("statuses %s", got)
+	}
+	var body struct {
+		Error      string `json:"error"`
+		Message    string `json:"message"`
+		RetryAfter int    `json:"retry_after"`
+	}
+	if err := json.Unmarshal([]byte(last.body), &body); err != nil || body.Error != "rate_limit_exceeded" || body.RetryAfter < 1 || body.RetryAfter > 60 {
+		t.Errorf("429 body %q (%v)", last.body, err)
+	}
+	for _, h := range []string{"Retry-After", "X-RateLimit-Limit", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"} {
+		if last.header.Get(h) == "" {
+			t.Errorf("429 lacks %s", h)
+		}
+	}
+	if got := last.header.Get("RateLimit-Policy"); got != `"anonymous:/api/reports";q=5;w=60` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if reached.Load() != 5 {
+		t.Errorf("origin reached %d times, want 5", reached.Load())
+	}
+
+	// examples/seed.yaml trusts loopback's 127.0.0.1 as the auth layer in
+	// front: a user it names gets the authenticated limits (30 on
+	// /api/reports).
+	var userStatuses []int
+	for range 31 {
+		userStatuses = append(userStatuses, get(t, client, base+"/api/reports", "X-User-Id", "u_1").status)
+	}
+	if got := fmt.Sprint(userStatuses); got != "["+strings.Repeat("200 ", 30)+"302]" {
+		t.Errorf("authenticated statuses %s", got)
+	}
+	// The same header from an untrusted peer (127.0.0.2) buys nothing: it
+	// is an anonymous client with 5 on /api/reports.
+	spoofer := &http.Client{
+		CheckRedirect: client.CheckRedirect,
+		Transport:     &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext},
+	}
+	var spoofStatuses []int
+	for range 6 {
+		spoofStatuses = append(spoofStatuses, get(t, spoofer, base+"/api/reports", "X-User-Id", "u_spoof").status)
+	}
+	if got := fmt.Sprint(spoofStatuses); got != "[200 200 200 200 200 302]" {
+		t.Errorf("spoofed user statuses %s", got)
+	}
+
+	// Fail-closed paths are ordinary paths while the store is healthy.
+	if res := get(t, client, base+"/api/admin/users"); res.status != 200 {
+		t.Errorf("/api/admin/users: %d", res.status)
+	}
+
+	// Metrics are served on the admin port.
+	metrics := get(t, client, admin+"/metrics")
+	for _, want := range []string{
+		`ratewarden_edge_decisions_dropped_total\{[^}]*\} 0\n`,
+		`ratewarden_edge_store_breaker_state\{[^}]*\} 0\n`,
+		`ratewarden_edge_decisions_total\{[^}]*outcome="block"[^}]*\} 1\n`,
+		`ratewarden_edge_decisions_total\{[^}]*outcome="challenge"[^}]*\} 7\n`,
+		`ratewarden_edge_decisions_total\{[^}]*outcome="allow"[^}]*\} 41\n`,
+	} {
+		if !regexp.MustCompile(want).MatchString(metrics.body) {
+			t.Errorf("/metrics does not match %s:\n%s", want, grepLines(metrics.body, "ratewarden_edge_decisions"))
+		}
+	}
+	t.Run("decisions file", func(t *testing.T) {
+		// The emitter flushes at least every 200 ms; poll for the lines.
+		const total = 11 + 31 + 6 + 1
+		var lines []string
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			b, _ := os.ReadFile(decisionsFile)
+			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+			if len(lines) >= total {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if len(lines) != total {
+			t.Fatalf("%d decision lines, want %d", len(lines), total)
+		}
+		var counts [decisions.NumOutcomes]int
+		for i, line := range lines {
+			d, v, err := decisions.ParseJSON([]byte(line))
+			if err != nil || v != decisions.Version {
+				t.Fatalf("line %d: %v (v%d)", i+1, err, v)
+			}
+			if d.Node != "e2e-1" || d.RequestID == "" || !d.ClientIP.IsLoopback() {
+				t.Errorf("line %d: %+v", i+1, d)
+			}
+			if d.UserID == "u_spoof" || (d.ClientIP.String() == "127.0.0.2" && d.IdentitySource != decisions.SourceUntrustedHeader) {
+				t.Errorf("line %d: spoofed identity believed: %+v", i+1, d)
+			}
+			counts[d.Outcome]++
+		}
+		// 5+30+5+1 allowed, 5+1+1 challenged, 1 blocked.
+		if counts[decisions.Allow] != 41 || counts[decisions.Challenge] != 7 || counts[decisions.Block] != 1 {
+			t.Errorf("outcome counts allow %d challenge %d block %d", counts[decisions.Allow], counts[decisions.Challenge], counts[decisions.Block])
+		}
+	})
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

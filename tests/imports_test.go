@@ -1,0 +1,131 @@
+package tests
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ratewarden/ratewarden"
+
+// allowedImports is ARCHITECTURE.md's table of which way imports point:
+// for each top-level folder, the project folders its packages may import
+// (besides their own sub-packages).
+var allowedImports = map[string][]string{
+	"decisions":        {},
+	"edge":             {"decisions"},
+	"embedded-metrics": {},
+	"aggregator":       {"decisions", "embedded-metrics", "edge/lists"},
+	"dashboards":       {"aggregator"},
+	"examples":         {},
+	"cmd":              {"*"},
+	"tests":            {"*"},
+}
+
+// TestImportDirection fails when a package imports against the direction in
+// ARCHITECTURE.md, or when anything imports cmd or tests.
+func TestImportDirection(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		top, _, _ := strings.Cut(rel, "/")
+		if !strings.Contains(rel, "/") {
+			top = "" // files at the root (build tools) are not packages of ours
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			return nil
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p != module && !strings.HasPrefix(p, module+"/") {
+				continue
+			}
+			checked++
+			target := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+			if msg := importViolation(top, target); msg != "" {
+				t.Errorf("%s imports %s: %s", rel, p, msg)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("found no imports of project packages: the walk is broken")
+	}
+}
+
+func importViolation(from, target string) string {
+	targetTop, _, _ := strings.Cut(target, "/")
+	if targetTop == "cmd" || targetTop == "tests" {
+		return "nothing imports cmd or tests"
+	}
+	if from == "" || from == targetTop {
+		return ""
+	}
+	allowed, known := allowedImports[from]
+	if !known {
+		return "folder " + from + " is not in ARCHITECTURE.md's table"
+	}
+	for _, a := range allowed {
+		if a == "*" || target == a || strings.HasPrefix(target, a+"/") {
+			return ""
+		}
+	}
+	return from + " may import only " + strings.Join(allowed, ", ")
+}
+
+// TestImportViolationRules checks the checker on known cases, so that the
+// walk above cannot pass by accident.
+func TestImportViolationRules(t *testing.T) {
+	cases := []struct {
+		from, target string
+		bad          bool
+	}{
+		{"edge", "decisions", false},
+		{"edge", "edge/limit", false},
+		{"decisions", "edge", true},
+		{"decisions", "edge/limit", true},
+		{"edge", "aggregator", true},
+		{"embedded-metrics", "decisions", true},
+		{"aggregator", "embedded-metrics", false},
+		{"aggregator", "edge/lists", false},
+		{"aggregator", "edge/memstore", true},
+		{"dashboards", "aggregator/rollup", false},
+		{"dashboards", "edge", true},
+		{"cmd", "edge", false},
+		{"edge", "cmd/ratewarden", true},
+		{"cmd", "tests", true},
+		{"unknownfolder", "edge", true},
+	}
+	for _, c := range cases {
+		if got := importViolation(c.from, c.target) != ""; got != c.bad {
+			t.Errorf("importViolation(%q, %q) violation = %v, want %v", c.from, c.target, got, c.bad)
+		}
+	}
+}
