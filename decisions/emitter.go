@@ -22,7 +22,7 @@ type BatchWriter interface {
 
 // EmitterOptions configures an Emitter.
 type EmitterOptions struct {
-	Queue    int           // decisions held at most awaiting the writer; default 65536
+	Queue    int           // decisions held at most awaiting the writer; default 4096
 	Batch    int           // decisions handed to the writer at once at most; default 1024
 	Interval time.Duration // the writer is flushed at least this often while decisions arrive; default 200ms
 	// OnError is called with every write or flush error, from the writer
@@ -31,24 +31,25 @@ type EmitterOptions struct {
 }
 
 // Emitter hands decisions from the request path to a BatchWriter without
-// blocking: Emit copies the decision into a bounded queue, and one
-// goroutine drains it in batches. When the queue is full the decision is
-// dropped and counted. Emitter is safe for concurrent use.
+// blocking: Emit appends the decision to a bounded buffer, and one goroutine
+// swaps that buffer for an empty one and writes it out in batches, so the
+// request path never waits for a copy or a write. When the buffer is full
+// the decision is dropped and counted. Emitter is safe for concurrent use.
 type Emitter struct {
 	w    BatchWriter
 	opts EmitterOptions
 
-	mu   sync.Mutex
-	buf  []Decision // ring
-	head int        // index of the oldest queued decision
-	n    int        // queued decisions
+	mu      sync.Mutex
+	pending []Decision // cap opts.Queue; appended to by Emit
+	closed  bool
+	emitted uint64 // under mu: the lock is held anyway
+	wakeAt  int    // queue length at which Emit wakes the writer
 
 	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
 
-	emitted, dropped, written, errs atomic.Uint64
-	closed                          atomic.Bool
+	dropped, written, errs atomic.Uint64
 }
 
 // EmitterStats are an Emitter's counters.
@@ -60,25 +61,31 @@ type EmitterStats struct {
 	Queued  int    // in the queue now
 }
 
-// NewEmitter starts an Emitter draining into w. Close it to flush.
+// NewEmitter starts an Emitter draining into w. Close it to flush. It holds
+// two buffers of opts.Queue decisions.
 func NewEmitter(w BatchWriter, opts EmitterOptions) *Emitter {
 	if opts.Queue <= 0 {
-		opts.Queue = 65536
+		opts.Queue = 4096
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 1024
 	}
+	opts.Batch = min(opts.Batch, opts.Queue)
 	if opts.Interval <= 0 {
 		opts.Interval = 200 * time.Millisecond
 	}
 	e := &Emitter{
 		w: w, opts: opts,
-		buf:  make([]Decision, opts.Queue),
-		wake: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		pending: make([]Decision, 0, opts.Queue),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		// Waking the writer costs the request path a thread wake-up, so it
+		// is woken when a quarter of the queue is used (or a batch, if
+		// larger), and otherwise finds the queue on its interval.
+		wakeAt: max(opts.Queue/4, opts.Batch),
 	}
-	go e.run()
+	go e.run(make([]Decision, 0, opts.Queue))
 	return e
 }
 
@@ -86,20 +93,15 @@ func NewEmitter(w BatchWriter, opts EmitterOptions) *Emitter {
 // dropped because the queue was full or the emitter closed.
 func (e *Emitter) Emit(d Decision) bool {
 	e.mu.Lock()
-	if e.n == len(e.buf) || e.closed.Load() {
+	if n := len(e.pending); n == cap(e.pending) || e.closed {
 		e.mu.Unlock()
 		e.dropped.Add(1)
 		return false
 	}
-	i := e.head + e.n
-	if i >= len(e.buf) {
-		i -= len(e.buf)
-	}
-	e.buf[i] = d
-	e.n++
-	wake := e.n == e.opts.Batch
+	e.pending = append(e.pending, d)
+	e.emitted++
+	wake := len(e.pending) == e.wakeAt
 	e.mu.Unlock()
-	e.emitted.Add(1)
 	if wake {
 		select {
 		case e.wake <- struct{}{}:
@@ -112,69 +114,65 @@ func (e *Emitter) Emit(d Decision) bool {
 // Stats returns the emitter's counters.
 func (e *Emitter) Stats() EmitterStats {
 	e.mu.Lock()
-	q := e.n
+	q, emitted := len(e.pending), e.emitted
 	e.mu.Unlock()
-	return EmitterStats{Emitted: e.emitted.Load(), Dropped: e.dropped.Load(), Written: e.written.Load(), Errors: e.errs.Load(), Queued: q}
+	return EmitterStats{Emitted: emitted, Dropped: e.dropped.Load(), Written: e.written.Load(), Errors: e.errs.Load(), Queued: q}
 }
 
-// take moves up to len(dst) queued decisions into dst and returns how many.
-func (e *Emitter) take(dst []Decision) int {
+// swap takes the queued decisions, leaving spare (emptied) in their place.
+func (e *Emitter) swap(spare []Decision) []Decision {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	k := min(e.n, len(dst))
-	for j := range k {
-		i := e.head + j
-		if i >= len(e.buf) {
-			i -= len(e.buf)
-		}
-		dst[j] = e.buf[i]
-		e.buf[i] = Decision{} // release the strings the request held
-	}
-	e.head = (e.head + k) % len(e.buf)
-	e.n -= k
-	return k
+	out := e.pending
+	e.pending = spare[:0]
+	e.mu.Unlock()
+	return out
 }
 
-func (e *Emitter) run() {
+func (e *Emitter) run(spare []Decision) {
 	defer close(e.done)
-	batch := make([]Decision, e.opts.Batch)
 	tick := time.NewTicker(e.opts.Interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-e.wake:
-			e.drain(batch, false)
+			spare = e.drain(spare, false)
 		case <-tick.C:
-			e.drain(batch, true)
+			spare = e.drain(spare, true)
 		case <-e.stop:
-			e.drain(batch, true)
+			e.drain(spare, true)
 			return
 		}
 	}
 }
 
 // drain writes everything queued, then flushes if asked to or if anything
-// was written.
-func (e *Emitter) drain(batch []Decision, flush bool) {
+// was written. It returns the buffer to swap in next time.
+func (e *Emitter) drain(spare []Decision, flush bool) []Decision {
 	wrote := false
 	for {
-		k := e.take(batch)
-		if k == 0 {
+		q := e.swap(spare)
+		if len(q) == 0 {
+			spare = q
 			break
 		}
-		if err := e.w.WriteBatch(batch[:k]); err != nil {
-			e.fail(err)
-		} else {
-			e.written.Add(uint64(k))
+		for b := q; len(b) > 0; {
+			n := min(len(b), e.opts.Batch)
+			if err := e.w.WriteBatch(b[:n]); err != nil {
+				e.fail(err)
+			} else {
+				e.written.Add(uint64(n))
+			}
+			b = b[n:]
 		}
-		wrote = true
-		clear(batch[:k])
+		clear(q) // release the strings the requests held
+		spare, wrote = q, true
 	}
 	if wrote || flush {
 		if err := e.w.Flush(); err != nil {
 			e.fail(err)
 		}
 	}
+	return spare
 }
 
 func (e *Emitter) fail(err error) {
@@ -187,10 +185,13 @@ func (e *Emitter) fail(err error) {
 // Close stops accepting decisions, writes and flushes everything queued,
 // and waits for the writer goroutine, or for ctx.
 func (e *Emitter) Close(ctx context.Context) error {
-	if e.closed.Swap(true) {
-		return nil
+	e.mu.Lock()
+	already := e.closed
+	e.closed = true
+	e.mu.Unlock()
+	if !already {
+		close(e.stop)
 	}
-	close(e.stop)
 	select {
 	case <-e.done:
 		return nil

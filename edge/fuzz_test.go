@@ -38,7 +38,8 @@ func FuzzDecide(f *testing.F) {
 		sink.mu.Lock()
 		before := len(sink.ds)
 		sink.mu.Unlock()
-		v := l.Decide(context.Background(), t0.Add(time.Duration(len(path))*time.Second), &Request{RemoteAddr: remote, Path: path, URI: path, Header: h})
+		var v Verdict
+		l.Decide(context.Background(), t0.Add(time.Duration(len(path))*time.Second), &Request{RemoteAddr: remote, Path: path, URI: path, Header: h}, &v)
 		sink.mu.Lock()
 		after := len(sink.ds)
 		sink.mu.Unlock()

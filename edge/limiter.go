@@ -186,12 +186,12 @@ type eval struct {
 	lat   time.Duration
 }
 
-// Decide decides r at now and hands the decision to the sink. It never
-// blocks longer than the store deadline and never fails: store errors
-// become fail-open or fail-closed decisions.
-func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request) Verdict {
-	var v Verdict
-	v.uri = r.URI
+// Decide decides r at now into v and hands the decision to the sink. It
+// never blocks longer than the store deadline and never fails: store errors
+// become fail-open or fail-closed decisions. The verdict is filled in place
+// because it is large: a caller deciding many requests reuses one.
+func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verdict) {
+	*v = Verdict{uri: r.URI}
 	id := l.ident.Resolve(r.RemoteAddr, r.Header, now)
 	d := &v.Decision
 	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
@@ -206,14 +206,14 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request) Verdict
 		// Nothing to count under. Sharing one counter among every
 		// unidentifiable request would refuse them all; this only happens
 		// when a deployment passes no peer address, so pass and say why.
-		l.finish(&v, decisions.FailOpen, "no client address")
-		return v
+		l.finish(v, decisions.FailOpen, "no client address")
+		return
 	case l.deny != nil && l.deny.List().Contains(id.ClientIP, id.User):
-		l.finish(&v, decisions.DenyListed, "deny list")
-		return v
+		l.finish(v, decisions.DenyListed, "deny list")
+		return
 	case l.allow != nil && l.allow.List().Contains(id.ClientIP, id.User):
-		l.finish(&v, decisions.AllowListed, "allow list")
-		return v
+		l.finish(v, decisions.AllowListed, "allow list")
+		return
 	}
 
 	key := limit.Key{Addr: id.Addr, User: id.User}
@@ -256,14 +256,13 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request) Verdict
 
 	outcome, reason := l.outcome(e, r, id, now)
 	if !outcome.Passed() {
-		l.release(ctx, now, &v)
+		l.release(ctx, now, v)
 	}
 	v.RetryAfter = e.rule.limit.RetryAfter(e.res)
 	if outcome == decisions.FailClosed {
 		v.RetryAfter = l.cfg.Store.Breaker.Cooldown
 	}
-	l.finish(&v, outcome, reason)
-	return v
+	l.finish(v, outcome, reason)
 }
 
 func window(r *rule) time.Duration {

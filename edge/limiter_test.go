@@ -76,10 +76,18 @@ func req(remote, path string, kv ...string) *Request {
 func outcomes(l *Limiter, n int, step time.Duration, r *Request) []decisions.Outcome {
 	out := make([]decisions.Outcome, n)
 	for i := range n {
-		v := l.Decide(context.Background(), t0.Add(time.Duration(i)*step), r)
+		var v Verdict
+		l.Decide(context.Background(), t0.Add(time.Duration(i)*step), r, &v)
 		out[i] = v.Outcome
 	}
 	return out
+}
+
+// decide is Decide returning the verdict.
+func decide(l *Limiter, ctx context.Context, now time.Time, r *Request) Verdict {
+	var v Verdict
+	l.Decide(ctx, now, r, &v)
+	return v
 }
 
 func repeat(o decisions.Outcome, n int) []decisions.Outcome {
@@ -150,7 +158,8 @@ func TestWindowResets(t *testing.T) {
 	l := newLimiter(t, seedConfig(t, nil), Options{})
 	r := req("203.0.113.7:1", "/api/export")
 	equalOutcomes(t, outcomes(l, 4, time.Second, r), concat(repeat(decisions.Allow, 3), repeat(decisions.Challenge, 1)))
-	v := l.Decide(context.Background(), t0.Add(time.Minute), r)
+	var v Verdict
+	l.Decide(context.Background(), t0.Add(time.Minute), r, &v)
 	if v.Outcome != decisions.Allow || v.Count != 1 {
 		t.Errorf("next minute: outcome %v count %d, want allow 1", v.Outcome, v.Count)
 	}
@@ -162,7 +171,8 @@ func TestDecisionFields(t *testing.T) {
 	r := req("10.0.0.5:1", "/api/reports", "X-Forwarded-For", "203.0.113.99, 10.0.0.9", "X-User-Id", "u_1", "X-User-Plan", "pro")
 	r.RequestID = "rid-1"
 	r.Method = "POST"
-	v := l.Decide(context.Background(), t0.Add(15*time.Second), r)
+	var v Verdict
+	l.Decide(context.Background(), t0.Add(15*time.Second), r, &v)
 	if len(sink.ds) != 1 {
 		t.Fatalf("sink got %d decisions, want 1", len(sink.ds))
 	}
@@ -224,7 +234,8 @@ func TestStoreFailure(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := seedConfig(t, func(c *config.Config) { c.Store.Timeout = time.Millisecond })
 			l := newLimiter(t, cfg, Options{Store: &failingStore{err: c.err}})
-			v := l.Decide(context.Background(), t0, req("203.0.113.7:1", c.path))
+			var v Verdict
+			l.Decide(context.Background(), t0, req("203.0.113.7:1", c.path), &v)
 			if v.Outcome != c.want || v.Reason != c.reason {
 				t.Errorf("got %v %q, want %v %q", v.Outcome, v.Reason, c.want, c.reason)
 			}
@@ -247,7 +258,7 @@ func TestBreakerOpensAndLocalLimitApplies(t *testing.T) {
 	r := req("203.0.113.7:1", "/products")
 	// Three failures open the breaker; each failed call fails open.
 	for i := range 3 {
-		if v := l.Decide(context.Background(), t0.Add(time.Duration(i)*time.Millisecond), r); v.Outcome != decisions.FailOpen {
+		if v := decide(l, context.Background(), t0.Add(time.Duration(i)*time.Millisecond), r); v.Outcome != decisions.FailOpen {
 			t.Fatalf("request %d: %v", i, v.Outcome)
 		}
 	}
@@ -262,11 +273,11 @@ func TestBreakerOpensAndLocalLimitApplies(t *testing.T) {
 		t.Errorf("store called %d times while the breaker was open", store.calls-calls)
 	}
 	// Fail-closed paths still fail closed while open, without a store call.
-	if v := l.Decide(context.Background(), t0.Add(time.Second), req("203.0.113.7:1", "/api/admin/users")); v.Outcome != decisions.FailClosed {
+	if v := decide(l, context.Background(), t0.Add(time.Second), req("203.0.113.7:1", "/api/admin/users")); v.Outcome != decisions.FailClosed {
 		t.Errorf("admin while open: %v", v.Outcome)
 	}
 	// After the cooldown one probe goes to the store.
-	l.Decide(context.Background(), t0.Add(6*time.Second), r)
+	decide(l, context.Background(), t0.Add(6*time.Second), r)
 	if store.calls != calls+1 {
 		t.Errorf("probe calls %d, want 1", store.calls-calls)
 	}
@@ -356,7 +367,8 @@ func TestLists(t *testing.T) {
 	equalOutcomes(t, outcomes(l, 20, time.Millisecond, req("192.0.2.10:1", "/api/export")), repeat(decisions.AllowListed, 20))
 	equalOutcomes(t, outcomes(l, 2, time.Millisecond, req("198.51.100.66:1", "/")), repeat(decisions.DenyListed, 2))
 	equalOutcomes(t, outcomes(l, 40, time.Millisecond, req("10.0.0.1:1", "/api/export", "X-User-Id", "partner")), repeat(decisions.AllowListed, 40))
-	v := l.Decide(context.Background(), t0, req("198.51.100.66:1", "/"))
+	var v Verdict
+	l.Decide(context.Background(), t0, req("198.51.100.66:1", "/"), &v)
 	if resp, _ := Refusal(&v, "/captcha", "redirect"); resp.Status != http.StatusForbidden {
 		t.Errorf("deny list status %d", resp.Status)
 	}
@@ -404,9 +416,12 @@ func TestConcurrencyLimitReleases(t *testing.T) {
 	})
 	l := newLimiter(t, cfg, Options{})
 	r := req("203.0.113.7:1", "/slow")
-	a := l.Decide(context.Background(), t0, r)
-	b := l.Decide(context.Background(), t0, r)
-	c := l.Decide(context.Background(), t0, r)
+	var a Verdict
+	l.Decide(context.Background(), t0, r, &a)
+	var b Verdict
+	l.Decide(context.Background(), t0, r, &b)
+	var c Verdict
+	l.Decide(context.Background(), t0, r, &c)
 	if a.Outcome != decisions.Allow || b.Outcome != decisions.Allow || c.Outcome != decisions.Block {
 		t.Fatalf("outcomes %v %v %v, want allow allow block", a.Outcome, b.Outcome, c.Outcome)
 	}
@@ -417,12 +432,12 @@ func TestConcurrencyLimitReleases(t *testing.T) {
 	if a.Holds() {
 		t.Fatal("released verdict still holds")
 	}
-	if d := l.Decide(context.Background(), t0, r); d.Outcome != decisions.Allow {
+	if d := decide(l, context.Background(), t0, r); d.Outcome != decisions.Allow {
 		t.Errorf("after release: %v", d.Outcome)
 	}
 	// Releasing twice returns nothing more.
 	l.Release(context.Background(), t0, &a)
-	if d := l.Decide(context.Background(), t0, r); d.Outcome != decisions.Block {
+	if d := decide(l, context.Background(), t0, r); d.Outcome != decisions.Block {
 		t.Errorf("double release freed a slot: %v", d.Outcome)
 	}
 }
@@ -440,7 +455,7 @@ func TestExactlyOneDecision(t *testing.T) {
 	n := 0
 	for i := range 20 {
 		for _, r := range reqs {
-			l.Decide(context.Background(), t0.Add(time.Duration(i)*time.Millisecond), r)
+			decide(l, context.Background(), t0.Add(time.Duration(i)*time.Millisecond), r)
 			n++
 		}
 	}

@@ -30,7 +30,8 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			req.RequestID = l.ids.next()
 			r.Header.Set(hdr, req.RequestID)
 		}
-		v := l.Decide(r.Context(), now, &req)
+		var v Verdict
+		l.Decide(r.Context(), now, &req, &v)
 		if resp, refused := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
 			resp.Write(w, &v)
 			return

@@ -31,7 +31,7 @@ type Edge struct {
 	AdminListen     string        `yaml:"admin_listen"`      // Prometheus metrics and health; "" disables; default 127.0.0.1:9090
 	Node            string        `yaml:"node"`              // node name in decisions; default the host name
 	DecisionsFile   string        `yaml:"decisions_file"`    // JSON-lines decision log; "" disables
-	DecisionQueue   int           `yaml:"decision_queue"`    // bounded queue of decisions awaiting the sink; default 65536
+	DecisionQueue   int           `yaml:"decision_queue"`    // bounded queue of decisions awaiting the sink; default 4096
 	RequestIDHeader string        `yaml:"request_id_header"` // default X-Request-Id
 	ShutdownGrace   time.Duration `yaml:"shutdown_grace"`    // default 10s
 }

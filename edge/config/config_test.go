@@ -133,7 +133,7 @@ func TestDefaults(t *testing.T) {
 		{"edge.listen", c.Edge.Listen, "127.0.0.1:8080"},
 		{"edge.admin_listen", c.Edge.AdminListen, "127.0.0.1:9090"},
 		{"edge.node", c.Edge.Node, host},
-		{"edge.decision_queue", c.Edge.DecisionQueue, 65536},
+		{"edge.decision_queue", c.Edge.DecisionQueue, 4096},
 		{"edge.request_id_header", c.Edge.RequestIDHeader, "X-Request-Id"},
 		{"edge.shutdown_grace", c.Edge.ShutdownGrace, 10 * time.Second},
 		{"identity.client_ip_header", c.Identity.ClientIPHeader, "x-forwarded-for"},

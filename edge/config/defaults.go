@@ -22,7 +22,7 @@ func (c *Config) Defaults() {
 	if e.Node == "" {
 		e.Node = hostname()
 	}
-	def(&e.DecisionQueue, 65536)
+	def(&e.DecisionQueue, 4096)
 	def(&e.RequestIDHeader, "X-Request-Id")
 	def(&e.ShutdownGrace, 10*time.Second)
 

@@ -152,3 +152,20 @@ func FuzzJWT(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseIPv4 holds the one-pass IPv4 parser to netip.ParseAddr: whatever
+// it accepts, netip accepts as the same IPv4 address, and every IPv4
+// address netip accepts from a dotted quad, it accepts too.
+func FuzzParseIPv4(f *testing.F) {
+	for _, s := range []string{"1.2.3.4", "255.255.255.255", "0.0.0.0", "01.2.3.4", "1.2.3", "1.2.3.4.5", "256.1.1.1", "1..2.3", "::1", "1.2.3.4%z", "1.2.3.04", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseIPv4(s)
+		want, err := netip.ParseAddr(s)
+		wantOK := err == nil && want.Is4()
+		if ok != wantOK || (ok && got != want) {
+			t.Fatalf("parseIPv4(%q) = %v, %v; netip says %v, %v", s, got, ok, want, err)
+		}
+	})
+}

@@ -368,18 +368,68 @@ func parseHostPort(s string) (netip.Addr, bool) {
 	if s == "" {
 		return netip.Addr{}, false
 	}
-	if s[0] == '[' || strings.Count(s, ":") == 1 {
-		ap, err := netip.ParseAddrPort(s)
-		if err != nil {
+	host := s
+	switch i := strings.LastIndexByte(s, ':'); {
+	case s[0] == '[':
+		// "[v6]:port" or "[v6]"
+		j := strings.IndexByte(s, ']')
+		if j < 0 || (j+1 < len(s) && (s[j+1] != ':' || !validPort(s[j+2:]))) {
 			return netip.Addr{}, false
 		}
-		return ap.Addr(), true
+		host = s[1:j]
+	case i >= 0 && strings.IndexByte(s[:i], ':') < 0:
+		// "v4:port". The port is not needed; it is checked only for its
+		// shape, which costs less than converting it.
+		if !validPort(s[i+1:]) {
+			return netip.Addr{}, false
+		}
+		host = s[:i]
 	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
+	if a, ok := parseIPv4(host); ok {
+		return a, s[0] != '['
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || (host != s && s[0] == '[' && a.Is4()) {
 		return netip.Addr{}, false
 	}
 	return a, true
+}
+
+// parseIPv4 parses a dotted-quad IPv4 address as netip.ParseAddr does
+// (four decimal fields of at most 255, no leading zeros), in one pass: the
+// peer address of every request goes through it. ok is false for anything
+// else, including forms netip accepts that are not IPv4, which the caller
+// then hands to netip.ParseAddr.
+func parseIPv4(s string) (a netip.Addr, ok bool) {
+	if len(s) < 7 || len(s) > 15 {
+		return a, false
+	}
+	var ip [4]byte
+	field, val, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 1 && val == 0 {
+				return a, false // leading zero
+			}
+			val = val*10 + int(c-'0')
+			digits++
+			if val > 255 {
+				return a, false
+			}
+		case c == '.' && digits > 0 && field < 3:
+			ip[field] = byte(val)
+			field, val, digits = field+1, 0, 0
+		default:
+			return a, false
+		}
+	}
+	if field != 3 || digits == 0 {
+		return a, false
+	}
+	ip[3] = byte(val)
+	return netip.AddrFrom4(ip), true
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.
