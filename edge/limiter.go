@@ -220,11 +220,11 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 	var evals [2]eval
 	n := 0
 	if pr := t.match(r.Path); pr != nil {
-		evals[0] = l.evaluate(ctx, now, key, pr, r.Path)
+		l.evaluate(ctx, now, key, pr, r.Path, &evals[0])
 		n = 1
 	}
 	if n == 0 || evals[0].level != levelBlock {
-		evals[n] = l.evaluate(ctx, now, key, t.global, r.Path)
+		l.evaluate(ctx, now, key, t.global, r.Path, &evals[n])
 		n++
 	}
 
@@ -239,9 +239,9 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 	for i := range n {
 		e := &evals[i]
 		d.StoreLatency += e.lat
-		v.Policies[i] = Policy{Name: e.rule.id, Limit: e.rule.limit.Capacity(), Window: window(e.rule), Remaining: e.res.Remaining, Reset: e.res.Reset}
-		acquired := (e.fall == 0 && e.rule.limit.Allowed(e.res)) || (e.fall == 3 && e.rule.local.Allowed(e.res))
-		if e.rule.limit.Algorithm == limit.Concurrency && acquired {
+		p := &v.Policies[i]
+		p.Name, p.Limit, p.Window, p.Remaining, p.Reset = e.rule.id, e.rule.capacity, window(e.rule), e.res.Remaining, e.res.Reset
+		if e.rule.limit.Algorithm == limit.Concurrency && e.acquired() {
 			k := key
 			k.Rule = e.rule.id
 			v.held[i] = held{rule: e.rule, key: k, fall: e.fall == 3}
@@ -251,16 +251,16 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 		v.Policies[0], v.Policies[1] = v.Policies[1], v.Policies[0]
 	}
 	e := &evals[w]
-	d.Rule, d.Algorithm, d.Limit, d.Window = e.rule.id, e.rule.algorithm, e.rule.limit.Capacity(), window(e.rule)
+	d.Rule, d.Algorithm, d.Limit, d.Window = e.rule.id, e.rule.algorithm, e.rule.capacity, window(e.rule)
 	d.Count, d.Remaining, d.Reset = e.res.Count, e.res.Remaining, e.res.Reset
 
 	outcome, reason := l.outcome(e, r, id, now)
 	if !outcome.Passed() {
 		l.release(ctx, now, v)
-	}
-	v.RetryAfter = e.rule.limit.RetryAfter(e.res)
-	if outcome == decisions.FailClosed {
-		v.RetryAfter = l.cfg.Store.Breaker.Cooldown
+		v.RetryAfter = e.rule.limit.RetryAfter(e.res)
+		if outcome == decisions.FailClosed {
+			v.RetryAfter = l.cfg.Store.Breaker.Cooldown
+		}
 	}
 	l.finish(v, outcome, reason)
 }
@@ -312,14 +312,20 @@ func storeReason(err error, mode string) string {
 	return "store error: path " + mode
 }
 
-// evaluate counts one hit of key under ru and grades the result.
-func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru *rule, path string) eval {
+// acquired reports whether the evaluation took a slot (of a concurrency
+// rule) that must be given back.
+func (e *eval) acquired() bool {
+	return (e.fall == 0 && e.res.Count <= e.rule.capacity) || (e.fall == 3 && e.rule.local.Allowed(e.res))
+}
+
+// evaluate counts one hit of key under ru and grades the result into e.
+func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru *rule, path string, e *eval) {
 	key.Rule = ru.id
-	e := eval{rule: ru}
+	e.rule = ru
 	if !l.remote {
 		e.res, _ = l.store.Take(ctx, key, ru.limit, now, 1)
 		e.level = ru.grade(e.res)
-		return e
+		return
 	}
 	ns := now.UnixNano()
 	if l.breaker.allow(ns) {
@@ -332,7 +338,7 @@ func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru
 		if e.err == nil {
 			l.breaker.success()
 			e.level = ru.grade(e.res)
-			return e
+			return
 		}
 		l.metrics.storeErrors.Add(1)
 		l.breaker.failure(ns)
@@ -342,11 +348,11 @@ func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru
 			e.fall = 1
 		}
 		e.level = levelOK
-		return e
+		return
 	}
 	if l.isFailClosed(path) {
 		e.fall = 2
-		return e
+		return
 	}
 	// Breaker open: enforce the local share of the limit.
 	e.fall = 3
@@ -356,14 +362,13 @@ func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru
 	} else {
 		e.level = levelBlock
 	}
-	return e
 }
 
 // grade maps a store result to a severity.
 func (r *rule) grade(res limit.Result) int {
 	var level int
 	switch {
-	case r.limit.Allowed(res):
+	case res.Count <= r.capacity:
 		return levelOK
 	case r.challenge && res.Count <= r.ceiling:
 		level = levelChallenge

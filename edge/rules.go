@@ -15,6 +15,7 @@ type rule struct {
 	id        string // "tier:/prefix" or "tier:global"; the counter key's rule part and the policy name
 	algorithm string
 	limit     limit.Rule
+	capacity  int64 // limit.Capacity(): a hit whose count is at most this is allowed
 	challenge bool  // over the limit but within factor × limit: challenge
 	ceiling   int64 // factor × capacity: above it, block
 	shadow    bool
@@ -94,7 +95,7 @@ func compileRule(cfg *config.Config, id string, cr *config.Rule) (*rule, error) 
 	if alg == limit.TokenBucket {
 		lr.MaxCount = r.ceiling + 1
 	}
-	r.limit = lr
+	r.limit, r.capacity = lr, lr.Capacity()
 	local := lr
 	nodes := int64(max(cfg.Store.EdgeNodes, 1))
 	local.Limit = max(lr.Limit/nodes, 1)

@@ -266,3 +266,95 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestEdgeChallengeFlowAndLists runs the edge with allow and deny lists and
+// challenge keys: a challenged client gets a token from the token endpoint
+// (as a CAPTCHA verifier would) and passes with it; listed clients bypass
+// or are refused.
+func TestEdgeChallengeFlowAndLists(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "origin")
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	seed, err := os.ReadFile("../examples/seed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow, deny := filepath.Join(dir, "allow.txt"), filepath.Join(dir, "deny.txt")
+	os.WriteFile(allow, []byte("# partners\n198.51.100.0/24\nuser:partner\n"), 0o600)
+	os.WriteFile(deny, []byte("203.0.113.66\n"), 0o600)
+	cfgPath := filepath.Join(dir, "edge.yaml")
+	cfg := string(seed) + "\nlists:\n  allow_file: " + allow + "\n  deny_file: " + deny + "\n"
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "verifier-secret"
+	env := []string{
+		"RATEWARDEN_CHALLENGE_KEYS=k2:" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+		"RATEWARDEN_VERIFIER_SECRET=" + secret,
+	}
+	base, _ := startEdge(t, bin, env, "--config", cfgPath, "--upstream", origin.URL)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	// 203.0.113.7 (forwarded by the trusted loopback proxy) is challenged
+	// on its 4th /api/export.
+	var statuses []int
+	for range 4 {
+		statuses = append(statuses, get(t, client, base+"/api/export", "X-Forwarded-For", "203.0.113.7").status)
+	}
+	if fmt.Sprint(statuses) != "[200 200 200 302]" {
+		t.Fatalf("statuses %v", statuses)
+	}
+	// The verifier asks for a token for that address.
+	r, _ := http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"203.0.113.7"}`))
+	r.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := client.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok struct{ Token, Cookie string }
+	json.NewDecoder(resp.Body).Decode(&tok)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || tok.Token == "" || tok.Cookie != "rw_challenge" {
+		t.Fatalf("token endpoint: %d %+v", resp.StatusCode, tok)
+	}
+	// With the cookie it passes the challenge zone (count 5 and 6 of a
+	// limit of 3, factor 2) and is blocked above it; without, challenged.
+	withCookie := func() int {
+		return get(t, client, base+"/api/export", "X-Forwarded-For", "203.0.113.7", "Cookie", tok.Cookie+"="+tok.Token).status
+	}
+	if s := withCookie(); s != 200 {
+		t.Errorf("with token: %d, want 200", s)
+	}
+	// The token is bound to 203.0.113.7: another client presenting it is
+	// challenged like any other.
+	for range 3 {
+		get(t, client, base+"/api/export", "X-Forwarded-For", "203.0.113.8")
+	}
+	if s := get(t, client, base+"/api/export", "X-Forwarded-For", "203.0.113.8", "Cookie", tok.Cookie+"="+tok.Token).status; s != 302 {
+		t.Errorf("another client with a stolen token: %d, want 302", s)
+	}
+	withCookie()
+	if s := withCookie(); s != 429 {
+		t.Errorf("with token above factor × limit: %d, want 429", s)
+	}
+	// A wrong verifier secret gets nothing.
+	r, _ = http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"203.0.113.7"}`))
+	r.Header.Set("Authorization", "Bearer wrong")
+	if resp, err := client.Do(r); err != nil || resp.StatusCode != 401 {
+		t.Errorf("wrong secret: %v %v", resp.StatusCode, err)
+	}
+
+	// Lists.
+	for i := range 10 {
+		if s := get(t, client, base+"/api/export", "X-Forwarded-For", "198.51.100.23").status; s != 200 {
+			t.Fatalf("allow-listed request %d: %d", i+1, s)
+		}
+	}
+	res := get(t, client, base+"/", "X-Forwarded-For", "203.0.113.66")
+	if res.status != 403 || !strings.Contains(res.body, `"forbidden"`) {
+		t.Errorf("deny-listed: %d %s", res.status, res.body)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -114,6 +115,7 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 			return errors.Join(emitter.Close(ctx), f.Close())
 		})
 	}
+	watchers := map[string]*lists.Watcher{}
 	for _, l := range []struct {
 		path string
 		dst  *edge.ListSource
@@ -130,6 +132,7 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 			return fmt.Errorf("%s list: %w", l.name, err)
 		}
 		*l.dst = w
+		watchers[l.name] = w
 		cleanup = append(cleanup, w.Close)
 	}
 	var secret string
@@ -174,7 +177,7 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 
 	var adminSrv *http.Server
 	if cfg.Edge.AdminListen != "" {
-		h, err := adminHandler(lim, emitter)
+		h, err := adminHandler(lim, emitter, watchers)
 		if err != nil {
 			return err
 		}
@@ -221,7 +224,7 @@ func upstreamHandler(upstream string) (http.Handler, error) {
 
 // adminHandler serves /metrics (Prometheus, from OpenTelemetry
 // instruments) and /healthz.
-func adminHandler(lim *edge.Limiter, emitter *decisions.Emitter) (http.Handler, error) {
+func adminHandler(lim *edge.Limiter, emitter *decisions.Emitter, watchers map[string]*lists.Watcher) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
@@ -234,6 +237,11 @@ func adminHandler(lim *edge.Limiter, emitter *decisions.Emitter) (http.Handler, 
 	}
 	if emitter != nil {
 		if err := registerEmitterMetrics(meter, emitter); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if len(watchers) > 0 {
+		if err := registerListMetrics(meter, watchers); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
@@ -266,5 +274,34 @@ func registerEmitterMetrics(meter metric.Meter, e *decisions.Emitter) error {
 		o.ObserveInt64(queued, int64(s.Queued))
 		return nil
 	}, written, errs, queued)
+	return err
+}
+
+func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher) error {
+	loads, err := meter.Int64ObservableCounter("ratewarden.edge.lists.loads",
+		metric.WithDescription("Allow/deny list loads that succeeded."), metric.WithUnit("{load}"))
+	if err != nil {
+		return err
+	}
+	failures, err := meter.Int64ObservableCounter("ratewarden.edge.lists.failures",
+		metric.WithDescription("Allow/deny list refreshes that failed (the last good list stays)."), metric.WithUnit("{load}"))
+	if err != nil {
+		return err
+	}
+	entries, err := meter.Int64ObservableGauge("ratewarden.edge.lists.entries",
+		metric.WithDescription("Entries in the current allow/deny list."), metric.WithUnit("{entry}"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for name, w := range watchers {
+			attrs := metric.WithAttributes(attribute.String("list", name))
+			l, f := w.Stats()
+			o.ObserveInt64(loads, int64(l), attrs)
+			o.ObserveInt64(failures, int64(f), attrs)
+			o.ObserveInt64(entries, int64(w.List().Len()), attrs)
+		}
+		return nil
+	}, loads, failures, entries)
 	return err
 }

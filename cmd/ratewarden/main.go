@@ -39,10 +39,6 @@ func exitCode(err error, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintln(stderr, "ratewarden:", err)
-	var ce *checkError
-	if errors.As(err, &ce) {
-		return 1
-	}
 	return 1
 }
 

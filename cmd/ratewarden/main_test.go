@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/edge/challenge"
+)
+
+var testKey = "k1:" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+
+func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, &out, &errb, func(k string) string { return env[k] })
+	code = exitCode(err, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageAndHelp(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string // in stdout+stderr
+	}{
+		{nil, 2, "Usage:"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"--help"}, 0, "ratewarden edge"},
+		{[]string{"version"}, 0, "ratewarden dev"},
+		{[]string{"edge", "--help"}, 0, "-upstream"},
+		{[]string{"edge", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"config", "--help"}, 0, "config check FILE"},
+		{[]string{"config", "check", "--help"}, 0, "Usage: ratewarden config check"},
+		{[]string{"config"}, 2, "Usage: ratewarden config check"},
+		{[]string{"token", "issue", "--help"}, 0, "-ip"},
+		{[]string{"token", "issue", "--ip", "1.2.3.4", "--user", "u"}, 2, "exactly one of --ip or --user"},
+		{[]string{"lambda", "--help"}, 0, "-upstream"},
+		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			code, out, errs := runCLI(t, nil, c.args...)
+			if code != c.code || !strings.Contains(out+errs, c.want) {
+				t.Errorf("exit %d, want %d; output lacks %q:\n%s%s", code, c.code, c.want, out, errs)
+			}
+		})
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("tiers:\n  anonymous:\n    global:\n      limit: 60\n      algorithm: leaky\n"), 0o600)
+	code, out, errs := runCLI(t, nil, "config", "check", "../../examples/seed.yaml", "../../examples/minimal.yaml")
+	if code != 0 || strings.Count(out, ": ok") != 2 {
+		t.Errorf("valid files: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, nil, "config", "check", "../../examples/seed.yaml", bad)
+	want := bad + `:5: tiers.anonymous.global.algorithm: "leaky" is not allowed; use one of fixed_window, sliding_window, token_bucket, concurrency`
+	if code != 1 || !strings.Contains(errs, want) || !strings.Contains(errs, "1 of 2 configuration files are invalid") {
+		t.Errorf("bad file: exit %d\nstdout %s\nstderr %s\nwant %s", code, out, errs, want)
+	}
+}
+
+func TestTokenIssue(t *testing.T) {
+	code, _, errs := runCLI(t, nil, "token", "issue", "--ip", "203.0.113.7")
+	if code != 1 || !strings.Contains(errs, "RATEWARDEN_CHALLENGE_KEYS is not set") {
+		t.Errorf("no keys: exit %d %s", code, errs)
+	}
+	env := map[string]string{"RATEWARDEN_CHALLENGE_KEYS": testKey}
+	keys, err := challenge.ParseKeys(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args    []string
+		subject string
+	}{
+		{[]string{"--ip", "203.0.113.7"}, "ip:203.0.113.7"},
+		{[]string{"--ip", "2001:db8:1:2:3:4:5:6"}, "ip:2001:db8:1:2::"}, // counted per /64
+		{[]string{"--user", "u_1", "--ttl", "5m"}, "user:u_1"},
+	} {
+		code, out, errs := runCLI(t, env, append([]string{"token", "issue"}, c.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s", c.args, code, errs)
+		}
+		if _, err := keys.Verify(strings.TrimSpace(out), c.subject, time.Now()); err != nil {
+			t.Errorf("%v: token does not verify for %s: %v", c.args, c.subject, err)
+		}
+	}
+	if code, _, errs := runCLI(t, env, "token", "issue", "--ip", "nope"); code != 1 || !strings.Contains(errs, "--ip") {
+		t.Errorf("bad ip: exit %d %s", code, errs)
+	}
+}
