@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/edge/memstore"
 )
 
 // discard is a BatchWriter that drops everything, so the benchmark measures
@@ -181,4 +184,60 @@ func BenchmarkDecidePeerXTimeRate(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkCounters isolates the counting core: the two counter updates of
+// a decision (path rule and global rule) on the memory store, against the
+// same two updates on x/time/rate limiters in a sharded map. No identity
+// resolution, no matching, no decision event.
+func BenchmarkCounters(b *testing.B) {
+	addrs := benchAddrs(benchKeys)
+	ips := make([]netip.Addr, len(addrs))
+	hosts := make([]string, len(addrs))
+	for i, a := range addrs {
+		h, _, _ := net.SplitHostPort(a)
+		hosts[i], ips[i] = h, netip.MustParseAddr(h)
+	}
+	path := limit.Rule{Algorithm: limit.TokenBucket, Limit: 30, Window: time.Minute}
+	global := limit.Rule{Algorithm: limit.TokenBucket, Limit: 60, Window: time.Minute}
+	ctx := context.Background()
+	ours := func(b *testing.B, n int) {
+		s := memstore.New(memstore.Options{MaxKeys: 4 << 20, SweepEvery: -1})
+		defer s.Close(ctx)
+		take := func(now time.Time, i int) {
+			s.Take(ctx, limit.Key{Rule: "anonymous:/api/search", Addr: ips[i]}, path, now, 1)
+			s.Take(ctx, limit.Key{Rule: "anonymous:global", Addr: ips[i]}, global, now, 1)
+		}
+		for i := range n {
+			take(t0, i)
+		}
+		b.ReportAllocs()
+		now, i := t0, 0
+		for b.Loop() {
+			now = now.Add(time.Second) // stay within the limits: both updates happen
+			take(now, i%n)
+			i++
+		}
+	}
+	peerRun := func(b *testing.B, n int) {
+		p := newPeer()
+		take := func(now time.Time, i int) {
+			p.allow(now, "/api/search", rate.Every(2*time.Second), 30, hosts[i])
+			p.allow(now, "global", rate.Every(time.Second), 60, hosts[i])
+		}
+		for i := range n {
+			take(t0, i)
+		}
+		b.ReportAllocs()
+		now, i := t0, 0
+		for b.Loop() {
+			now = now.Add(time.Second)
+			take(now, i%n)
+			i++
+		}
+	}
+	b.Run("ratewarden/hot_key", func(b *testing.B) { ours(b, 1) })
+	b.Run("x_time_rate/hot_key", func(b *testing.B) { peerRun(b, 1) })
+	b.Run("ratewarden/1M_keys", func(b *testing.B) { ours(b, benchKeys) })
+	b.Run("x_time_rate/1M_keys", func(b *testing.B) { peerRun(b, benchKeys) })
 }

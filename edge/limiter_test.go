@@ -16,7 +16,6 @@ import (
 	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/limit"
 	"github.com/ratewarden/ratewarden/edge/lists"
-	"github.com/ratewarden/ratewarden/edge/memstore"
 )
 
 // t0 is the start of a minute, so fixed windows of a minute start here.
@@ -479,4 +478,3 @@ func mustList(t testing.TB, s string) *lists.List {
 	return l
 }
 
-var _ = memstore.New
