@@ -477,4 +477,3 @@ func mustList(t testing.TB, s string) *lists.List {
 	}
 	return l
 }
-
