@@ -207,7 +207,7 @@ func TestJSONLinesFile(t *testing.T) {
 }
 
 func BenchmarkEmit(b *testing.B) {
-	e := NewEmitter(&memWriterDiscard{}, EmitterOptions{Queue: 1 << 16})
+	e := NewEmitter(Discard, EmitterOptions{Queue: 1 << 16})
 	defer e.Close(context.Background())
 	d := sample()
 	b.ReportAllocs()
@@ -225,10 +225,5 @@ func BenchmarkAppendJSON(b *testing.B) {
 	}
 	b.SetBytes(int64(len(buf)))
 }
-
-type memWriterDiscard struct{}
-
-func (*memWriterDiscard) WriteBatch([]Decision) error { return nil }
-func (*memWriterDiscard) Flush() error                { return nil }
 
 func readFile(path string) ([]byte, error) { return os.ReadFile(path) }

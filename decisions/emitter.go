@@ -20,6 +20,15 @@ type BatchWriter interface {
 	Flush() error
 }
 
+// Discard is a BatchWriter that drops every decision: for an edge that
+// only wants its metrics, and for benchmarks of the hand-off alone.
+var Discard BatchWriter = discard{}
+
+type discard struct{}
+
+func (discard) WriteBatch([]Decision) error { return nil }
+func (discard) Flush() error                { return nil }
+
 // EmitterOptions configures an Emitter.
 type EmitterOptions struct {
 	Queue    int           // decisions held at most awaiting the writer; default 4096

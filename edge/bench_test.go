@@ -19,13 +19,6 @@ import (
 	"github.com/ratewarden/ratewarden/edge/memstore"
 )
 
-// discard is a BatchWriter that drops everything, so the benchmark measures
-// the request path's hand-off, not the encoding.
-type discard struct{}
-
-func (discard) WriteBatch([]decisions.Decision) error { return nil }
-func (discard) Flush() error                          { return nil }
-
 const benchKeys = 1 << 20 // "1M_keys"
 
 func benchAddrs(n int) []string {
@@ -47,7 +40,7 @@ func BenchmarkDecide(b *testing.B) {
 	cfg := seedConfig(b, func(c *config.Config) { c.Store.MaxKeys = 4 << 20 })
 	addrs := benchAddrs(benchKeys)
 	newL := func(b *testing.B) (*Limiter, *decisions.Emitter) {
-		em := decisions.NewEmitter(discard{}, decisions.EmitterOptions{Queue: 1 << 16})
+		em := decisions.NewEmitter(decisions.Discard, decisions.EmitterOptions{Queue: 1 << 16})
 		b.Cleanup(func() { em.Close(context.Background()) })
 		return newLimiter(b, cfg, Options{Sink: em}), em
 	}

@@ -49,6 +49,8 @@ type Stats struct {
 	Dropped       uint64            // decisions the sink dropped
 	StoreErrors   uint64            // failed store calls
 	TokenRejected uint64            // challenge tokens that failed verification
+	TokensIssued  uint64            // challenge tokens issued by the token endpoint
+	TokenDenied   uint64            // token requests without a valid verifier secret
 	BreakerState  int               // 0 closed, 1 open, 2 half-open
 	BreakerOpened uint64            // times the breaker opened
 }
@@ -56,7 +58,8 @@ type Stats struct {
 // Stats returns a snapshot of the limiter's counters.
 func (l *Limiter) Stats() Stats {
 	s := Stats{Outcomes: make(map[string]uint64), Dropped: l.metrics.dropped.Load(),
-		StoreErrors: l.metrics.storeErrors.Load(), TokenRejected: l.metrics.tokenRejected.Load()}
+		StoreErrors: l.metrics.storeErrors.Load(), TokenRejected: l.metrics.tokenRejected.Load(),
+		TokensIssued: l.metrics.tokensIssued.Load(), TokenDenied: l.metrics.tokenEndpointDenied.Load()}
 	for o := decisions.Outcome(1); int(o) < decisions.NumOutcomes; o++ {
 		s.Outcomes[o.String()] = l.metrics.outcomes[o].Load()
 	}
@@ -88,6 +91,16 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 	}
 	tokens, err := meter.Int64ObservableCounter("ratewarden.edge.challenge.tokens.rejected",
 		metric.WithDescription("Challenge tokens that failed verification."), metric.WithUnit("{token}"))
+	if err != nil {
+		return err
+	}
+	issued, err := meter.Int64ObservableCounter("ratewarden.edge.challenge.tokens.issued",
+		metric.WithDescription("Challenge tokens issued by the token endpoint."), metric.WithUnit("{token}"))
+	if err != nil {
+		return err
+	}
+	denied, err := meter.Int64ObservableCounter("ratewarden.edge.challenge.token_requests.denied",
+		metric.WithDescription("Token endpoint requests without a valid verifier secret."), metric.WithUnit("{request}"))
 	if err != nil {
 		return err
 	}
@@ -131,6 +144,8 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 		o.ObserveInt64(dropped, int64(s.Dropped))
 		o.ObserveInt64(storeErrs, int64(s.StoreErrors))
 		o.ObserveInt64(tokens, int64(s.TokenRejected))
+		o.ObserveInt64(issued, int64(s.TokensIssued))
+		o.ObserveInt64(denied, int64(s.TokenDenied))
 		o.ObserveInt64(breakerState, int64(s.BreakerState))
 		o.ObserveInt64(breakerOpened, int64(s.BreakerOpened))
 		var cum uint64
@@ -140,7 +155,7 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 		}
 		o.ObserveFloat64(latSum, time.Duration(l.metrics.latSum.Load()).Seconds())
 		return nil
-	}, decided, dropped, storeErrs, tokens, breakerState, breakerOpened, latCount, latSum)
+	}, decided, dropped, storeErrs, tokens, issued, denied, breakerState, breakerOpened, latCount, latSum)
 	return err
 }
 

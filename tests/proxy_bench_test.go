@@ -17,11 +17,6 @@ import (
 	"github.com/ratewarden/ratewarden/edge/config"
 )
 
-type discardWriter struct{}
-
-func (discardWriter) WriteBatch([]decisions.Decision) error { return nil }
-func (discardWriter) Flush() error                          { return nil }
-
 // BenchmarkProxy compares requests/s through the edge's handler (limiter
 // with the seed configuration, decisions emitted, reverse proxy) with a bare
 // httputil.ReverseProxy, to the same origin, with the same load generator,
@@ -43,7 +38,7 @@ func BenchmarkProxy(b *testing.B) {
 	if err := cfg.Validate(); err != nil {
 		b.Fatal(err)
 	}
-	em := decisions.NewEmitter(discardWriter{}, decisions.EmitterOptions{})
+	em := decisions.NewEmitter(decisions.Discard, decisions.EmitterOptions{})
 	defer em.Close(context.Background())
 	lim, err := edge.New(cfg, edge.Options{Sink: em})
 	if err != nil {
