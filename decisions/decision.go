@@ -75,11 +75,49 @@ func (o Outcome) Passed() bool {
 	return false
 }
 
-// Decision is one decision of the edge about one request. It is a plain
-// value: copying it is how it is handed over, and it holds no pointers into
-// mutable state. The strings it holds may share memory with the request.
+// Kind is what an event of the decision log records.
+type Kind uint8
+
+// The kinds. The zero value is a decision, so that the edge never sets it.
+const (
+	KindDecision Kind = iota // a decision about one request
+	KindFeedback             // an identity put on or taken off a feedback list
+	KindDrops                // a report of decisions the emitter dropped
+	numKinds
+)
+
+var kindNames = [...]string{KindDecision: "decision", KindFeedback: "feedback", KindDrops: "drops"}
+
+// String returns the kind's wire name.
+func (k Kind) String() string {
+	if int(k) >= len(kindNames) {
+		return "unknown"
+	}
+	return kindNames[k]
+}
+
+// ParseKind returns the kind whose wire name is s.
+func ParseKind(s string) (Kind, bool) {
+	for i, n := range kindNames {
+		if n == s {
+			return Kind(i), true
+		}
+	}
+	return 0, false
+}
+
+// Decision is one event of the decision log: most often the edge's decision
+// about one request (Kind KindDecision, the zero value), else a feedback
+// action or a drop report, which use Time, Node, Reason and the fields of
+// their own section. One flat value for every kind keeps the codecs, the
+// columnar schema and replay simple; fields a kind does not use are zero.
+//
+// It is a plain value: copying it is how it is handed over, and it holds no
+// pointers into mutable state. The strings it holds may share memory with
+// the request.
 type Decision struct {
-	Time      time.Time // when the request was decided
+	Kind      Kind
+	Time      time.Time // when the request was decided (or the event happened)
 	RequestID string    // from the configured request-id header, or generated
 	Node      string    // the edge node that decided
 
@@ -104,7 +142,28 @@ type Decision struct {
 	Outcome      Outcome
 	Reason       string        // why, in a few words
 	StoreLatency time.Duration // time spent in the counter store; zero for in-process stores
+
+	// Privacy says how ClientIP and UserID were recorded: PrivacyKeep,
+	// PrivacyTruncate or PrivacyHMAC. Empty means as decided (kept).
+	Privacy string
+
+	// Feedback events (KindFeedback): Action on List for Target, for TTL
+	// (0: until removed). Reason says why; Node says who.
+	List   string        // "allow", "deny" or "challenge"
+	Action string        // "add" or "remove"
+	Target string        // an address, a CIDR, or "user:<id>"
+	TTL    time.Duration //
+
+	// Drop reports (KindDrops): decisions dropped since the previous report.
+	Dropped uint64
 }
+
+// Privacy modes recorded in Decision.Privacy.
+const (
+	PrivacyKeep     = "keep"     // addresses and user ids as seen
+	PrivacyTruncate = "truncate" // IPv4 to /24, IPv6 to /48; user ids pseudonymised
+	PrivacyHMAC     = "hmac"     // addresses and user ids replaced by keyed HMACs
+)
 
 // Identity sources recorded in Decision.IdentitySource.
 const (

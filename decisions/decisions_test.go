@@ -38,6 +38,17 @@ func TestJSONRoundTrip(t *testing.T) {
 	if got != want {
 		t.Errorf("round trip\n got %+v\nwant %+v", got, want)
 	}
+	for _, ev := range []Decision{
+		{Kind: KindFeedback, Time: d.Time, Node: "aggregator-1", Reason: "scraper alert", List: "challenge", Action: "add", Target: "203.0.113.0/24", TTL: 30 * time.Minute},
+		{Kind: KindDrops, Time: d.Time, Node: "edge-1", Reason: "queue full", Dropped: 1234},
+		{Kind: KindDecision, Time: d.Time, Outcome: Allow, Privacy: PrivacyTruncate, ClientIP: netip.MustParseAddr("203.0.113.0")},
+	} {
+		line := AppendJSON(nil, &ev)
+		got, _, err := ParseJSON(line)
+		if err != nil || got != ev {
+			t.Errorf("%s event round trip: %v\n got %+v\nwant %+v\n%s", ev.Kind, err, got, ev, line)
+		}
+	}
 	for o := Outcome(1); int(o) < NumOutcomes; o++ {
 		d.Outcome = o
 		got, _, err := ParseJSON(AppendJSON(nil, &d))

@@ -17,6 +17,7 @@ import (
 func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, Version, 10)
+	dst = appendField(dst, "kind", d.Kind.String())
 	dst = append(dst, `,"time":"`...)
 	dst = d.Time.UTC().AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, '"')
@@ -41,9 +42,24 @@ func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = appendInt(dst, "count", d.Count)
 	dst = appendInt(dst, "remaining", d.Remaining)
 	dst = appendInt(dst, "reset_ms", d.Reset.Milliseconds())
-	dst = appendField(dst, "outcome", d.Outcome.String())
+	outcome := ""
+	if d.Outcome != 0 {
+		outcome = d.Outcome.String()
+	}
+	dst = appendField(dst, "outcome", outcome)
 	dst = appendField(dst, "reason", d.Reason)
 	dst = appendInt(dst, "store_latency_us", d.StoreLatency.Microseconds())
+	dst = appendField(dst, "privacy", d.Privacy)
+	if d.Kind == KindFeedback {
+		dst = appendField(dst, "list", d.List)
+		dst = appendField(dst, "action", d.Action)
+		dst = appendField(dst, "target", d.Target)
+		dst = appendInt(dst, "ttl_ms", d.TTL.Milliseconds())
+	}
+	if d.Kind == KindDrops {
+		dst = append(dst, `,"dropped":`...)
+		dst = strconv.AppendUint(dst, d.Dropped, 10)
+	}
 	return append(dst, '}')
 }
 
@@ -109,6 +125,7 @@ func AppendJSONString(dst []byte, s string) []byte {
 // wire is the JSON form of a Decision, for decoding.
 type wire struct {
 	V              int    `json:"v"`
+	Kind           string `json:"kind"`
 	Time           string `json:"time"`
 	RequestID      string `json:"request_id"`
 	Node           string `json:"node"`
@@ -130,6 +147,12 @@ type wire struct {
 	Outcome        string `json:"outcome"`
 	Reason         string `json:"reason"`
 	StoreLatencyUS int64  `json:"store_latency_us"`
+	Privacy        string `json:"privacy"`
+	List           string `json:"list"`
+	Action         string `json:"action"`
+	Target         string `json:"target"`
+	TTLMS          int64  `json:"ttl_ms"`
+	Dropped        uint64 `json:"dropped"`
 }
 
 // ParseJSON decodes one decision written by AppendJSON. Unknown fields are
@@ -154,11 +177,24 @@ func ParseJSON(line []byte) (d Decision, version int, err error) {
 			return d, w.V, fmt.Errorf("parse decision: client_ip: %w", err)
 		}
 	}
-	o, ok := ParseOutcome(w.Outcome)
-	if !ok {
-		return d, w.V, fmt.Errorf("parse decision: unknown outcome %q", w.Outcome)
+	kind := KindDecision
+	if w.Kind != "" {
+		k, ok := ParseKind(w.Kind)
+		if !ok {
+			return d, w.V, fmt.Errorf("parse decision: unknown kind %q", w.Kind)
+		}
+		kind = k
+	}
+	var o Outcome
+	if kind == KindDecision || w.Outcome != "" {
+		var ok bool
+		if o, ok = ParseOutcome(w.Outcome); !ok {
+			return d, w.V, fmt.Errorf("parse decision: unknown outcome %q", w.Outcome)
+		}
 	}
 	return Decision{
+		Kind: kind, Privacy: w.Privacy, List: w.List, Action: w.Action, Target: w.Target,
+		TTL: time.Duration(w.TTLMS) * time.Millisecond, Dropped: w.Dropped,
 		Time: t, RequestID: w.RequestID, Node: w.Node, ClientIP: ip, UserID: w.UserID, Plan: w.Plan,
 		Tier: w.Tier, IdentitySource: w.IdentitySource, Method: w.Method, Host: w.Host, Path: w.Path,
 		Rule: w.Rule, Algorithm: w.Algorithm, Limit: w.Limit, Window: time.Duration(w.WindowMS) * time.Millisecond,
