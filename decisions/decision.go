@@ -143,8 +143,9 @@ type Decision struct {
 	Reason       string        // why, in a few words
 	StoreLatency time.Duration // time spent in the counter store; zero for in-process stores
 
-	// Privacy says how ClientIP and UserID were recorded: PrivacyKeep,
-	// PrivacyTruncate or PrivacyHMAC. Empty means as decided (kept).
+	// Privacy says how ClientIP and UserID were recorded, as
+	// "<address mode>/<user mode>", such as "truncate/hmac"; see Privacy.
+	// Empty means as decided (kept).
 	Privacy string
 
 	// Feedback events (KindFeedback): Action on List for Target, for TTL
@@ -158,12 +159,6 @@ type Decision struct {
 	Dropped uint64
 }
 
-// Privacy modes recorded in Decision.Privacy.
-const (
-	PrivacyKeep     = "keep"     // addresses and user ids as seen
-	PrivacyTruncate = "truncate" // IPv4 to /24, IPv6 to /48; user ids pseudonymised
-	PrivacyHMAC     = "hmac"     // addresses and user ids replaced by keyed HMACs
-)
 
 // Identity sources recorded in Decision.IdentitySource.
 const (

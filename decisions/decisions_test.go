@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -41,7 +42,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	for _, ev := range []Decision{
 		{Kind: KindFeedback, Time: d.Time, Node: "aggregator-1", Reason: "scraper alert", List: "challenge", Action: "add", Target: "203.0.113.0/24", TTL: 30 * time.Minute},
 		{Kind: KindDrops, Time: d.Time, Node: "edge-1", Reason: "queue full", Dropped: 1234},
-		{Kind: KindDecision, Time: d.Time, Outcome: Allow, Privacy: PrivacyTruncate, ClientIP: netip.MustParseAddr("203.0.113.0")},
+		{Kind: KindDecision, Time: d.Time, Outcome: Allow, Privacy: "truncate/keep", ClientIP: netip.MustParseAddr("203.0.113.0")},
 	} {
 		line := AppendJSON(nil, &ev)
 		got, _, err := ParseJSON(line)
@@ -159,7 +160,7 @@ func TestEmitterCloseFlushesEverything(t *testing.T) {
 
 func TestEmitterDropsWhenFull(t *testing.T) {
 	w := &memWriter{gate: make(chan struct{})}
-	e := NewEmitter(w, EmitterOptions{Queue: 8, Batch: 4, Interval: time.Hour})
+	e := NewEmitter(w, EmitterOptions{Queue: 8, Batch: 4, Interval: time.Hour, Node: "edge-9"})
 	accepted := 0
 	for range 100 {
 		if e.Emit(sample()) {
@@ -172,9 +173,13 @@ func TestEmitterDropsWhenFull(t *testing.T) {
 	}
 	s := e.Stats()
 	// The writer may hold one whole queue while blocked: at most twice the
-	// queue is accepted.
-	if accepted < 8 || accepted > 16 || s.Dropped != uint64(100-accepted) || s.Written != uint64(accepted) || len(w.got) != accepted {
-		t.Errorf("accepted %d stats %+v wrote %d", accepted, s, len(w.got))
+	// queue is accepted. The drops are reported in the sink itself, once.
+	if accepted < 8 || accepted > 16 || s.Dropped != uint64(100-accepted) || s.Written != uint64(accepted) || len(w.got) != accepted+1 {
+		t.Fatalf("accepted %d stats %+v wrote %d", accepted, s, len(w.got))
+	}
+	last := w.got[len(w.got)-1]
+	if last.Kind != KindDrops || last.Dropped != s.Dropped || last.Node != "edge-9" {
+		t.Errorf("drop report %+v, want %d dropped by edge-9", last, s.Dropped)
 	}
 }
 
@@ -238,3 +243,31 @@ func BenchmarkAppendJSON(b *testing.B) {
 }
 
 func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// TestEmitterReportsDropsPeriodically runs the emitter's own timers on the
+// fake clock of testing/synctest: drops are reported on the interval, once
+// each, and an interval without drops reports nothing.
+func TestEmitterReportsDropsPeriodically(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &memWriter{gate: make(chan struct{})}
+		e := NewEmitter(w, EmitterOptions{Queue: 4, Batch: 4, Interval: time.Hour, DropReport: 10 * time.Second, Node: "n"})
+		for range 20 { // the writer is blocked: 4 queued, 4 in its hands at most, the rest dropped
+			e.Emit(sample())
+		}
+		close(w.gate)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		time.Sleep(10 * time.Second) // no new drops: no second report
+		synctest.Wait()
+		e.Close(context.Background())
+		var reports []uint64
+		for _, d := range w.got {
+			if d.Kind == KindDrops {
+				reports = append(reports, d.Dropped)
+			}
+		}
+		if dropped := e.Stats().Dropped; len(reports) != 1 || reports[0] != dropped || dropped == 0 {
+			t.Errorf("reports %v, dropped %d", reports, dropped)
+		}
+	})
+}

@@ -37,6 +37,11 @@ type EmitterOptions struct {
 	// OnError is called with every write or flush error, from the writer
 	// goroutine. It may be nil.
 	OnError func(error)
+	// DropReport is how often decisions dropped since the last report are
+	// written to the sink as a KindDrops event, so the loss is visible in
+	// the log itself; default 10s. Node names the reporter.
+	DropReport time.Duration
+	Node       string
 }
 
 // Emitter hands decisions from the request path to a BatchWriter without
@@ -59,6 +64,7 @@ type Emitter struct {
 	done chan struct{}
 
 	dropped, written, errs atomic.Uint64
+	reported                uint64 // drops already reported in the log; writer goroutine only
 }
 
 // EmitterStats are an Emitter's counters.
@@ -82,6 +88,9 @@ func NewEmitter(w BatchWriter, opts EmitterOptions) *Emitter {
 	opts.Batch = min(opts.Batch, opts.Queue)
 	if opts.Interval <= 0 {
 		opts.Interval = 200 * time.Millisecond
+	}
+	if opts.DropReport <= 0 {
+		opts.DropReport = 10 * time.Second
 	}
 	e := &Emitter{
 		w: w, opts: opts,
@@ -141,17 +150,38 @@ func (e *Emitter) run(spare []Decision) {
 	defer close(e.done)
 	tick := time.NewTicker(e.opts.Interval)
 	defer tick.Stop()
+	report := time.NewTicker(e.opts.DropReport)
+	defer report.Stop()
 	for {
 		select {
 		case <-e.wake:
 			spare = e.drain(spare, false)
 		case <-tick.C:
 			spare = e.drain(spare, true)
+		case now := <-report.C:
+			e.reportDrops(now)
 		case <-e.stop:
+			e.drain(spare, false)
+			e.reportDrops(time.Now())
 			e.drain(spare, true)
 			return
 		}
 	}
+}
+
+// reportDrops writes a KindDrops event for the decisions dropped since the
+// last report, if any.
+func (e *Emitter) reportDrops(now time.Time) {
+	n := e.dropped.Load()
+	if n == e.reported {
+		return
+	}
+	ev := []Decision{{Kind: KindDrops, Time: now, Node: e.opts.Node, Reason: "decision queue full", Dropped: n - e.reported}}
+	if err := e.w.WriteBatch(ev); err != nil {
+		e.fail(err)
+		return
+	}
+	e.reported = n
 }
 
 // drain writes everything queued, then flushes if asked to or if anything
