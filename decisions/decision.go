@@ -159,7 +159,6 @@ type Decision struct {
 	Dropped uint64
 }
 
-
 // Identity sources recorded in Decision.IdentitySource.
 const (
 	SourcePeer            = "peer"             // the TCP peer address

@@ -64,7 +64,7 @@ type Emitter struct {
 	done chan struct{}
 
 	dropped, written, errs atomic.Uint64
-	reported                uint64 // drops already reported in the log; writer goroutine only
+	reported               uint64 // drops already reported in the log; writer goroutine only
 }
 
 // EmitterStats are an Emitter's counters.
