@@ -14,6 +14,7 @@ type Config struct {
 	Store      Store            `yaml:"store"`
 	Challenge  Challenge        `yaml:"challenge"`
 	Lists      Lists            `yaml:"lists"`
+	Decisions  Decisions        `yaml:"decisions"`
 	FailClosed []string         `yaml:"fail_closed"` // path prefixes that fail closed (503) when the store fails
 	Tiers      map[string]*Tier `yaml:"tiers"`
 
@@ -89,6 +90,27 @@ type Challenge struct {
 	// to the token endpoint; default RATEWARDEN_VERIFIER_SECRET.
 	VerifierSecretEnv string `yaml:"verifier_secret_env"`
 	Endpoint          string `yaml:"endpoint"` // token endpoint path on the edge; default /.ratewarden/token
+}
+
+// Decisions is the local decision log: an append-only directory of
+// segments, the embedded default for recording every decision.
+type Decisions struct {
+	Dir          string        `yaml:"dir"`           // log directory; "" disables (edge.decisions_file may still write JSON lines)
+	Codec        string        `yaml:"codec"`         // arrow (default: Arrow record batches, zstd) or json
+	Sync         string        `yaml:"sync"`          // batch, interval (default) or never
+	SyncInterval time.Duration `yaml:"sync_interval"` // with sync: interval; default 10ms
+	SegmentBytes int64         `yaml:"segment_bytes"` // roll a segment at this size; default 134217728 (128 MiB)
+	SegmentAge   time.Duration `yaml:"segment_age"`   // roll a segment this old; default 1h
+	RetainAge    time.Duration `yaml:"retain_age"`    // delete segments whose newest event is older; default 168h
+	RetainBytes  int64         `yaml:"retain_bytes"`  // delete the oldest segments while the log is larger; default 10737418240 (10 GiB)
+	Privacy      Privacy       `yaml:"privacy"`
+}
+
+// Privacy says how client addresses and user ids are recorded in the log.
+type Privacy struct {
+	Addresses string `yaml:"addresses"` // keep (default), truncate (/24, /48) or hmac
+	Users     string `yaml:"users"`     // keep (default) or hmac
+	KeyEnv    string `yaml:"key_env"`   // environment variable holding the HMAC key (≥ 32 bytes, base64); default RATEWARDEN_PRIVACY_KEY
 }
 
 // Lists are the allow and deny lists.

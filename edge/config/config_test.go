@@ -269,7 +269,7 @@ tiers:
   anonymous:
     globl: {limit: 60} # <-
 `, "tiers.anonymous.globl", "unknown key; use one of extends, global, paths"},
-		{"unknown top key", "tier: {} # <-\n" + anonymous, "tier", "unknown key; use one of edge, identity, store, challenge, lists, fail_closed, tiers"},
+		{"unknown top key", "tier: {} # <-\n" + anonymous, "tier", "unknown key; use one of edge, identity, store, challenge, lists, decisions, fail_closed, tiers"},
 		{"wrong type", `
 tiers:
   anonymous:

@@ -58,6 +58,18 @@ func (c *Config) Defaults() {
 
 	def(&c.Lists.Refresh, 30*time.Second)
 
+	d := &c.Decisions
+	def(&d.Codec, DecisionCodecs[0])
+	def(&d.Sync, SyncModes[0])
+	def(&d.SyncInterval, 10*time.Millisecond)
+	def(&d.SegmentBytes, 128<<20)
+	def(&d.SegmentAge, time.Hour)
+	def(&d.RetainAge, 7*24*time.Hour)
+	def(&d.RetainBytes, 10<<30)
+	def(&d.Privacy.Addresses, "keep")
+	def(&d.Privacy.Users, "keep")
+	def(&d.Privacy.KeyEnv, "RATEWARDEN_PRIVACY_KEY")
+
 	for _, t := range c.Tiers {
 		if t == nil {
 			continue

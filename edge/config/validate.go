@@ -48,8 +48,27 @@ func (c *Config) validate() *validator {
 			v.report(key("fail_closed", index(i)), p, "is not allowed", "a path prefix starting with /, such as /api/admin/")
 		}
 	}
+	v.decisions(&c.Decisions)
 	v.tiers(c.Tiers)
 	return v
+}
+
+// Values of the decisions section; the first is the default.
+var (
+	DecisionCodecs = []string{"arrow", "json"}
+	SyncModes      = []string{"interval", "batch", "never"}
+)
+
+func (v *validator) decisions(d *Decisions) {
+	v.oneOf(key("decisions", "codec"), d.Codec, DecisionCodecs)
+	v.oneOf(key("decisions", "sync"), d.Sync, SyncModes)
+	v.durationRange(key("decisions", "sync_interval"), d.SyncInterval, time.Millisecond, 10*time.Second)
+	v.intRange(key("decisions", "segment_bytes"), d.SegmentBytes, 1<<20, 4<<30)
+	v.durationRange(key("decisions", "segment_age"), d.SegmentAge, time.Minute, 7*24*time.Hour)
+	v.durationRange(key("decisions", "retain_age"), d.RetainAge, time.Hour, 10*365*24*time.Hour)
+	v.intRange(key("decisions", "retain_bytes"), d.RetainBytes, 16<<20, math.MaxInt64)
+	v.oneOf(key("decisions", "privacy", "addresses"), d.Privacy.Addresses, []string{"keep", "truncate", "hmac"})
+	v.oneOf(key("decisions", "privacy", "users"), d.Privacy.Users, []string{"keep", "hmac"})
 }
 
 // challenging reports whether any rule may challenge, so that the challenge
