@@ -29,6 +29,28 @@ type discard struct{}
 func (discard) WriteBatch([]Decision) error { return nil }
 func (discard) Flush() error                { return nil }
 
+// Tee returns a BatchWriter writing every batch to each of ws in turn; a
+// failing writer does not keep the others from their batch.
+func Tee(ws ...BatchWriter) BatchWriter { return tee(ws) }
+
+type tee []BatchWriter
+
+func (t tee) WriteBatch(ds []Decision) error {
+	var errs []error
+	for _, w := range t {
+		errs = append(errs, w.WriteBatch(ds))
+	}
+	return errors.Join(errs...)
+}
+
+func (t tee) Flush() error {
+	var errs []error
+	for _, w := range t {
+		errs = append(errs, w.Flush())
+	}
+	return errors.Join(errs...)
+}
+
 // EmitterOptions configures an Emitter.
 type EmitterOptions struct {
 	Queue    int           // decisions held at most awaiting the writer; default 4096

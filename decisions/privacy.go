@@ -122,3 +122,26 @@ func (p *Privacy) pseudoUser(u string) string {
 	sum := p.digest('u', []byte(u))
 	return "h:" + base64.RawURLEncoding.EncodeToString(sum[:16])
 }
+
+// Private returns a BatchWriter that applies p to every event of a batch,
+// in place, before handing the batch to w. A nil p returns w.
+func Private(p *Privacy, w BatchWriter) BatchWriter {
+	if p == nil || (p.addrMode == Keep && p.userMode == Keep) {
+		return w
+	}
+	return &private{p: p, w: w}
+}
+
+type private struct {
+	p *Privacy
+	w BatchWriter
+}
+
+func (pw *private) WriteBatch(ds []Decision) error {
+	for i := range ds {
+		pw.p.Apply(&ds[i])
+	}
+	return pw.w.WriteBatch(ds)
+}
+
+func (pw *private) Flush() error { return pw.w.Flush() }
