@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/netip"
 	"os"
 	"strings"
@@ -20,7 +21,7 @@ func sample() Decision {
 		ClientIP: netip.MustParseAddr("2001:db8::7"), UserID: "u_\"abc\"\n", Plan: "pro", Tier: "pro",
 		IdentitySource: SourceJWT, Method: "GET", Host: "api.example.com", Path: "/api/reports/\x01\xff",
 		Rule: "pro:/api/reports", Algorithm: "fixed_window", Limit: 30, Window: time.Minute, Count: 31,
-		Remaining: 0, Reset: 42 * time.Second, Outcome: Challenge, Reason: "over the limit", StoreLatency: 1500 * time.Microsecond,
+		Remaining: 0, Reset: 42*time.Second + 123456789, Outcome: Challenge, Reason: "over the limit", StoreLatency: 1500*time.Microsecond + 7,
 	}
 }
 
@@ -268,6 +269,30 @@ func TestEmitterReportsDropsPeriodically(t *testing.T) {
 		}
 		if dropped := e.Stats().Dropped; len(reports) != 1 || reports[0] != dropped || dropped == 0 {
 			t.Errorf("reports %v, dropped %d", reports, dropped)
+		}
+	})
+}
+
+func FuzzDurationJSON(f *testing.F) {
+	for _, d := range []int64{0, 1, 999, 1000, 1_000_000, 60_000_000_000, 42_123_456_789, -5, 1<<62 + 3} {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, ns int64) {
+		if ns == math.MinInt64 {
+			return
+		}
+		for _, unit := range []time.Duration{time.Millisecond, time.Microsecond} {
+			b := appendDuration(nil, "d", time.Duration(ns), unit)
+			var obj map[string]json.Number
+			dec := json.NewDecoder(bytes.NewReader(append(append([]byte("{"), b[1:]...), '}')))
+			dec.UseNumber()
+			if err := dec.Decode(&obj); err != nil {
+				t.Fatalf("%d: %s is not JSON: %v", ns, b, err)
+			}
+			got, err := parseDuration(obj["d"], unit)
+			if err != nil || got != time.Duration(ns) {
+				t.Fatalf("%d ns in %v: wrote %s, read %d (%v)", ns, unit, b, got, err)
+			}
 		}
 	})
 }

@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
 
 // AppendJSON appends d to dst as one JSON object (no trailing newline) and
 // returns the extended buffer. Times are RFC 3339 with nanoseconds in UTC;
-// durations are integer milliseconds (window, reset) or microseconds (store
-// latency), named with their unit. Empty strings and zero numbers are kept,
-// so every line has the same fields.
+// durations are milliseconds (window, reset, ttl) or microseconds (store
+// latency), named with their unit, with a decimal fraction down to the
+// nanosecond when they are not whole, so the form is lossless. Empty
+// strings and zero numbers are kept, so every line has the same fields.
 func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, Version, 10)
@@ -38,23 +40,23 @@ func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = appendField(dst, "rule", d.Rule)
 	dst = appendField(dst, "algorithm", d.Algorithm)
 	dst = appendInt(dst, "limit", d.Limit)
-	dst = appendInt(dst, "window_ms", d.Window.Milliseconds())
+	dst = appendDuration(dst, "window_ms", d.Window, time.Millisecond)
 	dst = appendInt(dst, "count", d.Count)
 	dst = appendInt(dst, "remaining", d.Remaining)
-	dst = appendInt(dst, "reset_ms", d.Reset.Milliseconds())
+	dst = appendDuration(dst, "reset_ms", d.Reset, time.Millisecond)
 	outcome := ""
 	if d.Outcome != 0 {
 		outcome = d.Outcome.String()
 	}
 	dst = appendField(dst, "outcome", outcome)
 	dst = appendField(dst, "reason", d.Reason)
-	dst = appendInt(dst, "store_latency_us", d.StoreLatency.Microseconds())
+	dst = appendDuration(dst, "store_latency_us", d.StoreLatency, time.Microsecond)
 	dst = appendField(dst, "privacy", d.Privacy)
 	if d.Kind == KindFeedback {
 		dst = appendField(dst, "list", d.List)
 		dst = appendField(dst, "action", d.Action)
 		dst = appendField(dst, "target", d.Target)
-		dst = appendInt(dst, "ttl_ms", d.TTL.Milliseconds())
+		dst = appendDuration(dst, "ttl_ms", d.TTL, time.Millisecond)
 	}
 	if d.Kind == KindDrops {
 		dst = append(dst, `,"dropped":`...)
@@ -68,6 +70,64 @@ func appendInt(dst []byte, name string, v int64) []byte {
 	dst = append(dst, name...)
 	dst = append(dst, '"', ':')
 	return strconv.AppendInt(dst, v, 10)
+}
+
+// appendDuration writes d in units of unit: the whole part, and a decimal
+// fraction (trailing zeros trimmed) when d is not a whole number of units.
+func appendDuration(dst []byte, name string, d, unit time.Duration) []byte {
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	dst = append(dst, '"', ':')
+	if d < 0 {
+		dst = append(dst, '-')
+		d = -d // a duration of math.MinInt64 is not one this schema carries
+	}
+	dst = strconv.AppendInt(dst, int64(d/unit), 10)
+	frac := int64(d % unit)
+	if frac == 0 {
+		return dst
+	}
+	digits := len(strconv.FormatInt(int64(unit), 10)) - 1 // 6 for ms, 3 for µs
+	var buf [12]byte
+	b := strconv.AppendInt(buf[:0], frac, 10)
+	dst = append(dst, '.')
+	for range digits - len(b) {
+		dst = append(dst, '0')
+	}
+	for len(b) > 0 && b[len(b)-1] == '0' {
+		b = b[:len(b)-1]
+	}
+	return append(dst, b...)
+}
+
+// parseDuration reads a number written by appendDuration exactly.
+func parseDuration(n json.Number, unit time.Duration) (time.Duration, error) {
+	s := string(n)
+	if s == "" {
+		return 0, nil
+	}
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	whole, frac, _ := strings.Cut(s, ".")
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("duration %q: %w", n, err)
+	}
+	digits := len(strconv.FormatInt(int64(unit), 10)) - 1
+	if len(frac) > digits {
+		return 0, fmt.Errorf("duration %q: finer than a nanosecond", n)
+	}
+	var f int64
+	if frac != "" {
+		if f, err = strconv.ParseInt(frac+strings.Repeat("0", digits-len(frac)), 10, 64); err != nil {
+			return 0, fmt.Errorf("duration %q: %w", n, err)
+		}
+	}
+	d := time.Duration(w)*unit + time.Duration(f)
+	if neg {
+		d = -d
+	}
+	return d, nil
 }
 
 func appendField(dst []byte, name, v string) []byte {
@@ -124,35 +184,35 @@ func AppendJSONString(dst []byte, s string) []byte {
 
 // wire is the JSON form of a Decision, for decoding.
 type wire struct {
-	V              int    `json:"v"`
-	Kind           string `json:"kind"`
-	Time           string `json:"time"`
-	RequestID      string `json:"request_id"`
-	Node           string `json:"node"`
-	ClientIP       string `json:"client_ip"`
-	UserID         string `json:"user_id"`
-	Plan           string `json:"plan"`
-	Tier           string `json:"tier"`
-	IdentitySource string `json:"identity_source"`
-	Method         string `json:"method"`
-	Host           string `json:"host"`
-	Path           string `json:"path"`
-	Rule           string `json:"rule"`
-	Algorithm      string `json:"algorithm"`
-	Limit          int64  `json:"limit"`
-	WindowMS       int64  `json:"window_ms"`
-	Count          int64  `json:"count"`
-	Remaining      int64  `json:"remaining"`
-	ResetMS        int64  `json:"reset_ms"`
-	Outcome        string `json:"outcome"`
-	Reason         string `json:"reason"`
-	StoreLatencyUS int64  `json:"store_latency_us"`
-	Privacy        string `json:"privacy"`
-	List           string `json:"list"`
-	Action         string `json:"action"`
-	Target         string `json:"target"`
-	TTLMS          int64  `json:"ttl_ms"`
-	Dropped        uint64 `json:"dropped"`
+	V              int         `json:"v"`
+	Kind           string      `json:"kind"`
+	Time           string      `json:"time"`
+	RequestID      string      `json:"request_id"`
+	Node           string      `json:"node"`
+	ClientIP       string      `json:"client_ip"`
+	UserID         string      `json:"user_id"`
+	Plan           string      `json:"plan"`
+	Tier           string      `json:"tier"`
+	IdentitySource string      `json:"identity_source"`
+	Method         string      `json:"method"`
+	Host           string      `json:"host"`
+	Path           string      `json:"path"`
+	Rule           string      `json:"rule"`
+	Algorithm      string      `json:"algorithm"`
+	Limit          int64       `json:"limit"`
+	WindowMS       json.Number `json:"window_ms"`
+	Count          int64       `json:"count"`
+	Remaining      int64       `json:"remaining"`
+	ResetMS        json.Number `json:"reset_ms"`
+	Outcome        string      `json:"outcome"`
+	Reason         string      `json:"reason"`
+	StoreLatencyUS json.Number `json:"store_latency_us"`
+	Privacy        string      `json:"privacy"`
+	List           string      `json:"list"`
+	Action         string      `json:"action"`
+	Target         string      `json:"target"`
+	TTLMS          json.Number `json:"ttl_ms"`
+	Dropped        uint64      `json:"dropped"`
 }
 
 // ParseJSON decodes one decision written by AppendJSON. Unknown fields are
@@ -192,13 +252,22 @@ func ParseJSON(line []byte) (d Decision, version int, err error) {
 			return d, w.V, fmt.Errorf("parse decision: unknown outcome %q", w.Outcome)
 		}
 	}
+	var durs [4]time.Duration
+	for i, f := range []struct {
+		n    json.Number
+		unit time.Duration
+	}{{w.WindowMS, time.Millisecond}, {w.ResetMS, time.Millisecond}, {w.StoreLatencyUS, time.Microsecond}, {w.TTLMS, time.Millisecond}} {
+		if durs[i], err = parseDuration(f.n, f.unit); err != nil {
+			return d, w.V, fmt.Errorf("parse decision: %w", err)
+		}
+	}
 	return Decision{
 		Kind: kind, Privacy: w.Privacy, List: w.List, Action: w.Action, Target: w.Target,
-		TTL: time.Duration(w.TTLMS) * time.Millisecond, Dropped: w.Dropped,
+		TTL: durs[3], Dropped: w.Dropped,
 		Time: t, RequestID: w.RequestID, Node: w.Node, ClientIP: ip, UserID: w.UserID, Plan: w.Plan,
 		Tier: w.Tier, IdentitySource: w.IdentitySource, Method: w.Method, Host: w.Host, Path: w.Path,
-		Rule: w.Rule, Algorithm: w.Algorithm, Limit: w.Limit, Window: time.Duration(w.WindowMS) * time.Millisecond,
-		Count: w.Count, Remaining: w.Remaining, Reset: time.Duration(w.ResetMS) * time.Millisecond,
-		Outcome: o, Reason: w.Reason, StoreLatency: time.Duration(w.StoreLatencyUS) * time.Microsecond,
+		Rule: w.Rule, Algorithm: w.Algorithm, Limit: w.Limit, Window: durs[0],
+		Count: w.Count, Remaining: w.Remaining, Reset: durs[1],
+		Outcome: o, Reason: w.Reason, StoreLatency: durs[2],
 	}, w.V, nil
 }
