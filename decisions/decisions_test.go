@@ -296,3 +296,35 @@ func FuzzDurationJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestEmitterBatchesByBytes: batches stop at BatchBytes of estimated size,
+// and a decision larger than that still goes, alone.
+func TestEmitterBatchesByBytes(t *testing.T) {
+	w := &batchSizes{}
+	e := NewEmitter(w, EmitterOptions{Queue: 1024, Batch: 1000, BatchBytes: 10_000, Interval: time.Hour})
+	small := sample()
+	big := sample()
+	big.Path = strings.Repeat("x", 20_000)
+	for range 100 {
+		e.Emit(small)
+	}
+	e.Emit(big)
+	e.Close(context.Background())
+	per := 10_000 / Size(&small)
+	total := 0
+	for i, n := range w.sizes {
+		total += n
+		last := i == len(w.sizes)-1
+		if (last && n != 1) || (!last && n > per) {
+			t.Errorf("batch %d has %d decisions (at most %d fit in 10000 bytes; the big one goes alone)", i, n, per)
+		}
+	}
+	if total != 101 {
+		t.Errorf("%d decisions written, want 101", total)
+	}
+}
+
+type batchSizes struct{ sizes []int }
+
+func (b *batchSizes) WriteBatch(ds []Decision) error { b.sizes = append(b.sizes, len(ds)); return nil }
+func (b *batchSizes) Flush() error                   { return nil }

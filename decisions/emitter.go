@@ -53,9 +53,13 @@ func (t tee) Flush() error {
 
 // EmitterOptions configures an Emitter.
 type EmitterOptions struct {
-	Queue    int           // decisions held at most awaiting the writer; default 4096
-	Batch    int           // decisions handed to the writer at once at most; default 1024
-	Interval time.Duration // the writer is flushed at least this often while decisions arrive; default 200ms
+	Queue int // decisions held at most awaiting the writer; default 4096
+	Batch int // decisions handed to the writer at once at most; default 1024
+	// BatchBytes bounds a batch's estimated encoded size (Size), so that a
+	// batch fits a sink's record limit (a Kinesis record is 1 MiB at most);
+	// default 1 MiB. A single larger decision goes alone.
+	BatchBytes int
+	Interval   time.Duration // the writer is flushed at least this often while decisions arrive; default 200ms
 	// OnError is called with every write or flush error, from the writer
 	// goroutine. It may be nil.
 	OnError func(error)
@@ -108,6 +112,9 @@ func NewEmitter(w BatchWriter, opts EmitterOptions) *Emitter {
 		opts.Batch = 1024
 	}
 	opts.Batch = min(opts.Batch, opts.Queue)
+	if opts.BatchBytes <= 0 {
+		opts.BatchBytes = 1 << 20
+	}
 	if opts.Interval <= 0 {
 		opts.Interval = 200 * time.Millisecond
 	}
@@ -217,7 +224,7 @@ func (e *Emitter) drain(spare []Decision, flush bool) []Decision {
 			break
 		}
 		for b := q; len(b) > 0; {
-			n := min(len(b), e.opts.Batch)
+			n := e.cut(b)
 			if err := e.w.WriteBatch(b[:n]); err != nil {
 				e.fail(err)
 			} else {
@@ -234,6 +241,29 @@ func (e *Emitter) drain(spare []Decision, flush bool) []Decision {
 		}
 	}
 	return spare
+}
+
+// cut returns how many decisions from the front of b make the next batch:
+// at most Batch of them, and at most BatchBytes of estimated size.
+func (e *Emitter) cut(b []Decision) int {
+	n, size := 0, 0
+	for n < len(b) && n < e.opts.Batch {
+		size += Size(&b[n])
+		if size > e.opts.BatchBytes && n > 0 {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// Size estimates d's encoded size in bytes: its strings and a fixed part.
+// It errs on the large side for the columnar form and is close for JSON
+// lines.
+func Size(d *Decision) int {
+	return 420 + len(d.RequestID) + len(d.Node) + len(d.UserID) + len(d.Plan) + len(d.Tier) + len(d.IdentitySource) +
+		len(d.Method) + len(d.Host) + len(d.Path) + len(d.Rule) + len(d.Algorithm) + len(d.Reason) + len(d.Privacy) +
+		len(d.List) + len(d.Action) + len(d.Target)
 }
 
 func (e *Emitter) fail(err error) {
