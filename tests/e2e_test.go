@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,16 +21,43 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 )
 
-// buildBinary builds cmd/ratewarden once per test binary.
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	binDir    string
+)
+
+// buildBinary builds cmd/ratewarden once per test binary; TestMain removes
+// it.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ratewarden")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/ratewarden")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "ratewarden-e2e-"); buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "ratewarden")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/ratewarden").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return binPath
 }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// stops holds each test's edge stopper, for tests that stop it early.
+var stops = map[string]func(){}
 
 var (
 	listenRE = regexp.MustCompile(`msg="edge listening" addr=(\S+)`)
@@ -66,21 +94,26 @@ func startEdge(t *testing.T, bin string, env []string, args ...string) (string, 
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			<-logDone
-			if err != nil {
-				t.Errorf("edge exited with %v\n%s", err, logs.String())
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cmd.Process.Signal(os.Interrupt)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				<-logDone
+				if err != nil {
+					t.Errorf("edge exited with %v\n%s", err, logs.String())
+				}
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				t.Errorf("edge did not stop on SIGINT\n%s", logs.String())
 			}
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("edge did not stop on SIGINT\n%s", logs.String())
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
+	stops[t.Name()] = stop
 	var urls [2]string
 	for i, ch := range []chan string{addr, admin} {
 		select {
@@ -356,5 +389,65 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 	res := get(t, client, base+"/", "X-Forwarded-For", "203.0.113.66")
 	if res.status != 403 || !strings.Contains(res.body, `"forbidden"`) {
 		t.Errorf("deny-listed: %d %s", res.status, res.body)
+	}
+}
+
+// TestEdgeDecisionLog runs the edge with the segmented decision log, serves
+// a known number of requests, stops it, and reads the log back with
+// `ratewarden decisions cat`, `stats` and `export`: one JSON object per
+// request, nothing lost on SIGTERM.
+func TestEdgeDecisionLog(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer origin.Close()
+	dir := filepath.Join(t.TempDir(), "log")
+	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-dir", dir)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const clients, each = 20, 25
+	want := map[int]int{}
+	for c := range clients {
+		for range each {
+			res := get(t, client, base+"/api/export", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", c))
+			want[res.status]++
+		}
+	}
+	stops[t.Name()]()
+
+	run := func(args ...string) string {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ratewarden %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	lines := strings.Split(strings.TrimSpace(run("decisions", "cat", "--dir", dir)), "\n")
+	if len(lines) != clients*each {
+		t.Fatalf("decisions cat: %d lines, want %d", len(lines), clients*each)
+	}
+	got := map[int]int{}
+	status := map[decisions.Outcome]int{decisions.Allow: 200, decisions.Challenge: 302, decisions.Block: 429}
+	for i, line := range lines {
+		d, _, err := decisions.ParseJSON([]byte(line))
+		if err != nil {
+			t.Fatalf("line %d: %v: %s", i+1, err, line)
+		}
+		got[status[d.Outcome]]++
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("outcomes in the log %v, statuses served %v", got, want)
+	}
+	if out := run("decisions", "stats", "--dir", dir); !regexp.MustCompile(`(?m)^events\s+500$`).MatchString(out) {
+		t.Errorf("decisions stats:\n%s", out)
+	}
+	pq := filepath.Join(t.TempDir(), "d.parquet")
+	if out := run("decisions", "export", "--dir", dir, "--out", pq); !strings.Contains(out, "500 events") {
+		t.Errorf("decisions export: %s", out)
+	}
+	if fi, err := os.Stat(pq); err != nil || fi.Size() == 0 {
+		t.Errorf("parquet file: %v", err)
+	}
+	table := run("decisions", "cat", "--dir", dir, "--format", "table", "--from", "495")
+	if n := len(strings.Split(strings.TrimSpace(table), "\n")); n != 6 || !strings.HasPrefix(table, "OFFSET") {
+		t.Errorf("table from offset 495: %d lines:\n%s", n, table)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/config"
@@ -37,6 +40,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	upstream := fs.String("upstream", "", "origin `URL`, or \"builtin\" for a demo origin (overrides edge.upstream)")
 	admin := fs.String("admin-listen", "", "metrics and health `address`, \"off\" to disable (overrides edge.admin_listen)")
 	decisionsFile := fs.String("decisions-file", "", "append decisions as JSON lines to `path` (overrides edge.decisions_file)")
+	decisionsDir := fs.String("decisions-dir", "", "write the decision log to `directory` (overrides decisions.dir)")
 	node := fs.String("node", "", "edge node `name` recorded in decisions (overrides edge.node)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -56,6 +60,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	override(&cfg.Edge.Upstream, *upstream)
 	override(&cfg.Edge.AdminListen, *admin)
 	override(&cfg.Edge.DecisionsFile, *decisionsFile)
+	override(&cfg.Decisions.Dir, *decisionsDir)
 	override(&cfg.Edge.Node, *node)
 	if cfg.Edge.AdminListen == "off" {
 		cfg.Edge.AdminListen = ""
@@ -102,18 +107,13 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	}()
 
 	opts := edge.Options{Env: getenv}
-	var emitter *decisions.Emitter
-	if cfg.Edge.DecisionsFile != "" {
-		f, err := decisions.OpenJSONLines(cfg.Edge.DecisionsFile)
-		if err != nil {
-			return err
-		}
-		emitter = decisions.NewEmitter(f, decisions.EmitterOptions{Queue: cfg.Edge.DecisionQueue,
-			OnError: func(err error) { log.Error("decisions", "err", err) }})
+	emitter, closeSinks, err := openDecisionSinks(cfg, log, getenv)
+	if err != nil {
+		return err
+	}
+	if emitter != nil {
 		opts.Sink = emitter
-		cleanup = append(cleanup, func(ctx context.Context) error {
-			return errors.Join(emitter.Close(ctx), f.Close())
-		})
+		cleanup = append(cleanup, closeSinks)
 	}
 	watchers := map[string]*lists.Watcher{}
 	for _, l := range []struct {
@@ -304,4 +304,94 @@ func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher)
 		return nil
 	}, loads, failures, entries)
 	return err
+}
+
+// openDecisionSinks opens what edge.decisions_file and decisions.dir ask
+// for behind one emitter; close flushes the emitter, then the sinks.
+func openDecisionSinks(cfg *config.Config, log *slog.Logger, getenv func(string) string) (*decisions.Emitter, func(context.Context) error, error) {
+	var writers []decisions.BatchWriter
+	var closers []func() error
+	fail := func(err error) (*decisions.Emitter, func(context.Context) error, error) {
+		for _, c := range closers {
+			c()
+		}
+		return nil, nil, err
+	}
+	privacy, err := newPrivacy(cfg.Decisions.Privacy, getenv)
+	if err != nil {
+		return fail(err)
+	}
+	if cfg.Decisions.Dir != "" {
+		l, err := seglog.Open(cfg.Decisions.Dir, logOptions(cfg.Decisions, func(p seglog.Problem) {
+			log.Error("decision log: skipped a corrupt region", "problem", p.Error())
+		}))
+		if err != nil {
+			return fail(fmt.Errorf("open decision log: %w", err))
+		}
+		codec := decisionlog.CodecArrow
+		if cfg.Decisions.Codec == "json" {
+			codec = decisionlog.CodecJSON
+		}
+		writers = append(writers, decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}))
+		closers = append(closers, l.Close)
+	}
+	if cfg.Edge.DecisionsFile != "" {
+		f, err := decisions.OpenJSONLines(cfg.Edge.DecisionsFile)
+		if err != nil {
+			return fail(err)
+		}
+		writers = append(writers, f)
+		closers = append(closers, f.Close)
+	}
+	if len(writers) == 0 {
+		return nil, nil, nil
+	}
+	w := writers[0]
+	if len(writers) > 1 {
+		w = decisions.Tee(writers...)
+	}
+	// Privacy applies to everything recorded, log and file alike.
+	em := decisions.NewEmitter(decisions.Private(privacy, w), decisions.EmitterOptions{Queue: cfg.Edge.DecisionQueue, Node: cfg.Edge.Node,
+		OnError: func(err error) { log.Error("decisions", "err", err) }})
+	return em, func(ctx context.Context) error {
+		errs := []error{em.Close(ctx)}
+		for _, c := range closers {
+			errs = append(errs, c())
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// newPrivacy builds the configured privacy treatment; the HMAC key comes
+// from the environment, base64-encoded.
+func newPrivacy(p config.Privacy, getenv func(string) string) (*decisions.Privacy, error) {
+	var key []byte
+	if p.Addresses == decisions.HMAC || p.Users == decisions.HMAC {
+		raw := getenv(p.KeyEnv)
+		if raw == "" {
+			return nil, fmt.Errorf("decisions.privacy: hmac needs a key in %s (base64, 32 bytes or more)", p.KeyEnv)
+		}
+		k, err := base64.StdEncoding.DecodeString(raw)
+		if err != nil {
+			return nil, fmt.Errorf("decisions.privacy: %s: not base64: %w", p.KeyEnv, err)
+		}
+		key = k
+	}
+	return decisions.NewPrivacy(p.Addresses, p.Users, key)
+}
+
+// logOptions turns the decisions section into the log's options.
+func logOptions(d config.Decisions, report func(seglog.Problem)) seglog.Options {
+	mode := seglog.SyncInterval
+	switch d.Sync {
+	case "batch":
+		mode = seglog.SyncEveryBatch
+	case "never":
+		mode = seglog.SyncNever
+	}
+	return seglog.Options{
+		SegmentBytes: d.SegmentBytes, SegmentAge: d.SegmentAge,
+		Sync:      seglog.SyncPolicy{Mode: mode, Interval: d.SyncInterval},
+		RetainAge: d.RetainAge, RetainBytes: d.RetainBytes, Report: report,
+	}
 }

@@ -3,6 +3,7 @@
 //	ratewarden edge [flags]            run the limiting reverse proxy
 //	ratewarden config check FILE...    validate configuration files
 //	ratewarden token issue [flags]     issue a challenge token
+//	ratewarden decisions cat|stats|export  read the decision log
 //	ratewarden lambda [flags]          serve API Gateway / ALB events in AWS Lambda
 //	ratewarden version                 print the version
 package main
@@ -48,6 +49,7 @@ Usage:
   ratewarden edge [flags]              run the limiting reverse proxy
   ratewarden config check FILE...      validate configuration files
   ratewarden token issue [flags]       issue a challenge token
+  ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
   ratewarden version                   print the version
 
@@ -64,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runEdge(ctx, args[1:], stdout, stderr, getenv)
 	case "config":
 		return runConfig(args[1:], stdout, stderr)
+	case "decisions":
+		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
 	case "token":

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+)
+
+const decisionsUsage = `Usage:
+  ratewarden decisions cat --dir DIR [--since T] [--until T] [--from OFFSET] [--format json|table] [--follow]
+  ratewarden decisions stats --dir DIR
+  ratewarden decisions export --dir DIR --out FILE.parquet [--since T] [--until T]
+
+T is an RFC 3339 time (2026-11-30T03:00:00Z) or a duration before now (15m).
+`
+
+func runDecisions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, decisionsUsage)
+		return errUsage
+	}
+	switch args[0] {
+	case "cat":
+		return runDecisionsCat(ctx, args[1:], stdout, stderr)
+	case "stats":
+		return runDecisionsStats(ctx, args[1:], stdout, stderr)
+	case "export":
+		return runDecisionsExport(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, decisionsUsage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "ratewarden decisions: unknown command %q\n\n%s", args[0], decisionsUsage)
+	return errUsage
+}
+
+// timeFlag parses an RFC 3339 time or a duration before now.
+type timeFlag struct {
+	t   time.Time
+	now func() time.Time
+}
+
+func (f *timeFlag) String() string {
+	if f.t.IsZero() {
+		return ""
+	}
+	return f.t.Format(time.RFC3339)
+}
+
+func (f *timeFlag) Set(s string) error {
+	if d, err := time.ParseDuration(s); err == nil {
+		f.t = f.now().Add(-d)
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return fmt.Errorf("want an RFC 3339 time or a duration before now, such as 15m")
+	}
+	f.t = t
+	return nil
+}
+
+func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("decisions cat", "decisions cat --dir DIR [flags]", stderr)
+	dir := fs.String("dir", "", "decision log `directory`")
+	since := timeFlag{now: time.Now}
+	until := timeFlag{now: time.Now}
+	fs.Var(&since, "since", "only events at or after `T`")
+	fs.Var(&until, "until", "only events before `T`")
+	from := fs.Uint64("from", 0, "start at `offset`")
+	format := fs.String("format", "json", "output `format`: json (one object per line) or table")
+	follow := fs.Bool("follow", false, "wait for new events (until interrupted)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || fs.NArg() > 0 || (*format != "json" && *format != "table") {
+		fs.Usage()
+		return errUsage
+	}
+	r, err := decisionlog.Open(*dir, decisionlog.Filter{From: *from, Since: since.t, Until: until.t})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w := bufio.NewWriterSize(stdout, 64<<10)
+	defer w.Flush()
+	var tw *tabwriter.Writer
+	if *format == "table" {
+		tw = tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+		fmt.Fprintln(tw, "OFFSET\tTIME\tNODE\tCLIENT\tUSER\tTIER\tMETHOD\tPATH\tRULE\tCOUNT/LIMIT\tOUTCOME\tREASON")
+	}
+	var buf []byte
+	for {
+		d, off, err := r.Next(ctx, *follow)
+		if err != nil {
+			if tw != nil {
+				tw.Flush()
+			}
+			reportProblems(stderr, r)
+			if decisionlog.IsEnd(err) || (*follow && errors.Is(err, context.Canceled)) {
+				return nil
+			}
+			return err
+		}
+		if tw != nil {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", off, d.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
+				d.Node, addrOrDash(d), dash(d.UserID), dash(d.Tier), dash(d.Method), dash(d.Path), dash(d.Rule), d.Count, d.Limit, kindOutcome(d), dash(d.Reason))
+			continue
+		}
+		buf = decisions.AppendJSON(buf[:0], &d)
+		buf = append(buf, '\n')
+		w.Write(buf)
+		if *follow {
+			w.Flush()
+		}
+	}
+}
+
+func addrOrDash(d decisions.Decision) string {
+	if !d.ClientIP.IsValid() {
+		return "-"
+	}
+	return d.ClientIP.String()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func kindOutcome(d decisions.Decision) string {
+	switch d.Kind {
+	case decisions.KindFeedback:
+		return "feedback:" + d.List + ":" + d.Action + ":" + d.Target
+	case decisions.KindDrops:
+		return "drops:" + strconv.FormatUint(d.Dropped, 10)
+	}
+	return d.Outcome.String()
+}
+
+// reportProblems prints what the reader skipped, so that nothing is lost
+// silently.
+func reportProblems(stderr io.Writer, r *decisionlog.Reader) {
+	for _, p := range r.Problems() {
+		fmt.Fprintln(stderr, "ratewarden: skipped:", p)
+	}
+	if s := r.Stats(); s.BadBatch > 0 {
+		fmt.Fprintf(stderr, "ratewarden: %d records (%d events) could not be decoded\n", s.BadBatch, s.BadEvents)
+	}
+}
+
+func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("decisions stats", "decisions stats --dir DIR", stderr)
+	dir := fs.String("dir", "", "decision log `directory`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	r, err := decisionlog.Open(*dir, decisionlog.Filter{})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	byOutcome := map[string]uint64{}
+	var first, last time.Time
+	var n uint64
+	for {
+		d, _, err := r.Next(ctx, false)
+		if err != nil {
+			if !decisionlog.IsEnd(err) {
+				return err
+			}
+			break
+		}
+		n++
+		byOutcome[kindKey(d)]++
+		if first.IsZero() || d.Time.Before(first) {
+			first = d.Time
+		}
+		if d.Time.After(last) {
+			last = d.Time
+		}
+	}
+	st := r.Stats()
+	disk, segments, err := dirSize(*dir)
+	if err != nil {
+		return err
+	}
+	problems := r.Problems()
+	var corruptBytes, lostEvents int64
+	for _, p := range problems {
+		var sp seglog.Problem
+		if errors.As(p, &sp) {
+			corruptBytes += sp.Bytes
+			lostEvents += int64(sp.Events)
+		}
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "events\t%d\n", n)
+	fmt.Fprintf(tw, "records\t%d\n", st.Records)
+	fmt.Fprintf(tw, "segments\t%d\n", segments)
+	fmt.Fprintf(tw, "bytes on disk\t%d\n", disk)
+	if n > 0 {
+		fmt.Fprintf(tw, "bytes per event\t%.1f\n", float64(disk)/float64(n))
+		fmt.Fprintf(tw, "first event\t%s\n", first.UTC().Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "last event\t%s\n", last.UTC().Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(tw, "corrupt regions\t%d\n", len(problems)-boolInt(st.BadBatch > 0))
+	fmt.Fprintf(tw, "corrupt bytes\t%d\n", corruptBytes)
+	fmt.Fprintf(tw, "events lost to corruption\t%d\n", lostEvents+int64(st.BadEvents))
+	fmt.Fprintf(tw, "undecodable records\t%d\n", st.BadBatch)
+	keys := make([]string, 0, len(byOutcome))
+	for k := range byOutcome {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "  %s\t%d\n", k, byOutcome[k])
+	}
+	tw.Flush()
+	reportProblems(stderr, r)
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func kindKey(d decisions.Decision) string {
+	if d.Kind != decisions.KindDecision {
+		return d.Kind.String()
+	}
+	return "outcome " + d.Outcome.String()
+}
+
+func dirSize(dir string) (bytes int64, segments int, err error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read log directory: %w", err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if len(e.Name()) > 4 && e.Name()[len(e.Name())-4:] == ".seg" {
+			segments++
+			bytes += info.Size()
+		}
+	}
+	return bytes, segments, nil
+}
+
+func runDecisionsExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("decisions export", "decisions export --dir DIR --out FILE.parquet [flags]", stderr)
+	dir := fs.String("dir", "", "decision log `directory`")
+	out := fs.String("out", "", "Parquet `file` to write")
+	since := timeFlag{now: time.Now}
+	until := timeFlag{now: time.Now}
+	fs.Var(&since, "since", "only events at or after `T`")
+	fs.Var(&until, "until", "only events before `T`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *out == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	r, err := decisionlog.Open(*dir, decisionlog.Filter{Since: since.t, Until: until.t})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := os.Create(*out)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	var n int
+	var readErr error
+	batches := func(yield func([]decisions.Decision) bool) {
+		batch := make([]decisions.Decision, 0, 8192)
+		for {
+			d, _, err := r.Next(ctx, false)
+			if err != nil {
+				if !decisionlog.IsEnd(err) {
+					readErr = err
+				}
+				break
+			}
+			batch = append(batch, d)
+			if len(batch) == cap(batch) {
+				n += len(batch)
+				if !yield(batch) {
+					return
+				}
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			n += len(batch)
+			yield(batch)
+		}
+	}
+	// The Parquet writer closes what it is given if it can; the file is
+	// ours to sync and close.
+	werr := columnar.WriteParquet(struct{ io.Writer }{f}, batches)
+	if err := errors.Join(werr, readErr, f.Sync(), f.Close()); err != nil {
+		os.Remove(*out)
+		return fmt.Errorf("export: %w", err)
+	}
+	reportProblems(stderr, r)
+	fmt.Fprintf(stdout, "%s: %d events\n", *out, n)
+	return nil
+}

@@ -1,0 +1,221 @@
+// Package decisionlog is the local decision log: decision events encoded in
+// batches (Arrow record batches with zstd by default, or JSON lines) and
+// appended to a segmented log (package seglog), and read back as events.
+//
+// The log is the source of truth of the pipeline. Reading it twice gives
+// the same events in the same order; a corrupt record loses only its own
+// events, which are counted and reported with the segment and byte offset.
+package decisionlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+)
+
+// Codec ids stored in each record.
+const (
+	CodecArrow uint8 = 1 // Arrow IPC stream, zstd
+	CodecJSON  uint8 = 2 // JSON lines
+)
+
+// Writer is a decisions.BatchWriter appending each batch as one record. It
+// is not safe for concurrent use; an Emitter serialises its calls.
+type Writer struct {
+	log   *seglog.Log
+	codec uint8
+	enc   *columnar.Encoder
+	buf   []byte
+}
+
+var _ decisions.BatchWriter = (*Writer)(nil)
+
+// WriterOptions configure a Writer.
+type WriterOptions struct {
+	Codec uint8 // CodecArrow (default) or CodecJSON
+}
+
+// NewWriter returns a Writer appending to log. The Writer does not own the
+// log: close the log after the emitter that feeds the writer.
+func NewWriter(log *seglog.Log, opts WriterOptions) *Writer {
+	w := &Writer{log: log, codec: opts.Codec}
+	if w.codec == 0 {
+		w.codec = CodecArrow
+	}
+	if w.codec == CodecArrow {
+		w.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
+	}
+	return w
+}
+
+// WriteBatch encodes ds and appends it as one record.
+func (w *Writer) WriteBatch(ds []decisions.Decision) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	lo, hi := ds[0].Time, ds[0].Time
+	for i := range ds {
+		if t := ds[i].Time; t.Before(lo) {
+			lo = t
+		} else if t.After(hi) {
+			hi = t
+		}
+	}
+	var err error
+	switch w.codec {
+	case CodecArrow:
+		w.buf, err = w.enc.Encode(w.buf[:0], ds)
+	default:
+		w.buf = w.buf[:0]
+		for i := range ds {
+			w.buf = decisions.AppendJSON(w.buf, &ds[i])
+			w.buf = append(w.buf, '\n')
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("encode decisions: %w", err)
+	}
+	if _, err := w.log.Append(seglog.Record{Count: uint32(len(ds)), MinTime: lo, MaxTime: hi, Codec: w.codec, Payload: w.buf}); err != nil {
+		return fmt.Errorf("append decisions: %w", err)
+	}
+	return nil
+}
+
+// Flush does nothing: the log's sync policy decides when appended records
+// are durable, and closing the log syncs.
+func (w *Writer) Flush() error { return nil }
+
+// Filter selects events when reading.
+type Filter struct {
+	From  uint64    // first offset
+	Since time.Time // zero: from the start
+	Until time.Time // zero: to the end; events at or after Until are skipped
+}
+
+// Reader reads events back from a log directory. It is not safe for
+// concurrent use.
+type Reader struct {
+	r       *seglog.Reader
+	dec     *columnar.Decoder
+	filter  Filter
+	batch   []decisions.Decision
+	next    int
+	offset  uint64 // offset of batch[next]
+	stats   ReadStats
+	lastErr error
+}
+
+// ReadStats count what a Reader saw.
+type ReadStats struct {
+	Records   uint64 // records read
+	Events    uint64 // events returned
+	Skipped   uint64 // events before From or outside Since/Until
+	BadBatch  uint64 // records whose payload could not be decoded
+	BadEvents uint64 // events in those records
+	Bytes     uint64 // payload bytes read
+}
+
+// Open opens the log in dir for reading, read-only, from the filter's
+// position.
+func Open(dir string, f Filter) (*Reader, error) {
+	r, err := seglog.OpenReader(dir, f.From, seglog.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{r: r, dec: columnar.NewDecoder(), filter: f}, nil
+}
+
+// Next returns the next event and its offset, io.EOF at the end of the log,
+// or, with follow, waits for more until ctx is done.
+func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uint64, error) {
+	for {
+		for r.next < len(r.batch) {
+			d, off := r.batch[r.next], r.offset
+			r.next++
+			r.offset++
+			if off < r.filter.From || (!r.filter.Since.IsZero() && d.Time.Before(r.filter.Since)) ||
+				(!r.filter.Until.IsZero() && !d.Time.Before(r.filter.Until)) {
+				r.stats.Skipped++
+				continue
+			}
+			r.stats.Events++
+			return d, off, nil
+		}
+		var rec seglog.Record
+		var err error
+		if follow {
+			rec, err = r.r.Follow(ctx)
+		} else {
+			rec, err = r.r.Next(ctx)
+		}
+		if err != nil {
+			return decisions.Decision{}, 0, err
+		}
+		r.stats.Records++
+		r.stats.Bytes += uint64(len(rec.Payload))
+		if !r.filter.Until.IsZero() && !rec.MinTime.Before(r.filter.Until) && !follow {
+			// Records are appended in time order per writer; one starting
+			// at or after Until ends the read.
+			r.stats.Skipped += uint64(rec.Count)
+			continue
+		}
+		if !r.filter.Since.IsZero() && rec.MaxTime.Before(r.filter.Since) {
+			r.stats.Skipped += uint64(rec.Count)
+			continue
+		}
+		r.batch, err = r.decode(rec, r.batch[:0])
+		if err != nil {
+			r.stats.BadBatch++
+			r.stats.BadEvents += uint64(rec.Count)
+			r.lastErr = fmt.Errorf("record at offset %d (%d events): %w", rec.FirstOffset, rec.Count, err)
+			r.batch = r.batch[:0]
+		}
+		r.next, r.offset = 0, rec.FirstOffset
+	}
+}
+
+func (r *Reader) decode(rec seglog.Record, dst []decisions.Decision) ([]decisions.Decision, error) {
+	switch rec.Codec {
+	case CodecArrow:
+		return r.dec.Decode(rec.Payload, dst)
+	case CodecJSON:
+		for line := range bytes.Lines(rec.Payload) {
+			d, _, err := decisions.ParseJSON(bytes.TrimSuffix(line, []byte("\n")))
+			if err != nil {
+				return dst, err
+			}
+			dst = append(dst, d)
+		}
+		return dst, nil
+	}
+	return dst, fmt.Errorf("unknown codec %d", rec.Codec)
+}
+
+// Stats returns what the reader saw so far.
+func (r *Reader) Stats() ReadStats { return r.stats }
+
+// Problems returns the corrupt regions the reader skipped, and the last
+// record it could not decode.
+func (r *Reader) Problems() []error {
+	var out []error
+	for _, p := range r.r.Problems() {
+		out = append(out, p)
+	}
+	if r.lastErr != nil {
+		out = append(out, r.lastErr)
+	}
+	return out
+}
+
+// Close closes the reader.
+func (r *Reader) Close() error { return r.r.Close() }
+
+// IsEnd reports whether err marks the end of the log.
+func IsEnd(err error) bool { return errors.Is(err, io.EOF) }
