@@ -15,7 +15,6 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
-	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
 const decisionsUsage = `Usage:
@@ -203,14 +202,12 @@ func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	problems := r.Problems()
-	var corruptBytes, lostEvents int64
-	for _, p := range problems {
-		var sp seglog.Problem
-		if errors.As(p, &sp) {
-			corruptBytes += sp.Bytes
-			lostEvents += int64(sp.Events)
-		}
+	corrupt := r.Corrupt()
+	var corruptBytes int64
+	var lostEvents uint64
+	for _, p := range corrupt {
+		corruptBytes += p.Bytes
+		lostEvents += p.Events
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "events\t%d\n", n)
@@ -222,9 +219,9 @@ func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Wri
 		fmt.Fprintf(tw, "first event\t%s\n", first.UTC().Format(time.RFC3339Nano))
 		fmt.Fprintf(tw, "last event\t%s\n", last.UTC().Format(time.RFC3339Nano))
 	}
-	fmt.Fprintf(tw, "corrupt regions\t%d\n", len(problems)-boolInt(st.BadBatch > 0))
+	fmt.Fprintf(tw, "corrupt regions\t%d\n", len(corrupt))
 	fmt.Fprintf(tw, "corrupt bytes\t%d\n", corruptBytes)
-	fmt.Fprintf(tw, "events lost to corruption\t%d\n", lostEvents+int64(st.BadEvents))
+	fmt.Fprintf(tw, "events lost to corruption\t%d\n", lostEvents+st.BadEvents)
 	fmt.Fprintf(tw, "undecodable records\t%d\n", st.BadBatch)
 	keys := make([]string, 0, len(byOutcome))
 	for k := range byOutcome {
@@ -237,13 +234,6 @@ func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Wri
 	tw.Flush()
 	reportProblems(stderr, r)
 	return nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func kindKey(d decisions.Decision) string {

@@ -109,8 +109,12 @@ type Reader struct {
 	next    int
 	offset  uint64 // offset of batch[next]
 	stats   ReadStats
-	lastErr error
+	badRecs []error // undecodable records, the first maxBadRecs
 }
+
+// maxBadRecs bounds the undecodable records a Reader keeps the errors of;
+// all of them are counted in ReadStats.
+const maxBadRecs = 100
 
 // ReadStats count what a Reader saw.
 type ReadStats struct {
@@ -174,7 +178,9 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 		if err != nil {
 			r.stats.BadBatch++
 			r.stats.BadEvents += uint64(rec.Count)
-			r.lastErr = fmt.Errorf("record at offset %d (%d events): %w", rec.FirstOffset, rec.Count, err)
+			if len(r.badRecs) < maxBadRecs {
+				r.badRecs = append(r.badRecs, fmt.Errorf("record at offset %d (%d events): %w", rec.FirstOffset, rec.Count, err))
+			}
 			r.batch = r.batch[:0]
 		}
 		r.next, r.offset = 0, rec.FirstOffset
@@ -201,17 +207,21 @@ func (r *Reader) decode(rec seglog.Record, dst []decisions.Decision) ([]decision
 // Stats returns what the reader saw so far.
 func (r *Reader) Stats() ReadStats { return r.stats }
 
-// Problems returns the corrupt regions the reader skipped, and the last
-// record it could not decode.
+// Corrupt returns the corrupt regions of the log the reader skipped, each
+// naming its segment and byte offset.
+func (r *Reader) Corrupt() []seglog.Problem { return r.r.Problems() }
+
+// Undecodable returns the errors of the first records whose payload could
+// not be decoded (ReadStats counts all of them).
+func (r *Reader) Undecodable() []error { return r.badRecs }
+
+// Problems returns Corrupt and Undecodable together, as errors.
 func (r *Reader) Problems() []error {
 	var out []error
 	for _, p := range r.r.Problems() {
 		out = append(out, p)
 	}
-	if r.lastErr != nil {
-		out = append(out, r.lastErr)
-	}
-	return out
+	return append(out, r.badRecs...)
 }
 
 // Close closes the reader.

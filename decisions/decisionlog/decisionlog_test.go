@@ -165,4 +165,11 @@ func TestCorruptRecordLosesOnlyItself(t *testing.T) {
 	if msg := problems[0].Error(); !strings.Contains(msg, filepath.Base(segs[0])) {
 		t.Errorf("problem %q does not name the segment", msg)
 	}
+	var lost uint64
+	for _, p := range r.Corrupt() {
+		lost += p.Events
+	}
+	if lost+r.Stats().BadEvents != 100 {
+		t.Errorf("%d events counted lost (%+v), want 100", lost+r.Stats().BadEvents, r.Corrupt())
+	}
 }
