@@ -1,0 +1,448 @@
+package kinesis
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/sinktest"
+)
+
+// endpoint returns the kinesalite endpoint tests/run started. Outside
+// tests/run the test is skipped; under CI a missing endpoint fails.
+func endpoint(t testing.TB) string {
+	t.Helper()
+	const env = "RATEWARDEN_TEST_KINESIS_ENDPOINT"
+	ep := os.Getenv(env)
+	if ep == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not set: tests/run starts kinesalite and sets it", env)
+		}
+		t.Skipf("%s is not set: run tests/run, which starts kinesalite on loopback", env)
+	}
+	return ep
+}
+
+func client(t testing.TB, ep string) *kinesis.Client {
+	t.Helper()
+	cfg, err := config.LoadDefaultConfig(context.Background(),
+		config.WithRegion("us-east-1"),
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(ep) })
+}
+
+var streams atomic.Int64
+
+// newStream creates a stream of shards shards and waits until it is active.
+func newStream(t testing.TB, kc *kinesis.Client, shards int32) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("decisions-%d-%d", time.Now().UnixNano(), streams.Add(1))
+	if _, err := kc.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(name), ShardCount: aws.Int32(shards)}); err != nil {
+		t.Fatal(err)
+	}
+	w := kinesis.NewStreamExistsWaiter(kc, func(o *kinesis.StreamExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
+	if err := w.Wait(ctx, &kinesis.DescribeStreamInput{StreamName: aws.String(name)}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// readStream returns every record of the stream, shard by shard, each
+// shard's records in order.
+func readStream(kc *kinesis.Client, name string) ([]types.PutRecordsRequestEntry, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	shards, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(name)})
+	if err != nil {
+		return nil, err
+	}
+	var out []types.PutRecordsRequestEntry
+	for _, sh := range shards.Shards {
+		it, err := kc.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(name), ShardId: sh.ShardId,
+			ShardIteratorType: types.ShardIteratorTypeTrimHorizon})
+		if err != nil {
+			return nil, err
+		}
+		iter := it.ShardIterator
+		for iter != nil {
+			got, err := kc.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
+			if err != nil {
+				return nil, err
+			}
+			if len(got.Records) == 0 {
+				break
+			}
+			for _, r := range got.Records {
+				out = append(out, types.PutRecordsRequestEntry{Data: r.Data, PartitionKey: r.PartitionKey})
+			}
+			iter = got.NextShardIterator
+		}
+	}
+	return out, nil
+}
+
+// streamSink is a Sink under the conformance suite. Shards interleave, so
+// the stream has no total order; Kinesis keeps order only per partition
+// key. ReadBack restores write order from the sequence of partition keys
+// the wrapper saw written: the i-th event written takes the next unread
+// event of its key's records. Each key's events are thus compared in the
+// order the stream holds them, which is what the sink promises.
+type streamSink struct {
+	*Sink
+	kc     *kinesis.Client
+	stream string
+	keys   []string // partition key of each event written, in order
+}
+
+func (s *streamSink) WriteBatch(ds []decisions.Decision) error {
+	for i := range ds {
+		s.keys = append(s.keys, fmt.Sprint(partition(&ds[i], s.opts.Partitions)))
+	}
+	return s.Sink.WriteBatch(ds)
+}
+
+func (s *streamSink) ReadBack() ([]decisions.Decision, error) {
+	recs, err := readStream(s.kc, s.stream)
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string][]decisions.Decision{}
+	total := 0
+	for _, r := range recs {
+		ds, err := Decode(r.Data, nil)
+		if err != nil {
+			return nil, err
+		}
+		byKey[*r.PartitionKey] = append(byKey[*r.PartitionKey], ds...)
+		total += len(ds)
+	}
+	out := make([]decisions.Decision, 0, total)
+	for _, k := range s.keys {
+		if len(byKey[k]) == 0 {
+			return nil, fmt.Errorf("read back: key %s has fewer events than written", k)
+		}
+		out = append(out, byKey[k][0])
+		byKey[k] = byKey[k][1:]
+	}
+	for _, ds := range byKey {
+		out = append(out, ds...) // extra events: the suite reports the count
+	}
+	return out, nil
+}
+
+func TestKinesisSink(t *testing.T) {
+	ep := endpoint(t)
+	kc := client(t, ep)
+	for _, mode := range []struct {
+		name string
+		json bool
+	}{{"arrow", false}, {"json", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			sinktest.Run(t, func(t *testing.T) sinktest.Sink {
+				name := newStream(t, kc, 4)
+				s, err := New(kc, Options{Stream: name, JSON: mode.json})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &streamSink{Sink: s, kc: kc, stream: name}
+			})
+		})
+	}
+}
+
+// fault is what the proxy does to one PutRecords call.
+type fault struct {
+	fail       []int  // records marked failed (ProvisionedThroughputExceededException) and not forwarded
+	status     int    // answer this status with code instead of forwarding
+	code       string //
+	reset      bool   // reset the connection without forwarding
+	resetAfter bool   // forward, then reset the connection instead of answering
+}
+
+// proxy forwards to kinesalite, injecting faults into PutRecords calls by
+// their number (from 0).
+type proxy struct {
+	target string
+	plan   map[int]fault
+
+	mu         sync.Mutex
+	calls      int
+	duplicated int // events forwarded in calls whose answer was lost
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var f fault
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutRecords") {
+		p.mu.Lock()
+		f = p.plan[p.calls]
+		p.calls++
+		p.mu.Unlock()
+	}
+	switch {
+	case f.reset:
+		reset(w)
+		return
+	case f.status != 0:
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(f.status)
+		fmt.Fprintf(w, `{"__type":%q,"message":"injected"}`, f.code)
+		return
+	}
+	var req map[string]json.RawMessage
+	var recs []json.RawMessage
+	if len(f.fail) > 0 || f.resetAfter {
+		if err := json.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		if err := json.Unmarshal(req["Records"], &recs); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+	}
+	failed := map[int]bool{}
+	if len(f.fail) > 0 {
+		var kept []json.RawMessage
+		for _, i := range f.fail {
+			failed[i] = true
+		}
+		for i, rec := range recs {
+			if !failed[i] {
+				kept = append(kept, rec)
+			}
+		}
+		recs = kept
+		req["Records"], _ = json.Marshal(recs)
+		body, _ = json.Marshal(req)
+	}
+	out, err := http.NewRequest(r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	for k, v := range r.Header {
+		if k != "Content-Length" {
+			out.Header[k] = v
+		}
+	}
+	resp, err := http.DefaultTransport.RoundTrip(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	rbody, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	if f.resetAfter {
+		n := 0
+		for _, rec := range recs {
+			var e struct{ Data []byte }
+			if json.Unmarshal(rec, &e) == nil {
+				ds, _ := Decode(e.Data, nil)
+				n += len(ds)
+			}
+		}
+		p.mu.Lock()
+		p.duplicated += n
+		p.mu.Unlock()
+		reset(w)
+		return
+	}
+	if len(f.fail) > 0 && resp.StatusCode == http.StatusOK {
+		var res struct {
+			FailedRecordCount int
+			Records           []map[string]any
+			EncryptionType    string `json:",omitempty"`
+		}
+		if err := json.Unmarshal(rbody, &res); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		var all []map[string]any
+		for i, j := 0, 0; i < len(res.Records)+len(failed); i++ {
+			if failed[i] {
+				all = append(all, map[string]any{"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "injected"})
+				continue
+			}
+			all = append(all, res.Records[j])
+			j++
+		}
+		res.Records, res.FailedRecordCount = all, res.FailedRecordCount+len(failed)
+		rbody, _ = json.Marshal(res)
+	}
+	for k, v := range resp.Header {
+		if k != "Content-Length" && !strings.EqualFold(k, "X-Amz-Crc32") {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(rbody)
+}
+
+// reset closes the client's connection with a TCP reset.
+func reset(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	conn.Close()
+}
+
+func TestKinesisFaults(t *testing.T) {
+	ep := endpoint(t)
+	kc := client(t, ep)
+	f := func(name string, plan map[int]fault, atLeastOnce bool) {
+		t.Run(name, func(t *testing.T) {
+			stream := newStream(t, kc, 4)
+			p := &proxy{target: ep, plan: plan}
+			srv := httptest.NewServer(p)
+			t.Cleanup(srv.Close)
+			var sl fakeSleep
+			s, err := New(client(t, srv.URL), Options{Stream: stream, Partitions: 16, Sleep: sl.Sleep})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := decisiontest.NewGenerator(9, start)
+			var want []decisions.Decision
+			for b := range 3 {
+				ds := g.Batch(300)
+				for i := range ds {
+					ds[i].RequestID = fmt.Sprintf("b%d-%d", b, i)
+				}
+				want = append(want, ds...)
+				if err := s.WriteBatch(ds); err != nil {
+					t.Fatalf("batch %d: %v", b, err)
+				}
+			}
+			recs, err := readStream(kc, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			got := 0
+			for _, r := range recs {
+				ds, err := Decode(r.Data, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range ds {
+					seen[d.RequestID]++
+				}
+				got += len(ds)
+			}
+			for _, d := range want {
+				if seen[d.RequestID] == 0 {
+					t.Fatalf("event %s lost", d.RequestID)
+				}
+			}
+			dups := 0
+			if atLeastOnce {
+				dups = p.duplicated
+				if dups == 0 {
+					t.Fatal("the proxy duplicated nothing")
+				}
+			}
+			if got != len(want)+dups {
+				t.Fatalf("read %d events, want %d written + %d duplicated", got, len(want), dups)
+			}
+			if st := s.Stats(); st.Failed != 0 || st.Events != uint64(len(want)) || len(sl.delays) == 0 {
+				t.Errorf("stats %+v after %d backoffs", st, len(sl.delays))
+			}
+			t.Logf("stats %+v, backoffs %v", s.Stats(), sl.delays)
+		})
+	}
+	f("failed_records", map[int]fault{0: {fail: []int{0, 2, 5}}, 1: {fail: []int{0}}, 3: {fail: []int{1, 3}}}, false)
+	f("throttled_calls", map[int]fault{0: {status: 400, code: "ThrottlingException"}, 1: {status: 400, code: "ProvisionedThroughputExceededException"}}, false)
+	f("server_error", map[int]fault{1: {status: 500, code: "InternalFailure"}}, false)
+	f("reset_before_forward", map[int]fault{0: {reset: true}, 2: {reset: true}}, false)
+	// The call reaches the stream but its answer is lost: the sink cannot
+	// tell and sends it again, so delivery is at least once, and exactly
+	// the events of that call appear twice.
+	f("reset_after_forward", map[int]fault{1: {resetAfter: true}}, true)
+
+	t.Run("give_up", func(t *testing.T) {
+		stream := newStream(t, kc, 1)
+		plan := map[int]fault{}
+		for i := range 4 {
+			plan[i] = fault{status: 400, code: "ThrottlingException"}
+		}
+		srv := httptest.NewServer(&proxy{target: ep, plan: plan})
+		t.Cleanup(srv.Close)
+		var sl fakeSleep
+		s, err := New(client(t, srv.URL), Options{Stream: stream, MaxRetries: 3, Sleep: sl.Sleep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.WriteBatch(decisiontest.NewGenerator(10, start).Batch(100))
+		if err == nil || !strings.Contains(err.Error(), "100 events not delivered") {
+			t.Fatalf("error %v", err)
+		}
+		if st := s.Stats(); st.Failed != 100 || st.Throttled != 4 || st.Calls != 4 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
+
+// BenchmarkWriteBatch writes emitter-sized batches of generator events to
+// a 4-shard stream on kinesalite.
+func BenchmarkWriteBatch(b *testing.B) {
+	ep := endpoint(b)
+	kc := client(b, ep)
+	for _, mode := range []struct {
+		name string
+		json bool
+	}{{"arrow", false}, {"json", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			s, err := New(kc, Options{Stream: newStream(b, kc, 4), JSON: mode.json})
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch := decisiontest.NewGenerator(11, start).Batch(1024)
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				if err := s.WriteBatch(batch); err != nil {
+					b.Fatal(err)
+				}
+				n += len(batch)
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(s.Stats().Bytes)/float64(n), "B/event")
+		})
+	}
+}
