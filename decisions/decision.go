@@ -56,6 +56,15 @@ func (o Outcome) String() string {
 	return outcomeNames[o]
 }
 
+// Name is the outcome's name as written in events: String, or "" for the
+// zero Outcome, which events other than decisions carry.
+func (o Outcome) Name() string {
+	if o == 0 {
+		return ""
+	}
+	return o.String()
+}
+
 // ParseOutcome returns the outcome whose wire name is s.
 func ParseOutcome(s string) (Outcome, bool) {
 	for i, n := range outcomeNames {

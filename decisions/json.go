@@ -44,11 +44,7 @@ func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = appendInt(dst, "count", d.Count)
 	dst = appendInt(dst, "remaining", d.Remaining)
 	dst = appendDuration(dst, "reset_ms", d.Reset, time.Millisecond)
-	outcome := ""
-	if d.Outcome != 0 {
-		outcome = d.Outcome.String()
-	}
-	dst = appendField(dst, "outcome", outcome)
+	dst = appendField(dst, "outcome", d.Outcome.Name())
 	dst = appendField(dst, "reason", d.Reason)
 	dst = appendDuration(dst, "store_latency_us", d.StoreLatency, time.Microsecond)
 	dst = appendField(dst, "privacy", d.Privacy)

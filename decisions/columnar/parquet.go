@@ -147,11 +147,7 @@ func appendParquet(b *array.RecordBuilder, ds []decisions.Decision) {
 		i64(17).Append(d.Count)
 		i64(18).Append(d.Remaining)
 		i64(19).Append(int64(d.Reset))
-		outcome := ""
-		if d.Outcome != 0 {
-			outcome = d.Outcome.String()
-		}
-		str(20).Append(outcome)
+		str(20).Append(d.Outcome.Name())
 		str(21).Append(validUTF8(d.Reason))
 		i64(22).Append(int64(d.StoreLatency))
 		str(23).Append(validUTF8(d.Privacy))
