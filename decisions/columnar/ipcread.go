@@ -358,22 +358,15 @@ func (d *Decoder) readDictionary(info *schemaInfo, m message) error {
 // readRecordBatch makes views of our columns in the record batch t and
 // returns its row count.
 func (d *Decoder) readRecordBatch(info *schemaInfo, t fbTable, body []byte) (int, error) {
-	var bad bool
-	t.bad = &bad
-	length := t.int64(0)
-	nodesAt, nNodes := t.vector(1, 16)
-	bufsAt, nBufs := t.vector(2, 16)
-	codec, err := bodyCodec(t)
+	h, err := readBatchHeader(t)
 	if err != nil {
 		return 0, err
 	}
-	if bad {
-		return 0, errFlatbuffer
+	if h.length < 0 || h.length > 1<<31-1 {
+		return 0, fmt.Errorf("%d rows", h.length)
 	}
-	if length < 0 || length > 1<<31-1 {
-		return 0, fmt.Errorf("%d rows", length)
-	}
-	n := int(length)
+	n, codec := int(h.length), h.codec
+	nodesAt, nNodes, bufsAt, nBufs := h.nodesAt, h.nNodes, h.bufsAt, h.nBufs
 	ni, bi := 0, 0
 	for _, f := range info.fields {
 		if ni+f.nodes > nNodes || bi+f.buffers > nBufs {
@@ -402,23 +395,43 @@ func (d *Decoder) readRecordBatch(info *schemaInfo, t fbTable, body []byte) (int
 
 // readBuffers reads the one array of a dictionary's record batch.
 func (d *Decoder) readBuffers(t fbTable, body []byte, nodes, buffers int) (rawCol, int, error) {
-	var bad bool
-	t.bad = &bad
-	length := t.int64(0)
-	nodesAt, nNodes := t.vector(1, 16)
-	bufsAt, nBufs := t.vector(2, 16)
-	codec, err := bodyCodec(t)
+	h, err := readBatchHeader(t)
 	if err != nil {
 		return rawCol{}, 0, err
 	}
+	if h.nNodes != nodes || h.nBufs != buffers || h.length < 0 || h.length > 1<<31-1 {
+		return rawCol{}, 0, fmt.Errorf("%d rows in %d field nodes and %d buffers, want %d and %d", h.length, h.nNodes, h.nBufs, nodes, buffers)
+	}
+	raw, err := d.rawAt(t, body, h.codec, h.nodesAt, 0, h.bufsAt, 0, buffers)
+	return raw, int(h.length), err
+}
+
+// batchHeader is what a RecordBatch table says of its body: the row count,
+// where its field nodes and buffers are described, and its compression.
+type batchHeader struct {
+	length                         int64
+	nodesAt, nNodes, bufsAt, nBufs int
+	codec                          int
+}
+
+// readBatchHeader reads the RecordBatch table t, for record batches and
+// dictionary batches alike.
+func readBatchHeader(t fbTable) (batchHeader, error) {
+	var bad bool
+	t.bad = &bad
+	var h batchHeader
+	h.length = t.int64(0)
+	h.nodesAt, h.nNodes = t.vector(1, 16)
+	h.bufsAt, h.nBufs = t.vector(2, 16)
+	codec, err := bodyCodec(t)
+	if err != nil {
+		return h, err
+	}
 	if bad {
-		return rawCol{}, 0, errFlatbuffer
+		return h, errFlatbuffer
 	}
-	if nNodes != nodes || nBufs != buffers || length < 0 || length > 1<<31-1 {
-		return rawCol{}, 0, fmt.Errorf("%d rows in %d field nodes and %d buffers, want %d and %d", length, nNodes, nBufs, nodes, buffers)
-	}
-	raw, err := d.rawAt(t, body, codec, nodesAt, 0, bufsAt, 0, buffers)
-	return raw, int(length), err
+	h.codec = codec
+	return h, nil
 }
 
 func bodyCodec(t fbTable) (int, error) {
