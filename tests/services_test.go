@@ -2,44 +2,17 @@ package tests
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/ratewarden/ratewarden/decisions/awstest"
 )
-
-// endpoint returns the loopback endpoint tests/run started for a service.
-// Outside tests/run the test is skipped with a pointer to it; under CI
-// (CI set) a missing endpoint fails, so nothing is skipped there.
-func endpoint(t *testing.T, env string) string {
-	t.Helper()
-	ep := os.Getenv(env)
-	if ep == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not set: tests/run starts the services and sets it", env)
-		}
-		t.Skipf("%s is not set: run tests/run, which starts kinesalite and dynalite on loopback", env)
-	}
-	return ep
-}
-
-func awsConfig(t *testing.T) aws.Config {
-	t.Helper()
-	cfg, err := config.LoadDefaultConfig(context.Background(),
-		config.WithRegion("us-east-1"),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // TestServices checks that the stand-ins the integration tests rely on
 // speak the real protocols to the real SDK: a Kinesis stream takes and
@@ -47,10 +20,10 @@ func awsConfig(t *testing.T) aws.Config {
 func TestServices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := awsConfig(t)
+	cfg := awstest.Config(t)
 
 	t.Run("kinesalite", func(t *testing.T) {
-		kc := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(endpoint(t, "RATEWARDEN_TEST_KINESIS_ENDPOINT")) })
+		kc := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(awstest.Endpoint(t, awstest.KinesisEnv)) })
 		name := aws.String("smoke")
 		if _, err := kc.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: name, ShardCount: aws.Int32(1)}); err != nil {
 			t.Fatal(err)
@@ -78,7 +51,7 @@ func TestServices(t *testing.T) {
 
 	t.Run("dynalite", func(t *testing.T) {
 		dc := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-			o.BaseEndpoint = aws.String(endpoint(t, "RATEWARDEN_TEST_DYNAMODB_ENDPOINT"))
+			o.BaseEndpoint = aws.String(awstest.Endpoint(t, awstest.DynamoDBEnv))
 		})
 		table := aws.String("smoke")
 		_, err := dc.CreateTable(ctx, &dynamodb.CreateTableInput{

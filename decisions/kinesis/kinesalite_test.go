@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,40 +16,20 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/sinktest"
 )
 
-// endpoint returns the kinesalite endpoint tests/run started. Outside
-// tests/run the test is skipped; under CI a missing endpoint fails.
-func endpoint(t testing.TB) string {
-	t.Helper()
-	const env = "RATEWARDEN_TEST_KINESIS_ENDPOINT"
-	ep := os.Getenv(env)
-	if ep == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not set: tests/run starts kinesalite and sets it", env)
-		}
-		t.Skipf("%s is not set: run tests/run, which starts kinesalite on loopback", env)
-	}
-	return ep
-}
+// endpoint returns the kinesalite endpoint tests/run started.
+func endpoint(t testing.TB) string { return awstest.Endpoint(t, awstest.KinesisEnv) }
 
 func client(t testing.TB, ep string) *kinesis.Client {
-	t.Helper()
-	cfg, err := config.LoadDefaultConfig(context.Background(),
-		config.WithRegion("us-east-1"),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(ep) })
+	return kinesis.NewFromConfig(awstest.Config(t), func(o *kinesis.Options) { o.BaseEndpoint = aws.String(ep) })
 }
 
 var streams atomic.Int64

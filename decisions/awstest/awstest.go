@@ -1,0 +1,48 @@
+// Package awstest gives tests the real-protocol stand-ins that tests/run
+// starts on loopback (kinesalite for Kinesis, dynalite for DynamoDB): their
+// endpoints and an AWS SDK configuration with static test credentials.
+package awstest
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+)
+
+// The environment variables tests/run sets to the stand-ins' endpoints.
+const (
+	KinesisEnv  = "RATEWARDEN_TEST_KINESIS_ENDPOINT"
+	DynamoDBEnv = "RATEWARDEN_TEST_DYNAMODB_ENDPOINT"
+)
+
+// Endpoint returns the endpoint in env. Outside tests/run the test is
+// skipped with a pointer to it; under CI (CI set) a missing endpoint fails
+// the test, so nothing is skipped there.
+func Endpoint(t testing.TB, env string) string {
+	t.Helper()
+	ep := os.Getenv(env)
+	if ep == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not set: tests/run starts the stand-ins and sets it", env)
+		}
+		t.Skipf("%s is not set: run tests/run, which starts kinesalite and dynalite on loopback", env)
+	}
+	return ep
+}
+
+// Config returns an SDK configuration for the stand-ins: a fixed region and
+// static credentials, never the machine's.
+func Config(t testing.TB) aws.Config {
+	t.Helper()
+	cfg, err := config.LoadDefaultConfig(context.Background(),
+		config.WithRegion("us-east-1"),
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
