@@ -136,15 +136,7 @@ func bulky(n, pathLen int) []decisions.Decision {
 func TestKinesisSplitLimits(t *testing.T) {
 	f := func(name string, opts Options, ds []decisions.Decision, minCalls int) {
 		t.Run(name, func(t *testing.T) {
-			api := &fakeAPI{t: t}
-			opts.Stream = "s"
-			s, err := New(api, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WriteBatch(append([]decisions.Decision(nil), ds...)); err != nil {
-				t.Fatal(err)
-			}
+			api, s := sendFake(t, opts, ds)
 			if len(api.calls) < minCalls {
 				t.Errorf("%d calls, want at least %d", len(api.calls), minCalls)
 			}
@@ -274,15 +266,7 @@ func TestKinesisDecode(t *testing.T) {
 	ds := decisiontest.NewGenerator(6, start).Batch(3000)
 	f := func(name string, opts Options) {
 		t.Run(name, func(t *testing.T) {
-			api := &fakeAPI{t: t}
-			opts.Stream = "s"
-			s, err := New(api, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WriteBatch(append([]decisions.Decision(nil), ds...)); err != nil {
-				t.Fatal(err)
-			}
+			api, _ := sendFake(t, opts, ds)
 			checkPerKey(t, ds, 64, byKey(t, api.delivered))
 		})
 	}
@@ -313,12 +297,7 @@ func TestKinesisOptions(t *testing.T) {
 func TestKinesisWireBytes(t *testing.T) {
 	ds := decisiontest.NewGenerator(5, start).Batch(10_000)
 	perDecision := func(opts Options, batch int) float64 {
-		api := &fakeAPI{t: t}
-		opts.Stream = "s"
-		s, err := New(api, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, s := newFake(t, opts)
 		for i := 0; i < len(ds); i += batch {
 			if err := s.WriteBatch(append([]decisions.Decision(nil), ds[i:min(i+batch, len(ds))]...)); err != nil {
 				t.Fatal(err)
@@ -357,16 +336,11 @@ func FuzzDecode(f *testing.F) {
 func TestKinesisOversizeEvent(t *testing.T) {
 	f := func(name string, opts Options) {
 		t.Run(name, func(t *testing.T) {
-			api := &fakeAPI{t: t}
-			opts.Stream = "s"
-			s, err := New(api, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			api, s := newFake(t, opts)
 			ds := bulky(10, 10)
 			big := bulky(1, 3<<20)[0]
 			big.UserID = "big"
-			err = s.WriteBatch(append(ds[:5:5], append([]decisions.Decision{big}, ds[5:]...)...))
+			err := s.WriteBatch(append(ds[:5:5], append([]decisions.Decision{big}, ds[5:]...)...))
 			if err == nil || !strings.Contains(err.Error(), "exceeds the record limit") {
 				t.Fatalf("error %v", err)
 			}
@@ -378,4 +352,26 @@ func TestKinesisOversizeEvent(t *testing.T) {
 	}
 	f("arrow", Options{Partitions: 64})
 	f("json", Options{JSON: true, Partitions: 64})
+}
+
+// newFake returns a Sink on stream "s" over a fake API.
+func newFake(t *testing.T, opts Options) (*fakeAPI, *Sink) {
+	t.Helper()
+	api := &fakeAPI{t: t}
+	opts.Stream = "s"
+	s, err := New(api, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api, s
+}
+
+// sendFake writes a copy of ds as one batch through a Sink over a fake API.
+func sendFake(t *testing.T, opts Options, ds []decisions.Decision) (*fakeAPI, *Sink) {
+	t.Helper()
+	api, s := newFake(t, opts)
+	if err := s.WriteBatch(append([]decisions.Decision(nil), ds...)); err != nil {
+		t.Fatal(err)
+	}
+	return api, s
 }
