@@ -17,6 +17,9 @@ import (
 const (
 	KinesisEnv  = "RATEWARDEN_TEST_KINESIS_ENDPOINT"
 	DynamoDBEnv = "RATEWARDEN_TEST_DYNAMODB_ENDPOINT"
+	// RedisEnv holds host:port of the redis-server tests/run starts; it is
+	// not an AWS service, but it is started and found the same way.
+	RedisEnv = "RATEWARDEN_TEST_REDIS_ADDR"
 )
 
 // Endpoint returns the endpoint in env. Outside tests/run the test is
@@ -29,7 +32,7 @@ func Endpoint(t testing.TB, env string) string {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s is not set: tests/run starts the stand-ins and sets it", env)
 		}
-		t.Skipf("%s is not set: run tests/run, which starts kinesalite and dynalite on loopback", env)
+		t.Skipf("%s is not set: run tests/run, which starts kinesalite, dynalite and redis-server on loopback", env)
 	}
 	return ep
 }

@@ -167,6 +167,7 @@ type fault struct {
 type proxy struct {
 	target string
 	plan   map[int]fault
+	down   atomic.Bool // reset every request: the stream is unreachable
 
 	mu         sync.Mutex
 	calls      int
@@ -174,6 +175,10 @@ type proxy struct {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.down.Load() {
+		reset(w)
+		return
+	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -281,8 +286,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res.Records, res.FailedRecordCount = all, res.FailedRecordCount+len(failed)
 		rbody, _ = json.Marshal(res)
 	}
+	rewritten := len(f.fail) > 0
 	for k, v := range resp.Header {
-		if k != "Content-Length" && !strings.EqualFold(k, "X-Amz-Crc32") {
+		if k != "Content-Length" && (!rewritten || !strings.EqualFold(k, "X-Amz-Crc32")) {
 			w.Header()[k] = v
 		}
 	}

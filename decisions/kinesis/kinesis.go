@@ -224,18 +224,26 @@ func (s *Sink) Flush() error { return nil }
 // a call carries at most one record per partition key, so a key's records
 // are never reordered. It returns an error naming the events given up.
 func (s *Sink) WriteBatch(ds []decisions.Decision) error {
+	undelivered, err := s.deliver(ds)
+	for i := range undelivered {
+		s.failed.Add(uint64(undelivered[i].events))
+	}
+	return err
+}
+
+// deliver puts ds on the stream and returns the records it gave up on, for
+// a caller that keeps them elsewhere; events that could not be encoded are
+// counted as failed here.
+func (s *Sink) deliver(ds []decisions.Decision) ([]entry, error) {
 	if len(ds) == 0 {
-		return nil
+		return nil, nil
 	}
 	pending, failed, err := s.build(ds)
 	if err != nil {
 		s.failed.Add(uint64(failed))
 	}
-	sendErr := s.send(pending)
-	if err != nil || sendErr != nil {
-		return errors.Join(err, sendErr)
-	}
-	return nil
+	undelivered, sendErr := s.send(pending)
+	return undelivered, errors.Join(err, sendErr)
 }
 
 // build turns ds into records, in order.
@@ -300,13 +308,15 @@ func (s *Sink) encode(pending []entry, key string, group []decisions.Decision) (
 	return pending, n1 + n2, errors.Join(err1, err2)
 }
 
-// send delivers pending, retrying failures first.
-func (s *Sink) send(pending []entry) error {
+// send delivers pending, retrying failures first, and returns the records
+// it gave up on, in order.
+func (s *Sink) send(pending []entry) ([]entry, error) {
 	var (
-		lost    int
+		gaveUp  []entry
 		lastErr error
 		call    []int // indices into pending
 		inCall  = make(map[string]bool)
+		dead    = make(map[string]bool)
 		in      = kinesis.PutRecordsInput{StreamName: aws.String(s.opts.Stream)}
 	)
 	for len(pending) > 0 {
@@ -330,11 +340,8 @@ func (s *Sink) send(pending []entry) error {
 		}
 		if attempts > 0 {
 			if err := s.opts.Sleep(context.Background(), s.backoff(attempts)); err != nil {
-				for i := range pending {
-					lost += pending[i].events
-				}
-				s.failed.Add(uint64(lost))
-				return fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", lost, s.opts.Stream, err)
+				gaveUp = append(gaveUp, pending...)
+				return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", events(gaveUp), s.opts.Stream, err)
 			}
 			s.retried.Add(uint64(len(call)))
 		}
@@ -342,9 +349,12 @@ func (s *Sink) send(pending []entry) error {
 		if err != nil {
 			lastErr = err
 		}
-		// Keep the failed records, in order; give up those out of retries.
+		// Keep the failed records, in order; give up those out of retries,
+		// and the later records of their keys with them, so that whoever
+		// keeps what was given up can still deliver each key in order.
 		next := pending[:0]
 		j := 0
+		clear(dead)
 		for i := range pending {
 			e := pending[i]
 			if j < len(call) && call[j] == i {
@@ -355,20 +365,31 @@ func (s *Sink) send(pending []entry) error {
 				}
 				e.attempts++
 				if permanent || e.attempts > s.opts.MaxRetries {
-					lost += e.events
-					continue
+					dead[e.key] = true
 				}
+			}
+			if dead[e.key] {
+				gaveUp = append(gaveUp, e)
+				continue
 			}
 			next = append(next, e)
 		}
 		clear(pending[len(next):])
 		pending = next
 	}
-	if lost > 0 {
-		s.failed.Add(uint64(lost))
-		return fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", lost, s.opts.Stream, lastErr)
+	if len(gaveUp) > 0 {
+		return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", events(gaveUp), s.opts.Stream, lastErr)
 	}
-	return nil
+	return nil, nil
+}
+
+// events counts the events in es.
+func events(es []entry) int {
+	n := 0
+	for i := range es {
+		n += es[i].events
+	}
+	return n
 }
 
 // put makes one PutRecords call and reports, by position in call, which

@@ -809,28 +809,41 @@ func (l *Log) Retain(now time.Time) (removed int, err error) {
 		return 0, nil
 	}
 	cutoff := clampNS(now.Add(-l.opts.RetainAge))
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return 0, fmt.Errorf("retain: log %w", ErrClosed)
-	}
-	var total int64
-	for _, s := range l.segs {
-		total += s.size
-	}
-	cut := 0
-	for ; cut < len(l.segs)-1; cut++ {
-		s := l.segs[cut]
+	return l.removeOldest("retain", func(s *segment, total int64) bool {
 		newest := s.maxT
 		if s.records == 0 {
 			newest = s.created
 		}
 		old := l.opts.RetainAge > 0 && newest < cutoff
 		big := l.opts.RetainBytes > 0 && total > l.opts.RetainBytes
-		if !old && !big {
-			break
-		}
-		total -= s.size
+		return old || big
+	})
+}
+
+// RemoveBefore removes the oldest segments all of whose events lie before
+// offset: what a consumer that committed offset has read. It never removes
+// the active segment. Readers that have a removed segment open go on
+// reading it.
+func (l *Log) RemoveBefore(offset uint64) (removed int, err error) {
+	return l.removeOldest("remove before", func(s *segment, _ int64) bool { return s.end <= offset })
+}
+
+// removeOldest removes segments from the oldest on while drop says to,
+// never the active one. drop sees the segment and the total size of the
+// segments from it on.
+func (l *Log) removeOldest(op string, drop func(s *segment, total int64) bool) (removed int, err error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("%s: log %w", op, ErrClosed)
+	}
+	var total int64
+	for _, s := range l.segs {
+		total += s.size
+	}
+	cut := 0
+	for ; cut < len(l.segs)-1 && drop(l.segs[cut], total); cut++ {
+		total -= l.segs[cut].size
 	}
 	victims := l.segs[:cut:cut]
 	l.segs = append([]*segment(nil), l.segs[cut:]...)
@@ -845,7 +858,7 @@ func (l *Log) Retain(now time.Time) (removed int, err error) {
 	}
 	l.removed.Add(uint64(removed))
 	if len(errs) > 0 {
-		return removed, fmt.Errorf("retain: %w", errors.Join(errs...))
+		return removed, fmt.Errorf("%s: %w", op, errors.Join(errs...))
 	}
 	return removed, nil
 }

@@ -585,3 +585,58 @@ func flipByte(t testing.TB, path string, at int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestRemoveBefore removes exactly the segments a consumer has read past,
+// never the active one, and reading from the consumer's offset is whole.
+func TestRemoveBefore(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 10, Sync: SyncPolicy{Mode: SyncNever}})
+	var recs []Record
+	for i := range 40 {
+		recs = append(recs, mkRec(i, 3, 200))
+	}
+	recs = appendAll(t, l, recs, 1)
+	segsBefore := countSegments(t, dir)
+	if segsBefore < 5 {
+		t.Fatalf("%d segments, want several", segsBefore)
+	}
+	cut := recs[25].FirstOffset
+	removed, err := l.RemoveBefore(cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed == 0 || countSegments(t, dir) != segsBefore-removed {
+		t.Fatalf("removed %d of %d segments, %d left", removed, segsBefore, countSegments(t, dir))
+	}
+	r, err := l.Reader(cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := readAll(t, r)
+	if len(got) != 15 || got[0].FirstOffset != cut {
+		t.Fatalf("read %d records from %d, want 15 from %d", len(got), got[0].FirstOffset, cut)
+	}
+	// Everything read: all but the active segment goes.
+	if _, err := l.RemoveBefore(l.NextOffset()); err != nil {
+		t.Fatal(err)
+	}
+	if n := countSegments(t, dir); n != 1 {
+		t.Fatalf("%d segments after removing all read ones, want the active one", n)
+	}
+}
+
+func countSegments(t *testing.T, dir string) int {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range es {
+		if _, ok := parseSegName(e.Name()); ok {
+			n++
+		}
+	}
+	return n
+}

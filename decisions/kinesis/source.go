@@ -1,0 +1,777 @@
+package kinesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// StreamAPI is the part of the Kinesis client a Source reads with.
+// *kinesis.Client satisfies it.
+type StreamAPI interface {
+	ListShards(ctx context.Context, in *kinesis.ListShardsInput, opts ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error)
+	GetShardIterator(ctx context.Context, in *kinesis.GetShardIteratorInput, opts ...func(*kinesis.Options)) (*kinesis.GetShardIteratorOutput, error)
+	GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, opts ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error)
+}
+
+var _ StreamAPI = (*kinesis.Client)(nil)
+
+// Position is a place in a shard: after the first Sub events of the record
+// whose sequence number is Seq. A record is an Arrow batch of many events,
+// so a position may fall inside one. Seq "" is the shard's start; ShardEnd
+// is past its end.
+type Position struct {
+	Seq string
+	Sub int64
+}
+
+// wholeRecord is the Sub of a position past every event of its record,
+// however many it holds.
+const wholeRecord = math.MaxInt64
+
+// Batch is a run of consecutive events of one shard, handed to a Handler.
+// Shard, From and To identify it: a Source that delivers a batch again
+// after a failure or a change of hands delivers the same events under the
+// same identity or a superset starting at the same From, so a handler can
+// be idempotent.
+type Batch struct {
+	Shard  string
+	From   Position // the first event: event From.Sub of record From.Seq
+	To     Position // the checkpoint after the batch
+	Events []decisions.Decision
+}
+
+// ID returns the batch's identity: shard, first and last position.
+func (b *Batch) ID() string {
+	return b.Shard + "/" + b.From.Seq + "." + strconv.FormatInt(b.From.Sub, 10) + "-" + b.To.Seq + "." + strconv.FormatInt(b.To.Sub, 10)
+}
+
+// Handler handles a batch. Events are valid until it returns. A Source
+// calls it from one goroutine per shard: serially for a shard, and
+// concurrently for different shards. An error makes the Source call it
+// again with the same batch, after a backoff, until it succeeds or the
+// worker stops holding the shard: delivery is at least once, and a batch
+// that always fails holds up its shard.
+type Handler func(ctx context.Context, b *Batch) error
+
+// StartAt says where a shard never read before is read from.
+type StartAt uint8
+
+// The starting positions.
+const (
+	TrimHorizon StartAt = iota // the oldest record the stream keeps
+	Latest                     // records put after the shard is first read
+)
+
+// SourceOptions configure a Source. Zero fields take their defaults.
+type SourceOptions struct {
+	Stream string // stream name; required
+	Table  string // lease and checkpoint table, see LeaseTableSpec; required
+	// Group names the consumer group: workers of one group share the
+	// shards; another group reads the stream independently. Default
+	// "ratewarden".
+	Group string
+	// Worker identifies this worker in the lease table; default
+	// host-pid-random.
+	Worker string
+	// LeaseDuration is how long a lease whose counter does not move is
+	// held by a live worker; past it others take the shard. Default 10s.
+	LeaseDuration time.Duration
+	// Discover is how often the stream's shards are listed; default 30s.
+	Discover time.Duration
+	// Poll is how long a consumer waits after a read that found the shard
+	// caught up; default 1s. Reads are at least 200 ms apart per shard,
+	// within Kinesis's five reads per second per shard.
+	Poll time.Duration
+	// Records bounds the records one GetRecords call returns; default
+	// 1000, at most 10000.
+	Records int32
+	// MaxBatch bounds the events of one Batch; default 10000. A record
+	// holding more is handed over in several batches whose positions
+	// fall inside it.
+	MaxBatch int
+	// StartAt is where a shard without a checkpoint is read from.
+	StartAt StartAt
+	// Now is the clock for lease expiry; default time.Now.
+	Now func() time.Time
+}
+
+func (o *SourceOptions) setDefaults() {
+	if o.Group == "" {
+		o.Group = "ratewarden"
+	}
+	if o.Worker == "" {
+		host, _ := os.Hostname()
+		o.Worker = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.Uint32()&0xffff)
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = 10 * time.Second
+	}
+	if o.Discover == 0 {
+		o.Discover = 30 * time.Second
+	}
+	if o.Poll == 0 {
+		o.Poll = time.Second
+	}
+	if o.Records == 0 {
+		o.Records = 1000
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 10000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate checks the options after the defaults are filled in.
+func (o *SourceOptions) Validate() error {
+	switch {
+	case o.Stream == "":
+		return errors.New("Stream: want the stream's name")
+	case o.Table == "":
+		return errors.New("Table: want the lease table's name")
+	case o.LeaseDuration < 100*time.Millisecond:
+		return fmt.Errorf("LeaseDuration: got %v, want at least 100ms", o.LeaseDuration)
+	case o.Records < 1 || o.Records > 10000:
+		return fmt.Errorf("Records: got %d, want 1 to 10000", o.Records)
+	case o.MaxBatch < 1:
+		return fmt.Errorf("MaxBatch: got %d, want at least 1", o.MaxBatch)
+	case o.Poll < 0 || o.Discover < 0:
+		return errors.New("Poll, Discover: want positive durations")
+	}
+	return nil
+}
+
+// SourceStats count what a Source did.
+type SourceStats struct {
+	Records     uint64 // records read
+	Events      uint64 // events handed to the handler, redeliveries included
+	Batches     uint64 // batches handled
+	Corrupt     uint64 // records that could not be decoded, skipped
+	Checkpoints uint64 // checkpoints written
+	Taken       uint64 // leases taken: free, expired or stolen
+	Lost        uint64 // leases lost to another worker or to failed renewals
+	Throttled   uint64 // reads refused for throughput
+	Retries     uint64 // handler calls, reads and checkpoints made again after an error
+	Held        int64  // leases held now
+}
+
+// maxProblems bounds the corrupt records a Source keeps the errors of.
+const maxProblems = 100
+
+// Source reads decision events from a Kinesis stream for a group of
+// workers that share its shards through leases in DynamoDB. Each worker
+// takes about its share of the shards, takes over the shards of a worker
+// whose leases stop moving for LeaseDuration, and steals a shard from a
+// worker holding more than its share. A shard's children are read only
+// once the shard itself (and, after a merge, its adjacent parent) is read
+// to its end, so each identity's events keep their order across a
+// reshard. After the handler takes a batch the position is checkpointed,
+// inside a record if the batch ended inside one; a worker that takes a
+// shard over starts from there. A Source is safe for concurrent use.
+type Source struct {
+	api    StreamAPI
+	leases leases
+	opts   SourceOptions
+
+	mu       sync.Mutex
+	held     map[string]*consumer
+	seen     map[string]observed
+	problems []error
+
+	records, events, batches, corrupt, checkpoints, taken, lost, throttled, retries atomic.Uint64
+	heldN                                                                           atomic.Int64
+}
+
+// observed is a lease's counter and when, by this worker's clock, it was
+// seen to change.
+type observed struct {
+	counter int64
+	at      time.Time
+}
+
+// consumer is a held shard and, once its parents are read, the read of
+// it. cancel and done are nil until the read starts.
+type consumer struct {
+	shard     string
+	cancel    context.CancelFunc
+	done      chan struct{}
+	ended     atomic.Bool // read to its end and checkpointed so
+	lost      atomic.Bool // a checkpoint found the lease gone
+	renewedAt time.Time
+}
+
+// NewSource returns a Source reading opts.Stream through api, with leases
+// in opts.Table through db.
+func NewSource(api StreamAPI, db DynamoAPI, opts SourceOptions) (*Source, error) {
+	if api == nil || db == nil {
+		return nil, errors.New("new kinesis source: nil client")
+	}
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("new kinesis source: %w", err)
+	}
+	return &Source{
+		api: api, opts: opts,
+		leases: leases{api: db, table: opts.Table, group: opts.Group + "/" + opts.Stream},
+		held:   map[string]*consumer{}, seen: map[string]observed{},
+	}, nil
+}
+
+// Worker returns the worker's id in the lease table.
+func (s *Source) Worker() string { return s.opts.Worker }
+
+// Stats returns the counters.
+func (s *Source) Stats() SourceStats {
+	return SourceStats{
+		Records: s.records.Load(), Events: s.events.Load(), Batches: s.batches.Load(), Corrupt: s.corrupt.Load(),
+		Checkpoints: s.checkpoints.Load(), Taken: s.taken.Load(), Lost: s.lost.Load(), Throttled: s.throttled.Load(),
+		Retries: s.retries.Load(), Held: s.heldN.Load(),
+	}
+}
+
+// Problems returns the errors of the first corrupt records skipped.
+func (s *Source) Problems() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.problems)
+}
+
+// Held returns the shards the worker holds, sorted.
+func (s *Source) Held() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.held))
+	for sh := range s.held {
+		out = append(out, sh)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Run takes leases and reads the shards it holds, handing batches to h,
+// until ctx is done; then it stops its consumers, which checkpoint what
+// they handled, and releases its leases so that others take them at once.
+func (s *Source) Run(ctx context.Context, h Handler) error {
+	if h == nil {
+		return errors.New("run kinesis source: nil handler")
+	}
+	every := s.opts.LeaseDuration / 3
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var discovered time.Time
+	for {
+		now := s.opts.Now()
+		if discovered.IsZero() || now.Sub(discovered) >= s.opts.Discover {
+			if s.discover(ctx) == nil {
+				discovered = now
+			}
+		}
+		s.step(ctx, h, now)
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// discover lists the stream's shards and adds a lease for each new one.
+func (s *Source) discover(ctx context.Context) error {
+	in := &kinesis.ListShardsInput{StreamName: aws.String(s.opts.Stream)}
+	for {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, err := s.api.ListShards(c, in)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("list shards: %w", err)
+		}
+		for _, sh := range out.Shards {
+			id := aws.ToString(sh.ShardId)
+			s.mu.Lock()
+			_, known := s.seen[id]
+			s.mu.Unlock()
+			if known {
+				continue
+			}
+			var parents []string
+			for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
+				if p != nil && *p != "" {
+					parents = append(parents, *p)
+				}
+			}
+			c, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := s.leases.create(c, id, parents)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+		if out.NextToken == nil {
+			return nil
+		}
+		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
+	}
+}
+
+// step renews the leases held, reaps finished consumers, takes the share
+// of leases due, and starts consumers on held shards that are ready.
+func (s *Source) step(ctx context.Context, h Handler, now time.Time) {
+	s.renew(ctx, now)
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	all, err := s.leases.list(c)
+	cancel()
+	if err != nil {
+		return
+	}
+	byShard := make(map[string]*lease, len(all))
+	for i := range all {
+		byShard[all[i].shard] = &all[i]
+	}
+	s.observe(all, now)
+	s.balance(ctx, all, now)
+	s.start(ctx, h, byShard)
+}
+
+// renew bumps the counter of every lease held. A lease another worker took
+// is dropped at once; one that could not be renewed for two thirds of the
+// lease duration is dropped too, before others may take it.
+func (s *Source) renew(ctx context.Context, now time.Time) {
+	for _, c := range s.consumers() {
+		if c.ended.Load() {
+			s.stop(c)
+			rc, cancel := context.WithTimeout(ctx, 10*time.Second)
+			s.leases.release(rc, c.shard, s.opts.Worker)
+			cancel()
+			continue
+		}
+		if c.lost.Load() {
+			s.lost.Add(1)
+			s.stop(c)
+			continue
+		}
+		rc, cancel := context.WithTimeout(ctx, s.opts.LeaseDuration/3)
+		err := s.leases.renew(rc, c.shard, s.opts.Worker)
+		cancel()
+		switch {
+		case err == nil:
+			c.renewedAt = now
+		case errors.Is(err, errLeaseLost) || now.Sub(c.renewedAt) >= s.opts.LeaseDuration*2/3:
+			s.lost.Add(1)
+			s.stop(c)
+		}
+	}
+}
+
+// consumers returns the consumers of the leases held.
+func (s *Source) consumers() []*consumer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held := make([]*consumer, 0, len(s.held))
+	for _, c := range s.held {
+		held = append(held, c)
+	}
+	return held
+}
+
+// stop cancels a consumer, waits for it, and forgets it.
+func (s *Source) stop(c *consumer) {
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+	s.mu.Lock()
+	if s.held[c.shard] == c {
+		delete(s.held, c.shard)
+		s.heldN.Add(-1)
+	}
+	s.mu.Unlock()
+}
+
+// observe notes which lease counters moved.
+func (s *Source) observe(all []lease, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, le := range all {
+		if o, ok := s.seen[le.shard]; !ok || o.counter != le.counter {
+			s.seen[le.shard] = observed{counter: le.counter, at: now}
+		}
+	}
+}
+
+// balance takes free and expired leases up to this worker's share, and
+// failing those steals one from the worker holding the most.
+func (s *Source) balance(ctx context.Context, all []lease, now time.Time) {
+	me := s.opts.Worker
+	s.mu.Lock()
+	load := map[string][]*lease{me: nil}
+	var takeable []*lease
+	open := 0
+	for i := range all {
+		le := &all[i]
+		if le.seq == ShardEnd {
+			continue
+		}
+		open++
+		expired := le.owner != "" && le.owner != me && now.Sub(s.seen[le.shard].at) >= s.opts.LeaseDuration
+		switch {
+		case le.owner == "" || expired:
+			takeable = append(takeable, le)
+		case le.owner == me && s.held[le.shard] == nil:
+			// Held in the table but not here (a restart under the same
+			// worker id): take it back.
+			takeable = append(takeable, le)
+		default:
+			load[le.owner] = append(load[le.owner], le)
+		}
+	}
+	s.mu.Unlock()
+	if open == 0 {
+		return
+	}
+	target := (open + len(load) - 1) / len(load)
+	need := target - len(load[me])
+	// Parents first: their children cannot be read before them.
+	slices.SortFunc(takeable, func(a, b *lease) int {
+		if d := len(a.parents) - len(b.parents); d != 0 {
+			return d
+		}
+		return compareShardIDs(a.shard, b.shard)
+	})
+	for _, le := range takeable {
+		if need <= 0 {
+			break
+		}
+		if s.takeLease(ctx, le, now) {
+			need--
+		}
+	}
+	if need <= 0 || len(takeable) > 0 {
+		return
+	}
+	// Steal one lease from the most loaded worker, if above the share.
+	var victim string
+	for w, ls := range load {
+		if w != me && len(ls) > target && (victim == "" || len(ls) > len(load[victim]) ||
+			len(ls) == len(load[victim]) && w < victim) {
+			victim = w
+		}
+	}
+	if victim != "" {
+		ls := load[victim]
+		slices.SortFunc(ls, func(a, b *lease) int { return compareShardIDs(a.shard, b.shard) })
+		s.takeLease(ctx, ls[len(ls)-1], now)
+	}
+}
+
+// compareShardIDs orders shard ids, which are zero-padded numbers.
+func compareShardIDs(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// takeLease takes le if its counter has not moved since it was listed.
+func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := s.leases.take(c, le.shard, s.opts.Worker, le.counter)
+	cancel()
+	if err != nil {
+		return false
+	}
+	s.taken.Add(1)
+	le.owner = s.opts.Worker
+	le.counter++
+	s.mu.Lock()
+	s.seen[le.shard] = observed{counter: le.counter, at: now}
+	if s.held[le.shard] == nil {
+		s.held[le.shard] = &consumer{shard: le.shard, renewedAt: now}
+		s.heldN.Add(1)
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// start runs a consumer on every lease held whose parents are read.
+func (s *Source) start(ctx context.Context, h Handler, byShard map[string]*lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for shard, c := range s.held {
+		le := byShard[shard]
+		if c.cancel != nil || le == nil || le.owner != s.opts.Worker || !parentsDone(le, byShard) {
+			continue
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		c.cancel, c.done = cancel, make(chan struct{})
+		from := Position{Seq: le.seq, Sub: le.sub}
+		go func() {
+			defer close(c.done)
+			s.consume(cctx, c, from, h)
+		}()
+	}
+}
+
+// parentsDone reports whether le's parents are read to their ends, or gone
+// from the table.
+func parentsDone(le *lease, byShard map[string]*lease) bool {
+	for _, p := range le.parents {
+		if pl, ok := byShard[p]; ok && pl.seq != ShardEnd {
+			return false
+		}
+	}
+	return true
+}
+
+// shutdown stops every consumer and releases its lease.
+func (s *Source) shutdown() {
+	for _, c := range s.consumers() {
+		s.stop(c)
+		if !c.lost.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s.leases.release(ctx, c.shard, s.opts.Worker)
+			cancel()
+		}
+	}
+}
+
+// errStopped ends a consumer whose context is done or whose lease is gone.
+var errStopped = errors.New("consumer stopped")
+
+// consume reads one shard from from, hands its events to h in batches and
+// checkpoints after each, until the shard ends or ctx is done.
+func (s *Source) consume(ctx context.Context, c *consumer, from Position, h Handler) {
+	if from.Seq == ShardEnd {
+		c.ended.Store(true)
+		return
+	}
+	r := shardReader{s: s, c: c, h: h, pos: from, saved: from, skip: from.Sub, resume: from.Seq}
+	r.batch.Shard = c.shard
+	if err := r.run(ctx); err == nil {
+		c.ended.Store(true)
+	}
+}
+
+// shardReader is the state of one consumer.
+type shardReader struct {
+	s      *Source
+	c      *consumer
+	h      Handler
+	pos    Position // checkpointed or to be: after the events handled
+	resume string   // the record to resume inside, and skip its first events
+	skip   int64
+	iter   *string
+	saved  Position // the last checkpoint written
+	batch  Batch
+	buf    []decisions.Decision
+	fails  int
+}
+
+// run reads until the shard ends (nil) or the consumer stops (errStopped).
+func (r *shardReader) run(ctx context.Context) error {
+	s := r.s
+	var last time.Time
+	for {
+		if r.iter == nil {
+			if err := r.iterator(ctx); err != nil {
+				if err := r.pause(ctx, err); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if wait := 200*time.Millisecond - time.Since(last); wait > 0 {
+			if err := sleep(ctx, wait); err != nil {
+				return errStopped
+			}
+		}
+		last = time.Now()
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, err := s.api.GetRecords(c, &kinesis.GetRecordsInput{ShardIterator: r.iter, Limit: aws.Int32(s.opts.Records)})
+		cancel()
+		if err != nil {
+			var expired *types.ExpiredIteratorException
+			if errors.As(err, &expired) {
+				r.iter = nil
+				continue
+			}
+			if isThrottle(err) {
+				s.throttled.Add(1)
+			}
+			if err := r.pause(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
+		r.fails = 0
+		if err := r.records(ctx, out.Records); err != nil {
+			return err
+		}
+		r.iter = out.NextShardIterator
+		if r.iter == nil {
+			r.pos = Position{Seq: ShardEnd}
+			return r.checkpoint(ctx)
+		}
+		if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 {
+			if err := sleep(ctx, s.opts.Poll); err != nil {
+				return errStopped
+			}
+		}
+	}
+}
+
+// iterator gets a shard iterator at the position.
+func (r *shardReader) iterator(ctx context.Context) error {
+	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(r.s.opts.Stream), ShardId: aws.String(r.c.shard)}
+	switch {
+	case r.pos.Seq != "":
+		// At the record: the consumer skips the events it handled.
+		in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
+		in.StartingSequenceNumber = aws.String(r.pos.Seq)
+		r.resume, r.skip = r.pos.Seq, r.pos.Sub
+	case r.s.opts.StartAt == Latest:
+		in.ShardIteratorType = types.ShardIteratorTypeLatest
+	default:
+		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
+	}
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	out, err := r.s.api.GetShardIterator(c, in)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("get shard iterator %s: %w", r.c.shard, err)
+	}
+	r.iter = out.ShardIterator
+	return nil
+}
+
+// pause backs off after a failed call; it returns errStopped once the
+// consumer should stop.
+func (r *shardReader) pause(ctx context.Context, _ error) error {
+	r.s.retries.Add(1)
+	r.fails++
+	bound := min(50*time.Millisecond<<min(r.fails, 10), 5*time.Second)
+	if err := sleep(ctx, time.Duration(rand.Int64N(int64(bound))+1)); err != nil {
+		return errStopped
+	}
+	return nil
+}
+
+// records hands the events of recs over in batches of at most MaxBatch.
+func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
+	s := r.s
+	for i := range recs {
+		rec := &recs[i]
+		seq := aws.ToString(rec.SequenceNumber)
+		s.records.Add(1)
+		var err error
+		r.buf, err = Decode(rec.Data, r.buf[:0])
+		if err != nil {
+			s.corrupt.Add(1)
+			s.mu.Lock()
+			if len(s.problems) < maxProblems {
+				s.problems = append(s.problems, fmt.Errorf("shard %s record %s: %w", r.c.shard, seq, err))
+			}
+			s.mu.Unlock()
+			r.buf = r.buf[:0]
+		}
+		first := int64(0)
+		if seq == r.resume {
+			first = min(r.skip, int64(len(r.buf)))
+			r.resume = ""
+		}
+		for first < int64(len(r.buf)) {
+			if len(r.batch.Events) == 0 {
+				r.batch.From = Position{Seq: seq, Sub: first}
+			}
+			n := min(int64(s.opts.MaxBatch-len(r.batch.Events)), int64(len(r.buf))-first)
+			r.batch.Events = append(r.batch.Events, r.buf[first:first+n]...)
+			first += n
+			r.pos = Position{Seq: seq, Sub: first}
+			if first == int64(len(r.buf)) {
+				r.pos.Sub = wholeRecord
+			}
+			if len(r.batch.Events) == s.opts.MaxBatch {
+				if err := r.deliver(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		if len(r.buf) == 0 {
+			r.pos = Position{Seq: seq, Sub: wholeRecord}
+		}
+	}
+	return r.deliver(ctx)
+}
+
+// deliver hands the batch to the handler until it takes it, then
+// checkpoints.
+func (r *shardReader) deliver(ctx context.Context) error {
+	s := r.s
+	if len(r.batch.Events) > 0 {
+		r.batch.To = r.pos
+		for {
+			err := r.h(ctx, &r.batch)
+			if err == nil {
+				break
+			}
+			if err := r.pause(ctx, err); err != nil {
+				return err
+			}
+		}
+		r.fails = 0
+		s.batches.Add(1)
+		s.events.Add(uint64(len(r.batch.Events)))
+		clear(r.batch.Events)
+		r.batch.Events = r.batch.Events[:0]
+	}
+	if r.pos == r.saved {
+		return nil
+	}
+	return r.checkpoint(ctx)
+}
+
+// checkpoint writes the position, again until it is written or the
+// consumer stops; a lease gone to another worker stops it.
+func (r *shardReader) checkpoint(ctx context.Context) error {
+	s := r.s
+	for {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.leases.checkpoint(c, r.c.shard, s.opts.Worker, r.pos)
+		cancel()
+		if err == nil {
+			s.checkpoints.Add(1)
+			r.fails = 0
+			r.saved = r.pos
+			return nil
+		}
+		if errors.Is(err, errLeaseLost) {
+			r.c.lost.Store(true)
+			return errStopped
+		}
+		if err := r.pause(ctx, err); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,311 @@
+package kinesis
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+)
+
+func dynamoClient(t testing.TB, ep string) *dynamodb.Client {
+	return dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(ep) })
+}
+
+// newLeaseTable creates a lease table on dynalite and deletes it after the
+// test.
+func newLeaseTable(t testing.TB, dc *dynamodb.Client) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("leases-%d-%d", time.Now().UnixNano(), streams.Add(1))
+	if _, err := dc.CreateTable(ctx, LeaseTableSpec(name)); err != nil {
+		t.Fatal(err)
+	}
+	w := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
+	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)}) })
+	return name
+}
+
+// seenLog records what each worker handled.
+type seenLog struct {
+	mu      sync.Mutex
+	by      map[string][]string // event id → workers that handled it, in order
+	order   map[int][]int       // partition → event numbers in handling order, first handling only
+	batches map[string]int      // batch id → times handled
+}
+
+func newSeenLog() *seenLog {
+	return &seenLog{by: map[string][]string{}, order: map[int][]int{}, batches: map[string]int{}}
+}
+
+func (l *seenLog) handler(worker string) Handler {
+	return func(_ context.Context, b *Batch) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.batches[b.ID()]++
+		for i := range b.Events {
+			d := &b.Events[i]
+			if len(l.by[d.RequestID]) == 0 {
+				var n int
+				fmt.Sscanf(d.RequestID, "e%d", &n)
+				p := partition(d, 8)
+				l.order[p] = append(l.order[p], n)
+			}
+			l.by[d.RequestID] = append(l.by[d.RequestID], worker)
+		}
+		return nil
+	}
+}
+
+func (l *seenLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.by)
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// writer puts numbered events on a stream through a Sink.
+type writer struct {
+	sink *Sink
+	g    *decisiontest.Generator
+	n    int
+}
+
+func newWriter(t *testing.T, kc *kinesis.Client, stream string) *writer {
+	s, err := New(kc, Options{Stream: stream, Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &writer{sink: s, g: decisiontest.NewGenerator(31, start)}
+}
+
+func (w *writer) write(t *testing.T, events int) {
+	t.Helper()
+	ds := w.g.Batch(events)
+	for i := range ds {
+		ds[i].RequestID = fmt.Sprintf("e%d", w.n)
+		w.n++
+	}
+	if err := w.sink.WriteBatch(ds); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sourceOptions(stream, table, worker string) SourceOptions {
+	return SourceOptions{Stream: stream, Table: table, Worker: worker, LeaseDuration: 900 * time.Millisecond,
+		Discover: 200 * time.Millisecond, Poll: 50 * time.Millisecond, MaxBatch: 100}
+}
+
+// run starts a Source and returns a stop function that waits for Run.
+func run(t *testing.T, s *Source, h Handler) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, h) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	return sync.OnceFunc(stop)
+}
+
+// checkOrder fails if a partition's events were first handled out of the
+// order they were written.
+func (l *seenLog) checkOrder(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, ns := range l.order {
+		for i := 1; i < len(ns); i++ {
+			if ns[i] <= ns[i-1] {
+				t.Fatalf("partition %d: event %d handled after %d", p, ns[i], ns[i-1])
+			}
+		}
+	}
+}
+
+// TestSourceResumesInsideRecords reads a stream in batches smaller than
+// its records, stops, and starts again: the second worker resumes at the
+// checkpoint inside the last record and hands over only new events.
+func TestSourceResumesInsideRecords(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	stream, table := newStream(t, kc, 2), newLeaseTable(t, dc)
+	w := newWriter(t, kc, stream)
+	w.write(t, 1050) // records of ~130 events: batches of 100 end inside them
+	seen := newSeenLog()
+	s1, err := NewSource(kc, dc, sourceOptions(stream, table, "w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, s1, seen.handler("w1"))
+	waitFor(t, "1050 events", func() bool { return seen.count() == 1050 })
+	stop()
+	st := s1.Stats()
+	if st.Events != 1050 || st.Held != 0 || st.Corrupt != 0 || st.Checkpoints == 0 {
+		t.Fatalf("first worker's stats %+v", st)
+	}
+
+	w.write(t, 300)
+	s2, err := NewSource(kc, dc, sourceOptions(stream, table, "w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = run(t, s2, seen.handler("w2"))
+	waitFor(t, "1350 events", func() bool { return seen.count() == 1350 })
+	stop()
+	if st := s2.Stats(); st.Events != 300 {
+		t.Fatalf("second worker handled %d events, want the 300 new ones: %+v", st.Events, st)
+	}
+	for id, ws := range seen.by {
+		if len(ws) != 1 {
+			t.Fatalf("event %s handled by %v", id, ws)
+		}
+	}
+	seen.checkOrder(t)
+}
+
+// TestSourceTakeover runs two workers on four shards; they split them two
+// and two. Then one worker's network is cut (a crash, as far as the others
+// can tell): the other takes its shards after the lease duration and
+// resumes from its checkpoints. No event is lost; the only events handled
+// twice are the ones the cut worker handled after its last checkpoint,
+// at most one batch per shard.
+func TestSourceTakeover(t *testing.T) {
+	kep, dep := endpoint(t), awstest.Endpoint(t, awstest.DynamoDBEnv)
+	kc, dc := client(t, kep), dynamoClient(t, dep)
+	stream, table := newStream(t, kc, 4), newLeaseTable(t, dc)
+	kp, dp := &proxy{target: kep}, &proxy{target: dep}
+	ks, ds := httptest.NewServer(kp), httptest.NewServer(dp)
+	t.Cleanup(ks.Close)
+	t.Cleanup(ds.Close)
+
+	w := newWriter(t, kc, stream)
+	w.write(t, 2000)
+	seen := newSeenLog()
+	a, err := NewSource(client(t, ks.URL), dynamoClient(t, ds.URL), sourceOptions(stream, table, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewSource(kc, dc, sourceOptions(stream, table, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a reads everything first, so that b's steals find it idle: a steal
+	// from a busy worker may have the thief handle again the victim's
+	// last batch, which would blur what this test counts.
+	stopA := run(t, a, seen.handler("a"))
+	defer stopA()
+	waitFor(t, "a to read the first 2000 events", func() bool { return seen.count() == 2000 })
+	stopB := run(t, b, seen.handler("b"))
+	defer stopB()
+	waitFor(t, "two shards each", func() bool { return len(a.Held()) == 2 && len(b.Held()) == 2 })
+	w.write(t, 2000)
+	waitFor(t, "some of the second 2000 events", func() bool { return seen.count() > 2500 })
+
+	kp.down.Store(true)
+	dp.down.Store(true)
+	waitFor(t, "b to hold all four shards", func() bool { return len(b.Held()) == 4 })
+	w.write(t, 2000)
+	waitFor(t, "6000 events", func() bool { return seen.count() == 6000 })
+	stopB()
+
+	seen.mu.Lock()
+	dups := 0
+	for id, ws := range seen.by {
+		switch {
+		case len(ws) == 1:
+		case len(ws) == 2 && ws[0] == "a" && ws[1] == "b":
+			dups++
+		default:
+			t.Fatalf("event %s handled by %v: only a's uncheckpointed events may be handled again, by b", id, ws)
+		}
+	}
+	seen.mu.Unlock()
+	if max := 2 * 100; dups > max {
+		t.Fatalf("%d events handled twice, want at most one batch (100) per shard a held", dups)
+	}
+	if st := b.Stats(); st.Taken < 4 {
+		t.Fatalf("b took %d leases, want its two and a's two: %+v", st.Taken, st)
+	}
+	t.Logf("a %+v; b %+v; %d events handled twice", a.Stats(), b.Stats(), dups)
+}
+
+// TestSourceReshard splits the stream's only shard while a worker reads
+// it: the parent is read to its end before either child, so every
+// partition's events are handled in the order written.
+func TestSourceReshard(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w := newWriter(t, kc, stream)
+	w.write(t, 1500)
+	seen := newSeenLog()
+	s, err := NewSource(kc, dc, sourceOptions(stream, table, "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, s, seen.handler("w"))
+	defer stop()
+	waitFor(t, "the first events", func() bool { return seen.count() > 0 })
+
+	ctx := context.Background()
+	shards, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: shards.Shards[0].ShardId, NewStartingHashKey: aws.String("170141183460469231731687303715884105728")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to be active", func() bool {
+		out, err := kc.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		return err == nil && out.StreamDescriptionSummary.StreamStatus == types.StreamStatusActive
+	})
+	w.write(t, 1500) // on the children
+	waitFor(t, "3000 events", func() bool { return seen.count() == 3000 })
+	stop()
+	seen.checkOrder(t)
+	for id, ws := range seen.by {
+		if len(ws) != 1 {
+			t.Fatalf("event %s handled %d times", id, len(ws))
+		}
+	}
+	leases, err := (&leases{api: dc, table: table, group: "ratewarden/" + stream}).list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases) != 3 {
+		t.Fatalf("%d leases, want the parent and two children", len(leases))
+	}
+	for _, le := range leases {
+		if len(le.parents) == 0 && le.seq != ShardEnd {
+			t.Fatalf("parent lease %+v not at its end", le)
+		}
+	}
+}
