@@ -90,9 +90,12 @@ func compileRule(cfg *config.Config, id string, cr *config.Rule) (*rule, error) 
 		r.ceiling = int64(float64(lr.Capacity()) * cfg.Challenge.Factor)
 	}
 	// Counting stops a little above the block threshold: enough to tell a
-	// block from a challenge, and a token bucket's refill is not pushed
-	// indefinitely into the future by a flood.
-	if alg == limit.TokenBucket {
+	// block from a challenge. A flood is then not recorded at all: a token
+	// bucket's refill is not pushed indefinitely into the future, a blocked
+	// key costs a distributed store no writes (and can be answered from the
+	// over-limit cache), and a sliding window's next window starts from the
+	// block threshold rather than from the size of the flood.
+	if alg != limit.Concurrency {
 		lr.MaxCount = r.ceiling + 1
 	}
 	r.limit, r.capacity = lr, lr.Capacity()
