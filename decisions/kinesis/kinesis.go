@@ -341,7 +341,7 @@ func (s *Sink) send(pending []entry) ([]entry, error) {
 		if attempts > 0 {
 			if err := s.opts.Sleep(context.Background(), s.backoff(attempts)); err != nil {
 				gaveUp = append(gaveUp, pending...)
-				return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", events(gaveUp), s.opts.Stream, err)
+				return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", countEvents(gaveUp), s.opts.Stream, err)
 			}
 			s.retried.Add(uint64(len(call)))
 		}
@@ -378,13 +378,13 @@ func (s *Sink) send(pending []entry) ([]entry, error) {
 		pending = next
 	}
 	if len(gaveUp) > 0 {
-		return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", events(gaveUp), s.opts.Stream, lastErr)
+		return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", countEvents(gaveUp), s.opts.Stream, lastErr)
 	}
 	return nil, nil
 }
 
-// events counts the events in es.
-func events(es []entry) int {
+// countEvents counts the events in es.
+func countEvents(es []entry) int {
 	n := 0
 	for i := range es {
 		n += es[i].events

@@ -1,0 +1,98 @@
+package kinesis
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// LambdaStats count what a LambdaHandler did.
+type LambdaStats struct {
+	Invocations uint64 // events (invocations) handled
+	Records     uint64 // records read
+	Events      uint64 // decision events handed to the handler
+	Corrupt     uint64 // records that could not be decoded, skipped
+	Failed      uint64 // invocations that reported a batch item failure
+}
+
+// LambdaHandler serves a Kinesis event-source mapping in AWS Lambda: it
+// decodes each record with Decode and hands its events to a Handler as a
+// Batch, in order. A record that cannot be decoded is skipped and counted,
+// so a poison record does not hold up its shard. When the handler fails,
+// the invocation answers with a partial batch failure naming that record's
+// sequence number (configure the mapping with FunctionResponseTypes
+// ReportBatchItemFailures): Lambda then retries from that record on, and
+// the records before it are not delivered again.
+//
+// Each record is one batch, its events a whole Arrow batch or one JSON
+// decision, so a failing batch names exactly one record. A LambdaHandler is
+// safe for concurrent use.
+type LambdaHandler struct {
+	h Handler
+
+	mu       sync.Mutex
+	problems []error
+
+	invocations, records, events, corrupt, failed atomic.Uint64
+}
+
+// NewLambdaHandler returns a LambdaHandler handing batches to h.
+func NewLambdaHandler(h Handler) *LambdaHandler { return &LambdaHandler{h: h} }
+
+// Handle handles one invocation.
+func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (events.KinesisEventResponse, error) {
+	l.invocations.Add(1)
+	var (
+		b   Batch
+		buf []decisions.Decision
+	)
+	for i := range ev.Records {
+		r := &ev.Records[i]
+		seq := r.Kinesis.SequenceNumber
+		l.records.Add(1)
+		var err error
+		buf, err = Decode(r.Kinesis.Data, buf[:0])
+		if err != nil {
+			l.corrupt.Add(1)
+			l.mu.Lock()
+			if len(l.problems) < maxProblems {
+				l.problems = append(l.problems, fmt.Errorf("%s record %s: %w", eventShard(r.EventID), seq, err))
+			}
+			l.mu.Unlock()
+			continue
+		}
+		b = Batch{Shard: eventShard(r.EventID), From: Position{Seq: seq}, To: Position{Seq: seq, Sub: wholeRecord}, Events: buf}
+		if err := l.h(ctx, &b); err != nil {
+			l.failed.Add(1)
+			return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: seq}}}, nil
+		}
+		l.events.Add(uint64(len(buf)))
+	}
+	return events.KinesisEventResponse{}, nil
+}
+
+// eventShard returns the shard id of a record's event id,
+// "shardId-000000000000:49590338271490256608559692538361571095921575989136588898".
+func eventShard(eventID string) string {
+	shard, _, _ := strings.Cut(eventID, ":")
+	return shard
+}
+
+// Stats returns the counters.
+func (l *LambdaHandler) Stats() LambdaStats {
+	return LambdaStats{Invocations: l.invocations.Load(), Records: l.records.Load(), Events: l.events.Load(),
+		Corrupt: l.corrupt.Load(), Failed: l.failed.Load()}
+}
+
+// Problems returns the errors of the first corrupt records skipped.
+func (l *LambdaHandler) Problems() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.problems...)
+}

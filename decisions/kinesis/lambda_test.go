@@ -1,0 +1,118 @@
+package kinesis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+)
+
+// lambdaEvent builds a Kinesis event of records: the Sink's Arrow records
+// of ds, one JSON record, and garbage where poison says, in that order of
+// positions. It goes through JSON as Lambda delivers it (data base64).
+func lambdaEvent(t *testing.T, payloads [][]byte) events.KinesisEvent {
+	t.Helper()
+	var ev events.KinesisEvent
+	for i, p := range payloads {
+		seq := fmt.Sprintf("4959%020d", i)
+		ev.Records = append(ev.Records, events.KinesisEventRecord{
+			EventID:     "shardId-000000000001:" + seq,
+			EventSource: "aws:kinesis",
+			Kinesis:     events.KinesisRecord{Data: p, PartitionKey: "0", SequenceNumber: seq},
+		})
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out events.KinesisEvent
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestLambdaHandler hands a batch with a poison record (undecodable) in the
+// middle to the handler: the poison record is skipped and counted, the
+// records around it are handled, and no failure is reported, so the shard
+// moves on. A handler that fails on one record gets that record's sequence
+// number reported, and nothing after it is handled.
+func TestLambdaHandler(t *testing.T) {
+	g := decisiontest.NewGenerator(41, start)
+	var payloads [][]byte
+	want := 0
+	for b := range 3 {
+		ds := g.Batch(50)
+		for i := range ds {
+			ds[i].RequestID = fmt.Sprintf("b%d-%d", b, i)
+		}
+		api, _ := sendFake(t, Options{Partitions: 1, JSON: b == 2}, ds)
+		for _, r := range api.delivered {
+			payloads = append(payloads, r.Data)
+		}
+		want += len(ds)
+	}
+	poisonAt := 1
+	payloads = append(payloads[:poisonAt], append([][]byte{[]byte("\x01not arrow at all")}, payloads[poisonAt:]...)...)
+	ev := lambdaEvent(t, payloads)
+
+	got := map[string]int{}
+	l := NewLambdaHandler(func(_ context.Context, b *Batch) error {
+		if b.Shard != "shardId-000000000001" || b.From.Seq == "" {
+			return fmt.Errorf("batch %s", b.ID())
+		}
+		for _, d := range b.Events {
+			got[d.RequestID]++
+		}
+		return nil
+	})
+	resp, err := l.Handle(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("response %+v, %v: want no failure", resp, err)
+	}
+	if len(got) != want {
+		t.Fatalf("handled %d distinct events, want %d", len(got), want)
+	}
+	st := l.Stats()
+	if st.Corrupt != 1 || st.Events != uint64(want) || st.Records != uint64(len(payloads)) || st.Failed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if p := l.Problems(); len(p) != 1 || !strings.Contains(p[0].Error(), ev.Records[poisonAt].Kinesis.SequenceNumber) {
+		t.Fatalf("problems %v", p)
+	}
+
+	// The handler fails on the record holding b1-0.
+	handled := 0
+	failing := NewLambdaHandler(func(_ context.Context, b *Batch) error {
+		for _, d := range b.Events {
+			if d.RequestID == "b1-0" {
+				return errors.New("downstream unavailable")
+			}
+		}
+		handled += len(b.Events)
+		return nil
+	})
+	resp, err = failing.Handle(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failedAt := -1
+	for i, r := range ev.Records {
+		ds, err := Decode(r.Kinesis.Data, nil)
+		if err == nil && len(ds) > 0 && ds[0].RequestID == "b1-0" {
+			failedAt = i
+		}
+	}
+	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[failedAt].Kinesis.SequenceNumber {
+		t.Fatalf("failures %+v, want the sequence number of record %d", resp.BatchItemFailures, failedAt)
+	}
+	if handled != 50 || failing.Stats().Failed != 1 {
+		t.Fatalf("handled %d events before the failure, want the 50 of the first record; stats %+v", handled, failing.Stats())
+	}
+}
