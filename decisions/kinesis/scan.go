@@ -1,0 +1,181 @@
+package kinesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// ScanOptions configure Scan.
+type ScanOptions struct {
+	StartAt StartAt       // TrimHorizon (default) or Latest
+	Follow  bool          // keep reading new records until ctx is done
+	Poll    time.Duration // wait between reads of a caught-up shard; default 1s
+	// Corrupt is called for each record that cannot be decoded, which is
+	// skipped; it may be nil.
+	Corrupt func(shard, seq string, err error)
+}
+
+// Scan reads a stream without leases or checkpoints, for a person looking
+// at it: every shard, parents before their children, handing each
+// record's events to fn in order. Without Follow it reads the shards one
+// after another and returns once each is caught up; with Follow it reads
+// them all at once until ctx is done (shards created after Scan starts are
+// not read).
+func Scan(ctx context.Context, api StreamAPI, stream string, opts ScanOptions, fn func(shard string, ds []decisions.Decision) error) error {
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	var shards []types.Shard
+	in := &kinesis.ListShardsInput{StreamName: aws.String(stream)}
+	for {
+		out, err := api.ListShards(ctx, in)
+		if err != nil {
+			return fmt.Errorf("scan %s: list shards: %w", stream, err)
+		}
+		shards = append(shards, out.Shards...)
+		if out.NextToken == nil {
+			break
+		}
+		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
+	}
+	ordered := lineage(shards)
+	if !opts.Follow {
+		for _, sh := range ordered {
+			if err := scanShard(ctx, api, stream, aws.ToString(sh.ShardId), opts, fn); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Following, every shard is read at once, a child once its parents
+	// end; fn is called by one goroutine at a time.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs = make([]error, len(ordered))
+		done = make(map[string]chan struct{}, len(ordered))
+	)
+	for _, sh := range ordered {
+		done[aws.ToString(sh.ShardId)] = make(chan struct{})
+	}
+	locked := func(shard string, ds []decisions.Decision) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return fn(shard, ds)
+	}
+	for i, sh := range ordered {
+		wg.Go(func() {
+			id := aws.ToString(sh.ShardId)
+			defer close(done[id])
+			for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
+				if p == nil || done[*p] == nil {
+					continue
+				}
+				select {
+				case <-done[*p]:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if errs[i] = scanShard(ctx, api, stream, id, opts, locked); errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// lineage orders shards so that every shard comes after its parents.
+func lineage(shards []types.Shard) []types.Shard {
+	slices.SortFunc(shards, func(a, b types.Shard) int { return compareShardIDs(aws.ToString(a.ShardId), aws.ToString(b.ShardId)) })
+	done := map[string]bool{}
+	known := map[string]bool{}
+	for _, sh := range shards {
+		known[aws.ToString(sh.ShardId)] = true
+	}
+	ready := func(p *string) bool { return p == nil || !known[*p] || done[*p] }
+	out := make([]types.Shard, 0, len(shards))
+	for len(out) < len(shards) {
+		progress := false
+		for _, sh := range shards {
+			id := aws.ToString(sh.ShardId)
+			if done[id] || !ready(sh.ParentShardId) || !ready(sh.AdjacentParentShardId) {
+				continue
+			}
+			done[id] = true
+			out = append(out, sh)
+			progress = true
+		}
+		if !progress { // a cycle cannot happen; keep the rest in id order
+			for _, sh := range shards {
+				if !done[aws.ToString(sh.ShardId)] {
+					out = append(out, sh)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts ScanOptions, fn func(string, []decisions.Decision) error) error {
+	typ := types.ShardIteratorTypeTrimHorizon
+	if opts.StartAt == Latest {
+		typ = types.ShardIteratorTypeLatest
+	}
+	it, err := api.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(stream), ShardId: aws.String(shard), ShardIteratorType: typ})
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", shard, err)
+	}
+	iter := it.ShardIterator
+	var buf []decisions.Decision
+	for iter != nil {
+		out, err := api.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
+		if err != nil {
+			if isThrottle(err) {
+				if err := sleep(ctx, opts.Poll); err != nil {
+					return nil
+				}
+				continue
+			}
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("scan %s: %w", shard, err)
+		}
+		for _, r := range out.Records {
+			buf, err = Decode(r.Data, buf[:0])
+			if err != nil {
+				if opts.Corrupt != nil {
+					opts.Corrupt(shard, aws.ToString(r.SequenceNumber), err)
+				}
+				continue
+			}
+			if err := fn(shard, buf); err != nil {
+				return err
+			}
+		}
+		iter = out.NextShardIterator
+		if len(out.Records) == 0 && aws.ToInt64(out.MillisBehindLatest) == 0 {
+			if !opts.Follow {
+				return nil
+			}
+			if err := sleep(ctx, opts.Poll); err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}

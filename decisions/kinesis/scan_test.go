@@ -1,0 +1,76 @@
+package kinesis
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// TestScan reads a split stream whole, parents before children, and skips
+// and reports a record that is not a decision batch.
+func TestScan(t *testing.T) {
+	kc := client(t, endpoint(t))
+	stream := newStream(t, kc, 1)
+	w := newWriter(t, kc, stream)
+	w.write(t, 700)
+	ctx := context.Background()
+	shards, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: shards.Shards[0].ShardId, NewStartingHashKey: aws.String("170141183460469231731687303715884105728")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to be active", func() bool {
+		out, err := kc.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		return err == nil && out.StreamDescriptionSummary.StreamStatus == "ACTIVE"
+	})
+	w.write(t, 700)
+	if _, err := kc.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(stream), PartitionKey: aws.String("x"), Data: []byte("garbage")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, follow := range []bool{false, true} {
+		t.Run(fmt.Sprint("follow=", follow), func(t *testing.T) {
+			seen := newSeenLog()
+			h := seen.handler("scan")
+			var corrupt atomic.Int64
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var shardsSeen []string
+			err := Scan(sctx, kc, stream, ScanOptions{Follow: follow, Poll: 20 * time.Millisecond,
+				Corrupt: func(string, string, error) {
+					if corrupt.Add(1) == 1 && seen.count() == 1400 {
+						cancel()
+					}
+				}},
+				func(shard string, ds []decisions.Decision) error {
+					if len(shardsSeen) == 0 || shardsSeen[len(shardsSeen)-1] != shard {
+						shardsSeen = append(shardsSeen, shard)
+					}
+					h(ctx, &Batch{Shard: shard, Events: ds})
+					if seen.count() == 1400 && corrupt.Load() == 1 {
+						cancel()
+					}
+					return nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seen.count() != 1400 || corrupt.Load() != 1 {
+				t.Fatalf("read %d events and %d corrupt records, want 1400 and 1", seen.count(), corrupt.Load())
+			}
+			seen.checkOrder(t)
+			if shardsSeen[0] != *shards.Shards[0].ShardId {
+				t.Fatalf("shards read in order %v: want the parent first", shardsSeen)
+			}
+		})
+	}
+}
