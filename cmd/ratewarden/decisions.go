@@ -12,13 +12,17 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
 const decisionsUsage = `Usage:
   ratewarden decisions cat --dir DIR [--since T] [--until T] [--from OFFSET] [--format json|table] [--follow]
+  ratewarden decisions cat --kinesis-stream NAME [--since T] [--until T] [--format json|table] [--follow]
   ratewarden decisions stats --dir DIR
   ratewarden decisions export --dir DIR --out FILE.parquet [--since T] [--until T]
 
@@ -72,8 +76,9 @@ func (f *timeFlag) Set(s string) error {
 }
 
 func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("decisions cat", "decisions cat --dir DIR [flags]", stderr)
+	fs := newFlags("decisions cat", "decisions cat --dir DIR | --kinesis-stream NAME [flags]", stderr)
 	dir := fs.String("dir", "", "decision log `directory`")
+	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, every shard from its oldest record (AWS SDK credentials, region and endpoints)")
 	since := timeFlag{now: time.Now}
 	until := timeFlag{now: time.Now}
 	fs.Var(&since, "since", "only events at or after `T`")
@@ -84,47 +89,106 @@ func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *dir == "" || fs.NArg() > 0 || (*format != "json" && *format != "table") {
+	if (*dir == "") == (*stream == "") || fs.NArg() > 0 || (*format != "json" && *format != "table") {
 		fs.Usage()
 		return errUsage
+	}
+	p := newEventPrinter(stdout, *format, *follow, *stream != "")
+	defer p.flush()
+	if *stream != "" {
+		return catStream(ctx, p, *stream, since.t, until.t, *follow, stderr)
 	}
 	r, err := decisionlog.Open(*dir, decisionlog.Filter{From: *from, Since: since.t, Until: until.t})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	w := bufio.NewWriterSize(stdout, 64<<10)
-	defer w.Flush()
-	var tw *tabwriter.Writer
-	if *format == "table" {
-		tw = tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
-		fmt.Fprintln(tw, "OFFSET\tTIME\tNODE\tCLIENT\tUSER\tTIER\tMETHOD\tPATH\tRULE\tCOUNT/LIMIT\tOUTCOME\tREASON")
-	}
-	var buf []byte
 	for {
 		d, off, err := r.Next(ctx, *follow)
 		if err != nil {
-			if tw != nil {
-				tw.Flush()
-			}
+			p.flush()
 			reportProblems(stderr, r)
 			if decisionlog.IsEnd(err) || (*follow && errors.Is(err, context.Canceled)) {
 				return nil
 			}
 			return err
 		}
-		if tw != nil {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", off, d.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
-				d.Node, addrOrDash(d), dash(d.UserID), dash(d.Tier), dash(d.Method), dash(d.Path), dash(d.Rule), d.Count, d.Limit, kindOutcome(d), dash(d.Reason))
-			continue
-		}
-		buf = decisions.AppendJSON(buf[:0], &d)
-		buf = append(buf, '\n')
-		w.Write(buf)
-		if *follow {
-			w.Flush()
-		}
+		p.print(strconv.FormatUint(off, 10), &d)
 	}
+}
+
+// catStream prints a Kinesis stream's events; the position column is the
+// shard.
+func catStream(ctx context.Context, p *eventPrinter, stream string, since, until time.Time, follow bool, stderr io.Writer) error {
+	acfg, err := loadAWS(ctx, "")
+	if err != nil {
+		return err
+	}
+	corrupt := 0
+	err = dkinesis.Scan(ctx, kinesis.NewFromConfig(acfg), stream, dkinesis.ScanOptions{Follow: follow,
+		Corrupt: func(shard, seq string, err error) {
+			corrupt++
+			fmt.Fprintf(stderr, "ratewarden: %s: shard %s record %s skipped: %v\n", stream, shard, seq, err)
+		}},
+		func(shard string, ds []decisions.Decision) error {
+			for i := range ds {
+				if (!since.IsZero() && ds[i].Time.Before(since)) || (!until.IsZero() && !ds[i].Time.Before(until)) {
+					continue
+				}
+				p.print(shard, &ds[i])
+			}
+			return nil
+		})
+	p.flush()
+	if corrupt > 0 {
+		fmt.Fprintf(stderr, "ratewarden: %s: %d corrupt records skipped\n", stream, corrupt)
+	}
+	if err != nil && !(follow && errors.Is(err, context.Canceled)) {
+		return err
+	}
+	return nil
+}
+
+// eventPrinter prints events as JSON lines or a table.
+type eventPrinter struct {
+	w      *bufio.Writer
+	tw     *tabwriter.Writer
+	follow bool
+	buf    []byte
+}
+
+func newEventPrinter(out io.Writer, format string, follow, shards bool) *eventPrinter {
+	p := &eventPrinter{w: bufio.NewWriterSize(out, 64<<10), follow: follow}
+	if format == "table" {
+		p.tw = tabwriter.NewWriter(p.w, 0, 8, 1, ' ', 0)
+		pos := "OFFSET"
+		if shards {
+			pos = "SHARD"
+		}
+		fmt.Fprintln(p.tw, pos+"\tTIME\tNODE\tCLIENT\tUSER\tTIER\tMETHOD\tPATH\tRULE\tCOUNT/LIMIT\tOUTCOME\tREASON")
+	}
+	return p
+}
+
+func (p *eventPrinter) print(pos string, d *decisions.Decision) {
+	if p.tw != nil {
+		fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", pos, d.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
+			d.Node, addrOrDash(*d), dash(d.UserID), dash(d.Tier), dash(d.Method), dash(d.Path), dash(d.Rule), d.Count, d.Limit, kindOutcome(*d), dash(d.Reason))
+		return
+	}
+	p.buf = decisions.AppendJSON(p.buf[:0], d)
+	p.buf = append(p.buf, '\n')
+	p.w.Write(p.buf)
+	if p.follow {
+		p.w.Flush()
+	}
+}
+
+func (p *eventPrinter) flush() {
+	if p.tw != nil {
+		p.tw.Flush()
+	}
+	p.w.Flush()
 }
 
 func addrOrDash(d decisions.Decision) string {

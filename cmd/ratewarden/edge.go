@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/challenge"
@@ -42,6 +44,8 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	decisionsFile := fs.String("decisions-file", "", "append decisions as JSON lines to `path` (overrides edge.decisions_file)")
 	decisionsDir := fs.String("decisions-dir", "", "write the decision log to `directory` (overrides decisions.dir)")
 	node := fs.String("node", "", "edge node `name` recorded in decisions (overrides edge.node)")
+	kinesisStream := fs.String("kinesis-stream", "", "ship decisions to the Kinesis stream `name` too (overrides decisions.kinesis.stream)")
+	spillDir := fs.String("kinesis-spill-dir", "", "keep what the stream cannot take in `directory` (overrides decisions.kinesis.spill_dir)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -62,6 +66,8 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	override(&cfg.Edge.DecisionsFile, *decisionsFile)
 	override(&cfg.Decisions.Dir, *decisionsDir)
 	override(&cfg.Edge.Node, *node)
+	override(&cfg.Decisions.Kinesis.Stream, *kinesisStream)
+	override(&cfg.Decisions.Kinesis.SpillDir, *spillDir)
 	if cfg.Edge.AdminListen == "off" {
 		cfg.Edge.AdminListen = ""
 	}
@@ -107,13 +113,14 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	}()
 
 	opts := edge.Options{Env: getenv}
-	emitter, closeSinks, err := openDecisionSinks(cfg, log, getenv)
+	sinks, err := openDecisionSinks(ctx, cfg, log, getenv)
 	if err != nil {
 		return err
 	}
+	emitter := sinks.emitter
 	if emitter != nil {
 		opts.Sink = emitter
-		cleanup = append(cleanup, closeSinks)
+		cleanup = append(cleanup, sinks.close)
 	}
 	watchers := map[string]*lists.Watcher{}
 	for _, l := range []struct {
@@ -177,7 +184,7 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 
 	var adminSrv *http.Server
 	if cfg.Edge.AdminListen != "" {
-		h, err := adminHandler(lim, emitter, watchers)
+		h, err := adminHandler(lim, sinks, watchers)
 		if err != nil {
 			return err
 		}
@@ -224,7 +231,7 @@ func upstreamHandler(upstream string) (http.Handler, error) {
 
 // adminHandler serves /metrics (Prometheus, from OpenTelemetry
 // instruments) and /healthz.
-func adminHandler(lim *edge.Limiter, emitter *decisions.Emitter, watchers map[string]*lists.Watcher) (http.Handler, error) {
+func adminHandler(lim *edge.Limiter, sinks *decisionSinks, watchers map[string]*lists.Watcher) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
@@ -235,8 +242,13 @@ func adminHandler(lim *edge.Limiter, emitter *decisions.Emitter, watchers map[st
 	if err := lim.RegisterMetrics(meter); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	if emitter != nil {
-		if err := registerEmitterMetrics(meter, emitter); err != nil {
+	if sinks.emitter != nil {
+		if err := registerEmitterMetrics(meter, sinks.emitter); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if sinks.kinesis != nil {
+		if err := registerKinesisMetrics(meter, sinks.kinesis, sinks.spill); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
@@ -277,6 +289,46 @@ func registerEmitterMetrics(meter metric.Meter, e *decisions.Emitter) error {
 	return err
 }
 
+// registerKinesisMetrics exports what the Kinesis sink and its spill did.
+func registerKinesisMetrics(meter metric.Meter, sink *dkinesis.Sink, spill *dkinesis.Spill) error {
+	type inst struct {
+		name, desc, unit string
+		gauge            bool
+		value            func(dkinesis.Stats, dkinesis.SpillStats) uint64
+	}
+	insts := []inst{
+		{"ratewarden.decisions.kinesis.delivered", "Decisions put on the Kinesis stream.", "{decision}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Events }},
+		{"ratewarden.decisions.kinesis.records", "Kinesis records put.", "{record}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Records }},
+		{"ratewarden.decisions.kinesis.bytes", "Payload bytes put on the stream, partition keys included.", "By", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Bytes }},
+		{"ratewarden.decisions.kinesis.retried", "Kinesis records sent again after a failure.", "{record}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Retried }},
+		{"ratewarden.decisions.kinesis.throttled", "Throttled PutRecords calls and records.", "{response}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Throttled }},
+		{"ratewarden.decisions.kinesis.spilled", "Decisions the stream could not take, written to the spill directory.", "{decision}", false, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Spilled }},
+		{"ratewarden.decisions.kinesis.drained", "Spilled decisions since delivered.", "{decision}", false, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Drained }},
+		{"ratewarden.decisions.kinesis.dropped", "Decisions neither delivered nor spilled.", "{decision}", false, func(k dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Dropped + k.Failed }},
+		{"ratewarden.decisions.kinesis.backlog", "Spilled decisions waiting for the stream.", "{decision}", true, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Backlog }},
+	}
+	obs := make([]metric.Observable, len(insts))
+	for i, in := range insts {
+		var err error
+		if in.gauge {
+			obs[i], err = meter.Int64ObservableGauge(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
+		} else {
+			obs[i], err = meter.Int64ObservableCounter(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		k, s := sink.Stats(), spill.Stats()
+		for i, in := range insts {
+			o.ObserveInt64(obs[i].(metric.Int64Observable), int64(in.value(k, s)))
+		}
+		return nil
+	}, obs...)
+	return err
+}
+
 func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher) error {
 	loads, err := meter.Int64ObservableCounter("ratewarden.edge.lists.loads",
 		metric.WithDescription("Allow/deny list loads that succeeded."), metric.WithUnit("{load}"))
@@ -308,14 +360,15 @@ func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher)
 
 // openDecisionSinks opens what edge.decisions_file and decisions.dir ask
 // for behind one emitter; close flushes the emitter, then the sinks.
-func openDecisionSinks(cfg *config.Config, log *slog.Logger, getenv func(string) string) (*decisions.Emitter, func(context.Context) error, error) {
+func openDecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string) (*decisionSinks, error) {
 	var writers []decisions.BatchWriter
-	var closers []func() error
-	fail := func(err error) (*decisions.Emitter, func(context.Context) error, error) {
+	var closers []func(context.Context) error
+	out := &decisionSinks{}
+	fail := func(err error) (*decisionSinks, error) {
 		for _, c := range closers {
-			c()
+			c(context.Background())
 		}
-		return nil, nil, err
+		return nil, err
 	}
 	privacy, err := newPrivacy(cfg.Decisions.Privacy, getenv)
 	if err != nil {
@@ -333,7 +386,7 @@ func openDecisionSinks(cfg *config.Config, log *slog.Logger, getenv func(string)
 			codec = decisionlog.CodecJSON
 		}
 		writers = append(writers, decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}))
-		closers = append(closers, l.Close)
+		closers = append(closers, func(context.Context) error { return l.Close() })
 	}
 	if cfg.Edge.DecisionsFile != "" {
 		f, err := decisions.OpenJSONLines(cfg.Edge.DecisionsFile)
@@ -341,10 +394,28 @@ func openDecisionSinks(cfg *config.Config, log *slog.Logger, getenv func(string)
 			return fail(err)
 		}
 		writers = append(writers, f)
-		closers = append(closers, f.Close)
+		closers = append(closers, func(context.Context) error { return f.Close() })
+	}
+	if k := cfg.Decisions.Kinesis; k.Stream != "" {
+		acfg, err := loadAWS(ctx, "")
+		if err != nil {
+			return fail(fmt.Errorf("decisions.kinesis: %w", err))
+		}
+		sink, err := dkinesis.New(kinesis.NewFromConfig(acfg), dkinesis.Options{Stream: k.Stream, Partitions: k.Partitions, JSON: k.Codec == "json"})
+		if err != nil {
+			return fail(err)
+		}
+		spill, err := dkinesis.NewSpill(sink, dkinesis.SpillOptions{Dir: k.SpillDir, Retry: k.Retry})
+		if err != nil {
+			return fail(fmt.Errorf("decisions.kinesis.spill_dir: %w", err))
+		}
+		out.kinesis, out.spill = sink, spill
+		writers = append(writers, spill)
+		closers = append(closers, spill.Close)
+		log.Info("shipping decisions to Kinesis", "stream", k.Stream, "region", acfg.Region, "spill_dir", k.SpillDir)
 	}
 	if len(writers) == 0 {
-		return nil, nil, nil
+		return out, nil
 	}
 	w := writers[0]
 	if len(writers) > 1 {
@@ -353,13 +424,24 @@ func openDecisionSinks(cfg *config.Config, log *slog.Logger, getenv func(string)
 	// Privacy applies to everything recorded, log and file alike.
 	em := decisions.NewEmitter(decisions.Private(privacy, w), decisions.EmitterOptions{Queue: cfg.Edge.DecisionQueue, Node: cfg.Edge.Node,
 		OnError: func(err error) { log.Error("decisions", "err", err) }})
-	return em, func(ctx context.Context) error {
+	out.emitter = em
+	out.close = func(ctx context.Context) error {
 		errs := []error{em.Close(ctx)}
 		for _, c := range closers {
-			errs = append(errs, c())
+			errs = append(errs, c(ctx))
 		}
 		return errors.Join(errs...)
-	}, nil
+	}
+	return out, nil
+}
+
+// decisionSinks are the destinations of decisions openDecisionSinks
+// opened, behind one emitter.
+type decisionSinks struct {
+	emitter *decisions.Emitter // nil: decisions are not recorded
+	kinesis *dkinesis.Sink     // nil without decisions.kinesis.stream
+	spill   *dkinesis.Spill
+	close   func(context.Context) error // closes the emitter, then the sinks
 }
 
 // newPrivacy builds the configured privacy treatment; the HMAC key comes

@@ -5,6 +5,7 @@
 //	ratewarden token issue [flags]     issue a challenge token
 //	ratewarden decisions cat|stats|export  read the decision log
 //	ratewarden lambda [flags]          serve API Gateway / ALB events in AWS Lambda
+//	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden version                 print the version
 package main
 
@@ -51,6 +52,7 @@ Usage:
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
+  ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden version                   print the version
 
 Run "ratewarden COMMAND --help" for a command's flags.
@@ -70,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
+	case "aws":
+		return runAWS(ctx, args[1:], stdout, stderr)
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":

@@ -104,6 +104,19 @@ type Decisions struct {
 	RetainAge    time.Duration `yaml:"retain_age"`    // delete segments whose newest event is older; default 168h
 	RetainBytes  int64         `yaml:"retain_bytes"`  // delete the oldest segments while the log is larger; default 10737418240 (10 GiB)
 	Privacy      Privacy       `yaml:"privacy"`
+	Kinesis      Kinesis       `yaml:"kinesis"`
+}
+
+// Kinesis ships every decision to an Amazon Kinesis data stream as well,
+// for aggregators on other machines. The AWS SDK's standard credential
+// chain, region and endpoint settings (AWS_REGION, AWS_ENDPOINT_URL,
+// AWS_ENDPOINT_URL_KINESIS, ...) apply.
+type Kinesis struct {
+	Stream     string        `yaml:"stream"`     // stream name; "" disables
+	Codec      string        `yaml:"codec"`      // arrow (default: many decisions per record) or json (one per record)
+	Partitions int           `yaml:"partitions"` // partition keys in use; default 4, about the stream's shard count
+	SpillDir   string        `yaml:"spill_dir"`  // where undeliverable batches wait; default kinesis-spill
+	Retry      time.Duration `yaml:"retry"`      // wait before retrying a spilled batch; default 5s
 }
 
 // Privacy says how client addresses and user ids are recorded in the log.

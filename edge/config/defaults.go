@@ -69,6 +69,10 @@ func (c *Config) Defaults() {
 	def(&d.Privacy.Addresses, "keep")
 	def(&d.Privacy.Users, "keep")
 	def(&d.Privacy.KeyEnv, "RATEWARDEN_PRIVACY_KEY")
+	def(&d.Kinesis.Codec, DecisionCodecs[0])
+	def(&d.Kinesis.Partitions, 4)
+	def(&d.Kinesis.SpillDir, "kinesis-spill")
+	def(&d.Kinesis.Retry, 5*time.Second)
 
 	for _, t := range c.Tiers {
 		if t == nil {

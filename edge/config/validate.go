@@ -69,6 +69,30 @@ func (v *validator) decisions(d *Decisions) {
 	v.intRange(key("decisions", "retain_bytes"), d.RetainBytes, 16<<20, math.MaxInt64)
 	v.oneOf(key("decisions", "privacy", "addresses"), d.Privacy.Addresses, []string{"keep", "truncate", "hmac"})
 	v.oneOf(key("decisions", "privacy", "users"), d.Privacy.Users, []string{"keep", "hmac"})
+	k := &d.Kinesis
+	v.oneOf(key("decisions", "kinesis", "codec"), k.Codec, DecisionCodecs)
+	v.intRange(key("decisions", "kinesis", "partitions"), int64(k.Partitions), 1, 500)
+	v.durationRange(key("decisions", "kinesis", "retry"), k.Retry, 100*time.Millisecond, 10*time.Minute)
+	if k.Stream != "" && !validStreamName(k.Stream) {
+		v.report(key("decisions", "kinesis", "stream"), k.Stream, "is not allowed", "1 to 128 of a-z, A-Z, 0-9, _ . -")
+	}
+	if k.Stream != "" && k.SpillDir == "" {
+		v.report(key("decisions", "kinesis", "spill_dir"), k.SpillDir, "is not allowed", "a directory for batches the stream cannot take")
+	}
+}
+
+// validStreamName reports whether s is a valid Kinesis stream name.
+func validStreamName(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // challenging reports whether any rule may challenge, so that the challenge
