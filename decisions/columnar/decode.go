@@ -64,7 +64,33 @@ type Decoder struct {
 	used    int           // of arena; total counts every arena
 	total   int
 	zstd    *zstd.Decoder
+	frame   []byte // a ZstdStream batch, decompressed
 }
+
+// isZstdFrame reports whether data starts with a zstd frame's magic
+// number; an Arrow IPC stream starts with 0xFFFFFFFF.
+func isZstdFrame(data []byte) bool {
+	return len(data) >= 4 && data[0] == 0x28 && data[1] == 0xb5 && data[2] == 0x2f && data[3] == 0xfd
+}
+
+// unframe decompresses a ZstdStream batch into d.frame, at most
+// maxUncompressed bytes.
+func (d *Decoder) unframe(data []byte) ([]byte, error) {
+	if err := d.zstdReader(); err != nil {
+		return nil, err
+	}
+	out, err := d.zstd.DecodeAll(data, d.frame[:0])
+	if err != nil {
+		return nil, fmt.Errorf("zstd stream: %w", err)
+	}
+	if cap(out) <= maxKeptFrame {
+		d.frame = out
+	}
+	return out, nil
+}
+
+// maxKeptFrame bounds the decompression buffer a Decoder keeps.
+const maxKeptFrame = 4 << 20
 
 // NewDecoder returns a Decoder.
 func NewDecoder() *Decoder {
@@ -103,6 +129,11 @@ func (d *Decoder) Decode(data []byte, dst []decisions.Decision) (out []decisions
 	}()
 	if len(data) == 0 {
 		return dst, errors.New("decode decisions: empty input")
+	}
+	if isZstdFrame(data) {
+		if data, err = d.unframe(data); err != nil {
+			return dst, fmt.Errorf("decode decisions: %w", err)
+		}
 	}
 	sealed := d.skipChecksum
 	if !d.skipChecksum {

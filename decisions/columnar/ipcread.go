@@ -520,13 +520,21 @@ func (d *Decoder) alloc(n int) []byte {
 
 const arenaSlack = 32
 
-func (d *Decoder) unzstd(src, dst []byte) error {
+// zstdReader makes the Decoder's zstd decoder, once.
+func (d *Decoder) zstdReader() error {
 	if d.zstd == nil {
 		z, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxUncompressed))
 		if err != nil {
 			return fmt.Errorf("zstd: %w", err)
 		}
 		d.zstd = z
+	}
+	return nil
+}
+
+func (d *Decoder) unzstd(src, dst []byte) error {
+	if err := d.zstdReader(); err != nil {
+		return err
 	}
 	out, err := d.zstd.DecodeAll(src, dst[:0])
 	if err != nil {

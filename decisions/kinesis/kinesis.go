@@ -51,10 +51,9 @@ type Options struct {
 	// Partitions is how many partition keys are used, default 4: an event
 	// goes to partition fnv(identity) % Partitions, so one identity's
 	// events stay in order on one shard. Each record carries its Arrow
-	// schema (about 8 KB before compression), so more partitions mean
-	// smaller records and more bytes per decision: with batches of 1024,
-	// 4 partitions put 73 B per decision on the wire, 64 put 621 B (more
-	// than JSON's 506). Use about as many as the stream has shards.
+	// schema (compressed with the rest), so more partitions mean smaller
+	// records and more bytes per decision (see BENCHMARKS.md). Use about
+	// as many as the stream has shards.
 	Partitions int
 	MaxRetries int           // retries of a record before it is given up; 0 means the default, 8
 	BaseDelay  time.Duration // first backoff bound (full jitter); default 50ms
@@ -168,7 +167,9 @@ func New(api API, opts Options) (*Sink, error) {
 		s.keys[i] = strconv.Itoa(i)
 	}
 	if !opts.JSON {
-		s.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
+		// The whole stream in one zstd frame: a record holds a few hundred
+		// events, and its schema would otherwise be most of it.
+		s.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdStream})
 	}
 	return s, nil
 }
