@@ -52,6 +52,7 @@ Usage:
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
+  ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden version                   print the version
 
@@ -72,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
+	case "emf":
+		return runEmf(args[1:], stdout, stderr)
 	case "aws":
 		return runAWS(ctx, args[1:], stdout, stderr)
 	case "token":

@@ -1,0 +1,60 @@
+//go:build linux
+
+package emf
+
+import (
+	"errors"
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// agentUnacked returns the bytes in c's send queue that the peer has not
+// acknowledged (SIOCOUTQ: write_seq - snd_una). After a reset the count is
+// frozen at what was unacknowledged when the reset came.
+func agentUnacked(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var (
+		n    int
+		ierr error
+	)
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil {
+		return 0, err
+	}
+	return n, ierr
+}
+
+// agentReset reports whether c's TCP state is CLOSE: reset, or done.
+func agentReset(c *net.TCPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var (
+		info *unix.TCPInfo
+		ierr error
+	)
+	if err := rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil || ierr != nil {
+		return true
+	}
+	const tcpClose = 7 // TCP_CLOSE in include/net/tcp_states.h
+	return info.State == tcpClose
+}
+
+// agentRefused reads and clears c's pending socket error and reports
+// whether it says the port was refused (ICMP port unreachable).
+func agentRefused(c *net.UDPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var soerr int
+	if err := rc.Control(func(fd uintptr) { soerr, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR) }); err != nil {
+		return false
+	}
+	return errors.Is(syscall.Errno(soerr), syscall.ECONNREFUSED)
+}

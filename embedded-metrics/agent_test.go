@@ -1,0 +1,447 @@
+package emf
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// agentServer stands in for the CloudWatch agent on loopback: it reads EMF
+// documents (TCP lines or UDP datagrams), and counts every document and
+// metric value it receives. It can be stopped and started again on the
+// same port.
+type agentServer struct {
+	t       *testing.T
+	network string
+	addr    string
+
+	mu       sync.Mutex
+	ids      map[int]int // document id -> times received
+	values   int         // metric values received
+	bad      int         // lines that are not a whole document
+	notify   func(docs int)
+	ln       net.Listener
+	pc       net.PacketConn
+	conns    []*net.TCPConn
+	handlers sync.WaitGroup
+}
+
+func newAgentServer(t *testing.T, network string) *agentServer {
+	s := &agentServer{t: t, network: network, addr: "127.0.0.1:0", ids: make(map[int]int)}
+	s.start()
+	t.Cleanup(func() { s.stop(agentStopReset) })
+	return s
+}
+
+// record counts one line or datagram.
+func (s *agentServer) record(b []byte) {
+	var d struct {
+		ID       int       `json:"id"`
+		Requests []float64 `json:"Requests"`
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := json.Unmarshal(b, &d); err != nil {
+		s.bad++ // a line cut by a reset; the agent discards it too
+		return
+	}
+	s.ids[d.ID-100000]++
+	s.values += len(d.Requests)
+	if s.notify != nil {
+		s.notify(len(s.ids))
+	}
+}
+
+func (s *agentServer) start() {
+	t := s.t
+	if s.network == "udp" {
+		// The receive buffer is set before the bind: the sink's burst
+		// arrives as soon as the port is open again, and UDP has no flow
+		// control to hold it back.
+		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<20) })
+			return errors.Join(err, serr)
+		}}
+		pc, err := lc.ListenPacket(context.Background(), "udp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.addr, s.pc = pc.LocalAddr().String(), pc
+		s.handlers.Add(1)
+		go func() {
+			defer s.handlers.Done()
+			buf := make([]byte, 65536)
+			for {
+				n, _, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				s.record(buf[:n])
+			}
+		}()
+		return
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr, s.ln = ln.Addr().String(), ln
+	s.handlers.Add(1)
+	go func() {
+		defer s.handlers.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c.(*net.TCPConn))
+			s.mu.Unlock()
+			s.handlers.Add(1)
+			go func() {
+				defer s.handlers.Done()
+				sc := bufio.NewScanner(c)
+				sc.Buffer(make([]byte, 1<<20), 1<<20)
+				for sc.Scan() {
+					s.record(sc.Bytes())
+				}
+				c.Close()
+			}()
+		}
+	}()
+}
+
+// How agentServer.stop ends its TCP connections.
+const (
+	agentStopDrain = iota // half-close and read on until the sender closes, as an agent that drains on shutdown
+	agentStopClose        // close: a FIN, then a reset for anything that arrives after
+	agentStopReset        // reset at once, as a killed agent
+)
+
+// stop stops listening and ends the connections as mode says. Only
+// agentStopDrain loses nothing while the sender is writing; the others
+// lose what the agent's kernel acknowledged and it did not read, so tests
+// use them only once the server has read everything sent.
+func (s *agentServer) stop(mode int) {
+	if s.pc != nil {
+		s.pc.Close()
+		s.handlers.Wait()
+		s.pc = nil
+		return
+	}
+	if s.ln == nil {
+		return
+	}
+	s.ln.Close()
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for _, c := range conns {
+		switch mode {
+		case agentStopDrain:
+			c.CloseWrite()
+		case agentStopClose:
+			c.Close()
+		case agentStopReset:
+			c.SetLinger(0)
+			c.Close()
+		}
+	}
+	s.handlers.Wait()
+	s.ln = nil
+}
+
+// check asserts that documents [0, n) each arrived exactly once, with
+// values metric values in all.
+func (s *agentServer) check(n, values int) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range n {
+		if s.ids[i] != 1 {
+			s.t.Errorf("document %d received %d times, want 1", i, s.ids[i])
+		}
+	}
+	if len(s.ids) != n || s.values != values {
+		s.t.Errorf("%d documents and %d values received, want %d and %d", len(s.ids), s.values, n, values)
+	}
+}
+
+// agentDoc is document id (below 100000) with 1 to 3 request values;
+// all documents have the same size.
+func agentDoc(id int) ([]byte, int) {
+	n := 1 + id%3
+	vals := "1" + strings.Repeat(",1", n-1) + strings.Repeat(" ", 2*(3-n))
+	return fmt.Appendf(nil, `{"_aws":{"Timestamp":1700000000000,"CloudWatchMetrics":[{"Namespace":"ratewarden","Dimensions":[["tier"]],"Metrics":[{"Name":"Requests","Unit":"Count"}]}]},"tier":"free","id":%d,"Requests":[%s]}`, 100000+id, vals), n
+}
+
+func newAgentTestSink(t *testing.T, srv *agentServer, bufferBytes int) *AgentSink {
+	t.Helper()
+	s, err := NewAgentSink(AgentOptions{Address: srv.network + "://" + srv.addr, BufferBytes: bufferBytes,
+		BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, AckPoll: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// TestAgentTCPRestart stops and restarts a real TCP listener while
+// documents stream in, and asserts that every document and metric value
+// arrives exactly once.
+func TestAgentTCPRestart(t *testing.T) {
+	srv := newAgentServer(t, "tcp")
+	s := newAgentTestSink(t, srv, 64<<20)
+	ctx := testContext(t)
+
+	const n = 6000
+	values := 0
+	received500 := make(chan struct{})
+	var once sync.Once
+	srv.mu.Lock()
+	srv.notify = func(docs int) {
+		if docs >= 500 {
+			once.Do(func() { close(received500) })
+		}
+	}
+	srv.mu.Unlock()
+	written := make(chan int, n)
+	go func() {
+		for i := range n / 2 {
+			doc, v := agentDoc(i)
+			if err := s.Write(ctx, doc); err != nil {
+				t.Error(err)
+			}
+			written <- v
+		}
+	}()
+	// Mid-stream: a draining stop while documents are being written, a
+	// downtime during which they are buffered, and a restart.
+	<-received500
+	srv.stop(agentStopDrain)
+	for range 2000 {
+		values += <-written
+	}
+	srv.start()
+	for range n/2 - 2000 {
+		values += <-written
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Written means the agent's kernel has the bytes; wait until the
+	// server has read them.
+	srv.waitFor(t, n/2)
+	srv.check(n/2, values)
+
+	// The agent closes (FIN) or resets every connection while the sink is
+	// idle, and stays away while more documents are written: documents
+	// written on the closed connection before the sink saw the FIN are
+	// refused with a reset, never acknowledged, and sent again.
+	id := n / 2
+	for _, mode := range []int{agentStopClose, agentStopReset} {
+		srv.stop(mode)
+		for range n / 4 {
+			doc, v := agentDoc(id)
+			if err := s.Write(ctx, doc); err != nil {
+				t.Fatal(err)
+			}
+			values += v
+			if id%(n/4) == 100 {
+				srv.start()
+			}
+			id++
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		srv.waitFor(t, id)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop(agentStopDrain)
+	srv.check(n, values)
+	st := s.Stats()
+	if st.Written != n || st.Dropped != 0 || st.Buffered != 0 || st.Errors == 0 {
+		t.Errorf("stats %+v, want %d written, none dropped or buffered, some errors", st, n)
+	}
+	t.Logf("stats %+v, partial lines %d", st, srv.bad)
+}
+
+// TestAgentTCPBufferFull writes while the agent is away: what the buffer
+// holds is delivered when it is back, the rest is dropped and counted.
+func TestAgentTCPBufferFull(t *testing.T) {
+	srv := newAgentServer(t, "tcp")
+	srv.stop(agentStopReset)
+	doc, _ := agentDoc(0)
+	capacity := 50
+	s := newAgentTestSink(t, srv, capacity*(len(doc)+1))
+	ctx := testContext(t)
+	values, full := 0, 0
+	for i := range 80 {
+		doc, v := agentDoc(i)
+		switch err := s.Write(ctx, doc); {
+		case errors.Is(err, ErrSinkFull):
+			full++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			values += v
+		}
+	}
+	if full != 30 {
+		t.Errorf("%d writes refused, want 30", full)
+	}
+	srv.start()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop(agentStopDrain) // reads until the sink's end of stream
+	srv.check(capacity, values)
+	if st := s.Stats(); st.Written != 50 || st.Dropped != 30 || st.Buffered != 0 {
+		t.Errorf("stats %+v, want 50 written and 30 dropped", st)
+	}
+}
+
+// TestAgentUDPRestart: with the listener up nothing is lost; while it is
+// down the loopback refusals keep documents in the buffer, which drops and
+// counts what it cannot hold; after the restart the held ones arrive.
+func TestAgentUDPRestart(t *testing.T) {
+	srv := newAgentServer(t, "udp")
+	doc, _ := agentDoc(0)
+	capacity := 200
+	s := newAgentTestSink(t, srv, capacity*(len(doc)+1))
+	ctx := testContext(t)
+
+	// Up: in steps of 100, each flushed, so that the receive buffer never
+	// overflows (UDP has no flow control).
+	values, id := 0, 0
+	for range 10 {
+		for range 100 {
+			doc, v := agentDoc(id)
+			if err := s.Write(ctx, doc); err != nil {
+				t.Fatal(err)
+			}
+			values += v
+			id++
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Flush returns when the sink has sent; wait until the server has read.
+	srv.waitFor(t, id)
+	srv.check(id, values)
+
+	// Down.
+	srv.stop(agentStopReset)
+	full := 0
+	for range 300 {
+		doc, v := agentDoc(id)
+		switch err := s.Write(ctx, doc); {
+		case errors.Is(err, ErrSinkFull):
+			full++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			values += v
+			id++
+		}
+	}
+	if st := s.Stats(); full != 100 || st.Written != 1000 || st.Dropped != 100 || st.Buffered != 200 {
+		t.Errorf("stats %+v with %d refused while down, want 1000 written, 100 dropped, 200 buffered", st, full)
+	}
+
+	// Up again on the same port.
+	srv.start()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.waitFor(t, id)
+	srv.check(id, values)
+	st := s.Stats()
+	if st.Written != 1200 || st.Dropped != 100 || st.Buffered != 0 {
+		t.Errorf("stats %+v, want 1200 written, 100 dropped", st)
+	}
+	t.Logf("stats %+v", st) // Errors and Retries count the refusals seen while down
+}
+
+// waitFor waits until n distinct documents arrived, or fails after a
+// minute (UDP: the sink cannot know when the server has read).
+func (s *agentServer) waitFor(t *testing.T, n int) {
+	t.Helper()
+	done := make(chan struct{})
+	var once sync.Once
+	s.mu.Lock()
+	s.notify = func(docs int) {
+		if docs >= n {
+			once.Do(func() { close(done) })
+		}
+	}
+	if len(s.ids) >= n {
+		once.Do(func() { close(done) })
+	}
+	s.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Errorf("gave up waiting for %d documents", n)
+	}
+}
+
+// BenchmarkAgentWrite measures Write, the call on the emitting path, with
+// the writer sending to a TCP server that reads and discards.
+func BenchmarkAgentWrite(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 1<<16)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	s, err := NewAgentSink(AgentOptions{Address: "tcp://" + ln.Addr().String(), BufferBytes: 256 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc, _ := agentDoc(1)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(doc)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s.Write(ctx, doc)
+		}
+	})
+	if err := s.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if st := s.Stats(); st.Written+st.Dropped != uint64(b.N) {
+		b.Fatalf("stats %+v after %d writes", st, b.N)
+	}
+}

@@ -1,0 +1,87 @@
+package emf
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func FuzzValidate(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/validate/*/*.json")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"_aws":{"Timestamp":1574109732004,"CloudWatchMetrics":[{"Namespace":"a","Dimensions":[[]],"Metrics":[{"Name":"x"}]}]},"x":[1,2]}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		vs := Validate(doc, specNow, ValidateOptions{})
+		if again := Validate(doc, specNow, ValidateOptions{}); !slices.Equal(vs, again) {
+			t.Fatalf("not deterministic: %v then %v", vs, again)
+		}
+		for _, v := range vs {
+			if !strings.HasPrefix(v.Path, "$") || v.Problem == "" || v.Allowed == "" {
+				t.Fatalf("incomplete violation %+v", v)
+			}
+		}
+		if len(vs) == 0 {
+			var root map[string]json.RawMessage
+			if err := json.Unmarshal(doc, &root); err != nil || root["_aws"] == nil {
+				t.Fatalf("accepted a document without an object root or _aws: %q (%v)", doc, err)
+			}
+		}
+	})
+}
+
+// FuzzLoggerDocuments checks that whatever the Logger accepts, it writes as
+// documents the validator accepts, and that it loses no accepted value.
+func FuzzLoggerDocuments(f *testing.F) {
+	f.Add("Latency", "Tier", "free", "requestId", "abc", 12.5, uint8(3), uint16(0))
+	f.Add("a\"b\\c\n", "k", "v", "p", "\u2028", -1e-7, uint8(250), uint16(4096))
+	f.Add("é", ":x", "", "_aws", "x", 1e21, uint8(1), uint16(1))
+	f.Add("\xff", "0", "", "0", "0", 1e21, uint8(1), uint16(1)) // invalid UTF-8 name: once written as U+FFFD
+	f.Fuzz(func(t *testing.T, name, dimKey, dimValue, propKey, propValue string, value float64, n uint8, maxSize uint16) {
+		l, sink := newTestLogger(t, Config{MaxDocumentSize: ByteSize(maxSize) + minDocumentSize}, nil)
+		l.PutDimensions(Dimension{dimKey, dimValue})
+		l.SetProperty(propKey, propValue)
+		accepted := 0
+		for range n {
+			if l.PutMetric(name, value, Milliseconds) == nil {
+				accepted++
+			}
+		}
+		err := l.FlushAt(context.Background(), testNow)
+		st := l.Stats()
+		if st.Sinks[0].Rejected != 0 {
+			t.Fatalf("the logger built a document the validator refused: %v", err)
+		}
+		got := 0
+		for _, d := range sink.docs {
+			var root map[string]json.RawMessage
+			if err := json.Unmarshal(d, &root); err != nil {
+				t.Fatal(err)
+			}
+			raw := bytes.TrimSpace(root[name])
+			switch {
+			case len(raw) > 0 && raw[0] == '[':
+				var vs []float64
+				if err := json.Unmarshal(raw, &vs); err != nil {
+					t.Fatal(err)
+				}
+				got += len(vs)
+			case len(raw) > 0:
+				got++
+			}
+		}
+		if err == nil && got != accepted {
+			t.Fatalf("accepted %d values, documents hold %d", accepted, got)
+		}
+	})
+}

@@ -1,0 +1,334 @@
+package emf
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// sinkHarness is one Sink under test and a way to read back, after Close,
+// every document it delivered, in order.
+type sinkHarness struct {
+	sink      Sink
+	delivered func(t *testing.T) [][]byte
+}
+
+// runSinkConformance checks the Sink contract: every document written is
+// delivered once, whole and in order; Stats accounts for each; Write after
+// Close fails and counts a drop; Close twice is harmless. Every sink in the
+// package runs it.
+func runSinkConformance(t *testing.T, newSink func(t *testing.T) sinkHarness) {
+	t.Run("delivers every document once", func(t *testing.T) {
+		h := newSink(t)
+		ctx := context.Background()
+		var want [][]byte
+		for i := range 50 {
+			d := []byte(`{"i":` + strconv.Itoa(i) + `,"pad":"` + strings.Repeat("x", i*37) + `"}`)
+			want = append(want, d)
+			buf := bytes.Clone(d)
+			must(t, h.sink.Write(ctx, buf))
+			clear(buf) // the sink must not retain doc
+			if i%20 == 0 {
+				must(t, h.sink.Flush(ctx))
+			}
+		}
+		must(t, h.sink.Close(ctx))
+		must(t, h.sink.Close(ctx))
+		got := h.delivered(t)
+		if !slices.EqualFunc(got, want, bytes.Equal) {
+			t.Errorf("delivered %d documents, want %d, or they differ", len(got), len(want))
+		}
+		st := h.sink.Stats()
+		if st.Written != 50 || st.Dropped != 0 || st.Buffered != 0 || st.Sink == "" {
+			t.Errorf("stats %+v, want 50 written", st)
+		}
+		if err := h.sink.Write(ctx, []byte(`{}`)); !errors.Is(err, ErrSinkClosed) {
+			t.Errorf("write after close: %v, want ErrSinkClosed", err)
+		}
+		if st := h.sink.Stats(); st.Dropped != 1 {
+			t.Errorf("after a write to a closed sink, stats %+v, want 1 dropped", st)
+		}
+	})
+	t.Run("concurrent writers", func(t *testing.T) {
+		h := newSink(t)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 100 {
+					if err := h.sink.Write(ctx, []byte(`{"w":`+strconv.Itoa(w)+`,"i":`+strconv.Itoa(i)+`}`)); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		must(t, h.sink.Close(ctx))
+		got := h.delivered(t)
+		seen := map[string]bool{}
+		for _, d := range got {
+			seen[string(d)] = true
+		}
+		if len(got) != 400 || len(seen) != 400 {
+			t.Errorf("delivered %d documents, %d distinct; want 400", len(got), len(seen))
+		}
+	})
+}
+
+func splitLines(t *testing.T, b []byte) [][]byte {
+	t.Helper()
+	var out [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		out = append(out, bytes.Clone(sc.Bytes()))
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func TestStdoutSinkConformance(t *testing.T) {
+	runSinkConformance(t, func(t *testing.T) sinkHarness {
+		var buf syncBuffer
+		return sinkHarness{NewStdoutSink(&buf), func(t *testing.T) [][]byte { return splitLines(t, buf.b.Bytes()) }}
+	})
+}
+
+// readAll reads the active file and every rotated file, oldest first.
+func readAll(t *testing.T, dir string) [][]byte {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "emf-*.log"))
+	must(t, err)
+	// Rotated files are NAME-STAMP[-N].log: by STAMP, then N (none first).
+	order := func(name string) (string, int) {
+		rest := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(name), "emf-"), ".log")
+		stamp, num, _ := strings.Cut(rest, "Z-")
+		n, _ := strconv.Atoi(num)
+		return strings.TrimSuffix(stamp, "Z"), n
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		sa, na := order(a)
+		sb, nb := order(b)
+		if c := strings.Compare(sa, sb); c != 0 {
+			return c
+		}
+		return na - nb
+	})
+	names = append(names, filepath.Join(dir, "emf.log"))
+	var out [][]byte
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		must(t, err)
+		out = append(out, splitLines(t, b)...)
+	}
+	return out
+}
+
+func TestFileSinkConformance(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  FileConfig
+	}{
+		{"no rotation", FileConfig{}},
+		{"rotating by size", FileConfig{MaxSize: 1 * KiB, Keep: 1000, BufferSize: 100}},
+		{"rotating by size, names colliding", FileConfig{MaxSize: 2 * KiB, Keep: 1000, BufferSize: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runSinkConformance(t, func(t *testing.T) sinkHarness {
+				dir := t.TempDir()
+				cfg := c.cfg
+				cfg.Path = filepath.Join(dir, "emf.log")
+				clock := &manualClock{t: testNow}
+				cfg.Now = clock.now
+				s, err := NewFileSink(cfg)
+				must(t, err)
+				return sinkHarness{s, func(t *testing.T) [][]byte { return readAll(t, dir) }}
+			})
+		})
+	}
+}
+
+func TestFileSinkRotation(t *testing.T) {
+	doc := func(i int) []byte { return []byte(`{"i":` + strconv.Itoa(1000+i) + `}`) } // 10 bytes and a newline
+	cases := []struct {
+		name      string
+		maxSize   ByteSize // set after construction, below Validate's floor, to keep files small
+		maxAge    time.Duration
+		keep      int
+		docs      int
+		ageEvery  int // the clock jumps an hour after every ageEvery documents
+		wantFiles []string
+		kept      int // newest documents expected across the kept files
+	}{
+		{"size: 3 documents per file", 33, 0, 10, 7, 0,
+			[]string{"emf-20250102T030405.009Z.log", "emf-20250102T030405.012Z.log", "emf.log"}, 7},
+		{"size: a document exactly filling the file", 22, 0, 10, 3, 0,
+			[]string{"emf-20250102T030405.008Z.log", "emf.log"}, 3},
+		{"keep 1", 33, 0, 1, 10, 0,
+			[]string{"emf-20250102T030405.015Z.log", "emf.log"}, 4},
+		{"age", MiB, time.Hour, 10, 4, 2,
+			[]string{"emf-20250102T040405.008Z.log", "emf.log"}, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			clock := &manualClock{t: testNow}
+			s, err := NewFileSink(FileConfig{Path: filepath.Join(dir, "emf.log"), MaxAge: c.maxAge, Keep: c.keep, Now: clock.now})
+			must(t, err)
+			s.cfg.MaxSize = c.maxSize
+			var jump time.Duration
+			for i := range c.docs {
+				clock.set(testNow.Add(jump + time.Duration(i)*time.Millisecond))
+				must(t, s.Write(context.Background(), doc(i)))
+				if c.ageEvery > 0 && (i+1)%c.ageEvery == 0 {
+					jump += time.Hour
+				}
+			}
+			must(t, s.Close(context.Background()))
+			entries, err := os.ReadDir(dir)
+			must(t, err)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			if !slices.Equal(names, c.wantFiles) {
+				t.Errorf("files %v, want %v", names, c.wantFiles)
+			}
+			got := readAll(t, dir)
+			var want [][]byte
+			for i := c.docs - c.kept; i < c.docs; i++ {
+				want = append(want, doc(i))
+			}
+			if !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Errorf("kept documents %q, want %q", got, want)
+			}
+			if st := s.Stats(); st.Written != uint64(c.docs) || st.Dropped != 0 || st.Errors != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestFileSinkNameCollision(t *testing.T) {
+	dir := t.TempDir()
+	clock := &manualClock{t: testNow}
+	s, err := NewFileSink(FileConfig{Path: filepath.Join(dir, "emf.log"), Keep: 2, Now: clock.now})
+	must(t, err)
+	s.cfg.MaxSize = 11 // one document per file; the clock stands still
+	for i := range 4 {
+		must(t, s.Write(context.Background(), []byte(`{"i":`+strconv.Itoa(1000+i)+`}`)))
+	}
+	must(t, s.Close(context.Background()))
+	names, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for i := range names {
+		names[i] = filepath.Base(names[i])
+	}
+	want := []string{"emf-20250102T030405.006Z-1.log", "emf-20250102T030405.006Z-2.log", "emf.log"}
+	if !slices.Equal(names, want) {
+		t.Errorf("files %v, want %v (the oldest, without a number, pruned)", names, want)
+	}
+}
+
+// manualClock reads the time it was set to.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func TestFileSinkAppendsToExisting(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "emf.log")
+	must(t, os.WriteFile(path, []byte("{\"old\":1}\n"), 0o644))
+	s, err := NewFileSink(FileConfig{Path: path})
+	must(t, err)
+	must(t, s.Write(context.Background(), []byte(`{"new":1}`)))
+	if st := s.Stats(); st.Buffered != 1 {
+		t.Errorf("before Flush: stats %+v, want 1 buffered", st)
+	}
+	must(t, s.Flush(context.Background()))
+	b, err := os.ReadFile(path)
+	must(t, err)
+	if string(b) != "{\"old\":1}\n{\"new\":1}\n" {
+		t.Errorf("file %q", b)
+	}
+	must(t, s.Close(context.Background()))
+}
+
+func TestFileConfigValidate(t *testing.T) {
+	cases := []struct {
+		cfg  FileConfig
+		want string
+	}{
+		{FileConfig{Path: "x"}, ""},
+		{FileConfig{}, `path: "" is not allowed`},
+		{FileConfig{Path: "x", MaxSize: 10}, "max_size: 10 is not allowed"},
+		{FileConfig{Path: "x", Keep: -1}, "keep: -1 is not allowed"},
+		{FileConfig{Path: "x", MaxAge: -time.Second}, "max_age: -1s is not allowed"},
+	}
+	for _, c := range cases {
+		c.cfg.SetDefaults()
+		err := c.cfg.Validate()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("Validate(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+func TestLoggerToFileAndStdout(t *testing.T) {
+	dir := t.TempDir()
+	fs, err := NewFileSink(FileConfig{Path: filepath.Join(dir, "emf.log")})
+	must(t, err)
+	var out syncBuffer
+	l, err := New(Config{ValidateDocuments: true}, nil, NewStdoutSink(&out), fs)
+	must(t, err)
+	for i := range 120 {
+		must(t, l.PutMetric("m"+strconv.Itoa(i), 1, Count))
+	}
+	must(t, l.FlushAt(context.Background(), testNow))
+	must(t, l.Close(context.Background()))
+	fromFile := readAll(t, dir)
+	fromStdout := splitLines(t, out.b.Bytes())
+	if len(fromFile) != 2 || !slices.EqualFunc(fromFile, fromStdout, bytes.Equal) {
+		t.Errorf("file has %d documents, stdout %d; want the same 2", len(fromFile), len(fromStdout))
+	}
+	st := l.Stats()
+	for i, r := range st.Sinks {
+		if r.Written != 2 || r.Split != 1 || r.Sink.Written != 2 {
+			t.Errorf("sink %d report %+v", i, r)
+		}
+	}
+}
