@@ -230,6 +230,16 @@ func (r *Rule) gcra(s *State, now, n int64) Result {
 	return Result{Count: count, Remaining: remaining(capacity, count), Reset: time.Duration(full - now), Expires: full}
 }
 
+// TokenBucketResult returns what a token bucket hit of n at now saw, from
+// the theoretical arrival times before the hit (State.A) and after it, as
+// Take computes it; for stores that keep the arrival time themselves.
+func (r Rule) TokenBucketResult(before, after, now, n int64) Result {
+	t := r.interval()
+	count := ceilDiv(advance(max(before, now), now, n, t)-now, t)
+	full := max(after, now)
+	return Result{Count: count, Remaining: remaining(r.capacity(), count), Reset: time.Duration(full - now), Expires: full}
+}
+
 // advance returns tat moved by n emission intervals of t, where tat ≥ now.
 // It saturates at math.MaxInt64, so that a flood recorded without MaxCount
 // cannot wrap the arrival time into the past and empty the bucket, and it
