@@ -158,6 +158,14 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 			log.Warn("no challenge keys: challenges redirect, but no token can pass them", "env", cfg.Challenge.KeysEnv)
 		}
 	}
+	store, closeStore, err := openStore(ctx, cfg, log, getenv)
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		opts.Store = store
+		cleanup = append(cleanup, closeStore)
+	}
 	lim, err := edge.New(cfg, opts)
 	if err != nil {
 		return err

@@ -46,6 +46,14 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 		secret = getenv(cfg.Challenge.VerifierSecretEnv)
 	}
+	store, closeStore, err := openStore(ctx, cfg, log, getenv)
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		opts.Store = store
+		defer closeStore(context.Background())
+	}
 	lim, err := edge.New(cfg, opts)
 	if err != nil {
 		return err

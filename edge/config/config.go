@@ -61,13 +61,50 @@ type JWT struct {
 
 // Store is the counter store and what happens when it fails.
 type Store struct {
-	Type    string        `yaml:"type"`     // memory (default)
+	Type    string        `yaml:"type"`     // memory (default), dynamodb or redis
 	Timeout time.Duration `yaml:"timeout"`  // deadline of every store call; default 50ms
 	MaxKeys int           `yaml:"max_keys"` // memory: tracked keys at most; default 1000000
 	Breaker Breaker       `yaml:"breaker"`
 	// EdgeNodes is how many edge nodes share the limits; while the breaker is
 	// open each node enforces limit ÷ EdgeNodes locally. Default 1.
-	EdgeNodes int `yaml:"edge_nodes"`
+	EdgeNodes int      `yaml:"edge_nodes"`
+	DynamoDB  DynamoDB `yaml:"dynamodb"`
+	Redis     Redis    `yaml:"redis"`
+	Sync      Sync     `yaml:"sync"`
+}
+
+// DynamoDB is the DynamoDB counter store (store.type dynamodb). The AWS
+// SDK's credential chain, region and endpoint settings apply.
+type DynamoDB struct {
+	Table    string `yaml:"table"`    // default ratewarden-counters
+	Region   string `yaml:"region"`   // the SDK's region when empty; also kept in every key, so regions of a Global Table count apart
+	Endpoint string `yaml:"endpoint"` // the SDK's endpoint (AWS_ENDPOINT_URL_DYNAMODB) when empty
+	// ReadAfterConditionFailure reads the item after a refused update,
+	// for DynamoDB-compatible endpoints that ignore
+	// ReturnValuesOnConditionCheckFailure (dynalite); default false.
+	ReadAfterConditionFailure bool `yaml:"read_after_condition_failure"`
+}
+
+// Redis is the Redis counter store (store.type redis).
+type Redis struct {
+	Addrs       []string `yaml:"addrs"`        // host:port; several for Redis Cluster; default [127.0.0.1:6379]
+	Username    string   `yaml:"username"`     // ACL user; "" for none
+	PasswordEnv string   `yaml:"password_env"` // environment variable holding the password; default RATEWARDEN_REDIS_PASSWORD
+	DB          int      `yaml:"db"`           // database number (not with Cluster); default 0
+	TLS         bool     `yaml:"tls"`          // connect with TLS
+	PoolSize    int      `yaml:"pool_size"`    // connections per node; 0 is the client's default
+	Prefix      string   `yaml:"prefix"`       // key prefix; default rw:
+	Clock       string   `yaml:"clock"`        // server (default: Redis's clock) or caller (the edge's)
+}
+
+// Sync sits in front of a distributed store: it answers keys already over
+// their limit locally until the store could answer otherwise, and with
+// MaxError > 0 counts far-from-limit hits locally, sending them in batches.
+type Sync struct {
+	MaxError      float64       `yaml:"max_error"`      // share of a limit that may be over-admitted per window across edge_nodes; 0 (default) is exact
+	FlushInterval time.Duration `yaml:"flush_interval"` // how often batched hits are sent; default 1s
+	MaxKeys       int           `yaml:"max_keys"`       // keys tracked at most; default 100000
+	Exact         []string      `yaml:"exact"`          // rule ids always counted exactly, such as anonymous:/api/reports
 }
 
 // Breaker is the circuit breaker in front of the store.
@@ -160,7 +197,9 @@ const (
 // or a header is one line here (and its implementation elsewhere).
 var (
 	// StoreTypes are the allowed store.type values; the first is the default.
-	StoreTypes = []string{"memory"}
+	StoreTypes = []string{"memory", "dynamodb", "redis"}
+	// RedisClocks are the allowed store.redis.clock values.
+	RedisClocks = []string{"server", "caller"}
 	// ClientIPHeaders are the allowed identity.client_ip_header values; the
 	// first is the default.
 	ClientIPHeaders = []string{"x-forwarded-for", "cloudfront-viewer-address"}

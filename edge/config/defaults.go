@@ -44,6 +44,15 @@ func (c *Config) Defaults() {
 	def(&s.EdgeNodes, 1)
 	def(&s.Breaker.Failures, 5)
 	def(&s.Breaker.Cooldown, 5*time.Second)
+	def(&s.DynamoDB.Table, "ratewarden-counters")
+	if len(s.Redis.Addrs) == 0 {
+		s.Redis.Addrs = []string{"127.0.0.1:6379"}
+	}
+	def(&s.Redis.PasswordEnv, "RATEWARDEN_REDIS_PASSWORD")
+	def(&s.Redis.Prefix, "rw:")
+	def(&s.Redis.Clock, RedisClocks[0])
+	def(&s.Sync.FlushInterval, time.Second)
+	def(&s.Sync.MaxKeys, 100_000)
 
 	ch := &c.Challenge
 	def(&ch.Factor, 2)

@@ -82,10 +82,11 @@ func (v *validator) decisions(d *Decisions) {
 }
 
 // validStreamName reports whether s is a valid Kinesis stream name.
-func validStreamName(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
+func validStreamName(s string) bool { return len(s) >= 1 && len(s) <= 128 && validName(s) }
+
+// validName reports whether s holds only the characters AWS allows in
+// stream and table names.
+func validName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
@@ -265,7 +266,33 @@ func (v *validator) store(s *Store) {
 	v.intRange(key("store", "edge_nodes"), int64(s.EdgeNodes), 1, math.MaxInt64)
 	v.intRange(key("store", "breaker", "failures"), int64(s.Breaker.Failures), 1, math.MaxInt64)
 	v.durationRange(key("store", "breaker", "cooldown"), s.Breaker.Cooldown, 100*time.Millisecond, math.MaxInt64)
+	switch s.Type {
+	case "dynamodb":
+		if !validTableName(s.DynamoDB.Table) {
+			v.report(key("store", "dynamodb", "table"), s.DynamoDB.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
+		}
+		if ep := s.DynamoDB.Endpoint; ep != "" && !isHTTPURL(ep) {
+			v.report(key("store", "dynamodb", "endpoint"), ep, "is not allowed", "an http or https URL, or empty for the SDK's")
+		}
+	case "redis":
+		for i, a := range s.Redis.Addrs {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				v.report(key("store", "redis", "addrs", index(i)), a, "is not allowed", "host:port")
+			}
+		}
+		v.intRange(key("store", "redis", "db"), int64(s.Redis.DB), 0, 15)
+		v.intRange(key("store", "redis", "pool_size"), int64(s.Redis.PoolSize), 0, 10000)
+		v.oneOf(key("store", "redis", "clock"), s.Redis.Clock, RedisClocks)
+	}
+	if f := s.Sync.MaxError; math.IsNaN(f) || f < 0 || f > 0.5 {
+		v.report(key("store", "sync", "max_error"), strconv.FormatFloat(f, 'g', -1, 64), "is not allowed", "a share from 0 (exact) to 0.5, such as 0.01")
+	}
+	v.durationRange(key("store", "sync", "flush_interval"), s.Sync.FlushInterval, 10*time.Millisecond, time.Hour)
+	v.intRange(key("store", "sync", "max_keys"), int64(s.Sync.MaxKeys), 1000, math.MaxInt64)
 }
+
+// validTableName reports whether s is a valid DynamoDB table name.
+func validTableName(s string) bool { return len(s) >= 3 && len(s) <= 255 && validName(s) }
 
 func (v *validator) challenge(ch *Challenge) {
 	if f := ch.Factor; math.IsNaN(f) || f < 1 || f > MaxFactor {

@@ -1,0 +1,82 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/edge/dynamostore"
+)
+
+// TestEdgesShareAStore runs two `ratewarden edge` processes on the seed's
+// tiers with a distributed store, Redis and DynamoDB in turn, and sends one
+// client's /api/reports requests to them alternately: the two count
+// together, so the seed's table (5 allowed, 5 challenged, then blocked)
+// holds across both, as it would behind one load balancer.
+func TestEdgesShareAStore(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer origin.Close()
+	seed, err := os.ReadFile("../examples/seed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(name, store string, env []string) {
+		t.Run(name, func(t *testing.T) {
+			cfg := strings.Replace(string(seed), "store:\n  type: memory\n", store, 1)
+			if cfg == string(seed) {
+				t.Fatal("seed.yaml has no store section to replace")
+			}
+			path := filepath.Join(t.TempDir(), "edge.yaml")
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env = append(env, "RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET=")
+			a, _ := startEdge(t, bin, env, "--config", path, "--upstream", origin.URL)
+			b, _ := startEdge(t, bin, env, "--config", path, "--upstream", origin.URL)
+			client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			// A client address of its own, so that reruns of the test in a
+			// minute's window do not share counts.
+			ip := fmt.Sprintf("192.0.2.%d", time.Now().UnixNano()%250+1)
+			var statuses []int
+			for i := range 12 {
+				base := a
+				if i%2 == 1 {
+					base = b
+				}
+				statuses = append(statuses, get(t, client, base+"/api/reports", "X-Forwarded-For", ip).status)
+			}
+			if got := fmt.Sprint(statuses); got != "[200 200 200 200 200 302 302 302 302 302 429 429]" {
+				t.Errorf("statuses across two edges %s", got)
+			}
+		})
+	}
+	redisAddr := awstest.Endpoint(t, awstest.RedisEnv)
+	f("redis", fmt.Sprintf("store:\n  type: redis\n  redis: {addrs: [%q], prefix: \"e2e-%d:\"}\n", redisAddr, time.Now().UnixNano()), nil)
+
+	dep := awstest.Endpoint(t, awstest.DynamoDBEnv)
+	dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(dep) })
+	table := fmt.Sprintf("e2e-counters-%d", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := dc.CreateTable(ctx, dynamostore.TableSpec(table)); err != nil {
+		t.Fatal(err)
+	}
+	w := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
+	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f("dynamodb", fmt.Sprintf("store:\n  type: dynamodb\n  dynamodb: {table: %s, endpoint: %q, read_after_condition_failure: true}\n", table, dep),
+		[]string{"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"})
+}
