@@ -59,6 +59,15 @@ func (b *breaker) failure(now int64) {
 	}
 }
 
+// abandon gives up a probe that ended without a verdict on the store (its
+// caller went away): the next caller may probe at once.
+func (b *breaker) abandon(now int64) {
+	if b.state.Load() == breakerHalfOpen {
+		b.openedAt.Store(now - b.cooldown)
+		b.state.CompareAndSwap(breakerHalfOpen, breakerOpen)
+	}
+}
+
 func (b *breaker) trip(from int32, now int64) {
 	b.openedAt.Store(now)
 	if b.state.CompareAndSwap(from, breakerOpen) {

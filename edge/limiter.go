@@ -218,15 +218,17 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 
 	key := limit.Key{Addr: id.Addr, User: id.User}
 	var evals [2]eval
+	var sc storeCtx
 	n := 0
 	if pr := t.match(r.Path); pr != nil {
-		l.evaluate(ctx, now, key, pr, r.Path, &evals[0])
+		l.evaluate(ctx, &sc, now, key, pr, r.Path, &evals[0])
 		n = 1
 	}
 	if n == 0 || evals[0].level != levelBlock {
-		l.evaluate(ctx, now, key, t.global, r.Path, &evals[n])
+		l.evaluate(ctx, &sc, now, key, t.global, r.Path, &evals[n])
 		n++
 	}
+	sc.done()
 
 	// The worst result decides; among equals, the tightest.
 	w := 0
@@ -318,8 +320,23 @@ func (e *eval) acquired() bool {
 	return (e.fall == 0 && e.res.Count <= e.rule.capacity) || (e.fall == 3 && e.rule.local.Allowed(e.res))
 }
 
+// storeCtx is one decision's deadline for the store: its store calls
+// share it, so a decision waits at most one store timeout, and once one
+// call fails the others do not wait again.
+type storeCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	err    error // the failure of an earlier call
+}
+
+func (sc *storeCtx) done() {
+	if sc.cancel != nil {
+		sc.cancel()
+	}
+}
+
 // evaluate counts one hit of key under ru and grades the result into e.
-func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru *rule, path string, e *eval) {
+func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key limit.Key, ru *rule, path string, e *eval) {
 	key.Rule = ru.id
 	e.rule = ru
 	if !l.remote {
@@ -328,20 +345,36 @@ func (l *Limiter) evaluate(ctx context.Context, now time.Time, key limit.Key, ru
 		return
 	}
 	ns := now.UnixNano()
+	if sc.err != nil {
+		e.err = sc.err
+		e.level = levelOK
+		e.fall = 1
+		if l.isFailClosed(path) {
+			e.fall = 2
+		}
+		return
+	}
 	if l.breaker.allow(ns) {
-		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		if sc.ctx == nil {
+			sc.ctx, sc.cancel = context.WithTimeout(ctx, l.timeout)
+		}
 		start := time.Now()
-		e.res, e.err = l.store.Take(cctx, key, ru.limit, now, 1)
+		e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, 1)
 		e.lat = time.Since(start)
-		cancel()
 		l.metrics.storeLatency(e.lat)
 		if e.err == nil {
 			l.breaker.success()
 			e.level = ru.grade(e.res)
 			return
 		}
-		l.metrics.storeErrors.Add(1)
-		l.breaker.failure(ns)
+		sc.err = e.err
+		if ctx.Err() != nil {
+			// The caller went away: that says nothing of the store.
+			l.breaker.abandon(ns)
+		} else {
+			l.metrics.storeErrors.Add(1)
+			l.breaker.failure(ns)
+		}
 		if l.isFailClosed(path) {
 			e.fall = 2
 		} else {
@@ -462,7 +495,8 @@ func (l *Limiter) release(ctx context.Context, now time.Time, v *Verdict) {
 		if h.fall {
 			l.local.Take(ctx, h.key, h.rule.local, now, -1)
 		} else if l.remote {
-			cctx, cancel := context.WithTimeout(ctx, l.timeout)
+			// A client that hung up still gives its slot back.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 			if _, err := l.store.Take(cctx, h.key, h.rule.limit, now, -1); err != nil {
 				l.metrics.storeErrors.Add(1)
 			}
