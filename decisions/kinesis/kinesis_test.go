@@ -296,22 +296,30 @@ func TestKinesisOptions(t *testing.T) {
 // against JSON, for 10k generator events written in emitter-sized batches.
 func TestKinesisWireBytes(t *testing.T) {
 	ds := decisiontest.NewGenerator(5, start).Batch(10_000)
-	perDecision := func(opts Options, batch int) float64 {
-		_, s := newFake(t, opts)
+	// perDecision returns the bytes on the wire per decision and the PUT
+	// payload units (each record's data and key, rounded up to 25 KB) per
+	// million decisions.
+	perDecision := func(opts Options, batch int) (float64, float64) {
+		api, s := newFake(t, opts)
 		for i := 0; i < len(ds); i += batch {
 			if err := s.WriteBatch(append([]decisions.Decision(nil), ds[i:min(i+batch, len(ds))]...)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		return float64(s.Stats().Bytes) / float64(len(ds))
+		units := 0
+		for _, r := range api.delivered {
+			units += (len(r.Data) + len(*r.PartitionKey) + 25<<10 - 1) / (25 << 10)
+		}
+		return float64(s.Stats().Bytes) / float64(len(ds)), float64(units) * 1e6 / float64(len(ds))
 	}
 	// Arrow pays a schema per record, so its gain depends on how many
 	// events share a record: about batch/partitions.
-	json := perDecision(Options{JSON: true}, 1024)
-	t.Logf("json: %.1f B/decision", json)
+	json, jsonUnits := perDecision(Options{JSON: true}, 1024)
+	t.Logf("json: %.1f B/decision, %.0f PUT payload units per million decisions", json, jsonUnits)
 	for _, c := range []struct{ partitions, batch int }{{1, 1024}, {4, 1024}, {64, 1024}, {4, 10_000}, {64, 10_000}} {
-		arrow := perDecision(Options{Partitions: c.partitions}, c.batch)
-		t.Logf("arrow in a zstd frame, %d partitions, batches of %d: %.1f B/decision (json/arrow %.1fx)", c.partitions, c.batch, arrow, json/arrow)
+		arrow, units := perDecision(Options{Partitions: c.partitions}, c.batch)
+		t.Logf("arrow in a zstd frame, %d partitions, batches of %d: %.1f B/decision (json/arrow %.1fx), %.0f PUT payload units per million decisions",
+			c.partitions, c.batch, arrow, json/arrow, units)
 		if c.batch/c.partitions >= 256 && arrow*10 > json {
 			t.Errorf("arrow %.1f B/decision not a tenth of json's %.1f with %d events a record", arrow, json, c.batch/c.partitions)
 		}

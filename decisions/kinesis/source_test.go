@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,4 +309,50 @@ func TestSourceReshard(t *testing.T) {
 			t.Fatalf("parent lease %+v not at its end", le)
 		}
 	}
+}
+
+// BenchmarkSource reads a 4-shard stream of 20,000 events out of
+// kinesalite with one worker, leases and checkpoints in dynalite; each
+// iteration is a new consumer group reading the stream from its start.
+func BenchmarkSource(b *testing.B) {
+	kc := client(b, endpoint(b))
+	dc := dynamoClient(b, awstest.Endpoint(b, awstest.DynamoDBEnv))
+	stream, table := newStream(b, kc, 4), newLeaseTable(b, dc)
+	sink, err := New(kc, Options{Stream: stream, Partitions: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const total = 20_000
+	g := decisiontest.NewGenerator(51, start)
+	for range total / 1000 {
+		if err := sink.WriteBatch(g.Batch(1000)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	group := 0
+	for b.Loop() {
+		group++
+		var n atomic.Int64
+		done := make(chan struct{})
+		finish := sync.OnceFunc(func() { close(done) })
+		opts := SourceOptions{Stream: stream, Table: table, Group: fmt.Sprint("bench-", group), LeaseDuration: time.Second,
+			Discover: time.Hour, Poll: 20 * time.Millisecond}
+		s, err := NewSource(kc, dc, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			s.Run(ctx, func(_ context.Context, bt *Batch) error {
+				if n.Add(int64(len(bt.Events))) >= total {
+					finish()
+				}
+				return nil
+			})
+		}()
+		<-done
+		cancel()
+	}
+	b.ReportMetric(float64(total*group)/b.Elapsed().Seconds(), "events/s")
 }
