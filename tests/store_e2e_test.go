@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,50 @@ func TestEdgesShareAStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := func(name, store string, env []string) {
+		t.Run(name+"/four_edges_64_clients", func(t *testing.T) {
+			cfg := strings.Replace(string(seed), "store:\n  type: memory\n", store, 1)
+			path := filepath.Join(t.TempDir(), "edge.yaml")
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := append(env, "RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET=")
+			var edges []string
+			for range 4 {
+				base, _ := startEdge(t, bin, env, "--config", path, "--upstream", origin.URL)
+				edges = append(edges, base)
+			}
+			// One anonymous client, 256 concurrent /api/search requests
+			// spread over four edges: the seed allows 30 a minute, challenges
+			// up to 60 (factor 2), and blocks the rest, whoever counts.
+			ip := fmt.Sprintf("198.18.%d.%d", time.Now().UnixNano()%250, time.Now().UnixNano()/250%250+1)
+			client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+				Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+			var mu sync.Mutex
+			got := map[int]int{}
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					for i := range 4 {
+						req, _ := http.NewRequest("GET", edges[(g+i)%4]+"/api/search", nil)
+						req.Header.Set("X-Forwarded-For", ip)
+						resp, err := client.Do(req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						mu.Lock()
+						got[resp.StatusCode]++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if got[200] != 30 || got[302] != 30 || got[429] != 196 {
+				t.Errorf("statuses across four edges %v; want exactly 30 allowed, 30 challenged, 196 blocked", got)
+			}
+		})
 		t.Run(name, func(t *testing.T) {
 			cfg := strings.Replace(string(seed), "store:\n  type: memory\n", store, 1)
 			if cfg == string(seed) {
@@ -63,7 +108,9 @@ func TestEdgesShareAStore(t *testing.T) {
 		})
 	}
 	redisAddr := awstest.Endpoint(t, awstest.RedisEnv)
-	f("redis", fmt.Sprintf("store:\n  type: redis\n  redis: {addrs: [%q], prefix: \"e2e-%d:\"}\n", redisAddr, time.Now().UnixNano()), nil)
+	// A generous store deadline: these tests are about counting, and on a
+	// loaded machine a 50 ms deadline would fail requests open.
+	f("redis", fmt.Sprintf("store:\n  type: redis\n  timeout: 5s\n  redis: {addrs: [%q], prefix: \"e2e-%d:\"}\n", redisAddr, time.Now().UnixNano()), nil)
 
 	dep := awstest.Endpoint(t, awstest.DynamoDBEnv)
 	dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(dep) })
@@ -77,6 +124,6 @@ func TestEdgesShareAStore(t *testing.T) {
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	f("dynamodb", fmt.Sprintf("store:\n  type: dynamodb\n  dynamodb: {table: %s, endpoint: %q, read_after_condition_failure: true}\n", table, dep),
+	f("dynamodb", fmt.Sprintf("store:\n  type: dynamodb\n  timeout: 5s\n  dynamodb: {table: %s, endpoint: %q, read_after_condition_failure: true}\n", table, dep),
 		[]string{"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"})
 }
