@@ -25,6 +25,7 @@ const (
 )
 
 // AgentOptions configure an AgentSink. Zero fields take their defaults.
+// An AgentOptions is a plain value; NewAgentSink copies it.
 type AgentOptions struct {
 	// Address is "tcp://host:port" or "udp://host:port", default
 	// DefaultAgentAddress.
@@ -205,6 +206,7 @@ func (s *AgentSink) Write(_ context.Context, doc []byte) error {
 		err = ErrSinkClosed
 	case s.network == "udp" && len(doc) > agentMaxDatagram:
 		err = fmt.Errorf("document of %d bytes exceeds the datagram limit of %d", len(doc), agentMaxDatagram)
+		s.errs++ // a refused document, as one the kernel refuses with EMSGSIZE
 	case s.bytes+n > s.opts.BufferBytes:
 		err = ErrSinkFull
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,8 @@ type agentServer struct {
 	addr    string
 
 	mu       sync.Mutex
+	received []string    // every line or datagram, in order of arrival
+	marks    int         // markers received (see sync)
 	ids      map[int]int // document id -> times received
 	values   int         // metric values received
 	bad      int         // lines that are not a whole document
@@ -49,6 +52,14 @@ func (s *agentServer) record(b []byte) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if string(b) == agentMark {
+		s.marks++
+		if s.notify != nil {
+			s.notify(len(s.ids))
+		}
+		return
+	}
+	s.received = append(s.received, string(b))
 	if err := json.Unmarshal(b, &d); err != nil {
 		s.bad++ // a line cut by a reset; the agent discards it too
 		return
@@ -118,6 +129,45 @@ func (s *agentServer) start() {
 			}()
 		}
 	}()
+}
+
+// agentMark is the datagram with which lines finds the end of what a UDP
+// sink sent.
+const agentMark = "mark"
+
+// lines returns every line or datagram received, once the sink is closed:
+// over TCP it reads each connection to its end; over UDP it sends a marker
+// from another socket and waits for it, since on loopback a datagram is in
+// the receiver's queue, in order, when its send returns.
+func (s *agentServer) lines(t *testing.T) []string {
+	t.Helper()
+	if s.network == "tcp" {
+		s.stop(agentStopDrain)
+	} else {
+		s.mu.Lock()
+		want := s.marks + 1
+		done := make(chan struct{})
+		var once sync.Once
+		s.notify = func(int) {
+			if s.marks >= want {
+				once.Do(func() { close(done) })
+			}
+		}
+		s.mu.Unlock()
+		c, err := net.Dial("udp", s.addr)
+		must(t, err)
+		_, err = c.Write([]byte(agentMark))
+		must(t, err)
+		c.Close()
+		select {
+		case <-done:
+		case <-testContext(t).Done():
+			t.Fatal("the marker datagram did not arrive")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.received)
 }
 
 // How agentServer.stop ends its TCP connections.
@@ -444,4 +494,22 @@ func BenchmarkAgentWrite(b *testing.B) {
 	if st := s.Stats(); st.Written+st.Dropped != uint64(b.N) {
 		b.Fatalf("stats %+v after %d writes", st, b.N)
 	}
+}
+
+// TestAgentUDPOversize: a document too big for a datagram is dropped and
+// counted as one error; the rest are delivered.
+func TestAgentUDPOversize(t *testing.T) {
+	srv := newAgentServer(t, "udp")
+	s := newAgentTestSink(t, srv, 8<<20)
+	ctx := testContext(t)
+	small := conformanceDoc(0, 0, 0)
+	if err := s.Write(ctx, conformanceDoc(0, 1, agentMaxDatagram)); err == nil || !strings.Contains(err.Error(), "datagram limit") {
+		t.Errorf("write of an oversized document: %v, want a datagram limit error", err)
+	}
+	must(t, s.Write(ctx, small))
+	must(t, s.Close(ctx))
+	if got := srv.lines(t); !slices.Equal(got, []string{string(small)}) {
+		t.Errorf("received %d datagrams, want the small document only", len(got))
+	}
+	checkStats(t, s.Stats(), 1, 1, 0, 1)
 }

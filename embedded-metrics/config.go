@@ -7,7 +7,7 @@ import (
 )
 
 // Config configures a Logger. Fill it, call SetDefaults, then Validate; New
-// does both.
+// does both. A Config is a plain value; New copies it.
 type Config struct {
 	// Namespace is the CloudWatch namespace of every metric; default "ratewarden".
 	Namespace string `json:"namespace" yaml:"namespace"`

@@ -4,7 +4,7 @@ import "strconv"
 
 // EnvironmentKind names where the process runs. It selects the default
 // dimensions and properties of a Logger; it is chosen by configuration and
-// never detected by probing.
+// never detected by probing. It is a plain value, safe for concurrent use.
 type EnvironmentKind string
 
 // The supported environments.
@@ -27,6 +27,7 @@ func (k EnvironmentKind) Valid() bool {
 // Environment is what a Logger knows about where it runs. It is resolved
 // once, in New, from configuration and environment variables; nothing on a
 // hot path reads the environment.
+// An Environment is a plain value, safe for concurrent use.
 type Environment struct {
 	Kind        EnvironmentKind
 	ServiceName string      // default dimension ServiceName

@@ -14,6 +14,7 @@ import (
 )
 
 // FileConfig configures a FileSink.
+// A FileConfig is a plain value; NewFileSink copies it.
 type FileConfig struct {
 	// Path is the file written to, e.g. /var/log/ratewarden/emf.log.
 	Path string `json:"path" yaml:"path"`

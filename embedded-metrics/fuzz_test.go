@@ -6,20 +6,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 )
 
 func FuzzValidate(f *testing.F) {
-	paths, _ := filepath.Glob("testdata/validate/*/*.json")
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
+	addValidateSeeds(f)
 	f.Add([]byte(`{"_aws":{"Timestamp":1574109732004,"CloudWatchMetrics":[{"Namespace":"a","Dimensions":[[]],"Metrics":[{"Name":"x"}]}]},"x":[1,2]}`))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		vs := Validate(doc, specNow, ValidateOptions{})
@@ -84,4 +78,75 @@ func FuzzLoggerDocuments(f *testing.F) {
 			t.Fatalf("accepted %d values, documents hold %d", accepted, got)
 		}
 	})
+}
+
+// FuzzDecode holds the package's decoder to encoding/json: it accepts
+// exactly what json.Valid accepts, and decodes every value as
+// encoding/json does, the last of repeated members winning.
+func FuzzDecode(f *testing.F) {
+	addValidateSeeds(f)
+	for _, s := range []string{
+		``, ` `, `{}`, `[]`, `""`, `0`, `-0.5e+7`, `01`, `1.`, `.5`, `-`, `1e`, `tru`, `nul`, `[1,]`, `{"a":1,}`, `{"a" 1}`,
+		`"\u00e9\ud83d\ude00\ud800\udc00"`, `"\ud800"`, `"\udc00x"`, `"\ud800\u0041"`, `"\ud800\\"`, "\"\xff\xfe\"", "\"a\x01\"",
+		`"\q"`, `"\u12g4"`, `{"a":1,"a":[true,false,null]}`, `[[[[[]]]]]`, ` {"x" : "y\"\\\/\b\f\n\r\t"} `, `{} {}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		var d jdoc
+		err := d.decode(string(doc))
+		if valid := json.Valid(doc); valid != (err == nil) {
+			t.Fatalf("decode %q: %v, but json.Valid says %v", doc, err, valid)
+		}
+		if err != nil {
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(doc))
+		dec.UseNumber()
+		var want any
+		if err := dec.Decode(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := jdocValue(&d, 0); !reflect.DeepEqual(got, want) {
+			t.Fatalf("decode %q = %#v, encoding/json has %#v", doc, got, want)
+		}
+	})
+}
+
+// jdocValue is node i as encoding/json decodes it into an any with
+// UseNumber.
+func jdocValue(d *jdoc, i int32) any {
+	switch n := d.nodes[i]; n.kind {
+	case jBool:
+		return d.text(i) == "true"
+	case jNumber:
+		return json.Number(d.text(i))
+	case jString:
+		return d.text(i)
+	case jArray:
+		out := []any{}
+		for _, e := range d.elems(i) {
+			out = append(out, jdocValue(d, e))
+		}
+		return out
+	case jObject:
+		out := map[string]any{}
+		for k := i + 1; k < n.next; k = d.nodes[k+1].next {
+			out[d.text(k)] = jdocValue(d, k+1)
+		}
+		return out
+	}
+	return nil
+}
+
+// addValidateSeeds adds the validator's test documents to f's corpus.
+func addValidateSeeds(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/validate/*/*.json")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 // Dimension is a name and value pair that is part of a metric's identity,
 // or, in Environment.Properties, a plain property.
+// It is a plain value, safe for concurrent use.
 type Dimension struct {
 	Name  string
 	Value string
@@ -22,6 +23,7 @@ type Dimension struct {
 
 // InvalidError reports a name or value the specification does not allow;
 // the call that received it did nothing.
+// It is not modified once returned, so it is safe for concurrent use.
 type InvalidError struct {
 	Field   string // what was given: "metric name", "metric value", "dimension value", ...
 	Value   string // the value given, as text
@@ -758,6 +760,7 @@ func appendDefinition(dst []byte, comma bool, m *metric) []byte {
 }
 
 // Stats is a Logger's self-report.
+// It is a plain value, a snapshot, safe for concurrent use.
 type Stats struct {
 	Documents uint64       // documents built
 	Split     uint64       // of those, extra documents created by splitting
@@ -767,6 +770,7 @@ type Stats struct {
 }
 
 // SinkReport is what a Logger did with one sink.
+// It is a plain value, a snapshot, safe for concurrent use.
 type SinkReport struct {
 	Written  uint64    // documents the sink accepted
 	Split    uint64    // of those, extra documents created by splitting

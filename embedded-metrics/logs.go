@@ -3,10 +3,10 @@ package emf
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,6 +25,7 @@ const (
 
 // LogsAPI is the part of the CloudWatch Logs client a LogsSink uses.
 // *cloudwatchlogs.Client satisfies it.
+// A LogsSink calls it from one goroutine at a time.
 type LogsAPI interface {
 	PutLogEvents(ctx context.Context, in *cloudwatchlogs.PutLogEventsInput, opts ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.PutLogEventsOutput, error)
 	CreateLogGroup(ctx context.Context, in *cloudwatchlogs.CreateLogGroupInput, opts ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.CreateLogGroupOutput, error)
@@ -34,6 +35,7 @@ type LogsAPI interface {
 var _ LogsAPI = (*cloudwatchlogs.Client)(nil)
 
 // LogsOptions configure a LogsSink. Zero fields take their defaults.
+// A LogsOptions is a plain value; NewLogsSink copies it.
 type LogsOptions struct {
 	LogGroup  string // required
 	LogStream string // required
@@ -90,6 +92,7 @@ type LogsSink struct {
 	counters throttleCounters
 	q        *throttleQueue
 	created  bool // log group and stream created by this sink
+	d        jdoc // the sender's
 }
 
 var _ Sink = (*LogsSink)(nil)
@@ -116,10 +119,7 @@ func NewLogsSink(api LogsAPI, opts LogsOptions) (*LogsSink, error) {
 // open with DropWhenOpen.
 func (s *LogsSink) Write(_ context.Context, doc []byte) error {
 	if len(doc)+logsEventOverhead > logsMaxBatchBytes {
-		s.q.mu.Lock()
-		s.q.dropped++
-		s.q.mu.Unlock()
-		return fmt.Errorf("write %s: document of %d bytes exceeds the event limit", s.q.name, len(doc))
+		return s.q.refuse("document of " + strconv.Itoa(len(doc)) + " bytes exceeds the event limit of " + strconv.Itoa(logsMaxBatchBytes-logsEventOverhead))
 	}
 	return s.q.write(doc)
 }
@@ -141,26 +141,32 @@ type logsEvent struct {
 	doc int   // index in the batch handed to deliver
 }
 
-// logsTimestamp returns the document's _aws.Timestamp in milliseconds.
-func logsTimestamp(doc []byte) (int64, bool) {
-	var d struct {
-		AWS struct {
-			Timestamp *int64 `json:"Timestamp"`
-		} `json:"_aws"`
-	}
-	if err := json.Unmarshal(doc, &d); err != nil || d.AWS.Timestamp == nil {
+// logsTimestamp returns the document's _aws.Timestamp in milliseconds, if
+// it is a JSON document with an integer there.
+func logsTimestamp(d *jdoc, doc string) (int64, bool) {
+	if d.decode(doc) != nil || d.nodes[0].kind != jObject {
 		return 0, false
 	}
-	return *d.AWS.Timestamp, true
+	aws, ok := d.member(0, "_aws")
+	if !ok || d.nodes[aws].kind != jObject {
+		return 0, false
+	}
+	ts, ok := d.member(aws, "Timestamp")
+	if !ok || d.nodes[ts].kind != jNumber {
+		return 0, false
+	}
+	n, err := d.int(ts)
+	return n, err == nil
 }
 
-// deliver puts docs in as few calls as the limits allow.
-func (s *LogsSink) deliver(ctx context.Context, docs [][]byte) []bool {
+// deliver puts docs in as few calls as the limits allow. It runs on the
+// sender goroutine only.
+func (s *LogsSink) deliver(ctx context.Context, docs []string) []bool {
 	dropped := make([]bool, len(docs))
 	now := s.opts.Throttle.Now().UnixMilli()
 	events := make([]logsEvent, len(docs))
-	for i, d := range docs {
-		ts, ok := logsTimestamp(d)
+	for i, doc := range docs {
+		ts, ok := logsTimestamp(&s.d, doc)
 		if !ok {
 			ts = now
 		}
@@ -185,14 +191,14 @@ func (s *LogsSink) deliver(ctx context.Context, docs [][]byte) []bool {
 
 // put makes one PutLogEvents call for batch, creating the group and stream
 // if they are missing and Create is set, and marks what it gave up on.
-func (s *LogsSink) put(ctx context.Context, docs [][]byte, batch []logsEvent, dropped []bool) {
+func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, dropped []bool) {
 	in := &cloudwatchlogs.PutLogEventsInput{
 		LogGroupName:  aws.String(s.opts.LogGroup),
 		LogStreamName: aws.String(s.opts.LogStream),
 		LogEvents:     make([]types.InputLogEvent, len(batch)),
 	}
 	for i, e := range batch {
-		in.LogEvents[i] = types.InputLogEvent{Message: aws.String(string(docs[e.doc])), Timestamp: aws.Int64(e.ts)}
+		in.LogEvents[i] = types.InputLogEvent{Message: aws.String(docs[e.doc]), Timestamp: aws.Int64(e.ts)}
 	}
 	var out *cloudwatchlogs.PutLogEventsOutput
 	call := func(ctx context.Context) error {
@@ -225,12 +231,10 @@ func (s *LogsSink) put(ctx context.Context, docs [][]byte, batch []logsEvent, dr
 		if r.TooNewLogEventStartIndex != nil {
 			tooNew = min(tooNew, *r.TooNewLogEventStartIndex)
 		}
-		if tooOld >= 0 || tooNew < int32(len(batch)) {
-			s.counters.errors.Add(1)
-		}
 		for i, e := range batch {
 			if int32(i) <= tooOld || int32(i) >= tooNew {
 				dropped[e.doc] = true
+				s.counters.errors.Add(1) // a refused document, as one that does not fit an event
 			}
 		}
 	}

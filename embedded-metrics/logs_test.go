@@ -31,11 +31,14 @@ type logsServer struct {
 	clock      *throttleClock
 	// block, if set, runs before a PutLogEvents call is handled.
 	block func(r *http.Request)
+	// reject, if set, is the rejectedLogEventsInfo of every accepted call.
+	reject string
 
 	mu       sync.Mutex
 	calls    int // PutLogEvents requests
 	created  []string
 	received map[string]int // event message id -> times received
+	messages []string       // every event message, in order of arrival
 	events   int
 	at       []time.Time // fake time of each PutLogEvents request
 	batches  []logsBatch // accepted PutLogEvents calls
@@ -131,6 +134,7 @@ func (s *logsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.Errorf("event %d stamped %d, document says %d", i, e.Timestamp, doc.AWS.Timestamp)
 		}
 		s.received[doc.ID]++
+		s.messages = append(s.messages, e.Message)
 		s.events++
 	}
 	if size > 1_048_576 {
@@ -142,6 +146,10 @@ func (s *logsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if n > 0 {
 		span := time.Duration(in.LogEvents[n-1].Timestamp-in.LogEvents[0].Timestamp) * time.Millisecond
 		s.batches = append(s.batches, logsBatch{events: n, bytes: size, span: span})
+	}
+	if s.reject != "" {
+		reply(200, `{"nextSequenceToken":"1","rejectedLogEventsInfo":`+s.reject+`}`)
+		return
 	}
 	reply(200, `{"nextSequenceToken":"1"}`)
 }
@@ -391,7 +399,51 @@ func TestLogsBreakerDrops(t *testing.T) {
 	}
 	s.Flush(ctx)
 	srv.check([]string{"c"})
-	checkStats(t, s.Stats(), 1, 2, 0, 1)
+	// Errors: the failed call, and document b refused while open.
+	checkStats(t, s.Stats(), 1, 2, 0, 2)
+}
+
+// TestLogsBreakerDropsBuffered opens the breaker while documents wait in
+// the buffer: with DropWhenOpen the sender drops them, one error each.
+func TestLogsBreakerDropsBuffered(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	srv := &logsServer{
+		block: func(*http.Request) { once.Do(func() { close(entered); <-release }) },
+		fail:  func(int) (int, string) { return 503, "ServiceUnavailableException" },
+	}
+	s := newLogsTest(t, srv, func(o *LogsOptions) {
+		o.Throttle.BreakerFailures, o.Throttle.MaxRetries, o.Throttle.DropWhenOpen = 1, -1, true
+	})
+	ctx := testContext(t)
+	must(t, s.Write(ctx, logsDoc("a", 1_700_000_000_000, 0)))
+	<-entered // the call carrying a waits while b, c and d are buffered
+	for _, id := range []string{"b", "c", "d"} {
+		must(t, s.Write(ctx, logsDoc(id, 1_700_000_000_000, 0)))
+	}
+	close(release)
+	must(t, s.Flush(ctx))
+	srv.check(nil)
+	// Errors: the failed call, then b, c and d dropped by the open breaker.
+	checkStats(t, s.Stats(), 0, 4, 0, 4)
+}
+
+// TestLogsRefusedDocuments: a document too big for an event and events
+// CloudWatch rejects are each dropped and counted as one error.
+func TestLogsRefusedDocuments(t *testing.T) {
+	srv := &logsServer{reject: `{"tooOldLogEventEndIndex":1,"tooNewLogEventStartIndex":4}`}
+	s := newLogsTest(t, srv, nil)
+	ctx := testContext(t)
+	if err := s.Write(ctx, logsDoc("big", 1_700_000_000_000, 1<<20)); err == nil || !strings.Contains(err.Error(), "exceeds the event limit") {
+		t.Errorf("write of an oversized document: %v, want an event limit error", err)
+	}
+	for i := range 6 {
+		must(t, s.Write(ctx, logsDoc(fmt.Sprint(i), 1_700_000_000_000+int64(i), 0)))
+	}
+	must(t, s.Close(ctx))
+	srv.check([]string{"0", "1", "2", "3", "4", "5"}) // the server stores all; it reports 0, 1, 4 and 5 rejected
+	// Written: 2 and 3. Dropped and errors: big, 0, 1, 4, 5.
+	checkStats(t, s.Stats(), 2, 5, 0, 5)
 }
 
 func TestLogsCreate(t *testing.T) {

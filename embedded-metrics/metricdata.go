@@ -2,10 +2,8 @@ package emf
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -23,6 +21,7 @@ const (
 
 // MetricDataAPI is the part of the CloudWatch client a MetricDataSink uses.
 // *cloudwatch.Client satisfies it.
+// A MetricDataSink calls it from one goroutine at a time.
 type MetricDataAPI interface {
 	PutMetricData(ctx context.Context, in *cloudwatch.PutMetricDataInput, opts ...func(*cloudwatch.Options)) (*cloudwatch.PutMetricDataOutput, error)
 }
@@ -31,6 +30,7 @@ var _ MetricDataAPI = (*cloudwatch.Client)(nil)
 
 // MetricDataOptions configure a MetricDataSink. Zero fields take their
 // defaults.
+// A MetricDataOptions is a plain value; NewMetricDataSink copies it.
 type MetricDataOptions struct {
 	// BufferBytes bounds the documents held for delivery, default 8 MiB;
 	// a Write that would exceed it is dropped and counted.
@@ -66,8 +66,9 @@ func (o *MetricDataOptions) Validate() error {
 // Delivery: a document is Written once every call holding its datums
 // succeeded, and Dropped if any of them failed for good (a refused call,
 // retries exhausted, an open breaker with DropWhenOpen, Close out of time)
-// or the document could not be read; a document whose datums were partly
-// delivered counts as Dropped. A call whose response is lost is retried,
+// or the document could not be read or holds what PutMetricData would
+// refuse (then it also counts one error); a document whose datums were
+// partly delivered counts as Dropped. A call whose response is lost is retried,
 // so values may be counted twice (at least once within the retry bound).
 // The SDK's own retryer is turned off so that Retries and Errors count
 // every attempt. A MetricDataSink is safe for concurrent use.
@@ -77,6 +78,7 @@ type MetricDataSink struct {
 	thr      *throttler
 	counters throttleCounters
 	q        *throttleQueue
+	aggs     metricDataAggs // the sender's
 }
 
 var _ Sink = (*MetricDataSink)(nil)
@@ -113,26 +115,10 @@ func (s *MetricDataSink) Close(ctx context.Context) error { return s.q.close(ctx
 // Stats reports the sink's counters; Retries and Errors count calls.
 func (s *MetricDataSink) Stats() SinkStats { return s.q.stats() }
 
-// metricDataDoc is the part of an EMF document that PutMetricData needs.
-type metricDataDoc struct {
-	AWS struct {
-		Timestamp         int64 `json:"Timestamp"`
-		CloudWatchMetrics []struct {
-			Namespace  string     `json:"Namespace"`
-			Dimensions [][]string `json:"Dimensions"`
-			Metrics    []struct {
-				Name              string `json:"Name"`
-				Unit              string `json:"Unit"`
-				StorageResolution int32  `json:"StorageResolution"`
-			} `json:"Metrics"`
-		} `json:"CloudWatchMetrics"`
-	} `json:"_aws"`
-}
-
 // metricDataKey identifies the datums that may be merged.
 type metricDataKey struct {
 	namespace, name, dims, unit string
-	resolution                  int32
+	resolution                  int32 // 0 for Standard, which is not sent
 	ts                          int64
 }
 
@@ -159,88 +145,264 @@ func (a *metricDataAgg) add(v float64, doc int) {
 	}
 }
 
-// metricDataAggs merges the datums of many documents, in order of first
-// appearance.
+// metricDataAggs merges the datums of the documents of one batch, in order
+// of first appearance. It is used by one goroutine at a time; reset
+// readies it for the next batch.
 type metricDataAggs struct {
 	byKey map[metricDataKey]*metricDataAgg
 	order []*metricDataAgg
+
+	d       jdoc
+	dims    map[string]string   // dimension keys, interned
+	pending []metricDataPending // the datums of the document being read
+	scratch []byte
 }
 
-// addDoc adds the datums of one document, or none if it cannot be read.
-func (m *metricDataAggs) addDoc(doc []byte, i int, now time.Time) error {
-	var d metricDataDoc
-	if err := json.Unmarshal(doc, &d); err != nil {
+// metricDataPending is one datum of a document: its key, and the nodes of
+// its dimension set and its value.
+type metricDataPending struct {
+	key        metricDataKey
+	set, value int32
+}
+
+func (m *metricDataAggs) reset() {
+	if m.byKey == nil {
+		m.byKey, m.dims = make(map[metricDataKey]*metricDataAgg), make(map[string]string)
+	}
+	clear(m.byKey)
+	clear(m.order)
+	m.order = m.order[:0]
+	if len(m.dims) > 1<<16 {
+		clear(m.dims)
+	}
+}
+
+// addDoc adds the datums of document i, or none if it cannot be read or
+// PutMetricData would refuse one of them, so that one bad document does
+// not fail a call that carries others.
+func (m *metricDataAggs) addDoc(doc string, i int, now time.Time) error {
+	if err := m.read(doc, now); err != nil {
 		return fmt.Errorf("read document: %w", err)
 	}
-	var root map[string]json.RawMessage
-	if err := json.Unmarshal(doc, &root); err != nil {
-		return fmt.Errorf("read document: %w", err)
-	}
-	ts := d.AWS.Timestamp
-	if ts == 0 {
-		ts = now.UnixMilli()
-	}
-	type datum struct {
-		key    metricDataKey
-		dims   []types.Dimension
-		values []float64
-	}
-	var (
-		datums []datum
-		b      strings.Builder
-	)
-	for _, dir := range d.AWS.CloudWatchMetrics {
-		for _, set := range dir.Dimensions {
-			dims := make([]types.Dimension, len(set))
-			b.Reset()
-			for j, name := range set {
-				var v string
-				if err := json.Unmarshal(root[name], &v); err != nil {
-					return fmt.Errorf("read dimension %q: %w", name, err)
-				}
-				dims[j] = types.Dimension{Name: aws.String(name), Value: aws.String(v)}
-				b.WriteString(name)
-				b.WriteByte(0)
-				b.WriteString(v)
-				b.WriteByte(0)
-			}
-			for _, met := range dir.Metrics {
-				values, err := metricDataValues(root[met.Name])
-				if err != nil {
-					return fmt.Errorf("read metric %q: %w", met.Name, err)
-				}
-				datums = append(datums, datum{key: metricDataKey{namespace: dir.Namespace, name: met.Name, dims: b.String(),
-					unit: met.Unit, resolution: met.StorageResolution, ts: ts}, dims: dims, values: values})
-			}
-		}
-	}
-	for _, dt := range datums {
-		a := m.byKey[dt.key]
+	d := &m.d
+	for _, p := range m.pending {
+		a := m.byKey[p.key]
 		if a == nil {
-			a = &metricDataAgg{key: dt.key, dims: dt.dims, index: make(map[float64]int)}
-			m.byKey[dt.key] = a
+			a = &metricDataAgg{key: p.key, dims: m.dimensions(p.set), index: make(map[float64]int)}
+			m.byKey[p.key] = a
 			m.order = append(m.order, a)
 		}
-		for _, v := range dt.values {
+		if d.nodes[p.value].kind == jNumber {
+			v, _ := d.metricValue(p.value)
+			a.add(v, i)
+			continue
+		}
+		for _, e := range d.elems(p.value) {
+			v, _ := d.metricValue(e)
 			a.add(v, i)
 		}
 	}
 	return nil
 }
 
-// metricDataValues reads a metric's value: a number or an array of numbers.
-func metricDataValues(raw json.RawMessage) ([]float64, error) {
-	if len(raw) == 0 {
-		return nil, errors.New("missing")
+// read decodes doc into m.d and its datums into m.pending, checking what
+// PutMetricData checks.
+func (m *metricDataAggs) read(doc string, now time.Time) error {
+	d := &m.d
+	m.pending = m.pending[:0]
+	if err := d.decode(doc); err != nil {
+		return err
 	}
-	if raw[0] == '[' {
-		var vs []float64
-		err := json.Unmarshal(raw, &vs)
-		return vs, err
+	var root jpath
+	if k := d.nodes[0].kind; k != jObject {
+		return metricDataFault(root, "is "+k.String(), allowedJSON)
 	}
-	var v float64
-	err := json.Unmarshal(raw, &v)
-	return []float64{v}, err
+	awsPath := root.member("_aws")
+	aws, err := m.need(0, awsPath, jObject, allowedAws)
+	if err != nil {
+		return err
+	}
+	ts := now.UnixMilli()
+	if t, ok := d.member(aws, "Timestamp"); ok {
+		n, err := d.int(t)
+		if d.nodes[t].kind != jNumber || err != nil {
+			return metricDataFault(awsPath.member("Timestamp"), "is not an integer", allowedTimestamp)
+		}
+		ts = n
+	}
+	cwmPath := awsPath.member("CloudWatchMetrics")
+	cwm, err := m.need(aws, cwmPath, jArray, allowedDirectives)
+	if err != nil {
+		return err
+	}
+	for i, dir := range d.elems(cwm) {
+		if err := m.directive(cwmPath.index(i), dir, ts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *metricDataAggs) directive(path jpath, dir int32, ts int64) error {
+	d := &m.d
+	if k := d.nodes[dir].kind; k != jObject {
+		return metricDataFault(path, "is "+k.String(), allowedDirective)
+	}
+	ns, err := m.need(dir, path.member("Namespace"), jString, allowedNamespace)
+	if err != nil {
+		return err
+	}
+	namespace := d.text(ns)
+	if f := checkNamespace(namespace); !f.ok() {
+		return metricDataFault(path.member("Namespace"), f.problem, f.allowed)
+	}
+	dimsPath, metricsPath := path.member("Dimensions"), path.member("Metrics")
+	sets, err := m.need(dir, dimsPath, jArray, allowedDimensions)
+	if err != nil {
+		return err
+	}
+	defs, err := m.need(dir, metricsPath, jArray, allowedMetrics)
+	if err != nil {
+		return err
+	}
+	for i, set := range d.elems(sets) {
+		dims, err := m.dimensionKey(dimsPath.index(i), set)
+		if err != nil {
+			return err
+		}
+		for j, def := range d.elems(defs) {
+			key, value, err := m.metric(metricsPath.index(j), def)
+			if err != nil {
+				return err
+			}
+			if d.nodes[value].kind == jArray && d.nodes[value].n == 0 {
+				continue // no values, no datum
+			}
+			key.namespace, key.dims, key.ts = namespace, dims, ts
+			m.pending = append(m.pending, metricDataPending{key: key, set: set, value: value})
+		}
+	}
+	return nil
+}
+
+// dimensionKey checks the dimension set and returns its keys and values
+// as one string, interned.
+func (m *metricDataAggs) dimensionKey(path jpath, set int32) (string, error) {
+	d := &m.d
+	if k := d.nodes[set].kind; k != jArray {
+		return "", metricDataFault(path, "is "+k.String(), allowedDimSet)
+	}
+	b := m.scratch[:0]
+	for j, key := range d.elems(set) {
+		if k := d.nodes[key].kind; k != jString {
+			return "", metricDataFault(path.index(j), "is "+k.String(), allowedDimName)
+		}
+		name := d.text(key)
+		if f := checkDimensionName(name); !f.ok() {
+			return "", metricDataFault(path.index(j), f.problem, f.allowed)
+		}
+		v, err := m.need(0, jpath{}.member(name), jString, allowedDimValue)
+		if err != nil {
+			return "", err
+		}
+		value := d.text(v)
+		if f := checkDimensionValue(value); !f.ok() {
+			return "", metricDataFault(jpath{}.member(name), f.problem, f.allowed)
+		}
+		b = append(append(append(append(b, name...), 0), value...), 0)
+	}
+	m.scratch = b
+	dims, ok := m.dims[string(b)]
+	if !ok {
+		dims = string(b)
+		m.dims[dims] = dims
+	}
+	return dims, nil
+}
+
+// dimensions returns the Dimension values of a dimension set already read
+// by dimensionKey.
+func (m *metricDataAggs) dimensions(set int32) []types.Dimension {
+	d := &m.d
+	dims := make([]types.Dimension, 0, d.nodes[set].n)
+	for _, key := range d.elems(set) {
+		name := d.text(key)
+		v, _ := d.member(0, name)
+		dims = append(dims, types.Dimension{Name: aws.String(name), Value: aws.String(d.text(v))})
+	}
+	return dims
+}
+
+// metric checks a metric definition and its value, and returns its part
+// of the key and the node of its value.
+func (m *metricDataAggs) metric(path jpath, def int32) (metricDataKey, int32, error) {
+	d := &m.d
+	var key metricDataKey
+	if k := d.nodes[def].kind; k != jObject {
+		return key, 0, metricDataFault(path, "is "+k.String(), allowedDefinition)
+	}
+	name, err := m.need(def, path.member("Name"), jString, allowedMetric)
+	if err != nil {
+		return key, 0, err
+	}
+	key.name = d.text(name)
+	if f := checkMetricName(key.name); !f.ok() {
+		return key, 0, metricDataFault(path.member("Name"), f.problem, f.allowed)
+	}
+	if u, ok := d.member(def, "Unit"); ok {
+		if d.nodes[u].kind != jString || d.text(u) == "" || !Unit(d.text(u)).Valid() {
+			return key, 0, metricDataFault(path.member("Unit"), "is not a unit", allowedUnits())
+		}
+		key.unit = d.text(u)
+	}
+	if r, ok := d.member(def, "StorageResolution"); ok {
+		n, err := d.int(r)
+		if d.nodes[r].kind != jNumber || err != nil || n != int64(High) && n != int64(Standard) {
+			return key, 0, metricDataFault(path.member("StorageResolution"), "is not 1 or 60", allowedResolution)
+		}
+		if n == int64(High) {
+			key.resolution = int32(High)
+		}
+	}
+	vp := jpath{}.member(key.name)
+	v, ok := d.member(0, key.name)
+	if !ok {
+		return key, 0, metricDataFault(vp, "is missing", allowedMetricVal)
+	}
+	switch d.nodes[v].kind {
+	case jNumber:
+		if _, f := d.metricValue(v); !f.ok() {
+			return key, 0, metricDataFault(vp, f.problem, f.allowed)
+		}
+	case jArray:
+		for i, e := range d.elems(v) {
+			if d.nodes[e].kind != jNumber {
+				return key, 0, metricDataFault(vp.index(i), "is "+d.nodes[e].kind.String(), allowedValue)
+			}
+			if _, f := d.metricValue(e); !f.ok() {
+				return key, 0, metricDataFault(vp.index(i), f.problem, f.allowed)
+			}
+		}
+	default:
+		return key, 0, metricDataFault(vp, "is "+d.nodes[v].kind.String(), allowedMetricVal)
+	}
+	return key, v, nil
+}
+
+// need returns the member of object o at path, which must be of kind.
+func (m *metricDataAggs) need(o int32, path jpath, kind jkind, allowed string) (int32, error) {
+	v, ok := m.d.member(o, path.steps[path.n-1].name)
+	switch {
+	case !ok:
+		return 0, metricDataFault(path, "is missing", allowed)
+	case m.d.nodes[v].kind != kind:
+		return 0, metricDataFault(path, "is "+m.d.nodes[v].kind.String(), allowed)
+	}
+	return v, nil
+}
+
+func metricDataFault(path jpath, problem, allowed string) error {
+	return errors.New(Violation{Path: path.String(), Problem: problem, Allowed: allowed}.String())
 }
 
 // metricDataCall is one PutMetricData call and the documents it carries.
@@ -293,10 +455,12 @@ func metricDataCalls(aggs []*metricDataAgg, ndocs int) []*metricDataCall {
 	return calls
 }
 
-// deliver turns docs into datums and puts them.
-func (s *MetricDataSink) deliver(ctx context.Context, docs [][]byte) []bool {
+// deliver turns docs into datums and puts them. It runs on the sender
+// goroutine only.
+func (s *MetricDataSink) deliver(ctx context.Context, docs []string) []bool {
 	dropped := make([]bool, len(docs))
-	aggs := metricDataAggs{byKey: make(map[metricDataKey]*metricDataAgg)}
+	aggs := &s.aggs
+	aggs.reset()
 	now := s.opts.Throttle.Now()
 	for i, doc := range docs {
 		if err := aggs.addDoc(doc, i, now); err != nil {

@@ -29,7 +29,8 @@ type metricDataServer struct {
 
 	mu     sync.Mutex
 	calls  int
-	datums []int // datums per accepted call
+	datums []int    // datums per accepted call
+	series []string // every datum received: its key, values and counts
 	totals map[string]map[float64]float64
 }
 
@@ -125,6 +126,7 @@ func (s *metricDataServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if s.totals[key] == nil {
 			s.totals[key] = make(map[float64]float64)
 		}
+		vc := ""
 		seen := make(map[float64]bool)
 		for i := range values {
 			x, _ := cbor.AsFloat64(values[i])
@@ -136,7 +138,9 @@ func (s *metricDataServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.totals[key][x] += c
 			md.Values = append(md.Values, x)
 			md.Counts = append(md.Counts, c)
+			vc += fmt.Sprintf(" %v×%v", x, c)
 		}
+		s.series = append(s.series, key+vc)
 		size += metricDataDatumSize(&md)
 	}
 	if size != len(raw) {
@@ -341,14 +345,16 @@ func TestMetricDataUnreadable(t *testing.T) {
 // BenchmarkMetricDataConvert measures turning a batch of 1000 documents
 // into PutMetricData calls.
 func BenchmarkMetricDataConvert(b *testing.B) {
-	docs := make([][]byte, 1000)
+	docs := make([]string, 1000)
 	for i := range docs {
-		docs[i], _ = metricDataTestDoc(i, 50, 10, 1_700_000_000_000)
+		doc, _ := metricDataTestDoc(i, 50, 10, 1_700_000_000_000)
+		docs[i] = string(doc)
 	}
 	now := time.Now()
+	var aggs metricDataAggs
 	b.ReportAllocs()
 	for b.Loop() {
-		aggs := metricDataAggs{byKey: make(map[metricDataKey]*metricDataAgg)}
+		aggs.reset()
 		for i, d := range docs {
 			if err := aggs.addDoc(d, i, now); err != nil {
 				b.Fatal(err)

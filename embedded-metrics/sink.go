@@ -20,13 +20,24 @@ type Sink interface {
 	Stats() SinkStats
 }
 
-// SinkStats is a sink's self-report. Every document handed to Write ends in
-// exactly one of Written or Dropped, or is still Buffered.
+// SinkStats is a sink's self-report, a plain value. Every document handed
+// to Write ends in exactly one of Written or Dropped, or is still
+// Buffered: at any moment Written+Dropped+Buffered is the number of Write
+// calls.
+//
+// Errors counts failures, the same way in every sink: each failed
+// delivery attempt (a call, a write, a dial, a refused datagram), whether
+// it is retried or not, and each document dropped for a failure rather
+// than for the sink's state: a document no call can carry (too big, not
+// readable), a document the service refused, a document dropped because
+// the circuit breaker is open. Documents dropped because the buffer is
+// full, the sink is closed or Close ran out of time count in Dropped only.
+// It is safe for concurrent use.
 type SinkStats struct {
 	Sink     string // the sink's kind and target, e.g. "agent tcp://127.0.0.1:25888"
 	Written  uint64 // documents delivered
-	Dropped  uint64 // documents given up on: buffer full, retries exhausted, closed
+	Dropped  uint64 // documents given up on: buffer full, retries exhausted, refused, closed
 	Buffered uint64 // documents accepted and not yet delivered
 	Retries  uint64 // delivery attempts repeated after an error
-	Errors   uint64 // delivery errors seen, retried or not
+	Errors   uint64 // failures seen, as described above
 }

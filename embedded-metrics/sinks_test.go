@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,74 +18,150 @@ import (
 )
 
 // sinkHarness is one Sink under test and a way to read back, after Close,
-// every document it delivered, in order.
+// what it delivered.
 type sinkHarness struct {
-	sink      Sink
-	delivered func(t *testing.T) [][]byte
+	sink Sink
+	// delivered returns what reached the destination once the sink is
+	// closed: one entry per document received, in order of arrival.
+	delivered func(t *testing.T) []string
+	// received is what delivered shows for doc; nil means doc itself, for
+	// sinks that deliver documents byte for byte.
+	received func(doc []byte) string
+}
+
+func (h sinkHarness) want(docs [][]byte) []string {
+	out := make([]string, len(docs))
+	for i, d := range docs {
+		if h.received != nil {
+			out[i] = h.received(d)
+		} else {
+			out[i] = string(d)
+		}
+	}
+	return out
+}
+
+// conformanceDoc is document i of writer w: a valid EMF document, unique
+// by its "doc" dimension, of a size that grows with pad.
+func conformanceDoc(w, i, pad int) []byte {
+	id := strconv.Itoa(w) + "-" + strconv.Itoa(i)
+	return []byte(`{"_aws":{"Timestamp":1700000000000,"CloudWatchMetrics":[{"Namespace":"conformance","Dimensions":[["doc"]],` +
+		`"Metrics":[{"Name":"n","Unit":"Count"}]}]},"doc":"` + id + `","id":"` + id + `","n":` + strconv.Itoa(i) +
+		`,"pad":"` + strings.Repeat("x", pad) + `"}`)
+}
+
+// checkAccounts checks that every one of writes documents is written,
+// dropped or buffered.
+func checkAccounts(t *testing.T, st SinkStats, writes int) {
+	t.Helper()
+	if st.Written+st.Dropped+st.Buffered != uint64(writes) {
+		t.Errorf("stats %+v account for %d documents, want %d", st, st.Written+st.Dropped+st.Buffered, writes)
+	}
 }
 
 // runSinkConformance checks the Sink contract: every document written is
-// delivered once, whole and in order; Stats accounts for each; Write after
-// Close fails and counts a drop; Close twice is harmless. Every sink in the
-// package runs it.
+// delivered once, whole and in order; Close delivers what is buffered;
+// Stats accounts for each document; Write after Close fails and counts a
+// drop; Close twice is harmless. Every sink in the package runs it.
 func runSinkConformance(t *testing.T, newSink func(t *testing.T) sinkHarness) {
 	t.Run("delivers every document once", func(t *testing.T) {
 		h := newSink(t)
-		ctx := context.Background()
+		ctx := testContext(t)
 		var want [][]byte
 		for i := range 50 {
-			d := []byte(`{"i":` + strconv.Itoa(i) + `,"pad":"` + strings.Repeat("x", i*37) + `"}`)
+			d := conformanceDoc(0, i, i*37)
 			want = append(want, d)
 			buf := bytes.Clone(d)
 			must(t, h.sink.Write(ctx, buf))
 			clear(buf) // the sink must not retain doc
+			checkAccounts(t, h.sink.Stats(), i+1)
 			if i%20 == 0 {
 				must(t, h.sink.Flush(ctx))
+				if st := h.sink.Stats(); st.Written != uint64(i+1) || st.Buffered != 0 {
+					t.Errorf("after Flush, stats %+v, want %d written, none buffered", st, i+1)
+				}
 			}
 		}
 		must(t, h.sink.Close(ctx))
 		must(t, h.sink.Close(ctx))
-		got := h.delivered(t)
-		if !slices.EqualFunc(got, want, bytes.Equal) {
+		if got := h.delivered(t); !slices.Equal(got, h.want(want)) {
 			t.Errorf("delivered %d documents, want %d, or they differ", len(got), len(want))
 		}
 		st := h.sink.Stats()
-		if st.Written != 50 || st.Dropped != 0 || st.Buffered != 0 || st.Sink == "" {
+		if st.Written != 50 || st.Dropped != 0 || st.Buffered != 0 || st.Errors != 0 || st.Sink == "" {
 			t.Errorf("stats %+v, want 50 written", st)
 		}
-		if err := h.sink.Write(ctx, []byte(`{}`)); !errors.Is(err, ErrSinkClosed) {
+		if err := h.sink.Write(ctx, conformanceDoc(0, 50, 0)); !errors.Is(err, ErrSinkClosed) {
 			t.Errorf("write after close: %v, want ErrSinkClosed", err)
 		}
-		if st := h.sink.Stats(); st.Dropped != 1 {
-			t.Errorf("after a write to a closed sink, stats %+v, want 1 dropped", st)
+		if st := h.sink.Stats(); st.Written != 50 || st.Dropped != 1 || st.Errors != 0 {
+			t.Errorf("after a write to a closed sink, stats %+v, want 50 written and 1 dropped", st)
+		}
+	})
+	t.Run("close delivers what is buffered", func(t *testing.T) {
+		h := newSink(t)
+		ctx := testContext(t)
+		const n = 40
+		var want [][]byte
+		for i := range n {
+			want = append(want, conformanceDoc(1, i, 10))
+			must(t, h.sink.Write(ctx, want[i]))
+		}
+		checkAccounts(t, h.sink.Stats(), n)
+		must(t, h.sink.Close(ctx))
+		if got := h.delivered(t); !slices.Equal(got, h.want(want)) {
+			t.Errorf("delivered %d documents after Close, want %d, or they differ", len(got), n)
+		}
+		if st := h.sink.Stats(); st.Written != n || st.Dropped != 0 || st.Buffered != 0 || st.Errors != 0 {
+			t.Errorf("stats %+v, want %d written", st, n)
 		}
 	})
 	t.Run("concurrent writers", func(t *testing.T) {
 		h := newSink(t)
-		ctx := context.Background()
-		var wg sync.WaitGroup
+		ctx := testContext(t)
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			want [][]byte
+		)
 		for w := range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for i := range 100 {
-					if err := h.sink.Write(ctx, []byte(`{"w":`+strconv.Itoa(w)+`,"i":`+strconv.Itoa(i)+`}`)); err != nil {
+					d := conformanceDoc(w, i, 0)
+					if err := h.sink.Write(ctx, d); err != nil {
 						t.Error(err)
 					}
+					mu.Lock()
+					want = append(want, d)
+					mu.Unlock()
 				}
 			}()
 		}
 		wg.Wait()
 		must(t, h.sink.Close(ctx))
 		got := h.delivered(t)
-		seen := map[string]bool{}
-		for _, d := range got {
-			seen[string(d)] = true
+		wantSet := h.want(want)
+		slices.Sort(got)
+		slices.Sort(wantSet)
+		if !slices.Equal(got, wantSet) {
+			t.Errorf("delivered %d documents, want these 400 once each", len(got))
 		}
-		if len(got) != 400 || len(seen) != 400 {
-			t.Errorf("delivered %d documents, %d distinct; want 400", len(got), len(seen))
+		if st := h.sink.Stats(); st.Written != 400 || st.Dropped != 0 || st.Buffered != 0 {
+			t.Errorf("stats %+v, want 400 written", st)
 		}
 	})
+}
+
+// lines splits newline-delimited documents.
+func lines(t *testing.T, b []byte) []string {
+	t.Helper()
+	var out []string
+	for _, l := range splitLines(t, b) {
+		out = append(out, string(l))
+	}
+	return out
 }
 
 func splitLines(t *testing.T, b []byte) [][]byte {
@@ -112,7 +190,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func TestStdoutSinkConformance(t *testing.T) {
 	runSinkConformance(t, func(t *testing.T) sinkHarness {
 		var buf syncBuffer
-		return sinkHarness{NewStdoutSink(&buf), func(t *testing.T) [][]byte { return splitLines(t, buf.b.Bytes()) }}
+		return sinkHarness{sink: NewStdoutSink(&buf), delivered: func(t *testing.T) []string { return lines(t, buf.b.Bytes()) }}
 	})
 }
 
@@ -164,7 +242,13 @@ func TestFileSinkConformance(t *testing.T) {
 				cfg.Now = clock.now
 				s, err := NewFileSink(cfg)
 				must(t, err)
-				return sinkHarness{s, func(t *testing.T) [][]byte { return readAll(t, dir) }}
+				return sinkHarness{sink: s, delivered: func(t *testing.T) []string {
+					var out []string
+					for _, d := range readAll(t, dir) {
+						out = append(out, string(d))
+					}
+					return out
+				}}
 			})
 		})
 	}
@@ -331,4 +415,49 @@ func TestLoggerToFileAndStdout(t *testing.T) {
 			t.Errorf("sink %d report %+v", i, r)
 		}
 	}
+}
+
+func TestAgentSinkConformance(t *testing.T) {
+	for _, network := range []string{"tcp", "udp"} {
+		t.Run(network, func(t *testing.T) {
+			runSinkConformance(t, func(t *testing.T) sinkHarness {
+				srv := newAgentServer(t, network)
+				return sinkHarness{sink: newAgentTestSink(t, srv, 8<<20), delivered: srv.lines}
+			})
+		})
+	}
+}
+
+func TestLogsSinkConformance(t *testing.T) {
+	runSinkConformance(t, func(t *testing.T) sinkHarness {
+		srv := &logsServer{}
+		s := newLogsTest(t, srv, nil)
+		return sinkHarness{sink: s, delivered: func(t *testing.T) []string {
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			return slices.Clone(srv.messages)
+		}}
+	})
+}
+
+func TestMetricDataSinkConformance(t *testing.T) {
+	runSinkConformance(t, func(t *testing.T) sinkHarness {
+		srv := &metricDataServer{}
+		s := newMetricDataTest(t, srv, nil)
+		// Each document is one datum of its own "doc" dimension.
+		return sinkHarness{sink: s, delivered: func(t *testing.T) []string {
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			return slices.Clone(srv.series)
+		}, received: func(doc []byte) string {
+			var d struct {
+				Doc string  `json:"doc"`
+				N   float64 `json:"n"`
+			}
+			if err := json.Unmarshal(doc, &d); err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprintf("conformance|n|doc=%s|Count|0|1700000000000 %v×1", d.Doc, d.N)
+		}}
+	})
 }

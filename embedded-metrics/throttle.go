@@ -25,7 +25,7 @@ var ErrCircuitOpen = errors.New("circuit breaker open")
 // errors retrying only the call that failed, a bound on retries, and a
 // circuit breaker that stops calling a service that keeps failing. Zero
 // fields take their defaults. A Throttle is a plain value; each sink builds
-// its own state from it.
+// its own state from it. Its functions must be safe for concurrent use.
 type Throttle struct {
 	// CallsPerSecond is the rate of the token bucket on calls, default 5.
 	CallsPerSecond rate.Limit

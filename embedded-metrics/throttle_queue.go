@@ -17,7 +17,7 @@ var ErrSinkClosed = errors.New("sink closed")
 
 // throttleDeliver delivers one batch of documents through the throttler and
 // reports, by position, the documents it gave up on.
-type throttleDeliver func(ctx context.Context, docs [][]byte) (dropped []bool)
+type throttleDeliver func(ctx context.Context, docs []string) (dropped []bool)
 
 // throttleQueue is the buffer and sender goroutine shared by the AWS sinks:
 // Write appends to a FIFO bounded in bytes; one goroutine takes what is
@@ -32,7 +32,7 @@ type throttleQueue struct {
 	counters *throttleCounters
 
 	mu        sync.Mutex
-	docs      [][]byte
+	docs      []string // copies of the documents buffered, oldest first
 	bytes     int
 	accepted  uint64 // documents taken into the buffer
 	finished  uint64 // of those, written or dropped
@@ -58,26 +58,36 @@ func newThrottleQueue(name string, maxBytes, maxBatch int, thr *throttler, c *th
 
 func (q *throttleQueue) write(doc []byte) error {
 	q.mu.Lock()
+	var err error
 	switch {
 	case q.closing:
-		q.dropped++
-		q.mu.Unlock()
-		return fmt.Errorf("write %s: %w", q.name, ErrSinkClosed)
+		err = ErrSinkClosed
 	case q.thr.cfg.DropWhenOpen && q.thr.isOpen(q.thr.cfg.Now()):
-		q.dropped++
-		q.mu.Unlock()
-		return fmt.Errorf("write %s: %w", q.name, ErrCircuitOpen)
+		err = ErrCircuitOpen
+		q.counters.errors.Add(1)
 	case q.bytes+len(doc) > q.maxBytes:
+		err = ErrSinkFull
+	}
+	if err != nil {
 		q.dropped++
 		q.mu.Unlock()
-		return fmt.Errorf("write %s: %w", q.name, ErrSinkFull)
+		return fmt.Errorf("write %s: %w", q.name, err)
 	}
-	q.docs = append(q.docs, append([]byte(nil), doc...))
+	q.docs = append(q.docs, string(doc))
 	q.bytes += len(doc)
 	q.accepted++
 	q.mu.Unlock()
 	q.signal()
 	return nil
+}
+
+// refuse drops and counts, as an error, a document that no call can carry.
+func (q *throttleQueue) refuse(why string) error {
+	q.mu.Lock()
+	q.dropped++
+	q.mu.Unlock()
+	q.counters.errors.Add(1)
+	return fmt.Errorf("write %s: %s", q.name, why)
 }
 
 func (q *throttleQueue) signal() {
@@ -128,8 +138,8 @@ func (q *throttleQueue) run() {
 		q.mu.Unlock()
 
 		var dropped []bool
-		if admitErr != nil { // open breaker with DropWhenOpen
-			q.counters.errors.Add(1)
+		if admitErr != nil { // open breaker with DropWhenOpen: one error per document, as in write
+			q.counters.errors.Add(uint64(n))
 			dropped = make([]bool, n)
 			for i := range dropped {
 				dropped[i] = true
@@ -146,7 +156,7 @@ func (q *throttleQueue) run() {
 }
 
 // finish counts a delivered batch and wakes Flush.
-func (q *throttleQueue) finish(batch [][]byte, dropped []bool) {
+func (q *throttleQueue) finish(batch []string, dropped []bool) {
 	var d, size int
 	for i := range batch {
 		size += len(batch[i])

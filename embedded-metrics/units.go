@@ -4,7 +4,7 @@ import "time"
 
 // Unit is a CloudWatch metric unit, as listed for MetricDatum in the
 // CloudWatch API reference. The zero value means no unit is written, which
-// CloudWatch reads as None.
+// CloudWatch reads as None. It is a plain value, safe for concurrent use.
 type Unit string
 
 // The CloudWatch metric units.
@@ -63,6 +63,7 @@ func (u Unit) Valid() bool {
 
 // Resolution is a metric's storage resolution: how finely CloudWatch
 // stores its values. The zero value means Standard.
+// It is a plain value, safe for concurrent use.
 type Resolution int
 
 const (
@@ -84,7 +85,7 @@ func (r Resolution) normal() Resolution {
 	return r
 }
 
-// ByteSize is a size in bytes.
+// ByteSize is a size in bytes. It is a plain value, safe for concurrent use.
 type ByteSize int
 
 // Sizes in bytes.

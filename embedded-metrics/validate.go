@@ -1,18 +1,16 @@
 package emf
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
-	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Violation is one way in which a document breaks the embedded metric
 // format specification or a CloudWatch limit.
+// It is a plain value, safe for concurrent use.
 type Violation struct {
 	Path    string // JSON path of the offending value, e.g. $._aws.CloudWatchMetrics[0].Namespace
 	Problem string // what is wrong, with the value found
@@ -25,7 +23,7 @@ func (v Violation) String() string {
 }
 
 // ValidateOptions adjusts Validate. The zero value checks everything with
-// the default size limit.
+// the default size limit. It is a plain value, safe for concurrent use.
 type ValidateOptions struct {
 	// MaxSize is the largest document accepted; zero means
 	// DefaultMaxDocumentSize.
@@ -42,7 +40,9 @@ type ValidateOptions struct {
 // Validate accepts any input, including input that is not JSON. It is safe
 // for concurrent use.
 func Validate(doc []byte, now time.Time, opts ValidateOptions) []Violation {
-	v := validator{now: now, opts: opts}
+	v := validatorPool.Get().(*validator)
+	defer v.release()
+	v.now, v.opts = now, opts
 	if v.opts.MaxSize <= 0 {
 		v.opts.MaxSize = DefaultMaxDocumentSize
 	}
@@ -50,14 +50,38 @@ func Validate(doc []byte, now time.Time, opts ValidateOptions) []Violation {
 	return v.out
 }
 
+// validator is the state of one Validate call, reused through
+// validatorPool.
 type validator struct {
 	now  time.Time
 	opts ValidateOptions
 	out  []Violation
+	d    jdoc
+
+	// resolutions holds each metric's storage resolution across the
+	// document's directives; the sets are scratch for one object or array.
+	resolutions map[string]int64
+	members     stringSet // member names of one object
+	keys        stringSet // keys of one dimension set
+	targets     stringSet // dimension keys whose value was checked
+	names       stringSet // metric names of one directive
 }
 
-func (v *validator) add(path, problem, allowed string) {
-	v.out = append(v.out, Violation{Path: path, Problem: problem, Allowed: allowed})
+var validatorPool = sync.Pool{New: func() any { return &validator{resolutions: make(map[string]int64)} }}
+
+// release clears v and returns it to the pool.
+func (v *validator) release() {
+	v.out = nil
+	v.d.src, v.d.esc = "", ""
+	clear(v.resolutions)
+	if cap(v.d.nodes) > 1<<16 || cap(v.d.buf) > 1<<20 || len(v.resolutions) > 1<<10 {
+		return // let a hostile document's buffers go
+	}
+	validatorPool.Put(v)
+}
+
+func (v *validator) add(path jpath, problem, allowed string) {
+	v.out = append(v.out, Violation{Path: path.String(), Problem: problem, Allowed: allowed})
 }
 
 const (
@@ -76,59 +100,62 @@ const (
 )
 
 func (v *validator) document(doc []byte) {
+	var root jpath
 	if n := len(doc); ByteSize(n) > v.opts.MaxSize {
-		v.add("$", "document is "+strconv.Itoa(n)+" bytes", "at most "+strconv.Itoa(int(v.opts.MaxSize))+" bytes")
+		v.add(root, "document is "+strconv.Itoa(n)+" bytes", "at most "+strconv.Itoa(int(v.opts.MaxSize))+" bytes")
 	}
-	root, err := parseJSON(doc)
-	if err != nil {
-		v.add("$", "is not valid JSON: "+err.Error(), allowedJSON)
+	d := &v.d
+	if err := d.decode(string(doc)); err != nil {
+		v.add(root, "is not valid JSON: "+err.Error(), allowedJSON)
 		return
 	}
-	if root.kind != jObject {
-		v.add("$", "is "+root.kind.String(), allowedJSON)
+	if k := d.nodes[0].kind; k != jObject {
+		v.add(root, "is "+k.String(), allowedJSON)
 		return
 	}
-	v.duplicates("$", root)
-	aws, ok := root.member("_aws")
+	v.duplicates(root, 0)
+	awsPath := root.member("_aws")
+	aws, ok := d.member(0, "_aws")
 	if !ok {
-		v.add("$._aws", "is missing", allowedAws)
+		v.add(awsPath, "is missing", allowedAws)
 		return
 	}
-	if aws.kind != jObject {
-		v.add("$._aws", "is "+aws.kind.String(), allowedAws)
+	if k := d.nodes[aws].kind; k != jObject {
+		v.add(awsPath, "is "+k.String(), allowedAws)
 		return
 	}
-	v.duplicates("$._aws", aws)
-	v.timestamp(aws)
-	cwm, ok := aws.member("CloudWatchMetrics")
+	v.duplicates(awsPath, aws)
+	v.timestamp(awsPath, aws)
+	cwmPath := awsPath.member("CloudWatchMetrics")
+	cwm, ok := d.member(aws, "CloudWatchMetrics")
 	switch {
 	case !ok:
-		v.add("$._aws.CloudWatchMetrics", "is missing", allowedDirectives)
+		v.add(cwmPath, "is missing", allowedDirectives)
 		return
-	case cwm.kind != jArray:
-		v.add("$._aws.CloudWatchMetrics", "is "+cwm.kind.String(), allowedDirectives)
+	case d.nodes[cwm].kind != jArray:
+		v.add(cwmPath, "is "+d.nodes[cwm].kind.String(), allowedDirectives)
 		return
 	}
-	resolutions := map[string]int64{}
-	for i := range cwm.elems {
-		v.directive("$._aws.CloudWatchMetrics["+strconv.Itoa(i)+"]", &cwm.elems[i], root, resolutions)
+	for i, dir := range d.elems(cwm) {
+		v.directive(cwmPath.index(i), dir)
 	}
 }
 
-func (v *validator) timestamp(aws *jvalue) {
-	const path = "$._aws.Timestamp"
-	ts, ok := aws.member("Timestamp")
+func (v *validator) timestamp(awsPath jpath, aws int32) {
+	path := awsPath.member("Timestamp")
+	ts, ok := v.d.member(aws, "Timestamp")
 	if !ok {
 		v.add(path, "is missing", allowedTimestamp)
 		return
 	}
-	if ts.kind != jNumber {
-		v.add(path, "is "+ts.kind.String(), allowedTimestamp)
+	if k := v.d.nodes[ts].kind; k != jNumber {
+		v.add(path, "is "+k.String(), allowedTimestamp)
 		return
 	}
-	ms, err := strconv.ParseInt(ts.str, 10, 64)
+	text := v.d.text(ts)
+	ms, err := v.d.int(ts)
 	if err != nil {
-		v.add(path, "is "+ts.str+", not an integer", allowedTimestamp)
+		v.add(path, "is "+text+", not an integer", allowedTimestamp)
 		return
 	}
 	if v.opts.IgnoreTimestampWindow {
@@ -137,83 +164,83 @@ func (v *validator) timestamp(aws *jvalue) {
 	t := time.UnixMilli(ms).UTC()
 	lo, hi := v.now.Add(-MaxTimestampPast), v.now.Add(MaxTimestampFuture)
 	if t.Before(lo) || t.After(hi) {
-		v.add(path, "is "+ts.str+" ("+t.Format(time.RFC3339Nano)+")",
+		v.add(path, "is "+text+" ("+t.Format(time.RFC3339Nano)+")",
 			"a time from "+lo.UTC().Format(time.RFC3339)+" to "+hi.UTC().Format(time.RFC3339)+" (14 days before to 2 hours after now)")
 	}
 }
 
-func (v *validator) directive(path string, d *jvalue, root *jvalue, resolutions map[string]int64) {
-	if d.kind != jObject {
-		v.add(path, "is "+d.kind.String(), allowedDirective)
+func (v *validator) directive(path jpath, dir int32) {
+	d := &v.d
+	if k := d.nodes[dir].kind; k != jObject {
+		v.add(path, "is "+k.String(), allowedDirective)
 		return
 	}
-	v.duplicates(path, d)
-	switch ns, ok := d.member("Namespace"); {
+	v.duplicates(path, dir)
+	nsPath := path.member("Namespace")
+	switch ns, ok := d.member(dir, "Namespace"); {
 	case !ok:
-		v.add(path+".Namespace", "is missing", allowedNamespace)
-	case ns.kind != jString:
-		v.add(path+".Namespace", "is "+ns.kind.String(), allowedNamespace)
+		v.add(nsPath, "is missing", allowedNamespace)
+	case d.nodes[ns].kind != jString:
+		v.add(nsPath, "is "+d.nodes[ns].kind.String(), allowedNamespace)
 	default:
-		if f := checkNamespace(ns.str); !f.ok() {
-			v.add(path+".Namespace", f.problem, f.allowed)
+		if f := checkNamespace(d.text(ns)); !f.ok() {
+			v.add(nsPath, f.problem, f.allowed)
 		}
 	}
-	v.dimensions(path+".Dimensions", d, root)
-	v.metrics(path+".Metrics", d, root, resolutions)
+	v.dimensions(path.member("Dimensions"), dir)
+	v.metrics(path.member("Metrics"), dir)
 }
 
-func (v *validator) dimensions(path string, d *jvalue, root *jvalue) {
-	dims, ok := d.member("Dimensions")
+func (v *validator) dimensions(path jpath, dir int32) {
+	d := &v.d
+	dims, ok := d.member(dir, "Dimensions")
 	switch {
 	case !ok:
 		v.add(path, "is missing", allowedDimensions)
 		return
-	case dims.kind != jArray:
-		v.add(path, "is "+dims.kind.String(), allowedDimensions)
+	case d.nodes[dims].kind != jArray:
+		v.add(path, "is "+d.nodes[dims].kind.String(), allowedDimensions)
 		return
-	case len(dims.elems) == 0:
+	case d.nodes[dims].n == 0:
 		v.add(path, "is an empty array", allowedDimensions)
 		return
 	}
-	checked := map[string]bool{} // a key shared by several sets is reported once
-	for i := range dims.elems {
-		set := &dims.elems[i]
-		sp := path + "[" + strconv.Itoa(i) + "]"
-		if set.kind != jArray {
-			v.add(sp, "is "+set.kind.String(), allowedDimSet)
+	v.targets.reset() // a key shared by several sets is reported once
+	for i, set := range d.elems(dims) {
+		sp := path.index(i)
+		if k := d.nodes[set].kind; k != jArray {
+			v.add(sp, "is "+k.String(), allowedDimSet)
 			continue
 		}
-		if n := len(set.elems); n > MaxDimensionSetKeys {
+		if n := int(d.nodes[set].n); n > MaxDimensionSetKeys {
 			v.add(sp, "has "+strconv.Itoa(n)+" keys", allowedDimSet)
 		}
-		seen := map[string]bool{}
-		for j := range set.elems {
-			key := &set.elems[j]
-			kp := sp + "[" + strconv.Itoa(j) + "]"
-			if key.kind != jString {
-				v.add(kp, "is "+key.kind.String(), allowedDimName)
+		v.keys.reset()
+		for j, key := range d.elems(set) {
+			kp := sp.index(j)
+			if k := d.nodes[key].kind; k != jString {
+				v.add(kp, "is "+k.String(), allowedDimName)
 				continue
 			}
-			if seen[key.str] {
-				v.add(kp, "repeats key "+strconv.Quote(key.str), allowedDimSet)
+			name := d.text(key)
+			if !v.keys.add(name) {
+				v.add(kp, "repeats key "+strconv.Quote(name), allowedDimSet)
 				continue
 			}
-			seen[key.str] = true
-			if f := checkDimensionName(key.str); !f.ok() {
+			if f := checkDimensionName(name); !f.ok() {
 				v.add(kp, f.problem, f.allowed)
 			}
-			if checked[key.str] {
+			if !v.targets.add(name) {
 				continue
 			}
-			checked[key.str] = true
-			tp := memberPath(key.str)
-			switch target, ok := root.member(key.str); {
+			tp := jpath{}.member(name)
+			switch target, ok := d.member(0, name); {
 			case !ok:
-				v.add(tp, "is missing, but "+kp+" names it as a dimension", "a string member for every dimension key")
-			case target.kind != jString:
-				v.add(tp, "is "+target.kind.String()+", but "+kp+" names it as a dimension", allowedDimValue)
+				v.add(tp, "is missing, but "+kp.String()+" names it as a dimension", "a string member for every dimension key")
+			case d.nodes[target].kind != jString:
+				v.add(tp, "is "+d.nodes[target].kind.String()+", but "+kp.String()+" names it as a dimension", allowedDimValue)
 			default:
-				if f := checkDimensionValue(target.str); !f.ok() {
+				if f := checkDimensionValue(d.text(target)); !f.ok() {
 					v.add(tp, f.problem, f.allowed)
 				}
 			}
@@ -221,127 +248,116 @@ func (v *validator) dimensions(path string, d *jvalue, root *jvalue) {
 	}
 }
 
-func (v *validator) metrics(path string, d *jvalue, root *jvalue, resolutions map[string]int64) {
-	ms, ok := d.member("Metrics")
+func (v *validator) metrics(path jpath, dir int32) {
+	d := &v.d
+	ms, ok := d.member(dir, "Metrics")
 	switch {
 	case !ok:
 		v.add(path, "is missing", allowedMetrics)
 		return
-	case ms.kind != jArray:
-		v.add(path, "is "+ms.kind.String(), allowedMetrics)
+	case d.nodes[ms].kind != jArray:
+		v.add(path, "is "+d.nodes[ms].kind.String(), allowedMetrics)
 		return
 	}
-	if n := len(ms.elems); n > MaxMetricsPerDirective {
+	if n := int(d.nodes[ms].n); n > MaxMetricsPerDirective {
 		v.add(path, "has "+strconv.Itoa(n)+" metric definitions", allowedMetrics)
 	}
-	seen := map[string]bool{}
-	for i := range ms.elems {
-		def := &ms.elems[i]
-		dp := path + "[" + strconv.Itoa(i) + "]"
-		if def.kind != jObject {
-			v.add(dp, "is "+def.kind.String(), allowedDefinition)
+	v.names.reset()
+	for i, def := range d.elems(ms) {
+		dp := path.index(i)
+		if k := d.nodes[def].kind; k != jObject {
+			v.add(dp, "is "+k.String(), allowedDefinition)
 			continue
 		}
 		v.duplicates(dp, def)
-		if u, ok := def.member("Unit"); ok {
-			if u.kind != jString {
-				v.add(dp+".Unit", "is "+u.kind.String(), allowedUnits())
-			} else if u.str == "" || !Unit(u.str).Valid() {
-				v.add(dp+".Unit", "is "+strconv.Quote(u.str), allowedUnits())
+		if u, ok := d.member(def, "Unit"); ok {
+			if k := d.nodes[u].kind; k != jString {
+				v.add(dp.member("Unit"), "is "+k.String(), allowedUnits())
+			} else if s := d.text(u); s == "" || !Unit(s).Valid() {
+				v.add(dp.member("Unit"), "is "+strconv.Quote(s), allowedUnits())
 			}
 		}
 		res := int64(Standard)
-		if r, ok := def.member("StorageResolution"); ok {
-			n, err := strconv.ParseInt(r.str, 10, 64)
-			switch {
-			case r.kind != jNumber:
-				v.add(dp+".StorageResolution", "is "+r.kind.String(), allowedResolution)
+		if r, ok := d.member(def, "StorageResolution"); ok {
+			switch n, err := d.int(r); {
+			case d.nodes[r].kind != jNumber:
+				v.add(dp.member("StorageResolution"), "is "+d.nodes[r].kind.String(), allowedResolution)
 			case err != nil || (n != 1 && n != 60):
-				v.add(dp+".StorageResolution", "is "+r.str, allowedResolution)
+				v.add(dp.member("StorageResolution"), "is "+d.text(r), allowedResolution)
 			default:
 				res = n
 			}
 		}
-		name, ok := def.member("Name")
+		np := dp.member("Name")
+		name, ok := d.member(def, "Name")
 		switch {
 		case !ok:
-			v.add(dp+".Name", "is missing", allowedMetric)
+			v.add(np, "is missing", allowedMetric)
 			continue
-		case name.kind != jString:
-			v.add(dp+".Name", "is "+name.kind.String(), allowedMetric)
-			continue
-		}
-		if seen[name.str] {
-			v.add(dp+".Name", "repeats metric "+strconv.Quote(name.str)+" in the same directive", "each metric once per directive")
+		case d.nodes[name].kind != jString:
+			v.add(np, "is "+d.nodes[name].kind.String(), allowedMetric)
 			continue
 		}
-		seen[name.str] = true
-		if f := checkMetricName(name.str); !f.ok() {
-			v.add(dp+".Name", f.problem, f.allowed)
+		s := d.text(name)
+		if !v.names.add(s) {
+			v.add(np, "repeats metric "+strconv.Quote(s)+" in the same directive", "each metric once per directive")
+			continue
 		}
-		if prev, ok := resolutions[name.str]; ok && prev != res {
-			v.add(dp+".StorageResolution", "is "+strconv.FormatInt(res, 10)+" but another definition of "+strconv.Quote(name.str)+" has "+strconv.FormatInt(prev, 10),
+		if f := checkMetricName(s); !f.ok() {
+			v.add(np, f.problem, f.allowed)
+		}
+		if prev, ok := v.resolutions[s]; ok && prev != res {
+			v.add(dp.member("StorageResolution"), "is "+strconv.FormatInt(res, 10)+" but another definition of "+strconv.Quote(s)+" has "+strconv.FormatInt(prev, 10),
 				"one storage resolution per metric in a document")
 		} else if !ok {
-			resolutions[name.str] = res
-			v.metricValue(name.str, dp, root)
+			v.resolutions[s] = res
+			v.metricValue(s, dp)
 		}
 	}
 }
 
-func (v *validator) metricValue(name, defPath string, root *jvalue) {
-	tp := memberPath(name)
-	target, ok := root.member(name)
+func (v *validator) metricValue(name string, defPath jpath) {
+	d := &v.d
+	tp := jpath{}.member(name)
+	target, ok := d.member(0, name)
 	if !ok {
-		v.add(tp, "is missing, but "+defPath+" defines it as a metric", "a number or array of numbers for every metric")
+		v.add(tp, "is missing, but "+defPath.String()+" defines it as a metric", "a number or array of numbers for every metric")
 		return
 	}
-	switch target.kind {
+	switch k := d.nodes[target].kind; k {
 	case jNumber:
-		v.number(tp, target.str)
+		v.number(tp, target)
 	case jArray:
-		if n := len(target.elems); n == 0 || n > MaxValuesPerMetric {
+		if n := int(d.nodes[target].n); n == 0 || n > MaxValuesPerMetric {
 			v.add(tp, "has "+strconv.Itoa(n)+" values", allowedMetricVal)
 		}
-		for i := range target.elems {
-			e := &target.elems[i]
-			ep := tp + "[" + strconv.Itoa(i) + "]"
-			if e.kind != jNumber {
-				v.add(ep, "is "+e.kind.String(), allowedValue)
+		for i, e := range d.elems(target) {
+			if k := d.nodes[e].kind; k != jNumber {
+				v.add(tp.index(i), "is "+k.String(), allowedValue)
 				continue
 			}
-			v.number(ep, e.str)
+			v.number(tp.index(i), e)
 		}
 	default:
-		v.add(tp, "is "+target.kind.String()+", but "+defPath+" defines it as a metric", allowedMetricVal)
+		v.add(tp, "is "+k.String()+", but "+defPath.String()+" defines it as a metric", allowedMetricVal)
 	}
 }
 
-func (v *validator) number(path, text string) {
-	f, err := strconv.ParseFloat(text, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		v.add(path, "is "+text+", not a number", allowedValue)
-		return
-	}
-	if math.IsInf(f, 0) {
-		v.add(path, "is "+text+", out of range", allowedValue)
-		return
-	}
-	if fl := checkMetricValue(f); !fl.ok() {
-		v.add(path, fl.problem, fl.allowed)
+func (v *validator) number(path jpath, i int32) {
+	if _, f := v.d.metricValue(i); !f.ok() {
+		v.add(path, f.problem, f.allowed)
 	}
 }
 
-func (v *validator) duplicates(path string, o *jvalue) {
-	if len(o.members) < 2 {
+func (v *validator) duplicates(path jpath, o int32) {
+	if v.d.nodes[o].n < 2 {
 		return
 	}
-	seen := make(map[string]bool, len(o.members))
-	for _, m := range o.members {
-		if seen[m.name] {
-			v.add(memberPathFrom(path, m.name), "appears more than once", allowedUnique)
+	v.members.reset()
+	for name := range v.d.keys(o) {
+		if !v.members.add(name) {
+			v.add(path.member(name), "appears more than once", allowedUnique)
 		}
-		seen[m.name] = true
 	}
 }
 
@@ -357,129 +373,97 @@ func allowedUnits() string {
 	return b.String()
 }
 
-// memberPath is the JSON path of a root member.
-func memberPath(name string) string { return memberPathFrom("$", name) }
+// jpath is the JSON path of a value in an EMF document, kept as its steps
+// and formatted only when a violation names it; EMF paths are at most six
+// steps deep.
+type jpath struct {
+	steps [8]jstep
+	n     int
+}
 
-func memberPathFrom(parent, name string) string {
-	ident := name != ""
+// jstep is one step of a jpath: a member name, or an array index.
+type jstep struct {
+	name  string
+	index int // -1 for a member
+}
+
+func (p jpath) member(name string) jpath {
+	p.steps[p.n] = jstep{name: name, index: -1}
+	p.n++
+	return p
+}
+
+func (p jpath) index(i int) jpath {
+	p.steps[p.n] = jstep{index: i}
+	p.n++
+	return p
+}
+
+// String formats p as $._aws.CloudWatchMetrics[0].Namespace; a member
+// name that is not an identifier is quoted: $["a.b"].
+func (p jpath) String() string {
+	b := []byte{'$'}
+	for _, s := range p.steps[:p.n] {
+		switch {
+		case s.index >= 0:
+			b = append(strconv.AppendInt(append(b, '['), int64(s.index), 10), ']')
+		case isIdentifier(s.name):
+			b = append(append(b, '.'), s.name...)
+		default:
+			b = append(strconv.AppendQuote(append(b, '['), s.name), ']')
+		}
+	}
+	return string(b)
+}
+
+func isIdentifier(name string) bool {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
-			ident = false
-			break
+			return false
 		}
 	}
-	if ident {
-		return parent + "." + name
-	}
-	return parent + "[" + strconv.Quote(name) + "]"
+	return name != ""
 }
 
-// jvalue is a parsed JSON value that keeps member order and repeated
-// members, which encoding/json's maps would hide.
-type jvalue struct {
-	kind    jkind
-	str     string // a string's value or a number's text
-	members []jmember
-	elems   []jvalue
+// memberPath is the JSON path of a root member.
+func memberPath(name string) string { return jpath{}.member(name).String() }
+
+// stringSet is a set of strings that does not allocate while small. The
+// zero value is empty.
+type stringSet struct {
+	small []string
+	large map[string]struct{}
 }
 
-type jmember struct {
-	name  string
-	value jvalue
+func (s *stringSet) reset() {
+	s.small = s.small[:0]
+	clear(s.large)
 }
 
-type jkind uint8
-
-const (
-	jNull jkind = iota
-	jBool
-	jNumber
-	jString
-	jArray
-	jObject
-)
-
-func (k jkind) String() string {
-	return [...]string{"null", "a boolean", "a number", "a string", "an array", "an object"}[k]
-}
-
-// member returns the last member called name, as CloudWatch reads it.
-func (o *jvalue) member(name string) (*jvalue, bool) {
-	for i := len(o.members) - 1; i >= 0; i-- {
-		if o.members[i].name == name {
-			return &o.members[i].value, true
+// add adds k and reports whether it was not there yet.
+func (s *stringSet) add(k string) bool {
+	const smallMax = 16
+	if len(s.large) > 0 {
+		if _, ok := s.large[k]; ok {
+			return false
 		}
+		s.large[k] = struct{}{}
+		return true
 	}
-	return nil, false
-}
-
-// maxDepth bounds recursion on hostile input; EMF documents nest 5 deep.
-const maxDepth = 1000
-
-func parseJSON(doc []byte) (*jvalue, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var root jvalue
-	if err := parseValue(dec, &root, 0); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, errors.New("unexpected end of input")
-		}
-		return nil, err
+	if slices.Contains(s.small, k) {
+		return false
 	}
-	off := dec.InputOffset()
-	if rest := bytes.TrimLeft(doc[off:], " \t\r\n"); len(rest) > 0 {
-		return nil, errors.New("data after the top-level value at byte " + strconv.FormatInt(off+int64(len(doc[off:])-len(rest)), 10))
+	if len(s.small) < smallMax {
+		s.small = append(s.small, k)
+		return true
 	}
-	return &root, nil
-}
-
-func parseValue(dec *json.Decoder, out *jvalue, depth int) error {
-	if depth > maxDepth {
-		return errors.New("nesting deeper than " + strconv.Itoa(maxDepth) + " levels")
+	if s.large == nil {
+		s.large = make(map[string]struct{})
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		if err == io.EOF {
-			return io.ErrUnexpectedEOF
-		}
-		return err
+	for _, x := range s.small {
+		s.large[x] = struct{}{}
 	}
-	switch t := tok.(type) {
-	case nil:
-		out.kind = jNull
-	case bool:
-		out.kind = jBool
-	case json.Number:
-		out.kind, out.str = jNumber, string(t)
-	case string:
-		out.kind, out.str = jString, t
-	case json.Delim:
-		switch t {
-		case '[':
-			out.kind = jArray
-			for dec.More() {
-				out.elems = append(out.elems, jvalue{})
-				if err := parseValue(dec, &out.elems[len(out.elems)-1], depth+1); err != nil {
-					return err
-				}
-			}
-		case '{':
-			out.kind = jObject
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				out.members = append(out.members, jmember{name: k.(string)})
-				if err := parseValue(dec, &out.members[len(out.members)-1].value, depth+1); err != nil {
-					return err
-				}
-			}
-		}
-		if _, err := dec.Token(); err != nil { // the closing delimiter
-			return err
-		}
-	}
-	return nil
+	s.large[k] = struct{}{}
+	return true
 }
