@@ -257,6 +257,27 @@ func TestSourceTakeover(t *testing.T) {
 	t.Logf("a %+v; b %+v; %d events handled twice", a.Stats(), b.Stats(), dups)
 }
 
+// splitShard splits the only shard of stream in two halves of the hash
+// key space, waits until the stream is active again, and returns the
+// parent's id.
+func splitShard(t *testing.T, kc *kinesis.Client, stream string) string {
+	t.Helper()
+	ctx := context.Background()
+	shards, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: shards.Shards[0].ShardId, NewStartingHashKey: aws.String("170141183460469231731687303715884105728")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to be active", func() bool {
+		out, err := kc.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		return err == nil && out.StreamDescriptionSummary.StreamStatus == types.StreamStatusActive
+	})
+	return aws.ToString(shards.Shards[0].ShardId)
+}
+
 // TestSourceReshard splits the stream's only shard while a worker reads
 // it: the parent is read to its end before either child, so every
 // partition's events are handled in the order written.
@@ -276,18 +297,7 @@ func TestSourceReshard(t *testing.T) {
 	waitFor(t, "the first events", func() bool { return seen.count() > 0 })
 
 	ctx := context.Background()
-	shards, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(stream),
-		ShardToSplit: shards.Shards[0].ShardId, NewStartingHashKey: aws.String("170141183460469231731687303715884105728")}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the stream to be active", func() bool {
-		out, err := kc.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
-		return err == nil && out.StreamDescriptionSummary.StreamStatus == types.StreamStatusActive
-	})
+	splitShard(t, kc, stream)
 	w.write(t, 1500) // on the children
 	waitFor(t, "3000 events", func() bool { return seen.count() == 3000 })
 	stop()
