@@ -409,7 +409,11 @@ func openDecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger
 		if err != nil {
 			return fail(fmt.Errorf("decisions.kinesis: %w", err))
 		}
-		sink, err := dkinesis.New(kinesis.NewFromConfig(acfg), dkinesis.Options{Stream: k.Stream, Partitions: k.Partitions, JSON: k.Codec == "json"})
+		// Few retries: what the stream does not take soon goes to the spill
+		// and is retried from there, so the emitter's queue does not fill
+		// while a dead stream is retried.
+		sink, err := dkinesis.New(kinesis.NewFromConfig(acfg), dkinesis.Options{Stream: k.Stream, Partitions: k.Partitions,
+			JSON: k.Codec == "json", MaxRetries: 3})
 		if err != nil {
 			return fail(err)
 		}
