@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -92,5 +93,83 @@ func TestEdgeKinesis(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) || len(ids) != clients*each {
 		t.Errorf("outcomes on the stream %v (%d distinct requests), statuses served %v", got, len(ids), want)
+	}
+}
+
+// TestEdgeKinesisSpill starts the edge shipping to a stream that does not
+// exist yet: its decisions go to the spill directory, and once `aws init`
+// creates the stream they are drained to it, every one, while the edge
+// keeps serving.
+func TestEdgeKinesisSpill(t *testing.T) {
+	bin := buildBinary(t)
+	env := []string{
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"AWS_ENDPOINT_URL_KINESIS=" + awstest.Endpoint(t, awstest.KinesisEnv),
+		"AWS_ENDPOINT_URL_DYNAMODB=" + awstest.Endpoint(t, awstest.DynamoDBEnv),
+	}
+	stream := fmt.Sprintf("e2e-spill-%d", time.Now().UnixNano())
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(cmd.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ratewarden %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer origin.Close()
+	cfg := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(cfg, []byte("decisions:\n  kinesis: {stream: "+stream+", retry: 200ms}\ntiers:\n  anonymous:\n    global: {limit: 1000, window: 1m}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, admin := startEdge(t, bin, env, "--config", cfg, "--upstream", origin.URL,
+		"--kinesis-spill-dir", filepath.Join(t.TempDir(), "spill"))
+	client := &http.Client{}
+	metric := func(name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + `\{[^}]*\} (\d+)$`).FindStringSubmatch(get(t, client, admin+"/metrics").body)
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i := range 20 {
+		get(t, client, base+"/", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i))
+	}
+	t0 := time.Now()
+	waitUntil("20 spilled decisions", func() bool { return metric("ratewarden_decisions_kinesis_spilled_total") == "20" })
+	t.Logf("spilled after %v", time.Since(t0))
+	run("aws", "init", "--stream", stream, "--counters-table", "", "--lists-table", "", "--leases-table", "")
+	waitUntil("the spill to drain", func() bool {
+		return metric("ratewarden_decisions_kinesis_backlog") == "0" && metric("ratewarden_decisions_kinesis_drained_total") == "20"
+	})
+	t.Logf("drained after %v", time.Since(t0))
+	for i := range 5 {
+		get(t, client, base+"/", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", 100+i))
+	}
+	stops[t.Name()]()
+	t.Logf("stopped after %v", time.Since(t0))
+	lines := strings.Split(strings.TrimSpace(run("decisions", "cat", "--kinesis-stream", stream)), "\n")
+	ids := map[string]bool{}
+	for _, l := range lines {
+		d, _, err := decisions.ParseJSON([]byte(l))
+		if err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		ids[d.RequestID] = true
+	}
+	if len(lines) != 25 || len(ids) != 25 {
+		t.Fatalf("%d decisions on the stream (%d distinct), want the 20 spilled and 5 sent directly", len(lines), len(ids))
 	}
 }
