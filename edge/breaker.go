@@ -42,6 +42,10 @@ func (b *breaker) allow(now int64) bool {
 	}
 }
 
+// closed reports whether calls go to the store. Unlike allow it changes
+// nothing: a caller that only wants to know does not take the probe.
+func (b *breaker) closed() bool { return b.state.Load() == breakerClosed }
+
 func (b *breaker) success() {
 	b.streak.Store(0)
 	if b.state.Load() != breakerClosed {

@@ -16,6 +16,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -82,8 +84,9 @@ type Limiter struct {
 	keys       *challenge.Keyring
 	ipv6Prefix int
 
-	metrics counters
-	ids     *requestIDs
+	metrics  counters
+	ids      *requestIDs
+	releases releases // of a remote store only
 }
 
 // New builds a Limiter from a validated configuration.
@@ -115,13 +118,23 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		l.remote = true
 		l.breaker = newBreaker(cfg.Store.Breaker.Failures, cfg.Store.Breaker.Cooldown)
 		l.local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+		l.releases.start(maxPendingReleases)
+		go l.retryReleases(l.releases.ctx)
 	}
 	return l, nil
 }
 
-// Close releases the stores the limiter created itself.
+// Close stops the goroutine that retries concurrency releases and waits
+// for it, then sends the releases still pending to the store one last time
+// within ctx (whatever the breaker says: nothing will send them later),
+// counts those it could not send as lost, and closes the stores the
+// limiter created itself. Releases after Close are still queued but no
+// longer sent.
 func (l *Limiter) Close(ctx context.Context) error {
 	var errs []error
+	if l.releases.cancel != nil {
+		errs = append(errs, l.closeReleases(ctx))
+	}
 	if l.ownStore != nil {
 		errs = append(errs, l.ownStore.Close(ctx))
 	}
@@ -364,6 +377,7 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		l.metrics.storeLatency(e.lat)
 		if e.err == nil {
 			l.breaker.success()
+			l.releases.kick()
 			e.level = ru.grade(e.res)
 			return
 		}
@@ -495,17 +509,237 @@ func (l *Limiter) release(ctx context.Context, now time.Time, v *Verdict) {
 		if h.fall {
 			l.local.Take(ctx, h.key, h.rule.local, now, -1)
 		} else if l.remote {
-			// A client that hung up still gives its slot back.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
-			if _, err := l.store.Take(cctx, h.key, h.rule.limit, now, -1); err != nil {
-				l.metrics.storeErrors.Add(1)
-			}
-			cancel()
+			l.releaseRemote(ctx, now, h)
 		} else {
 			l.store.Take(ctx, h.key, h.rule.limit, now, -1)
 		}
 		h.rule = nil
 	}
+}
+
+// releaseRemote gives a slot back to the remote store, or queues it for
+// the retry goroutine: concurrency counts never expire, so a release the
+// store never got would count the slot as in flight for good.
+func (l *Limiter) releaseRemote(ctx context.Context, now time.Time, h *held) {
+	p := pendingRelease{rule: h.rule, key: h.key, now: now}
+	if !l.breaker.closed() {
+		// The store is down, or a probe is finding out whether it is back:
+		// do not wait a deadline for it, nor take the probe.
+		l.releases.push(p)
+		return
+	}
+	// A client that hung up still gives its slot back, so the caller's
+	// cancellation cannot be what fails this call: any failure is the
+	// store's, and the slot waits for it.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	_, err := l.store.Take(cctx, h.key, h.rule.limit, now, -1)
+	cancel()
+	if err != nil {
+		l.metrics.storeErrors.Add(1)
+		l.releases.push(p)
+		return
+	}
+	l.releases.kick()
+}
+
+// maxPendingReleases bounds the releases kept for a store that could not
+// take them (about 100 bytes each); beyond it a release is dropped and
+// counted lost.
+const maxPendingReleases = 1 << 16
+
+// maxReleaseAttempts bounds the retries of one release, so that a release
+// the store keeps refusing does not hold up those behind it for good.
+// Retries follow a successful store call, so an outage spends none.
+const maxReleaseAttempts = 8
+
+// pendingRelease is a concurrency slot the store has not taken back.
+type pendingRelease struct {
+	rule     *rule
+	key      limit.Key
+	now      time.Time // of the release
+	attempts int       // retries that failed
+}
+
+// releases are the concurrency releases a remote store did not take, in
+// the order they were made, and the goroutine of the Limiter that sends
+// them once the store answers again. It is safe for concurrent use; its
+// zero value holds nothing and start makes it usable.
+type releases struct {
+	mu    sync.Mutex
+	ring  []pendingRelease // n items from head, wrapping; grown up to max
+	head  int
+	n     int
+	max   int
+	wakeC chan struct{} // buffered: a retry is wanted
+
+	pending atomic.Int64 // n, read without the lock on the request path
+	retried atomic.Uint64
+	lost    atomic.Uint64
+
+	ctx    context.Context // of the retry goroutine, cancelled by Close
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the retry goroutine returns
+}
+
+func (q *releases) start(bound int) {
+	q.max = bound
+	q.wakeC = make(chan struct{}, 1)
+	q.done = make(chan struct{})
+	q.ctx, q.cancel = context.WithCancel(context.Background())
+}
+
+// kick wakes the retry goroutine if releases are pending. It is called
+// after every successful store call: one atomic load when none are.
+func (q *releases) kick() {
+	if q.pending.Load() == 0 {
+		return
+	}
+	select {
+	case q.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+// push queues p, or drops and counts it when the queue is full: the newest
+// is dropped, so that the order of the others holds.
+func (q *releases) push(p pendingRelease) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n >= q.max {
+		q.lost.Add(1)
+		return
+	}
+	if q.n == len(q.ring) {
+		ring := make([]pendingRelease, min(max(2*len(q.ring), 16), q.max))
+		for i := range q.n {
+			ring[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = ring, 0
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = p
+	q.n++
+	q.pending.Store(int64(q.n))
+}
+
+// front returns the oldest pending release. Only one goroutine at a time
+// takes from the queue (the retry goroutine, then Close), so it is still
+// the oldest when that goroutine calls pop or failed.
+func (q *releases) front() (pendingRelease, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n == 0 {
+		return pendingRelease{}, false
+	}
+	return q.ring[q.head], true
+}
+
+// pop removes the oldest pending release.
+func (q *releases) pop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.ring[q.head] = pendingRelease{}
+	q.head = (q.head + 1) % len(q.ring)
+	q.n--
+	if q.n == 0 {
+		// A large queue is not kept once the store has caught up.
+		q.head = 0
+		if len(q.ring) > 64 {
+			q.ring = nil
+		}
+	}
+	q.pending.Store(int64(q.n))
+}
+
+// failed records a failed retry of the oldest pending release and drops it
+// (counted lost) once it has used its attempts.
+func (q *releases) failed() {
+	q.mu.Lock()
+	p := &q.ring[q.head]
+	p.attempts++
+	drop := p.attempts >= maxReleaseAttempts
+	q.mu.Unlock()
+	if drop {
+		q.pop()
+		q.lost.Add(1)
+	}
+}
+
+// drop empties the queue, counting every release lost, and reports how
+// many there were.
+func (q *releases) drop() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.n
+	q.ring, q.head, q.n = nil, 0, 0
+	q.pending.Store(0)
+	q.lost.Add(uint64(n))
+	return n
+}
+
+// retryReleases is the retry goroutine: woken after a successful store
+// call while releases are pending, it sends them until one fails.
+func (l *Limiter) retryReleases(ctx context.Context) {
+	defer close(l.releases.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.releases.wakeC:
+		}
+		l.flushReleases(ctx, false)
+	}
+}
+
+// flushReleases sends the pending releases oldest first, each under the
+// store deadline, until none is left, one fails (it and those after it
+// stay queued, in order), ctx is done or, unless final, the breaker is not
+// closed.
+func (l *Limiter) flushReleases(ctx context.Context, final bool) error {
+	q := &l.releases
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !final && !l.breaker.closed() {
+			return nil
+		}
+		p, ok := q.front()
+		if !ok {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		_, err := l.store.Take(cctx, p.key, p.rule.limit, p.now, -1)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				// Stopped, not failed: the release keeps its attempts.
+				return ctx.Err()
+			}
+			l.metrics.storeErrors.Add(1)
+			q.failed()
+			return fmt.Errorf("release %s: %w", p.key.Rule, err)
+		}
+		q.pop()
+		q.retried.Add(1)
+	}
+}
+
+// closeReleases stops the retry goroutine, flushes what is pending one
+// last time and counts the rest lost.
+func (l *Limiter) closeReleases(ctx context.Context) error {
+	q := &l.releases
+	q.cancel()
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		// The goroutine still owns the queue: leave it be.
+		return fmt.Errorf("close limiter: stop the release retries: %w", ctx.Err())
+	}
+	err := l.flushReleases(ctx, true)
+	if n := q.drop(); n > 0 {
+		return errors.Join(fmt.Errorf("close limiter: %d concurrency releases not returned to the store", n), err)
+	}
+	return nil
 }
 
 // Holds reports whether v holds concurrency slots that Release must return.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -16,6 +17,7 @@ import (
 	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/limit"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/edge/memstore"
 )
 
 // t0 is the start of a minute, so fixed windows of a minute start here.
@@ -476,4 +478,335 @@ func mustList(t testing.TB, s string) *lists.List {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// flakyStore is a remote store that counts in a memory store while up and
+// fails at once while down, as a store that refuses connections does. It
+// logs the addresses of the releases it took, in order.
+type flakyStore struct {
+	mem *memstore.Store
+
+	mu       sync.Mutex
+	down     bool
+	upFor    int  // if positive, the calls that succeed before it goes down
+	refuse   bool // releases fail even while up
+	calls    int
+	released []string
+}
+
+var errRefused = errors.New("connection refused")
+
+func newFlakyStore(t *testing.T) *flakyStore {
+	f := &flakyStore{mem: memstore.New(memstore.Options{})}
+	t.Cleanup(func() { f.mem.Close(context.Background()) })
+	return f
+}
+
+func (f *flakyStore) Take(ctx context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.down || (n < 0 && f.refuse)
+	if !fail && f.upFor > 0 {
+		f.upFor--
+		f.down = f.upFor == 0
+	}
+	if !fail && n < 0 {
+		f.released = append(f.released, key.Addr.String())
+	}
+	f.mu.Unlock()
+	if fail {
+		return limit.Result{}, errRefused
+	}
+	return f.mem.Take(ctx, key, rule, now, n)
+}
+
+func (f *flakyStore) set(edit func(*flakyStore)) {
+	f.mu.Lock()
+	edit(f)
+	f.mu.Unlock()
+}
+
+// log returns the store's calls and the releases it took.
+func (f *flakyStore) log() (int, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, strings.Join(f.released, " ")
+}
+
+// releaseCounts are the limiter's counts of releases.
+type releaseCounts struct{ pending, retried, lost uint64 }
+
+func releaseStats(l *Limiter) releaseCounts {
+	s := l.Stats()
+	return releaseCounts{s.ReleasesPending, s.ReleasesRetried, s.ReleasesLost}
+}
+
+func checkReleases(t *testing.T, l *Limiter, when string, want releaseCounts) {
+	t.Helper()
+	if got := releaseStats(l); got != want {
+		t.Errorf("%s: releases pending %d retried %d lost %d, want %d %d %d",
+			when, got.pending, got.retried, got.lost, want.pending, want.retried, want.lost)
+	}
+}
+
+// releaseFixture is a limiter over a flaky store with a concurrency rule
+// of 2 on /slow, a breaker that opens after 3 failures for 5 s, and the
+// instant of the scenario, advanced a millisecond a call.
+type releaseFixture struct {
+	t     *testing.T
+	l     *Limiter
+	store *flakyStore
+	now   time.Time
+}
+
+const releaseCooldown = 5 * time.Second
+
+func newReleaseFixture(t *testing.T, edit func(*Limiter)) *releaseFixture {
+	cfg := seedConfig(t, func(c *config.Config) {
+		c.Tiers["anonymous"].Paths["/slow"] = &config.Rule{Limit: 2, Algorithm: "concurrency"}
+		c.Store.Breaker.Failures = 3
+		c.Store.Breaker.Cooldown = releaseCooldown
+	})
+	store := newFlakyStore(t)
+	l := newLimiter(t, cfg, Options{Store: store})
+	if edit != nil {
+		edit(l)
+	}
+	return &releaseFixture{t: t, l: l, store: store, now: t0}
+}
+
+func (f *releaseFixture) tick() time.Time {
+	f.now = f.now.Add(time.Millisecond)
+	return f.now
+}
+
+// acquire takes a slot of /slow for the client at ip, which must be
+// allowed as the count-th in flight.
+func (f *releaseFixture) acquire(ip string, count int64) *Verdict {
+	f.t.Helper()
+	v := decide(f.l, context.Background(), f.tick(), req(ip+":1", "/slow"))
+	if v.Outcome != decisions.Allow || v.Count != count || !v.Holds() {
+		f.t.Fatalf("acquire %s: %v (%s) count %d holds %v, want allow %d holding", ip, v.Outcome, v.Reason, v.Count, v.Holds(), count)
+	}
+	return &v
+}
+
+func (f *releaseFixture) release(v *Verdict) {
+	f.l.Release(context.Background(), f.tick(), v)
+	if v.Holds() {
+		f.t.Fatal("released verdict still holds")
+	}
+}
+
+// crash takes the store down and opens the breaker with failed decisions
+// of another client on a path without a concurrency rule.
+func (f *releaseFixture) crash() {
+	f.t.Helper()
+	f.store.set(func(s *flakyStore) { s.down = true })
+	for range 3 {
+		if v := decide(f.l, context.Background(), f.tick(), req("198.51.100.1:1", "/products")); v.Outcome != decisions.FailOpen {
+			f.t.Fatalf("decision while the store is down: %v", v.Outcome)
+		}
+	}
+	if st := f.l.Stats().BreakerState; st != breakerOpen {
+		f.t.Fatalf("breaker state %d after 3 failures, want open", st)
+	}
+}
+
+// recover brings the store back and, after the cooldown, decides one
+// request of another client: the probe succeeds and the retries run.
+func (f *releaseFixture) recover() {
+	f.t.Helper()
+	f.store.set(func(s *flakyStore) { s.down = false })
+	f.now = f.now.Add(releaseCooldown)
+	if v := decide(f.l, context.Background(), f.tick(), req("198.51.100.2:1", "/products")); v.Outcome != decisions.Allow {
+		f.t.Fatalf("probe after the cooldown: %v (%s), want allow", v.Outcome, v.Reason)
+	}
+	synctest.Wait()
+}
+
+// expectSlow checks the outcomes and counts of requests to /slow for ip:
+// what the store counts as in flight.
+func (f *releaseFixture) expectSlow(ip string, want ...decisions.Outcome) {
+	f.t.Helper()
+	for i, w := range want {
+		v := decide(f.l, context.Background(), f.tick(), req(ip+":1", "/slow"))
+		if v.Outcome != w || (w == decisions.Allow && v.Count != int64(i+1)) {
+			f.t.Errorf("/slow for %s #%d: %v (%s) count %d, want %v", ip, i+1, v.Outcome, v.Reason, v.Count, w)
+		}
+	}
+}
+
+// TestReleasesRetriedAfterOutage loses the store while a client holds both
+// slots of a concurrency rule: one release fails, the other finds the
+// breaker open; once the store is back, both reach it, and the client
+// has both slots again.
+func TestReleasesRetriedAfterOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newReleaseFixture(t, nil)
+		const a = "203.0.113.7"
+		v1, v2 := f.acquire(a, 1), f.acquire(a, 2)
+
+		// The breaker is closed: the release is sent, fails and is kept.
+		f.store.set(func(s *flakyStore) { s.down = true })
+		calls, _ := f.store.log()
+		f.release(v1)
+		if got, _ := f.store.log(); got != calls+1 {
+			t.Errorf("release with the breaker closed: %d store calls, want 1", got-calls)
+		}
+		checkReleases(t, f.l, "after a failed release", releaseCounts{pending: 1})
+		if got := f.l.Stats().StoreErrors; got != 1 {
+			t.Errorf("store errors %d, want 1", got)
+		}
+
+		// The breaker is open: the release waits for no store call, and,
+		// although the cooldown has passed, leaves the probe to a decision.
+		f.crash()
+		f.now = f.now.Add(releaseCooldown)
+		calls, _ = f.store.log()
+		f.release(v2)
+		if got, _ := f.store.log(); got != calls {
+			t.Errorf("release with the breaker open: %d store calls, want none", got-calls)
+		}
+		if st := f.l.Stats().BreakerState; st != breakerOpen {
+			t.Errorf("breaker state %d after a release, want open (the probe not taken)", st)
+		}
+		synctest.Wait()
+		checkReleases(t, f.l, "while the store is down", releaseCounts{pending: 2})
+
+		f.recover()
+		checkReleases(t, f.l, "after the store is back", releaseCounts{retried: 2})
+		if _, released := f.store.log(); released != a+" "+a {
+			t.Errorf("store took releases %q, want two for %s", released, a)
+		}
+		f.expectSlow(a, decisions.Allow, decisions.Allow, decisions.Block)
+	})
+}
+
+// TestReleaseRetriesKeepOrder has the store fail again in the middle of
+// the retries: the releases after the failed one stay queued, in order,
+// until the next successful store call.
+func TestReleaseRetriesKeepOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newReleaseFixture(t, nil)
+		clients := []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"}
+		var vs []*Verdict
+		for _, c := range clients {
+			vs = append(vs, f.acquire(c, 1))
+		}
+		f.crash()
+		for _, v := range vs {
+			f.release(v)
+		}
+		checkReleases(t, f.l, "while the store is down", releaseCounts{pending: 3})
+		errs := f.l.Stats().StoreErrors
+
+		// The probe and one retry succeed, then the store fails again.
+		f.store.set(func(s *flakyStore) { s.upFor = 2 })
+		f.recover()
+		checkReleases(t, f.l, "after the retries failed", releaseCounts{pending: 2, retried: 1})
+		if _, released := f.store.log(); released != clients[0] {
+			t.Errorf("store took releases %q, want %q", released, clients[0])
+		}
+		if got := f.l.Stats().StoreErrors - errs; got != 1 {
+			t.Errorf("store errors of the retries %d, want 1", got)
+		}
+
+		f.recover()
+		checkReleases(t, f.l, "after the store is back", releaseCounts{retried: 3})
+		if _, released := f.store.log(); released != strings.Join(clients, " ") {
+			t.Errorf("store took releases %q, want %q", released, strings.Join(clients, " "))
+		}
+		for _, c := range clients {
+			f.expectSlow(c, decisions.Allow, decisions.Allow, decisions.Block)
+		}
+	})
+}
+
+// TestPendingReleasesBounded fills the queue: the release beyond it is
+// dropped and counted, the others go through.
+func TestPendingReleasesBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newReleaseFixture(t, func(l *Limiter) { l.releases.max = 2 })
+		clients := []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"}
+		var vs []*Verdict
+		for _, c := range clients {
+			vs = append(vs, f.acquire(c, 1))
+		}
+		f.crash()
+		for _, v := range vs {
+			f.release(v)
+		}
+		checkReleases(t, f.l, "queue full", releaseCounts{pending: 2, lost: 1})
+		f.recover()
+		checkReleases(t, f.l, "after the store is back", releaseCounts{retried: 2, lost: 1})
+		if _, released := f.store.log(); released != clients[0]+" "+clients[1] {
+			t.Errorf("store took releases %q, want the first two", released)
+		}
+		// The lost release leaves its slot counted, as without the queue.
+		f.acquire(clients[2], 2)
+		f.expectSlow(clients[2], decisions.Block)
+	})
+}
+
+// TestRefusedReleaseDropped has the store refuse one release on every
+// retry: after maxReleaseAttempts it is dropped and counted lost.
+func TestRefusedReleaseDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newReleaseFixture(t, nil)
+		v := f.acquire("203.0.113.7", 1)
+		f.store.set(func(s *flakyStore) { s.refuse = true })
+		f.release(v)
+		checkReleases(t, f.l, "after the release failed", releaseCounts{pending: 1})
+		for i := range maxReleaseAttempts {
+			// Each successful decision wakes one round of retries.
+			decide(f.l, context.Background(), f.tick(), req("198.51.100.2:1", "/products"))
+			synctest.Wait()
+			want := releaseCounts{pending: 1}
+			if i == maxReleaseAttempts-1 {
+				want = releaseCounts{lost: 1}
+			}
+			checkReleases(t, f.l, fmt.Sprintf("after retry %d", i+1), want)
+		}
+		if got := f.l.Stats().StoreErrors; got != 1+maxReleaseAttempts {
+			t.Errorf("store errors %d, want %d", got, 1+maxReleaseAttempts)
+		}
+	})
+}
+
+// TestCloseFlushesReleases closes a limiter with releases pending: Close
+// sends them to a store that is back (no decision woke the retries), and
+// counts them lost if it is still down.
+func TestCloseFlushesReleases(t *testing.T) {
+	f := func(t *testing.T, back bool, want releaseCounts, wantErr bool) {
+		synctest.Test(t, func(t *testing.T) {
+			fx := newReleaseFixture(t, nil)
+			v1, v2 := fx.acquire("203.0.113.7", 1), fx.acquire("203.0.113.7", 2)
+			fx.crash()
+			fx.release(v1)
+			fx.release(v2)
+			fx.store.set(func(s *flakyStore) { s.down = !back })
+			synctest.Wait()
+			checkReleases(t, fx.l, "before Close", releaseCounts{pending: 2})
+			err := fx.l.Close(context.Background())
+			if (err != nil) != wantErr {
+				t.Errorf("Close: %v, want an error: %v", err, wantErr)
+			}
+			checkReleases(t, fx.l, "after Close", want)
+			if _, released := fx.store.log(); back && released != "203.0.113.7 203.0.113.7" {
+				t.Errorf("store took releases %q, want both", released)
+			}
+		})
+	}
+	t.Run("store back", func(t *testing.T) { f(t, true, releaseCounts{retried: 2}, false) })
+	t.Run("store down", func(t *testing.T) { f(t, false, releaseCounts{lost: 2}, true) })
+}
+
+// TestMemoryStoreQueuesNoReleases checks that a limiter over the memory
+// store starts no retry goroutine.
+func TestMemoryStoreQueuesNoReleases(t *testing.T) {
+	l := newLimiter(t, seedConfig(t, nil), Options{})
+	if l.remote || l.releases.cancel != nil {
+		t.Errorf("memory store: remote %v, retry goroutine started %v", l.remote, l.releases.cancel != nil)
+	}
 }

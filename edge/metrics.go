@@ -53,13 +53,22 @@ type Stats struct {
 	TokenDenied   uint64            // token requests without a valid verifier secret
 	BreakerState  int               // 0 closed, 1 open, 2 half-open
 	BreakerOpened uint64            // times the breaker opened
+	// Concurrency releases the store did not take (it failed, or the
+	// breaker was open): queued, sent once it answered again, or lost (the
+	// queue was full, the store kept refusing one, or Close could not send
+	// it), each lost one leaving a slot counted as in flight.
+	ReleasesPending uint64
+	ReleasesRetried uint64
+	ReleasesLost    uint64
 }
 
 // Stats returns a snapshot of the limiter's counters.
 func (l *Limiter) Stats() Stats {
 	s := Stats{Outcomes: make(map[string]uint64), Dropped: l.metrics.dropped.Load(),
 		StoreErrors: l.metrics.storeErrors.Load(), TokenRejected: l.metrics.tokenRejected.Load(),
-		TokensIssued: l.metrics.tokensIssued.Load(), TokenDenied: l.metrics.tokenEndpointDenied.Load()}
+		TokensIssued: l.metrics.tokensIssued.Load(), TokenDenied: l.metrics.tokenEndpointDenied.Load(),
+		ReleasesPending: uint64(l.releases.pending.Load()), ReleasesRetried: l.releases.retried.Load(),
+		ReleasesLost: l.releases.lost.Load()}
 	for o := decisions.Outcome(1); int(o) < decisions.NumOutcomes; o++ {
 		s.Outcomes[o.String()] = l.metrics.outcomes[o].Load()
 	}
@@ -114,6 +123,21 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 	if err != nil {
 		return err
 	}
+	relPending, err := meter.Int64ObservableGauge("ratewarden.edge.store.releases.pending",
+		metric.WithDescription("Concurrency releases the store did not take yet, queued until it answers again."), metric.WithUnit("{release}"))
+	if err != nil {
+		return err
+	}
+	relRetried, err := meter.Int64ObservableCounter("ratewarden.edge.store.releases.retried",
+		metric.WithDescription("Queued concurrency releases sent to the store once it answered again."), metric.WithUnit("{release}"))
+	if err != nil {
+		return err
+	}
+	relLost, err := meter.Int64ObservableCounter("ratewarden.edge.store.releases.lost",
+		metric.WithDescription("Concurrency releases never sent to the store (queue full, refused on every retry, or pending at shutdown): slots it still counts as in flight."), metric.WithUnit("{release}"))
+	if err != nil {
+		return err
+	}
 	latCount, err := meter.Int64ObservableCounter("ratewarden.edge.store.latency.calls",
 		metric.WithDescription("Store calls by latency bucket upper bound (le, seconds; +Inf for the rest)."), metric.WithUnit("{call}"))
 	if err != nil {
@@ -148,6 +172,9 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 		o.ObserveInt64(denied, int64(s.TokenDenied))
 		o.ObserveInt64(breakerState, int64(s.BreakerState))
 		o.ObserveInt64(breakerOpened, int64(s.BreakerOpened))
+		o.ObserveInt64(relPending, int64(s.ReleasesPending))
+		o.ObserveInt64(relRetried, int64(s.ReleasesRetried))
+		o.ObserveInt64(relLost, int64(s.ReleasesLost))
 		var cum uint64
 		for i := range l.metrics.latBuckets {
 			cum += l.metrics.latBuckets[i].Load()
@@ -155,7 +182,8 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 		}
 		o.ObserveFloat64(latSum, time.Duration(l.metrics.latSum.Load()).Seconds())
 		return nil
-	}, decided, dropped, storeErrs, tokens, issued, denied, breakerState, breakerOpened, latCount, latSum)
+	}, decided, dropped, storeErrs, tokens, issued, denied, breakerState, breakerOpened,
+		relPending, relRetried, relLost, latCount, latSum)
 	return err
 }
 

@@ -34,7 +34,10 @@ const (
 	outageLocal    = outageLimit / outageNodes // the fallback limit while the breaker is open
 	outageFailures = 3
 	outageCooldown = time.Second
-	outageTimeout  = 50 * time.Millisecond
+	// outageTimeout is generous: a healthy dynalite on two shared cores
+	// under the race detector sometimes takes 60 ms, and a healthy store
+	// that misses the deadline would blur the counts.
+	outageTimeout = 250 * time.Millisecond
 	// outageLatencyBound is the longest a Decide may take while the store is
 	// down: a correctness bound (the deadline holds), not a benchmark.
 	outageLatencyBound = 10 * outageTimeout
@@ -745,4 +748,106 @@ func runOutageUnderLoad(t *testing.T, s outageStore) {
 			t.Errorf("phase %s: slowest Decide %v, want under %v (store timeout %v)", loadPhaseNames[p], total.slowest[p], latencyBound, timeout)
 		}
 	}
+}
+
+// TestOutageReleasesSlots crashes dynalite while a client holds both slots
+// of a concurrency rule, and the requests end while it is down.
+// Concurrency counts never expire, so a release the store never got would
+// count its slot as in flight for good, and dynalite keeps its counts
+// across the restart (--path): the edge must keep the releases and send
+// them once the store answers again, without making the requests that end
+// during the outage wait for it.
+func TestOutageReleasesSlots(t *testing.T) {
+	// A deadline that a healthy dynalite meets under the race detector on
+	// two shared cores, as in TestOutageUnderLoad: a timeout of a call
+	// that took a slot would fail the test for no fault of the edge.
+	const timeout = 250 * time.Millisecond
+	s := dynamoOutageStore(t)
+	// A fresh dynalite answers its first updates slowly, as after a
+	// restart: warm it up.
+	waitFor(t, "dynalite to serve", s.ready)
+	l := outageLimiterTimeout(t, s.store, timeout, "    paths:\n      /api/upload: {limit: 2, algorithm: concurrency}\n")
+	const upload, products, rule = "/api/upload", "/products/1", "anonymous:/api/upload"
+	now := outageT0
+	decide := func(remote, path string) edge.Verdict {
+		now = now.Add(time.Millisecond)
+		r := &edge.Request{RemoteAddr: remote, Method: "GET", Host: "api.example.com", Path: path, URI: path, Header: http.Header{}}
+		var v edge.Verdict
+		l.Decide(context.Background(), now, r, &v)
+		return v
+	}
+	const client = "203.0.113.7:4711"
+
+	// Both slots taken, as the store counts them.
+	var held [2]edge.Verdict
+	for i := range held {
+		held[i] = decide(client, upload)
+		if v := &held[i]; v.Outcome != decisions.Allow || v.Rule != rule || v.Count != int64(i+1) || !v.Holds() {
+			t.Fatalf("upload %d: %v (%s) rule %s count %d holds %v; want allow by %s, count %d, holding a slot",
+				i+1, v.Outcome, v.Reason, v.Rule, v.Count, v.Holds(), rule, i+1)
+		}
+	}
+
+	// The store crashes and the breaker opens; then both uploads end.
+	s.proc.crash()
+	for i := range outageFailures {
+		if v := decide("198.51.100.1:4711", products); v.Outcome != decisions.FailOpen {
+			t.Fatalf("decision %d with the store down: %v (%s), want fail_open", i+1, v.Outcome, v.Reason)
+		}
+	}
+	if st := l.Stats(); st.BreakerState != 1 {
+		t.Fatalf("breaker state %d after %d failures, want 1 (open)", st.BreakerState, outageFailures)
+	}
+	takes := s.takes()
+	for i := range held {
+		start := time.Now()
+		l.Release(context.Background(), now, &held[i])
+		// A correctness bound: a release queued behind the open breaker
+		// waits for no store call, so it returns well within a deadline.
+		if took := time.Since(start); took >= timeout {
+			t.Errorf("release %d with the breaker open took %v, want under the store timeout %v", i+1, took, timeout)
+		}
+	}
+	if n := s.takes() - takes; n != 0 {
+		t.Errorf("releases with the breaker open called the store %d times, want none", n)
+	}
+	if st := l.Stats(); st.ReleasesPending != 2 || st.ReleasesRetried != 0 || st.ReleasesLost != 0 {
+		t.Fatalf("releases pending %d retried %d lost %d with the store down, want 2 0 0",
+			st.ReleasesPending, st.ReleasesRetried, st.ReleasesLost)
+	}
+
+	// The store is back: after the cooldown one decision on another path
+	// closes the breaker and wakes the retries.
+	s.restart(t)
+	now = now.Add(outageCooldown)
+	if v := decide("198.51.100.2:4711", products); v.Outcome != decisions.Allow {
+		t.Fatalf("probe after the restart: %v (%s), want allow", v.Outcome, v.Reason)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	errs := l.Stats().StoreErrors
+	for st := l.Stats(); st.ReleasesPending != 0; st = l.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("releases still pending 20s after the restart: %+v", st)
+		}
+		if st.StoreErrors != errs {
+			// A retry met a store still cold: the next successful call
+			// wakes the retries again.
+			errs = st.StoreErrors
+			decide("198.51.100.2:4711", products)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := l.Stats(); st.ReleasesRetried != 2 || st.ReleasesLost != 0 {
+		t.Errorf("releases retried %d lost %d, want 2 and 0", st.ReleasesRetried, st.ReleasesLost)
+	}
+
+	// An hour later the client has nothing in flight: the store counts
+	// exactly the new upload.
+	now = now.Add(time.Hour)
+	v := decide(client, upload)
+	if v.Outcome != decisions.Allow || v.Rule != rule || v.Count != 1 {
+		t.Errorf("upload an hour after the restart: %v (%s) rule %s, store count in flight %d; want allow by %s, count 1",
+			v.Outcome, v.Reason, v.Rule, v.Count, rule)
+	}
+	l.Release(context.Background(), now, &v)
 }
