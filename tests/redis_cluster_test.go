@@ -1,0 +1,72 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewarden/ratewarden/edge/limit/limittest"
+	"github.com/ratewarden/ratewarden/edge/redisstore"
+)
+
+// TestRedisCluster runs the store conformance suite against a real
+// three-node Redis Cluster: every script touches one key, in one hash
+// slot, so each hit is one round trip whatever node owns its slot. The keys
+// end up on every node.
+func TestRedisCluster(t *testing.T) {
+	bin := program(t, "redis-server", "tests/run (apt-get install redis-server)")
+	cli := program(t, "redis-cli", "tests/run (apt-get install redis-server)")
+	dir := t.TempDir()
+	var addrs []string
+	for i := range 3 {
+		p := startProcess(t, fmt.Sprint("redis-cluster-", i), func(port int) []string {
+			return []string{bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no",
+				"--daemonize", "no", "--loglevel", "warning", "--cluster-enabled", "yes",
+				"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)), "--dir", dir}
+		})
+		addrs = append(addrs, p.addr)
+	}
+	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: cluster not ok: %v\n%s", a, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Close()
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	limittest.Run(t, func(t *testing.T) limittest.Store {
+		s, err := redisstore.New(redisstore.Options{Client: client, Clock: redisstore.CallerTime, ClockSkew: redisstore.MaxClockSkew})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		n, err := c.DBSize(ctx).Result()
+		c.Close()
+		if err != nil || n == 0 {
+			t.Errorf("node %s holds %d keys (%v): want the keys spread over every node", a, n, err)
+		}
+	}
+}
