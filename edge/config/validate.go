@@ -50,7 +50,25 @@ func (c *Config) validate() *validator {
 	}
 	v.decisions(&c.Decisions)
 	v.tiers(c.Tiers)
+	v.exactRules(c)
 	return v
+}
+
+// exactRules checks that store.sync.exact names rules the tiers have, so
+// that a typo does not quietly leave a rule batched.
+func (v *validator) exactRules(c *Config) {
+	if len(c.Store.Sync.Exact) == 0 {
+		return
+	}
+	tiers := c.ResolvedTiers()
+	for i, id := range c.Store.Sync.Exact {
+		tier, rule, _ := strings.Cut(id, ":")
+		t := tiers[tier]
+		ok := t != nil && (rule == "global" && t.Global != nil || t.Paths[rule] != nil)
+		if !ok {
+			v.report(key("store", "sync", "exact", index(i)), id, "names no rule", "tier:global or tier:/path/prefix of a configured tier, such as anonymous:/api/reports")
+		}
+	}
 }
 
 // Values of the decisions section; the first is the default.
