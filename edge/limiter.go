@@ -358,16 +358,7 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		return
 	}
 	ns := now.UnixNano()
-	if sc.err != nil {
-		e.err = sc.err
-		e.level = levelOK
-		e.fall = 1
-		if l.isFailClosed(path) {
-			e.fall = 2
-		}
-		return
-	}
-	if l.breaker.allow(ns) {
+	if sc.err == nil && l.breaker.allow(ns) {
 		if sc.ctx == nil {
 			sc.ctx, sc.cancel = context.WithTimeout(ctx, l.timeout)
 		}
@@ -389,12 +380,16 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 			l.metrics.storeErrors.Add(1)
 			l.breaker.failure(ns)
 		}
+	}
+	if sc.err != nil {
+		// This call or an earlier one of the decision failed: fail open or
+		// closed without waiting on the store again.
+		e.err = sc.err
+		e.level = levelOK
+		e.fall = 1
 		if l.isFailClosed(path) {
 			e.fall = 2
-		} else {
-			e.fall = 1
 		}
-		e.level = levelOK
 		return
 	}
 	if l.isFailClosed(path) {

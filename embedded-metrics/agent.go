@@ -355,29 +355,11 @@ func (s *AgentSink) idle() bool {
 }
 
 // sleep waits d or until the sink is stopped.
-func (s *AgentSink) sleep(d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-s.ctx.Done():
-		return s.ctx.Err()
-	}
-}
+func (s *AgentSink) sleep(d time.Duration) error { return throttleSleep(s.ctx, d) }
 
 // backoff is a full-jitter delay after failures consecutive failures.
 func (s *AgentSink) backoff(failures int) time.Duration {
-	bound := s.opts.MaxDelay
-	if failures <= 32 {
-		if b := s.opts.BaseDelay << (failures - 1); b > 0 && b < bound {
-			bound = b
-		}
-	}
-	if bound <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(bound) + 1))
+	return fullJitter(s.opts.BaseDelay, s.opts.MaxDelay, failures, func(n int64) int64 { return rand.Int64N(n + 1) })
 }
 
 // runTCP is the TCP writer: it connects, serves the connection until it

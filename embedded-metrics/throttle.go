@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
@@ -231,16 +232,22 @@ func (t *throttler) isOpen(now time.Time) bool {
 // backoff returns a full-jitter delay after attempts failures: uniform in
 // [0, min(MaxDelay, BaseDelay·2^(attempts-1))].
 func (t *throttler) backoff(attempts int) time.Duration {
-	bound := t.cfg.MaxDelay
-	if attempts <= 32 {
-		if b := t.cfg.BaseDelay << (attempts - 1); b > 0 && b < bound {
+	return fullJitter(t.cfg.BaseDelay, t.cfg.MaxDelay, attempts, t.cfg.Jitter)
+}
+
+// fullJitter returns jitter(bound), a delay in [0, bound], where bound is
+// min(max, base·2^(failures-1)): exponential backoff with full jitter.
+func fullJitter(base, max time.Duration, failures int, jitter func(int64) int64) time.Duration {
+	bound := max
+	if failures <= 32 {
+		if b := base << (failures - 1); b > 0 && b < bound {
 			bound = b
 		}
 	}
 	if bound <= 0 {
 		return 0
 	}
-	return time.Duration(t.cfg.Jitter(int64(bound)))
+	return time.Duration(jitter(int64(bound)))
 }
 
 // throttleRetryable reports whether a failed call may succeed if made
@@ -253,11 +260,17 @@ func throttleRetryable(err error) bool {
 	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "Throttling", "ThrottlingException", "ThrottledException", "LimitExceeded", "LimitExceededException",
-			"RequestLimitExceeded", "TooManyRequestsException", "RequestThrottled", "RequestThrottledException",
-			"SlowDown", "ServiceUnavailable", "ServiceUnavailableException", "InternalFailure", "InternalServiceFault",
-			"InternalServiceError", "InternalError", "RequestTimeout", "RequestTimeoutException":
+		// The AWS SDK's throttling and retryable codes, and the service
+		// faults CloudWatch answers with.
+		code := ae.ErrorCode()
+		_, throttle := retry.DefaultThrottleErrorCodes[code]
+		_, retryable := retry.DefaultRetryableErrorCodes[code]
+		if throttle || retryable {
+			return true
+		}
+		switch code {
+		case "LimitExceeded", "ServiceUnavailable", "ServiceUnavailableException", "InternalFailure",
+			"InternalServiceFault", "InternalServiceError", "InternalError":
 			return true
 		}
 	}

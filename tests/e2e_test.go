@@ -413,25 +413,10 @@ func TestEdgeDecisionLog(t *testing.T) {
 	}
 	stops[t.Name()]()
 
-	run := func(args ...string) string {
-		out, err := exec.Command(bin, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ratewarden %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	lines := strings.Split(strings.TrimSpace(run("decisions", "cat", "--dir", dir)), "\n")
-	if len(lines) != clients*each {
-		t.Fatalf("decisions cat: %d lines, want %d", len(lines), clients*each)
-	}
-	got := map[int]int{}
-	status := map[decisions.Outcome]int{decisions.Allow: 200, decisions.Challenge: 302, decisions.Block: 429}
-	for i, line := range lines {
-		d, _, err := decisions.ParseJSON([]byte(line))
-		if err != nil {
-			t.Fatalf("line %d: %v: %s", i+1, err, line)
-		}
-		got[status[d.Outcome]]++
+	run := func(args ...string) string { t.Helper(); return runBinary(t, bin, nil, args...) }
+	n, got, _ := decisionLines(t, run("decisions", "cat", "--dir", dir))
+	if n != clients*each {
+		t.Fatalf("decisions cat: %d lines, want %d", n, clients*each)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("outcomes in the log %v, statuses served %v", got, want)

@@ -24,23 +24,10 @@ import (
 // --kinesis-stream` reads each back once.
 func TestEdgeKinesis(t *testing.T) {
 	bin := buildBinary(t)
-	env := []string{
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
-		"AWS_ENDPOINT_URL_KINESIS=" + awstest.Endpoint(t, awstest.KinesisEnv),
-		"AWS_ENDPOINT_URL_DYNAMODB=" + awstest.Endpoint(t, awstest.DynamoDBEnv),
-	}
+	env := standInEnv(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	stream := "e2e-decisions-" + suffix
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(cmd.Environ(), env...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("ratewarden %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	run := func(args ...string) string { t.Helper(); return runBinary(t, bin, env, args...) }
 	initArgs := []string{"aws", "init", "--stream", stream, "--shards", "2", "--counters-table", "e2e-counters-" + suffix,
 		"--lists-table", "e2e-lists-" + suffix, "--leases-table", "e2e-leases-" + suffix}
 	first := run(initArgs...)
@@ -76,20 +63,9 @@ func TestEdgeKinesis(t *testing.T) {
 		}
 	}
 
-	lines := strings.Split(strings.TrimSpace(run("decisions", "cat", "--kinesis-stream", stream)), "\n")
-	if len(lines) != clients*each {
-		t.Fatalf("decisions cat --kinesis-stream: %d lines, want %d", len(lines), clients*each)
-	}
-	got := map[int]int{}
-	ids := map[string]bool{}
-	status := map[decisions.Outcome]int{decisions.Allow: 200, decisions.Challenge: 302, decisions.Block: 429}
-	for i, line := range lines {
-		d, _, err := decisions.ParseJSON([]byte(line))
-		if err != nil {
-			t.Fatalf("line %d: %v: %s", i+1, err, line)
-		}
-		got[status[d.Outcome]]++
-		ids[d.RequestID] = true
+	n, got, ids := decisionLines(t, run("decisions", "cat", "--kinesis-stream", stream))
+	if n != clients*each {
+		t.Fatalf("decisions cat --kinesis-stream: %d lines, want %d", n, clients*each)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) || len(ids) != clients*each {
 		t.Errorf("outcomes on the stream %v (%d distinct requests), statuses served %v", got, len(ids), want)
@@ -102,22 +78,9 @@ func TestEdgeKinesis(t *testing.T) {
 // keeps serving.
 func TestEdgeKinesisSpill(t *testing.T) {
 	bin := buildBinary(t)
-	env := []string{
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
-		"AWS_ENDPOINT_URL_KINESIS=" + awstest.Endpoint(t, awstest.KinesisEnv),
-		"AWS_ENDPOINT_URL_DYNAMODB=" + awstest.Endpoint(t, awstest.DynamoDBEnv),
-	}
+	env := standInEnv(t)
 	stream := fmt.Sprintf("e2e-spill-%d", time.Now().UnixNano())
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(cmd.Environ(), env...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("ratewarden %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	run := func(args ...string) string { t.Helper(); return runBinary(t, bin, env, args...) }
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
@@ -160,16 +123,50 @@ func TestEdgeKinesisSpill(t *testing.T) {
 	}
 	stops[t.Name()]()
 	t.Logf("stopped after %v", time.Since(t0))
-	lines := strings.Split(strings.TrimSpace(run("decisions", "cat", "--kinesis-stream", stream)), "\n")
-	ids := map[string]bool{}
-	for _, l := range lines {
-		d, _, err := decisions.ParseJSON([]byte(l))
+	n, _, ids := decisionLines(t, run("decisions", "cat", "--kinesis-stream", stream))
+	if n != 25 || len(ids) != 25 {
+		t.Fatalf("%d decisions on the stream (%d distinct), want the 20 spilled and 5 sent directly", n, len(ids))
+	}
+}
+
+// standInEnv is the environment that points the binary's AWS SDK at the
+// stand-ins tests/run starts, with a region and test credentials.
+func standInEnv(t *testing.T) []string {
+	return []string{
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"AWS_ENDPOINT_URL_KINESIS=" + awstest.Endpoint(t, awstest.KinesisEnv),
+		"AWS_ENDPOINT_URL_DYNAMODB=" + awstest.Endpoint(t, awstest.DynamoDBEnv),
+	}
+}
+
+// runBinary runs the binary with args and env added to the test's
+// environment, and returns its output; it fails the test if it fails.
+func runBinary(t *testing.T, bin string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(cmd.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ratewarden %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// decisionLines parses `decisions cat` output: how many decisions, how
+// many of each HTTP status their outcomes answer (allow 200, challenge
+// 302, block 429), and their request ids.
+func decisionLines(t *testing.T, out string) (n int, statuses map[int]int, ids map[string]bool) {
+	t.Helper()
+	status := map[decisions.Outcome]int{decisions.Allow: 200, decisions.Challenge: 302, decisions.Block: 429}
+	statuses, ids = map[int]int{}, map[string]bool{}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i, line := range lines {
+		d, _, err := decisions.ParseJSON([]byte(line))
 		if err != nil {
-			t.Fatalf("%v: %s", err, l)
+			t.Fatalf("line %d: %v: %s", i+1, err, line)
 		}
+		statuses[status[d.Outcome]]++
 		ids[d.RequestID] = true
 	}
-	if len(lines) != 25 || len(ids) != 25 {
-		t.Fatalf("%d decisions on the stream (%d distinct), want the 20 spilled and 5 sent directly", len(lines), len(ids))
-	}
+	return len(lines), statuses, ids
 }

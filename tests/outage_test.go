@@ -155,15 +155,7 @@ func dynamoOutageStore(t *testing.T) outageStore {
 	}
 	const table = "outage-counters"
 	admin := newClient()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := admin.CreateTable(ctx, dynamostore.TableSpec(table)); err != nil {
-		t.Fatalf("create table: %v", err)
-	}
-	waiter := dynamodb.NewTableExistsWaiter(admin, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
-	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 20*time.Second); err != nil {
-		t.Fatalf("wait for table: %v", err)
-	}
+	awstest.CreateTable(t, admin, dynamostore.TableSpec(table))
 	// dynalite ignores ReturnValuesOnConditionCheckFailure.
 	store, err := dynamostore.New(dynamostore.Options{Client: newClient(), Table: table, ReadAfterConditionFailure: true})
 	if err != nil {

@@ -52,15 +52,7 @@ func BenchmarkDecideStores(b *testing.B) {
 				o.BaseEndpoint = aws.String(awstest.Endpoint(b, awstest.DynamoDBEnv))
 			})
 			table := fmt.Sprintf("bench-counters-%d", time.Now().UnixNano())
-			ctx := context.Background()
-			if _, err := dc.CreateTable(ctx, dynamostore.TableSpec(table)); err != nil {
-				b.Fatal(err)
-			}
-			w := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
-			if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 10*time.Second); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { dc.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)}) })
+			awstest.CreateTable(b, dc, dynamostore.TableSpec(table))
 			s, err := dynamostore.New(dynamostore.Options{Client: dc, Table: table, ReadAfterConditionFailure: true})
 			if err != nil {
 				b.Fatal(err)

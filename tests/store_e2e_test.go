@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -115,15 +114,7 @@ func TestEdgesShareAStore(t *testing.T) {
 	dep := awstest.Endpoint(t, awstest.DynamoDBEnv)
 	dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(dep) })
 	table := fmt.Sprintf("e2e-counters-%d", time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := dc.CreateTable(ctx, dynamostore.TableSpec(table)); err != nil {
-		t.Fatal(err)
-	}
-	w := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
-	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	awstest.CreateTable(t, dc, dynamostore.TableSpec(table))
 	f("dynamodb", fmt.Sprintf("store:\n  type: dynamodb\n  timeout: 5s\n  dynamodb: {table: %s, endpoint: %q, read_after_condition_failure: true}\n", table, dep),
 		[]string{"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"})
 }

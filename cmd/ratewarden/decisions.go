@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -75,14 +76,19 @@ func (f *timeFlag) Set(s string) error {
 	return nil
 }
 
+// timeRangeFlags adds --since and --until to fs.
+func timeRangeFlags(fs *flag.FlagSet) (since, until *timeFlag) {
+	since, until = &timeFlag{now: time.Now}, &timeFlag{now: time.Now}
+	fs.Var(since, "since", "only events at or after `T`")
+	fs.Var(until, "until", "only events before `T`")
+	return since, until
+}
+
 func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("decisions cat", "decisions cat --dir DIR | --kinesis-stream NAME [flags]", stderr)
 	dir := fs.String("dir", "", "decision log `directory`")
 	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, every shard from its oldest record (AWS SDK credentials, region and endpoints)")
-	since := timeFlag{now: time.Now}
-	until := timeFlag{now: time.Now}
-	fs.Var(&since, "since", "only events at or after `T`")
-	fs.Var(&until, "until", "only events before `T`")
+	since, until := timeRangeFlags(fs)
 	from := fs.Uint64("from", 0, "start at `offset`")
 	format := fs.String("format", "json", "output `format`: json (one object per line) or table")
 	follow := fs.Bool("follow", false, "wait for new events (until interrupted)")
@@ -332,10 +338,7 @@ func runDecisionsExport(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs := newFlags("decisions export", "decisions export --dir DIR --out FILE.parquet [flags]", stderr)
 	dir := fs.String("dir", "", "decision log `directory`")
 	out := fs.String("out", "", "Parquet `file` to write")
-	since := timeFlag{now: time.Now}
-	until := timeFlag{now: time.Now}
-	fs.Var(&since, "since", "only events at or after `T`")
-	fs.Var(&until, "until", "only events before `T`")
+	since, until := timeRangeFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

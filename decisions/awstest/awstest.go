@@ -7,10 +7,12 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
 // The environment variables tests/run sets to the stand-ins' endpoints.
@@ -48,4 +50,25 @@ func Config(t testing.TB) aws.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// CreateTable creates the table spec describes through dc, waits until it
+// is active, and deletes it when the test ends.
+func CreateTable(t testing.TB, dc *dynamodb.Client, spec *dynamodb.CreateTableInput) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := aws.ToString(spec.TableName)
+	if _, err := dc.CreateTable(ctx, spec); err != nil {
+		t.Fatalf("create table %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if _, err := dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: spec.TableName}); err != nil {
+			t.Errorf("delete table %s: %v", name, err)
+		}
+	})
+	waiter := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
+	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: spec.TableName}, 30*time.Second); err != nil {
+		t.Fatalf("wait for table %s: %v", name, err)
+	}
 }

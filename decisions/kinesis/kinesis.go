@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
@@ -440,29 +441,34 @@ func noRetry(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} }
 
 // backoff returns a full-jitter delay after attempts failures.
 func (s *Sink) backoff(attempts int) time.Duration {
-	bound := s.opts.MaxDelay
-	if attempts <= 32 {
-		if b := s.opts.BaseDelay << (attempts - 1); b > 0 && b < bound {
+	return fullJitter(s.opts.BaseDelay, s.opts.MaxDelay, attempts, s.rng.Int64N)
+}
+
+// fullJitter returns a delay drawn by int64n (rand.Int64N or a Rand's)
+// uniformly from [0, min(max, base·2^(failures-1))]: exponential backoff
+// with full jitter.
+func fullJitter(base, max time.Duration, failures int, int64n func(int64) int64) time.Duration {
+	bound := max
+	if failures <= 32 {
+		if b := base << (failures - 1); b > 0 && b < bound {
 			bound = b
 		}
 	}
 	if bound <= 0 {
 		return 0
 	}
-	return time.Duration(s.rng.Int64N(int64(bound) + 1))
+	return time.Duration(int64n(int64(bound) + 1))
 }
 
+// isThrottle reports whether err is a throttling error, by the AWS SDK's
+// list of throttling error codes.
 func isThrottle(err error) bool {
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
 		return false
 	}
-	switch ae.ErrorCode() {
-	case "ProvisionedThroughputExceededException", "ThrottlingException", "Throttling", "LimitExceededException",
-		"RequestLimitExceeded", "TooManyRequestsException", "SlowDown":
-		return true
-	}
-	return false
+	_, ok := retry.DefaultThrottleErrorCodes[ae.ErrorCode()]
+	return ok
 }
 
 // retryable reports whether a failed call may succeed if made again:

@@ -195,7 +195,6 @@ type Source struct {
 	problems []error
 
 	records, events, batches, corrupt, checkpoints, taken, lost, throttled, retries atomic.Uint64
-	heldN                                                                           atomic.Int64
 }
 
 // observed is a lease's counter and when, by this worker's clock, it was
@@ -238,10 +237,13 @@ func (s *Source) Worker() string { return s.opts.Worker }
 
 // Stats returns the counters.
 func (s *Source) Stats() SourceStats {
+	s.mu.Lock()
+	held := len(s.held)
+	s.mu.Unlock()
 	return SourceStats{
 		Records: s.records.Load(), Events: s.events.Load(), Batches: s.batches.Load(), Corrupt: s.corrupt.Load(),
 		Checkpoints: s.checkpoints.Load(), Taken: s.taken.Load(), Lost: s.lost.Load(), Throttled: s.throttled.Load(),
-		Retries: s.retries.Load(), Held: s.heldN.Load(),
+		Retries: s.retries.Load(), Held: int64(held),
 	}
 }
 
@@ -399,7 +401,6 @@ func (s *Source) stop(c *consumer) {
 	s.mu.Lock()
 	if s.held[c.shard] == c {
 		delete(s.held, c.shard)
-		s.heldN.Add(-1)
 	}
 	s.mu.Unlock()
 }
@@ -509,7 +510,6 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
 	s.seen[le.shard] = observed{counter: le.counter, at: now}
 	if s.held[le.shard] == nil {
 		s.held[le.shard] = &consumer{shard: le.shard, renewedAt: now}
-		s.heldN.Add(1)
 	}
 	s.mu.Unlock()
 	return true
@@ -671,8 +671,7 @@ func (r *shardReader) iterator(ctx context.Context) error {
 func (r *shardReader) pause(ctx context.Context, _ error) error {
 	r.s.retries.Add(1)
 	r.fails++
-	bound := min(50*time.Millisecond<<min(r.fails, 10), 5*time.Second)
-	if err := sleep(ctx, time.Duration(rand.Int64N(int64(bound))+1)); err != nil {
+	if err := sleep(ctx, fullJitter(100*time.Millisecond, 5*time.Second, r.fails, rand.Int64N)); err != nil {
 		return errStopped
 	}
 	return nil

@@ -26,17 +26,8 @@ func dynamoClient(t testing.TB, ep string) *dynamodb.Client {
 // test.
 func newLeaseTable(t testing.TB, dc *dynamodb.Client) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	name := fmt.Sprintf("leases-%d-%d", time.Now().UnixNano(), streams.Add(1))
-	if _, err := dc.CreateTable(ctx, LeaseTableSpec(name)); err != nil {
-		t.Fatal(err)
-	}
-	w := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
-	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)}) })
+	awstest.CreateTable(t, dc, LeaseTableSpec(name))
 	return name
 }
 

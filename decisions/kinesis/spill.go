@@ -56,16 +56,15 @@ type Spill struct {
 	w    *decisionlog.Writer
 	opts SpillOptions
 
-	mu        sync.Mutex // serialises the Sink, the log's writer and the drainer's deliveries
-	committed uint64     // drained up to here
-	pending   []entry    // scratch
+	mu      sync.Mutex // serialises the Sink, the log's writer and the drainer's deliveries
+	pending []entry    // scratch
 
 	wake       chan struct{}
 	stop, done chan struct{}
 	closeOnce  sync.Once
 
 	spilled, drained, dropped atomic.Uint64
-	backlog                   atomic.Uint64
+	committed                 atomic.Uint64 // drained up to this offset of the log
 }
 
 var _ decisions.BatchWriter = (*Spill)(nil)
@@ -97,13 +96,13 @@ func NewSpill(sink *Sink, opts SpillOptions) (*Spill, error) {
 		codec = decisionlog.CodecJSON
 	}
 	s := &Spill{
-		sink: sink, log: log, opts: opts, committed: committed,
+		sink: sink, log: log, opts: opts,
 		w:    decisionlog.NewWriter(log, decisionlog.WriterOptions{Codec: codec}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	s.backlog.Store(log.NextOffset() - committed)
+	s.committed.Store(committed)
 	go s.drain()
-	if s.backlog.Load() > 0 {
+	if s.backlog() > 0 {
 		s.poke()
 	}
 	return s, nil
@@ -118,7 +117,7 @@ func (s *Spill) WriteBatch(ds []decisions.Decision) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.backlog.Load() > 0 {
+	if s.backlog() > 0 {
 		return s.spillEvents(ds)
 	}
 	undelivered, _ := s.sink.deliver(ds)
@@ -137,7 +136,6 @@ func (s *Spill) spillEvents(ds []decisions.Decision) error {
 		return fmt.Errorf("spill decisions: %d events lost: %w", len(ds), err)
 	}
 	s.spilled.Add(uint64(len(ds)))
-	s.backlog.Add(uint64(len(ds)))
 	return nil
 }
 
@@ -156,7 +154,6 @@ func (s *Spill) spillEntries(es []entry) error {
 		return fmt.Errorf("spill decisions: %d events lost: %w", n, err)
 	}
 	s.spilled.Add(uint64(n))
-	s.backlog.Add(uint64(n))
 	return nil
 }
 
@@ -186,10 +183,10 @@ func (s *Spill) drain() {
 		case <-retry:
 		}
 		retry = nil
-		for s.backlog.Load() > 0 {
+		for s.backlog() > 0 {
 			if r == nil {
 				var err error
-				if r, err = s.log.Reader(s.committed); err != nil {
+				if r, err = s.log.Reader(s.committed.Load()); err != nil {
 					retry = time.After(s.opts.Retry)
 					break
 				}
@@ -245,18 +242,21 @@ func (s *Spill) commit(rec seglog.Record) bool {
 	if err := s.log.CommitOffset(spillConsumer, next); err != nil {
 		return false
 	}
-	s.backlog.Add(-uint64(next - s.committed))
-	s.committed = next
+	s.committed.Store(next)
 	s.log.RemoveBefore(next)
 	return true
 }
+
+// backlog is how many spilled events wait: those appended past the last
+// commit.
+func (s *Spill) backlog() uint64 { return s.log.NextOffset() - s.committed.Load() }
 
 // Flush does nothing: WriteBatch is synchronous.
 func (s *Spill) Flush() error { return nil }
 
 // Stats returns the counters.
 func (s *Spill) Stats() SpillStats {
-	return SpillStats{Spilled: s.spilled.Load(), Drained: s.drained.Load(), Dropped: s.dropped.Load(), Backlog: s.backlog.Load()}
+	return SpillStats{Spilled: s.spilled.Load(), Drained: s.drained.Load(), Dropped: s.dropped.Load(), Backlog: s.backlog()}
 }
 
 // Close stops the drainer and closes the spill log; what is still in it

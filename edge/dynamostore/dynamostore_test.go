@@ -38,21 +38,8 @@ func newClient(t testing.TB) *dynamodb.Client {
 // when the test ends.
 func newTable(t testing.TB) string {
 	t.Helper()
-	dc := newClient(t)
-	ctx := context.Background()
 	name := fmt.Sprintf("dynamostore-%016x", rand.Uint64())
-	if _, err := dc.CreateTable(ctx, dynamostore.TableSpec(name)); err != nil {
-		t.Fatalf("create table: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)}); err != nil {
-			t.Errorf("delete table: %v", err)
-		}
-	})
-	waiter := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
-	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 30*time.Second); err != nil {
-		t.Fatalf("wait for table: %v", err)
-	}
+	awstest.CreateTable(t, newClient(t), dynamostore.TableSpec(name))
 	return name
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -39,21 +38,8 @@ func dynamo(t *testing.T) connector {
 	client := func() *dynamodb.Client {
 		return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(ep) })
 	}
-	dc := client()
-	ctx := context.Background()
 	table := fmt.Sprintf("accuracy-%016x", rand.Uint64())
-	if _, err := dc.CreateTable(ctx, dynamostore.TableSpec(table)); err != nil {
-		t.Fatalf("create table: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
-			t.Errorf("delete table: %v", err)
-		}
-	})
-	waiter := dynamodb.NewTableExistsWaiter(dc, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
-	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 30*time.Second); err != nil {
-		t.Fatalf("wait for table: %v", err)
-	}
+	awstest.CreateTable(t, client(), dynamostore.TableSpec(table))
 	return func(*testing.T) func(int) (accuracy.Backend, error) {
 		return func(int) (accuracy.Backend, error) {
 			// dynalite ignores ReturnValuesOnConditionCheckFailure.
