@@ -160,7 +160,8 @@ func (a *awsInit) table(ctx context.Context, spec *dynamodb.CreateTableInput, tt
 	switch {
 	case err == nil:
 		fmt.Fprintf(a.out, "table %s: time to live on %s\n", name, attr)
-	case errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" && containsAny(ae.ErrorMessage(), "already enabled", "TimeToLive is active"):
+	case errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" &&
+		(strings.Contains(ae.ErrorMessage(), "already enabled") || strings.Contains(ae.ErrorMessage(), "TimeToLive is active")):
 		fmt.Fprintf(a.out, "table %s: time to live on %s already\n", name, attr)
 	case errors.As(err, &ae) && (ae.ErrorCode() == "UnknownOperationException" || ae.ErrorCode() == "UnrecognizedClientException"):
 		// The local stand-ins have no time to live; counters carry their
@@ -170,13 +171,4 @@ func (a *awsInit) table(ctx context.Context, spec *dynamodb.CreateTableInput, tt
 		return fmt.Errorf("table %s: enable time to live: %w", name, err)
 	}
 	return nil
-}
-
-func containsAny(s string, subs ...string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
 }
