@@ -49,14 +49,19 @@ type Identity struct {
 
 // JWT verifies bearer tokens in the Authorization header.
 type JWT struct {
-	Algorithm     string        `yaml:"algorithm"`       // HS256, RS256 or ES256
-	KeyEnv        string        `yaml:"key_env"`         // HS256: environment variable holding the shared key
-	PublicKeyFile string        `yaml:"public_key_file"` // RS256/ES256: PEM public key
-	UserClaim     string        `yaml:"user_claim"`      // default sub
-	PlanClaim     string        `yaml:"plan_claim"`      // default plan
-	Issuer        string        `yaml:"issuer"`          // required iss when set
-	Audience      string        `yaml:"audience"`        // required aud when set
-	Leeway        time.Duration `yaml:"leeway"`          // clock skew allowed on exp/nbf; default 30s
+	Algorithm     string `yaml:"algorithm"`       // HS256, RS256 or ES256
+	KeyEnv        string `yaml:"key_env"`         // HS256: environment variable holding the shared key
+	PublicKeyFile string `yaml:"public_key_file"` // RS256/ES256: PEM public key
+	UserClaim     string `yaml:"user_claim"`      // default sub
+	PlanClaim     string `yaml:"plan_claim"`      // default plan
+	Issuer        string `yaml:"issuer"`          // required iss when set
+	Audience      string `yaml:"audience"`        // required aud when set
+	// Leeway is the clock skew allowed on exp and nbf; default 30s. A
+	// written 0s is no leeway, not the default.
+	Leeway *time.Duration `yaml:"leeway"`
+	// RequireExp refuses tokens without an exp claim, which would
+	// otherwise be accepted forever; default true.
+	RequireExp *bool `yaml:"require_exp"`
 }
 
 // Store is the counter store and what happens when it fails.

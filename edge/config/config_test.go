@@ -170,6 +170,18 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestJWTLeewayZero: a leeway written as 0s is zero, not the default.
+func TestJWTLeewayZero(t *testing.T) {
+	c := mustParse(t, "identity:\n  jwt: {algorithm: RS256, public_key_file: key.pem, leeway: 0s}\n")
+	c.Defaults()
+	if got := *c.Identity.JWT.Leeway; got != 0 {
+		t.Errorf("leeway: 0s became %v", got)
+	}
+	if !*c.Identity.JWT.RequireExp {
+		t.Error("require_exp is false by default")
+	}
+}
+
 func TestRuleDefaults(t *testing.T) {
 	c := mustParse(t, `
 identity:
@@ -190,6 +202,7 @@ tiers:
 		{describe(a.Global), "60/1m token_bucket burst 60 challenge"},
 		{describe(a.Paths["/a"]), "5/1m token_bucket burst 7"},
 		{c.Identity.JWT.UserClaim + " " + c.Identity.JWT.PlanClaim + " " + c.Identity.JWT.Leeway.String(), "sub plan 30s"},
+		{strconv.FormatBool(*c.Identity.JWT.RequireExp), "true"},
 	} {
 		if d.got != d.want {
 			t.Errorf("got %q, want %q", d.got, d.want)

@@ -34,7 +34,12 @@ func (c *Config) Defaults() {
 	if j := id.JWT; j != nil {
 		def(&j.UserClaim, "sub")
 		def(&j.PlanClaim, "plan")
-		def(&j.Leeway, 30*time.Second)
+		if j.Leeway == nil {
+			j.Leeway = new(30 * time.Second)
+		}
+		if j.RequireExp == nil {
+			j.RequireExp = new(true)
+		}
 	}
 
 	s := &c.Store

@@ -274,7 +274,9 @@ func (v *validator) identity(id *Identity) {
 	if j.PlanClaim != "" && j.PlanClaim == j.UserClaim {
 		v.report(key("identity", "jwt", "plan_claim"), j.PlanClaim, "is also the user claim", "a different claim")
 	}
-	v.durationRange(key("identity", "jwt", "leeway"), j.Leeway, 0, math.MaxInt64)
+	if j.Leeway != nil {
+		v.durationRange(key("identity", "jwt", "leeway"), *j.Leeway, 0, math.MaxInt64)
+	}
 }
 
 func (v *validator) store(s *Store) {
