@@ -132,6 +132,16 @@ type Challenge struct {
 	// to the token endpoint; default RATEWARDEN_VERIFIER_SECRET.
 	VerifierSecretEnv string `yaml:"verifier_secret_env"`
 	Endpoint          string `yaml:"endpoint"` // token endpoint path on the edge; default /.ratewarden/token
+	// EndpointFailures limits wrong verifier secrets at the token endpoint
+	// per client address; past it every request from the address is
+	// refused until the window lets it.
+	EndpointFailures FailureLimit `yaml:"endpoint_failures"`
+}
+
+// FailureLimit is a number of failures allowed in a sliding window.
+type FailureLimit struct {
+	Limit  int64         `yaml:"limit"`  // failures per window; default 10
+	Window time.Duration `yaml:"window"` // default 1m
 }
 
 // Decisions is the local decision log: an append-only directory of

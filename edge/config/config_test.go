@@ -157,6 +157,8 @@ func TestDefaults(t *testing.T) {
 		{"challenge.keys_env", c.Challenge.KeysEnv, "RATEWARDEN_CHALLENGE_KEYS"},
 		{"challenge.verifier_secret_env", c.Challenge.VerifierSecretEnv, "RATEWARDEN_VERIFIER_SECRET"},
 		{"challenge.endpoint", c.Challenge.Endpoint, "/.ratewarden/token"},
+		{"challenge.endpoint_failures.limit", c.Challenge.EndpointFailures.Limit, int64(10)},
+		{"challenge.endpoint_failures.window", c.Challenge.EndpointFailures.Window, time.Minute},
 		{"lists.refresh", c.Lists.Refresh, 30 * time.Second},
 		{"global.limit", g.Limit, int64(60)},
 		{"global.window", g.Window, time.Minute},
@@ -470,6 +472,8 @@ tiers:
 		{"token ttl", "challenge:\n  enabled: true\n  token_ttl: 30s # <-\n" + anonymous, "challenge.token_ttl", `"30s" is not allowed; use 1m to 24h`},
 		{"challenge page", "challenge:\n  enabled: true\n  page: captcha # <-\n" + anonymous, "challenge.page", "use a path starting with / or an absolute http or https URL"},
 		{"challenge endpoint", "challenge:\n  enabled: true\n  endpoint: token # <-\n" + anonymous, "challenge.endpoint", "use a path starting with /"},
+		{"endpoint failures limit", "challenge:\n  enabled: true\n  endpoint_failures:\n    limit: -1 # <-\n" + anonymous, "challenge.endpoint_failures.limit", `"-1" is not allowed; use 1 to 1000000000`},
+		{"endpoint failures window", "challenge:\n  enabled: true\n  endpoint_failures: {window: 48h} # <-\n" + anonymous, "challenge.endpoint_failures.window", `"48h" is not allowed; use 1s to 24h`},
 		{"challenge cookie", "challenge:\n  enabled: true\n  cookie: a;b # <-\n" + anonymous, "challenge.cookie", "use a cookie name"},
 		{"lists refresh", "lists:\n  refresh: 10ms # <-\n" + anonymous, "lists.refresh", `"10ms" is not allowed; use 1s or more`},
 	} {

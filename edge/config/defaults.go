@@ -69,6 +69,8 @@ func (c *Config) Defaults() {
 	def(&ch.KeysEnv, "RATEWARDEN_CHALLENGE_KEYS")
 	def(&ch.VerifierSecretEnv, "RATEWARDEN_VERIFIER_SECRET")
 	def(&ch.Endpoint, "/.ratewarden/token")
+	def(&ch.EndpointFailures.Limit, 10)
+	def(&ch.EndpointFailures.Window, time.Minute)
 
 	def(&c.Lists.Refresh, 30*time.Second)
 

@@ -332,6 +332,8 @@ func (v *validator) challenge(ch *Challenge) {
 	if !strings.HasPrefix(ch.Endpoint, "/") {
 		v.report(key("challenge", "endpoint"), ch.Endpoint, "is not allowed", "a path starting with /")
 	}
+	v.intRange(key("challenge", "endpoint_failures", "limit"), ch.EndpointFailures.Limit, 1, MaxLimit)
+	v.durationRange(key("challenge", "endpoint_failures", "window"), ch.EndpointFailures.Window, limit.MinWindow, limit.MaxWindow)
 }
 
 func (v *validator) tiers(tiers map[string]*Tier) {
