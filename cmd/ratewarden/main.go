@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "edge":
 		return runEdge(ctx, args[1:], stdout, stderr, getenv)
 	case "config":
-		return runConfig(args[1:], stdout, stderr)
+		return runConfig(args[1:], stdout, stderr, getenv)
 	case "decisions":
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":

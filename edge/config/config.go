@@ -25,6 +25,10 @@ type Config struct {
 	lines map[string]int
 }
 
+// File returns the name the configuration was read from, as given to Parse
+// or Load; "" for a configuration built in code.
+func (c *Config) File() string { return c.file }
+
 // Edge is the edge process: where it listens and where it forwards.
 type Edge struct {
 	Listen          string        `yaml:"listen"`            // default 127.0.0.1:8080

@@ -44,6 +44,11 @@ func TestSeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The built-in configuration: no proxy, loopback included, may claim
+	// a client's address, user or plan.
+	if len(c.Identity.TrustedProxies) != 0 || len(c.Warnings()) != 0 {
+		t.Errorf("seed.yaml trusts %q; warnings %v", c.Identity.TrustedProxies, c.Warnings())
+	}
 	var lines []string
 	tiers := c.ResolvedTiers()
 	for _, name := range sortedKeys(tiers) {
@@ -819,4 +824,44 @@ func markedLine(yaml string) int {
 		}
 	}
 	return 0
+}
+
+// TestTrustedProxyWarnings: trusted ranges that take in every address, or
+// more public space than any proxy fleet, are warned about with their
+// line; private ranges and providers' published ranges are not.
+func TestTrustedProxyWarnings(t *testing.T) {
+	for _, c := range []struct {
+		proxy string
+		warn  string // "" for no warning
+	}{
+		{"0.0.0.0/0", "trusts every address"},
+		{`"::/0"`, "trusts every address"},
+		{`"::ffff:0.0.0.0/96"`, "trusts every address"},
+		{"0.0.0.0/1", "is wider than /8"},
+		{"1.0.0.0/7", "is wider than /8"},
+		{"2000::/3", "is wider than /24"},
+		{"2600::/12", "is wider than /24"},
+		{"10.0.0.0/8", ""},
+		{"13.32.0.0/15", ""},
+		{"2600:9000::/28", ""},
+		{"fc00::/7", ""},
+		{"127.0.0.1", ""},
+		{`"::1"`, ""},
+	} {
+		t.Run(c.proxy, func(t *testing.T) {
+			c1 := mustParse(t, "identity:\n  trusted_proxies:\n    - 192.0.2.1\n    - "+c.proxy+"\n")
+			c1.Defaults()
+			ws := c1.Warnings()
+			if c.warn == "" {
+				if len(ws) != 0 {
+					t.Errorf("warnings %v", ws)
+				}
+				return
+			}
+			want := "test.yaml:4: identity.trusted_proxies[1]: " + strconv.Quote(strings.Trim(c.proxy, `"`)) + " " + c.warn
+			if len(ws) != 1 || !strings.HasPrefix(ws[0].Error(), want) {
+				t.Errorf("warnings %v, want one starting %s", ws, want)
+			}
+		})
+	}
 }
