@@ -25,11 +25,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
 			URI: r.URL.RequestURI(), Header: r.Header,
 		}
-		hdr := l.cfg.Edge.RequestIDHeader
-		if req.RequestID = r.Header.Get(hdr); req.RequestID == "" || len(req.RequestID) > 128 {
-			req.RequestID = l.ids.next()
-			r.Header.Set(hdr, req.RequestID)
-		}
+		req.RequestID = l.requestID(r)
 		var v Verdict
 		l.Decide(r.Context(), now, &req, &v)
 		if resp, refused := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
@@ -42,6 +38,19 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// requestID returns r's request id from the configured header, or, when it
+// has none (or an overlong one), a generated id, which it sets on r for
+// the origin.
+func (l *Limiter) requestID(r *http.Request) string {
+	hdr := l.cfg.Edge.RequestIDHeader
+	id := r.Header.Get(hdr)
+	if id == "" || len(id) > 128 {
+		id = l.ids.next()
+		r.Header.Set(hdr, id)
+	}
+	return id
 }
 
 // requestIDs generates request ids: a random per-process prefix and a
@@ -95,7 +104,7 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 		}
 		now := time.Now()
 		req := Request{RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
-			URI: r.URL.RequestURI(), Header: r.Header, RequestID: r.Header.Get(l.cfg.Edge.RequestIDHeader)}
+			URI: r.URL.RequestURI(), Header: r.Header, RequestID: l.requestID(r)}
 		var v Verdict
 		if !l.tokenAttempt(r.Context(), now, &req, &v) {
 			resp, _ := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param)

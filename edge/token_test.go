@@ -66,7 +66,7 @@ func TestTokenEndpointLimit(t *testing.T) {
 		if strings.Contains(string(b), "guess-") || strings.Contains(string(b), verifierSecret) {
 			t.Errorf("decision %d holds the secret: %s", i, b)
 		}
-		if d.Rule != "token_endpoint" || d.Path != cfg.Challenge.Endpoint || d.Method != "POST" || !strings.HasPrefix(d.Reason, "token endpoint: ") {
+		if d.RequestID == "" || d.Rule != "token_endpoint" || d.Path != cfg.Challenge.Endpoint || d.Method != "POST" || !strings.HasPrefix(d.Reason, "token endpoint: ") {
 			t.Errorf("decision %d: %s", i, b)
 		}
 	}
