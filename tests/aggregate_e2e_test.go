@@ -60,7 +60,7 @@ func TestEdgeAndAggregate(t *testing.T) {
 	defer origin.Close()
 	tmp := t.TempDir()
 	logDir, stateDir, partials := filepath.Join(tmp, "log"), filepath.Join(tmp, "state"), filepath.Join(tmp, "partials")
-	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-dir", logDir)
+	base, _ := startEdge(t, bin, nil, "--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL, "--decisions-dir", logDir)
 
 	agg := exec.Command(bin, "aggregate", "--decisions-dir", logDir, "--state-dir", stateDir,
 		"--partials", "dir:"+partials, "--window", "1s", "--lateness", "100ms")
