@@ -106,6 +106,7 @@ func New(cfg Config, getenv func(string) string, sinks ...Sink) (*Logger, error)
 		index:       make(map[string]int),
 		dimsDirty:   true,
 	}
+	l.enc.trusted = true // every name and value was checked as it was put
 	if l.useDefaults {
 		l.defaults = env.defaultDimensions()
 		if err := checkDimensions("default dimension", l.defaults); err != nil {
