@@ -125,8 +125,9 @@ const (
 // dimension set or property the specification does not allow, a timestamp
 // out of range, repeated names) appends nothing and returns an
 // *InvalidError. A metric that has no room even for one value next to the
-// dimensions and properties is left out, with an *InvalidError in the
-// joined error; the rest is appended. A document without values appends
+// dimensions and properties, or that would bring the document over 2^20
+// values once Counts are expanded, is left out, with an *InvalidError in
+// the joined error; the rest is appended. A document without values appends
 // nothing. AppendDocuments is safe for concurrent use.
 func AppendDocuments(dst []byte, doc *Document, lim Limits) ([]byte, error) {
 	e := encoderPool.Get().(*encoder)
@@ -154,6 +155,7 @@ type encoder struct {
 	valued  stringSet      // names of metrics with values
 	props   stringSet      // property names
 	setKeys stringSet      // keys of one dimension set
+	skipped []error        // metrics left out for having too many values
 
 	buf []byte // a Writer's output, reused
 
@@ -180,6 +182,7 @@ var encoderPool = sync.Pool{New: func() any { return new(encoder) }}
 func (e *encoder) release() {
 	e.out = nil
 	clear(e.ms) // drop references to the caller's metrics
+	clear(e.skipped)
 	if cap(e.buf) > 4<<20 || cap(e.vals) > 1<<16 || cap(e.members) > 1<<16 || cap(e.defs) > 1<<16 || len(e.keyAt) > 1<<10 {
 		return
 	}
@@ -200,8 +203,10 @@ func (e *encoder) encode(dst []byte, doc *Document, lim Limits) (out []byte, doc
 	if err != nil {
 		return dst, 0, 1, fmt.Errorf("encode document: %w", err)
 	}
+	errs := e.skipped
+	rejected = len(errs)
 	if total == 0 {
-		return dst, 0, 0, nil
+		return dst, 0, rejected, errors.Join(errs...)
 	}
 
 	h := append(e.head[:0], `"_aws":{"Timestamp":`...)
@@ -214,7 +219,6 @@ func (e *encoder) encode(dst []byte, doc *Document, lim Limits) (out []byte, doc
 	e.head = h
 
 	e.out, e.docNo, e.docs = dst, 0, 0
-	var errs []error
 	e.open()
 	for left := total; left > 0; {
 		for i := range e.ms {
@@ -432,7 +436,7 @@ func (e *encoder) prepareMetrics(metrics []Metric) (int, error) {
 	}
 	e.names.reset()
 	e.valued.reset()
-	e.ms, e.spans, e.vals = e.ms[:0], e.spans[:0], e.vals[:0]
+	e.ms, e.spans, e.vals, e.skipped = e.ms[:0], e.spans[:0], e.vals[:0], e.skipped[:0]
 	total := 0
 	for i := range metrics {
 		m := &metrics[i]
@@ -441,29 +445,31 @@ func (e *encoder) prepareMetrics(metrics []Metric) (int, error) {
 				return 0, err
 			}
 		}
-		span := -1
-		values := m.Values
+		n := len(m.Values)
+		if m.Counts != nil {
+			n = 0
+			for _, c := range m.Counts {
+				n += int(min(c, maxExpandedValues+1))
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		if total+n > maxExpandedValues {
+			e.skipped = append(e.skipped, fmt.Errorf("encode metric %q: %w", m.Name, &InvalidError{"metric values", strconv.Itoa(n),
+				"are too many once counts are expanded, after " + strconv.Itoa(total) + " values of other metrics",
+				"at most " + strconv.Itoa(maxExpandedValues) + " values per document"}))
+			continue
+		}
+		span, values := -1, m.Values
 		if m.Counts != nil {
 			span = len(e.vals)
 			for j, v := range m.Values {
-				c := m.Counts[j]
-				if c > maxExpandedValues || len(e.vals)+int(c) > maxExpandedValues {
-					return 0, &InvalidError{"metric counts", m.Name, "expand to more than " + strconv.Itoa(maxExpandedValues) + " values in the document", "counts that sum to at most " + strconv.Itoa(maxExpandedValues) + " per document"}
-				}
-				for range c {
+				for range m.Counts[j] {
 					e.vals = append(e.vals, v)
 				}
 			}
-			values = nil
-			if len(e.vals) > span {
-				values = e.vals[span:] // re-sliced below once vals stops growing
-			}
-		}
-		if len(values) == 0 {
-			continue
-		}
-		if total+len(values) > maxExpandedValues {
-			return 0, &InvalidError{"metric values", m.Name, "bring the document over " + strconv.Itoa(maxExpandedValues) + " values", "at most " + strconv.Itoa(maxExpandedValues) + " values per document"}
+			values = e.vals[span:] // re-sliced below once vals stops growing
 		}
 		total += len(values)
 		e.valued.add(m.Name)

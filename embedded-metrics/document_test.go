@@ -193,7 +193,6 @@ func TestAppendDocumentsRefuses(t *testing.T) {
 		{"metric value NaN", valid(func(d *Document) { d.Metrics[0].Values = []float64{1, math.NaN()} }), Limits{}, "metric value"},
 		{"metric value too large", valid(func(d *Document) { d.Metrics[0].Values = []float64{1.2e108} }), Limits{}, "metric value"},
 		{"counts for fewer values", valid(func(d *Document) { d.Metrics[0].Counts = []uint64{1, 2} }), Limits{}, "metric counts"},
-		{"counts expand too far", valid(func(d *Document) { d.Metrics[0].Counts = []uint64{maxExpandedValues + 1} }), Limits{}, "metric counts"},
 		{"property _aws", valid(func(d *Document) { d.Properties[0].Name = "_aws" }), Limits{}, "property name"},
 		{"property twice", valid(func(d *Document) { d.Properties[1].Name = d.Properties[0].Name }), Limits{}, "property name"},
 		{"property not JSON", valid(func(d *Document) { d.Properties[0].Value = json.RawMessage("{") }), Limits{}, "property value"},
@@ -230,6 +229,20 @@ func TestAppendDocumentsNoRoom(t *testing.T) {
 	}
 	if len(out) != 0 {
 		t.Errorf("appended %d bytes, want none", len(out))
+	}
+}
+
+func TestAppendDocumentsTooManyValues(t *testing.T) {
+	doc := windowDocument(3)
+	doc.Metrics[12].Counts[0] = maxExpandedValues // StoreLatency: 2^20 + 5 values
+	out, err := AppendDocuments(nil, doc, Limits{Now: testNow})
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Field != "metric values" {
+		t.Fatalf("error %v, want an *InvalidError for the metric values", err)
+	}
+	got := checkDocuments(t, splitLines(t, out), DefaultMaxDocumentSize, nil, nil)
+	if len(got.values["StoreLatency"]) != 0 || !slices.Equal(got.values["Requests"], []float64{1200}) || got.docs != 1 {
+		t.Errorf("got %d documents, StoreLatency %v, Requests %v; want one document without StoreLatency", got.docs, head(got.values["StoreLatency"]), got.values["Requests"])
 	}
 }
 
