@@ -136,8 +136,7 @@ func (l *Logger) PutMetric(name string, value float64, unit Unit) error {
 // PutMetricWithResolution is PutMetric with a storage resolution, High or
 // Standard. One metric has one resolution per flush.
 func (l *Logger) PutMetricWithResolution(name string, value float64, unit Unit, res Resolution) error {
-	if math.IsNaN(value) || math.IsInf(value, 0) || math.Abs(value) > maxMetricValue ||
-		value != 0 && math.Abs(value) < minMetricMagnitude {
+	if !validMetricValue(value) {
 		l.rejected.Add(1)
 		f := checkMetricValue(value)
 		return fmt.Errorf("put metric %q: %w", name, &InvalidError{"metric value", strconv.FormatFloat(value, 'g', -1, 64), f.problem, f.allowed})
