@@ -332,6 +332,25 @@ func TestWriter(t *testing.T) {
 	}
 }
 
+// TestWriterStdout checks that a Writer's stdout sink receives exactly the
+// lines AppendDocuments encodes.
+func TestWriterStdout(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(WriterOptions{ValidateDocuments: true}, NewStdoutSink(&buf))
+	must(t, err)
+	doc := windowDocument(150)
+	must(t, w.Write(context.Background(), doc, testNow))
+	must(t, w.Close(context.Background()))
+	want, err := AppendDocuments(nil, doc, Limits{Now: testNow})
+	must(t, err)
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Errorf("stdout got\n%s\nwant\n%s", buf.Bytes(), want)
+	}
+	if st := w.Stats(); st.Sinks[0].Written != 4 || st.Sinks[0].Sink.Written != 4 || st.Sinks[0].Sink.Buffered != 0 {
+		t.Errorf("stats %+v, want 4 documents written", st)
+	}
+}
+
 // FuzzDocuments checks that every line AppendDocuments writes passes
 // Validate, that nothing is appended to a refused document, that the same
 // document encodes to the same bytes, and that no value is lost.
