@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,8 +63,9 @@ func TestEdgeAndAggregate(t *testing.T) {
 	logDir, stateDir, partials := filepath.Join(tmp, "log"), filepath.Join(tmp, "state"), filepath.Join(tmp, "partials")
 	base, _ := startEdge(t, bin, nil, "--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL, "--decisions-dir", logDir)
 
+	emfFile := filepath.Join(tmp, "emf.jsonl")
 	agg := exec.Command(bin, "aggregate", "--decisions-dir", logDir, "--state-dir", stateDir,
-		"--partials", "dir:"+partials, "--window", "1s", "--lateness", "100ms")
+		"--partials", "dir:"+partials, "--emf", "file:"+emfFile, "--window", "1s", "--lateness", "100ms")
 	var aggOut bytes.Buffer
 	agg.Stdout, agg.Stderr = &aggOut, &aggOut
 	if err := agg.Start(); err != nil {
@@ -105,15 +107,56 @@ func TestEdgeAndAggregate(t *testing.T) {
 		t.Fatalf("partials count %v, the edge served %v\n%s", outcomes, statuses, aggOut.String())
 	}
 
+	// The EMF: every document valid, and the service-wide Requests add up
+	// to the requests served.
+	runBinary(t, bin, nil, "emf", "validate", emfFile)
+	if got := emfServiceRequests(t, emfFile); got != clients*each {
+		t.Errorf("EMF service-wide Requests add up to %d, the edge served %d", got, clients*each)
+	}
+
 	var replays [2]map[string][]byte
 	for i := range replays {
 		out := filepath.Join(tmp, fmt.Sprint("replay", i))
 		runBinary(t, bin, nil, "replay", "--decisions-dir", logDir, "--out", out, "--window", "1s", "--lateness", "100ms")
 		replays[i] = partialFiles(t, out)
+		b, err := os.ReadFile(filepath.Join(out, "emf.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		replays[i]["emf.jsonl"] = b
+		if got := emfServiceRequests(t, filepath.Join(out, "emf.jsonl")); got != clients*each {
+			t.Errorf("replay %d: EMF Requests add up to %d, want %d", i, got, clients*each)
+		}
 	}
-	if len(replays[0]) == 0 || fmt.Sprint(replays[0]) != fmt.Sprint(replays[1]) {
+	if len(replays[0]) < 2 || fmt.Sprint(replays[0]) != fmt.Sprint(replays[1]) {
 		t.Fatalf("two replays wrote %d and %d files, or different bytes", len(replays[0]), len(replays[1]))
 	}
+}
+
+// emfServiceRequests sums Requests over the service-wide documents (no
+// dimensions) of an EMF file.
+func emfServiceRequests(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var doc struct {
+			AWS struct {
+				CloudWatchMetrics []struct{ Dimensions [][]string }
+			} `json:"_aws"`
+			Requests *float64
+		}
+		if err := json.Unmarshal(line, &doc); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if doc.Requests != nil && len(doc.AWS.CloudWatchMetrics[0].Dimensions) == 1 && len(doc.AWS.CloudWatchMetrics[0].Dimensions[0]) == 0 {
+			total += int(*doc.Requests)
+		}
+	}
+	return total
 }
 
 // TestAggregateKilled: `ratewarden aggregate` killed with SIGKILL twenty
