@@ -530,11 +530,24 @@ tiers:
 	}
 }
 
-func TestAdminListenDisabled(t *testing.T) {
-	c := mustParse(t, "edge: {admin_listen: \"\"}\n"+anonymous)
-	c.Defaults()
-	if c.Edge.AdminListen != "" {
-		t.Errorf("admin_listen = %q, want it disabled", c.Edge.AdminListen)
+// TestAdminListen holds the one exception to "empty means the default":
+// only an empty string disables the admin listener; null and an absent key
+// mean the default, as for every other key.
+func TestAdminListen(t *testing.T) {
+	for _, c := range []struct{ edge, want string }{
+		{"edge: {admin_listen: \"\"}\n", ""},
+		{"edge: {admin_listen: ''}\n", ""},
+		{"edge: {admin_listen: null}\n", "127.0.0.1:9090"},
+		{"edge: {admin_listen: ~}\n", "127.0.0.1:9090"},
+		{"edge:\n  admin_listen:\n", "127.0.0.1:9090"},
+		{"edge: {listen: 127.0.0.1:8081}\n", "127.0.0.1:9090"},
+		{"edge: {admin_listen: 127.0.0.1:9191}\n", "127.0.0.1:9191"},
+	} {
+		cfg := mustParse(t, c.edge+anonymous)
+		cfg.Defaults()
+		if cfg.Edge.AdminListen != c.want {
+			t.Errorf("%q: admin_listen = %q, want %q", c.edge, cfg.Edge.AdminListen, c.want)
+		}
 	}
 }
 
