@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
@@ -137,7 +138,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // catStream prints a Kinesis stream's events; the position column is the
 // shard.
 func catStream(ctx context.Context, p *eventPrinter, stream string, since, until time.Time, follow bool, stderr io.Writer) error {
-	acfg, err := loadAWS(ctx, "")
+	acfg, err := assemble.AWS(ctx, "")
 	if err != nil {
 		return err
 	}
