@@ -44,6 +44,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"config"}, 2, "Usage: ratewarden config check"},
 		{[]string{"token", "issue", "--help"}, 0, "-ip"},
 		{[]string{"token", "issue", "--ip", "1.2.3.4", "--user", "u"}, 2, "exactly one of --ip or --user"},
+		{[]string{"edge", "--config", "../../examples/minimal.yaml"}, 1, "sets no edge.upstream: name the origin there or with --upstream URL (--upstream builtin serves a demo origin)"},
 		{[]string{"lambda", "--help"}, 0, "-upstream"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 	}

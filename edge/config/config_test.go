@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -210,10 +211,19 @@ func TestFullExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// identity.jwt is absent by default, so full.yaml shows it commented
+	// out; uncommented, it must show every key.
+	shown, err := Parse(jwtUncommented.ReplaceAll(data, []byte("  $1")), "full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range schemaKeys(reflect.TypeFor[Config](), "") {
-		if _, ok := c.lines[k]; !ok {
+		if _, ok := shown.lines[k]; !ok {
 			t.Errorf("full.yaml does not show %s", k)
 		}
+	}
+	if c.Identity.JWT != nil {
+		t.Error("full.yaml turns on identity.jwt, which is off by default")
 	}
 	// Only the anonymous tier writes every rule key; the others are short.
 	filled, _ := Parse(data, "full.yaml")
@@ -227,6 +237,10 @@ func TestFullExample(t *testing.T) {
 		t.Errorf("full.yaml differs from its defaults:\n%+v\nwant\n%+v", filled, c)
 	}
 }
+
+// jwtUncommented matches the commented-out lines of full.yaml's
+// identity.jwt section.
+var jwtUncommented = regexp.MustCompile(`(?m)^  # (jwt:.*|  [a-z_]+: .*)$`)
 
 // schemaKeys lists the key paths of t's yaml fields, using the map keys
 // full.yaml uses for tiers and paths.
