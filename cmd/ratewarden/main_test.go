@@ -46,6 +46,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"token", "issue", "--ip", "1.2.3.4", "--user", "u"}, 2, "exactly one of --ip or --user"},
 		{[]string{"edge", "--config", "../../examples/minimal.yaml"}, 1, "sets no edge.upstream: name the origin there or with --upstream URL (--upstream builtin serves a demo origin)"},
 		{[]string{"lambda", "--help"}, 0, "-upstream"},
+		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
+		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 	}
 	for _, c := range cases {
