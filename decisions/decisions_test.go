@@ -281,6 +281,23 @@ func BenchmarkEmit(b *testing.B) {
 	}
 }
 
+// BenchmarkEmitFlush is what Lambda pays per invocation to hand one
+// decision over and wait until the writer goroutine wrote and flushed it:
+// Emit, then Flush, into Discard.
+func BenchmarkEmitFlush(b *testing.B) {
+	e := NewEmitter(Discard, EmitterOptions{Interval: time.Hour})
+	defer e.Close(context.Background())
+	d := sample()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Emit(d)
+		if err := e.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkAppendJSON(b *testing.B) {
 	d := sample()
 	buf := make([]byte, 0, 1024)
