@@ -17,7 +17,7 @@ import (
 )
 
 // loadConfig parses yaml with an origin that answers 200 as edge.upstream.
-func loadConfig(t *testing.T, yaml string) *config.Config {
+func loadConfig(t testing.TB, yaml string) *config.Config {
 	t.Helper()
 	origin := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(origin.Close)

@@ -71,6 +71,13 @@ func startEdge(t *testing.T, bin string, env []string, args ...string) (string, 
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
+	return startEdgeCommand(t, cmd)
+}
+
+// startEdgeCommand starts cmd, an edge with an admin listener, as startEdge
+// does.
+func startEdgeCommand(t *testing.T, cmd *exec.Cmd) (string, string) {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

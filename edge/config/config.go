@@ -23,6 +23,9 @@ type Config struct {
 	// lines maps a key path such as "tiers.anonymous.paths./api/reports.limit"
 	// to the line it was found on.
 	lines map[string]int
+	// nulls holds the key paths written with a null value, which means the
+	// default as an absent key does.
+	nulls map[string]bool
 }
 
 // File returns the name the configuration was read from, as given to Parse

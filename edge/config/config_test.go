@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,10 +231,19 @@ func TestFullExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// identity.jwt is absent by default, so full.yaml shows it commented
+	// out; uncommented, it must show every key.
+	shown, err := Parse(jwtUncommented.ReplaceAll(data, []byte("  $1")), "full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range schemaKeys(reflect.TypeFor[Config](), "") {
-		if _, ok := c.lines[k]; !ok {
+		if _, ok := shown.lines[k]; !ok {
 			t.Errorf("full.yaml does not show %s", k)
 		}
+	}
+	if c.Identity.JWT != nil {
+		t.Error("full.yaml turns on identity.jwt, which is off by default")
 	}
 	// Only the anonymous tier writes every rule key; the others are short.
 	filled, _ := Parse(data, "full.yaml")
@@ -247,6 +257,10 @@ func TestFullExample(t *testing.T) {
 		t.Errorf("full.yaml differs from its defaults:\n%+v\nwant\n%+v", filled, c)
 	}
 }
+
+// jwtUncommented matches the commented-out lines of full.yaml's
+// identity.jwt section.
+var jwtUncommented = regexp.MustCompile(`(?m)^  # (jwt:.*|  [a-z_]+: .*)$`)
 
 // schemaKeys lists the key paths of t's yaml fields, using the map keys
 // full.yaml uses for tiers and paths.
@@ -552,11 +566,24 @@ tiers:
 	}
 }
 
-func TestAdminListenDisabled(t *testing.T) {
-	c := mustParse(t, "edge: {admin_listen: \"\"}\n"+anonymous)
-	c.Defaults()
-	if c.Edge.AdminListen != "" {
-		t.Errorf("admin_listen = %q, want it disabled", c.Edge.AdminListen)
+// TestAdminListen holds the one exception to "empty means the default":
+// only an empty string disables the admin listener; null and an absent key
+// mean the default, as for every other key.
+func TestAdminListen(t *testing.T) {
+	for _, c := range []struct{ edge, want string }{
+		{"edge: {admin_listen: \"\"}\n", ""},
+		{"edge: {admin_listen: ''}\n", ""},
+		{"edge: {admin_listen: null}\n", "127.0.0.1:9090"},
+		{"edge: {admin_listen: ~}\n", "127.0.0.1:9090"},
+		{"edge:\n  admin_listen:\n", "127.0.0.1:9090"},
+		{"edge: {listen: 127.0.0.1:8081}\n", "127.0.0.1:9090"},
+		{"edge: {admin_listen: 127.0.0.1:9191}\n", "127.0.0.1:9191"},
+	} {
+		cfg := mustParse(t, c.edge+anonymous)
+		cfg.Defaults()
+		if cfg.Edge.AdminListen != c.want {
+			t.Errorf("%q: admin_listen = %q, want %q", c.edge, cfg.Edge.AdminListen, c.want)
+		}
 	}
 }
 
