@@ -48,6 +48,9 @@ func Store(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv fun
 		backend = st
 		log.Info("counting in DynamoDB", "table", s.DynamoDB.Table, "region", acfg.Region)
 	case "redis":
+		// go-redis logs every failed dial while Redis is down, to stderr
+		// unless told otherwise: through the command's log, rate-limited.
+		redis.SetLogger(redisstore.NewLogger(log, redisstore.DefaultLogEvery))
 		r := s.Redis
 		opts := &redis.UniversalOptions{Addrs: r.Addrs, Username: r.Username, Password: getenv(r.PasswordEnv), DB: r.DB,
 			PoolSize: r.PoolSize, ContextTimeoutEnabled: true}
