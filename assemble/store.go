@@ -41,7 +41,7 @@ func Store(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv fun
 			}
 		})
 		st, err := dynamostore.New(dynamostore.Options{Client: client, Table: s.DynamoDB.Table, Region: acfg.Region,
-			ReadAfterConditionFailure: s.DynamoDB.ReadAfterConditionFailure})
+			ReadAfterConditionFailure: s.DynamoDB.ReadAfterConditionFailure, Lease: s.DynamoDB.ConcurrencyLease})
 		if err != nil {
 			return nil, nil, fmt.Errorf("store.dynamodb: %w", err)
 		}
