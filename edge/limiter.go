@@ -82,7 +82,8 @@ type Limiter struct {
 	failClosed []string
 	ident      *identity.Resolver
 	store      Store
-	remote     bool // the store is not in-process: deadlines, breaker, latency
+	taker      remoteTaker // the store, when it says which answers are the distributed store's
+	remote     bool        // the store is not in-process: deadlines, breaker, latency
 	timeout    time.Duration
 	breaker    *breaker
 	local      *memstore.Store // fallback counters while the breaker is open
@@ -123,6 +124,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		l.ownStore = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
 		l.store = l.ownStore
 	}
+	l.taker, _ = l.store.(remoteTaker)
 	if ip, ok := l.store.(inProcess); !ok || !ip.InProcess() {
 		l.remote = true
 		l.breaker = newBreaker(cfg.Store.Breaker.Failures, cfg.Store.Breaker.Cooldown)
@@ -383,8 +385,8 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		}
 		start := time.Now()
 		remote := true
-		if rt, ok := l.store.(remoteTaker); ok {
-			e.res, remote, e.err = rt.TakeRemote(sc.ctx, key, ru.limit, now, 1)
+		if l.taker != nil {
+			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, key, ru.limit, now, 1)
 		} else {
 			e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, 1)
 		}
