@@ -380,6 +380,9 @@ func (s *Store) callerTime(ns int64) time.Time { return time.Unix(0, ns-s.offset
 // sample is late by up to the call's round trip, never early, so the
 // offset it gives moves the cache's expiries earlier, not later.
 func answeredAt(rule *limit.Rule, res limit.Result) (int64, bool) {
+	if rule.Window <= 0 {
+		return 0, false
+	}
 	switch rule.Algorithm {
 	case limit.FixedWindow, limit.TokenBucket:
 		return res.Expires - int64(res.Reset), true
