@@ -1067,3 +1067,46 @@ func TestOutageReleasesSlots(t *testing.T) {
 	}
 	l.Release(context.Background(), now, &v)
 }
+
+// TestOutageCrashedEdgeSlots: an edge crashes holding both slots of a
+// concurrency rule in DynamoDB, so their releases never come. Another
+// edge, with a store stack of its own, is refused while the crashed
+// edge's lease (store.dynamodb.concurrency_lease) runs, and counts the
+// slots free once it has passed.
+func TestOutageCrashedEdgeSlots(t *testing.T) {
+	s := dynamoOutageStore(t)
+	waitFor(t, "dynalite to serve", s.ready)
+	s.yaml = strings.Replace(s.yaml, "read_after_condition_failure: true}", "read_after_condition_failure: true, concurrency_lease: 5m}", 1)
+	const paths = "    paths:\n      /api/upload: {limit: 2, algorithm: concurrency}\n"
+	crashed, other := outageLimiter(t, &s, paths), outageLimiter(t, &s, paths)
+	const upload, uploader = "/api/upload", "203.0.113.7:4711"
+	decide := func(l *outageEdge, at time.Duration) edge.Verdict {
+		r := &edge.Request{RemoteAddr: uploader, Method: "GET", Host: "api.example.com", Path: upload, URI: upload, Header: http.Header{}}
+		var v edge.Verdict
+		if err := decideObserved(l, context.Background(), outageT0.Add(at), r, &v); err != nil {
+			t.Errorf("+%v: %v", at, err)
+		}
+		return v
+	}
+	for i := range 2 {
+		if v := decide(crashed, time.Duration(i)*time.Millisecond); v.Outcome != decisions.Allow || !v.Holds() {
+			t.Fatalf("upload %d: %v (%s), holds %v; want allow, holding a slot", i+1, v.Outcome, v.Reason, v.Holds())
+		}
+	}
+	// The edge crashes: its verdicts are never released.
+	for _, c := range []struct {
+		at    time.Duration
+		want  decisions.Outcome
+		count int64
+	}{
+		{time.Second, decisions.Block, 3},
+		{5 * time.Minute, decisions.Block, 3},
+		{5*time.Minute + time.Second, decisions.Allow, 1},
+	} {
+		v := decide(other, c.at)
+		if v.Outcome != c.want || v.Count != c.count {
+			t.Errorf("upload on the other edge at +%v: %v (%s), count %d; want %v, count %d", c.at, v.Outcome, v.Reason, v.Count, c.want, c.count)
+		}
+		other.Release(context.Background(), outageT0.Add(c.at), &v)
+	}
+}
