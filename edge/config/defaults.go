@@ -34,7 +34,12 @@ func (c *Config) Defaults() {
 	if j := id.JWT; j != nil {
 		def(&j.UserClaim, "sub")
 		def(&j.PlanClaim, "plan")
-		def(&j.Leeway, 30*time.Second)
+		if j.Leeway == nil {
+			j.Leeway = new(30 * time.Second)
+		}
+		if j.RequireExp == nil {
+			j.RequireExp = new(true)
+		}
 	}
 
 	s := &c.Store
@@ -65,6 +70,8 @@ func (c *Config) Defaults() {
 	def(&ch.KeysEnv, "RATEWARDEN_CHALLENGE_KEYS")
 	def(&ch.VerifierSecretEnv, "RATEWARDEN_VERIFIER_SECRET")
 	def(&ch.Endpoint, "/.ratewarden/token")
+	def(&ch.EndpointFailures.Limit, 10)
+	def(&ch.EndpointFailures.Window, time.Minute)
 
 	def(&c.Lists.Refresh, 30*time.Second)
 
