@@ -311,18 +311,10 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 	}))
 	defer origin.Close()
 	dir := t.TempDir()
-	seed, err := os.ReadFile("../examples/seed.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	allow, deny := filepath.Join(dir, "allow.txt"), filepath.Join(dir, "deny.txt")
 	os.WriteFile(allow, []byte("# partners\n198.51.100.0/24\nuser:partner\n"), 0o600)
 	os.WriteFile(deny, []byte("203.0.113.66\n"), 0o600)
-	cfgPath := filepath.Join(dir, "edge.yaml")
-	cfg := string(seed) + "\nlists:\n  allow_file: " + allow + "\n  deny_file: " + deny + "\n"
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := seedWith(t, "lists:\n  allow_file: "+allow+"\n  deny_file: "+deny+"\n")
 	const secret = "verifier-secret"
 	env := []string{
 		"RATEWARDEN_CHALLENGE_KEYS=k2:" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",

@@ -81,6 +81,9 @@ func Clean(p string) (string, Form, error) {
 	if p == "" || p[0] != '/' {
 		return "", 0, ErrNotAbsolute
 	}
+	if plainCanonical(p) {
+		return p, Canonical, nil
+	}
 	out := output{p: p, n: 1}
 	form := Canonical
 	var u utf8State
@@ -179,6 +182,39 @@ func Clean(p string) (string, Form, error) {
 	}
 	return string(out.buf), max(form, Encoded), nil
 }
+
+// plainCanonical reports whether p, which starts with "/", is canonical
+// and made only of plain characters: the common case, told in one pass
+// over a table. What it cannot tell (escapes, parameters, non-ASCII) the
+// full pass of Clean does.
+func plainCanonical(p string) bool {
+	seg := 1
+	for i := 1; i < len(p); i++ {
+		c := p[i]
+		if c == '/' {
+			if i == seg || isDotSegment(p[seg:i]) {
+				return false
+			}
+			seg = i + 1
+			continue
+		}
+		if !plain[c] {
+			return false
+		}
+	}
+	return !isDotSegment(p[seg:])
+}
+
+func isDotSegment(s string) bool { return s == "." || s == ".." }
+
+// plain marks the bytes a canonical path holds raw that need no second
+// look: pchar but for ";" (segment parameters have rules of their own).
+var plain = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = isPathChar(byte(c)) && c != ';'
+	}
+	return t
+}()
 
 // output is the canonical path being written. While it is a prefix of the
 // input it is only a length: a canonical path is not copied.

@@ -1,0 +1,125 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"testing"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/edge/config"
+)
+
+// TestDecidePaths: every spelling of a path counts against the rule of its
+// canonical form, under each paths setting.
+func TestDecidePaths(t *testing.T) {
+	const reports, global = "anonymous:/api/reports", "anonymous:global"
+	sensitive := func(c *config.Config) { c.Paths.Case = "sensitive" }
+	rewrite := func(c *config.Config) { c.Paths.Ambiguous = "rewrite" }
+	for _, c := range []struct {
+		name, path string
+		edit       func(*config.Config)
+		rule       string            // the deciding rule, when passed
+		outcome    decisions.Outcome // Allow unless set
+		recorded   string            // Decision.Path
+	}{
+		{"canonical", "/api/reports", nil, reports, 0, "/api/reports"},
+		{"upper case", "/API/Reports", nil, reports, 0, "/API/Reports"},
+		{"upper case, sensitive", "/API/Reports", sensitive, global, 0, "/API/Reports"},
+		{"encoded unreserved", "/api/%72eports", nil, reports, 0, "/api/reports"},
+		{"segment parameter", "/api;v=1/reports", nil, reports, 0, "/api;v=1/reports"},
+		{"dotless i", "/ap%C4%B1/reports", nil, reports, 0, "/ap%C4%B1/reports"},
+		{"dotless i, sensitive", "/ap%C4%B1/reports", sensitive, global, 0, "/ap%C4%B1/reports"},
+		{"repeated slash", "/api//reports", nil, "", decisions.Rejected, "/api//reports"},
+		{"repeated slash, rewrite", "/api//reports", rewrite, reports, 0, "/api/reports"},
+		{"dot-dot, rewrite", `/api/x/..\reports`, rewrite, reports, 0, "/api/reports"},
+		{"encoded slash, rewrite", "/api%2Freports", rewrite, "", decisions.Rejected, "/api%2Freports"},
+		{"empty", "", nil, "", decisions.Rejected, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLimiter(t, seedConfig(t, c.edit), Options{})
+			var v Verdict
+			l.Decide(context.Background(), t0, req("203.0.113.7:1", c.path), &v)
+			want := c.outcome
+			if want == 0 {
+				want = decisions.Allow
+			}
+			if v.Outcome != want || v.Rule != c.rule || v.Path != c.recorded {
+				t.Errorf("%q: %v %q %q; want %v %q %q", c.path, v.Outcome, v.Rule, v.Path, want, c.rule, c.recorded)
+			}
+		})
+	}
+}
+
+// TestFailClosedPaths: every spelling of a fail_closed prefix fails closed,
+// the prefix without its trailing slash included.
+func TestFailClosedPaths(t *testing.T) {
+	cfg := seedConfig(t, func(c *config.Config) { c.Paths.Ambiguous = "rewrite" })
+	l := newLimiter(t, cfg, Options{Store: &failingStore{err: errors.New("down")}})
+	for _, p := range []string{"/api/admin", "/api/admin/", "/API/Admin/users", "/api//admin/users", "/api/./admin/users",
+		"/api/x/../admin/users", `/api\admin`, "/api;x/admin", "/api/admin;x", "/ap%C4%B1/admin", "/api/%61dmin", "/api/billing"} {
+		var v Verdict
+		l.Decide(context.Background(), t0, req("203.0.113.7:1", p), &v)
+		if v.Outcome != decisions.FailClosed {
+			t.Errorf("%q with the store down: %v, want fail_closed", p, v.Outcome)
+		}
+	}
+	var v Verdict
+	l.Decide(context.Background(), t0, req("203.0.113.7:1", "/api/administrator"), &v)
+	if v.Outcome != decisions.FailOpen {
+		t.Errorf("/api/administrator with the store down: %v, want fail_open", v.Outcome)
+	}
+}
+
+func TestRefusalRejected(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+	}{{canonpath.ErrEncodedSlash, 400}, {nil, 400}, {canonpath.ErrTooLong, 414}} {
+		v := Verdict{pathErr: c.err}
+		v.Outcome, v.Reason = decisions.Rejected, "why"
+		if resp, refused := Refusal(&v, "/captcha", "redirect"); !refused || resp.Status != c.status {
+			t.Errorf("%v: refused %v, status %d; want %d", c.err, refused, resp.Status, c.status)
+		}
+	}
+}
+
+func TestRequestPath(t *testing.T) {
+	for _, c := range []struct{ uri, want string }{
+		{"/api/reports?x=1", "/api/reports"},
+		{"/api//x/../reports", "/api//x/../reports"},
+		{`/api\reports?a=/b`, `/api\reports`},
+		{"http://h.example/api/./x?y", "/api/./x"},
+		{"https://h.example", "/"},
+		{"http://h.example?x", "/"},
+		{"*", "*"},
+		{"h.example:443", "h.example:443"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RequestURI = c.uri
+		if got := requestPath(r); got != c.want {
+			t.Errorf("requestPath(%q) = %q, want %q", c.uri, got, c.want)
+		}
+	}
+	r := &http.Request{URL: &url.URL{Path: "/a b"}}
+	if got := requestPath(r); got != "/a%20b" {
+		t.Errorf("requestPath of a request not read from the wire: %q", got)
+	}
+}
+
+func TestAppendForwarded(t *testing.T) {
+	for _, c := range []struct{ addr, host, proto, want string }{
+		{"203.0.113.7", "api.example.com", "https", `for=203.0.113.7;host="api.example.com";proto=https`},
+		{"2001:db8::1", "api.example.com:8443", "http", `for="[2001:db8::1]";host="api.example.com:8443";proto=http`},
+		{"203.0.113.7", `a"b\c`, "http", `for=203.0.113.7;host="a\"b\\c";proto=http`},
+		{"203.0.113.7", "", "http", `for=203.0.113.7;proto=http`},
+	} {
+		if got := string(appendForwarded(nil, netip.MustParseAddr(c.addr), c.host, c.proto)); got != c.want {
+			t.Errorf("appendForwarded(%s, %q) = %s, want %s", c.addr, c.host, got, c.want)
+		}
+	}
+}
