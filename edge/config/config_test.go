@@ -419,6 +419,7 @@ tiers:
 		{"fail closed encoded slash", "fail_closed:\n  - /api%2Fadmin/ # <-\n" + anonymous, "fail_closed[0]", `"/api%2Fadmin/" is not allowed: has an encoded slash or backslash; use a path prefix such as /api/admin/`},
 		{"path prefix dot segment", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/./reports: {limit: 1} # <-\n", "tiers.anonymous.paths./api/./reports", `is not a canonical path; use /api/reports`},
 		{"path prefix parameter", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api;v=1/: {limit: 1} # <-\n", "tiers.anonymous.paths./api;v=1/", `use a prefix without ;`},
+		{"prefixes one without case", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /API/x: {limit: 1}\n      /api/x: {limit: 1} # <-\n", "tiers.anonymous.paths./api/x", `"/api/x" is /API/x when paths.case is insensitive; use one of the two, or paths.case: sensitive`},
 		{"paths case", "paths:\n  case: lower # <-\n" + anonymous, "paths.case", `"lower" is not allowed; use one of insensitive, sensitive`},
 		{"paths ambiguous", "paths:\n  ambiguous: clean # <-\n" + anonymous, "paths.ambiguous", `"clean" is not allowed; use one of reject, rewrite`},
 		{"strip header", "forward:\n  strip_headers: [X-Real-Ip, \"X Bad\"] # <-\n" + anonymous, "forward.strip_headers[1]", "use an HTTP header name"},

@@ -52,6 +52,7 @@ func (c *Config) validate() *validator {
 	}
 	v.decisions(&c.Decisions)
 	v.tiers(c.Tiers)
+	v.foldedPrefixes(c)
 	v.exactRules(c)
 	return v
 }
@@ -380,6 +381,28 @@ func (v *validator) pathPrefix(segs []string, prefix, problem, example string) {
 		v.report(segs, prefix, "is not a canonical path", c+": no dot segments, repeated slashes, backslashes or encoded unreserved characters")
 	case strings.Contains(prefix, ";"):
 		v.report(segs, prefix, "is not allowed as a path prefix", "a prefix without ; (segment parameters are ignored when matching)")
+	}
+}
+
+// foldedPrefixes checks that no two path prefixes of a tier are one when
+// case is ignored: they would count the same requests twice over.
+func (v *validator) foldedPrefixes(c *Config) {
+	if c.Paths.Case == "sensitive" {
+		return
+	}
+	for _, name := range sortedKeys(c.Tiers) {
+		t := c.Tiers[name]
+		if t == nil {
+			continue
+		}
+		seen := map[string]string{}
+		for _, prefix := range sortedKeys(t.Paths) {
+			f := canonpath.Fold(prefix)
+			if other, ok := seen[f]; ok {
+				v.report(key("tiers", name, "paths", prefix), prefix, "is "+other+" when paths.case is insensitive", "one of the two, or paths.case: sensitive")
+			}
+			seen[f] = prefix
+		}
 	}
 }
 
