@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
@@ -121,5 +122,30 @@ func TestAppendForwarded(t *testing.T) {
 		if got := string(appendForwarded(nil, netip.MustParseAddr(c.addr), c.host, c.proto)); got != c.want {
 			t.Errorf("appendForwarded(%s, %q) = %s, want %s", c.addr, c.host, got, c.want)
 		}
+	}
+}
+
+// BenchmarkDecidePaths measures a decision on paths of each form: what
+// canonicalising and case-insensitive matching add to BenchmarkDecide's
+// hot key, and what a path that must be rewritten or refused costs.
+func BenchmarkDecidePaths(b *testing.B) {
+	for _, bc := range []struct{ name, path string }{
+		{"canonical", "/api/search"},
+		{"upper_case", "/API/Search"},
+		{"encoded", "/api/%73earch"},
+		{"ambiguous_rewrite", "/api//x/../search"},
+		{"rejected", "/api%2Fsearch"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := newLimiter(b, seedConfig(b, func(c *config.Config) { c.Paths.Ambiguous = "rewrite" }), Options{})
+			r := req("203.0.113.7:4711", bc.path)
+			var v Verdict
+			b.ReportAllocs()
+			now := t0
+			for b.Loop() {
+				now = now.Add(time.Microsecond)
+				l.Decide(context.Background(), now, r, &v)
+			}
+		})
 	}
 }

@@ -66,6 +66,7 @@ func TestClean(t *testing.T) {
 		{"short escape", "/api%2", "", 0, ErrBadEscape},
 		{"escape at end", "/api%", "", 0, ErrBadEscape},
 		{"non-hex escape", "/api%zz", "", 0, ErrBadEscape},
+		{"IIS %u escape", "/api/%u002e%u002e/admin", "", 0, ErrBadEscape},
 		{"overlong dot", "/api/%C0%AE%C0%AE/admin", "", 0, ErrInvalidUTF8},
 		{"overlong slash", "/api%C0%AFadmin", "", 0, ErrInvalidUTF8},
 		{"three-byte overlong", "/%E0%80%AE", "", 0, ErrInvalidUTF8},
