@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
 )
 
@@ -238,34 +239,44 @@ func TestEdgeFailClosedVariants(t *testing.T) {
 func TestEdgeHostilePaths(t *testing.T) {
 	bin := buildBinary(t)
 	origin := newRecordingOrigin(t)
-	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL)
-	for _, c := range []struct {
+	decisionsFile := filepath.Join(t.TempDir(), "decisions.jsonl")
+	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-file", decisionsFile)
+	// byServer: net/http refuses the request before the edge sees it, so
+	// it leaves no decision; every other refusal is a rejected decision.
+	const byServer = true
+	cases := []struct {
 		name, target string
 		lines        []string
 		want         int
+		byServer     bool
 	}{
-		{"encoded slash", "/api%2Freports", nil, 400},
-		{"encoded slash lower case", "/api%2freports", nil, 400},
-		{"encoded backslash", "/api%5Creports", nil, 400},
-		{"double-encoded dot", "/api/%252e/reports", nil, 400},
-		{"double-encoded slash", "/api%252Freports", nil, 400},
-		{"invalid escape", "/api/%zz/reports", nil, 400},
-		{"truncated escape", "/api/reports%2", nil, 400},
-		{"overlong dot-dot", "/api/x/%C0%AE%C0%AE/reports", nil, 400},
-		{"overlong slash", "/api%C0%AFreports", nil, 400},
-		{"encoded NUL", "/api/reports%00.json", nil, 400},
-		{"raw NUL", "/api/reports\x00", nil, 400},
-		{"encoded newline", "/api/reports%0d%0a", nil, 400},
-		{"dot-dot parameter (Tomcat)", "/api/x/..;/reports", nil, 400},
-		{"empty segment parameter", "/;x/api/reports", nil, 400},
-		{"asterisk", "*", nil, 400},
-		{"two Host headers", "/api/reports", []string{"Host: a.example", "Host: b.example"}, 400},
-		{"path over 8 KiB", "/api/" + strings.Repeat("a", 9000), nil, 414},
-		{"request line over 64 KiB", "/api/" + strings.Repeat("a", 70000), nil, 431},
-		{"long canonical path", "/api/" + strings.Repeat("a", 8000), nil, 200},
-	} {
+		{"encoded slash", "/api%2Freports", nil, 400, false},
+		{"encoded slash lower case", "/api%2freports", nil, 400, false},
+		{"encoded backslash", "/api%5Creports", nil, 400, false},
+		{"double-encoded dot", "/api/%252e/reports", nil, 400, false},
+		{"double-encoded slash", "/api%252Freports", nil, 400, false},
+		{"invalid escape", "/api/%zz/reports", nil, 400, byServer},
+		{"truncated escape", "/api/reports%2", nil, 400, byServer},
+		{"overlong dot-dot", "/api/x/%C0%AE%C0%AE/reports", nil, 400, false},
+		{"overlong slash", "/api%C0%AFreports", nil, 400, false},
+		{"encoded NUL", "/api/reports%00.json", nil, 400, false},
+		{"raw NUL", "/api/reports\x00", nil, 400, byServer},
+		{"encoded newline", "/api/reports%0d%0a", nil, 400, false},
+		{"dot-dot parameter (Tomcat)", "/api/x/..;/reports", nil, 400, false},
+		{"empty segment parameter", "/;x/api/reports", nil, 400, false},
+		{"asterisk", "*", nil, 400, false},
+		{"two Host headers", "/api/reports", []string{"Host: a.example", "Host: b.example"}, 400, byServer},
+		{"path over 8 KiB", "/api/" + strings.Repeat("a", 9000), nil, 414, false},
+		{"request line over 64 KiB", "/api/" + strings.Repeat("a", 70000), nil, 431, byServer},
+		{"long canonical path", "/api/" + strings.Repeat("a", 8000), nil, 200, false},
+	}
+	rejected := 0
+	for _, c := range cases {
 		if got := rawGet(t, base, "127.0.0.1", c.target, c.lines...); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+		if !c.byServer && c.want != 200 {
+			rejected++
 		}
 	}
 	if got := origin.take(); len(got) != 1 {
@@ -290,6 +301,18 @@ func TestEdgeHostilePaths(t *testing.T) {
 	}
 	if got := fmt.Sprint(hosts); got != "[other.example other.example admin.internal]" {
 		t.Errorf("the origin got hosts %s", got)
+	}
+
+	// Stopped, the edge has flushed its decisions: one for each request it
+	// saw, the long canonical path and the four above passed.
+	stops[t.Name()]()
+	outcomes := map[decisions.Outcome]int{}
+	for _, d := range readDecisions(t, decisionsFile) {
+		outcomes[d.Outcome]++
+	}
+	want := map[decisions.Outcome]int{decisions.Rejected: rejected, decisions.Allow: 4, decisions.Challenge: 1}
+	if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+		t.Errorf("decisions %v, want %v", outcomes, want)
 	}
 }
 
@@ -341,6 +364,24 @@ func TestEdgeForwardedDecision(t *testing.T) {
 		{"trusted proxy", "127.0.0.1", append(claims, "X-User-Id: u_1", "X-User-Plan: pro"),
 			map[string]string{"X-Ratewarden-Tier": "pro", "X-Ratewarden-Decision": "allow", "X-User-Id": "u_1"}},
 	})
+}
+
+// readDecisions reads a JSON-lines decision file.
+func readDecisions(t *testing.T, file string) []decisions.Decision {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []decisions.Decision
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		d, _, err := decisions.ParseJSON([]byte(line))
+		if err != nil {
+			t.Fatalf("decision %d: %v", i+1, err)
+		}
+		ds = append(ds, d)
+	}
+	return ds
 }
 
 type forwardCase struct {
