@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,20 +25,20 @@ func TestDecidePaths(t *testing.T) {
 	for _, c := range []struct {
 		name, path string
 		edit       func(*config.Config)
-		rule       string            // the deciding rule, when passed
-		outcome    decisions.Outcome // Allow unless set
-		recorded   string            // Decision.Path
+		rule       string // the deciding rule, when passed
+		outcome    decisions.Outcome
+		recorded   string // Decision.Path
 	}{
-		{"canonical", "/api/reports", nil, reports, 0, "/api/reports"},
-		{"upper case", "/API/Reports", nil, reports, 0, "/API/Reports"},
-		{"upper case, sensitive", "/API/Reports", sensitive, global, 0, "/API/Reports"},
-		{"encoded unreserved", "/api/%72eports", nil, reports, 0, "/api/reports"},
-		{"segment parameter", "/api;v=1/reports", nil, reports, 0, "/api;v=1/reports"},
-		{"dotless i", "/ap%C4%B1/reports", nil, reports, 0, "/ap%C4%B1/reports"},
-		{"dotless i, sensitive", "/ap%C4%B1/reports", sensitive, global, 0, "/ap%C4%B1/reports"},
+		{"canonical", "/api/reports", nil, reports, decisions.Allow, "/api/reports"},
+		{"upper case", "/API/Reports", nil, reports, decisions.Allow, "/API/Reports"},
+		{"upper case, sensitive", "/API/Reports", sensitive, global, decisions.Allow, "/API/Reports"},
+		{"encoded unreserved", "/api/%72eports", nil, reports, decisions.Allow, "/api/reports"},
+		{"segment parameter", "/api;v=1/reports", nil, reports, decisions.Allow, "/api;v=1/reports"},
+		{"dotless i", "/ap%C4%B1/reports", nil, reports, decisions.Allow, "/ap%C4%B1/reports"},
+		{"dotless i, sensitive", "/ap%C4%B1/reports", sensitive, global, decisions.Allow, "/ap%C4%B1/reports"},
 		{"repeated slash", "/api//reports", nil, "", decisions.Rejected, "/api//reports"},
-		{"repeated slash, rewrite", "/api//reports", rewrite, reports, 0, "/api/reports"},
-		{"dot-dot, rewrite", `/api/x/..\reports`, rewrite, reports, 0, "/api/reports"},
+		{"repeated slash, rewrite", "/api//reports", rewrite, reports, decisions.Allow, "/api/reports"},
+		{"dot-dot, rewrite", `/api/x/..\reports`, rewrite, reports, decisions.Allow, "/api/reports"},
 		{"encoded slash, rewrite", "/api%2Freports", rewrite, "", decisions.Rejected, "/api%2Freports"},
 		{"empty", "", nil, "", decisions.Rejected, ""},
 	} {
@@ -45,12 +46,8 @@ func TestDecidePaths(t *testing.T) {
 			l := newLimiter(t, seedConfig(t, c.edit), Options{})
 			var v Verdict
 			l.Decide(context.Background(), t0, req("203.0.113.7:1", c.path), &v)
-			want := c.outcome
-			if want == 0 {
-				want = decisions.Allow
-			}
-			if v.Outcome != want || v.Rule != c.rule || v.Path != c.recorded {
-				t.Errorf("%q: %v %q %q; want %v %q %q", c.path, v.Outcome, v.Rule, v.Path, want, c.rule, c.recorded)
+			if v.Outcome != c.outcome || v.Rule != c.rule || v.Path != c.recorded {
+				t.Errorf("%q: %v %q %q; want %v %q %q", c.path, v.Outcome, v.Rule, v.Path, c.outcome, c.rule, c.recorded)
 			}
 		})
 	}
@@ -145,6 +142,67 @@ func BenchmarkDecidePaths(b *testing.B) {
 			for b.Loop() {
 				now = now.Add(time.Microsecond)
 				l.Decide(context.Background(), now, r, &v)
+			}
+		})
+	}
+}
+
+// TestForward checks the request next gets behind Middleware, per forward
+// setting: what an untrusted peer claims is gone, what the edge resolved
+// is set.
+func TestForward(t *testing.T) {
+	claims := []string{"X-User-Id", "admin", "X-User-Plan", "enterprise", "X-Real-Ip", "198.51.100.9",
+		"Cloudfront-Viewer-Address", "198.51.100.9:1", "X-Forwarded-For", "198.51.100.9", "X-Tier", "enterprise"}
+	for _, c := range []struct {
+		name   string
+		edit   func(*config.Config)
+		remote string
+		kv     []string
+		want   map[string]string // "" for absent
+		client string            // the address handed to the reverse proxy
+		target string            // requested
+		path   string            // as next sees it, escaped
+	}{
+		{"untrusted, defaults", nil, "203.0.113.7:1", claims,
+			map[string]string{"X-User-Id": "", "X-User-Plan": "", "X-Real-Ip": "", "Cloudfront-Viewer-Address": "", "X-Forwarded-For": "", "X-Tier": "enterprise"},
+			"203.0.113.7", "/api/search", "/api/search"},
+		{"untrusted, strip_headers []", func(c *config.Config) { c.Forward.StripHeaders = []string{} }, "203.0.113.7:1", claims,
+			map[string]string{"X-User-Id": "", "X-Real-Ip": "198.51.100.9"}, "203.0.113.7", "/api/search", "/api/search"},
+		{"untrusted, tier header", func(c *config.Config) { c.Forward.TierHeader = "X-Tier" }, "203.0.113.7:1", claims,
+			map[string]string{"X-Tier": "anonymous"}, "203.0.113.7", "/api/search", "/api/search"},
+		{"trusted", nil, "10.0.0.1:1", []string{"X-Forwarded-For", "198.51.100.7", "X-User-Id", "u_1", "X-Real-Ip", "198.51.100.7"},
+			map[string]string{"X-User-Id": "u_1", "X-User-Plan": "", "X-Real-Ip": "198.51.100.7"}, "198.51.100.7", "/api/search", "/api/search"},
+		{"trusted, a user header not believed", nil, "10.0.0.1:1", []string{"X-User-Id", "admin", "X-User-Id", "u_1"},
+			map[string]string{"X-User-Id": ""}, "10.0.0.1", "/api/search", "/api/search"},
+		{"trusted, a user header not believed, user false", func(c *config.Config) { f := false; c.Forward.User = &f }, "10.0.0.1:1",
+			[]string{"X-User-Id", "admin", "X-User-Id", "u_1"}, map[string]string{"X-User-Id": "admin, u_1"}, "10.0.0.1", "/api/search", "/api/search"},
+		{"untrusted, user false", func(c *config.Config) { f := false; c.Forward.User = &f }, "203.0.113.7:1", claims,
+			map[string]string{"X-User-Id": "", "X-User-Plan": ""}, "203.0.113.7", "/api/search", "/api/search"},
+		{"encoded path forwarded canonical", nil, "203.0.113.7:1", nil, nil, "203.0.113.7", "/api/%73earch", "/api/search"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLimiter(t, seedConfig(t, c.edit), Options{})
+			var got *http.Request
+			h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r }))
+			r := httptest.NewRequest("GET", c.target, nil)
+			r.RemoteAddr = c.remote
+			for i := 0; i+1 < len(c.kv); i += 2 {
+				r.Header.Add(c.kv[i], c.kv[i+1])
+			}
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			if got == nil {
+				t.Fatal("next was not called")
+			}
+			for k, want := range c.want {
+				if v := strings.Join(got.Header[k], ", "); v != want {
+					t.Errorf("%s: %q, want %q", k, v, want)
+				}
+			}
+			if a, _ := got.Context().Value(clientAddrKey{}).(netip.Addr); a.String() != c.client {
+				t.Errorf("client address for the proxy %v, want %s", a, c.client)
+			}
+			if p := got.URL.EscapedPath(); p != c.path {
+				t.Errorf("path %q, want %q", p, c.path)
 			}
 		})
 	}
