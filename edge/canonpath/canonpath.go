@@ -192,13 +192,11 @@ func plainCanonical(p string) bool {
 	for i := 1; i < len(p); i++ {
 		c := p[i]
 		if c == '/' {
-			if i == seg || isDotSegment(p[seg:i]) {
+			if i == seg || p[seg] == '.' && isDotSegment(p[seg:i]) {
 				return false
 			}
 			seg = i + 1
-			continue
-		}
-		if !plain[c] {
+		} else if !plain[c] {
 			return false
 		}
 	}
