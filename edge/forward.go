@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
-	"strings"
 
 	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/config"
@@ -95,32 +94,15 @@ func (l *Limiter) forward(r *http.Request, v *Verdict) *http.Request {
 // resolved, a netip.Addr, for the reverse proxy.
 type clientAddrKey struct{}
 
-// requestPath returns the path of r's request target as the client sent
-// it, still percent-encoded: the text of an origin-form target up to "?",
-// the path of an absolute-form one, and r.URL's escaped path when r was
-// not read from the wire.
-func requestPath(r *http.Request) string {
-	t := r.RequestURI
-	switch {
-	case t == "":
-		return r.URL.EscapedPath()
-	case t[0] == '/':
-	case strings.Contains(t, "://"):
-		// Absolute form, "http://host/path?query" (RFC 9112 section
-		// 3.2.2): the path starts after the authority.
-		t = t[strings.Index(t, "://")+3:]
-		i := strings.IndexAny(t, "/?")
-		if i < 0 || t[i] == '?' {
-			return "/"
-		}
-		t = t[i:]
-	default:
-		return t // "*" or an authority: no path, which Decide rejects
+// requestPath returns the path of u, a request's URL, as the client sent
+// it, still percent-encoded: net/http keeps that in RawPath whenever it
+// differs from the encoding of the decoded Path (a backslash, %2e, %2F,
+// lower-case hex...), and http.StripPrefix keeps both in step.
+func requestPath(u *url.URL) string {
+	if u.RawPath != "" {
+		return u.RawPath
 	}
-	if i := strings.IndexByte(t, '?'); i >= 0 {
-		t = t[:i]
-	}
-	return t
+	return u.EscapedPath()
 }
 
 // appendForwarded appends the RFC 7239 Forwarded element for a client at

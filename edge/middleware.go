@@ -24,7 +24,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		req := Request{
-			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: requestPath(r),
+			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: requestPath(r.URL),
 			URI: r.URL.RequestURI(), Header: r.Header,
 		}
 		hdr := l.cfg.Edge.RequestIDHeader
