@@ -15,14 +15,16 @@ import (
 )
 
 // Middleware returns next behind the limiter: refused requests are answered
-// by the edge (429, 302 to the challenge page, 403 or 503) and never reach
-// next; passed requests reach next with the rate-limit headers already set
-// on the response. Concurrency slots are released when next returns.
+// by the edge (429, 302 to the challenge page, 403, 503, or 400 for a path
+// with no canonical form) and never reach next; passed requests reach next
+// with the rate-limit headers already set on the response, their path
+// canonical, and their headers as the forward section of the configuration
+// says (see forward). Concurrency slots are released when next returns.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		req := Request{
-			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
+			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: requestPath(r.URL),
 			URI: r.URL.RequestURI(), Header: r.Header,
 		}
 		req.RequestID = l.requestID(r)
@@ -36,7 +38,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		if v.Holds() {
 			defer l.Release(r.Context(), time.Now(), &v)
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, l.forward(r, &v))
 	})
 }
 

@@ -4,13 +4,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 )
 
 // NewReverseProxy returns the reverse proxy `ratewarden edge` puts behind
 // the limiter: it forwards to origin keeping the Host header, sets
-// X-Forwarded-For/-Host/-Proto, keeps up to 256 idle connections to the
-// origin, and answers 502 with a JSON body when the origin does not answer.
+// X-Forwarded-Host and -Proto, sets X-Forwarded-For and Forwarded to the
+// client address the limiter resolved (Middleware passes it on; without it,
+// the TCP peer's), keeps up to 256 idle connections to the origin, and
+// answers 502 with a JSON body when the origin does not answer. The
+// forwarding headers a client sent never reach the origin.
 func NewReverseProxy(origin *url.URL) *httputil.ReverseProxy {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 1024
@@ -20,6 +24,17 @@ func NewReverseProxy(origin *url.URL) *httputil.ReverseProxy {
 			pr.SetURL(origin)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host
+			if a, ok := pr.In.Context().Value(clientAddrKey{}).(netip.Addr); ok {
+				// One address, the client's: leftmost and rightmost readers
+				// of X-Forwarded-For agree, and no hop the edge did not
+				// believe is passed on.
+				proto := "http"
+				if pr.In.TLS != nil {
+					proto = "https"
+				}
+				pr.Out.Header["X-Forwarded-For"] = []string{a.String()}
+				pr.Out.Header["Forwarded"] = []string{string(appendForwarded(nil, a, pr.In.Host, proto))}
+			}
 		},
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

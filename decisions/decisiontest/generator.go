@@ -299,6 +299,16 @@ func (g *Generator) decision() decisions.Decision {
 		d.Method = "OPTIONS"
 	}
 
+	// Scrapers probe for spellings of a path that the edge and the origin
+	// might read differently; the edge refuses them before anything else.
+	// (Tied to a draw already made, so the rest of the trace stays as it
+	// was.)
+	if abuser && d.Method == "DELETE" {
+		d.Path = "/api//admin/users"
+		d.Outcome, d.Reason = decisions.Rejected, "ambiguous path: dot segments, repeated slashes or backslashes"
+		return d
+	}
+
 	// Lists, decided before any rule.
 	switch {
 	case d.UserID == "" && (addrRank == denyRankA || addrRank == denyRankB):
