@@ -89,14 +89,12 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	o = o.withDefaults()
 	p := out.Partial
 	props := []emf.Property{
-		emf.StringProperty("rw_key", o.Source+"/"+partition+"/"+strconv.FormatInt(p.Start.UnixMilli(), 10)+"/"+
-			strconv.FormatUint(out.From, 10)+"-"+strconv.FormatUint(out.To, 10)),
+		emf.StringProperty("rw_key", o.Source+"/"+partition+"/"+strconv.FormatInt(p.Start.UnixMilli(), 10)+"/"+out.RangeKey()),
 		emf.StringProperty("rw_source", o.Source),
 		emf.StringProperty("rw_partition", partition),
 		emf.StringProperty("rw_window_start", p.Start.UTC().Format(time.RFC3339Nano)),
 		emf.StringProperty("rw_window", p.Size.String()),
-		emf.StringProperty("rw_from", strconv.FormatUint(out.From, 10)),
-		emf.StringProperty("rw_to", strconv.FormatUint(out.To, 10)),
+		emf.StringProperty("rw_range", out.RangeKey()),
 	}
 	if out.Correction {
 		props = append(props, emf.StringProperty("rw_correction", "true"))
