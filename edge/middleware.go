@@ -17,8 +17,13 @@ import (
 // Middleware returns next behind the limiter: refused requests are answered
 // by the edge (429, 302 to the challenge page, 403 or 503) and never reach
 // next; passed requests reach next with the rate-limit headers already set
-// on the response. Concurrency slots are released when next returns.
+// on the response, their body capped (edge.client.max_body_bytes, 413) and
+// due within edge.client.body_timeout (408). When the response ends (next
+// returns, or panics because the client or the origin broke off),
+// concurrency slots are released and the request's one decision is
+// emitted with its status, upstream latency and response error.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	limits := bodyLimits{timeout: l.cfg.Edge.Client.BodyTimeout, maxBytes: l.cfg.Edge.Client.MaxBodyBytes}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		req := Request{
@@ -30,17 +35,28 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			req.RequestID = l.ids.next()
 			r.Header.Set(hdr, req.RequestID)
 		}
-		var v Verdict
-		l.Decide(r.Context(), now, &req, &v)
-		if resp, refused := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
-			resp.Write(w, &v)
+		x := &exchange{ResponseWriter: w}
+		v := &x.v
+		l.Begin(r.Context(), now, &req, v)
+		defer func() {
+			p := recover()
+			end := time.Now()
+			x.end(r, end, p)
+			l.End(r.Context(), end, v)
+			if p != nil {
+				panic(p)
+			}
+		}()
+		if resp, refused := Refusal(v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
+			resp.Write(x, v)
 			return
 		}
-		SetHeaders(w.Header(), &v)
-		if v.Holds() {
-			defer l.Release(r.Context(), time.Now(), &v)
+		SetHeaders(w.Header(), v)
+		if !x.guard(r, now, limits) {
+			return
 		}
-		next.ServeHTTP(w, r)
+		x.handoff = time.Now()
+		next.ServeHTTP(x, r)
 	})
 }
 
