@@ -22,6 +22,7 @@ var allowedImports = map[string][]string{
 	"aggregator":       {"decisions", "embedded-metrics", "edge/lists"},
 	"dashboards":       {"aggregator"},
 	"examples":         {},
+	"assemble":         {"*"},
 	"cmd":              {"*"},
 	"tests":            {"*"},
 }
