@@ -37,7 +37,7 @@ func newProxied(t *testing.T, originURL string, edit func(*config.Config)) *prox
 	}
 	p := &proxied{sink: &recordSink{}, log: &bytes.Buffer{}}
 	p.lim = newLimiter(t, cfg, Options{Sink: p.sink, Log: slog.New(slog.NewTextHandler(p.log, nil))})
-	p.srv = httptest.NewServer(p.lim.Middleware(newReverseProxy(u, cfg.Edge.Origin)))
+	p.srv = httptest.NewServer(p.lim.Middleware(NewReverseProxy(u, cfg.Edge.Origin)))
 	t.Cleanup(p.srv.Close)
 	p.url = p.srv.URL
 	return p

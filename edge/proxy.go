@@ -13,17 +13,11 @@ import (
 // NewReverseProxy returns the reverse proxy `ratewarden edge` puts behind
 // the limiter: it forwards to origin keeping the Host header, sets
 // X-Forwarded-For/-Host/-Proto, keeps up to 256 idle connections to the
-// origin, and answers with ProxyError when the origin does not answer.
-// It uses the default origin timeouts.
-func NewReverseProxy(origin *url.URL) *httputil.ReverseProxy {
-	var c config.Config
-	c.Defaults()
-	return newReverseProxy(origin, c.Edge.Origin)
-}
-
-// newReverseProxy is NewReverseProxy with the origin timeouts o: connect
-// (502 when it passes) and response headers (504).
-func newReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
+// origin, waits for it as o says (a zero timeout waits for ever), and
+// answers with ProxyError when it does not answer: 502 when it cannot be
+// reached within o.ConnectTimeout, 504 when its response headers do not
+// come within o.ResponseHeaderTimeout.
+func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 1024
 	tr.MaxIdleConnsPerHost = 256
