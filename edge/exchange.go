@@ -73,12 +73,14 @@ func (x *exchange) Write(p []byte) (int, error) {
 }
 
 // Flush sends what is buffered, the headers included: a streaming
-// response (server-sent events, say) reaches the client as it comes.
+// response (server-sent events, say) reaches the client as it comes. A
+// writer that cannot flush (the Lambda adapter's, which keeps the whole
+// response) is no failure.
 func (x *exchange) Flush() {
 	if x.status == 0 {
 		x.status, x.began = http.StatusOK, time.Now()
 	}
-	if err := http.NewResponseController(x.ResponseWriter).Flush(); err != nil {
+	if err := http.NewResponseController(x.ResponseWriter).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		x.writeErr = true
 	}
 }

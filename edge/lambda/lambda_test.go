@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -31,12 +32,17 @@ func (s *sink) Emit(d decisions.Decision) bool {
 	return true
 }
 
-func (s *sink) statuses() []int {
+// statuses returns the decisions' statuses, with their response errors
+// after a colon.
+func (s *sink) statuses() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]int, len(s.ds))
+	out := make([]string, len(s.ds))
 	for i, d := range s.ds {
-		out[i] = d.Status
+		out[i] = fmt.Sprint(d.Status)
+		if d.ResponseError != "" {
+			out[i] += ":" + d.ResponseError
+		}
 	}
 	return out
 }
@@ -57,6 +63,8 @@ func newHandlerSink(t *testing.T, s edge.Sink) *lambda.Handler {
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		w.Header().Set("Set-Cookie", "s=1")
+		// The adapter's writer cannot flush: that is no failure.
+		http.NewResponseController(w).Flush()
 		fmt.Fprintf(w, "%s %s?%s body=%s", r.Method, r.URL.Path, r.URL.RawQuery, b)
 	})
 	return lambda.New(lim.Handler(app, ""))
@@ -124,7 +132,7 @@ func TestEventShapes(t *testing.T) {
 				t.Errorf("statuses %s", got)
 			}
 			// One decision per event, with the status it was answered.
-			if got := fmt.Sprint(decided.statuses()); got != fmt.Sprint(statuses) {
+			if got := strings.Join(decided.statuses(), " "); "["+got+"]" != fmt.Sprint(statuses) {
 				t.Errorf("decided statuses %s, want %v", got, statuses)
 			}
 		})
