@@ -221,6 +221,21 @@ func (x *exchange) classify(r *http.Request, err error) string {
 	return decisions.UpstreamFailed
 }
 
+// endExchange is deferred by the handlers that decide (Middleware and
+// TokenHandler): when the response has ended, or the handler panicked
+// (the proxy aborts a response that the client or the origin broke off),
+// it records how the response ended and emits the request's one decision,
+// then lets the panic go on.
+func (l *Limiter) endExchange(x *exchange, r *http.Request) {
+	p := recover()
+	now := time.Now()
+	x.end(r, now, p)
+	l.End(r.Context(), now, &x.v)
+	if p != nil {
+		panic(p)
+	}
+}
+
 // end fills in v's response fields when next returned or panicked (p is
 // what it panicked with, or nil).
 func (x *exchange) end(r *http.Request, now time.Time, p any) {

@@ -90,6 +90,7 @@ type Limiter struct {
 	deny       ListSource
 	keys       *challenge.Keyring
 	ipv6Prefix int
+	tokenRule  *rule // wrong verifier secrets per address; nil without challenges
 
 	metrics  counters
 	log      *slog.Logger // may be nil
@@ -118,6 +119,11 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		failClosed: cfg.FailClosed, ident: res, store: opts.Store,
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, keys: opts.Keys,
 		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log,
+	}
+	if cfg.Challenge.Enabled {
+		if l.tokenRule, err = compileTokenRule(cfg); err != nil {
+			return nil, err
+		}
 	}
 	if l.store == nil {
 		l.ownStore = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})

@@ -5,6 +5,8 @@
 //	ratewarden token issue [flags]     issue a challenge token
 //	ratewarden decisions cat|stats|export  read the decision log
 //	ratewarden lambda [flags]          serve API Gateway / ALB events in AWS Lambda
+//	ratewarden aggregate [flags]       roll decisions up into per-window aggregates
+//	ratewarden replay [flags]          rebuild a time range's aggregates from the log
 //	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden version                 print the version
 package main
@@ -52,6 +54,8 @@ Usage:
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
+  ratewarden aggregate [flags]         roll decisions up into per-window partial aggregates
+  ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden version                   print the version
@@ -68,11 +72,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "edge":
 		return runEdge(ctx, args[1:], stdout, stderr, getenv)
 	case "config":
-		return runConfig(args[1:], stdout, stderr)
+		return runConfig(args[1:], stdout, stderr, getenv)
 	case "decisions":
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
+	case "aggregate":
+		return runAggregate(ctx, args[1:], stdout, stderr)
+	case "replay":
+		return runReplay(ctx, args[1:], stdout, stderr)
 	case "emf":
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":
@@ -80,14 +88,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":
-		fmt.Fprintln(stdout, "ratewarden", version)
-		return nil
+		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprintf(stderr, "ratewarden: unknown command %q\n\n%s", args[0], usage)
 	return errUsage
+}
+
+// runVersion prints the version; it takes no arguments but --help.
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("version", "version", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	fmt.Fprintln(stdout, "ratewarden", version)
+	return nil
 }
 
 // newFlags returns a flag set that prints its usage to stderr and returns

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/assemble"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+)
+
+// rollupFlags adds the window flags that aggregate and replay share.
+func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
+	window := fs.Duration("window", time.Minute, "window `length` in event time (1s, 10s, 1m, ...)")
+	lateness := fs.Duration("lateness", time.Second, "how far behind the latest event an event may be and still join its `window`")
+	late := fs.String("late", "correct", "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
+	topK := fs.Int("top-k", 100, "clients held by each top-offenders `list`")
+	return func() (aggregator.Options, error) {
+		p, ok := aggregator.ParseLatePolicy(*late)
+		switch {
+		case !ok:
+			return aggregator.Options{}, fmt.Errorf("--late %q: want correct or drop", *late)
+		case *window < time.Second || *window > 24*time.Hour || time.Hour%*window != 0 && *window%time.Hour != 0:
+			return aggregator.Options{}, fmt.Errorf("--window %v: want 1s to 24h, dividing an hour or a multiple of one", *window)
+		case *lateness < 0 || *lateness > *window*10:
+			return aggregator.Options{}, fmt.Errorf("--lateness %v: want 0 to ten windows", *lateness)
+		case *topK < 1 || *topK > 100_000:
+			return aggregator.Options{}, fmt.Errorf("--top-k %d: want 1 to 100000", *topK)
+		}
+		return aggregator.Options{Window: *window, Lateness: *lateness, Late: p, TopK: *topK}, nil
+	}
+}
+
+// partialsSink parses --partials: dir:PATH.
+func partialsSink(spec string) (aggregator.Sink, error) {
+	if path, ok := strings.CutPrefix(spec, "dir:"); ok && path != "" {
+		return &aggregator.PartialsDir{Dir: path}, nil
+	}
+	return nil, fmt.Errorf("--partials %q: want dir:PATH", spec)
+}
+
+func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("aggregate", "aggregate --decisions-dir DIR --state-dir DIR [--partials dir:PATH] [flags]", stderr)
+	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
+	stateDir := fs.String("state-dir", "", "where the aggregator keeps its position and open windows (`directory`)")
+	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
+	emfSpec := fs.String("emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
+	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
+	ruleBudget := fs.Int("rule-budget", 50, "(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
+	noFollow := fs.Bool("no-follow", false, "stop at the end of the log instead of waiting for new events")
+	opts := rollupFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *stateDir == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	ro, err := opts()
+	if err != nil {
+		return err
+	}
+	var sinks []aggregator.Sink
+	if *partials != "" {
+		s, err := partialsSink(*partials)
+		if err != nil {
+			return err
+		}
+		sinks = append(sinks, s)
+	}
+	if *emfSpec != "" {
+		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log", RuleBudget: *ruleBudget}, false)
+		if err != nil {
+			return err
+		}
+		defer closeEMF()
+		sinks = append(sinks, s)
+	}
+	if len(sinks) == 0 {
+		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
+	}
+	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
+		Rollup: ro, Sinks: sinks, OnFlush: func(s aggregator.RunStats) { printRun(stderr, s) }})
+	printRun(stderr, st)
+	return err
+}
+
+// runReplay rebuilds every output of a time range from the log into a new
+// directory: the same log and flags give byte-identical files.
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("replay", "replay --decisions-dir DIR --out DIR [--from T] [--to T] [flags]", stderr)
+	dir := fs.String("decisions-dir", "", "the decision log `directory`")
+	out := fs.String("out", "", "write the outputs under `directory`: partials/ and emf.jsonl")
+	from, to := &timeFlag{now: time.Now}, &timeFlag{now: time.Now}
+	fs.Var(from, "from", "events at or after `T` (RFC 3339, or a duration before now)")
+	fs.Var(to, "to", "events before `T`")
+	opts := rollupFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *out == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	ro, err := opts()
+	if err != nil {
+		return err
+	}
+	if ents, err := os.ReadDir(*out); err == nil && len(ents) > 0 {
+		return fmt.Errorf("replay: --out %s is not empty: give a new directory", *out)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	state, err := os.MkdirTemp(*out, ".state-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(state)
+	// The EMF of a replay goes to a file, stamped with the windows' own
+	// times however old, and with a clock fixed at the end of the range so
+	// that the same range gives the same bytes.
+	emfOut, closeEMF, err := emfSink(ctx, "file:"+filepath.Join(*out, "emf.jsonl"), stdout, aggregator.EMFOptions{Source: "log"}, true)
+	if err != nil {
+		return err
+	}
+	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
+		Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
+	if cerr := closeEMF(); err == nil {
+		err = cerr
+	}
+	printRun(stderr, st)
+	return err
+}
+
+// emfSink opens the EMF sink spec names behind a writer; close flushes and
+// closes it. archive accepts windows of any age (a replay into a file).
+func emfSink(ctx context.Context, spec string, stdout io.Writer, o aggregator.EMFOptions, archive bool) (aggregator.Sink, func() error, error) {
+	sink, err := assemble.EMFSink(ctx, spec, stdout)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: archive}, sink)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &aggregator.EMFSink{W: w, Opts: o}, func() error { return w.Close(context.WithoutCancel(ctx)) }, nil
+}
+
+func printRun(w io.Writer, s aggregator.RunStats) {
+	wm := "-"
+	if !s.Watermark.IsZero() {
+		wm = s.Watermark.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), windows %d, corrections %d, outputs %d, next offset %d, watermark %s\n",
+		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm)
+}
