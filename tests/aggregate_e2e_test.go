@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,6 +38,9 @@ func partialFiles(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if p == dir && errors.Is(err, os.ErrNotExist) {
+			return filepath.SkipAll // nothing written yet
+		}
 		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".rwp") {
 			return err
 		}
@@ -133,6 +137,18 @@ func TestEdgeAndAggregate(t *testing.T) {
 	}
 }
 
+// countPartials counts the partial files under dir without reading them.
+func countPartials(dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".rwp") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
 // emfServiceRequests sums Requests over the service-wide documents (no
 // dimensions) of an EMF file.
 func emfServiceRequests(t *testing.T, path string) int {
@@ -160,8 +176,10 @@ func emfServiceRequests(t *testing.T, path string) int {
 }
 
 // TestAggregateKilled: `ratewarden aggregate` killed with SIGKILL twenty
-// times while it reads a log, each time restarted on its state, leaves the
-// same partial files, byte for byte, as one run that was never killed.
+// times while it reads a 300,000-event log (each life once it has
+// delivered one to three windows more), each time restarted on its state,
+// leaves the same partial files, byte for byte, as one run that was never
+// killed.
 func TestAggregateKilled(t *testing.T) {
 	bin := buildBinary(t)
 	tmp := t.TempDir()
@@ -172,7 +190,7 @@ func TestAggregateKilled(t *testing.T) {
 	}
 	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
 	g := decisiontest.NewGenerator(11, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
-	for i := range 600 {
+	for i := range 300 {
 		ds := g.Batch(1000)
 		for j := i % 7; j < len(ds); j += 97 {
 			ds[j].Time = ds[j].Time.Add(-3 * time.Second) // late
@@ -192,23 +210,41 @@ func TestAggregateKilled(t *testing.T) {
 	runBinary(t, bin, nil, args(filepath.Join(tmp, "state-want"), want)...)
 
 	got, state := filepath.Join(tmp, "got"), filepath.Join(tmp, "state-got")
+	// Each life is killed once it has delivered one to three more windows
+	// than the lives before it: mid-run, wherever a flush left it.
 	killed := 0
 	for i := range 20 {
+		before := countPartials(got)
 		cmd := exec.Command(bin, args(state, got)...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(40+i%5*5) * time.Millisecond)
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
-		if !strings.Contains(out.String(), "aggregate: events") {
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		deadline := time.After(20 * time.Second)
+	wait:
+		for {
+			select {
+			case <-exited:
+				break wait
+			case <-deadline:
+				t.Fatalf("life %d made no progress\n%s", i, out.String())
+			case <-time.After(time.Millisecond):
+				if countPartials(got) > before+i%3 {
+					cmd.Process.Signal(syscall.SIGKILL)
+					<-exited
+					break wait
+				}
+			}
+		}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			killed++ // killed before it finished
 		}
 	}
-	if killed < 15 {
-		t.Fatalf("only %d of 20 runs were killed before they finished: the log is too small for this machine", killed)
+	if killed < 20 {
+		t.Fatalf("only %d of 20 runs were killed before they finished: the log is too small", killed)
 	}
 	runBinary(t, bin, nil, args(state, got)...)
 	w1, g1 := partialFiles(t, want), partialFiles(t, got)

@@ -5,9 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
@@ -54,6 +57,7 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
 	ruleBudget := fs.Int("rule-budget", 50, "(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
 	noFollow := fs.Bool("no-follow", false, "stop at the end of the log instead of waiting for new events")
+	admin := fs.String("admin-listen", "127.0.0.1:9091", "serve /metrics and /healthz on `address`; \"off\" to disable")
 	opts := rollupFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -74,6 +78,7 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		sinks = append(sinks, s)
 	}
+	var emfWriter *emf.Writer
 	if *emfSpec != "" {
 		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log", RuleBudget: *ruleBudget}, false)
 		if err != nil {
@@ -81,12 +86,35 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		defer closeEMF()
 		sinks = append(sinks, s)
+		emfWriter = s.W
 	}
 	if len(sinks) == 0 {
 		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
 	}
+	var latest atomic.Pointer[aggregator.RunStats]
+	if *admin != "off" && *admin != "" {
+		h, err := assemble.AggregatorMetrics(&latest, emfWriter, time.Now)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *admin)
+		if err != nil {
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		fmt.Fprintf(stderr, "aggregate: metrics on http://%s/metrics\n", ln.Addr())
+	}
+	var printed uint64
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
-		Rollup: ro, Sinks: sinks, OnFlush: func(s aggregator.RunStats) { printRun(stderr, s) }})
+		Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
+			latest.Store(&s)
+			if s.Outputs != printed {
+				printed = s.Outputs
+				printRun(stderr, s)
+			}
+		}})
 	printRun(stderr, st)
 	return err
 }
@@ -141,7 +169,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // emfSink opens the EMF sink spec names behind a writer; close flushes and
 // closes it. archive accepts windows of any age (a replay into a file).
-func emfSink(ctx context.Context, spec string, stdout io.Writer, o aggregator.EMFOptions, archive bool) (aggregator.Sink, func() error, error) {
+func emfSink(ctx context.Context, spec string, stdout io.Writer, o aggregator.EMFOptions, archive bool) (*aggregator.EMFSink, func() error, error) {
 	sink, err := assemble.EMFSink(ctx, spec, stdout)
 	if err != nil {
 		return nil, nil, err

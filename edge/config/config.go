@@ -119,6 +119,12 @@ type DynamoDB struct {
 	// for DynamoDB-compatible endpoints that ignore
 	// ReturnValuesOnConditionCheckFailure (dynalite); default false.
 	ReadAfterConditionFailure bool `yaml:"read_after_condition_failure"`
+	// ConcurrencyLease is how long the concurrency slots an edge process
+	// holds on a key stay counted after its last acquire or release of
+	// the key: the slots of an edge that crashed holding them are taken
+	// back once it has passed. Longer than the longest request that holds
+	// a slot; default 10m.
+	ConcurrencyLease time.Duration `yaml:"concurrency_lease"`
 }
 
 // Redis is the Redis counter store (store.type redis).

@@ -480,6 +480,7 @@ tiers:
 		{"redis addr", "store:\n  type: redis\n  redis:\n    addrs: [redis.local] # <-\n" + anonymous, "store.redis.addrs[0]", `"redis.local" is not allowed; use host:port`},
 		{"redis clock", "store:\n  type: redis\n  redis:\n    clock: edge # <-\n" + anonymous, "store.redis.clock", `"edge" is not allowed; use one of server, caller`},
 		{"dynamodb table", "store:\n  type: dynamodb\n  dynamodb:\n    table: a # <-\n" + anonymous, "store.dynamodb.table", "use 3 to 255 of"},
+		{"dynamodb lease", "store:\n  type: dynamodb\n  dynamodb:\n    concurrency_lease: 10s # <-\n" + anonymous, "store.dynamodb.concurrency_lease", `"10s" is not allowed; use 1m to 24h`},
 		{"sync max error", "store:\n  sync:\n    max_error: 0.9 # <-\n" + anonymous, "store.sync.max_error", `"0.9" is not allowed; use a share from 0 (exact) to 0.5`},
 		{"sync exact", "store:\n  sync:\n    exact: [anonymous:/nowhere] # <-\n" + anonymous, "store.sync.exact[0]", `"anonymous:/nowhere" names no rule`},
 		{"kinesis stream", "decisions:\n  kinesis:\n    stream: no spaces # <-\n" + anonymous, "decisions.kinesis.stream", `"no spaces" is not allowed`},

@@ -56,6 +56,7 @@ func (c *Config) Defaults() {
 	def(&s.Breaker.Failures, 5)
 	def(&s.Breaker.Cooldown, 5*time.Second)
 	def(&s.DynamoDB.Table, "ratewarden-counters")
+	def(&s.DynamoDB.ConcurrencyLease, 10*time.Minute)
 	if len(s.Redis.Addrs) == 0 {
 		s.Redis.Addrs = []string{"127.0.0.1:6379"}
 	}

@@ -302,6 +302,7 @@ func (v *validator) store(s *Store) {
 		if ep := s.DynamoDB.Endpoint; ep != "" && !isHTTPURL(ep) {
 			v.report(key("store", "dynamodb", "endpoint"), ep, "is not allowed", "an http or https URL, or empty for the SDK's")
 		}
+		v.durationRange(key("store", "dynamodb", "concurrency_lease"), s.DynamoDB.ConcurrencyLease, time.Minute, 24*time.Hour)
 	case "redis":
 		for i, a := range s.Redis.Addrs {
 			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
