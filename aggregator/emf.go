@@ -26,6 +26,7 @@ const (
 	MetricShadowBlocked    = "ShadowBlocked"
 	MetricDenyListed       = "DenyListed"
 	MetricAllowListed      = "AllowListed"
+	MetricRejected         = "Rejected"
 	MetricUniqueClients    = "UniqueClients"
 	MetricStoreLatency     = "StoreLatency"
 	MetricStoreLatencyN    = "StoreLatencyCount"
@@ -53,6 +54,7 @@ var outcomeMetrics = [decisions.NumOutcomes]string{
 	decisions.ShadowBlock: MetricShadowBlocked,
 	decisions.DenyListed:  MetricDenyListed,
 	decisions.AllowListed: MetricAllowListed,
+	decisions.Rejected:    MetricRejected,
 }
 
 // latencyValues is how many values StoreLatency carries per document.

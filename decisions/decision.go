@@ -30,6 +30,7 @@ const (
 	FailClosed                     // the store failed and the path fails closed: 503
 	LocalLimit                     // the store is unavailable and the local fallback limit refused: 429
 	ShadowBlock                    // a shadow rule would have refused: passed, recorded only
+	Rejected                       // a path with no canonical form, or an ambiguous one the edge refuses: 400
 	numOutcomes
 )
 
@@ -47,6 +48,7 @@ var outcomeNames = [...]string{
 	FailClosed:  "fail_closed",
 	LocalLimit:  "local_limit",
 	ShadowBlock: "shadow_block",
+	Rejected:    "rejected",
 }
 
 // String returns the outcome's wire name, such as "allow" or "shadow_block".

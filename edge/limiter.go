@@ -19,12 +19,12 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/identity"
@@ -81,26 +81,29 @@ type Options struct {
 
 // Limiter decides requests. It is safe for concurrent use.
 type Limiter struct {
-	cfg        *config.Config
-	node       string
-	tiers      map[string]*tier
-	anonymous  *tier
-	authed     *tier // may be nil
-	failClosed []string
-	ident      *identity.Resolver
-	store      Store
-	taker      remoteTaker // the store, when it says which answers are the distributed store's
-	remote     bool        // the store is not in-process: deadlines, breaker, latency
-	timeout    time.Duration
-	breaker    *breaker
-	local      *memstore.Store // fallback counters while the breaker is open
-	ownStore   *memstore.Store // the default store, closed by Close
-	sink       Sink
-	allow      ListSource
-	deny       ListSource
-	keys       *challenge.Keyring
-	ipv6Prefix int
-	tokenRule  *rule // wrong verifier secrets per address; nil without challenges
+	cfg             *config.Config
+	node            string
+	tiers           map[string]*tier
+	anonymous       *tier
+	authed          *tier    // may be nil
+	failClosed      []string // in their match form (matchForm)
+	pathCase        canonpath.Case
+	rejectAmbiguous bool // paths.ambiguous: reject
+	fwd             forwarding
+	ident           *identity.Resolver
+	store           Store
+	taker           remoteTaker // the store, when it says which answers are the distributed store's
+	remote          bool        // the store is not in-process: deadlines, breaker, latency
+	timeout         time.Duration
+	breaker         *breaker
+	local           *memstore.Store // fallback counters while the breaker is open
+	ownStore        *memstore.Store // the default store, closed by Close
+	sink            Sink
+	allow           ListSource
+	deny            ListSource
+	keys            *challenge.Keyring
+	ipv6Prefix      int
+	tokenRule       *rule // wrong verifier secrets per address; nil without challenges
 
 	metrics  counters
 	log      *slog.Logger // may be nil
@@ -111,9 +114,17 @@ type Limiter struct {
 
 // New builds a Limiter from a validated configuration.
 func New(cfg *config.Config, opts Options) (*Limiter, error) {
-	tiers, err := compileTiers(cfg)
+	pathCase := canonpath.Insensitive
+	if cfg.Paths.Case == "sensitive" {
+		pathCase = canonpath.Sensitive
+	}
+	tiers, err := compileTiers(cfg, pathCase)
 	if err != nil {
 		return nil, err
+	}
+	failClosed := make([]string, len(cfg.FailClosed))
+	for i, p := range cfg.FailClosed {
+		failClosed[i] = matchForm(p, pathCase)
 	}
 	env := opts.Env
 	if env == nil {
@@ -126,7 +137,8 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 	l := &Limiter{
 		cfg: cfg, node: cfg.Edge.Node, tiers: tiers,
 		anonymous: tiers[config.TierAnonymous], authed: tiers[config.TierAuthenticated],
-		failClosed: cfg.FailClosed, ident: res, store: opts.Store,
+		failClosed: failClosed, pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
+		fwd: newForwarding(cfg), ident: res, store: opts.Store,
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, keys: opts.Keys,
 		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log,
 	}
@@ -175,7 +187,7 @@ type Request struct {
 	RemoteAddr string      // the TCP peer, "ip:port"
 	Method     string      //
 	Host       string      //
-	Path       string      // matched against path rules
+	Path       string      // as sent, still percent-encoded: its canonical form (package canonpath) is matched against path rules
 	URI        string      // path and query, carried to the challenge page
 	Header     http.Header // identity, forwarding and token headers
 	RequestID  string      // may be empty
@@ -191,6 +203,10 @@ type Verdict struct {
 	// held are concurrency slots to release when the response ends.
 	held [2]held
 	uri  string // carried to the challenge page
+	// form is how far the request's path was from Decision.Path, its
+	// canonical form; pathErr why it has none (outcome Rejected).
+	form    canonpath.Form
+	pathErr error
 }
 
 // Policy is one rule a request was counted against.
@@ -253,12 +269,22 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	d := &v.Decision
 	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
 	d.ClientIP, d.UserID, d.Plan, d.IdentitySource = id.ClientIP, id.User, id.Plan, id.Source
-	d.Method, d.Host, d.Path = r.Method, r.Host, r.Path
+	d.Method, d.Host = r.Method, r.Host
 
 	t := l.tierFor(id.User, id.Plan)
 	d.Tier = t.name
 
+	path, form, err := canonpath.Clean(r.Path)
+	d.Path, v.form, v.pathErr = path, form, err
 	switch {
+	case err != nil:
+		d.Path = rejectedPath(r.Path)
+		l.finish(v, decisions.Rejected, err.Error())
+		return
+	case form == canonpath.Ambiguous && l.rejectAmbiguous:
+		d.Path = rejectedPath(r.Path)
+		l.finish(v, decisions.Rejected, reasonAmbiguous)
+		return
 	case !id.ClientIP.IsValid() && id.User == "":
 		// Nothing to count under. Sharing one counter among every
 		// unidentifiable request would refuse them all; this only happens
@@ -277,12 +303,12 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	var evals [2]eval
 	var sc storeCtx
 	n := 0
-	if pr := t.match(r.Path); pr != nil {
-		l.evaluate(ctx, &sc, now, key, pr, r.Path, &evals[0])
+	if pr := t.match(path, l.pathCase); pr != nil {
+		l.evaluate(ctx, &sc, now, key, pr, path, &evals[0])
 		n = 1
 	}
 	if n == 0 || evals[0].level < levelBlock {
-		l.evaluate(ctx, &sc, now, key, t.global, r.Path, &evals[n])
+		l.evaluate(ctx, &sc, now, key, t.global, path, &evals[n])
 		n++
 	}
 	sc.done()
@@ -322,6 +348,18 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 		}
 	}
 	l.finish(v, outcome, reason)
+}
+
+const reasonAmbiguous = "ambiguous path: dot segments, repeated slashes or backslashes"
+
+// maxRejectedPath bounds the path a Rejected decision records, as sent.
+const maxRejectedPath = 256
+
+func rejectedPath(p string) string {
+	if len(p) > maxRejectedPath {
+		return p[:maxRejectedPath]
+	}
+	return p
 }
 
 func window(r *rule) time.Duration {
@@ -485,7 +523,7 @@ func (r *rule) grade(res limit.Result) int {
 
 func (l *Limiter) isFailClosed(path string) bool {
 	for _, p := range l.failClosed {
-		if strings.HasPrefix(path, p) {
+		if canonpath.HasPrefix(path, p, l.pathCase) {
 			return true
 		}
 	}

@@ -15,11 +15,13 @@ import (
 )
 
 // Middleware returns next behind the limiter: refused requests are answered
-// by the edge (429, 302 to the challenge page, 403 or 503) and never reach
-// next; passed requests reach next with the rate-limit headers already set
-// on the response, their body capped (edge.client.max_body_bytes, 413) and
-// due within edge.client.body_timeout (408). When the response ends (next
-// returns, or panics because the client or the origin broke off),
+// by the edge (429, 302 to the challenge page, 403, 503, or 400 for a path
+// with no canonical form) and never reach next; passed requests reach next
+// with the rate-limit headers already set on the response, their path
+// canonical, their headers as the forward section of the configuration
+// says (see forward), their body capped (edge.client.max_body_bytes, 413)
+// and due within edge.client.body_timeout (408). When the response ends
+// (next returns, or panics because the client or the origin broke off),
 // concurrency slots are released and the request's one decision is
 // emitted with its status, upstream latency and response error.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
@@ -27,7 +29,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		req := Request{
-			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
+			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: requestPath(r.URL),
 			URI: r.URL.RequestURI(), Header: r.Header,
 		}
 		req.RequestID = l.requestID(r)
@@ -44,7 +46,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		x.handoff = time.Now()
-		next.ServeHTTP(x, r)
+		next.ServeHTTP(x, l.forward(r, v))
 	})
 }
 

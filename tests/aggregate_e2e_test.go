@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,8 +70,8 @@ func TestEdgeAndAggregate(t *testing.T) {
 
 	emfFile := filepath.Join(tmp, "emf.jsonl")
 	agg := exec.Command(bin, "aggregate", "--decisions-dir", logDir, "--state-dir", stateDir,
-		"--partials", "dir:"+partials, "--emf", "file:"+emfFile, "--window", "1s", "--lateness", "100ms")
-	var aggOut bytes.Buffer
+		"--partials", "dir:"+partials, "--emf", "file:"+emfFile, "--window", "1s", "--lateness", "100ms", "--admin-listen", "127.0.0.1:0")
+	var aggOut syncBuffer // written by exec's copying goroutine while the test reads it
 	agg.Stdout, agg.Stderr = &aggOut, &aggOut
 	if err := agg.Start(); err != nil {
 		t.Fatal(err)
@@ -135,6 +136,24 @@ func TestEdgeAndAggregate(t *testing.T) {
 	if len(replays[0]) < 2 || fmt.Sprint(replays[0]) != fmt.Sprint(replays[1]) {
 		t.Fatalf("two replays wrote %d and %d files, or different bytes", len(replays[0]), len(replays[1]))
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // countPartials counts the partial files under dir without reading them.
@@ -203,7 +222,7 @@ func TestAggregateKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := func(state, out string) []string {
-		return []string{"aggregate", "--no-follow", "--decisions-dir", logDir, "--state-dir", state,
+		return []string{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", state,
 			"--partials", "dir:" + out, "--window", "1s", "--lateness", "500ms"}
 	}
 	want := filepath.Join(tmp, "want")

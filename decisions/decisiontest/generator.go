@@ -130,6 +130,9 @@ func respond(d *decisions.Decision) {
 	case decisions.FailClosed:
 		d.Status = 503
 		return
+	case decisions.Rejected:
+		d.Status = 400
+		return
 	}
 	h := mix(uint64(len(d.RequestID)), uint64(d.Time.UnixNano()))
 	d.Status, d.UpstreamLatency = 200, 2*time.Millisecond+time.Duration(h%40_000_000)
@@ -329,6 +332,16 @@ func (g *Generator) decision() decisions.Decision {
 		d.Method = "DELETE"
 	default:
 		d.Method = "OPTIONS"
+	}
+
+	// Scrapers probe for spellings of a path that the edge and the origin
+	// might read differently; the edge refuses them before anything else.
+	// (Tied to a draw already made, so the rest of the trace stays as it
+	// was.)
+	if abuser && d.Method == "DELETE" {
+		d.Path = "/api//admin/users"
+		d.Outcome, d.Reason = decisions.Rejected, "ambiguous path: dot segments, repeated slashes or backslashes"
+		return d
 	}
 
 	// Lists, decided before any rule.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"slices"
 	"time"
 
 	"github.com/ratewarden/ratewarden/edge/limit"
@@ -80,6 +81,16 @@ func (c *Config) Defaults() {
 	def(&ch.EndpointFailures.Window, time.Minute)
 
 	def(&c.Lists.Refresh, 30*time.Second)
+
+	def(&c.Paths.Case, PathCases[0])
+	def(&c.Paths.Ambiguous, AmbiguousPaths[0])
+	if _, written := c.lines["forward.strip_headers"]; !written && c.Forward.StripHeaders == nil {
+		c.Forward.StripHeaders = slices.Clone(DefaultStripHeaders)
+	}
+	if c.Forward.User == nil {
+		user := true
+		c.Forward.User = &user
+	}
 
 	d := &c.Decisions
 	def(&d.Codec, DecisionCodecs[0])
