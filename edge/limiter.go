@@ -3,15 +3,19 @@
 // and global rule, and decides to allow, challenge or block; every request
 // yields exactly one decision, handed to a sink without blocking.
 //
-// The decision core is Limiter.Decide. The deployment shapes are thin
-// adapters around it: Middleware for net/http (and so the reverse proxy of
-// `ratewarden edge`), and the Lambda handler in package edge/lambda.
+// The decision core is Limiter.Begin, which decides, and Limiter.End,
+// which records what happened to the response and emits the decision;
+// Limiter.Decide does both at once for callers with no response. The
+// deployment shapes are thin adapters around them: Middleware for net/http
+// (and so the reverse proxy of `ratewarden edge`), and the Lambda handler
+// in package edge/lambda.
 package edge
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -70,6 +74,9 @@ type Options struct {
 	Keys  *challenge.Keyring
 	// Env reads environment variables (JWT keys); default os.Getenv.
 	Env func(string) string
+	// Log receives a warning for responses that failed (origin timeouts
+	// and errors, client timeouts), at most a few a second; default none.
+	Log *slog.Logger
 }
 
 // Limiter decides requests. It is safe for concurrent use.
@@ -99,6 +106,8 @@ type Limiter struct {
 	tokenRule       *rule // wrong verifier secrets per address; nil without challenges
 
 	metrics  counters
+	log      *slog.Logger // may be nil
+	logs     sampler
 	ids      *requestIDs
 	releases releases // of a remote store only
 }
@@ -131,7 +140,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		failClosed: failClosed, pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
 		fwd: newForwarding(cfg), ident: res, store: opts.Store,
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, keys: opts.Keys,
-		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(),
+		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log,
 	}
 	if cfg.Challenge.Enabled {
 		if l.tokenRule, err = compileTokenRule(cfg); err != nil {
@@ -238,11 +247,23 @@ type eval struct {
 	lat   time.Duration
 }
 
-// Decide decides r at now into v and hands the decision to the sink. It
-// never blocks longer than the store deadline and never fails: store errors
-// become fail-open or fail-closed decisions. The verdict is filled in place
-// because it is large: a caller deciding many requests reuses one.
+// Decide decides r at now into v and hands the decision to the sink at
+// once, for callers that have no response to wait for; it is Begin
+// followed by the emission End would make, without releasing the
+// concurrency slots v holds (Release does). It never blocks longer than
+// the store deadline and never fails: store errors become fail-open or
+// fail-closed decisions. The verdict is filled in place because it is
+// large: a caller deciding many requests reuses one.
 func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verdict) {
+	l.Begin(ctx, now, r, v)
+	l.emit(v)
+}
+
+// Begin decides r at now into v, as Decide does, but does not emit the
+// decision: the caller serves the response, records what happened on v
+// (Status, UpstreamLatency, ResponseError) and calls End exactly once, so
+// that the request's one decision says how it ended.
+func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdict) {
 	*v = Verdict{uri: r.URI}
 	id := l.ident.Resolve(r.RemoteAddr, r.Header, now)
 	d := &v.Decision
@@ -561,9 +582,66 @@ func cookieValue(h http.Header, name string) string {
 func (l *Limiter) finish(v *Verdict, o decisions.Outcome, reason string) {
 	v.Outcome, v.Reason = o, reason
 	l.metrics.outcomes[o].Add(1)
+}
+
+func (l *Limiter) emit(v *Verdict) {
 	if l.sink != nil && !l.sink.Emit(v.Decision) {
 		l.metrics.dropped.Add(1)
 	}
+}
+
+// End is called when the response to a request decided by Begin has
+// ended (or the client went away): it returns the concurrency slots v
+// holds, counts and logs a failed response, and emits the decision with
+// the response fields the caller set on v.
+func (l *Limiter) End(ctx context.Context, now time.Time, v *Verdict) {
+	l.release(ctx, now, v)
+	if v.ResponseError != "" {
+		l.metrics.responseError(v.ResponseError)
+		l.logFailure(now, v)
+	}
+	l.emit(v)
+}
+
+// logFailure logs a failed response, at most maxFailureLogs a second: an
+// origin outage under load must not flood the log. The next line logged
+// says how many were left out.
+func (l *Limiter) logFailure(now time.Time, v *Verdict) {
+	if l.log == nil {
+		return
+	}
+	ok, skipped := l.logs.allow(now)
+	if !ok {
+		return
+	}
+	l.log.Warn("response failed", "error", v.ResponseError, "status", v.Status,
+		"upstream_latency", v.UpstreamLatency, "request_id", v.RequestID, "tier", v.Tier, "rule", v.Rule,
+		"method", v.Method, "path", v.Path, "not_logged", skipped)
+}
+
+// maxFailureLogs bounds the failed responses logged a second.
+const maxFailureLogs = 10
+
+// sampler lets through at most maxFailureLogs a second and counts the
+// rest. It is safe for concurrent use; its zero value is ready.
+type sampler struct {
+	sec     atomic.Int64
+	n       atomic.Int64
+	skipped atomic.Uint64
+}
+
+// allow reports whether a line may be logged at now, and how many were
+// left out since the last one allowed.
+func (s *sampler) allow(now time.Time) (bool, uint64) {
+	sec := now.Unix()
+	if old := s.sec.Load(); old != sec && s.sec.CompareAndSwap(old, sec) {
+		s.n.Store(0)
+	}
+	if s.n.Add(1) > maxFailureLogs {
+		s.skipped.Add(1)
+		return false, 0
+	}
+	return true, s.skipped.Swap(0)
 }
 
 // Release returns the concurrency slots v holds. Call it when the response

@@ -44,6 +44,30 @@ type Edge struct {
 	DecisionQueue   int           `yaml:"decision_queue"`    // bounded queue of decisions awaiting the sink; default 4096
 	RequestIDHeader string        `yaml:"request_id_header"` // default X-Request-Id
 	ShutdownGrace   time.Duration `yaml:"shutdown_grace"`    // default 10s
+	Client          Client        `yaml:"client"`
+	Origin          Origin        `yaml:"origin"`
+}
+
+// Client bounds what one client may hold of the edge: the time it takes to
+// send a request, the size of its body, and connections. docs/security.md
+// sets these beside nginx's and Envoy's defaults.
+type Client struct {
+	HeaderTimeout time.Duration `yaml:"header_timeout"` // to receive the request line and headers; default 10s
+	// BodyTimeout is the time to receive the whole request body of a
+	// passed request, counted from the decision: a body that takes longer
+	// (a slowloris client) is cut off and answered 408. Default 60s.
+	BodyTimeout    time.Duration `yaml:"body_timeout"`
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`    // a keep-alive connection waits this long for its next request; default 2m
+	MaxBodyBytes   int64         `yaml:"max_body_bytes"`  // larger request bodies are refused with 413; 0 (the default): no cap
+	MaxConnections int           `yaml:"max_connections"` // open client connections at most, more wait to be accepted; default 10000
+}
+
+// Origin bounds the wait for the origin behind the reverse proxy.
+type Origin struct {
+	ConnectTimeout time.Duration `yaml:"connect_timeout"` // to connect, TLS included; default 5s, then 502
+	// ResponseHeaderTimeout is the wait for the origin's response headers
+	// once the request (its body included) is sent; then 504. Default 30s.
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
 }
 
 // Identity says how clients are identified.

@@ -142,6 +142,13 @@ func TestDefaults(t *testing.T) {
 		{"edge.decision_queue", c.Edge.DecisionQueue, 4096},
 		{"edge.request_id_header", c.Edge.RequestIDHeader, "X-Request-Id"},
 		{"edge.shutdown_grace", c.Edge.ShutdownGrace, 10 * time.Second},
+		{"edge.client.header_timeout", c.Edge.Client.HeaderTimeout, 10 * time.Second},
+		{"edge.client.body_timeout", c.Edge.Client.BodyTimeout, 60 * time.Second},
+		{"edge.client.idle_timeout", c.Edge.Client.IdleTimeout, 2 * time.Minute},
+		{"edge.client.max_body_bytes", c.Edge.Client.MaxBodyBytes, int64(0)},
+		{"edge.client.max_connections", c.Edge.Client.MaxConnections, 10000},
+		{"edge.origin.connect_timeout", c.Edge.Origin.ConnectTimeout, 5 * time.Second},
+		{"edge.origin.response_header_timeout", c.Edge.Origin.ResponseHeaderTimeout, 30 * time.Second},
 		{"identity.client_ip_header", c.Identity.ClientIPHeader, "x-forwarded-for"},
 		{"identity.user_header", c.Identity.UserHeader, "X-User-Id"},
 		{"identity.plan_header", c.Identity.PlanHeader, "X-User-Plan"},
@@ -362,6 +369,16 @@ tiers:
 		{"syntax error", "edge:\n  listen: [a,\n  # <-\n", "", "invalid YAML: did not find expected node content"},
 
 		// Validation.
+		{"body timeout too short", "edge:\n  client:\n    body_timeout: 1ms # <-\n" + anonymous,
+			"edge.client.body_timeout", `"1ms" is not allowed; use 10ms to 1h`},
+		{"negative body cap", "edge:\n  client:\n    max_body_bytes: -1 # <-\n" + anonymous,
+			"edge.client.max_body_bytes", `"-1" is not allowed; use 0 to 1099511627776`},
+		{"connection cap negative", "edge:\n  client:\n    max_connections: -5 # <-\n" + anonymous,
+			"edge.client.max_connections", `"-5" is not allowed; use 1 to 10000000`},
+		{"upstream timeout too long", "edge:\n  origin:\n    response_header_timeout: 2h # <-\n" + anonymous,
+			"edge.origin.response_header_timeout", `"2h" is not allowed; use 10ms to 1h`},
+		{"connect timeout negative", "edge:\n  origin:\n    connect_timeout: -1s # <-\n" + anonymous,
+			"edge.origin.connect_timeout", `"-1s" is not allowed; use 10ms to 5m`},
 		{"limit zero", `
 tiers:
   anonymous:

@@ -245,6 +245,14 @@ func (v *validator) edge(e *Edge) {
 	v.intRange(key("edge", "decision_queue"), int64(e.DecisionQueue), 1, math.MaxInt64)
 	v.header(key("edge", "request_id_header"), e.RequestIDHeader)
 	v.durationRange(key("edge", "shutdown_grace"), e.ShutdownGrace, 0, math.MaxInt64)
+	c := &e.Client
+	v.durationRange(key("edge", "client", "header_timeout"), c.HeaderTimeout, 10*time.Millisecond, 10*time.Minute)
+	v.durationRange(key("edge", "client", "body_timeout"), c.BodyTimeout, 10*time.Millisecond, time.Hour)
+	v.durationRange(key("edge", "client", "idle_timeout"), c.IdleTimeout, 10*time.Millisecond, 24*time.Hour)
+	v.intRange(key("edge", "client", "max_body_bytes"), c.MaxBodyBytes, 0, 1<<40)
+	v.intRange(key("edge", "client", "max_connections"), int64(c.MaxConnections), 1, 10_000_000)
+	v.durationRange(key("edge", "origin", "connect_timeout"), e.Origin.ConnectTimeout, 10*time.Millisecond, 5*time.Minute)
+	v.durationRange(key("edge", "origin", "response_header_timeout"), e.Origin.ResponseHeaderTimeout, 10*time.Millisecond, time.Hour)
 }
 
 func (v *validator) identity(id *Identity) {
