@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"testing"
+	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -24,7 +25,7 @@ func TestServices(t *testing.T) {
 
 	t.Run("kinesalite", func(t *testing.T) {
 		kc := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(awstest.Endpoint(t, awstest.KinesisEnv)) })
-		name := aws.String("smoke")
+		name := aws.String(fmt.Sprintf("smoke-%d", time.Now().UnixNano())) // unique: the stand-ins may outlive one run
 		if _, err := kc.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: name, ShardCount: aws.Int32(1)}); err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestServices(t *testing.T) {
 		dc := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 			o.BaseEndpoint = aws.String(awstest.Endpoint(t, awstest.DynamoDBEnv))
 		})
-		table := aws.String("smoke")
+		table := aws.String(fmt.Sprintf("smoke-%d", time.Now().UnixNano()))
 		_, err := dc.CreateTable(ctx, &dynamodb.CreateTableInput{
 			TableName:            table,
 			AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("PK"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
