@@ -168,6 +168,12 @@ type proxy struct {
 	target string
 	plan   map[int]fault
 	down   atomic.Bool // reset every request: the stream is unreachable
+	// blackhole, when set, holds every request unanswered (the endpoint
+	// accepts and never answers) until release is closed, then resets it;
+	// held receives a value as each request is held.
+	blackhole atomic.Bool
+	release   chan struct{}
+	held      chan struct{}
 
 	mu         sync.Mutex
 	calls      int
@@ -176,6 +182,15 @@ type proxy struct {
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.down.Load() {
+		reset(w)
+		return
+	}
+	if p.blackhole.Load() {
+		select {
+		case p.held <- struct{}{}:
+		default:
+		}
+		<-p.release
 		reset(w)
 		return
 	}
@@ -334,21 +349,10 @@ func TestKinesisFaults(t *testing.T) {
 					t.Fatalf("batch %d: %v", b, err)
 				}
 			}
-			recs, err := readStream(kc, stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[string]int{}
+			seen := countOnStream(t, kc, stream)
 			got := 0
-			for _, r := range recs {
-				ds, err := Decode(r.Data, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, d := range ds {
-					seen[d.RequestID]++
-				}
-				got += len(ds)
+			for _, c := range seen {
+				got += c
 			}
 			for _, d := range want {
 				if seen[d.RequestID] == 0 {

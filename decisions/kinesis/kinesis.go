@@ -143,6 +143,11 @@ type Sink struct {
 	keys   []string               // partition keys, by partition
 	buf    []byte
 
+	n *counters // shared with the Sink's clones
+}
+
+// counters are a Sink's Stats, shared by its clones.
+type counters struct {
 	records, events, calls, retried, throttled, failed, bytes atomic.Uint64
 }
 
@@ -157,12 +162,17 @@ func New(api API, opts Options) (*Sink, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("new kinesis sink: %w", err)
 	}
+	return newSink(api, opts, &counters{}), nil
+}
+
+func newSink(api API, opts Options, n *counters) *Sink {
 	s := &Sink{
 		api:    api,
 		opts:   opts,
 		rng:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b696e657369)),
 		groups: make([][]decisions.Decision, opts.Partitions),
 		keys:   make([]string, opts.Partitions),
+		n:      n,
 	}
 	for i := range s.keys {
 		s.keys[i] = strconv.Itoa(i)
@@ -172,8 +182,13 @@ func New(api API, opts Options) (*Sink, error) {
 		// events, and its schema would otherwise be most of it.
 		s.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdStream})
 	}
-	return s, nil
+	return s
 }
+
+// clone returns a Sink of the same stream and options, with scratch of
+// its own and the same counters, for a second goroutine (a Spill's
+// drainer) to deliver through without sharing a lock with the first.
+func (s *Sink) clone() *Sink { return newSink(s.api, s.opts, s.n) }
 
 // partition returns d's partition: by user, else client address; events
 // with neither go to partition 0. The hash is FNV-1a, inline so that it
@@ -212,8 +227,8 @@ func (e *entry) size() int { return len(e.data) + len(e.key) }
 // Stats returns the counters. It is safe for concurrent use.
 func (s *Sink) Stats() Stats {
 	return Stats{
-		Records: s.records.Load(), Events: s.events.Load(), Calls: s.calls.Load(), Retried: s.retried.Load(),
-		Throttled: s.throttled.Load(), Failed: s.failed.Load(), Bytes: s.bytes.Load(),
+		Records: s.n.records.Load(), Events: s.n.events.Load(), Calls: s.n.calls.Load(), Retried: s.n.retried.Load(),
+		Throttled: s.n.throttled.Load(), Failed: s.n.failed.Load(), Bytes: s.n.bytes.Load(),
 	}
 }
 
@@ -226,25 +241,25 @@ func (s *Sink) Flush() error { return nil }
 // a call carries at most one record per partition key, so a key's records
 // are never reordered. It returns an error naming the events given up.
 func (s *Sink) WriteBatch(ds []decisions.Decision) error {
-	undelivered, err := s.deliver(ds)
+	undelivered, err := s.deliver(context.Background(), ds)
 	for i := range undelivered {
-		s.failed.Add(uint64(undelivered[i].events))
+		s.n.failed.Add(uint64(undelivered[i].events))
 	}
 	return err
 }
 
 // deliver puts ds on the stream and returns the records it gave up on, for
 // a caller that keeps them elsewhere; events that could not be encoded are
-// counted as failed here.
-func (s *Sink) deliver(ds []decisions.Decision) ([]entry, error) {
+// counted as failed here. Once ctx is done it gives up what is left.
+func (s *Sink) deliver(ctx context.Context, ds []decisions.Decision) ([]entry, error) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
 	pending, failed, err := s.build(ds)
 	if err != nil {
-		s.failed.Add(uint64(failed))
+		s.n.failed.Add(uint64(failed))
 	}
-	undelivered, sendErr := s.send(pending)
+	undelivered, sendErr := s.send(ctx, pending)
 	return undelivered, errors.Join(err, sendErr)
 }
 
@@ -312,7 +327,7 @@ func (s *Sink) encode(pending []entry, key string, group []decisions.Decision) (
 
 // send delivers pending, retrying failures first, and returns the records
 // it gave up on, in order.
-func (s *Sink) send(pending []entry) ([]entry, error) {
+func (s *Sink) send(ctx context.Context, pending []entry) ([]entry, error) {
 	var (
 		gaveUp  []entry
 		lastErr error
@@ -341,13 +356,13 @@ func (s *Sink) send(pending []entry) ([]entry, error) {
 			in.Records = append(in.Records, types.PutRecordsRequestEntry{Data: e.data, PartitionKey: aws.String(e.key)})
 		}
 		if attempts > 0 {
-			if err := s.opts.Sleep(context.Background(), s.backoff(attempts)); err != nil {
+			if err := s.opts.Sleep(ctx, s.backoff(attempts)); err != nil {
 				gaveUp = append(gaveUp, pending...)
 				return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", countEvents(gaveUp), s.opts.Stream, err)
 			}
-			s.retried.Add(uint64(len(call)))
+			s.n.retried.Add(uint64(len(call)))
 		}
-		failed, permanent, err := s.put(&in, call, pending)
+		failed, permanent, err := s.put(ctx, &in, call, pending)
 		if err != nil {
 			lastErr = err
 		}
@@ -396,10 +411,10 @@ func countEvents(es []entry) int {
 
 // put makes one PutRecords call and reports, by position in call, which
 // records failed, and whether the failure is permanent.
-func (s *Sink) put(in *kinesis.PutRecordsInput, call []int, pending []entry) (failed []bool, permanent bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+func (s *Sink) put(ctx context.Context, in *kinesis.PutRecordsInput, call []int, pending []entry) (failed []bool, permanent bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	s.calls.Add(1)
+	s.n.calls.Add(1)
 	out, err := s.api.PutRecords(ctx, in, noRetry)
 	failed = make([]bool, len(call))
 	if err != nil {
@@ -407,7 +422,7 @@ func (s *Sink) put(in *kinesis.PutRecordsInput, call []int, pending []entry) (fa
 			failed[i] = true
 		}
 		if isThrottle(err) {
-			s.throttled.Add(1)
+			s.n.throttled.Add(1)
 			return failed, false, fmt.Errorf("put records: %w", err)
 		}
 		return failed, !retryable(err), fmt.Errorf("put records: %w", err)
@@ -422,15 +437,15 @@ func (s *Sink) put(in *kinesis.PutRecordsInput, call []int, pending []entry) (fa
 		if r.ErrorCode != nil {
 			failed[i] = true
 			if *r.ErrorCode == "ProvisionedThroughputExceededException" {
-				s.throttled.Add(1)
+				s.n.throttled.Add(1)
 			}
 			err = fmt.Errorf("put records: %s: %s", *r.ErrorCode, aws.ToString(r.ErrorMessage))
 			continue
 		}
 		e := &pending[call[i]]
-		s.records.Add(1)
-		s.events.Add(uint64(e.events))
-		s.bytes.Add(uint64(e.size()))
+		s.n.records.Add(1)
+		s.n.events.Add(uint64(e.events))
+		s.n.bytes.Add(uint64(e.size()))
 	}
 	return failed, false, err
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,12 +73,18 @@ func (f *fakeAPI) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ .
 	return out, nil
 }
 
-// fakeSleep records the delays asked for and returns at once.
-type fakeSleep struct{ delays []time.Duration }
+// fakeSleep records the delays asked for and returns at once, or with
+// ctx's error once ctx is done.
+type fakeSleep struct {
+	mu     sync.Mutex
+	delays []time.Duration
+}
 
-func (s *fakeSleep) Sleep(_ context.Context, d time.Duration) error {
+func (s *fakeSleep) Sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
 	s.delays = append(s.delays, d)
-	return nil
+	s.mu.Unlock()
+	return ctx.Err()
 }
 
 // byKey decodes records and groups their events by partition key, in order.
