@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
@@ -171,5 +172,44 @@ func TestCorruptRecordLosesOnlyItself(t *testing.T) {
 	}
 	if lost+r.Stats().BadEvents != 100 {
 		t.Errorf("%d events counted lost (%+v), want 100", lost+r.Stats().BadEvents, r.Corrupt())
+	}
+}
+
+// TestReadsEveryArrowFraming: a log written before the dictionary (Arrow
+// body compression, or one plain zstd frame) reads as before, beside
+// records of the current writer.
+func TestReadsEveryArrowFraming(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir)
+	g := decisiontest.NewGenerator(12, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	var want []decisions.Decision
+	for _, c := range []columnar.Compression{columnar.Zstd, columnar.ZstdStream, columnar.LZ4, columnar.None, columnar.ZstdDict} {
+		ds := g.Batch(7)
+		b, err := columnar.Encode(nil, ds, columnar.Options{Compression: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(seglog.Record{Count: 7, MinTime: ds[0].Time, MaxTime: ds[6].Time, Codec: decisionlog.CodecArrow, Payload: b}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ds...)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	ds := g.Batch(7)
+	if err := w.WriteBatch(ds); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, ds...)
+	got, err := readAll(dir, decisionlog.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d events, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if diff := decisiontest.Diff(got[i], want[i]); diff != "" {
+			t.Fatalf("event %d:\n%s", i, diff)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
@@ -42,10 +43,18 @@ func (f *fakeAPI) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ .
 		if rs > maxRecordBytes {
 			f.t.Errorf("call %d: record of %d bytes", n, rs)
 		}
-		if keys[*r.PartitionKey] {
-			f.t.Errorf("call %d: two records of key %s", n, *r.PartitionKey)
+		// One record per partition in a call, or in JSON mode per identity.
+		key := *r.PartitionKey
+		if len(r.Data) > 0 && r.Data[0] == decisionlog.CodecJSON {
+			ds, _ := Decode(r.Data, nil)
+			h, _ := identity(&ds[0])
+			key = fmt.Sprint("identity ", h)
 		}
-		keys[*r.PartitionKey] = true
+		if keys[key] {
+			f.t.Errorf("call %d: two records of %s", n, key)
+		}
+		keys[key] = true
+
 		size += rs
 	}
 	if len(in.Records) > maxCallRecords || size > maxCallBytes || len(in.Records) == 0 {
@@ -101,26 +110,38 @@ func byKey(t *testing.T, recs []types.PutRecordsRequestEntry) map[string][]decis
 	return m
 }
 
-// checkPerKey checks that got holds exactly want, each key's events in the
-// order written.
+// checkPerKey checks that got holds exactly want, each event under its
+// partition's key and each identity's events in the order written (what
+// the sink promises: in Arrow mode a partition's records keep their order,
+// in JSON mode only an identity's do).
 func checkPerKey(t *testing.T, want []decisions.Decision, partitions int, got map[string][]decisions.Decision) {
 	t.Helper()
-	next := map[string]int{}
-	for i := range want {
-		k := fmt.Sprint(partition(&want[i], partitions))
-		j := next[k]
-		if j >= len(got[k]) {
-			t.Fatalf("event %d (key %s) missing", i, k)
-		}
-		if diff := decisiontest.Diff(got[k][j], want[i]); diff != "" {
-			t.Fatalf("event %d (key %s, #%d of the key) differs:\n%s", i, k, j, diff)
-		}
-		next[k]++
-	}
+	byID := map[uint32][]decisions.Decision{}
+	n := 0
 	for k, ds := range got {
-		if next[k] != len(ds) {
-			t.Fatalf("key %s: %d events read, %d written", k, len(ds), next[k])
+		for i := range ds {
+			if p := fmt.Sprint(partition(&ds[i], partitions)); p != k {
+				t.Fatalf("an event of partition %s under key %s", p, k)
+			}
+			h, _ := identity(&ds[i])
+			byID[h] = append(byID[h], ds[i])
+			n++
 		}
+	}
+	if n != len(want) {
+		t.Fatalf("%d events read, %d written", n, len(want))
+	}
+	next := map[uint32]int{}
+	for i := range want {
+		h, _ := identity(&want[i])
+		j := next[h]
+		if j >= len(byID[h]) {
+			t.Fatalf("event %d (identity %x) missing", i, h)
+		}
+		if diff := decisiontest.Diff(byID[h][j], want[i]); diff != "" {
+			t.Fatalf("event %d (identity %x, #%d of the identity) differs:\n%s", i, h, j, diff)
+		}
+		next[h]++
 	}
 }
 

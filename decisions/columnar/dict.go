@@ -1,0 +1,48 @@
+package columnar
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// A small batch's Arrow stream is mostly the same bytes every time: the
+// schema, the dictionary batches' and the record batch's flatbuffers, the
+// padding. A zstd dictionary holding such streams (the raw streams of
+// generated batches of 200, 20, 4 and 1 events, in that order) lets a
+// ZstdDict frame refer to them instead of carrying them; BENCHMARKS.md
+// has the sizes.
+//
+// A dictionary is content the zstd frame names by its id, so a dictionary
+// once released never changes: a reader must find the very bytes the
+// writer used. A better one is added under a new id, the writer switches
+// to it, and every reader keeps all of them.
+var (
+	//go:embed zstd-dict-1.bin
+	dict1 []byte
+)
+
+// Dictionary ids are in the range the zstd format leaves to private use
+// (32,768 to 2^31-1), tagged "rw".
+const dict1ID = 0x72770001
+
+// writerDict is the dictionary ZstdDict frames are written with.
+var writerDict = struct {
+	id      uint32
+	content []byte
+}{dict1ID, dict1}
+
+// decoderDicts registers every dictionary ever written with.
+func decoderDicts() []zstd.DOption {
+	return []zstd.DOption{zstd.WithDecoderDictRaw(dict1ID, dict1)}
+}
+
+// newDictEncoder returns a zstd encoder for ZstdDict frames.
+func newDictEncoder() (*zstd.Encoder, error) {
+	z, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderDictRaw(writerDict.id, writerDict.content))
+	if err != nil {
+		return nil, fmt.Errorf("zstd dictionary %#x: %w", writerDict.id, err)
+	}
+	return z, nil
+}
