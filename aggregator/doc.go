@@ -1,3 +1,17 @@
-// Package aggregator is reserved for the decision pipeline described in ARCHITECTURE.md;
-// it has no code yet.
+// Package aggregator rolls decision events up into per-window partial
+// aggregates: counts by tier, rule, outcome and reason, distinct clients,
+// store latency and the top offenders. Every aggregate merges — two halves
+// merged equal the whole — so shards and windows roll up independently, and
+// a reader merges the partials of any time range.
+//
+// A Rollup keeps the open windows of one source partition (a log, a Kinesis
+// shard) in event time: a window closes when the partition's watermark (the
+// latest event time seen, less the allowed lateness) passes its end, not on
+// the wall clock, so replaying the same events gives the same windows. Late
+// events are counted and either merged into a correction of their window or
+// dropped, by configuration.
+//
+// Each aggregate lives in its own file with the same three operations:
+// update from one decision, merge another of its kind, and a deterministic
+// binary encoding (append to a buffer, decode back).
 package aggregator

@@ -16,12 +16,15 @@ const module = "github.com/ratewarden/ratewarden"
 // for each top-level folder, the project folders its packages may import
 // (besides their own sub-packages).
 var allowedImports = map[string][]string{
-	"decisions":        {},
-	"edge":             {"decisions"},
-	"embedded-metrics": {},
-	"aggregator":       {"decisions", "embedded-metrics", "edge/lists"},
-	"dashboards":       {"aggregator"},
+	"internal":         {},
+	"decisions":        {"internal"},
+	"edge":             {"decisions", "internal"},
+	"embedded-metrics": {"internal"},
+	"config":           {"decisions", "edge", "embedded-metrics", "internal"},
+	"aggregator":       {"decisions", "embedded-metrics", "config", "edge/lists", "internal"},
+	"dashboards":       {"aggregator", "internal"},
 	"examples":         {},
+	"assemble":         {"*"},
 	"cmd":              {"*"},
 	"tests":            {"*"},
 }
@@ -119,6 +122,9 @@ func TestImportViolationRules(t *testing.T) {
 		{"aggregator", "embedded-metrics", false},
 		{"aggregator", "edge/lists", false},
 		{"aggregator", "edge/memstore", true},
+		{"aggregator", "internal/atomicfile", false},
+		{"decisions", "internal/atomicfile", false},
+		{"internal", "decisions", true},
 		{"dashboards", "aggregator/rollup", false},
 		{"dashboards", "edge", true},
 		{"cmd", "edge", false},

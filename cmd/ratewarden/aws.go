@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/ratewarden/ratewarden/assemble"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 	"github.com/ratewarden/ratewarden/edge/lists"
@@ -29,24 +29,6 @@ const (
 	defaultListsTable    = "ratewarden-lists"
 	defaultLeasesTable   = "ratewarden-leases"
 )
-
-// loadAWS loads the SDK's configuration the standard way (environment,
-// shared files, credential chain, AWS_ENDPOINT_URL and the service
-// variants), with a region required; region overrides it when set.
-func loadAWS(ctx context.Context, region string) (aws.Config, error) {
-	var opts []func(*awsconfig.LoadOptions) error
-	if region != "" {
-		opts = append(opts, awsconfig.WithRegion(region))
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
-	if err != nil {
-		return cfg, fmt.Errorf("load AWS configuration: %w", err)
-	}
-	if cfg.Region == "" {
-		return cfg, errors.New("load AWS configuration: no region: set AWS_REGION, a profile's region, or --region")
-	}
-	return cfg, nil
-}
 
 func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "init" {
@@ -71,7 +53,7 @@ func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fs.Usage()
 		return errUsage
 	}
-	cfg, err := loadAWS(ctx, *region)
+	cfg, err := assemble.AWS(ctx, *region)
 	if err != nil {
 		return err
 	}

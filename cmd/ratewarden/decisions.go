@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
@@ -126,7 +127,7 @@ func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Write
 // catStream prints a Kinesis stream's events; the position column is the
 // shard.
 func catStream(ctx context.Context, p *eventPrinter, stream string, since, until time.Time, follow bool, stderr io.Writer) error {
-	acfg, err := loadAWS(ctx, "")
+	acfg, err := assemble.AWS(ctx, "")
 	if err != nil {
 		return err
 	}

@@ -3,15 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge"
-	"github.com/ratewarden/ratewarden/edge/challenge"
+	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/edge/lambda"
 )
 
@@ -34,35 +31,11 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	override(&cfg.Edge.Upstream, *upstream)
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	opts := edge.Options{Env: getenv}
-	em := decisions.NewEmitter(decisions.NewJSONLinesWriter(stdout), decisions.EmitterOptions{Queue: cfg.Edge.DecisionQueue,
-		OnError: func(err error) { log.Error("decisions", "err", err) }})
-	defer em.Close(context.Background())
-	opts.Sink = em
-	var secret string
-	if raw := getenv(cfg.Challenge.KeysEnv); cfg.Challenge.Enabled && raw != "" {
-		if opts.Keys, err = challenge.ParseKeys(raw); err != nil {
-			return fmt.Errorf("%s: %w", cfg.Challenge.KeysEnv, err)
-		}
-		secret = getenv(cfg.Challenge.VerifierSecretEnv)
-	}
-	store, closeStore, err := openStore(ctx, cfg, log, getenv)
+	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Fallback: stdout})
 	if err != nil {
 		return err
 	}
-	if store != nil {
-		opts.Store = store
-		defer closeStore(context.Background())
-	}
-	lim, err := edge.New(cfg, opts)
-	if err != nil {
-		return err
-	}
-	defer lim.Close(context.Background())
-	origin, err := upstreamHandler(cfg.Edge.Upstream)
-	if err != nil {
-		return err
-	}
-	awslambda.StartWithOptions(lambda.New(lim.Handler(origin, secret)).Invoke, awslambda.WithContext(ctx))
+	defer e.Close(context.Background())
+	awslambda.StartWithOptions(lambda.New(e.Handler()).Invoke, awslambda.WithContext(ctx))
 	return nil
 }

@@ -5,6 +5,8 @@
 //	ratewarden token issue [flags]     issue a challenge token
 //	ratewarden decisions cat|stats|export  read the decision log
 //	ratewarden lambda [flags]          serve API Gateway / ALB events in AWS Lambda
+//	ratewarden aggregate [flags]       roll decisions up into per-window aggregates
+//	ratewarden replay [flags]          rebuild a time range's aggregates from the log
 //	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden version                 print the version
 package main
@@ -52,6 +54,8 @@ Usage:
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
+  ratewarden aggregate [flags]         roll decisions up into per-window partial aggregates
+  ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden version                   print the version
@@ -73,6 +77,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
+	case "aggregate":
+		return runAggregate(ctx, args[1:], stdout, stderr)
+	case "replay":
+		return runReplay(ctx, args[1:], stdout, stderr)
 	case "emf":
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":

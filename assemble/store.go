@@ -1,4 +1,4 @@
-package main
+package assemble
 
 import (
 	"context"
@@ -17,10 +17,11 @@ import (
 	"github.com/ratewarden/ratewarden/edge/syncstore"
 )
 
-// openStore opens the distributed counter store store.type names, behind
-// the over-limit cache and batched counting of store.sync. For the memory
-// store it returns nil: the limiter makes its own.
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string) (edge.Store, func(context.Context) error, error) {
+// Store opens the distributed counter store store.type names, behind the
+// over-limit cache and batched counting of store.sync, exactly as every
+// command runs it. For the memory store it returns nil: the limiter makes
+// its own. close closes the stack, flushing what the cache batched.
+func Store(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string) (edge.Store, func(context.Context) error, error) {
 	var (
 		backend syncstore.Backend
 		closeFn = func(context.Context) error { return nil }
@@ -30,7 +31,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	case "memory":
 		return nil, nil, nil
 	case "dynamodb":
-		acfg, err := loadAWS(ctx, s.DynamoDB.Region)
+		acfg, err := AWS(ctx, s.DynamoDB.Region)
 		if err != nil {
 			return nil, nil, fmt.Errorf("store.dynamodb: %w", err)
 		}

@@ -1,0 +1,116 @@
+package aggregator
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"math"
+	"slices"
+)
+
+// The partials' binary encoding is built from uvarints and length-prefixed
+// strings; every map is written in sorted key order so that equal
+// aggregates encode to equal bytes, which is what makes replay and
+// idempotent rewrites byte-identical.
+
+var errTruncated = errors.New("truncated")
+
+func appendUvarint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+func appendFloat(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// reader decodes the encoding; the first error sticks and every later read
+// returns zero values, so a decoder checks r.err once per item.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+	r.b = nil
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(errTruncated)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.fail(errTruncated)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail(errTruncated)
+		return nil
+	}
+	p := r.b[:n:n]
+	r.b = r.b[n:]
+	return p
+}
+
+func (r *reader) string() string { return string(r.bytes()) }
+
+func (r *reader) float() float64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.fail(errTruncated)
+		return 0
+	}
+	f := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return f
+}
+
+// count reads an item count and refuses one that the remaining bytes cannot
+// hold at minBytes per item, so a corrupt count cannot make a decoder
+// allocate or loop without bound.
+func (r *reader) count(minBytes int) uint64 {
+	n := r.uvarint()
+	if r.err == nil && n > uint64(len(r.b)/max(minBytes, 1)) {
+		r.fail(errors.New("count larger than the data"))
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,208 @@
+package aggregator
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// CountKey is one cell of the outcome counts.
+type CountKey struct {
+	Tier    string
+	Rule    string
+	Outcome decisions.Outcome
+	Reason  string
+}
+
+// Counts counts decisions by tier × rule × outcome × reason and by edge node
+// × outcome, and counts the drop reports and feedback actions of the log.
+// The zero value is ready to use; it is not safe for concurrent use.
+type Counts struct {
+	Cells    map[CountKey]uint64
+	ByNode   map[string]*[decisions.NumOutcomes]uint64
+	Dropped  uint64            // decisions the edges reported dropped (drops events)
+	Feedback map[string]uint64 // feedback actions by "list/action", such as "challenge/add"
+}
+
+// Update counts one event.
+func (c *Counts) Update(d *decisions.Decision) {
+	switch d.Kind {
+	case decisions.KindDrops:
+		c.Dropped += d.Dropped
+		return
+	case decisions.KindFeedback:
+		if c.Feedback == nil {
+			c.Feedback = map[string]uint64{}
+		}
+		c.Feedback[d.List+"/"+d.Action]++
+		return
+	case decisions.KindDecision:
+	default:
+		return
+	}
+	c.add(CountKey{Tier: d.Tier, Rule: d.Rule, Outcome: d.Outcome, Reason: d.Reason}, d.Node, 1)
+}
+
+func (c *Counts) add(k CountKey, node string, n uint64) {
+	if c.Cells == nil {
+		c.Cells = map[CountKey]uint64{}
+		c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
+	}
+	c.Cells[k] += n
+	if int(k.Outcome) >= decisions.NumOutcomes {
+		return
+	}
+	byOutcome := c.ByNode[node]
+	if byOutcome == nil {
+		byOutcome = new([decisions.NumOutcomes]uint64)
+		c.ByNode[node] = byOutcome
+	}
+	byOutcome[k.Outcome] += n
+}
+
+// Merge adds o's counts to c.
+func (c *Counts) Merge(o *Counts) {
+	if len(o.Cells) > 0 && c.Cells == nil {
+		c.Cells = map[CountKey]uint64{}
+		c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
+	}
+	for k, n := range o.Cells {
+		c.Cells[k] += n
+	}
+	for node, src := range o.ByNode {
+		if c.ByNode == nil {
+			c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
+		}
+		dst := c.ByNode[node]
+		if dst == nil {
+			dst = new([decisions.NumOutcomes]uint64)
+			c.ByNode[node] = dst
+		}
+		for i, n := range src {
+			dst[i] += n
+		}
+	}
+	c.Dropped += o.Dropped
+	for k, n := range o.Feedback {
+		if c.Feedback == nil {
+			c.Feedback = map[string]uint64{}
+		}
+		c.Feedback[k] += n
+	}
+}
+
+// Total is the number of decisions counted.
+func (c *Counts) Total() uint64 {
+	var t uint64
+	for _, n := range c.Cells {
+		t += n
+	}
+	return t
+}
+
+// ByOutcome sums the cells by outcome.
+func (c *Counts) ByOutcome() [decisions.NumOutcomes]uint64 {
+	var out [decisions.NumOutcomes]uint64
+	for k, n := range c.Cells {
+		if int(k.Outcome) < len(out) {
+			out[k.Outcome] += n
+		}
+	}
+	return out
+}
+
+// SortedCells returns the cells in a fixed order: tier, rule, outcome, reason.
+func (c *Counts) SortedCells() []CountKey {
+	keys := make([]CountKey, 0, len(c.Cells))
+	for k := range c.Cells {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareCountKeys)
+	return keys
+}
+
+func compareCountKeys(a, b CountKey) int {
+	return cmp.Or(cmp.Compare(a.Tier, b.Tier), cmp.Compare(a.Rule, b.Rule),
+		cmp.Compare(a.Outcome, b.Outcome), cmp.Compare(a.Reason, b.Reason))
+}
+
+// AppendBinary appends c's encoding: every map in sorted order, so equal
+// counts encode to equal bytes.
+func (c *Counts) AppendBinary(b []byte) []byte {
+	keys := c.SortedCells()
+	b = appendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		b = appendString(b, k.Tier)
+		b = appendString(b, k.Rule)
+		b = append(b, byte(k.Outcome))
+		b = appendString(b, k.Reason)
+		b = appendUvarint(b, c.Cells[k])
+	}
+	nodes := sortedKeys(c.ByNode)
+	b = appendUvarint(b, uint64(len(nodes)))
+	for _, node := range nodes {
+		b = appendString(b, node)
+		for _, n := range c.ByNode[node] {
+			b = appendUvarint(b, n)
+		}
+	}
+	b = appendUvarint(b, c.Dropped)
+	fb := sortedKeys(c.Feedback)
+	b = appendUvarint(b, uint64(len(fb)))
+	for _, k := range fb {
+		b = appendString(b, k)
+		b = appendUvarint(b, c.Feedback[k])
+	}
+	return b
+}
+
+// decode reads what AppendBinary wrote into c, which must be empty.
+func (c *Counts) decode(r *reader) error {
+	n := r.count(4)
+	for range n {
+		k := CountKey{Tier: r.string(), Rule: r.string()}
+		k.Outcome = decisions.Outcome(r.byte())
+		k.Reason = r.string()
+		v := r.uvarint()
+		if r.err != nil {
+			return r.err
+		}
+		if c.Cells == nil {
+			c.Cells = map[CountKey]uint64{}
+		}
+		c.Cells[k] += v
+	}
+	nodes := r.count(1 + decisions.NumOutcomes)
+	for range nodes {
+		node := r.string()
+		var byOutcome [decisions.NumOutcomes]uint64
+		for i := range byOutcome {
+			byOutcome[i] = r.uvarint()
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if c.ByNode == nil {
+			c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
+		}
+		c.ByNode[node] = &byOutcome
+	}
+	c.Dropped = r.uvarint()
+	fb := r.count(2)
+	for range fb {
+		k, v := r.string(), r.uvarint()
+		if r.err != nil {
+			return r.err
+		}
+		if c.Feedback == nil {
+			c.Feedback = map[string]uint64{}
+		}
+		c.Feedback[k] = v
+	}
+	if r.err != nil {
+		return fmt.Errorf("decode counts: %w", r.err)
+	}
+	return nil
+}

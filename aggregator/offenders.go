@@ -1,0 +1,109 @@
+package aggregator
+
+import (
+	"fmt"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// Offenders are the heaviest clients: by requests and by refusals overall,
+// by requests per tier and by refusals per rule. The zero value is not
+// usable: use NewOffenders. It is not safe for concurrent use.
+type Offenders struct {
+	k              int
+	Requests       *TopK
+	Refusals       *TopK
+	RequestsByTier map[string]*TopK
+	RefusalsByRule map[string]*TopK
+}
+
+// NewOffenders returns Offenders whose every TopK holds k clients.
+func NewOffenders(k int) *Offenders {
+	return &Offenders{k: k, Requests: NewTopK(k), Refusals: NewTopK(k),
+		RequestsByTier: map[string]*TopK{}, RefusalsByRule: map[string]*TopK{}}
+}
+
+func (o *Offenders) topk(m map[string]*TopK, key string) *TopK {
+	t := m[key]
+	if t == nil {
+		t = NewTopK(o.k)
+		m[key] = t
+	}
+	return t
+}
+
+// Update counts d's client.
+func (o *Offenders) Update(d *decisions.Decision) {
+	if d.Kind != decisions.KindDecision {
+		return
+	}
+	c := ClientOf(d)
+	o.Requests.Add(c, 1)
+	o.topk(o.RequestsByTier, d.Tier).Add(c, 1)
+	if Refused(d.Outcome) {
+		o.Refusals.Add(c, 1)
+		o.topk(o.RefusalsByRule, d.Rule).Add(c, 1)
+	}
+}
+
+// Merge adds p's counts to o; disjoint says they counted disjoint clients
+// (see TopK.Merge).
+func (o *Offenders) Merge(p *Offenders, disjoint bool) {
+	o.Requests.Merge(p.Requests, disjoint)
+	o.Refusals.Merge(p.Refusals, disjoint)
+	for k, t := range p.RequestsByTier {
+		o.topk(o.RequestsByTier, k).Merge(t, disjoint)
+	}
+	for k, t := range p.RefusalsByRule {
+		o.topk(o.RefusalsByRule, k).Merge(t, disjoint)
+	}
+}
+
+// AppendBinary appends o's encoding.
+func (o *Offenders) AppendBinary(b []byte) []byte {
+	b = appendUvarint(b, uint64(o.k))
+	b = o.Requests.AppendBinary(b)
+	b = o.Refusals.AppendBinary(b)
+	for _, m := range []map[string]*TopK{o.RequestsByTier, o.RefusalsByRule} {
+		keys := sortedKeys(m)
+		b = appendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			b = appendString(b, k)
+			b = m[k].AppendBinary(b)
+		}
+	}
+	return b
+}
+
+func decodeOffenders(r *reader) (*Offenders, error) {
+	k := r.uvarint()
+	if r.err == nil && (k == 0 || k > 1<<20) {
+		r.fail(fmt.Errorf("offenders of %d clients", k))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("decode offenders: %w", r.err)
+	}
+	o := NewOffenders(int(k))
+	var err error
+	if o.Requests, err = decodeTopK(r); err != nil {
+		return nil, err
+	}
+	if o.Refusals, err = decodeTopK(r); err != nil {
+		return nil, err
+	}
+	for _, m := range []map[string]*TopK{o.RequestsByTier, o.RefusalsByRule} {
+		n := r.count(3)
+		for range n {
+			key := r.string()
+			t, err := decodeTopK(r)
+			if err != nil {
+				return nil, err
+			}
+			m[key] = t
+		}
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("decode offenders: %w", r.err)
+	}
+	return o, nil
+}

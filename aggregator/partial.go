@@ -1,0 +1,125 @@
+package aggregator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// Partial is the mergeable summary of one window of one source partition:
+// every aggregate of the window's events. The zero value is not usable: use
+// NewPartial. It is not safe for concurrent use.
+type Partial struct {
+	Start time.Time     // the window's start, in event time
+	Size  time.Duration // the window's length
+	// Events is the number of events of any kind in the partial.
+	Events    uint64
+	Counts    Counts
+	Clients   Distinct
+	Latency   Latency
+	Offenders *Offenders
+}
+
+// NewPartial returns an empty partial of the window [start, start+size)
+// whose top-K lists hold k clients.
+func NewPartial(start time.Time, size time.Duration, k int) *Partial {
+	return &Partial{Start: start.UTC(), Size: size, Offenders: NewOffenders(k)}
+}
+
+// End is the end of the window, exclusive.
+func (p *Partial) End() time.Time { return p.Start.Add(p.Size) }
+
+// Update adds one event.
+func (p *Partial) Update(d *decisions.Decision) {
+	p.Events++
+	p.Counts.Update(d)
+	p.Clients.Update(d)
+	p.Latency.Update(d)
+	p.Offenders.Update(d)
+}
+
+// Merge adds q's events to p. Partials of different lengths do not merge;
+// partials of different starts do (a reader merging a time range).
+// disjoint says p and q counted disjoint clients, as partials of two
+// Kinesis shards do (the edge partitions records by identity): their top-K
+// lists then merge without widening their error bounds.
+func (p *Partial) Merge(q *Partial, disjoint bool) error {
+	if p.Size != q.Size {
+		return fmt.Errorf("merge partials: windows of %v and %v", p.Size, q.Size)
+	}
+	p.Events += q.Events
+	p.Counts.Merge(&q.Counts)
+	if err := p.Clients.Merge(&q.Clients); err != nil {
+		return err
+	}
+	if err := p.Latency.Merge(&q.Latency); err != nil {
+		return err
+	}
+	p.Offenders.Merge(q.Offenders, disjoint)
+	if q.Start.Before(p.Start) {
+		p.Start = q.Start
+	}
+	return nil
+}
+
+// partialMagic starts every encoded partial; the byte after it is the
+// encoding's version.
+const partialMagic = "RWP"
+
+const partialVersion = 1
+
+// AppendBinary appends p's encoding. Equal partials encode to equal bytes.
+func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
+	b = append(b, partialMagic...)
+	b = append(b, partialVersion)
+	b = appendUvarint(b, uint64(p.Start.UnixNano()))
+	b = appendUvarint(b, uint64(p.Size))
+	b = appendUvarint(b, p.Events)
+	b = p.Counts.AppendBinary(b)
+	var err error
+	if b, err = p.Clients.AppendBinary(b); err != nil {
+		return b, err
+	}
+	b = p.Latency.AppendBinary(b)
+	return p.Offenders.AppendBinary(b), nil
+}
+
+// DecodePartial reads a partial AppendBinary wrote.
+func DecodePartial(b []byte) (*Partial, error) {
+	if len(b) < len(partialMagic)+1 || string(b[:len(partialMagic)]) != partialMagic {
+		return nil, errors.New("decode partial: not a partial")
+	}
+	if v := b[len(partialMagic)]; v != partialVersion {
+		return nil, fmt.Errorf("decode partial: version %d, want %d", v, partialVersion)
+	}
+	r := &reader{b: b[len(partialMagic)+1:]}
+	p := &Partial{}
+	p.Start = time.Unix(0, int64(r.uvarint())).UTC()
+	p.Size = time.Duration(r.uvarint())
+	p.Events = r.uvarint()
+	if r.err == nil && p.Size <= 0 {
+		r.fail(errors.New("window length not positive"))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("decode partial: %w", r.err)
+	}
+	if err := p.Counts.decode(r); err != nil {
+		return nil, fmt.Errorf("decode partial: %w", err)
+	}
+	if err := p.Clients.decode(r); err != nil {
+		return nil, fmt.Errorf("decode partial: %w", err)
+	}
+	if err := p.Latency.decode(r); err != nil {
+		return nil, fmt.Errorf("decode partial: %w", err)
+	}
+	var err error
+	if p.Offenders, err = decodeOffenders(r); err != nil {
+		return nil, fmt.Errorf("decode partial: %w", err)
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("decode partial: %d bytes after the end", len(r.b))
+	}
+	return p, nil
+}

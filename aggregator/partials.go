@@ -1,0 +1,164 @@
+package aggregator
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/internal/atomicfile"
+)
+
+// Sink receives a Rollup's outputs. Writing the same output twice (same
+// partition, window and sequence range) must leave the same result as
+// writing it once, or carry the same idempotency key: after a crash the
+// aggregator delivers again what it cannot prove was delivered. Flush makes
+// what was written durable.
+type Sink interface {
+	Write(ctx context.Context, partition string, o Output) error
+	Flush(ctx context.Context) error
+}
+
+// PartialsDir stores partials as files under a directory, one per output:
+//
+//	<dir>/<window>/<YYYY-MM-DD>/<start>.<partition>.<from>-<to>.rwp
+//
+// where window is the window length (such as 1m0s), start the window's start
+// in Unix nanoseconds, and from-to the output's sequence range, so that a
+// rerun of the same output replaces its file and a correction sits beside
+// its window. Each file is replaced whole (atomicfile). It is safe for
+// concurrent use.
+type PartialsDir struct {
+	Dir string
+}
+
+var _ Sink = (*PartialsDir)(nil)
+
+// partialsExt ends every partial file's name.
+const partialsExt = ".rwp"
+
+func (s *PartialsDir) path(partition string, o Output) string {
+	p := o.Partial
+	name := strconv.FormatInt(p.Start.UnixNano(), 10) + "." + partition + "." +
+		strconv.FormatUint(o.From, 10) + "-" + strconv.FormatUint(o.To, 10) + partialsExt
+	return filepath.Join(s.Dir, p.Size.String(), p.Start.UTC().Format(time.DateOnly), name)
+}
+
+// Write stores o's partial.
+func (s *PartialsDir) Write(_ context.Context, partition string, o Output) error {
+	if strings.ContainsAny(partition, `/\.`) || partition == "" {
+		return fmt.Errorf("store partial: partition %q: want a name without '/', '\\' or '.'", partition)
+	}
+	b, err := o.Partial.AppendBinary(nil)
+	if err != nil {
+		return err
+	}
+	path := s.path(partition, o)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("store partial: %w", err)
+	}
+	return atomicfile.Write(path, b, 0o644)
+}
+
+// Flush does nothing: every Write is durable when it returns.
+func (s *PartialsDir) Flush(context.Context) error { return nil }
+
+// ReadProblem is a partial file that could not be read; the rest were.
+type ReadProblem struct {
+	Path string
+	Err  error
+}
+
+// Read merges the partials of windows of length size that start in
+// [from, to), by window start; files that cannot be read are skipped and
+// reported. A window's partials of one partition (the window and its
+// corrections) merge as overlapping; the merged partitions then merge as
+// disjoint, since the edge partitions Kinesis records by identity.
+func (s *PartialsDir) Read(size time.Duration, from, to time.Time) (map[time.Time]*Partial, []ReadProblem, error) {
+	root := filepath.Join(s.Dir, size.String())
+	days, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[time.Time]*Partial{}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read partials: %w", err)
+	}
+	type cell struct {
+		start     time.Time
+		partition string
+	}
+	cells := map[cell]*Partial{}
+	var problems []ReadProblem
+	for _, day := range days {
+		d, err := time.Parse(time.DateOnly, day.Name())
+		if err != nil || !day.IsDir() || !d.Add(24*time.Hour).After(from) || !d.Before(to) {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(root, day.Name()))
+		if err != nil {
+			return nil, problems, fmt.Errorf("read partials: %w", err)
+		}
+		names := make([]string, 0, len(files))
+		for _, f := range files {
+			if strings.HasSuffix(f.Name(), partialsExt) {
+				names = append(names, f.Name())
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			parts := strings.Split(strings.TrimSuffix(name, partialsExt), ".")
+			path := filepath.Join(root, day.Name(), name)
+			var ns int64
+			if len(parts) == 3 {
+				ns, err = strconv.ParseInt(parts[0], 10, 64)
+			}
+			if len(parts) != 3 || err != nil {
+				problems = append(problems, ReadProblem{path, fmt.Errorf("not a partial's name")})
+				continue
+			}
+			start := time.Unix(0, ns).UTC()
+			if start.Before(from) || !start.Before(to) {
+				continue
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				problems = append(problems, ReadProblem{path, err})
+				continue
+			}
+			p, err := DecodePartial(b)
+			if err == nil && (!p.Start.Equal(start) || p.Size != size) {
+				err = fmt.Errorf("holds the window %v+%v", p.Start, p.Size)
+			}
+			if err != nil {
+				problems = append(problems, ReadProblem{path, err})
+				continue
+			}
+			c := cell{start, parts[1]}
+			if acc := cells[c]; acc == nil {
+				cells[c] = p
+			} else if err := acc.Merge(p, false); err != nil {
+				problems = append(problems, ReadProblem{path, err})
+			}
+		}
+	}
+	keys := make([]cell, 0, len(cells))
+	for c := range cells {
+		keys = append(keys, c)
+	}
+	slices.SortFunc(keys, func(a, b cell) int { return cmp.Or(a.start.Compare(b.start), cmp.Compare(a.partition, b.partition)) })
+	out := map[time.Time]*Partial{}
+	for _, c := range keys {
+		if acc := out[c.start]; acc == nil {
+			out[c.start] = cells[c]
+		} else if err := acc.Merge(cells[c], true); err != nil {
+			problems = append(problems, ReadProblem{c.partition, err})
+		}
+	}
+	return out, problems, nil
+}

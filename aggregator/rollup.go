@@ -1,0 +1,336 @@
+package aggregator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// LatePolicy says what becomes of an event whose window was already
+// emitted.
+type LatePolicy uint8
+
+// The late-event policies.
+const (
+	// LateCorrect merges late events into a correction of their window,
+	// emitted at the next flush: sums stay exact (CloudWatch adds the
+	// correction's EMF values to the window's), at the cost of a second
+	// document for the window.
+	LateCorrect LatePolicy = iota
+	// LateDrop counts late events and drops them.
+	LateDrop
+)
+
+// String returns the policy's configuration name.
+func (p LatePolicy) String() string {
+	if p == LateDrop {
+		return "drop"
+	}
+	return "correct"
+}
+
+// ParseLatePolicy returns the policy named s ("correct" or "drop").
+func ParseLatePolicy(s string) (LatePolicy, bool) {
+	switch s {
+	case "correct":
+		return LateCorrect, true
+	case "drop":
+		return LateDrop, true
+	}
+	return 0, false
+}
+
+// Options configure a Rollup. The zero value takes every default.
+type Options struct {
+	Window time.Duration // window length; default 60 s
+	// Lateness is how far behind the latest event time an event may be and
+	// still join its window: a window closes once an event Lateness past
+	// its end was seen. Default 1 s.
+	Lateness time.Duration
+	Late     LatePolicy
+	// Idle is how long a live partition may see no event before its
+	// watermark follows the wall clock (Advance), so that the last window
+	// of a quiet period is emitted on time. Default 1 s.
+	Idle time.Duration
+	TopK int // clients held by each top-K list; default 100
+}
+
+func (o Options) withDefaults() Options {
+	if o.Window <= 0 {
+		o.Window = time.Minute
+	}
+	if o.Lateness <= 0 {
+		o.Lateness = time.Second
+	}
+	if o.Idle <= 0 {
+		o.Idle = time.Second
+	}
+	if o.TopK <= 0 {
+		o.TopK = 100
+	}
+	return o
+}
+
+// Output is a partial leaving a Rollup. From and To are the sequence
+// numbers of its first and last events: with the partition and the window
+// they make the output's idempotency key.
+type Output struct {
+	Partial    *Partial
+	Correction bool // late events of a window emitted before
+	From, To   uint64
+}
+
+// pending is an open window, or the late events of an emitted one.
+type pending struct {
+	p        *Partial
+	from, to uint64
+}
+
+// Rollup rolls one source partition's events up into windows in event
+// time. Events carry sequence numbers the caller assigns, increasing in
+// arrival order; a snapshot of the Rollup says where to resume. It is not
+// safe for concurrent use.
+type Rollup struct {
+	o         Options
+	open      map[int64]*pending // by window start, Unix nanoseconds
+	late      map[int64]*pending
+	latest    time.Time // the latest event time seen, or the wall clock when idle
+	closed    time.Time // every window ending at or before it was emitted
+	next      uint64    // one past the highest sequence number seen
+	active    bool      // an event arrived since the last Advance
+	idleSince time.Time
+	stats     RollupStats
+}
+
+// RollupStats count what a Rollup did.
+type RollupStats struct {
+	Events      uint64 // events added
+	Late        uint64 // events whose window had been emitted
+	LateDropped uint64 // late events dropped by LateDrop
+	Windows     uint64 // windows emitted
+	Corrections uint64 // corrections emitted
+}
+
+// NewRollup returns an empty Rollup.
+func NewRollup(o Options) *Rollup {
+	return &Rollup{o: o.withDefaults(), open: map[int64]*pending{}, late: map[int64]*pending{}}
+}
+
+// Options returns the options in force, defaults filled in.
+func (r *Rollup) Options() Options { return r.o }
+
+// Stats returns the counts so far.
+func (r *Rollup) Stats() RollupStats { return r.stats }
+
+// Watermark is the event time up to which windows close.
+func (r *Rollup) Watermark() time.Time {
+	if r.latest.IsZero() {
+		return time.Time{}
+	}
+	return r.latest.Add(-r.o.Lateness)
+}
+
+func (r *Rollup) windowStart(t time.Time) int64 {
+	n := t.UnixNano()
+	w := int64(r.o.Window)
+	s := n - n%w
+	if n%w < 0 {
+		s -= w
+	}
+	return s
+}
+
+// Add adds the event numbered seq.
+func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
+	r.next = max(r.next, seq+1)
+	r.active = true
+	start := r.windowStart(d.Time)
+	end := time.Unix(0, start).Add(r.o.Window)
+	closed := !r.closed.IsZero() && !end.After(r.closed)
+	r.stats.Events++
+	if d.Time.After(r.latest) {
+		r.latest = d.Time
+	}
+	m := r.open
+	if closed {
+		r.stats.Late++
+		if r.o.Late == LateDrop {
+			r.stats.LateDropped++
+			return
+		}
+		m = r.late
+	}
+	w := m[start]
+	if w == nil {
+		w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq}
+		m[start] = w
+	}
+	w.p.Update(d)
+	w.from, w.to = min(w.from, seq), max(w.to, seq)
+}
+
+// Advance moves the watermark with the wall clock when the partition has
+// been idle (no event since the previous Advance) for Options.Idle: a
+// quiet partition is taken to have seen an event at now - Idle.
+func (r *Rollup) Advance(now time.Time) {
+	if r.active || r.idleSince.IsZero() {
+		r.active, r.idleSince = false, now
+		return
+	}
+	if now.Sub(r.idleSince) >= r.o.Idle {
+		if t := now.Add(-r.o.Idle); t.After(r.latest) {
+			r.latest = t
+		}
+	}
+}
+
+// Flush hands emit every window the watermark closed, oldest first, and
+// with them the corrections; with final, every open window too (a clean
+// shutdown or the end of a replay). Corrections leave only with a closing
+// window (or a final flush), never on their own: which events a correction
+// holds then depends on the order of the events alone, not on when Flush
+// was called, so a restart rebuilds the same corrections. A window emit
+// fails on stays pending and is offered again at the next Flush.
+func (r *Rollup) Flush(final bool, emit func(Output) error) error {
+	wm := r.Watermark()
+	var errs []error
+	closing := false
+	for _, start := range sortedKeys(r.open) {
+		w := r.open[start]
+		if !final && w.p.End().After(wm) {
+			break
+		}
+		if err := emit(Output{Partial: w.p, From: w.from, To: w.to}); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		delete(r.open, start)
+		closing = true
+		r.stats.Windows++
+		if end := w.p.End(); end.After(r.closed) {
+			r.closed = end
+		}
+	}
+	if !closing && !final {
+		return errors.Join(errs...)
+	}
+	for _, start := range sortedKeys(r.late) {
+		w := r.late[start]
+		if err := emit(Output{Partial: w.p, Correction: true, From: w.from, To: w.to}); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		delete(r.late, start)
+		r.stats.Corrections++
+	}
+	return errors.Join(errs...)
+}
+
+// snapshotMagic starts an encoded Rollup state; the byte after it is the
+// encoding's version.
+const snapshotMagic = "RWR"
+
+const snapshotVersion = 1
+
+// Next is one past the highest sequence number added: where a restored
+// Rollup's caller resumes reading.
+func (r *Rollup) Next() uint64 { return r.next }
+
+// AppendSnapshot appends the Rollup's whole state — its watermark, its
+// open windows and its pending corrections — so that a Rollup restored from
+// it and given the events from Next on emits exactly what this one would
+// have. Save it with the outputs of the Flush it follows, before they are
+// delivered (see package doc).
+func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
+	b = append(b, snapshotMagic...)
+	b = append(b, snapshotVersion)
+	b = appendUvarint(b, r.next)
+	b = appendUvarint(b, uint64(r.latest.UnixNano()))
+	b = appendUvarint(b, uint64(r.closed.UnixNano()))
+	for _, m := range []map[int64]*pending{r.open, r.late} {
+		keys := sortedKeys(m)
+		b = appendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			w := m[k]
+			b = appendUvarint(b, w.from)
+			b = appendUvarint(b, w.to)
+			p, err := w.p.AppendBinary(nil)
+			if err != nil {
+				return b, fmt.Errorf("snapshot rollup: %w", err)
+			}
+			b = appendBytes(b, p)
+		}
+	}
+	b = appendUvarint(b, r.stats.Events)
+	b = appendUvarint(b, r.stats.Late)
+	b = appendUvarint(b, r.stats.LateDropped)
+	b = appendUvarint(b, r.stats.Windows)
+	return appendUvarint(b, r.stats.Corrections), nil
+}
+
+// Restore makes an empty Rollup the one a snapshot was taken of.
+func (r *Rollup) Restore(snapshot []byte) error {
+	if len(r.open) > 0 || len(r.late) > 0 || r.next > 0 {
+		return errors.New("restore rollup: not empty")
+	}
+	b := snapshot
+	if len(b) < len(snapshotMagic)+1 || string(b[:len(snapshotMagic)]) != snapshotMagic {
+		return errors.New("restore rollup: not a rollup snapshot")
+	}
+	if v := b[len(snapshotMagic)]; v != snapshotVersion {
+		return fmt.Errorf("restore rollup: version %d, want %d", v, snapshotVersion)
+	}
+	rd := &reader{b: b[len(snapshotMagic)+1:]}
+	next := rd.uvarint()
+	latest, closed := timeOrZero(rd.uvarint()), timeOrZero(rd.uvarint())
+	open, late := map[int64]*pending{}, map[int64]*pending{}
+	for _, m := range []map[int64]*pending{open, late} {
+		n := rd.count(3)
+		for range n {
+			w := &pending{from: rd.uvarint(), to: rd.uvarint()}
+			pb := rd.bytes()
+			if rd.err != nil {
+				return fmt.Errorf("restore rollup: %w", rd.err)
+			}
+			p, err := DecodePartial(pb)
+			if err != nil {
+				return fmt.Errorf("restore rollup: %w", err)
+			}
+			if p.Size != r.o.Window {
+				return fmt.Errorf("restore rollup: a window of %v, configured %v", p.Size, r.o.Window)
+			}
+			w.p = p
+			m[p.Start.UnixNano()] = w
+		}
+	}
+	st := RollupStats{Events: rd.uvarint(), Late: rd.uvarint(), LateDropped: rd.uvarint(),
+		Windows: rd.uvarint(), Corrections: rd.uvarint()}
+	if rd.err == nil && len(rd.b) != 0 {
+		rd.fail(fmt.Errorf("%d bytes after the end", len(rd.b)))
+	}
+	if rd.err != nil {
+		return fmt.Errorf("restore rollup: %w", rd.err)
+	}
+	r.next, r.latest, r.closed, r.open, r.late, r.stats = next, latest, closed, open, late, st
+	return nil
+}
+
+func timeOrZero(n uint64) time.Time {
+	if int64(n) == (time.Time{}).UnixNano() {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(n))
+}
+
+// Pending returns the starts of the windows still open, oldest first.
+func (r *Rollup) Pending() []time.Time {
+	keys := sortedKeys(r.open)
+	out := make([]time.Time, len(keys))
+	for i, k := range keys {
+		out[i] = time.Unix(0, k).UTC()
+	}
+	return slices.Clip(out)
+}

@@ -1,0 +1,172 @@
+package assemble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/challenge"
+	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/edge/lists"
+)
+
+// BuiltinUpstream as edge.upstream makes the edge serve a small demo origin
+// itself, so the quick start runs on a machine with nothing else.
+const BuiltinUpstream = "builtin"
+
+// Options are what a command adds to the configuration. The zero value is
+// usable.
+type Options struct {
+	Log    *slog.Logger        // default: discard
+	Getenv func(string) string // default: os.Getenv
+	// Fallback receives decisions as JSON lines when the configuration
+	// names no decision sink (Lambda's stdout, which CloudWatch Logs
+	// collects); nil leaves them unrecorded.
+	Fallback io.Writer
+}
+
+// Edge is the limiter with everything the configuration asks of it: the
+// counter store stack, the decision sinks, the allow and deny lists, the
+// challenge keys and the origin. It is what `ratewarden edge` and
+// `ratewarden lambda` serve.
+type Edge struct {
+	Limiter *edge.Limiter
+	Sinks   *Sinks                    // never nil; Sinks.Emitter is nil when decisions are not recorded
+	Lists   map[string]*lists.Watcher // by list name: "allow", "deny"
+	Origin  http.Handler              // the reverse proxy to edge.upstream, or the demo origin
+	// VerifierSecret guards the token endpoint; empty disables it.
+	VerifierSecret string
+
+	closers []func(context.Context) error // in opening order
+}
+
+// NewEdge assembles the Edge cfg describes. On error, whatever was opened is
+// closed again.
+func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err error) {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	e := &Edge{Lists: map[string]*lists.Watcher{}}
+	defer func() {
+		if err != nil {
+			e.Close(context.Background())
+		}
+	}()
+	opts := edge.Options{Env: getenv}
+	if e.Sinks, err = DecisionSinks(ctx, cfg, log, getenv, o.Fallback); err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, e.Sinks.Close)
+	if e.Sinks.Emitter != nil {
+		opts.Sink = e.Sinks.Emitter
+	}
+	for _, l := range []struct {
+		path string
+		dst  *edge.ListSource
+		name string
+	}{{cfg.Lists.AllowFile, &opts.Allow, "allow"}, {cfg.Lists.DenyFile, &opts.Deny, "deny"}} {
+		if l.path == "" {
+			continue
+		}
+		name := l.name
+		w, err := lists.Watch(l.path, cfg.Lists.Refresh, func(err error) {
+			log.Error("list refresh failed; keeping the last good list", "list", name, "err", err)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s list: %w", l.name, err)
+		}
+		*l.dst = w
+		e.Lists[l.name] = w
+		e.closers = append(e.closers, w.Close)
+	}
+	if cfg.Challenge.Enabled {
+		if raw := getenv(cfg.Challenge.KeysEnv); raw != "" {
+			keys, err := challenge.ParseKeys(raw)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", cfg.Challenge.KeysEnv, err)
+			}
+			opts.Keys = keys
+			e.VerifierSecret = getenv(cfg.Challenge.VerifierSecretEnv)
+			if e.VerifierSecret == "" {
+				log.Warn("no verifier secret: the token endpoint is disabled", "env", cfg.Challenge.VerifierSecretEnv)
+			}
+		} else {
+			log.Warn("no challenge keys: challenges redirect, but no token can pass them", "env", cfg.Challenge.KeysEnv)
+		}
+	}
+	store, closeStore, err := Store(ctx, cfg, log, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if store != nil {
+		opts.Store = store
+		e.closers = append(e.closers, closeStore)
+	}
+	if e.Limiter, err = edge.New(cfg, opts); err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, e.Limiter.Close)
+	if e.Origin, err = Upstream(cfg.Edge.Upstream); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Handler is the edge's whole HTTP surface: the token endpoint and the
+// limiter in front of the origin.
+func (e *Edge) Handler() http.Handler { return e.Limiter.Handler(e.Origin, e.VerifierSecret) }
+
+// AdminHandler serves /metrics (Prometheus, from the OpenTelemetry
+// instruments of the limiter, the sinks and the lists) and /healthz.
+func (e *Edge) AdminHandler() (http.Handler, error) { return adminHandler(e.Limiter, e.Sinks, e.Lists) }
+
+// Close flushes the decisions and closes every part, the last opened first:
+// the limiter (giving back concurrency slots) before the store, the store
+// before the sinks, so the decisions of the last requests are written.
+func (e *Edge) Close(ctx context.Context) error {
+	var errs []error
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		errs = append(errs, e.closers[i](ctx))
+	}
+	e.closers = nil
+	return errors.Join(errs...)
+}
+
+// Upstream is the reverse proxy to the origin, or the demo origin for
+// BuiltinUpstream.
+func Upstream(upstream string) (http.Handler, error) {
+	if upstream == BuiltinUpstream {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, "{\"origin\":\"builtin\",\"path\":%q}\n", r.URL.Path)
+		}), nil
+	}
+	u, err := url.Parse(upstream)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("upstream %q: want an absolute http or https URL", upstream)
+	}
+	return edge.NewReverseProxy(u), nil
+}
+
+// Server is the HTTP server for the edge's listener, with the
+// configuration's limits on headers and idle connections.
+func Server(cfg *config.Config, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}

@@ -1,0 +1,149 @@
+package assemble
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
+	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/lists"
+)
+
+// adminHandler serves /metrics (Prometheus, from OpenTelemetry
+// instruments) and /healthz.
+func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Watcher) (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	meter := mp.Meter("github.com/ratewarden/ratewarden/edge")
+	if err := lim.RegisterMetrics(meter); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if sinks.Emitter != nil {
+		if err := registerEmitterMetrics(meter, sinks.Emitter); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if sinks.Kinesis != nil {
+		if err := registerKinesisMetrics(meter, sinks.Kinesis, sinks.Spill); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if len(watchers) > 0 {
+		if err := registerListMetrics(meter, watchers); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	return mux, nil
+}
+
+func registerEmitterMetrics(meter metric.Meter, e *decisions.Emitter) error {
+	written, err := meter.Int64ObservableCounter("ratewarden.decisions.written",
+		metric.WithDescription("Decisions written to the decision sink."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
+	errs, err := meter.Int64ObservableCounter("ratewarden.decisions.write.errors",
+		metric.WithDescription("Decision sink write errors."), metric.WithUnit("{error}"))
+	if err != nil {
+		return err
+	}
+	queued, err := meter.Int64ObservableGauge("ratewarden.decisions.queued",
+		metric.WithDescription("Decisions waiting in the emitter queue."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := e.Stats()
+		o.ObserveInt64(written, int64(s.Written))
+		o.ObserveInt64(errs, int64(s.Errors))
+		o.ObserveInt64(queued, int64(s.Queued))
+		return nil
+	}, written, errs, queued)
+	return err
+}
+
+// registerKinesisMetrics exports what the Kinesis sink and its spill did.
+func registerKinesisMetrics(meter metric.Meter, sink *dkinesis.Sink, spill *dkinesis.Spill) error {
+	type inst struct {
+		name, desc, unit string
+		gauge            bool
+		value            func(dkinesis.Stats, dkinesis.SpillStats) uint64
+	}
+	insts := []inst{
+		{"ratewarden.decisions.kinesis.delivered", "Decisions put on the Kinesis stream.", "{decision}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Events }},
+		{"ratewarden.decisions.kinesis.records", "Kinesis records put.", "{record}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Records }},
+		{"ratewarden.decisions.kinesis.bytes", "Payload bytes put on the stream, partition keys included.", "By", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Bytes }},
+		{"ratewarden.decisions.kinesis.retried", "Kinesis records sent again after a failure.", "{record}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Retried }},
+		{"ratewarden.decisions.kinesis.throttled", "Throttled PutRecords calls and records.", "{response}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Throttled }},
+		{"ratewarden.decisions.kinesis.spilled", "Decisions the stream could not take, written to the spill directory.", "{decision}", false, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Spilled }},
+		{"ratewarden.decisions.kinesis.drained", "Spilled decisions since delivered.", "{decision}", false, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Drained }},
+		{"ratewarden.decisions.kinesis.dropped", "Decisions neither delivered nor spilled.", "{decision}", false, func(k dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Dropped + k.Failed }},
+		{"ratewarden.decisions.kinesis.backlog", "Spilled decisions waiting for the stream.", "{decision}", true, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Backlog }},
+	}
+	obs := make([]metric.Observable, len(insts))
+	for i, in := range insts {
+		var err error
+		if in.gauge {
+			obs[i], err = meter.Int64ObservableGauge(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
+		} else {
+			obs[i], err = meter.Int64ObservableCounter(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		k, s := sink.Stats(), spill.Stats()
+		for i, in := range insts {
+			o.ObserveInt64(obs[i].(metric.Int64Observable), int64(in.value(k, s)))
+		}
+		return nil
+	}, obs...)
+	return err
+}
+
+func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher) error {
+	loads, err := meter.Int64ObservableCounter("ratewarden.edge.lists.loads",
+		metric.WithDescription("Allow/deny list loads that succeeded."), metric.WithUnit("{load}"))
+	if err != nil {
+		return err
+	}
+	failures, err := meter.Int64ObservableCounter("ratewarden.edge.lists.failures",
+		metric.WithDescription("Allow/deny list refreshes that failed (the last good list stays)."), metric.WithUnit("{load}"))
+	if err != nil {
+		return err
+	}
+	entries, err := meter.Int64ObservableGauge("ratewarden.edge.lists.entries",
+		metric.WithDescription("Entries in the current allow/deny list."), metric.WithUnit("{entry}"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for name, w := range watchers {
+			attrs := metric.WithAttributes(attribute.String("list", name))
+			l, f := w.Stats()
+			o.ObserveInt64(loads, int64(l), attrs)
+			o.ObserveInt64(failures, int64(f), attrs)
+			o.ObserveInt64(entries, int64(w.List().Len()), attrs)
+		}
+		return nil
+	}, loads, failures, entries)
+	return err
+}

@@ -1,0 +1,151 @@
+package assemble
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/edge/config"
+)
+
+// DecisionSinks opens what edge.decisions_file, decisions.dir and
+// decisions.kinesis ask for behind one emitter, with decisions.privacy
+// applied to all of them. When none is configured and fallback is not nil,
+// decisions go to fallback as JSON lines (Lambda's stdout); otherwise the
+// result has no emitter. Close flushes the emitter, then the sinks.
+func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, fallback io.Writer) (*Sinks, error) {
+	var writers []decisions.BatchWriter
+	var closers []func(context.Context) error
+	out := &Sinks{close: func(context.Context) error { return nil }}
+	fail := func(err error) (*Sinks, error) {
+		for _, c := range closers {
+			c(context.Background())
+		}
+		return nil, err
+	}
+	privacy, err := newPrivacy(cfg.Decisions.Privacy, getenv)
+	if err != nil {
+		return fail(err)
+	}
+	if cfg.Decisions.Dir != "" {
+		l, err := seglog.Open(cfg.Decisions.Dir, logOptions(cfg.Decisions, func(p seglog.Problem) {
+			log.Error("decision log: skipped a corrupt region", "problem", p.Error())
+		}))
+		if err != nil {
+			return fail(fmt.Errorf("open decision log: %w", err))
+		}
+		codec := decisionlog.CodecArrow
+		if cfg.Decisions.Codec == "json" {
+			codec = decisionlog.CodecJSON
+		}
+		writers = append(writers, decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}))
+		closers = append(closers, func(context.Context) error { return l.Close() })
+	}
+	if cfg.Edge.DecisionsFile != "" {
+		f, err := decisions.OpenJSONLines(cfg.Edge.DecisionsFile)
+		if err != nil {
+			return fail(err)
+		}
+		writers = append(writers, f)
+		closers = append(closers, func(context.Context) error { return f.Close() })
+	}
+	if k := cfg.Decisions.Kinesis; k.Stream != "" {
+		acfg, err := AWS(ctx, "")
+		if err != nil {
+			return fail(fmt.Errorf("decisions.kinesis: %w", err))
+		}
+		// Few retries: what the stream does not take soon goes to the spill
+		// and is retried from there, so the emitter's queue does not fill
+		// while a dead stream is retried.
+		sink, err := dkinesis.New(kinesis.NewFromConfig(acfg), dkinesis.Options{Stream: k.Stream, Partitions: k.Partitions,
+			JSON: k.Codec == "json", MaxRetries: 3})
+		if err != nil {
+			return fail(err)
+		}
+		spill, err := dkinesis.NewSpill(sink, dkinesis.SpillOptions{Dir: k.SpillDir, Retry: k.Retry})
+		if err != nil {
+			return fail(fmt.Errorf("decisions.kinesis.spill_dir: %w", err))
+		}
+		out.Kinesis, out.Spill = sink, spill
+		writers = append(writers, spill)
+		closers = append(closers, spill.Close)
+		log.Info("shipping decisions to Kinesis", "stream", k.Stream, "region", acfg.Region, "spill_dir", k.SpillDir)
+	}
+	if len(writers) == 0 && fallback != nil {
+		writers = append(writers, decisions.NewJSONLinesWriter(fallback))
+	}
+	if len(writers) == 0 {
+		return out, nil
+	}
+	w := writers[0]
+	if len(writers) > 1 {
+		w = decisions.Tee(writers...)
+	}
+	// Privacy applies to everything recorded, log and file alike.
+	em := decisions.NewEmitter(decisions.Private(privacy, w), decisions.EmitterOptions{Queue: cfg.Edge.DecisionQueue, Node: cfg.Edge.Node,
+		OnError: func(err error) { log.Error("decisions", "err", err) }})
+	out.Emitter = em
+	out.close = func(ctx context.Context) error {
+		errs := []error{em.Close(ctx)}
+		for _, c := range closers {
+			errs = append(errs, c(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// Sinks are the destinations of decisions DecisionSinks opened, behind
+// one emitter.
+type Sinks struct {
+	Emitter *decisions.Emitter // nil: decisions are not recorded
+	Kinesis *dkinesis.Sink     // nil without decisions.kinesis.stream
+	Spill   *dkinesis.Spill
+	close   func(context.Context) error // closes the emitter, then the sinks
+}
+
+// Close flushes the emitter, then closes the sinks.
+func (s *Sinks) Close(ctx context.Context) error { return s.close(ctx) }
+
+// newPrivacy builds the configured privacy treatment; the HMAC key comes
+// from the environment, base64-encoded.
+func newPrivacy(p config.Privacy, getenv func(string) string) (*decisions.Privacy, error) {
+	var key []byte
+	if p.Addresses == decisions.HMAC || p.Users == decisions.HMAC {
+		raw := getenv(p.KeyEnv)
+		if raw == "" {
+			return nil, fmt.Errorf("decisions.privacy: hmac needs a key in %s (base64, 32 bytes or more)", p.KeyEnv)
+		}
+		k, err := base64.StdEncoding.DecodeString(raw)
+		if err != nil {
+			return nil, fmt.Errorf("decisions.privacy: %s: not base64: %w", p.KeyEnv, err)
+		}
+		key = k
+	}
+	return decisions.NewPrivacy(p.Addresses, p.Users, key)
+}
+
+// logOptions turns the decisions section into the log's options.
+func logOptions(d config.Decisions, report func(seglog.Problem)) seglog.Options {
+	mode := seglog.SyncInterval
+	switch d.Sync {
+	case "batch":
+		mode = seglog.SyncEveryBatch
+	case "never":
+		mode = seglog.SyncNever
+	}
+	return seglog.Options{
+		SegmentBytes: d.SegmentBytes, SegmentAge: d.SegmentAge,
+		Sync:      seglog.SyncPolicy{Mode: mode, Interval: d.SyncInterval},
+		RetainAge: d.RetainAge, RetainBytes: d.RetainBytes, Report: report,
+	}
+}

@@ -1,0 +1,183 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+)
+
+// readPartials merges every partial under dir by window start.
+func readPartials(t *testing.T, dir string, window time.Duration) map[time.Time]*aggregator.Partial {
+	t.Helper()
+	ps, problems, err := (&aggregator.PartialsDir{Dir: dir}).Read(window, time.Time{}, time.Now().Add(time.Hour))
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("read partials: %v %v", err, problems)
+	}
+	return ps
+}
+
+// partialFiles returns the partial files under dir by relative path.
+func partialFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".rwp") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestEdgeAndAggregate: `ratewarden edge` writes the decision log while
+// `ratewarden aggregate` follows it; once both stop, the partials hold
+// exactly the requests served, outcome by outcome, and `replay` rebuilds
+// the same files twice.
+func TestEdgeAndAggregate(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer origin.Close()
+	tmp := t.TempDir()
+	logDir, stateDir, partials := filepath.Join(tmp, "log"), filepath.Join(tmp, "state"), filepath.Join(tmp, "partials")
+	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-dir", logDir)
+
+	agg := exec.Command(bin, "aggregate", "--decisions-dir", logDir, "--state-dir", stateDir,
+		"--partials", "dir:"+partials, "--window", "1s", "--lateness", "100ms")
+	var aggOut bytes.Buffer
+	agg.Stdout, agg.Stderr = &aggOut, &aggOut
+	if err := agg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer agg.Process.Kill()
+
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	statuses := map[int]uint64{}
+	const clients, each = 15, 20
+	for c := range clients {
+		for range each {
+			res := get(t, client, base+"/api/reports", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", c))
+			statuses[res.status]++
+		}
+	}
+	stops[t.Name()]()
+	// Let the aggregator read the tail, then stop it: a clean shutdown
+	// emits the open windows.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(aggOut.String(), fmt.Sprintf("events %d,", clients*each)) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	agg.Process.Signal(os.Interrupt)
+	if err := agg.Wait(); err != nil {
+		t.Fatalf("aggregate: %v\n%s", err, aggOut.String())
+	}
+
+	outcomes := map[int]uint64{}
+	status := map[decisions.Outcome]int{decisions.Allow: 200, decisions.Challenge: 302, decisions.Block: 429}
+	for _, p := range readPartials(t, partials, time.Second) {
+		for o, n := range p.Counts.ByOutcome() {
+			if n > 0 {
+				outcomes[status[decisions.Outcome(o)]] += n
+			}
+		}
+	}
+	if fmt.Sprint(outcomes) != fmt.Sprint(statuses) {
+		t.Fatalf("partials count %v, the edge served %v\n%s", outcomes, statuses, aggOut.String())
+	}
+
+	var replays [2]map[string][]byte
+	for i := range replays {
+		out := filepath.Join(tmp, fmt.Sprint("replay", i))
+		runBinary(t, bin, nil, "replay", "--decisions-dir", logDir, "--out", out, "--window", "1s", "--lateness", "100ms")
+		replays[i] = partialFiles(t, out)
+	}
+	if len(replays[0]) == 0 || fmt.Sprint(replays[0]) != fmt.Sprint(replays[1]) {
+		t.Fatalf("two replays wrote %d and %d files, or different bytes", len(replays[0]), len(replays[1]))
+	}
+}
+
+// TestAggregateKilled: `ratewarden aggregate` killed with SIGKILL twenty
+// times while it reads a log, each time restarted on its state, leaves the
+// same partial files, byte for byte, as one run that was never killed.
+func TestAggregateKilled(t *testing.T) {
+	bin := buildBinary(t)
+	tmp := t.TempDir()
+	logDir := filepath.Join(tmp, "log")
+	l, err := seglog.Open(logDir, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	g := decisiontest.NewGenerator(11, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	for i := range 600 {
+		ds := g.Batch(1000)
+		for j := i % 7; j < len(ds); j += 97 {
+			ds[j].Time = ds[j].Time.Add(-3 * time.Second) // late
+		}
+		if err := w.WriteBatch(ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	args := func(state, out string) []string {
+		return []string{"aggregate", "--no-follow", "--decisions-dir", logDir, "--state-dir", state,
+			"--partials", "dir:" + out, "--window", "1s", "--lateness", "500ms"}
+	}
+	want := filepath.Join(tmp, "want")
+	runBinary(t, bin, nil, args(filepath.Join(tmp, "state-want"), want)...)
+
+	got, state := filepath.Join(tmp, "got"), filepath.Join(tmp, "state-got")
+	killed := 0
+	for i := range 20 {
+		cmd := exec.Command(bin, args(state, got)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(40+i%5*5) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if !strings.Contains(out.String(), "aggregate: events") {
+			killed++ // killed before it finished
+		}
+	}
+	if killed < 15 {
+		t.Fatalf("only %d of 20 runs were killed before they finished: the log is too small for this machine", killed)
+	}
+	runBinary(t, bin, nil, args(state, got)...)
+	w1, g1 := partialFiles(t, want), partialFiles(t, got)
+	if len(w1) < 150 {
+		t.Fatalf("the log made only %d partial files", len(w1))
+	}
+	for name, b := range w1 {
+		if !bytes.Equal(g1[name], b) {
+			t.Errorf("%s differs or is missing after %d kills", name, killed)
+		}
+	}
+	if len(g1) != len(w1) {
+		t.Errorf("%d files after the kills, %d without", len(g1), len(w1))
+	}
+}
