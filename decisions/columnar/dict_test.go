@@ -84,3 +84,14 @@ func TestDictionaryTargets(t *testing.T) {
 	f(200, 10)
 	f(1024, 10)
 }
+
+// BenchmarkEncodeSmall encodes and decodes the small batches of a low
+// rate, where the dictionary is for, against the plain zstd frame.
+func BenchmarkEncodeSmall(b *testing.B) {
+	for _, n := range []int{4, 20} {
+		ds := generate(1, n)
+		for _, c := range []Compression{ZstdStream, ZstdDict} {
+			b.Run(c.String()+"/batch="+itoa(n), func(b *testing.B) { benchEncode(b, c, ds, NewDecoder()) })
+		}
+	}
+}
