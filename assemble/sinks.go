@@ -98,13 +98,34 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 	em := decisions.NewFanout(lanes...)
 	out.Emitter = em
 	out.close = func(ctx context.Context) error {
-		errs := []error{em.Close(ctx)}
+		errs := []error{closeLanes(ctx, em, out.Spill)}
 		for _, c := range closers {
 			errs = append(errs, c(ctx))
 		}
 		return errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// closeLanes flushes every lane. The lanes close at once, so a hung
+// stream does not hold up the log; and if they are not done within half
+// of what is left of ctx, calls to the stream are cut short, so that the
+// Kinesis lane spills what it holds instead of losing it when ctx ends.
+func closeLanes(ctx context.Context, f *decisions.Fanout, spill *dkinesis.Spill) error {
+	if spill == nil {
+		return f.Close(ctx)
+	}
+	first := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		first, cancel = context.WithDeadline(ctx, deadline.Add(-time.Until(deadline)/2))
+		defer cancel()
+	}
+	if f.Close(first) == nil {
+		return nil
+	}
+	spill.Interrupt()
+	return f.Close(ctx)
 }
 
 // Sinks are the destinations of decisions DecisionSinks opened, each a

@@ -36,9 +36,13 @@ func blackholeProxy(t *testing.T, ep string) (*proxy, string, func()) {
 	return p, srv.URL, release
 }
 
-// hungSpill returns a Spill through url whose calls are given far longer
-// to fail than a test waits.
-func hungSpill(t *testing.T, url, stream string) *Spill {
+// hungSetup returns a 2-shard stream on kinesalite, a proxy in front of
+// it that can hold calls (see blackholeProxy) and a Spill through the
+// proxy whose calls are given far longer to fail than a test waits.
+func hungSetup(t *testing.T) (*proxy, *Spill, string, func()) {
+	ep := endpoint(t)
+	stream := newStream(t, client(t, ep), 2)
+	p, url, release := blackholeProxy(t, ep)
 	var sl fakeSleep
 	sink, err := New(client(t, url), Options{Stream: stream, Partitions: 8, MaxRetries: 1, Timeout: 10 * hangLimit, Sleep: sl.Sleep})
 	if err != nil {
@@ -48,7 +52,21 @@ func hungSpill(t *testing.T, url, stream string) *Spill {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sp
+	return p, sp, stream, release
+}
+
+// await fails the test with the error done yields, or with failure if it
+// yields nothing within hangLimit.
+func await(t *testing.T, done <-chan error, failure string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(hangLimit):
+		t.Fatal(failure)
+	}
 }
 
 // numbered returns n generator events whose request ids count from first.
@@ -84,10 +102,7 @@ func countOnStream(t *testing.T, kc *kinesis.Client, stream string) map[string]i
 // accepts and never answers, WriteBatch goes on spilling at disk speed; it
 // used to wait for the drainer's lock for as long as the call took.
 func TestSpillHungDrainer(t *testing.T) {
-	ep := endpoint(t)
-	stream := newStream(t, client(t, ep), 2)
-	p, url, release := blackholeProxy(t, ep)
-	sp := hungSpill(t, url, stream)
+	p, sp, stream, release := hungSetup(t)
 	g := decisiontest.NewGenerator(31, start)
 	p.down.Store(true) // resets: the first batch is given up and spilled
 	if err := sp.WriteBatch(numbered(g, 0, 200)); err != nil {
@@ -110,14 +125,7 @@ func TestSpillHungDrainer(t *testing.T) {
 		}
 		done <- nil
 	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(hangLimit):
-		t.Fatal("WriteBatch waited for the drainer's hung call")
-	}
+	await(t, done, "WriteBatch waited for the drainer's hung call")
 	if st := sp.Stats(); st.Spilled != 4200 || st.Backlog != 4200 {
 		t.Fatalf("stats %+v, want 4200 spilled and waiting", st)
 	}
@@ -126,7 +134,7 @@ func TestSpillHungDrainer(t *testing.T) {
 	if err := sp.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	seen := countOnStream(t, client(t, ep), stream)
+	seen := countOnStream(t, client(t, endpoint(t)), stream)
 	for i := range 4200 {
 		if n := seen[fmt.Sprintf("e%d", i)]; n != 1 {
 			t.Fatalf("event e%d on the stream %d times", i, n)
@@ -141,11 +149,8 @@ func TestSpillHungDrainer(t *testing.T) {
 // again what the Kinesis lane took reaches it. Behind one Emitter and a
 // Tee, the log's writes waited for the hung call and its queue overflowed.
 func TestHungStreamDoesNotStallTheLog(t *testing.T) {
-	ep := endpoint(t)
-	stream := newStream(t, client(t, ep), 2)
-	p, url, release := blackholeProxy(t, ep)
+	p, sp, stream, release := hungSetup(t)
 	p.blackhole.Store(true)
-	sp := hungSpill(t, url, stream)
 	logDir := t.TempDir()
 	l, err := seglog.Open(logDir, seglog.Options{})
 	if err != nil {
@@ -207,7 +212,7 @@ func TestHungStreamDoesNotStallTheLog(t *testing.T) {
 			t.Fatalf("local log decision %d is %s, want %s", i, d.RequestID, want)
 		}
 	}
-	seen := countOnStream(t, client(t, ep), stream)
+	seen := countOnStream(t, client(t, endpoint(t)), stream)
 	got := 0
 	for id, c := range seen {
 		if c != 1 && id != "" {
@@ -218,5 +223,28 @@ func TestHungStreamDoesNotStallTheLog(t *testing.T) {
 	// The lane's writes and, at Close, its report of the drops.
 	if want := int(lanes["kinesis"].Stats().Written) + 1; got != want || seen[""] != 1 {
 		t.Errorf("%d events on the stream, want the %d the Kinesis lane took and a drop report", got, want)
+	}
+}
+
+// TestSpillInterrupt: a batch on its way to a stream that never answers
+// is spilled as soon as the Spill is interrupted, and so is every later
+// one, so that a shutdown need not wait for the stream.
+func TestSpillInterrupt(t *testing.T) {
+	p, sp, _, _ := hungSetup(t)
+	p.blackhole.Store(true)
+	g := decisiontest.NewGenerator(33, start)
+	done := make(chan error, 1)
+	go func() { done <- sp.WriteBatch(numbered(g, 0, 100)) }()
+	<-p.held
+	sp.Interrupt()
+	await(t, done, "WriteBatch still waits for the stream after Interrupt")
+	if err := sp.WriteBatch(numbered(g, 100, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if st := sp.Stats(); st.Spilled != 200 || st.Dropped != 0 {
+		t.Fatalf("stats %+v, want 200 spilled", st)
+	}
+	if err := sp.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

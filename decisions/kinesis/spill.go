@@ -68,7 +68,7 @@ type Spill struct {
 
 	wake       chan struct{}
 	stop, done chan struct{}
-	stopCtx    context.Context // done once Close is called: cuts a delivery in flight short
+	stopCtx    context.Context // done once Interrupt or Close is called: cuts a delivery in flight short
 	cancel     context.CancelFunc
 	closeOnce  sync.Once
 
@@ -272,6 +272,12 @@ func (s *Spill) Flush() error { return nil }
 func (s *Spill) Stats() SpillStats {
 	return SpillStats{Spilled: s.spilled.Load(), Drained: s.drained.Load(), Dropped: s.dropped.Load(), Backlog: s.backlog()}
 }
+
+// Interrupt cuts short the calls to the stream in flight and gives up
+// every later one at once: from then on WriteBatch spills everything, at
+// disk speed. For a shutdown that cannot wait for a slow or hung stream:
+// what is spilled is drained when a Spill next opens the directory.
+func (s *Spill) Interrupt() { s.cancel() }
 
 // Close stops the drainer and closes the spill log; what is still in it
 // is drained when a Spill next opens the directory.
