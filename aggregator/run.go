@@ -31,8 +31,10 @@ type LogOptions struct {
 	// FlushEvery is how many events are added between flushes while
 	// reading a backlog; default 4096.
 	FlushEvery int
-	// OnFlush, if set, is called after every delivered flush.
-	OnFlush func(RunStats)
+	// Progress, if set, is called after every flush, whether it delivered
+	// anything or not: every FlushEvery events while reading a backlog and
+	// every Tick at the end of a followed log.
+	Progress func(RunStats)
 }
 
 // RunStats are what a run did.
@@ -73,28 +75,30 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	}
 	run := &logRun{o: o, r: NewRollup(o.Rollup)}
 	if err := run.resume(ctx); err != nil {
-		return run.stats(nil), err
+		return run.stats(), err
 	}
 	rd, err := decisionlog.Open(o.Dir, decisionlog.Filter{From: run.r.Next(), Since: o.Since, Until: o.Until})
 	if err != nil {
-		return run.stats(nil), fmt.Errorf("aggregate log: %w", err)
+		return run.stats(), fmt.Errorf("aggregate log: %w", err)
 	}
 	defer rd.Close()
+	run.rd = rd
 	err = run.loop(ctx, rd)
-	return run.stats(rd), err
+	return run.stats(), err
 }
 
 type logRun struct {
 	o         LogOptions
 	r         *Rollup
+	rd        *decisionlog.Reader // nil until the log is open
 	delivered uint64
 	redeliver uint64
 }
 
-func (l *logRun) stats(rd *decisionlog.Reader) RunStats {
+func (l *logRun) stats() RunStats {
 	s := RunStats{Rollup: l.r.Stats(), Outputs: l.delivered, Redeliver: l.redeliver, Next: l.r.Next(), Watermark: l.r.Watermark()}
-	if rd != nil {
-		s.Read = rd.Stats()
+	if l.rd != nil {
+		s.Read = l.rd.Stats()
 	}
 	return s
 }
@@ -167,6 +171,9 @@ func (l *logRun) flush(ctx context.Context, final bool) error {
 	var outs []Output
 	l.r.Flush(final, func(o Output) error { outs = append(outs, o); return nil })
 	if len(outs) == 0 {
+		if l.o.Progress != nil {
+			l.o.Progress(l.stats())
+		}
 		return nil
 	}
 	snap, err := l.r.AppendSnapshot(nil)
@@ -197,8 +204,8 @@ func (l *logRun) deliver(ctx context.Context, st state) error {
 	if err := writeState(l.o.StateDir, l.o.Partition, state{snapshot: st.snapshot}); err != nil {
 		return err
 	}
-	if l.o.OnFlush != nil {
-		l.o.OnFlush(l.stats(nil))
+	if l.o.Progress != nil {
+		l.o.Progress(l.stats())
 	}
 	return nil
 }

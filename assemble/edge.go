@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/edge"
-	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
@@ -58,13 +57,20 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	e := &Edge{Lists: map[string]*lists.Watcher{}}
+	in, err := ReadInputs(cfg, getenv)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range in.Warnings {
+		log.Warn(w)
+	}
+	e := &Edge{Lists: map[string]*lists.Watcher{}, VerifierSecret: in.VerifierSecret}
 	defer func() {
 		if err != nil {
 			e.Close(context.Background())
 		}
 	}()
-	opts := edge.Options{Env: getenv}
+	opts := edge.Options{Env: getenv, Keys: in.Keys}
 	if e.Sinks, err = DecisionSinks(ctx, cfg, log, getenv, o.Fallback); err != nil {
 		return nil, err
 	}
@@ -90,21 +96,6 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 		*l.dst = w
 		e.Lists[l.name] = w
 		e.closers = append(e.closers, w.Close)
-	}
-	if cfg.Challenge.Enabled {
-		if raw := getenv(cfg.Challenge.KeysEnv); raw != "" {
-			keys, err := challenge.ParseKeys(raw)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", cfg.Challenge.KeysEnv, err)
-			}
-			opts.Keys = keys
-			e.VerifierSecret = getenv(cfg.Challenge.VerifierSecretEnv)
-			if e.VerifierSecret == "" {
-				log.Warn("no verifier secret: the token endpoint is disabled", "env", cfg.Challenge.VerifierSecretEnv)
-			}
-		} else {
-			log.Warn("no challenge keys: challenges redirect, but no token can pass them", "env", cfg.Challenge.KeysEnv)
-		}
 	}
 	store, closeStore, err := Store(ctx, cfg, log, getenv)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // loadConfig parses yaml with an origin that answers 200 as edge.upstream.
-func loadConfig(t *testing.T, yaml string) *config.Config {
+func loadConfig(t testing.TB, yaml string) *config.Config {
 	t.Helper()
 	origin := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(origin.Close)
@@ -98,18 +98,26 @@ lists:
 	}
 }
 
-// TestEdgeFailureClosesWhatItOpened: a list that cannot be read fails the
-// assembly, and the decision log it had already opened is closed (its
-// directory lock released), so a second assembly can open it.
+// TestEdgeFailureClosesWhatItOpened: a Kinesis spill directory that cannot
+// be made fails the assembly (a missing file fails it earlier, in
+// ReadInputs, before anything is opened), and the decision log it had
+// already opened is closed (its directory lock released), so a second
+// assembly can open it.
 func TestEdgeFailureClosesWhatItOpened(t *testing.T) {
 	dir := t.TempDir()
+	spill := filepath.Join(dir, "spill")
+	if err := os.WriteFile(spill, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_REGION", "us-east-1")
 	yaml := `
 edge: {upstream: ORIGIN}
-decisions: {dir: ` + filepath.Join(dir, "log") + `}
-lists: {allow_file: ` + filepath.Join(dir, "missing.txt") + `}
+decisions:
+  dir: ` + filepath.Join(dir, "log") + `
+  kinesis: {stream: decisions, spill_dir: ` + spill + `}
 ` + anonymous
-	if _, err := assemble.NewEdge(context.Background(), loadConfig(t, yaml), assemble.Options{}); err == nil || !strings.Contains(err.Error(), "allow list") {
-		t.Fatalf("err = %v, want an allow list error", err)
+	if _, err := assemble.NewEdge(context.Background(), loadConfig(t, yaml), assemble.Options{}); err == nil || !strings.Contains(err.Error(), "spill_dir") {
+		t.Fatalf("err = %v, want a spill directory error", err)
 	}
 	cfg := loadConfig(t, "edge: {upstream: ORIGIN}\ndecisions: {dir: "+filepath.Join(dir, "log")+"}\n"+anonymous)
 	e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{})

@@ -47,6 +47,10 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 	}
 	if cfg.Decisions.Dir != "" {
 		l, err := seglog.Open(cfg.Decisions.Dir, logOptions(cfg.Decisions, func(p seglog.Problem) {
+			if errors.Is(p, seglog.ErrNotSegment) {
+				log.Warn("decision log: a file named like a segment is not one; no events lost", "problem", p.Error())
+				return
+			}
 			log.Error("decision log: skipped a corrupt region", "problem", p.Error())
 		}))
 		if err != nil {

@@ -41,13 +41,16 @@ func Store(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv fun
 			}
 		})
 		st, err := dynamostore.New(dynamostore.Options{Client: client, Table: s.DynamoDB.Table, Region: acfg.Region,
-			ReadAfterConditionFailure: s.DynamoDB.ReadAfterConditionFailure})
+			ReadAfterConditionFailure: s.DynamoDB.ReadAfterConditionFailure, Lease: s.DynamoDB.ConcurrencyLease})
 		if err != nil {
 			return nil, nil, fmt.Errorf("store.dynamodb: %w", err)
 		}
 		backend = st
 		log.Info("counting in DynamoDB", "table", s.DynamoDB.Table, "region", acfg.Region)
 	case "redis":
+		// go-redis logs every failed dial while Redis is down, to stderr
+		// unless told otherwise: through the command's log, rate-limited.
+		redis.SetLogger(redisstore.NewLogger(log, redisstore.DefaultLogEvery))
 		r := s.Redis
 		opts := &redis.UniversalOptions{Addrs: r.Addrs, Username: r.Username, Password: getenv(r.PasswordEnv), DB: r.DB,
 			PoolSize: r.PoolSize, ContextTimeoutEnabled: true}

@@ -159,6 +159,54 @@ func TestEmitterCloseFlushesEverything(t *testing.T) {
 	}
 }
 
+// TestEmitterFlush: Flush returns only once every decision emitted before
+// it is written and the writer flushed, with no timer involved (the
+// interval is an hour); it reports write errors and its context's end, and
+// returns at once after Close.
+func TestEmitterFlush(t *testing.T) {
+	ctx := context.Background()
+	w := &memWriter{}
+	e := NewEmitter(w, EmitterOptions{Queue: 64, Batch: 8, Interval: time.Hour})
+	for round := 1; round <= 3; round++ {
+		for range 5 {
+			e.Emit(sample())
+		}
+		if err := e.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.mu.Lock()
+		got, flushes := len(w.got), w.flushes
+		w.mu.Unlock()
+		if got != 5*round || flushes < round {
+			t.Fatalf("round %d: %d written, %d flushes when Flush returned", round, got, flushes)
+		}
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		t.Errorf("flush after close: %v", err)
+	}
+
+	failing := NewEmitter(&memWriter{fail: errors.New("disk full")}, EmitterOptions{Interval: time.Hour})
+	defer failing.Close(ctx)
+	failing.Emit(sample())
+	if err := failing.Flush(ctx); err == nil || !strings.Contains(err.Error(), "1 write or flush errors") {
+		t.Errorf("flush over a failing writer: %v", err)
+	}
+
+	blocked := &memWriter{gate: make(chan struct{})}
+	stuck := NewEmitter(blocked, EmitterOptions{Interval: time.Hour})
+	stuck.Emit(sample())
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := stuck.Flush(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("flush with an ended context: %v", err)
+	}
+	close(blocked.gate)
+	stuck.Close(ctx)
+}
+
 func TestEmitterDropsWhenFull(t *testing.T) {
 	w := &memWriter{gate: make(chan struct{})}
 	e := NewEmitter(w, EmitterOptions{Queue: 8, Batch: 4, Interval: time.Hour, Node: "edge-9"})
@@ -230,6 +278,23 @@ func BenchmarkEmit(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e.Emit(d)
+	}
+}
+
+// BenchmarkEmitFlush is what Lambda pays per invocation to hand one
+// decision over and wait until the writer goroutine wrote and flushed it:
+// Emit, then Flush, into Discard.
+func BenchmarkEmitFlush(b *testing.B) {
+	e := NewEmitter(Discard, EmitterOptions{Interval: time.Hour})
+	defer e.Close(context.Background())
+	d := sample()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Emit(d)
+		if err := e.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -94,9 +94,10 @@ type Emitter struct {
 	emitted uint64 // under mu: the lock is held anyway
 	wakeAt  int    // queue length at which Emit wakes the writer
 
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	wake  chan struct{}
+	flush chan chan error // Flush's requests to the writer goroutine
+	stop  chan struct{}
+	done  chan struct{}
 
 	dropped, written, errs atomic.Uint64
 	reported               uint64 // drops already reported in the log; writer goroutine only
@@ -137,6 +138,7 @@ func NewEmitter(w BatchWriter, opts EmitterOptions) *Emitter {
 		w: w, opts: opts,
 		pending: make([]Decision, 0, opts.Queue),
 		wake:    make(chan struct{}, 1),
+		flush:   make(chan chan error),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		// Waking the writer costs the request path a thread wake-up, so it
@@ -210,13 +212,34 @@ func (e *Emitter) run(spare []Decision) {
 			spare = e.drain(spare, true)
 		case now := <-report.C:
 			e.reportDrops(now)
+		case reply := <-e.flush:
+			spare = e.flushNow(spare, reply)
 		case <-e.stop:
-			e.drain(spare, false)
-			e.reportDrops(time.Now())
-			e.drain(spare, true)
+			e.finish(spare)
 			return
 		}
 	}
+}
+
+// flushNow serves a Flush: it reports drops, writes everything queued,
+// flushes, and answers reply with the errors on the way.
+func (e *Emitter) flushNow(spare []Decision, reply chan<- error) []Decision {
+	errs := e.errs.Load()
+	e.reportDrops(time.Now())
+	spare = e.drain(spare, true)
+	if n := e.errs.Load() - errs; n > 0 {
+		reply <- fmt.Errorf("flush decisions: %d write or flush errors", n)
+	} else {
+		reply <- nil
+	}
+	return spare
+}
+
+// finish writes what is queued and the last drop report, and flushes.
+func (e *Emitter) finish(spare []Decision) {
+	e.drain(spare, false)
+	e.reportDrops(time.Now())
+	e.drain(spare, true)
 }
 
 // linger is run's loop for a lingering emitter: the queue is written when
@@ -250,11 +273,13 @@ func (e *Emitter) linger(spare []Decision) {
 			spare = e.drain(spare, false)
 		case now := <-report.C:
 			e.reportDrops(now)
+		case reply := <-e.flush:
+			wait.Stop()
+			armed = false
+			spare = e.flushNow(spare, reply)
 		case <-e.stop:
 			wait.Stop()
-			e.drain(spare, false)
-			e.reportDrops(time.Now())
-			e.drain(spare, true)
+			e.finish(spare)
 			return
 		}
 	}
@@ -338,6 +363,31 @@ func (e *Emitter) fail(err error) {
 	e.errs.Add(1)
 	if e.opts.OnError != nil {
 		e.opts.OnError(err)
+	}
+}
+
+// Flush writes every decision emitted before it was called, and the count
+// of drops not yet reported, flushes the writer and waits for that, or for
+// ctx. It is for processes that can be frozen or ended without a signal
+// between requests (AWS Lambda): the decisions of a request are written
+// before its response is returned. It reports an error when a write or
+// flush failed on the way (each is also counted and passed to OnError).
+// After Close it returns nil at once: Close wrote everything. Flush is safe
+// for concurrent use; concurrent Flushes share the writer goroutine's turns.
+func (e *Emitter) Flush(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case e.flush <- reply:
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("flush decisions: %w", ctx.Err())
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("flush decisions: %w", ctx.Err())
 	}
 }
 

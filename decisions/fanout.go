@@ -54,13 +54,24 @@ func (f *Fanout) Lanes(fn func(name string, e *Emitter)) {
 	}
 }
 
+// Flush flushes every lane at once (Emitter.Flush) and waits for them, or
+// for ctx: what was emitted before it is written, lingering or not.
+func (f *Fanout) Flush(ctx context.Context) error {
+	return f.each(func(e *Emitter) error { return e.Flush(ctx) })
+}
+
 // Close closes every lane at once, so that a hung writer does not keep
 // the others from flushing, and waits for them, or for ctx.
 func (f *Fanout) Close(ctx context.Context) error {
+	return f.each(func(e *Emitter) error { return e.Close(ctx) })
+}
+
+// each calls fn on every lane concurrently and joins the errors.
+func (f *Fanout) each(fn func(*Emitter) error) error {
 	errs := make([]error, len(f.lanes))
 	var wg sync.WaitGroup
 	for i, e := range f.lanes {
-		wg.Go(func() { errs[i] = e.Close(ctx) })
+		wg.Go(func() { errs[i] = fn(e) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -92,3 +92,29 @@ func TestEmitterLinger(t *testing.T) {
 	f("high_rate", 0, 1000, 100, 10, 20, false)
 	f("close_flushes", 100*time.Millisecond, 5, 1024, 1, 1, true)
 }
+
+// TestFanoutFlushLingering: Flush writes what lingers in every lane at
+// once (Lambda flushes before each response), without waiting for the
+// linger.
+func TestFanoutFlushLingering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := &stamped{}, &stamped{}
+		opts := EmitterOptions{Batch: 1024, Linger: time.Minute, DropReport: time.Hour}
+		f := NewFanout(Lane{Name: "a", Writer: a, Options: opts}, Lane{Name: "b", Writer: b, Options: opts})
+		t0 := time.Now()
+		for range 3 {
+			f.Emit(sample())
+		}
+		if err := f.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range map[string]*stamped{"a": a, "b": b} {
+			if len(w.batches) != 1 || len(w.batches[0]) != 3 || !w.at[0].Equal(t0) {
+				t.Errorf("lane %s: batches %v at %v, want the 3 decisions at once", name, len(w.batches), w.at)
+			}
+		}
+		if err := f.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

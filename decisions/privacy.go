@@ -20,7 +20,8 @@ const (
 // Privacy is a deployment's treatment of personal data in the decision log:
 // how client addresses and user ids are recorded. It is applied when events
 // are written, off the request path, and recorded in every event it
-// touched (Decision.Privacy), so a reader knows what an address means.
+// touched (Decision.Privacy), keep/keep included, so a reader knows what an
+// address means; "" means a writer that applied no Privacy at all.
 //
 // A pseudonymised address is an IPv6 address in fd00::/8 (a unique-local
 // range no client comes from) whose other 120 bits are the HMAC of the
@@ -28,7 +29,8 @@ const (
 // unchanged, and the same client always maps to the same pseudonym under
 // one key. A pseudonymised user id is "h:" and 22 base64url characters.
 //
-// The zero value keeps everything and records nothing. Privacy is not safe
+// The zero value (and nil) keeps everything and records nothing; use
+// NewPrivacy(Keep, Keep, nil) to keep everything and say so. Privacy is not safe
 // for concurrent use (it reuses an HMAC state); give each writer its own.
 type Privacy struct {
 	addrMode, userMode string
@@ -75,7 +77,11 @@ func (p *Privacy) Label() string {
 // treatment. Events that carry neither (drop reports) are left alone; a
 // nil Privacy leaves everything.
 func (p *Privacy) Apply(d *Decision) {
-	if p == nil || d.Kind == KindDrops || (p.addrMode == Keep && p.userMode == Keep) {
+	if p == nil || d.Kind == KindDrops {
+		return
+	}
+	d.Privacy = p.label
+	if p.addrMode == Keep && p.userMode == Keep {
 		return
 	}
 	if d.ClientIP.IsValid() {
@@ -95,7 +101,6 @@ func (p *Privacy) Apply(d *Decision) {
 	if d.UserID != "" && p.userMode == HMAC {
 		d.UserID = p.pseudoUser(d.UserID)
 	}
-	d.Privacy = p.label
 }
 
 func (p *Privacy) digest(kind byte, b []byte) []byte {
@@ -124,9 +129,10 @@ func (p *Privacy) pseudoUser(u string) string {
 }
 
 // Private returns a BatchWriter that applies p to every event of a batch,
-// in place, before handing the batch to w. A nil p returns w.
+// in place, before handing the batch to w. A nil p returns w; keep/keep
+// still wraps w, to record the choice in every event.
 func Private(p *Privacy, w BatchWriter) BatchWriter {
-	if p == nil || (p.addrMode == Keep && p.userMode == Keep) {
+	if p == nil {
 		return w
 	}
 	return &private{p: p, w: w}

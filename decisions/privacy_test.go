@@ -14,7 +14,7 @@ func TestPrivacy(t *testing.T) {
 		wantIP, wantUser   string // "" for a pseudonym (checked separately)
 		label              string
 	}{
-		{"keep", "keep", "203.0.113.77", "u_1", "203.0.113.77", "u_1", ""},
+		{"keep", "keep", "203.0.113.77", "u_1", "203.0.113.77", "u_1", "keep/keep"},
 		{"truncate", "keep", "203.0.113.77", "u_1", "203.0.113.0", "u_1", "truncate/keep"},
 		{"truncate", "keep", "2001:db8:1:2:3:4:5:6", "", "2001:db8:1::", "", "truncate/keep"},
 		{"hmac", "hmac", "203.0.113.77", "u_1", "", "", "hmac/hmac"},

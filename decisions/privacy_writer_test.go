@@ -19,9 +19,16 @@ func TestPrivateWriter(t *testing.T) {
 	if got := w.got[0]; got.ClientIP.String() != "203.0.113.0" || got.Privacy != "truncate/keep" || w.got[1].Privacy != "" {
 		t.Errorf("written %+v", w.got)
 	}
+	// The default keeps everything and still says so in every event.
 	keep, _ := NewPrivacy(Keep, Keep, nil)
-	if Private(keep, w) != BatchWriter(w) || Private(nil, w) != BatchWriter(w) {
-		t.Error("a treatment that changes nothing still wraps the writer")
+	if err := Private(keep, w).WriteBatch([]Decision{{ClientIP: netip.MustParseAddr("203.0.113.77")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.got[2]; got.ClientIP.String() != "203.0.113.77" || got.Privacy != "keep/keep" {
+		t.Errorf("keep/keep wrote %+v", got)
+	}
+	if Private(nil, w) != BatchWriter(w) {
+		t.Error("no treatment still wraps the writer")
 	}
 }
 

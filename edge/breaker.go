@@ -26,19 +26,22 @@ type breaker struct {
 	opened   atomic.Uint64
 }
 
-// allow reports whether a call may go to the store at now.
-func (b *breaker) allow(now int64) bool {
+// allow reports whether a call may go to the store at now, and whether
+// that call is the half-open probe, whose result closes or re-opens the
+// breaker.
+func (b *breaker) allow(now int64) (ok, probe bool) {
 	switch b.state.Load() {
 	case breakerClosed:
-		return true
+		return true, false
 	case breakerOpen:
 		if now-b.openedAt.Load() < b.cooldown {
-			return false
+			return false, false
 		}
 		// One caller wins the probe.
-		return b.state.CompareAndSwap(breakerOpen, breakerHalfOpen)
+		ok := b.state.CompareAndSwap(breakerOpen, breakerHalfOpen)
+		return ok, ok
 	default: // half-open: a probe is in flight
-		return false
+		return false, false
 	}
 }
 

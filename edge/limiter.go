@@ -40,6 +40,15 @@ type Store interface {
 // clock reads.
 type inProcess interface{ InProcess() bool }
 
+// remoteTaker is implemented by stores that answer some calls without the
+// distributed store behind them (syncstore: the over-limit cache, local
+// admissions). Only answers that came from the distributed store tell the
+// breaker that it is healthy: cached answers come back without error
+// whatever its state.
+type remoteTaker interface {
+	TakeRemote(ctx context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (res limit.Result, remote bool, err error)
+}
+
 // Sink receives every decision. Emit must not block; it reports false when
 // it dropped the decision.
 type Sink interface {
@@ -73,7 +82,8 @@ type Limiter struct {
 	failClosed []string
 	ident      *identity.Resolver
 	store      Store
-	remote     bool // the store is not in-process: deadlines, breaker, latency
+	taker      remoteTaker // the store, when it says which answers are the distributed store's
+	remote     bool        // the store is not in-process: deadlines, breaker, latency
 	timeout    time.Duration
 	breaker    *breaker
 	local      *memstore.Store // fallback counters while the breaker is open
@@ -83,6 +93,7 @@ type Limiter struct {
 	deny       ListSource
 	keys       *challenge.Keyring
 	ipv6Prefix int
+	tokenRule  *rule // wrong verifier secrets per address; nil without challenges
 
 	metrics  counters
 	ids      *requestIDs
@@ -110,10 +121,16 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, keys: opts.Keys,
 		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(),
 	}
+	if cfg.Challenge.Enabled {
+		if l.tokenRule, err = compileTokenRule(cfg); err != nil {
+			return nil, err
+		}
+	}
 	if l.store == nil {
 		l.ownStore = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
 		l.store = l.ownStore
 	}
+	l.taker, _ = l.store.(remoteTaker)
 	if ip, ok := l.store.(inProcess); !ok || !ip.InProcess() {
 		l.remote = true
 		l.breaker = newBreaker(cfg.Store.Breaker.Failures, cfg.Store.Breaker.Cooldown)
@@ -182,12 +199,18 @@ type held struct {
 	fall bool // held on the local fallback store
 }
 
-// Severity of a rule's result, worst last.
+// Severity of a rule's result, worst last. The worst decides a request
+// counted under two rules, so a store failure ranks by what it does to the
+// request: on a fail-closed path it refuses it whatever the other rule
+// says; on another path it passes it, as a shadow rule does, and the
+// decision records fail_open, not the allow of the other rule.
 const (
 	levelOK = iota
 	levelShadow
+	levelFailOpen
 	levelChallenge
 	levelBlock
+	levelFailClosed
 )
 
 type eval struct {
@@ -237,7 +260,7 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 		l.evaluate(ctx, &sc, now, key, pr, r.Path, &evals[0])
 		n = 1
 	}
-	if n == 0 || evals[0].level != levelBlock {
+	if n == 0 || evals[0].level < levelBlock {
 		l.evaluate(ctx, &sc, now, key, t.global, r.Path, &evals[n])
 		n++
 	}
@@ -358,24 +381,41 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		return
 	}
 	ns := now.UnixNano()
-	if sc.err == nil && l.breaker.allow(ns) {
+	var ok, probe bool
+	if sc.err == nil {
+		ok, probe = l.breaker.allow(ns)
+	}
+	if ok {
 		if sc.ctx == nil {
 			sc.ctx, sc.cancel = context.WithTimeout(ctx, l.timeout)
 		}
 		start := time.Now()
-		e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, 1)
+		remote := true
+		if l.taker != nil {
+			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, key, ru.limit, now, 1)
+		} else {
+			e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, 1)
+		}
 		e.lat = time.Since(start)
 		l.metrics.storeLatency(e.lat)
 		if e.err == nil {
-			l.breaker.success()
-			l.releases.kick()
+			switch {
+			case remote:
+				l.breaker.success()
+				l.releases.kick()
+			case probe:
+				// Answered without the store: the probe found nothing out.
+				l.breaker.abandon(ns)
+			}
 			e.level = ru.grade(e.res)
 			return
 		}
 		sc.err = e.err
 		if ctx.Err() != nil {
 			// The caller went away: that says nothing of the store.
-			l.breaker.abandon(ns)
+			if probe {
+				l.breaker.abandon(ns)
+			}
 		} else {
 			l.metrics.storeErrors.Add(1)
 			l.breaker.failure(ns)
@@ -385,15 +425,14 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		// This call or an earlier one of the decision failed: fail open or
 		// closed without waiting on the store again.
 		e.err = sc.err
-		e.level = levelOK
-		e.fall = 1
+		e.level, e.fall = levelFailOpen, 1
 		if l.isFailClosed(path) {
-			e.fall = 2
+			e.level, e.fall = levelFailClosed, 2
 		}
 		return
 	}
 	if l.isFailClosed(path) {
-		e.fall = 2
+		e.level, e.fall = levelFailClosed, 2
 		return
 	}
 	// Breaker open: enforce the local share of the limit.

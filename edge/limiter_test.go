@@ -287,23 +287,27 @@ func TestBreakerOpensAndLocalLimitApplies(t *testing.T) {
 func TestBreakerRecovers(t *testing.T) {
 	b := newBreaker(2, time.Second)
 	now := t0.UnixNano()
+	allow := func(at int64) bool {
+		ok, _ := b.allow(at)
+		return ok
+	}
 	b.failure(now)
-	if !b.allow(now) {
+	if !allow(now) {
 		t.Fatal("open after one failure")
 	}
 	b.failure(now)
-	if b.allow(now + int64(500*time.Millisecond)) {
+	if allow(now + int64(500*time.Millisecond)) {
 		t.Fatal("closed after two failures")
 	}
-	if !b.allow(now+int64(time.Second)) || b.allow(now+int64(time.Second)) {
+	if ok, probe := b.allow(now + int64(time.Second)); !ok || !probe || allow(now+int64(time.Second)) {
 		t.Fatal("want exactly one probe after the cooldown")
 	}
 	b.success()
-	if !b.allow(now + int64(time.Second)) {
-		t.Fatal("still open after a successful probe")
+	if ok, probe := b.allow(now + int64(time.Second)); !ok || probe {
+		t.Fatalf("after a successful probe: allow %v, probe %v; want a closed breaker's call", ok, probe)
 	}
 	b.failure(now)
-	if !b.allow(now) {
+	if !allow(now) {
 		t.Fatal("a success did not reset the failure streak")
 	}
 }

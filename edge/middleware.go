@@ -25,11 +25,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
 			URI: r.URL.RequestURI(), Header: r.Header,
 		}
-		hdr := l.cfg.Edge.RequestIDHeader
-		if req.RequestID = r.Header.Get(hdr); req.RequestID == "" || len(req.RequestID) > 128 {
-			req.RequestID = l.ids.next()
-			r.Header.Set(hdr, req.RequestID)
-		}
+		req.RequestID = l.requestID(r)
 		var v Verdict
 		l.Decide(r.Context(), now, &req, &v)
 		if resp, refused := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
@@ -42,6 +38,19 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// requestID returns r's request id from the configured header, or, when it
+// has none (or an overlong one), a generated id, which it sets on r for
+// the origin.
+func (l *Limiter) requestID(r *http.Request) string {
+	hdr := l.cfg.Edge.RequestIDHeader
+	id := r.Header.Get(hdr)
+	if id == "" || len(id) > 128 {
+		id = l.ids.next()
+		r.Header.Set(hdr, id)
+	}
+	return id
 }
 
 // requestIDs generates request ids: a random per-process prefix and a
@@ -82,64 +91,85 @@ type tokenResponse struct {
 // client solved the challenge, POSTs {"ip": "..."} or {"user": "..."} with
 // "Authorization: Bearer <verifier secret>" and gets a challenge token to
 // hand to the client (as the cookie or header named in the response).
-// secret must be non-empty; a nil keyring or empty secret serves 404.
+// A nil keyring, challenges off, or a secret CheckVerifierSecret refuses
+// serves 404. Wrong secrets are limited per client address
+// (challenge.endpoint_failures): past the limit every request from the
+// address gets 429 and no secret is checked. Every request yields a
+// decision of the rule token_endpoint whose reason says what was done.
 func (l *Limiter) TokenHandler(secret string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if l.keys == nil || secret == "" {
+		if l.keys == nil || l.tokenRule == nil || CheckVerifierSecret(secret) != nil {
 			http.NotFound(w, r)
 			return
 		}
+		now := time.Now()
+		req := Request{RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
+			URI: r.URL.RequestURI(), Header: r.Header, RequestID: l.requestID(r)}
+		var v Verdict
+		if !l.tokenAttempt(r.Context(), now, &req, &v) {
+			resp, _ := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param)
+			resp.Write(w, &v)
+			return
+		}
+		fail := func(reason string, status int, code, msg string) {
+			l.tokenDone(r.Context(), now, &v, reason)
+			writeJSONError(w, status, code, msg)
+		}
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			writeJSONError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
+			fail(reasonTokenBadMethod, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
 			l.metrics.tokenEndpointDenied.Add(1)
-			writeJSONError(w, http.StatusUnauthorized, "unauthorized", "a valid verifier secret is required")
+			reason := reasonWrongSecret
+			if !ok || got == "" {
+				reason = reasonNoSecret
+			}
+			fail(reason, http.StatusUnauthorized, "unauthorized", "a valid verifier secret is required")
 			return
 		}
 		var tr tokenRequest
 		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&tr); err != nil {
-			writeJSONError(w, http.StatusBadRequest, "bad_request", "body: "+err.Error())
+			fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "body: "+err.Error())
 			return
 		}
 		var ip netip.Addr
 		switch {
 		case tr.User != "" && tr.IP != "":
-			writeJSONError(w, http.StatusBadRequest, "bad_request", "give ip or user, not both")
+			fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "give ip or user, not both")
 			return
 		case tr.User != "":
 			if len(tr.User) > 256 {
-				writeJSONError(w, http.StatusBadRequest, "bad_request", "user: longer than 256 bytes")
+				fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "user: longer than 256 bytes")
 				return
 			}
 		case tr.IP != "":
 			a, err := netip.ParseAddr(tr.IP)
 			if err != nil {
-				writeJSONError(w, http.StatusBadRequest, "bad_request", "ip: "+err.Error())
+				fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "ip: "+err.Error())
 				return
 			}
 			ip = a.Unmap()
 		default:
-			writeJSONError(w, http.StatusBadRequest, "bad_request", "give ip or user")
+			fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "give ip or user")
 			return
 		}
 		ttl := l.cfg.Challenge.TokenTTL
 		if tr.TTL != "" {
 			d, err := time.ParseDuration(tr.TTL)
 			if err != nil || d <= 0 || d > ttl {
-				writeJSONError(w, http.StatusBadRequest, "bad_request", "ttl: a duration up to "+ttl.String())
+				fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "ttl: a duration up to "+ttl.String())
 				return
 			}
 			ttl = d
 		}
-		now := time.Now()
 		tok := l.keys.Issue(l.SubjectFor(ip, tr.User), now, ttl)
 		l.metrics.tokensIssued.Add(1)
+		l.tokenDone(r.Context(), now, &v, reasonTokenIssued)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		json.NewEncoder(w).Encode(tokenResponse{Token: tok, Expires: now.Add(ttl).UTC().Truncate(time.Second),

@@ -151,7 +151,7 @@ func TestTokenEndpoint(t *testing.T) {
 	keys := testKeys(t)
 	cfg := seedConfig(t, nil)
 	l := newLimiter(t, cfg, Options{Keys: keys})
-	srv := httptest.NewServer(l.Handler(http.NotFoundHandler(), "s3cret"))
+	srv := httptest.NewServer(l.Handler(http.NotFoundHandler(), verifierSecret))
 	defer srv.Close()
 	post := func(auth, body string) (int, string) {
 		r, _ := http.NewRequest("POST", srv.URL+cfg.Challenge.Endpoint, strings.NewReader(body))
@@ -172,13 +172,13 @@ func TestTokenEndpoint(t *testing.T) {
 	}{
 		{"no secret", "", `{"ip":"203.0.113.7"}`, 401},
 		{"wrong secret", "nope", `{"ip":"203.0.113.7"}`, 401},
-		{"bad ip", "s3cret", `{"ip":"300.1.1.1"}`, 400},
-		{"both", "s3cret", `{"ip":"203.0.113.7","user":"u"}`, 400},
-		{"neither", "s3cret", `{}`, 400},
-		{"unknown field", "s3cret", `{"ip":"203.0.113.7","admin":true}`, 400},
-		{"ttl too long", "s3cret", `{"ip":"203.0.113.7","ttl":"48h"}`, 400},
-		{"ip", "s3cret", `{"ip":"203.0.113.7"}`, 200},
-		{"user", "s3cret", `{"user":"u_1","ttl":"5m"}`, 200},
+		{"bad ip", verifierSecret, `{"ip":"300.1.1.1"}`, 400},
+		{"both", verifierSecret, `{"ip":"203.0.113.7","user":"u"}`, 400},
+		{"neither", verifierSecret, `{}`, 400},
+		{"unknown field", verifierSecret, `{"ip":"203.0.113.7","admin":true}`, 400},
+		{"ttl too long", verifierSecret, `{"ip":"203.0.113.7","ttl":"48h"}`, 400},
+		{"ip", verifierSecret, `{"ip":"203.0.113.7"}`, 200},
+		{"user", verifierSecret, `{"user":"u_1","ttl":"5m"}`, 200},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -210,7 +210,7 @@ func TestTokenEndpoint(t *testing.T) {
 	// The token endpoint is not reachable without challenges configured.
 	noChallenge := newLimiter(t, seedConfig(t, func(c *config.Config) { c.Challenge.Enabled = false }), Options{Keys: keys})
 	rec := httptest.NewRecorder()
-	noChallenge.Handler(http.NotFoundHandler(), "s3cret").ServeHTTP(rec, httptest.NewRequest("POST", cfg.Challenge.Endpoint, strings.NewReader(`{"ip":"1.2.3.4"}`)))
+	noChallenge.Handler(http.NotFoundHandler(), verifierSecret).ServeHTTP(rec, httptest.NewRequest("POST", cfg.Challenge.Endpoint, strings.NewReader(`{"ip":"1.2.3.4"}`)))
 	if rec.Code != 404 {
 		t.Errorf("token endpoint without challenges: %d", rec.Code)
 	}

@@ -112,7 +112,7 @@ func BenchmarkPutMetricParallel(b *testing.B) {
 func BenchmarkValidate(b *testing.B) {
 	l, _ := benchLogger(b)
 	mem := &memSink{}
-	l.sinks = append(l.sinks, &sinkState{sink: mem})
+	l.w.sinks = append(l.w.sinks, &sinkState{sink: mem})
 	now := time.Now()
 	for i := range 100 {
 		l.PutMetric("Metric"+strconv.Itoa(i%10), float64(i), Count)

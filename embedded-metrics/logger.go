@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 )
 
 // Dimension is a name and value pair that is part of a metric's identity,
@@ -44,20 +43,15 @@ var (
 	ErrClosed = errors.New("logger is closed")
 )
 
-// Limits of our own, so that memory stays bounded between flushes.
-const (
-	maxDimensionSets = 30
-	maxProperties    = 256
-	maxMetricNames   = 10000
-)
-
 // Logger collects metric values, dimensions and properties and, on Flush,
 // writes them as EMF documents to its sinks, split as the limits require.
+// It is the front end of a Writer: each flush builds one Document from
+// what is buffered and encodes it as AppendDocuments does.
 // It is safe for concurrent use. Create one with New.
 type Logger struct {
-	cfg   Config
-	env   Environment
-	sinks []*sinkState
+	cfg Config
+	env Environment
+	w   *Writer
 
 	mu          sync.Mutex // guards the fields up to flushMu
 	closed      bool
@@ -65,26 +59,22 @@ type Logger struct {
 	useDefaults bool
 	defaults    []Dimension
 	sets        [][]Dimension // custom dimension sets, without defaults
-	props       []property
+	props       []Property
 	metrics     []metric
 	index       map[string]int // metric name → index in metrics
 	buffered    int
 	timestamp   time.Time
 	dimsDirty   bool
 	dimKeys     map[string]string // dimension key → value, over all sets
-	dimSetsJSON []byte            // [["a","b"],["a"]]
-	dimMembers  []byte            // "a":"x","b":"y"
+	docSets     [][]Dimension     // the dimension sets of a document, defaults added, keys once, values resolved
+	docMetrics  []Metric          // scratch: the metrics of one flush
 
-	flushMu sync.Mutex // serialises flushes; guards the buffers below
-	out     []byte     // the documents of one flush, back to back
-	ends    []int      // end offset of each document in out
-	defs    []byte     // scratch: metric definitions of one document
-	head    []byte     // scratch: "_aws" member up to the definitions
+	flushMu sync.Mutex // serialises flushes; guards the fields below
+	enc     encoder
+	out     []byte // the documents of one flush, as lines
 
-	documents atomic.Uint64
-	split     atomic.Uint64
-	rejected  atomic.Uint64
-	dropped   atomic.Uint64
+	rejected atomic.Uint64
+	dropped  atomic.Uint64
 }
 
 type metric struct {
@@ -92,18 +82,6 @@ type metric struct {
 	unit   Unit
 	res    Resolution
 	values []float64
-	sent   int // values already placed in documents during a flush
-	doc    int // last document of this flush that holds the metric
-}
-
-type property struct {
-	key   string
-	value []byte // encoded JSON value
-}
-
-type sinkState struct {
-	sink                              Sink
-	written, split, rejected, dropped atomic.Uint64
 }
 
 // New returns a Logger configured by cfg (defaults filled in, then
@@ -115,17 +93,20 @@ func New(cfg Config, getenv func(string) string, sinks ...Sink) (*Logger, error)
 		return nil, fmt.Errorf("configure emf logger: %w", err)
 	}
 	env := ResolveEnvironment(cfg, getenv)
+	w, err := NewWriter(WriterOptions{MaxDocumentSize: cfg.MaxDocumentSize, ValidateDocuments: cfg.ValidateDocuments}, sinks...)
+	if err != nil {
+		return nil, fmt.Errorf("configure emf logger: %w", err)
+	}
 	l := &Logger{
 		cfg:         cfg,
 		env:         env,
+		w:           w,
 		namespace:   cfg.Namespace,
 		useDefaults: !cfg.NoDefaultDimensions,
 		index:       make(map[string]int),
 		dimsDirty:   true,
 	}
-	for _, s := range sinks {
-		l.sinks = append(l.sinks, &sinkState{sink: s})
-	}
+	l.enc.trusted = true // every name and value was checked as it was put
 	if l.useDefaults {
 		l.defaults = env.defaultDimensions()
 		if err := checkDimensions("default dimension", l.defaults); err != nil {
@@ -155,8 +136,7 @@ func (l *Logger) PutMetric(name string, value float64, unit Unit) error {
 // PutMetricWithResolution is PutMetric with a storage resolution, High or
 // Standard. One metric has one resolution per flush.
 func (l *Logger) PutMetricWithResolution(name string, value float64, unit Unit, res Resolution) error {
-	if math.IsNaN(value) || math.IsInf(value, 0) || math.Abs(value) > maxMetricValue ||
-		value != 0 && math.Abs(value) < minMetricMagnitude {
+	if !validMetricValue(value) {
 		l.rejected.Add(1)
 		f := checkMetricValue(value)
 		return fmt.Errorf("put metric %q: %w", name, &InvalidError{"metric value", strconv.FormatFloat(value, 'g', -1, 64), f.problem, f.allowed})
@@ -380,14 +360,14 @@ func sameKeys(a, b []Dimension) bool {
 // (strings, numbers and booleans without reflection; json.RawMessage as
 // is). Dimension and metric members win over a property of the same name.
 func (l *Logger) SetProperty(key string, value any) error {
-	if key == "" || key == "_aws" || !utf8.ValidString(key) {
+	if err := checkPropertyName(key); err != nil {
 		l.rejected.Add(1)
-		return fmt.Errorf("set property: %w", &InvalidError{"property name", key, "is empty, reserved or not UTF-8", "valid UTF-8 other than \"\" and \"_aws\""})
+		return fmt.Errorf("set property: %w", err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := 0
-	for i < len(l.props) && l.props[i].key != key {
+	for i < len(l.props) && l.props[i].Name != key {
 		i++
 	}
 	if i == len(l.props) {
@@ -395,17 +375,17 @@ func (l *Logger) SetProperty(key string, value any) error {
 			l.rejected.Add(1)
 			return fmt.Errorf("set property %q: %w", key, &InvalidError{"property name", key, "would be property number " + strconv.Itoa(maxProperties+1), "at most " + strconv.Itoa(maxProperties) + " properties"})
 		}
-		l.props = append(l.props, property{key: key})
+		l.props = append(l.props, Property{Name: key})
 	}
-	enc, err := appendValue(l.props[i].value[:0], value)
+	enc, err := appendValue(l.props[i].Value[:0], value)
 	if err != nil {
-		if len(l.props[i].value) == 0 {
+		if len(l.props[i].Value) == 0 {
 			l.props = l.props[:i]
 		}
 		l.rejected.Add(1)
 		return fmt.Errorf("set property %q: %w", key, err)
 	}
-	l.props[i].value = enc
+	l.props[i].Value = enc
 	return nil
 }
 
@@ -462,7 +442,9 @@ func (l *Logger) SetTimestamp(t time.Time) {
 	l.mu.Unlock()
 }
 
-// refreshDimensionsLocked rebuilds the encoded dimension sets and members.
+// refreshDimensionsLocked resolves the dimension sets of the next
+// document: the default dimensions put before each set, each key once per
+// set, and each key with the last value given for it in any set.
 func (l *Logger) refreshDimensionsLocked() {
 	if !l.dimsDirty {
 		return
@@ -472,34 +454,32 @@ func (l *Logger) refreshDimensionsLocked() {
 		l.dimKeys = make(map[string]string)
 	}
 	clear(l.dimKeys)
-	var order []string
-	note := func(d Dimension) {
-		if _, ok := l.dimKeys[d.Name]; !ok {
-			order = append(order, d.Name)
-		}
-		l.dimKeys[d.Name] = d.Value
+	sets := l.sets
+	if len(sets) == 0 {
+		sets = [][]Dimension{nil}
 	}
-	b := append(l.dimSetsJSON[:0], '[')
-	writeSet := func(withDefaults bool, set []Dimension) {
-		if len(b) > 1 {
-			b = append(b, ',')
+	for _, set := range sets {
+		if l.useDefaults {
+			for _, d := range l.defaults {
+				l.dimKeys[d.Name] = d.Value
+			}
 		}
-		b = append(b, '[')
-		seen := make(map[string]bool, len(set)+len(l.defaults))
-		n := 0
+		for _, d := range set {
+			l.dimKeys[d.Name] = d.Value
+		}
+	}
+	l.docSets = l.docSets[:0]
+	for _, set := range sets {
+		var out []Dimension
 		add := func(d Dimension) {
-			note(d)
-			if seen[d.Name] {
-				return
+			for _, have := range out {
+				if have.Name == d.Name {
+					return
+				}
 			}
-			seen[d.Name] = true
-			if n > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, d.Name)
-			n++
+			out = append(out, Dimension{d.Name, l.dimKeys[d.Name]})
 		}
-		if withDefaults {
+		if l.useDefaults {
 			for _, d := range l.defaults {
 				add(d)
 			}
@@ -507,27 +487,8 @@ func (l *Logger) refreshDimensionsLocked() {
 		for _, d := range set {
 			add(d)
 		}
-		b = append(b, ']')
+		l.docSets = append(l.docSets, out)
 	}
-	switch {
-	case len(l.sets) == 0:
-		writeSet(l.useDefaults, nil)
-	default:
-		for _, s := range l.sets {
-			writeSet(l.useDefaults, s)
-		}
-	}
-	l.dimSetsJSON = append(b, ']')
-	m := l.dimMembers[:0]
-	for i, k := range order {
-		if i > 0 {
-			m = append(m, ',')
-		}
-		m = appendString(m, k)
-		m = append(m, ':')
-		m = appendString(m, l.dimKeys[k])
-	}
-	l.dimMembers = m
 }
 
 // Flush writes the buffered metrics to every sink, now, and empties the
@@ -544,176 +505,52 @@ func (l *Logger) Flush(ctx context.Context) error { return l.FlushAt(ctx, time.N
 func (l *Logger) FlushAt(ctx context.Context, now time.Time) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
+	var (
+		docs, rejected int
+		err            error
+	)
+	l.out = l.out[:0]
 	l.mu.Lock()
-	err := l.encodeLocked(now)
+	if l.buffered > 0 {
+		doc := l.documentLocked(now)
+		l.out, docs, rejected, err = l.enc.encode(l.out, &doc, l.w.limits(now))
+		l.resetMetricsLocked()
+	}
 	l.mu.Unlock()
-	if n := len(l.ends); n > 0 {
-		l.documents.Add(uint64(n))
-		l.split.Add(uint64(n - 1))
+	if err != nil {
+		err = fmt.Errorf("flush metrics: %w", err)
 	}
-	return errors.Join(err, l.writeLocked(ctx, now))
+	l.w.count(docs, rejected)
+	return errors.Join(err, l.w.writeLines(ctx, l.out, now))
 }
 
-// writeLocked hands the encoded documents to every sink.
-func (l *Logger) writeLocked(ctx context.Context, now time.Time) error {
-	var errs []error
-	start := 0
-	for i, end := range l.ends {
-		doc := l.out[start:end]
-		start = end
-		if l.cfg.ValidateDocuments {
-			if vs := Validate(doc, now, ValidateOptions{MaxSize: l.cfg.MaxDocumentSize}); len(vs) > 0 {
-				l.rejected.Add(1)
-				for _, s := range l.sinks {
-					s.rejected.Add(1)
-				}
-				errs = append(errs, fmt.Errorf("validate document %d: %d violations, first %s", i, len(vs), vs[0]))
-				continue
-			}
-		}
-		for _, s := range l.sinks {
-			if err := s.sink.Write(ctx, doc); err != nil {
-				s.dropped.Add(1)
-				if len(errs) < 10 {
-					errs = append(errs, fmt.Errorf("write document to %s: %w", s.sink.Stats().Sink, err))
-				}
-				continue
-			}
-			s.written.Add(1)
-			if i > 0 {
-				s.split.Add(1)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// encodeLocked builds the documents of one flush into l.out and l.ends and
-// empties the metric buffer.
-func (l *Logger) encodeLocked(now time.Time) error {
-	l.out, l.ends = l.out[:0], l.ends[:0]
-	if l.buffered == 0 {
-		return nil
-	}
-	defer l.resetMetricsLocked()
+// documentLocked returns the buffered metrics as a Document, stamped now
+// unless SetTimestamp gave a time. It shares the buffers' memory.
+func (l *Logger) documentLocked(now time.Time) Document {
+	l.refreshDimensionsLocked()
 	ts := l.timestamp
 	if ts.IsZero() {
 		ts = now
 	}
-	if ts.Before(now.Add(-MaxTimestampPast)) || ts.After(now.Add(MaxTimestampFuture)) {
-		l.rejected.Add(1)
-		return fmt.Errorf("flush metrics: %w", &InvalidError{"timestamp", ts.UTC().Format(time.RFC3339Nano),
-			"is out of range at " + now.UTC().Format(time.RFC3339), "14 days before to 2 hours after the flush"})
-	}
-	l.refreshDimensionsLocked()
-
-	// "_aws" member up to the metric definitions, and what closes it.
-	h := append(l.head[:0], `"_aws":{"Timestamp":`...)
-	h = strconv.AppendInt(h, ts.UnixMilli(), 10)
-	h = append(h, `,"CloudWatchMetrics":[{"Namespace":`...)
-	h = appendString(h, l.namespace)
-	h = append(h, `,"Dimensions":`...)
-	h = append(h, l.dimSetsJSON...)
-	h = append(h, `,"Metrics":[`...)
-	l.head = h
-	const tail = `]}]}}`
-	max := int(l.cfg.MaxDocumentSize)
-
-	var (
-		docStart int
-		docNo    int
-		nDefs    int
-		errs     []error
-	)
-	open := func() {
-		docNo++
-		docStart = len(l.out)
-		l.out = append(l.out, '{')
-		l.out = append(l.out, l.dimMembers...)
-		for _, p := range l.props {
-			if _, ok := l.dimKeys[p.key]; ok {
-				continue
-			}
-			if i, ok := l.index[p.key]; ok && len(l.metrics[i].values) > 0 {
-				continue
-			}
-			if len(l.out) > docStart+1 {
-				l.out = append(l.out, ',')
-			}
-			l.out = appendString(l.out, p.key)
-			l.out = append(l.out, ':')
-			l.out = append(l.out, p.value...)
-		}
-		l.defs, nDefs = l.defs[:0], 0
-	}
-	closeDoc := func() {
-		if nDefs == 0 {
-			l.out = l.out[:docStart]
-			return
-		}
-		l.out = append(l.out, ',')
-		l.out = append(l.out, l.head...)
-		l.out = append(l.out, l.defs...)
-		l.out = append(l.out, tail...)
-		l.ends = append(l.ends, len(l.out))
-	}
-	for i := range l.metrics {
-		l.metrics[i].sent, l.metrics[i].doc = 0, 0
-	}
-	open()
-	for left := l.buffered; left > 0; {
-		for i := range l.metrics {
-			m := &l.metrics[i]
-			if m.sent >= len(m.values) {
-				continue
-			}
-			if nDefs == MaxMetricsPerDirective || m.doc == docNo {
-				closeDoc()
-				open()
-			}
-			n := min(MaxValuesPerMetric, len(m.values)-m.sent)
-			for {
-				mark, dmark := len(l.out), len(l.defs)
-				l.out = appendMetricMember(l.out, len(l.out) > docStart+1, m.name, m.values[m.sent:m.sent+n])
-				l.defs = appendDefinition(l.defs, nDefs > 0, m)
-				if len(l.out)-docStart+1+len(l.head)+len(l.defs)+len(tail) <= max {
-					break
-				}
-				l.out, l.defs = l.out[:mark], l.defs[:dmark]
-				switch {
-				case nDefs > 0:
-					closeDoc()
-					open()
-				case n > 1:
-					n = (n + 1) / 2
-				default:
-					n = 0
-				}
-				if n == 0 {
-					break
-				}
-			}
-			if n == 0 {
-				rest := len(m.values) - m.sent
-				l.rejected.Add(1)
-				errs = append(errs, fmt.Errorf("flush metric %q: %w", m.name, &InvalidError{"document size", strconv.Itoa(len(l.out) - docStart), "leaves no room for one value of the metric (" + strconv.Itoa(rest) + " values refused)", "properties and dimensions that fit in " + strconv.Itoa(max) + " bytes with the metrics"}))
-				m.sent = len(m.values)
-				left -= rest
-				continue
-			}
-			m.sent += n
-			m.doc = docNo
-			nDefs++
-			left -= n
+	l.docMetrics = l.docMetrics[:0]
+	for _, m := range l.metrics {
+		if len(m.values) > 0 {
+			l.docMetrics = append(l.docMetrics, Metric{Name: m.name, Unit: m.unit, Resolution: m.res, Values: m.values})
 		}
 	}
-	closeDoc()
-	return errors.Join(errs...)
+	return Document{
+		Namespace:  l.namespace,
+		Timestamp:  ts,
+		Dimensions: l.docSets,
+		Properties: l.props,
+		Metrics:    l.docMetrics,
+	}
 }
 
 func (l *Logger) resetMetricsLocked() {
 	l.buffered = 0
 	l.timestamp = time.Time{}
+	clear(l.docMetrics) // drop references to the values
 	if len(l.metrics) > maxMetricNames/2 {
 		l.metrics = l.metrics[:0]
 		clear(l.index)
@@ -724,79 +561,11 @@ func (l *Logger) resetMetricsLocked() {
 	}
 }
 
-func appendMetricMember(dst []byte, comma bool, name string, values []float64) []byte {
-	if comma {
-		dst = append(dst, ',')
-	}
-	dst = appendString(dst, name)
-	dst = append(dst, ':')
-	if len(values) == 1 {
-		return appendFloat(dst, values[0])
-	}
-	dst = append(dst, '[')
-	for i, v := range values {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendFloat(dst, v)
-	}
-	return append(dst, ']')
-}
-
-func appendDefinition(dst []byte, comma bool, m *metric) []byte {
-	if comma {
-		dst = append(dst, ',')
-	}
-	dst = append(dst, `{"Name":`...)
-	dst = appendString(dst, m.name)
-	if m.unit != "" {
-		dst = append(dst, `,"Unit":`...)
-		dst = appendString(dst, string(m.unit))
-	}
-	if m.res == High {
-		dst = append(dst, `,"StorageResolution":1`...)
-	}
-	return append(dst, '}')
-}
-
-// Stats is a Logger's self-report.
-// It is a plain value, a snapshot, safe for concurrent use.
-type Stats struct {
-	Documents uint64       // documents built
-	Split     uint64       // of those, extra documents created by splitting
-	Rejected  uint64       // calls and documents refused as invalid
-	Dropped   uint64       // values refused because the buffer was full or the logger closed
-	Sinks     []SinkReport // one per sink, in the order given to New
-}
-
-// SinkReport is what a Logger did with one sink.
-// It is a plain value, a snapshot, safe for concurrent use.
-type SinkReport struct {
-	Written  uint64    // documents the sink accepted
-	Split    uint64    // of those, extra documents created by splitting
-	Rejected uint64    // documents withheld because validation failed
-	Dropped  uint64    // documents the sink refused with an error
-	Sink     SinkStats // the sink's own report
-}
-
 // Stats reports what l has done so far.
 func (l *Logger) Stats() Stats {
-	st := Stats{
-		Documents: l.documents.Load(),
-		Split:     l.split.Load(),
-		Rejected:  l.rejected.Load(),
-		Dropped:   l.dropped.Load(),
-		Sinks:     make([]SinkReport, len(l.sinks)),
-	}
-	for i, s := range l.sinks {
-		st.Sinks[i] = SinkReport{
-			Written:  s.written.Load(),
-			Split:    s.split.Load(),
-			Rejected: s.rejected.Load(),
-			Dropped:  s.dropped.Load(),
-			Sink:     s.sink.Stats(),
-		}
-	}
+	st := l.w.Stats()
+	st.Rejected += l.rejected.Load()
+	st.Dropped += l.dropped.Load()
 	return st
 }
 
@@ -806,12 +575,5 @@ func (l *Logger) Close(ctx context.Context) error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
-	err := l.Flush(ctx)
-	errs := []error{err}
-	for _, s := range l.sinks {
-		if err := s.sink.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("close %s: %w", s.sink.Stats().Sink, err))
-		}
-	}
-	return errors.Join(errs...)
+	return errors.Join(l.Flush(ctx), l.w.Close(ctx))
 }

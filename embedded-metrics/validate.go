@@ -467,3 +467,12 @@ func (s *stringSet) add(k string) bool {
 	s.large[k] = struct{}{}
 	return true
 }
+
+// has reports whether k is in s.
+func (s *stringSet) has(k string) bool {
+	if len(s.large) > 0 {
+		_, ok := s.large[k]
+		return ok
+	}
+	return slices.Contains(s.small, k)
+}

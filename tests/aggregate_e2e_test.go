@@ -2,6 +2,8 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +39,9 @@ func partialFiles(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if p == dir && errors.Is(err, os.ErrNotExist) {
+			return filepath.SkipAll // nothing written yet
+		}
 		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".rwp") {
 			return err
 		}
@@ -60,11 +66,12 @@ func TestEdgeAndAggregate(t *testing.T) {
 	defer origin.Close()
 	tmp := t.TempDir()
 	logDir, stateDir, partials := filepath.Join(tmp, "log"), filepath.Join(tmp, "state"), filepath.Join(tmp, "partials")
-	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-dir", logDir)
+	base, _ := startEdge(t, bin, nil, "--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL, "--decisions-dir", logDir)
 
+	emfFile := filepath.Join(tmp, "emf.jsonl")
 	agg := exec.Command(bin, "aggregate", "--decisions-dir", logDir, "--state-dir", stateDir,
-		"--partials", "dir:"+partials, "--window", "1s", "--lateness", "100ms")
-	var aggOut bytes.Buffer
+		"--partials", "dir:"+partials, "--emf", "file:"+emfFile, "--window", "1s", "--lateness", "100ms", "--admin-listen", "127.0.0.1:0")
+	var aggOut syncBuffer // written by exec's copying goroutine while the test reads it
 	agg.Stdout, agg.Stderr = &aggOut, &aggOut
 	if err := agg.Start(); err != nil {
 		t.Fatal(err)
@@ -105,20 +112,93 @@ func TestEdgeAndAggregate(t *testing.T) {
 		t.Fatalf("partials count %v, the edge served %v\n%s", outcomes, statuses, aggOut.String())
 	}
 
+	// The EMF: every document valid, and the service-wide Requests add up
+	// to the requests served.
+	runBinary(t, bin, nil, "emf", "validate", emfFile)
+	if got := emfServiceRequests(t, emfFile); got != clients*each {
+		t.Errorf("EMF service-wide Requests add up to %d, the edge served %d", got, clients*each)
+	}
+
 	var replays [2]map[string][]byte
 	for i := range replays {
 		out := filepath.Join(tmp, fmt.Sprint("replay", i))
 		runBinary(t, bin, nil, "replay", "--decisions-dir", logDir, "--out", out, "--window", "1s", "--lateness", "100ms")
 		replays[i] = partialFiles(t, out)
+		b, err := os.ReadFile(filepath.Join(out, "emf.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		replays[i]["emf.jsonl"] = b
+		if got := emfServiceRequests(t, filepath.Join(out, "emf.jsonl")); got != clients*each {
+			t.Errorf("replay %d: EMF Requests add up to %d, want %d", i, got, clients*each)
+		}
 	}
-	if len(replays[0]) == 0 || fmt.Sprint(replays[0]) != fmt.Sprint(replays[1]) {
+	if len(replays[0]) < 2 || fmt.Sprint(replays[0]) != fmt.Sprint(replays[1]) {
 		t.Fatalf("two replays wrote %d and %d files, or different bytes", len(replays[0]), len(replays[1]))
 	}
 }
 
+// syncBuffer is a bytes.Buffer safe for one writer and one reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// countPartials counts the partial files under dir without reading them.
+func countPartials(dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".rwp") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// emfServiceRequests sums Requests over the service-wide documents (no
+// dimensions) of an EMF file.
+func emfServiceRequests(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var doc struct {
+			AWS struct {
+				CloudWatchMetrics []struct{ Dimensions [][]string }
+			} `json:"_aws"`
+			Requests *float64
+		}
+		if err := json.Unmarshal(line, &doc); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if doc.Requests != nil && len(doc.AWS.CloudWatchMetrics[0].Dimensions) == 1 && len(doc.AWS.CloudWatchMetrics[0].Dimensions[0]) == 0 {
+			total += int(*doc.Requests)
+		}
+	}
+	return total
+}
+
 // TestAggregateKilled: `ratewarden aggregate` killed with SIGKILL twenty
-// times while it reads a log, each time restarted on its state, leaves the
-// same partial files, byte for byte, as one run that was never killed.
+// times while it reads a 300,000-event log (each life once it has
+// delivered one to three windows more), each time restarted on its state,
+// leaves the same partial files, byte for byte, as one run that was never
+// killed.
 func TestAggregateKilled(t *testing.T) {
 	bin := buildBinary(t)
 	tmp := t.TempDir()
@@ -129,7 +209,7 @@ func TestAggregateKilled(t *testing.T) {
 	}
 	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
 	g := decisiontest.NewGenerator(11, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
-	for i := range 600 {
+	for i := range 300 {
 		ds := g.Batch(1000)
 		for j := i % 7; j < len(ds); j += 97 {
 			ds[j].Time = ds[j].Time.Add(-3 * time.Second) // late
@@ -142,30 +222,48 @@ func TestAggregateKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := func(state, out string) []string {
-		return []string{"aggregate", "--no-follow", "--decisions-dir", logDir, "--state-dir", state,
+		return []string{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", state,
 			"--partials", "dir:" + out, "--window", "1s", "--lateness", "500ms"}
 	}
 	want := filepath.Join(tmp, "want")
 	runBinary(t, bin, nil, args(filepath.Join(tmp, "state-want"), want)...)
 
 	got, state := filepath.Join(tmp, "got"), filepath.Join(tmp, "state-got")
+	// Each life is killed once it has delivered one to three more windows
+	// than the lives before it: mid-run, wherever a flush left it.
 	killed := 0
 	for i := range 20 {
+		before := countPartials(got)
 		cmd := exec.Command(bin, args(state, got)...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(40+i%5*5) * time.Millisecond)
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
-		if !strings.Contains(out.String(), "aggregate: events") {
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		deadline := time.After(20 * time.Second)
+	wait:
+		for {
+			select {
+			case <-exited:
+				break wait
+			case <-deadline:
+				t.Fatalf("life %d made no progress\n%s", i, out.String())
+			case <-time.After(time.Millisecond):
+				if countPartials(got) > before+i%3 {
+					cmd.Process.Signal(syscall.SIGKILL)
+					<-exited
+					break wait
+				}
+			}
+		}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			killed++ // killed before it finished
 		}
 	}
-	if killed < 15 {
-		t.Fatalf("only %d of 20 runs were killed before they finished: the log is too small for this machine", killed)
+	if killed < 20 {
+		t.Fatalf("only %d of 20 runs were killed before they finished: the log is too small", killed)
 	}
 	runBinary(t, bin, nil, args(state, got)...)
 	w1, g1 := partialFiles(t, want), partialFiles(t, got)

@@ -71,6 +71,13 @@ func startEdge(t *testing.T, bin string, env []string, args ...string) (string, 
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
+	return startEdgeCommand(t, cmd)
+}
+
+// startEdgeCommand starts cmd, an edge with an admin listener, as startEdge
+// does.
+func startEdgeCommand(t *testing.T, cmd *exec.Cmd) (string, string) {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +171,7 @@ func TestEdgeEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	decisionsFile := filepath.Join(dir, "decisions.jsonl")
 	base, admin := startEdge(t, bin, []string{"RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET="},
-		"--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-file", decisionsFile, "--node", "e2e-1")
+		"--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL, "--decisions-file", decisionsFile, "--node", "e2e-1")
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	// Anonymous /api/reports: 5 allowed, 5 challenged, then blocked.
@@ -211,7 +218,7 @@ func TestEdgeEndToEnd(t *testing.T) {
 		t.Errorf("origin reached %d times, want 5", reached.Load())
 	}
 
-	// examples/seed.yaml trusts loopback's 127.0.0.1 as the auth layer in
+	// The configuration trusts loopback's 127.0.0.1 as the auth layer in
 	// front: a user it names gets the authenticated limits (30 on
 	// /api/reports).
 	var userStatuses []int
@@ -311,19 +318,11 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 	}))
 	defer origin.Close()
 	dir := t.TempDir()
-	seed, err := os.ReadFile("../examples/seed.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	allow, deny := filepath.Join(dir, "allow.txt"), filepath.Join(dir, "deny.txt")
 	os.WriteFile(allow, []byte("# partners\n198.51.100.0/24\nuser:partner\n"), 0o600)
 	os.WriteFile(deny, []byte("203.0.113.66\n"), 0o600)
-	cfgPath := filepath.Join(dir, "edge.yaml")
-	cfg := string(seed) + "\nlists:\n  allow_file: " + allow + "\n  deny_file: " + deny + "\n"
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	const secret = "verifier-secret"
+	cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  allow_file: "+allow+"\n  deny_file: "+deny+"\n")
+	const secret = "verifier-secret-of-at-least-32-bytes"
 	env := []string{
 		"RATEWARDEN_CHALLENGE_KEYS=k2:" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
 		"RATEWARDEN_VERIFIER_SECRET=" + secret,
@@ -401,7 +400,7 @@ func TestEdgeDecisionLog(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
 	dir := filepath.Join(t.TempDir(), "log")
-	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-dir", dir)
+	base, _ := startEdge(t, bin, nil, "--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL, "--decisions-dir", dir)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	const clients, each = 20, 25
 	want := map[int]int{}

@@ -44,7 +44,7 @@ func TestEdgeKinesis(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
 	spill := filepath.Join(t.TempDir(), "spill")
-	base, admin := startEdge(t, bin, env, "--config", "../examples/seed.yaml",
+	base, admin := startEdge(t, bin, env, "--config", seedTrusting(t, "[127.0.0.1]", ""),
 		"--upstream", origin.URL, "--kinesis-stream", stream, "--kinesis-spill-dir", spill)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	const clients, each = 12, 10

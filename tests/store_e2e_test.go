@@ -28,13 +28,10 @@ func TestEdgesShareAStore(t *testing.T) {
 	bin := buildBinary(t)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
-	seed, err := os.ReadFile("../examples/seed.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed := seedYAML(t, "[127.0.0.1]")
 	f := func(name, store string, env []string) {
 		t.Run(name+"/four_edges_64_clients", func(t *testing.T) {
-			cfg := strings.Replace(string(seed), "store:\n  type: memory\n", store, 1)
+			cfg := strings.Replace(seed, "store:\n  type: memory\n", store, 1)
 			path := filepath.Join(t.TempDir(), "edge.yaml")
 			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
@@ -78,8 +75,8 @@ func TestEdgesShareAStore(t *testing.T) {
 			}
 		})
 		t.Run(name, func(t *testing.T) {
-			cfg := strings.Replace(string(seed), "store:\n  type: memory\n", store, 1)
-			if cfg == string(seed) {
+			cfg := strings.Replace(seed, "store:\n  type: memory\n", store, 1)
+			if cfg == seed {
 				t.Fatal("seed.yaml has no store section to replace")
 			}
 			path := filepath.Join(t.TempDir(), "edge.yaml")

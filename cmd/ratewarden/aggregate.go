@@ -5,12 +5,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/assemble"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
 // rollupFlags adds the window flags that aggregate and replay share.
@@ -48,7 +53,11 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps its position and open windows (`directory`)")
 	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
+	emfSpec := fs.String("emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
+	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
+	ruleBudget := fs.Int("rule-budget", 50, "(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
 	noFollow := fs.Bool("no-follow", false, "stop at the end of the log instead of waiting for new events")
+	admin := fs.String("admin-listen", "127.0.0.1:9091", "serve /metrics and /healthz on `address`; \"off\" to disable")
 	opts := rollupFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -69,8 +78,43 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		sinks = append(sinks, s)
 	}
+	var emfWriter *emf.Writer
+	if *emfSpec != "" {
+		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log", RuleBudget: *ruleBudget}, false)
+		if err != nil {
+			return err
+		}
+		defer closeEMF()
+		sinks = append(sinks, s)
+		emfWriter = s.W
+	}
+	if len(sinks) == 0 {
+		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
+	}
+	var latest atomic.Pointer[aggregator.RunStats]
+	if *admin != "off" && *admin != "" {
+		h, err := assemble.AggregatorMetrics(&latest, emfWriter, time.Now)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *admin)
+		if err != nil {
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		fmt.Fprintf(stderr, "aggregate: metrics on http://%s/metrics\n", ln.Addr())
+	}
+	var printed uint64
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
-		Rollup: ro, Sinks: sinks, OnFlush: func(s aggregator.RunStats) { printRun(stderr, s) }})
+		Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
+			latest.Store(&s)
+			if s.Outputs != printed {
+				printed = s.Outputs
+				printRun(stderr, s)
+			}
+		}})
 	printRun(stderr, st)
 	return err
 }
@@ -80,7 +124,7 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", "replay --decisions-dir DIR --out DIR [--from T] [--to T] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory`")
-	out := fs.String("out", "", "write the outputs under `directory` (partials/)")
+	out := fs.String("out", "", "write the outputs under `directory`: partials/ and emf.jsonl")
 	from, to := &timeFlag{now: time.Now}, &timeFlag{now: time.Now}
 	fs.Var(from, "from", "events at or after `T` (RFC 3339, or a duration before now)")
 	fs.Var(to, "to", "events before `T`")
@@ -96,6 +140,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if ents, err := os.ReadDir(*out); err == nil && len(ents) > 0 {
+		return fmt.Errorf("replay: --out %s is not empty: give a new directory", *out)
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -104,10 +151,34 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer os.RemoveAll(state)
+	// The EMF of a replay goes to a file, stamped with the windows' own
+	// times however old, and with a clock fixed at the end of the range so
+	// that the same range gives the same bytes.
+	emfOut, closeEMF, err := emfSink(ctx, "file:"+filepath.Join(*out, "emf.jsonl"), stdout, aggregator.EMFOptions{Source: "log"}, true)
+	if err != nil {
+		return err
+	}
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
-		Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}}})
+		Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
+	if cerr := closeEMF(); err == nil {
+		err = cerr
+	}
 	printRun(stderr, st)
 	return err
+}
+
+// emfSink opens the EMF sink spec names behind a writer; close flushes and
+// closes it. archive accepts windows of any age (a replay into a file).
+func emfSink(ctx context.Context, spec string, stdout io.Writer, o aggregator.EMFOptions, archive bool) (*aggregator.EMFSink, func() error, error) {
+	sink, err := assemble.EMFSink(ctx, spec, stdout)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: archive}, sink)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &aggregator.EMFSink{W: w, Opts: o}, func() error { return w.Close(context.WithoutCancel(ctx)) }, nil
 }
 
 func printRun(w io.Writer, s aggregator.RunStats) {

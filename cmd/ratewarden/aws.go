@@ -31,8 +31,12 @@ const (
 )
 
 func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(stdout, "Usage: ratewarden aws init [flags]")
+		return nil
+	}
 	if len(args) == 0 || args[0] != "init" {
-		fmt.Fprintln(stderr, "usage: ratewarden aws init [flags]")
+		fmt.Fprintln(stderr, "Usage: ratewarden aws init [flags]")
 		return errUsage
 	}
 	fs := newFlags("aws init", "aws init [flags]", stderr)

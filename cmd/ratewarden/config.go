@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/edge/config"
 )
 
@@ -15,10 +16,21 @@ func (e *checkError) Error() string {
 	return fmt.Sprintf("%d of %d configuration files are invalid", e.bad, e.total)
 }
 
-func runConfig(args []string, stdout, stderr io.Writer) error {
+const configUsage = `Usage: ratewarden config check FILE...
+
+Validate configuration files: every error names file:line, key, value and
+what is allowed. What the configuration names outside itself is read and
+checked as ` + "`ratewarden edge`" + ` would at start-up, with this environment:
+key and list files, keys and secrets in environment variables; anything
+that would keep the edge from starting fails the check. What starts but is
+most likely a mistake, such as a trusted proxy range that takes in every
+address, is printed as a warning and does not fail it.
+`
+
+func runConfig(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 || args[0] != "check" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprint(stdout, "Usage: ratewarden config check FILE...\n\nValidate configuration files: every error names file:line, key, value and what is allowed.\n")
+			fmt.Fprint(stdout, configUsage)
 			return nil
 		}
 		fmt.Fprint(stderr, "Usage: ratewarden config check FILE...\n")
@@ -38,6 +50,15 @@ func runConfig(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			bad++
 			fmt.Fprintln(stderr, err)
+			continue
+		}
+		in, err := assemble.ReadInputs(cfg, getenv)
+		for _, w := range in.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+		if err != nil {
+			bad++
+			fmt.Fprintf(stderr, "%s: edge would not start:\n%v\n", path, err)
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: ok (%d tiers)\n", path, len(cfg.Tiers))

@@ -90,7 +90,7 @@ func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Write
 	dir := fs.String("dir", "", "decision log `directory`")
 	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, every shard from its oldest record (AWS SDK credentials, region and endpoints)")
 	since, until := timeRangeFlags(fs)
-	from := fs.Uint64("from", 0, "start at `offset`")
+	from := fs.Uint64("from", 0, "start at `offset` (--dir only: a stream has no offsets)")
 	format := fs.String("format", "json", "output `format`: json (one object per line) or table")
 	follow := fs.Bool("follow", false, "wait for new events (until interrupted)")
 	if err := parseFlags(fs, args); err != nil {
@@ -98,6 +98,10 @@ func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if (*dir == "") == (*stream == "") || fs.NArg() > 0 || (*format != "json" && *format != "table") {
 		fs.Usage()
+		return errUsage
+	}
+	if *stream != "" && flagSet(fs, "from") {
+		fmt.Fprintln(stderr, "ratewarden decisions cat: --from is an offset in a decision log (--dir); a Kinesis stream is read from its oldest record, use --since")
 		return errUsage
 	}
 	p := newEventPrinter(stdout, *format, *follow, *stream != "")
@@ -122,6 +126,13 @@ func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 		p.print(strconv.FormatUint(off, 10), &d)
 	}
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // catStream prints a Kinesis stream's events; the position column is the

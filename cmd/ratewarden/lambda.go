@@ -9,12 +9,13 @@ import (
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratewarden/ratewarden/assemble"
-	"github.com/ratewarden/ratewarden/edge/lambda"
 )
 
 // runLambda serves API Gateway and ALB events: the limiter in front of a
 // reverse proxy to edge.upstream. Decisions go to stdout as JSON lines
-// (CloudWatch Logs) unless edge.decisions_file says otherwise.
+// (CloudWatch Logs) unless the configuration names sinks, and every
+// invocation's decisions are flushed before it returns: Lambda freezes the
+// process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
@@ -36,6 +37,7 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	defer e.Close(context.Background())
-	awslambda.StartWithOptions(lambda.New(e.Handler()).Invoke, awslambda.WithContext(ctx))
+	h := e.Lambda(func(err error) { log.Error("decisions", "err", err) })
+	awslambda.StartWithOptions(h.Invoke, awslambda.WithContext(ctx))
 	return nil
 }

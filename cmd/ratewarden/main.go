@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "edge":
 		return runEdge(ctx, args[1:], stdout, stderr, getenv)
 	case "config":
-		return runConfig(args[1:], stdout, stderr)
+		return runConfig(args[1:], stdout, stderr, getenv)
 	case "decisions":
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
@@ -88,14 +88,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":
-		fmt.Fprintln(stdout, "ratewarden", version)
-		return nil
+		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprintf(stderr, "ratewarden: unknown command %q\n\n%s", args[0], usage)
 	return errUsage
+}
+
+// runVersion prints the version; it takes no arguments but --help.
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("version", "version", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	fmt.Fprintln(stdout, "ratewarden", version)
+	return nil
 }
 
 // newFlags returns a flag set that prints its usage to stderr and returns

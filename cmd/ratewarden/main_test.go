@@ -33,6 +33,10 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{[]string{"--help"}, 0, "ratewarden edge"},
 		{[]string{"version"}, 0, "ratewarden dev"},
+		{[]string{"version", "--help"}, 0, "Usage: ratewarden version"},
+		{[]string{"version", "extra"}, 2, "Usage: ratewarden version"},
+		{[]string{"decisions", "cat", "--kinesis-stream", "s", "--from", "5"}, 2, "--from is an offset in a decision log"},
+		{[]string{"decisions", "cat", "--kinesis-stream", "s", "--from", "0"}, 2, "--from is an offset in a decision log"},
 		{[]string{"edge", "--help"}, 0, "-upstream"},
 		{[]string{"edge", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"config", "--help"}, 0, "config check FILE"},
@@ -40,7 +44,10 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"config"}, 2, "Usage: ratewarden config check"},
 		{[]string{"token", "issue", "--help"}, 0, "-ip"},
 		{[]string{"token", "issue", "--ip", "1.2.3.4", "--user", "u"}, 2, "exactly one of --ip or --user"},
+		{[]string{"edge", "--config", "../../examples/minimal.yaml"}, 1, "sets no edge.upstream: name the origin there or with --upstream URL (--upstream builtin serves a demo origin)"},
 		{[]string{"lambda", "--help"}, 0, "-upstream"},
+		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
+		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 	}
 	for _, c := range cases {

@@ -184,7 +184,7 @@ func TestCorruption(t *testing.T) {
 					want = append(want, r)
 				}
 			}
-			check := func(what string, r *Reader, want []Record) {
+			check := func(what string, r *Reader, want []Record, wantProblems []Problem) {
 				t.Helper()
 				checkRecords(t, what, readAll(t, r), want)
 				got := r.Problems()
@@ -206,7 +206,7 @@ func TestCorruption(t *testing.T) {
 			var mu sync.Mutex
 			report := func(p Problem) { mu.Lock(); reported = append(reported, p); mu.Unlock() }
 
-			check("open reader", mustReader(t)(OpenReader(dir, 0, Options{Report: report})), want)
+			check("open reader", mustReader(t)(OpenReader(dir, 0, Options{Report: report})), want, wantProblems)
 			if len(reported) != len(wantProblems) {
 				t.Errorf("reported %v", reported)
 			}
@@ -215,12 +215,15 @@ func TestCorruption(t *testing.T) {
 			// appends after it.
 			reported = nil
 			l := mustOpen(t, dir, Options{Report: report, Sync: SyncPolicy{Mode: SyncNever}})
-			check("log reader", mustReader(t)(l.Reader(0)), want)
+			// The writer moves files that are not segments to quarantine at
+			// Open, reporting them there: its own readers meet none.
+			logProblems := slices.DeleteFunc(slices.Clone(wantProblems), func(p Problem) bool { return errors.Is(p.Err, ErrNotSegment) })
+			check("log reader", mustReader(t)(l.Reader(0)), want, logProblems)
 			more := appendAll(t, l, []Record{mkRec(40, 5, 10)}, 1)
 			if more[0].FirstOffset != 120 {
 				t.Errorf("appended at %d, want 120", more[0].FirstOffset)
 			}
-			check("log reader after append", mustReader(t)(l.Reader(0)), append(want, more...))
+			check("log reader after append", mustReader(t)(l.Reader(0)), append(want, more...), logProblems)
 			if st := l.Stats(); st.CorruptRegions != uint64(len(wantProblems)) || len(reported) != len(wantProblems) {
 				t.Errorf("stats %+v; reported %v", st, reported)
 			}
@@ -230,25 +233,19 @@ func TestCorruption(t *testing.T) {
 
 // TestBadLastSegment: a last segment the writer cannot read makes Open fail,
 // naming the file, rather than guess offsets; readers still read the rest.
+// (A last file that is no segment at all is quarantined: TestStraySegmentName.)
 func TestBadLastSegment(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		content []byte
 		err     error
 	}{
-		{"not a segment", []byte("not a segment at all, just some text"), ErrNotSegment},
 		{"future version", append([]byte("RWSEG\x02"), make([]byte, 60)...), ErrVersion},
 		{"header checksum", appendHeader(nil, 30, t0)[:27], ErrCorrupt},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			l := mustOpen(t, dir, Options{Sync: SyncPolicy{Mode: SyncNever}})
-			var recs []Record
-			for i := range 10 {
-				recs = append(recs, mkRec(i, 3, 200))
-			}
-			want := appendAll(t, l, recs, 2)
-			l.Close()
+			want := writeLog(t, dir, 10, 3, 200, 2)
 			content := c.content
 			if c.err == ErrCorrupt {
 				content = append(appendHeader(nil, 30, t0), 1, 2, 3)
@@ -394,5 +391,85 @@ func TestReaderWaitsAtTornTail(t *testing.T) {
 	checkRecords(t, "after", readAll(t, r), more)
 	if p := r.Problems(); len(p) != 0 {
 		t.Errorf("problems %v", p)
+	}
+}
+
+// TestStraySegmentName: a file that is named like a segment but is not one
+// (no segment header) says nothing about offsets. Readers report it without
+// a loss and go on reading the real segments, a follower keeps following
+// the active segment, and the writer moves it to the quarantine directory,
+// saying where, and opens the log.
+func TestStraySegmentName(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		content []byte
+		err     error
+	}{
+		{"text", []byte("notes that happen to have a segment's name\n"), ErrNotSegment},
+		{"compressed", []byte("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03 a gzip file"), ErrNotSegment},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			want := writeLog(t, dir, 10, 2000, 100, 1) // offsets 0 to 19999
+			stray := filepath.Join(dir, "00000000000000099999.seg")
+			if err := os.WriteFile(stray, c.content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			r := mustReader(t)(OpenReader(dir, 0, Options{}))
+			checkRecords(t, "reader", readAll(t, r), want)
+			for _, p := range r.Problems() {
+				if errors.Is(p, ErrMissing) || p.Events != 0 {
+					t.Errorf("reader reports a loss: %v", p)
+				}
+			}
+
+			var reported []Problem
+			l, err := Open(dir, Options{Sync: SyncPolicy{Mode: SyncNever}, Report: func(p Problem) { reported = append(reported, p) }})
+			if err != nil {
+				t.Fatalf("open with a stray file: %v", err)
+			}
+			defer l.Close()
+			moved := filepath.Join(dir, QuarantineDir, "00000000000000099999.seg")
+			if _, err := os.Stat(stray); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("stray file still in the log directory: %v", err)
+			}
+			if b, err := os.ReadFile(moved); err != nil || !bytes.Equal(b, c.content) {
+				t.Errorf("quarantined file: %q, %v", b, err)
+			}
+			if len(reported) != 1 || !errors.Is(reported[0], c.err) || reported[0].Events != 0 ||
+				!strings.Contains(reported[0].Error(), stray) || !strings.Contains(reported[0].Error(), "moved to "+moved) {
+				t.Errorf("reported %v", reported)
+			}
+			more := appendAll(t, l, []Record{mkRec(10, 5, 100)}, 1)
+			if more[0].FirstOffset != 20000 {
+				t.Errorf("appended at %d, want 20000", more[0].FirstOffset)
+			}
+			r = mustReader(t)(OpenReader(dir, 0, Options{}))
+			checkRecords(t, "reader after open", readAll(t, r), append(want, more...))
+			if p := r.Problems(); len(p) != 0 {
+				t.Errorf("problems after quarantine: %v", p)
+			}
+		})
+	}
+}
+
+// TestFollowPastStrayFile: a follower at the end of the active segment is
+// not sent past it by a stray file named like a later segment.
+func TestFollowPastStrayFile(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{Sync: SyncPolicy{Mode: SyncNever}})
+	want := appendAll(t, l, []Record{mkRec(0, 3, 10)}, 1)
+	if err := os.WriteFile(filepath.Join(dir, "00000000000000099999.seg"), []byte("stray"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustReader(t)(OpenReader(dir, 0, Options{}))
+	checkRecords(t, "before", readAll(t, r), want)
+	more := appendAll(t, l, []Record{mkRec(1, 3, 10)}, 1)
+	checkRecords(t, "after", readAll(t, r), more)
+	for _, p := range r.Problems() {
+		if p.Events != 0 {
+			t.Errorf("reader reports a loss: %v", p)
+		}
 	}
 }

@@ -33,9 +33,13 @@
 //	<20-digit first offset>.seg   segments, in offset order
 //	offsets/<consumer>.off       consumer offsets
 //	LOCK                         locked by the writing process
+//	quarantine/                  files named like segments that are not ([QuarantineDir])
 //
 // Names are zero-padded so that their lexical and numeric orders agree.
-// Files of other names are ignored. New segments and offset files are
+// Files of other names are ignored. A file named like a segment that does
+// not start with a segment header is a stranger's, and its name says
+// nothing about offsets: readers report it (as [ErrNotSegment], losing no
+// events) and read on, and [Open] moves it to quarantine/, reporting where. New segments and offset files are
 // written under a temporary name, synced and renamed, so they appear whole.
 //
 // # Segment format, version 1
@@ -99,6 +103,8 @@
 // readers treat it as the end of the data, and the writer truncates it when
 // it opens the log. A segment that is empty, is not a segment (bad magic) or
 // is of a future version is reported and skipped; the others are read.
+// Events are reported lost between segments only where both files have a
+// segment header.
 //
 // # Compatibility
 //

@@ -20,6 +20,10 @@ const FormatVersion = 1
 // MaxPayload is the largest payload one Record may carry.
 const MaxPayload = maxBody - recordFixedLen
 
+// QuarantineDir is the subdirectory of a log directory where Open moves
+// files that are named like segments but are not segments.
+const QuarantineDir = "quarantine"
+
 const (
 	headerLen       = 28
 	frameHeaderLen  = 12 // marker, length, crc

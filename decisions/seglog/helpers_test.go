@@ -45,6 +45,22 @@ func appendAll(t testing.TB, l *Log, recs []Record, batch int) []Record {
 	return out
 }
 
+// writeLog writes a closed log of n records of count events and size
+// payload bytes in dir, batch records an Append, and returns them.
+func writeLog(t testing.TB, dir string, n int, count uint32, size, batch int) []Record {
+	t.Helper()
+	l := mustOpen(t, dir, Options{Sync: SyncPolicy{Mode: SyncNever}})
+	recs := make([]Record, n)
+	for i := range recs {
+		recs[i] = mkRec(i, count, size)
+	}
+	want := appendAll(t, l, recs, batch)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
 func readAll(t testing.TB, r *Reader) []Record {
 	t.Helper()
 	var out []Record

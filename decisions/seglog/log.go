@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,6 +288,9 @@ func (l *Log) recover() error {
 	removeTemps(filepath.Join(l.dir, offsetsDir), tmpSuffix)
 	names, err := listSegments(l.dir)
 	if err != nil {
+		return err
+	}
+	if names, err = l.quarantine(names); err != nil {
 		return err
 	}
 	// A last segment without a whole header holds no record: its creation
@@ -881,8 +885,83 @@ func segmentName(path string) bool {
 	var hb [headerLen]byte
 	m, _ := f.ReadAt(hb[:], 0)
 	_, err = parseHeader(hb[:m])
-	return err == nil || err == errHeaderChecksum || err == errHeaderVersion
+	return hasSegmentHeader(err)
 }
+
+// hasSegmentHeader reports whether a header that parseHeader returned herr
+// for is a segment's, if perhaps a damaged or newer one, so that the file's
+// name is a first offset; a file without one says nothing about offsets.
+func hasSegmentHeader(herr error) bool {
+	return herr == nil || herr == errHeaderChecksum || herr == errHeaderVersion
+}
+
+// quarantine moves the files named like segments that do not start with a
+// segment's magic (a stranger's file, not a damaged segment) to
+// QuarantineDir, reporting each, and returns the other names. Such a file
+// says nothing about offsets: left in place it would read as a gap before
+// its name and, as the last file, keep the log from opening.
+func (l *Log) quarantine(names []segFile) ([]segFile, error) {
+	kept := names[:0:0]
+	for _, n := range names {
+		f, err := os.Open(n.path)
+		if err != nil {
+			return nil, err
+		}
+		var hb [headerLen]byte
+		m, _ := f.ReadAt(hb[:], 0)
+		fi, serr := f.Stat()
+		f.Close()
+		if serr != nil {
+			return nil, serr
+		}
+		if _, herr := parseHeader(hb[:m]); herr != ErrNotSegment {
+			kept = append(kept, n)
+			continue
+		}
+		to, err := quarantineFile(l.dir, n.path)
+		if err != nil {
+			return nil, err
+		}
+		l.noteProblem(Problem{Segment: n.path, Bytes: fi.Size(), Err: &quarantinedError{to: to}})
+	}
+	return kept, nil
+}
+
+// quarantineFile moves path into dir's QuarantineDir under its own name,
+// or with a numeric suffix when that is taken, and returns where it went.
+func quarantineFile(dir, path string) (string, error) {
+	qdir := filepath.Join(dir, QuarantineDir)
+	if err := os.MkdirAll(qdir, 0o755); err != nil {
+		return "", fmt.Errorf("quarantine %s: %w", path, err)
+	}
+	base := filepath.Join(qdir, filepath.Base(path))
+	to := base
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(to); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if i > 1000 {
+			return "", fmt.Errorf("quarantine %s: %s and 1000 more names are taken", path, base)
+		}
+		to = base + "." + strconv.Itoa(i)
+	}
+	if err := os.Rename(path, to); err != nil {
+		return "", fmt.Errorf("quarantine %s: %w", path, err)
+	}
+	if err := errors.Join(syncDir(qdir), syncDir(dir)); err != nil {
+		return "", fmt.Errorf("quarantine %s: %w", path, err)
+	}
+	return to, nil
+}
+
+// quarantinedError is the Problem.Err of a file Open moved to quarantine.
+type quarantinedError struct{ to string }
+
+func (e *quarantinedError) Error() string {
+	return "named like a segment but " + ErrNotSegment.Error() + " (no RWSEG header), so it holds no events: moved to " + e.to
+}
+
+func (e *quarantinedError) Unwrap() error { return ErrNotSegment }
 
 // segFile is a segment file found in a directory.
 type segFile struct {

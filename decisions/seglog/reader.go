@@ -333,12 +333,18 @@ func (r *Reader) open(n segFile) (bool, error) {
 
 	initial := !r.started
 	r.started, r.lastFirst = true, n.first
-	if r.expectKnown && n.first > r.expect {
+	// Only a segment's header makes its name a first offset: a stranger's
+	// file named like a segment neither shows a gap nor moves the offsets.
+	named := hasSegmentHeader(herr)
+	if named && r.expectKnown && n.first > r.expect {
 		r.problem(Problem{Segment: n.path, Events: n.first - r.expect, Err: errSegmentGap})
 	}
 	expect := n.first
-	if r.expectKnown {
+	switch {
+	case r.expectKnown && named:
 		expect = max(r.expect, n.first)
+	case r.expectKnown:
+		expect = r.expect
 	}
 	pos := int64(headerLen)
 	switch {
@@ -397,17 +403,14 @@ func (r *Reader) newer(first uint64) (bool, uint64, error) {
 	if err != nil {
 		return false, 0, fmt.Errorf("read log: %w", err)
 	}
-	exists := false
 	for _, n := range names {
-		if n.first <= first {
-			continue
-		}
-		exists = true
-		if segmentName(n.path) {
+		// A file without a segment's header is no successor: the writer
+		// creates segments whole, header first.
+		if n.first > first && segmentName(n.path) {
 			return true, n.first, nil
 		}
 	}
-	return exists, math.MaxUint64, nil
+	return false, math.MaxUint64, nil
 }
 
 // readLimit returns how much of segment first a reader may read, when it is

@@ -23,7 +23,14 @@ type Config struct {
 	// lines maps a key path such as "tiers.anonymous.paths./api/reports.limit"
 	// to the line it was found on.
 	lines map[string]int
+	// nulls holds the key paths written with a null value, which means the
+	// default as an absent key does.
+	nulls map[string]bool
 }
+
+// File returns the name the configuration was read from, as given to Parse
+// or Load; "" for a configuration built in code.
+func (c *Config) File() string { return c.file }
 
 // Edge is the edge process: where it listens and where it forwards.
 type Edge struct {
@@ -49,14 +56,19 @@ type Identity struct {
 
 // JWT verifies bearer tokens in the Authorization header.
 type JWT struct {
-	Algorithm     string        `yaml:"algorithm"`       // HS256, RS256 or ES256
-	KeyEnv        string        `yaml:"key_env"`         // HS256: environment variable holding the shared key
-	PublicKeyFile string        `yaml:"public_key_file"` // RS256/ES256: PEM public key
-	UserClaim     string        `yaml:"user_claim"`      // default sub
-	PlanClaim     string        `yaml:"plan_claim"`      // default plan
-	Issuer        string        `yaml:"issuer"`          // required iss when set
-	Audience      string        `yaml:"audience"`        // required aud when set
-	Leeway        time.Duration `yaml:"leeway"`          // clock skew allowed on exp/nbf; default 30s
+	Algorithm     string `yaml:"algorithm"`       // HS256, RS256 or ES256
+	KeyEnv        string `yaml:"key_env"`         // HS256: environment variable holding the shared key
+	PublicKeyFile string `yaml:"public_key_file"` // RS256/ES256: PEM public key
+	UserClaim     string `yaml:"user_claim"`      // default sub
+	PlanClaim     string `yaml:"plan_claim"`      // default plan
+	Issuer        string `yaml:"issuer"`          // required iss when set
+	Audience      string `yaml:"audience"`        // required aud when set
+	// Leeway is the clock skew allowed on exp and nbf; default 30s. A
+	// written 0s is no leeway, not the default.
+	Leeway *time.Duration `yaml:"leeway"`
+	// RequireExp refuses tokens without an exp claim, which would
+	// otherwise be accepted forever; default true.
+	RequireExp *bool `yaml:"require_exp"`
 }
 
 // Store is the counter store and what happens when it fails.
@@ -83,6 +95,12 @@ type DynamoDB struct {
 	// for DynamoDB-compatible endpoints that ignore
 	// ReturnValuesOnConditionCheckFailure (dynalite); default false.
 	ReadAfterConditionFailure bool `yaml:"read_after_condition_failure"`
+	// ConcurrencyLease is how long the concurrency slots an edge process
+	// holds on a key stay counted after its last acquire or release of
+	// the key: the slots of an edge that crashed holding them are taken
+	// back once it has passed. Longer than the longest request that holds
+	// a slot; default 10m.
+	ConcurrencyLease time.Duration `yaml:"concurrency_lease"`
 }
 
 // Redis is the Redis counter store (store.type redis).
@@ -127,6 +145,16 @@ type Challenge struct {
 	// to the token endpoint; default RATEWARDEN_VERIFIER_SECRET.
 	VerifierSecretEnv string `yaml:"verifier_secret_env"`
 	Endpoint          string `yaml:"endpoint"` // token endpoint path on the edge; default /.ratewarden/token
+	// EndpointFailures limits wrong verifier secrets at the token endpoint
+	// per client address; past it every request from the address is
+	// refused until the window lets it.
+	EndpointFailures FailureLimit `yaml:"endpoint_failures"`
+}
+
+// FailureLimit is a number of failures allowed in a sliding window.
+type FailureLimit struct {
+	Limit  int64         `yaml:"limit"`  // failures per window; default 10
+	Window time.Duration `yaml:"window"` // default 1m
 }
 
 // Decisions is the local decision log: an append-only directory of

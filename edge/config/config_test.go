@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,11 @@ func TestSeed(t *testing.T) {
 	c, err := Load(filepath.Join(examples, "seed.yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The built-in configuration: no proxy, loopback included, may claim
+	// a client's address, user or plan.
+	if len(c.Identity.TrustedProxies) != 0 || len(c.Warnings()) != 0 {
+		t.Errorf("seed.yaml trusts %q; warnings %v", c.Identity.TrustedProxies, c.Warnings())
 	}
 	var lines []string
 	tiers := c.ResolvedTiers()
@@ -161,6 +167,8 @@ func TestDefaults(t *testing.T) {
 		{"challenge.keys_env", c.Challenge.KeysEnv, "RATEWARDEN_CHALLENGE_KEYS"},
 		{"challenge.verifier_secret_env", c.Challenge.VerifierSecretEnv, "RATEWARDEN_VERIFIER_SECRET"},
 		{"challenge.endpoint", c.Challenge.Endpoint, "/.ratewarden/token"},
+		{"challenge.endpoint_failures.limit", c.Challenge.EndpointFailures.Limit, int64(10)},
+		{"challenge.endpoint_failures.window", c.Challenge.EndpointFailures.Window, time.Minute},
 		{"lists.refresh", c.Lists.Refresh, 30 * time.Second},
 		{"global.limit", g.Limit, int64(60)},
 		{"global.window", g.Window, time.Minute},
@@ -171,6 +179,18 @@ func TestDefaults(t *testing.T) {
 		if !reflect.DeepEqual(d.got, d.want) {
 			t.Errorf("%s = %#v, want %#v", d.key, d.got, d.want)
 		}
+	}
+}
+
+// TestJWTLeewayZero: a leeway written as 0s is zero, not the default.
+func TestJWTLeewayZero(t *testing.T) {
+	c := mustParse(t, "identity:\n  jwt: {algorithm: RS256, public_key_file: key.pem, leeway: 0s}\n")
+	c.Defaults()
+	if got := *c.Identity.JWT.Leeway; got != 0 {
+		t.Errorf("leeway: 0s became %v", got)
+	}
+	if !*c.Identity.JWT.RequireExp {
+		t.Error("require_exp is false by default")
 	}
 }
 
@@ -194,6 +214,7 @@ tiers:
 		{describe(a.Global), "60/1m token_bucket burst 60 challenge"},
 		{describe(a.Paths["/a"]), "5/1m token_bucket burst 7"},
 		{c.Identity.JWT.UserClaim + " " + c.Identity.JWT.PlanClaim + " " + c.Identity.JWT.Leeway.String(), "sub plan 30s"},
+		{strconv.FormatBool(*c.Identity.JWT.RequireExp), "true"},
 	} {
 		if d.got != d.want {
 			t.Errorf("got %q, want %q", d.got, d.want)
@@ -214,10 +235,19 @@ func TestFullExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// identity.jwt is absent by default, so full.yaml shows it commented
+	// out; uncommented, it must show every key.
+	shown, err := Parse(jwtUncommented.ReplaceAll(data, []byte("  $1")), "full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range schemaKeys(reflect.TypeFor[Config](), "") {
-		if _, ok := c.lines[k]; !ok {
+		if _, ok := shown.lines[k]; !ok {
 			t.Errorf("full.yaml does not show %s", k)
 		}
+	}
+	if c.Identity.JWT != nil {
+		t.Error("full.yaml turns on identity.jwt, which is off by default")
 	}
 	// Only the anonymous tier writes every rule key; the others are short.
 	filled, _ := Parse(data, "full.yaml")
@@ -231,6 +261,10 @@ func TestFullExample(t *testing.T) {
 		t.Errorf("full.yaml differs from its defaults:\n%+v\nwant\n%+v", filled, c)
 	}
 }
+
+// jwtUncommented matches the commented-out lines of full.yaml's
+// identity.jwt section.
+var jwtUncommented = regexp.MustCompile(`(?m)^  # (jwt:.*|  [a-z_]+: .*)$`)
 
 // schemaKeys lists the key paths of t's yaml fields, using the map keys
 // full.yaml uses for tiers and paths.
@@ -433,6 +467,7 @@ tiers:
 		{"redis addr", "store:\n  type: redis\n  redis:\n    addrs: [redis.local] # <-\n" + anonymous, "store.redis.addrs[0]", `"redis.local" is not allowed; use host:port`},
 		{"redis clock", "store:\n  type: redis\n  redis:\n    clock: edge # <-\n" + anonymous, "store.redis.clock", `"edge" is not allowed; use one of server, caller`},
 		{"dynamodb table", "store:\n  type: dynamodb\n  dynamodb:\n    table: a # <-\n" + anonymous, "store.dynamodb.table", "use 3 to 255 of"},
+		{"dynamodb lease", "store:\n  type: dynamodb\n  dynamodb:\n    concurrency_lease: 10s # <-\n" + anonymous, "store.dynamodb.concurrency_lease", `"10s" is not allowed; use 1m to 24h`},
 		{"sync max error", "store:\n  sync:\n    max_error: 0.9 # <-\n" + anonymous, "store.sync.max_error", `"0.9" is not allowed; use a share from 0 (exact) to 0.5`},
 		{"sync exact", "store:\n  sync:\n    exact: [anonymous:/nowhere] # <-\n" + anonymous, "store.sync.exact[0]", `"anonymous:/nowhere" names no rule`},
 		{"kinesis stream", "decisions:\n  kinesis:\n    stream: no spaces # <-\n" + anonymous, "decisions.kinesis.stream", `"no spaces" is not allowed`},
@@ -466,6 +501,8 @@ tiers:
 		{"token ttl", "challenge:\n  enabled: true\n  token_ttl: 30s # <-\n" + anonymous, "challenge.token_ttl", `"30s" is not allowed; use 1m to 24h`},
 		{"challenge page", "challenge:\n  enabled: true\n  page: captcha # <-\n" + anonymous, "challenge.page", "use a path starting with / or an absolute http or https URL"},
 		{"challenge endpoint", "challenge:\n  enabled: true\n  endpoint: token # <-\n" + anonymous, "challenge.endpoint", "use a path starting with /"},
+		{"endpoint failures limit", "challenge:\n  enabled: true\n  endpoint_failures:\n    limit: -1 # <-\n" + anonymous, "challenge.endpoint_failures.limit", `"-1" is not allowed; use 1 to 1000000000`},
+		{"endpoint failures window", "challenge:\n  enabled: true\n  endpoint_failures: {window: 48h} # <-\n" + anonymous, "challenge.endpoint_failures.window", `"48h" is not allowed; use 1s to 24h`},
 		{"challenge cookie", "challenge:\n  enabled: true\n  cookie: a;b # <-\n" + anonymous, "challenge.cookie", "use a cookie name"},
 		{"lists refresh", "lists:\n  refresh: 10ms # <-\n" + anonymous, "lists.refresh", `"10ms" is not allowed; use 1s or more`},
 	} {
@@ -539,11 +576,24 @@ tiers:
 	}
 }
 
-func TestAdminListenDisabled(t *testing.T) {
-	c := mustParse(t, "edge: {admin_listen: \"\"}\n"+anonymous)
-	c.Defaults()
-	if c.Edge.AdminListen != "" {
-		t.Errorf("admin_listen = %q, want it disabled", c.Edge.AdminListen)
+// TestAdminListen holds the one exception to "empty means the default":
+// only an empty string disables the admin listener; null and an absent key
+// mean the default, as for every other key.
+func TestAdminListen(t *testing.T) {
+	for _, c := range []struct{ edge, want string }{
+		{"edge: {admin_listen: \"\"}\n", ""},
+		{"edge: {admin_listen: ''}\n", ""},
+		{"edge: {admin_listen: null}\n", "127.0.0.1:9090"},
+		{"edge: {admin_listen: ~}\n", "127.0.0.1:9090"},
+		{"edge:\n  admin_listen:\n", "127.0.0.1:9090"},
+		{"edge: {listen: 127.0.0.1:8081}\n", "127.0.0.1:9090"},
+		{"edge: {admin_listen: 127.0.0.1:9191}\n", "127.0.0.1:9191"},
+	} {
+		cfg := mustParse(t, c.edge+anonymous)
+		cfg.Defaults()
+		if cfg.Edge.AdminListen != c.want {
+			t.Errorf("%q: admin_listen = %q, want %q", c.edge, cfg.Edge.AdminListen, c.want)
+		}
 	}
 }
 
@@ -811,4 +861,44 @@ func markedLine(yaml string) int {
 		}
 	}
 	return 0
+}
+
+// TestTrustedProxyWarnings: trusted ranges that take in every address, or
+// more public space than any proxy fleet, are warned about with their
+// line; private ranges and providers' published ranges are not.
+func TestTrustedProxyWarnings(t *testing.T) {
+	for _, c := range []struct {
+		proxy string
+		warn  string // "" for no warning
+	}{
+		{"0.0.0.0/0", "trusts every address"},
+		{`"::/0"`, "trusts every address"},
+		{`"::ffff:0.0.0.0/96"`, "trusts every address"},
+		{"0.0.0.0/1", "is wider than /8"},
+		{"1.0.0.0/7", "is wider than /8"},
+		{"2000::/3", "is wider than /24"},
+		{"2600::/12", "is wider than /24"},
+		{"10.0.0.0/8", ""},
+		{"13.32.0.0/15", ""},
+		{"2600:9000::/28", ""},
+		{"fc00::/7", ""},
+		{"127.0.0.1", ""},
+		{`"::1"`, ""},
+	} {
+		t.Run(c.proxy, func(t *testing.T) {
+			c1 := mustParse(t, "identity:\n  trusted_proxies:\n    - 192.0.2.1\n    - "+c.proxy+"\n")
+			c1.Defaults()
+			ws := c1.Warnings()
+			if c.warn == "" {
+				if len(ws) != 0 {
+					t.Errorf("warnings %v", ws)
+				}
+				return
+			}
+			want := "test.yaml:4: identity.trusted_proxies[1]: " + strconv.Quote(strings.Trim(c.proxy, `"`)) + " " + c.warn
+			if len(ws) != 1 || !strings.HasPrefix(ws[0].Error(), want) {
+				t.Errorf("warnings %v, want one starting %s", ws, want)
+			}
+		})
+	}
 }

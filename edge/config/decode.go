@@ -95,12 +95,12 @@ func Parse(data []byte, file string) (*Config, error) {
 // file could not be read as YAML at all; otherwise it holds every value that
 // decoded, and the collector the errors of those that did not.
 func parse(data []byte, file string) (*Config, *decoder) {
-	d := &decoder{collector: collector{file: file}, lines: make(map[string]int), failed: make(map[string]bool), budget: maxNodes}
+	d := &decoder{collector: collector{file: file}, lines: make(map[string]int), nulls: make(map[string]bool), failed: make(map[string]bool), budget: maxNodes}
 	if len(data) > MaxFileSize {
 		d.add(&Error{Problem: "file is larger than " + strconv.Itoa(MaxFileSize>>20) + " MiB"})
 		return nil, d
 	}
-	c := &Config{file: file, lines: d.lines}
+	c := &Config{file: file, lines: d.lines, nulls: d.nulls}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	switch err := dec.Decode(&root); {
@@ -129,6 +129,7 @@ func parse(data []byte, file string) (*Config, *decoder) {
 type decoder struct {
 	collector
 	lines  map[string]int
+	nulls  map[string]bool // key paths written with a null value (key: or key: null)
 	budget int
 	failed map[string]bool // key paths whose values failed to decode and were left zero
 }
@@ -181,6 +182,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		// An absent value leaves the field at its zero value, which Defaults
 		// fills or Validate reports. A struct is already zero, except the
 		// root Config, whose file and lines must survive.
+		if path != "" {
+			d.nulls[path] = true
+		}
 		if v.Kind() != reflect.Struct {
 			v.SetZero()
 		}

@@ -10,13 +10,13 @@ import (
 // Defaults fills every unset field with its documented default; it is the
 // one place defaults live. A zero value counts as unset ("0s", "" and 0 mean
 // the default), except edge.admin_listen, which a file may set to "" to
-// disable the admin listener. Defaults does not apply extends (see
+// disable the admin listener (null, like an absent key, means the default). Defaults does not apply extends (see
 // ResolvedTiers) and is idempotent. It is not safe for concurrent use with
 // any other use of c.
 func (c *Config) Defaults() {
 	e := &c.Edge
 	def(&e.Listen, "127.0.0.1:8080")
-	if _, written := c.lines["edge.admin_listen"]; !written {
+	if _, written := c.lines["edge.admin_listen"]; !written || c.nulls["edge.admin_listen"] {
 		def(&e.AdminListen, "127.0.0.1:9090")
 	}
 	if e.Node == "" {
@@ -34,7 +34,12 @@ func (c *Config) Defaults() {
 	if j := id.JWT; j != nil {
 		def(&j.UserClaim, "sub")
 		def(&j.PlanClaim, "plan")
-		def(&j.Leeway, 30*time.Second)
+		if j.Leeway == nil {
+			j.Leeway = new(30 * time.Second)
+		}
+		if j.RequireExp == nil {
+			j.RequireExp = new(true)
+		}
 	}
 
 	s := &c.Store
@@ -45,6 +50,7 @@ func (c *Config) Defaults() {
 	def(&s.Breaker.Failures, 5)
 	def(&s.Breaker.Cooldown, 5*time.Second)
 	def(&s.DynamoDB.Table, "ratewarden-counters")
+	def(&s.DynamoDB.ConcurrencyLease, 10*time.Minute)
 	if len(s.Redis.Addrs) == 0 {
 		s.Redis.Addrs = []string{"127.0.0.1:6379"}
 	}
@@ -64,6 +70,8 @@ func (c *Config) Defaults() {
 	def(&ch.KeysEnv, "RATEWARDEN_CHALLENGE_KEYS")
 	def(&ch.VerifierSecretEnv, "RATEWARDEN_VERIFIER_SECRET")
 	def(&ch.Endpoint, "/.ratewarden/token")
+	def(&ch.EndpointFailures.Limit, 10)
+	def(&ch.EndpointFailures.Window, time.Minute)
 
 	def(&c.Lists.Refresh, 30*time.Second)
 

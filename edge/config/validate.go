@@ -288,7 +288,9 @@ func (v *validator) identity(id *Identity) {
 	if j.PlanClaim != "" && j.PlanClaim == j.UserClaim {
 		v.report(key("identity", "jwt", "plan_claim"), j.PlanClaim, "is also the user claim", "a different claim")
 	}
-	v.durationRange(key("identity", "jwt", "leeway"), j.Leeway, 0, math.MaxInt64)
+	if j.Leeway != nil {
+		v.durationRange(key("identity", "jwt", "leeway"), *j.Leeway, 0, math.MaxInt64)
+	}
 }
 
 func (v *validator) store(s *Store) {
@@ -306,6 +308,7 @@ func (v *validator) store(s *Store) {
 		if ep := s.DynamoDB.Endpoint; ep != "" && !isHTTPURL(ep) {
 			v.report(key("store", "dynamodb", "endpoint"), ep, "is not allowed", "an http or https URL, or empty for the SDK's")
 		}
+		v.durationRange(key("store", "dynamodb", "concurrency_lease"), s.DynamoDB.ConcurrencyLease, time.Minute, 24*time.Hour)
 	case "redis":
 		for i, a := range s.Redis.Addrs {
 			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
@@ -344,6 +347,8 @@ func (v *validator) challenge(ch *Challenge) {
 	if !strings.HasPrefix(ch.Endpoint, "/") {
 		v.report(key("challenge", "endpoint"), ch.Endpoint, "is not allowed", "a path starting with /")
 	}
+	v.intRange(key("challenge", "endpoint_failures", "limit"), ch.EndpointFailures.Limit, 1, MaxLimit)
+	v.durationRange(key("challenge", "endpoint_failures", "window"), ch.EndpointFailures.Window, limit.MinWindow, limit.MaxWindow)
 }
 
 func (v *validator) tiers(tiers map[string]*Tier) {

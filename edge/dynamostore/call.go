@@ -58,7 +58,8 @@ const (
 // op is one conditional UpdateItem.
 type op struct {
 	update, cond string
-	ttl          bool // the expressions name #ttl
+	ttl          bool              // the expressions name #ttl
+	names        map[string]string // the placeholders, when not only #ttl
 	vals         map[string]types.AttributeValue
 	ret          types.ReturnValue
 	derive       derivation
@@ -166,7 +167,10 @@ func (c *call) update(ctx context.Context, o *op) (attrs map[string]types.Attrib
 		ReturnValues:                        o.ret,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
-	if o.ttl {
+	switch {
+	case o.names != nil:
+		in.ExpressionAttributeNames = o.names
+	case o.ttl:
 		in.ExpressionAttributeNames = ttlNames
 	}
 	c.s.updates.Add(1)
@@ -228,7 +232,7 @@ func getCount(item map[string]types.AttributeValue, name string) (int64, bool, e
 // item is the zero State (for a fixed window, a window with no hits).
 func (c *call) decode(item map[string]types.AttributeValue) (limit.State, bool, error) {
 	switch c.rule.Algorithm {
-	case limit.FixedWindow, limit.Concurrency:
+	case limit.FixedWindow:
 		n, ok, err := getNum(item, attrCount)
 		if err == nil && n < 0 {
 			err = fmt.Errorf("attribute %s is %d, want at least 0", attrCount, n)
@@ -317,11 +321,6 @@ func (c *call) first() (op, bool) {
 			return c.add(r.MaxCount - n), true
 		}
 		return c.add(math.MaxInt64), true
-	case limit.Concurrency:
-		if n > r.Limit {
-			return op{}, false
-		}
-		return c.add(r.Limit - n), true
 	case limit.TokenBucket:
 		if n < 0 {
 			return c.refund()
@@ -365,14 +364,12 @@ func (c *call) first() (op, bool) {
 func (c *call) fit(old limit.State, found bool, next limit.State) (op, bool) {
 	r, n := c.rule, c.n
 	switch r.Algorithm {
-	case limit.FixedWindow, limit.Concurrency:
+	case limit.FixedWindow:
 		if n < 0 && old.B < -n {
 			return c.drain(), true
 		}
 		bound := int64(math.MaxInt64)
-		if r.Algorithm == limit.Concurrency {
-			bound = r.Limit - n
-		} else if n > 0 && r.MaxCount > 0 {
+		if n > 0 && r.MaxCount > 0 {
 			bound = r.MaxCount - n
 		}
 		return c.add(bound), true
@@ -398,16 +395,11 @@ func (c *call) fit(old limit.State, found bool, next limit.State) (op, bool) {
 	return c.fresh(next.A)
 }
 
-// add is ADD c :n for a fixed window or concurrency counter, conditioned
-// on c <= bound for n > 0 (bound ≥ 0), on c >= -n for n < 0.
+// add is ADD c :n for a fixed window's counter, conditioned on c <= bound
+// for n > 0 (bound ≥ 0), on c >= -n for n < 0.
 func (c *call) add(bound int64) op {
-	o := op{update: "ADD c :n", ret: types.ReturnValueUpdatedNew, delta: c.n,
-		vals: map[string]types.AttributeValue{":n": num(c.n)}}
-	if c.rule.Algorithm == limit.FixedWindow {
-		o.update = "ADD c :n SET #ttl = if_not_exists(#ttl, :ttl)"
-		o.ttl = true
-		o.vals[":ttl"] = num(seconds((c.idx + 1) * int64(c.rule.Window)))
-	}
+	o := op{update: "ADD c :n SET #ttl = if_not_exists(#ttl, :ttl)", ttl: true, ret: types.ReturnValueUpdatedNew, delta: c.n,
+		vals: map[string]types.AttributeValue{":n": num(c.n), ":ttl": num(seconds((c.idx + 1) * int64(c.rule.Window)))}}
 	if c.n < 0 {
 		o.cond = "c >= :b"
 		o.vals[":b"] = num(-c.n)
@@ -420,8 +412,8 @@ func (c *call) add(bound int64) op {
 	return o
 }
 
-// drain sets a counter that holds fewer than n < 0 releases to 0; the
-// result is the same for any such count.
+// drain sets a fixed window's counter that holds fewer than n < 0 refunds
+// to 0; the result is the same for any such count.
 func (c *call) drain() op {
 	return op{update: "SET c = :z", cond: "c < :b", ret: types.ReturnValueNone, derive: fromKnown,
 		old:  limit.State{A: c.idx},
@@ -582,7 +574,7 @@ func (c *call) compareAndSet(old limit.State, found bool, next limit.State) op {
 	o := op{ret: types.ReturnValueNone, derive: fromKnown, old: old, vals: map[string]types.AttributeValue{}}
 	win := int64(c.rule.Window)
 	switch c.rule.Algorithm {
-	case limit.FixedWindow, limit.Concurrency:
+	case limit.FixedWindow:
 		o.update, o.cond = "SET c = :c", "c = :oc"
 		if !found {
 			o.cond = "attribute_not_exists(c)"

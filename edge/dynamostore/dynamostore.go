@@ -17,7 +17,18 @@
 //	fixed window:   c (count) and TTLAttribute
 //	sliding window: w (window index), p (previous window's count), c (current count) and TTLAttribute
 //	token bucket:   t (theoretical arrival time, unix ns) and TTLAttribute
-//	concurrency:    c (in flight); no TTL, since hits in flight never expire
+//	concurrency:    c (in flight), and for each Store that holds slots its
+//	                count h<holder> and the end of its lease l<holder>;
+//	                TTLAttribute a lease after the last lease ends
+//
+// Slots in flight do not expire while their holder uses the key: each
+// acquire and release renews the holder's lease (Options.Lease). A holder
+// is one Store, so one edge process: an edge that crashes holding slots
+// never releases them, and once its lease has passed, an acquire those
+// slots would refuse takes them back (one more UpdateItem, conditioned on
+// the holding being what was read) and tries again. A slot held longer
+// than the lease without another acquire or release of the key by its
+// holder may be taken back while it is in use.
 //
 // TTLAttribute is in epoch seconds and never earlier than the
 // limit.Result.Expires of the last hit that wrote the item, so DynamoDB's
@@ -49,9 +60,12 @@
 //     condition c <= MaxCount-n when MaxCount is set: one UpdateItem; a
 //     refund is ADD c :n with c >= -n, and SET c = 0 when it refunds more
 //     than the count, two.
-//   - Concurrency: ADD c :n with the condition c <= Limit-n; a release is
-//     ADD c :n with c >= -n, and SET c = 0 when fewer are in flight than it
-//     releases. One UpdateItem; two for an over-release.
+//   - Concurrency: ADD c :n and the holder's count, renewing its lease,
+//     with the condition c <= Limit-n; a release is ADD c :n and the
+//     holder's count with the holder's count >= -n, and gives back what
+//     the holder has when it holds fewer. One UpdateItem; two for an
+//     over-release, and two more when a refused acquire takes back the
+//     slots of holders whose lease has passed (see lease.go).
 //   - Token bucket: SET t = now+n×interval if the bucket is idle (no t, or
 //     t <= now), else ADD t n×interval with the condition now < t <=
 //     now+(MaxCount-n)×interval. Which one is tried first is guessed from the
@@ -149,6 +163,7 @@ const (
 const (
 	DefaultMaxAttempts = 8
 	DefaultHints       = 4096
+	DefaultLease       = 10 * time.Minute
 )
 
 // Options configure a Store.
@@ -172,6 +187,13 @@ type Options struct {
 	// guess the first update right; default 4096 (about 100 KiB), negative
 	// for none.
 	Hints int
+	// Lease is how long the concurrency slots this store holds on a key
+	// stay counted after its last acquire or release of the key: once it
+	// has passed, another store whose acquire the slots would refuse takes
+	// them back, so that an edge that crashed holding slots does not hold
+	// them for good. It must be longer than the longest request the edge
+	// holds a slot for; default DefaultLease.
+	Lease time.Duration
 }
 
 // Store is the DynamoDB counter store. It is safe for concurrent use. The
@@ -183,6 +205,8 @@ type Store struct {
 	readAfter bool
 	attempts  int
 	hints     *hints
+	holder    string // this store's id in concurrency items
+	lease     int64  // ns
 
 	takes, updates, reads, condFailures, errs atomic.Uint64
 }
@@ -204,6 +228,12 @@ func New(opts Options) (*Store, error) {
 	if opts.Hints == 0 {
 		opts.Hints = DefaultHints
 	}
+	if opts.Lease < 0 {
+		return nil, fmt.Errorf("new dynamodb store: lease %v: want a positive duration, or 0 for %v", opts.Lease, DefaultLease)
+	}
+	if opts.Lease == 0 {
+		opts.Lease = DefaultLease
+	}
 	return &Store{
 		api:       opts.Client,
 		table:     aws.String(opts.Table),
@@ -211,6 +241,8 @@ func New(opts Options) (*Store, error) {
 		readAfter: opts.ReadAfterConditionFailure,
 		attempts:  opts.MaxAttempts,
 		hints:     newHints(opts.Hints),
+		holder:    newHolder(),
+		lease:     int64(opts.Lease),
 	}, nil
 }
 
@@ -253,6 +285,9 @@ func (s *Store) take(ctx context.Context, key *limit.Key, rule *limit.Rule, now,
 		c.hint = s.hints.hash(kb)
 	}
 	c.key = map[string]types.AttributeValue{KeyAttribute: &types.AttributeValueMemberB{Value: kb}}
+	if rule.Algorithm == limit.Concurrency {
+		return c.slots(ctx)
+	}
 	return c.run(ctx)
 }
 

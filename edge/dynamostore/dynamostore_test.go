@@ -529,3 +529,57 @@ func TestTTLCoversExpires(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashedHolderSlotsExpire: an edge that crashes holding concurrency
+// slots never releases them. Once its lease has passed, another edge whose
+// acquire the slots would refuse takes them back; slots whose holder keeps
+// using the key stay counted, and a release that comes after its slots
+// were taken back gives back nothing of the others'.
+func TestCrashedHolderSlotsExpire(t *testing.T) {
+	table := newTable(t)
+	r := limit.Rule{Algorithm: limit.Concurrency, Limit: 2}
+	for _, m := range modes[:2] {
+		t.Run(m.name, func(t *testing.T) {
+			k := limit.Key{Rule: fmt.Sprintf("lease-%016x", rand.Uint64()), User: "dave"}
+			crashed, a, b, c := newStore(t, table, m.opts(t)), newStore(t, table, m.opts(t)), newStore(t, table, m.opts(t)), newStore(t, table, m.opts(t))
+			take := func(s *dynamostore.Store, at time.Duration, n int64) limit.Result {
+				t.Helper()
+				res, err := s.Take(context.Background(), k, r, base.Add(at), n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			f := func(s *dynamostore.Store, at time.Duration, n, wantCount int64, wantAllowed bool) {
+				t.Helper()
+				if res := take(s, at, n); res.Count != wantCount || r.Allowed(res) != wantAllowed {
+					t.Errorf("Take(+%v, %d) = %+v, want count %d, allowed %v", at, n, res, wantCount, wantAllowed)
+				}
+			}
+			f(crashed, 0, 1, 1, true)
+			f(crashed, time.Second, 1, 2, true)
+			// The edge crashes holding both slots.
+			f(a, time.Minute, 1, 3, false)
+			// A day later its lease has long passed: a's acquire takes the
+			// slots back, and b shares the limit with a.
+			day := 24 * time.Hour
+			f(a, day, 1, 1, true)
+			f(b, day+time.Second, 1, 2, true)
+			f(b, day+2*time.Second, 1, 3, false)
+			// The crashed holder's late release gives back nothing of a's
+			// or b's.
+			f(crashed, day+3*time.Second, -1, 2, true)
+			f(a, day+4*time.Second, 0, 2, true)
+			// a and b keep their slots, past the first lease (the default,
+			// 10 minutes), while they use the key.
+			for i := range 4 {
+				at := day + time.Duration(i+1)*5*time.Minute
+				f(a, at, -1, 1, true)
+				f(a, at, 1, 2, true)
+				f(b, at, -1, 1, true)
+				f(b, at, 1, 2, true)
+				f(c, at, 1, 3, false)
+			}
+		})
+	}
+}

@@ -189,27 +189,10 @@ func isTokenChar(c byte) bool {
 // It never fails: what cannot be believed is ignored, and Source says why.
 // Without a bearer token and a forwarding header it does not allocate.
 func (r *Resolver) Resolve(remoteAddr string, h http.Header, now time.Time) Identity {
-	peer, _ := parseHostPort(remoteAddr)
-	peer = peer.Unmap().WithZone("")
-	id := Identity{ClientIP: peer, Source: decisions.SourcePeer}
+	id, trusted := r.resolveAddr(remoteAddr, h)
 	if r == nil {
-		id.Addr = peer
 		return id
 	}
-	trusted := r.isTrusted(peer)
-	if trusted {
-		var a netip.Addr
-		if r.cloudFront {
-			a = viewerAddress(h[r.ipHeader])
-		} else {
-			a = r.forwardedFor(peer, h[r.ipHeader])
-		}
-		if a.IsValid() {
-			id.ClientIP, id.Source = a, decisions.SourceForwarded
-		}
-	}
-	id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
-
 	if r.jwt != nil {
 		if tok, ok := bearer(h["Authorization"]); ok {
 			user, plan, ok := r.jwt.verify(tok, now)
@@ -245,6 +228,39 @@ func (r *Resolver) Resolve(remoteAddr string, h http.Header, now time.Time) Iden
 	}
 	id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader
 	return id
+}
+
+// ResolveAddr returns the client address of the request, as Resolve does,
+// and nothing of a user: for a request whose Authorization header is not a
+// user's token, such as the CAPTCHA verifier's at the token endpoint.
+func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
+	id, _ := r.resolveAddr(remoteAddr, h)
+	return id
+}
+
+// resolveAddr resolves the client address and reports whether the peer is
+// a trusted proxy.
+func (r *Resolver) resolveAddr(remoteAddr string, h http.Header) (id Identity, trusted bool) {
+	peer, _ := parseHostPort(remoteAddr)
+	peer = peer.Unmap().WithZone("")
+	id = Identity{ClientIP: peer, Addr: peer, Source: decisions.SourcePeer}
+	if r == nil {
+		return id, false
+	}
+	trusted = r.isTrusted(peer)
+	if trusted {
+		var a netip.Addr
+		if r.cloudFront {
+			a = viewerAddress(h[r.ipHeader])
+		} else {
+			a = r.forwardedFor(peer, h[r.ipHeader])
+		}
+		if a.IsValid() {
+			id.ClientIP, id.Source = a, decisions.SourceForwarded
+		}
+	}
+	id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
+	return id, trusted
 }
 
 // CountingAddr is the address an anonymous client at a is counted under:

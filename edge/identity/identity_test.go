@@ -257,7 +257,7 @@ func TestNewErrors(t *testing.T) {
 		{"ES256 with P-384", config.Identity{JWT: &config.JWT{Algorithm: "ES256", PublicKeyFile: keys.p384Path}}, `ECDSA key on P-384; ES256 needs P-256`},
 		{"RS256 small key", config.Identity{JWT: &config.JWT{Algorithm: "RS256", PublicKeyFile: keys.rsaSmallPath}}, `RSA key of 1024 bits; want at least 2048`},
 		{"not PEM", config.Identity{JWT: &config.JWT{Algorithm: "RS256", PublicKeyFile: keys.garbagePath}}, `not a PEM RSA public key`},
-		{"leeway", config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "K", Leeway: -time.Second}}, `identity.jwt.leeway: -1s is negative`},
+		{"leeway", config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "K", Leeway: new(-time.Second)}}, `identity.jwt.leeway: -1s is negative`},
 		{"same claims", config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "K", UserClaim: "sub", PlanClaim: "sub"}}, `identity.jwt.plan_claim`},
 	}
 	env := map[string]string{"K": hsKey, "SHORT": "short-s3cr3"}

@@ -44,12 +44,12 @@ func newVerifier(cfg config.JWT, env func(string) string) (*verifier, error) {
 	if v.userClaim == v.planClaim {
 		return nil, fmt.Errorf("identity.jwt.plan_claim: %q is also the user claim; want a different claim", v.planClaim)
 	}
-	leeway := cfg.Leeway
-	switch {
-	case leeway == 0:
-		leeway = DefaultLeeway
-	case leeway < 0:
-		return nil, fmt.Errorf("identity.jwt.leeway: %v is negative; want a duration ≥ 0 (default %v)", cfg.Leeway, DefaultLeeway)
+	leeway := DefaultLeeway
+	if cfg.Leeway != nil {
+		leeway = *cfg.Leeway
+	}
+	if leeway < 0 {
+		return nil, fmt.Errorf("identity.jwt.leeway: %v is negative; want a duration ≥ 0 (default %v)", leeway, DefaultLeeway)
 	}
 
 	switch alg := strings.ToUpper(strings.TrimSpace(cfg.Algorithm)); alg {
@@ -97,6 +97,9 @@ func newVerifier(cfg config.JWT, env func(string) string) (*verifier, error) {
 		jwt.WithLeeway(leeway),
 		jwt.WithStrictDecoding(),
 	}
+	if cfg.RequireExp == nil || *cfg.RequireExp {
+		v.opts = append(v.opts, jwt.WithExpirationRequired())
+	}
 	if cfg.Issuer != "" {
 		v.opts = append(v.opts, jwt.WithIssuer(cfg.Issuer))
 	}
@@ -117,8 +120,10 @@ func readKeyFile(path, alg string) ([]byte, error) {
 	return b, nil
 }
 
-// verify checks tok's signature, algorithm, lifetime at now, issuer and
-// audience, and returns the user and plan claims. A token whose user claim
+// verify checks tok's signature and algorithm (the configured one only);
+// at now, give or take the leeway, exp (required unless require_exp is
+// false) and nbf (when present); iss and aud when configured; and returns
+// the user and plan claims. iat is not checked. A token whose user claim
 // is missing, not a string, empty or longer than MaxUserLen, or whose plan
 // claim is present but not a string or too long, is not accepted.
 func (v *verifier) verify(tok string, now time.Time) (user, plan string, ok bool) {

@@ -105,7 +105,10 @@ func TestResolveJWT(t *testing.T) {
 	env := map[string]string{"JWT_KEY": hsKey}
 	hs := mustNew(t, config.Identity{TrustedProxies: trustedProxies, JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "JWT_KEY"}}, env)
 	hsIss := mustNew(t, config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "JWT_KEY",
-		Issuer: "https://id.example", Audience: "api", UserClaim: "uid", PlanClaim: "tier", Leeway: 5 * time.Second}}, env)
+		Issuer: "https://id.example", Audience: "api", UserClaim: "uid", PlanClaim: "tier", Leeway: new(5 * time.Second)}}, env)
+	// No leeway, and tokens without exp accepted: both must be written.
+	hsStrictNoExp := mustNew(t, config.Identity{JWT: &config.JWT{Algorithm: "HS256", KeyEnv: "JWT_KEY",
+		Leeway: new(time.Duration(0)), RequireExp: new(false)}}, env)
 	rs := mustNew(t, config.Identity{JWT: &config.JWT{Algorithm: "RS256", PublicKeyFile: k.rsaPath}}, nil)
 	es := mustNew(t, config.Identity{JWT: &config.JWT{Algorithm: "ES256", PublicKeyFile: k.ecPath}}, nil)
 
@@ -164,7 +167,11 @@ func TestResolveJWT(t *testing.T) {
 		{"HS256 valid", hs, untrusted, bearer(hsValid), ok("alice", "pro")},
 		{"HS256 no plan", hs, untrusted, bearer(hsWith(claims{"plan": nil})), ok("alice", "")},
 		{"HS256 lowercase scheme", hs, untrusted, hdr("Authorization", "bearer  "+hsValid), ok("alice", "pro")},
-		{"HS256 no exp", hs, untrusted, bearer(hsWith(claims{"exp": nil})), ok("alice", "pro")},
+		{"HS256 no exp", hs, untrusted, bearer(hsWith(claims{"exp": nil})), invalid},
+		{"no exp, not required", hsStrictNoExp, untrusted, bearer(hsWith(claims{"exp": nil})), ok("alice", "pro")},
+		{"expired a second ago, no leeway", hsStrictNoExp, untrusted, bearer(hsWith(claims{"exp": now.Add(-time.Second).Unix()})), invalid},
+		{"nbf a second ahead, no leeway", hsStrictNoExp, untrusted, bearer(hsWith(claims{"nbf": now.Add(time.Second).Unix()})), invalid},
+		{"expires in a second, no leeway", hsStrictNoExp, untrusted, bearer(hsWith(claims{"exp": now.Add(time.Second).Unix()})), ok("alice", "pro")},
 		{"RS256 valid", rs, untrusted, bearer(sign(t, jwt.SigningMethodRS256, k.rsa, valid)), ok("alice", "pro")},
 		{"ES256 valid", es, untrusted, bearer(sign(t, jwt.SigningMethodES256, k.ec, valid)), ok("alice", "pro")},
 		{"claims and iss/aud configured", hsIss, untrusted, bearer(issWith(nil)), ok("bob", "free")},

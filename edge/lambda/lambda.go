@@ -3,6 +3,11 @@
 // Load Balancer. The event becomes an http.Request, goes through the same
 // limiter handler as the reverse proxy (one decision core), and the
 // response becomes the event's response.
+//
+// Lambda freezes the process between invocations and may end it without a
+// signal, so a Handler flushes the decisions of every event (Options.Flush)
+// before it returns the response: nothing an invocation decided waits in a
+// buffer for a next invocation that may never come.
 package lambda
 
 import (
@@ -19,14 +24,31 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
+// Flusher makes what was recorded so far durable, or hands it to a
+// synchronous sink; *decisions.Emitter and *assemble.Edge are Flushers.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// Options configure a Handler. The zero value flushes nothing.
+type Options struct {
+	// Flush is called after every event is served and before its response
+	// is returned, with the invocation's context.
+	Flush Flusher
+	// OnError receives Flush's errors. The response is returned all the
+	// same: recording a decision never fails a request.
+	OnError func(error)
+}
+
 // Handler adapts an http.Handler (typically Limiter.Handler in front of the
 // application) to Lambda events. It is safe for concurrent use.
 type Handler struct {
 	next http.Handler
+	opts Options
 }
 
 // New returns a Handler serving events with next.
-func New(next http.Handler) *Handler { return &Handler{next: next} }
+func New(next http.Handler, opts Options) *Handler { return &Handler{next: next, opts: opts} }
 
 // Invoke handles one raw event: an API Gateway REST (1.0), HTTP API (2.0)
 // or ALB event, detected from its shape. Pass it to lambda.Start.
@@ -182,11 +204,17 @@ type recorder struct {
 	buf    bytes.Buffer
 }
 
+// serve runs r through next and flushes what it recorded.
 func (h *Handler) serve(r *http.Request) *recorder {
 	rec := &recorder{hdr: make(http.Header)}
 	h.next.ServeHTTP(rec, r)
 	if rec.status == 0 {
 		rec.status = http.StatusOK
+	}
+	if h.opts.Flush != nil {
+		if err := h.opts.Flush.Flush(r.Context()); err != nil && h.opts.OnError != nil {
+			h.opts.OnError(err)
+		}
 	}
 	return rec
 }

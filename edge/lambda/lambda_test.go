@@ -3,6 +3,7 @@ package lambda_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,7 +32,7 @@ func newHandler(t *testing.T) *lambda.Handler {
 		w.Header().Set("Set-Cookie", "s=1")
 		fmt.Fprintf(w, "%s %s?%s body=%s", r.Method, r.URL.Path, r.URL.RawQuery, b)
 	})
-	return lambda.New(lim.Handler(app, ""))
+	return lambda.New(lim.Handler(app, ""), lambda.Options{})
 }
 
 // invoke sends ev as raw JSON through Invoke and returns status, headers
@@ -123,5 +124,50 @@ func TestBadEvent(t *testing.T) {
 	raw, _ := json.Marshal(rest)
 	if _, err := h.Invoke(context.Background(), raw); err == nil {
 		t.Error("bad base64 body: no error")
+	}
+}
+
+// flusher records what had been served when it was called.
+type flusher struct {
+	served *int
+	seen   []int
+	err    error
+}
+
+func (f *flusher) Flush(context.Context) error {
+	f.seen = append(f.seen, *f.served)
+	return f.err
+}
+
+// TestFlushEveryEvent: for every event shape, Flush runs after the handler
+// served the event and before Invoke returns, once per event; its error is
+// reported and the response returned all the same.
+func TestFlushEveryEvent(t *testing.T) {
+	rest := events.APIGatewayProxyRequest{HTTPMethod: "GET", Path: "/"}
+	v2 := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/"}
+	v2.RequestContext.HTTP.Method = "GET"
+	alb := events.ALBTargetGroupRequest{HTTPMethod: "GET", Path: "/"}
+	alb.RequestContext.ELB.TargetGroupArn = "tg"
+	for _, c := range []struct {
+		name    string
+		ev      any
+		err     error
+		reports int
+	}{{"rest", rest, nil, 0}, {"http api", v2, nil, 0}, {"alb", alb, nil, 0}, {"failing flush", rest, errors.New("sink down"), 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			served := 0
+			f := &flusher{served: &served, err: c.err}
+			var reported []error
+			h := lambda.New(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served++ }),
+				lambda.Options{Flush: f, OnError: func(err error) { reported = append(reported, err) }})
+			for range 2 {
+				if status, _, _ := invoke(t, h, c.ev); status != 200 {
+					t.Errorf("status %d", status)
+				}
+			}
+			if fmt.Sprint(f.seen) != "[1 2]" || len(reported) != c.reports {
+				t.Errorf("flushes saw %v served (want [1 2]); reported %v", f.seen, reported)
+			}
+		})
 	}
 }

@@ -19,8 +19,8 @@ type delta struct {
 
 // takeBatched takes n hits under a rule with slack s: locally while the
 // key is far from its limit, at the store near it.
-func (s *Store) takeBatched(ctx context.Context, key limit.Key, rule *limit.Rule, now time.Time, n, slack int64) (limit.Result, error) {
-	ns := now.UnixNano()
+func (s *Store) takeBatched(ctx context.Context, key limit.Key, rule *limit.Rule, now time.Time, n, slack int64) (limit.Result, bool, error) {
+	ns := s.storeNow(now)
 	w := int64(rule.Window)
 	sh := s.shardFor(&key)
 	mk := mapKey{key, rule.Algorithm}
@@ -41,7 +41,7 @@ func (s *Store) takeBatched(ctx context.Context, key limit.Key, rule *limit.Rule
 	if res, ok := e.cached(rule, ns, n); ok {
 		sh.mu.Unlock()
 		sh.cacheHits.Add(1)
-		return res, nil
+		return res, false, nil
 	}
 	idx := ns / w
 	if idx == e.win-1 {
@@ -52,7 +52,8 @@ func (s *Store) takeBatched(ctx context.Context, key limit.Key, rule *limit.Rule
 	if idx < e.win {
 		// A clock far behind the others': the store decides.
 		sh.mu.Unlock()
-		return s.call(ctx, key, *rule, now, n)
+		res, err := s.call(ctx, key, *rule, now, n)
+		return res, true, err
 	}
 	var old, pend delta
 	if idx > e.win {
@@ -74,23 +75,23 @@ func (s *Store) takeBatched(ctx context.Context, key limit.Key, rule *limit.Rule
 		sh.localAdmits.Add(1)
 		s.send(ctx, sh, e, key, rule, old)
 		s.send(ctx, sh, e, key, rule, pend)
-		return localResult(rule, idx, prior, ns, n), nil
+		return localResult(rule, idx, prior, ns, n), false, nil
 	}
 	pend = e.take(idx)
 	sh.mu.Unlock()
 
 	s.send(ctx, sh, e, key, rule, old)
 	if err := s.send(ctx, sh, e, key, rule, pend); err != nil {
-		return limit.Result{}, err
+		return limit.Result{}, true, err
 	}
 	res, err := s.call(ctx, key, *rule, now, n)
 	if err != nil {
-		return res, err
+		return res, true, err
 	}
 	sh.mu.Lock()
-	e.learn(sh, rule, res, ns, n)
+	e.learn(sh, rule, res, s.storeNow(now), n)
 	sh.mu.Unlock()
-	return res, nil
+	return res, true, nil
 }
 
 // take moves the pending hits into flight and returns them as a delta of
@@ -133,7 +134,9 @@ func (s *Store) send(ctx context.Context, sh *shard, e *entry, key limit.Key, ru
 	if d.n == 0 {
 		return nil
 	}
-	at := time.Unix(0, d.at)
+	// The hits are stamped on the store's clock; the store is given the
+	// caller's, as for every call.
+	at := s.callerTime(d.at)
 	left, sent := d.n, int64(0)
 	var res limit.Result
 	var err error
@@ -189,7 +192,7 @@ func (s *Store) send(ctx context.Context, sh *shard, e *entry, key limit.Key, ru
 // makes at most flushWorkers store calls at once and returns the first
 // error, having counted all of them in Stats.
 func (s *Store) Flush(ctx context.Context, now time.Time) error {
-	ns := now.UnixNano()
+	ns := s.storeNow(now)
 	type job struct {
 		sh   *shard
 		e    *entry

@@ -1,10 +1,14 @@
 package syncstore_test
 
 import (
+	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/edge/memstore"
 	"github.com/ratewarden/ratewarden/edge/syncstore"
 )
 
@@ -81,5 +85,70 @@ func TestNoCacheWithoutMaxCount(t *testing.T) {
 	}
 	if got := shared.writes.Load(); got != 100 {
 		t.Errorf("100 hits, no MaxCount: %d store writes, want 100", got)
+	}
+}
+
+// serverClock is a shared store that counts by its own clock, as Redis
+// under the server clock does: it ignores the now it is given and counts
+// at that now plus skew. It counts its calls.
+type serverClock struct {
+	inner *memstore.Store
+	skew  time.Duration
+	calls atomic.Int64
+}
+
+func (s *serverClock) Take(ctx context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, error) {
+	s.calls.Add(1)
+	return s.inner.Take(ctx, key, rule, now.Add(s.skew), n)
+}
+
+// TestServerClock plays a scraper through the wrapper over a store whose
+// clock is ahead of the caller's or behind it, and grades every answer
+// against a bare store at the server's clock: the cache follows the
+// store's windows, not the caller's. It also checks that TakeRemote says
+// which answers came from the store.
+func TestServerClock(t *testing.T) {
+	const rate, seconds = 50, 20
+	rules := []limit.Rule{
+		edgeRule(limit.FixedWindow, 10, 5*time.Second),
+		edgeRule(limit.SlidingWindow, 10, 5*time.Second),
+		edgeRule(limit.TokenBucket, 10, 5*time.Second),
+	}
+	for _, skew := range []time.Duration{2 * time.Second, -2 * time.Second, 1500 * time.Millisecond} {
+		for _, r := range rules {
+			for _, opts := range []syncstore.Options{{}, {MaxError: 0.5, Nodes: 1}} {
+				t.Run(fmt.Sprintf("%v_%v_%v", skew, r.Algorithm, opts.MaxError), func(t *testing.T) {
+					bare := newMem(t)
+					shared := &serverClock{inner: newMem(t), skew: skew}
+					opts.Store, opts.FlushInterval = shared, -1
+					s := newSync(t, opts)
+					k := addrKey("anonymous:/search", 7)
+					start := base.Add(300 * time.Millisecond)
+					cached := 0
+					for i := range rate * seconds {
+						now := start.Add(time.Duration(i) * time.Second / rate)
+						want, _ := bare.Take(t.Context(), k, r, now.Add(skew), 1)
+						calls := shared.calls.Load()
+						got, remote, err := s.TakeRemote(t.Context(), k, r, now, 1)
+						if err != nil {
+							t.Fatalf("hit %d: %v", i, err)
+						}
+						if g, w := grade(r, got), grade(r, want); g != w {
+							t.Fatalf("hit %d at +%v (server +%v): graded %d (%+v), the bare store at the server's clock %d (%+v)",
+								i, now.Sub(start), now.Add(skew).Sub(start), g, got, w, want)
+						}
+						if called := shared.calls.Load() > calls; remote != called {
+							t.Fatalf("hit %d: TakeRemote says remote %v, the store was called: %v", i, remote, called)
+						}
+						if !remote {
+							cached++
+						}
+					}
+					if cached == 0 {
+						t.Errorf("no hit answered without the store: the scenario tests nothing")
+					}
+				})
+			}
+		}
 	}
 }

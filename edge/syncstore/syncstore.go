@@ -92,6 +92,17 @@
 //
 // A locally admitted hit's Result has the Reset and Expires the store would
 // give and the node's estimate K + u + n as its Count.
+//
+// # Clocks
+//
+// The cache and the windows of batched counting run on the store's clock,
+// which is not the caller's when the store reads its own (Redis under the
+// server clock): a Store learns the offset from every answer (the instant
+// the answer was computed at, Expires less Reset, against the now it
+// passed) and adds it to the now of every hit and Flush. An answer is
+// computed after the call starts, so the offset is too large by up to a
+// round trip, never too small: cached answers end early, never late. A
+// store that counts by the caller's clock shows an offset of 0.
 package syncstore
 
 import (
@@ -175,6 +186,10 @@ type Store struct {
 	mask     uint64
 	perShard int
 	scanGap  int
+
+	// offset is the store's clock minus the caller's, in ns, as the last
+	// answer showed it: 0 for stores that count by the caller's clock.
+	offset atomic.Int64
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -300,12 +315,21 @@ func (s *Store) Close(ctx context.Context) error {
 // admission. It returns the store's error when it had to ask the store;
 // errors of sends in the background are counted in Stats instead.
 func (s *Store) Take(ctx context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, error) {
+	res, _, err := s.TakeRemote(ctx, key, rule, now, n)
+	return res, err
+}
+
+// TakeRemote is Take that also reports whether the wrapped store answered
+// the call: false for the over-limit cache's answers and local admissions,
+// which say nothing of the store's health. A returned error is always the
+// store's.
+func (s *Store) TakeRemote(ctx context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, bool, error) {
 	if n <= 0 || rule.Algorithm == limit.Concurrency || rule.Window <= 0 {
 		res, err := s.call(ctx, key, rule, now, n)
 		if n < 0 && err == nil && rule.Algorithm != limit.Concurrency {
 			s.forget(&key, &rule)
 		}
-		return res, err
+		return res, true, err
 	}
 	if slack := s.slack(&key, &rule); slack > 0 {
 		return s.takeBatched(ctx, key, &rule, now, n, slack)
@@ -326,14 +350,46 @@ func (s *Store) slack(key *limit.Key, rule *limit.Rule) int64 {
 	return int64(s.maxError*float64(rule.Limit)) / s.nodes
 }
 
-// call takes hits at the store, counting the call and its error.
+// call takes hits at the store, counting the call and its error, and
+// learns the store's clock from the answer.
 func (s *Store) call(ctx context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, error) {
 	s.storeCalls.Add(1)
 	res, err := s.backend.Take(ctx, key, rule, now, n)
 	if err != nil {
 		s.errors.Add(1)
+		return res, err
 	}
-	return res, err
+	if at, ok := answeredAt(&rule, res); ok {
+		s.offset.Store(at - now.UnixNano())
+	}
+	return res, nil
+}
+
+// storeNow is now on the store's clock, as far as its last answer tells:
+// the cache and the windows of batched counting follow the clock the
+// store counts by, which is not the caller's when the store reads its own
+// (Redis under the server clock).
+func (s *Store) storeNow(now time.Time) int64 { return now.UnixNano() + s.offset.Load() }
+
+// callerTime turns an instant of the store's clock back into the caller's.
+func (s *Store) callerTime(ns int64) time.Time { return time.Unix(0, ns-s.offset.Load()) }
+
+// answeredAt returns the instant, on the store's clock, that the store
+// computed res at: a store that counts by the caller's clock answers at
+// the now it was given, one that reads its own clock at its own now. The
+// sample is late by up to the call's round trip, never early, so the
+// offset it gives moves the cache's expiries earlier, not later.
+func answeredAt(rule *limit.Rule, res limit.Result) (int64, bool) {
+	if rule.Window <= 0 {
+		return 0, false
+	}
+	switch rule.Algorithm {
+	case limit.FixedWindow, limit.TokenBucket:
+		return res.Expires - int64(res.Reset), true
+	case limit.SlidingWindow:
+		return res.Expires - int64(rule.Window) - int64(res.Reset), true
+	}
+	return 0, false
 }
 
 // cacheable reports whether the rule's refusals can be cached: its count
@@ -344,11 +400,12 @@ func cacheable(rule *limit.Rule) bool {
 
 // takeExact sends the hits to the store unless the key is cached over the
 // limit.
-func (s *Store) takeExact(ctx context.Context, key limit.Key, rule *limit.Rule, now time.Time, n int64) (limit.Result, error) {
+func (s *Store) takeExact(ctx context.Context, key limit.Key, rule *limit.Rule, now time.Time, n int64) (limit.Result, bool, error) {
 	if !cacheable(rule) {
-		return s.call(ctx, key, *rule, now, n)
+		res, err := s.call(ctx, key, *rule, now, n)
+		return res, true, err
 	}
-	ns := now.UnixNano()
+	ns := s.storeNow(now)
 	sh := s.shardFor(&key)
 	mk := mapKey{key, rule.Algorithm}
 	sh.mu.RLock()
@@ -356,14 +413,15 @@ func (s *Store) takeExact(ctx context.Context, key limit.Key, rule *limit.Rule, 
 		if res, ok := e.cached(rule, ns, n); ok {
 			sh.mu.RUnlock()
 			sh.cacheHits.Add(1)
-			return res, nil
+			return res, false, nil
 		}
 	}
 	sh.mu.RUnlock()
 	res, err := s.call(ctx, key, *rule, now, n)
 	if err != nil {
-		return res, err
+		return res, true, err
 	}
+	ns = s.storeNow(now)
 	if f, ok := freeze(rule, res, ns, n); ok {
 		sh.mu.Lock()
 		if e := s.entryFor(sh, mk, rule, ns); e != nil {
@@ -372,7 +430,7 @@ func (s *Store) takeExact(ctx context.Context, key limit.Key, rule *limit.Rule, 
 		}
 		sh.mu.Unlock()
 	}
-	return res, nil
+	return res, true, nil
 }
 
 // forget drops what this node knows of the key after a refund.

@@ -8,7 +8,9 @@
 // (Poisson arrivals below their limit), bursty users (silences and bursts
 // of about their limit) and one scraper far above it, spread over the
 // nodes round robin or at random. Each node's clock is off by a fixed skew,
-// applied to the now it passes its store.
+// applied to the now it passes its store. A store may instead count by one
+// clock of its own, off true time by a skew of its own (Setup.ServerClock),
+// as Redis does under the server clock.
 //
 // The oracle (Oracle) allows a request at true instant t iff fewer than
 // Limit requests of its identity were allowed by the oracle in (t − W, t].

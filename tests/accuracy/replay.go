@@ -62,6 +62,14 @@ type Setup struct {
 	// Skew spreads the nodes' clocks evenly over [−Skew, +Skew]: node i of
 	// n passes its store true time + Skew × (2i/(n−1) − 1).
 	Skew time.Duration
+	// ServerClock makes the store count by one clock of its own, as Redis
+	// does under store.redis.clock server (its scripts read TIME): every
+	// call counts at true time + ServerSkew, whatever the now its node
+	// passes, and the store's answers are on that clock. Time in a replay
+	// is simulated, so the server's clock is too: the store, which must
+	// count by the caller's clock, is passed the server's instant.
+	ServerClock bool
+	ServerSkew  time.Duration
 	// MaxError is the batched mode's over-admission bound; 0 means
 	// DefaultMaxError.
 	MaxError float64
@@ -194,6 +202,19 @@ func (c *counting) Take(ctx context.Context, key limit.Key, rule limit.Rule, now
 	return c.inner.Take(ctx, key, rule, now, n)
 }
 
+// serverClocked is a client of a store that counts by a clock of its own:
+// it passes the store the server's instant, true time (*at) + skew, for
+// whatever now it is given.
+type serverClocked struct {
+	inner Backend
+	at    *time.Duration // the replay's true instant, set between calls
+	skew  time.Duration
+}
+
+func (s serverClocked) Take(ctx context.Context, key limit.Key, rule limit.Rule, _ time.Time, n int64) (limit.Result, error) {
+	return s.inner.Take(ctx, key, rule, Base.Add(*s.at+s.skew), n)
+}
+
 // node is one simulated edge node.
 type node struct {
 	store Backend
@@ -245,6 +266,7 @@ func Replay(ctx context.Context, tr *Trace, oracle []bool, s Setup) (res *Result
 	}
 
 	var writes, scraped atomic.Int64
+	var trueNow time.Duration // of the request or flush under way
 	nodes := make([]node, cfg.Nodes)
 	var closers []closer
 	defer func() {
@@ -265,6 +287,9 @@ func Replay(ctx context.Context, tr *Trace, oracle []bool, s Setup) (res *Result
 		n := &nodes[i]
 		n.skew = NodeSkew(s.Skew, i, cfg.Nodes)
 		n.store = &counting{inner: client, scraper: scraper, writes: &writes, scraped: &scraped}
+		if s.ServerClock {
+			n.store = serverClocked{inner: n.store, at: &trueNow, skew: s.ServerSkew}
+		}
 		if s.Mode == Exact {
 			continue
 		}
@@ -284,6 +309,7 @@ func Replay(ctx context.Context, tr *Trace, oracle []bool, s Setup) (res *Result
 	// flush makes every syncstore node send its pending counts at true
 	// instant at, as its flusher would.
 	flush := func(at time.Duration) error {
+		trueNow = at
 		for i := range nodes {
 			if n := &nodes[i]; n.sync != nil {
 				if err := n.sync.Flush(ctx, Base.Add(at+n.skew)); err != nil {
@@ -308,6 +334,7 @@ func Replay(ctx context.Context, tr *Trace, oracle []bool, s Setup) (res *Result
 			nextFlush += s.FlushEvery
 		}
 		n := &nodes[r.Node]
+		trueNow = r.At
 		callCtx, cancel := ctx, context.CancelFunc(nil)
 		if s.Timeout > 0 {
 			callCtx, cancel = context.WithTimeout(ctx, s.Timeout)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
+	"github.com/ratewarden/ratewarden/edge/limit"
 	"github.com/ratewarden/ratewarden/edge/memstore"
 	"github.com/ratewarden/ratewarden/edge/redisstore"
 	"github.com/ratewarden/ratewarden/tests/accuracy"
@@ -95,6 +97,49 @@ func redisConn(t *testing.T) connector {
 				return nil, err
 			}
 			return redisNode{s, c}, nil
+		}
+	}
+}
+
+// TestServerClock replays a network trace on Redis counting by a clock of
+// its own, as under store.redis.clock server, with the server's clock 2 s
+// ahead of the edges' or behind them: the over-limit cache keeps the
+// store's clock, so it changes no decision of the fixed window and the
+// token bucket, whose cached answers are the store's field for field (as
+// checkCacheIdentical requires with one clock).
+func TestServerClock(t *testing.T) {
+	// netShortTrace with the scraper across a window's end, true or the
+	// server's.
+	c := netShortTrace
+	c.Name, c.Duration, c.ScraperFrom, c.ScraperUntil = "server-clock", 25*time.Second, 14*time.Second, 23*time.Second
+	tr, oracle := generate(t, c)
+	conn := redisConn(t)
+	for _, skew := range []time.Duration{2 * time.Second, -2 * time.Second} {
+		for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.TokenBucket} {
+			t.Run(fmt.Sprintf("%v_%v", skew, alg), func(t *testing.T) {
+				var decided [2][]bool
+				var cacheHits uint64
+				for i, mode := range []accuracy.Mode{accuracy.Exact, accuracy.Cache} {
+					s := accuracy.Setup{
+						Store: "redis", Algorithm: alg, Mode: mode, Timeout: 10 * time.Second,
+						ServerClock: true, ServerSkew: skew,
+						Rule:    fmt.Sprintf("server-clock/%v/%s/%s", skew, alg, mode),
+						Connect: conn(t),
+					}
+					r, err := accuracy.Replay(context.Background(), tr, oracle, s)
+					if err != nil {
+						t.Fatalf("%s: %v", s.Rule, err)
+					}
+					decided[i] = r.Decisions
+					cacheHits += r.Sync.CacheHits
+				}
+				if i, n := diff(decided[0], decided[1]); n > 0 {
+					t.Errorf("cache mode decides %d requests otherwise than exact mode, the first at %d (%v)", n, i, tr.Requests[i])
+				}
+				if cacheHits == 0 {
+					t.Errorf("the cache answered nothing: the replay tests nothing")
+				}
+			})
 		}
 	}
 }

@@ -1,0 +1,289 @@
+package aggregator
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+)
+
+// Metric names and dimension keys of the EMF documents the aggregator
+// writes: the catalogue dashboards and alarms are built from.
+const (
+	MetricRequests         = "Requests"
+	MetricAllowed          = "Allowed"
+	MetricBlocked          = "Blocked"
+	MetricChallenged       = "Challenged"
+	MetricTokenPassed      = "TokenPassed"
+	MetricFailOpen         = "FailOpen"
+	MetricFailClosed       = "FailClosed"
+	MetricLocalLimit       = "LocalLimit"
+	MetricShadowBlocked    = "ShadowBlocked"
+	MetricDenyListed       = "DenyListed"
+	MetricAllowListed      = "AllowListed"
+	MetricUniqueClients    = "UniqueClients"
+	MetricStoreLatency     = "StoreLatency"
+	MetricStoreLatencyN    = "StoreLatencyCount"
+	MetricDecisionsDropped = "DecisionsDropped"
+
+	DimTier    = "Tier"
+	DimRule    = "Rule"
+	DimOutcome = "Outcome"
+	DimNode    = "Node"
+
+	// OtherRule is the Rule dimension value of the rules past the
+	// cardinality budget, folded together.
+	OtherRule = "__other__"
+)
+
+// outcomeMetrics names the count metric of each outcome.
+var outcomeMetrics = [decisions.NumOutcomes]string{
+	decisions.Allow:       MetricAllowed,
+	decisions.Block:       MetricBlocked,
+	decisions.Challenge:   MetricChallenged,
+	decisions.TokenPass:   MetricTokenPassed,
+	decisions.FailOpen:    MetricFailOpen,
+	decisions.FailClosed:  MetricFailClosed,
+	decisions.LocalLimit:  MetricLocalLimit,
+	decisions.ShadowBlock: MetricShadowBlocked,
+	decisions.DenyListed:  MetricDenyListed,
+	decisions.AllowListed: MetricAllowListed,
+}
+
+// latencyValues is how many values StoreLatency carries per document.
+const latencyValues = 100
+
+// EMFOptions configure the EMF documents of a partial.
+type EMFOptions struct {
+	Namespace string // default "Ratewarden"
+	Source    string // names the source in the idempotency key, such as "log" or a stream name
+	// RuleBudget is how many (tier, rule) pairs per window get documents
+	// of their own, the busiest first; the others are folded into
+	// OtherRule. Default 50.
+	RuleBudget int
+}
+
+func (o EMFOptions) withDefaults() EMFOptions {
+	if o.Namespace == "" {
+		o.Namespace = "Ratewarden"
+	}
+	if o.RuleBudget <= 0 {
+		o.RuleBudget = 50
+	}
+	return o
+}
+
+// Documents returns the EMF documents of one output of partition, in a
+// fixed order: service-wide, by tier, by tier and rule, by outcome, by
+// node. Every document is stamped with the window's start and carries the
+// output's idempotency key: source, partition, window, sequence range, and
+// whether it is a correction.
+func Documents(o EMFOptions, partition string, out Output) []emf.Document {
+	o = o.withDefaults()
+	p := out.Partial
+	props := []emf.Property{
+		emf.StringProperty("rw_key", o.Source+"/"+partition+"/"+strconv.FormatInt(p.Start.UnixMilli(), 10)+"/"+
+			strconv.FormatUint(out.From, 10)+"-"+strconv.FormatUint(out.To, 10)),
+		emf.StringProperty("rw_source", o.Source),
+		emf.StringProperty("rw_partition", partition),
+		emf.StringProperty("rw_window_start", p.Start.UTC().Format(time.RFC3339Nano)),
+		emf.StringProperty("rw_window", p.Size.String()),
+		emf.StringProperty("rw_from", strconv.FormatUint(out.From, 10)),
+		emf.StringProperty("rw_to", strconv.FormatUint(out.To, 10)),
+	}
+	if out.Correction {
+		props = append(props, emf.StringProperty("rw_correction", "true"))
+	}
+	doc := func(dims []emf.Dimension, ms []emf.Metric) emf.Document {
+		var sets [][]emf.Dimension
+		if len(dims) > 0 {
+			sets = [][]emf.Dimension{dims}
+		}
+		return emf.Document{Namespace: o.Namespace, Timestamp: p.Start, Dimensions: sets, Properties: props, Metrics: ms}
+	}
+
+	var docs []emf.Document
+	// Service-wide.
+	all := p.Counts.ByOutcome()
+	ms := outcomeCountMetrics(all)
+	if u := Estimate(p.Clients.All); u > 0 {
+		ms = append(ms, countMetric(MetricUniqueClients, u))
+	}
+	if n := p.Latency.Count(); n > 0 {
+		ms = append(ms, emf.Metric{Name: MetricStoreLatency, Unit: emf.Milliseconds, Values: latencyLadder(&p.Latency, latencyValues)},
+			countMetric(MetricStoreLatencyN, n))
+	}
+	if p.Counts.Dropped > 0 {
+		ms = append(ms, countMetric(MetricDecisionsDropped, p.Counts.Dropped))
+	}
+	if len(ms) > 0 {
+		docs = append(docs, doc(nil, ms))
+	}
+
+	// By tier, and by tier and rule within the budget.
+	type tierRule struct{ tier, rule string }
+	tiers := map[string]*[decisions.NumOutcomes]uint64{}
+	rules := map[tierRule]*[decisions.NumOutcomes]uint64{}
+	for k, n := range p.Counts.Cells {
+		if int(k.Outcome) >= decisions.NumOutcomes {
+			continue
+		}
+		t := tiers[k.Tier]
+		if t == nil {
+			t = new([decisions.NumOutcomes]uint64)
+			tiers[k.Tier] = t
+		}
+		t[k.Outcome] += n
+		if k.Rule == "" {
+			continue // lists decide without a rule
+		}
+		r := rules[tierRule{k.Tier, k.Rule}]
+		if r == nil {
+			r = new([decisions.NumOutcomes]uint64)
+			rules[tierRule{k.Tier, k.Rule}] = r
+		}
+		r[k.Outcome] += n
+	}
+	for _, tier := range sortedKeys(tiers) {
+		ms := outcomeCountMetrics(*tiers[tier])
+		if u := Estimate(p.Clients.ByTier[tier]); u > 0 {
+			ms = append(ms, countMetric(MetricUniqueClients, u))
+		}
+		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(tier)}}, ms))
+	}
+	ranked := make([]tierRule, 0, len(rules))
+	for k := range rules {
+		ranked = append(ranked, k)
+	}
+	total := func(c *[decisions.NumOutcomes]uint64) (s uint64) {
+		for _, n := range c {
+			s += n
+		}
+		return s
+	}
+	slices.SortFunc(ranked, func(a, b tierRule) int {
+		return cmp.Or(cmp.Compare(total(rules[b]), total(rules[a])), cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule))
+	})
+	folded := map[string]*[decisions.NumOutcomes]uint64{}
+	for i, k := range ranked {
+		if i < o.RuleBudget {
+			continue
+		}
+		f := folded[k.tier]
+		if f == nil {
+			f = new([decisions.NumOutcomes]uint64)
+			folded[k.tier] = f
+		}
+		for j, n := range rules[k] {
+			f[j] += n
+		}
+	}
+	kept := ranked[:min(len(ranked), o.RuleBudget)]
+	slices.SortFunc(kept, func(a, b tierRule) int { return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule)) })
+	for _, k := range kept {
+		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(k.tier)}, {Name: DimRule, Value: dimValue(k.rule)}},
+			outcomeCountMetrics(*rules[k])))
+	}
+	for _, tier := range sortedKeys(folded) {
+		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(tier)}, {Name: DimRule, Value: OtherRule}},
+			outcomeCountMetrics(*folded[tier])))
+	}
+
+	// By outcome.
+	for oc, n := range all {
+		if n > 0 {
+			docs = append(docs, doc([]emf.Dimension{{Name: DimOutcome, Value: decisions.Outcome(oc).String()}},
+				[]emf.Metric{countMetric(MetricRequests, n)}))
+		}
+	}
+	// By node.
+	for _, node := range sortedKeys(p.Counts.ByNode) {
+		docs = append(docs, doc([]emf.Dimension{{Name: DimNode, Value: dimValue(node)}}, outcomeCountMetrics(*p.Counts.ByNode[node])))
+	}
+	return docs
+}
+
+// dimValue keeps an empty dimension value (a decision without a tier)
+// from being refused by the specification.
+func dimValue(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func countMetric(name string, n uint64) emf.Metric {
+	return emf.Metric{Name: name, Unit: emf.Count, Values: []float64{float64(n)}}
+}
+
+// outcomeCountMetrics returns Requests and one metric per outcome, zeros
+// included, so that a dashboard's sums and ratios see every window.
+func outcomeCountMetrics(c [decisions.NumOutcomes]uint64) []emf.Metric {
+	var total uint64
+	ms := make([]emf.Metric, 0, decisions.NumOutcomes)
+	ms = append(ms, emf.Metric{})
+	for oc, n := range c {
+		if name := outcomeMetrics[oc]; name != "" {
+			total += n
+			ms = append(ms, countMetric(name, n))
+		}
+	}
+	ms[0] = countMetric(MetricRequests, total)
+	return ms
+}
+
+// latencyLadder returns up to n values whose distribution is the
+// sketch's: every value when there are at most n, else the quantiles at
+// (i+0.5)/n. EMF has no counts, so a window's latencies are summarized by
+// n evenly spaced quantiles; StoreLatencyCount carries the true count.
+func latencyLadder(l *Latency, n int) []float64 {
+	if c := l.Count(); c <= uint64(n) {
+		var vs []float64
+		l.Bins(func(v, c float64) {
+			for range int(c + 0.5) {
+				vs = append(vs, v)
+			}
+		})
+		return vs
+	}
+	vs := make([]float64, n)
+	for i := range vs {
+		vs[i] = l.Quantile((float64(i) + 0.5) / float64(n))
+	}
+	return vs
+}
+
+// EMFSink writes each output's documents through an emf.Writer. A rerun of
+// an output writes the same documents with the same rw_key.
+type EMFSink struct {
+	W    *emf.Writer
+	Opts EMFOptions
+	// Now is when CloudWatch reads the documents (the timestamp check);
+	// default time.Now.
+	Now func() time.Time
+}
+
+var _ Sink = (*EMFSink)(nil)
+
+// Write writes o's documents.
+func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	t := now()
+	for _, d := range Documents(s.Opts, partition, o) {
+		if err := s.W.Write(ctx, &d, t); err != nil {
+			return fmt.Errorf("write emf: %w", err)
+		}
+	}
+	return nil
+}
+
+// Flush asks the writer's sinks to deliver what they buffer.
+func (s *EMFSink) Flush(ctx context.Context) error { return s.W.Flush(ctx) }

@@ -1,0 +1,104 @@
+package aggregator
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// encodeDocuments encodes a partial's documents as JSON lines.
+func encodeDocuments(t *testing.T, opts EMFOptions, out Output) []byte {
+	t.Helper()
+	var b []byte
+	for _, d := range Documents(opts, "log", out) {
+		var err error
+		if b, err = emf.AppendDocuments(b, &d, emf.Limits{IgnoreTimestampWindow: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// TestDocumentsGolden: the documents of a fixed window of generated
+// traffic, compared with testdata/emf/window.jsonl (-update rewrites it);
+// every line passes the EMF validator, and the Requests of every
+// dimension set add up to the window's decisions.
+func TestDocumentsGolden(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 10)
+	for _, d := range decisiontest.NewGenerator(4, t0).Batch(3000) {
+		p.Update(&d)
+	}
+	out := Output{Partial: p, From: 0, To: 2999}
+	got := encodeDocuments(t, EMFOptions{Source: "test", RuleBudget: 8}, out)
+	golden := filepath.Join("testdata", "emf", "window.jsonl")
+	if *update {
+		os.MkdirAll(filepath.Dir(golden), 0o755)
+		os.WriteFile(golden, got, 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("documents differ from %s (run with -update after checking)", golden)
+	}
+	sums := map[string]float64{} // Requests by dimension keys
+	for i, line := range bytes.Split(bytes.TrimSpace(got), []byte("\n")) {
+		if vs := emf.Validate(line, t0, emf.ValidateOptions{}); len(vs) > 0 {
+			t.Errorf("line %d: %v", i+1, vs)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatal(err)
+		}
+		dims := m["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)["Dimensions"].([]any)
+		key := "[]"
+		if len(dims) > 0 {
+			b, _ := json.Marshal(dims[0])
+			key = string(b)
+		}
+		if m["rw_key"] != fmt.Sprintf("test/log/%d/0-2999", t0.UnixMilli()) {
+			t.Fatalf("line %d: rw_key %v", i+1, m["rw_key"])
+		}
+		if v, ok := m["Requests"].(float64); ok {
+			sums[key] += v
+		}
+	}
+	total := float64(p.Counts.Total())
+	for _, key := range []string{`[]`, `["Tier"]`, `["Outcome"]`, `["Node"]`} {
+		if sums[key] != total {
+			t.Errorf("Requests by %s add up to %v, the window holds %v decisions", key, sums[key], total)
+		}
+	}
+	if sums[`["Tier","Rule"]`] == 0 || sums[`["Tier","Rule"]`] > total {
+		t.Errorf("Requests by tier and rule add up to %v of %v", sums[`["Tier","Rule"]`], total)
+	}
+}
+
+// TestDocumentsDeterministic: the same output gives the same bytes, and a
+// correction says so in its key's companion property.
+func TestDocumentsDeterministic(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 10)
+	for _, d := range decisiontest.NewGenerator(6, t0).Batch(500) {
+		p.Update(&d)
+	}
+	a := encodeDocuments(t, EMFOptions{}, Output{Partial: p, From: 3, To: 9})
+	b := encodeDocuments(t, EMFOptions{}, Output{Partial: p, From: 3, To: 9})
+	if !bytes.Equal(a, b) {
+		t.Fatal("two encodings of one output differ")
+	}
+	c := encodeDocuments(t, EMFOptions{}, Output{Partial: p, From: 3, To: 9, Correction: true})
+	if !bytes.Contains(c, []byte(`"rw_correction":"true"`)) || bytes.Contains(a, []byte(`rw_correction`)) {
+		t.Error("only a correction carries rw_correction")
+	}
+}

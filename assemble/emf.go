@@ -1,0 +1,49 @@
+package assemble
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+)
+
+// EMFSinkSpecs is the help text of an EMF sink specification.
+const EMFSinkSpecs = "stdout | file:PATH | agent:tcp://HOST:PORT | agent:udp://HOST:PORT | logs:GROUP | metrics"
+
+// EMFSink opens the EMF sink spec names: stdout (w), a file (rotated at 64
+// MiB), the CloudWatch agent, CloudWatch Logs PutLogEvents into GROUP (a
+// stream per host and process, created when missing), or PutMetricData.
+// The AWS sinks take the SDK's configuration the standard way.
+func EMFSink(ctx context.Context, spec string, w io.Writer) (emf.Sink, error) {
+	kind, arg, _ := strings.Cut(spec, ":")
+	switch {
+	case spec == "stdout":
+		return emf.NewStdoutSink(w), nil
+	case kind == "file" && arg != "":
+		return emf.NewFileSink(emf.FileConfig{Path: arg})
+	case kind == "agent" && arg != "":
+		return emf.NewAgentSink(emf.AgentOptions{Address: arg})
+	case kind == "logs" && arg != "":
+		acfg, err := AWS(ctx, "")
+		if err != nil {
+			return nil, fmt.Errorf("emf sink %s: %w", spec, err)
+		}
+		host, _ := os.Hostname()
+		return emf.NewLogsSink(cloudwatchlogs.NewFromConfig(acfg), emf.LogsOptions{LogGroup: arg,
+			LogStream: "ratewarden-" + host + "-" + strconv.Itoa(os.Getpid()), Create: true})
+	case spec == "metrics":
+		acfg, err := AWS(ctx, "")
+		if err != nil {
+			return nil, fmt.Errorf("emf sink %s: %w", spec, err)
+		}
+		return emf.NewMetricDataSink(cloudwatch.NewFromConfig(acfg), emf.MetricDataOptions{})
+	}
+	return nil, fmt.Errorf("emf sink %q: want %s", spec, EMFSinkSpecs)
+}
