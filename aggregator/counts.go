@@ -16,12 +16,21 @@ type CountKey struct {
 	Reason  string
 }
 
+// ErrorKey is one cell of the response error counts.
+type ErrorKey struct {
+	Tier  string
+	Rule  string
+	Error string // a decisions.Response* value, such as "upstream_timeout"
+}
+
 // Counts counts decisions by tier × rule × outcome × reason and by edge node
-// × outcome, and counts the drop reports and feedback actions of the log.
-// The zero value is ready to use; it is not safe for concurrent use.
+// × outcome, responses that failed by tier × rule × error, and the drop
+// reports and feedback actions of the log. The zero value is ready to use;
+// it is not safe for concurrent use.
 type Counts struct {
 	Cells    map[CountKey]uint64
 	ByNode   map[string]*[decisions.NumOutcomes]uint64
+	Errors   map[ErrorKey]uint64
 	Dropped  uint64            // decisions the edges reported dropped (drops events)
 	Feedback map[string]uint64 // feedback actions by "list/action", such as "challenge/add"
 }
@@ -43,6 +52,12 @@ func (c *Counts) Update(d *decisions.Decision) {
 		return
 	}
 	c.add(CountKey{Tier: d.Tier, Rule: d.Rule, Outcome: d.Outcome, Reason: d.Reason}, d.Node, 1)
+	if d.ResponseError != "" {
+		if c.Errors == nil {
+			c.Errors = map[ErrorKey]uint64{}
+		}
+		c.Errors[ErrorKey{d.Tier, d.Rule, d.ResponseError}]++
+	}
 }
 
 func (c *Counts) add(k CountKey, node string, n uint64) {
@@ -83,6 +98,12 @@ func (c *Counts) Merge(o *Counts) {
 		for i, n := range src {
 			dst[i] += n
 		}
+	}
+	for k, n := range o.Errors {
+		if c.Errors == nil {
+			c.Errors = map[ErrorKey]uint64{}
+		}
+		c.Errors[k] += n
 	}
 	c.Dropped += o.Dropped
 	for k, n := range o.Feedback {
@@ -148,6 +169,20 @@ func (c *Counts) AppendBinary(b []byte) []byte {
 			b = appendUvarint(b, n)
 		}
 	}
+	errs := make([]ErrorKey, 0, len(c.Errors))
+	for k := range c.Errors {
+		errs = append(errs, k)
+	}
+	slices.SortFunc(errs, func(a, b ErrorKey) int {
+		return cmp.Or(cmp.Compare(a.Tier, b.Tier), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Error, b.Error))
+	})
+	b = appendUvarint(b, uint64(len(errs)))
+	for _, k := range errs {
+		b = appendString(b, k.Tier)
+		b = appendString(b, k.Rule)
+		b = appendString(b, k.Error)
+		b = appendUvarint(b, c.Errors[k])
+	}
 	b = appendUvarint(b, c.Dropped)
 	fb := sortedKeys(c.Feedback)
 	b = appendUvarint(b, uint64(len(fb)))
@@ -188,6 +223,18 @@ func (c *Counts) decode(r *reader) error {
 			c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
 		}
 		c.ByNode[node] = &byOutcome
+	}
+	errs := r.count(4)
+	for range errs {
+		k := ErrorKey{Tier: r.string(), Rule: r.string(), Error: r.string()}
+		v := r.uvarint()
+		if r.err != nil {
+			return fmt.Errorf("decode counts: %w", r.err)
+		}
+		if c.Errors == nil {
+			c.Errors = map[ErrorKey]uint64{}
+		}
+		c.Errors[k] = v
 	}
 	c.Dropped = r.uvarint()
 	fb := r.count(2)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -26,10 +27,15 @@ const (
 	MetricShadowBlocked    = "ShadowBlocked"
 	MetricDenyListed       = "DenyListed"
 	MetricAllowListed      = "AllowListed"
+	MetricRejected         = "Rejected"
 	MetricUniqueClients    = "UniqueClients"
 	MetricStoreLatency     = "StoreLatency"
 	MetricStoreLatencyN    = "StoreLatencyCount"
 	MetricDecisionsDropped = "DecisionsDropped"
+	MetricOriginErrors     = "OriginErrors"
+	MetricOriginTimeouts   = "OriginTimeouts"
+	MetricUpstreamLatency  = "UpstreamLatency"
+	MetricUpstreamLatencyN = "UpstreamLatencyCount"
 
 	DimTier    = "Tier"
 	DimRule    = "Rule"
@@ -53,6 +59,7 @@ var outcomeMetrics = [decisions.NumOutcomes]string{
 	decisions.ShadowBlock: MetricShadowBlocked,
 	decisions.DenyListed:  MetricDenyListed,
 	decisions.AllowListed: MetricAllowListed,
+	decisions.Rejected:    MetricRejected,
 }
 
 // latencyValues is how many values StoreLatency carries per document.
@@ -87,14 +94,12 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	o = o.withDefaults()
 	p := out.Partial
 	props := []emf.Property{
-		emf.StringProperty("rw_key", o.Source+"/"+partition+"/"+strconv.FormatInt(p.Start.UnixMilli(), 10)+"/"+
-			strconv.FormatUint(out.From, 10)+"-"+strconv.FormatUint(out.To, 10)),
+		emf.StringProperty("rw_key", o.Source+"/"+partition+"/"+strconv.FormatInt(p.Start.UnixMilli(), 10)+"/"+out.RangeKey()),
 		emf.StringProperty("rw_source", o.Source),
 		emf.StringProperty("rw_partition", partition),
 		emf.StringProperty("rw_window_start", p.Start.UTC().Format(time.RFC3339Nano)),
 		emf.StringProperty("rw_window", p.Size.String()),
-		emf.StringProperty("rw_from", strconv.FormatUint(out.From, 10)),
-		emf.StringProperty("rw_to", strconv.FormatUint(out.To, 10)),
+		emf.StringProperty("rw_range", out.RangeKey()),
 	}
 	if out.Correction {
 		props = append(props, emf.StringProperty("rw_correction", "true"))
@@ -118,15 +123,42 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 		ms = append(ms, emf.Metric{Name: MetricStoreLatency, Unit: emf.Milliseconds, Values: latencyLadder(&p.Latency, latencyValues)},
 			countMetric(MetricStoreLatencyN, n))
 	}
+	if n := p.Upstream.Count(); n > 0 {
+		ms = append(ms, emf.Metric{Name: MetricUpstreamLatency, Unit: emf.Milliseconds, Values: latencyLadder(&p.Upstream, latencyValues)},
+			countMetric(MetricUpstreamLatencyN, n))
+	}
 	if p.Counts.Dropped > 0 {
 		ms = append(ms, countMetric(MetricDecisionsDropped, p.Counts.Dropped))
 	}
+	type tierRule struct{ tier, rule string }
+	originErrs := map[tierRule]*[2]uint64{} // errors, timeouts; "" rule: the tier's total
+	var allErrs [2]uint64
+	for k, n := range p.Counts.Errors {
+		if !strings.HasPrefix(k.Error, "upstream_") {
+			continue
+		}
+		i := 0
+		if k.Error == decisions.UpstreamTimeout {
+			i = 1
+		}
+		for _, key := range []tierRule{{k.Tier, ""}, {k.Tier, k.Rule}} {
+			e := originErrs[key]
+			if e == nil {
+				e = new([2]uint64)
+				originErrs[key] = e
+			}
+			e[0] += n
+			e[i] += n * uint64(i)
+		}
+		allErrs[0] += n
+		allErrs[i] += n * uint64(i)
+	}
+	ms = append(ms, originMetrics(allErrs)...)
 	if len(ms) > 0 {
 		docs = append(docs, doc(nil, ms))
 	}
 
 	// By tier, and by tier and rule within the budget.
-	type tierRule struct{ tier, rule string }
 	tiers := map[string]*[decisions.NumOutcomes]uint64{}
 	rules := map[tierRule]*[decisions.NumOutcomes]uint64{}
 	for k, n := range p.Counts.Cells {
@@ -153,6 +185,9 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 		ms := outcomeCountMetrics(*tiers[tier])
 		if u := Estimate(p.Clients.ByTier[tier]); u > 0 {
 			ms = append(ms, countMetric(MetricUniqueClients, u))
+		}
+		if e := originErrs[tierRule{tier, ""}]; e != nil {
+			ms = append(ms, originMetrics(*e)...)
 		}
 		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(tier)}}, ms))
 	}
@@ -186,8 +221,11 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	kept := ranked[:min(len(ranked), o.RuleBudget)]
 	slices.SortFunc(kept, func(a, b tierRule) int { return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule)) })
 	for _, k := range kept {
-		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(k.tier)}, {Name: DimRule, Value: dimValue(k.rule)}},
-			outcomeCountMetrics(*rules[k])))
+		ms := outcomeCountMetrics(*rules[k])
+		if e := originErrs[k]; e != nil {
+			ms = append(ms, originMetrics(*e)...)
+		}
+		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(k.tier)}, {Name: DimRule, Value: dimValue(k.rule)}}, ms))
 	}
 	for _, tier := range sortedKeys(folded) {
 		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(tier)}, {Name: DimRule, Value: OtherRule}},
@@ -235,6 +273,15 @@ func outcomeCountMetrics(c [decisions.NumOutcomes]uint64) []emf.Metric {
 	}
 	ms[0] = countMetric(MetricRequests, total)
 	return ms
+}
+
+// originMetrics returns OriginErrors and OriginTimeouts (of e: errors,
+// timeouts), when there were any.
+func originMetrics(e [2]uint64) []emf.Metric {
+	if e[0] == 0 {
+		return nil
+	}
+	return []emf.Metric{countMetric(MetricOriginErrors, e[0]), countMetric(MetricOriginTimeouts, e[1])}
 }
 
 // latencyLadder returns up to n values whose distribution is the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,8 +36,12 @@ func encodeDocuments(t *testing.T, opts EMFOptions, out Output) []byte {
 // dimension set add up to the window's decisions.
 func TestDocumentsGolden(t *testing.T) {
 	p := NewPartial(t0, time.Minute, 10)
+	var originErrors float64
 	for _, d := range decisiontest.NewGenerator(4, t0).Batch(3000) {
 		p.Update(&d)
+		if strings.HasPrefix(d.ResponseError, "upstream_") {
+			originErrors++
+		}
 	}
 	out := Output{Partial: p, From: 0, To: 2999}
 	got := encodeDocuments(t, EMFOptions{Source: "test", RuleBudget: 8}, out)
@@ -73,12 +78,18 @@ func TestDocumentsGolden(t *testing.T) {
 		if v, ok := m["Requests"].(float64); ok {
 			sums[key] += v
 		}
+		if v, ok := m["OriginErrors"].(float64); ok && key == "[]" {
+			sums["origin"] += v
+		}
 	}
 	total := float64(p.Counts.Total())
 	for _, key := range []string{`[]`, `["Tier"]`, `["Outcome"]`, `["Node"]`} {
 		if sums[key] != total {
 			t.Errorf("Requests by %s add up to %v, the window holds %v decisions", key, sums[key], total)
 		}
+	}
+	if originErrors == 0 || sums["origin"] != originErrors {
+		t.Errorf("service-wide OriginErrors %v, the window's events have %v", sums["origin"], originErrors)
 	}
 	if sums[`["Tier","Rule"]`] == 0 || sums[`["Tier","Rule"]`] > total {
 		t.Errorf("Requests by tier and rule add up to %v of %v", sums[`["Tier","Rule"]`], total)

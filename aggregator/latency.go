@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/DataDog/sketches-go/ddsketch/mapping"
@@ -17,8 +18,8 @@ const LatencyAccuracy = 0.01
 // about 17 orders of magnitude, far more than 1 µs to an hour.
 const latencyBins = 2048
 
-// Latency is the distribution of the counter store's latency, in
-// milliseconds, as a DDSketch: any quantile within 1 % relative error, and
+// Latency is a distribution of latencies (the counter store's, the
+// origin's), in milliseconds, as a DDSketch: any quantile within 1 % relative error, and
 // mergeable. Decisions with no store latency (in-process stores, lists) are
 // not in it. The zero value is ready to use; it is not safe for concurrent
 // use.
@@ -41,13 +42,21 @@ func newLatencySketch() *ddsketch.DDSketch {
 
 // Update adds d's store latency.
 func (l *Latency) Update(d *decisions.Decision) {
-	if d.Kind != decisions.KindDecision || d.StoreLatency <= 0 {
+	if d.Kind == decisions.KindDecision {
+		l.Add(d.StoreLatency)
+	}
+}
+
+// Add adds one latency; zero and negative ones (nothing was waited for)
+// are not recorded.
+func (l *Latency) Add(v time.Duration) {
+	if v <= 0 {
 		return
 	}
 	if l.Sketch == nil {
 		l.Sketch = newLatencySketch()
 	}
-	l.Sketch.Add(float64(d.StoreLatency) / 1e6)
+	l.Sketch.Add(float64(v) / 1e6)
 }
 
 // Merge adds o's values to l.

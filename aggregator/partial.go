@@ -18,7 +18,8 @@ type Partial struct {
 	Events    uint64
 	Counts    Counts
 	Clients   Distinct
-	Latency   Latency
+	Latency   Latency // the counter store's
+	Upstream  Latency // the origin's, to its response headers
 	Offenders *Offenders
 }
 
@@ -37,6 +38,9 @@ func (p *Partial) Update(d *decisions.Decision) {
 	p.Counts.Update(d)
 	p.Clients.Update(d)
 	p.Latency.Update(d)
+	if d.Kind == decisions.KindDecision {
+		p.Upstream.Add(d.UpstreamLatency)
+	}
 	p.Offenders.Update(d)
 }
 
@@ -55,6 +59,9 @@ func (p *Partial) Merge(q *Partial, disjoint bool) error {
 		return err
 	}
 	if err := p.Latency.Merge(&q.Latency); err != nil {
+		return err
+	}
+	if err := p.Upstream.Merge(&q.Upstream); err != nil {
 		return err
 	}
 	p.Offenders.Merge(q.Offenders, disjoint)
@@ -83,6 +90,7 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
 		return b, err
 	}
 	b = p.Latency.AppendBinary(b)
+	b = p.Upstream.AppendBinary(b)
 	return p.Offenders.AppendBinary(b), nil
 }
 
@@ -112,6 +120,9 @@ func DecodePartial(b []byte) (*Partial, error) {
 		return nil, fmt.Errorf("decode partial: %w", err)
 	}
 	if err := p.Latency.decode(r); err != nil {
+		return nil, fmt.Errorf("decode partial: %w", err)
+	}
+	if err := p.Upstream.decode(r); err != nil {
 		return nil, fmt.Errorf("decode partial: %w", err)
 	}
 	var err error

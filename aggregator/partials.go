@@ -45,8 +45,7 @@ const partialsExt = ".rwp"
 
 func (s *PartialsDir) path(partition string, o Output) string {
 	p := o.Partial
-	name := strconv.FormatInt(p.Start.UnixNano(), 10) + "." + partition + "." +
-		strconv.FormatUint(o.From, 10) + "-" + strconv.FormatUint(o.To, 10) + partialsExt
+	name := strconv.FormatInt(p.Start.UnixNano(), 10) + "." + partition + "." + o.RangeKey() + partialsExt
 	return filepath.Join(s.Dir, p.Size.String(), p.Start.UTC().Format(time.DateOnly), name)
 }
 

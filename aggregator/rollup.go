@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -81,6 +82,18 @@ type Output struct {
 	Partial    *Partial
 	Correction bool // late events of a window emitted before
 	From, To   uint64
+	// Range, when set, names the source positions instead of From-To: a
+	// Lambda invocation's first and last Kinesis sequence numbers.
+	Range string
+}
+
+// RangeKey is the part of the output's idempotency key that names its
+// source positions: Range, or "From-To".
+func (o Output) RangeKey() string {
+	if o.Range != "" {
+		return o.Range
+	}
+	return strconv.FormatUint(o.From, 10) + "-" + strconv.FormatUint(o.To, 10)
 }
 
 // pending is an open window, or the late events of an emitted one.
@@ -133,9 +146,12 @@ func (r *Rollup) Watermark() time.Time {
 	return r.latest.Add(-r.o.Lateness)
 }
 
-func (r *Rollup) windowStart(t time.Time) int64 {
-	n := t.UnixNano()
-	w := int64(r.o.Window)
+func (r *Rollup) windowStart(t time.Time) int64 { return windowStart(t, r.o.Window) }
+
+// windowStart is the start, in Unix nanoseconds, of the window of length
+// size that holds t: windows are aligned on the Unix epoch.
+func windowStart(t time.Time, size time.Duration) int64 {
+	n, w := t.UnixNano(), int64(size)
 	s := n - n%w
 	if n%w < 0 {
 		s -= w

@@ -55,33 +55,40 @@ type Hitter struct {
 type TopK struct {
 	k     int
 	h     hitterHeap // min-heap on Count
-	index map[Client]int
+	index map[Client]*slot
+}
+
+// slot is a counter and its place in the heap: the heap moves pointers and
+// updates pos, so that moving a counter writes no map.
+type slot struct {
+	Hitter
+	pos int
 }
 
 // NewTopK returns a TopK of k counters.
 func NewTopK(k int) *TopK {
-	t := &TopK{k: max(k, 1), index: make(map[Client]int, min(k, 1024))}
-	t.h.index = t.index
-	return t
+	return &TopK{k: max(k, 1), index: make(map[Client]*slot, min(k, 1024))}
 }
 
 // Add counts n hits of c.
 func (t *TopK) Add(c Client, n uint64) {
-	if i, ok := t.index[c]; ok {
-		t.h.items[i].Count += n
-		heap.Fix(&t.h, i)
+	if s, ok := t.index[c]; ok {
+		s.Count += n
+		heap.Fix(&t.h, s.pos)
 		return
 	}
 	if len(t.h.items) < t.k {
-		heap.Push(&t.h, Hitter{Client: c, Count: n})
+		s := &slot{Hitter: Hitter{Client: c, Count: n}}
+		t.index[c] = s
+		heap.Push(&t.h, s)
 		return
 	}
 	// Replace the smallest counter: the newcomer may have been counted
 	// there before it was evicted, which is what Err bounds.
 	low := t.h.items[0]
 	delete(t.index, low.Client)
-	t.h.items[0] = Hitter{Client: c, Count: low.Count + n, Err: low.Count}
-	t.index[c] = 0
+	low.Hitter = Hitter{Client: c, Count: low.Count + n, Err: low.Count}
+	t.index[c] = low
 	heap.Fix(&t.h, 0)
 }
 
@@ -105,10 +112,11 @@ func (t *TopK) Merge(o *TopK, disjoint bool) {
 		tf, of = 0, 0
 	}
 	merged := make(map[Client]Hitter, len(t.h.items)+len(o.h.items))
-	for _, h := range t.h.items {
-		merged[h.Client] = h
+	for _, s := range t.h.items {
+		merged[s.Client] = s.Hitter
 	}
-	for _, h := range o.h.items {
+	for _, s := range o.h.items {
+		h := s.Hitter
 		if m, ok := merged[h.Client]; ok {
 			m.Count += h.Count
 			m.Err += h.Err
@@ -140,9 +148,11 @@ func (t *TopK) Merge(o *TopK, disjoint bool) {
 
 func (t *TopK) reset(hs []Hitter) {
 	clear(t.index)
-	t.h = hitterHeap{items: hs, index: t.index}
+	t.h.items = t.h.items[:0]
 	for i, h := range hs {
-		t.index[h.Client] = i
+		s := &slot{Hitter: h, pos: i}
+		t.h.items = append(t.h.items, s)
+		t.index[h.Client] = s
 	}
 	heap.Init(&t.h)
 }
@@ -157,7 +167,10 @@ func sortHitters(hs []Hitter) {
 
 // Top returns up to n clients, heaviest first.
 func (t *TopK) Top(n int) []Hitter {
-	hs := slices.Clone(t.h.items)
+	hs := make([]Hitter, len(t.h.items))
+	for i, s := range t.h.items {
+		hs[i] = s.Hitter
+	}
 	sortHitters(hs)
 	return hs[:min(n, len(hs))]
 }
@@ -207,17 +220,17 @@ func decodeTopK(r *reader) (*TopK, error) {
 			r.fail(fmt.Errorf("client %s twice", h.Client))
 			return nil, fmt.Errorf("decode top-k: %w", r.err)
 		}
-		t.index[h.Client] = len(hs)
+		t.index[h.Client] = nil // a placeholder until reset, to find duplicates
 		hs = append(hs, h)
 	}
 	t.reset(hs)
 	return t, nil
 }
 
-// hitterHeap is a min-heap of hitters on Count that keeps index in step.
+// hitterHeap is a min-heap of counters on Count that keeps their pos in
+// step.
 type hitterHeap struct {
-	items []Hitter
-	index map[Client]int
+	items []*slot
 }
 
 func (h *hitterHeap) Len() int { return len(h.items) }
@@ -226,25 +239,26 @@ func (h *hitterHeap) Len() int { return len(h.items) }
 // among equal counts does not depend on the heap's layout, and a TopK
 // decoded from its encoding evicts exactly as the one encoded would have.
 func (h *hitterHeap) Less(i, j int) bool {
-	a, b := &h.items[i], &h.items[j]
+	a, b := h.items[i], h.items[j]
 	if a.Count != b.Count {
 		return a.Count < b.Count
 	}
 	return compareClients(a.Client, b.Client) < 0
 }
+
 func (h *hitterHeap) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.index[h.items[i].Client] = i
-	h.index[h.items[j].Client] = j
+	h.items[i].pos, h.items[j].pos = i, j
 }
+
 func (h *hitterHeap) Push(x any) {
-	it := x.(Hitter)
-	h.index[it.Client] = len(h.items)
-	h.items = append(h.items, it)
+	s := x.(*slot)
+	s.pos = len(h.items)
+	h.items = append(h.items, s)
 }
+
 func (h *hitterHeap) Pop() any {
-	it := h.items[len(h.items)-1]
+	s := h.items[len(h.items)-1]
 	h.items = h.items[:len(h.items)-1]
-	delete(h.index, it.Client)
-	return it
+	return s
 }

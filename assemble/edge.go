@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/config"
@@ -70,7 +72,7 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 			e.Close(context.Background())
 		}
 	}()
-	opts := edge.Options{Env: getenv, Keys: in.Keys}
+	opts := edge.Options{Env: getenv, Keys: in.Keys, Log: log}
 	if e.Sinks, err = DecisionSinks(ctx, cfg, log, getenv, o.Fallback); err != nil {
 		return nil, err
 	}
@@ -109,7 +111,7 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 		return nil, err
 	}
 	e.closers = append(e.closers, e.Limiter.Close)
-	if e.Origin, err = Upstream(cfg.Edge.Upstream); err != nil {
+	if e.Origin, err = Upstream(cfg.Edge.Upstream, cfg.Edge.Origin); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -135,9 +137,9 @@ func (e *Edge) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Upstream is the reverse proxy to the origin, or the demo origin for
-// BuiltinUpstream.
-func Upstream(upstream string) (http.Handler, error) {
+// Upstream is the reverse proxy to the origin, waiting for it as o says,
+// or the demo origin for BuiltinUpstream.
+func Upstream(upstream string, o config.Origin) (http.Handler, error) {
 	if upstream == BuiltinUpstream {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -148,16 +150,31 @@ func Upstream(upstream string) (http.Handler, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("upstream %q: want an absolute http or https URL", upstream)
 	}
-	return edge.NewReverseProxy(u), nil
+	return edge.NewReverseProxy(u, o), nil
 }
 
 // Server is the HTTP server for the edge's listener, with the
-// configuration's limits on headers and idle connections.
+// configuration's limits on headers and idle connections
+// (edge.client.header_timeout, edge.client.idle_timeout). The body
+// deadline is the limiter's (edge.client.body_timeout), set once a request
+// is decided; there is no write timeout, so that long downloads and
+// streams are not cut off.
 func Server(cfg *config.Config, h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: cfg.Edge.Client.HeaderTimeout,
+		IdleTimeout:       cfg.Edge.Client.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// Listen listens on edge.listen for at most edge.client.max_connections
+// client connections at a time: past the cap, new connections wait in the
+// kernel's backlog until one closes.
+func Listen(cfg *config.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Edge.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return netutil.LimitListener(ln, cfg.Edge.Client.MaxConnections), nil
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // Version is the schema version written into every encoded decision.
-const Version = 1
+// Version 2 added Status, UpstreamLatency and ResponseError.
+const Version = 2
 
 // Outcome is what the edge did with a request.
 type Outcome uint8
@@ -29,6 +30,7 @@ const (
 	FailClosed                     // the store failed and the path fails closed: 503
 	LocalLimit                     // the store is unavailable and the local fallback limit refused: 429
 	ShadowBlock                    // a shadow rule would have refused: passed, recorded only
+	Rejected                       // a path with no canonical form, or an ambiguous one the edge refuses: 400
 	numOutcomes
 )
 
@@ -46,6 +48,7 @@ var outcomeNames = [...]string{
 	FailClosed:  "fail_closed",
 	LocalLimit:  "local_limit",
 	ShadowBlock: "shadow_block",
+	Rejected:    "rejected",
 }
 
 // String returns the outcome's wire name, such as "allow" or "shadow_block".
@@ -157,6 +160,12 @@ type Decision struct {
 	// Empty means as decided (kept).
 	Privacy string
 
+	// What happened after the decision, recorded when the response ended
+	// (schema version 2; zero in events of version 1).
+	Status          int           // HTTP status sent to the client; 0 if the client left before a response began
+	UpstreamLatency time.Duration // from handing the request to the origin (its body received) to the origin's response headers or failure; 0 when not forwarded
+	ResponseError   string        // why the response is not the origin's whole answer; see the Response error constants; "" when it is
+
 	// Feedback events (KindFeedback): Action on List for Target, for TTL
 	// (0: until removed). Reason says why; Node says who.
 	List   string        // "allow", "deny" or "challenge"
@@ -167,6 +176,17 @@ type Decision struct {
 	// Drop reports (KindDrops): decisions dropped since the previous report.
 	Dropped uint64
 }
+
+// Response errors recorded in Decision.ResponseError. Those of the origin
+// start with "upstream_", those of the client otherwise.
+const (
+	UpstreamTimeout     = "upstream_timeout"     // no response headers within the upstream timeout: 504
+	UpstreamUnreachable = "upstream_unreachable" // no connection to the origin (refused, unreachable, connect timeout): 502
+	UpstreamFailed      = "upstream_error"       // the origin broke the exchange (reset, malformed response): 502
+	BodyTimeout         = "body_timeout"         // the client did not send its request body in time: 408
+	BodyTooLarge        = "body_too_large"       // the request body exceeded the configured cap: 413
+	ClientClosed        = "client_closed"        // the client went away before the response ended
+)
 
 // Identity sources recorded in Decision.IdentitySource.
 const (

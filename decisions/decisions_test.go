@@ -22,6 +22,17 @@ func sample() Decision {
 		IdentitySource: SourceJWT, Method: "GET", Host: "api.example.com", Path: "/api/reports/\x01\xff",
 		Rule: "pro:/api/reports", Algorithm: "fixed_window", Limit: 30, Window: time.Minute, Count: 31,
 		Remaining: 0, Reset: 42*time.Second + 123456789, Outcome: Challenge, Reason: "over the limit", StoreLatency: 1500*time.Microsecond + 7,
+		Status: 504, UpstreamLatency: 2*time.Second + 3, ResponseError: UpstreamTimeout,
+	}
+}
+
+// TestJSONVersion1 reads a line written before the response fields
+// existed: they decode as zero and the version is reported.
+func TestJSONVersion1(t *testing.T) {
+	line := `{"v":1,"kind":"decision","time":"2026-11-30T03:00:01Z","request_id":"r","node":"e","client_ip":"203.0.113.7","user_id":"","plan":"","tier":"anonymous","identity_source":"peer","method":"GET","host":"h","path":"/","rule":"anonymous:global","algorithm":"fixed_window","limit":60,"window_ms":60000,"count":1,"remaining":59,"reset_ms":1000,"outcome":"allow","reason":"within the limit","store_latency_us":0,"privacy":""}`
+	d, v, err := ParseJSON([]byte(line))
+	if err != nil || v != 1 || d.Status != 0 || d.UpstreamLatency != 0 || d.ResponseError != "" || d.Outcome != Allow {
+		t.Errorf("version 1 line: %v (v%d) %+v", err, v, d)
 	}
 }
 

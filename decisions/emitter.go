@@ -354,9 +354,9 @@ func (e *Emitter) cut(b []Decision) int {
 // It errs on the large side for the columnar form and is close for JSON
 // lines.
 func Size(d *Decision) int {
-	return 420 + len(d.RequestID) + len(d.Node) + len(d.UserID) + len(d.Plan) + len(d.Tier) + len(d.IdentitySource) +
+	return 480 + len(d.RequestID) + len(d.Node) + len(d.UserID) + len(d.Plan) + len(d.Tier) + len(d.IdentitySource) +
 		len(d.Method) + len(d.Host) + len(d.Path) + len(d.Rule) + len(d.Algorithm) + len(d.Reason) + len(d.Privacy) +
-		len(d.List) + len(d.Action) + len(d.Target)
+		len(d.List) + len(d.Action) + len(d.Target) + len(d.ResponseError)
 }
 
 func (e *Emitter) fail(err error) {

@@ -13,9 +13,11 @@ import (
 // AppendJSON appends d to dst as one JSON object (no trailing newline) and
 // returns the extended buffer. Times are RFC 3339 with nanoseconds in UTC;
 // durations are milliseconds (window, reset, ttl) or microseconds (store
-// latency), named with their unit, with a decimal fraction down to the
-// nanosecond when they are not whole, so the form is lossless. Empty
-// strings and zero numbers are kept, so every line has the same fields.
+// and upstream latency), named with their unit, with a decimal fraction
+// down to the nanosecond when they are not whole, so the form is lossless.
+// Empty strings and zero numbers are kept, so every line of a kind has the
+// same fields; the fields of one kind only (the response of a decision,
+// the list of a feedback event) are written for that kind.
 func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, Version, 10)
@@ -48,6 +50,11 @@ func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = appendField(dst, "reason", d.Reason)
 	dst = appendDuration(dst, "store_latency_us", d.StoreLatency, time.Microsecond)
 	dst = appendField(dst, "privacy", d.Privacy)
+	if d.Kind == KindDecision {
+		dst = appendInt(dst, "status", int64(d.Status))
+		dst = appendDuration(dst, "upstream_latency_us", d.UpstreamLatency, time.Microsecond)
+		dst = appendField(dst, "response_error", d.ResponseError)
+	}
 	if d.Kind == KindFeedback {
 		dst = appendField(dst, "list", d.List)
 		dst = appendField(dst, "action", d.Action)
@@ -204,6 +211,9 @@ type wire struct {
 	Reason         string      `json:"reason"`
 	StoreLatencyUS json.Number `json:"store_latency_us"`
 	Privacy        string      `json:"privacy"`
+	Status         int         `json:"status"`
+	UpstreamLatUS  json.Number `json:"upstream_latency_us"`
+	ResponseError  string      `json:"response_error"`
 	List           string      `json:"list"`
 	Action         string      `json:"action"`
 	Target         string      `json:"target"`
@@ -248,11 +258,11 @@ func ParseJSON(line []byte) (d Decision, version int, err error) {
 			return d, w.V, fmt.Errorf("parse decision: unknown outcome %q", w.Outcome)
 		}
 	}
-	var durs [4]time.Duration
+	var durs [5]time.Duration
 	for i, f := range []struct {
 		n    json.Number
 		unit time.Duration
-	}{{w.WindowMS, time.Millisecond}, {w.ResetMS, time.Millisecond}, {w.StoreLatencyUS, time.Microsecond}, {w.TTLMS, time.Millisecond}} {
+	}{{w.WindowMS, time.Millisecond}, {w.ResetMS, time.Millisecond}, {w.StoreLatencyUS, time.Microsecond}, {w.TTLMS, time.Millisecond}, {w.UpstreamLatUS, time.Microsecond}} {
 		if durs[i], err = parseDuration(f.n, f.unit); err != nil {
 			return d, w.V, fmt.Errorf("parse decision: %w", err)
 		}
@@ -265,5 +275,6 @@ func ParseJSON(line []byte) (d Decision, version int, err error) {
 		Rule: w.Rule, Algorithm: w.Algorithm, Limit: w.Limit, Window: durs[0],
 		Count: w.Count, Remaining: w.Remaining, Reset: durs[1],
 		Outcome: o, Reason: w.Reason, StoreLatency: durs[2],
+		Status: w.Status, UpstreamLatency: durs[4], ResponseError: w.ResponseError,
 	}, w.V, nil
 }

@@ -31,7 +31,8 @@ func benchAddrs(n int) []string {
 
 // BenchmarkDecide measures one decision with the memory store: identity,
 // tier and longest-prefix match, two counter updates (path rule and global
-// rule), grading, and the hand-off to the decision emitter. The peer
+// rule), grading, and the hand-off to the decision emitter (at once with
+// Decide, or after the response with Begin and End). The peer
 // sub-benchmarks do the same two counter updates with golang.org/x/time/rate
 // limiters in a sharded map (and no decision at all).
 func BenchmarkDecide(b *testing.B) {
@@ -45,7 +46,7 @@ func BenchmarkDecide(b *testing.B) {
 		return newLimiter(b, cfg, Options{Sink: em}), em
 	}
 	ctx := context.Background()
-	b.Run("hot_key", func(b *testing.B) {
+	hotKey := func(b *testing.B, decide func(l *Limiter, now time.Time, r *Request, v *Verdict)) {
 		l, _ := newL(b)
 		r := req("203.0.113.7:4711", "/api/search")
 		var v Verdict
@@ -53,8 +54,19 @@ func BenchmarkDecide(b *testing.B) {
 		now := t0
 		for b.Loop() {
 			now = now.Add(time.Microsecond)
-			l.Decide(ctx, now, r, &v)
+			decide(l, now, r, &v)
 		}
+	}
+	b.Run("hot_key", func(b *testing.B) {
+		hotKey(b, func(l *Limiter, now time.Time, r *Request, v *Verdict) { l.Decide(ctx, now, r, v) })
+	})
+	// What Middleware does: decide, then record the response and emit.
+	b.Run("hot_key_begin_end", func(b *testing.B) {
+		hotKey(b, func(l *Limiter, now time.Time, r *Request, v *Verdict) {
+			l.Begin(ctx, now, r, v)
+			v.Status, v.UpstreamLatency = 200, 3*time.Millisecond
+			l.End(ctx, now, v)
+		})
 	})
 	b.Run("1M_keys", func(b *testing.B) {
 		l, _ := newL(b)

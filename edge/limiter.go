@@ -3,24 +3,28 @@
 // and global rule, and decides to allow, challenge or block; every request
 // yields exactly one decision, handed to a sink without blocking.
 //
-// The decision core is Limiter.Decide. The deployment shapes are thin
-// adapters around it: Middleware for net/http (and so the reverse proxy of
-// `ratewarden edge`), and the Lambda handler in package edge/lambda.
+// The decision core is Limiter.Begin, which decides, and Limiter.End,
+// which records what happened to the response and emits the decision;
+// Limiter.Decide does both at once for callers with no response. The
+// deployment shapes are thin adapters around them: Middleware for net/http
+// (and so the reverse proxy of `ratewarden edge`), and the Lambda handler
+// in package edge/lambda.
 package edge
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/identity"
@@ -70,41 +74,57 @@ type Options struct {
 	Keys  *challenge.Keyring
 	// Env reads environment variables (JWT keys); default os.Getenv.
 	Env func(string) string
+	// Log receives a warning for responses that failed (origin timeouts
+	// and errors, client timeouts), at most a few a second; default none.
+	Log *slog.Logger
 }
 
 // Limiter decides requests. It is safe for concurrent use.
 type Limiter struct {
-	cfg        *config.Config
-	node       string
-	tiers      map[string]*tier
-	anonymous  *tier
-	authed     *tier // may be nil
-	failClosed []string
-	ident      *identity.Resolver
-	store      Store
-	taker      remoteTaker // the store, when it says which answers are the distributed store's
-	remote     bool        // the store is not in-process: deadlines, breaker, latency
-	timeout    time.Duration
-	breaker    *breaker
-	local      *memstore.Store // fallback counters while the breaker is open
-	ownStore   *memstore.Store // the default store, closed by Close
-	sink       Sink
-	allow      ListSource
-	deny       ListSource
-	keys       *challenge.Keyring
-	ipv6Prefix int
-	tokenRule  *rule // wrong verifier secrets per address; nil without challenges
+	cfg             *config.Config
+	node            string
+	tiers           map[string]*tier
+	anonymous       *tier
+	authed          *tier    // may be nil
+	failClosed      []string // in their match form (matchForm)
+	pathCase        canonpath.Case
+	rejectAmbiguous bool // paths.ambiguous: reject
+	fwd             forwarding
+	ident           *identity.Resolver
+	store           Store
+	taker           remoteTaker // the store, when it says which answers are the distributed store's
+	remote          bool        // the store is not in-process: deadlines, breaker, latency
+	timeout         time.Duration
+	breaker         *breaker
+	local           *memstore.Store // fallback counters while the breaker is open
+	ownStore        *memstore.Store // the default store, closed by Close
+	sink            Sink
+	allow           ListSource
+	deny            ListSource
+	keys            *challenge.Keyring
+	ipv6Prefix      int
+	tokenRule       *rule // wrong verifier secrets per address; nil without challenges
 
 	metrics  counters
+	log      *slog.Logger // may be nil
+	logs     sampler
 	ids      *requestIDs
 	releases releases // of a remote store only
 }
 
 // New builds a Limiter from a validated configuration.
 func New(cfg *config.Config, opts Options) (*Limiter, error) {
-	tiers, err := compileTiers(cfg)
+	pathCase := canonpath.Insensitive
+	if cfg.Paths.Case == "sensitive" {
+		pathCase = canonpath.Sensitive
+	}
+	tiers, err := compileTiers(cfg, pathCase)
 	if err != nil {
 		return nil, err
+	}
+	failClosed := make([]string, len(cfg.FailClosed))
+	for i, p := range cfg.FailClosed {
+		failClosed[i] = matchForm(p, pathCase)
 	}
 	env := opts.Env
 	if env == nil {
@@ -117,9 +137,10 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 	l := &Limiter{
 		cfg: cfg, node: cfg.Edge.Node, tiers: tiers,
 		anonymous: tiers[config.TierAnonymous], authed: tiers[config.TierAuthenticated],
-		failClosed: cfg.FailClosed, ident: res, store: opts.Store,
+		failClosed: failClosed, pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
+		fwd: newForwarding(cfg), ident: res, store: opts.Store,
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, keys: opts.Keys,
-		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(),
+		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log,
 	}
 	if cfg.Challenge.Enabled {
 		if l.tokenRule, err = compileTokenRule(cfg); err != nil {
@@ -166,7 +187,7 @@ type Request struct {
 	RemoteAddr string      // the TCP peer, "ip:port"
 	Method     string      //
 	Host       string      //
-	Path       string      // matched against path rules
+	Path       string      // as sent, still percent-encoded: its canonical form (package canonpath) is matched against path rules
 	URI        string      // path and query, carried to the challenge page
 	Header     http.Header // identity, forwarding and token headers
 	RequestID  string      // may be empty
@@ -182,6 +203,10 @@ type Verdict struct {
 	// held are concurrency slots to release when the response ends.
 	held [2]held
 	uri  string // carried to the challenge page
+	// form is how far the request's path was from Decision.Path, its
+	// canonical form; pathErr why it has none (outcome Rejected).
+	form    canonpath.Form
+	pathErr error
 }
 
 // Policy is one rule a request was counted against.
@@ -222,22 +247,44 @@ type eval struct {
 	lat   time.Duration
 }
 
-// Decide decides r at now into v and hands the decision to the sink. It
-// never blocks longer than the store deadline and never fails: store errors
-// become fail-open or fail-closed decisions. The verdict is filled in place
-// because it is large: a caller deciding many requests reuses one.
+// Decide decides r at now into v and hands the decision to the sink at
+// once, for callers that have no response to wait for; it is Begin
+// followed by the emission End would make, without releasing the
+// concurrency slots v holds (Release does). It never blocks longer than
+// the store deadline and never fails: store errors become fail-open or
+// fail-closed decisions. The verdict is filled in place because it is
+// large: a caller deciding many requests reuses one.
 func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verdict) {
+	l.Begin(ctx, now, r, v)
+	l.emit(v)
+}
+
+// Begin decides r at now into v, as Decide does, but does not emit the
+// decision: the caller serves the response, records what happened on v
+// (Status, UpstreamLatency, ResponseError) and calls End exactly once, so
+// that the request's one decision says how it ended.
+func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdict) {
 	*v = Verdict{uri: r.URI}
 	id := l.ident.Resolve(r.RemoteAddr, r.Header, now)
 	d := &v.Decision
 	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
 	d.ClientIP, d.UserID, d.Plan, d.IdentitySource = id.ClientIP, id.User, id.Plan, id.Source
-	d.Method, d.Host, d.Path = r.Method, r.Host, r.Path
+	d.Method, d.Host = r.Method, r.Host
 
 	t := l.tierFor(id.User, id.Plan)
 	d.Tier = t.name
 
+	path, form, err := canonpath.Clean(r.Path)
+	d.Path, v.form, v.pathErr = path, form, err
 	switch {
+	case err != nil:
+		d.Path = rejectedPath(r.Path)
+		l.finish(v, decisions.Rejected, err.Error())
+		return
+	case form == canonpath.Ambiguous && l.rejectAmbiguous:
+		d.Path = rejectedPath(r.Path)
+		l.finish(v, decisions.Rejected, reasonAmbiguous)
+		return
 	case !id.ClientIP.IsValid() && id.User == "":
 		// Nothing to count under. Sharing one counter among every
 		// unidentifiable request would refuse them all; this only happens
@@ -256,12 +303,12 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 	var evals [2]eval
 	var sc storeCtx
 	n := 0
-	if pr := t.match(r.Path); pr != nil {
-		l.evaluate(ctx, &sc, now, key, pr, r.Path, &evals[0])
+	if pr := t.match(path, l.pathCase); pr != nil {
+		l.evaluate(ctx, &sc, now, key, pr, path, &evals[0])
 		n = 1
 	}
 	if n == 0 || evals[0].level < levelBlock {
-		l.evaluate(ctx, &sc, now, key, t.global, r.Path, &evals[n])
+		l.evaluate(ctx, &sc, now, key, t.global, path, &evals[n])
 		n++
 	}
 	sc.done()
@@ -301,6 +348,18 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 		}
 	}
 	l.finish(v, outcome, reason)
+}
+
+const reasonAmbiguous = "ambiguous path: dot segments, repeated slashes or backslashes"
+
+// maxRejectedPath bounds the path a Rejected decision records, as sent.
+const maxRejectedPath = 256
+
+func rejectedPath(p string) string {
+	if len(p) > maxRejectedPath {
+		return p[:maxRejectedPath]
+	}
+	return p
 }
 
 func window(r *rule) time.Duration {
@@ -464,7 +523,7 @@ func (r *rule) grade(res limit.Result) int {
 
 func (l *Limiter) isFailClosed(path string) bool {
 	for _, p := range l.failClosed {
-		if strings.HasPrefix(path, p) {
+		if canonpath.HasPrefix(path, p, l.pathCase) {
 			return true
 		}
 	}
@@ -523,9 +582,66 @@ func cookieValue(h http.Header, name string) string {
 func (l *Limiter) finish(v *Verdict, o decisions.Outcome, reason string) {
 	v.Outcome, v.Reason = o, reason
 	l.metrics.outcomes[o].Add(1)
+}
+
+func (l *Limiter) emit(v *Verdict) {
 	if l.sink != nil && !l.sink.Emit(v.Decision) {
 		l.metrics.dropped.Add(1)
 	}
+}
+
+// End is called when the response to a request decided by Begin has
+// ended (or the client went away): it returns the concurrency slots v
+// holds, counts and logs a failed response, and emits the decision with
+// the response fields the caller set on v.
+func (l *Limiter) End(ctx context.Context, now time.Time, v *Verdict) {
+	l.release(ctx, now, v)
+	if v.ResponseError != "" {
+		l.metrics.responseError(v.ResponseError)
+		l.logFailure(now, v)
+	}
+	l.emit(v)
+}
+
+// logFailure logs a failed response, at most maxFailureLogs a second: an
+// origin outage under load must not flood the log. The next line logged
+// says how many were left out.
+func (l *Limiter) logFailure(now time.Time, v *Verdict) {
+	if l.log == nil {
+		return
+	}
+	ok, skipped := l.logs.allow(now)
+	if !ok {
+		return
+	}
+	l.log.Warn("response failed", "error", v.ResponseError, "status", v.Status,
+		"upstream_latency", v.UpstreamLatency, "request_id", v.RequestID, "tier", v.Tier, "rule", v.Rule,
+		"method", v.Method, "path", v.Path, "not_logged", skipped)
+}
+
+// maxFailureLogs bounds the failed responses logged a second.
+const maxFailureLogs = 10
+
+// sampler lets through at most maxFailureLogs a second and counts the
+// rest. It is safe for concurrent use; its zero value is ready.
+type sampler struct {
+	sec     atomic.Int64
+	n       atomic.Int64
+	skipped atomic.Uint64
+}
+
+// allow reports whether a line may be logged at now, and how many were
+// left out since the last one allowed.
+func (s *sampler) allow(now time.Time) (bool, uint64) {
+	sec := now.Unix()
+	if old := s.sec.Load(); old != sec && s.sec.CompareAndSwap(old, sec) {
+		s.n.Store(0)
+	}
+	if s.n.Add(1) > maxFailureLogs {
+		s.skipped.Add(1)
+		return false, 0
+	}
+	return true, s.skipped.Swap(0)
 }
 
 // Release returns the concurrency slots v holds. Call it when the response

@@ -25,15 +25,50 @@ var t0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 
 // recordSink keeps every decision.
 type recordSink struct {
-	mu sync.Mutex
-	ds []decisions.Decision
+	mu    sync.Mutex
+	ds    []decisions.Decision
+	added chan struct{} // signalled after each Emit; made by waitFor
 }
 
 func (s *recordSink) Emit(d decisions.Decision) bool {
 	s.mu.Lock()
 	s.ds = append(s.ds, d)
+	added := s.added
 	s.mu.Unlock()
+	if added != nil {
+		select {
+		case added <- struct{}{}:
+		default:
+		}
+	}
 	return true
+}
+
+// waitFor returns the decisions once there are n, failing the test if
+// they take more than 10 s: a decision is emitted when its response
+// ends, which may be after the client has its response.
+func (s *recordSink) waitFor(t testing.TB, n int) []decisions.Decision {
+	t.Helper()
+	s.mu.Lock()
+	if s.added == nil {
+		s.added = make(chan struct{}, 1)
+	}
+	added := s.added
+	s.mu.Unlock()
+	timeout := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		ds := append([]decisions.Decision(nil), s.ds...)
+		s.mu.Unlock()
+		if len(ds) >= n {
+			return ds
+		}
+		select {
+		case <-added:
+		case <-timeout:
+			t.Fatalf("%d decisions after 10s, want %d", len(ds), n)
+		}
+	}
 }
 
 func seedConfig(t testing.TB, edit func(*config.Config)) *config.Config {

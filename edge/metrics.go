@@ -32,6 +32,25 @@ type counters struct {
 
 	latBuckets [len(latencyBounds) + 1]atomic.Uint64
 	latSum     atomic.Int64 // ns
+
+	// responseErrors counts failed responses by responseErrors' index.
+	responseErrors [len(responseErrors)]atomic.Uint64
+}
+
+// responseErrors are the values of Decision.ResponseError the edge
+// records, in the order of counters.responseErrors.
+var responseErrors = [...]string{
+	decisions.UpstreamTimeout, decisions.UpstreamUnreachable, decisions.UpstreamFailed,
+	decisions.BodyTimeout, decisions.BodyTooLarge, decisions.ClientClosed,
+}
+
+func (c *counters) responseError(e string) {
+	for i, name := range responseErrors {
+		if name == e {
+			c.responseErrors[i].Add(1)
+			return
+		}
+	}
 }
 
 func (c *counters) storeLatency(d time.Duration) {
@@ -60,6 +79,10 @@ type Stats struct {
 	ReleasesPending uint64
 	ReleasesRetried uint64
 	ReleasesLost    uint64
+	// ResponseErrors are failed responses by Decision.ResponseError:
+	// upstream_timeout (504), upstream_unreachable and upstream_error
+	// (502), body_timeout (408), body_too_large (413), client_closed.
+	ResponseErrors map[string]uint64
 }
 
 // Stats returns a snapshot of the limiter's counters.
@@ -68,7 +91,10 @@ func (l *Limiter) Stats() Stats {
 		StoreErrors: l.metrics.storeErrors.Load(), TokenRejected: l.metrics.tokenRejected.Load(),
 		TokensIssued: l.metrics.tokensIssued.Load(), TokenDenied: l.metrics.tokenEndpointDenied.Load(),
 		ReleasesPending: uint64(l.releases.pending.Load()), ReleasesRetried: l.releases.retried.Load(),
-		ReleasesLost: l.releases.lost.Load()}
+		ReleasesLost: l.releases.lost.Load(), ResponseErrors: make(map[string]uint64, len(responseErrors))}
+	for i, name := range responseErrors {
+		s.ResponseErrors[name] = l.metrics.responseErrors[i].Load()
+	}
 	for o := decisions.Outcome(1); int(o) < decisions.NumOutcomes; o++ {
 		s.Outcomes[o.String()] = l.metrics.outcomes[o].Load()
 	}
@@ -148,6 +174,15 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 	if err != nil {
 		return err
 	}
+	respErrs, err := meter.Int64ObservableCounter("ratewarden.edge.response.errors",
+		metric.WithDescription("Responses that are not the origin's whole answer, by error: upstream_timeout (504), upstream_unreachable and upstream_error (502), body_timeout (408), body_too_large (413), client_closed."), metric.WithUnit("{response}"))
+	if err != nil {
+		return err
+	}
+	var errAttrs [len(responseErrors)]metric.ObserveOption
+	for i, name := range responseErrors {
+		errAttrs[i] = metric.WithAttributes(attribute.String("error", name))
+	}
 	var outcomeAttrs [decisions.NumOutcomes]metric.ObserveOption
 	for o := decisions.Outcome(1); int(o) < decisions.NumOutcomes; o++ {
 		outcomeAttrs[o] = metric.WithAttributes(attribute.String("outcome", o.String()))
@@ -181,9 +216,12 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 			o.ObserveInt64(latCount, int64(cum), leAttrs[i])
 		}
 		o.ObserveFloat64(latSum, time.Duration(l.metrics.latSum.Load()).Seconds())
+		for i := range l.metrics.responseErrors {
+			o.ObserveInt64(respErrs, int64(l.metrics.responseErrors[i].Load()), errAttrs[i])
+		}
 		return nil
 	}, decided, dropped, storeErrs, tokens, issued, denied, breakerState, breakerOpened,
-		relPending, relRetried, relLost, latCount, latSum)
+		relPending, relRetried, relLost, latCount, latSum, respErrs)
 	return err
 }
 

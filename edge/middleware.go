@@ -15,28 +15,38 @@ import (
 )
 
 // Middleware returns next behind the limiter: refused requests are answered
-// by the edge (429, 302 to the challenge page, 403 or 503) and never reach
-// next; passed requests reach next with the rate-limit headers already set
-// on the response. Concurrency slots are released when next returns.
+// by the edge (429, 302 to the challenge page, 403, 503, or 400 for a path
+// with no canonical form) and never reach next; passed requests reach next
+// with the rate-limit headers already set on the response, their path
+// canonical, their headers as the forward section of the configuration
+// says (see forward), their body capped (edge.client.max_body_bytes, 413)
+// and due within edge.client.body_timeout (408). When the response ends
+// (next returns, or panics because the client or the origin broke off),
+// concurrency slots are released and the request's one decision is
+// emitted with its status, upstream latency and response error.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	limits := bodyLimits{timeout: l.cfg.Edge.Client.BodyTimeout, maxBytes: l.cfg.Edge.Client.MaxBodyBytes}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		req := Request{
-			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
+			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: requestPath(r.URL),
 			URI: r.URL.RequestURI(), Header: r.Header,
 		}
 		req.RequestID = l.requestID(r)
-		var v Verdict
-		l.Decide(r.Context(), now, &req, &v)
-		if resp, refused := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
-			resp.Write(w, &v)
+		x := &exchange{ResponseWriter: w}
+		v := &x.v
+		l.Begin(r.Context(), now, &req, v)
+		defer l.endExchange(x, r)
+		if resp, refused := Refusal(v, l.cfg.Challenge.Page, l.cfg.Challenge.Param); refused {
+			resp.Write(x, v)
 			return
 		}
-		SetHeaders(w.Header(), &v)
-		if v.Holds() {
-			defer l.Release(r.Context(), time.Now(), &v)
+		SetHeaders(w.Header(), v)
+		if !x.guard(r, now, limits) {
+			return
 		}
-		next.ServeHTTP(w, r)
+		x.handoff = time.Now()
+		next.ServeHTTP(x, l.forward(r, v))
 	})
 }
 
@@ -105,14 +115,18 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 		now := time.Now()
 		req := Request{RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
 			URI: r.URL.RequestURI(), Header: r.Header, RequestID: l.requestID(r)}
-		var v Verdict
-		if !l.tokenAttempt(r.Context(), now, &req, &v) {
-			resp, _ := Refusal(&v, l.cfg.Challenge.Page, l.cfg.Challenge.Param)
-			resp.Write(w, &v)
+		x := &exchange{ResponseWriter: w}
+		v := &x.v
+		w = x // so that the decision records the response
+		allowed := l.tokenAttempt(r.Context(), now, &req, v)
+		defer l.endExchange(x, r)
+		if !allowed {
+			resp, _ := Refusal(v, l.cfg.Challenge.Page, l.cfg.Challenge.Param)
+			resp.Write(w, v)
 			return
 		}
 		fail := func(reason string, status int, code, msg string) {
-			l.tokenDone(r.Context(), now, &v, reason)
+			l.tokenDone(r.Context(), now, v, reason)
 			writeJSONError(w, status, code, msg)
 		}
 		if r.Method != http.MethodPost {
@@ -169,7 +183,7 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 		}
 		tok := l.keys.Issue(l.SubjectFor(ip, tr.User), now, ttl)
 		l.metrics.tokensIssued.Add(1)
-		l.tokenDone(r.Context(), now, &v, reasonTokenIssued)
+		l.tokenDone(r.Context(), now, v, reasonTokenIssued)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		json.NewEncoder(w).Encode(tokenResponse{Token: tok, Expires: now.Add(ttl).UTC().Truncate(time.Second),

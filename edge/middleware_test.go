@@ -137,8 +137,14 @@ func TestMiddleware(t *testing.T) {
 	if last.Header.Get("Retry-After") == "" || last.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("429 headers %v", last.Header)
 	}
-	if len(sink.ds) != 11 {
-		t.Errorf("%d decisions, want 11", len(sink.ds))
+	ds := sink.waitFor(t, 11)
+	if len(ds) != 11 {
+		t.Errorf("%d decisions, want 11", len(ds))
+	}
+	for i, d := range ds {
+		if d.Status != statuses[i] || d.ResponseError != "" {
+			t.Errorf("decision %d: status %d %q, want %d", i+1, d.Status, d.ResponseError, statuses[i])
+		}
 	}
 }
 

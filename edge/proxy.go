@@ -1,31 +1,51 @@
 package edge
 
 import (
-	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
+	"time"
+
+	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // NewReverseProxy returns the reverse proxy `ratewarden edge` puts behind
 // the limiter: it forwards to origin keeping the Host header, sets
-// X-Forwarded-For/-Host/-Proto, keeps up to 256 idle connections to the
-// origin, and answers 502 with a JSON body when the origin does not answer.
-func NewReverseProxy(origin *url.URL) *httputil.ReverseProxy {
+// X-Forwarded-Host and -Proto, sets X-Forwarded-For and Forwarded to the
+// client address the limiter resolved (Middleware passes it on; without it,
+// the TCP peer's), keeps up to 256 idle connections to the origin, waits
+// for it as o says (a zero timeout waits for ever), and answers with
+// ProxyError when it does not answer: 502 when it cannot be reached within
+// o.ConnectTimeout, 504 when its response headers do not come within
+// o.ResponseHeaderTimeout. The forwarding headers a client sent never
+// reach the origin.
+func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 1024
 	tr.MaxIdleConnsPerHost = 256
+	tr.DialContext = (&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = o.ConnectTimeout
+	tr.ResponseHeaderTimeout = o.ResponseHeaderTimeout
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host
+			if a, ok := pr.In.Context().Value(clientAddrKey{}).(netip.Addr); ok {
+				// One address, the client's: leftmost and rightmost readers
+				// of X-Forwarded-For agree, and no hop the edge did not
+				// believe is passed on.
+				proto := "http"
+				if pr.In.TLS != nil {
+					proto = "https"
+				}
+				pr.Out.Header["X-Forwarded-For"] = []string{a.String()}
+				pr.Out.Header["Forwarded"] = []string{string(appendForwarded(nil, a, pr.In.Host, proto))}
+			}
 		},
-		Transport: tr,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			io.WriteString(w, `{"error":"bad_gateway","message":"The origin did not answer."}`+"\n")
-		},
+		Transport:    tr,
+		ErrorHandler: ProxyError,
 	}
 }

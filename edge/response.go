@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/canonpath"
 )
 
 // SetHeaders sets the rate-limit headers of v on h: the de-facto
@@ -38,7 +40,7 @@ func SetHeaders(h http.Header, v *Verdict) {
 		if len(buf) > ends[2] {
 			buf = append(buf, ", "...)
 		}
-		buf = appendPolicyName(buf, q.Name)
+		buf = appendQuoted(buf, q.Name)
 		buf = append(buf, ";q="...)
 		buf = strconv.AppendInt(buf, q.Limit, 10)
 		if q.Window > 0 {
@@ -47,7 +49,7 @@ func SetHeaders(h http.Header, v *Verdict) {
 		}
 	}
 	ends[3] = len(buf)
-	buf = appendPolicyName(buf, p.Name)
+	buf = appendQuoted(buf, p.Name)
 	buf = append(buf, ";r="...)
 	buf = strconv.AppendInt(buf, p.Remaining, 10)
 	buf = append(buf, ";t="...)
@@ -68,9 +70,10 @@ func SetHeaders(h http.Header, v *Verdict) {
 	h["Ratelimit"] = vals[4:5:5]
 }
 
-// appendPolicyName appends name as a structured-field string (RFC 8941):
-// printable ASCII, with quote and backslash escaped.
-func appendPolicyName(b []byte, name string) []byte {
+// appendQuoted appends name as a structured-field string (RFC 8941), which
+// is also an HTTP quoted-string (RFC 9110): printable ASCII, with quote and
+// backslash escaped, anything else written as "_".
+func appendQuoted(b []byte, name string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -101,7 +104,7 @@ type Response struct {
 }
 
 // Refusal returns the response for a refused verdict (block, local limit,
-// challenge, deny list, fail closed), or ok false for a verdict that
+// challenge, deny list, fail closed, rejected path), or ok false for a verdict that
 // passes. challengePage and param build the challenge redirect.
 func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
 	retry := max(ceilSeconds(v.RetryAfter), 1)
@@ -120,6 +123,11 @@ func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
 	case decisions.FailClosed:
 		return Response{Status: http.StatusServiceUnavailable, Body: errorBody("service_unavailable",
 			"Service temporarily unavailable. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry)}, true
+	case decisions.Rejected:
+		if errors.Is(v.pathErr, canonpath.ErrTooLong) {
+			return Response{Status: http.StatusRequestURITooLong, Body: errorBody("uri_too_long", "The request path is too long.", 0)}, true
+		}
+		return Response{Status: http.StatusBadRequest, Body: errorBody("bad_request", "Bad request path: "+v.Reason+".", 0)}, true
 	}
 	return Response{}, false
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/limit"
 )
@@ -23,7 +24,8 @@ type rule struct {
 }
 
 type pathRule struct {
-	prefix string
+	prefix string // as configured, canonical
+	match  string // prefix as canonpath.HasPrefix compares it: folded for case-insensitive paths
 	rule   *rule
 }
 
@@ -34,17 +36,25 @@ type tier struct {
 	paths  []pathRule
 }
 
-// match returns the path rule for path, or nil.
-func (t *tier) match(path string) *rule {
+// match returns the path rule for the canonical path, or nil.
+func (t *tier) match(path string, c canonpath.Case) *rule {
 	for i := range t.paths {
-		if strings.HasPrefix(path, t.paths[i].prefix) {
+		if canonpath.HasPrefix(path, t.paths[i].match, c) {
 			return t.paths[i].rule
 		}
 	}
 	return nil
 }
 
-func compileTiers(cfg *config.Config) (map[string]*tier, error) {
+// matchForm returns prefix as canonpath.HasPrefix compares it under c.
+func matchForm(prefix string, c canonpath.Case) string {
+	if c == canonpath.Insensitive {
+		return canonpath.Fold(prefix)
+	}
+	return prefix
+}
+
+func compileTiers(cfg *config.Config, c canonpath.Case) (map[string]*tier, error) {
 	out := make(map[string]*tier, len(cfg.Tiers))
 	for name, ct := range cfg.ResolvedTiers() {
 		t := &tier{name: name}
@@ -58,11 +68,16 @@ func compileTiers(cfg *config.Config) (map[string]*tier, error) {
 			if err != nil {
 				return nil, err
 			}
-			t.paths = append(t.paths, pathRule{prefix: prefix, rule: r})
+			t.paths = append(t.paths, pathRule{prefix: prefix, match: matchForm(prefix, c), rule: r})
 		}
 		slices.SortFunc(t.paths, func(a, b pathRule) int {
-			return cmp.Or(cmp.Compare(len(b.prefix), len(a.prefix)), strings.Compare(a.prefix, b.prefix))
+			return cmp.Or(cmp.Compare(len(b.match), len(a.match)), strings.Compare(a.match, b.match))
 		})
+		for i := 1; i < len(t.paths); i++ {
+			if t.paths[i].match == t.paths[i-1].match {
+				return nil, fmt.Errorf("compile rules: tier %s: %s and %s are one prefix when case is ignored", name, t.paths[i-1].prefix, t.paths[i].prefix)
+			}
+		}
 		out[name] = t
 	}
 	if out[config.TierAnonymous] == nil {

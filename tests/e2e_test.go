@@ -56,8 +56,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// stops holds each test's edge stopper, for tests that stop it early.
-var stops = map[string]func(){}
+// stops holds each test's edge stopper, for tests that stop it early;
+// edgeLogs each test's edge log so far.
+var (
+	stops    = map[string]func(){}
+	edgeLogs = map[string]func() string{}
+)
 
 var (
 	listenRE = regexp.MustCompile(`msg="edge listening" addr=(\S+)`)
@@ -87,12 +91,15 @@ func startEdgeCommand(t *testing.T, cmd *exec.Cmd) (string, string) {
 	}
 	addr, admin := make(chan string, 1), make(chan string, 1)
 	var logs strings.Builder
+	var logsMu sync.Mutex
 	logDone := make(chan struct{})
 	go func() {
 		defer close(logDone)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			logsMu.Lock()
 			logs.WriteString(sc.Text() + "\n")
+			logsMu.Unlock()
 			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
 				addr <- m[1]
 			}
@@ -121,6 +128,11 @@ func startEdgeCommand(t *testing.T, cmd *exec.Cmd) (string, string) {
 	}
 	t.Cleanup(stop)
 	stops[t.Name()] = stop
+	edgeLogs[t.Name()] = func() string {
+		logsMu.Lock()
+		defer logsMu.Unlock()
+		return logs.String()
+	}
 	var urls [2]string
 	for i, ch := range []chan string{addr, admin} {
 		select {

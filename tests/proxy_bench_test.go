@@ -47,13 +47,13 @@ func BenchmarkProxy(b *testing.B) {
 	defer lim.Close(context.Background())
 
 	bare := httputil.NewSingleHostReverseProxy(u)
-	bare.Transport = edge.NewReverseProxy(u).Transport // same connection pool settings
+	bare.Transport = edge.NewReverseProxy(u, config.Origin{}).Transport // same connection pool settings
 	handlers := []struct {
 		name string
 		h    http.Handler
 	}{
 		{"bare_httputil", bare},
-		{"ratewarden", lim.Handler(edge.NewReverseProxy(u), "")},
+		{"ratewarden", lim.Handler(edge.NewReverseProxy(u, config.Origin{}), "")},
 	}
 	for _, hc := range handlers {
 		b.Run(hc.name, func(b *testing.B) {

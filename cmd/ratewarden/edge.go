@@ -95,9 +95,9 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 		}
 	}()
 	srv := assemble.Server(cfg, e.Handler())
-	ln, err := net.Listen("tcp", cfg.Edge.Listen)
+	ln, err := assemble.Listen(cfg)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
 // runLambda serves API Gateway and ALB events: the limiter in front of a
@@ -17,14 +20,28 @@ import (
 // invocation's decisions are flushed before it returns: Lambda freezes the
 // process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL]", stderr)
+	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--window D] [--namespace NS]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
+	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
+	window := fs.Duration("window", time.Minute, "with --aggregate: window `length`")
+	namespace := fs.String("namespace", "Ratewarden", "with --aggregate: CloudWatch `namespace`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return errors.New("lambda: AWS_LAMBDA_RUNTIME_API is not set: run this inside AWS Lambda (use \"ratewarden edge\" elsewhere)")
+	}
+	if *aggregate {
+		w, err := emf.NewWriter(emf.WriterOptions{}, emf.NewStdoutSink(stdout))
+		if err != nil {
+			return err
+		}
+		defer w.Close(context.Background())
+		kl := &aggregator.KinesisLambda{Window: *window,
+			Sinks: []aggregator.Sink{&aggregator.EMFSink{W: w, Opts: aggregator.EMFOptions{Namespace: *namespace, Source: "kinesis"}}}}
+		awslambda.StartWithOptions(kl.Handle, awslambda.WithContext(ctx))
+		return nil
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {

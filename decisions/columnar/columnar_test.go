@@ -246,6 +246,7 @@ func TestSchemaCoversDecision(t *testing.T) {
 		"Count": {"count"}, "Remaining": {"remaining"}, "Reset": {"reset_ns"}, "Outcome": {"outcome"},
 		"Reason": {"reason"}, "StoreLatency": {"store_latency_ns"}, "Privacy": {"privacy"}, "List": {"list"},
 		"Action": {"action"}, "Target": {"target"}, "TTL": {"ttl_ns"}, "Dropped": {"dropped"},
+		"Status": {"status"}, "UpstreamLatency": {"upstream_latency_ns"}, "ResponseError": {"response_error"},
 	}
 	typ := reflect.TypeFor[decisions.Decision]()
 	covered := map[string]bool{}
@@ -334,6 +335,34 @@ func columnsOf(t *testing.T, data []byte) (map[string]arrow.Array, map[string]st
 		cols[f.Name] = rec.Column(i)
 	}
 	return cols, rec.Schema().Metadata().ToMap()
+}
+
+// TestOlderWriter decodes a batch of schema version 1, written before the
+// response columns existed: they decode as zero values.
+func TestOlderWriter(t *testing.T) {
+	ds := generate(12, 50)
+	data, _ := Encode(nil, ds, Options{})
+	cols, md := columnsOf(t, data)
+	md[KeySchemaVersion] = "1"
+	for _, name := range []string{"status", "upstream_latency_ns", "response_error"} {
+		delete(cols, name)
+	}
+	want := append([]decisions.Decision(nil), ds...)
+	base := ds[0].Time.UnixNano()
+	for i := range want { // the time base was rewritten to 0
+		want[i].Time = time.Unix(0, ds[i].Time.UnixNano()-base).UTC()
+		want[i].Status, want[i].UpstreamLatency, want[i].ResponseError = 0, 0, ""
+	}
+	for name, d := range decoders() {
+		got, err := d.Decode(stream(t, md, true, cols), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		checkSame(t, got, want)
+		if d.Version() != 1 {
+			t.Errorf("%s: version %d, want 1", name, d.Version())
+		}
+	}
 }
 
 func TestNewerWriter(t *testing.T) {
@@ -434,7 +463,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"schema only", valid[:100], "truncated: a schema message of"},
 		{"no version", stream(t, mdWith(KeySchemaVersion, ""), true, cols), "no ratewarden.schema_version"},
 		{"bad version", stream(t, mdWith(KeySchemaVersion, "one"), true, cols), `"one" is not a version`},
-		{"newer layout", stream(t, mdWith(KeyLayout, "2"), true, cols), "layout 2 (schema version 1); this reader knows layout 1"},
+		{"newer layout", stream(t, mdWith(KeyLayout, "2"), true, cols), "layout 2 (schema version " + strconv.Itoa(decisions.Version) + "); this reader knows layout 1"},
 		{"missing column", stream(t, md, true, without("path")), "column path is missing"},
 		{"wrong type", stream(t, md, true, with("limit", sb.NewArray())), "column limit: type utf8, want int8"},
 		{"bad family", stream(t, md, true, with("client_ip_family", ub.NewArray())), "column client_ip_family: row 0: address family 5"},

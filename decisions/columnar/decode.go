@@ -563,6 +563,7 @@ var (
 		cList:           unsafe.Offsetof(decisions.Decision{}.List),
 		cAction:         unsafe.Offsetof(decisions.Decision{}.Action),
 		cTarget:         unsafe.Offsetof(decisions.Decision{}.Target),
+		cResponseError:  unsafe.Offsetof(decisions.Decision{}.ResponseError),
 	}
 	int64Fields = [numCols]uintptr{
 		cLimit:        unsafe.Offsetof(decisions.Decision{}.Limit),
@@ -573,6 +574,8 @@ var (
 		cStoreLatency: unsafe.Offsetof(decisions.Decision{}.StoreLatency),
 		cTTL:          unsafe.Offsetof(decisions.Decision{}.TTL),
 		cDropped:      unsafe.Offsetof(decisions.Decision{}.Dropped), // a uint64, stored as its bits
+
+		cUpstreamLatency: unsafe.Offsetof(decisions.Decision{}.UpstreamLatency),
 	}
 )
 
@@ -602,7 +605,11 @@ func (d *Decoder) fillRows(rows []decisions.Decision, timeBase int64) {
 			case tAddr:
 				d.setAddrs(part, lo)
 			case tInt, tUint:
-				setInts(part, int64Fields[c], v, lo)
+				if c == cStatus {
+					setStatus(part, v, lo)
+				} else {
+					setInts(part, int64Fields[c], v, lo)
+				}
 			case tString:
 				setStrings(part, stringFields[c], v, lo)
 			case tDict:
@@ -663,6 +670,30 @@ func setInts(rows []decisions.Decision, off uintptr, v *colView, lo int) {
 			widen(rows, off, ints[int64](v.ints, v.n)[lo:lo+len(rows)])
 		}
 	}
+}
+
+// setStatus writes the status column into Status, an int (of 32 bits on
+// some platforms, so not one of the int64 fields setInts writes).
+func setStatus(rows []decisions.Decision, v *colView, lo int) {
+	for i := range rows {
+		rows[i].Status = int(v.int(lo + i))
+	}
+}
+
+// int returns row i of a signed integer column, 0 when the column is
+// absent.
+func (v *colView) int(i int) int64 {
+	switch {
+	case v.ints == nil:
+		return 0
+	case v.intW == 1:
+		return int64(int8(v.ints[i]))
+	case v.intW == 2:
+		return int64(ints[int16](v.ints, v.n)[i])
+	case v.intW == 4:
+		return int64(ints[int32](v.ints, v.n)[i])
+	}
+	return ints[int64](v.ints, v.n)[i]
 }
 
 type integer interface {

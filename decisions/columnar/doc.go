@@ -55,6 +55,9 @@
 //	target            utf8                   Target
 //	ttl_ns            int64                  TTL, in nanoseconds
 //	dropped           uint64                 Dropped
+//	status            int64                  Status (schema version 2)
+//	upstream_latency_ns int64                UpstreamLatency, in nanoseconds (version 2)
+//	response_error    dictionary<utf8>       ResponseError (version 2)
 //
 // Types are chosen per batch: each integer column takes the narrowest
 // type of its signedness that holds the batch's values (int8 to int64,

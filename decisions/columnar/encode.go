@@ -100,7 +100,7 @@ type Encoder struct {
 }
 
 // intCols are the signed integer columns, the time deltas included.
-var intCols = []int{cTime, cLimit, cWindow, cCount, cRemaining, cReset, cStoreLatency, cTTL}
+var intCols = []int{cTime, cLimit, cWindow, cCount, cRemaining, cReset, cStoreLatency, cTTL, cStatus, cUpstreamLatency}
 
 type strCol struct {
 	offsets []int32
@@ -235,6 +235,7 @@ func (e *Encoder) fill(ds []decisions.Decision) error {
 	}
 	deltas, limit, window, count, remaining := e.ints[cTime], e.ints[cLimit], e.ints[cWindow], e.ints[cCount], e.ints[cRemaining]
 	reset, latency, ttl := e.ints[cReset], e.ints[cStoreLatency], e.ints[cTTL]
+	status, upstream := e.ints[cStatus], e.ints[cUpstreamLatency]
 
 	// Deltas are from the previous event's time, and the first from the
 	// base, the first event's time: the deltas of events a few hundred
@@ -268,6 +269,7 @@ func (e *Encoder) fill(ds []decisions.Decision) error {
 		e.putAddr(i, d.ClientIP)
 		limit[i], window[i], count[i], remaining[i] = d.Limit, int64(d.Window), d.Count, d.Remaining
 		reset[i], latency[i], ttl[i] = int64(d.Reset), int64(d.StoreLatency), int64(d.TTL)
+		status[i], upstream[i] = int64(d.Status), int64(d.UpstreamLatency)
 		e.dropped[i] = d.Dropped
 		e.strs[cRequestID].add(d.RequestID)
 		e.strs[cUserID].add(d.UserID)
@@ -286,6 +288,7 @@ func (e *Encoder) fill(ds []decisions.Decision) error {
 		e.dicts[cPrivacy].add(i, d.Privacy)
 		e.dicts[cList].add(i, d.List)
 		e.dicts[cAction].add(i, d.Action)
+		e.dicts[cResponseError].add(i, d.ResponseError)
 	}
 	for c := range e.strs {
 		if len(e.strs[c].data) > math.MaxInt32 {

@@ -58,6 +58,9 @@ var parquetSchema = func() *arrow.Schema {
 		{Name: "target", Type: str},
 		{Name: "ttl_ns", Type: i64},
 		{Name: "dropped", Type: i64},
+		{Name: "status", Type: i64},
+		{Name: "upstream_latency_ns", Type: i64},
+		{Name: "response_error", Type: str},
 	}
 	md := arrow.NewMetadata([]string{KeySchemaVersion}, []string{strconv.Itoa(decisions.Version)})
 	return arrow.NewSchema(fields, &md)
@@ -156,6 +159,9 @@ func appendParquet(b *array.RecordBuilder, ds []decisions.Decision) {
 		str(26).Append(validUTF8(d.Target))
 		i64(27).Append(int64(d.TTL))
 		i64(28).Append(int64(min(d.Dropped, 1<<63-1)))
+		i64(29).Append(int64(d.Status))
+		i64(30).Append(int64(d.UpstreamLatency))
+		str(31).Append(validUTF8(d.ResponseError))
 	}
 }
 

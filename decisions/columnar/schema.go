@@ -85,6 +85,9 @@ const (
 	cTarget
 	cTTL
 	cDropped
+	cStatus
+	cUpstreamLatency
+	cResponseError
 	numCols
 )
 
@@ -128,6 +131,10 @@ var columns = [numCols]column{
 	cTarget:         {"target", tString, 1},
 	cTTL:            {"ttl_ns", tInt, 1},
 	cDropped:        {"dropped", tUint, 1},
+	// Version 2: what happened after the decision.
+	cStatus:          {"status", tInt, 2},
+	cUpstreamLatency: {"upstream_latency_ns", tInt, 2},
+	cResponseError:   {"response_error", tDict, 2},
 }
 
 // sized are the columns whose type is chosen per batch (dictionaries and

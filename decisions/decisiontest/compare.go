@@ -74,6 +74,7 @@ func EdgeCases() []decisions.Decision {
 		Rule: "pro:/api/reports", Algorithm: "fixed_window", Limit: 30, Window: time.Minute, Count: 31,
 		Remaining: 0, Reset: 42 * time.Second, Outcome: decisions.Challenge, Reason: "over the limit",
 		StoreLatency: 1500 * time.Microsecond, Privacy: "keep/keep",
+		Status: 200, UpstreamLatency: 23*time.Millisecond + 7,
 	}
 	with := func(f func(d *decisions.Decision)) decisions.Decision {
 		d := full
@@ -97,7 +98,12 @@ func EdgeCases() []decisions.Decision {
 		with(func(d *decisions.Decision) {
 			d.Limit, d.Count, d.Remaining = 1<<63-1, -1<<63, 1
 			d.Window, d.Reset, d.StoreLatency = 1<<63-1, -1, -1<<63
+			d.Status, d.UpstreamLatency = -1<<31, 1<<63-1
 		}),
+		with(func(d *decisions.Decision) {
+			d.Status, d.UpstreamLatency, d.ResponseError = 504, 30*time.Second, decisions.UpstreamTimeout
+		}),
+		with(func(d *decisions.Decision) { d.Status, d.ResponseError = 0, decisions.ClientClosed }),
 		with(func(d *decisions.Decision) {
 			d.Path = "/" + strings.Repeat("long/", 20_000)
 			d.UserID = strings.Repeat("ü", 3000)

@@ -106,7 +106,42 @@ func (g *Generator) Next() decisions.Decision {
 			Reason: "decision queue full", Dropped: 1 + g.r.Uint64N(2000),
 		}
 	}
-	return g.decision()
+	d := g.decision()
+	respond(&d)
+	return d
+}
+
+// respond fills in what happened after the decision, from what is already
+// drawn (so the random stream, and every figure measured on it, stays as
+// it was): the edge's own answer to a refusal; for passed requests the
+// origin's 200 after a latency derived from the request id, with about
+// one in 250 failing (an upstream timeout or an unreachable origin).
+func respond(d *decisions.Decision) {
+	switch d.Outcome {
+	case decisions.Block, decisions.LocalLimit:
+		d.Status = 429
+		return
+	case decisions.Challenge:
+		d.Status = 302
+		return
+	case decisions.DenyListed:
+		d.Status = 403
+		return
+	case decisions.FailClosed:
+		d.Status = 503
+		return
+	case decisions.Rejected:
+		d.Status = 400
+		return
+	}
+	h := mix(uint64(len(d.RequestID)), uint64(d.Time.UnixNano()))
+	d.Status, d.UpstreamLatency = 200, 2*time.Millisecond+time.Duration(h%40_000_000)
+	switch h % 500 {
+	case 0:
+		d.Status, d.UpstreamLatency, d.ResponseError = 504, 30*time.Second, decisions.UpstreamTimeout
+	case 1:
+		d.Status, d.UpstreamLatency, d.ResponseError = 502, time.Duration(h%2_000_000), decisions.UpstreamUnreachable
+	}
 }
 
 // A rule as the edge compiles it from the seed configuration.
@@ -297,6 +332,16 @@ func (g *Generator) decision() decisions.Decision {
 		d.Method = "DELETE"
 	default:
 		d.Method = "OPTIONS"
+	}
+
+	// Scrapers probe for spellings of a path that the edge and the origin
+	// might read differently; the edge refuses them before anything else.
+	// (Tied to a draw already made, so the rest of the trace stays as it
+	// was.)
+	if abuser && d.Method == "DELETE" {
+		d.Path = "/api//admin/users"
+		d.Outcome, d.Reason = decisions.Rejected, "ambiguous path: dot segments, repeated slashes or backslashes"
+		return d
 	}
 
 	// Lists, decided before any rule.

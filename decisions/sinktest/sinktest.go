@@ -138,7 +138,7 @@ func edgeCases(start time.Time) []decisions.Decision {
 			UserID: "ü_ser", Plan: "pro", Tier: "pro", IdentitySource: decisions.SourceJWT, Method: "PATCH", Host: "api.example.com",
 			Path: long, Rule: "pro:" + long, Algorithm: "token_bucket", Limit: 1_000_000_000, Window: 24 * time.Hour,
 			Count: -1, Remaining: 0, Reset: 1, Outcome: decisions.TokenPass, Reason: "quote \" and \\ and \n", StoreLatency: 49*time.Millisecond + 999,
-			Privacy: "truncate/hmac"},
+			Privacy: "truncate/hmac", Status: 504, UpstreamLatency: 30*time.Second + 1, ResponseError: decisions.UpstreamTimeout},
 		{Time: start.Add(2), ClientIP: netip.MustParseAddr("::ffff:203.0.113.9"), Outcome: decisions.Allow},
 		{Kind: decisions.KindFeedback, Time: start.Add(3), Node: "aggregator-1", Reason: "scraper: 800 req/s",
 			List: "challenge", Action: "add", Target: "203.0.113.0/24", TTL: 30 * time.Minute},

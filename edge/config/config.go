@@ -15,6 +15,8 @@ type Config struct {
 	Challenge  Challenge        `yaml:"challenge"`
 	Lists      Lists            `yaml:"lists"`
 	Decisions  Decisions        `yaml:"decisions"`
+	Paths      Paths            `yaml:"paths"`
+	Forward    Forward          `yaml:"forward"`
 	FailClosed []string         `yaml:"fail_closed"` // path prefixes that fail closed (503) when the store fails
 	Tiers      map[string]*Tier `yaml:"tiers"`
 
@@ -42,6 +44,30 @@ type Edge struct {
 	DecisionQueue   int           `yaml:"decision_queue"`    // bounded queue of decisions awaiting the sink; default 4096
 	RequestIDHeader string        `yaml:"request_id_header"` // default X-Request-Id
 	ShutdownGrace   time.Duration `yaml:"shutdown_grace"`    // default 10s
+	Client          Client        `yaml:"client"`
+	Origin          Origin        `yaml:"origin"`
+}
+
+// Client bounds what one client may hold of the edge: the time it takes to
+// send a request, the size of its body, and connections. docs/security.md
+// sets these beside nginx's and Envoy's defaults.
+type Client struct {
+	HeaderTimeout time.Duration `yaml:"header_timeout"` // to receive the request line and headers; default 10s
+	// BodyTimeout is the time to receive the whole request body of a
+	// passed request, counted from the decision: a body that takes longer
+	// (a slowloris client) is cut off and answered 408. Default 60s.
+	BodyTimeout    time.Duration `yaml:"body_timeout"`
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`    // a keep-alive connection waits this long for its next request; default 2m
+	MaxBodyBytes   int64         `yaml:"max_body_bytes"`  // larger request bodies are refused with 413; 0 (the default): no cap
+	MaxConnections int           `yaml:"max_connections"` // open client connections at most, more wait to be accepted; default 10000
+}
+
+// Origin bounds the wait for the origin behind the reverse proxy.
+type Origin struct {
+	ConnectTimeout time.Duration `yaml:"connect_timeout"` // to connect, TLS included; default 5s, then 502
+	// ResponseHeaderTimeout is the wait for the origin's response headers
+	// once the request (its body included) is sent; then 504. Default 30s.
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
 }
 
 // Identity says how clients are identified.
@@ -201,6 +227,41 @@ type Privacy struct {
 	KeyEnv    string `yaml:"key_env"`   // environment variable holding the HMAC key (≥ 32 bytes, base64); default RATEWARDEN_PRIVACY_KEY
 }
 
+// Paths says how request paths are read: every rule, fail_closed prefix
+// and forwarded request uses the canonical form of the path (see package
+// edge/canonpath), so that spelling a path another way does not escape a
+// rule.
+type Paths struct {
+	// Case is insensitive (default: /API/Reports counts as /api/reports) or
+	// sensitive, as the origin reads paths.
+	Case string `yaml:"case"`
+	// Ambiguous is what happens to a path with dot segments, repeated
+	// slashes or backslashes: reject (default: 400) or rewrite (forward
+	// its canonical form).
+	Ambiguous string `yaml:"ambiguous"`
+}
+
+// Forward says which headers of a passed request reach the origin.
+type Forward struct {
+	// StripHeaders are removed from requests whose peer is not a trusted
+	// proxy, besides the identity headers (identity.user_header,
+	// plan_header and client_ip_header), which always are. Default
+	// X-Real-Ip, True-Client-Ip, X-Client-Ip, Cf-Connecting-Ip,
+	// Fastly-Client-Ip, X-Cluster-Client-Ip.
+	StripHeaders []string `yaml:"strip_headers"`
+	// User sets identity.user_header and plan_header to the user and plan
+	// the edge resolved (JWT or trusted proxy), and removes them for
+	// anonymous clients; default true. False passes a trusted proxy's
+	// headers as they are.
+	User *bool `yaml:"user"`
+	// TierHeader, when set, carries the tier the edge counted the request
+	// in, such as X-Ratewarden-Tier; a client's own is always removed.
+	TierHeader string `yaml:"tier_header"`
+	// DecisionHeader, when set, carries the decision's outcome, such as
+	// X-Ratewarden-Decision; a client's own is always removed.
+	DecisionHeader string `yaml:"decision_header"`
+}
+
 // Lists are the allow and deny lists.
 type Lists struct {
 	AllowFile string        `yaml:"allow_file"`
@@ -243,4 +304,12 @@ var (
 	ClientIPHeaders = []string{"x-forwarded-for", "cloudfront-viewer-address"}
 	// JWTAlgorithms are the allowed identity.jwt.algorithm values.
 	JWTAlgorithms = []string{"HS256", "RS256", "ES256"}
+	// PathCases are the allowed paths.case values; the first is the default.
+	PathCases = []string{"insensitive", "sensitive"}
+	// AmbiguousPaths are the allowed paths.ambiguous values; the first is
+	// the default.
+	AmbiguousPaths = []string{"reject", "rewrite"}
+	// DefaultStripHeaders is forward.strip_headers' default: headers that
+	// carry a client address and that origins are known to believe.
+	DefaultStripHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip"}
 )

@@ -146,6 +146,13 @@ func TestDefaults(t *testing.T) {
 		{"decisions.kinesis.batch", c.Decisions.Kinesis.Batch, 1024},
 		{"edge.request_id_header", c.Edge.RequestIDHeader, "X-Request-Id"},
 		{"edge.shutdown_grace", c.Edge.ShutdownGrace, 10 * time.Second},
+		{"edge.client.header_timeout", c.Edge.Client.HeaderTimeout, 10 * time.Second},
+		{"edge.client.body_timeout", c.Edge.Client.BodyTimeout, 60 * time.Second},
+		{"edge.client.idle_timeout", c.Edge.Client.IdleTimeout, 2 * time.Minute},
+		{"edge.client.max_body_bytes", c.Edge.Client.MaxBodyBytes, int64(0)},
+		{"edge.client.max_connections", c.Edge.Client.MaxConnections, 10000},
+		{"edge.origin.connect_timeout", c.Edge.Origin.ConnectTimeout, 5 * time.Second},
+		{"edge.origin.response_header_timeout", c.Edge.Origin.ResponseHeaderTimeout, 30 * time.Second},
 		{"identity.client_ip_header", c.Identity.ClientIPHeader, "x-forwarded-for"},
 		{"identity.user_header", c.Identity.UserHeader, "X-User-Id"},
 		{"identity.plan_header", c.Identity.PlanHeader, "X-User-Plan"},
@@ -307,7 +314,7 @@ tiers:
   anonymous:
     globl: {limit: 60} # <-
 `, "tiers.anonymous.globl", "unknown key; use one of extends, global, paths"},
-		{"unknown top key", "tier: {} # <-\n" + anonymous, "tier", "unknown key; use one of edge, identity, store, challenge, lists, decisions, fail_closed, tiers"},
+		{"unknown top key", "tier: {} # <-\n" + anonymous, "tier", "unknown key; use one of edge, identity, store, challenge, lists, decisions, paths, forward, fail_closed, tiers"},
 		{"wrong type", `
 tiers:
   anonymous:
@@ -366,6 +373,16 @@ tiers:
 		{"syntax error", "edge:\n  listen: [a,\n  # <-\n", "", "invalid YAML: did not find expected node content"},
 
 		// Validation.
+		{"body timeout too short", "edge:\n  client:\n    body_timeout: 1ms # <-\n" + anonymous,
+			"edge.client.body_timeout", `"1ms" is not allowed; use 10ms to 1h`},
+		{"negative body cap", "edge:\n  client:\n    max_body_bytes: -1 # <-\n" + anonymous,
+			"edge.client.max_body_bytes", `"-1" is not allowed; use 0 to 1099511627776`},
+		{"connection cap negative", "edge:\n  client:\n    max_connections: -5 # <-\n" + anonymous,
+			"edge.client.max_connections", `"-5" is not allowed; use 1 to 10000000`},
+		{"upstream timeout too long", "edge:\n  origin:\n    response_header_timeout: 2h # <-\n" + anonymous,
+			"edge.origin.response_header_timeout", `"2h" is not allowed; use 10ms to 1h`},
+		{"connect timeout negative", "edge:\n  origin:\n    connect_timeout: -1s # <-\n" + anonymous,
+			"edge.origin.connect_timeout", `"-1s" is not allowed; use 10ms to 5m`},
 		{"limit zero", `
 tiers:
   anonymous:
@@ -453,6 +470,16 @@ tiers:
     extends: b # <-
 `, "tiers.c.extends", `"b" is not allowed: it extends a and extends is one level only`},
 		{"fail closed", "fail_closed:\n  - /api/admin/\n  - api/billing/ # <-\n" + anonymous, "fail_closed[1]", `"api/billing/" is not allowed; use a path prefix starting with /`},
+		{"fail closed not canonical", "fail_closed:\n  - /api//admin/ # <-\n" + anonymous, "fail_closed[0]", `"/api//admin/" is not a canonical path; use /api/admin/: no dot segments`},
+		{"fail closed encoded slash", "fail_closed:\n  - /api%2Fadmin/ # <-\n" + anonymous, "fail_closed[0]", `"/api%2Fadmin/" is not allowed: has an encoded slash or backslash; use a path prefix such as /api/admin/`},
+		{"path prefix dot segment", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/./reports: {limit: 1} # <-\n", "tiers.anonymous.paths./api/./reports", `is not a canonical path; use /api/reports`},
+		{"path prefix parameter", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api;v=1/: {limit: 1} # <-\n", "tiers.anonymous.paths./api;v=1/", `use a prefix without ;`},
+		{"prefixes one without case", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /API/x: {limit: 1}\n      /api/x: {limit: 1} # <-\n", "tiers.anonymous.paths./api/x", `"/api/x" is /API/x when paths.case is insensitive; use one of the two, or paths.case: sensitive`},
+		{"paths case", "paths:\n  case: lower # <-\n" + anonymous, "paths.case", `"lower" is not allowed; use one of insensitive, sensitive`},
+		{"paths ambiguous", "paths:\n  ambiguous: clean # <-\n" + anonymous, "paths.ambiguous", `"clean" is not allowed; use one of reject, rewrite`},
+		{"strip header", "forward:\n  strip_headers: [X-Real-Ip, \"X Bad\"] # <-\n" + anonymous, "forward.strip_headers[1]", "use an HTTP header name"},
+		{"tier header is identity", "forward:\n  tier_header: x-user-id # <-\n" + anonymous, "forward.tier_header", `"x-user-id" is an identity header; use a header of its own, such as X-Ratewarden-Tier`},
+		{"decision header twice", "forward:\n  tier_header: X-Rw\n  decision_header: X-Rw # <-\n" + anonymous, "forward.decision_header", "is also the tier header"},
 		{"upstream scheme", "edge:\n  upstream: ftp://origin # <-\n" + anonymous, "edge.upstream", `"ftp://origin" is not allowed; use an absolute http or https URL`},
 		{"upstream relative", "edge:\n  upstream: 127.0.0.1:3000 # <-\n" + anonymous, "edge.upstream", "is not allowed"},
 		{"listen", "edge:\n  listen: localhost # <-\n" + anonymous, "edge.listen", `"localhost" is not allowed; use host:port`},

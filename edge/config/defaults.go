@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"slices"
 	"time"
 
 	"github.com/ratewarden/ratewarden/edge/limit"
@@ -25,6 +26,12 @@ func (c *Config) Defaults() {
 	def(&e.DecisionQueue, 4096)
 	def(&e.RequestIDHeader, "X-Request-Id")
 	def(&e.ShutdownGrace, 10*time.Second)
+	def(&e.Client.HeaderTimeout, 10*time.Second)
+	def(&e.Client.BodyTimeout, 60*time.Second)
+	def(&e.Client.IdleTimeout, 2*time.Minute)
+	def(&e.Client.MaxConnections, 10_000)
+	def(&e.Origin.ConnectTimeout, 5*time.Second)
+	def(&e.Origin.ResponseHeaderTimeout, 30*time.Second)
 
 	id := &c.Identity
 	def(&id.ClientIPHeader, ClientIPHeaders[0])
@@ -74,6 +81,16 @@ func (c *Config) Defaults() {
 	def(&ch.EndpointFailures.Window, time.Minute)
 
 	def(&c.Lists.Refresh, 30*time.Second)
+
+	def(&c.Paths.Case, PathCases[0])
+	def(&c.Paths.Ambiguous, AmbiguousPaths[0])
+	if _, written := c.lines["forward.strip_headers"]; !written && c.Forward.StripHeaders == nil {
+		c.Forward.StripHeaders = slices.Clone(DefaultStripHeaders)
+	}
+	if c.Forward.User == nil {
+		user := true
+		c.Forward.User = &user
+	}
 
 	d := &c.Decisions
 	def(&d.Codec, DecisionCodecs[0])

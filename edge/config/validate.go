@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"math"
 	"net"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/limit"
 )
 
@@ -43,13 +45,14 @@ func (c *Config) validate() *validator {
 	if c.Lists.Refresh < time.Second {
 		v.report(key("lists", "refresh"), fmtDuration(c.Lists.Refresh), "is not allowed", "1s or more")
 	}
+	v.paths(&c.Paths)
+	v.forward(&c.Forward, &c.Identity)
 	for i, p := range c.FailClosed {
-		if !strings.HasPrefix(p, "/") {
-			v.report(key("fail_closed", index(i)), p, "is not allowed", "a path prefix starting with /, such as /api/admin/")
-		}
+		v.pathPrefix(key("fail_closed", index(i)), p, "is not allowed", "/api/admin/")
 	}
 	v.decisions(&c.Decisions, c.Edge.DecisionQueue)
 	v.tiers(c.Tiers)
+	v.foldedPrefixes(c)
 	v.exactRules(c)
 	return v
 }
@@ -256,6 +259,14 @@ func (v *validator) edge(e *Edge) {
 	v.intRange(key("edge", "decision_queue"), int64(e.DecisionQueue), 1, math.MaxInt64)
 	v.header(key("edge", "request_id_header"), e.RequestIDHeader)
 	v.durationRange(key("edge", "shutdown_grace"), e.ShutdownGrace, 0, math.MaxInt64)
+	c := &e.Client
+	v.durationRange(key("edge", "client", "header_timeout"), c.HeaderTimeout, 10*time.Millisecond, 10*time.Minute)
+	v.durationRange(key("edge", "client", "body_timeout"), c.BodyTimeout, 10*time.Millisecond, time.Hour)
+	v.durationRange(key("edge", "client", "idle_timeout"), c.IdleTimeout, 10*time.Millisecond, 24*time.Hour)
+	v.intRange(key("edge", "client", "max_body_bytes"), c.MaxBodyBytes, 0, 1<<40)
+	v.intRange(key("edge", "client", "max_connections"), int64(c.MaxConnections), 1, 10_000_000)
+	v.durationRange(key("edge", "origin", "connect_timeout"), e.Origin.ConnectTimeout, 10*time.Millisecond, 5*time.Minute)
+	v.durationRange(key("edge", "origin", "response_header_timeout"), e.Origin.ResponseHeaderTimeout, 10*time.Millisecond, time.Hour)
 }
 
 func (v *validator) identity(id *Identity) {
@@ -378,11 +389,76 @@ func (v *validator) tiers(tiers map[string]*Tier) {
 		}
 		for _, prefix := range sortedKeys(t.Paths) {
 			segs := key("tiers", name, "paths", prefix)
-			if !strings.HasPrefix(prefix, "/") {
-				v.report(segs, prefix, "is not allowed as a path prefix", "a path prefix starting with /, such as /api/reports")
-			}
+			v.pathPrefix(segs, prefix, "is not allowed as a path prefix", "/api/reports")
 			v.rule(segs, t.Paths[prefix])
 		}
+	}
+}
+
+// pathPrefix checks a path prefix: rules match canonical paths (package
+// canonpath), so a prefix spelled otherwise would never match.
+func (v *validator) pathPrefix(segs []string, prefix, problem, example string) {
+	c, _, err := canonpath.Clean(prefix)
+	switch {
+	case errors.Is(err, canonpath.ErrNotAbsolute):
+		v.report(segs, prefix, problem, "a path prefix starting with /, such as "+example)
+	case err != nil:
+		v.report(segs, prefix, problem+": "+strings.TrimPrefix(err.Error(), "path "), "a path prefix such as "+example)
+	case c != prefix:
+		v.report(segs, prefix, "is not a canonical path", c+": no dot segments, repeated slashes, backslashes or encoded unreserved characters")
+	case strings.Contains(prefix, ";"):
+		v.report(segs, prefix, "is not allowed as a path prefix", "a prefix without ; (segment parameters are ignored when matching)")
+	}
+}
+
+// foldedPrefixes checks that no two path prefixes of a tier are one when
+// case is ignored: they would count the same requests twice over.
+func (v *validator) foldedPrefixes(c *Config) {
+	if c.Paths.Case == "sensitive" {
+		return
+	}
+	for _, name := range sortedKeys(c.Tiers) {
+		t := c.Tiers[name]
+		if t == nil {
+			continue
+		}
+		seen := map[string]string{}
+		for _, prefix := range sortedKeys(t.Paths) {
+			f := canonpath.Fold(prefix)
+			if other, ok := seen[f]; ok {
+				v.report(key("tiers", name, "paths", prefix), prefix, "is "+other+" when paths.case is insensitive", "one of the two, or paths.case: sensitive")
+			}
+			seen[f] = prefix
+		}
+	}
+}
+
+func (v *validator) paths(p *Paths) {
+	v.oneOf(key("paths", "case"), p.Case, PathCases)
+	v.oneOf(key("paths", "ambiguous"), p.Ambiguous, AmbiguousPaths)
+}
+
+func (v *validator) forward(f *Forward, id *Identity) {
+	for i, h := range f.StripHeaders {
+		v.header(key("forward", "strip_headers", index(i)), h)
+	}
+	for _, h := range []struct{ name, got, example string }{
+		{"tier_header", f.TierHeader, "X-Ratewarden-Tier"},
+		{"decision_header", f.DecisionHeader, "X-Ratewarden-Decision"},
+	} {
+		if h.got == "" {
+			continue
+		}
+		segs := key("forward", h.name)
+		v.header(segs, h.got)
+		for _, other := range []string{id.UserHeader, id.PlanHeader, id.ClientIPHeader} {
+			if strings.EqualFold(h.got, other) {
+				v.report(segs, h.got, "is an identity header", "a header of its own, such as "+h.example)
+			}
+		}
+	}
+	if f.TierHeader != "" && strings.EqualFold(f.TierHeader, f.DecisionHeader) {
+		v.report(key("forward", "decision_header"), f.DecisionHeader, "is also the tier header", "a different header")
 	}
 }
 

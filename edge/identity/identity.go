@@ -263,6 +263,17 @@ func (r *Resolver) resolveAddr(remoteAddr string, h http.Header) (id Identity, t
 	return id, trusted
 }
 
+// Trusts reports whether the peer at remoteAddr ("ip:port") is a trusted
+// proxy, whose forwarding and user headers Resolve reads and the edge may
+// pass on. A nil Resolver trusts no one.
+func (r *Resolver) Trusts(remoteAddr string) bool {
+	if r == nil {
+		return false
+	}
+	peer, _ := parseHostPort(remoteAddr)
+	return r.isTrusted(peer.Unmap().WithZone(""))
+}
+
 // CountingAddr is the address an anonymous client at a is counted under:
 // a itself, or for IPv6 the first address of its /ipv6Bits prefix, so that
 // clients rotating addresses inside one allocation share a counter.

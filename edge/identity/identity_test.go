@@ -333,3 +333,24 @@ func BenchmarkResolve(b *testing.B) {
 		})
 	}
 }
+
+func TestTrusts(t *testing.T) {
+	r := mustNew(t, config.Identity{TrustedProxies: trustedProxies}, nil)
+	for _, c := range []struct {
+		remote string
+		want   bool
+	}{
+		{"10.0.0.1:443", true},
+		{"[::ffff:10.0.0.1]:443", true},
+		{"203.0.113.7:443", false},
+		{"", false},
+		{"garbage", false},
+	} {
+		if got := r.Trusts(c.remote); got != c.want {
+			t.Errorf("Trusts(%q) = %v, want %v", c.remote, got, c.want)
+		}
+	}
+	if (*Resolver)(nil).Trusts("10.0.0.1:443") {
+		t.Error("a nil Resolver trusts a peer")
+	}
+}

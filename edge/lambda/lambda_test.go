@@ -7,22 +7,56 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/lambda"
 )
 
-func newHandler(t *testing.T) *lambda.Handler {
+// sink keeps every decision. Invoke returns after the response ended, so
+// a request's decision is in by then.
+type sink struct {
+	mu sync.Mutex
+	ds []decisions.Decision
+}
+
+func (s *sink) Emit(d decisions.Decision) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ds = append(s.ds, d)
+	return true
+}
+
+// statuses returns the decisions' statuses, with their response errors
+// after a colon.
+func (s *sink) statuses() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.ds))
+	for i, d := range s.ds {
+		out[i] = fmt.Sprint(d.Status)
+		if d.ResponseError != "" {
+			out[i] += ":" + d.ResponseError
+		}
+	}
+	return out
+}
+
+func newHandler(t *testing.T) *lambda.Handler { return newHandlerSink(t, nil) }
+
+func newHandlerSink(t *testing.T, s edge.Sink) *lambda.Handler {
 	t.Helper()
 	cfg, err := config.Load("../../examples/seed.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := edge.New(cfg, edge.Options{Env: func(string) string { return "" }})
+	lim, err := edge.New(cfg, edge.Options{Env: func(string) string { return "" }, Sink: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +64,8 @@ func newHandler(t *testing.T) *lambda.Handler {
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		w.Header().Set("Set-Cookie", "s=1")
+		// The adapter's writer cannot flush: that is no failure.
+		http.NewResponseController(w).Flush()
 		fmt.Fprintf(w, "%s %s?%s body=%s", r.Method, r.URL.Path, r.URL.RawQuery, b)
 	})
 	return lambda.New(lim.Handler(app, ""), lambda.Options{})
@@ -75,7 +111,8 @@ func TestEventShapes(t *testing.T) {
 		ev   any
 	}{{"rest", rest}, {"http api", v2}, {"alb", alb}} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHandler(t)
+			decided := &sink{}
+			h := newHandlerSink(t, decided)
 			var statuses []int
 			for i := range 11 {
 				status, hdr, body := invoke(t, h, c.ev)
@@ -94,6 +131,10 @@ func TestEventShapes(t *testing.T) {
 			}
 			if got := fmt.Sprint(statuses); got != "[200 200 200 200 200 302 302 302 302 302 429]" {
 				t.Errorf("statuses %s", got)
+			}
+			// One decision per event, with the status it was answered.
+			if got := strings.Join(decided.statuses(), " "); "["+got+"]" != fmt.Sprint(statuses) {
+				t.Errorf("decided statuses %s, want %v", got, statuses)
 			}
 		})
 	}

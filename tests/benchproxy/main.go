@@ -15,6 +15,7 @@ import (
 	"net/url"
 
 	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 func main() {
@@ -36,7 +37,7 @@ func main() {
 		p := httputil.NewSingleHostReverseProxy(u)
 		// The same connection pool as ratewarden's proxy, so that only the
 		// limiter differs.
-		p.Transport = edge.NewReverseProxy(u).Transport
+		p.Transport = edge.NewReverseProxy(u, config.Origin{}).Transport
 		log.Fatal(http.ListenAndServe(*bare, p))
 	default:
 		flag.Usage()

@@ -1,0 +1,129 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/kinesis"
+)
+
+// KinesisLambda aggregates the decisions of a Kinesis event-source mapping
+// in AWS Lambda: each invocation's records (all of one shard) are rolled up
+// into one partial per window they touch, and each partial is written to
+// the sinks before the invocation returns (EMF on stdout is the usual
+// sink; CloudWatch adds up the documents of one window). An invocation's
+// outputs are keyed by shard, window and the first and last sequence
+// numbers of the invocation, so a retried invocation writes the same keys
+// and bytes. A record that cannot be decoded is skipped and counted; a sink
+// that fails fails the whole invocation (reported as a failure of its
+// first record), which Lambda then retries.
+//
+// Distinct clients are exact per partial but CloudWatch cannot merge them
+// across invocations: UniqueClients of a window is a per-invocation figure
+// in Lambda. It is safe for concurrent use.
+type KinesisLambda struct {
+	Sinks  []Sink
+	Window time.Duration // default 60 s
+	TopK   int           // default 100
+
+	mu       sync.Mutex
+	problems []error
+	stats    LambdaStats
+}
+
+// LambdaStats count what a KinesisLambda did.
+type LambdaStats struct {
+	Invocations, Records, Events, Corrupt, Outputs, Failed uint64
+}
+
+// Handle handles one invocation.
+func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (events.KinesisEventResponse, error) {
+	if len(ev.Records) == 0 {
+		return events.KinesisEventResponse{}, nil
+	}
+	size, k := l.Window, l.TopK
+	if size <= 0 {
+		size = time.Minute
+	}
+	if k <= 0 {
+		k = 100
+	}
+	windows := map[int64]*Partial{}
+	var (
+		buf                     []decisions.Decision
+		records, evs, corrupted uint64
+		problems                []error
+	)
+	for i := range ev.Records {
+		r := &ev.Records[i]
+		records++
+		var err error
+		if buf, err = kinesis.Decode(r.Kinesis.Data, buf[:0]); err != nil {
+			corrupted++
+			problems = append(problems, fmt.Errorf("%s record %s: %w", r.EventID, r.Kinesis.SequenceNumber, err))
+			continue
+		}
+		for j := range buf {
+			d := &buf[j]
+			start := windowStart(d.Time, size)
+			p := windows[start]
+			if p == nil {
+				p = NewPartial(time.Unix(0, start), size, k)
+				windows[start] = p
+			}
+			p.Update(d)
+			evs++
+		}
+	}
+	first, last := ev.Records[0], ev.Records[len(ev.Records)-1]
+	shard, _, _ := strings.Cut(first.EventID, ":")
+	rng := first.Kinesis.SequenceNumber + "-" + last.Kinesis.SequenceNumber
+	var err error
+	for _, start := range sortedKeys(windows) {
+		o := Output{Partial: windows[start], Range: rng}
+		for _, s := range l.Sinks {
+			err = errors.Join(err, s.Write(ctx, shard, o))
+		}
+	}
+	for _, s := range l.Sinks {
+		err = errors.Join(err, s.Flush(ctx))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stats.Invocations++
+	l.stats.Records += records
+	l.stats.Events += evs
+	l.stats.Corrupt += corrupted
+	for _, p := range problems {
+		if len(l.problems) < 100 {
+			l.problems = append(l.problems, p)
+		}
+	}
+	if err != nil {
+		l.stats.Failed++
+		return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: first.Kinesis.SequenceNumber}}}, nil
+	}
+	l.stats.Outputs += uint64(len(windows))
+	return events.KinesisEventResponse{}, nil
+}
+
+// Stats returns the counts so far.
+func (l *KinesisLambda) Stats() LambdaStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+// Problems returns the first corrupt records' errors.
+func (l *KinesisLambda) Problems() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.problems...)
+}

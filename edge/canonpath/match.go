@@ -1,0 +1,99 @@
+package canonpath
+
+// Case says whether letter case distinguishes paths when matching.
+type Case uint8
+
+const (
+	// Insensitive matches ASCII letters without regard to case, and reads
+	// the non-ASCII letters whose case mapping is an ASCII letter (KELVIN
+	// SIGN, LATIN SMALL LETTER LONG S, dotless i and dotted capital I) as
+	// that letter: case-insensitive origins serve /API/Admin, and some
+	// (Unicode case folding) /ap%C4%B1/admin, as /api/admin.
+	Insensitive Case = iota
+	// Sensitive matches bytes as they are.
+	Sensitive
+)
+
+// foldsToASCII are the UTF-8 letters, percent-encoded as in a canonical
+// path, whose simple case mapping is an ASCII letter, and that letter.
+var foldsToASCII = [...]struct {
+	enc    string
+	letter byte
+}{
+	{"%E2%84%AA", 'k'}, // U+212A KELVIN SIGN
+	{"%C5%BF", 's'},    // U+017F LATIN SMALL LETTER LONG S
+	{"%C4%B1", 'i'},    // U+0131 LATIN SMALL LETTER DOTLESS I
+	{"%C4%B0", 'i'},    // U+0130 LATIN CAPITAL LETTER I WITH DOT ABOVE
+}
+
+// Fold returns prefix as HasPrefix with Insensitive compares it: ASCII
+// letters in lower case. It allocates only when prefix has upper-case
+// letters.
+func Fold(prefix string) string {
+	for i := 0; i < len(prefix); i++ {
+		if 'A' <= prefix[i] && prefix[i] <= 'Z' {
+			b := []byte(prefix)
+			for j := i; j < len(b); j++ {
+				b[j] = lower(b[j])
+			}
+			return string(b)
+		}
+	}
+	return prefix
+}
+
+// HasPrefix reports whether the canonical path p falls under the canonical
+// prefix: p starts with prefix, reading each segment without its
+// parameters (";" to the end of the segment, which Tomcat, Jetty and Spring
+// drop), or p is prefix without its trailing slash (a rule for /api/admin/
+// covers /api/admin). With Insensitive, prefix must be folded (Fold). It
+// does not allocate.
+func HasPrefix(p, prefix string, c Case) bool {
+	i, j := 0, 0
+	for j < len(prefix) {
+		if i == len(p) {
+			return j == len(prefix)-1 && prefix[j] == '/'
+		}
+		b := p[i]
+		if b == ';' {
+			for i < len(p) && p[i] != '/' {
+				i++
+			}
+			continue
+		}
+		if c == Insensitive {
+			if b == '%' {
+				if n := foldedLetter(p[i:], prefix[j]); n > 0 {
+					i += n
+					j++
+					continue
+				}
+			}
+			b = lower(b)
+		}
+		if b != prefix[j] {
+			return false
+		}
+		i++
+		j++
+	}
+	return true
+}
+
+// foldedLetter returns the length of the encoded letter at the start of s
+// when it folds to letter, else 0.
+func foldedLetter(s string, letter byte) int {
+	for _, f := range foldsToASCII {
+		if f.letter == letter && len(s) >= len(f.enc) && s[:len(f.enc)] == f.enc {
+			return len(f.enc)
+		}
+	}
+	return 0
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}

@@ -1,0 +1,256 @@
+package tests
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// timeoutsYAML is a configuration with timeouts short enough for tests.
+const timeoutsYAML = `
+edge:
+  client:
+    body_timeout: 300ms
+    max_body_bytes: 1024
+  origin:
+    connect_timeout: 300ms
+    response_header_timeout: 300ms
+tiers:
+  anonymous:
+    global: {limit: 1000}
+`
+
+// responseLine is what these tests read of a decision line. It is decoded
+// on its own, not with package decisions, so that the same test ran
+// against the binary from before these fields existed, and failed.
+type responseLine struct {
+	Outcome         string  `json:"outcome"`
+	Path            string  `json:"path"`
+	Status          int     `json:"status"`
+	UpstreamLatency float64 `json:"upstream_latency_us"`
+	ResponseError   string  `json:"response_error"`
+}
+
+// TestEdgeTimeouts runs `ratewarden edge` against a slow origin, a dead
+// origin and a slowloris client: each is cut off within its configured
+// timeout with the right status, and shows in the decision, on /metrics
+// and in the log.
+func TestEdgeTimeouts(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(cfgPath, []byte(timeoutsYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			// An origin that does not answer (95 s in the report); it is
+			// released when the test ends.
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	defer origin.Close()
+	defer close(release)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadOrigin := "http://" + ln.Addr().String()
+	ln.Close()
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	cases := []struct {
+		name     string
+		upstream string
+		send     func(t *testing.T, base string) int // the status the client got
+		status   int
+		respErr  string
+		within   time.Duration // the edge answers within this (plus slack)
+	}{
+		{"slow origin", origin.URL, func(t *testing.T, base string) int {
+			return get(t, client, base+"/slow").status
+		}, 504, "upstream_timeout", 300 * time.Millisecond},
+		{"dead origin", deadOrigin, func(t *testing.T, base string) int {
+			return get(t, client, base+"/api").status
+		}, 502, "upstream_unreachable", 0},
+		{"slowloris body", origin.URL, func(t *testing.T, base string) int {
+			return slowloris(t, base)
+		}, 408, "body_timeout", 300 * time.Millisecond},
+		{"body over the cap", origin.URL, func(t *testing.T, base string) int {
+			resp, err := client.Post(base+"/upload", "text/plain", strings.NewReader(strings.Repeat("x", 2000)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}, 413, "body_too_large", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			decisionsFile := filepath.Join(t.TempDir(), "decisions.jsonl")
+			base, admin := startEdge(t, bin, nil, "--config", cfgPath, "--upstream", c.upstream, "--decisions-file", decisionsFile)
+			start := time.Now()
+			if got := c.send(t, base); got != c.status {
+				t.Errorf("status %d, want %d", got, c.status)
+			}
+			if took := time.Since(start); took < c.within || took > c.within+5*time.Second {
+				t.Errorf("answered after %v, want about %v", took, c.within)
+			}
+			metrics := get(t, client, admin+"/metrics").body
+			counter := `ratewarden_edge_response_errors_total\{[^}]*error="` + c.respErr + `"[^}]*\} 1\n`
+			if !regexp.MustCompile(counter).MatchString(metrics) {
+				t.Errorf("/metrics does not match %s:\n%s", counter, grepLines(metrics, "response_errors"))
+			}
+			stops[t.Name()]()
+			if log := edgeLogs[t.Name()](); !strings.Contains(log, `msg="response failed" error=`+c.respErr) {
+				t.Errorf("no warning in the log:\n%s", log)
+			}
+			b, err := os.ReadFile(decisionsFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			if len(lines) != 1 {
+				t.Fatalf("%d decisions, want 1:\n%s", len(lines), b)
+			}
+			var d responseLine
+			if err := json.Unmarshal([]byte(lines[0]), &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Outcome != "allow" || d.Status != c.status || d.ResponseError != c.respErr {
+				t.Errorf("decision %s", lines[0])
+			}
+			if c.within > 0 && d.UpstreamLatency < float64(c.within/time.Microsecond) && c.respErr == "upstream_timeout" {
+				t.Errorf("upstream latency %vµs, want %v or more", d.UpstreamLatency, c.within)
+			}
+		})
+	}
+}
+
+// slowloris sends a request body of 100 bytes one byte every 50 ms, as
+// slow clients holding connections do, until the edge answers, and
+// returns the status it answered.
+func slowloris(t *testing.T, base string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: edge\r\nContent-Length: 100\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for range 100 {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := c.Write([]byte{'x'}); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("slowloris: no response: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestEdgeConnectionLimits runs `ratewarden edge` with a short header
+// timeout and a cap of two client connections: a client that never
+// finishes its headers is cut off, and a third connection is served only
+// once one of the first two closes.
+func TestEdgeConnectionLimits(t *testing.T) {
+	bin := buildBinary(t)
+	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
+	yaml := "edge:\n  client:\n    header_timeout: 300ms\n    max_connections: 2\ntiers:\n  anonymous:\n    global: {limit: 1000}\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer origin.Close()
+	base, _ := startEdge(t, bin, nil, "--config", cfgPath, "--upstream", origin.URL)
+	addr := strings.TrimPrefix(base, "http://")
+	type conn struct {
+		net.Conn
+		r *bufio.Reader
+	}
+	dial := func() conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return conn{c, bufio.NewReader(c)}
+	}
+	// status sends a request on c and returns the response status, or the
+	// error of waiting wait for it.
+	status := func(c conn, wait time.Duration) (int, error) {
+		c.SetDeadline(time.Now().Add(wait))
+		if _, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
+			return 0, err
+		}
+		resp, err := http.ReadResponse(c.r, nil)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+
+	slow := dial()
+	start := time.Now()
+	slow.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(slow, "GET /api HTTP/1.1\r\nHost: edge\r\nX-Slow: ")
+	if _, err := slow.r.ReadByte(); err != io.EOF {
+		t.Errorf("unfinished headers: %v, want the connection closed", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("unfinished headers: closed after %v, want about 300ms", took)
+	}
+
+	first, second := dial(), dial()
+	for i, c := range []conn{first, second} {
+		if s, err := status(c, 10*time.Second); s != 200 {
+			t.Fatalf("connection %d: %d %v", i+1, s, err)
+		}
+	}
+	third := dial()
+	if s, err := status(third, 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("third connection while two are open: %d %v, want no answer", s, err)
+	}
+	first.Close()
+	third.SetDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(third.r, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("third connection once the first closed: %v", err)
+	}
+	resp.Body.Close()
+}
