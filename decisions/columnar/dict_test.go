@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
@@ -42,6 +44,36 @@ func TestDictionaryFrozen(t *testing.T) {
 		}
 	}
 	f(dict1ID, dict1, 52072, 0xf5133752)
+	f(dict2ID, dict2, 55864, 0x950b937a)
+}
+
+// TestEveryDictionaryDecodes: frames written with any released dictionary
+// decode, whichever the writer uses now.
+func TestEveryDictionaryDecodes(t *testing.T) {
+	want := generate(3, 9)
+	raw, err := Encode(nil, want, Options{Compression: None})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoder()
+	for _, dict := range []struct {
+		id      uint32
+		content []byte
+	}{{dict1ID, dict1}, {dict2ID, dict2}} {
+		z, err := zstd.NewWriter(nil, zstd.WithEncoderDictRaw(dict.id, dict.content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Decode(z.EncodeAll(raw, nil), nil)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("dictionary %#x: %d events, %v", dict.id, len(got), err)
+		}
+		for i := range want {
+			if !decisiontest.Equal(got[i], want[i]) {
+				t.Fatalf("dictionary %#x, event %d:\n%s", dict.id, i, decisiontest.Diff(got[i], want[i]))
+			}
+		}
+	}
 }
 
 // TestDictionaryTargets: with the dictionary, a batch of any size is

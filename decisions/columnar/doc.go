@@ -16,7 +16,7 @@
 // schema, dictionaries and framing are about 8 KB a batch whatever its
 // size: under body compression batches should hold thousands of events,
 // while under ZstdDict they cost a few hundred bytes, so that a batch of
-// 20 events is already 6.8 times smaller than its JSON lines, and even a
+// 20 events is already about 7 times smaller than its JSON lines, and even a
 // batch of one is smaller (BENCHMARKS.md, TestDictionaryTargets). The
 // decision log and the Kinesis sink write ZstdDict.
 //
