@@ -53,7 +53,8 @@ func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Wa
 	return mux, nil
 }
 
-func registerEmitterMetrics(meter metric.Meter, e *decisions.Emitter) error {
+// registerEmitterMetrics exports each lane's counters, by sink.
+func registerEmitterMetrics(meter metric.Meter, f *decisions.Fanout) error {
 	written, err := meter.Int64ObservableCounter("ratewarden.decisions.written",
 		metric.WithDescription("Decisions written to the decision sink."), metric.WithUnit("{decision}"))
 	if err != nil {
@@ -65,17 +66,25 @@ func registerEmitterMetrics(meter metric.Meter, e *decisions.Emitter) error {
 		return err
 	}
 	queued, err := meter.Int64ObservableGauge("ratewarden.decisions.queued",
-		metric.WithDescription("Decisions waiting in the emitter queue."), metric.WithUnit("{decision}"))
+		metric.WithDescription("Decisions waiting in the sink's queue."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
+	dropped, err := meter.Int64ObservableCounter("ratewarden.decisions.dropped",
+		metric.WithDescription("Decisions the sink's full queue refused."), metric.WithUnit("{decision}"))
 	if err != nil {
 		return err
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		s := e.Stats()
-		o.ObserveInt64(written, int64(s.Written))
-		o.ObserveInt64(errs, int64(s.Errors))
-		o.ObserveInt64(queued, int64(s.Queued))
+		f.Lanes(func(name string, e *decisions.Emitter) {
+			s, attrs := e.Stats(), metric.WithAttributes(attribute.String("sink", name))
+			o.ObserveInt64(written, int64(s.Written), attrs)
+			o.ObserveInt64(errs, int64(s.Errors), attrs)
+			o.ObserveInt64(queued, int64(s.Queued), attrs)
+			o.ObserveInt64(dropped, int64(s.Dropped), attrs)
+		})
 		return nil
-	}, written, errs, queued)
+	}, written, errs, queued, dropped)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
@@ -18,12 +19,14 @@ import (
 )
 
 // DecisionSinks opens what edge.decisions_file, decisions.dir and
-// decisions.kinesis ask for behind one emitter, with decisions.privacy
-// applied to all of them. When none is configured and fallback is not nil,
-// decisions go to fallback as JSON lines (Lambda's stdout); otherwise the
-// result has no emitter. Close flushes the emitter, then the sinks.
+// decisions.kinesis ask for, each a lane of one Fanout (its own queue,
+// goroutine and linger, so that a slow or hung stream never holds up the
+// local log), with decisions.privacy applied to all of them. When none is
+// configured and fallback is not nil, decisions go to fallback as JSON
+// lines (Lambda's stdout); otherwise the result has no emitter. Close
+// flushes the lanes, then closes the sinks.
 func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, fallback io.Writer) (*Sinks, error) {
-	var writers []decisions.BatchWriter
+	var lanes []decisions.Lane
 	var closers []func(context.Context) error
 	out := &Sinks{close: func(context.Context) error { return nil }}
 	fail := func(err error) (*Sinks, error) {
@@ -35,6 +38,12 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 	privacy, err := newPrivacy(cfg.Decisions.Privacy, getenv)
 	if err != nil {
 		return fail(err)
+	}
+	// Privacy applies to everything recorded, log and file alike.
+	lane := func(name string, w decisions.BatchWriter, linger time.Duration, batch int) {
+		lanes = append(lanes, decisions.Lane{Name: name, Writer: decisions.Private(privacy, w), Options: decisions.EmitterOptions{
+			Queue: cfg.Edge.DecisionQueue, Node: cfg.Edge.Node, Linger: linger, Batch: batch,
+			OnError: func(err error) { log.Error("decisions", "sink", name, "err", err) }}})
 	}
 	if cfg.Decisions.Dir != "" {
 		l, err := seglog.Open(cfg.Decisions.Dir, logOptions(cfg.Decisions, func(p seglog.Problem) {
@@ -51,7 +60,7 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 		if cfg.Decisions.Codec == "json" {
 			codec = decisionlog.CodecJSON
 		}
-		writers = append(writers, decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}))
+		lane("log", decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}), cfg.Decisions.Linger, cfg.Decisions.Batch)
 		closers = append(closers, func(context.Context) error { return l.Close() })
 	}
 	if cfg.Edge.DecisionsFile != "" {
@@ -59,7 +68,7 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 		if err != nil {
 			return fail(err)
 		}
-		writers = append(writers, f)
+		lane("file", f, 0, 0)
 		closers = append(closers, func(context.Context) error { return f.Close() })
 	}
 	if k := cfg.Decisions.Kinesis; k.Stream != "" {
@@ -68,7 +77,7 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 			return fail(fmt.Errorf("decisions.kinesis: %w", err))
 		}
 		// Few retries: what the stream does not take soon goes to the spill
-		// and is retried from there, so the emitter's queue does not fill
+		// and is retried from there, so the lane's queue does not fill
 		// while a dead stream is retried.
 		sink, err := dkinesis.New(kinesis.NewFromConfig(acfg), dkinesis.Options{Stream: k.Stream, Partitions: k.Partitions,
 			JSON: k.Codec == "json", MaxRetries: 3})
@@ -80,26 +89,20 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 			return fail(fmt.Errorf("decisions.kinesis.spill_dir: %w", err))
 		}
 		out.Kinesis, out.Spill = sink, spill
-		writers = append(writers, spill)
+		lane("kinesis", spill, k.Linger, k.Batch)
 		closers = append(closers, spill.Close)
 		log.Info("shipping decisions to Kinesis", "stream", k.Stream, "region", acfg.Region, "spill_dir", k.SpillDir)
 	}
-	if len(writers) == 0 && fallback != nil {
-		writers = append(writers, decisions.NewJSONLinesWriter(fallback))
+	if len(lanes) == 0 && fallback != nil {
+		lane("stdout", decisions.NewJSONLinesWriter(fallback), 0, 0)
 	}
-	if len(writers) == 0 {
+	if len(lanes) == 0 {
 		return out, nil
 	}
-	w := writers[0]
-	if len(writers) > 1 {
-		w = decisions.Tee(writers...)
-	}
-	// Privacy applies to everything recorded, log and file alike.
-	em := decisions.NewEmitter(decisions.Private(privacy, w), decisions.EmitterOptions{Queue: cfg.Edge.DecisionQueue, Node: cfg.Edge.Node,
-		OnError: func(err error) { log.Error("decisions", "err", err) }})
+	em := decisions.NewFanout(lanes...)
 	out.Emitter = em
 	out.close = func(ctx context.Context) error {
-		errs := []error{em.Close(ctx)}
+		errs := []error{closeLanes(ctx, em, out.Spill)}
 		for _, c := range closers {
 			errs = append(errs, c(ctx))
 		}
@@ -108,11 +111,32 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 	return out, nil
 }
 
-// Sinks are the destinations of decisions DecisionSinks opened, behind
-// one emitter.
+// closeLanes flushes every lane. The lanes close at once, so a hung
+// stream does not hold up the log; and if they are not done within half
+// of what is left of ctx, calls to the stream are cut short, so that the
+// Kinesis lane spills what it holds instead of losing it when ctx ends.
+func closeLanes(ctx context.Context, f *decisions.Fanout, spill *dkinesis.Spill) error {
+	if spill == nil {
+		return f.Close(ctx)
+	}
+	first := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		first, cancel = context.WithDeadline(ctx, deadline.Add(-time.Until(deadline)/2))
+		defer cancel()
+	}
+	if f.Close(first) == nil {
+		return nil
+	}
+	spill.Interrupt()
+	return f.Close(ctx)
+}
+
+// Sinks are the destinations of decisions DecisionSinks opened, each a
+// lane of one Fanout.
 type Sinks struct {
-	Emitter *decisions.Emitter // nil: decisions are not recorded
-	Kinesis *dkinesis.Sink     // nil without decisions.kinesis.stream
+	Emitter *decisions.Fanout // nil: decisions are not recorded
+	Kinesis *dkinesis.Sink    // nil without decisions.kinesis.stream
 	Spill   *dkinesis.Spill
 	close   func(context.Context) error // closes the emitter, then the sinks
 }

@@ -30,7 +30,9 @@ func (discard) WriteBatch([]Decision) error { return nil }
 func (discard) Flush() error                { return nil }
 
 // Tee returns a BatchWriter writing every batch to each of ws in turn; a
-// failing writer does not keep the others from their batch.
+// failing writer does not keep the others from their batch, but a slow one
+// holds them all up. Behind an Emitter, give writers that do I/O over a
+// network a Fanout lane each instead.
 func Tee(ws ...BatchWriter) BatchWriter { return tee(ws) }
 
 type tee []BatchWriter
@@ -60,6 +62,13 @@ type EmitterOptions struct {
 	// default 1 MiB. A single larger decision goes alone.
 	BatchBytes int
 	Interval   time.Duration // the writer is flushed at least this often while decisions arrive; default 200ms
+	// Linger, when more than 0, replaces Interval: a decision waits in the
+	// queue at most Linger for others to join it, and the queue is written
+	// as soon as it holds Batch decisions. So a sink that pays per record
+	// (Kinesis, the log's schema) gets full batches at low rates, for at
+	// most Linger of delay, and is written as often as it fills at high
+	// rates. Close writes what lingers.
+	Linger time.Duration
 	// OnError is called with every write or flush error, from the writer
 	// goroutine. It may be nil.
 	OnError func(error)
@@ -113,6 +122,9 @@ func NewEmitter(w BatchWriter, opts EmitterOptions) *Emitter {
 		opts.Batch = 1024
 	}
 	opts.Batch = min(opts.Batch, opts.Queue)
+	if opts.Linger < 0 {
+		opts.Linger = 0
+	}
 	if opts.BatchBytes <= 0 {
 		opts.BatchBytes = 1 << 20
 	}
@@ -131,8 +143,13 @@ func NewEmitter(w BatchWriter, opts EmitterOptions) *Emitter {
 		done:    make(chan struct{}),
 		// Waking the writer costs the request path a thread wake-up, so it
 		// is woken when a quarter of the queue is used (or a batch, if
-		// larger), and otherwise finds the queue on its interval.
+		// larger), and otherwise finds the queue on its interval. A
+		// lingering writer is woken by the first decision, to start its
+		// wait, and by the one that fills a batch.
 		wakeAt: max(opts.Queue/4, opts.Batch),
+	}
+	if opts.Linger > 0 {
+		e.wakeAt = opts.Batch
 	}
 	go e.run(make([]Decision, 0, opts.Queue))
 	return e
@@ -149,7 +166,7 @@ func (e *Emitter) Emit(d Decision) bool {
 	}
 	e.pending = append(e.pending, d)
 	e.emitted++
-	wake := len(e.pending) == e.wakeAt
+	wake := len(e.pending) == e.wakeAt || (len(e.pending) == 1 && e.opts.Linger > 0)
 	e.mu.Unlock()
 	if wake {
 		select {
@@ -179,6 +196,10 @@ func (e *Emitter) swap(spare []Decision) []Decision {
 
 func (e *Emitter) run(spare []Decision) {
 	defer close(e.done)
+	if e.opts.Linger > 0 {
+		e.linger(spare)
+		return
+	}
 	tick := time.NewTicker(e.opts.Interval)
 	defer tick.Stop()
 	report := time.NewTicker(e.opts.DropReport)
@@ -192,21 +213,82 @@ func (e *Emitter) run(spare []Decision) {
 		case now := <-report.C:
 			e.reportDrops(now)
 		case reply := <-e.flush:
-			errs := e.errs.Load()
-			e.reportDrops(time.Now())
-			spare = e.drain(spare, true)
-			if n := e.errs.Load() - errs; n > 0 {
-				reply <- fmt.Errorf("flush decisions: %d write or flush errors", n)
-			} else {
-				reply <- nil
-			}
+			spare = e.flushNow(spare, reply)
 		case <-e.stop:
-			e.drain(spare, false)
-			e.reportDrops(time.Now())
-			e.drain(spare, true)
+			e.finish(spare)
 			return
 		}
 	}
+}
+
+// flushNow serves a Flush: it reports drops, writes everything queued,
+// flushes, and answers reply with the errors on the way.
+func (e *Emitter) flushNow(spare []Decision, reply chan<- error) []Decision {
+	errs := e.errs.Load()
+	e.reportDrops(time.Now())
+	spare = e.drain(spare, true)
+	if n := e.errs.Load() - errs; n > 0 {
+		reply <- fmt.Errorf("flush decisions: %d write or flush errors", n)
+	} else {
+		reply <- nil
+	}
+	return spare
+}
+
+// finish writes what is queued and the last drop report, and flushes.
+func (e *Emitter) finish(spare []Decision) {
+	e.drain(spare, false)
+	e.reportDrops(time.Now())
+	e.drain(spare, true)
+}
+
+// linger is run's loop for a lingering emitter: the queue is written when
+// it holds a batch, or Linger after its first decision arrived.
+func (e *Emitter) linger(spare []Decision) {
+	wait := time.NewTimer(e.opts.Linger)
+	wait.Stop()
+	armed := false
+	report := time.NewTicker(e.opts.DropReport)
+	defer report.Stop()
+	for {
+		select {
+		case <-e.wake:
+			switch n := e.queued(); {
+			case n >= e.opts.Batch:
+				spare = e.drain(spare, false)
+				wait.Stop()
+				armed = false
+			case n > 0 && !armed:
+				wait.Reset(e.opts.Linger)
+				armed = true
+			}
+			// A decision that arrived during the drain found the queue
+			// not empty and woke no one: look again.
+			if !armed && e.queued() > 0 {
+				wait.Reset(e.opts.Linger)
+				armed = true
+			}
+		case <-wait.C:
+			armed = false
+			spare = e.drain(spare, false)
+		case now := <-report.C:
+			e.reportDrops(now)
+		case reply := <-e.flush:
+			wait.Stop()
+			armed = false
+			spare = e.flushNow(spare, reply)
+		case <-e.stop:
+			wait.Stop()
+			e.finish(spare)
+			return
+		}
+	}
+}
+
+func (e *Emitter) queued() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.pending)
 }
 
 // reportDrops writes a KindDrops event for the decisions dropped since the

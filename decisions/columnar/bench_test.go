@@ -24,20 +24,29 @@ func reportRate(b *testing.B, events int) {
 func BenchmarkEncode(b *testing.B) {
 	ds := generate(1, benchBatch)
 	for _, c := range compressions {
-		b.Run(c.String(), func(b *testing.B) {
-			e := NewEncoder(Options{Compression: c})
-			buf, err := e.Encode(nil, ds)
-			if err != nil {
+		b.Run(c.String(), func(b *testing.B) { benchEncode(b, c, ds, nil) })
+	}
+}
+
+// benchEncode encodes ds again and again, and decodes each batch with d
+// if it is not nil.
+func benchEncode(b *testing.B, c Compression, ds []decisions.Decision, d *Decoder) {
+	e := NewEncoder(Options{Compression: c})
+	buf, err := e.Encode(nil, ds)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, _ = e.Encode(buf[:0], ds)
+		if d != nil {
+			if _, err := d.Decode(buf, nil); err != nil {
 				b.Fatal(err)
 			}
-			b.ReportAllocs()
-			for b.Loop() {
-				buf, _ = e.Encode(buf[:0], ds)
-			}
-			reportRate(b, len(ds))
-			b.ReportMetric(float64(len(buf))/float64(len(ds)), "B/event")
-		})
+		}
 	}
+	reportRate(b, len(ds))
+	b.ReportMetric(float64(len(buf))/float64(len(ds)), "B/event")
 }
 
 func BenchmarkDecode(b *testing.B) {

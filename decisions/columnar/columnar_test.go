@@ -24,7 +24,7 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 
-var compressions = []Compression{Zstd, LZ4, None, ZstdStream}
+var compressions = []Compression{Zstd, LZ4, None, ZstdStream, ZstdDict}
 
 func generate(seed uint64, n int) []decisions.Decision {
 	return decisiontest.NewGenerator(seed, t0).Batch(n)
@@ -493,7 +493,7 @@ func TestCorruption(t *testing.T) {
 			bad := bytes.Clone(data)
 			bad[i] ^= 0x20
 			got, err := d.Decode(bad, nil)
-			if err == nil && c == ZstdStream && len(got) == len(want) {
+			if err == nil && c.framed() && len(got) == len(want) {
 				for j := range got {
 					if !decisiontest.Equal(got[j], want[j]) {
 						t.Fatalf("%v: byte %d of %d flipped: event %d changed without an error", c, i, len(data), j)
@@ -511,7 +511,7 @@ func TestCorruption(t *testing.T) {
 		// Bytes after the end of the stream are refused too, checksum or
 		// not; after a zstd frame, zstd refuses them.
 		trailing := "after the end of the stream"
-		if c == ZstdStream {
+		if c.framed() {
 			trailing = "magic number mismatch"
 		}
 		for name, d := range decoders() {

@@ -9,11 +9,16 @@
 // dictionary batch per dictionary column, one record batch, and the
 // end-of-stream marker. Any Arrow IPC reader (pyarrow, arrow-rs, DuckDB's
 // arrow extension) reads it. Buffers are compressed with Arrow's own body
-// compression (zstd by default, or LZ4 frames, or none). The schema,
-// dictionaries and framing cost about 8 KB a batch whatever its size, so
-// batches should hold thousands of events: on the generator's events, a
-// batch of 4,096 takes 32.6 bytes an event with zstd, one of 1,024 takes
-// 41.6, against 504 in JSON lines (BenchmarkBytesPerEvent).
+// compression (zstd by default, or LZ4 frames, or none), or the whole
+// stream is one zstd frame (ZstdStream), or one zstd frame compressed
+// against a dictionary of typical streams (ZstdDict; `zstd -D` with the
+// dictionary, or this package, turns it back into the Arrow stream). The
+// schema, dictionaries and framing are about 8 KB a batch whatever its
+// size: under body compression batches should hold thousands of events,
+// while under ZstdDict they cost a few hundred bytes, so that a batch of
+// 20 events is already about 7 times smaller than its JSON lines, and even a
+// batch of one is smaller (BENCHMARKS.md, TestDictionaryTargets). The
+// decision log and the Kinesis sink write ZstdDict.
 //
 // The columns, in order, with the Decision field each holds:
 //

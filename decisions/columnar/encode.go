@@ -32,10 +32,15 @@ const (
 	// ZstdStream compresses the whole uncompressed stream, schema and
 	// dictionaries included, as one zstd frame. Each batch carries its
 	// schema (a few kilobytes of metadata that buffer compression leaves
-	// as it is), so for batches of a few hundred events this is the
-	// smallest: the Kinesis sink's choice. Decode tells it by the frame's
-	// magic number.
+	// as it is), so for batches of a few hundred events this is smaller
+	// than Zstd. Decode tells it by the frame's magic number.
 	ZstdStream
+	// ZstdDict is ZstdStream with a zstd dictionary of typical small
+	// streams, which the frame names by id: a record of a few events no
+	// longer pays for its schema. The smallest at every batch size; the
+	// choice of the Kinesis sink and the decision log. Decode tells it by
+	// the frame's magic number too, and knows every dictionary released.
+	ZstdDict
 )
 
 // String returns the compression's name.
@@ -49,9 +54,14 @@ func (c Compression) String() string {
 		return "none"
 	case ZstdStream:
 		return "zstd-stream"
+	case ZstdDict:
+		return "zstd-dict"
 	}
 	return "Compression(" + strconv.Itoa(int(c)) + ")"
 }
+
+// framed reports whether c compresses the whole stream as one zstd frame.
+func (c Compression) framed() bool { return c == ZstdStream || c == ZstdDict }
 
 // Options configures encoding. The zero value compresses with Zstd.
 type Options struct {
@@ -84,8 +94,8 @@ type Encoder struct {
 
 	writer *ipc.Writer // a template: see encodeStream
 	out    appendWriter
-	frame  []byte        // ZstdStream: the stream before compression
-	zenc   *zstd.Encoder // ZstdStream
+	frame  []byte        // ZstdStream, ZstdDict: the stream before compression
+	zenc   *zstd.Encoder // ZstdStream, ZstdDict
 	cols   [numCols]arrow.Array
 }
 
@@ -162,7 +172,7 @@ func (e *Encoder) Encode(dst []byte, ds []decisions.Decision) ([]byte, error) {
 	if len(ds) == 0 {
 		return dst, errors.New("encode decisions: empty batch")
 	}
-	if e.opts.Compression > ZstdStream {
+	if e.opts.Compression > ZstdDict {
 		return dst, fmt.Errorf("encode decisions: unknown compression %d", e.opts.Compression)
 	}
 	if len(ds) > math.MaxInt32 {
@@ -171,7 +181,7 @@ func (e *Encoder) Encode(dst []byte, ds []decisions.Decision) ([]byte, error) {
 	if err := e.fill(ds); err != nil {
 		return dst, err
 	}
-	if e.opts.Compression == ZstdStream {
+	if e.opts.Compression.framed() {
 		raw, err := e.encodeStream(e.frame[:0], len(ds))
 		if err != nil {
 			return dst, err
@@ -181,7 +191,12 @@ func (e *Encoder) Encode(dst []byte, ds []decisions.Decision) ([]byte, error) {
 			return dst, err
 		}
 		if e.zenc == nil {
-			if e.zenc, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1)); err != nil {
+			if e.opts.Compression == ZstdDict {
+				e.zenc, err = newDictEncoder()
+			} else {
+				e.zenc, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+			}
+			if err != nil {
 				return dst, fmt.Errorf("encode decisions: %w", err)
 			}
 		}
@@ -471,7 +486,7 @@ func (e *Encoder) encodeStream(dst []byte, n int) (out []byte, err error) {
 			e.narrow[c] = narrowTo(e.narrow[c], e.dicts[c].idx, w)
 		case tInt, tTime:
 			w = intWidth(e.ints[c])
-			if c == cTime && (e.opts.Compression == Zstd || e.opts.Compression == ZstdStream) {
+			if c == cTime && (e.opts.Compression == Zstd || e.opts.Compression.framed()) {
 				// zstd compresses int64 deltas a few hundred
 				// microseconds apart to 3.3 bytes an event, but their
 				// int32 form not at all (4 bytes): it finds the runs of

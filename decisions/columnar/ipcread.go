@@ -523,7 +523,7 @@ const arenaSlack = 32
 // zstdReader makes the Decoder's zstd decoder, once.
 func (d *Decoder) zstdReader() error {
 	if d.zstd == nil {
-		z, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxUncompressed))
+		z, err := zstd.NewReader(nil, append(decoderDicts(), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxUncompressed))...)
 		if err != nil {
 			return fmt.Errorf("zstd: %w", err)
 		}

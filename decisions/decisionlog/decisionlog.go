@@ -1,5 +1,6 @@
 // Package decisionlog is the local decision log: decision events encoded in
-// batches (Arrow record batches with zstd by default, or JSON lines) and
+// batches (Arrow record batches in a zstd frame with the columnar
+// package's dictionary by default, or JSON lines) and
 // appended to a segmented log (package seglog), and read back as events.
 //
 // The log is the source of truth of the pipeline. Reading it twice gives
@@ -22,7 +23,7 @@ import (
 
 // Codec ids stored in each record.
 const (
-	CodecArrow uint8 = 1 // Arrow IPC stream, zstd
+	CodecArrow uint8 = 1 // Arrow IPC stream: any columnar compression, told apart by its first bytes
 	CodecJSON  uint8 = 2 // JSON lines
 )
 
@@ -50,7 +51,10 @@ func NewWriter(log *seglog.Log, opts WriterOptions) *Writer {
 		w.codec = CodecArrow
 	}
 	if w.codec == CodecArrow {
-		w.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
+		// Not Arrow's body compression, which leaves each record's schema
+		// as it is, so that a record of a few events is mostly schema: the
+		// dictionary makes small records small, and large ones no larger.
+		w.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdDict})
 	}
 	return w
 }

@@ -2,6 +2,7 @@ package decisionlog_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
@@ -171,5 +173,130 @@ func TestCorruptRecordLosesOnlyItself(t *testing.T) {
 	}
 	if lost+r.Stats().BadEvents != 100 {
 		t.Errorf("%d events counted lost (%+v), want 100", lost+r.Stats().BadEvents, r.Corrupt())
+	}
+}
+
+// TestReadsEveryArrowFraming: a log written before the dictionary (Arrow
+// body compression, or one plain zstd frame) reads as before, beside
+// records of the current writer.
+func TestReadsEveryArrowFraming(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir)
+	g := decisiontest.NewGenerator(12, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	var want []decisions.Decision
+	for _, c := range []columnar.Compression{columnar.Zstd, columnar.ZstdStream, columnar.LZ4, columnar.None, columnar.ZstdDict} {
+		ds := g.Batch(7)
+		b, err := columnar.Encode(nil, ds, columnar.Options{Compression: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(seglog.Record{Count: 7, MinTime: ds[0].Time, MaxTime: ds[6].Time, Codec: decisionlog.CodecArrow, Payload: b}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ds...)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	ds := g.Batch(7)
+	if err := w.WriteBatch(ds); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, ds...)
+	got, err := readAll(dir, decisionlog.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d events, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if diff := decisiontest.Diff(got[i], want[i]); diff != "" {
+			t.Fatalf("event %d:\n%s", i, diff)
+		}
+	}
+}
+
+// TestLogBytes reports, in Markdown for BENCHMARKS.md, the log's bytes on
+// disk per event (segment files, record framing included) by events per
+// record and at 10 decisions a second as the emitter batches them, and
+// holds the targets: never larger than JSON lines, at least 5 times
+// smaller at 20 events a record and 10 times at 200. Sizes are
+// deterministic.
+func TestLogBytes(t *testing.T) {
+	ds := decisiontest.NewGenerator(13, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)).Batch(20_000)
+	// perEvent writes batches of the given sizes and returns the bytes on
+	// disk per event; codec 0 appends Arrow records with Arrow's buffer
+	// compression, as the writer did before the dictionary.
+	perEvent := func(codec uint8, batches []int) float64 {
+		dir := t.TempDir()
+		l := openLog(t, dir)
+		w := decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec})
+		before := columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
+		n := 0
+		for _, b := range batches {
+			if n+b > len(ds) {
+				break
+			}
+			batch := ds[n : n+b]
+			var err error
+			if codec == 0 {
+				var p []byte
+				if p, err = before.Encode(nil, batch); err == nil {
+					_, err = l.Append(seglog.Record{Count: uint32(b), MinTime: batch[0].Time, MaxTime: batch[b-1].Time, Codec: decisionlog.CodecArrow, Payload: p})
+				}
+			} else {
+				err = w.WriteBatch(batch)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += b
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+		size := int64(0)
+		for _, s := range segs {
+			fi, err := os.Stat(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size += fi.Size()
+		}
+		return float64(size) / float64(n)
+	}
+	repeat := func(size int) []int {
+		out := make([]int, min(len(ds)/size, 500))
+		for i := range out {
+			out[i] = size
+		}
+		return out
+	}
+	row := func(name string, b, json float64) { t.Logf("| %s | %.1f | %.1f× |", name, b, json/b) }
+	t.Log("| records | B/event on disk | JSON lines ÷ this |")
+	t.Log("| --- | --- | --- |")
+	for _, n := range []int{1, 4, 20, 200, 1024} {
+		json := perEvent(decisionlog.CodecJSON, repeat(n))
+		old := perEvent(0, repeat(n))
+		now := perEvent(decisionlog.CodecArrow, repeat(n))
+		row(fmt.Sprintf("%d events a record, JSON lines", n), json, json)
+		row(fmt.Sprintf("%d events a record, Arrow + zstd buffers (before)", n), old, json)
+		row(fmt.Sprintf("**%d events a record, Arrow in a zstd frame with the dictionary**", n), now, json)
+		target := map[int]float64{20: 5, 200: 10, 1024: 10}[n]
+		if now > json || now*target > json {
+			t.Errorf("%d events a record: %.1f B/event against JSON's %.1f, want at least %.0fx smaller", n, now, json, max(target, 1))
+		}
+	}
+	const rate = 10.0
+	ticks := decisiontest.TickBatches(5000, rate, 200*time.Millisecond, 2)
+	linger := decisiontest.LingerBatches(len(ds), rate, 2*time.Second, 1024, 2)
+	json := perEvent(decisionlog.CodecJSON, linger)
+	row("10/s, JSON lines", json, json)
+	row("10/s, 200 ms flushes, Arrow + zstd buffers (before)", perEvent(0, ticks), json)
+	row("10/s, 200 ms flushes, with the dictionary", perEvent(decisionlog.CodecArrow, ticks), json)
+	at := perEvent(decisionlog.CodecArrow, linger)
+	row("**10/s, 2 s linger (the default), with the dictionary**", at, json)
+	if at*5 > json {
+		t.Errorf("at 10/s: %.1f B/event, not 5 times smaller than JSON's %.1f", at, json)
 	}
 }

@@ -194,3 +194,22 @@ func BenchmarkNext(b *testing.B) {
 		_ = g.Next()
 	}
 }
+
+func TestBatches(t *testing.T) {
+	f := func(name string, sizes []int, n int, lo, hi float64) {
+		t.Helper()
+		total := 0
+		for _, s := range sizes {
+			total += s
+		}
+		mean := float64(total) / float64(len(sizes))
+		if total != n || mean < lo || mean > hi {
+			t.Errorf("%s: %d decisions in %d batches, mean %.1f, want %d with a mean of %.1f to %.1f", name, total, len(sizes), mean, n, lo, hi)
+		}
+	}
+	// 19 a second: about 1 + 19 × 5 in 5 s of linger; about 19 × 0.2,
+	// and never none, in 200 ms ticks.
+	f("linger", LingerBatches(100_000, 19, 5*time.Second, 1024, 1), 100_000, 90, 102)
+	f("linger_max", LingerBatches(100_000, 19, time.Hour, 1024, 1), 100_000, 1000, 1024)
+	f("ticks", TickBatches(100_000, 19, 200*time.Millisecond, 1), 100_000, 3.8, 4.6)
+}

@@ -4,16 +4,31 @@
 // into events.
 //
 // Each record's payload starts with a one-byte codec id (the codec ids of
-// package decisionlog): 1 for an Arrow IPC stream with zstd holding many
-// events, 2 for one JSON decision. An event's partition key is chosen by its
-// identity (the user, else the client address), so that one identity's
-// events stay in order on one shard.
+// package decisionlog): 1 for an Arrow IPC stream in a zstd frame holding
+// many events, 2 for one JSON decision.
+//
+// # Shards
+//
+// An event's partition is chosen by its identity (the user, else the client
+// address): fnv(identity) % Partitions. Each partition has a fixed place
+// in the stream's hash-key range, the middle of its 1/Partitions slice,
+// sent as the record's explicit hash key (the partition key, the
+// partition's number, then only names it). So the partitions spread evenly
+// over the shards of a stream split evenly (aws init, UpdateShardCount),
+// whatever the partition keys would hash to, and one identity's records
+// all go to the one shard that holds its partition's hash key: in order,
+// per shard. After a split the hash key lies in exactly one child, which
+// takes the identity's later records; a consumer reads the parent to its
+// end first (Source does). Use a multiple of the shard count, so that every
+// shard gets partitions; more partitions than shards leave room to split,
+// at the price of smaller records.
 package kinesis
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -49,12 +64,12 @@ var _ API = (*kinesis.Client)(nil)
 // Options configure a Sink. Zero fields take their defaults.
 type Options struct {
 	Stream string // stream name; required
-	// Partitions is how many partition keys are used, default 4: an event
-	// goes to partition fnv(identity) % Partitions, so one identity's
-	// events stay in order on one shard. Each record carries its Arrow
-	// schema (compressed with the rest), so more partitions mean smaller
-	// records and more bytes per decision (see BENCHMARKS.md). Use about
-	// as many as the stream has shards.
+	// Partitions is how many partitions are used, default 4: an event goes
+	// to partition fnv(identity) % Partitions, and a partition to a fixed
+	// hash key (see the package documentation), so one identity's events
+	// stay in order on one shard. A batch makes a record per partition, so
+	// more partitions mean smaller records. Use a multiple of the stream's
+	// shard count.
 	Partitions int
 	MaxRetries int           // retries of a record before it is given up; 0 means the default, 8
 	BaseDelay  time.Duration // first backoff bound (full jitter); default 50ms
@@ -141,8 +156,14 @@ type Sink struct {
 	groups [][]decisions.Decision // by partition; reused
 	order  []int                  // partitions in order of first appearance
 	keys   []string               // partition keys, by partition
+	hashes []string               // explicit hash keys, by partition
 	buf    []byte
 
+	n *counters // shared with the Sink's clones
+}
+
+// counters are a Sink's Stats, shared by its clones.
+type counters struct {
 	records, events, calls, retried, throttled, failed, bytes atomic.Uint64
 }
 
@@ -157,28 +178,62 @@ func New(api API, opts Options) (*Sink, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("new kinesis sink: %w", err)
 	}
+	return newSink(api, opts, &counters{}), nil
+}
+
+func newSink(api API, opts Options, n *counters) *Sink {
 	s := &Sink{
 		api:    api,
 		opts:   opts,
 		rng:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b696e657369)),
 		groups: make([][]decisions.Decision, opts.Partitions),
 		keys:   make([]string, opts.Partitions),
+		hashes: hashKeys(opts.Partitions),
+		n:      n,
 	}
 	for i := range s.keys {
 		s.keys[i] = strconv.Itoa(i)
 	}
 	if !opts.JSON {
-		// The whole stream in one zstd frame: a record holds a few hundred
-		// events, and its schema would otherwise be most of it.
-		s.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdStream})
+		// The whole stream in one zstd frame against the dictionary of
+		// typical streams: a record of a few events at a low rate would
+		// otherwise be mostly its schema.
+		s.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdDict})
 	}
-	return s, nil
+	return s
+}
+
+// clone returns a Sink of the same stream and options, with scratch of
+// its own and the same counters, for a second goroutine (a Spill's
+// drainer) to deliver through without sharing a lock with the first.
+func (s *Sink) clone() *Sink { return newSink(s.api, s.opts, s.n) }
+
+// hashKeys returns the explicit hash key of each of n partitions: the
+// middle of the partition's 1/n of the 128-bit hash-key range, in decimal.
+func hashKeys(n int) []string {
+	out := make([]string, n)
+	top := new(big.Int).Lsh(big.NewInt(1), 128)
+	for p := range out {
+		k := new(big.Int).Mul(top, big.NewInt(int64(2*p+1)))
+		out[p] = k.Div(k, big.NewInt(int64(2*n))).String()
+	}
+	return out
 }
 
 // partition returns d's partition: by user, else client address; events
-// with neither go to partition 0. The hash is FNV-1a, inline so that it
-// does not allocate.
+// with neither go to partition 0.
 func partition(d *decisions.Decision, n int) int {
+	h, ok := identity(d)
+	if !ok {
+		return 0
+	}
+	return int(h % uint32(n))
+}
+
+// identity returns a hash of d's identity, the user, else the client
+// address, and false for an event with neither. The hash is FNV-1a,
+// inline so that it does not allocate.
+func identity(d *decisions.Decision) (uint32, bool) {
 	const offset, prime = 2166136261, 16777619
 	h := uint32(offset)
 	switch {
@@ -194,14 +249,16 @@ func partition(d *decisions.Decision, n int) int {
 			h = (h ^ uint32(c)) * prime
 		}
 	default:
-		return 0
+		return 0, false
 	}
-	return int(h % uint32(n))
+	return h, true
 }
 
 // entry is one record awaiting delivery.
 type entry struct {
-	key      string
+	key      string // partition key
+	hash     string // explicit hash key
+	order    uint64 // entries of one order key are delivered in order
 	data     []byte
 	events   int
 	attempts int // failed attempts so far
@@ -212,39 +269,40 @@ func (e *entry) size() int { return len(e.data) + len(e.key) }
 // Stats returns the counters. It is safe for concurrent use.
 func (s *Sink) Stats() Stats {
 	return Stats{
-		Records: s.records.Load(), Events: s.events.Load(), Calls: s.calls.Load(), Retried: s.retried.Load(),
-		Throttled: s.throttled.Load(), Failed: s.failed.Load(), Bytes: s.bytes.Load(),
+		Records: s.n.records.Load(), Events: s.n.events.Load(), Calls: s.n.calls.Load(), Retried: s.n.retried.Load(),
+		Throttled: s.n.throttled.Load(), Failed: s.n.failed.Load(), Bytes: s.n.bytes.Load(),
 	}
 }
 
 // Flush does nothing: WriteBatch is synchronous.
 func (s *Sink) Flush() error { return nil }
 
-// WriteBatch puts ds on the stream: grouped by partition key, each group
-// in records of at most 1 MiB, in calls of at most 500 records and 5 MiB.
-// Failed records are retried with backoff before anything else is sent, and
-// a call carries at most one record per partition key, so a key's records
-// are never reordered. It returns an error naming the events given up.
+// WriteBatch puts ds on the stream: grouped by partition, each group in
+// records of at most 1 MiB (in JSON mode, a record per event), in calls of
+// at most 500 records and 5 MiB. Failed records are retried with backoff
+// before anything else is sent, and a call carries at most one record per
+// partition (in JSON mode, per identity), so that an identity's events are
+// never reordered. It returns an error naming the events given up.
 func (s *Sink) WriteBatch(ds []decisions.Decision) error {
-	undelivered, err := s.deliver(ds)
+	undelivered, err := s.deliver(context.Background(), ds)
 	for i := range undelivered {
-		s.failed.Add(uint64(undelivered[i].events))
+		s.n.failed.Add(uint64(undelivered[i].events))
 	}
 	return err
 }
 
 // deliver puts ds on the stream and returns the records it gave up on, for
 // a caller that keeps them elsewhere; events that could not be encoded are
-// counted as failed here.
-func (s *Sink) deliver(ds []decisions.Decision) ([]entry, error) {
+// counted as failed here. Once ctx is done it gives up what is left.
+func (s *Sink) deliver(ctx context.Context, ds []decisions.Decision) ([]entry, error) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
 	pending, failed, err := s.build(ds)
 	if err != nil {
-		s.failed.Add(uint64(failed))
+		s.n.failed.Add(uint64(failed))
 	}
-	undelivered, sendErr := s.send(pending)
+	undelivered, sendErr := s.send(ctx, pending)
 	return undelivered, errors.Join(err, sendErr)
 }
 
@@ -260,13 +318,17 @@ func (s *Sink) build(ds []decisions.Decision) ([]entry, int, error) {
 		for i := range ds {
 			s.buf = append(s.buf[:0], decisionlog.CodecJSON)
 			s.buf = decisions.AppendJSON(s.buf, &ds[i])
-			key := s.keys[partition(&ds[i], s.opts.Partitions)]
-			if len(s.buf)+len(key) > maxRecordBytes {
+			p := partition(&ds[i], s.opts.Partitions)
+			if len(s.buf)+len(s.keys[p]) > maxRecordBytes {
 				lost++
 				errs = append(errs, fmt.Errorf("put decisions: event of %d bytes exceeds the record limit", len(s.buf)))
 				continue
 			}
-			pending = append(pending, entry{key: key, data: append([]byte(nil), s.buf...), events: 1})
+			// A record per event: order matters per identity, so records
+			// of other identities share a call, and only a second event of
+			// one identity waits for the next.
+			h, _ := identity(&ds[i])
+			pending = append(pending, entry{key: s.keys[p], hash: s.hashes[p], order: uint64(h), data: append([]byte(nil), s.buf...), events: 1})
 		}
 		return pending, lost, errors.Join(errs...)
 	}
@@ -281,7 +343,7 @@ func (s *Sink) build(ds []decisions.Decision) ([]entry, int, error) {
 	for _, p := range s.order {
 		var err error
 		var n int
-		pending, n, err = s.encode(pending, s.keys[p], s.groups[p])
+		pending, n, err = s.encode(pending, p, s.groups[p])
 		lost += n
 		errs = append(errs, err)
 		clear(s.groups[p]) // drop the strings held
@@ -292,62 +354,65 @@ func (s *Sink) build(ds []decisions.Decision) ([]entry, int, error) {
 
 // encode appends group as records of at most maxRecordBytes, halving it
 // until it fits; it returns how many events could not be encoded.
-func (s *Sink) encode(pending []entry, key string, group []decisions.Decision) ([]entry, int, error) {
+func (s *Sink) encode(pending []entry, p int, group []decisions.Decision) ([]entry, int, error) {
 	var err error
 	s.buf, err = s.enc.Encode(append(s.buf[:0], decisionlog.CodecArrow), group)
 	if err != nil {
 		return pending, len(group), fmt.Errorf("encode decisions: %w", err)
 	}
-	if len(s.buf)+len(key) <= maxRecordBytes {
-		return append(pending, entry{key: key, data: append([]byte(nil), s.buf...), events: len(group)}), 0, nil
+	if len(s.buf)+len(s.keys[p]) <= maxRecordBytes {
+		e := entry{key: s.keys[p], hash: s.hashes[p], order: uint64(p), data: append([]byte(nil), s.buf...), events: len(group)}
+		return append(pending, e), 0, nil
 	}
 	if len(group) == 1 {
 		return pending, 1, fmt.Errorf("put decisions: event of %d encoded bytes exceeds the record limit", len(s.buf))
 	}
 	h := len(group) / 2
-	pending, n1, err1 := s.encode(pending, key, group[:h])
-	pending, n2, err2 := s.encode(pending, key, group[h:])
+	pending, n1, err1 := s.encode(pending, p, group[:h])
+	pending, n2, err2 := s.encode(pending, p, group[h:])
 	return pending, n1 + n2, errors.Join(err1, err2)
 }
 
 // send delivers pending, retrying failures first, and returns the records
 // it gave up on, in order.
-func (s *Sink) send(pending []entry) ([]entry, error) {
+func (s *Sink) send(ctx context.Context, pending []entry) ([]entry, error) {
 	var (
 		gaveUp  []entry
 		lastErr error
 		call    []int // indices into pending
-		inCall  = make(map[string]bool)
-		dead    = make(map[string]bool)
+		inCall  = make(map[uint64]bool)
+		dead    = make(map[uint64]bool)
 		in      = kinesis.PutRecordsInput{StreamName: aws.String(s.opts.Stream)}
 	)
 	for len(pending) > 0 {
-		// Take records in order, one per key, within the call limits.
+		// Take records in order, one per order key, within the call
+		// limits: Kinesis does not promise the order of a call's records,
+		// and a failed record must not be overtaken by a later one.
 		call, attempts, size := call[:0], 0, 0
 		clear(inCall)
 		in.Records = in.Records[:0]
 		for i := range pending {
 			e := &pending[i]
-			if inCall[e.key] {
+			if inCall[e.order] {
 				continue
 			}
-			inCall[e.key] = true // a later record of the key waits even if this one does not fit
+			inCall[e.order] = true // a later record of the key waits even if this one does not fit
 			if len(call) == maxCallRecords || size+e.size() > maxCallBytes {
 				continue
 			}
 			call = append(call, i)
 			size += e.size()
 			attempts = max(attempts, e.attempts)
-			in.Records = append(in.Records, types.PutRecordsRequestEntry{Data: e.data, PartitionKey: aws.String(e.key)})
+			in.Records = append(in.Records, types.PutRecordsRequestEntry{Data: e.data, PartitionKey: aws.String(e.key), ExplicitHashKey: aws.String(e.hash)})
 		}
 		if attempts > 0 {
-			if err := s.opts.Sleep(context.Background(), s.backoff(attempts)); err != nil {
+			if err := s.opts.Sleep(ctx, s.backoff(attempts)); err != nil {
 				gaveUp = append(gaveUp, pending...)
 				return gaveUp, fmt.Errorf("put decisions: %d events not delivered to stream %s: %w", countEvents(gaveUp), s.opts.Stream, err)
 			}
-			s.retried.Add(uint64(len(call)))
+			s.n.retried.Add(uint64(len(call)))
 		}
-		failed, permanent, err := s.put(&in, call, pending)
+		failed, permanent, err := s.put(ctx, &in, call, pending)
 		if err != nil {
 			lastErr = err
 		}
@@ -367,10 +432,10 @@ func (s *Sink) send(pending []entry) ([]entry, error) {
 				}
 				e.attempts++
 				if permanent || e.attempts > s.opts.MaxRetries {
-					dead[e.key] = true
+					dead[e.order] = true
 				}
 			}
-			if dead[e.key] {
+			if dead[e.order] {
 				gaveUp = append(gaveUp, e)
 				continue
 			}
@@ -396,10 +461,10 @@ func countEvents(es []entry) int {
 
 // put makes one PutRecords call and reports, by position in call, which
 // records failed, and whether the failure is permanent.
-func (s *Sink) put(in *kinesis.PutRecordsInput, call []int, pending []entry) (failed []bool, permanent bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+func (s *Sink) put(ctx context.Context, in *kinesis.PutRecordsInput, call []int, pending []entry) (failed []bool, permanent bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	s.calls.Add(1)
+	s.n.calls.Add(1)
 	out, err := s.api.PutRecords(ctx, in, noRetry)
 	failed = make([]bool, len(call))
 	if err != nil {
@@ -407,7 +472,7 @@ func (s *Sink) put(in *kinesis.PutRecordsInput, call []int, pending []entry) (fa
 			failed[i] = true
 		}
 		if isThrottle(err) {
-			s.throttled.Add(1)
+			s.n.throttled.Add(1)
 			return failed, false, fmt.Errorf("put records: %w", err)
 		}
 		return failed, !retryable(err), fmt.Errorf("put records: %w", err)
@@ -422,15 +487,15 @@ func (s *Sink) put(in *kinesis.PutRecordsInput, call []int, pending []entry) (fa
 		if r.ErrorCode != nil {
 			failed[i] = true
 			if *r.ErrorCode == "ProvisionedThroughputExceededException" {
-				s.throttled.Add(1)
+				s.n.throttled.Add(1)
 			}
 			err = fmt.Errorf("put records: %s: %s", *r.ErrorCode, aws.ToString(r.ErrorMessage))
 			continue
 		}
 		e := &pending[call[i]]
-		s.records.Add(1)
-		s.events.Add(uint64(e.events))
-		s.bytes.Add(uint64(e.size()))
+		s.n.records.Add(1)
+		s.n.events.Add(uint64(e.events))
+		s.n.bytes.Add(uint64(e.size()))
 	}
 	return failed, false, err
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
@@ -41,10 +44,18 @@ func (f *fakeAPI) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ .
 		if rs > maxRecordBytes {
 			f.t.Errorf("call %d: record of %d bytes", n, rs)
 		}
-		if keys[*r.PartitionKey] {
-			f.t.Errorf("call %d: two records of key %s", n, *r.PartitionKey)
+		// One record per partition in a call, or in JSON mode per identity.
+		key := *r.PartitionKey
+		if len(r.Data) > 0 && r.Data[0] == decisionlog.CodecJSON {
+			ds, _ := Decode(r.Data, nil)
+			h, _ := identity(&ds[0])
+			key = fmt.Sprint("identity ", h)
 		}
-		keys[*r.PartitionKey] = true
+		if keys[key] {
+			f.t.Errorf("call %d: two records of %s", n, key)
+		}
+		keys[key] = true
+
 		size += rs
 	}
 	if len(in.Records) > maxCallRecords || size > maxCallBytes || len(in.Records) == 0 {
@@ -72,12 +83,18 @@ func (f *fakeAPI) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ .
 	return out, nil
 }
 
-// fakeSleep records the delays asked for and returns at once.
-type fakeSleep struct{ delays []time.Duration }
+// fakeSleep records the delays asked for and returns at once, or with
+// ctx's error once ctx is done.
+type fakeSleep struct {
+	mu     sync.Mutex
+	delays []time.Duration
+}
 
-func (s *fakeSleep) Sleep(_ context.Context, d time.Duration) error {
+func (s *fakeSleep) Sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
 	s.delays = append(s.delays, d)
-	return nil
+	s.mu.Unlock()
+	return ctx.Err()
 }
 
 // byKey decodes records and groups their events by partition key, in order.
@@ -94,26 +111,38 @@ func byKey(t *testing.T, recs []types.PutRecordsRequestEntry) map[string][]decis
 	return m
 }
 
-// checkPerKey checks that got holds exactly want, each key's events in the
-// order written.
+// checkPerKey checks that got holds exactly want, each event under its
+// partition's key and each identity's events in the order written (what
+// the sink promises: in Arrow mode a partition's records keep their order,
+// in JSON mode only an identity's do).
 func checkPerKey(t *testing.T, want []decisions.Decision, partitions int, got map[string][]decisions.Decision) {
 	t.Helper()
-	next := map[string]int{}
-	for i := range want {
-		k := fmt.Sprint(partition(&want[i], partitions))
-		j := next[k]
-		if j >= len(got[k]) {
-			t.Fatalf("event %d (key %s) missing", i, k)
-		}
-		if diff := decisiontest.Diff(got[k][j], want[i]); diff != "" {
-			t.Fatalf("event %d (key %s, #%d of the key) differs:\n%s", i, k, j, diff)
-		}
-		next[k]++
-	}
+	byID := map[uint32][]decisions.Decision{}
+	n := 0
 	for k, ds := range got {
-		if next[k] != len(ds) {
-			t.Fatalf("key %s: %d events read, %d written", k, len(ds), next[k])
+		for i := range ds {
+			if p := fmt.Sprint(partition(&ds[i], partitions)); p != k {
+				t.Fatalf("an event of partition %s under key %s", p, k)
+			}
+			h, _ := identity(&ds[i])
+			byID[h] = append(byID[h], ds[i])
+			n++
 		}
+	}
+	if n != len(want) {
+		t.Fatalf("%d events read, %d written", n, len(want))
+	}
+	next := map[uint32]int{}
+	for i := range want {
+		h, _ := identity(&want[i])
+		j := next[h]
+		if j >= len(byID[h]) {
+			t.Fatalf("event %d (identity %x) missing", i, h)
+		}
+		if diff := decisiontest.Diff(byID[h][j], want[i]); diff != "" {
+			t.Fatalf("event %d (identity %x, #%d of the identity) differs:\n%s", i, h, j, diff)
+		}
+		next[h]++
 	}
 }
 
@@ -292,37 +321,80 @@ func TestKinesisOptions(t *testing.T) {
 	f(Options{Stream: "s", BaseDelay: time.Second, MaxDelay: time.Millisecond}, "kinesis.base_delay")
 }
 
-// TestKinesisWireBytes reports the bytes per decision on the wire, Arrow
-// against JSON, for 10k generator events written in emitter-sized batches.
+// TestKinesisWireBytes reports, in Markdown for BENCHMARKS.md, what
+// generator events cost on the wire: bytes, PUT payload units (each
+// record's data and key, rounded up to 25 KB), on-demand data-in (rounded
+// up to 1 KB) and calls, per decision, by decisions per record and at the
+// seed's rate as the emitter batches it. Sizes are deterministic. It
+// holds the size targets: never larger than JSON, at least 5 times smaller
+// at 20 decisions a record and 10 times at 200.
 func TestKinesisWireBytes(t *testing.T) {
-	ds := decisiontest.NewGenerator(5, start).Batch(10_000)
-	// perDecision returns the bytes on the wire per decision and the PUT
-	// payload units (each record's data and key, rounded up to 25 KB) per
-	// million decisions.
-	perDecision := func(opts Options, batch int) (float64, float64) {
+	ds := decisiontest.NewGenerator(5, start).Batch(20_000)
+	type cost struct{ bytes, units, kb, calls float64 } // per decision
+	measure := func(opts Options, c columnar.Compression, batches []int) cost {
 		api, s := newFake(t, opts)
-		for i := 0; i < len(ds); i += batch {
-			if err := s.WriteBatch(append([]decisions.Decision(nil), ds[i:min(i+batch, len(ds))]...)); err != nil {
+		if !opts.JSON {
+			s.enc = columnar.NewEncoder(columnar.Options{Compression: c})
+		}
+		n := 0
+		for _, b := range batches {
+			if n+b > len(ds) {
+				break
+			}
+			if err := s.WriteBatch(append([]decisions.Decision(nil), ds[n:n+b]...)); err != nil {
 				t.Fatal(err)
 			}
+			n += b
 		}
-		units := 0
+		units, kb := 0, 0
 		for _, r := range api.delivered {
-			units += (len(r.Data) + len(*r.PartitionKey) + 25<<10 - 1) / (25 << 10)
+			size := len(r.Data) + len(*r.PartitionKey)
+			units += (size + 25<<10 - 1) / (25 << 10)
+			kb += (size + 1<<10 - 1) / (1 << 10)
 		}
-		return float64(s.Stats().Bytes) / float64(len(ds)), float64(units) * 1e6 / float64(len(ds))
+		return cost{float64(s.Stats().Bytes) / float64(n), float64(units) / float64(n), float64(kb) / float64(n), float64(len(api.calls)) / float64(n)}
 	}
-	// Arrow pays a schema per record, so its gain depends on how many
-	// events share a record: about batch/partitions.
-	json, jsonUnits := perDecision(Options{JSON: true}, 1024)
-	t.Logf("json: %.1f B/decision, %.0f PUT payload units per million decisions", json, jsonUnits)
-	for _, c := range []struct{ partitions, batch int }{{1, 1024}, {4, 1024}, {64, 1024}, {4, 10_000}, {64, 10_000}} {
-		arrow, units := perDecision(Options{Partitions: c.partitions}, c.batch)
-		t.Logf("arrow in a zstd frame, %d partitions, batches of %d: %.1f B/decision (json/arrow %.1fx), %.0f PUT payload units per million decisions",
-			c.partitions, c.batch, arrow, json/arrow, units)
-		if c.batch/c.partitions >= 256 && arrow*10 > json {
-			t.Errorf("arrow %.1f B/decision not a tenth of json's %.1f with %d events a record", arrow, json, c.batch/c.partitions)
+	repeat := func(size int) []int {
+		out := make([]int, min(len(ds)/size, 500))
+		for i := range out {
+			out[i] = size
 		}
+		return out
+	}
+	// The seed's 50 M decisions a month, at us-east-1 list prices:
+	// provisioned, $0.014 per million PUT payload units; on-demand, $0.08
+	// per GB written.
+	const month = 50e6
+	row := func(name string, c, json cost) {
+		t.Logf("| %s | %.1f | %.1f× | %.0f | %.0f | $%.4f | %.2f GB, $%.3f |", name, c.bytes, json.bytes/c.bytes, c.units*1e6, c.calls*1e6,
+			c.units*month*0.014/1e6, c.kb*month/(1<<20), c.kb*month/(1<<20)*0.08)
+	}
+	t.Log("| records | B/decision | JSON ÷ this | PUT payload units per million decisions | calls per million | PUT cost a month (50 M) | on-demand data-in a month |")
+	t.Log("| --- | --- | --- | --- | --- | --- | --- |")
+	json := measure(Options{JSON: true, Partitions: 4}, 0, repeat(1024))
+	row("JSON, one decision per record, batches of 1024", json, json)
+	for _, n := range []int{1, 4, 20, 200, 1024} {
+		old := measure(Options{Partitions: 1}, columnar.ZstdStream, repeat(n))
+		now := measure(Options{Partitions: 1}, columnar.ZstdDict, repeat(n))
+		row(fmt.Sprintf("%d decisions a record, zstd frame (before)", n), old, json)
+		row(fmt.Sprintf("**%d decisions a record, zstd frame with the dictionary**", n), now, json)
+		target := map[int]float64{20: 5, 200: 10, 1024: 10}[n]
+		if now.bytes > json.bytes || now.bytes*target > json.bytes {
+			t.Errorf("%d decisions a record: %.1f B/decision against JSON's %.1f, want at least %.0fx smaller", n, now.bytes, json.bytes, max(target, 1))
+		}
+	}
+	// The seed's rate: 50 M decisions a month is about 19 a second.
+	const rate = 19.0
+	ticks := decisiontest.TickBatches(5000, rate, 200*time.Millisecond, 1)
+	linger := decisiontest.LingerBatches(len(ds), rate, 5*time.Second, 1024, 1)
+	row("19/s, 200 ms flushes, 4 partitions, zstd frame (before)", measure(Options{Partitions: 4}, columnar.ZstdStream, ticks), json)
+	row("19/s, 200 ms flushes, 4 partitions, with the dictionary", measure(Options{Partitions: 4}, columnar.ZstdDict, ticks), json)
+	at := measure(Options{Partitions: 4}, columnar.ZstdDict, linger)
+	row("**19/s, 5 s linger (the default), 4 partitions, with the dictionary**", at, json)
+	row("19/s, 5 s linger, 8 partitions, with the dictionary", measure(Options{Partitions: 8}, columnar.ZstdDict, linger), json)
+	row("19/s, JSON, 5 s linger", measure(Options{JSON: true, Partitions: 4}, 0, linger), json)
+	if at.bytes*5 > json.bytes {
+		t.Errorf("at the seed's rate: %.1f B/decision, not 5 times smaller than JSON's %.1f", at.bytes, json.bytes)
 	}
 }
 

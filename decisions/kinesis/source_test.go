@@ -3,6 +3,7 @@ package kinesis
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -258,8 +259,13 @@ func splitShard(t *testing.T, kc *kinesis.Client, stream string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// At the middle of the shard's hash-key range, as UpdateShardCount
+	// and aws init split.
+	lo, _ := new(big.Int).SetString(aws.ToString(shards.Shards[0].HashKeyRange.StartingHashKey), 10)
+	hi, _ := new(big.Int).SetString(aws.ToString(shards.Shards[0].HashKeyRange.EndingHashKey), 10)
+	mid := lo.Add(lo, hi.Add(hi, big.NewInt(1))).Rsh(lo, 1)
 	if _, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(stream),
-		ShardToSplit: shards.Shards[0].ShardId, NewStartingHashKey: aws.String("170141183460469231731687303715884105728")}); err != nil {
+		ShardToSplit: shards.Shards[0].ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the stream to be active", func() bool {

@@ -49,18 +49,27 @@ type SpillStats struct {
 //
 // Delivery is at least once: a spilled record the stream took but whose
 // answer was lost, or a drain interrupted by a crash before its commit, is
-// delivered again. WriteBatch and Stats are safe for concurrent use.
+// delivered again.
+//
+// No lock is held across a call to the stream: WriteBatch delivers
+// through its Sink and the drainer through a clone of it, and the lock
+// guards only the spill log. So a hung stream holds up neither the other
+// nor, once a backlog exists, WriteBatch, which then only appends to the
+// log. WriteBatch is called from one goroutine at a time (an Emitter's);
+// Stats is safe for concurrent use.
 type Spill struct {
-	sink *Sink
-	log  *seglog.Log
-	w    *decisionlog.Writer
-	opts SpillOptions
+	sink  *Sink // WriteBatch's
+	drain *Sink // the drainer's: a clone
+	log   *seglog.Log
+	w     *decisionlog.Writer
+	opts  SpillOptions
 
-	mu      sync.Mutex // serialises the Sink, the log's writer and the drainer's deliveries
-	pending []entry    // scratch
+	mu sync.Mutex // guards the log's writer, appends and commits; never held across a call to the stream
 
 	wake       chan struct{}
 	stop, done chan struct{}
+	stopCtx    context.Context // done once Interrupt or Close is called: cuts a delivery in flight short
+	cancel     context.CancelFunc
 	closeOnce  sync.Once
 
 	spilled, drained, dropped atomic.Uint64
@@ -96,12 +105,13 @@ func NewSpill(sink *Sink, opts SpillOptions) (*Spill, error) {
 		codec = decisionlog.CodecJSON
 	}
 	s := &Spill{
-		sink: sink, log: log, opts: opts,
+		sink: sink, drain: sink.clone(), log: log, opts: opts,
 		w:    decisionlog.NewWriter(log, decisionlog.WriterOptions{Codec: codec}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	s.stopCtx, s.cancel = context.WithCancel(context.Background())
 	s.committed.Store(committed)
-	go s.drain()
+	go s.drainLoop()
 	if s.backlog() > 0 {
 		s.poke()
 	}
@@ -115,12 +125,13 @@ func (s *Spill) WriteBatch(ds []decisions.Decision) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// The backlog only grows here, and shrinks once the drainer has
+	// delivered: with none, nothing spilled is on its way, and ds may go
+	// straight to the stream.
 	if s.backlog() > 0 {
 		return s.spillEvents(ds)
 	}
-	undelivered, _ := s.sink.deliver(ds)
+	undelivered, _ := s.sink.deliver(s.stopCtx, ds)
 	if len(undelivered) == 0 {
 		return nil
 	}
@@ -131,6 +142,8 @@ func (s *Spill) WriteBatch(ds []decisions.Decision) error {
 
 // spillEvents appends ds to the spill log as one record.
 func (s *Spill) spillEvents(ds []decisions.Decision) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.w.WriteBatch(ds); err != nil {
 		s.dropped.Add(uint64(len(ds)))
 		return fmt.Errorf("spill decisions: %d events lost: %w", len(ds), err)
@@ -149,7 +162,10 @@ func (s *Spill) spillEntries(es []entry) error {
 		recs[i] = seglog.Record{Count: uint32(e.events), MinTime: now, MaxTime: now, Codec: e.data[0], Payload: e.data[1:]}
 		n += e.events
 	}
-	if _, err := s.log.Append(recs...); err != nil {
+	s.mu.Lock()
+	_, err := s.log.Append(recs...)
+	s.mu.Unlock()
+	if err != nil {
 		s.dropped.Add(uint64(n))
 		return fmt.Errorf("spill decisions: %d events lost: %w", n, err)
 	}
@@ -164,9 +180,9 @@ func (s *Spill) poke() {
 	}
 }
 
-// drain delivers the spill log's backlog, oldest record first, waiting
+// drainLoop delivers the spill log's backlog, oldest record first, waiting
 // opts.Retry after a failure.
-func (s *Spill) drain() {
+func (s *Spill) drainLoop() {
 	defer close(s.done)
 	var r *seglog.Reader
 	defer func() {
@@ -224,9 +240,7 @@ func (s *Spill) drainOne(r *seglog.Reader) bool {
 		s.dropped.Add(uint64(rec.Count))
 		return s.commit(rec)
 	}
-	s.mu.Lock()
-	undelivered, _ := s.sink.deliver(ds)
-	s.mu.Unlock()
+	undelivered, _ := s.drain.deliver(s.stopCtx, ds)
 	if len(undelivered) > 0 {
 		return false
 	}
@@ -259,10 +273,19 @@ func (s *Spill) Stats() SpillStats {
 	return SpillStats{Spilled: s.spilled.Load(), Drained: s.drained.Load(), Dropped: s.dropped.Load(), Backlog: s.backlog()}
 }
 
+// Interrupt cuts short the calls to the stream in flight and gives up
+// every later one at once: from then on WriteBatch spills everything, at
+// disk speed. For a shutdown that cannot wait for a slow or hung stream:
+// what is spilled is drained when a Spill next opens the directory.
+func (s *Spill) Interrupt() { s.cancel() }
+
 // Close stops the drainer and closes the spill log; what is still in it
 // is drained when a Spill next opens the directory.
 func (s *Spill) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() { close(s.stop) })
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.cancel()
+	})
 	select {
 	case <-s.done:
 	case <-ctx.Done():

@@ -194,8 +194,13 @@ type Decisions struct {
 	SegmentAge   time.Duration `yaml:"segment_age"`   // roll a segment this old; default 1h
 	RetainAge    time.Duration `yaml:"retain_age"`    // delete segments whose newest event is older; default 168h
 	RetainBytes  int64         `yaml:"retain_bytes"`  // delete the oldest segments while the log is larger; default 10737418240 (10 GiB)
-	Privacy      Privacy       `yaml:"privacy"`
-	Kinesis      Kinesis       `yaml:"kinesis"`
+	// Linger is how long a decision may wait for others to share its log
+	// record, and Batch how many fill one: a record pays a fixed cost,
+	// so at low rates records wait to fill. Defaults 2s and 1024.
+	Linger  time.Duration `yaml:"linger"`
+	Batch   int           `yaml:"batch"`
+	Privacy Privacy       `yaml:"privacy"`
+	Kinesis Kinesis       `yaml:"kinesis"`
 }
 
 // Kinesis ships every decision to an Amazon Kinesis data stream as well,
@@ -205,9 +210,14 @@ type Decisions struct {
 type Kinesis struct {
 	Stream     string        `yaml:"stream"`     // stream name; "" disables
 	Codec      string        `yaml:"codec"`      // arrow (default: many decisions per record) or json (one per record)
-	Partitions int           `yaml:"partitions"` // partition keys in use; default 4, about the stream's shard count
+	Partitions int           `yaml:"partitions"` // partitions, each at a fixed hash key; default 4, a multiple of the stream's shard count
 	SpillDir   string        `yaml:"spill_dir"`  // where undeliverable batches wait; default kinesis-spill
 	Retry      time.Duration `yaml:"retry"`      // wait before retrying a spilled batch; default 5s
+	// Linger and Batch are the Kinesis sink's own: how long a decision may
+	// wait for others, and how many make a batch (split into a record per
+	// partition). Defaults 5s and 1024.
+	Linger time.Duration `yaml:"linger"`
+	Batch  int           `yaml:"batch"`
 }
 
 // Privacy says how client addresses and user ids are recorded in the log.

@@ -100,6 +100,8 @@ func (c *Config) Defaults() {
 	def(&d.SegmentAge, time.Hour)
 	def(&d.RetainAge, 7*24*time.Hour)
 	def(&d.RetainBytes, 10<<30)
+	def(&d.Linger, 2*time.Second)
+	def(&d.Batch, 1024)
 	def(&d.Privacy.Addresses, "keep")
 	def(&d.Privacy.Users, "keep")
 	def(&d.Privacy.KeyEnv, "RATEWARDEN_PRIVACY_KEY")
@@ -107,6 +109,8 @@ func (c *Config) Defaults() {
 	def(&d.Kinesis.Partitions, 4)
 	def(&d.Kinesis.SpillDir, "kinesis-spill")
 	def(&d.Kinesis.Retry, 5*time.Second)
+	def(&d.Kinesis.Linger, 5*time.Second)
+	def(&d.Kinesis.Batch, 1024)
 
 	for _, t := range c.Tiers {
 		if t == nil {

@@ -50,7 +50,7 @@ func (c *Config) validate() *validator {
 	for i, p := range c.FailClosed {
 		v.pathPrefix(key("fail_closed", index(i)), p, "is not allowed", "/api/admin/")
 	}
-	v.decisions(&c.Decisions)
+	v.decisions(&c.Decisions, c.Edge.DecisionQueue)
 	v.tiers(c.Tiers)
 	v.foldedPrefixes(c)
 	v.exactRules(c)
@@ -80,7 +80,7 @@ var (
 	SyncModes      = []string{"interval", "batch", "never"}
 )
 
-func (v *validator) decisions(d *Decisions) {
+func (v *validator) decisions(d *Decisions, queue int) {
 	v.oneOf(key("decisions", "codec"), d.Codec, DecisionCodecs)
 	v.oneOf(key("decisions", "sync"), d.Sync, SyncModes)
 	v.durationRange(key("decisions", "sync_interval"), d.SyncInterval, time.Millisecond, 10*time.Second)
@@ -88,18 +88,32 @@ func (v *validator) decisions(d *Decisions) {
 	v.durationRange(key("decisions", "segment_age"), d.SegmentAge, time.Minute, 7*24*time.Hour)
 	v.durationRange(key("decisions", "retain_age"), d.RetainAge, time.Hour, 10*365*24*time.Hour)
 	v.intRange(key("decisions", "retain_bytes"), d.RetainBytes, 16<<20, math.MaxInt64)
+	v.durationRange(key("decisions", "linger"), d.Linger, time.Millisecond, time.Minute)
+	v.batch(key("decisions", "batch"), d.Batch, queue)
 	v.oneOf(key("decisions", "privacy", "addresses"), d.Privacy.Addresses, []string{"keep", "truncate", "hmac"})
 	v.oneOf(key("decisions", "privacy", "users"), d.Privacy.Users, []string{"keep", "hmac"})
 	k := &d.Kinesis
 	v.oneOf(key("decisions", "kinesis", "codec"), k.Codec, DecisionCodecs)
 	v.intRange(key("decisions", "kinesis", "partitions"), int64(k.Partitions), 1, 500)
 	v.durationRange(key("decisions", "kinesis", "retry"), k.Retry, 100*time.Millisecond, 10*time.Minute)
+	v.durationRange(key("decisions", "kinesis", "linger"), k.Linger, time.Millisecond, time.Minute)
+	v.batch(key("decisions", "kinesis", "batch"), k.Batch, queue)
 	if k.Stream != "" && !validStreamName(k.Stream) {
 		v.report(key("decisions", "kinesis", "stream"), k.Stream, "is not allowed", "1 to 128 of a-z, A-Z, 0-9, _ . -")
 	}
 	if k.Stream != "" && k.SpillDir == "" {
 		v.report(key("decisions", "kinesis", "spill_dir"), k.SpillDir, "is not allowed", "a directory for batches the stream cannot take")
 	}
+}
+
+// batch checks a sink's batch size: a batch is taken from the sink's
+// queue, so it cannot be larger.
+func (v *validator) batch(segs []string, got, queue int) {
+	if got > queue && got <= 65536 {
+		v.report(segs, strconv.Itoa(got), "is more than edge.decision_queue", "at most "+strconv.Itoa(queue))
+		return
+	}
+	v.intRange(segs, int64(got), 1, 65536)
 }
 
 // validStreamName reports whether s is a valid Kinesis stream name.
