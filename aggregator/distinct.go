@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/axiomhq/hyperloglog"
+	metro "github.com/dgryski/go-metro"
 
 	"github.com/ratewarden/ratewarden/decisions"
 )
@@ -39,31 +40,48 @@ func identityKey(b []byte, d *decisions.Decision) []byte {
 	return append(append(b, 'a'), a[:]...)
 }
 
+// hashKey is the hash the HyperLogLog library gives an element on
+// Insert (MetroHash64, seed 1337): the rollup hashes each client once and
+// hands the hash to every sketch (InsertHash) and top-K list, which gives
+// the sketches exactly what Insert would.
+func hashKey(b []byte) uint64 { return metro.Hash64(b, 1337) }
+
 // Update counts d's client.
 func (s *Distinct) Update(d *decisions.Decision) {
 	if d.Kind != decisions.KindDecision {
 		return
 	}
 	s.scratch = identityKey(s.scratch[:0], d)
-	if s.All == nil {
-		s.All = hyperloglog.New14()
-	}
-	s.All.Insert(s.scratch)
-	if Refused(d.Outcome) {
-		if s.Refused == nil {
-			s.Refused = hyperloglog.New14()
-		}
-		s.Refused.Insert(s.scratch)
-	}
-	t := s.ByTier[d.Tier]
+	s.add(hashKey(s.scratch), Refused(d.Outcome), s.tier(d.Tier))
+}
+
+// tier returns the sketch of the tier named name, made if needed.
+func (s *Distinct) tier(name string) *hyperloglog.Sketch {
+	t := s.ByTier[name]
 	if t == nil {
 		if s.ByTier == nil {
 			s.ByTier = map[string]*hyperloglog.Sketch{}
 		}
 		t = hyperloglog.New14()
-		s.ByTier[d.Tier] = t
+		s.ByTier[name] = t
 	}
-	t.Insert(s.scratch)
+	return t
+}
+
+// add counts the client whose key hashes to h, refused or not, in its
+// tier's sketch.
+func (s *Distinct) add(h uint64, refused bool, tier *hyperloglog.Sketch) {
+	if s.All == nil {
+		s.All = hyperloglog.New14()
+	}
+	s.All.InsertHash(h)
+	if refused {
+		if s.Refused == nil {
+			s.Refused = hyperloglog.New14()
+		}
+		s.Refused.InsertHash(h)
+	}
+	tier.InsertHash(h)
 }
 
 // Merge adds o's clients to s.

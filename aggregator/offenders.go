@@ -38,11 +38,17 @@ func (o *Offenders) Update(d *decisions.Decision) {
 		return
 	}
 	c := ClientOf(d)
-	o.Requests.Add(c, 1)
-	o.topk(o.RequestsByTier, d.Tier).Add(c, 1)
-	if Refused(d.Outcome) {
-		o.Refusals.Add(c, 1)
-		o.topk(o.RefusalsByRule, d.Rule).Add(c, 1)
+	o.add(c, hashClient(c), o.topk(o.RequestsByTier, d.Tier), Refused(d.Outcome), d.Rule)
+}
+
+// add counts one request of c, whose hashClient is h, in its tier's list,
+// and a refusal by rule when refused.
+func (o *Offenders) add(c Client, h uint64, tier *TopK, refused bool, rule string) {
+	o.Requests.add(c, h, 1)
+	tier.add(c, h, 1)
+	if refused {
+		o.Refusals.add(c, h, 1)
+		o.topk(o.RefusalsByRule, rule).add(c, h, 1)
 	}
 }
 

@@ -36,12 +36,17 @@ func (p *Partial) End() time.Time { return p.Start.Add(p.Size) }
 func (p *Partial) Update(d *decisions.Decision) {
 	p.Events++
 	p.Counts.Update(d)
-	p.Clients.Update(d)
-	p.Latency.Update(d)
-	if d.Kind == decisions.KindDecision {
-		p.Upstream.Add(d.UpstreamLatency)
+	if d.Kind != decisions.KindDecision {
+		return
 	}
-	p.Offenders.Update(d)
+	p.Latency.Add(d.StoreLatency)
+	p.Upstream.Add(d.UpstreamLatency)
+	// The client is hashed once, for the sketches and the top-K lists.
+	c := ClientOf(d)
+	h := hashClient(c)
+	refused := Refused(d.Outcome)
+	p.Clients.add(h, refused, p.Clients.tier(d.Tier))
+	p.Offenders.add(c, h, p.Offenders.topk(p.Offenders.RequestsByTier, d.Tier), refused, d.Rule)
 }
 
 // Merge adds q's events to p. Partials of different lengths do not merge;

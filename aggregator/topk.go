@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"cmp"
-	"container/heap"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -52,53 +51,240 @@ type Hitter struct {
 // disjoint clients (the edge partitions Kinesis records by identity, so
 // shards do) and neither overflowed, the merge is exact. The zero value is
 // not usable: use NewTopK. It is not safe for concurrent use.
+//
+// A newcomer replaces the smallest counter in the order of count, then
+// client (compareClients): a total order, so the client evicted among
+// equal counts does not depend on the layout, and a TopK decoded from its
+// encoding evicts exactly as the one encoded would have. The counters are
+// a stream summary: buckets of equal counts in a list by count, so that an
+// increment moves a counter to the next bucket in O(1); the lowest bucket
+// is sorted by client once when it becomes the lowest, and evictions take
+// its smallest client from the end (counters that leave it are skipped
+// then), instead of sifting a heap through many equal counts.
 type TopK struct {
 	k     int
-	h     hitterHeap // min-heap on Count
-	index map[Client]*slot
+	slots []*slot
+	index map[uint64]*slot // by the client's hash (hashClient); equal hashes chain through same
+	head  *bucket          // the lowest count
+	spare *bucket          // buckets to reuse, chained through next
 }
 
-// slot is a counter and its place in the heap: the heap moves pointers and
-// updates pos, so that moving a counter writes no map.
+// slot is one counter.
 type slot struct {
 	Hitter
-	pos int
+	hash       uint64
+	same       *slot // the next slot whose client has the same hash
+	b          *bucket
+	prev, next *slot // in b
+}
+
+// bucket holds the counters of one count.
+type bucket struct {
+	count      uint64
+	first      *slot
+	n          int
+	prev, next *bucket
+	// sorted, when ok, holds the bucket's counters ordered by client,
+	// largest first, and perhaps counters that have left it since (their
+	// b is another bucket): the bucket gains none while it is the lowest.
+	sorted []*slot
+	ok     bool
 }
 
 // NewTopK returns a TopK of k counters.
 func NewTopK(k int) *TopK {
-	return &TopK{k: max(k, 1), index: make(map[Client]*slot, min(k, 1024))}
+	return &TopK{k: max(k, 1), index: make(map[uint64]*slot, min(k, 1024))}
+}
+
+// hashClient is the hash of c's identity key (identityKey), the one the
+// HyperLogLogs insert, so that the rollup hashes each event's client once.
+func hashClient(c Client) uint64 {
+	var buf [64]byte
+	b := buf[:0]
+	if c.User != "" {
+		b = append(append(b, 'u'), c.User...)
+	} else {
+		a := c.Addr.As16()
+		b = append(append(b, 'a'), a[:]...)
+	}
+	return hashKey(b)
 }
 
 // Add counts n hits of c.
-func (t *TopK) Add(c Client, n uint64) {
-	if s, ok := t.index[c]; ok {
-		s.Count += n
-		heap.Fix(&t.h, s.pos)
-		return
+func (t *TopK) Add(c Client, n uint64) { t.add(c, hashClient(c), n) }
+
+// add counts n hits of c, whose hashClient is h.
+func (t *TopK) add(c Client, h uint64, n uint64) {
+	for s := t.index[h]; s != nil; s = s.same {
+		if s.Client == c {
+			if n > 0 {
+				s.Count += n
+				t.place(s, t.detach(s))
+			}
+			return
+		}
 	}
-	if len(t.h.items) < t.k {
-		s := &slot{Hitter: Hitter{Client: c, Count: n}}
-		t.index[c] = s
-		heap.Push(&t.h, s)
+	if len(t.slots) < t.k {
+		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h}
+		t.slots = append(t.slots, s)
+		t.link(s)
+		t.place(s, nil)
 		return
 	}
 	// Replace the smallest counter: the newcomer may have been counted
 	// there before it was evicted, which is what Err bounds.
-	low := t.h.items[0]
-	delete(t.index, low.Client)
+	low := t.lowest()
+	t.unlink(low)
+	from := t.detach(low)
 	low.Hitter = Hitter{Client: c, Count: low.Count + n, Err: low.Count}
-	t.index[c] = low
-	heap.Fix(&t.h, 0)
+	low.hash = h
+	t.link(low)
+	t.place(low, from)
 }
 
-// full reports whether t has evicted or may evict: its floor then bounds the
-// count of any client it does not hold.
+// find returns c's counter, or nil.
+func (t *TopK) find(c Client) *slot {
+	for s := t.index[hashClient(c)]; s != nil; s = s.same {
+		if s.Client == c {
+			return s
+		}
+	}
+	return nil
+}
+
+func (t *TopK) link(s *slot) {
+	s.same = t.index[s.hash]
+	t.index[s.hash] = s
+}
+
+func (t *TopK) unlink(s *slot) {
+	p := t.index[s.hash]
+	if p == s {
+		if s.same == nil {
+			delete(t.index, s.hash)
+		} else {
+			t.index[s.hash] = s.same
+		}
+		s.same = nil
+		return
+	}
+	for ; p.same != s; p = p.same {
+	}
+	p.same = s.same
+	s.same = nil
+}
+
+// lowest returns the counter to evict: the smallest client of the lowest
+// bucket.
+func (t *TopK) lowest() *slot {
+	b := t.head
+	if !b.ok {
+		b.sorted = b.sorted[:0]
+		for s := b.first; s != nil; s = s.next {
+			b.sorted = append(b.sorted, s)
+		}
+		slices.SortFunc(b.sorted, func(x, y *slot) int { return compareClients(y.Client, x.Client) })
+		b.ok = true
+	}
+	for {
+		s := b.sorted[len(b.sorted)-1]
+		b.sorted = b.sorted[:len(b.sorted)-1]
+		if s.b == b {
+			return s
+		}
+	}
+}
+
+// detach takes s out of its bucket and returns the bucket to search
+// from for its new place: its old bucket, or the one before if that
+// emptied (nil: from the head).
+func (t *TopK) detach(s *slot) *bucket {
+	b := s.b
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		b.first = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
+	s.prev, s.next, s.b = nil, nil, nil
+	if b.n--; b.n > 0 {
+		return b
+	}
+	prev := b.prev
+	if prev != nil {
+		prev.next = b.next
+	} else {
+		t.head = b.next
+	}
+	if b.next != nil {
+		b.next.prev = prev
+	}
+	b.sorted, b.ok, b.first, b.prev = b.sorted[:0], false, nil, nil
+	b.next, t.spare = t.spare, b
+	return prev
+}
+
+// place puts s in the bucket of its count, searching forward from from
+// (whose count is at most s's), or from the head when from is nil.
+func (t *TopK) place(s *slot, from *bucket) {
+	b := from
+	if b == nil {
+		b = t.head
+		if b == nil || b.count > s.Count {
+			nb := t.newBucket(s.Count)
+			nb.next = b
+			if b != nil {
+				b.prev = nb
+			}
+			t.head = nb
+			nb.add(s)
+			return
+		}
+	}
+	for b.next != nil && b.next.count <= s.Count {
+		b = b.next
+	}
+	if b.count != s.Count {
+		nb := t.newBucket(s.Count)
+		nb.prev, nb.next = b, b.next
+		if b.next != nil {
+			b.next.prev = nb
+		}
+		b.next = nb
+		b = nb
+	}
+	b.add(s)
+}
+
+func (t *TopK) newBucket(count uint64) *bucket {
+	b := t.spare
+	if b == nil {
+		return &bucket{count: count}
+	}
+	t.spare = b.next
+	b.count, b.next = count, nil
+	return b
+}
+
+func (b *bucket) add(s *slot) {
+	s.b, s.prev, s.next = b, nil, b.first
+	if b.first != nil {
+		b.first.prev = s
+	}
+	b.first = s
+	b.n++
+	b.ok = false
+}
+
+// floor is 0 while t holds fewer than k clients; then it is the lowest
+// count, which bounds the count of any client it does not hold.
 func (t *TopK) floor() uint64 {
-	if len(t.h.items) < t.k {
+	if len(t.slots) < t.k {
 		return 0
 	}
-	return t.h.items[0].Count
+	return t.head.count
 }
 
 // Merge adds o's counts to t. Unless the two counted disjoint clients, a
@@ -111,11 +297,11 @@ func (t *TopK) Merge(o *TopK, disjoint bool) {
 	if disjoint {
 		tf, of = 0, 0
 	}
-	merged := make(map[Client]Hitter, len(t.h.items)+len(o.h.items))
-	for _, s := range t.h.items {
+	merged := make(map[Client]Hitter, len(t.slots)+len(o.slots))
+	for _, s := range t.slots {
 		merged[s.Client] = s.Hitter
 	}
-	for _, s := range o.h.items {
+	for _, s := range o.slots {
 		h := s.Hitter
 		if m, ok := merged[h.Client]; ok {
 			m.Count += h.Count
@@ -127,12 +313,12 @@ func (t *TopK) Merge(o *TopK, disjoint bool) {
 			merged[h.Client] = h
 		}
 	}
-	for _, h := range t.h.items {
-		if _, ok := o.index[h.Client]; !ok && of > 0 {
-			m := merged[h.Client]
+	for _, s := range t.slots {
+		if of > 0 && o.find(s.Client) == nil {
+			m := merged[s.Client]
 			m.Count += of
 			m.Err += of
-			merged[h.Client] = m
+			merged[s.Client] = m
 		}
 	}
 	all := make([]Hitter, 0, len(merged))
@@ -146,15 +332,19 @@ func (t *TopK) Merge(o *TopK, disjoint bool) {
 	t.reset(all)
 }
 
+// reset makes t hold hs, which are sorted by sortHitters.
 func (t *TopK) reset(hs []Hitter) {
 	clear(t.index)
-	t.h.items = t.h.items[:0]
-	for i, h := range hs {
-		s := &slot{Hitter: h, pos: i}
-		t.h.items = append(t.h.items, s)
-		t.index[h.Client] = s
+	t.slots = t.slots[:0]
+	t.head, t.spare = nil, nil
+	var last *bucket
+	for i := len(hs) - 1; i >= 0; i-- { // lowest count first
+		s := &slot{Hitter: hs[i], hash: hashClient(hs[i].Client)}
+		t.slots = append(t.slots, s)
+		t.link(s)
+		t.place(s, last)
+		last = s.b
 	}
-	heap.Init(&t.h)
 }
 
 // sortHitters orders by count, largest first, then by client, so that the
@@ -167,8 +357,8 @@ func sortHitters(hs []Hitter) {
 
 // Top returns up to n clients, heaviest first.
 func (t *TopK) Top(n int) []Hitter {
-	hs := make([]Hitter, len(t.h.items))
-	for i, s := range t.h.items {
+	hs := make([]Hitter, len(t.slots))
+	for i, s := range t.slots {
 		hs[i] = s.Hitter
 	}
 	sortHitters(hs)
@@ -176,11 +366,11 @@ func (t *TopK) Top(n int) []Hitter {
 }
 
 // Len is the number of clients held.
-func (t *TopK) Len() int { return len(t.h.items) }
+func (t *TopK) Len() int { return len(t.slots) }
 
 // AppendBinary appends t's encoding, clients in Top order.
 func (t *TopK) AppendBinary(b []byte) []byte {
-	hs := t.Top(len(t.h.items))
+	hs := t.Top(len(t.slots))
 	b = appendUvarint(b, uint64(t.k))
 	b = appendUvarint(b, uint64(len(hs)))
 	for _, h := range hs {
@@ -204,6 +394,7 @@ func decodeTopK(r *reader) (*TopK, error) {
 	}
 	t := NewTopK(int(k))
 	hs := make([]Hitter, 0, n)
+	seen := make(map[Client]struct{}, n)
 	for range n {
 		var h Hitter
 		h.Client.User = r.string()
@@ -216,49 +407,14 @@ func decodeTopK(r *reader) (*TopK, error) {
 			r.fail(err)
 			return nil, fmt.Errorf("decode top-k: %w", err)
 		}
-		if _, dup := t.index[h.Client]; dup {
+		if _, dup := seen[h.Client]; dup {
 			r.fail(fmt.Errorf("client %s twice", h.Client))
 			return nil, fmt.Errorf("decode top-k: %w", r.err)
 		}
-		t.index[h.Client] = nil // a placeholder until reset, to find duplicates
+		seen[h.Client] = struct{}{}
 		hs = append(hs, h)
 	}
+	sortHitters(hs)
 	t.reset(hs)
 	return t, nil
-}
-
-// hitterHeap is a min-heap of counters on Count that keeps their pos in
-// step.
-type hitterHeap struct {
-	items []*slot
-}
-
-func (h *hitterHeap) Len() int { return len(h.items) }
-
-// Less orders by count, then by client: a total order, so the client evicted
-// among equal counts does not depend on the heap's layout, and a TopK
-// decoded from its encoding evicts exactly as the one encoded would have.
-func (h *hitterHeap) Less(i, j int) bool {
-	a, b := h.items[i], h.items[j]
-	if a.Count != b.Count {
-		return a.Count < b.Count
-	}
-	return compareClients(a.Client, b.Client) < 0
-}
-
-func (h *hitterHeap) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].pos, h.items[j].pos = i, j
-}
-
-func (h *hitterHeap) Push(x any) {
-	s := x.(*slot)
-	s.pos = len(h.items)
-	h.items = append(h.items, s)
-}
-
-func (h *hitterHeap) Pop() any {
-	s := h.items[len(h.items)-1]
-	h.items = h.items[:len(h.items)-1]
-	return s
 }
