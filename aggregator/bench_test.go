@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
@@ -65,4 +66,120 @@ func BenchmarkPartialMemory10MClients(b *testing.B) {
 		b.ReportMetric(float64(len(enc))/1024, "encoded-KiB")
 		runtime.KeepAlive(p)
 	}
+}
+
+// benchBatches encodes the generator's events (the same as
+// BenchmarkPartialUpdate's) in record batches of 4,096 events.
+func benchBatches(b *testing.B, c columnar.Compression) [][]byte {
+	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 16)
+	enc := columnar.NewEncoder(columnar.Options{Compression: c})
+	var out [][]byte
+	for i := 0; i < len(ds); i += 4096 {
+		data, err := enc.Encode(nil, ds[i:i+4096])
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, data)
+	}
+	return out
+}
+
+// benchColumns runs roll over the batches' columns, one batch of 4,096
+// events an iteration, and reports events/s. With inMemory the batches
+// are decoded before the timer starts, each by a decoder of its own (the
+// columns stay valid until their decoder decodes again), so that what is
+// timed is the rollup over decoded columns; otherwise each iteration
+// decodes its batch too.
+func benchColumns(b *testing.B, c columnar.Compression, inMemory bool, roll func(*Batch)) {
+	batches := benchBatches(b, c)
+	dec := columnar.NewDecoder()
+	var bt Batch
+	f := func(c *columnar.Columns) error {
+		bt.Prepare(c)
+		roll(&bt)
+		return nil
+	}
+	var decoded []*columnar.Columns
+	if inMemory {
+		for _, data := range batches {
+			if err := columnar.NewDecoder().DecodeColumns(data, func(c *columnar.Columns) error {
+				decoded = append(decoded, c)
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if inMemory {
+			f(decoded[i%len(decoded)])
+		} else if err := dec.DecodeColumns(batches[i%len(batches)], f); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)*4096/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/4096, "ns/event")
+}
+
+// BenchmarkColumnsCounts is the columnar path's counts alone over decoded
+// record batches in memory (Batch.Prepare and Counts.UpdateColumns),
+// against BenchmarkCountsUpdate.
+func BenchmarkColumnsCounts(b *testing.B) {
+	var c Counts
+	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { c.UpdateColumns(bt, 0, bt.Len()) })
+}
+
+// BenchmarkColumnsPartial is the columnar path's full rollup over decoded
+// record batches in memory (Batch.Prepare and Partial.UpdateColumns),
+// against BenchmarkPartialUpdate.
+func BenchmarkColumnsPartial(b *testing.B) {
+	p := NewPartial(t0, time.Hour, 100)
+	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
+}
+
+// BenchmarkColumnsFromLog is the whole way from the decision log's records
+// (ZstdDict, as the log and the Kinesis sink write them): decompression,
+// decoding and either nothing more (decode), the counts, or the full
+// rollup.
+func BenchmarkColumnsFromLog(b *testing.B) {
+	b.Run("decode", func(b *testing.B) { benchColumns(b, columnar.ZstdDict, false, func(*Batch) {}) })
+	b.Run("counts", func(b *testing.B) {
+		var c Counts
+		benchColumns(b, columnar.ZstdDict, false, func(bt *Batch) { c.UpdateColumns(bt, 0, bt.Len()) })
+	})
+	b.Run("rollup", func(b *testing.B) {
+		p := NewPartial(t0, time.Hour, 100)
+		benchColumns(b, columnar.ZstdDict, false, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
+	})
+}
+
+// BenchmarkFromJSONLines is the full rollup from JSON lines (the log's
+// other codec): parsing each line, then Partial.Update.
+func BenchmarkFromJSONLines(b *testing.B) {
+	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 16)
+	lines := make([][]byte, len(ds))
+	for i := range ds {
+		lines[i] = decisions.AppendJSON(nil, &ds[i])
+	}
+	b.Run("parse", func(b *testing.B) { benchJSON(b, lines, nil) })
+	b.Run("rollup", func(b *testing.B) { benchJSON(b, lines, NewPartial(t0, time.Hour, 100)) })
+}
+
+func benchJSON(b *testing.B, lines [][]byte, p *Partial) {
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		d, _, err := decisions.ParseJSON(lines[i&(len(lines)-1)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if p != nil {
+			p.Update(&d)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }

@@ -116,6 +116,7 @@ type Rollup struct {
 	active    bool      // an event arrived since the last Advance
 	idleSince time.Time
 	stats     RollupStats
+	batch     Batch // AddBatch's
 }
 
 // RollupStats count what a Rollup did.
@@ -151,7 +152,12 @@ func (r *Rollup) windowStart(t time.Time) int64 { return windowStart(t, r.o.Wind
 // windowStart is the start, in Unix nanoseconds, of the window of length
 // size that holds t: windows are aligned on the Unix epoch.
 func windowStart(t time.Time, size time.Duration) int64 {
-	n, w := t.UnixNano(), int64(size)
+	return windowStartNs(t.UnixNano(), int64(size))
+}
+
+// windowStartNs is windowStart of the time n, in Unix nanoseconds, for
+// windows of w nanoseconds.
+func windowStartNs(n, w int64) int64 {
 	s := n - n%w
 	if n%w < 0 {
 		s -= w

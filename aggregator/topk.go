@@ -72,6 +72,7 @@ type TopK struct {
 // slot is one counter.
 type slot struct {
 	Hitter
+	key        uint64 // sortKey(Client)
 	hash       uint64
 	same       *slot // the next slot whose client has the same hash
 	b          *bucket
@@ -110,6 +111,34 @@ func hashClient(c Client) uint64 {
 	return hashKey(b)
 }
 
+// sortKey maps clients to integers in the order of compareClients, except
+// that clients with the same key may differ (compare them then): addresses
+// before users; among addresses the zero Addr, IPv4 (exactly, by value),
+// then IPv6 (by its first 61 bits); users by their first 7 bytes.
+func sortKey(c Client) uint64 {
+	if c.User != "" {
+		var k uint64
+		for i := range 7 {
+			k <<= 8
+			if i < len(c.User) {
+				k |= uint64(c.User[i])
+			}
+		}
+		return 1<<63 | k
+	}
+	switch {
+	case c.Addr.Is4():
+		a := c.Addr.As4()
+		return 1<<61 | uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
+	case c.Addr.Is6():
+		a := c.Addr.As16()
+		hi := uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 |
+			uint64(a[4])<<24 | uint64(a[5])<<16 | uint64(a[6])<<8 | uint64(a[7])
+		return 2<<61 | hi>>3
+	}
+	return 0
+}
+
 // Add counts n hits of c.
 func (t *TopK) Add(c Client, n uint64) { t.add(c, hashClient(c), n) }
 
@@ -125,7 +154,7 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 		}
 	}
 	if len(t.slots) < t.k {
-		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h}
+		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h, key: sortKey(c)}
 		t.slots = append(t.slots, s)
 		t.link(s)
 		t.place(s, nil)
@@ -137,7 +166,7 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 	t.unlink(low)
 	from := t.detach(low)
 	low.Hitter = Hitter{Client: c, Count: low.Count + n, Err: low.Count}
-	low.hash = h
+	low.hash, low.key = h, sortKey(c)
 	t.link(low)
 	t.place(low, from)
 }
@@ -183,7 +212,12 @@ func (t *TopK) lowest() *slot {
 		for s := b.first; s != nil; s = s.next {
 			b.sorted = append(b.sorted, s)
 		}
-		slices.SortFunc(b.sorted, func(x, y *slot) int { return compareClients(y.Client, x.Client) })
+		slices.SortFunc(b.sorted, func(x, y *slot) int {
+			if x.key != y.key {
+				return cmp.Compare(y.key, x.key)
+			}
+			return compareClients(y.Client, x.Client)
+		})
 		b.ok = true
 	}
 	for {
@@ -339,7 +373,7 @@ func (t *TopK) reset(hs []Hitter) {
 	t.head, t.spare = nil, nil
 	var last *bucket
 	for i := len(hs) - 1; i >= 0; i-- { // lowest count first
-		s := &slot{Hitter: hs[i], hash: hashClient(hs[i].Client)}
+		s := &slot{Hitter: hs[i], hash: hashClient(hs[i].Client), key: sortKey(hs[i].Client)}
 		t.slots = append(t.slots, s)
 		t.link(s)
 		t.place(s, last)

@@ -59,6 +59,12 @@ type Decoder struct {
 	dicts   [numCols]rawCol // the current dictionary of each dictionary column (fast reader)
 	hasDict [numCols]bool
 
+	onColumns  func(*Columns) error // set during DecodeColumns
+	cbErr      *error               // where the callback's error goes
+	inConsumer bool                 // a panic now is the callback's: not recovered
+	view       Columns
+	zeros      []uint8
+
 	schemas []*schemaInfo // recently seen schemas, newest first
 	arena   []byte        // decompressed buffers of the current batch
 	used    int           // of arena; total counts every arena
@@ -119,8 +125,10 @@ func (d *Decoder) Version() int { return d.version }
 func (d *Decoder) Decode(data []byte, dst []decisions.Decision) (out []decisions.Decision, err error) {
 	n0 := len(dst)
 	defer func() {
+		consumer := d.inConsumer
+		d.inConsumer = false
 		d.release()
-		if d.repanic {
+		if d.repanic || consumer {
 			return
 		}
 		if p := recover(); p != nil {
@@ -316,7 +324,8 @@ type colView struct {
 	valid   []byte // time: validity bitmap (nil when no nulls)
 	addr    []byte
 	offsets []int32 // strings
-	str     string  // strings: the column's bytes, from offsets[0]
+	raw     []byte  // strings: the column's bytes, from offsets[0]
+	str     string  // strings: raw as a string, made when rows are filled
 	idxW    int     // dictionary: index width in bytes
 	idx     []byte  // dictionary: indices
 }
@@ -360,7 +369,9 @@ func (d *Decoder) setView(c int, dt arrow.DataType, raw rawCol, dict *rawCol, n 
 	case tAddr:
 		v.addr, err = fixedBuf(raw.values, n, 16)
 	case tString:
-		v.offsets, v.str, err = stringsOf(raw, false)
+		if v.offsets, _, err = stringsOf(raw, true); err == nil {
+			v.raw = raw.data[v.offsets[0]:v.offsets[len(v.offsets)-1]]
+		}
 	case tDict:
 		v.idxW = indexWidth(dt.(*arrow.DictionaryType).IndexType)
 		if v.idx, err = fixedBuf(raw.values, n, v.idxW); err != nil {
@@ -525,11 +536,19 @@ func (d *Decoder) appendRows(dst []decisions.Decision, n, version int, timeBase 
 			d.cols[c] = colView{typ: columns[c].typ}
 		}
 	}
+	if n > math.MaxInt32 {
+		return dst, fmt.Errorf("%d rows", n)
+	}
+	if d.onColumns != nil {
+		return dst, d.columns(n, version, timeBase)
+	}
 	if n == 0 {
 		return dst, nil
 	}
-	if n > math.MaxInt32 {
-		return dst, fmt.Errorf("%d rows", n)
+	for c := range d.cols {
+		if v := &d.cols[c]; v.typ == tString && v.present {
+			v.str = string(v.raw) // one allocation for the column's strings
+		}
 	}
 	start := len(dst)
 	if cap(dst)-start < n {
@@ -825,12 +844,15 @@ func (d *Decoder) setAddrs(rows []decisions.Decision, lo int) {
 }
 
 // at returns the dictionary index of row i.
-func (v *colView) at(i int) int {
-	switch v.idxW {
+func (v *colView) at(i int) int { return indexAt(v.idx, v.idxW, i) }
+
+// indexAt returns the i-th of the w-byte dictionary indices in idx.
+func indexAt(idx []byte, w, i int) int {
+	switch w {
 	case 1:
-		return int(int8(v.idx[i]))
+		return int(int8(idx[i]))
 	case 2:
-		return int(*(*int16)(unsafe.Pointer(&v.idx[2*i])))
+		return int(*(*int16)(unsafe.Pointer(&idx[2*i])))
 	}
-	return int(*(*int32)(unsafe.Pointer(&v.idx[4*i])))
+	return int(*(*int32)(unsafe.Pointer(&idx[4*i])))
 }

@@ -1,0 +1,326 @@
+package aggregator
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/axiomhq/hyperloglog"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+)
+
+// Batch is one record batch's columns (columnar.Columns, from
+// Decoder.DecodeColumns) made ready for Partial.UpdateColumns: dictionary
+// indices widened once, times summed once, and count cells addressed by
+// dictionary ids, so that the work per event is array indexing rather
+// than map lookups on strings. A batch of the columnar path and the same
+// events given one by one to Partial.Update make partials that encode to
+// the same bytes. The zero value is ready to use; reuse one for many
+// batches. It is not safe for concurrent use.
+type Batch struct {
+	c     *columnar.Columns
+	times []int64
+
+	tier, rule, reason, node, respErr []int32
+	users                             string // the user column's bytes, as one string, once a client is asked for
+	userAt                            []int32
+	usersMade                         bool
+
+	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason]
+	// and byNode[node*NumOutcomes+outcome], counted per UpdateColumns and
+	// then added to the partial's maps; touched lists the cells to add
+	// and clear.
+	nRule, nReason, nErr int
+	cells, byNode, errs  []uint64
+	touched              []int32
+	touchedNodes         []int32
+	touchedErrs          []int32
+	dense                bool // the dictionaries are small enough for the arrays
+
+	// Per UpdateColumns: the partial's sketches and lists of each tier and
+	// rule id, looked up on first use.
+	tierHLL  []*hyperloglog.Sketch
+	tierTopK []*TopK
+	ruleTopK []*TopK
+}
+
+// maxCells bounds the cells a batch addresses by dictionary ids; a batch
+// whose dictionaries make more combinations is counted through the maps.
+const maxCells = 1 << 16
+
+// Prepare makes b hold c's rows. c must stay valid while b is used: use
+// it within the DecodeColumns callback that received c.
+func (b *Batch) Prepare(c *columnar.Columns) {
+	n := c.Len
+	b.c = c
+	b.times = c.Times(b.times)
+	b.tier = c.Tier.Indices(b.tier, n)
+	b.rule = c.Rule.Indices(b.rule, n)
+	b.reason = c.Reason.Indices(b.reason, n)
+	b.node = c.Node.Indices(b.node, n)
+	b.respErr = c.ResponseError.Indices(b.respErr, n)
+	b.users, b.userAt, b.usersMade = "", nil, false
+	nt, nr, nrs := len(c.Tier.Values), len(c.Rule.Values), len(c.Reason.Values)
+	b.nRule, b.nReason, b.nErr = nr, nrs, len(c.ResponseError.Values)
+	cells := nt * nr * decisions.NumOutcomes * nrs
+	b.dense = cells <= maxCells && len(c.Node.Values)*decisions.NumOutcomes <= maxCells && nt*nr*b.nErr <= maxCells
+	if b.dense {
+		b.cells = grow(b.cells, cells)
+		b.byNode = grow(b.byNode, len(c.Node.Values)*decisions.NumOutcomes)
+		b.errs = grow(b.errs, nt*nr*b.nErr)
+	}
+}
+
+// grow returns s with at least n elements, all zero beyond its length
+// (those within it are kept zero by the users of the arrays).
+func grow(s []uint64, n int) []uint64 {
+	if len(s) >= n {
+		return s
+	}
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return append(s[:cap(s)], make([]uint64, n-cap(s))...)
+}
+
+// Len is the number of rows.
+func (b *Batch) Len() int { return len(b.times) }
+
+// Times returns each row's time in Unix nanoseconds (columnar.NullTime for
+// the zero time).
+func (b *Batch) Times() []int64 { return b.times }
+
+// refused is Refused by outcome number.
+var refused = func() (r [256]bool) {
+	for o := range r {
+		r[o] = Refused(decisions.Outcome(o))
+	}
+	return r
+}()
+
+// client returns row i's client.
+func (b *Batch) client(i int) Client {
+	if !b.usersMade {
+		var data []byte
+		data, b.userAt = b.c.UserID.Data()
+		b.users = string(data) // kept by the top-K lists: one allocation per batch
+		b.usersMade = true
+	}
+	if at := b.userAt; at != nil && at[i+1] > at[i] {
+		base := at[0]
+		return Client{User: b.users[at[i]-base : at[i+1]-base]}
+	}
+	c := b.c
+	switch c.ClientIPFamily[i] {
+	case 4:
+		a := c.ClientIP[16*i+12 : 16*i+16]
+		return Client{Addr: netip.AddrFrom4([4]byte(a))}
+	case 6:
+		a := netip.AddrFrom16([16]byte(c.ClientIP[16*i : 16*i+16]))
+		if z := c.ClientIPZone.Values[c.ClientIPZone.At(i)]; z != "" {
+			a = a.WithZone(z)
+		}
+		return Client{Addr: a}
+	}
+	return Client{}
+}
+
+// UpdateColumns counts rows [lo, hi) of b, as Update would count each of
+// their events in order.
+func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
+	cols := b.c
+	for i := lo; i < hi; i++ {
+		switch decisions.Kind(cols.Kind[i]) {
+		case decisions.KindDecision:
+			b.count(c, i, cols.Outcome[i])
+		case decisions.KindDrops:
+			c.Dropped += cols.Dropped.Uint(i)
+		case decisions.KindFeedback:
+			if c.Feedback == nil {
+				c.Feedback = map[string]uint64{}
+			}
+			c.Feedback[cols.List.Values[cols.List.At(i)]+"/"+cols.Action.Values[cols.Action.At(i)]]++
+		}
+	}
+	b.flushCounts(c)
+}
+
+// UpdateColumns adds rows [lo, hi) of b, as Update would add each of
+// their events in order.
+func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
+	c := b.c
+	p.Events += uint64(hi - lo)
+	p.Counts.UpdateColumns(b, lo, hi)
+	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
+	b.tierTopK = resetSlice(b.tierTopK, len(c.Tier.Values))
+	b.ruleTopK = resetSlice(b.ruleTopK, len(c.Rule.Values))
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
+			continue
+		}
+		p.Latency.Add(time.Duration(c.StoreLatency.Int(i)))
+		p.Upstream.Add(time.Duration(c.UpstreamLatency.Int(i)))
+		t := b.tier[i]
+		cl := b.client(i)
+		h := hashClient(cl)
+		ref := refused[c.Outcome[i]]
+		hll := b.tierHLL[t]
+		if hll == nil {
+			hll = p.Clients.tier(c.Tier.Values[t])
+			b.tierHLL[t] = hll
+		}
+		p.Clients.add(h, ref, hll)
+		top := b.tierTopK[t]
+		if top == nil {
+			top = p.Offenders.topk(p.Offenders.RequestsByTier, c.Tier.Values[t])
+			b.tierTopK[t] = top
+		}
+		p.Offenders.Requests.add(cl, h, 1)
+		top.add(cl, h, 1)
+		if ref {
+			p.Offenders.Refusals.add(cl, h, 1)
+			r := b.rule[i]
+			rt := b.ruleTopK[r]
+			if rt == nil {
+				rt = p.Offenders.topk(p.Offenders.RefusalsByRule, c.Rule.Values[r])
+				b.ruleTopK[r] = rt
+			}
+			rt.add(cl, h, 1)
+		}
+	}
+}
+
+// count counts decision row i, of outcome o, in the cells.
+func (b *Batch) count(counts *Counts, i int, o uint8) {
+	c := b.c
+	t, r := int(b.tier[i]), int(b.rule[i])
+	if !b.dense || int(o) >= decisions.NumOutcomes {
+		k := CountKey{Tier: c.Tier.Values[t], Rule: c.Rule.Values[r], Outcome: decisions.Outcome(o), Reason: c.Reason.Values[b.reason[i]]}
+		counts.add(k, c.Node.Values[b.node[i]], 1)
+		if e := c.ResponseError.Values[b.respErr[i]]; e != "" {
+			if counts.Errors == nil {
+				counts.Errors = map[ErrorKey]uint64{}
+			}
+			counts.Errors[ErrorKey{k.Tier, k.Rule, e}]++
+		}
+		return
+	}
+	tr := t*b.nRule + r
+	k := (tr*decisions.NumOutcomes+int(o))*b.nReason + int(b.reason[i])
+	if b.cells[k] == 0 {
+		b.touched = append(b.touched, int32(k))
+	}
+	b.cells[k]++
+	nk := int(b.node[i])*decisions.NumOutcomes + int(o)
+	if b.byNode[nk] == 0 {
+		b.touchedNodes = append(b.touchedNodes, int32(nk))
+	}
+	b.byNode[nk]++
+	if e := b.respErr[i]; c.ResponseError.Values[e] != "" {
+		ek := tr*b.nErr + int(e)
+		if b.errs[ek] == 0 {
+			b.touchedErrs = append(b.touchedErrs, int32(ek))
+		}
+		b.errs[ek]++
+	}
+}
+
+// flushCounts adds the counted cells to c and clears them.
+func (b *Batch) flushCounts(c *Counts) {
+	cols := b.c
+	for _, k := range b.touched {
+		n := b.cells[k]
+		b.cells[k] = 0
+		rs := int(k) % b.nReason
+		o := int(k) / b.nReason % decisions.NumOutcomes
+		tr := int(k) / b.nReason / decisions.NumOutcomes
+		key := CountKey{Tier: cols.Tier.Values[tr/b.nRule], Rule: cols.Rule.Values[tr%b.nRule],
+			Outcome: decisions.Outcome(o), Reason: cols.Reason.Values[rs]}
+		if c.Cells == nil {
+			c.Cells = map[CountKey]uint64{}
+			c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
+		}
+		c.Cells[key] += n
+	}
+	for _, k := range b.touchedNodes {
+		n := b.byNode[k]
+		b.byNode[k] = 0
+		node := cols.Node.Values[int(k)/decisions.NumOutcomes]
+		byOutcome := c.ByNode[node]
+		if byOutcome == nil {
+			byOutcome = new([decisions.NumOutcomes]uint64)
+			c.ByNode[node] = byOutcome
+		}
+		byOutcome[int(k)%decisions.NumOutcomes] += n
+	}
+	for _, k := range b.touchedErrs {
+		n := b.errs[k]
+		b.errs[k] = 0
+		tr := int(k) / b.nErr
+		if c.Errors == nil {
+			c.Errors = map[ErrorKey]uint64{}
+		}
+		c.Errors[ErrorKey{cols.Tier.Values[tr/b.nRule], cols.Rule.Values[tr%b.nRule], cols.ResponseError.Values[int(k)%b.nErr]}] += n
+	}
+	b.touched, b.touchedNodes, b.touchedErrs = b.touched[:0], b.touchedNodes[:0], b.touchedErrs[:0]
+}
+
+// resetSlice returns s with n nil elements.
+func resetSlice[T any](s []*T, n int) []*T {
+	if cap(s) < n {
+		return make([]*T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// AddBatch adds the rows of a record batch, numbered from seq in order, as
+// Add would add each of their events.
+func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
+	n := c.Len
+	if n == 0 {
+		return
+	}
+	b := &r.batch
+	b.Prepare(c)
+	r.next = max(r.next, seq+uint64(n))
+	r.active = true
+	r.stats.Events += uint64(n)
+	size := int64(r.o.Window)
+	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
+	latest := r.latest.UnixNano()
+	moved := false
+	times := b.times
+	for i := 0; i < n; {
+		start := windowStartNs(times[i], size)
+		j := i
+		for ; j < n && times[j]-start < size && times[j] >= start; j++ {
+			if t := times[j]; t > latest {
+				latest, moved = t, true
+			}
+		}
+		m := r.open
+		if anyClosed && start+size <= closedNs {
+			r.stats.Late += uint64(j - i)
+			if r.o.Late == LateDrop {
+				r.stats.LateDropped += uint64(j - i)
+				i = j
+				continue
+			}
+			m = r.late
+		}
+		w := m[start]
+		if w == nil {
+			w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq + uint64(i)}
+			m[start] = w
+		}
+		w.p.UpdateColumns(b, i, j)
+		w.from, w.to = min(w.from, seq+uint64(i)), max(w.to, seq+uint64(j-1))
+		i = j
+	}
+	if moved {
+		r.latest = time.Unix(0, latest).UTC()
+	}
+}

@@ -1,0 +1,149 @@
+package aggregator
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+)
+
+// encodeBatches encodes ds as the decision log does (ZstdDict), in batches
+// of the sizes given in turn.
+func encodeBatches(t testing.TB, ds []decisions.Decision, sizes ...int) [][]byte {
+	t.Helper()
+	enc := columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdDict})
+	var out [][]byte
+	for i, k := 0, 0; i < len(ds); k++ {
+		j := min(i+sizes[k%len(sizes)], len(ds))
+		b, err := enc.Encode(nil, ds[i:j])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+		i = j
+	}
+	return out
+}
+
+// TestColumnsEqualsDecisions: the columnar path (DecodeColumns, then
+// Rollup.AddBatch or Partial.UpdateColumns) makes partials that encode to
+// the same bytes as the decoded events added one by one, over the
+// generator's traffic (rejected outcomes, response errors, feedback and
+// drop reports among it), with lists small enough to evict, windows that
+// cut batches, and late events both corrected and dropped.
+func TestColumnsEqualsDecisions(t *testing.T) {
+	ds := decisiontest.NewGenerator(9, t0).Batch(60_000)
+	for i := 500; i < len(ds); i += 331 { // some late, some out of order within the lateness
+		ds[i].Time = ds[i].Time.Add(-time.Duration(i%7) * 300 * time.Millisecond)
+	}
+	var whole Partial
+	for _, d := range ds {
+		whole.Events++
+		whole.Counts.Update(&d)
+	}
+	byOutcome := whole.Counts.ByOutcome()
+	if byOutcome[decisions.Rejected] == 0 || len(whole.Counts.Errors) == 0 || len(whole.Counts.Feedback) == 0 || whole.Counts.Dropped == 0 {
+		t.Fatalf("the traffic lacks a kind of event: %v, errors %d, feedback %d, dropped %d",
+			byOutcome, len(whole.Counts.Errors), len(whole.Counts.Feedback), whole.Counts.Dropped)
+	}
+	f := func(o Options, late bool, sizes ...int) {
+		t.Helper()
+		batches := encodeBatches(t, ds, sizes...)
+		dec := columnar.NewDecoder()
+		one, cols := NewRollup(o), NewRollup(o)
+		var want, got [][]byte
+		emit := func(out *[][]byte) func(Output) error {
+			return func(o Output) error {
+				b, err := o.Partial.AppendBinary(nil)
+				*out = append(*out, append([]byte(fmt.Sprintf("%v %d-%d ", o.Correction, o.From, o.To)), b...))
+				return err
+			}
+		}
+		var seq uint64
+		var evs []decisions.Decision
+		for _, data := range batches {
+			var err error
+			if evs, err = dec.Decode(data, evs[:0]); err != nil {
+				t.Fatal(err)
+			}
+			for i := range evs {
+				one.Add(&evs[i], seq+uint64(i))
+			}
+			if err := dec.DecodeColumns(data, func(c *columnar.Columns) error { cols.AddBatch(c, seq); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			seq += uint64(len(evs))
+			one.Flush(false, emit(&want))
+			cols.Flush(false, emit(&got))
+		}
+		one.Flush(true, emit(&want))
+		cols.Flush(true, emit(&got))
+		if one.Stats() != cols.Stats() || one.Next() != cols.Next() || !one.Watermark().Equal(cols.Watermark()) {
+			t.Errorf("%+v %v: stats %+v next %d watermark %v, want %+v %d %v", o, sizes,
+				cols.Stats(), cols.Next(), cols.Watermark(), one.Stats(), one.Next(), one.Watermark())
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%+v %v: %d outputs, want %d", o, sizes, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Errorf("%+v %v: output %d differs (%d bytes, want %d)", o, sizes, i, len(got[i]), len(want[i]))
+			}
+		}
+		if late && one.Stats().Late == 0 {
+			t.Errorf("%+v: no late events", o)
+		}
+	}
+	f(Options{Window: time.Second, TopK: 10}, true, 4096)
+	f(Options{Window: time.Second, TopK: 3, Late: LateDrop}, true, 1, 7, 1000, 333)
+	f(Options{Window: 10 * time.Second, Lateness: 100 * time.Millisecond, TopK: 100}, false, 20_000)
+
+	// One partial of every event, through UpdateColumns.
+	p, q := NewPartial(t0, time.Hour, 50), NewPartial(t0, time.Hour, 50)
+	dec := columnar.NewDecoder()
+	var b Batch
+	for _, data := range encodeBatches(t, ds, 4096) {
+		evs, err := dec.Decode(data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range evs {
+			p.Update(&evs[i])
+		}
+		dec.DecodeColumns(data, func(c *columnar.Columns) error {
+			b.Prepare(c)
+			q.UpdateColumns(&b, 0, b.Len())
+			return nil
+		})
+	}
+	if got, want := encode(t, q), encode(t, p); !bytes.Equal(got, want) {
+		t.Errorf("UpdateColumns: %d bytes differ from Update's %d", len(got), len(want))
+	}
+}
+
+// TestSortKey: sortKey orders clients as compareClients does wherever two
+// keys differ, so that the lowest bucket sorts on integers.
+func TestSortKey(t *testing.T) {
+	var cs []Client
+	for _, s := range []string{"0.0.0.0", "1.2.3.4", "1.2.3.5", "255.255.255.255", "::", "::1", "::ffff:1.2.3.4",
+		"2a02:8108::1", "2a02:8108::2", "2a02:8109::1", "fe80::1%eth0", "fe80::1%eth1", "ffff::"} {
+		cs = append(cs, Client{Addr: netip.MustParseAddr(s)})
+	}
+	cs = append(cs, Client{})
+	for _, u := range []string{"a", "a\x00", "ab", "abcdefg", "abcdefgh", "abcdefgi", "u_1", "u_10", "\xff"} {
+		cs = append(cs, Client{User: u})
+	}
+	for _, a := range cs {
+		for _, b := range cs {
+			ka, kb := sortKey(a), sortKey(b)
+			if ka != kb && (ka < kb) != (compareClients(a, b) < 0) {
+				t.Errorf("%v, %v: keys %x, %x disagree with compareClients %d", a, b, ka, kb, compareClients(a, b))
+			}
+		}
+	}
+}
