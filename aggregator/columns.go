@@ -26,6 +26,9 @@ type Batch struct {
 	users                             string // the user column's bytes, as one string, once a client is asked for
 	userAt                            []int32
 	usersMade                         bool
+	clients                           []Client // of decision rows, once identify ran
+	hashes                            []uint64 // hashClient of clients
+	identified                        bool
 
 	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason]
 	// and byNode[node*NumOutcomes+outcome], counted per UpdateColumns and
@@ -60,7 +63,7 @@ func (b *Batch) Prepare(c *columnar.Columns) {
 	b.reason = c.Reason.Indices(b.reason, n)
 	b.node = c.Node.Indices(b.node, n)
 	b.respErr = c.ResponseError.Indices(b.respErr, n)
-	b.users, b.userAt, b.usersMade = "", nil, false
+	b.users, b.userAt, b.usersMade, b.identified = "", nil, false, false
 	nt, nr, nrs := len(c.Tier.Values), len(c.Rule.Values), len(c.Reason.Values)
 	b.nRule, b.nReason, b.nErr = nr, nrs, len(c.ResponseError.Values)
 	cells := nt * nr * decisions.NumOutcomes * nrs
@@ -152,38 +155,82 @@ func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	p.Events += uint64(hi - lo)
 	p.Counts.UpdateColumns(b, lo, hi)
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(c.Kind[i]) == decisions.KindDecision {
+			p.Latency.Add(time.Duration(c.StoreLatency.Int(i)))
+			p.Upstream.Add(time.Duration(c.UpstreamLatency.Int(i)))
+		}
+	}
+	p.Clients.UpdateColumns(b, lo, hi)
+	p.Offenders.UpdateColumns(b, lo, hi)
+}
+
+// identify makes b.clients and b.hashes, the client of each decision row
+// and its hash, once per batch.
+func (b *Batch) identify() {
+	if b.identified {
+		return
+	}
+	n := len(b.times)
+	if cap(b.clients) < n {
+		b.clients, b.hashes = make([]Client, n), make([]uint64, n)
+	}
+	b.clients, b.hashes = b.clients[:n], b.hashes[:n]
+	for i, k := range b.c.Kind {
+		if decisions.Kind(k) == decisions.KindDecision {
+			b.clients[i] = b.client(i)
+			b.hashes[i] = hashClient(b.clients[i])
+		}
+	}
+	b.identified = true
+}
+
+// UpdateColumns counts the clients of rows [lo, hi) of b, as Update
+// would count each of their events.
+func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
+	c := b.c
+	b.identify()
 	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
+			continue
+		}
+		t := b.tier[i]
+		hll := b.tierHLL[t]
+		if hll == nil {
+			hll = s.tier(c.Tier.Values[t])
+			b.tierHLL[t] = hll
+		}
+		s.add(b.hashes[i], refused[c.Outcome[i]], hll)
+	}
+}
+
+// UpdateColumns counts the clients of rows [lo, hi) of b, as Update
+// would count each of their events.
+func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
+	c := b.c
+	b.identify()
 	b.tierTopK = resetSlice(b.tierTopK, len(c.Tier.Values))
 	b.ruleTopK = resetSlice(b.ruleTopK, len(c.Rule.Values))
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
-		p.Latency.Add(time.Duration(c.StoreLatency.Int(i)))
-		p.Upstream.Add(time.Duration(c.UpstreamLatency.Int(i)))
+		cl, h := b.clients[i], b.hashes[i]
 		t := b.tier[i]
-		cl := b.client(i)
-		h := hashClient(cl)
-		ref := refused[c.Outcome[i]]
-		hll := b.tierHLL[t]
-		if hll == nil {
-			hll = p.Clients.tier(c.Tier.Values[t])
-			b.tierHLL[t] = hll
-		}
-		p.Clients.add(h, ref, hll)
 		top := b.tierTopK[t]
 		if top == nil {
-			top = p.Offenders.topk(p.Offenders.RequestsByTier, c.Tier.Values[t])
+			top = o.topk(o.RequestsByTier, c.Tier.Values[t])
 			b.tierTopK[t] = top
 		}
-		p.Offenders.Requests.add(cl, h, 1)
+		o.Requests.add(cl, h, 1)
 		top.add(cl, h, 1)
-		if ref {
-			p.Offenders.Refusals.add(cl, h, 1)
+		if refused[c.Outcome[i]] {
+			o.Refusals.add(cl, h, 1)
 			r := b.rule[i]
 			rt := b.ruleTopK[r]
 			if rt == nil {
-				rt = p.Offenders.topk(p.Offenders.RefusalsByRule, c.Rule.Values[r])
+				rt = o.topk(o.RefusalsByRule, c.Rule.Values[r])
 				b.ruleTopK[r] = rt
 			}
 			rt.add(cl, h, 1)
