@@ -183,3 +183,22 @@ func benchJSON(b *testing.B, lines [][]byte, p *Partial) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkTopKAdd is one top-K list of 100 fed the generator's clients
+// one hit at a time (Zipf: most hits evict), the list that took two thirds
+// of the rollup on a heap.
+func BenchmarkTopKAdd(b *testing.B) {
+	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 16)
+	cs := make([]Client, len(ds))
+	for i := range ds {
+		cs[i] = ClientOf(&ds[i])
+	}
+	t := NewTopK(100)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		t.Add(cs[i&(len(cs)-1)], 1)
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "hits/s")
+}

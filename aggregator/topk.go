@@ -64,9 +64,9 @@ type Hitter struct {
 type TopK struct {
 	k     int
 	slots []*slot
-	index map[uint64]*slot // by the client's hash (hashClient); equal hashes chain through same
-	head  *bucket          // the lowest count
-	spare *bucket          // buckets to reuse, chained through next
+	index []*slot // open addressing on the client's hash (hashClient), linear probing; nil is empty
+	head  *bucket // the lowest count
+	spare *bucket // buckets to reuse, chained through next
 }
 
 // slot is one counter.
@@ -74,7 +74,6 @@ type slot struct {
 	Hitter
 	key        uint64 // sortKey(Client)
 	hash       uint64
-	same       *slot // the next slot whose client has the same hash
 	b          *bucket
 	prev, next *slot // in b
 }
@@ -94,7 +93,7 @@ type bucket struct {
 
 // NewTopK returns a TopK of k counters.
 func NewTopK(k int) *TopK {
-	return &TopK{k: max(k, 1), index: make(map[uint64]*slot, min(k, 1024))}
+	return &TopK{k: max(k, 1), index: make([]*slot, 16)}
 }
 
 // hashClient is the hash of c's identity key (identityKey), the one the
@@ -144,14 +143,12 @@ func (t *TopK) Add(c Client, n uint64) { t.add(c, hashClient(c), n) }
 
 // add counts n hits of c, whose hashClient is h.
 func (t *TopK) add(c Client, h uint64, n uint64) {
-	for s := t.index[h]; s != nil; s = s.same {
-		if s.Client == c {
-			if n > 0 {
-				s.Count += n
-				t.place(s, t.detach(s))
-			}
-			return
+	if s := t.lookup(h, c); s != nil {
+		if n > 0 {
+			s.Count += n
+			t.place(s, t.detach(s))
 		}
+		return
 	}
 	if len(t.slots) < t.k {
 		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h, key: sortKey(c)}
@@ -172,35 +169,59 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 }
 
 // find returns c's counter, or nil.
-func (t *TopK) find(c Client) *slot {
-	for s := t.index[hashClient(c)]; s != nil; s = s.same {
-		if s.Client == c {
+func (t *TopK) find(c Client) *slot { return t.lookup(hashClient(c), c) }
+
+// lookup returns the counter of c, whose hash is h, or nil.
+func (t *TopK) lookup(h uint64, c Client) *slot {
+	mask := uint64(len(t.index) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := t.index[i]
+		if s == nil || (s.hash == h && s.Client == c) {
 			return s
 		}
 	}
-	return nil
 }
 
+// link adds s to the index, which it keeps at most a quarter full.
 func (t *TopK) link(s *slot) {
-	s.same = t.index[s.hash]
-	t.index[s.hash] = s
+	if 4*(len(t.slots)+1) > len(t.index) && len(t.index) < 4*t.k {
+		old := t.index
+		t.index = make([]*slot, 2*len(old))
+		for _, o := range old {
+			if o != nil {
+				t.put(o)
+			}
+		}
+	}
+	t.put(s)
 }
 
+// put puts s in the index at the first free cell from its place.
+func (t *TopK) put(s *slot) {
+	mask := uint64(len(t.index) - 1)
+	i := s.hash & mask
+	for t.index[i] != nil {
+		i = (i + 1) & mask
+	}
+	t.index[i] = s
+}
+
+// unlink takes s out of the index, shifting back the counters after it
+// that may then sit nearer their place.
 func (t *TopK) unlink(s *slot) {
-	p := t.index[s.hash]
-	if p == s {
-		if s.same == nil {
-			delete(t.index, s.hash)
-		} else {
-			t.index[s.hash] = s.same
+	mask := uint64(len(t.index) - 1)
+	i := s.hash & mask
+	for t.index[i] != s {
+		i = (i + 1) & mask
+	}
+	for j := (i + 1) & mask; t.index[j] != nil; j = (j + 1) & mask {
+		// The counter at j may move to i if i lies on its probe path.
+		if home := t.index[j].hash & mask; (j-home)&mask >= (j-i)&mask {
+			t.index[i] = t.index[j]
+			i = j
 		}
-		s.same = nil
-		return
 	}
-	for ; p.same != s; p = p.same {
-	}
-	p.same = s.same
-	s.same = nil
+	t.index[i] = nil
 }
 
 // lowest returns the counter to evict: the smallest client of the lowest
@@ -368,7 +389,7 @@ func (t *TopK) Merge(o *TopK, disjoint bool) {
 
 // reset makes t hold hs, which are sorted by sortHitters.
 func (t *TopK) reset(hs []Hitter) {
-	clear(t.index)
+	t.index = make([]*slot, 16)
 	t.slots = t.slots[:0]
 	t.head, t.spare = nil, nil
 	var last *bucket
