@@ -29,6 +29,7 @@ type Batch struct {
 	clients                           []Client // of decision rows, once identify ran
 	hashes                            []uint64 // hashClient of clients
 	identified                        bool
+	scratch                           []byte
 
 	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason]
 	// and byNode[node*NumOutcomes+outcome], counted per UpdateColumns and
@@ -179,7 +180,7 @@ func (b *Batch) identify() {
 	for i, k := range b.c.Kind {
 		if decisions.Kind(k) == decisions.KindDecision {
 			b.clients[i] = b.client(i)
-			b.hashes[i] = hashClient(b.clients[i])
+			b.hashes[i] = hashClientInto(b.clients[i], &b.scratch)
 		}
 	}
 	b.identified = true

@@ -32,13 +32,7 @@ func Refused(o decisions.Outcome) bool {
 
 // identityKey appends the bytes that identify d's client: 'u' and the user
 // id, or 'a' and the 16-byte address.
-func identityKey(b []byte, d *decisions.Decision) []byte {
-	if d.UserID != "" {
-		return append(append(b, 'u'), d.UserID...)
-	}
-	a := d.ClientIP.As16()
-	return append(append(b, 'a'), a[:]...)
-}
+func identityKey(b []byte, d *decisions.Decision) []byte { return appendIdentity(b, ClientOf(d)) }
 
 // hashKey is the hash the HyperLogLog library gives an element on
 // Insert (MetroHash64, seed 1337): the rollup hashes each client once and

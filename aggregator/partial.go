@@ -43,7 +43,7 @@ func (p *Partial) Update(d *decisions.Decision) {
 	p.Upstream.Add(d.UpstreamLatency)
 	// The client is hashed once, for the sketches and the top-K lists.
 	c := ClientOf(d)
-	h := hashClient(c)
+	h := hashClientInto(c, &p.Clients.scratch)
 	refused := Refused(d.Outcome)
 	p.Clients.add(h, refused, p.Clients.tier(d.Tier))
 	p.Offenders.add(c, h, p.Offenders.topk(p.Offenders.RequestsByTier, d.Tier), refused, d.Rule)

@@ -98,16 +98,27 @@ func NewTopK(k int) *TopK {
 
 // hashClient is the hash of c's identity key (identityKey), the one the
 // HyperLogLogs insert, so that the rollup hashes each event's client once.
+// The key is built on the stack up to 128 bytes; hot paths with longer
+// user ids use hashClientInto with a scratch buffer they keep.
 func hashClient(c Client) uint64 {
-	var buf [64]byte
-	b := buf[:0]
+	var buf [128]byte
+	return hashKey(appendIdentity(buf[:0], c))
+}
+
+// hashClientInto is hashClient building the key in *scratch.
+func hashClientInto(c Client, scratch *[]byte) uint64 {
+	*scratch = appendIdentity((*scratch)[:0], c)
+	return hashKey(*scratch)
+}
+
+// appendIdentity appends c's identity key: 'u' and the user id, or 'a'
+// and the 16-byte address.
+func appendIdentity(b []byte, c Client) []byte {
 	if c.User != "" {
-		b = append(append(b, 'u'), c.User...)
-	} else {
-		a := c.Addr.As16()
-		b = append(append(b, 'a'), a[:]...)
+		return append(append(b, 'u'), c.User...)
 	}
-	return hashKey(b)
+	a := c.Addr.As16()
+	return append(append(b, 'a'), a[:]...)
 }
 
 // sortKey maps clients to integers in the order of compareClients, except

@@ -225,14 +225,12 @@ func sumNs[T int8 | int16 | int32 | int64](dst []int64, deltas []T, valid []byte
 // several record batches, until f returns). Decoding allocates nothing
 // per event.
 func (d *Decoder) DecodeColumns(data []byte, f func(*Columns) error) (err error) {
-	d.onColumns = f
-	defer func() { d.onColumns = nil }()
-	var cbErr error
-	d.cbErr = &cbErr
-	defer func() { d.cbErr = nil }()
+	d.onColumns, d.consumerErr = f, nil
 	_, err = d.Decode(data, nil)
-	if cbErr != nil {
-		return cbErr
+	cerr := d.consumerErr
+	d.onColumns, d.consumerErr = nil, nil
+	if cerr != nil {
+		return cerr
 	}
 	return err
 }
@@ -280,7 +278,7 @@ func (d *Decoder) columns(n, version int, timeBase int64) error {
 	err := d.onColumns(c)
 	d.inConsumer = false
 	if err != nil {
-		*d.cbErr = err
+		d.consumerErr = err
 		return fmt.Errorf("%w: %w", errConsumer, err)
 	}
 	return nil

@@ -59,11 +59,11 @@ type Decoder struct {
 	dicts   [numCols]rawCol // the current dictionary of each dictionary column (fast reader)
 	hasDict [numCols]bool
 
-	onColumns  func(*Columns) error // set during DecodeColumns
-	cbErr      *error               // where the callback's error goes
-	inConsumer bool                 // a panic now is the callback's: not recovered
-	view       Columns
-	zeros      []uint8
+	onColumns   func(*Columns) error // set during DecodeColumns
+	consumerErr error                // the callback's error
+	inConsumer  bool                 // a panic now is the callback's: not recovered
+	view        Columns
+	zeros       []uint8
 
 	schemas []*schemaInfo // recently seen schemas, newest first
 	arena   []byte        // decompressed buffers of the current batch
