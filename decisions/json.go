@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 
 // AppendJSON appends d to dst as one JSON object (no trailing newline) and
@@ -137,52 +138,7 @@ func appendField(dst []byte, name, v string) []byte {
 	dst = append(dst, ',', '"')
 	dst = append(dst, name...)
 	dst = append(dst, '"', ':')
-	return AppendJSONString(dst, v)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// AppendJSONString appends s as a JSON string. Invalid UTF-8 is replaced by
-// U+FFFD, so the output is always valid JSON.
-func AppendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return jsonstr.Append(dst, v)
 }
 
 // wire is the JSON form of a Decision, for decoding.

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // DefaultAgentAddress is where the CloudWatch agent listens for EMF by
@@ -359,7 +360,7 @@ func (s *AgentSink) sleep(d time.Duration) error { return throttleSleep(s.ctx, d
 
 // backoff is a full-jitter delay after failures consecutive failures.
 func (s *AgentSink) backoff(failures int) time.Duration {
-	return fullJitter(s.opts.BaseDelay, s.opts.MaxDelay, failures, func(n int64) int64 { return rand.Int64N(n + 1) })
+	return backoff.FullJitter(s.opts.BaseDelay, s.opts.MaxDelay, failures, backoff.Uniform)
 }
 
 // runTCP is the TCP writer: it connects, serves the connection until it

@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
@@ -44,6 +43,8 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // API limits of PutRecords.
@@ -504,37 +505,20 @@ func (s *Sink) put(ctx context.Context, in *kinesis.PutRecordsInput, call []int,
 // failed records itself, and a retried call would double the backoff.
 func noRetry(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} }
 
-// backoff returns a full-jitter delay after attempts failures.
+// backoff returns a full-jitter delay after attempts failures, drawn from
+// the Sink's own source.
 func (s *Sink) backoff(attempts int) time.Duration {
 	return fullJitter(s.opts.BaseDelay, s.opts.MaxDelay, attempts, s.rng.Int64N)
 }
 
-// fullJitter returns a delay drawn by int64n (rand.Int64N or a Rand's)
-// uniformly from [0, min(max, base·2^(failures-1))]: exponential backoff
-// with full jitter.
+// fullJitter is backoff.FullJitter with a draw int64n in [0, n)
+// (rand.Int64N or a Rand's), and isThrottle is awserr.IsThrottle: the
+// names this package's files call.
 func fullJitter(base, max time.Duration, failures int, int64n func(int64) int64) time.Duration {
-	bound := max
-	if failures <= 32 {
-		if b := base << (failures - 1); b > 0 && b < bound {
-			bound = b
-		}
-	}
-	if bound <= 0 {
-		return 0
-	}
-	return time.Duration(int64n(int64(bound) + 1))
+	return backoff.FullJitter(base, max, failures, func(n int64) int64 { return int64n(n + 1) })
 }
 
-// isThrottle reports whether err is a throttling error, by the AWS SDK's
-// list of throttling error codes.
-func isThrottle(err error) bool {
-	var ae smithy.APIError
-	if !errors.As(err, &ae) {
-		return false
-	}
-	_, ok := retry.DefaultThrottleErrorCodes[ae.ErrorCode()]
-	return ok
-}
+func isThrottle(err error) bool { return awserr.IsThrottle(err) }
 
 // retryable reports whether a failed call may succeed if made again:
 // transport errors, throttling and server errors may; a refused request
