@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
@@ -56,9 +57,9 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 		if err != nil {
 			return fail(fmt.Errorf("open decision log: %w", err))
 		}
-		codec := decisionlog.CodecArrow
+		codec := columnar.CodecArrow
 		if cfg.Decisions.Codec == "json" {
-			codec = decisionlog.CodecJSON
+			codec = columnar.CodecJSON
 		}
 		lane("log", decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}), cfg.Decisions.Linger, cfg.Decisions.Batch)
 		closers = append(closers, func(context.Context) error { return l.Close() })

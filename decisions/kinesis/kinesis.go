@@ -42,7 +42,6 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/internal/awserr"
 	"github.com/ratewarden/ratewarden/internal/backoff"
 )
@@ -317,7 +316,7 @@ func (s *Sink) build(ds []decisions.Decision) ([]entry, int, error) {
 	if s.opts.JSON {
 		pending = make([]entry, 0, len(ds))
 		for i := range ds {
-			s.buf = append(s.buf[:0], decisionlog.CodecJSON)
+			s.buf = append(s.buf[:0], byte(columnar.CodecJSON))
 			s.buf = decisions.AppendJSON(s.buf, &ds[i])
 			p := partition(&ds[i], s.opts.Partitions)
 			if len(s.buf)+len(s.keys[p]) > maxRecordBytes {
@@ -357,7 +356,7 @@ func (s *Sink) build(ds []decisions.Decision) ([]entry, int, error) {
 // until it fits; it returns how many events could not be encoded.
 func (s *Sink) encode(pending []entry, p int, group []decisions.Decision) ([]entry, int, error) {
 	var err error
-	s.buf, err = s.enc.Encode(append(s.buf[:0], decisionlog.CodecArrow), group)
+	s.buf, err = s.enc.Encode(append(s.buf[:0], byte(columnar.CodecArrow)), group)
 	if err != nil {
 		return pending, len(group), fmt.Errorf("encode decisions: %w", err)
 	}
@@ -535,25 +534,9 @@ func retryable(err error) bool {
 	return !errors.As(err, &ae) || ae.ErrorFault() != smithy.FaultClient
 }
 
-// Decode appends the events of one Kinesis record's payload to dst: an
-// Arrow batch (codec 1) or one JSON decision (codec 2).
+// Decode appends the events of one Kinesis record's data, its codec byte
+// then its payload, to dst: columnar.DecodeRecord, kept under this name for
+// the package's readers and the Lambda handler's callers.
 func Decode(data []byte, dst []decisions.Decision) ([]decisions.Decision, error) {
-	if len(data) == 0 {
-		return dst, errors.New("decode record: empty")
-	}
-	switch data[0] {
-	case decisionlog.CodecArrow:
-		out, err := columnar.Decode(data[1:], dst)
-		if err != nil {
-			return dst, fmt.Errorf("decode record: %w", err)
-		}
-		return out, nil
-	case decisionlog.CodecJSON:
-		d, _, err := decisions.ParseJSON(data[1:])
-		if err != nil {
-			return dst, fmt.Errorf("decode record: %w", err)
-		}
-		return append(dst, d), nil
-	}
-	return dst, fmt.Errorf("decode record: unknown codec %d", data[0])
+	return columnar.DecodeRecord(data, dst)
 }

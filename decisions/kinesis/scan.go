@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 )
 
 // ScanOptions configure Scan.
@@ -141,6 +142,7 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts Sc
 	}
 	iter := it.ShardIterator
 	var buf []decisions.Decision
+	dec := columnar.NewDecoder()
 	for iter != nil {
 		out, err := api.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
 		if err != nil {
@@ -156,7 +158,7 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts Sc
 			return fmt.Errorf("scan %s: %w", shard, err)
 		}
 		for _, r := range out.Records {
-			buf, err = Decode(r.Data, buf[:0])
+			buf, err = dec.DecodeRecord(r.Data, buf[:0])
 			if err != nil {
 				if opts.Corrupt != nil {
 					opts.Corrupt(shard, aws.ToString(r.SequenceNumber), err)
