@@ -356,7 +356,7 @@ func (s *AgentSink) idle() bool {
 }
 
 // sleep waits d or until the sink is stopped.
-func (s *AgentSink) sleep(d time.Duration) error { return throttleSleep(s.ctx, d) }
+func (s *AgentSink) sleep(d time.Duration) error { return backoff.Sleep(s.ctx, d) }
 
 // backoff is a full-jitter delay after failures consecutive failures.
 func (s *AgentSink) backoff(failures int) time.Duration {

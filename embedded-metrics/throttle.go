@@ -93,7 +93,7 @@ func (t *Throttle) setDefaults() {
 		t.Now = time.Now
 	}
 	if t.Sleep == nil {
-		t.Sleep = throttleSleep
+		t.Sleep = backoff.Sleep
 	}
 	if t.Jitter == nil {
 		t.Jitter = backoff.Uniform
@@ -119,20 +119,6 @@ func (t *Throttle) Validate() error {
 		return fmt.Errorf("throttle.breaker_cooldown: %v, want 0 or more", t.BreakerCooldown)
 	}
 	return nil
-}
-
-func throttleSleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // throttleCounters are the counters a throttler shares with its sink.

@@ -100,7 +100,7 @@ func (o *Options) setDefaults() {
 		o.Timeout = 5 * time.Second
 	}
 	if o.Sleep == nil {
-		o.Sleep = sleep
+		o.Sleep = backoff.Sleep
 	}
 }
 
@@ -119,17 +119,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("kinesis.timeout: %v, want more than 0", o.Timeout)
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Stats are a Sink's counters.
@@ -471,7 +460,7 @@ func (s *Sink) put(ctx context.Context, in *kinesis.PutRecordsInput, call []int,
 		for i := range failed {
 			failed[i] = true
 		}
-		if isThrottle(err) {
+		if awserr.IsThrottle(err) {
 			s.n.throttled.Add(1)
 			return failed, false, fmt.Errorf("put records: %w", err)
 		}
@@ -507,23 +496,14 @@ func noRetry(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} }
 // backoff returns a full-jitter delay after attempts failures, drawn from
 // the Sink's own source.
 func (s *Sink) backoff(attempts int) time.Duration {
-	return fullJitter(s.opts.BaseDelay, s.opts.MaxDelay, attempts, s.rng.Int64N)
+	return backoff.FullJitter(s.opts.BaseDelay, s.opts.MaxDelay, attempts, func(n int64) int64 { return s.rng.Int64N(n + 1) })
 }
-
-// fullJitter is backoff.FullJitter with a draw int64n in [0, n)
-// (rand.Int64N or a Rand's), and isThrottle is awserr.IsThrottle: the
-// names this package's files call.
-func fullJitter(base, max time.Duration, failures int, int64n func(int64) int64) time.Duration {
-	return backoff.FullJitter(base, max, failures, func(n int64) int64 { return int64n(n + 1) })
-}
-
-func isThrottle(err error) bool { return awserr.IsThrottle(err) }
 
 // retryable reports whether a failed call may succeed if made again:
 // transport errors, throttling and server errors may; a refused request
 // (missing stream, bad argument, access denied) will not.
 func retryable(err error) bool {
-	if isThrottle(err) {
+	if awserr.IsThrottle(err) {
 		return true
 	}
 	var re *smithyhttp.ResponseError

@@ -14,6 +14,8 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // ScanOptions configure Scan.
@@ -146,8 +148,8 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts Sc
 	for iter != nil {
 		out, err := api.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
 		if err != nil {
-			if isThrottle(err) {
-				if err := sleep(ctx, opts.Poll); err != nil {
+			if awserr.IsThrottle(err) {
+				if err := backoff.Sleep(ctx, opts.Poll); err != nil {
 					return nil
 				}
 				continue
@@ -174,7 +176,7 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts Sc
 			if !opts.Follow {
 				return nil
 			}
-			if err := sleep(ctx, opts.Poll); err != nil {
+			if err := backoff.Sleep(ctx, opts.Poll); err != nil {
 				return nil
 			}
 		}

@@ -3,12 +3,15 @@
 // consecutive failure, wait a delay drawn uniformly from
 // [0, min(max, base·2^(n-1))].
 //
+// Sleep waits out a delay unless the caller's context ends first.
+//
 // Callers pass the random draw in, so that a test can fix it and a
 // caller with its own source (a seeded rand.Rand) keeps it. Its functions
 // are safe for concurrent use when the draw is.
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -47,3 +50,20 @@ func FullJitter(base, max time.Duration, failures int, jitter func(n int64) int6
 // Uniform returns a value drawn uniformly from [0, n] by math/rand/v2's
 // global source; n must not be negative. It is safe for concurrent use.
 func Uniform(n int64) int64 { return rand.Int64N(n + 1) }
+
+// Sleep waits d, or until ctx is done, and returns ctx.Err() in that case.
+// A d of 0 or less does not wait: it returns ctx.Err(), nil while ctx
+// lives. It is safe for concurrent use.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,8 +1,11 @@
 package backoff
 
 import (
+	"context"
+	"errors"
 	"math"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -76,4 +79,26 @@ func TestFullJitterStaysInBounds(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
+		if err := Sleep(ctx, 3*time.Second); err != nil || time.Since(start) != 3*time.Second {
+			t.Errorf("Sleep(3s) = %v after %v, want nil after 3s", err, time.Since(start))
+		}
+		start = time.Now()
+		if err := Sleep(ctx, 0); err != nil || time.Since(start) != 0 {
+			t.Errorf("Sleep(0) = %v after %v, want nil at once", err, time.Since(start))
+		}
+		time.AfterFunc(time.Second, cancel)
+		start = time.Now()
+		if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) != time.Second {
+			t.Errorf("Sleep(1h) cancelled after 1s = %v after %v, want context.Canceled after 1s", err, time.Since(start))
+		}
+		if err := Sleep(ctx, -time.Second); !errors.Is(err, context.Canceled) {
+			t.Errorf("Sleep(-1s) on a done context = %v, want context.Canceled", err)
+		}
+	})
 }
