@@ -225,10 +225,7 @@ func (s *AgentSink) Write(_ context.Context, doc []byte) error {
 	s.bytes += n
 	s.accepted++
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	wakeSender(s.wake)
 	return nil
 }
 
@@ -238,10 +235,7 @@ func (s *AgentSink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	target := s.accepted
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	wakeSender(s.wake)
 	for {
 		s.mu.Lock()
 		done, progress := s.finished >= target, s.progress
@@ -265,19 +259,8 @@ func (s *AgentSink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	select {
-	case <-s.exited:
-		s.stop()
-		return nil
-	case <-ctx.Done():
-		s.stop()
-		<-s.exited
-		return fmt.Errorf("close %s: %w", s.name, ctx.Err())
-	}
+	wakeSender(s.wake)
+	return awaitSender(ctx, s.name, s.exited, s.stop)
 }
 
 // Stats reports the sink's counters. Retries counts documents sent again;
