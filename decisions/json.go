@@ -22,44 +22,44 @@ import (
 func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, Version, 10)
-	dst = appendField(dst, "kind", d.Kind.String())
+	dst = appendField(dst, `,"kind":`, d.Kind.String())
 	dst = append(dst, `,"time":"`...)
 	dst = d.Time.UTC().AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, '"')
-	dst = appendField(dst, "request_id", d.RequestID)
-	dst = appendField(dst, "node", d.Node)
+	dst = appendField(dst, `,"request_id":`, d.RequestID)
+	dst = appendField(dst, `,"node":`, d.Node)
 	dst = append(dst, `,"client_ip":"`...)
 	if d.ClientIP.IsValid() {
 		dst = d.ClientIP.AppendTo(dst)
 	}
 	dst = append(dst, '"')
-	dst = appendField(dst, "user_id", d.UserID)
-	dst = appendField(dst, "plan", d.Plan)
-	dst = appendField(dst, "tier", d.Tier)
-	dst = appendField(dst, "identity_source", d.IdentitySource)
-	dst = appendField(dst, "method", d.Method)
-	dst = appendField(dst, "host", d.Host)
-	dst = appendField(dst, "path", d.Path)
-	dst = appendField(dst, "rule", d.Rule)
-	dst = appendField(dst, "algorithm", d.Algorithm)
+	dst = appendField(dst, `,"user_id":`, d.UserID)
+	dst = appendField(dst, `,"plan":`, d.Plan)
+	dst = appendField(dst, `,"tier":`, d.Tier)
+	dst = appendField(dst, `,"identity_source":`, d.IdentitySource)
+	dst = appendField(dst, `,"method":`, d.Method)
+	dst = appendField(dst, `,"host":`, d.Host)
+	dst = appendField(dst, `,"path":`, d.Path)
+	dst = appendField(dst, `,"rule":`, d.Rule)
+	dst = appendField(dst, `,"algorithm":`, d.Algorithm)
 	dst = appendInt(dst, "limit", d.Limit)
 	dst = appendDuration(dst, "window_ms", d.Window, time.Millisecond)
 	dst = appendInt(dst, "count", d.Count)
 	dst = appendInt(dst, "remaining", d.Remaining)
 	dst = appendDuration(dst, "reset_ms", d.Reset, time.Millisecond)
-	dst = appendField(dst, "outcome", d.Outcome.Name())
-	dst = appendField(dst, "reason", d.Reason)
+	dst = appendField(dst, `,"outcome":`, d.Outcome.Name())
+	dst = appendField(dst, `,"reason":`, d.Reason)
 	dst = appendDuration(dst, "store_latency_us", d.StoreLatency, time.Microsecond)
-	dst = appendField(dst, "privacy", d.Privacy)
+	dst = appendField(dst, `,"privacy":`, d.Privacy)
 	if d.Kind == KindDecision {
 		dst = appendInt(dst, "status", int64(d.Status))
 		dst = appendDuration(dst, "upstream_latency_us", d.UpstreamLatency, time.Microsecond)
-		dst = appendField(dst, "response_error", d.ResponseError)
+		dst = appendField(dst, `,"response_error":`, d.ResponseError)
 	}
 	if d.Kind == KindFeedback {
-		dst = appendField(dst, "list", d.List)
-		dst = appendField(dst, "action", d.Action)
-		dst = appendField(dst, "target", d.Target)
+		dst = appendField(dst, `,"list":`, d.List)
+		dst = appendField(dst, `,"action":`, d.Action)
+		dst = appendField(dst, `,"target":`, d.Target)
 		dst = appendDuration(dst, "ttl_ms", d.TTL, time.Millisecond)
 	}
 	if d.Kind == KindDrops {
@@ -134,10 +134,11 @@ func parseDuration(n json.Number, unit time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func appendField(dst []byte, name, v string) []byte {
-	dst = append(dst, ',', '"')
-	dst = append(dst, name...)
-	dst = append(dst, '"', ':')
+// appendField appends key, a member's name with its punctuation
+// (`,"name":`), and v as a JSON string. One append of the key keeps it
+// small enough to inline.
+func appendField(dst []byte, key, v string) []byte {
+	dst = append(dst, key...)
 	return jsonstr.Append(dst, v)
 }
 
