@@ -11,11 +11,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // DecisionSinks opens what edge.decisions_file, decisions.dir and

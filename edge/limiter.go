@@ -23,10 +23,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/challenge"
-	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/limit"
 	"github.com/ratewarden/ratewarden/edge/lists"

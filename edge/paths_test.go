@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // TestDecidePaths: every spelling of a path counts against the rule of its

@@ -17,7 +17,7 @@ import (
 
 // examples is where the shipped configuration files are, relative to this
 // package.
-const examples = "../../examples"
+const examples = "../examples"
 
 func TestExamplesLoad(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(examples, "*.yaml"))

@@ -1,5 +1,6 @@
-// Package config is the edge's configuration file: its schema, strict
-// decoding with file:line errors, defaults and validation.
+// Package config is ratewarden's one configuration file, read by every
+// command: its schema, strict decoding with file:line errors, defaults and
+// validation.
 package config
 
 import (
