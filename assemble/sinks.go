@@ -164,16 +164,9 @@ func newPrivacy(p config.Privacy, getenv func(string) string) (*decisions.Privac
 
 // logOptions turns the decisions section into the log's options.
 func logOptions(d config.Decisions, report func(seglog.Problem)) seglog.Options {
-	mode := seglog.SyncInterval
-	switch d.Sync {
-	case "batch":
-		mode = seglog.SyncEveryBatch
-	case "never":
-		mode = seglog.SyncNever
-	}
 	return seglog.Options{
 		SegmentBytes: d.SegmentBytes, SegmentAge: d.SegmentAge,
-		Sync:      seglog.SyncPolicy{Mode: mode, Interval: d.SyncInterval},
+		Sync:      seglog.SyncPolicy{Mode: d.Sync, Interval: d.SyncInterval},
 		RetainAge: d.RetainAge, RetainBytes: d.RetainBytes, Report: report,
 	}
 }

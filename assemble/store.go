@@ -58,11 +58,7 @@ func Store(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv fun
 			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		client := redis.NewUniversalClient(opts)
-		clock := redisstore.ServerTime
-		if r.Clock == "caller" {
-			clock = redisstore.CallerTime
-		}
-		st, err := redisstore.New(redisstore.Options{Client: client, Prefix: r.Prefix, Clock: clock})
+		st, err := redisstore.New(redisstore.Options{Client: client, Prefix: r.Prefix, Clock: r.Clock})
 		if err != nil {
 			client.Close()
 			return nil, nil, fmt.Errorf("store.redis: %w", err)

@@ -114,10 +114,7 @@ type Limiter struct {
 
 // New builds a Limiter from a validated configuration.
 func New(cfg *config.Config, opts Options) (*Limiter, error) {
-	pathCase := canonpath.Insensitive
-	if cfg.Paths.Case == "sensitive" {
-		pathCase = canonpath.Sensitive
-	}
+	pathCase := cfg.Paths.Case
 	tiers, err := compileTiers(cfg, pathCase)
 	if err != nil {
 		return nil, err

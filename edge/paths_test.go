@@ -19,7 +19,7 @@ import (
 // canonical form, under each paths setting.
 func TestDecidePaths(t *testing.T) {
 	const reports, global = "anonymous:/api/reports", "anonymous:global"
-	sensitive := func(c *config.Config) { c.Paths.Case = "sensitive" }
+	sensitive := func(c *config.Config) { c.Paths.Case = canonpath.Sensitive }
 	rewrite := func(c *config.Config) { c.Paths.Ambiguous = "rewrite" }
 	for _, c := range []struct {
 		name, path string

@@ -20,7 +20,7 @@ var allowedImports = map[string][]string{
 	"decisions":        {"internal"},
 	"edge":             {"decisions", "config", "internal"},
 	"embedded-metrics": {"internal"},
-	"config":           {"decisions", "edge/limit", "edge/canonpath", "embedded-metrics", "internal"},
+	"config":           {"decisions", "edge/limit", "edge/canonpath", "edge/redisstore", "embedded-metrics", "internal"},
 	"aggregator":       {"decisions", "embedded-metrics", "config", "edge/lists", "internal"},
 	"dashboards":       {"aggregator", "internal"},
 	"examples":         {},
