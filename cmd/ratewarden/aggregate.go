@@ -48,9 +48,10 @@ func partialsSink(spec string) (aggregator.Sink, error) {
 	return nil, fmt.Errorf("--partials %q: want dir:PATH", spec)
 }
 
-func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("aggregate", "aggregate --decisions-dir DIR --state-dir DIR [--partials dir:PATH] [flags]", stderr)
+func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR --state-dir DIR | --stdin) [--partials dir:PATH] [--emf SINK] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
+	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead (no state: every window is emitted at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps its position and open windows (`directory`)")
 	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
 	emfSpec := fs.String("emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
@@ -62,7 +63,7 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *dir == "" || *stateDir == "" || fs.NArg() > 0 {
+	if (*stdinSrc == (*dir != "")) || (!*stdinSrc && *stateDir == "") || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
 	}
@@ -80,7 +81,11 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	var emfWriter *emf.Writer
 	if *emfSpec != "" {
-		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log", RuleBudget: *ruleBudget}, false)
+		source := "log"
+		if *stdinSrc {
+			source = "stdin"
+		}
+		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: source, RuleBudget: *ruleBudget}, false)
 		if err != nil {
 			return err
 		}
@@ -90,6 +95,15 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if len(sinks) == 0 {
 		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
+	}
+	if *stdinSrc {
+		st, err := aggregator.RunLines(ctx, stdin, ro, sinks)
+		for _, p := range st.First {
+			fmt.Fprintf(stderr, "aggregate: stdin:%d: skipped: %v\n", p.Line, p.Err)
+		}
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
 	if *admin != "off" && *admin != "" {
