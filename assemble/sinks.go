@@ -57,11 +57,7 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 		if err != nil {
 			return fail(fmt.Errorf("open decision log: %w", err))
 		}
-		codec := columnar.CodecArrow
-		if cfg.Decisions.Codec == "json" {
-			codec = columnar.CodecJSON
-		}
-		lane("log", decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}), cfg.Decisions.Linger, cfg.Decisions.Batch)
+		lane("log", decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: cfg.Decisions.Codec}), cfg.Decisions.Linger, cfg.Decisions.Batch)
 		closers = append(closers, func(context.Context) error { return l.Close() })
 	}
 	if cfg.Edge.DecisionsFile != "" {
@@ -81,7 +77,7 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 		// and is retried from there, so the lane's queue does not fill
 		// while a dead stream is retried.
 		sink, err := dkinesis.New(kinesis.NewFromConfig(acfg), dkinesis.Options{Stream: k.Stream, Partitions: k.Partitions,
-			JSON: k.Codec == "json", MaxRetries: 3})
+			JSON: k.Codec == columnar.CodecJSON, MaxRetries: 3})
 		if err != nil {
 			return fail(err)
 		}

@@ -6,6 +6,7 @@ package config
 import (
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/redisstore"
@@ -192,7 +193,7 @@ type FailureLimit struct {
 // segments, the embedded default for recording every decision.
 type Decisions struct {
 	Dir          string          `yaml:"dir"`           // log directory; "" disables (edge.decisions_file may still write JSON lines)
-	Codec        string          `yaml:"codec"`         // arrow (default: Arrow record batches, zstd) or json
+	Codec        columnar.Codec  `yaml:"codec"`         // arrow (default: Arrow record batches, zstd) or json
 	Sync         seglog.SyncMode `yaml:"sync"`          // batch, interval (default) or never
 	SyncInterval time.Duration   `yaml:"sync_interval"` // with sync: interval; default 10ms
 	SegmentBytes int64           `yaml:"segment_bytes"` // roll a segment at this size; default 134217728 (128 MiB)
@@ -213,11 +214,11 @@ type Decisions struct {
 // chain, region and endpoint settings (AWS_REGION, AWS_ENDPOINT_URL,
 // AWS_ENDPOINT_URL_KINESIS, ...) apply.
 type Kinesis struct {
-	Stream     string        `yaml:"stream"`     // stream name; "" disables
-	Codec      string        `yaml:"codec"`      // arrow (default: many decisions per record) or json (one per record)
-	Partitions int           `yaml:"partitions"` // partitions, each at a fixed hash key; default 4, a multiple of the stream's shard count
-	SpillDir   string        `yaml:"spill_dir"`  // where undeliverable batches wait; default kinesis-spill
-	Retry      time.Duration `yaml:"retry"`      // wait before retrying a spilled batch; default 5s
+	Stream     string         `yaml:"stream"`     // stream name; "" disables
+	Codec      columnar.Codec `yaml:"codec"`      // arrow (default: many decisions per record) or json (one per record)
+	Partitions int            `yaml:"partitions"` // partitions, each at a fixed hash key; default 4, a multiple of the stream's shard count
+	SpillDir   string         `yaml:"spill_dir"`  // where undeliverable batches wait; default kinesis-spill
+	Retry      time.Duration  `yaml:"retry"`      // wait before retrying a spilled batch; default 5s
 	// Linger and Batch are the Kinesis sink's own: how long a decision may
 	// wait for others, and how many make a batch (split into a record per
 	// partition). Defaults 5s and 1024.

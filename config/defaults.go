@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/edge/limit"
 )
 
@@ -91,7 +92,7 @@ func (c *Config) Defaults() {
 	}
 
 	d := &c.Decisions
-	def(&d.Codec, DecisionCodecs[0])
+	def(&d.Codec, columnar.CodecArrow)
 	def(&d.SyncInterval, 10*time.Millisecond)
 	def(&d.SegmentBytes, 128<<20)
 	def(&d.SegmentAge, time.Hour)
@@ -102,7 +103,7 @@ func (c *Config) Defaults() {
 	def(&d.Privacy.Addresses, "keep")
 	def(&d.Privacy.Users, "keep")
 	def(&d.Privacy.KeyEnv, "RATEWARDEN_PRIVACY_KEY")
-	def(&d.Kinesis.Codec, DecisionCodecs[0])
+	def(&d.Kinesis.Codec, columnar.CodecArrow)
 	def(&d.Kinesis.Partitions, 4)
 	def(&d.Kinesis.SpillDir, "kinesis-spill")
 	def(&d.Kinesis.Retry, 5*time.Second)

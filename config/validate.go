@@ -74,13 +74,7 @@ func (v *validator) exactRules(c *Config) {
 	}
 }
 
-// Values of the decisions section; the first is the default.
-var (
-	DecisionCodecs = []string{"arrow", "json"}
-)
-
 func (v *validator) decisions(d *Decisions, queue int) {
-	v.oneOf(key("decisions", "codec"), d.Codec, DecisionCodecs)
 	v.durationRange(key("decisions", "sync_interval"), d.SyncInterval, time.Millisecond, 10*time.Second)
 	v.intRange(key("decisions", "segment_bytes"), d.SegmentBytes, 1<<20, 4<<30)
 	v.durationRange(key("decisions", "segment_age"), d.SegmentAge, time.Minute, 7*24*time.Hour)
@@ -91,7 +85,6 @@ func (v *validator) decisions(d *Decisions, queue int) {
 	v.oneOf(key("decisions", "privacy", "addresses"), d.Privacy.Addresses, []string{"keep", "truncate", "hmac"})
 	v.oneOf(key("decisions", "privacy", "users"), d.Privacy.Users, []string{"keep", "hmac"})
 	k := &d.Kinesis
-	v.oneOf(key("decisions", "kinesis", "codec"), k.Codec, DecisionCodecs)
 	v.intRange(key("decisions", "kinesis", "partitions"), int64(k.Partitions), 1, 500)
 	v.durationRange(key("decisions", "kinesis", "retry"), k.Retry, 100*time.Millisecond, 10*time.Minute)
 	v.durationRange(key("decisions", "kinesis", "linger"), k.Linger, time.Millisecond, time.Minute)

@@ -26,6 +26,25 @@ const (
 	CodecJSON Codec = 2
 )
 
+// CodecChoices are the names UnmarshalText accepts, the default first.
+var CodecChoices = []string{"arrow", "json"}
+
+// UnmarshalText reads a codec by its configuration name, arrow or json.
+func (c *Codec) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "arrow":
+		*c = CodecArrow
+	case "json":
+		*c = CodecJSON
+	default:
+		return fmt.Errorf("codec %q: want one of arrow, json", b)
+	}
+	return nil
+}
+
+// Choices lists the names UnmarshalText accepts.
+func (Codec) Choices() []string { return CodecChoices }
+
 // String returns "arrow", "json" or the number of an unknown codec.
 func (c Codec) String() string {
 	switch c {

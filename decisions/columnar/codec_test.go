@@ -70,6 +70,21 @@ func TestDecodePayloadErrors(t *testing.T) {
 	}
 }
 
+func TestCodecText(t *testing.T) {
+	for _, name := range CodecChoices {
+		var c Codec
+		if err := c.UnmarshalText([]byte(name)); err != nil || c.String() != name {
+			t.Errorf("UnmarshalText(%q) = %v, %v; want the codec named %q", name, c, err, name)
+		}
+	}
+	for _, bad := range []string{"", "Arrow", "1", "parquet"} {
+		c := CodecJSON
+		if err := c.UnmarshalText([]byte(bad)); err == nil || c != CodecJSON {
+			t.Errorf("UnmarshalText(%q) = %v, %v; want an error and no change", bad, c, err)
+		}
+	}
+}
+
 func TestCodecString(t *testing.T) {
 	for c, want := range map[Codec]string{CodecArrow: "arrow", CodecJSON: "json", 0: "codec 0", 9: "codec 9"} {
 		if got := c.String(); got != want {
