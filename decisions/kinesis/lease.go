@@ -62,6 +62,7 @@ type DynamoAPI interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 var _ DynamoAPI = (*dynamodb.Client)(nil)
@@ -225,6 +226,20 @@ func (l *leases) checkpoint(ctx context.Context, shard, worker string, p Positio
 		map[string]string{"#o": attrOwner, "#q": attrSeq, "#n": attrSub},
 		map[string]ddb.AttributeValue{":q": &ddb.AttributeValueMemberS{Value: p.Seq}, ":n": num(p.Sub),
 			":me": &ddb.AttributeValueMemberS{Value: worker}})
+}
+
+// remove deletes the lease of a shard read to its end.
+func (l *leases) remove(ctx context.Context, shard string) error {
+	_, err := l.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(l.table), Key: l.key(shard),
+		ConditionExpression:       aws.String("#q = :end"),
+		ExpressionAttributeNames:  map[string]string{"#q": attrSeq},
+		ExpressionAttributeValues: map[string]ddb.AttributeValue{":end": &ddb.AttributeValueMemberS{Value: ShardEnd}},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("remove lease %s: %w", shard, err)
+	}
+	return err
 }
 
 func isConditionFailed(err error) bool {
