@@ -676,7 +676,7 @@ func (s *Source) consume(ctx context.Context, c *consumer, from Position, h Shar
 		c.ended.Store(true)
 		return
 	}
-	r := shardReader{s: s, c: c, h: h, pos: from, saved: from, skip: from.Sub, resume: from.Seq}
+	r := shardReader{s: s, c: c, h: h, pos: from, handled: from, saved: from, skip: from.Sub, resume: from.Seq}
 	r.batch.Shard = c.shard
 	if r.retry(ctx, func() error { return h.Open(ctx, c.shard, from) }) != nil {
 		return
@@ -688,9 +688,9 @@ func (s *Source) consume(ctx context.Context, c *consumer, from Position, h Shar
 	}
 	// Stopped: what was handled since the last checkpoint is written
 	// down if the lease is still ours, with a context of its own.
-	if r.pos != r.saved && !c.lost.Load() {
+	if r.handled != r.saved && !c.lost.Load() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if s.leases.checkpoint(cctx, c.shard, s.opts.Worker, r.pos) == nil {
+		if s.leases.checkpoint(cctx, c.shard, s.opts.Worker, r.handled) == nil {
 			s.checkpoints.Add(1)
 		}
 		cancel()
@@ -703,7 +703,8 @@ type shardReader struct {
 	s       *Source
 	c       *consumer
 	h       ShardHandler
-	pos     Position // checkpointed or to be: after the events handled
+	pos     Position // checkpointed or to be: after the events read
+	handled Position // after the events the handler took
 	resume  string   // the record to resume inside, and skip its first events
 	skip    int64
 	iter    *string
@@ -884,6 +885,7 @@ func (r *shardReader) deliver(ctx context.Context) error {
 		clear(r.batch.Events)
 		r.batch.Events = r.batch.Events[:0]
 	}
+	r.handled = r.pos
 	if r.pos == r.saved || s.opts.Checkpoint > 0 && time.Since(r.savedAt) < s.opts.Checkpoint {
 		return nil
 	}
