@@ -37,7 +37,7 @@ type KinesisOptions struct {
 
 // KinesisStats are what a RunKinesis did.
 type KinesisStats struct {
-	Events    uint64 // events added, redelivered ones skipped
+	Events    uint64 // events added and saved, those handled before skipped
 	Skipped   uint64 // events of batches handled before, skipped
 	Outputs   uint64 // outputs delivered
 	Redeliver uint64 // outputs of a previous holder delivered again
@@ -170,17 +170,12 @@ func (k *kinesisRun) Open(ctx context.Context, shard string, _ kinesis.Position)
 
 func (k *kinesisRun) load(ctx context.Context, shard string) (*shardRun, error) {
 	sh := &shardRun{p: partitionRun{name: shard, store: k.o.Store, sinks: k.o.Sinks, r: NewRollup(k.o.Rollup)}}
-	sh.p.progress = func() {
-		if k.o.Progress != nil {
-			k.o.Progress(k.stats())
-		}
-	}
-	delivered := func() { k.outputs.Add(sh.p.delivered); sh.p.delivered = 0 }
-	defer delivered()
-	if err := sh.p.resume(ctx); err != nil {
+	err := sh.p.resume(ctx)
+	k.redeliver.Add(sh.p.redeliver)
+	k.delivered(sh)
+	if err != nil {
 		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
 	}
-	k.redeliver.Add(sh.p.redeliver)
 	last, err := decodeKinesisCursor(sh.p.cursor)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
@@ -263,12 +258,25 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 // again, its in-memory state being ahead of the saved one.
 func (k *kinesisRun) save(ctx context.Context, sh *shardRun, outs []Output) error {
 	err := sh.p.save(ctx, outs)
-	k.outputs.Add(sh.p.delivered)
-	sh.p.delivered = 0
+	k.delivered(sh)
 	if err != nil {
 		sh.broken = true
 	}
 	return err
+}
+
+// delivered counts the outputs the shard's partition delivered and
+// reports progress.
+func (k *kinesisRun) delivered(sh *shardRun) {
+	n := sh.p.delivered
+	if n == 0 {
+		return
+	}
+	sh.p.delivered = 0
+	k.outputs.Add(n)
+	if k.o.Progress != nil {
+		k.o.Progress(k.stats())
+	}
 }
 
 // Idle advances a quiet shard's watermark with the wall clock and emits the
