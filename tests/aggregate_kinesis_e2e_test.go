@@ -188,15 +188,8 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	served := map[int]uint64{}
 	const clients, each = 16, 20
-	for c := range clients {
-		for range each {
-			res := get(t, client, base+"/api/reports", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", c))
-			served[res.status]++
-		}
-	}
+	served := serveClients(t, base, clients, each)
 	stops[t.Name()]() // the edge ships what it holds
 	waitPartials(t, partials, clients*each, a, b)
 	a.stop(t)
