@@ -114,6 +114,10 @@ type shardRun struct {
 	// broken says the in-memory state may be ahead of the saved one (a
 	// handler call failed half-way): it is loaded again before the next.
 	broken bool
+	// moved says another holder saved the shard's state (ErrStateMoved):
+	// every call fails until the Source, finding its lease gone, stops
+	// the shard's consumer.
+	moved bool
 }
 
 // kinesisCursor is a Kinesis shard's State.Cursor: the first position and
@@ -188,6 +192,9 @@ func (k *kinesisRun) shard(ctx context.Context, shard string) (*shardRun, error)
 	k.mu.Lock()
 	sh := k.shards[shard]
 	k.mu.Unlock()
+	if sh != nil && sh.moved {
+		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, ErrStateMoved)
+	}
 	if sh != nil && !sh.broken {
 		return sh, nil
 	}
@@ -261,6 +268,7 @@ func (k *kinesisRun) save(ctx context.Context, sh *shardRun, outs []Output) erro
 	k.delivered(sh)
 	if err != nil {
 		sh.broken = true
+		sh.moved = errors.Is(err, ErrStateMoved)
 	}
 	return err
 }

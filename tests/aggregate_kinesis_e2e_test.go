@@ -154,25 +154,28 @@ func emfRequests(t *testing.T, paths ...string) int {
 // TestEdgeAndAggregateKinesis: `ratewarden edge --kinesis-stream` serves
 // requests onto a 4-shard stream while two `ratewarden aggregate
 // --kinesis-stream` processes share its shards through the lease table and
-// one state directory. The merged partials and the EMF hold exactly the
+// the state table. The merged partials and the EMF hold exactly the
 // requests served, and equal, window by window, what a single aggregator
 // of another consumer group makes of the same stream.
 func TestEdgeAndAggregateKinesis(t *testing.T) {
 	bin := buildBinary(t)
 	env := standInEnv(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
-	stream, leases := "e2e-agg-"+suffix, "e2e-agg-leases-"+suffix
-	runBinary(t, bin, env, "aws", "init", "--stream", stream, "--shards", "4", "--counters-table", "", "--lists-table", "", "--leases-table", leases)
+	stream, leases, stateTable := "e2e-agg-"+suffix, "e2e-agg-leases-"+suffix, "e2e-agg-state-"+suffix
+	runBinary(t, bin, env, "aws", "init", "--stream", stream, "--shards", "4", "--counters-table", "", "--lists-table", "",
+		"--leases-table", leases, "--state-table", stateTable)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
 	base, _ := startEdge(t, bin, env, "--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL,
 		"--kinesis-stream", stream, "--kinesis-spill-dir", filepath.Join(t.TempDir(), "spill"))
 
+	// The pair keeps its state in DynamoDB, as aggregators on two
+	// machines would; they share the partials directory.
 	tmp := t.TempDir()
-	state, partials := filepath.Join(tmp, "state"), filepath.Join(tmp, "partials")
+	partials := filepath.Join(tmp, "partials")
 	pair := func(name string) *aggregateProc {
 		return startAggregate(t, bin, env, "--kinesis-stream", stream, "--leases-table", leases, "--consumer-group", "pair",
-			"--lease-duration", "1s", "--state-dir", state, "--partials", "dir:"+partials, "--emf", "file:"+filepath.Join(tmp, name+".emf.jsonl"))
+			"--lease-duration", "1s", "--state-table", stateTable, "--partials", "dir:"+partials, "--emf", "file:"+filepath.Join(tmp, name+".emf.jsonl"))
 	}
 	a := pair("a")
 	b := pair("b")
@@ -207,7 +210,8 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 		}
 	}
 
-	// One aggregator alone, another consumer group, the whole stream.
+	// One aggregator alone, another consumer group, the whole stream, its
+	// state in a directory.
 	solo := filepath.Join(tmp, "solo")
 	if err := os.MkdirAll(solo, 0o755); err != nil {
 		t.Fatal(err)

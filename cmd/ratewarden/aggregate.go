@@ -55,13 +55,14 @@ func partialsSink(spec string) (aggregator.Sink, error) {
 }
 
 func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR | --kinesis-stream NAME) --state-dir DIR [--partials dir:PATH] [flags]", stderr)
+	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR | --kinesis-stream NAME) (--state-dir DIR | --state-table NAME) [--partials dir:PATH] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
 	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, sharing its shards with the other aggregators of --consumer-group (AWS SDK credentials, region and endpoints)")
 	leasesTable := fs.String("leases-table", defaultLeasesTable, "with --kinesis-stream: the lease and checkpoint table `name` (aws init creates it)")
 	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
 	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
+	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
 	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
 	emfSpec := fs.String("emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
 	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
@@ -72,7 +73,7 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if (*dir == "") == (*stream == "") || *stateDir == "" || fs.NArg() > 0 {
+	if (*dir == "") == (*stream == "") || (*stateDir == "") == (*stateTable == "") || *stateTable != "" && *stream == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
 	}
@@ -126,8 +127,8 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *stream != "" {
 		return aggregateKinesis(ctx, stderr, aggregator.KinesisOptions{
 			Source: dkinesis.SourceOptions{Stream: *stream, Table: *leasesTable, Group: *group, LeaseDuration: *leaseDuration},
-			Store:  &aggregator.StateDir{Dir: *stateDir}, Rollup: ro, Sinks: sinks,
-		}, &latest)
+			Rollup: ro, Sinks: sinks,
+		}, *stateDir, *stateTable, &latest)
 	}
 	var printed uint64
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
@@ -144,12 +145,19 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 // aggregateKinesis runs RunKinesis with the SDK's clients, printing a line
 // after every delivery.
-func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, latest *atomic.Pointer[aggregator.RunStats]) error {
+// The shards' states are in stateDir, or in the DynamoDB table stateTable
+// under "<consumer group>/<stream>".
+func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, latest *atomic.Pointer[aggregator.RunStats]) error {
 	cfg, err := assemble.AWS(ctx, "")
 	if err != nil {
 		return err
 	}
-	o.Stream, o.Leases = kinesis.NewFromConfig(cfg), dynamodb.NewFromConfig(cfg)
+	dc := dynamodb.NewFromConfig(cfg)
+	o.Stream, o.Leases = kinesis.NewFromConfig(cfg), dc
+	o.Store = &aggregator.StateDir{Dir: stateDir}
+	if stateTable != "" {
+		o.Store = &aggregator.StateTable{API: dc, Table: stateTable, Prefix: o.Source.Group + "/" + o.Source.Stream}
+	}
 	var mu sync.Mutex
 	report := func(s aggregator.KinesisStats) {
 		latest.Store(&aggregator.RunStats{Rollup: aggregator.RollupStats{Events: s.Events}, Outputs: s.Outputs, Redeliver: s.Redeliver})
