@@ -11,11 +11,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // DecisionSinks opens what edge.decisions_file, decisions.dir and
@@ -164,16 +164,9 @@ func newPrivacy(p config.Privacy, getenv func(string) string) (*decisions.Privac
 
 // logOptions turns the decisions section into the log's options.
 func logOptions(d config.Decisions, report func(seglog.Problem)) seglog.Options {
-	mode := seglog.SyncInterval
-	switch d.Sync {
-	case "batch":
-		mode = seglog.SyncEveryBatch
-	case "never":
-		mode = seglog.SyncNever
-	}
 	return seglog.Options{
 		SegmentBytes: d.SegmentBytes, SegmentAge: d.SegmentAge,
-		Sync:      seglog.SyncPolicy{Mode: mode, Interval: d.SyncInterval},
+		Sync:      seglog.SyncPolicy{Mode: d.Sync, Interval: d.SyncInterval},
 		RetainAge: d.RetainAge, RetainBytes: d.RetainBytes, Report: report,
 	}
 }

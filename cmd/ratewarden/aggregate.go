@@ -54,13 +54,14 @@ func partialsSink(spec string) (aggregator.Sink, error) {
 	return nil, fmt.Errorf("--partials %q: want dir:PATH", spec)
 }
 
-func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR | --kinesis-stream NAME) (--state-dir DIR | --state-table NAME) [--partials dir:PATH] [flags]", stderr)
+func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR --state-dir DIR | --kinesis-stream NAME (--state-dir DIR | --state-table NAME) | --stdin) [--partials dir:PATH] [--emf SINK] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
 	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, sharing its shards with the other aggregators of --consumer-group (AWS SDK credentials, region and endpoints)")
 	leasesTable := fs.String("leases-table", defaultLeasesTable, "with --kinesis-stream: the lease and checkpoint table `name` (aws init creates it)")
 	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
 	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
+	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead (no state: every window is emitted at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
 	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
@@ -73,11 +74,23 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if (*dir == "") == (*stream == "") || (*stateDir == "") == (*stateTable == "") || *stateTable != "" && *stream == "" || fs.NArg() > 0 {
+	sources := 0
+	for _, given := range []bool{*dir != "", *stream != "", *stdinSrc} {
+		if given {
+			sources++
+		}
+	}
+	stateOK := *dir != "" && *stateDir != "" && *stateTable == "" ||
+		*stream != "" && (*stateDir == "") != (*stateTable == "") ||
+		*stdinSrc && *stateDir == "" && *stateTable == ""
+	if sources != 1 || !stateOK || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
 	}
 	source := "log"
+	if *stdinSrc {
+		source = "stdin"
+	}
 	if *stream != "" {
 		source = *stream
 		if *noFollow {
@@ -108,6 +121,15 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if len(sinks) == 0 {
 		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
+	}
+	if *stdinSrc {
+		st, err := aggregator.RunLines(ctx, stdin, ro, sinks)
+		for _, p := range st.First {
+			fmt.Fprintf(stderr, "aggregate: stdin:%d: skipped: %v\n", p.Line, p.Err)
+		}
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
 	if *admin != "off" && *admin != "" {

@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
 	case "aggregate":
-		return runAggregate(ctx, args[1:], stdout, stderr)
+		return runAggregate(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "replay":
 		return runReplay(ctx, args[1:], stdout, stderr)
 	case "emf":

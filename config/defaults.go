@@ -63,7 +63,6 @@ func (c *Config) Defaults() {
 	}
 	def(&s.Redis.PasswordEnv, "RATEWARDEN_REDIS_PASSWORD")
 	def(&s.Redis.Prefix, "rw:")
-	def(&s.Redis.Clock, RedisClocks[0])
 	def(&s.Sync.FlushInterval, time.Second)
 	def(&s.Sync.MaxKeys, 100_000)
 
@@ -82,7 +81,6 @@ func (c *Config) Defaults() {
 
 	def(&c.Lists.Refresh, 30*time.Second)
 
-	def(&c.Paths.Case, PathCases[0])
 	def(&c.Paths.Ambiguous, AmbiguousPaths[0])
 	if _, written := c.lines["forward.strip_headers"]; !written && c.Forward.StripHeaders == nil {
 		c.Forward.StripHeaders = slices.Clone(DefaultStripHeaders)
@@ -94,7 +92,6 @@ func (c *Config) Defaults() {
 
 	d := &c.Decisions
 	def(&d.Codec, DecisionCodecs[0])
-	def(&d.Sync, SyncModes[0])
 	def(&d.SyncInterval, 10*time.Millisecond)
 	def(&d.SegmentBytes, 128<<20)
 	def(&d.SegmentAge, time.Hour)
