@@ -32,7 +32,7 @@ type standIns struct {
 // bounds the shards of a region, which other packages' tests share.
 const standInRegion = "eu-west-1"
 
-func newStandIns(t *testing.T) standIns {
+func newStandIns(t testing.TB) standIns {
 	kep, dep := awstest.Endpoint(t, awstest.KinesisEnv), awstest.Endpoint(t, awstest.DynamoDBEnv)
 	cfg := awstest.Config(t)
 	cfg.Region = standInRegion
@@ -46,7 +46,7 @@ var names atomic.Int64
 
 // stream creates a stream of n shards and a lease table, and returns
 // their names.
-func (s standIns) stream(t *testing.T, shards int32) (stream, table string) {
+func (s standIns) stream(t testing.TB, shards int32) (stream, table string) {
 	t.Helper()
 	suffix := fmt.Sprintf("%d-%d", time.Now().UnixNano(), names.Add(1))
 	stream, table = "agg-"+suffix, "agg-leases-"+suffix
@@ -68,7 +68,7 @@ func (s standIns) stream(t *testing.T, shards int32) (stream, table string) {
 
 // put writes ds through the real Kinesis sink, 8 partitions, 500 events
 // a call: explicit hash keys spread the identities over the shards.
-func (s standIns) put(t *testing.T, stream string, ds []decisions.Decision) {
+func (s standIns) put(t testing.TB, stream string, ds []decisions.Decision) {
 	t.Helper()
 	sink, err := kinesis.New(s.kc, kinesis.Options{Stream: stream, Partitions: 8})
 	if err != nil {
@@ -376,4 +376,57 @@ func TestKinesisRedeliveredBatches(t *testing.T) {
 	// Again, as a subset, then the rest in two batches from other
 	// positions: only events 25 on are new.
 	f([]*kinesis.Batch{batch(pos("2", 0), 10, 4), batch(pos("2", 4), 14, 6), batch(pos("2", 10), 20, 10)}, 30)
+}
+
+// countingSink adds up the events of the outputs written to it.
+type countingSink struct{ events atomic.Uint64 }
+
+func (s *countingSink) Write(_ context.Context, _ string, o Output) error {
+	s.events.Add(o.Partial.Events)
+	return nil
+}
+
+func (s *countingSink) Flush(context.Context) error { return nil }
+
+// BenchmarkRunKinesis reads 100,000 events off a 4-shard kinesalite
+// stream with one RunKinesis, the source's default batch sizes, states in
+// a directory or in a dynalite table; each iteration is a new consumer
+// group from the stream's start, until every window is delivered. A
+// stand-in figure: kinesalite and dynalite are not the services.
+func BenchmarkRunKinesis(b *testing.B) {
+	s := newStandIns(b)
+	stream, table := s.stream(b, 4)
+	stateTable := newStateTable(b, s)
+	const total = 100_000
+	s.put(b, stream, testEvents(total))
+	group := 0
+	for _, store := range []struct {
+		name string
+		new  func(b *testing.B) StateStore
+	}{
+		{"dir", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }},
+		{"table", func(*testing.B) StateStore {
+			return &StateTable{API: s.dc, Table: stateTable, Prefix: fmt.Sprint("bench-", names.Add(1))}
+		}},
+	} {
+		b.Run(store.name, func(b *testing.B) {
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				group++
+				n++
+				sink := &countingSink{}
+				o := s.options(stream, table, "bench", store.new(b), sink)
+				o.Source.Group, o.Source.Records, o.Source.MaxBatch = fmt.Sprint("bench-", group), 0, 0
+				o.Source.Poll, o.Rollup.Idle = 20*time.Millisecond, 20*time.Millisecond
+				r := start(o)
+				for sink.events.Load() < total {
+					time.Sleep(5 * time.Millisecond)
+				}
+				r.cancel()
+				<-r.done
+			}
+			b.ReportMetric(float64(total*n)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
 }

@@ -87,7 +87,7 @@ func TestStateDir(t *testing.T) {
 }
 
 // newStateTable creates a state table on dynalite, deleted after the test.
-func newStateTable(t *testing.T, s standIns) string {
+func newStateTable(t testing.TB, s standIns) string {
 	name := fmt.Sprintf("agg-state-%d-%d", time.Now().UnixNano(), names.Add(1))
 	awstest.CreateTable(t, s.dc, StateTableSpec(name))
 	return name
