@@ -253,7 +253,7 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 		}
 	}
 	sh.last = next
-	sh.p.cursor = sh.last.append(sh.p.cursor[:0])
+	sh.p.cursor = sh.last.append(nil) // not in place: a loaded cursor shares the bytes it was read with
 	if err := k.save(ctx, sh, outs); err != nil {
 		return err
 	}
