@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
@@ -429,4 +430,63 @@ func BenchmarkRunKinesis(b *testing.B) {
 			b.ReportMetric(float64(total*n)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// windowSink records when each window's output arrives.
+type windowSink struct {
+	mu      sync.Mutex
+	arrived map[int64]time.Time // window end, Unix nanoseconds → when delivered
+}
+
+func (s *windowSink) Write(_ context.Context, _ string, o Output) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.arrived[o.Partial.End().UnixNano()]; !ok {
+		s.arrived[o.Partial.End().UnixNano()] = time.Now()
+	}
+	return nil
+}
+
+func (s *windowSink) Flush(context.Context) error { return nil }
+
+// TestRunKinesisQuietShard writes live events to a 2-shard stream, then
+// nothing: the last window of each shard is emitted once the shard has
+// been quiet for Idle, within window + lateness + Idle and a few reads of
+// its end, not at shutdown.
+func TestRunKinesisQuietShard(t *testing.T) {
+	s := newStandIns(t)
+	stream, table := s.stream(t, 2)
+	sink := &windowSink{arrived: map[int64]time.Time{}}
+	r := start(s.options(stream, table, "one", &StateDir{Dir: t.TempDir()}, sink))
+	defer r.cancel()
+	ds := decisionsAt(time.Now(), 200)
+	s.put(t, stream, ds)
+	last := ds[len(ds)-1].Time.Truncate(time.Second).Add(time.Second) // the last window's end
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sink.mu.Lock()
+		at, ok := sink.arrived[last.UnixNano()]
+		sink.mu.Unlock()
+		if ok {
+			// Lateness 100 ms, Idle 300 ms, reads 200 ms apart and a 50 ms
+			// poll: about 0.7 s after the window's end; 2 s allows for a
+			// busy machine.
+			if late := at.Sub(last); late > 2*time.Second {
+				t.Fatalf("the last window arrived %v after its end", late)
+			} else {
+				t.Logf("the last window arrived %v after its end", late)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the last window never arrived")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.stop(t)
+}
+
+// decisionsAt returns n generated decisions stamped from start on.
+func decisionsAt(start time.Time, n int) []decisions.Decision {
+	return decisiontest.NewGenerator(3, start).Batch(n)
 }
