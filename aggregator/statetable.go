@@ -108,12 +108,15 @@ func chunkItem(gen, i int64) string {
 	return strconv.FormatInt(gen, 10) + "." + strconv.FormatInt(i, 10)
 }
 
+// call returns the context of one call: bounded by Timeout, and not cut
+// short when ctx is done, so that a worker that stops mid-save finishes
+// the call it is in rather than abandon a request half sent.
 func (s *StateTable) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := s.Timeout
 	if d <= 0 {
 		d = 10 * time.Second
 	}
-	return context.WithTimeout(ctx, d)
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 func (s *StateTable) get(ctx context.Context, partition, item string) (map[string]ddb.AttributeValue, error) {
