@@ -20,15 +20,6 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
-// The codec ids each record stores, as bytes.
-//
-// Deprecated: use columnar.CodecArrow and columnar.CodecJSON, which the
-// readers decode with.
-const (
-	CodecArrow = uint8(columnar.CodecArrow)
-	CodecJSON  = uint8(columnar.CodecJSON)
-)
-
 // Writer is a decisions.BatchWriter appending each batch as one record. It
 // is not safe for concurrent use; an Emitter serialises its calls.
 type Writer struct {

@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // StreamAPI is the part of the Kinesis client a Source reads with.
@@ -744,7 +746,7 @@ func (r *shardReader) run(ctx context.Context) error {
 			}
 		}
 		if wait := 200*time.Millisecond - time.Since(last); wait > 0 {
-			if err := sleep(ctx, wait); err != nil {
+			if err := backoff.Sleep(ctx, wait); err != nil {
 				return errStopped
 			}
 		}
@@ -758,7 +760,7 @@ func (r *shardReader) run(ctx context.Context) error {
 				r.iter = nil
 				continue
 			}
-			if isThrottle(err) {
+			if awserr.IsThrottle(err) {
 				s.throttled.Add(1)
 			}
 			if err := r.pause(ctx, err); err != nil {
@@ -782,7 +784,7 @@ func (r *shardReader) run(ctx context.Context) error {
 			if err := r.retry(ctx, func() error { return r.h.Idle(ctx, r.c.shard) }); err != nil {
 				return err
 			}
-			if err := sleep(ctx, s.opts.Poll); err != nil {
+			if err := backoff.Sleep(ctx, s.opts.Poll); err != nil {
 				return errStopped
 			}
 		}
@@ -818,7 +820,7 @@ func (r *shardReader) iterator(ctx context.Context) error {
 func (r *shardReader) pause(ctx context.Context, _ error) error {
 	r.s.retries.Add(1)
 	r.fails++
-	if err := sleep(ctx, fullJitter(100*time.Millisecond, 5*time.Second, r.fails, rand.Int64N)); err != nil {
+	if err := backoff.Sleep(ctx, backoff.FullJitter(100*time.Millisecond, 5*time.Second, r.fails, backoff.Uniform)); err != nil {
 		return errStopped
 	}
 	return nil
