@@ -325,7 +325,10 @@ func resetSlice[T any](s []*T, n int) []*T {
 }
 
 // AddBatch adds the rows of a record batch, numbered from seq in order, as
-// Add would add each of their events.
+// Add would add each of their events with no Flush between them. A caller
+// that closes windows at the exact event (Due after every Add, as RunLog
+// does) and wants the same outputs must not add a batch in which a window
+// becomes due before its last row.
 func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
 	n := c.Len
 	if n == 0 {
@@ -349,7 +352,7 @@ func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
 				latest, moved = t, true
 			}
 		}
-		m := r.open
+		m, late := r.open, false
 		if anyClosed && start+size <= closedNs {
 			r.stats.Late += uint64(j - i)
 			if r.o.Late == LateDrop {
@@ -357,12 +360,15 @@ func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
 				i = j
 				continue
 			}
-			m = r.late
+			m, late = r.late, true
 		}
 		w := m[start]
 		if w == nil {
 			w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq + uint64(i)}
 			m[start] = w
+			if !late && r.oldestOK && start < r.oldest {
+				r.oldest = start
+			}
 		}
 		w.p.UpdateColumns(b, i, j)
 		w.from, w.to = min(w.from, seq+uint64(i)), max(w.to, seq+uint64(j-1))

@@ -78,6 +78,9 @@ func TestColumnsEqualsDecisions(t *testing.T) {
 				t.Fatal(err)
 			}
 			seq += uint64(len(evs))
+			if one.Due() != cols.Due() {
+				t.Fatalf("%+v %v: after event %d, Due %v, want %v", o, sizes, seq, cols.Due(), one.Due())
+			}
 			one.Flush(false, emit(&want))
 			cols.Flush(false, emit(&got))
 		}

@@ -11,6 +11,13 @@
 // events are counted and either merged into a correction of their window or
 // dropped, by configuration.
 //
+// RunLog rolls the local decision log up as one partition; RunKinesis rolls
+// a Kinesis stream up as one partition per shard, sharing the shards with
+// other processes through leases. Both save each partition's State (in a
+// StateStore: a directory, or a DynamoDB table) with the outputs before
+// delivering them, so a crash or a change of hands neither loses an output
+// nor counts an event twice.
+//
 // Each aggregate lives in its own file with the same three operations:
 // update from one decision, merge another of its kind, and a deterministic
 // binary encoding (append to a buffer, decode back).

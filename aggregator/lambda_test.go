@@ -11,7 +11,6 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
@@ -22,13 +21,13 @@ func kinesisEvent(t *testing.T, ds []decisions.Decision) events.KinesisEvent {
 	t.Helper()
 	var payloads [][]byte
 	for i := 0; i < len(ds)-1; i += 500 {
-		b, err := columnar.Encode([]byte{decisionlog.CodecArrow}, ds[i:min(i+500, len(ds)-1)], columnar.Options{})
+		b, err := columnar.Encode([]byte{byte(columnar.CodecArrow)}, ds[i:min(i+500, len(ds)-1)], columnar.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		payloads = append(payloads, b)
 	}
-	payloads = append(payloads, decisions.AppendJSON([]byte{decisionlog.CodecJSON}, &ds[len(ds)-1]), []byte{9, 9, 9})
+	payloads = append(payloads, decisions.AppendJSON([]byte{byte(columnar.CodecJSON)}, &ds[len(ds)-1]), []byte{9, 9, 9})
 	var ev events.KinesisEvent
 	for i, p := range payloads {
 		seq := fmt.Sprintf("4959%020d", 100+i)

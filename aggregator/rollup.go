@@ -114,6 +114,8 @@ type Rollup struct {
 	closed    time.Time // every window ending at or before it was emitted
 	next      uint64    // one past the highest sequence number seen
 	active    bool      // an event arrived since the last Advance
+	oldest    int64     // the oldest open window's start, if oldestOK
+	oldestOK  bool
 	idleSince time.Time
 	stats     RollupStats
 	batch     Batch // AddBatch's
@@ -189,6 +191,9 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	if w == nil {
 		w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq}
 		m[start] = w
+		if !closed && r.oldestOK && start < r.oldest {
+			r.oldest = start
+		}
 	}
 	w.p.Update(d)
 	w.from, w.to = min(w.from, seq), max(w.to, seq)
@@ -230,6 +235,7 @@ func (r *Rollup) Flush(final bool, emit func(Output) error) error {
 			break
 		}
 		delete(r.open, start)
+		r.oldestOK = false
 		closing = true
 		r.stats.Windows++
 		if end := w.p.End(); end.After(r.closed) {
@@ -249,6 +255,36 @@ func (r *Rollup) Flush(final bool, emit func(Output) error) error {
 		r.stats.Corrections++
 	}
 	return errors.Join(errs...)
+}
+
+// take returns outs with what Flush(final) emits appended.
+func (r *Rollup) take(final bool, outs []Output) []Output {
+	r.Flush(final, func(o Output) error { outs = append(outs, o); return nil })
+	return outs
+}
+
+// Due reports whether Flush would emit a window: the watermark has passed
+// the end of the oldest open window. Checked after every Add, it closes
+// windows at the same event whatever the batches the events came in.
+func (r *Rollup) Due() bool {
+	if len(r.open) == 0 {
+		return false
+	}
+	if !r.oldestOK {
+		r.oldest, r.oldestOK = minKey(r.open), true
+	}
+	return !time.Unix(0, r.oldest).Add(r.o.Window).After(r.Watermark())
+}
+
+func minKey(m map[int64]*pending) int64 {
+	first := true
+	var k0 int64
+	for k := range m {
+		if first || k < k0 {
+			k0, first = k, false
+		}
+	}
+	return k0
 }
 
 // snapshotMagic starts an encoded Rollup state; the byte after it is the
@@ -337,6 +373,7 @@ func (r *Rollup) Restore(snapshot []byte) error {
 		return fmt.Errorf("restore rollup: %w", rd.err)
 	}
 	r.next, r.latest, r.closed, r.open, r.late, r.stats = next, latest, closed, open, late, st
+	r.oldestOK = false
 	return nil
 }
 

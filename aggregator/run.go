@@ -73,11 +73,17 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	if o.FlushEvery <= 0 {
 		o.FlushEvery = 4096
 	}
-	run := &logRun{o: o, r: NewRollup(o.Rollup)}
-	if err := run.resume(ctx); err != nil {
+	run := &logRun{o: o}
+	run.p = partitionRun{name: o.Partition, store: &StateDir{Dir: o.StateDir}, sinks: o.Sinks, r: NewRollup(o.Rollup),
+		progress: func() {
+			if o.Progress != nil {
+				o.Progress(run.stats())
+			}
+		}}
+	if err := run.p.resume(ctx); err != nil {
 		return run.stats(), err
 	}
-	rd, err := decisionlog.Open(o.Dir, decisionlog.Filter{From: run.r.Next(), Since: o.Since, Until: o.Until})
+	rd, err := decisionlog.Open(o.Dir, decisionlog.Filter{From: run.p.r.Next(), Since: o.Since, Until: o.Until})
 	if err != nil {
 		return run.stats(), fmt.Errorf("aggregate log: %w", err)
 	}
@@ -88,47 +94,38 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 }
 
 type logRun struct {
-	o         LogOptions
-	r         *Rollup
-	rd        *decisionlog.Reader // nil until the log is open
-	delivered uint64
-	redeliver uint64
+	o  LogOptions
+	p  partitionRun
+	rd *decisionlog.Reader // nil until the log is open
 }
 
 func (l *logRun) stats() RunStats {
-	s := RunStats{Rollup: l.r.Stats(), Outputs: l.delivered, Redeliver: l.redeliver, Next: l.r.Next(), Watermark: l.r.Watermark()}
+	r := l.p.r
+	s := RunStats{Rollup: r.Stats(), Outputs: l.p.delivered, Redeliver: l.p.redeliver, Next: r.Next(), Watermark: r.Watermark()}
 	if l.rd != nil {
 		s.Read = l.rd.Stats()
 	}
 	return s
 }
 
-// resume restores the rollup from the partition's state and delivers again
-// the outputs the previous run may not have delivered.
-func (l *logRun) resume(ctx context.Context) error {
-	st, ok, err := readState(l.o.StateDir, l.o.Partition)
-	if err != nil || !ok {
-		return err
-	}
-	if err := l.r.Restore(st.snapshot); err != nil {
-		return err
-	}
-	if len(st.pending) == 0 {
-		return nil
-	}
-	l.redeliver = uint64(len(st.pending))
-	return l.deliver(ctx, st)
-}
-
 func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
+	r := l.p.r
+	flush := func(ctx context.Context, final bool) error {
+		outs := r.take(final, nil)
+		if len(outs) == 0 {
+			l.p.progress()
+			return nil
+		}
+		return l.p.save(ctx, outs)
+	}
 	added := 0
 	for {
 		d, off, err := rd.Next(ctx, false)
 		if err == nil {
-			l.r.Add(&d, off)
+			r.Add(&d, off)
 			if added++; added >= l.o.FlushEvery {
 				added = 0
-				if err := l.flush(ctx, false); err != nil {
+				if err := flush(ctx, false); err != nil {
 					return err
 				}
 			}
@@ -139,12 +136,12 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 		}
 		added = 0
 		if !l.o.Follow {
-			return l.flush(ctx, true)
+			return flush(ctx, true)
 		}
 		// At the end of the log: flush what closed, then wait for more
 		// for a tick at most.
-		l.r.Advance(l.o.Now())
-		if err := l.flush(ctx, false); err != nil {
+		r.Advance(l.o.Now())
+		if err := flush(ctx, false); err != nil {
 			return err
 		}
 		wctx, cancel := context.WithTimeout(ctx, l.o.Tick)
@@ -152,12 +149,12 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 		cancel()
 		switch {
 		case err == nil:
-			l.r.Add(&d, off)
+			r.Add(&d, off)
 			added++
 		case ctx.Err() != nil:
 			// A clean shutdown emits the open windows with the context
 			// that is not done.
-			return l.flush(context.WithoutCancel(ctx), true)
+			return flush(context.WithoutCancel(ctx), true)
 		case errors.Is(err, context.DeadlineExceeded):
 		default:
 			return fmt.Errorf("aggregate log: %w", err)
@@ -165,47 +162,74 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 	}
 }
 
-// flush takes what the rollup emits, writes it to the state with the
-// snapshot after it, delivers it, and records the delivery.
-func (l *logRun) flush(ctx context.Context, final bool) error {
-	var outs []Output
-	l.r.Flush(final, func(o Output) error { outs = append(outs, o); return nil })
-	if len(outs) == 0 {
-		if l.o.Progress != nil {
-			l.o.Progress(l.stats())
-		}
+// partitionRun is one partition's Rollup with its state store and sinks:
+// what the log and each Kinesis shard share. It is not safe for concurrent
+// use.
+type partitionRun struct {
+	name      string
+	store     StateStore
+	sinks     []Sink
+	r         *Rollup
+	cursor    []byte // saved with every state
+	delivered uint64
+	redeliver uint64
+	progress  func() // after every delivery
+}
+
+// resume restores the rollup and cursor from the partition's state and
+// delivers again the outputs the previous run may not have delivered.
+func (p *partitionRun) resume(ctx context.Context) error {
+	st, ok, err := p.store.Load(ctx, p.name)
+	if err != nil || !ok {
+		return err
+	}
+	if err := p.r.Restore(st.Snapshot); err != nil {
+		return err
+	}
+	p.cursor = st.Cursor
+	if len(st.Pending) == 0 {
 		return nil
 	}
-	snap, err := l.r.AppendSnapshot(nil)
+	p.redeliver += uint64(len(st.Pending))
+	return p.deliver(ctx, st)
+}
+
+// save writes the state with outs, then delivers outs and writes the state
+// without them. With no outs it writes the state once.
+func (p *partitionRun) save(ctx context.Context, outs []Output) error {
+	snap, err := p.r.AppendSnapshot(nil)
 	if err != nil {
 		return err
 	}
-	st := state{snapshot: snap, pending: outs}
-	if err := writeState(l.o.StateDir, l.o.Partition, st); err != nil {
+	st := State{Snapshot: snap, Pending: outs, Cursor: p.cursor}
+	if err := p.store.Save(ctx, p.name, st); err != nil {
 		return err
 	}
-	return l.deliver(ctx, st)
+	if len(outs) == 0 {
+		return nil
+	}
+	return p.deliver(ctx, st)
 }
 
-func (l *logRun) deliver(ctx context.Context, st state) error {
-	for _, o := range st.pending {
-		for _, s := range l.o.Sinks {
-			if err := s.Write(ctx, l.o.Partition, o); err != nil {
-				return fmt.Errorf("aggregate log: deliver: %w", err)
+func (p *partitionRun) deliver(ctx context.Context, st State) error {
+	for _, o := range st.Pending {
+		for _, s := range p.sinks {
+			if err := s.Write(ctx, p.name, o); err != nil {
+				return fmt.Errorf("aggregate %s: deliver: %w", p.name, err)
 			}
 		}
 	}
-	for _, s := range l.o.Sinks {
+	for _, s := range p.sinks {
 		if err := s.Flush(ctx); err != nil {
-			return fmt.Errorf("aggregate log: deliver: %w", err)
+			return fmt.Errorf("aggregate %s: deliver: %w", p.name, err)
 		}
 	}
-	l.delivered += uint64(len(st.pending))
-	if err := writeState(l.o.StateDir, l.o.Partition, state{snapshot: st.snapshot}); err != nil {
+	p.delivered += uint64(len(st.Pending))
+	if err := p.store.Save(ctx, p.name, State{Snapshot: st.Snapshot, Cursor: st.Cursor}); err != nil {
 		return err
 	}
-	if l.o.Progress != nil {
-		l.o.Progress(l.stats())
+	if p.progress != nil {
+		p.progress()
 	}
 	return nil
 }

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
@@ -163,20 +163,7 @@ func TestRunLogResumes(t *testing.T) {
 			}
 			restarts++
 		}
-		got := files(t, out)
-		names := make([]string, 0, len(want))
-		for name := range want {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			if !bytes.Equal(got[name], want[name]) {
-				t.Errorf("crash after %d: %s differs or is missing", crashAfter, name)
-			}
-		}
-		if len(got) != len(want) {
-			t.Errorf("crash after %d: %d files, want %d", crashAfter, len(got), len(want))
-		}
+		sameFiles(t, fmt.Sprint("crash after ", crashAfter), files(t, out), want)
 		if crashAfter < 8 && restarts == 0 {
 			t.Errorf("crash after %d: never crashed", crashAfter)
 		}

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,41 +12,97 @@ import (
 	"github.com/ratewarden/ratewarden/internal/atomicfile"
 )
 
-// A partition's state file, <state dir>/<partition>.state, holds the
-// Rollup's snapshot and the outputs of the flush it follows that are not
-// yet known to be delivered:
+// State is what a partition keeps between runs: the Rollup's snapshot,
+// the outputs of the flush it follows that are not yet known to be
+// delivered, and the source's position where the snapshot's Next does not
+// say it all (a Kinesis shard's checkpoint and last batch; nothing for the
+// log).
+//
+// It is saved before the outputs are delivered and again, without them,
+// once they are: a crash in between delivers them again on restart, with
+// the same bytes and the same keys.
+type State struct {
+	Snapshot []byte   // Rollup.AppendSnapshot
+	Pending  []Output // outputs to deliver (again) on resume
+	Cursor   []byte   // the source's position, opaque to the store
+}
+
+// StateStore keeps each partition's State. Save replaces the partition's
+// state whole: a Load after it returns what was saved, or after a crash
+// during it, the state before. Implementations are safe for concurrent use
+// for different partitions.
+type StateStore interface {
+	// Load returns the partition's state; ok is false when it has none.
+	Load(ctx context.Context, partition string) (st State, ok bool, err error)
+	Save(ctx context.Context, partition string, st State) error
+}
+
+// StateDir keeps each partition's state in a file of a directory,
+// <Dir>/<partition>.state, replaced whole (written aside, synced,
+// renamed). Processes on one machine may share it; it is safe for
+// concurrent use.
+type StateDir struct {
+	Dir string
+}
+
+var _ StateStore = (*StateDir)(nil)
+
+// A state file (or item) holds, after the magic and version:
 //
 //	magic    "RWS"
-//	version  u8 1
+//	version  u8 2 (1: without the cursor)
 //	snapshot uvarint length, bytes (Rollup.AppendSnapshot)
 //	pending  uvarint count, then per output:
 //	         u8 correction, uvarint from, uvarint to, uvarint length, partial bytes
+//	cursor   uvarint length, bytes (version 2)
 //	crc      u32 little-endian CRC-32C of everything before it
-//
-// It is written before the outputs are delivered and again, without them,
-// once they are: a crash in between delivers them again on restart, with
-// the same bytes and the same keys.
-
 const (
 	stateMagic   = "RWS"
-	stateVersion = 1
+	stateVersion = 2
 	stateExt     = ".state"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-type state struct {
-	snapshot []byte
-	pending  []Output
+func (s *StateDir) path(partition string) string { return filepath.Join(s.Dir, partition+stateExt) }
+
+// Save writes the partition's state file.
+func (s *StateDir) Save(_ context.Context, partition string, st State) error {
+	b, err := appendState(nil, st)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return atomicfile.Write(s.path(partition), b, 0o644)
 }
 
-func statePath(dir, partition string) string { return filepath.Join(dir, partition+stateExt) }
+// Load reads the partition's state file.
+func (s *StateDir) Load(_ context.Context, partition string) (State, bool, error) {
+	path := s.path(partition)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, false, nil
+	}
+	if err != nil {
+		return State{}, false, fmt.Errorf("read state: %w", err)
+	}
+	st, err := decodeState(b)
+	if err != nil {
+		return State{}, false, fmt.Errorf("read state %s: %w; move it away to start over from the beginning of the source", path, err)
+	}
+	return st, true, nil
+}
 
-func writeState(dir, partition string, st state) error {
-	b := append([]byte(stateMagic), stateVersion)
-	b = appendBytes(b, st.snapshot)
-	b = appendUvarint(b, uint64(len(st.pending)))
-	for _, o := range st.pending {
+// appendState appends st's encoding.
+func appendState(b []byte, st State) ([]byte, error) {
+	start := len(b)
+	b = append(b, stateMagic...)
+	b = append(b, stateVersion)
+	b = appendBytes(b, st.Snapshot)
+	b = appendUvarint(b, uint64(len(st.Pending)))
+	for _, o := range st.Pending {
 		c := byte(0)
 		if o.Correction {
 			c = 1
@@ -55,42 +112,29 @@ func writeState(dir, partition string, st state) error {
 		b = appendUvarint(b, o.To)
 		p, err := o.Partial.AppendBinary(nil)
 		if err != nil {
-			return fmt.Errorf("write state: %w", err)
+			return b, fmt.Errorf("write state: %w", err)
 		}
 		b = appendBytes(b, p)
 	}
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	return atomicfile.Write(statePath(dir, partition), b, 0o644)
+	b = appendBytes(b, st.Cursor)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
 }
 
-// readState reads a partition's state; ok is false when there is none.
-func readState(dir, partition string) (st state, ok bool, err error) {
-	path := statePath(dir, partition)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return st, false, nil
-	}
-	if err != nil {
-		return st, false, fmt.Errorf("read state: %w", err)
-	}
-	fail := func(why string) (state, bool, error) {
-		return state{}, false, fmt.Errorf("read state %s: %s; move it away to start over from the beginning of the source", path, why)
-	}
+// decodeState decodes a state; the error says why it is not one.
+func decodeState(b []byte) (st State, err error) {
 	if len(b) < len(stateMagic)+1+4 || string(b[:len(stateMagic)]) != stateMagic {
-		return fail("not a state file")
+		return st, errors.New("not a state file")
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
-		return fail("checksum mismatch")
+		return st, errors.New("checksum mismatch")
 	}
-	if v := b[len(stateMagic)]; v != stateVersion {
-		return fail(fmt.Sprintf("version %d, want %d", v, stateVersion))
+	v := b[len(stateMagic)]
+	if v != 1 && v != stateVersion {
+		return st, fmt.Errorf("version %d, want 1 or %d", v, stateVersion)
 	}
 	r := &reader{b: body[len(stateMagic)+1:]}
-	st.snapshot = r.bytes()
+	st.Snapshot = r.bytes()
 	n := r.count(4)
 	for range n {
 		o := Output{Correction: r.byte() == 1, From: r.uvarint(), To: r.uvarint()}
@@ -99,12 +143,18 @@ func readState(dir, partition string) (st state, ok bool, err error) {
 			break
 		}
 		if o.Partial, err = DecodePartial(pb); err != nil {
-			return fail(err.Error())
+			return State{}, err
 		}
-		st.pending = append(st.pending, o)
+		st.Pending = append(st.Pending, o)
+	}
+	if v >= 2 {
+		st.Cursor = r.bytes()
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(fmt.Errorf("%d bytes after the end", len(r.b)))
 	}
 	if r.err != nil {
-		return fail(r.err.Error())
+		return State{}, r.err
 	}
-	return st, true, nil
+	return st, nil
 }

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/edge"
-	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
 

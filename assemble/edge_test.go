@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // loadConfig parses yaml with an origin that answers 200 as edge.upstream.

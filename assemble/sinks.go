@@ -11,11 +11,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // DecisionSinks opens what edge.decisions_file, decisions.dir and
@@ -56,11 +57,7 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 		if err != nil {
 			return fail(fmt.Errorf("open decision log: %w", err))
 		}
-		codec := decisionlog.CodecArrow
-		if cfg.Decisions.Codec == "json" {
-			codec = decisionlog.CodecJSON
-		}
-		lane("log", decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec}), cfg.Decisions.Linger, cfg.Decisions.Batch)
+		lane("log", decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: cfg.Decisions.Codec}), cfg.Decisions.Linger, cfg.Decisions.Batch)
 		closers = append(closers, func(context.Context) error { return l.Close() })
 	}
 	if cfg.Edge.DecisionsFile != "" {
@@ -80,7 +77,7 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 		// and is retried from there, so the lane's queue does not fill
 		// while a dead stream is retried.
 		sink, err := dkinesis.New(kinesis.NewFromConfig(acfg), dkinesis.Options{Stream: k.Stream, Partitions: k.Partitions,
-			JSON: k.Codec == "json", MaxRetries: 3})
+			JSON: k.Codec == columnar.CodecJSON, MaxRetries: 3})
 		if err != nil {
 			return fail(err)
 		}
@@ -164,16 +161,9 @@ func newPrivacy(p config.Privacy, getenv func(string) string) (*decisions.Privac
 
 // logOptions turns the decisions section into the log's options.
 func logOptions(d config.Decisions, report func(seglog.Problem)) seglog.Options {
-	mode := seglog.SyncInterval
-	switch d.Sync {
-	case "batch":
-		mode = seglog.SyncEveryBatch
-	case "never":
-		mode = seglog.SyncNever
-	}
 	return seglog.Options{
 		SegmentBytes: d.SegmentBytes, SegmentAge: d.SegmentAge,
-		Sync:      seglog.SyncPolicy{Mode: mode, Interval: d.SyncInterval},
+		Sync:      seglog.SyncPolicy{Mode: d.Sync, Interval: d.SyncInterval},
 		RetainAge: d.RetainAge, RetainBytes: d.RetainBytes, Report: report,
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/edge"
-	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 	"github.com/ratewarden/ratewarden/edge/redisstore"
 	"github.com/ratewarden/ratewarden/edge/syncstore"
@@ -58,11 +58,7 @@ func Store(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv fun
 			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		client := redis.NewUniversalClient(opts)
-		clock := redisstore.ServerTime
-		if r.Clock == "caller" {
-			clock = redisstore.CallerTime
-		}
-		st, err := redisstore.New(redisstore.Options{Client: client, Prefix: r.Prefix, Clock: clock})
+		st, err := redisstore.New(redisstore.Options{Client: client, Prefix: r.Prefix, Clock: r.Clock})
 		if err != nil {
 			client.Close()
 			return nil, nil, fmt.Errorf("store.redis: %w", err)

@@ -90,26 +90,6 @@ func TestParseJSONErrors(t *testing.T) {
 	}
 }
 
-func FuzzJSONString(f *testing.F) {
-	for _, s := range []string{"", "plain", "quote\"back\\slash", "\x00\x1f\x7f", "ünï\u2028", "\xff\xfe"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		b := AppendJSONString(nil, s)
-		var got string
-		if err := json.Unmarshal(b, &got); err != nil {
-			t.Fatalf("%q encodes to invalid JSON %s: %v", s, b, err)
-		}
-		// encoding/json replaces each invalid byte by U+FFFD, as ours does.
-		ref, _ := json.Marshal(s)
-		var want string
-		json.Unmarshal(ref, &want)
-		if got != want {
-			t.Fatalf("%q decodes to %q, want %q", s, got, want)
-		}
-	})
-}
-
 // memWriter records batches; it can be made to fail or to block.
 type memWriter struct {
 	mu      sync.Mutex

@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 
 // AppendJSON appends d to dst as one JSON object (no trailing newline) and
@@ -21,44 +22,44 @@ import (
 func AppendJSON(dst []byte, d *Decision) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, Version, 10)
-	dst = appendField(dst, "kind", d.Kind.String())
+	dst = appendField(dst, `,"kind":`, d.Kind.String())
 	dst = append(dst, `,"time":"`...)
 	dst = d.Time.UTC().AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, '"')
-	dst = appendField(dst, "request_id", d.RequestID)
-	dst = appendField(dst, "node", d.Node)
+	dst = appendField(dst, `,"request_id":`, d.RequestID)
+	dst = appendField(dst, `,"node":`, d.Node)
 	dst = append(dst, `,"client_ip":"`...)
 	if d.ClientIP.IsValid() {
 		dst = d.ClientIP.AppendTo(dst)
 	}
 	dst = append(dst, '"')
-	dst = appendField(dst, "user_id", d.UserID)
-	dst = appendField(dst, "plan", d.Plan)
-	dst = appendField(dst, "tier", d.Tier)
-	dst = appendField(dst, "identity_source", d.IdentitySource)
-	dst = appendField(dst, "method", d.Method)
-	dst = appendField(dst, "host", d.Host)
-	dst = appendField(dst, "path", d.Path)
-	dst = appendField(dst, "rule", d.Rule)
-	dst = appendField(dst, "algorithm", d.Algorithm)
+	dst = appendField(dst, `,"user_id":`, d.UserID)
+	dst = appendField(dst, `,"plan":`, d.Plan)
+	dst = appendField(dst, `,"tier":`, d.Tier)
+	dst = appendField(dst, `,"identity_source":`, d.IdentitySource)
+	dst = appendField(dst, `,"method":`, d.Method)
+	dst = appendField(dst, `,"host":`, d.Host)
+	dst = appendField(dst, `,"path":`, d.Path)
+	dst = appendField(dst, `,"rule":`, d.Rule)
+	dst = appendField(dst, `,"algorithm":`, d.Algorithm)
 	dst = appendInt(dst, "limit", d.Limit)
 	dst = appendDuration(dst, "window_ms", d.Window, time.Millisecond)
 	dst = appendInt(dst, "count", d.Count)
 	dst = appendInt(dst, "remaining", d.Remaining)
 	dst = appendDuration(dst, "reset_ms", d.Reset, time.Millisecond)
-	dst = appendField(dst, "outcome", d.Outcome.Name())
-	dst = appendField(dst, "reason", d.Reason)
+	dst = appendField(dst, `,"outcome":`, d.Outcome.Name())
+	dst = appendField(dst, `,"reason":`, d.Reason)
 	dst = appendDuration(dst, "store_latency_us", d.StoreLatency, time.Microsecond)
-	dst = appendField(dst, "privacy", d.Privacy)
+	dst = appendField(dst, `,"privacy":`, d.Privacy)
 	if d.Kind == KindDecision {
 		dst = appendInt(dst, "status", int64(d.Status))
 		dst = appendDuration(dst, "upstream_latency_us", d.UpstreamLatency, time.Microsecond)
-		dst = appendField(dst, "response_error", d.ResponseError)
+		dst = appendField(dst, `,"response_error":`, d.ResponseError)
 	}
 	if d.Kind == KindFeedback {
-		dst = appendField(dst, "list", d.List)
-		dst = appendField(dst, "action", d.Action)
-		dst = appendField(dst, "target", d.Target)
+		dst = appendField(dst, `,"list":`, d.List)
+		dst = appendField(dst, `,"action":`, d.Action)
+		dst = appendField(dst, `,"target":`, d.Target)
 		dst = appendDuration(dst, "ttl_ms", d.TTL, time.Millisecond)
 	}
 	if d.Kind == KindDrops {
@@ -133,56 +134,12 @@ func parseDuration(n json.Number, unit time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func appendField(dst []byte, name, v string) []byte {
-	dst = append(dst, ',', '"')
-	dst = append(dst, name...)
-	dst = append(dst, '"', ':')
-	return AppendJSONString(dst, v)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// AppendJSONString appends s as a JSON string. Invalid UTF-8 is replaced by
-// U+FFFD, so the output is always valid JSON.
-func AppendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+// appendField appends key, a member's name with its punctuation
+// (`,"name":`), and v as a JSON string. One append of the key keeps it
+// small enough to inline.
+func appendField(dst []byte, key, v string) []byte {
+	dst = append(dst, key...)
+	return jsonstr.Append(dst, v)
 }
 
 // wire is the JSON form of a Decision, for decoding.

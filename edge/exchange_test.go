@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // proxied is an edge (limiter and reverse proxy) on loopback in front of

@@ -7,8 +7,8 @@ import (
 	"net/textproto"
 	"net/url"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // forwarding is what the edge changes in a passed request before the

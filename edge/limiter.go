@@ -23,10 +23,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/challenge"
-	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/limit"
 	"github.com/ratewarden/ratewarden/edge/lists"
@@ -114,10 +114,7 @@ type Limiter struct {
 
 // New builds a Limiter from a validated configuration.
 func New(cfg *config.Config, opts Options) (*Limiter, error) {
-	pathCase := canonpath.Insensitive
-	if cfg.Paths.Case == "sensitive" {
-		pathCase = canonpath.Sensitive
-	}
+	pathCase := cfg.Paths.Case
 	tiers, err := compileTiers(cfg, pathCase)
 	if err != nil {
 		return nil, err

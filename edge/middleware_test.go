@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 func TestSetHeaders(t *testing.T) {

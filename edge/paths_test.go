@@ -10,16 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // TestDecidePaths: every spelling of a path counts against the rule of its
 // canonical form, under each paths setting.
 func TestDecidePaths(t *testing.T) {
 	const reports, global = "anonymous:/api/reports", "anonymous:global"
-	sensitive := func(c *config.Config) { c.Paths.Case = "sensitive" }
+	sensitive := func(c *config.Config) { c.Paths.Case = canonpath.Sensitive }
 	rewrite := func(c *config.Config) { c.Paths.Ambiguous = "rewrite" }
 	for _, c := range []struct {
 		name, path string

@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 // NewReverseProxy returns the reverse proxy `ratewarden edge` puts behind

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 
 // SetHeaders sets the rate-limit headers of v on h: the de-facto
@@ -135,9 +136,9 @@ func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
 func errorBody(code, msg string, retry int64) []byte {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"error":`...)
-	b = decisions.AppendJSONString(b, code)
+	b = jsonstr.Append(b, code)
 	b = append(b, `,"message":`...)
-	b = decisions.AppendJSONString(b, msg)
+	b = jsonstr.Append(b, msg)
 	if retry > 0 {
 		b = append(b, `,"retry_after":`...)
 		b = strconv.AppendInt(b, retry, 10)

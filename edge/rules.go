@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/edge/canonpath"
-	"github.com/ratewarden/ratewarden/edge/config"
 	"github.com/ratewarden/ratewarden/edge/limit"
 )
 

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // DefaultAgentAddress is where the CloudWatch agent listens for EMF by
@@ -224,10 +225,7 @@ func (s *AgentSink) Write(_ context.Context, doc []byte) error {
 	s.bytes += n
 	s.accepted++
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	wakeSender(s.wake)
 	return nil
 }
 
@@ -237,10 +235,7 @@ func (s *AgentSink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	target := s.accepted
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	wakeSender(s.wake)
 	for {
 		s.mu.Lock()
 		done, progress := s.finished >= target, s.progress
@@ -264,19 +259,8 @@ func (s *AgentSink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	select {
-	case <-s.exited:
-		s.stop()
-		return nil
-	case <-ctx.Done():
-		s.stop()
-		<-s.exited
-		return fmt.Errorf("close %s: %w", s.name, ctx.Err())
-	}
+	wakeSender(s.wake)
+	return awaitSender(ctx, s.name, s.exited, s.stop)
 }
 
 // Stats reports the sink's counters. Retries counts documents sent again;
@@ -355,11 +339,11 @@ func (s *AgentSink) idle() bool {
 }
 
 // sleep waits d or until the sink is stopped.
-func (s *AgentSink) sleep(d time.Duration) error { return throttleSleep(s.ctx, d) }
+func (s *AgentSink) sleep(d time.Duration) error { return backoff.Sleep(s.ctx, d) }
 
 // backoff is a full-jitter delay after failures consecutive failures.
 func (s *AgentSink) backoff(failures int) time.Duration {
-	return fullJitter(s.opts.BaseDelay, s.opts.MaxDelay, failures, func(n int64) int64 { return rand.Int64N(n + 1) })
+	return backoff.FullJitter(s.opts.BaseDelay, s.opts.MaxDelay, failures, backoff.Uniform)
 }
 
 // runTCP is the TCP writer: it connects, serves the connection until it

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 
 // Document is one EMF document as a value: the metrics of one namespace,
@@ -78,7 +80,7 @@ func NewProperty(name string, v any) (Property, error) {
 
 // StringProperty returns a property whose value is the JSON string s.
 func StringProperty(name, s string) Property {
-	return Property{Name: name, Value: appendString(nil, s)}
+	return Property{Name: name, Value: jsonstr.AppendJSSafe(nil, s)}
 }
 
 func checkPropertyName(name string) error {
@@ -212,7 +214,7 @@ func (e *encoder) encode(dst []byte, doc *Document, lim Limits) (out []byte, doc
 	h := append(e.head[:0], `"_aws":{"Timestamp":`...)
 	h = strconv.AppendInt(h, doc.Timestamp.UnixMilli(), 10)
 	h = append(h, `,"CloudWatchMetrics":[{"Namespace":`...)
-	h = appendString(h, doc.Namespace)
+	h = jsonstr.AppendJSSafe(h, doc.Namespace)
 	h = append(h, `,"Dimensions":`...)
 	h = e.appendSets(h, doc.Dimensions)
 	h = append(h, `,"Metrics":[`...)
@@ -361,7 +363,7 @@ func (e *encoder) prepareDimensions(sets [][]Dimension) error {
 	}
 	m := e.members[:0]
 	for _, d := range e.keys {
-		m = appendString(appendMemberName(m, d.Name), d.Value)
+		m = jsonstr.AppendJSSafe(appendMemberName(m, d.Name), d.Value)
 	}
 	e.members = m
 	return nil
@@ -373,7 +375,7 @@ func appendMemberName(members []byte, name string) []byte {
 	if len(members) > 0 {
 		members = append(members, ',')
 	}
-	return append(appendString(members, name), ':')
+	return append(jsonstr.AppendJSSafe(members, name), ':')
 }
 
 // key returns the index of the dimension member called name, or -1.
@@ -423,7 +425,7 @@ func (e *encoder) appendSets(dst []byte, sets [][]Dimension) []byte {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendString(dst, d.Name)
+			dst = jsonstr.AppendJSSafe(dst, d.Name)
 		}
 		dst = append(dst, ']')
 	}
@@ -581,7 +583,7 @@ func appendMetricMember(dst []byte, comma bool, name string, values []float64) [
 	if comma {
 		dst = append(dst, ',')
 	}
-	dst = appendString(dst, name)
+	dst = jsonstr.AppendJSSafe(dst, name)
 	dst = append(dst, ':')
 	if len(values) == 1 {
 		return appendFloat(dst, values[0])
@@ -601,10 +603,10 @@ func appendDefinition(dst []byte, comma bool, name string, unit Unit, res Resolu
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `{"Name":`...)
-	dst = appendString(dst, name)
+	dst = jsonstr.AppendJSSafe(dst, name)
 	if unit != "" {
 		dst = append(dst, `,"Unit":`...)
-		dst = appendString(dst, string(unit))
+		dst = jsonstr.AppendJSSafe(dst, string(unit))
 	}
 	if res == High {
 		dst = append(dst, `,"StorageResolution":1`...)

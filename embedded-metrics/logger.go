@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 
 // Dimension is a name and value pair that is part of a metric's identity,
@@ -394,7 +396,7 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 	case nil:
 		return append(dst, "null"...), nil
 	case string:
-		return appendString(dst, v), nil
+		return jsonstr.AppendJSSafe(dst, v), nil
 	case bool:
 		return strconv.AppendBool(dst, v), nil
 	case int:

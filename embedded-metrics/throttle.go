@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,9 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
+
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // ErrCircuitOpen is returned by the Write of an AWS sink whose Throttle has
@@ -91,10 +93,10 @@ func (t *Throttle) setDefaults() {
 		t.Now = time.Now
 	}
 	if t.Sleep == nil {
-		t.Sleep = throttleSleep
+		t.Sleep = backoff.Sleep
 	}
 	if t.Jitter == nil {
-		t.Jitter = func(n int64) int64 { return rand.Int64N(n + 1) }
+		t.Jitter = backoff.Uniform
 	}
 }
 
@@ -117,20 +119,6 @@ func (t *Throttle) Validate() error {
 		return fmt.Errorf("throttle.breaker_cooldown: %v, want 0 or more", t.BreakerCooldown)
 	}
 	return nil
-}
-
-func throttleSleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // throttleCounters are the counters a throttler shares with its sink.
@@ -232,22 +220,7 @@ func (t *throttler) isOpen(now time.Time) bool {
 // backoff returns a full-jitter delay after attempts failures: uniform in
 // [0, min(MaxDelay, BaseDelay·2^(attempts-1))].
 func (t *throttler) backoff(attempts int) time.Duration {
-	return fullJitter(t.cfg.BaseDelay, t.cfg.MaxDelay, attempts, t.cfg.Jitter)
-}
-
-// fullJitter returns jitter(bound), a delay in [0, bound], where bound is
-// min(max, base·2^(failures-1)): exponential backoff with full jitter.
-func fullJitter(base, max time.Duration, failures int, jitter func(int64) int64) time.Duration {
-	bound := max
-	if failures <= 32 {
-		if b := base << (failures - 1); b > 0 && b < bound {
-			bound = b
-		}
-	}
-	if bound <= 0 {
-		return 0
-	}
-	return time.Duration(jitter(int64(bound)))
+	return backoff.FullJitter(t.cfg.BaseDelay, t.cfg.MaxDelay, attempts, t.cfg.Jitter)
 }
 
 // throttleRetryable reports whether a failed call may succeed if made
@@ -263,9 +236,7 @@ func throttleRetryable(err error) bool {
 		// The AWS SDK's throttling and retryable codes, and the service
 		// faults CloudWatch answers with.
 		code := ae.ErrorCode()
-		_, throttle := retry.DefaultThrottleErrorCodes[code]
-		_, retryable := retry.DefaultRetryableErrorCodes[code]
-		if throttle || retryable {
+		if _, retryable := retry.DefaultRetryableErrorCodes[code]; retryable || awserr.IsThrottleCode(code) {
 			return true
 		}
 		switch code {

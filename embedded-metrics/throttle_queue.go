@@ -77,7 +77,7 @@ func (q *throttleQueue) write(doc []byte) error {
 	q.bytes += len(doc)
 	q.accepted++
 	q.mu.Unlock()
-	q.signal()
+	wakeSender(q.wake)
 	return nil
 }
 
@@ -88,13 +88,6 @@ func (q *throttleQueue) refuse(why string) error {
 	q.mu.Unlock()
 	q.counters.errors.Add(1)
 	return fmt.Errorf("write %s: %s", q.name, why)
-}
-
-func (q *throttleQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 }
 
 // run is the sender goroutine.
@@ -193,7 +186,7 @@ func (q *throttleQueue) flush(ctx context.Context) error {
 	q.mu.Lock()
 	target := q.accepted
 	q.mu.Unlock()
-	q.signal()
+	wakeSender(q.wake)
 	for {
 		q.mu.Lock()
 		done, progress := q.finished >= target, q.progress
@@ -224,16 +217,8 @@ func (q *throttleQueue) close(ctx context.Context) error {
 	q.mu.Lock()
 	q.closing = true
 	q.mu.Unlock()
-	q.signal()
-	select {
-	case <-q.exited:
-		q.stop()
-		return nil
-	case <-ctx.Done():
-		q.stop()
-		<-q.exited
-		return fmt.Errorf("close %s: %w", q.name, ctx.Err())
-	}
+	wakeSender(q.wake)
+	return awaitSender(ctx, q.name, q.exited, q.stop)
 }
 
 func (q *throttleQueue) stats() SinkStats {

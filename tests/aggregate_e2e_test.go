@@ -56,6 +56,21 @@ func partialFiles(t *testing.T, dir string) map[string][]byte {
 	return out
 }
 
+// serveClients sends each requests from each of clients addresses to the
+// edge at base and counts the statuses served.
+func serveClients(t *testing.T, base string, clients, each int) map[int]uint64 {
+	t.Helper()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	statuses := map[int]uint64{}
+	for c := range clients {
+		for range each {
+			res := get(t, client, base+"/api/reports", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", c))
+			statuses[res.status]++
+		}
+	}
+	return statuses
+}
+
 // TestEdgeAndAggregate: `ratewarden edge` writes the decision log while
 // `ratewarden aggregate` follows it; once both stop, the partials hold
 // exactly the requests served, outcome by outcome, and `replay` rebuilds
@@ -78,15 +93,8 @@ func TestEdgeAndAggregate(t *testing.T) {
 	}
 	defer agg.Process.Kill()
 
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	statuses := map[int]uint64{}
 	const clients, each = 15, 20
-	for c := range clients {
-		for range each {
-			res := get(t, client, base+"/api/reports", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", c))
-			statuses[res.status]++
-		}
-	}
+	statuses := serveClients(t, base, clients, each)
 	stops[t.Name()]()
 	// Let the aggregator read the tail, then stop it: a clean shutdown
 	// emits the open windows.

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 	"github.com/ratewarden/ratewarden/edge/lists"
@@ -59,6 +60,7 @@ func TestCloudFormationMatchesCode(t *testing.T) {
 		{"CountersTable", dynamostore.TableSpec("x"), dynamostore.TTLAttribute},
 		{"ListsTable", lists.TableSpec("x"), lists.TableExpiresAttribute},
 		{"LeasesTable", kinesis.LeaseTableSpec("x"), ""},
+		{"StateTable", aggregator.StateTableSpec("x"), ""},
 	} {
 		r, ok := tmpl.Resources[c.resource]
 		if !ok || r.Type != "AWS::DynamoDB::Table" {

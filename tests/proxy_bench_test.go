@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // BenchmarkProxy compares requests/s through the edge's handler (limiter

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,11 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
@@ -48,10 +54,16 @@ func partialsSink(spec string) (aggregator.Sink, error) {
 	return nil, fmt.Errorf("--partials %q: want dir:PATH", spec)
 }
 
-func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("aggregate", "aggregate --decisions-dir DIR --state-dir DIR [--partials dir:PATH] [flags]", stderr)
+func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR --state-dir DIR | --kinesis-stream NAME (--state-dir DIR | --state-table NAME) | --stdin) [--partials dir:PATH] [--emf SINK] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
-	stateDir := fs.String("state-dir", "", "where the aggregator keeps its position and open windows (`directory`)")
+	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, sharing its shards with the other aggregators of --consumer-group (AWS SDK credentials, region and endpoints)")
+	leasesTable := fs.String("leases-table", defaultLeasesTable, "with --kinesis-stream: the lease and checkpoint table `name` (aws init creates it)")
+	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
+	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
+	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead (no state: every window is emitted at the end of the input)")
+	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
+	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
 	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
 	emfSpec := fs.String("emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
 	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
@@ -62,9 +74,28 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *dir == "" || *stateDir == "" || fs.NArg() > 0 {
+	sources := 0
+	for _, given := range []bool{*dir != "", *stream != "", *stdinSrc} {
+		if given {
+			sources++
+		}
+	}
+	stateOK := *dir != "" && *stateDir != "" && *stateTable == "" ||
+		*stream != "" && (*stateDir == "") != (*stateTable == "") ||
+		*stdinSrc && *stateDir == "" && *stateTable == ""
+	if sources != 1 || !stateOK || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	source := "log"
+	if *stdinSrc {
+		source = "stdin"
+	}
+	if *stream != "" {
+		source = *stream
+		if *noFollow {
+			return errors.New("aggregate: --no-follow reads a log to its end; a Kinesis stream has none")
+		}
 	}
 	ro, err := opts()
 	if err != nil {
@@ -80,7 +111,7 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	var emfWriter *emf.Writer
 	if *emfSpec != "" {
-		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log", RuleBudget: *ruleBudget}, false)
+		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: source, RuleBudget: *ruleBudget}, false)
 		if err != nil {
 			return err
 		}
@@ -90,6 +121,15 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if len(sinks) == 0 {
 		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
+	}
+	if *stdinSrc {
+		st, err := aggregator.RunLines(ctx, stdin, ro, sinks)
+		for _, p := range st.First {
+			fmt.Fprintf(stderr, "aggregate: stdin:%d: skipped: %v\n", p.Line, p.Err)
+		}
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
 	if *admin != "off" && *admin != "" {
@@ -106,6 +146,12 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		defer srv.Close()
 		fmt.Fprintf(stderr, "aggregate: metrics on http://%s/metrics\n", ln.Addr())
 	}
+	if *stream != "" {
+		return aggregateKinesis(ctx, stderr, aggregator.KinesisOptions{
+			Source: dkinesis.SourceOptions{Stream: *stream, Table: *leasesTable, Group: *group, LeaseDuration: *leaseDuration},
+			Rollup: ro, Sinks: sinks,
+		}, *stateDir, *stateTable, &latest)
+	}
 	var printed uint64
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
 		Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
@@ -116,6 +162,35 @@ func runAggregate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 		}})
 	printRun(stderr, st)
+	return err
+}
+
+// aggregateKinesis runs RunKinesis with the SDK's clients, printing a line
+// after every delivery.
+// The shards' states are in stateDir, or in the DynamoDB table stateTable
+// under "<consumer group>/<stream>".
+func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, latest *atomic.Pointer[aggregator.RunStats]) error {
+	cfg, err := assemble.AWS(ctx, "")
+	if err != nil {
+		return err
+	}
+	dc := dynamodb.NewFromConfig(cfg)
+	o.Stream, o.Leases = kinesis.NewFromConfig(cfg), dc
+	o.Store = &aggregator.StateDir{Dir: stateDir}
+	if stateTable != "" {
+		o.Store = &aggregator.StateTable{API: dc, Table: stateTable, Prefix: o.Source.Group + "/" + o.Source.Stream}
+	}
+	var mu sync.Mutex
+	report := func(s aggregator.KinesisStats) {
+		latest.Store(&aggregator.RunStats{Rollup: aggregator.RollupStats{Events: s.Events}, Outputs: s.Outputs, Redeliver: s.Redeliver})
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
+			o.Source.Stream, s.Events, s.Skipped, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
+	}
+	o.Progress = report
+	st, err := aggregator.RunKinesis(ctx, o)
+	report(st)
 	return err
 }
 

@@ -15,6 +15,7 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
@@ -28,6 +29,7 @@ const (
 	defaultCountersTable = "ratewarden-counters"
 	defaultListsTable    = "ratewarden-lists"
 	defaultLeasesTable   = "ratewarden-leases"
+	defaultStateTable    = "ratewarden-aggregator-state"
 )
 
 func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -49,6 +51,7 @@ func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	counters := fs.String("counters-table", defaultCountersTable, "counter store table `name`; \"\" to skip")
 	listsTable := fs.String("lists-table", defaultListsTable, "lists table `name`; \"\" to skip")
 	leases := fs.String("leases-table", defaultLeasesTable, "stream consumers' lease and checkpoint table `name`; \"\" to skip")
+	state := fs.String("state-table", defaultStateTable, "the aggregators' state table `name` (aggregate --state-table); \"\" to skip")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for each resource to become active")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -86,6 +89,7 @@ func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		{*counters, dynamostore.TableSpec, dynamostore.TimeToLiveSpec},
 		{*listsTable, lists.TableSpec, lists.TimeToLiveSpec},
 		{*leases, dkinesis.LeaseTableSpec, nil},
+		{*state, aggregator.StateTableSpec, nil},
 	} {
 		if t.name != "" {
 			errs = append(errs, in.table(ctx, t.spec(t.name), t.ttl))

@@ -5,7 +5,7 @@ import (
 	"io"
 
 	"github.com/ratewarden/ratewarden/assemble"
-	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 // checkError reports that configuration files failed validation; their

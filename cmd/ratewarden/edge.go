@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/assemble"
-	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/examples"
 )
 

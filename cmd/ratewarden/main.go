@@ -54,7 +54,7 @@ Usage:
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
-  ratewarden aggregate [flags]         roll decisions up into per-window partial aggregates
+  ratewarden aggregate [flags]         roll decisions (a log, or a Kinesis stream shared by several) up into per-window partial aggregates
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
 	case "aggregate":
-		return runAggregate(ctx, args[1:], stdout, stderr)
+		return runAggregate(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "replay":
 		return runReplay(ctx, args[1:], stdout, stderr)
 	case "emf":

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 
 var t0 = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
@@ -47,7 +48,7 @@ func wantBack(d decisions.Decision) decisions.Decision {
 			continue
 		}
 		var s string
-		if err := json.Unmarshal(decisions.AppendJSONString(nil, f.String()), &s); err != nil {
+		if err := json.Unmarshal(jsonstr.Append(nil, f.String()), &s); err != nil {
 			panic(err)
 		}
 		f.SetString(s)

@@ -133,6 +133,16 @@
 // Decode panic: every offset is checked, and panics raised by arrow-go are
 // recovered and returned as errors.
 //
+// # Codecs
+//
+// A record of the decision log and a Kinesis record each carry a Codec:
+// CodecArrow (a batch as above) or CodecJSON (decisions.AppendJSON lines).
+// Every reader decodes them here, with Decoder.DecodePayload for a log
+// record's payload and Decoder.DecodeRecord (or DecodeRecord) for a Kinesis
+// record's data, the codec byte first, so that the log reader, the
+// Kinesis source, Scan, the Lambda handler and the decisions commands read
+// the same framings.
+//
 // # Parquet
 //
 // WriteParquet writes events for SQL engines rather than for round trips:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
@@ -18,8 +19,8 @@ func BenchmarkWriteBatch(b *testing.B) {
 	batch := g.Batch(4096)
 	for _, c := range []struct {
 		name  string
-		codec uint8
-	}{{"arrow_zstd", decisionlog.CodecArrow}, {"json_lines", decisionlog.CodecJSON}} {
+		codec columnar.Codec
+	}{{"arrow_zstd", columnar.CodecArrow}, {"json_lines", columnar.CodecJSON}} {
 		b.Run(c.name, func(b *testing.B) {
 			l, err := seglog.Open(b.TempDir(), seglog.Options{Sync: seglog.SyncPolicy{Mode: seglog.SyncInterval, Interval: 10 * time.Millisecond}})
 			if err != nil {

@@ -9,7 +9,6 @@
 package decisionlog
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,17 +20,11 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
-// Codec ids stored in each record.
-const (
-	CodecArrow uint8 = 1 // Arrow IPC stream: any columnar compression, told apart by its first bytes
-	CodecJSON  uint8 = 2 // JSON lines
-)
-
 // Writer is a decisions.BatchWriter appending each batch as one record. It
 // is not safe for concurrent use; an Emitter serialises its calls.
 type Writer struct {
 	log   *seglog.Log
-	codec uint8
+	codec columnar.Codec
 	enc   *columnar.Encoder
 	buf   []byte
 }
@@ -40,7 +33,7 @@ var _ decisions.BatchWriter = (*Writer)(nil)
 
 // WriterOptions configure a Writer.
 type WriterOptions struct {
-	Codec uint8 // CodecArrow (default) or CodecJSON
+	Codec columnar.Codec // columnar.CodecArrow (default) or columnar.CodecJSON
 }
 
 // NewWriter returns a Writer appending to log. The Writer does not own the
@@ -48,9 +41,9 @@ type WriterOptions struct {
 func NewWriter(log *seglog.Log, opts WriterOptions) *Writer {
 	w := &Writer{log: log, codec: opts.Codec}
 	if w.codec == 0 {
-		w.codec = CodecArrow
+		w.codec = columnar.CodecArrow
 	}
-	if w.codec == CodecArrow {
+	if w.codec == columnar.CodecArrow {
 		// Not Arrow's body compression, which leaves each record's schema
 		// as it is, so that a record of a few events is mostly schema: the
 		// dictionary makes small records small, and large ones no larger.
@@ -74,7 +67,7 @@ func (w *Writer) WriteBatch(ds []decisions.Decision) error {
 	}
 	var err error
 	switch w.codec {
-	case CodecArrow:
+	case columnar.CodecArrow:
 		w.buf, err = w.enc.Encode(w.buf[:0], ds)
 	default:
 		w.buf = w.buf[:0]
@@ -86,7 +79,7 @@ func (w *Writer) WriteBatch(ds []decisions.Decision) error {
 	if err != nil {
 		return fmt.Errorf("encode decisions: %w", err)
 	}
-	if _, err := w.log.Append(seglog.Record{Count: uint32(len(ds)), MinTime: lo, MaxTime: hi, Codec: w.codec, Payload: w.buf}); err != nil {
+	if _, err := w.log.Append(seglog.Record{Count: uint32(len(ds)), MinTime: lo, MaxTime: hi, Codec: uint8(w.codec), Payload: w.buf}); err != nil {
 		return fmt.Errorf("append decisions: %w", err)
 	}
 	return nil
@@ -178,7 +171,7 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 			r.stats.Skipped += uint64(rec.Count)
 			continue
 		}
-		r.batch, err = r.decode(rec, r.batch[:0])
+		r.batch, err = r.dec.DecodePayload(columnar.Codec(rec.Codec), rec.Payload, r.batch[:0])
 		if err != nil {
 			r.stats.BadBatch++
 			r.stats.BadEvents += uint64(rec.Count)
@@ -189,23 +182,6 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 		}
 		r.next, r.offset = 0, rec.FirstOffset
 	}
-}
-
-func (r *Reader) decode(rec seglog.Record, dst []decisions.Decision) ([]decisions.Decision, error) {
-	switch rec.Codec {
-	case CodecArrow:
-		return r.dec.Decode(rec.Payload, dst)
-	case CodecJSON:
-		for line := range bytes.Lines(rec.Payload) {
-			d, _, err := decisions.ParseJSON(bytes.TrimSuffix(line, []byte("\n")))
-			if err != nil {
-				return dst, err
-			}
-			dst = append(dst, d)
-		}
-		return dst, nil
-	}
-	return dst, fmt.Errorf("unknown codec %d", rec.Codec)
 }
 
 // Stats returns what the reader saw so far.

@@ -57,8 +57,8 @@ func openLog(t *testing.T, dir string) *seglog.Log {
 }
 
 func TestConformance(t *testing.T) {
-	for _, codec := range []uint8{decisionlog.CodecArrow, decisionlog.CodecJSON} {
-		t.Run(map[uint8]string{1: "arrow", 2: "json"}[codec], func(t *testing.T) {
+	for _, codec := range []columnar.Codec{columnar.CodecArrow, columnar.CodecJSON} {
+		t.Run(codec.String(), func(t *testing.T) {
 			sinktest.Run(t, func(t *testing.T) sinktest.Sink {
 				dir := t.TempDir()
 				return logSink{decisionlog.NewWriter(openLog(t, dir), decisionlog.WriterOptions{Codec: codec}), dir}
@@ -190,7 +190,7 @@ func TestReadsEveryArrowFraming(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.Append(seglog.Record{Count: 7, MinTime: ds[0].Time, MaxTime: ds[6].Time, Codec: decisionlog.CodecArrow, Payload: b}); err != nil {
+		if _, err := l.Append(seglog.Record{Count: 7, MinTime: ds[0].Time, MaxTime: ds[6].Time, Codec: uint8(columnar.CodecArrow), Payload: b}); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, ds...)
@@ -226,7 +226,7 @@ func TestLogBytes(t *testing.T) {
 	// perEvent writes batches of the given sizes and returns the bytes on
 	// disk per event; codec 0 appends Arrow records with Arrow's buffer
 	// compression, as the writer did before the dictionary.
-	perEvent := func(codec uint8, batches []int) float64 {
+	perEvent := func(codec columnar.Codec, batches []int) float64 {
 		dir := t.TempDir()
 		l := openLog(t, dir)
 		w := decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec})
@@ -241,7 +241,7 @@ func TestLogBytes(t *testing.T) {
 			if codec == 0 {
 				var p []byte
 				if p, err = before.Encode(nil, batch); err == nil {
-					_, err = l.Append(seglog.Record{Count: uint32(b), MinTime: batch[0].Time, MaxTime: batch[b-1].Time, Codec: decisionlog.CodecArrow, Payload: p})
+					_, err = l.Append(seglog.Record{Count: uint32(b), MinTime: batch[0].Time, MaxTime: batch[b-1].Time, Codec: uint8(columnar.CodecArrow), Payload: p})
 				}
 			} else {
 				err = w.WriteBatch(batch)
@@ -276,9 +276,9 @@ func TestLogBytes(t *testing.T) {
 	t.Log("| records | B/event on disk | JSON lines ÷ this |")
 	t.Log("| --- | --- | --- |")
 	for _, n := range []int{1, 4, 20, 200, 1024} {
-		json := perEvent(decisionlog.CodecJSON, repeat(n))
+		json := perEvent(columnar.CodecJSON, repeat(n))
 		old := perEvent(0, repeat(n))
-		now := perEvent(decisionlog.CodecArrow, repeat(n))
+		now := perEvent(columnar.CodecArrow, repeat(n))
 		row(fmt.Sprintf("%d events a record, JSON lines", n), json, json)
 		row(fmt.Sprintf("%d events a record, Arrow + zstd buffers (before)", n), old, json)
 		row(fmt.Sprintf("**%d events a record, Arrow in a zstd frame with the dictionary**", n), now, json)
@@ -290,11 +290,11 @@ func TestLogBytes(t *testing.T) {
 	const rate = 10.0
 	ticks := decisiontest.TickBatches(5000, rate, 200*time.Millisecond, 2)
 	linger := decisiontest.LingerBatches(len(ds), rate, 2*time.Second, 1024, 2)
-	json := perEvent(decisionlog.CodecJSON, linger)
+	json := perEvent(columnar.CodecJSON, linger)
 	row("10/s, JSON lines", json, json)
 	row("10/s, 200 ms flushes, Arrow + zstd buffers (before)", perEvent(0, ticks), json)
-	row("10/s, 200 ms flushes, with the dictionary", perEvent(decisionlog.CodecArrow, ticks), json)
-	at := perEvent(decisionlog.CodecArrow, linger)
+	row("10/s, 200 ms flushes, with the dictionary", perEvent(columnar.CodecArrow, ticks), json)
+	at := perEvent(columnar.CodecArrow, linger)
 	row("**10/s, 2 s linger (the default), with the dictionary**", at, json)
 	if at*5 > json {
 		t.Errorf("at 10/s: %.1f B/event, not 5 times smaller than JSON's %.1f", at, json)

@@ -35,7 +35,8 @@ func client(t testing.TB, ep string) *kinesis.Client {
 
 var streams atomic.Int64
 
-// newStream creates a stream of shards shards and waits until it is active.
+// newStream creates a stream of shards shards, waits until it is active,
+// and deletes it when the test ends.
 func newStream(t testing.TB, kc *kinesis.Client, shards int32) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -44,6 +45,10 @@ func newStream(t testing.TB, kc *kinesis.Client, shards int32) string {
 	if _, err := kc.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(name), ShardCount: aws.Int32(shards)}); err != nil {
 		t.Fatal(err)
 	}
+	// kinesalite bounds the shards it holds at once; give them back.
+	t.Cleanup(func() {
+		kc.DeleteStream(context.Background(), &kinesis.DeleteStreamInput{StreamName: aws.String(name)})
+	})
 	w := kinesis.NewStreamExistsWaiter(kc, func(o *kinesis.StreamExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
 	if err := w.Wait(ctx, &kinesis.DescribeStreamInput{StreamName: aws.String(name)}, 10*time.Second); err != nil {
 		t.Fatal(err)

@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
@@ -43,7 +42,8 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // API limits of PutRecords.
@@ -100,7 +100,7 @@ func (o *Options) setDefaults() {
 		o.Timeout = 5 * time.Second
 	}
 	if o.Sleep == nil {
-		o.Sleep = sleep
+		o.Sleep = backoff.Sleep
 	}
 }
 
@@ -119,17 +119,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("kinesis.timeout: %v, want more than 0", o.Timeout)
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Stats are a Sink's counters.
@@ -316,7 +305,7 @@ func (s *Sink) build(ds []decisions.Decision) ([]entry, int, error) {
 	if s.opts.JSON {
 		pending = make([]entry, 0, len(ds))
 		for i := range ds {
-			s.buf = append(s.buf[:0], decisionlog.CodecJSON)
+			s.buf = append(s.buf[:0], byte(columnar.CodecJSON))
 			s.buf = decisions.AppendJSON(s.buf, &ds[i])
 			p := partition(&ds[i], s.opts.Partitions)
 			if len(s.buf)+len(s.keys[p]) > maxRecordBytes {
@@ -356,7 +345,7 @@ func (s *Sink) build(ds []decisions.Decision) ([]entry, int, error) {
 // until it fits; it returns how many events could not be encoded.
 func (s *Sink) encode(pending []entry, p int, group []decisions.Decision) ([]entry, int, error) {
 	var err error
-	s.buf, err = s.enc.Encode(append(s.buf[:0], decisionlog.CodecArrow), group)
+	s.buf, err = s.enc.Encode(append(s.buf[:0], byte(columnar.CodecArrow)), group)
 	if err != nil {
 		return pending, len(group), fmt.Errorf("encode decisions: %w", err)
 	}
@@ -471,7 +460,7 @@ func (s *Sink) put(ctx context.Context, in *kinesis.PutRecordsInput, call []int,
 		for i := range failed {
 			failed[i] = true
 		}
-		if isThrottle(err) {
+		if awserr.IsThrottle(err) {
 			s.n.throttled.Add(1)
 			return failed, false, fmt.Errorf("put records: %w", err)
 		}
@@ -504,43 +493,17 @@ func (s *Sink) put(ctx context.Context, in *kinesis.PutRecordsInput, call []int,
 // failed records itself, and a retried call would double the backoff.
 func noRetry(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} }
 
-// backoff returns a full-jitter delay after attempts failures.
+// backoff returns a full-jitter delay after attempts failures, drawn from
+// the Sink's own source.
 func (s *Sink) backoff(attempts int) time.Duration {
-	return fullJitter(s.opts.BaseDelay, s.opts.MaxDelay, attempts, s.rng.Int64N)
-}
-
-// fullJitter returns a delay drawn by int64n (rand.Int64N or a Rand's)
-// uniformly from [0, min(max, base·2^(failures-1))]: exponential backoff
-// with full jitter.
-func fullJitter(base, max time.Duration, failures int, int64n func(int64) int64) time.Duration {
-	bound := max
-	if failures <= 32 {
-		if b := base << (failures - 1); b > 0 && b < bound {
-			bound = b
-		}
-	}
-	if bound <= 0 {
-		return 0
-	}
-	return time.Duration(int64n(int64(bound) + 1))
-}
-
-// isThrottle reports whether err is a throttling error, by the AWS SDK's
-// list of throttling error codes.
-func isThrottle(err error) bool {
-	var ae smithy.APIError
-	if !errors.As(err, &ae) {
-		return false
-	}
-	_, ok := retry.DefaultThrottleErrorCodes[ae.ErrorCode()]
-	return ok
+	return backoff.FullJitter(s.opts.BaseDelay, s.opts.MaxDelay, attempts, func(n int64) int64 { return s.rng.Int64N(n + 1) })
 }
 
 // retryable reports whether a failed call may succeed if made again:
 // transport errors, throttling and server errors may; a refused request
 // (missing stream, bad argument, access denied) will not.
 func retryable(err error) bool {
-	if isThrottle(err) {
+	if awserr.IsThrottle(err) {
 		return true
 	}
 	var re *smithyhttp.ResponseError
@@ -551,25 +514,9 @@ func retryable(err error) bool {
 	return !errors.As(err, &ae) || ae.ErrorFault() != smithy.FaultClient
 }
 
-// Decode appends the events of one Kinesis record's payload to dst: an
-// Arrow batch (codec 1) or one JSON decision (codec 2).
+// Decode appends the events of one Kinesis record's data, its codec byte
+// then its payload, to dst: columnar.DecodeRecord, kept under this name for
+// the package's readers and the Lambda handler's callers.
 func Decode(data []byte, dst []decisions.Decision) ([]decisions.Decision, error) {
-	if len(data) == 0 {
-		return dst, errors.New("decode record: empty")
-	}
-	switch data[0] {
-	case decisionlog.CodecArrow:
-		out, err := columnar.Decode(data[1:], dst)
-		if err != nil {
-			return dst, fmt.Errorf("decode record: %w", err)
-		}
-		return out, nil
-	case decisionlog.CodecJSON:
-		d, _, err := decisions.ParseJSON(data[1:])
-		if err != nil {
-			return dst, fmt.Errorf("decode record: %w", err)
-		}
-		return append(dst, d), nil
-	}
-	return dst, fmt.Errorf("decode record: unknown codec %d", data[0])
+	return columnar.DecodeRecord(data, dst)
 }

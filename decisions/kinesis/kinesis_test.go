@@ -19,7 +19,6 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
@@ -46,7 +45,7 @@ func (f *fakeAPI) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ .
 		}
 		// One record per partition in a call, or in JSON mode per identity.
 		key := *r.PartitionKey
-		if len(r.Data) > 0 && r.Data[0] == decisionlog.CodecJSON {
+		if len(r.Data) > 0 && r.Data[0] == byte(columnar.CodecJSON) {
 			ds, _ := Decode(r.Data, nil)
 			h, _ := identity(&ds[0])
 			key = fmt.Sprint("identity ", h)

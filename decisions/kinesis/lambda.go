@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 )
 
 // LambdaStats count what a LambdaHandler did.
@@ -22,7 +23,7 @@ type LambdaStats struct {
 }
 
 // LambdaHandler serves a Kinesis event-source mapping in AWS Lambda: it
-// decodes each record with Decode and hands its events to a Handler as a
+// decodes each record with columnar.DecodeRecord and hands its events to a Handler as a
 // Batch, in order. A record that cannot be decoded is skipped and counted,
 // so a poison record does not hold up its shard. When the handler fails,
 // the invocation answers with a partial batch failure naming that record's
@@ -51,13 +52,14 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	var (
 		b   Batch
 		buf []decisions.Decision
+		dec = columnar.NewDecoder()
 	)
 	for i := range ev.Records {
 		r := &ev.Records[i]
 		seq := r.Kinesis.SequenceNumber
 		l.records.Add(1)
 		var err error
-		buf, err = Decode(r.Kinesis.Data, buf[:0])
+		buf, err = dec.DecodeRecord(r.Kinesis.Data, buf[:0])
 		if err != nil {
 			l.corrupt.Add(1)
 			l.mu.Lock()

@@ -20,7 +20,7 @@ import (
 //	group    (S, hash key)   "<consumer group>/<stream>"
 //	shard    (S, range key)  the shard id
 //	owner    (S)             the holding worker; absent when free
-//	counter  (N)             bumped by every renewal, take and release
+//	counter  (N)             bumped by every renewal, take, release and checkpoint
 //	parents  (SS)            parent and adjacent parent shard ids, if any
 //	seq      (S)             checkpoint: sequence number of the record the
 //	                         consumer is in, "" for none yet, or ShardEnd
@@ -62,6 +62,7 @@ type DynamoAPI interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 var _ DynamoAPI = (*dynamodb.Client)(nil)
@@ -219,12 +220,29 @@ func (l *leases) release(ctx context.Context, shard, worker string) error {
 		map[string]ddb.AttributeValue{":one": num(1), ":me": &ddb.AttributeValueMemberS{Value: worker}})
 }
 
-// checkpoint records a position in a shard worker holds.
+// checkpoint records a position in a shard worker holds, and bumps the
+// counter: a take conditioned on the counter it listed then fails, so a
+// worker that takes a shard starts from its latest checkpoint, never from
+// one listed before the holder moved it.
 func (l *leases) checkpoint(ctx context.Context, shard, worker string, p Position) error {
-	return l.update(ctx, "checkpoint", shard, "SET #q = :q, #n = :n", "#o = :me",
-		map[string]string{"#o": attrOwner, "#q": attrSeq, "#n": attrSub},
+	return l.update(ctx, "checkpoint", shard, "SET #q = :q, #n = :n ADD #c :one", "#o = :me",
+		map[string]string{"#o": attrOwner, "#q": attrSeq, "#n": attrSub, "#c": attrCounter},
 		map[string]ddb.AttributeValue{":q": &ddb.AttributeValueMemberS{Value: p.Seq}, ":n": num(p.Sub),
-			":me": &ddb.AttributeValueMemberS{Value: worker}})
+			":one": num(1), ":me": &ddb.AttributeValueMemberS{Value: worker}})
+}
+
+// remove deletes the lease of a shard read to its end.
+func (l *leases) remove(ctx context.Context, shard string) error {
+	_, err := l.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(l.table), Key: l.key(shard),
+		ConditionExpression:       aws.String("#q = :end"),
+		ExpressionAttributeNames:  map[string]string{"#q": attrSeq},
+		ExpressionAttributeValues: map[string]ddb.AttributeValue{":end": &ddb.AttributeValueMemberS{Value: ShardEnd}},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("remove lease %s: %w", shard, err)
+	}
+	return err
 }
 
 func isConditionFailed(err error) bool {

@@ -13,6 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // ScanOptions configure Scan.
@@ -20,6 +23,9 @@ type ScanOptions struct {
 	StartAt StartAt       // TrimHorizon (default) or Latest
 	Follow  bool          // keep reading new records until ctx is done
 	Poll    time.Duration // wait between reads of a caught-up shard; default 1s
+	// Discover is how often a following Scan lists the shards again, to
+	// read those a reshard created; default 10s.
+	Discover time.Duration
 	// Corrupt is called for each record that cannot be decoded, which is
 	// skipped; it may be nil.
 	Corrupt func(shard, seq string, err error)
@@ -29,29 +35,23 @@ type ScanOptions struct {
 // at it: every shard, parents before their children, handing each
 // record's events to fn in order. Without Follow it reads the shards one
 // after another and returns once each is caught up; with Follow it reads
-// them all at once until ctx is done (shards created after Scan starts are
-// not read).
+// them all at once until ctx is done, and every Discover lists the shards
+// again to read those created since (a new shard is read from its start,
+// whatever StartAt says: its records are all new).
 func Scan(ctx context.Context, api StreamAPI, stream string, opts ScanOptions, fn func(shard string, ds []decisions.Decision) error) error {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
-	var shards []types.Shard
-	in := &kinesis.ListShardsInput{StreamName: aws.String(stream)}
-	for {
-		out, err := api.ListShards(ctx, in)
-		if err != nil {
-			return fmt.Errorf("scan %s: list shards: %w", stream, err)
-		}
-		shards = append(shards, out.Shards...)
-		if out.NextToken == nil {
-			break
-		}
-		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
+	if opts.Discover <= 0 {
+		opts.Discover = 10 * time.Second
 	}
-	ordered := lineage(shards)
+	shards, err := listShards(ctx, api, stream)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", stream, err)
+	}
 	if !opts.Follow {
-		for _, sh := range ordered {
-			if err := scanShard(ctx, api, stream, aws.ToString(sh.ShardId), opts, fn); err != nil {
+		for _, sh := range lineage(shards) {
+			if err := scanShard(ctx, api, stream, aws.ToString(sh.ShardId), opts.StartAt, opts, fn); err != nil {
 				return err
 			}
 		}
@@ -64,38 +64,63 @@ func Scan(ctx context.Context, api StreamAPI, stream string, opts ScanOptions, f
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
-		errs = make([]error, len(ordered))
-		done = make(map[string]chan struct{}, len(ordered))
+		emu  sync.Mutex
+		errs []error
+		done = map[string]chan struct{}{} // by shard, closed when its read ends
 	)
-	for _, sh := range ordered {
-		done[aws.ToString(sh.ShardId)] = make(chan struct{})
-	}
 	locked := func(shard string, ds []decisions.Decision) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return fn(shard, ds)
 	}
-	for i, sh := range ordered {
-		wg.Go(func() {
+	startAt := opts.StartAt
+	tick := time.NewTicker(opts.Discover)
+	defer tick.Stop()
+	for {
+		for _, sh := range lineage(shards) {
 			id := aws.ToString(sh.ShardId)
-			defer close(done[id])
-			for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
-				if p == nil || done[*p] == nil {
-					continue
-				}
-				select {
-				case <-done[*p]:
-				case <-ctx.Done():
-					return
+			if done[id] != nil {
+				continue
+			}
+			finished := make(chan struct{})
+			done[id] = finished
+			var waits []chan struct{}
+			for _, p := range shardParents(sh) {
+				if done[p] != nil {
+					waits = append(waits, done[p])
 				}
 			}
-			if errs[i] = scanShard(ctx, api, stream, id, opts, locked); errs[i] != nil {
-				cancel()
-			}
-		})
+			from := startAt
+			wg.Go(func() {
+				defer close(finished)
+				for _, w := range waits {
+					select {
+					case <-w:
+					case <-ctx.Done():
+						return
+					}
+				}
+				if err := scanShard(ctx, api, stream, id, from, opts, locked); err != nil {
+					emu.Lock()
+					errs = append(errs, err)
+					emu.Unlock()
+					cancel()
+				}
+			})
+		}
+		// Shards found later were created after Scan began: every record
+		// of theirs is new.
+		startAt = TrimHorizon
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return errors.Join(errs...)
+		case <-tick.C:
+		}
+		if more, err := listShards(ctx, api, stream); err == nil {
+			shards = more
+		}
 	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // lineage orders shards so that every shard comes after its parents.
@@ -130,9 +155,9 @@ func lineage(shards []types.Shard) []types.Shard {
 	return out
 }
 
-func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts ScanOptions, fn func(string, []decisions.Decision) error) error {
+func scanShard(ctx context.Context, api StreamAPI, stream, shard string, startAt StartAt, opts ScanOptions, fn func(string, []decisions.Decision) error) error {
 	typ := types.ShardIteratorTypeTrimHorizon
-	if opts.StartAt == Latest {
+	if startAt == Latest {
 		typ = types.ShardIteratorTypeLatest
 	}
 	it, err := api.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(stream), ShardId: aws.String(shard), ShardIteratorType: typ})
@@ -141,11 +166,12 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts Sc
 	}
 	iter := it.ShardIterator
 	var buf []decisions.Decision
+	dec := columnar.NewDecoder()
 	for iter != nil {
 		out, err := api.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
 		if err != nil {
-			if isThrottle(err) {
-				if err := sleep(ctx, opts.Poll); err != nil {
+			if awserr.IsThrottle(err) {
+				if err := backoff.Sleep(ctx, opts.Poll); err != nil {
 					return nil
 				}
 				continue
@@ -156,7 +182,7 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts Sc
 			return fmt.Errorf("scan %s: %w", shard, err)
 		}
 		for _, r := range out.Records {
-			buf, err = Decode(r.Data, buf[:0])
+			buf, err = dec.DecodeRecord(r.Data, buf[:0])
 			if err != nil {
 				if opts.Corrupt != nil {
 					opts.Corrupt(shard, aws.ToString(r.SequenceNumber), err)
@@ -172,7 +198,7 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, opts Sc
 			if !opts.Follow {
 				return nil
 			}
-			if err := sleep(ctx, opts.Poll); err != nil {
+			if err := backoff.Sleep(ctx, opts.Poll); err != nil {
 				return nil
 			}
 		}

@@ -63,3 +63,31 @@ func TestScan(t *testing.T) {
 		})
 	}
 }
+
+// TestScanFollowFindsNewShards follows a one-shard stream, splits it, and
+// reads the events written to the children, which did not exist when
+// Scan began.
+func TestScanFollowFindsNewShards(t *testing.T) {
+	kc := client(t, endpoint(t))
+	stream := newStream(t, kc, 1)
+	w := newWriter(t, kc, stream)
+	w.write(t, 300)
+	seen := newSeenLog()
+	h := seen.handler("scan")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Scan(ctx, kc, stream, ScanOptions{Follow: true, Poll: 20 * time.Millisecond, Discover: 50 * time.Millisecond},
+			func(shard string, ds []decisions.Decision) error { return h(ctx, &Batch{Shard: shard, Events: ds}) })
+	}()
+	waitFor(t, "the first 300 events", func() bool { return seen.count() == 300 })
+	splitShard(t, kc, stream)
+	w.write(t, 300) // on the children
+	waitFor(t, "the 300 events on the children", func() bool { return seen.count() == 600 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	seen.checkOrder(t)
+}

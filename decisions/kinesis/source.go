@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // StreamAPI is the part of the Kinesis client a Source reads with.
@@ -68,6 +70,37 @@ func (b *Batch) ID() string {
 // that always fails holds up its shard.
 type Handler func(ctx context.Context, b *Batch) error
 
+// ShardHandler is a Handler that is also told of a shard's consumer's
+// life: Open before its first batch, Idle after each read that found the
+// shard caught up (about every Poll while it is quiet), and Close when it
+// stops. A Source calls the four from the shard's consumer goroutine, so
+// the calls for one shard are serial and in that order. An error from
+// Open, Idle or Close(ended) is retried after a backoff, as Handle's is,
+// until it succeeds or the worker stops holding the shard.
+type ShardHandler interface {
+	// Open is called when the worker starts reading a shard it took,
+	// with the checkpoint it resumes from.
+	Open(ctx context.Context, shard string, from Position) error
+	Handle(ctx context.Context, b *Batch) error
+	Idle(ctx context.Context, shard string) error
+	// Close is called when the consumer stops. ended says the shard was
+	// read to its end: the shard's checkpoint becomes ShardEnd once Close
+	// returns nil, and no batch of it comes again. Otherwise the worker
+	// lost or released the shard (the error is then ignored).
+	Close(ctx context.Context, shard string, ended bool) error
+}
+
+// handlerFunc is the ShardHandler of a Handler: it does nothing but
+// Handle.
+type handlerFunc Handler
+
+var _ ShardHandler = handlerFunc(nil)
+
+func (h handlerFunc) Open(context.Context, string, Position) error { return nil }
+func (h handlerFunc) Handle(ctx context.Context, b *Batch) error   { return h(ctx, b) }
+func (h handlerFunc) Idle(context.Context, string) error           { return nil }
+func (h handlerFunc) Close(context.Context, string, bool) error    { return nil }
+
 // StartAt says where a shard never read before is read from.
 type StartAt uint8
 
@@ -106,6 +139,12 @@ type SourceOptions struct {
 	MaxBatch int
 	// StartAt is where a shard without a checkpoint is read from.
 	StartAt StartAt
+	// Checkpoint is the least time between two checkpoints of a shard;
+	// 0, the default, checkpoints after every batch. A longer interval
+	// saves DynamoDB writes at the cost of more batches handled again
+	// after a change of hands; the position handled is checkpointed
+	// anyway when the consumer stops and when the shard ends.
+	Checkpoint time.Duration
 	// Now is the clock for lease expiry; default time.Now.
 	Now func() time.Time
 }
@@ -153,6 +192,8 @@ func (o *SourceOptions) Validate() error {
 		return fmt.Errorf("MaxBatch: got %d, want at least 1", o.MaxBatch)
 	case o.Poll < 0 || o.Discover < 0:
 		return errors.New("Poll, Discover: want positive durations")
+	case o.Checkpoint < 0:
+		return fmt.Errorf("Checkpoint: got %v, want 0 or more", o.Checkpoint)
 	}
 	return nil
 }
@@ -168,6 +209,7 @@ type SourceStats struct {
 	Lost        uint64 // leases lost to another worker or to failed renewals
 	Throttled   uint64 // reads refused for throughput
 	Retries     uint64 // handler calls, reads and checkpoints made again after an error
+	Cleaned     uint64 // leases of ended shards deleted once their children started
 	Held        int64  // leases held now
 }
 
@@ -194,7 +236,7 @@ type Source struct {
 	seen     map[string]observed
 	problems []error
 
-	records, events, batches, corrupt, checkpoints, taken, lost, throttled, retries atomic.Uint64
+	records, events, batches, corrupt, checkpoints, taken, lost, throttled, retries, cleaned atomic.Uint64
 }
 
 // observed is a lease's counter and when, by this worker's clock, it was
@@ -243,7 +285,7 @@ func (s *Source) Stats() SourceStats {
 	return SourceStats{
 		Records: s.records.Load(), Events: s.events.Load(), Batches: s.batches.Load(), Corrupt: s.corrupt.Load(),
 		Checkpoints: s.checkpoints.Load(), Taken: s.taken.Load(), Lost: s.lost.Load(), Throttled: s.throttled.Load(),
-		Retries: s.retries.Load(), Held: int64(held),
+		Retries: s.retries.Load(), Cleaned: s.cleaned.Load(), Held: int64(held),
 	}
 }
 
@@ -273,6 +315,15 @@ func (s *Source) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("run kinesis source: nil handler")
 	}
+	return s.RunShards(ctx, handlerFunc(h))
+}
+
+// RunShards is Run with a handler told when each shard's consumer opens,
+// idles and closes.
+func (s *Source) RunShards(ctx context.Context, h ShardHandler) error {
+	if h == nil {
+		return errors.New("run kinesis source: nil handler")
+	}
 	every := s.opts.LeaseDuration / 3
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -294,39 +345,74 @@ func (s *Source) Run(ctx context.Context, h Handler) error {
 	}
 }
 
-// discover lists the stream's shards and adds a lease for each new one.
+// discover lists the stream's shards and adds a lease for each new one,
+// but for a shard whose child has a lease already: that shard was read to
+// its end and its lease cleaned (see clean).
 func (s *Source) discover(ctx context.Context) error {
-	in := &kinesis.ListShardsInput{StreamName: aws.String(s.opts.Stream)}
-	for {
+	shards, err := listShards(ctx, s.api, s.opts.Stream)
+	if err != nil {
+		return err
+	}
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	all, err := s.leases.list(c)
+	cancel()
+	if err != nil {
+		return err
+	}
+	leased := make(map[string]bool, len(all))
+	for _, le := range all {
+		leased[le.shard] = true
+	}
+	hasLeasedChild := map[string]bool{}
+	for _, sh := range shards {
+		for _, p := range shardParents(sh) {
+			hasLeasedChild[p] = hasLeasedChild[p] || leased[aws.ToString(sh.ShardId)]
+		}
+	}
+	for _, sh := range lineage(shards) {
+		id := aws.ToString(sh.ShardId)
+		s.mu.Lock()
+		_, known := s.seen[id]
+		s.mu.Unlock()
+		if known || leased[id] || hasLeasedChild[id] {
+			continue
+		}
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		out, err := s.api.ListShards(c, in)
+		err := s.leases.create(c, id, shardParents(sh))
 		cancel()
 		if err != nil {
-			return fmt.Errorf("list shards: %w", err)
+			return err
 		}
-		for _, sh := range out.Shards {
-			id := aws.ToString(sh.ShardId)
-			s.mu.Lock()
-			_, known := s.seen[id]
-			s.mu.Unlock()
-			if known {
-				continue
-			}
-			var parents []string
-			for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
-				if p != nil && *p != "" {
-					parents = append(parents, *p)
-				}
-			}
-			c, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := s.leases.create(c, id, parents)
-			cancel()
-			if err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// shardParents returns a shard's parent and adjacent parent, if any.
+func shardParents(sh types.Shard) []string {
+	var parents []string
+	for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
+		if p != nil && *p != "" {
+			parents = append(parents, *p)
 		}
+	}
+	return parents
+}
+
+// listShards returns every shard of a stream, a page per call with a
+// deadline each.
+func listShards(ctx context.Context, api StreamAPI, stream string) ([]types.Shard, error) {
+	var shards []types.Shard
+	in := &kinesis.ListShardsInput{StreamName: aws.String(stream)}
+	for {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, err := api.ListShards(c, in)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("list shards %s: %w", stream, err)
+		}
+		shards = append(shards, out.Shards...)
 		if out.NextToken == nil {
-			return nil
+			return shards, nil
 		}
 		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
 	}
@@ -334,7 +420,7 @@ func (s *Source) discover(ctx context.Context) error {
 
 // step renews the leases held, reaps finished consumers, takes the share
 // of leases due, and starts consumers on held shards that are ready.
-func (s *Source) step(ctx context.Context, h Handler, now time.Time) {
+func (s *Source) step(ctx context.Context, h ShardHandler, now time.Time) {
 	s.renew(ctx, now)
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	all, err := s.leases.list(c)
@@ -347,8 +433,33 @@ func (s *Source) step(ctx context.Context, h Handler, now time.Time) {
 		byShard[all[i].shard] = &all[i]
 	}
 	s.observe(all, now)
+	s.clean(ctx, all)
 	s.balance(ctx, all, now)
 	s.start(ctx, h, byShard)
+}
+
+// clean deletes the leases of shards read to their end once every child
+// has a checkpoint of its own: the ended shard's lease has then nothing
+// left to say (a child whose parent is gone from the table is ready), and
+// discover does not make it again while a child's lease stands.
+func (s *Source) clean(ctx context.Context, all []lease) {
+	children := map[string][]*lease{}
+	for i := range all {
+		for _, p := range all[i].parents {
+			children[p] = append(children[p], &all[i])
+		}
+	}
+	for _, le := range all {
+		kids := children[le.shard]
+		if le.seq != ShardEnd || len(kids) == 0 || slices.ContainsFunc(kids, func(k *lease) bool { return k.seq == "" }) {
+			continue
+		}
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if s.leases.remove(c, le.shard) == nil {
+			s.cleaned.Add(1)
+		}
+		cancel()
+	}
 }
 
 // renew bumps the counter of every lease held. A lease another worker took
@@ -516,7 +627,7 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
 }
 
 // start runs a consumer on every lease held whose parents are read.
-func (s *Source) start(ctx context.Context, h Handler, byShard map[string]*lease) {
+func (s *Source) start(ctx context.Context, h ShardHandler, byShard map[string]*lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for shard, c := range s.held {
@@ -561,32 +672,64 @@ func (s *Source) shutdown() {
 var errStopped = errors.New("consumer stopped")
 
 // consume reads one shard from from, hands its events to h in batches and
-// checkpoints after each, until the shard ends or ctx is done.
-func (s *Source) consume(ctx context.Context, c *consumer, from Position, h Handler) {
+// checkpoints after them, until the shard ends or ctx is done.
+func (s *Source) consume(ctx context.Context, c *consumer, from Position, h ShardHandler) {
 	if from.Seq == ShardEnd {
 		c.ended.Store(true)
 		return
 	}
-	r := shardReader{s: s, c: c, h: h, pos: from, saved: from, skip: from.Sub, resume: from.Seq}
+	r := shardReader{s: s, c: c, h: h, pos: from, handled: from, saved: from, skip: from.Sub, resume: from.Seq}
 	r.batch.Shard = c.shard
-	if err := r.run(ctx); err == nil {
-		c.ended.Store(true)
+	if r.retry(ctx, func() error { return h.Open(ctx, c.shard, from) }) != nil {
+		return
 	}
+	err := r.run(ctx)
+	if err == nil {
+		c.ended.Store(true)
+		return
+	}
+	// Stopped: what was handled since the last checkpoint is written
+	// down if the lease is still ours, with a context of its own.
+	if r.handled != r.saved && !c.lost.Load() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if s.leases.checkpoint(cctx, c.shard, s.opts.Worker, r.handled) == nil {
+			s.checkpoints.Add(1)
+		}
+		cancel()
+	}
+	h.Close(context.WithoutCancel(ctx), c.shard, false)
 }
 
 // shardReader is the state of one consumer.
 type shardReader struct {
-	s      *Source
-	c      *consumer
-	h      Handler
-	pos    Position // checkpointed or to be: after the events handled
-	resume string   // the record to resume inside, and skip its first events
-	skip   int64
-	iter   *string
-	saved  Position // the last checkpoint written
-	batch  Batch
-	buf    []decisions.Decision
-	fails  int
+	s       *Source
+	c       *consumer
+	h       ShardHandler
+	pos     Position // checkpointed or to be: after the events read
+	handled Position // after the events the handler took
+	resume  string   // the record to resume inside, and skip its first events
+	skip    int64
+	iter    *string
+	saved   Position // the last checkpoint written
+	savedAt time.Time
+	batch   Batch
+	buf     []decisions.Decision
+	fails   int
+}
+
+// retry calls f until it succeeds, backing off between calls; it returns
+// errStopped once the consumer should stop.
+func (r *shardReader) retry(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			r.fails = 0
+			return nil
+		}
+		if err := r.pause(ctx, err); err != nil {
+			return err
+		}
+	}
 }
 
 // run reads until the shard ends (nil) or the consumer stops (errStopped).
@@ -603,7 +746,7 @@ func (r *shardReader) run(ctx context.Context) error {
 			}
 		}
 		if wait := 200*time.Millisecond - time.Since(last); wait > 0 {
-			if err := sleep(ctx, wait); err != nil {
+			if err := backoff.Sleep(ctx, wait); err != nil {
 				return errStopped
 			}
 		}
@@ -617,7 +760,7 @@ func (r *shardReader) run(ctx context.Context) error {
 				r.iter = nil
 				continue
 			}
-			if isThrottle(err) {
+			if awserr.IsThrottle(err) {
 				s.throttled.Add(1)
 			}
 			if err := r.pause(ctx, err); err != nil {
@@ -631,11 +774,17 @@ func (r *shardReader) run(ctx context.Context) error {
 		}
 		r.iter = out.NextShardIterator
 		if r.iter == nil {
+			if err := r.retry(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) }); err != nil {
+				return err
+			}
 			r.pos = Position{Seq: ShardEnd}
 			return r.checkpoint(ctx)
 		}
 		if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 {
-			if err := sleep(ctx, s.opts.Poll); err != nil {
+			if err := r.retry(ctx, func() error { return r.h.Idle(ctx, r.c.shard) }); err != nil {
+				return err
+			}
+			if err := backoff.Sleep(ctx, s.opts.Poll); err != nil {
 				return errStopped
 			}
 		}
@@ -671,7 +820,7 @@ func (r *shardReader) iterator(ctx context.Context) error {
 func (r *shardReader) pause(ctx context.Context, _ error) error {
 	r.s.retries.Add(1)
 	r.fails++
-	if err := sleep(ctx, fullJitter(100*time.Millisecond, 5*time.Second, r.fails, rand.Int64N)); err != nil {
+	if err := backoff.Sleep(ctx, backoff.FullJitter(100*time.Millisecond, 5*time.Second, r.fails, backoff.Uniform)); err != nil {
 		return errStopped
 	}
 	return nil
@@ -730,22 +879,16 @@ func (r *shardReader) deliver(ctx context.Context) error {
 	s := r.s
 	if len(r.batch.Events) > 0 {
 		r.batch.To = r.pos
-		for {
-			err := r.h(ctx, &r.batch)
-			if err == nil {
-				break
-			}
-			if err := r.pause(ctx, err); err != nil {
-				return err
-			}
+		if err := r.retry(ctx, func() error { return r.h.Handle(ctx, &r.batch) }); err != nil {
+			return err
 		}
-		r.fails = 0
 		s.batches.Add(1)
 		s.events.Add(uint64(len(r.batch.Events)))
 		clear(r.batch.Events)
 		r.batch.Events = r.batch.Events[:0]
 	}
-	if r.pos == r.saved {
+	r.handled = r.pos
+	if r.pos == r.saved || s.opts.Checkpoint > 0 && time.Since(r.savedAt) < s.opts.Checkpoint {
 		return nil
 	}
 	return r.checkpoint(ctx)
@@ -762,7 +905,7 @@ func (r *shardReader) checkpoint(ctx context.Context) error {
 		if err == nil {
 			s.checkpoints.Add(1)
 			r.fails = 0
-			r.saved = r.pos
+			r.saved, r.savedAt = r.pos, time.Now()
 			return nil
 		}
 		if errors.Is(err, errLeaseLost) {

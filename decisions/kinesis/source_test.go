@@ -183,6 +183,125 @@ func TestSourceResumesInsideRecords(t *testing.T) {
 	seen.checkOrder(t)
 }
 
+// TestSourceCheckpointInterval reads with a checkpoint interval longer
+// than the test: a shard's first batch is checkpointed, the next ones are
+// not until the worker stops, which writes down what its handler took; a
+// second worker then hands over only new events.
+func TestSourceCheckpointInterval(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w := newWriter(t, kc, stream)
+	w.write(t, 1000)
+	seen := newSeenLog()
+	opts := sourceOptions(stream, table, "w1")
+	opts.Checkpoint = time.Hour
+	s1, err := NewSource(kc, dc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, s1, seen.handler("w1"))
+	waitFor(t, "1000 events", func() bool { return seen.count() == 1000 })
+	if st := s1.Stats(); st.Checkpoints != 1 || st.Batches < 10 {
+		t.Fatalf("%d checkpoints of %d batches, want the first batch's only", st.Checkpoints, st.Batches)
+	}
+	stop()
+	if st := s1.Stats(); st.Checkpoints != 2 {
+		t.Fatalf("%d checkpoints after stopping, want one more", st.Checkpoints)
+	}
+	w.write(t, 200)
+	s2, err := NewSource(kc, dc, sourceOptions(stream, table, "w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = run(t, s2, seen.handler("w2"))
+	waitFor(t, "1200 events", func() bool { return seen.count() == 1200 })
+	stop()
+	if st := s2.Stats(); st.Events != 200 {
+		t.Fatalf("second worker handled %d events, want the 200 new ones", st.Events)
+	}
+	seen.checkOrder(t)
+}
+
+// shardLog records the calls a ShardHandler gets.
+type shardLog struct {
+	mu    sync.Mutex
+	calls []string // "open <shard>", "close <shard> ended|stopped"
+	idle  map[string]int
+	seen  *seenLog
+}
+
+var _ ShardHandler = (*shardLog)(nil)
+
+func (l *shardLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, s)
+}
+
+func (l *shardLog) Open(_ context.Context, shard string, _ Position) error {
+	l.add("open " + shard)
+	return nil
+}
+
+func (l *shardLog) Handle(ctx context.Context, b *Batch) error { return l.seen.handler("w")(ctx, b) }
+
+func (l *shardLog) Idle(_ context.Context, shard string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.idle[shard]++
+	return nil
+}
+
+func (l *shardLog) Close(_ context.Context, shard string, ended bool) error {
+	l.add(fmt.Sprint("close ", shard, " ", map[bool]string{true: "ended", false: "stopped"}[ended]))
+	return nil
+}
+
+// TestSourceShardHandler: a shard handler is opened on each shard, told
+// when a shard is caught up, closed as ended when a split ends a shard and
+// as stopped when the worker stops.
+func TestSourceShardHandler(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w := newWriter(t, kc, stream)
+	w.write(t, 300)
+	l := &shardLog{idle: map[string]int{}, seen: newSeenLog()}
+	s, err := NewSource(kc, dc, sourceOptions(stream, table, "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.RunShards(ctx, l) }()
+	waitFor(t, "the parent to go quiet", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.seen.count() == 300 && l.idle["shardId-000000000000"] > 0
+	})
+	splitShard(t, kc, stream)
+	w.write(t, 300)
+	waitFor(t, "600 events", func() bool { return l.seen.count() == 600 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, c := range l.calls {
+		got[c]++
+	}
+	want := map[string]int{"open shardId-000000000000": 1, "close shardId-000000000000 ended": 1,
+		"open shardId-000000000001": 1, "close shardId-000000000001 stopped": 1,
+		"open shardId-000000000002": 1, "close shardId-000000000002 stopped": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", l.calls, want)
+	}
+	if l.calls[0] != "open shardId-000000000000" || l.calls[1] != "close shardId-000000000000 ended" {
+		t.Fatalf("calls %v: want the parent opened and ended first", l.calls)
+	}
+}
+
 // TestSourceTakeover runs two workers on four shards; they split them two
 // and two. Then one worker's network is cut (a crash, as far as the others
 // can tell): the other takes its shards after the lease duration and
@@ -297,23 +416,33 @@ func TestSourceReshard(t *testing.T) {
 	splitShard(t, kc, stream)
 	w.write(t, 1500) // on the children
 	waitFor(t, "3000 events", func() bool { return seen.count() == 3000 })
-	stop()
 	seen.checkOrder(t)
 	for id, ws := range seen.by {
 		if len(ws) != 1 {
 			t.Fatalf("event %s handled %d times", id, len(ws))
 		}
 	}
+	// The parent's lease goes once both children have checkpoints; a new
+	// worker's discovery does not make it again.
+	waitFor(t, "the parent's lease to be cleaned", func() bool { return s.Stats().Cleaned == 1 })
+	stop()
+	again, err := NewSource(kc, dc, sourceOptions(stream, table, "again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.discover(ctx); err != nil {
+		t.Fatal(err)
+	}
 	leases, err := (&leases{api: dc, table: table, group: "ratewarden/" + stream}).list(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(leases) != 3 {
-		t.Fatalf("%d leases, want the parent and two children", len(leases))
+	if len(leases) != 2 {
+		t.Fatalf("leases %+v, want the two children's", leases)
 	}
 	for _, le := range leases {
-		if len(le.parents) == 0 && le.seq != ShardEnd {
-			t.Fatalf("parent lease %+v not at its end", le)
+		if len(le.parents) != 1 || le.seq == "" {
+			t.Fatalf("lease %+v: want a child with a checkpoint", le)
 		}
 	}
 }

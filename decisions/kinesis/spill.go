@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
@@ -100,9 +101,9 @@ func NewSpill(sink *Sink, opts SpillOptions) (*Spill, error) {
 		log.Close()
 		return nil, fmt.Errorf("new spill: %w", err)
 	}
-	codec := decisionlog.CodecArrow
+	codec := columnar.CodecArrow
 	if sink.opts.JSON {
-		codec = decisionlog.CodecJSON
+		codec = columnar.CodecJSON
 	}
 	s := &Spill{
 		sink: sink, drain: sink.clone(), log: log, opts: opts,

@@ -37,6 +37,28 @@ const (
 var syncModeNames = [...]string{SyncInterval: "interval", SyncEveryBatch: "every_batch", SyncNever: "never"}
 
 // String returns the mode's name, such as "every_batch".
+// SyncModeChoices are the names UnmarshalText accepts, the default first.
+var SyncModeChoices = []string{"interval", "batch", "never"}
+
+// UnmarshalText reads a sync mode by its configuration name: interval,
+// batch (SyncEveryBatch) or never.
+func (m *SyncMode) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "interval":
+		*m = SyncInterval
+	case "batch", "every_batch":
+		*m = SyncEveryBatch
+	case "never":
+		*m = SyncNever
+	default:
+		return fmt.Errorf("sync mode %q: want one of interval, batch, never", b)
+	}
+	return nil
+}
+
+// Choices lists the names UnmarshalText accepts.
+func (SyncMode) Choices() []string { return SyncModeChoices }
+
 func (m SyncMode) String() string {
 	if int(m) >= len(syncModeNames) {
 		return "unknown"

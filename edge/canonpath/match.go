@@ -1,5 +1,7 @@
 package canonpath
 
+import "fmt"
+
 // Case says whether letter case distinguishes paths when matching.
 type Case uint8
 
@@ -13,6 +15,31 @@ const (
 	// Sensitive matches bytes as they are.
 	Sensitive
 )
+
+// UnmarshalText reads a case policy by its configuration name: insensitive
+// or sensitive.
+func (c *Case) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "insensitive":
+		*c = Insensitive
+	case "sensitive":
+		*c = Sensitive
+	default:
+		return fmt.Errorf("case %q: want insensitive or sensitive", b)
+	}
+	return nil
+}
+
+// Choices lists the names UnmarshalText accepts, the default first.
+func (Case) Choices() []string { return []string{"insensitive", "sensitive"} }
+
+// String returns the case policy's configuration name.
+func (c Case) String() string {
+	if c == Sensitive {
+		return "sensitive"
+	}
+	return "insensitive"
+}
 
 // foldsToASCII are the UTF-8 letters, percent-encoded as in a canonical
 // path, whose simple case mapping is an ASCII letter, and that letter.

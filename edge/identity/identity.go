@@ -24,8 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 // Bounds on what a client can make the resolver read.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/ratewarden/ratewarden/edge/config"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 // Key size floors. RFC 7518 section 3.2 requires an HS256 key of at least

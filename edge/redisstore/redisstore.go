@@ -64,6 +64,22 @@ const (
 	CallerTime
 )
 
+// UnmarshalText reads a clock by its configuration name: server or caller.
+func (c *Clock) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "server":
+		*c = ServerTime
+	case "caller":
+		*c = CallerTime
+	default:
+		return fmt.Errorf("clock %q: want server or caller", b)
+	}
+	return nil
+}
+
+// Choices lists the names UnmarshalText accepts, the default first.
+func (Clock) Choices() []string { return []string{"server", "caller"} }
+
 // String returns the clock's configuration name.
 func (c Clock) String() string {
 	switch c {

@@ -14,8 +14,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/edge"
-	"github.com/ratewarden/ratewarden/edge/config"
 )
 
 func main() {

@@ -13,11 +13,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/edge/redisstore"
 )
 
 // examples is where the shipped configuration files are, relative to this
 // package.
-const examples = "../../examples"
+const examples = "../examples"
 
 func TestExamplesLoad(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(examples, "*.yaml"))
@@ -335,6 +340,13 @@ tiers:
 		{"boolean for string", "edge:\n  listen: true # <-\n" + anonymous, "edge.listen", `"true" is not a string`},
 		{"string for boolean", "challenge:\n  enabled: yes # <-\n" + anonymous, "challenge.enabled", `"yes" is not a boolean; use true or false`},
 		{"mapping for list", "fail_closed: {a: b} # <-\n" + anonymous, "fail_closed", "is a mapping, not a list"},
+		// Choices owned by other packages, decoded into their types.
+		{"sync mode", "decisions:\n  sync: sometimes # <-\n" + anonymous, "decisions.sync", `"sometimes" is not allowed; use one of interval, batch, never`},
+		{"redis clock", "store:\n  type: redis\n  redis:\n    addrs: [127.0.0.1:6379]\n    clock: atomic # <-\n" + anonymous, "store.redis.clock", `"atomic" is not allowed; use one of server, caller`},
+		{"path case", "paths:\n  case: upper # <-\n" + anonymous, "paths.case", `"upper" is not allowed; use one of insensitive, sensitive`},
+		{"decision codec", "decisions:\n  codec: xml # <-\n" + anonymous, "decisions.codec", `"xml" is not allowed; use one of arrow, json`},
+		{"kinesis codec", "decisions:\n  kinesis:\n    stream: s\n    codec: avro # <-\n" + anonymous, "decisions.kinesis.codec", `"avro" is not allowed; use one of arrow, json`},
+		{"choice of the wrong type", "paths:\n  case: [a] # <-\n" + anonymous, "paths.case", "use one of insensitive, sensitive"},
 		{"scalar for mapping", "edge: 5 # <-\n" + anonymous, "edge", `"5" is not a mapping; use a mapping with keys listen, upstream,`},
 		{"list for scalar", "edge:\n  listen: [a] # <-\n" + anonymous, "edge.listen", "is a list, not a string"},
 		{"duplicate key", `
@@ -927,5 +939,31 @@ func TestTrustedProxyWarnings(t *testing.T) {
 				t.Errorf("warnings %v, want one starting %s", ws, want)
 			}
 		})
+	}
+}
+
+// TestChoicesDecodeIntoTheirOwnersTypes: a choice is decoded once, into the
+// type of the package it configures; the zero value is the default.
+func TestChoicesDecodeIntoTheirOwnersTypes(t *testing.T) {
+	c, err := Parse([]byte("decisions:\n  sync: batch\n  codec: json\n  kinesis:\n    codec: json\nstore:\n  redis:\n    clock: caller\npaths:\n  case: sensitive\n"+anonymous), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Decisions.Sync != seglog.SyncEveryBatch || c.Store.Redis.Clock != redisstore.CallerTime || c.Paths.Case != canonpath.Sensitive {
+		t.Errorf("decoded %v, %v, %v", c.Decisions.Sync, c.Store.Redis.Clock, c.Paths.Case)
+	}
+	if c.Decisions.Codec != columnar.CodecJSON || c.Decisions.Kinesis.Codec != columnar.CodecJSON {
+		t.Errorf("decoded codecs %v, %v", c.Decisions.Codec, c.Decisions.Kinesis.Codec)
+	}
+	d, err := Parse([]byte(anonymous), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Defaults()
+	if d.Decisions.Sync != seglog.SyncInterval || d.Store.Redis.Clock != redisstore.ServerTime || d.Paths.Case != canonpath.Insensitive {
+		t.Errorf("defaults %v, %v, %v", d.Decisions.Sync, d.Store.Redis.Clock, d.Paths.Case)
+	}
+	if d.Decisions.Codec != columnar.CodecArrow || d.Decisions.Kinesis.Codec != columnar.CodecArrow {
+		t.Errorf("default codecs %v, %v", d.Decisions.Codec, d.Decisions.Kinesis.Codec)
 	}
 }

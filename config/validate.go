@@ -74,15 +74,7 @@ func (v *validator) exactRules(c *Config) {
 	}
 }
 
-// Values of the decisions section; the first is the default.
-var (
-	DecisionCodecs = []string{"arrow", "json"}
-	SyncModes      = []string{"interval", "batch", "never"}
-)
-
 func (v *validator) decisions(d *Decisions, queue int) {
-	v.oneOf(key("decisions", "codec"), d.Codec, DecisionCodecs)
-	v.oneOf(key("decisions", "sync"), d.Sync, SyncModes)
 	v.durationRange(key("decisions", "sync_interval"), d.SyncInterval, time.Millisecond, 10*time.Second)
 	v.intRange(key("decisions", "segment_bytes"), d.SegmentBytes, 1<<20, 4<<30)
 	v.durationRange(key("decisions", "segment_age"), d.SegmentAge, time.Minute, 7*24*time.Hour)
@@ -93,7 +85,6 @@ func (v *validator) decisions(d *Decisions, queue int) {
 	v.oneOf(key("decisions", "privacy", "addresses"), d.Privacy.Addresses, []string{"keep", "truncate", "hmac"})
 	v.oneOf(key("decisions", "privacy", "users"), d.Privacy.Users, []string{"keep", "hmac"})
 	k := &d.Kinesis
-	v.oneOf(key("decisions", "kinesis", "codec"), k.Codec, DecisionCodecs)
 	v.intRange(key("decisions", "kinesis", "partitions"), int64(k.Partitions), 1, 500)
 	v.durationRange(key("decisions", "kinesis", "retry"), k.Retry, 100*time.Millisecond, 10*time.Minute)
 	v.durationRange(key("decisions", "kinesis", "linger"), k.Linger, time.Millisecond, time.Minute)
@@ -328,7 +319,6 @@ func (v *validator) store(s *Store) {
 		}
 		v.intRange(key("store", "redis", "db"), int64(s.Redis.DB), 0, 15)
 		v.intRange(key("store", "redis", "pool_size"), int64(s.Redis.PoolSize), 0, 10000)
-		v.oneOf(key("store", "redis", "clock"), s.Redis.Clock, RedisClocks)
 	}
 	if f := s.Sync.MaxError; math.IsNaN(f) || f < 0 || f > 0.5 {
 		v.report(key("store", "sync", "max_error"), strconv.FormatFloat(f, 'g', -1, 64), "is not allowed", "a share from 0 (exact) to 0.5, such as 0.01")
@@ -414,7 +404,7 @@ func (v *validator) pathPrefix(segs []string, prefix, problem, example string) {
 // foldedPrefixes checks that no two path prefixes of a tier are one when
 // case is ignored: they would count the same requests twice over.
 func (v *validator) foldedPrefixes(c *Config) {
-	if c.Paths.Case == "sensitive" {
+	if c.Paths.Case == canonpath.Sensitive {
 		return
 	}
 	for _, name := range sortedKeys(c.Tiers) {
@@ -434,7 +424,6 @@ func (v *validator) foldedPrefixes(c *Config) {
 }
 
 func (v *validator) paths(p *Paths) {
-	v.oneOf(key("paths", "case"), p.Case, PathCases)
 	v.oneOf(key("paths", "ambiguous"), p.Ambiguous, AmbiguousPaths)
 }
 

@@ -1,9 +1,15 @@
-// Package config is the edge's configuration file: its schema, strict
-// decoding with file:line errors, defaults and validation.
+// Package config is ratewarden's one configuration file, read by every
+// command: its schema, strict decoding with file:line errors, defaults and
+// validation.
 package config
 
 import (
 	"time"
+
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/edge/redisstore"
 )
 
 // Config is the whole configuration file. The zero value is not valid; use
@@ -131,14 +137,14 @@ type DynamoDB struct {
 
 // Redis is the Redis counter store (store.type redis).
 type Redis struct {
-	Addrs       []string `yaml:"addrs"`        // host:port; several for Redis Cluster; default [127.0.0.1:6379]
-	Username    string   `yaml:"username"`     // ACL user; "" for none
-	PasswordEnv string   `yaml:"password_env"` // environment variable holding the password; default RATEWARDEN_REDIS_PASSWORD
-	DB          int      `yaml:"db"`           // database number (not with Cluster); default 0
-	TLS         bool     `yaml:"tls"`          // connect with TLS
-	PoolSize    int      `yaml:"pool_size"`    // connections per node; 0 is the client's default
-	Prefix      string   `yaml:"prefix"`       // key prefix; default rw:
-	Clock       string   `yaml:"clock"`        // server (default: Redis's clock) or caller (the edge's)
+	Addrs       []string         `yaml:"addrs"`        // host:port; several for Redis Cluster; default [127.0.0.1:6379]
+	Username    string           `yaml:"username"`     // ACL user; "" for none
+	PasswordEnv string           `yaml:"password_env"` // environment variable holding the password; default RATEWARDEN_REDIS_PASSWORD
+	DB          int              `yaml:"db"`           // database number (not with Cluster); default 0
+	TLS         bool             `yaml:"tls"`          // connect with TLS
+	PoolSize    int              `yaml:"pool_size"`    // connections per node; 0 is the client's default
+	Prefix      string           `yaml:"prefix"`       // key prefix; default rw:
+	Clock       redisstore.Clock `yaml:"clock"`        // server (default: Redis's clock) or caller (the edge's)
 }
 
 // Sync sits in front of a distributed store: it answers keys already over
@@ -186,14 +192,14 @@ type FailureLimit struct {
 // Decisions is the local decision log: an append-only directory of
 // segments, the embedded default for recording every decision.
 type Decisions struct {
-	Dir          string        `yaml:"dir"`           // log directory; "" disables (edge.decisions_file may still write JSON lines)
-	Codec        string        `yaml:"codec"`         // arrow (default: Arrow record batches, zstd) or json
-	Sync         string        `yaml:"sync"`          // batch, interval (default) or never
-	SyncInterval time.Duration `yaml:"sync_interval"` // with sync: interval; default 10ms
-	SegmentBytes int64         `yaml:"segment_bytes"` // roll a segment at this size; default 134217728 (128 MiB)
-	SegmentAge   time.Duration `yaml:"segment_age"`   // roll a segment this old; default 1h
-	RetainAge    time.Duration `yaml:"retain_age"`    // delete segments whose newest event is older; default 168h
-	RetainBytes  int64         `yaml:"retain_bytes"`  // delete the oldest segments while the log is larger; default 10737418240 (10 GiB)
+	Dir          string          `yaml:"dir"`           // log directory; "" disables (edge.decisions_file may still write JSON lines)
+	Codec        columnar.Codec  `yaml:"codec"`         // arrow (default: Arrow record batches, zstd) or json
+	Sync         seglog.SyncMode `yaml:"sync"`          // batch, interval (default) or never
+	SyncInterval time.Duration   `yaml:"sync_interval"` // with sync: interval; default 10ms
+	SegmentBytes int64           `yaml:"segment_bytes"` // roll a segment at this size; default 134217728 (128 MiB)
+	SegmentAge   time.Duration   `yaml:"segment_age"`   // roll a segment this old; default 1h
+	RetainAge    time.Duration   `yaml:"retain_age"`    // delete segments whose newest event is older; default 168h
+	RetainBytes  int64           `yaml:"retain_bytes"`  // delete the oldest segments while the log is larger; default 10737418240 (10 GiB)
 	// Linger is how long a decision may wait for others to share its log
 	// record, and Batch how many fill one: a record pays a fixed cost,
 	// so at low rates records wait to fill. Defaults 2s and 1024.
@@ -208,11 +214,11 @@ type Decisions struct {
 // chain, region and endpoint settings (AWS_REGION, AWS_ENDPOINT_URL,
 // AWS_ENDPOINT_URL_KINESIS, ...) apply.
 type Kinesis struct {
-	Stream     string        `yaml:"stream"`     // stream name; "" disables
-	Codec      string        `yaml:"codec"`      // arrow (default: many decisions per record) or json (one per record)
-	Partitions int           `yaml:"partitions"` // partitions, each at a fixed hash key; default 4, a multiple of the stream's shard count
-	SpillDir   string        `yaml:"spill_dir"`  // where undeliverable batches wait; default kinesis-spill
-	Retry      time.Duration `yaml:"retry"`      // wait before retrying a spilled batch; default 5s
+	Stream     string         `yaml:"stream"`     // stream name; "" disables
+	Codec      columnar.Codec `yaml:"codec"`      // arrow (default: many decisions per record) or json (one per record)
+	Partitions int            `yaml:"partitions"` // partitions, each at a fixed hash key; default 4, a multiple of the stream's shard count
+	SpillDir   string         `yaml:"spill_dir"`  // where undeliverable batches wait; default kinesis-spill
+	Retry      time.Duration  `yaml:"retry"`      // wait before retrying a spilled batch; default 5s
 	// Linger and Batch are the Kinesis sink's own: how long a decision may
 	// wait for others, and how many make a batch (split into a record per
 	// partition). Defaults 5s and 1024.
@@ -234,7 +240,7 @@ type Privacy struct {
 type Paths struct {
 	// Case is insensitive (default: /API/Reports counts as /api/reports) or
 	// sensitive, as the origin reads paths.
-	Case string `yaml:"case"`
+	Case canonpath.Case `yaml:"case"`
 	// Ambiguous is what happens to a path with dot segments, repeated
 	// slashes or backslashes: reject (default: 400) or rewrite (forward
 	// its canonical form).
@@ -292,20 +298,19 @@ const (
 	TierAuthenticated = "authenticated"
 )
 
-// The allowed values of enumerated keys, each in one place: adding a store
-// or a header is one line here (and its implementation elsewhere).
+// The allowed values of enumerated keys that config itself owns, each in one
+// place: adding a store or a header is one line here (and its
+// implementation elsewhere). A choice whose meaning belongs to another
+// package is decoded straight into that package's type (a seglog.SyncMode,
+// a redisstore.Clock, a canonpath.Case): see choice in decode.go.
 var (
 	// StoreTypes are the allowed store.type values; the first is the default.
 	StoreTypes = []string{"memory", "dynamodb", "redis"}
-	// RedisClocks are the allowed store.redis.clock values.
-	RedisClocks = []string{"server", "caller"}
 	// ClientIPHeaders are the allowed identity.client_ip_header values; the
 	// first is the default.
 	ClientIPHeaders = []string{"x-forwarded-for", "cloudfront-viewer-address"}
 	// JWTAlgorithms are the allowed identity.jwt.algorithm values.
 	JWTAlgorithms = []string{"HS256", "RS256", "ES256"}
-	// PathCases are the allowed paths.case values; the first is the default.
-	PathCases = []string{"insensitive", "sensitive"}
 	// AmbiguousPaths are the allowed paths.ambiguous values; the first is
 	// the default.
 	AmbiguousPaths = []string{"reject", "rewrite"}

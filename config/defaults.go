@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/edge/limit"
 )
 
@@ -63,7 +64,6 @@ func (c *Config) Defaults() {
 	}
 	def(&s.Redis.PasswordEnv, "RATEWARDEN_REDIS_PASSWORD")
 	def(&s.Redis.Prefix, "rw:")
-	def(&s.Redis.Clock, RedisClocks[0])
 	def(&s.Sync.FlushInterval, time.Second)
 	def(&s.Sync.MaxKeys, 100_000)
 
@@ -82,7 +82,6 @@ func (c *Config) Defaults() {
 
 	def(&c.Lists.Refresh, 30*time.Second)
 
-	def(&c.Paths.Case, PathCases[0])
 	def(&c.Paths.Ambiguous, AmbiguousPaths[0])
 	if _, written := c.lines["forward.strip_headers"]; !written && c.Forward.StripHeaders == nil {
 		c.Forward.StripHeaders = slices.Clone(DefaultStripHeaders)
@@ -93,8 +92,7 @@ func (c *Config) Defaults() {
 	}
 
 	d := &c.Decisions
-	def(&d.Codec, DecisionCodecs[0])
-	def(&d.Sync, SyncModes[0])
+	def(&d.Codec, columnar.CodecArrow)
 	def(&d.SyncInterval, 10*time.Millisecond)
 	def(&d.SegmentBytes, 128<<20)
 	def(&d.SegmentAge, time.Hour)
@@ -105,7 +103,7 @@ func (c *Config) Defaults() {
 	def(&d.Privacy.Addresses, "keep")
 	def(&d.Privacy.Users, "keep")
 	def(&d.Privacy.KeyEnv, "RATEWARDEN_PRIVACY_KEY")
-	def(&d.Kinesis.Codec, DecisionCodecs[0])
+	def(&d.Kinesis.Codec, columnar.CodecArrow)
 	def(&d.Kinesis.Partitions, 4)
 	def(&d.Kinesis.SpillDir, "kinesis-spill")
 	def(&d.Kinesis.Retry, 5*time.Second)

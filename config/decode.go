@@ -195,6 +195,12 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		d.duration(n, v, path)
 		return
 	}
+	if v.CanAddr() {
+		if c, ok := v.Addr().Interface().(choice); ok {
+			d.choice(n, c, path)
+			return
+		}
+	}
 	switch t.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
@@ -243,6 +249,26 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		// Only reached if the schema gains a field of a kind this decoder
 		// does not know; TestFullExample catches that.
 		d.fail(&Error{Line: n.Line, Key: path, Problem: "cannot be decoded into " + t.String()})
+	}
+}
+
+// choice is a value that names one of a few choices, owned by the package
+// whose behaviour it selects (seglog.SyncMode, redisstore.Clock,
+// canonpath.Case): the configuration is decoded into it once, and nobody
+// maps a string again. Its zero value is the default.
+type choice interface {
+	UnmarshalText([]byte) error
+	Choices() []string
+}
+
+func (d *decoder) choice(n *yaml.Node, c choice, path string) {
+	allowed := "one of " + strings.Join(c.Choices(), ", ")
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		d.typeError(n, path, "a string", allowed)
+		return
+	}
+	if err := c.UnmarshalText([]byte(n.Value)); err != nil {
+		d.fail(&Error{Line: n.Line, Key: path, Value: quoted(n.Value), Problem: "is not allowed", Allowed: allowed})
 	}
 }
 

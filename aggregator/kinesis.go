@@ -1,0 +1,326 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions/kinesis"
+)
+
+// KinesisOptions configure RunKinesis.
+type KinesisOptions struct {
+	Stream kinesis.StreamAPI // the Kinesis client; required
+	Leases kinesis.DynamoAPI // the DynamoDB client of the lease table; required
+	// Source configures the shared read of the stream: stream, lease
+	// table, consumer group, worker id. Its Checkpoint must be 0: the
+	// aggregator saves each shard's state after every batch, and the
+	// checkpoint written after it is what lets it tell a batch handled
+	// before from a new one.
+	Source kinesis.SourceOptions
+	// Store keeps each shard's state; required. Every worker of the
+	// consumer group must see the same store: a worker that takes a shard
+	// over resumes from the state its last holder saved.
+	Store  StateStore
+	Rollup Options
+	Sinks  []Sink
+	// Now reads the wall clock, for the idle watermark only; default
+	// time.Now.
+	Now func() time.Time
+	// Progress, if set, is called after every delivery, from the shard's
+	// goroutine: calls for different shards may be concurrent.
+	Progress func(KinesisStats)
+}
+
+// KinesisStats are what a RunKinesis did.
+type KinesisStats struct {
+	Events    uint64 // events added and saved, those handled before skipped
+	Skipped   uint64 // events of batches handled before, skipped
+	Outputs   uint64 // outputs delivered
+	Redeliver uint64 // outputs of a previous holder delivered again
+	Opened    uint64 // shards opened: taken and their state loaded
+	Ended     uint64 // shards read to their end, their windows emitted
+	Source    kinesis.SourceStats
+}
+
+// RunKinesis rolls a Kinesis stream of decisions up, one Rollup per shard
+// (the shard id is the partition), sharing the shards with the other
+// workers of its consumer group through the Source's leases. It runs until
+// ctx is done.
+//
+// Exactly once: before a batch's handler returns, and so before the Source
+// checkpoints after it, the shard's state is saved: the snapshot, the
+// outputs the batch closed (delivered after, then the state saved without
+// them) and the batch's first position and size. A batch the Source
+// delivers again after a change of hands starts at that position and holds
+// those events or more: its first events are skipped. A worker that takes
+// a shard loads its state from the store and delivers its pending outputs
+// again. Windows close at the event whose time passes their end however
+// the events were batched, so a shard handed over mid-way gives the same
+// outputs as one read by a single worker.
+//
+// A worker that stops or loses a shard leaves its open windows in the
+// state for the next holder; a shard read to its end (split or merged)
+// emits every window it holds. A held shard that has gone quiet advances
+// its watermark with the wall clock (Options.Idle), so its last window is
+// emitted on time.
+func RunKinesis(ctx context.Context, o KinesisOptions) (KinesisStats, error) {
+	switch {
+	case o.Stream == nil || o.Leases == nil:
+		return KinesisStats{}, errors.New("aggregate kinesis: the Kinesis and DynamoDB clients are required")
+	case o.Store == nil:
+		return KinesisStats{}, errors.New("aggregate kinesis: a state store is required")
+	case o.Source.Checkpoint != 0:
+		return KinesisStats{}, fmt.Errorf("aggregate kinesis: Source.Checkpoint %v: want 0, a checkpoint after every batch", o.Source.Checkpoint)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	src, err := kinesis.NewSource(o.Stream, o.Leases, o.Source)
+	if err != nil {
+		return KinesisStats{}, fmt.Errorf("aggregate kinesis: %w", err)
+	}
+	k := &kinesisRun{o: o, src: src, shards: map[string]*shardRun{}}
+	err = src.RunShards(ctx, k)
+	return k.stats(), err
+}
+
+// kinesisRun is the ShardHandler of RunKinesis.
+type kinesisRun struct {
+	o   KinesisOptions
+	src *kinesis.Source
+
+	mu     sync.Mutex
+	shards map[string]*shardRun // by shard id, while held
+
+	events, skipped, outputs, redeliver, opened, ended atomic.Uint64
+}
+
+var _ kinesis.ShardHandler = (*kinesisRun)(nil)
+
+func (k *kinesisRun) stats() KinesisStats {
+	return KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Outputs: k.outputs.Load(),
+		Redeliver: k.redeliver.Load(), Opened: k.opened.Load(), Ended: k.ended.Load(), Source: k.src.Stats()}
+}
+
+// shardRun is a held shard: its partition and the cursor of the last
+// batch handled. Only the shard's consumer goroutine uses it.
+type shardRun struct {
+	p    partitionRun
+	last kinesisCursor
+	// broken says the in-memory state may be ahead of the saved one (a
+	// handler call failed half-way): it is loaded again before the next.
+	broken bool
+	// moved says another holder saved the shard's state (ErrStateMoved):
+	// every call fails until the Source, finding its lease gone, stops
+	// the shard's consumer.
+	moved bool
+}
+
+// kinesisCursor is a Kinesis shard's State.Cursor: the first position and
+// event count of the last batch handled, and the position after it. carry
+// is what a batch handled again held fewer events than the first time:
+// the events still to skip from the batches that follow it.
+type kinesisCursor struct {
+	from   kinesis.Position
+	events uint64
+	to     kinesis.Position
+	carry  uint64
+}
+
+func (c kinesisCursor) append(b []byte) []byte {
+	b = appendBytes(b, []byte(c.from.Seq))
+	b = appendUvarint(b, uint64(c.from.Sub))
+	b = appendUvarint(b, c.events)
+	b = appendBytes(b, []byte(c.to.Seq))
+	b = appendUvarint(b, uint64(c.to.Sub))
+	return appendUvarint(b, c.carry)
+}
+
+func decodeKinesisCursor(b []byte) (c kinesisCursor, err error) {
+	if len(b) == 0 {
+		return c, nil
+	}
+	r := &reader{b: b}
+	c.from = kinesis.Position{Seq: r.string(), Sub: int64(r.uvarint())}
+	c.events = r.uvarint()
+	c.to = kinesis.Position{Seq: r.string(), Sub: int64(r.uvarint())}
+	c.carry = r.uvarint()
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(fmt.Errorf("%d bytes after the end", len(r.b)))
+	}
+	if r.err != nil {
+		return kinesisCursor{}, fmt.Errorf("kinesis cursor: %w", r.err)
+	}
+	return c, nil
+}
+
+// Open loads the shard's state, as its last holder saved it, and delivers
+// again what that holder may not have delivered.
+func (k *kinesisRun) Open(ctx context.Context, shard string, _ kinesis.Position) error {
+	sh, err := k.load(ctx, shard)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.shards[shard] = sh
+	k.mu.Unlock()
+	k.opened.Add(1)
+	return nil
+}
+
+func (k *kinesisRun) load(ctx context.Context, shard string) (*shardRun, error) {
+	sh := &shardRun{p: partitionRun{name: shard, store: k.o.Store, sinks: k.o.Sinks, r: NewRollup(k.o.Rollup)}}
+	err := sh.p.resume(ctx)
+	k.redeliver.Add(sh.p.redeliver)
+	k.delivered(sh)
+	if err != nil {
+		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
+	}
+	last, err := decodeKinesisCursor(sh.p.cursor)
+	if err != nil {
+		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
+	}
+	sh.last = last
+	return sh, nil
+}
+
+func (k *kinesisRun) shard(ctx context.Context, shard string) (*shardRun, error) {
+	k.mu.Lock()
+	sh := k.shards[shard]
+	k.mu.Unlock()
+	if sh != nil && sh.moved {
+		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, ErrStateMoved)
+	}
+	if sh != nil && !sh.broken {
+		return sh, nil
+	}
+	sh, err := k.load(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	k.shards[shard] = sh
+	k.mu.Unlock()
+	return sh, nil
+}
+
+// Handle adds the batch's new events, closing windows as the watermark
+// passes them, and saves the shard's state with the outputs before it
+// delivers them.
+func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
+	sh, err := k.shard(ctx, b.Shard)
+	if err != nil {
+		return err
+	}
+	events := b.Events
+	next := kinesisCursor{from: b.From, events: uint64(len(b.Events)), to: b.To}
+	var skip uint64
+	switch {
+	case sh.last.from == b.From && sh.last.events > 0:
+		// Handled before (the checkpoint after it was not written): the
+		// same events, or more, from the same position. Fewer, the
+		// Source does not promise, but they are skipped too, and the
+		// rest from the batches that follow.
+		skip = min(sh.last.events, uint64(len(events)))
+		if skip < sh.last.events {
+			next = sh.last
+			next.carry = sh.last.events - skip
+		}
+	case sh.last.carry > 0:
+		skip = min(sh.last.carry, uint64(len(events)))
+		if skip < sh.last.carry {
+			next = sh.last
+			next.carry -= skip
+		}
+	}
+	k.skipped.Add(skip)
+	events = events[skip:]
+	if len(events) == 0 && next == sh.last {
+		return nil
+	}
+	r := sh.p.r
+	var outs []Output
+	seq := r.Next()
+	for i := range events {
+		r.Add(&events[i], seq)
+		seq++
+		if r.Due() {
+			outs = r.take(false, outs)
+		}
+	}
+	sh.last = next
+	sh.p.cursor = sh.last.append(nil) // not in place: a loaded cursor shares the bytes it was read with
+	if err := k.save(ctx, sh, outs); err != nil {
+		return err
+	}
+	k.events.Add(uint64(len(events)))
+	return nil
+}
+
+// save saves and delivers outs; a failure marks the shard to be loaded
+// again, its in-memory state being ahead of the saved one.
+func (k *kinesisRun) save(ctx context.Context, sh *shardRun, outs []Output) error {
+	err := sh.p.save(ctx, outs)
+	k.delivered(sh)
+	if err != nil {
+		sh.broken = true
+		sh.moved = errors.Is(err, ErrStateMoved)
+	}
+	return err
+}
+
+// delivered counts the outputs the shard's partition delivered and
+// reports progress.
+func (k *kinesisRun) delivered(sh *shardRun) {
+	n := sh.p.delivered
+	if n == 0 {
+		return
+	}
+	sh.p.delivered = 0
+	k.outputs.Add(n)
+	if k.o.Progress != nil {
+		k.o.Progress(k.stats())
+	}
+}
+
+// Idle advances a quiet shard's watermark with the wall clock and emits the
+// windows it closes.
+func (k *kinesisRun) Idle(ctx context.Context, shard string) error {
+	sh, err := k.shard(ctx, shard)
+	if err != nil {
+		return err
+	}
+	sh.p.r.Advance(k.o.Now())
+	outs := sh.p.r.take(false, nil)
+	if len(outs) == 0 {
+		return nil
+	}
+	return k.save(ctx, sh, outs)
+}
+
+// Close emits every window of a shard read to its end; a shard stopped or
+// lost is forgotten, its state saved already.
+func (k *kinesisRun) Close(ctx context.Context, shard string, ended bool) error {
+	if !ended {
+		k.mu.Lock()
+		delete(k.shards, shard)
+		k.mu.Unlock()
+		return nil
+	}
+	sh, err := k.shard(ctx, shard)
+	if err != nil {
+		return err
+	}
+	if err := k.save(ctx, sh, sh.p.r.take(true, nil)); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	delete(k.shards, shard)
+	k.mu.Unlock()
+	k.ended.Add(1)
+	return nil
+}

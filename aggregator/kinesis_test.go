@@ -1,0 +1,500 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+
+	"fmt"
+	"math/big"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/kinesis"
+)
+
+// standIns are the Kinesis and DynamoDB clients of the stand-ins.
+type standIns struct {
+	kc *awskinesis.Client
+	dc *dynamodb.Client
+}
+
+// standInRegion is where these tests make their streams: kinesalite
+// bounds the shards of a region, which other packages' tests share.
+const standInRegion = "eu-west-1"
+
+func newStandIns(t testing.TB) standIns {
+	kep, dep := awstest.Endpoint(t, awstest.KinesisEnv), awstest.Endpoint(t, awstest.DynamoDBEnv)
+	cfg := awstest.Config(t)
+	cfg.Region = standInRegion
+	return standIns{
+		kc: awskinesis.NewFromConfig(cfg, func(o *awskinesis.Options) { o.BaseEndpoint = aws.String(kep) }),
+		dc: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(dep) }),
+	}
+}
+
+var names atomic.Int64
+
+// stream creates a stream of n shards and a lease table, and returns
+// their names.
+func (s standIns) stream(t testing.TB, shards int32) (stream, table string) {
+	t.Helper()
+	suffix := fmt.Sprintf("%d-%d", time.Now().UnixNano(), names.Add(1))
+	stream, table = "agg-"+suffix, "agg-leases-"+suffix
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.kc.CreateStream(ctx, &awskinesis.CreateStreamInput{StreamName: aws.String(stream), ShardCount: aws.Int32(shards)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.kc.DeleteStream(context.Background(), &awskinesis.DeleteStreamInput{StreamName: aws.String(stream)})
+	})
+	w := awskinesis.NewStreamExistsWaiter(s.kc, func(o *awskinesis.StreamExistsWaiterOptions) { o.MinDelay = 20 * time.Millisecond })
+	if err := w.Wait(ctx, &awskinesis.DescribeStreamInput{StreamName: aws.String(stream)}, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	awstest.CreateTable(t, s.dc, kinesis.LeaseTableSpec(table))
+	return stream, table
+}
+
+// put writes ds through the real Kinesis sink, 8 partitions, 500 events
+// a call: explicit hash keys spread the identities over the shards.
+func (s standIns) put(t testing.TB, stream string, ds []decisions.Decision) {
+	t.Helper()
+	sink, err := kinesis.New(s.kc, kinesis.Options{Stream: stream, Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(ds); i += 500 {
+		if err := sink.WriteBatch(ds[i:min(i+500, len(ds))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// kinesisOptions reads stream with worker's id in the consumer group
+// "agg", keeping state in store and writing to sink.
+func (s standIns) options(stream, table, worker string, store StateStore, sink Sink) KinesisOptions {
+	return KinesisOptions{Stream: s.kc, Leases: s.dc, Store: store, Sinks: []Sink{sink},
+		Source: kinesis.SourceOptions{Stream: stream, Table: table, Group: "agg", Worker: worker,
+			LeaseDuration: 900 * time.Millisecond, Discover: 200 * time.Millisecond, Poll: 50 * time.Millisecond,
+			Records: 10, MaxBatch: 300},
+		Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond, Idle: 300 * time.Millisecond}}
+}
+
+// running is a RunKinesis in a goroutine.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	stats  KinesisStats
+}
+
+func start(o KinesisOptions) *running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		var err error
+		r.stats, err = RunKinesis(ctx, o)
+		r.done <- err
+	}()
+	return r
+}
+
+func (r *running) stop(t *testing.T) KinesisStats {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	return r.stats
+}
+
+// waitEvents waits until the partials under dir hold n events.
+func waitEvents(t *testing.T, dir string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		e, _ := totals(t, dir, time.Second)
+		if e == uint64(n) {
+			return
+		}
+		if e > uint64(n) || time.Now().After(deadline) {
+			t.Fatalf("the partials hold %d events, want %d", e, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func decidedOf(ds []decisions.Decision) (n uint64) {
+	for _, d := range ds {
+		if d.Kind == decisions.KindDecision {
+			n++
+		}
+	}
+	return n
+}
+
+// sameFiles fails unless got holds exactly want's files, byte for byte.
+func sameFiles(t *testing.T, what string, got, want map[string][]byte) {
+	t.Helper()
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !bytes.Equal(got[name], want[name]) {
+			t.Errorf("%s: %s differs or is missing", what, name)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%s: %d files, want %d", what, len(got), len(want))
+	}
+}
+
+// TestRunKinesisTotals reads a 4-shard stream with one worker: the
+// partials hold every event once, a partition per shard, and the last
+// windows close on the wall clock once the shards are quiet.
+func TestRunKinesisTotals(t *testing.T) {
+	s := newStandIns(t)
+	stream, table := s.stream(t, 4)
+	ds := testEvents(20_000)
+	s.put(t, stream, ds)
+	out := t.TempDir()
+	began := time.Now()
+	r := start(s.options(stream, table, "one", &StateDir{Dir: t.TempDir()}, &PartialsDir{Dir: out}))
+	waitEvents(t, out, len(ds))
+	elapsed := time.Since(began)
+	st := r.stop(t)
+	if _, n := totals(t, out, time.Second); n != decidedOf(ds) {
+		t.Fatalf("partials hold %d decisions, the stream %d", n, decidedOf(ds))
+	}
+	ps, _, err := (&PartialsDir{Dir: out}).Read(time.Second, t0, t0.Add(time.Hour))
+	if err != nil || len(ps) == 0 {
+		t.Fatal(err, len(ps))
+	}
+	parts := map[string]bool{}
+	for name := range files(t, out) {
+		var start int64
+		var shard string
+		fmt.Sscanf(name[len("1s/2026-11-30/"):], "%d.%s", &start, &shard)
+		parts[shard[:len("shardId-000000000000")]] = true
+	}
+	if len(parts) != 4 || st.Events != uint64(len(ds)) || st.Source.Held != 0 {
+		t.Fatalf("partitions %v, stats %+v", parts, st)
+	}
+	t.Logf("%d events through RunKinesis in %v (%.0f events/s, stand-ins, 200 ms between reads of a shard); %+v",
+		len(ds), elapsed, float64(len(ds))/elapsed.Seconds(), st)
+}
+
+// stopAfter is a sink that, once n outputs are written, says so on
+// stopped and, with fail, fails every write: the worker cut off with
+// outputs saved in its state but not delivered.
+type stopAfter struct {
+	PartialsDir
+	n       atomic.Int64
+	fail    bool
+	once    sync.Once
+	stopped chan struct{}
+}
+
+func (s *stopAfter) Write(ctx context.Context, partition string, o Output) error {
+	if s.n.Add(-1) < 0 {
+		s.once.Do(func() { close(s.stopped) })
+		if s.fail {
+			return errCrash
+		}
+	}
+	return s.PartialsDir.Write(ctx, partition, o)
+}
+
+// TestRunKinesisTakeover stops a worker mid-way — cleanly, or with
+// outputs written to its state and never delivered — and lets another
+// take its shards over from the shared state directory: the partials are
+// those of an uninterrupted run, byte for byte.
+func TestRunKinesisTakeover(t *testing.T) {
+	s := newStandIns(t)
+	stream, table := s.stream(t, 4)
+	ds := testEvents(20_000)
+	s.put(t, stream, ds)
+	// Each run is a new lease table: a new consumer group from the
+	// stream's start.
+	run := func(worker, table string, store StateStore, sink Sink) *running {
+		return start(s.options(stream, table, worker, store, sink))
+	}
+	wantDir := t.TempDir()
+	ref := run("ref", table, &StateDir{Dir: t.TempDir()}, &PartialsDir{Dir: wantDir})
+	waitEvents(t, wantDir, len(ds))
+	ref.stop(t)
+	want := files(t, wantDir)
+	if _, n := totals(t, wantDir, time.Second); n != decidedOf(ds) {
+		t.Fatalf("partials hold %d decisions, the stream %d", n, decidedOf(ds))
+	}
+	stateTable := newStateTable(t, s)
+	stores := []struct {
+		name string
+		// new returns a function that gives each worker its store, all
+		// over the same states.
+		new func(t *testing.T) func() StateStore
+	}{
+		{"dir", func(t *testing.T) func() StateStore {
+			dir := t.TempDir()
+			return func() StateStore { return &StateDir{Dir: dir} }
+		}},
+		{"table", func(t *testing.T) func() StateStore {
+			prefix := fmt.Sprint("takeover-", names.Add(1))
+			return func() StateStore { return &StateTable{API: s.dc, Table: stateTable, Prefix: prefix} }
+		}},
+	}
+	for _, store := range stores {
+		for _, cut := range []struct {
+			after int64
+			fail  bool // the sink fails from then on; else a clean stop
+		}{{3, true}, {12, true}, {8, false}} {
+			t.Run(fmt.Sprint(store.name, ", cut after ", cut.after, " outputs, failing ", cut.fail), func(t *testing.T) {
+				_, table := s.stream(t, 1) // a fresh lease table; the 1-shard stream is unused
+				out, newStore := t.TempDir(), store.new(t)
+				sink := &stopAfter{PartialsDir: PartialsDir{Dir: out}, fail: cut.fail, stopped: make(chan struct{})}
+				sink.n.Store(cut.after)
+				a := run("a", table, newStore(), sink)
+				select {
+				case <-sink.stopped:
+				case <-time.After(60 * time.Second):
+					t.Fatal("a never wrote its outputs")
+				}
+				sa := a.stop(t)
+				b := run("b", table, newStore(), &PartialsDir{Dir: out})
+				waitEvents(t, out, len(ds))
+				sb := b.stop(t)
+				// a delivered some outputs, left the rest in the states it
+				// saved (failing: with outputs to deliver again, and a
+				// batch handled but not checkpointed), and b took over
+				// from those states.
+				if sa.Outputs == 0 || sb.Events >= uint64(len(ds)) || cut.fail && (sb.Redeliver == 0 || sb.Skipped == 0) {
+					t.Errorf("not a takeover mid-way: a %+v, b %+v", sa, sb)
+				}
+				sameFiles(t, "after a takeover", files(t, out), want)
+				t.Logf("a %+v\nb %+v", sa, sb)
+			})
+		}
+	}
+}
+
+// splitFirst splits the stream's first shard at the middle of its
+// hash-key range and waits until the stream is active again.
+func (s standIns) splitFirst(t *testing.T, stream string) string {
+	t.Helper()
+	ctx := context.Background()
+	shards, err := s.kc.ListShards(ctx, &awskinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := shards.Shards[0]
+	lo, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
+	hi, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.EndingHashKey), 10)
+	mid := lo.Add(lo, hi.Add(hi, big.NewInt(1))).Rsh(lo, 1)
+	if _, err := s.kc.SplitShard(ctx, &awskinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := s.kc.DescribeStreamSummary(ctx, &awskinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		if err == nil && out.StreamDescriptionSummary.StreamStatus == types.StreamStatusActive {
+			return aws.ToString(sh.ShardId)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stream is not active again after the split")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRunKinesisSplit splits a shard while it is aggregated: the parent,
+// read to its end, emits all its windows; the children are partitions of
+// their own; the partials hold every event once.
+func TestRunKinesisSplit(t *testing.T) {
+	s := newStandIns(t)
+	stream, table := s.stream(t, 1)
+	ds := testEvents(10_000)
+	s.put(t, stream, ds[:5000])
+	out := t.TempDir()
+	r := start(s.options(stream, table, "one", &StateDir{Dir: t.TempDir()}, &PartialsDir{Dir: out}))
+	defer r.cancel()
+	parent := s.splitFirst(t, stream)
+	s.put(t, stream, ds[5000:])
+	waitEvents(t, out, len(ds))
+	st := r.stop(t)
+	if _, n := totals(t, out, time.Second); n != decidedOf(ds) {
+		t.Fatalf("partials hold %d decisions, the stream %d", n, decidedOf(ds))
+	}
+	parts := map[string]int{}
+	for name := range files(t, out) {
+		for _, p := range []string{parent, "shardId-000000000001", "shardId-000000000002"} {
+			if bytes.Contains([]byte(name), []byte("."+p+".")) {
+				parts[p]++
+			}
+		}
+	}
+	if len(parts) != 3 || st.Ended != 1 {
+		t.Fatalf("partials by partition %v; stats %+v: want the parent's and both children's, the parent ended", parts, st)
+	}
+}
+
+// TestKinesisRedeliveredBatches hands a shard's handler batches again as
+// a new holder would see them: the same batch, a superset from the same
+// position, and a subset (which the Source does not promise to avoid),
+// whose missing events come in the batches that follow. Each event is
+// added once.
+func TestKinesisRedeliveredBatches(t *testing.T) {
+	ds := testEvents(100)
+	store := &StateDir{Dir: t.TempDir()}
+	pos := func(seq string, sub int64) kinesis.Position { return kinesis.Position{Seq: seq, Sub: sub} }
+	batch := func(from kinesis.Position, first, n int) *kinesis.Batch {
+		return &kinesis.Batch{Shard: "shardId-000000000000", From: from, To: pos(from.Seq+"'", int64(n)), Events: ds[first : first+n]}
+	}
+	f := func(steps []*kinesis.Batch, want uint64) {
+		t.Helper()
+		ctx := context.Background()
+		k := &kinesisRun{o: KinesisOptions{Store: store}, shards: map[string]*shardRun{}}
+		if err := k.Open(ctx, "shardId-000000000000", kinesis.Position{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range steps {
+			if err := k.Handle(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := k.shards["shardId-000000000000"].p.r.Stats().Events; got != want {
+			t.Fatalf("the shard's rollup holds %d events, want %d", got, want)
+		}
+	}
+	f([]*kinesis.Batch{batch(pos("1", 0), 0, 10), batch(pos("2", 0), 10, 10)}, 20)
+	// A new holder: batch 2 again, then as a superset.
+	f([]*kinesis.Batch{batch(pos("2", 0), 10, 10), batch(pos("2", 0), 10, 15)}, 25)
+	// Again, as a subset, then the rest in two batches from other
+	// positions: only events 25 on are new.
+	f([]*kinesis.Batch{batch(pos("2", 0), 10, 4), batch(pos("2", 4), 14, 6), batch(pos("2", 10), 20, 10)}, 30)
+}
+
+// countingSink adds up the events of the outputs written to it.
+type countingSink struct{ events atomic.Uint64 }
+
+func (s *countingSink) Write(_ context.Context, _ string, o Output) error {
+	s.events.Add(o.Partial.Events)
+	return nil
+}
+
+func (s *countingSink) Flush(context.Context) error { return nil }
+
+// BenchmarkRunKinesis reads 100,000 events off a 4-shard kinesalite
+// stream with one RunKinesis, the source's default batch sizes, states in
+// a directory or in a dynalite table; each iteration is a new consumer
+// group from the stream's start, until every window is delivered. A
+// stand-in figure: kinesalite and dynalite are not the services.
+func BenchmarkRunKinesis(b *testing.B) {
+	s := newStandIns(b)
+	stream, table := s.stream(b, 4)
+	stateTable := newStateTable(b, s)
+	const total = 100_000
+	s.put(b, stream, testEvents(total))
+	group := 0
+	for _, store := range []struct {
+		name string
+		new  func(b *testing.B) StateStore
+	}{
+		{"dir", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }},
+		{"table", func(*testing.B) StateStore {
+			return &StateTable{API: s.dc, Table: stateTable, Prefix: fmt.Sprint("bench-", names.Add(1))}
+		}},
+	} {
+		b.Run(store.name, func(b *testing.B) {
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				group++
+				n++
+				sink := &countingSink{}
+				o := s.options(stream, table, "bench", store.new(b), sink)
+				o.Source.Group, o.Source.Records, o.Source.MaxBatch = fmt.Sprint("bench-", group), 0, 0
+				o.Source.Poll, o.Rollup.Idle = 20*time.Millisecond, 20*time.Millisecond
+				r := start(o)
+				for sink.events.Load() < total {
+					time.Sleep(5 * time.Millisecond)
+				}
+				r.cancel()
+				<-r.done
+			}
+			b.ReportMetric(float64(total*n)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// windowSink records when each window's output arrives.
+type windowSink struct {
+	mu      sync.Mutex
+	arrived map[int64]time.Time // window end, Unix nanoseconds → when delivered
+}
+
+func (s *windowSink) Write(_ context.Context, _ string, o Output) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.arrived[o.Partial.End().UnixNano()]; !ok {
+		s.arrived[o.Partial.End().UnixNano()] = time.Now()
+	}
+	return nil
+}
+
+func (s *windowSink) Flush(context.Context) error { return nil }
+
+// TestRunKinesisQuietShard writes live events to a 2-shard stream, then
+// nothing: the last window of each shard is emitted once the shard has
+// been quiet for Idle, within window + lateness + Idle and a few reads of
+// its end, not at shutdown.
+func TestRunKinesisQuietShard(t *testing.T) {
+	s := newStandIns(t)
+	stream, table := s.stream(t, 2)
+	sink := &windowSink{arrived: map[int64]time.Time{}}
+	r := start(s.options(stream, table, "one", &StateDir{Dir: t.TempDir()}, sink))
+	defer r.cancel()
+	ds := decisionsAt(time.Now(), 200)
+	s.put(t, stream, ds)
+	last := ds[len(ds)-1].Time.Truncate(time.Second).Add(time.Second) // the last window's end
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sink.mu.Lock()
+		at, ok := sink.arrived[last.UnixNano()]
+		sink.mu.Unlock()
+		if ok {
+			// Lateness 100 ms, Idle 300 ms, reads 200 ms apart and a 50 ms
+			// poll: about 0.7 s after the window's end; 2 s allows for a
+			// busy machine.
+			if late := at.Sub(last); late > 2*time.Second {
+				t.Fatalf("the last window arrived %v after its end", late)
+			} else {
+				t.Logf("the last window arrived %v after its end", late)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the last window never arrived")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.stop(t)
+}
+
+// decisionsAt returns n generated decisions stamped from start on.
+func decisionsAt(start time.Time, n int) []decisions.Decision {
+	return decisiontest.NewGenerator(3, start).Batch(n)
+}

@@ -1,0 +1,125 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+)
+
+// testStateStore is the conformance suite of StateStore: every
+// implementation runs it.
+func testStateStore(t *testing.T, newStore func(t *testing.T) StateStore) {
+	ctx := context.Background()
+	p := NewPartial(t0, time.Second, 10)
+	for _, d := range testEvents(50) {
+		p.Update(&d)
+	}
+	big := make([]byte, 900<<10) // chunked by a table
+	for i := range big {
+		big[i] = byte(rand.Uint32())
+	}
+	states := []State{
+		{Snapshot: []byte("RWR-snapshot")},
+		{Snapshot: []byte("s"), Pending: []Output{{Partial: p, From: 3, To: 9}, {Partial: p, Correction: true, From: 10, To: 10}}, Cursor: []byte("cursor")},
+		{Snapshot: big, Cursor: []byte{0}},
+		{Snapshot: []byte("small again")},
+	}
+	same := func(t *testing.T, got, want State) {
+		t.Helper()
+		gb, err := appendState(nil, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wb, _ := appendState(nil, want)
+		if !slices.Equal(gb, wb) {
+			t.Fatalf("loaded a state of %d bytes encoded, saved %d", len(gb), len(wb))
+		}
+	}
+	t.Run("missing", func(t *testing.T) {
+		if _, ok, err := newStore(t).Load(ctx, "nothing"); ok || err != nil {
+			t.Fatalf("ok %v, err %v: want no state", ok, err)
+		}
+	})
+	t.Run("saves replace", func(t *testing.T) {
+		s := newStore(t)
+		for i, st := range states {
+			if err := s.Save(ctx, "shardId-000000000001", st); err != nil {
+				t.Fatalf("save %d: %v", i, err)
+			}
+			got, ok, err := s.Load(ctx, "shardId-000000000001")
+			if !ok || err != nil {
+				t.Fatalf("load %d: ok %v, %v", i, ok, err)
+			}
+			same(t, got, st)
+		}
+	})
+	t.Run("partitions apart, concurrently", func(t *testing.T) {
+		s := newStore(t)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				for j := range 5 {
+					if err := s.Save(ctx, fmt.Sprint("p", i), State{Snapshot: fmt.Appendf(nil, "%d-%d", i, j)}); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for i := range 4 {
+			got, ok, err := s.Load(ctx, fmt.Sprint("p", i))
+			if !ok || err != nil || string(got.Snapshot) != fmt.Sprint(i, "-4") {
+				t.Fatalf("partition %d: %q, %v, %v", i, got.Snapshot, ok, err)
+			}
+		}
+	})
+}
+
+func TestStateDir(t *testing.T) {
+	testStateStore(t, func(t *testing.T) StateStore { return &StateDir{Dir: t.TempDir()} })
+}
+
+// newStateTable creates a state table on dynalite, deleted after the test.
+func newStateTable(t testing.TB, s standIns) string {
+	name := fmt.Sprintf("agg-state-%d-%d", time.Now().UnixNano(), names.Add(1))
+	awstest.CreateTable(t, s.dc, StateTableSpec(name))
+	return name
+}
+
+func TestStateTable(t *testing.T) {
+	s := newStandIns(t)
+	table := newStateTable(t, s)
+	testStateStore(t, func(t *testing.T) StateStore {
+		return &StateTable{API: s.dc, Table: table, Prefix: fmt.Sprint("suite-", names.Add(1))}
+	})
+	// Two holders of one partition: the one that did not read the
+	// other's save cannot overwrite it.
+	ctx := context.Background()
+	a := &StateTable{API: s.dc, Table: table, Prefix: "moved"}
+	b := &StateTable{API: s.dc, Table: table, Prefix: "moved"}
+	if err := a.Save(ctx, "p", State{Snapshot: []byte("a1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Load(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Save(ctx, "p", State{Snapshot: []byte("b1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(ctx, "p", State{Snapshot: []byte("a2")}); !errors.Is(err, ErrStateMoved) {
+		t.Fatalf("a saved over b's state: %v", err)
+	}
+	if err := (&StateTable{API: s.dc, Table: table, Prefix: "moved"}).Save(ctx, "p", State{}); !errors.Is(err, ErrStateMoved) {
+		t.Fatalf("a store that never read the state saved over it: %v", err)
+	}
+	if got, _, _ := a.Load(ctx, "p"); string(got.Snapshot) != "b1" {
+		t.Fatalf("state %q, want b's", got.Snapshot)
+	}
+}

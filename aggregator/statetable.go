@@ -1,0 +1,245 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The state table holds each partition's State, encoded as a state file
+// is, under a head item and, when it is larger than one item may be, in
+// chunks:
+//
+//	partition (S, hash key)   "<prefix>/<partition>"
+//	item      (S, range key)  "head", or "<generation>.<i>" for chunk i
+//	gen       (N)             head: the generation, bumped by every save
+//	chunks    (N)             head: 0 when data holds the whole state,
+//	                          else the number of chunk items
+//	data      (B)             head or chunk: the state's bytes, or a piece
+//
+// A save writes the chunks of the next generation first, then the head,
+// conditioned on the generation this store last read or wrote: a worker
+// whose shard was taken over and saved by another fails its save instead
+// of overwriting the newer state. The chunks of the previous generation
+// are deleted after; those of a save that crashed before its head are
+// overwritten by the next save, which uses the same generation (a chunk
+// whose delete failed stays, unread, until the table is cleared).
+const (
+	stateAttrPartition = "partition"
+	stateAttrItem      = "item"
+	stateAttrGen       = "gen"
+	stateAttrChunks    = "chunks"
+	stateAttrData      = "data"
+	stateHead          = "head"
+	// stateChunk is the most state bytes an item holds, well within
+	// DynamoDB's 400 KB item limit with the keys and attribute names.
+	stateChunk = 350 << 10
+)
+
+// ErrStateMoved is returned by StateTable.Save when another store saved the
+// partition since this one last read or wrote it: the shard has another
+// holder.
+var ErrStateMoved = errors.New("state saved by another holder since it was read")
+
+// StateTableSpec returns the CreateTable input of a state table named
+// name: the key schema above, billed per request.
+func StateTableSpec(name string) *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName: aws.String(name),
+		AttributeDefinitions: []ddb.AttributeDefinition{
+			{AttributeName: aws.String(stateAttrPartition), AttributeType: ddb.ScalarAttributeTypeS},
+			{AttributeName: aws.String(stateAttrItem), AttributeType: ddb.ScalarAttributeTypeS},
+		},
+		KeySchema: []ddb.KeySchemaElement{
+			{AttributeName: aws.String(stateAttrPartition), KeyType: ddb.KeyTypeHash},
+			{AttributeName: aws.String(stateAttrItem), KeyType: ddb.KeyTypeRange},
+		},
+		BillingMode: ddb.BillingModePayPerRequest,
+	}
+}
+
+// StateTableAPI is the part of the DynamoDB client a StateTable uses.
+// *dynamodb.Client satisfies it.
+type StateTableAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+var _ StateTableAPI = (*dynamodb.Client)(nil)
+
+// StateTable keeps each partition's state in a DynamoDB table (see
+// StateTableSpec), for aggregators on several machines. Prefix names the
+// consumer group and stream, so that one table serves many. A StateTable
+// is safe for concurrent use; it remembers the generation of each
+// partition it read or wrote.
+type StateTable struct {
+	API    StateTableAPI
+	Table  string
+	Prefix string
+	// Timeout bounds each call; default 10s.
+	Timeout time.Duration
+
+	mu   sync.Mutex
+	seen map[string]stateHeadInfo // by partition
+}
+
+var _ StateStore = (*StateTable)(nil)
+
+type stateHeadInfo struct {
+	gen, chunks int64
+}
+
+func (s *StateTable) key(partition, item string) map[string]ddb.AttributeValue {
+	return map[string]ddb.AttributeValue{
+		stateAttrPartition: &ddb.AttributeValueMemberS{Value: s.Prefix + "/" + partition},
+		stateAttrItem:      &ddb.AttributeValueMemberS{Value: item},
+	}
+}
+
+func chunkItem(gen, i int64) string {
+	return strconv.FormatInt(gen, 10) + "." + strconv.FormatInt(i, 10)
+}
+
+// call returns the context of one call: bounded by Timeout, and not cut
+// short when ctx is done, so that a worker that stops mid-save finishes
+// the call it is in rather than abandon a request half sent.
+func (s *StateTable) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.Timeout
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+func (s *StateTable) get(ctx context.Context, partition, item string) (map[string]ddb.AttributeValue, error) {
+	c, cancel := s.call(ctx)
+	defer cancel()
+	out, err := s.API.GetItem(c, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: s.key(partition, item), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+func itemNum(it map[string]ddb.AttributeValue, name string) int64 {
+	v, _ := it[name].(*ddb.AttributeValueMemberN)
+	if v == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v.Value, 10, 64)
+	return n
+}
+
+func itemBytes(it map[string]ddb.AttributeValue) []byte {
+	v, _ := it[stateAttrData].(*ddb.AttributeValueMemberB)
+	if v == nil {
+		return nil
+	}
+	return v.Value
+}
+
+// Load reads the partition's head and chunks.
+func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, error) {
+	head, err := s.get(ctx, partition, stateHead)
+	if err != nil {
+		return State{}, false, fmt.Errorf("load state %s: %w", partition, err)
+	}
+	if head == nil {
+		s.remember(partition, stateHeadInfo{})
+		return State{}, false, nil
+	}
+	h := stateHeadInfo{gen: itemNum(head, stateAttrGen), chunks: itemNum(head, stateAttrChunks)}
+	b := itemBytes(head)
+	for i := range h.chunks {
+		it, err := s.get(ctx, partition, chunkItem(h.gen, i))
+		if err != nil {
+			return State{}, false, fmt.Errorf("load state %s: %w", partition, err)
+		}
+		if it == nil {
+			return State{}, false, fmt.Errorf("load state %s: chunk %d of generation %d is missing", partition, i, h.gen)
+		}
+		b = append(b, itemBytes(it)...)
+	}
+	st, err := decodeState(b)
+	if err != nil {
+		return State{}, false, fmt.Errorf("load state %s (table %s, generation %d): %w", partition, s.Table, h.gen, err)
+	}
+	s.remember(partition, h)
+	return st, true, nil
+}
+
+func (s *StateTable) remember(partition string, h stateHeadInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]stateHeadInfo{}
+	}
+	s.seen[partition] = h
+}
+
+// Save writes the partition's state as the next generation. It fails with
+// ErrStateMoved if another store saved the partition since this one last
+// loaded or saved it (or, never having loaded it, if it exists).
+func (s *StateTable) Save(ctx context.Context, partition string, st State) error {
+	b, err := appendState(nil, st)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	prev, known := s.seen[partition]
+	s.mu.Unlock()
+	h := stateHeadInfo{gen: prev.gen + 1}
+	head := s.key(partition, stateHead)
+	head[stateAttrGen] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(h.gen, 10)}
+	if len(b) <= stateChunk {
+		head[stateAttrData] = &ddb.AttributeValueMemberB{Value: b}
+	} else {
+		for i := int64(0); len(b) > 0; i++ {
+			n := min(len(b), stateChunk)
+			it := s.key(partition, chunkItem(h.gen, i))
+			it[stateAttrData] = &ddb.AttributeValueMemberB{Value: b[:n]}
+			c, cancel := s.call(ctx)
+			_, err := s.API.PutItem(c, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: it})
+			cancel()
+			if err != nil {
+				return fmt.Errorf("save state %s: chunk %d: %w", partition, i, err)
+			}
+			b, h.chunks = b[n:], i+1
+		}
+	}
+	head[stateAttrChunks] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(h.chunks, 10)}
+	in := &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: head,
+		ExpressionAttributeNames: map[string]string{"#g": stateAttrGen}}
+	if known && prev.gen > 0 {
+		in.ConditionExpression = aws.String("#g = :g")
+		in.ExpressionAttributeValues = map[string]ddb.AttributeValue{":g": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(prev.gen, 10)}}
+	} else {
+		in.ConditionExpression = aws.String("attribute_not_exists(#g)")
+	}
+	c, cancel := s.call(ctx)
+	_, err = s.API.PutItem(c, in)
+	cancel()
+	var cf *ddb.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return fmt.Errorf("save state %s: %w", partition, ErrStateMoved)
+	}
+	if err != nil {
+		return fmt.Errorf("save state %s: %w", partition, err)
+	}
+	s.remember(partition, h)
+	// The previous generation's chunks are garbage now.
+	for i := range prev.chunks {
+		c, cancel := s.call(ctx)
+		s.API.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: aws.String(s.Table), Key: s.key(partition, chunkItem(prev.gen, i))})
+		cancel()
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+)
+
+// aggregateProc is a `ratewarden aggregate` the test started.
+type aggregateProc struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+func startAggregate(t *testing.T, bin string, env []string, args ...string) *aggregateProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"aggregate", "--window", "1s", "--lateness", "100ms", "--admin-listen", "off"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &aggregateProc{cmd: cmd, out: &syncBuffer{}}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return p
+}
+
+// stop interrupts the aggregator and waits for its clean exit.
+func (p *aggregateProc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(os.Interrupt)
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("aggregate: %v\n%s", err, p.out.String())
+	}
+}
+
+// leaseOwners counts the leases each worker of a consumer group holds.
+func leaseOwners(t *testing.T, table, group string) map[string]int {
+	t.Helper()
+	dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) {
+		o.BaseEndpoint = aws.String(awstest.Endpoint(t, awstest.DynamoDBEnv))
+	})
+	out, err := dc.Query(context.Background(), &dynamodb.QueryInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("#g = :g"),
+		ExpressionAttributeNames:  map[string]string{"#g": "group"},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":g": &ddbtypes.AttributeValueMemberS{Value: group}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]int{}
+	for _, it := range out.Items {
+		if o, ok := it["owner"].(*ddbtypes.AttributeValueMemberS); ok {
+			owners[o.Value]++
+		}
+	}
+	return owners
+}
+
+// windowCounts merges the partials under dir and returns, per window,
+// the events and the decisions by HTTP status their outcomes answer.
+func windowCounts(t *testing.T, dir string) (total uint64, byWindow map[time.Time]string, statuses map[int]uint64) {
+	t.Helper()
+	status := map[decisions.Outcome]int{decisions.Allow: 200, decisions.Challenge: 302, decisions.Block: 429}
+	byWindow, statuses = map[time.Time]string{}, map[int]uint64{}
+	for start, p := range readPartials(t, dir, time.Second) {
+		total += p.Events
+		outcomes := map[int]uint64{}
+		for o, n := range p.Counts.ByOutcome() {
+			if n > 0 {
+				outcomes[status[decisions.Outcome(o)]] += n
+				statuses[status[decisions.Outcome(o)]] += n
+			}
+		}
+		byWindow[start] = fmt.Sprint(p.Events, outcomes)
+	}
+	return total, byWindow, statuses
+}
+
+// waitPartials waits until the partials under dir hold n events.
+func waitPartials(t *testing.T, dir string, n uint64, procs ...*aggregateProc) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		total, _, _ := windowCounts(t, dir)
+		if total == n {
+			return
+		}
+		exited := slices.ContainsFunc(procs, func(p *aggregateProc) bool { return p.cmd.ProcessState != nil })
+		if total > n || exited || time.Now().After(deadline) {
+			var logs string
+			for _, p := range procs {
+				logs += p.out.String()
+			}
+			t.Fatalf("the partials hold %d events, want %d\n%s", total, n, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// emfRequests adds up the service-wide Requests of the EMF files, each
+// output once: an output delivered again (after a change of hands) carries
+// the same rw_key.
+func emfRequests(t *testing.T, paths ...string) int {
+	t.Helper()
+	seen := map[string]bool{}
+	total := 0
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			if len(line) == 0 {
+				continue
+			}
+			var doc struct {
+				AWS struct {
+					CloudWatchMetrics []struct{ Dimensions [][]string }
+				} `json:"_aws"`
+				Key      string `json:"rw_key"`
+				Requests *float64
+			}
+			if err := json.Unmarshal(line, &doc); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if doc.Requests == nil || len(doc.AWS.CloudWatchMetrics[0].Dimensions) != 1 || len(doc.AWS.CloudWatchMetrics[0].Dimensions[0]) != 0 || seen[doc.Key] {
+				continue
+			}
+			seen[doc.Key] = true
+			total += int(*doc.Requests)
+		}
+	}
+	return total
+}
+
+// TestEdgeAndAggregateKinesis: `ratewarden edge --kinesis-stream` serves
+// requests onto a 4-shard stream while two `ratewarden aggregate
+// --kinesis-stream` processes share its shards through the lease table and
+// the state table. The merged partials and the EMF hold exactly the
+// requests served, and equal, window by window, what a single aggregator
+// of another consumer group makes of the same stream.
+func TestEdgeAndAggregateKinesis(t *testing.T) {
+	bin := buildBinary(t)
+	env := standInEnv(t)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	stream, leases, stateTable := "e2e-agg-"+suffix, "e2e-agg-leases-"+suffix, "e2e-agg-state-"+suffix
+	runBinary(t, bin, env, "aws", "init", "--stream", stream, "--shards", "4", "--counters-table", "", "--lists-table", "",
+		"--leases-table", leases, "--state-table", stateTable)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer origin.Close()
+	base, _ := startEdge(t, bin, env, "--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL,
+		"--kinesis-stream", stream, "--kinesis-spill-dir", filepath.Join(t.TempDir(), "spill"))
+
+	// The pair keeps its state in DynamoDB, as aggregators on two
+	// machines would; they share the partials directory.
+	tmp := t.TempDir()
+	partials := filepath.Join(tmp, "partials")
+	pair := func(name string) *aggregateProc {
+		return startAggregate(t, bin, env, "--kinesis-stream", stream, "--leases-table", leases, "--consumer-group", "pair",
+			"--lease-duration", "1s", "--state-table", stateTable, "--partials", "dir:"+partials, "--emf", "file:"+filepath.Join(tmp, name+".emf.jsonl"))
+	}
+	a := pair("a")
+	b := pair("b")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		owners := leaseOwners(t, leases, "pair/"+stream)
+		if len(owners) == 2 && fmt.Sprint(slices.Collect(maps.Values(owners))) == "[2 2]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the two aggregators hold %v, want two shards each\n%s%s", owners, a.out.String(), b.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	const clients, each = 16, 20
+	served := serveClients(t, base, clients, each)
+	stops[t.Name()]() // the edge ships what it holds
+	waitPartials(t, partials, clients*each, a, b)
+	a.stop(t)
+	b.stop(t)
+	total, pairWindows, statuses := windowCounts(t, partials)
+	if total != clients*each || fmt.Sprint(statuses) != fmt.Sprint(served) {
+		t.Fatalf("the pair's partials hold %d events, %v; the edge served %v", total, statuses, served)
+	}
+	if got := emfRequests(t, filepath.Join(tmp, "a.emf.jsonl"), filepath.Join(tmp, "b.emf.jsonl")); got != clients*each {
+		t.Errorf("the pair's EMF Requests add up to %d, the edge served %d", got, clients*each)
+	}
+	for _, p := range []*aggregateProc{a, b} {
+		if !bytes.Contains([]byte(p.out.String()), []byte("outputs ")) {
+			t.Errorf("an aggregator of the pair delivered nothing:\n%s", p.out.String())
+		}
+	}
+
+	// One aggregator alone, another consumer group, the whole stream, its
+	// state in a directory.
+	solo := filepath.Join(tmp, "solo")
+	if err := os.MkdirAll(solo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	one := startAggregate(t, bin, env, "--kinesis-stream", stream, "--leases-table", leases, "--consumer-group", "solo",
+		"--state-dir", filepath.Join(solo, "state"), "--partials", "dir:"+filepath.Join(solo, "partials"),
+		"--emf", "file:"+filepath.Join(solo, "emf.jsonl"))
+	waitPartials(t, filepath.Join(solo, "partials"), clients*each, one)
+	one.stop(t)
+	_, soloWindows, _ := windowCounts(t, filepath.Join(solo, "partials"))
+	if fmt.Sprint(soloWindows) != fmt.Sprint(pairWindows) {
+		t.Errorf("windows of the pair %v, of one aggregator %v", pairWindows, soloWindows)
+	}
+	if got := emfRequests(t, filepath.Join(solo, "emf.jsonl")); got != clients*each {
+		t.Errorf("one aggregator's EMF Requests add up to %d, the edge served %d", got, clients*each)
+	}
+	t.Logf("a:\n%sb:\n%sone:\n%s", a.out.String(), b.out.String(), one.out.String())
+}
