@@ -20,5 +20,8 @@
 //
 // Each aggregate lives in its own file with the same three operations:
 // update from one decision, merge another of its kind, and a deterministic
-// binary encoding (append to a buffer, decode back).
+// binary encoding (append to a buffer, decode back). A record batch's
+// columns (columnar.Decoder.DecodeColumns) roll up without a Decision per
+// event through Batch, Partial.UpdateColumns and Rollup.AddBatch, to the
+// same bytes as the events one by one.
 package aggregator

@@ -133,6 +133,12 @@
 // Decode panic: every offset is checked, and panics raised by arrow-go are
 // recovered and returned as errors.
 //
+// A consumer that reads a few columns need not have events made at all:
+// Decoder.DecodeColumns hands it each record batch's Columns as decoded
+// (dictionary indices and dictionaries, addresses as 16-byte rows, integers
+// at their stored width, times as deltas), valid until the Decoder decodes
+// again. The aggregator's rollups read batches that way.
+//
 // # Codecs
 //
 // A record of the decision log and a Kinesis record each carry a Codec:
