@@ -67,8 +67,12 @@ func (b *Batch) Prepare(c *columnar.Columns) {
 	b.users, b.userAt, b.usersMade, b.identified = "", nil, false, false
 	nt, nr, nrs := len(c.Tier.Values), len(c.Rule.Values), len(c.Reason.Values)
 	b.nRule, b.nReason, b.nErr = nr, nrs, len(c.ResponseError.Values)
-	cells := nt * nr * decisions.NumOutcomes * nrs
-	b.dense = cells <= maxCells && len(c.Node.Values)*decisions.NumOutcomes <= maxCells && nt*nr*b.nErr <= maxCells
+	// Dictionaries hold fewer than 2^31 values, so no product below
+	// overflows once tier × rule is within maxCells.
+	tr := nt * nr
+	cells := tr * decisions.NumOutcomes * nrs
+	b.dense = tr <= maxCells && cells <= maxCells && tr*b.nErr <= maxCells &&
+		len(c.Node.Values)*decisions.NumOutcomes <= maxCells
 	if b.dense {
 		b.cells = grow(b.cells, cells)
 		b.byNode = grow(b.byNode, len(c.Node.Values)*decisions.NumOutcomes)

@@ -173,3 +173,42 @@ func TestSortSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestColumnsLargeDictionaries: a batch whose dictionaries make more count
+// cells than the arrays address, and outcomes of a newer writer, are
+// counted through the maps, to the same bytes.
+func TestColumnsLargeDictionaries(t *testing.T) {
+	ds := decisiontest.NewGenerator(13, t0).Batch(8000)
+	for i := range ds {
+		if ds[i].Kind == decisions.KindDecision {
+			ds[i].Rule = fmt.Sprintf("%s:/r%d", ds[i].Tier, i%3000)
+			ds[i].Reason = fmt.Sprintf("reason %d", i%40)
+			if i%97 == 0 {
+				ds[i].Outcome = 200 // unknown to this reader
+			}
+		}
+	}
+	p, q := NewPartial(t0, time.Hour, 20), NewPartial(t0, time.Hour, 20)
+	dec := columnar.NewDecoder()
+	var b Batch
+	for _, data := range encodeBatches(t, ds, 8000) {
+		evs, err := dec.Decode(data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range evs {
+			p.Update(&evs[i])
+		}
+		dec.DecodeColumns(data, func(c *columnar.Columns) error {
+			b.Prepare(c)
+			if b.dense {
+				t.Fatal("the dictionaries fit the arrays: the test covers nothing")
+			}
+			q.UpdateColumns(&b, 0, b.Len())
+			return nil
+		})
+	}
+	if got, want := encode(t, q), encode(t, p); !bytes.Equal(got, want) {
+		t.Errorf("UpdateColumns: %d bytes differ from Update's %d", len(got), len(want))
+	}
+}
