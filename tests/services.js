@@ -13,6 +13,19 @@ function listen(server) {
   });
 }
 
+// dynalite throws from its request 'error' handler when a client abandons a
+// request half sent (an aborted upload, ECONNRESET): a client may do that
+// (AWS does not fall over), so the stand-ins log it and carry on. Anything
+// else still stops them.
+process.on('uncaughtException', (err) => {
+  if (err && (err.code === 'ECONNRESET' || err.message === 'aborted')) {
+    console.error('services: ignored an abandoned request:', err.message);
+    return;
+  }
+  console.error('services:', err);
+  process.exit(1);
+});
+
 (async () => {
   const kinesis = await listen(kinesalite({ createStreamMs: 20, deleteStreamMs: 20, updateStreamMs: 20, shardLimit: 1000 }));
   const dynamo = await listen(dynalite({ createTableMs: 20, deleteTableMs: 20, updateTableMs: 20 }));
