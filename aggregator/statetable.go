@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratewarden/ratewarden/internal/ddbtable"
 )
 
 // The state table holds each partition's State, encoded as a state file
@@ -51,18 +53,7 @@ var ErrStateMoved = errors.New("state saved by another holder since it was read"
 // StateTableSpec returns the CreateTable input of a state table named
 // name: the key schema above, billed per request.
 func StateTableSpec(name string) *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
-		TableName: aws.String(name),
-		AttributeDefinitions: []ddb.AttributeDefinition{
-			{AttributeName: aws.String(stateAttrPartition), AttributeType: ddb.ScalarAttributeTypeS},
-			{AttributeName: aws.String(stateAttrItem), AttributeType: ddb.ScalarAttributeTypeS},
-		},
-		KeySchema: []ddb.KeySchemaElement{
-			{AttributeName: aws.String(stateAttrPartition), KeyType: ddb.KeyTypeHash},
-			{AttributeName: aws.String(stateAttrItem), KeyType: ddb.KeyTypeRange},
-		},
-		BillingMode: ddb.BillingModePayPerRequest,
-	}
+	return ddbtable.HashRange(name, stateAttrPartition, stateAttrItem)
 }
 
 // StateTableAPI is the part of the DynamoDB client a StateTable uses.

@@ -124,6 +124,7 @@ func TestImportViolationRules(t *testing.T) {
 		{"aggregator", "edge/memstore", true},
 		{"aggregator", "internal/atomicfile", false},
 		{"decisions", "internal/atomicfile", false},
+		{"edge", "internal/ddbtable", false},
 		{"decisions", "internal/backoff", false},
 		{"decisions", "internal/awserr", false},
 		{"decisions", "internal/jsonstr", false},

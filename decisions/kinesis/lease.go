@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratewarden/ratewarden/internal/ddbtable"
 )
 
 // The lease table holds one item per consumer group, stream and shard: who
@@ -42,18 +44,7 @@ const ShardEnd = "SHARD_END"
 // LeaseTableSpec returns the CreateTable input of a lease and checkpoint
 // table named name: the key schema above, billed per request.
 func LeaseTableSpec(name string) *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
-		TableName: aws.String(name),
-		AttributeDefinitions: []ddb.AttributeDefinition{
-			{AttributeName: aws.String(attrGroup), AttributeType: ddb.ScalarAttributeTypeS},
-			{AttributeName: aws.String(attrShard), AttributeType: ddb.ScalarAttributeTypeS},
-		},
-		KeySchema: []ddb.KeySchemaElement{
-			{AttributeName: aws.String(attrGroup), KeyType: ddb.KeyTypeHash},
-			{AttributeName: aws.String(attrShard), KeyType: ddb.KeyTypeRange},
-		},
-		BillingMode: ddb.BillingModePayPerRequest,
-	}
+	return ddbtable.HashRange(name, attrGroup, attrShard)
 }
 
 // DynamoAPI is the part of the DynamoDB client the lease table needs.

@@ -4,6 +4,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratewarden/ratewarden/internal/ddbtable"
 )
 
 // The DynamoDB table of lists, for edges that share their lists through
@@ -27,18 +29,7 @@ const (
 // billed per request. Time to live is enabled separately, by
 // TimeToLiveSpec, once the table is active.
 func TableSpec(name string) *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
-		TableName: aws.String(name),
-		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(TableListAttribute), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(TableEntryAttribute), AttributeType: types.ScalarAttributeTypeS},
-		},
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(TableListAttribute), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String(TableEntryAttribute), KeyType: types.KeyTypeRange},
-		},
-		BillingMode: types.BillingModePayPerRequest,
-	}
+	return ddbtable.HashRange(name, TableListAttribute, TableEntryAttribute)
 }
 
 // TimeToLiveSpec returns the request that enables time to live on the
