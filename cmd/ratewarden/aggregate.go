@@ -152,15 +152,32 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			Rollup: ro, Sinks: sinks,
 		}, *stateDir, *stateTable, &latest)
 	}
-	var printed uint64
+	// On a terminal, a backlog shows as a bar; the plain lines go on once
+	// the log is caught up (following) or at the end.
+	bar := newProgressBar(stderr, *dir)
+	var printed, barRead uint64
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
 		Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
 			latest.Store(&s)
+			if bar != nil {
+				// A report with no new bytes comes from the end of the
+				// log: the backlog is read.
+				caughtUp := s.Read.Bytes == barRead && s.Read.Records > 0
+				barRead = s.Read.Bytes
+				bar.update(time.Now(), s.Read.Bytes, s.Rollup.Events, s.Watermark, caughtUp)
+				if !caughtUp {
+					return
+				}
+				bar = nil
+			}
 			if s.Outputs != printed {
 				printed = s.Outputs
 				printRun(stderr, s)
 			}
 		}})
+	if bar != nil {
+		bar.update(time.Now(), st.Read.Bytes, st.Rollup.Events, st.Watermark, true)
+	}
 	printRun(stderr, st)
 	return err
 }
