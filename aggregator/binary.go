@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
-	"math"
 	"slices"
 )
 
@@ -25,10 +24,6 @@ func appendString(b []byte, s string) []byte {
 func appendBytes(b, p []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(p)))
 	return append(b, p...)
-}
-
-func appendFloat(b []byte, f float64) []byte {
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 }
 
 func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
@@ -92,16 +87,6 @@ func (r *reader) bytes() []byte {
 }
 
 func (r *reader) string() string { return string(r.bytes()) }
-
-func (r *reader) float() float64 {
-	if r.err != nil || len(r.b) < 8 {
-		r.fail(errTruncated)
-		return 0
-	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-	r.b = r.b[8:]
-	return f
-}
 
 // count reads an item count and refuses one that the remaining bytes cannot
 // hold at minBytes per item, so a corrupt count cannot make a decoder

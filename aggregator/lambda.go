@@ -3,14 +3,11 @@ package aggregator
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
@@ -38,9 +35,11 @@ type KinesisLambda struct {
 	stats    LambdaStats
 }
 
-// LambdaStats count what a KinesisLambda did.
+// LambdaStats count what a KinesisLambda did: the decoding counts of the
+// Kinesis Lambda handler it reads records with, and the outputs.
 type LambdaStats struct {
-	Invocations, Records, Events, Corrupt, Outputs, Failed uint64
+	kinesis.LambdaStats
+	Outputs uint64 // partials written to every sink
 }
 
 // Handle handles one invocation.
@@ -55,23 +54,15 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	if k <= 0 {
 		k = 100
 	}
+	// The records are decoded, and corrupt ones skipped and counted, by the
+	// handler every Kinesis Lambda entry shares; each record's events are
+	// rolled up here, and written once the invocation's records are read.
 	windows := map[int64]*Partial{}
-	var (
-		buf                     []decisions.Decision
-		records, evs, corrupted uint64
-		problems                []error
-	)
-	for i := range ev.Records {
-		r := &ev.Records[i]
-		records++
-		var err error
-		if buf, err = kinesis.Decode(r.Kinesis.Data, buf[:0]); err != nil {
-			corrupted++
-			problems = append(problems, fmt.Errorf("%s record %s: %w", r.EventID, r.Kinesis.SequenceNumber, err))
-			continue
-		}
-		for j := range buf {
-			d := &buf[j]
+	var shard string
+	read := kinesis.NewLambdaHandler(func(_ context.Context, b *kinesis.Batch) error {
+		shard = b.Shard
+		for j := range b.Events {
+			d := &b.Events[j]
 			start := windowStart(d.Time, size)
 			p := windows[start]
 			if p == nil {
@@ -79,11 +70,11 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 				windows[start] = p
 			}
 			p.Update(d)
-			evs++
 		}
-	}
+		return nil
+	})
+	read.Handle(ctx, ev) // the handler above never fails
 	first, last := ev.Records[0], ev.Records[len(ev.Records)-1]
-	shard, _, _ := strings.Cut(first.EventID, ":")
 	rng := first.Kinesis.SequenceNumber + "-" + last.Kinesis.SequenceNumber
 	var err error
 	for _, start := range sortedKeys(windows) {
@@ -95,13 +86,14 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	for _, s := range l.Sinks {
 		err = errors.Join(err, s.Flush(ctx))
 	}
+	rs := read.Stats()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stats.Invocations++
-	l.stats.Records += records
-	l.stats.Events += evs
-	l.stats.Corrupt += corrupted
-	for _, p := range problems {
+	l.stats.Records += rs.Records
+	l.stats.Events += rs.Events
+	l.stats.Corrupt += rs.Corrupt
+	for _, p := range read.Problems() {
 		if len(l.problems) < 100 {
 			l.problems = append(l.problems, p)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,9 @@ func TestKinesisLambda(t *testing.T) {
 	first := files(t, dir)
 	if e, _ := totals(t, dir, time.Second); e != uint64(len(ds)) {
 		t.Fatalf("partials hold %d events, the invocation %d", e, len(ds))
+	}
+	if ps := l.Problems(); len(ps) != 1 || !strings.Contains(ps[0].Error(), ev.Records[len(ev.Records)-1].Kinesis.SequenceNumber) {
+		t.Errorf("problems %v, want the corrupt record named", ps)
 	}
 	if st := l.Stats(); st.Corrupt != 1 || st.Events != uint64(len(ds)) || int(st.Outputs) != len(first) {
 		t.Fatalf("stats %+v, %d files", st, len(first))

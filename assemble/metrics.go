@@ -19,38 +19,79 @@ import (
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
-// adminHandler serves /metrics (Prometheus, from OpenTelemetry
-// instruments) and /healthz.
-func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Watcher) (http.Handler, error) {
+// metricsHandler serves /metrics (Prometheus, from the OpenTelemetry
+// instruments register makes on the meter named scope) and /healthz: the
+// admin surface of every long-running command.
+func metricsHandler(scope string, register func(metric.Meter) error) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
-	meter := mp.Meter("github.com/ratewarden/ratewarden/edge")
-	if err := lim.RegisterMetrics(meter); err != nil {
+	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)).Meter(scope)
+	if err := register(meter); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	if sinks.Emitter != nil {
-		if err := registerEmitterMetrics(meter, sinks.Emitter); err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-	}
-	if sinks.Kinesis != nil {
-		if err := registerKinesisMetrics(meter, sinks.Kinesis, sinks.Spill); err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-	}
-	if len(watchers) > 0 {
-		if err := registerListMetrics(meter, watchers); err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	return mux, nil
+}
+
+// adminHandler serves the edge's /metrics and /healthz.
+func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Watcher) (http.Handler, error) {
+	return metricsHandler("github.com/ratewarden/ratewarden/edge", func(meter metric.Meter) error {
+		if err := lim.RegisterMetrics(meter); err != nil {
+			return err
+		}
+		if sinks.Emitter != nil {
+			if err := registerEmitterMetrics(meter, sinks.Emitter); err != nil {
+				return err
+			}
+		}
+		if sinks.Kinesis != nil {
+			if err := registerKinesisMetrics(meter, sinks.Kinesis, sinks.Spill); err != nil {
+				return err
+			}
+		}
+		if len(watchers) > 0 {
+			return registerListMetrics(meter, watchers)
+		}
+		return nil
+	})
+}
+
+// observable is one int64 instrument whose value is read from a snapshot S
+// at each collection.
+type observable[S any] struct {
+	name, desc, unit string
+	gauge            bool
+	value            func(S) int64
+}
+
+// registerObservables makes insts on meter and one callback that takes a
+// snapshot and observes every instrument from it.
+func registerObservables[S any](meter metric.Meter, snapshot func() S, insts []observable[S]) error {
+	obs := make([]metric.Observable, len(insts))
+	for i, in := range insts {
+		var err error
+		if in.gauge {
+			obs[i], err = meter.Int64ObservableGauge(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
+		} else {
+			obs[i], err = meter.Int64ObservableCounter(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := snapshot()
+		for i, in := range insts {
+			o.ObserveInt64(obs[i].(metric.Int64Observable), in.value(s))
+		}
+		return nil
+	}, obs...)
+	return err
 }
 
 // registerEmitterMetrics exports each lane's counters, by sink.
@@ -90,42 +131,21 @@ func registerEmitterMetrics(meter metric.Meter, f *decisions.Fanout) error {
 
 // registerKinesisMetrics exports what the Kinesis sink and its spill did.
 func registerKinesisMetrics(meter metric.Meter, sink *dkinesis.Sink, spill *dkinesis.Spill) error {
-	type inst struct {
-		name, desc, unit string
-		gauge            bool
-		value            func(dkinesis.Stats, dkinesis.SpillStats) uint64
+	type stats struct {
+		k dkinesis.Stats
+		s dkinesis.SpillStats
 	}
-	insts := []inst{
-		{"ratewarden.decisions.kinesis.delivered", "Decisions put on the Kinesis stream.", "{decision}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Events }},
-		{"ratewarden.decisions.kinesis.records", "Kinesis records put.", "{record}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Records }},
-		{"ratewarden.decisions.kinesis.bytes", "Payload bytes put on the stream, partition keys included.", "By", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Bytes }},
-		{"ratewarden.decisions.kinesis.retried", "Kinesis records sent again after a failure.", "{record}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Retried }},
-		{"ratewarden.decisions.kinesis.throttled", "Throttled PutRecords calls and records.", "{response}", false, func(k dkinesis.Stats, _ dkinesis.SpillStats) uint64 { return k.Throttled }},
-		{"ratewarden.decisions.kinesis.spilled", "Decisions the stream could not take, written to the spill directory.", "{decision}", false, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Spilled }},
-		{"ratewarden.decisions.kinesis.drained", "Spilled decisions since delivered.", "{decision}", false, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Drained }},
-		{"ratewarden.decisions.kinesis.dropped", "Decisions neither delivered nor spilled.", "{decision}", false, func(k dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Dropped + k.Failed }},
-		{"ratewarden.decisions.kinesis.backlog", "Spilled decisions waiting for the stream.", "{decision}", true, func(_ dkinesis.Stats, s dkinesis.SpillStats) uint64 { return s.Backlog }},
-	}
-	obs := make([]metric.Observable, len(insts))
-	for i, in := range insts {
-		var err error
-		if in.gauge {
-			obs[i], err = meter.Int64ObservableGauge(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
-		} else {
-			obs[i], err = meter.Int64ObservableCounter(in.name, metric.WithDescription(in.desc), metric.WithUnit(in.unit))
-		}
-		if err != nil {
-			return err
-		}
-	}
-	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		k, s := sink.Stats(), spill.Stats()
-		for i, in := range insts {
-			o.ObserveInt64(obs[i].(metric.Int64Observable), int64(in.value(k, s)))
-		}
-		return nil
-	}, obs...)
-	return err
+	return registerObservables(meter, func() stats { return stats{sink.Stats(), spill.Stats()} }, []observable[stats]{
+		{"ratewarden.decisions.kinesis.delivered", "Decisions put on the Kinesis stream.", "{decision}", false, func(x stats) int64 { return int64(x.k.Events) }},
+		{"ratewarden.decisions.kinesis.records", "Kinesis records put.", "{record}", false, func(x stats) int64 { return int64(x.k.Records) }},
+		{"ratewarden.decisions.kinesis.bytes", "Payload bytes put on the stream, partition keys included.", "By", false, func(x stats) int64 { return int64(x.k.Bytes) }},
+		{"ratewarden.decisions.kinesis.retried", "Kinesis records sent again after a failure.", "{record}", false, func(x stats) int64 { return int64(x.k.Retried) }},
+		{"ratewarden.decisions.kinesis.throttled", "Throttled PutRecords calls and records.", "{response}", false, func(x stats) int64 { return int64(x.k.Throttled) }},
+		{"ratewarden.decisions.kinesis.spilled", "Decisions the stream could not take, written to the spill directory.", "{decision}", false, func(x stats) int64 { return int64(x.s.Spilled) }},
+		{"ratewarden.decisions.kinesis.drained", "Spilled decisions since delivered.", "{decision}", false, func(x stats) int64 { return int64(x.s.Drained) }},
+		{"ratewarden.decisions.kinesis.dropped", "Decisions neither delivered nor spilled.", "{decision}", false, func(x stats) int64 { return int64(x.s.Dropped + x.k.Failed) }},
+		{"ratewarden.decisions.kinesis.backlog", "Spilled decisions waiting for the stream.", "{decision}", true, func(x stats) int64 { return int64(x.s.Backlog) }},
+	})
 }
 
 func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher) error {

@@ -95,12 +95,7 @@ func rawGet(t *testing.T, base, local, target string, lines ...string) int {
 // pairs) and extra appended, and returns its path.
 func seedWith(t *testing.T, extra string, replace ...string) string {
 	t.Helper()
-	s := strings.NewReplacer(replace...).Replace(seedYAML(t, "[127.0.0.1]")) + "\n" + extra
-	path := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return seedTrusting(t, "[127.0.0.1]", "\n"+extra, replace...)
 }
 
 // pathVariants are spellings of /api/reports: the ones issue 13 measured

@@ -53,12 +53,12 @@ func seedYAML(t *testing.T, proxies string) string {
 	return re.ReplaceAllString(string(seed), "  trusted_proxies: "+proxies)
 }
 
-// seedTrusting writes seedYAML(proxies) with more appended to a file and
-// returns its path.
-func seedTrusting(t *testing.T, proxies, more string) string {
+// seedTrusting writes seedYAML(proxies), with replace applied (old, new
+// pairs) and more appended, to a file and returns its path.
+func seedTrusting(t *testing.T, proxies, more string, replace ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(path, []byte(seedYAML(t, proxies)+more), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(strings.NewReplacer(replace...).Replace(seedYAML(t, proxies))+more), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
