@@ -379,3 +379,17 @@ func TestRollupRestore(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedFollowsTheSchema: every outcome the edge answers itself is a
+// refusal, whatever outcomes the schema gains (rejected, 400, was missed by
+// a list of our own).
+func TestRefusedFollowsTheSchema(t *testing.T) {
+	for o := decisions.Outcome(1); int(o) < decisions.NumOutcomes; o++ {
+		if Refused(o) == o.Passed() {
+			t.Errorf("%s: refused %v, passed %v", o, Refused(o), o.Passed())
+		}
+	}
+	if !Refused(decisions.Rejected) || Refused(0) {
+		t.Error("rejected must be a refusal, the zero outcome not")
+	}
+}

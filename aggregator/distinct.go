@@ -21,13 +21,11 @@ type Distinct struct {
 	scratch []byte
 }
 
-// Refused reports whether an outcome refused the request.
+// Refused reports whether a decision's outcome refused the request: every
+// outcome that did not pass it to the origin (decisions.Outcome.Passed), so
+// an outcome added to the schema is classified once, there.
 func Refused(o decisions.Outcome) bool {
-	switch o {
-	case decisions.Block, decisions.Challenge, decisions.DenyListed, decisions.FailClosed, decisions.LocalLimit:
-		return true
-	}
-	return false
+	return o != 0 && int(o) < decisions.NumOutcomes && !o.Passed()
 }
 
 // identityKey appends the bytes that identify d's client: 'u' and the user
