@@ -3,6 +3,7 @@ package aggregator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -246,11 +247,32 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	return docs
 }
 
-// dimValue keeps an empty dimension value (a decision without a tier)
-// from being refused by the specification.
+// dimValue makes a tier, rule or node name a dimension value EMF accepts:
+// 1 to 1024 printable ASCII characters, not only spaces. Those names come
+// from configurations and edges, not from this aggregator, and a document
+// CloudWatch would refuse must not hold the aggregator up: other bytes are
+// percent-encoded, "" and blank names become "-", and a long one is cut.
 func dimValue(s string) string {
-	if s == "" {
+	clean := strings.TrimSpace(s) != ""
+	for i := 0; clean && i < len(s); i++ {
+		clean = s[i] >= 0x20 && s[i] < 0x7f
+	}
+	if !clean && strings.TrimSpace(s) != "" {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c >= 0x20 && c < 0x7f {
+				b.WriteByte(c)
+			} else {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		}
+		s, clean = b.String(), true
+	}
+	if !clean {
 		return "-"
+	}
+	if len(s) > emf.MaxDimensionValueLen {
+		s = s[:emf.MaxDimensionValueLen]
 	}
 	return s
 }
@@ -325,11 +347,30 @@ func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
 	}
 	t := now()
 	for _, d := range Documents(s.Opts, partition, o) {
-		if err := s.W.Write(ctx, &d, t); err != nil {
+		// A document the specification refuses will be refused again on
+		// every retry: the writer counts it (Stats().Rejected, on
+		// /metrics) and the output goes on. Only a sink's failure, which a
+		// retry may mend, fails the write.
+		if err := s.W.Write(ctx, &d, t); err != nil && !onlyInvalid(err) {
 			return fmt.Errorf("write emf: %w", err)
 		}
 	}
 	return nil
+}
+
+// onlyInvalid reports whether err, perhaps joined, holds nothing but
+// *emf.InvalidError.
+func onlyInvalid(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if e != nil && !onlyInvalid(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var inv *emf.InvalidError
+	return errors.As(err, &inv)
 }
 
 // Flush asks the writer's sinks to deliver what they buffer.

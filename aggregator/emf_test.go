@@ -2,15 +2,20 @@ package aggregator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
@@ -111,5 +116,67 @@ func TestDocumentsDeterministic(t *testing.T) {
 	c := encodeDocuments(t, EMFOptions{}, Output{Partial: p, From: 3, To: 9, Correction: true})
 	if !bytes.Contains(c, []byte(`"rw_correction":"true"`)) || bytes.Contains(a, []byte(`rw_correction`)) {
 		t.Error("only a correction carries rw_correction")
+	}
+}
+
+// TestDocumentsOfHostileNames: tier, rule and node names that EMF would
+// refuse as dimension values (non-ASCII, control bytes, blank, too long)
+// still give valid documents, so a name cannot wedge the aggregator on an
+// output it can never deliver.
+func TestDocumentsOfHostileNames(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 10)
+	for _, n := range []struct{ tier, rule, node string }{
+		{"tëst", "tëst:/api/caf\u00e9", "ноде-1"},
+		{"bad\x00tier", "r\nule", "   "},
+		{"", "", strings.Repeat("n", 2000)},
+	} {
+		d := decisions.Decision{Time: t0, Tier: n.tier, Rule: n.rule, Node: n.node, Outcome: decisions.Block,
+			ClientIP: netip.MustParseAddr("192.0.2.1")}
+		p.Update(&d)
+	}
+	b := encodeDocuments(t, EMFOptions{}, Output{Partial: p, To: 2})
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	if len(lines) < 8 {
+		t.Fatalf("%d documents", len(lines))
+	}
+	for i, line := range lines {
+		if vs := emf.Validate(line, t0, emf.ValidateOptions{}); len(vs) > 0 {
+			t.Errorf("line %d: %v\n%s", i+1, vs, line)
+		}
+	}
+	if !bytes.Contains(b, []byte(`"Tier":"t%C3%ABst"`)) {
+		t.Errorf("non-ASCII tier not percent-encoded:\n%s", b)
+	}
+}
+
+// downSink is an EMF sink whose every write fails.
+type downSink struct{}
+
+func (downSink) Write(context.Context, []byte) error { return errors.New("agent away") }
+func (downSink) Flush(context.Context) error         { return nil }
+func (downSink) Close(context.Context) error         { return nil }
+func (downSink) Stats() emf.SinkStats                { return emf.SinkStats{} }
+
+// TestEMFSinkSkipsWhatCanNeverBeValid: a document the specification
+// refuses is counted and skipped, since a retry would refuse it again and
+// hold the aggregator on that output for ever; a sink that fails fails the
+// write, so that the output is delivered again.
+func TestEMFSinkSkipsWhatCanNeverBeValid(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 10)
+	d := decisions.Decision{Time: t0, Tier: "anonymous", Outcome: decisions.Allow, ClientIP: netip.MustParseAddr("192.0.2.1")}
+	p.Update(&d)
+	out := Output{Partial: p}
+	now := func() time.Time { return t0 }
+	w, _ := emf.NewWriter(emf.WriterOptions{}, emf.NewStdoutSink(io.Discard))
+	bad := &EMFSink{W: w, Opts: EMFOptions{Namespace: "a namespace\x00with a NUL"}, Now: now}
+	if err := bad.Write(context.Background(), "log", out); err != nil {
+		t.Fatalf("an invalid document failed the write: %v", err)
+	}
+	if w.Stats().Rejected == 0 {
+		t.Fatal("the invalid documents were not counted")
+	}
+	down, _ := emf.NewWriter(emf.WriterOptions{}, downSink{})
+	if err := (&EMFSink{W: down, Now: now}).Write(context.Background(), "log", out); err == nil {
+		t.Fatal("a failing sink did not fail the write")
 	}
 }
