@@ -330,28 +330,35 @@ func resetSlice[T any](s []*T, n int) []*T {
 
 // AddBatch adds the rows of a record batch, numbered from seq in order, as
 // Add would add each of their events with no Flush between them. A caller
-// that closes windows at the exact event (Due after every Add, as RunLog
-// does) and wants the same outputs must not add a batch in which a window
-// becomes due before its last row.
+// that closes windows at the exact event (Due after every Add, as
+// RunKinesis does) and wants the same outputs must not add a batch in
+// which a window becomes due before its last row.
 func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
-	n := c.Len
-	if n == 0 {
+	if c.Len == 0 {
 		return
 	}
-	b := &r.batch
-	b.Prepare(c)
-	r.next = max(r.next, seq+uint64(n))
+	r.batch.Prepare(c)
+	r.addPrepared(&r.batch, seq, 0, c.Len)
+}
+
+// addPrepared adds rows [lo, hi) of the prepared batch b, row i numbered
+// seq+i, as Add would add each of their events with no Flush between them.
+func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
+	if lo >= hi {
+		return
+	}
+	r.next = max(r.next, seq+uint64(hi))
 	r.active = true
-	r.stats.Events += uint64(n)
+	r.stats.Events += uint64(hi - lo)
 	size := int64(r.o.Window)
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
 	latest := r.latest.UnixNano()
 	moved := false
 	times := b.times
-	for i := 0; i < n; {
+	for i := lo; i < hi; {
 		start := windowStartNs(times[i], size)
 		j := i
-		for ; j < n && times[j]-start < size && times[j] >= start; j++ {
+		for ; j < hi && times[j]-start < size && times[j] >= start; j++ {
 			if t := times[j]; t > latest {
 				latest, moved = t, true
 			}
@@ -381,4 +388,40 @@ func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
 	if moved {
 		r.latest = time.Unix(0, latest).UTC()
 	}
+}
+
+// addDecoded adds the rows of a decoded record (columnar.Rows: columns, or
+// events), row i numbered seq+i, leaving out those skip marks (skip may
+// be nil), in runs of at most room() rows kept, calling after with the
+// number of rows of each run once it is added. Columns go through
+// addPrepared without an event made of each row; events through Add.
+func (r *Rollup) addDecoded(rows columnar.Rows, seq uint64, skip []bool, room func() int, after func(n int) error) error {
+	n := rows.Len()
+	b := &r.batch
+	if rows.Columns != nil {
+		b.Prepare(rows.Columns)
+	}
+	for i := 0; i < n; {
+		for i < n && skip != nil && skip[i] {
+			i++
+		}
+		j := i
+		for lim := i + max(room(), 1); j < n && j < lim && (skip == nil || !skip[j]); j++ {
+		}
+		if j == i {
+			break
+		}
+		if rows.Columns != nil {
+			r.addPrepared(b, seq, i, j)
+		} else {
+			for k := i; k < j; k++ {
+				r.Add(&rows.Events[k], seq+uint64(k))
+			}
+		}
+		if err := after(j - i); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
 }

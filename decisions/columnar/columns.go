@@ -298,3 +298,12 @@ func (d *Decoder) u8s(c, n int) []uint8 {
 
 // zeroTimeNs is the zero time.Time's UnixNano.
 var zeroTimeNs = time.Time{}.UnixNano()
+
+// TimeOf returns the time.Time a Times value stands for, as Decode gives
+// it to the event: in UTC, and the zero time for NullTime.
+func TimeOf(ns int64) time.Time {
+	if ns == NullTime {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
