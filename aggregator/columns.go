@@ -390,28 +390,33 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 	}
 }
 
-// addDecoded adds the rows of a decoded record (columnar.Rows: columns, or
-// events), row i numbered seq+i, leaving out those skip marks (skip may
-// be nil), in runs of at most room() rows kept, calling after with the
-// number of rows of each run once it is added. Columns go through
-// addPrepared without an event made of each row; events through Add.
-func (r *Rollup) addDecoded(rows columnar.Rows, seq uint64, skip []bool, room func() int, after func(n int) error) error {
+// addDecoded adds rows lo on of a decoded record (columnar.Rows: columns,
+// or events), row i numbered seq+i, leaving out those skip marks (skip may
+// be nil), in runs: each from the next row kept to limit(b, i, j), where
+// j is the end of the rows kept from i on and b the prepared batch (nil
+// for events); after is called with the number of rows of each run once
+// it is added. Columns go through addPrepared without an event made of
+// each row; events through Add.
+func (r *Rollup) addDecoded(rows columnar.Rows, lo int, seq uint64, skip []bool, limit func(b *Batch, lo, hi int) int, after func(n int) error) error {
 	n := rows.Len()
-	b := &r.batch
+	var b *Batch
 	if rows.Columns != nil {
+		b = &r.batch
 		b.Prepare(rows.Columns)
 	}
-	for i := 0; i < n; {
+	for i := lo; i < n; {
 		for i < n && skip != nil && skip[i] {
 			i++
 		}
 		j := i
-		for lim := i + max(room(), 1); j < n && j < lim && (skip == nil || !skip[j]); j++ {
+		for j < n && (skip == nil || !skip[j]) {
+			j++
 		}
 		if j == i {
 			break
 		}
-		if rows.Columns != nil {
+		j = max(min(limit(b, i, j), j), i+1)
+		if b != nil {
 			r.addPrepared(b, seq, i, j)
 		} else {
 			for k := i; k < j; k++ {
@@ -424,4 +429,37 @@ func (r *Rollup) addDecoded(rows columnar.Rows, seq uint64, skip []bool, room fu
 		i = j
 	}
 	return nil
+}
+
+// dueEnd returns the least j in (lo, hi] such that adding rows [lo, j) of
+// the prepared batch b makes the Rollup Due, or hi: where a caller that
+// checks Due after every event (RunKinesis) must stop to close windows
+// at the event that passes them, as Add and Due would.
+func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
+	size, lateness := int64(r.o.Window), int64(r.o.Lateness)
+	open := len(r.open) > 0
+	var oldest int64
+	if open {
+		if !r.oldestOK {
+			r.oldest, r.oldestOK = minKey(r.open), true
+		}
+		oldest = r.oldest
+	}
+	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
+	latest, seen := r.latest.UnixNano(), !r.latest.IsZero()
+	for i := lo; i < hi; i++ {
+		t := b.times[i]
+		if start := windowStartNs(t, size); !anyClosed || start+size > closedNs {
+			if !open || start < oldest {
+				oldest, open = start, true
+			}
+		}
+		if t > latest {
+			latest, seen = t, true
+		}
+		if open && seen && oldest+size <= latest-lateness {
+			return i + 1
+		}
+	}
+	return hi
 }

@@ -130,7 +130,7 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 	added := 0
 	var flushErr error // returned as it is, not as a read error
 	read := func(rctx context.Context, follow bool) error {
-		room := func() int { return l.o.FlushEvery - added }
+		room := func(_ *Batch, lo, hi int) int { return lo + l.o.FlushEvery - added }
 		added1 := func(n int) error {
 			if added += n; added < l.o.FlushEvery {
 				return nil
@@ -148,7 +148,7 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 			return added1(1)
 		}
 		return rd.NextRows(rctx, follow, func(rows *decisionlog.Rows) error {
-			return r.addDecoded(rows.Rows, rows.Offset, rows.Skip, room, added1)
+			return r.addDecoded(rows.Rows, 0, rows.Offset, rows.Skip, room, added1)
 		})
 	}
 	for {

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/internal/awserr"
 	"github.com/ratewarden/ratewarden/internal/backoff"
 )
@@ -55,6 +56,56 @@ type Batch struct {
 	From   Position // the first event: event From.Sub of record From.Seq
 	To     Position // the checkpoint after the batch
 	Events []decisions.Decision
+	// Records, from a Source with SourceOptions.Rows, are the batch's
+	// records undecoded, for a handler that reads their rows (Rows) rather
+	// than events; Events is then empty. The first is read from event
+	// From.Sub on; the others whole.
+	Records []Record
+
+	src    *Source // counts the corrupt records Rows finds
+	seen   int     // Rows has counted the corrupt records of Records[:seen]
+	events uint64  // the events Rows handed over
+}
+
+// Record is a Kinesis record of a Batch: its sequence number and data.
+type Record struct {
+	Seq  string
+	Data []byte
+}
+
+// Rows decodes the batch's records with dec (columnar.DecodeRecordRows:
+// an Arrow record's columns, without an event made of each row, or JSON
+// decisions) and calls f with their rows in order; lo is the first row f
+// is to take, the others being before the batch's From. A record that
+// cannot be decoded is skipped, and counted and reported by the Source the
+// first time. It returns the number of rows taken, the batch's events; an
+// error from f stops it and is returned as it is.
+func (b *Batch) Rows(dec *columnar.Decoder, f func(rows columnar.Rows, lo int) error) (uint64, error) {
+	var n uint64
+	for i := range b.Records {
+		rec := &b.Records[i]
+		skip := 0
+		if i == 0 {
+			skip = int(min(b.From.Sub, math.MaxInt32))
+		}
+		var ferr error
+		err := dec.DecodeRecordRows(rec.Data, func(rows columnar.Rows) error {
+			lo := min(skip, rows.Len())
+			skip -= lo
+			n += uint64(rows.Len() - lo)
+			ferr = f(rows, lo)
+			return ferr
+		})
+		if ferr != nil {
+			return n, ferr
+		}
+		if err != nil && i >= b.seen && b.src != nil {
+			b.src.corruptRecord(b.Shard, rec.Seq, err)
+		}
+		b.seen = max(b.seen, i+1)
+	}
+	b.events = n
+	return n, nil
 }
 
 // ID returns the batch's identity: shard, first and last position.
@@ -137,6 +188,10 @@ type SourceOptions struct {
 	// holding more is handed over in several batches whose positions
 	// fall inside it.
 	MaxBatch int
+	// Rows makes batches carry their records undecoded (Batch.Records),
+	// for a handler that reads their rows with Batch.Rows rather than
+	// events: a batch is then the records of one read, MaxBatch aside.
+	Rows bool
 	// StartAt is where a shard without a checkpoint is read from.
 	StartAt StartAt
 	// Checkpoint is the least time between two checkpoints of a shard;
@@ -826,9 +881,30 @@ func (r *shardReader) pause(ctx context.Context, _ error) error {
 	return nil
 }
 
-// records hands the events of recs over in batches of at most MaxBatch.
+// records hands the events of recs over in batches of at most MaxBatch,
+// or, with SourceOptions.Rows, the records themselves in one batch.
 func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 	s := r.s
+	if s.opts.Rows {
+		for i := range recs {
+			rec := &recs[i]
+			seq := aws.ToString(rec.SequenceNumber)
+			s.records.Add(1)
+			sub := int64(0)
+			if seq == r.resume {
+				sub, r.resume = r.skip, ""
+			}
+			r.pos = Position{Seq: seq, Sub: wholeRecord}
+			if sub == wholeRecord {
+				continue // handled whole: the batch starts after it, as it did
+			}
+			if len(r.batch.Records) == 0 {
+				r.batch.From = Position{Seq: seq, Sub: sub}
+			}
+			r.batch.Records = append(r.batch.Records, Record{Seq: seq, Data: rec.Data})
+		}
+		return r.deliver(ctx)
+	}
 	for i := range recs {
 		rec := &recs[i]
 		seq := aws.ToString(rec.SequenceNumber)
@@ -836,12 +912,7 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 		var err error
 		r.buf, err = Decode(rec.Data, r.buf[:0])
 		if err != nil {
-			s.corrupt.Add(1)
-			s.mu.Lock()
-			if len(s.problems) < maxProblems {
-				s.problems = append(s.problems, fmt.Errorf("shard %s record %s: %w", r.c.shard, seq, err))
-			}
-			s.mu.Unlock()
+			s.corruptRecord(r.c.shard, seq, err)
 			r.buf = r.buf[:0]
 		}
 		first := int64(0)
@@ -873,19 +944,33 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 	return r.deliver(ctx)
 }
 
+// corruptRecord counts a record that could not be decoded and keeps its
+// error among the first maxProblems.
+func (s *Source) corruptRecord(shard, seq string, err error) {
+	s.corrupt.Add(1)
+	s.mu.Lock()
+	if len(s.problems) < maxProblems {
+		s.problems = append(s.problems, fmt.Errorf("shard %s record %s: %w", shard, seq, err))
+	}
+	s.mu.Unlock()
+}
+
 // deliver hands the batch to the handler until it takes it, then
 // checkpoints.
 func (r *shardReader) deliver(ctx context.Context) error {
 	s := r.s
-	if len(r.batch.Events) > 0 {
+	if len(r.batch.Events) > 0 || len(r.batch.Records) > 0 {
 		r.batch.To = r.pos
+		r.batch.src, r.batch.seen, r.batch.events = s, 0, 0
 		if err := r.retry(ctx, func() error { return r.h.Handle(ctx, &r.batch) }); err != nil {
 			return err
 		}
 		s.batches.Add(1)
-		s.events.Add(uint64(len(r.batch.Events)))
+		s.events.Add(uint64(len(r.batch.Events)) + r.batch.events)
 		clear(r.batch.Events)
 		r.batch.Events = r.batch.Events[:0]
+		clear(r.batch.Records)
+		r.batch.Records = r.batch.Records[:0]
 	}
 	r.handled = r.pos
 	if r.pos == r.saved || s.opts.Checkpoint > 0 && time.Since(r.savedAt) < s.opts.Checkpoint {
