@@ -49,6 +49,32 @@ type KinesisStats struct {
 	Opened    uint64 // shards opened: taken and their state loaded
 	Ended     uint64 // shards read to their end, their windows emitted
 	Source    kinesis.SourceStats
+	Shards    []ShardStats // the shards held, by shard id
+}
+
+// RunStats returns s as the figures of a run (for self-metrics): the
+// events and outputs, the shards, and the least of their watermarks.
+func (s KinesisStats) RunStats() RunStats {
+	r := RunStats{Rollup: RollupStats{Events: s.Events}, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
+	for _, sh := range s.Shards {
+		if !sh.Watermark.IsZero() && (r.Watermark.IsZero() || sh.Watermark.Before(r.Watermark)) {
+			r.Watermark = sh.Watermark
+		}
+	}
+	return r
+}
+
+// ShardStats say how far behind a held shard is.
+type ShardStats struct {
+	Shard string
+	// Behind is the MillisBehindLatest of the shard's last read (Read
+	// says whether one has returned): how far the records read are
+	// behind the newest of the shard.
+	Behind time.Duration
+	Read   bool
+	// Watermark is the shard's watermark, zero before its first event:
+	// the wall clock less it is the shard's lag in event time.
+	Watermark time.Time
 }
 
 // RunKinesis rolls a Kinesis stream of decisions up, one Rollup per shard
@@ -73,13 +99,26 @@ type KinesisStats struct {
 // its watermark with the wall clock (Options.Idle), so its last window is
 // emitted on time.
 func RunKinesis(ctx context.Context, o KinesisOptions) (KinesisStats, error) {
+	k, err := NewKinesis(o)
+	if err != nil {
+		return KinesisStats{}, err
+	}
+	return k.Run(ctx)
+}
+
+// Kinesis is a RunKinesis whose stats can be read while it runs (for
+// self-metrics).
+type Kinesis struct{ k *kinesisRun }
+
+// NewKinesis checks o and returns a Kinesis ready to Run.
+func NewKinesis(o KinesisOptions) (*Kinesis, error) {
 	switch {
 	case o.Stream == nil || o.Leases == nil:
-		return KinesisStats{}, errors.New("aggregate kinesis: the Kinesis and DynamoDB clients are required")
+		return nil, errors.New("aggregate kinesis: the Kinesis and DynamoDB clients are required")
 	case o.Store == nil:
-		return KinesisStats{}, errors.New("aggregate kinesis: a state store is required")
+		return nil, errors.New("aggregate kinesis: a state store is required")
 	case o.Source.Checkpoint != 0:
-		return KinesisStats{}, fmt.Errorf("aggregate kinesis: Source.Checkpoint %v: want 0, a checkpoint after every batch", o.Source.Checkpoint)
+		return nil, fmt.Errorf("aggregate kinesis: Source.Checkpoint %v: want 0, a checkpoint after every batch", o.Source.Checkpoint)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -89,12 +128,20 @@ func RunKinesis(ctx context.Context, o KinesisOptions) (KinesisStats, error) {
 	o.Source.Rows = !o.perEvent
 	src, err := kinesis.NewSource(o.Stream, o.Leases, o.Source)
 	if err != nil {
-		return KinesisStats{}, fmt.Errorf("aggregate kinesis: %w", err)
+		return nil, fmt.Errorf("aggregate kinesis: %w", err)
 	}
-	k := &kinesisRun{o: o, src: src, shards: map[string]*shardRun{}}
-	err = src.RunShards(ctx, k)
-	return k.stats(), err
+	return &Kinesis{&kinesisRun{o: o, src: src, shards: map[string]*shardRun{}}}, nil
 }
+
+// Run runs until ctx is done, as RunKinesis does. Call it once.
+func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
+	err := k.k.src.RunShards(ctx, k.k)
+	return k.k.stats(), err
+}
+
+// Stats returns what the run did so far and the lag of each shard held.
+// It is safe for concurrent use.
+func (k *Kinesis) Stats() KinesisStats { return k.k.stats() }
 
 // kinesisRun is the ShardHandler of RunKinesis.
 type kinesisRun struct {
@@ -110,8 +157,24 @@ type kinesisRun struct {
 var _ kinesis.ShardHandler = (*kinesisRun)(nil)
 
 func (k *kinesisRun) stats() KinesisStats {
-	return KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Outputs: k.outputs.Load(),
+	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Outputs: k.outputs.Load(),
 		Redeliver: k.redeliver.Load(), Opened: k.opened.Load(), Ended: k.ended.Load(), Source: k.src.Stats()}
+	lags := k.src.Lags()
+	if len(lags) == 0 {
+		return st
+	}
+	st.Shards = make([]ShardStats, len(lags))
+	k.mu.Lock()
+	for i, l := range lags {
+		st.Shards[i] = ShardStats{Shard: l.Shard, Behind: l.Behind, Read: l.Read}
+		if sh := k.shards[l.Shard]; sh != nil {
+			if ns := sh.watermark.Load(); ns != 0 {
+				st.Shards[i].Watermark = time.Unix(0, ns).UTC()
+			}
+		}
+	}
+	k.mu.Unlock()
+	return st
 }
 
 // shardRun is a held shard: its partition and the cursor of the last
@@ -127,6 +190,16 @@ type shardRun struct {
 	// the shard's consumer.
 	moved bool
 	dec   *columnar.Decoder // reads the batches' records, once needed
+	// watermark is the rollup's, in Unix nanoseconds (0: none yet), for
+	// Stats from other goroutines.
+	watermark atomic.Int64
+}
+
+// observe publishes the rollup's watermark.
+func (sh *shardRun) observe() {
+	if wm := sh.p.r.Watermark(); !wm.IsZero() {
+		sh.watermark.Store(wm.UnixNano())
+	}
 }
 
 // kinesisCursor is a Kinesis shard's State.Cursor: the first position and
@@ -194,6 +267,7 @@ func (k *kinesisRun) load(ctx context.Context, shard string) (*shardRun, error) 
 		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
 	}
 	sh.last = last
+	sh.observe()
 	return sh, nil
 }
 
@@ -281,6 +355,7 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 	}
 	sh.last = next
 	sh.p.cursor = sh.last.append(nil) // not in place: a loaded cursor shares the bytes it was read with
+	sh.observe()
 	if err := k.save(ctx, sh, outs); err != nil {
 		return err
 	}
@@ -322,6 +397,7 @@ func (k *kinesisRun) Idle(ctx context.Context, shard string) error {
 		return err
 	}
 	sh.p.r.Advance(k.o.Now())
+	sh.observe()
 	outs := sh.p.r.take(false, nil)
 	if len(outs) == 0 {
 		return nil

@@ -50,6 +50,9 @@ type RunStats struct {
 	Redeliver uint64    // outputs of the previous run delivered again on start
 	Next      uint64    // the next log offset to read
 	Watermark time.Time // the partition's watermark
+	// Shards, of a Kinesis run, are the shards held and their lags; the
+	// Watermark is then the least of theirs.
+	Shards []ShardStats
 }
 
 // RunLog rolls the decision log in o.Dir up and delivers the outputs to

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -228,7 +229,7 @@ func TestRunLogColumnsEqualsEvents(t *testing.T) {
 				got, gotSt = files(t, out), st
 			}
 		}
-		if gotSt != wantSt || wantSt.Read.BadBatch != 1 || wantSt.Outputs < 3 {
+		if !reflect.DeepEqual(gotSt, wantSt) || wantSt.Read.BadBatch != 1 || wantSt.Outputs < 3 {
 			t.Errorf("%+v: stats %+v, want %+v (one bad record, outputs)", o.Rollup, gotSt, wantSt)
 		}
 		sameFiles(t, fmt.Sprintf("%+v", o.Rollup), got, want)

@@ -132,8 +132,17 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
+	var live atomic.Pointer[aggregator.Kinesis] // while a Kinesis run runs
 	if *admin != "off" && *admin != "" {
-		h, err := assemble.AggregatorMetrics(&latest, emfWriter, time.Now)
+		h, err := assemble.AggregatorMetrics(func() aggregator.RunStats {
+			if k := live.Load(); k != nil {
+				return k.Stats().RunStats()
+			}
+			if p := latest.Load(); p != nil {
+				return *p
+			}
+			return aggregator.RunStats{}
+		}, emfWriter, time.Now)
 		if err != nil {
 			return err
 		}
@@ -150,7 +159,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return aggregateKinesis(ctx, stderr, aggregator.KinesisOptions{
 			Source: dkinesis.SourceOptions{Stream: *stream, Table: *leasesTable, Group: *group, LeaseDuration: *leaseDuration},
 			Rollup: ro, Sinks: sinks,
-		}, *stateDir, *stateTable, &latest)
+		}, *stateDir, *stateTable, &live)
 	}
 	// On a terminal, a backlog shows as a bar; the plain lines go on once
 	// the log is caught up (following) or at the end.
@@ -186,7 +195,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 // after every delivery.
 // The shards' states are in stateDir, or in the DynamoDB table stateTable
 // under "<consumer group>/<stream>".
-func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, latest *atomic.Pointer[aggregator.RunStats]) error {
+func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, live *atomic.Pointer[aggregator.Kinesis]) error {
 	cfg, err := assemble.AWS(ctx, "")
 	if err != nil {
 		return err
@@ -199,14 +208,18 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	}
 	var mu sync.Mutex
 	report := func(s aggregator.KinesisStats) {
-		latest.Store(&aggregator.RunStats{Rollup: aggregator.RollupStats{Events: s.Events}, Outputs: s.Outputs, Redeliver: s.Redeliver})
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
 			o.Source.Stream, s.Events, s.Skipped, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
 	}
 	o.Progress = report
-	st, err := aggregator.RunKinesis(ctx, o)
+	k, err := aggregator.NewKinesis(o)
+	if err != nil {
+		return err
+	}
+	live.Store(k)
+	st, err := k.Run(ctx)
 	report(st)
 	return err
 }

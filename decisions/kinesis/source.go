@@ -310,6 +310,7 @@ type consumer struct {
 	ended     atomic.Bool // read to its end and checkpointed so
 	lost      atomic.Bool // a checkpoint found the lease gone
 	renewedAt time.Time
+	behind    atomic.Int64 // MillisBehindLatest of the last read, -1 before one
 }
 
 // NewSource returns a Source reading opts.Stream through api, with leases
@@ -360,6 +361,31 @@ func (s *Source) Held() []string {
 		out = append(out, sh)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// ShardLag is how far the reading of a held shard is behind the tip of
+// the stream.
+type ShardLag struct {
+	Shard string
+	// Behind is the MillisBehindLatest of the shard's last read: how far
+	// the records it returned are behind the newest record of the
+	// shard. Read says whether a read has returned yet.
+	Behind time.Duration
+	Read   bool
+}
+
+// Lags returns the lag of each shard held, by shard id. It is safe for
+// concurrent use.
+func (s *Source) Lags() []ShardLag {
+	s.mu.Lock()
+	out := make([]ShardLag, 0, len(s.held))
+	for sh, c := range s.held {
+		ms := c.behind.Load()
+		out = append(out, ShardLag{Shard: sh, Behind: time.Duration(max(ms, 0)) * time.Millisecond, Read: ms >= 0})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b ShardLag) int { return compareShardIDs(a.Shard, b.Shard) })
 	return out
 }
 
@@ -675,7 +701,9 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
 	s.mu.Lock()
 	s.seen[le.shard] = observed{counter: le.counter, at: now}
 	if s.held[le.shard] == nil {
-		s.held[le.shard] = &consumer{shard: le.shard, renewedAt: now}
+		c := &consumer{shard: le.shard, renewedAt: now}
+		c.behind.Store(-1)
+		s.held[le.shard] = c
 	}
 	s.mu.Unlock()
 	return true
@@ -824,6 +852,7 @@ func (r *shardReader) run(ctx context.Context) error {
 			continue
 		}
 		r.fails = 0
+		r.c.behind.Store(aws.ToInt64(out.MillisBehindLatest))
 		if err := r.records(ctx, out.Records); err != nil {
 			return err
 		}
