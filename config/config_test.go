@@ -145,7 +145,7 @@ func TestDefaults(t *testing.T) {
 		{"edge.admin_listen", c.Edge.AdminListen, "127.0.0.1:9090"},
 		{"edge.node", c.Edge.Node, host},
 		{"edge.decision_queue", c.Edge.DecisionQueue, 4096},
-		{"decisions.linger", c.Decisions.Linger, 2 * time.Second},
+		{"decisions.linger", c.Decisions.Linger, time.Second},
 		{"decisions.batch", c.Decisions.Batch, 1024},
 		{"decisions.kinesis.linger", c.Decisions.Kinesis.Linger, 5 * time.Second},
 		{"decisions.kinesis.batch", c.Decisions.Kinesis.Batch, 1024},

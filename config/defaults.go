@@ -98,7 +98,7 @@ func (c *Config) Defaults() {
 	def(&d.SegmentAge, time.Hour)
 	def(&d.RetainAge, 7*24*time.Hour)
 	def(&d.RetainBytes, 10<<30)
-	def(&d.Linger, 2*time.Second)
+	def(&d.Linger, time.Second)
 	def(&d.Batch, 1024)
 	def(&d.Privacy.Addresses, "keep")
 	def(&d.Privacy.Users, "keep")

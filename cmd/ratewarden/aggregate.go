@@ -27,7 +27,7 @@ import (
 // rollupFlags adds the window flags that aggregate and replay share.
 func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
 	window := fs.Duration("window", time.Minute, "window `length` in event time (1s, 10s, 1m, ...)")
-	lateness := fs.Duration("lateness", time.Second, "how far behind the latest event an event may be and still join its `window`")
+	lateness := fs.Duration("lateness", 500*time.Millisecond, "how far behind the latest event an event may be and still join its `window`")
 	late := fs.String("late", "correct", "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
 	topK := fs.Int("top-k", 100, "clients held by each top-offenders `list`")
 	return func() (aggregator.Options, error) {

@@ -46,6 +46,16 @@ type Columns struct {
 	timeBase int64
 }
 
+// inColumns marks the columns a Columns holds: DecodeColumns leaves the
+// others' buffers, and dictionaries, alone.
+var inColumns = func() (e [numCols]bool) {
+	for _, c := range []int{cKind, cTime, cNode, cClientIP, cClientIPFamily, cClientIPZone, cUserID, cTier, cRule,
+		cOutcome, cReason, cStoreLatency, cList, cAction, cDropped, cUpstreamLatency, cResponseError} {
+		e[c] = true
+	}
+	return e
+}()
+
 // Dict is a dictionary-encoded column: each row's index into Values.
 type Dict struct {
 	Values []string
