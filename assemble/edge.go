@@ -83,7 +83,7 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 	// The edge owns the decision stream, so it records the changes to the
 	// lists it reads (see package lists).
 	var record lists.Recorder
-	if e.Sinks.Emitter != nil {
+	if e.Sinks.Emitter != nil && (cfg.Lists.Record == nil || *cfg.Lists.Record) {
 		record = e.Sinks.Emitter
 	}
 	if e.Lists, err = watchLists(ctx, cfg, log, record); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -77,7 +78,9 @@ func openTable(ctx context.Context, cfg *config.Config, table string, now func()
 
 // watchLists starts a watcher for each list cfg names, refreshed every
 // lists.refresh, recording the changes it sees through record (nil: not
-// recorded). A list that fails to load the first time fails the start; a
+// recorded). With a decision log, what was recorded is kept in
+// decisions.dir/lists/<list>.recorded, so that changes made while the edge
+// was stopped are recorded when it starts. A list that fails to load the first time fails the start; a
 // failed refresh keeps the last good list and is logged.
 func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, record lists.Recorder) (map[string]*lists.Watcher, error) {
 	out := map[string]*lists.Watcher{}
@@ -92,7 +95,12 @@ func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, recor
 		if name == lists.Challenge && !cfg.Challenge.Enabled {
 			continue // a table's challenge list needs challenge tokens
 		}
-		w, err := lists.WatchSource(src(name), lists.WatchOptions{List: name, Every: cfg.Lists.Refresh, Record: record,
+		state := ""
+		if cfg.Decisions.Dir != "" {
+			// What the log was told, beside the log: seglog ignores it.
+			state = filepath.Join(cfg.Decisions.Dir, "lists", name+".recorded")
+		}
+		w, err := lists.WatchSource(src(name), lists.WatchOptions{List: name, Every: cfg.Lists.Refresh, Record: record, StateFile: state,
 			Report: func(err error) {
 				log.Error("list refresh failed; keeping the last good list", "list", name, "err", err)
 			}})

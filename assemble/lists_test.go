@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
@@ -65,9 +66,12 @@ func listsConfig(tb testing.TB, kind, logDir string, refresh time.Duration) stri
 
 // listsEdge assembles the edge of listsConfig and opens its lists store as
 // `ratewarden lists` does.
-func listsEdge(tb testing.TB, kind, logDir string, refresh time.Duration) (*assemble.Edge, assemble.ListStore) {
+func listsEdge(tb testing.TB, kind, logDir string, refresh time.Duration, edits ...func(*config.Config)) (*assemble.Edge, assemble.ListStore) {
 	tb.Helper()
 	cfg := loadConfig(tb, listsConfig(tb, kind, logDir, refresh))
+	for _, edit := range edits {
+		edit(cfg)
+	}
 	getenv := func(k string) string {
 		if k == cfg.Challenge.KeysEnv {
 			return challengeKeys
@@ -211,5 +215,26 @@ func BenchmarkListPropagation(b *testing.B) {
 			b.ReportMetric(float64(sum.Milliseconds())/float64(len(delays)), "ms-mean/op")
 			b.ReportMetric(float64(delays[len(delays)-1].Milliseconds()), "ms-max/op")
 		})
+	}
+}
+
+// TestEdgeListsRecordOff: with lists.record false the edge obeys the list
+// and records nothing, for the edges of a fleet that leave it to one.
+func TestEdgeListsRecordOff(t *testing.T) {
+	ctx := context.Background()
+	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, func(c *config.Config) { c.Lists.Record = new(false) })
+	defer e.Close(ctx)
+	if err := store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	w := e.Lists[lists.Challenge]
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if s := status(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
+		t.Errorf("status %d, want 302", s)
+	}
+	if n, _ := w.Changes(); n != 0 {
+		t.Errorf("%d changes recorded with lists.record false", n)
 	}
 }

@@ -281,6 +281,11 @@ type Lists struct {
 	// endpoint; "" reads files.
 	Table   string        `yaml:"table"`
 	Refresh time.Duration `yaml:"refresh"` // default 30s
+	// Record makes the edge record each change it sees in the lists as a
+	// feedback event in its decisions; default true. Edges that share a
+	// lists table and a Kinesis stream should leave it on in one only, so
+	// each change is recorded once.
+	Record *bool `yaml:"record"`
 }
 
 // Tier is a set of limits for one class of client.

@@ -182,6 +182,7 @@ func TestDefaults(t *testing.T) {
 		{"challenge.endpoint_failures.limit", c.Challenge.EndpointFailures.Limit, int64(10)},
 		{"challenge.endpoint_failures.window", c.Challenge.EndpointFailures.Window, time.Minute},
 		{"lists.refresh", c.Lists.Refresh, 30 * time.Second},
+		{"lists.record", *c.Lists.Record, true},
 		{"global.limit", g.Limit, int64(60)},
 		{"global.window", g.Window, time.Minute},
 		{"global.algorithm", g.Algorithm, "fixed_window"},

@@ -292,3 +292,86 @@ func TestTableBadItem(t *testing.T) {
 		t.Error("the last good list was dropped")
 	}
 }
+
+// TestWatchStateFile: changes made while no watcher runs are recorded when
+// the next one starts, once.
+func TestWatchStateFile(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock(t0)
+	s := newFileStore(t, clk.now)
+	state := filepath.Join(t.TempDir(), "lists", "challenge.recorded")
+	start := func() (*Watcher, *recorder) {
+		var rec recorder
+		w, err := WatchSource(s, WatchOptions{List: Challenge, Record: &rec, StateFile: state, Now: clk.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w, &rec
+	}
+	if err := s.Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	w, rec := start() // the first start has nothing to compare with
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("first start recorded %v", got)
+	}
+	w.Close(ctx)
+	rec.take() // Close reads once more: nothing changed
+	if err := s.Remove(ctx, Challenge, "203.0.113.7", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, Entry{List: Challenge, Target: "user:eve", By: "carol", Expires: t1}); err != nil {
+		t.Fatal(err)
+	}
+	w, rec = start()
+	want := "challenge remove 203.0.113.7 by=bob ttl=0s reason=\"\"\nchallenge add user:eve by=carol ttl=1h0m0s reason=\"\""
+	if got := strings.Join(rec.take(), "\n"); got != want {
+		t.Errorf("changes while stopped:\n%s\nwant\n%s", got, want)
+	}
+	w.Close(ctx)
+	w, rec = start()
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("a restart without changes recorded %v", got)
+	}
+	w.Close(ctx)
+	if b, _ := os.ReadFile(state); string(b) != "user:eve expires=2026-12-01T18:00:00Z added=2026-12-01T17:00:00Z by=carol\n" {
+		t.Errorf("state file:\n%s", b)
+	}
+}
+
+// TestClockSkew: expiry is an instant, judged by the reader's clock. An
+// entry from a writer whose clock runs ahead applies until its expiry by
+// the reader's clock, and its feedback event's TTL is what is left by that
+// clock; one from a writer so far behind that the entry is already
+// expired for the reader never applies and is not recorded.
+func TestClockSkew(t *testing.T) {
+	ctx := context.Background()
+	reader := newClock(t0)
+	ahead, behind := newClock(t0.Add(time.Hour)), newClock(t0.Add(-time.Hour))
+	s := newFileStore(t, reader.now).(*fileStore)
+	paths := s.paths
+	var rec recorder
+	w, err := WatchSource(s, WatchOptions{List: Challenge, Record: &rec, Now: reader.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFileStore(paths, ahead.now).Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", By: "ahead", Expires: ahead.now().Add(30 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFileStore(paths, behind.now).Put(ctx, Entry{List: Challenge, Target: "203.0.113.8", By: "behind", Expires: behind.now().Add(30 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rec.take(), "\n"); got != `challenge add 203.0.113.7 by=ahead ttl=1h30m0s reason=""` {
+		t.Errorf("events: %s", got)
+	}
+	l := w.List()
+	if !l.ContainsAt(addrA, "", t0.Add(89*time.Minute)) || l.ContainsAt(addrA, "", t0.Add(90*time.Minute)) {
+		t.Error("the entry from ahead does not expire at its instant by the reader's clock")
+	}
+	if l.ContainsAt(netip.MustParseAddr("203.0.113.8"), "", t0) {
+		t.Error("an entry already expired by the reader's clock applies")
+	}
+}

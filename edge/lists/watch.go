@@ -1,14 +1,20 @@
 package lists
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/atomicfile"
 )
 
 // Recorder receives the feedback events of the changes a Watcher observes.
@@ -37,6 +43,13 @@ type WatchOptions struct {
 	// Record, when not nil, receives one feedback event per change seen
 	// between two successful reads (see Diff).
 	Record Recorder
+	// StateFile, when set with Record, keeps the entries last recorded
+	// across restarts: the first read is compared with it, so that changes
+	// made while no watcher ran are recorded too, and it is rewritten
+	// (atomically) after every read that recorded a change. Without it,
+	// or while it does not exist, the first read is recorded as it is: no
+	// events.
+	StateFile string
 	// Now reads the clock; default time.Now.
 	Now func() time.Time
 }
@@ -62,7 +75,8 @@ type Watcher struct {
 	changes  atomic.Uint64 // feedback events recorded
 	drops    atomic.Uint64 // feedback events the Recorder dropped
 
-	mu sync.Mutex // serialises loads, so the diff sees lists in order
+	mu       sync.Mutex // serialises loads, so the diff sees lists in order
+	recorded *List      // under mu: what the recorder last heard, nil before the first read
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -103,6 +117,13 @@ func watch(src Source, o WatchOptions, tick <-chan time.Time, stopTick, afterTic
 		o.Now = time.Now
 	}
 	w := &Watcher{src: src, opts: o, stop: make(chan struct{}), done: make(chan struct{})}
+	if o.Record != nil && o.StateFile != "" {
+		prev, err := readState(o.StateFile, o.List, o.Now())
+		if err != nil && o.Report != nil {
+			o.Report(fmt.Errorf("recorded list state (changes made while stopped are not recorded): %w", err))
+		}
+		w.recorded = prev
+	}
 	if err := w.load(false); err != nil {
 		return nil, err
 	}
@@ -200,18 +221,68 @@ func (w *Watcher) load(ifChanged bool) error {
 		w.failures.Add(1)
 		return fmt.Errorf("load list: %w", err)
 	case l != nil:
-		if prev := w.list.Load(); prev != nil && w.opts.Record != nil {
-			for _, d := range Diff(w.opts.List, prev, l, now) {
-				w.changes.Add(1)
-				if !w.opts.Record.Emit(d) {
-					w.drops.Add(1)
-				}
-			}
+		if w.opts.Record != nil {
+			w.record(l, now)
 		}
 		w.list.Store(l)
 		w.loads.Add(1)
 	}
 	return nil
+}
+
+// record hands the changes from the list last recorded to l to the
+// Recorder, and keeps l as the one recorded.
+func (w *Watcher) record(l *List, now time.Time) {
+	prev := w.recorded
+	w.recorded = l
+	var ds []decisions.Decision
+	if prev != nil {
+		ds = Diff(w.opts.List, prev, l, now)
+	}
+	for _, d := range ds {
+		w.changes.Add(1)
+		if !w.opts.Record.Emit(d) {
+			w.drops.Add(1)
+		}
+	}
+	if w.opts.StateFile == "" || (prev != nil && len(ds) == 0) {
+		return
+	}
+	if err := writeState(w.opts.StateFile, l, now); err != nil && w.opts.Report != nil {
+		w.opts.Report(err)
+	}
+}
+
+// readState reads the entries last recorded; a missing file is no state.
+func readState(path, list string, now time.Time) (*List, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	es, err := ParseEntries(bytes.NewReader(data), path, list)
+	if err != nil {
+		return nil, err
+	}
+	return New(es, now), nil
+}
+
+// writeState writes the entries of l that apply or may apply again (not
+// removed, pending or expired).
+func writeState(path string, l *List, now time.Time) error {
+	m := live(l)
+	var b []byte
+	for _, t := range slices.Sorted(maps.Keys(m)) {
+		if e := m[t]; e.Applies(now) {
+			b = AppendLine(b, e)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write recorded list state: %w", err)
+	}
+	return atomicfile.Write(path, b, 0o644)
 }
 
 // FileSource reads a list file. It is not safe for concurrent use (a
