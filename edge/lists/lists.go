@@ -39,11 +39,22 @@
 // # Recording changes
 //
 // Every change to a list is a feedback event in the decision stream, so
-// lists can be rebuilt by replay. The edge records them, once each: the
-// process that owns the decision stream is the one that reads the lists,
-// so on every refresh a Watcher compares the entries that apply with those
-// it read before and hands one feedback event per change to its Recorder
-// (see Diff). Writers only write their store.
+// lists can be rebuilt by replay; each is recorded once, by one rule: the
+// process that owns the decision stream records, and that is the edge that
+// reads the lists. The local decision log has one writer (the edge holds
+// its LOCK), so a writer in another process (`ratewarden lists`, the
+// aggregator's policies) cannot append to it; instead, on every refresh a
+// Watcher compares the entries that apply with those it recorded last and
+// hands one event per change to its Recorder (see Diff), and keeps what it
+// recorded in a state file (WatchOptions.StateFile, beside the log), so that
+// changes made while the edge was stopped are recorded when it starts.
+// Writers only write their store. Edges that share a lists table and a
+// Kinesis stream let one of them record (config lists.record).
+//
+// Two changes between refreshes to one target are one change (an add and
+// a remove between two reads record nothing); expiry is no change, since
+// an add event carries its TTL.
+
 package lists
 
 import (

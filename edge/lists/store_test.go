@@ -375,3 +375,48 @@ func TestClockSkew(t *testing.T) {
 		t.Error("an entry already expired by the reader's clock applies")
 	}
 }
+
+// refusing is a Recorder whose queue is full until it is told otherwise.
+type refusing struct {
+	recorder
+	full atomic.Bool
+}
+
+func (r *refusing) Emit(d decisions.Decision) bool {
+	if r.full.Load() {
+		return false
+	}
+	return r.recorder.Emit(d)
+}
+
+// TestWatchRetriesDropped: a change whose event the recorder dropped is
+// recorded at the next read, once.
+func TestWatchRetriesDropped(t *testing.T) {
+	ctx := context.Background()
+	s := newFileStore(t, func() time.Time { return t0 })
+	var rec refusing
+	w, err := WatchSource(s, WatchOptions{List: Challenge, Record: &rec, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.full.Store(true)
+	if err := s.Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", By: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	rec.full.Store(false)
+	for range 2 {
+		// As a refresh does: the file has not changed since the last read.
+		if err := w.load(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rec.take(); len(got) != 1 {
+		t.Errorf("events %v, want the one add", got)
+	}
+	if n, d := w.Changes(); n != 1 || d != 1 {
+		t.Errorf("Changes = %d, %d; want 1 recorded, 1 dropped", n, d)
+	}
+}

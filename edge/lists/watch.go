@@ -77,6 +77,7 @@ type Watcher struct {
 
 	mu       sync.Mutex // serialises loads, so the diff sees lists in order
 	recorded *List      // under mu: what the recorder last heard, nil before the first read
+	retry    bool       // under mu: some changes were dropped; read again even if unchanged
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -176,8 +177,8 @@ func (w *Watcher) Stats() (loads, failures uint64) {
 	return w.loads.Load(), w.failures.Load()
 }
 
-// Changes returns the number of feedback events recorded, and of those the
-// Recorder dropped.
+// Changes returns the number of feedback events recorded, and of those
+// the Recorder dropped (each tried again at the next read).
 func (w *Watcher) Changes() (recorded, dropped uint64) {
 	return w.changes.Load(), w.drops.Load()
 }
@@ -215,7 +216,7 @@ func (w *Watcher) load(ifChanged bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	now := w.opts.Now()
-	l, err := w.src.Read(ctx, w.opts.List, now, ifChanged)
+	l, err := w.src.Read(ctx, w.opts.List, now, ifChanged && !w.retry)
 	switch {
 	case err != nil:
 		w.failures.Add(1)
@@ -239,18 +240,46 @@ func (w *Watcher) record(l *List, now time.Time) {
 	if prev != nil {
 		ds = Diff(w.opts.List, prev, l, now)
 	}
+	var dropped map[string]bool
 	for _, d := range ds {
-		w.changes.Add(1)
-		if !w.opts.Record.Emit(d) {
-			w.drops.Add(1)
+		if w.opts.Record.Emit(d) {
+			w.changes.Add(1)
+			continue
 		}
+		w.drops.Add(1)
+		if dropped == nil {
+			dropped = map[string]bool{}
+		}
+		dropped[d.Target] = true
+	}
+	w.retry = dropped != nil
+	if w.retry {
+		// What was dropped is not recorded: the next read tries again.
+		w.recorded = unrecorded(prev, l, dropped, now)
 	}
 	if w.opts.StateFile == "" || (prev != nil && len(ds) == 0) {
 		return
 	}
-	if err := writeState(w.opts.StateFile, l, now); err != nil && w.opts.Report != nil {
+	if err := writeState(w.opts.StateFile, w.recorded, now); err != nil && w.opts.Report != nil {
 		w.opts.Report(err)
 	}
+}
+
+// unrecorded is l with the entries of the dropped targets as they were in
+// prev.
+func unrecorded(prev, l *List, dropped map[string]bool, now time.Time) *List {
+	var es []Entry
+	for _, e := range l.Entries() {
+		if !dropped[e.Target] {
+			es = append(es, e)
+		}
+	}
+	for _, e := range prev.Entries() {
+		if dropped[e.Target] {
+			es = append(es, e)
+		}
+	}
+	return New(es, now)
 }
 
 // readState reads the entries last recorded; a missing file is no state.
