@@ -238,3 +238,34 @@ func TestEdgeListsRecordOff(t *testing.T) {
 		t.Errorf("%d changes recorded with lists.record false", n)
 	}
 }
+
+// TestEdgeKeepsLastGoodList: a list file that turns bad (a second target
+// smuggled onto a line, a NUL byte) is refused naming file:line, and the
+// edge goes on obeying the last good list.
+func TestEdgeKeepsLastGoodList(t *testing.T) {
+	ctx := context.Background()
+	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour)
+	defer e.Close(ctx)
+	if err := store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	w := e.Lists[lists.Challenge]
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	path := w.Source().Name()
+	for _, bad := range []string{"203.0.113.7\n198.51.100.7 203.0.113.8\n", "203.0.113.7\n198.51.100.7\x00\n"} {
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Reload(); err == nil || !strings.Contains(err.Error(), path+":2: ") {
+			t.Errorf("Reload of %q: %v, want an error naming %s:2", bad, err, path)
+		}
+		if s := status(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
+			t.Errorf("after a bad file: %d, want 302 from the last good list", s)
+		}
+		if s := status(e.Handler(), "198.51.100.7:1"); s != http.StatusOK {
+			t.Errorf("a target of the bad file applies: %d", s)
+		}
+	}
+}

@@ -164,6 +164,9 @@ func (w *Watcher) List() *List {
 	return w.list.Load()
 }
 
+// Source returns the source the watcher reads.
+func (w *Watcher) Source() Source { return w.src }
+
 // Reload re-reads the source now, whether or not it changed, as on SIGHUP.
 // On error the last good list stays and the error is returned, not
 // reported.
