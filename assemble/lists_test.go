@@ -218,19 +218,27 @@ func BenchmarkListPropagation(b *testing.B) {
 	}
 }
 
-// TestEdgeListsRecordOff: with lists.record false the edge obeys the list
-// and records nothing, for the edges of a fleet that leave it to one.
-func TestEdgeListsRecordOff(t *testing.T) {
-	ctx := context.Background()
-	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, func(c *config.Config) { c.Lists.Record = new(false) })
-	defer e.Close(ctx)
-	if err := store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "alice"}); err != nil {
+// challengeListed puts target on the challenge list and has the edge read
+// it now; it returns the list's watcher.
+func challengeListed(t *testing.T, e *assemble.Edge, store assemble.ListStore, target string) *lists.Watcher {
+	t.Helper()
+	if err := store.Put(context.Background(), lists.Entry{List: lists.Challenge, Target: target, By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	w := e.Lists[lists.Challenge]
 	if err := w.Reload(); err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+// TestEdgeListsRecordOff: with lists.record false the edge obeys the list
+// and records nothing, for the edges of a fleet that leave it to one.
+func TestEdgeListsRecordOff(t *testing.T) {
+	ctx := context.Background()
+	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, func(c *config.Config) { c.Lists.Record = new(false) })
+	defer e.Close(ctx)
+	w := challengeListed(t, e, store, "203.0.113.7")
 	if s := status(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
 		t.Errorf("status %d, want 302", s)
 	}
@@ -246,13 +254,7 @@ func TestEdgeKeepsLastGoodList(t *testing.T) {
 	ctx := context.Background()
 	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour)
 	defer e.Close(ctx)
-	if err := store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "alice"}); err != nil {
-		t.Fatal(err)
-	}
-	w := e.Lists[lists.Challenge]
-	if err := w.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	w := challengeListed(t, e, store, "203.0.113.7")
 	path := w.Source().Name()
 	for _, bad := range []string{"203.0.113.7\n198.51.100.7 203.0.113.8\n", "203.0.113.7\n198.51.100.7\x00\n"} {
 		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
