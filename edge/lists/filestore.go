@@ -174,7 +174,9 @@ func (s *FileStore) edit(ctx context.Context, list string, change func([]Entry, 
 	if err != nil {
 		return err
 	}
-	lk := flock.New(path + ".lock")
+	// Readable by all, as the list is: writers running as other users
+	// (an operator, the aggregator) open it read-only to lock it.
+	lk := flock.New(path+".lock", flock.SetPermissions(0o644))
 	ok, err := lk.TryLockContext(ctx, lockRetry)
 	if err != nil || !ok {
 		return fmt.Errorf("lock %s.lock: %w", path, errors.Join(err, ctx.Err()))
