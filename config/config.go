@@ -271,11 +271,24 @@ type Forward struct {
 	DecisionHeader string `yaml:"decision_header"`
 }
 
-// Lists are the allow and deny lists.
+// Lists are the feedback lists the edge obeys: allow, deny and challenge,
+// each read from a file, or all three from a DynamoDB lists table.
 type Lists struct {
-	AllowFile string        `yaml:"allow_file"`
-	DenyFile  string        `yaml:"deny_file"`
-	Refresh   time.Duration `yaml:"refresh"` // default 30s
+	AllowFile string `yaml:"allow_file"`
+	DenyFile  string `yaml:"deny_file"`
+	// ChallengeFile lists identities challenged on their next request
+	// whatever their count; needs challenge.enabled.
+	ChallengeFile string `yaml:"challenge_file"`
+	// Table is a DynamoDB lists table (as `aws init` creates) to read the
+	// three lists from instead of files, with store.dynamodb's region and
+	// endpoint; "" reads files.
+	Table   string        `yaml:"table"`
+	Refresh time.Duration `yaml:"refresh"` // default 30s
+	// Record makes the edge record each change it sees in the lists as a
+	// feedback event in its decisions; default true. Edges that share a
+	// lists table and a Kinesis stream should leave it on in one only, so
+	// each change is recorded once.
+	Record *bool `yaml:"record"`
 }
 
 // Tier is a set of limits for one class of client.

@@ -8,6 +8,7 @@
 //	ratewarden aggregate [flags]       roll decisions up into per-window aggregates
 //	ratewarden replay [flags]          rebuild a time range's aggregates from the log
 //	ratewarden aws init [flags]        create the stream and tables on AWS
+//	ratewarden lists show|add|remove|approve  read and write the feedback lists
 //	ratewarden version                 print the version
 package main
 
@@ -58,6 +59,7 @@ Usage:
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
+  ratewarden lists show|add|remove|approve [flags]  read and write the allow, deny and challenge lists
   ratewarden version                   print the version
 
 Run "ratewarden COMMAND --help" for a command's flags.
@@ -85,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":
 		return runAWS(ctx, args[1:], stdout, stderr)
+	case "lists":
+		return runLists(ctx, args[1:], stdout, stderr, getenv)
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":
