@@ -3,7 +3,6 @@ package report
 import (
 	"bytes"
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,9 +16,8 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 
@@ -91,25 +89,6 @@ func goldenReport(t *testing.T) *Report {
 	return Build(w, al, Options{From: from, To: to, Source: "partials dir:testdata", Top: 5, TopK: 20, Points: 12})
 }
 
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (go test -update rewrites it); got:\n%s", name, got)
-	}
-}
-
 // TestGoldenReports renders the report of a fixed log's partials, one of
 // them lost and one corrupt, in every format, against the golden files;
 // rendering twice gives the same bytes.
@@ -126,7 +105,7 @@ func TestGoldenReports(t *testing.T) {
 		if !bytes.Equal(a.Bytes(), b.Bytes()) {
 			t.Errorf("%v: two builds of the same input render differently", f)
 		}
-		golden(t, "report."+f.String(), a.Bytes())
+		golden.Check(t, "report."+f.String(), a.Bytes())
 	}
 }
 
