@@ -343,3 +343,20 @@ func TestParseFormat(t *testing.T) {
 		t.Errorf("ParseFormat(pdf): %v", err)
 	}
 }
+
+// FuzzReadAlerts: any bytes read as an alerts file give counts that add up
+// and never a panic.
+func FuzzReadAlerts(f *testing.F) {
+	b, _ := os.ReadFile(filepath.Join("testdata", "alerts.jsonl"))
+	f.Add(b)
+	f.Add([]byte("{\"kind\":\"alert\"}\n\n{\"kind\":\"action\",\"time\":1}\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		a, err := ReadAlerts(bytes.NewReader(in), "f")
+		if err != nil {
+			return // a line longer than the scanner's limit
+		}
+		if len(a.Alerts)+len(a.Actions)+a.Skipped > a.Lines || len(a.Problems) > maxProblems || len(a.Problems) > a.Skipped {
+			t.Fatalf("lines %d alerts %d actions %d skipped %d problems %d", a.Lines, len(a.Alerts), len(a.Actions), a.Skipped, len(a.Problems))
+		}
+	})
+}
