@@ -190,11 +190,16 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 			starts = append(starts, s)
 		}
 	}
-	r.Coverage = coverage(w, a, from, to, starts)
 	total := aggregator.NewPartial(from, w.Size, o.TopK)
+	var unmerged []Problem
 	for _, s := range starts {
-		total.Merge(w.Parts[s], false)
+		if err := total.Merge(w.Parts[s], false); err != nil {
+			// Only sketches of another precision get here; the counts
+			// merged before the sketch that failed.
+			unmerged = append(unmerged, Problem{Source: "window " + stamp(s), Error: err.Error()})
+		}
 	}
+	r.Coverage = coverage(w, a, from, to, starts, unmerged)
 	r.Summary = summary(total)
 	if len(starts) > 0 {
 		f, l := starts[0], starts[len(starts)-1].Add(w.Size)
@@ -220,19 +225,20 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		return cmp.Or(x.Time.Compare(y.Time), cmp.Compare(x.Key, y.Key), cmp.Compare(x.State, y.State))
 	})
 	r.Actions = actions
-	ws := windowSeq{w: w, starts: starts}
+	ws := scan(w, starts)
 	offenders := rankOffenders(total.Offenders.Requests, total.Offenders.Refusals)
-	r.ByIP = ws.seen(pick(offenders, false, o.Top), actions)
-	r.ByUser = ws.seen(pick(offenders, true, o.Top), actions)
+	r.ByIP = pick(offenders, false, o.Top)
+	r.ByUser = pick(offenders, true, o.Top)
 	rules := ws.rules(total, "")
 	r.ByPath = rules[:min(o.Top, len(rules))]
 	for _, k := range sortedKeys(total.Counts.Feedback) {
 		list, action, _ := strings.Cut(k, "/")
 		r.Feedback = append(r.Feedback, FeedbackRow{List: list, Action: action, Events: total.Counts.Feedback[k]})
 	}
-	r.Trend = trend(w, from, to, o.Points, func(*aggregator.CountKey) bool { return true })
+	trends := trends(w, from, to, o.Points)
+	r.Trend = trends[allTiers]
 	for _, name := range tierNames(total) {
-		t := Tier{Name: name, Rules: ws.rules(total, name)}
+		t := Tier{Name: name, Rules: ws.rules(total, name), Top: []Offender{}}
 		var oc [decisions.NumOutcomes]uint64
 		for k, n := range total.Counts.Cells {
 			if k.Tier == name && int(k.Outcome) < len(oc) {
@@ -245,11 +251,18 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 			t.Clients = aggregator.Estimate(sk)
 		}
 		if tk := total.Offenders.RequestsByTier[name]; tk != nil {
-			t.Top = ws.seen(rankOffenders(tk, nil)[:min(o.Top, tk.Len())], actions)
+			t.Top = rankOffenders(tk, nil)[:min(o.Top, tk.Len())]
 		}
-		t.Trend = trend(w, from, to, o.Points, func(k *aggregator.CountKey) bool { return k.Tier == name })
+		t.Trend = trends[name]
 		r.Tiers = append(r.Tiers, t)
 	}
+	// When each listed client was seen: one pass over the windows for all
+	// the tables.
+	tables := [][]Offender{r.ByIP, r.ByUser}
+	for _, t := range r.Tiers {
+		tables = append(tables, t.Top)
+	}
+	ws.seen(tables, actions)
 	return r
 }
 
@@ -259,7 +272,7 @@ func inRange(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to
 // counted.
 const maxListed = 50
 
-func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time) Coverage {
+func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time, unmerged []Problem) Coverage {
 	c := Coverage{Windows: int(to.Sub(from) / w.Size), Read: len(starts)}
 	c.Missing = c.Windows - c.Read
 	i := 0
@@ -282,11 +295,14 @@ func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time) Cov
 		c.Gaps = append(c.Gaps, Gap{From: s, To: s.Add(w.Size), Windows: 1})
 		open = &c.Gaps[len(c.Gaps)-1]
 	}
-	c.Unreadable = w.Problems
+	c.Unreadable = append(slices.Clip(w.Problems), unmerged...)
+	if c.Unreadable == nil {
+		c.Unreadable = []Problem{}
+	}
 	if a != nil {
 		c.AlertLines, c.AlertSkips, c.AlertSkipN = a.Lines, a.Problems, a.Skipped
 	}
-	c.Complete = c.Missing == 0 && len(w.Problems) == 0
+	c.Complete = c.Missing == 0 && len(c.Unreadable) == 0
 	return c
 }
 
@@ -391,36 +407,62 @@ func pick(os []Offender, users bool, n int) []Offender {
 	return out
 }
 
-// windowSeq is the range's windows in order, for when things were seen.
+// windowSeq is the range's windows in order, for when things were seen,
+// with the first and last window of every (tier, rule), found in one pass.
 type windowSeq struct {
-	w      *Windows
-	starts []time.Time
+	w        *Windows
+	starts   []time.Time
+	ruleSeen map[[2]string][2]time.Time // (tier, rule) → first start, last end
 }
 
-// seen fills in each offender's first and last seen (the windows in whose
-// top-K by requests or by refusals it was) and the actions on it.
-func (ws windowSeq) seen(os []Offender, actions []alerts.Action) []Offender {
-	idx := make(map[string]int, len(os))
-	for i, o := range os {
-		idx[o.Identity] = i
-		os[i].Actions = actionsOn(o.Identity, actions)
+func scan(w *Windows, starts []time.Time) windowSeq {
+	ws := windowSeq{w: w, starts: starts, ruleSeen: map[[2]string][2]time.Time{}}
+	for _, s := range starts {
+		for k := range w.Parts[s].Counts.Cells {
+			key := [2]string{k.Tier, k.Rule}
+			fl, ok := ws.ruleSeen[key]
+			if !ok {
+				fl[0] = s
+			}
+			fl[1] = s.Add(w.Size)
+			ws.ruleSeen[key] = fl
+		}
+	}
+	return ws
+}
+
+// seen fills in the first and last seen of the offenders of tables (the
+// windows in whose top-K by requests or by refusals each was) and the
+// actions on each, in one pass over the windows.
+func (ws windowSeq) seen(tables [][]Offender, actions []alerts.Action) {
+	when := map[string]*[2]time.Time{}
+	for _, os := range tables {
+		for i := range os {
+			when[os[i].Identity] = new([2]time.Time)
+			os[i].Actions = actionsOn(os[i].Identity, actions)
+		}
 	}
 	for _, s := range ws.starts {
 		p := ws.w.Parts[s]
 		for _, tk := range []*aggregator.TopK{p.Offenders.Requests, p.Offenders.Refusals} {
 			for _, h := range tk.Top(tk.Len()) {
-				i, ok := idx[h.Client.String()]
-				if !ok {
+				fl := when[h.Client.String()]
+				if fl == nil {
 					continue
 				}
-				if os[i].FirstSeen.IsZero() {
-					os[i].FirstSeen = s
+				if fl[0].IsZero() {
+					fl[0] = s
 				}
-				os[i].LastSeen = s.Add(ws.w.Size)
+				fl[1] = s.Add(ws.w.Size)
 			}
 		}
 	}
-	return os
+	for _, os := range tables {
+		for i := range os {
+			fl := when[os[i].Identity]
+			os[i].FirstSeen, os[i].LastSeen = fl[0], fl[1]
+		}
+	}
 }
 
 // actionsOn lists the actions whose target is identity or a prefix that
@@ -473,16 +515,16 @@ func (ws windowSeq) rules(total *aggregator.Partial, tier string) []Path {
 		p.Challenges, p.TokenPasses = counts[rule][decisions.Challenge], counts[rule][decisions.TokenPass]
 		p.SolveRate = solveRate(p.Challenges, p.TokenPasses)
 	}
-	for _, s := range ws.starts {
-		for k := range ws.w.Parts[s].Counts.Cells {
-			p := byRule[k.Rule]
-			if p == nil || tier != "" && k.Tier != tier {
-				continue
-			}
-			if p.FirstSeen.IsZero() {
-				p.FirstSeen = s
-			}
-			p.LastSeen = s.Add(ws.w.Size)
+	for key, fl := range ws.ruleSeen {
+		p := byRule[key[1]]
+		if p == nil || tier != "" && key[0] != tier {
+			continue
+		}
+		if p.FirstSeen.IsZero() || fl[0].Before(p.FirstSeen) {
+			p.FirstSeen = fl[0]
+		}
+		if fl[1].After(p.LastSeen) {
+			p.LastSeen = fl[1]
 		}
 	}
 	out := make([]Path, 0, len(byRule))
@@ -503,24 +545,39 @@ func tierNames(p *aggregator.Partial) []string {
 	return sortedKeys(seen)
 }
 
-// trend sums the cells keep accepts into at most points buckets of equal
-// length.
-func trend(w *Windows, from, to time.Time, points int, keep func(*aggregator.CountKey) bool) []Point {
+// allTiers keys the trend of every tier in trends' result.
+const allTiers = "\x00all"
+
+// trends sums the cells of every window into at most points buckets of
+// equal length, for all tiers (allTiers) and for each tier, in one pass.
+func trends(w *Windows, from, to time.Time, points int) map[string][]Point {
 	n := int(to.Sub(from) / w.Size)
 	per := max(1, (n+points-1)/points)
-	out := make([]Point, 0, (n+per-1)/per)
-	for i := 0; i < n; i += per {
-		pt := Point{Start: from.Add(time.Duration(i) * w.Size), End: from.Add(time.Duration(min(i+per, n)) * w.Size)}
-		for s := pt.Start; s.Before(pt.End); s = s.Add(w.Size) {
-			p := w.Parts[s]
-			if p == nil {
-				pt.Missing++
-				continue
+	buckets := (n + per - 1) / per
+	out := map[string][]Point{}
+	series := func(tier string) []Point {
+		ps := out[tier]
+		if ps == nil {
+			ps = make([]Point, buckets)
+			for b := range ps {
+				ps[b] = Point{Start: from.Add(time.Duration(b*per) * w.Size), End: from.Add(time.Duration(min((b+1)*per, n)) * w.Size)}
 			}
-			for k, c := range p.Counts.Cells {
-				if !keep(&k) {
-					continue
-				}
+			out[tier] = ps
+		}
+		return ps
+	}
+	series(allTiers)
+	missing := make([]int, buckets)
+	for i := range n {
+		b := i / per
+		p := w.Parts[from.Add(time.Duration(i)*w.Size)]
+		if p == nil {
+			missing[b]++
+			continue
+		}
+		for k, c := range p.Counts.Cells {
+			for _, ps := range [][]Point{out[allTiers], series(k.Tier)} {
+				pt := &ps[b]
 				pt.Requests += c
 				switch {
 				case k.Outcome == decisions.Challenge:
@@ -531,7 +588,11 @@ func trend(w *Windows, from, to time.Time, points int, keep func(*aggregator.Cou
 				}
 			}
 		}
-		out = append(out, pt)
+	}
+	for _, ps := range out {
+		for b := range ps {
+			ps[b].Missing = missing[b]
+		}
 	}
 	return out
 }
