@@ -69,6 +69,7 @@ func TestReportCommand(t *testing.T) {
 		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--alerts", filepath.Join(dir, "none.jsonl"), "--out", out}, 1, "none.jsonl"},
 		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", to, "--to", from}, 1, "is not before"},
 		{[]string{"whatif", "--decisions-dir", logDir, "--from", from}, 2, "Usage: ratewarden whatif"},
+		{[]string{"lambda", "--help"}, 0, "-report-range"},
 	}
 	for _, c := range cases {
 		code, _, errs := runCLI(t, nil, c.args...)
