@@ -59,14 +59,28 @@ func svgChart(c chart) template.HTML {
 		{seriesRefused, func(p Point) uint64 { return p.Refused }},
 		{seriesChallenged, func(p Point) uint64 { return p.Challenged }},
 	} {
-		b.WriteString(`<polyline fill="none" stroke-width="1.5" stroke="` + s.color + `" points="`)
+		// A bucket with missing windows and nothing counted is unknown,
+		// not zero: the line breaks there.
+		open := false
 		for i, p := range c.points {
-			if i > 0 {
+			if p.Missing > 0 && p.Requests == 0 {
+				if open {
+					b.WriteString(`"/>`)
+					open = false
+				}
+				continue
+			}
+			if !open {
+				b.WriteString(`<polyline fill="none" stroke-width="1.5" stroke="` + s.color + `" points="`)
+				open = true
+			} else {
 				b.WriteByte(' ')
 			}
 			b.WriteString(f(x(i)) + "," + f(y(s.v(p))))
 		}
-		b.WriteString(`"/>`)
+		if open {
+			b.WriteString(`"/>`)
+		}
 	}
 	text := func(x, y float64, anchor, s string) {
 		b.WriteString(`<text x="` + f(x) + `" y="` + f(y) + `" text-anchor="` + anchor + `">` + html.EscapeString(s) + `</text>`)
