@@ -161,26 +161,51 @@ const maxProblems = 20
 // ignored.
 func ReadAlerts(r io.Reader, name string) (*Alerts, error) {
 	a := &Alerts{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		a.Lines++
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
+	br := bufio.NewReaderSize(r, 64<<10)
+	skip := func(err error) {
+		a.Skipped++
+		if len(a.Problems) < maxProblems {
+			a.Problems = append(a.Problems, Problem{Source: name + ":" + strconv.Itoa(a.Lines), Error: err.Error()})
+		}
+	}
+	var long []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: kept up to maxAlertLine,
+			// skipped past it.
+			if len(long) <= maxAlertLine {
+				long = append(long, chunk...)
+			}
 			continue
 		}
-		if err := a.add(line); err != nil {
-			a.Skipped++
-			if len(a.Problems) < maxProblems {
-				a.Problems = append(a.Problems, Problem{Source: name + ":" + strconv.Itoa(a.Lines), Error: err.Error()})
+		if err != nil && !errors.Is(err, io.EOF) {
+			return a, fmt.Errorf("read alerts %s: line %d: %w", name, a.Lines+1, err)
+		}
+		line := chunk
+		if long != nil {
+			line = append(long, chunk...)
+			long = nil
+		}
+		if len(line) > 0 {
+			a.Lines++
+			switch line = bytes.TrimSpace(line); {
+			case len(line) > maxAlertLine:
+				skip(fmt.Errorf("line longer than %d bytes", maxAlertLine))
+			case len(line) > 0:
+				if perr := a.add(line); perr != nil {
+					skip(perr)
+				}
 			}
 		}
+		if err != nil {
+			return a, nil
+		}
 	}
-	if err := sc.Err(); err != nil {
-		return a, fmt.Errorf("read alerts %s: line %d: %w", name, a.Lines+1, err)
-	}
-	return a, nil
 }
+
+// maxAlertLine is the longest alerts line read; longer ones are skipped.
+const maxAlertLine = 1 << 20
 
 func (a *Alerts) add(line []byte) error {
 	var head struct {

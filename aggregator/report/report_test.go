@@ -353,10 +353,21 @@ func FuzzReadAlerts(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		a, err := ReadAlerts(bytes.NewReader(in), "f")
 		if err != nil {
-			return // a line longer than the scanner's limit
+			t.Fatal(err) // only a failing reader errs
 		}
 		if len(a.Alerts)+len(a.Actions)+a.Skipped > a.Lines || len(a.Problems) > maxProblems || len(a.Problems) > a.Skipped {
 			t.Fatalf("lines %d alerts %d actions %d skipped %d problems %d", a.Lines, len(a.Alerts), len(a.Actions), a.Skipped, len(a.Problems))
 		}
 	})
+}
+
+// TestReadAlertsLongLine: a line past the limit is skipped, and the lines
+// after it are read.
+func TestReadAlertsLongLine(t *testing.T) {
+	in := `{"kind":"alert","time":"2026-03-02T10:01:00Z","type":"x","summary":"` + strings.Repeat("a", maxAlertLine) + `"}` + "\n" +
+		`{"kind":"action","time":"2026-03-02T10:01:00Z","list":"challenge","target":"203.0.113.9","applied":true}`
+	a, err := ReadAlerts(strings.NewReader(in), "f")
+	if err != nil || a.Lines != 2 || a.Skipped != 1 || len(a.Actions) != 1 || !strings.Contains(a.Problems[0].Error, "longer than") {
+		t.Fatalf("%v: lines %d skipped %d actions %d problems %v", err, a.Lines, a.Skipped, len(a.Actions), a.Problems)
+	}
 }
