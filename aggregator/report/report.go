@@ -193,7 +193,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	total := aggregator.NewPartial(from, w.Size, o.TopK)
 	var unmerged []Problem
 	for _, s := range starts {
-		if err := total.Merge(w.Parts[s], false); err != nil {
+		if err := mergeInto(total, w.Parts[s], o.TopK); err != nil {
 			// Only sketches of another precision get here; the counts
 			// merged before the sketch that failed.
 			unmerged = append(unmerged, Problem{Source: "window " + stamp(s), Error: err.Error()})
@@ -264,6 +264,36 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	}
 	ws.seen(tables, actions)
 	return r
+}
+
+// mergeInto merges what the report reads of p into total, windows of one
+// range (not disjoint): Partial.Merge but for the refusals-by-rule top-K
+// lists, which the report does not show and which are most of the merging
+// a day of windows costs.
+func mergeInto(total, p *aggregator.Partial, k int) error {
+	total.Events += p.Events
+	total.Counts.Merge(&p.Counts)
+	if err := total.Clients.Merge(&p.Clients); err != nil {
+		return err
+	}
+	if err := total.Latency.Merge(&p.Latency); err != nil {
+		return err
+	}
+	if err := total.Upstream.Merge(&p.Upstream); err != nil {
+		return err
+	}
+	o := total.Offenders
+	o.Requests.Merge(p.Offenders.Requests, false)
+	o.Refusals.Merge(p.Offenders.Refusals, false)
+	for tier, tk := range p.Offenders.RequestsByTier {
+		dst := o.RequestsByTier[tier]
+		if dst == nil {
+			dst = aggregator.NewTopK(k)
+			o.RequestsByTier[tier] = dst
+		}
+		dst.Merge(tk, false)
+	}
+	return nil
 }
 
 func inRange(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
