@@ -191,9 +191,19 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 	}
 	total := aggregator.NewPartial(from, w.Size, o.TopK)
+	reqs, refs, byTier := newRangeTopK(o.TopK), newRangeTopK(o.TopK), map[string]*rangeTopK{}
 	var unmerged []Problem
 	for _, s := range starts {
-		if err := mergeInto(total, w.Parts[s], o.TopK); err != nil {
+		p := w.Parts[s]
+		reqs.add(p.Offenders.Requests)
+		refs.add(p.Offenders.Refusals)
+		for tier, tk := range p.Offenders.RequestsByTier {
+			if byTier[tier] == nil {
+				byTier[tier] = newRangeTopK(o.TopK)
+			}
+			byTier[tier].add(tk)
+		}
+		if err := mergeInto(total, p); err != nil {
 			// Only sketches of another precision get here; the counts
 			// merged before the sketch that failed.
 			unmerged = append(unmerged, Problem{Source: "window " + stamp(s), Error: err.Error()})
@@ -226,7 +236,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	})
 	r.Actions = actions
 	ws := scan(w, starts)
-	offenders := rankOffenders(total.Offenders.Requests, total.Offenders.Refusals)
+	offenders := rankOffenders(reqs.top(o.TopK), refs.top(o.TopK))
 	r.ByIP = pick(offenders, false, o.Top)
 	r.ByUser = pick(offenders, true, o.Top)
 	rules := ws.rules(total, "")
@@ -250,8 +260,8 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		if sk := total.Clients.ByTier[name]; sk != nil {
 			t.Clients = aggregator.Estimate(sk)
 		}
-		if tk := total.Offenders.RequestsByTier[name]; tk != nil {
-			t.Top = rankOffenders(tk, nil)[:min(o.Top, tk.Len())]
+		if acc := byTier[name]; acc != nil {
+			t.Top = rankOffenders(acc.top(o.Top), nil)
 		}
 		t.Trend = trends[name]
 		r.Tiers = append(r.Tiers, t)
@@ -266,11 +276,9 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	return r
 }
 
-// mergeInto merges what the report reads of p into total, windows of one
-// range (not disjoint): Partial.Merge but for the refusals-by-rule top-K
-// lists, which the report does not show and which are most of the merging
-// a day of windows costs.
-func mergeInto(total, p *aggregator.Partial, k int) error {
+// mergeInto merges the counts, sketches and latencies of p into total,
+// windows of one range; the top-K lists are merged apart (rangeTopK).
+func mergeInto(total, p *aggregator.Partial) error {
 	total.Events += p.Events
 	total.Counts.Merge(&p.Counts)
 	if err := total.Clients.Merge(&p.Clients); err != nil {
@@ -279,21 +287,7 @@ func mergeInto(total, p *aggregator.Partial, k int) error {
 	if err := total.Latency.Merge(&p.Latency); err != nil {
 		return err
 	}
-	if err := total.Upstream.Merge(&p.Upstream); err != nil {
-		return err
-	}
-	o := total.Offenders
-	o.Requests.Merge(p.Offenders.Requests, false)
-	o.Refusals.Merge(p.Offenders.Refusals, false)
-	for tier, tk := range p.Offenders.RequestsByTier {
-		dst := o.RequestsByTier[tier]
-		if dst == nil {
-			dst = aggregator.NewTopK(k)
-			o.RequestsByTier[tier] = dst
-		}
-		dst.Merge(tk, false)
-	}
-	return nil
+	return total.Upstream.Merge(&p.Upstream)
 }
 
 func inRange(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
@@ -390,7 +384,7 @@ func round4(v float64) float64 { return float64(int64(v*10000+0.5)) / 10000 }
 // nil), most refusals for sure first, then most requests for sure (lower
 // bounds: a merged list's upper bounds carry the floors of the windows a
 // client was not listed in), then by identity.
-func rankOffenders(requests, refusals *aggregator.TopK) []Offender {
+func rankOffenders(requests, refusals []aggregator.Hitter) []Offender {
 	byClient := map[aggregator.Client]*Offender{}
 	var order []aggregator.Client
 	get := func(c aggregator.Client) *Offender {
@@ -402,18 +396,16 @@ func rankOffenders(requests, refusals *aggregator.TopK) []Offender {
 		}
 		return o
 	}
-	for _, h := range requests.Top(requests.Len()) {
+	for _, h := range requests {
 		o := get(h.Client)
 		o.Requests, o.RequestsMin = h.Count, h.Count-h.Err
 	}
-	if refusals != nil {
-		for _, h := range refusals.Top(refusals.Len()) {
-			o := get(h.Client)
-			o.Refusals, o.RefusalsMin = h.Count, h.Count-h.Err
-			// A top refuser outside the requests list made at least its
-			// refusals' lower bound of requests.
-			o.Requests, o.RequestsMin = max(o.Requests, h.Count), max(o.RequestsMin, h.Count-h.Err)
-		}
+	for _, h := range refusals {
+		o := get(h.Client)
+		o.Refusals, o.RefusalsMin = h.Count, h.Count-h.Err
+		// A top refuser outside the requests list made at least its
+		// refusals' lower bound of requests.
+		o.Requests, o.RequestsMin = max(o.Requests, h.Count), max(o.RequestsMin, h.Count-h.Err)
 	}
 	out := make([]Offender, 0, len(order))
 	for _, c := range order {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -370,4 +371,48 @@ func TestReadAlertsLongLine(t *testing.T) {
 	if err != nil || a.Lines != 2 || a.Skipped != 1 || len(a.Actions) != 1 || !strings.Contains(a.Problems[0].Error, "longer than") {
 		t.Fatalf("%v: lines %d skipped %d actions %d problems %v", err, a.Lines, a.Skipped, len(a.Actions), a.Problems)
 	}
+}
+
+// TestRangeTopK checks the range's bounds against the exact counts: every
+// client's true total lies between its bounds, the bounds are exact when no
+// window's list overflowed, and the heaviest clients are found.
+func TestRangeTopK(t *testing.T) {
+	f := func(k, held int, seed uint64) {
+		ds := decisiontest.NewGenerator(seed, t0).Batch(20_000)
+		exact := map[aggregator.Client]uint64{}
+		acc := newRangeTopK(k)
+		acc.maxHeld = held
+		for w := 0; w < len(ds); w += 1000 {
+			tk := aggregator.NewTopK(k)
+			for _, d := range ds[w : w+1000] {
+				if d.Kind == decisions.KindDecision {
+					c := aggregator.ClientOf(&d)
+					tk.Add(c, 1)
+					exact[c]++
+				}
+			}
+			acc.add(tk)
+		}
+		top := acc.top(k)
+		for _, h := range top {
+			if n := exact[h.Client]; n > h.Count || n < h.Count-h.Err {
+				t.Errorf("k %d held %d: %v counted %d, bounds [%d, %d]", k, held, h.Client, n, h.Count-h.Err, h.Count)
+			}
+			if k >= 100_000 && h.Err != 0 {
+				t.Errorf("k %d: %v has error %d with no list overflowing", k, h.Client, h.Err)
+			}
+		}
+		var heaviest aggregator.Client
+		for c, n := range exact {
+			if n > exact[heaviest] {
+				heaviest = c
+			}
+		}
+		if len(top) == 0 || !slices.ContainsFunc(top[:min(3, len(top))], func(h aggregator.Hitter) bool { return h.Client == heaviest }) {
+			t.Errorf("k %d held %d: the heaviest client %v (%d) is not among the first three of %v", k, held, heaviest, exact[heaviest], top[:min(3, len(top))])
+		}
+	}
+	f(100_000, 1<<20, 1) // no overflow: exact
+	f(100, 1600, 2)      // lists overflow
+	f(50, 120, 3)        // and the held clients are pruned
 }
