@@ -389,6 +389,10 @@ func (b *bucket) add(s *slot) {
 	b.ok = false
 }
 
+// Floor bounds the count of any client t does not hold: 0 while it holds
+// fewer than k clients (counts are exact then), else its lowest count.
+func (t *TopK) Floor() uint64 { return t.floor() }
+
 // floor is 0 while t holds fewer than k clients; then it is the lowest
 // count, which bounds the count of any client it does not hold.
 func (t *TopK) floor() uint64 {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -64,14 +65,20 @@ func (f *timeFlag) String() string {
 	return f.t.Format(time.RFC3339)
 }
 
+// Set parses an RFC 3339 time, "now", or a duration before now written
+// either way: "15m" and "-15m" both mean fifteen minutes ago.
 func (f *timeFlag) Set(s string) error {
-	if d, err := time.ParseDuration(s); err == nil {
+	if s == "now" {
+		f.t = f.now()
+		return nil
+	}
+	if d, err := time.ParseDuration(strings.TrimPrefix(s, "-")); err == nil && !strings.HasPrefix(s, "--") {
 		f.t = f.now().Add(-d)
 		return nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return fmt.Errorf("want an RFC 3339 time or a duration before now, such as 15m")
+		return fmt.Errorf("want an RFC 3339 time, now, or a duration before now, such as 15m or -24h")
 	}
 	f.t = t
 	return nil

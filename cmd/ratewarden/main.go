@@ -7,6 +7,8 @@
 //	ratewarden lambda [flags]          serve API Gateway / ALB events in AWS Lambda
 //	ratewarden aggregate [flags]       roll decisions up into per-window aggregates
 //	ratewarden replay [flags]          rebuild a time range's aggregates from the log
+//	ratewarden report [flags]          the abuse report of a time range
+//	ratewarden whatif [flags]          what a candidate configuration would have decided
 //	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden lists show|add|remove|approve  read and write the feedback lists
 //	ratewarden version                 print the version
@@ -57,6 +59,8 @@ Usage:
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
   ratewarden aggregate [flags]         roll decisions (a log, or a Kinesis stream shared by several) up into per-window partial aggregates
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
+  ratewarden report [flags]            the abuse report of a time range (md, html, json, csv)
+  ratewarden whatif [flags]            replay logged requests through a candidate configuration and report what would change
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden lists show|add|remove|approve [flags]  read and write the allow, deny and challenge lists
@@ -83,6 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runAggregate(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "replay":
 		return runReplay(ctx, args[1:], stdout, stderr)
+	case "report":
+		return runReport(ctx, args[1:], stdout, stderr)
+	case "whatif":
+		return runWhatIf(ctx, args[1:], stdout, stderr)
 	case "emf":
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":

@@ -1,0 +1,152 @@
+package report
+
+import (
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Render writes the report in format f.
+func (r *Report) Render(w io.Writer, f Format) error { return render(w, f, r, r.document()) }
+
+func (r *Report) document() *document {
+	d := &document{title: r.Title}
+	if r.Source != "" {
+		d.meta = append(d.meta, [2]string{"Source", r.Source})
+	}
+	c := r.Coverage
+	d.meta = append(d.meta,
+		[2]string{"Range", stamp(r.From) + " to " + stamp(r.To)},
+		[2]string{"Window", r.Window},
+		[2]string{"Windows read", strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows)},
+	)
+	if !c.Complete {
+		d.warnings = append(d.warnings, "totals are partial: "+strconv.Itoa(c.Missing)+" of "+strconv.Itoa(c.Windows)+
+			" windows have no partial (no traffic, or not aggregated) and "+strconv.Itoa(len(c.Unreadable))+
+			" inputs could not be read; see Coverage. Nothing missing is estimated.")
+	}
+	if c.AlertSkipN > 0 {
+		d.warnings = append(d.warnings, strconv.Itoa(c.AlertSkipN)+" lines of the alerts file were skipped; see Coverage.")
+	}
+	s := r.Summary
+	sum := table{name: "summary", cols: []string{"measure", "value"}}
+	add := func(k, v string) { sum.rows = append(sum.rows, []string{k, v}) }
+	add("requests", u(s.Requests))
+	add("passed", u(s.Passed))
+	add("refused", u(s.Refused))
+	for _, o := range s.Outcomes {
+		add("outcome "+o.Outcome, u(o.Requests))
+	}
+	add("challenges", u(s.Challenges))
+	add("token passes", u(s.TokenPasses))
+	add("challenge solve rate", rate(s.SolveRate))
+	add("distinct clients", u(s.Clients))
+	add("distinct refused clients", u(s.RefusedClients))
+	add("store latency p50", ms(s.StoreP50Ms))
+	add("store latency p99", ms(s.StoreP99Ms))
+	add("upstream latency p50", ms(s.UpstreamP50Ms))
+	add("upstream latency p99", ms(s.UpstreamP99Ms))
+	add("decisions dropped at the edge", u(s.Dropped))
+	add("events", u(s.Events))
+	if s.FirstWindow != nil {
+		add("first window", stamp(*s.FirstWindow))
+		add("last window end", stamp(*s.LastWindowEnd))
+	}
+	d.sections = append(d.sections, section{title: "Summary", tables: []table{sum},
+		text: []string{"Solve rate: of the requests over a challenge rule's limit, the share that carried a valid challenge token (token passes ÷ (challenges + token passes)). Distinct clients are HyperLogLog estimates."}})
+
+	cov := section{title: "Coverage", text: []string{coverageText(c)}}
+	gaps := table{name: "gaps", cols: []string{"from", "to", "windows"}}
+	for _, g := range c.Gaps {
+		gaps.rows = append(gaps.rows, []string{stamp(g.From), stamp(g.To), strconv.Itoa(g.Windows)})
+	}
+	if c.MoreGaps > 0 {
+		cov.text = append(cov.text, strconv.Itoa(c.MoreGaps)+" more gaps are not listed.")
+	}
+	cov.tables = append(cov.tables, gaps, problemTable("unreadable", c.Unreadable), problemTable("alert_lines_skipped", c.AlertSkips))
+	d.sections = append(d.sections, cov)
+
+	d.sections = append(d.sections, section{title: "Trends", charts: []chart{{name: "trend", title: "Requests, refused and challenged per " + pointLen(r.Trend), points: r.Trend}}})
+
+	note := "Counts come from the merged top-K lists: requests and refusals are upper bounds and the (min) columns lower ones, equal while no list overflowed; refusals is 0 for a client not among the top refusers. First and last seen are the first and last windows in whose top-K the client was. Challenge solve rates are kept per rule and tier (see by path), not per client."
+	d.sections = append(d.sections,
+		section{title: "Top offenders by IP", text: []string{note}, tables: []table{offenderTable("offenders_ip", r.ByIP)}},
+		section{title: "Top offenders by user", tables: []table{offenderTable("offenders_user", r.ByUser)}},
+		section{title: "Top offenders by path", text: []string{"Each rule is a tier's path rule or global rule; counts are exact."}, tables: []table{pathTable("offenders_path", r.ByPath)}},
+	)
+
+	acts := table{name: "actions", cols: []string{"time", "policy", "list", "target", "ttl", "applied", "why", "alert"}}
+	for _, a := range r.Actions {
+		acts.rows = append(acts.rows, []string{stamp(a.Time), a.Policy, a.List, a.Target, a.TTL, strconv.FormatBool(a.Applied), a.Why, a.Alert})
+	}
+	fb := table{name: "feedback_events", cols: []string{"list", "action", "events"}}
+	for _, f := range r.Feedback {
+		fb.rows = append(fb.rows, []string{f.List, f.Action, u(f.Events)})
+	}
+	d.sections = append(d.sections, section{title: "Actions taken",
+		text:   []string{"Policy actions from the alerts file, then the feedback events of the decision log (list changes) by list and action."},
+		tables: []table{acts, fb}})
+
+	al := table{name: "alerts", cols: []string{"time", "state", "severity", "type", "key", "tier", "rule", "summary", "identities"}}
+	for _, a := range r.Alerts {
+		al.rows = append(al.rows, []string{stamp(a.Time), a.State, a.Severity, a.Type, a.Key, a.Tier, a.Rule, a.Summary, strings.Join(a.Identities, " ")})
+	}
+	d.sections = append(d.sections, section{title: "Alerts", tables: []table{al}})
+
+	for _, t := range r.Tiers {
+		oc := table{name: "tier_outcomes", cols: []string{"tier", "outcome", "requests"}}
+		for _, o := range t.Outcomes {
+			oc.rows = append(oc.rows, []string{t.Name, o.Outcome, u(o.Requests)})
+		}
+		top := offenderTable("tier_top_clients", t.Top)
+		top.cols = append([]string{"tier"}, top.cols...)
+		for i := range top.rows {
+			top.rows[i] = append([]string{t.Name}, top.rows[i]...)
+		}
+		d.sections = append(d.sections, section{title: "Tier " + t.Name, sub: true,
+			text:   []string{"Requests " + u(t.Requests) + ", refused " + u(t.Refused) + ", distinct clients " + u(t.Clients) + ", challenge solve rate " + rate(t.SolveRate) + "."},
+			charts: []chart{{name: "tier_trend:" + t.Name, title: "Tier " + t.Name + ": requests, refused and challenged per " + pointLen(t.Trend), points: t.Trend}},
+			tables: []table{oc, pathTable("tier_rules", t.Rules), top}})
+	}
+	return d
+}
+
+func coverageText(c Coverage) string {
+	s := strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows) + " windows have a partial; " + strconv.Itoa(len(c.Gaps)+c.MoreGaps) + " gaps."
+	if c.Complete {
+		return s + " The totals are complete."
+	}
+	return s + " A window without a partial had no traffic or was not aggregated: the partials cannot tell which, so the totals are marked partial and nothing is estimated for it."
+}
+
+func problemTable(name string, ps []Problem) table {
+	t := table{name: name, cols: []string{"source", "error"}}
+	for _, p := range ps {
+		t.rows = append(t.rows, []string{p.Source, p.Error})
+	}
+	return t
+}
+
+func offenderTable(name string, os []Offender) table {
+	t := table{name: name, cols: []string{"identity", "requests", "requests (min)", "refusals", "refusals (min)", "first seen", "last seen", "actions"}}
+	for _, o := range os {
+		t.rows = append(t.rows, []string{o.Identity, u(o.Requests), u(o.RequestsMin), u(o.Refusals), u(o.RefusalsMin), stamp(o.FirstSeen), stamp(o.LastSeen), strings.Join(o.Actions, " ")})
+	}
+	return t
+}
+
+func pathTable(name string, ps []Path) table {
+	t := table{name: name, cols: []string{"rule", "tier", "requests", "refused", "challenges", "token passes", "solve rate", "first seen", "last seen"}}
+	for _, p := range ps {
+		t.rows = append(t.rows, []string{p.Rule, p.Tier, u(p.Requests), u(p.Refused), u(p.Challenges), u(p.TokenPasses), rate(p.SolveRate), stamp(p.FirstSeen), stamp(p.LastSeen)})
+	}
+	return t
+}
+
+// pointLen names the length of a trend's points, such as "5m0s".
+func pointLen(ps []Point) string {
+	if len(ps) == 0 {
+		return "window"
+	}
+	return ps[0].End.Sub(ps[0].Start).String()
+}

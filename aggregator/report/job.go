@@ -1,0 +1,110 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+)
+
+// Job is one report to make: its source of partials (stored ones, or the
+// decision log rolled up on the fly), its alerts, its range, its format.
+// What `ratewarden report` and the scheduled Lambda both run.
+type Job struct {
+	PartialsDir  string // read the partials stored here (PartialsDir); or
+	DecisionsDir string // roll this decision log up on the fly
+	// Rollup is the window length (of the stored partials, or to roll up
+	// in) and, for a log, the top-K and lateness; zero fields take the
+	// aggregator's defaults.
+	Rollup     aggregator.Options
+	AlertsFile string // optional JSON lines of alerts and actions
+	Options    Options
+	Format     Format
+	// Progress, if set, is told how far reading has got: days of partials
+	// done of total, or bytes of the log's payloads read (total 0: the
+	// caller knows the log's size better).
+	Progress func(done, total uint64)
+}
+
+// Run reads the job's inputs and returns the report and its rendering.
+func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
+	o := j.Rollup
+	if o.Window <= 0 {
+		o.Window = time.Minute
+	}
+	if (j.PartialsDir == "") == (j.DecisionsDir == "") {
+		return nil, nil, errors.New("report: give one source: a partials directory or a decision log")
+	}
+	from, to := j.Options.From, j.Options.To
+	if !from.Before(to) {
+		return nil, nil, fmt.Errorf("report: --from %s is not before --to %s", stamp(from), stamp(to))
+	}
+	from, to = Align(from, to, o.Window)
+	var w *Windows
+	var err error
+	if j.PartialsDir != "" {
+		if err := hasWindow(j.PartialsDir, o.Window); err != nil {
+			return nil, nil, err
+		}
+		var progress func(done, total int)
+		if j.Progress != nil {
+			progress = func(done, total int) { j.Progress(uint64(done), uint64(total)) }
+		}
+		w, err = ReadDir(j.PartialsDir, o.Window, from, to, progress)
+	} else {
+		var progress func(LogProgress)
+		if j.Progress != nil {
+			progress = func(s LogProgress) { j.Progress(s.Bytes, 0) }
+		}
+		w, err = RollLog(ctx, j.DecisionsDir, o, from, to, progress)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var al *Alerts
+	if j.AlertsFile != "" {
+		if al, err = ReadAlertsFile(j.AlertsFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	opts := j.Options
+	if opts.TopK == 0 {
+		opts.TopK = o.TopK
+	}
+	r := Build(w, al, opts)
+	var b bytes.Buffer
+	if err := r.Render(&b, j.Format); err != nil {
+		return nil, nil, err
+	}
+	return r, b.Bytes(), nil
+}
+
+// hasWindow checks that dir holds partials of windows of size, naming the
+// sizes it does hold when not.
+func hasWindow(dir string, size time.Duration) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("report: partials: %w", err)
+	}
+	var sizes []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if d, err := time.ParseDuration(e.Name()); err == nil {
+			if d == size {
+				return nil
+			}
+			sizes = append(sizes, e.Name())
+		}
+	}
+	if len(sizes) == 0 {
+		return fmt.Errorf("report: %s holds no partials", dir)
+	}
+	return fmt.Errorf("report: %s holds no partials of %v windows; it holds %s: give --window", dir, size, strings.Join(sizes, ", "))
+}

@@ -1,0 +1,629 @@
+package report
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// Options shape a report. The zero value takes every default but the range.
+type Options struct {
+	From, To time.Time // the range; Build widens it to whole windows
+	Title    string    // default "Abuse report"
+	Source   string    // what was read, for the header, such as "partials dir:/var/lib/ratewarden/partials"
+	Top      int       // rows of each offenders table; default 10
+	// TopK is how many clients the range's merged top-K lists hold;
+	// default 100, the aggregator's.
+	TopK int
+	// Points is how many points a trend chart has at most: windows are
+	// summed into that many buckets of equal length. Default 360.
+	Points int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Title == "" {
+		o.Title = "Abuse report"
+	}
+	if o.Top <= 0 {
+		o.Top = 10
+	}
+	if o.TopK <= 0 {
+		o.TopK = 100
+	}
+	if o.Points <= 0 {
+		o.Points = 360
+	}
+	return o
+}
+
+// Report is the abuse report of a time range: what Build makes of the
+// merged partials and the alert records, ready to render. Its JSON form is
+// the json format.
+type Report struct {
+	Title    string          `json:"title"`
+	Source   string          `json:"source,omitempty"`
+	From     time.Time       `json:"from"`
+	To       time.Time       `json:"to"`
+	Window   string          `json:"window"`
+	Coverage Coverage        `json:"coverage"`
+	Summary  Summary         `json:"summary"`
+	ByIP     []Offender      `json:"offenders_by_ip"`
+	ByUser   []Offender      `json:"offenders_by_user"`
+	ByPath   []Path          `json:"offenders_by_path"`
+	Feedback []FeedbackRow   `json:"feedback_events"`
+	Actions  []alerts.Action `json:"actions"`
+	Alerts   []alerts.Alert  `json:"alerts"`
+	Trend    []Point         `json:"trend"`
+	Tiers    []Tier          `json:"tiers"`
+}
+
+// Coverage says which windows of the range the report rests on.
+type Coverage struct {
+	Windows    int       `json:"windows"`      // windows in the range
+	Read       int       `json:"windows_read"` // windows with a partial
+	Missing    int       `json:"windows_missing"`
+	Gaps       []Gap     `json:"gaps"`        // runs of windows without a partial, oldest first
+	MoreGaps   int       `json:"more_gaps"`   // gaps beyond those listed
+	Unreadable []Problem `json:"unreadable"`  // partial files or log records skipped
+	AlertLines int       `json:"alert_lines"` // lines of the alerts file read
+	AlertSkips []Problem `json:"alert_lines_skipped"`
+	AlertSkipN int       `json:"alert_lines_skipped_count"`
+	// Complete is false when a window has no partial or an input could not
+	// be read: the totals may then undercount, and the report says so.
+	Complete bool `json:"complete"`
+}
+
+// Gap is a run of consecutive windows without a partial: [From, To).
+type Gap struct {
+	From    time.Time `json:"from"`
+	To      time.Time `json:"to"`
+	Windows int       `json:"windows"`
+}
+
+// Summary are the range's totals.
+type Summary struct {
+	Events         uint64         `json:"events"` // of every kind
+	Requests       uint64         `json:"requests"`
+	Passed         uint64         `json:"passed"`
+	Refused        uint64         `json:"refused"`
+	Outcomes       []OutcomeCount `json:"outcomes"`
+	Challenges     uint64         `json:"challenges"`
+	TokenPasses    uint64         `json:"token_passes"`
+	SolveRate      *float64       `json:"solve_rate"` // token passes ÷ (challenges + token passes); null without either
+	Clients        uint64         `json:"distinct_clients"`
+	RefusedClients uint64         `json:"distinct_refused_clients"`
+	StoreP50Ms     float64        `json:"store_latency_p50_ms"`
+	StoreP99Ms     float64        `json:"store_latency_p99_ms"`
+	UpstreamP50Ms  float64        `json:"upstream_latency_p50_ms"`
+	UpstreamP99Ms  float64        `json:"upstream_latency_p99_ms"`
+	Dropped        uint64         `json:"dropped_at_edge"`
+	FirstWindow    *time.Time     `json:"first_window,omitempty"`
+	LastWindowEnd  *time.Time     `json:"last_window_end,omitempty"`
+}
+
+// OutcomeCount is the requests of one outcome.
+type OutcomeCount struct {
+	Outcome  string `json:"outcome"`
+	Requests uint64 `json:"requests"`
+}
+
+// Offender is one client among the heaviest: counts from the range's
+// merged top-K lists, so Requests and Refusals are upper bounds and
+// RequestsMin and RefusalsMin lower ones (equal while no list overflowed).
+// Refusals is 0 when the client is not among the top refusers. First and last seen are the first window's
+// start and the last window's end in which the client was among that
+// window's top-K by requests.
+type Offender struct {
+	Identity    string    `json:"identity"` // an address or user:<id>
+	Requests    uint64    `json:"requests"`
+	RequestsMin uint64    `json:"requests_min"`
+	Refusals    uint64    `json:"refusals"`
+	RefusalsMin uint64    `json:"refusals_min"`
+	FirstSeen   time.Time `json:"first_seen"`
+	LastSeen    time.Time `json:"last_seen"`
+	Actions     []string  `json:"actions"` // "list:applied" or "list:why" of actions on it, in time order
+}
+
+// NoRule names the requests no rule decided: the allow and deny lists,
+// rejected paths, unidentifiable clients.
+const NoRule = "(no rule)"
+
+// Path is one rule (a tier's path rule or global rule) with its exact
+// counts; first and last seen are the first and last windows it counted in.
+type Path struct {
+	Rule        string    `json:"rule"`
+	Tier        string    `json:"tier"`
+	Requests    uint64    `json:"requests"`
+	Refused     uint64    `json:"refused"`
+	Challenges  uint64    `json:"challenges"`
+	TokenPasses uint64    `json:"token_passes"`
+	SolveRate   *float64  `json:"solve_rate"`
+	FirstSeen   time.Time `json:"first_seen"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+// FeedbackRow counts the feedback events of the log by list and action.
+type FeedbackRow struct {
+	List   string `json:"list"`
+	Action string `json:"action"`
+	Events uint64 `json:"events"`
+}
+
+// Point is one bucket of a trend: the windows starting in [Start, End).
+type Point struct {
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	Requests   uint64    `json:"requests"`
+	Refused    uint64    `json:"refused"`
+	Challenged uint64    `json:"challenged"`
+	Missing    int       `json:"windows_missing"`
+}
+
+// Tier is the report's section of one tier.
+type Tier struct {
+	Name      string         `json:"name"`
+	Requests  uint64         `json:"requests"`
+	Refused   uint64         `json:"refused"`
+	Outcomes  []OutcomeCount `json:"outcomes"`
+	SolveRate *float64       `json:"solve_rate"`
+	Clients   uint64         `json:"distinct_clients"`
+	Rules     []Path         `json:"rules"`
+	Top       []Offender     `json:"top_clients"`
+	Trend     []Point        `json:"trend"`
+}
+
+// Build makes the report of w's windows in o's range, with the alerts and
+// actions of a (which may be nil) whose time is in the range.
+func Build(w *Windows, a *Alerts, o Options) *Report {
+	o = o.withDefaults()
+	from, to := Align(o.From, o.To, w.Size)
+	r := &Report{Title: o.Title, Source: o.Source, From: from, To: to, Window: w.Size.String()}
+	starts := make([]time.Time, 0, len(w.Parts))
+	for _, s := range sortedStarts(w.Parts) {
+		if !s.Before(from) && s.Before(to) {
+			starts = append(starts, s)
+		}
+	}
+	total := aggregator.NewPartial(from, w.Size, o.TopK)
+	reqs, refs, byTier := newRangeTopK(o.TopK), newRangeTopK(o.TopK), map[string]*rangeTopK{}
+	var unmerged []Problem
+	for _, s := range starts {
+		p := w.Parts[s]
+		reqs.add(p.Offenders.Requests)
+		refs.add(p.Offenders.Refusals)
+		for tier, tk := range p.Offenders.RequestsByTier {
+			if byTier[tier] == nil {
+				byTier[tier] = newRangeTopK(o.TopK)
+			}
+			byTier[tier].add(tk)
+		}
+		if err := mergeInto(total, p); err != nil {
+			// Only sketches of another precision get here; the counts
+			// merged before the sketch that failed.
+			unmerged = append(unmerged, Problem{Source: "window " + stamp(s), Error: err.Error()})
+		}
+	}
+	r.Coverage = coverage(w, a, from, to, starts, unmerged)
+	r.Summary = summary(total)
+	if len(starts) > 0 {
+		f, l := starts[0], starts[len(starts)-1].Add(w.Size)
+		r.Summary.FirstWindow, r.Summary.LastWindowEnd = &f, &l
+	}
+	var actions []alerts.Action
+	if a != nil {
+		for _, ac := range a.Actions {
+			if inRange(ac.Time, from, to) {
+				actions = append(actions, ac)
+			}
+		}
+		for _, al := range a.Alerts {
+			if inRange(al.Time, from, to) {
+				r.Alerts = append(r.Alerts, al)
+			}
+		}
+	}
+	slices.SortStableFunc(actions, func(x, y alerts.Action) int {
+		return cmp.Or(x.Time.Compare(y.Time), cmp.Compare(x.Target, y.Target), cmp.Compare(x.List, y.List))
+	})
+	slices.SortStableFunc(r.Alerts, func(x, y alerts.Alert) int {
+		return cmp.Or(x.Time.Compare(y.Time), cmp.Compare(x.Key, y.Key), cmp.Compare(x.State, y.State))
+	})
+	r.Actions = actions
+	ws := scan(w, starts)
+	offenders := rankOffenders(reqs.top(o.TopK), refs.top(o.TopK))
+	r.ByIP = pick(offenders, false, o.Top)
+	r.ByUser = pick(offenders, true, o.Top)
+	rules := ws.rules(total, "")
+	r.ByPath = rules[:min(o.Top, len(rules))]
+	for _, k := range sortedKeys(total.Counts.Feedback) {
+		list, action, _ := strings.Cut(k, "/")
+		r.Feedback = append(r.Feedback, FeedbackRow{List: list, Action: action, Events: total.Counts.Feedback[k]})
+	}
+	trends := trends(w, from, to, o.Points)
+	r.Trend = trends[allTiers]
+	for _, name := range tierNames(total) {
+		t := Tier{Name: name, Rules: ws.rules(total, name), Top: []Offender{}}
+		var oc [decisions.NumOutcomes]uint64
+		for k, n := range total.Counts.Cells {
+			if k.Tier == name && int(k.Outcome) < len(oc) {
+				oc[k.Outcome] += n
+			}
+		}
+		t.Requests, _, t.Refused, t.Outcomes = outcomeTotals(oc)
+		t.SolveRate = solveRate(oc[decisions.Challenge], oc[decisions.TokenPass])
+		if sk := total.Clients.ByTier[name]; sk != nil {
+			t.Clients = aggregator.Estimate(sk)
+		}
+		if acc := byTier[name]; acc != nil {
+			t.Top = rankOffenders(acc.top(o.Top), nil)
+		}
+		t.Trend = trends[name]
+		r.Tiers = append(r.Tiers, t)
+	}
+	// When each listed client was seen: one pass over the windows for all
+	// the tables.
+	tables := [][]Offender{r.ByIP, r.ByUser}
+	for _, t := range r.Tiers {
+		tables = append(tables, t.Top)
+	}
+	ws.seen(tables, actions)
+	return r
+}
+
+// mergeInto merges the counts, sketches and latencies of p into total,
+// windows of one range; the top-K lists are merged apart (rangeTopK).
+func mergeInto(total, p *aggregator.Partial) error {
+	total.Events += p.Events
+	total.Counts.Merge(&p.Counts)
+	if err := total.Clients.Merge(&p.Clients); err != nil {
+		return err
+	}
+	if err := total.Latency.Merge(&p.Latency); err != nil {
+		return err
+	}
+	return total.Upstream.Merge(&p.Upstream)
+}
+
+func inRange(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
+
+// maxListed bounds the gaps and problems a report lists; the rest are
+// counted.
+const maxListed = 50
+
+func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time, unmerged []Problem) Coverage {
+	c := Coverage{Windows: int(to.Sub(from) / w.Size), Read: len(starts)}
+	c.Missing = c.Windows - c.Read
+	i := 0
+	var open *Gap
+	for s := from; s.Before(to); s = s.Add(w.Size) {
+		if i < len(starts) && starts[i].Equal(s) {
+			i++
+			open = nil
+			continue
+		}
+		if open != nil {
+			open.To, open.Windows = s.Add(w.Size), open.Windows+1
+			continue
+		}
+		if len(c.Gaps) == maxListed {
+			c.MoreGaps++
+			open = &Gap{} // counted, not listed
+			continue
+		}
+		c.Gaps = append(c.Gaps, Gap{From: s, To: s.Add(w.Size), Windows: 1})
+		open = &c.Gaps[len(c.Gaps)-1]
+	}
+	c.Unreadable = append(slices.Clip(w.Problems), unmerged...)
+	if c.Unreadable == nil {
+		c.Unreadable = []Problem{}
+	}
+	if a != nil {
+		c.AlertLines, c.AlertSkips, c.AlertSkipN = a.Lines, a.Problems, a.Skipped
+	}
+	c.Complete = c.Missing == 0 && len(c.Unreadable) == 0
+	return c
+}
+
+func summary(p *aggregator.Partial) Summary {
+	oc := p.Counts.ByOutcome()
+	s := Summary{Events: p.Events, Dropped: p.Counts.Dropped}
+	s.Requests, s.Passed, s.Refused, s.Outcomes = outcomeTotals(oc)
+	s.Challenges, s.TokenPasses = oc[decisions.Challenge], oc[decisions.TokenPass]
+	s.SolveRate = solveRate(s.Challenges, s.TokenPasses)
+	if p.Clients.All != nil {
+		s.Clients = aggregator.Estimate(p.Clients.All)
+	}
+	if p.Clients.Refused != nil {
+		s.RefusedClients = aggregator.Estimate(p.Clients.Refused)
+	}
+	s.StoreP50Ms, s.StoreP99Ms = round2(p.Latency.Quantile(0.5)), round2(p.Latency.Quantile(0.99))
+	s.UpstreamP50Ms, s.UpstreamP99Ms = round2(p.Upstream.Quantile(0.5)), round2(p.Upstream.Quantile(0.99))
+	return s
+}
+
+// outcomeTotals sums counts by outcome into requests, passed and refused,
+// and lists the outcomes seen in the schema's order.
+func outcomeTotals(oc [decisions.NumOutcomes]uint64) (requests, passed, refused uint64, list []OutcomeCount) {
+	list = []OutcomeCount{}
+	for i, n := range oc {
+		if n == 0 {
+			continue
+		}
+		o := decisions.Outcome(i)
+		requests += n
+		if aggregator.Refused(o) {
+			refused += n
+		} else {
+			passed += n
+		}
+		list = append(list, OutcomeCount{Outcome: o.String(), Requests: n})
+	}
+	return requests, passed, refused, list
+}
+
+// solveRate is the share of requests over a challenge rule's limit that
+// carried a valid token: token passes ÷ (challenges + token passes).
+func solveRate(challenges, passes uint64) *float64 {
+	if challenges+passes == 0 {
+		return nil
+	}
+	v := round4(float64(passes) / float64(challenges+passes))
+	return &v
+}
+
+func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
+func round4(v float64) float64 { return float64(int64(v*10000+0.5)) / 10000 }
+
+// rankOffenders lists the clients of requests and refusals (which may be
+// nil), most refusals for sure first, then most requests for sure (lower
+// bounds: a merged list's upper bounds carry the floors of the windows a
+// client was not listed in), then by identity.
+func rankOffenders(requests, refusals []aggregator.Hitter) []Offender {
+	byClient := map[aggregator.Client]*Offender{}
+	var order []aggregator.Client
+	get := func(c aggregator.Client) *Offender {
+		o := byClient[c]
+		if o == nil {
+			o = &Offender{Identity: c.String()}
+			byClient[c] = o
+			order = append(order, c)
+		}
+		return o
+	}
+	for _, h := range requests {
+		o := get(h.Client)
+		o.Requests, o.RequestsMin = h.Count, h.Count-h.Err
+	}
+	for _, h := range refusals {
+		o := get(h.Client)
+		o.Refusals, o.RefusalsMin = h.Count, h.Count-h.Err
+		// A top refuser outside the requests list made at least its
+		// refusals' lower bound of requests.
+		o.Requests, o.RequestsMin = max(o.Requests, h.Count), max(o.RequestsMin, h.Count-h.Err)
+	}
+	out := make([]Offender, 0, len(order))
+	for _, c := range order {
+		out = append(out, *byClient[c])
+	}
+	slices.SortFunc(out, func(a, b Offender) int {
+		return cmp.Or(cmp.Compare(b.RefusalsMin, a.RefusalsMin), cmp.Compare(b.Refusals, a.Refusals), cmp.Compare(b.RequestsMin, a.RequestsMin),
+			cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.Identity, b.Identity))
+	})
+	return out
+}
+
+// pick returns the first n offenders that are users (or addresses).
+func pick(os []Offender, users bool, n int) []Offender {
+	out := []Offender{}
+	for _, o := range os {
+		if strings.HasPrefix(o.Identity, "user:") == users && len(out) < n {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// windowSeq is the range's windows in order, for when things were seen,
+// with the first and last window of every (tier, rule), found in one pass.
+type windowSeq struct {
+	w        *Windows
+	starts   []time.Time
+	ruleSeen map[[2]string][2]time.Time // (tier, rule) → first start, last end
+}
+
+func scan(w *Windows, starts []time.Time) windowSeq {
+	ws := windowSeq{w: w, starts: starts, ruleSeen: map[[2]string][2]time.Time{}}
+	for _, s := range starts {
+		for k := range w.Parts[s].Counts.Cells {
+			key := [2]string{k.Tier, k.Rule}
+			fl, ok := ws.ruleSeen[key]
+			if !ok {
+				fl[0] = s
+			}
+			fl[1] = s.Add(w.Size)
+			ws.ruleSeen[key] = fl
+		}
+	}
+	return ws
+}
+
+// seen fills in the first and last seen of the offenders of tables (the
+// windows in whose top-K by requests or by refusals each was) and the
+// actions on each, in one pass over the windows.
+func (ws windowSeq) seen(tables [][]Offender, actions []alerts.Action) {
+	when := map[string]*[2]time.Time{}
+	for _, os := range tables {
+		for i := range os {
+			when[os[i].Identity] = new([2]time.Time)
+			os[i].Actions = actionsOn(os[i].Identity, actions)
+		}
+	}
+	for _, s := range ws.starts {
+		p := ws.w.Parts[s]
+		for _, tk := range []*aggregator.TopK{p.Offenders.Requests, p.Offenders.Refusals} {
+			for _, h := range tk.Top(tk.Len()) {
+				fl := when[h.Client.String()]
+				if fl == nil {
+					continue
+				}
+				if fl[0].IsZero() {
+					fl[0] = s
+				}
+				fl[1] = s.Add(ws.w.Size)
+			}
+		}
+	}
+	for _, os := range tables {
+		for i := range os {
+			fl := when[os[i].Identity]
+			os[i].FirstSeen, os[i].LastSeen = fl[0], fl[1]
+		}
+	}
+}
+
+// actionsOn lists the actions whose target is identity or a prefix that
+// holds it.
+func actionsOn(identity string, actions []alerts.Action) []string {
+	out := []string{}
+	addr, addrErr := netip.ParseAddr(identity)
+	for _, a := range actions {
+		hit := a.Target == identity
+		if !hit && addrErr == nil {
+			if p, err := netip.ParsePrefix(a.Target); err == nil && p.Contains(addr) {
+				hit = true
+			}
+		}
+		if !hit {
+			continue
+		}
+		state := "applied"
+		if !a.Applied {
+			state = cmp.Or(a.Why, "not applied")
+		}
+		out = append(out, a.List+":"+state)
+	}
+	return out
+}
+
+// rules lists the rules of tier (every tier when ""), most refused first.
+func (ws windowSeq) rules(total *aggregator.Partial, tier string) []Path {
+	byRule := map[string]*Path{}
+	counts := map[string]*[decisions.NumOutcomes]uint64{}
+	for k, n := range total.Counts.Cells {
+		if tier != "" && k.Tier != tier {
+			continue
+		}
+		p := byRule[k.Rule]
+		if p == nil {
+			p = &Path{Rule: cmp.Or(k.Rule, NoRule), Tier: k.Tier}
+			byRule[k.Rule] = p
+			counts[k.Rule] = new([decisions.NumOutcomes]uint64)
+		}
+		if k.Tier < p.Tier {
+			p.Tier = k.Tier // a rule shared by tiers (lists, rejections) names the first
+		}
+		if int(k.Outcome) < decisions.NumOutcomes {
+			counts[k.Rule][k.Outcome] += n
+		}
+	}
+	for rule, p := range byRule {
+		p.Requests, _, p.Refused, _ = outcomeTotals(*counts[rule])
+		p.Challenges, p.TokenPasses = counts[rule][decisions.Challenge], counts[rule][decisions.TokenPass]
+		p.SolveRate = solveRate(p.Challenges, p.TokenPasses)
+	}
+	for key, fl := range ws.ruleSeen {
+		p := byRule[key[1]]
+		if p == nil || tier != "" && key[0] != tier {
+			continue
+		}
+		if p.FirstSeen.IsZero() || fl[0].Before(p.FirstSeen) {
+			p.FirstSeen = fl[0]
+		}
+		if fl[1].After(p.LastSeen) {
+			p.LastSeen = fl[1]
+		}
+	}
+	out := make([]Path, 0, len(byRule))
+	for _, p := range byRule {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Path) int {
+		return cmp.Or(cmp.Compare(b.Refused, a.Refused), cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.Rule, b.Rule))
+	})
+	return out
+}
+
+func tierNames(p *aggregator.Partial) []string {
+	seen := map[string]bool{}
+	for k := range p.Counts.Cells {
+		seen[k.Tier] = true
+	}
+	return sortedKeys(seen)
+}
+
+// allTiers keys the trend of every tier in trends' result.
+const allTiers = "\x00all"
+
+// trends sums the cells of every window into at most points buckets of
+// equal length, for all tiers (allTiers) and for each tier, in one pass.
+func trends(w *Windows, from, to time.Time, points int) map[string][]Point {
+	n := int(to.Sub(from) / w.Size)
+	per := max(1, (n+points-1)/points)
+	buckets := (n + per - 1) / per
+	out := map[string][]Point{}
+	series := func(tier string) []Point {
+		ps := out[tier]
+		if ps == nil {
+			ps = make([]Point, buckets)
+			for b := range ps {
+				ps[b] = Point{Start: from.Add(time.Duration(b*per) * w.Size), End: from.Add(time.Duration(min((b+1)*per, n)) * w.Size)}
+			}
+			out[tier] = ps
+		}
+		return ps
+	}
+	series(allTiers)
+	missing := make([]int, buckets)
+	for i := range n {
+		b := i / per
+		p := w.Parts[from.Add(time.Duration(i)*w.Size)]
+		if p == nil {
+			missing[b]++
+			continue
+		}
+		for k, c := range p.Counts.Cells {
+			for _, ps := range [][]Point{out[allTiers], series(k.Tier)} {
+				pt := &ps[b]
+				pt.Requests += c
+				switch {
+				case k.Outcome == decisions.Challenge:
+					pt.Challenged += c
+					pt.Refused += c
+				case aggregator.Refused(k.Outcome):
+					pt.Refused += c
+				}
+			}
+		}
+	}
+	for _, ps := range out {
+		for b := range ps {
+			ps[b].Missing = missing[b]
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

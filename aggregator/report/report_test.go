@@ -1,0 +1,418 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/internal/golden"
+)
+
+var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+
+// fixedEvents are the golden reports' input: the decision generator's
+// realistic day, its event times stretched 300-fold so that 6000 events
+// span eleven one-minute windows, 10:00 to 10:11.
+func fixedEvents() []decisions.Decision {
+	ds := decisiontest.NewGenerator(11, t0).Batch(6000)
+	for i := range ds {
+		ds[i].Time = t0.Add(ds[i].Time.Sub(t0) * 300)
+	}
+	return ds
+}
+
+// storePartials rolls ds up with the aggregator (1-minute windows, top-K of
+// 20 so that the lists overflow) into a PartialsDir under a new directory.
+func storePartials(t *testing.T, ds []decisions.Decision) string {
+	t.Helper()
+	dir := t.TempDir()
+	r := aggregator.NewRollup(aggregator.Options{Window: time.Minute, TopK: 20})
+	for i := range ds {
+		r.Add(&ds[i], uint64(i))
+	}
+	sink := &aggregator.PartialsDir{Dir: dir}
+	if err := r.Flush(true, func(o aggregator.Output) error { return sink.Write(context.Background(), "log", o) }); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// damage removes the partial of the window starting at gap and adds a
+// corrupt partial file, as a lost and a broken output.
+func damage(t *testing.T, dir string, gap time.Time) {
+	t.Helper()
+	day := filepath.Join(dir, "1m0s", gap.Format(time.DateOnly))
+	files, _ := filepath.Glob(filepath.Join(day, "*"))
+	prefix := filepath.Join(day, strconv.FormatInt(gap.UnixNano(), 10)+".")
+	removed := 0
+	for _, f := range files {
+		if strings.HasPrefix(f, prefix) {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if removed == 0 {
+		t.Fatalf("no partial of %v to remove", gap)
+	}
+	corrupt := filepath.Join(day, strconv.FormatInt(gap.Add(2*time.Minute).UnixNano(), 10)+".log2.0-0.rwp")
+	if err := os.WriteFile(corrupt, []byte("RWP\x01garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func goldenReport(t *testing.T) *Report {
+	t.Helper()
+	dir := storePartials(t, fixedEvents())
+	damage(t, dir, t0.Add(4*time.Minute))
+	from, to := t0, t0.Add(11*time.Minute)
+	w, err := ReadDir(dir, time.Minute, from, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, err := ReadAlertsFile(filepath.Join("testdata", "alerts.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Build(w, al, Options{From: from, To: to, Source: "partials dir:testdata", Top: 5, TopK: 20, Points: 12})
+}
+
+// TestGoldenReports renders the report of a fixed log's partials, one of
+// them lost and one corrupt, in every format, against the golden files;
+// rendering twice gives the same bytes.
+func TestGoldenReports(t *testing.T) {
+	r := goldenReport(t)
+	for _, f := range []Format{Markdown, HTML, JSON, CSV} {
+		var a, b bytes.Buffer
+		if err := r.Render(&a, f); err != nil {
+			t.Fatal(err)
+		}
+		if err := goldenReport(t).Render(&b, f); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a.Bytes(), b.Bytes()) {
+			t.Errorf("%v: two builds of the same input render differently", f)
+		}
+		golden.Check(t, "report."+f.String(), a.Bytes())
+	}
+}
+
+// TestReportCountsTheEvents checks the report's figures against the events
+// themselves, not against a golden file: totals, outcomes, the windows that
+// are gaps, the unreadable file and the alerts lines skipped.
+func TestReportCountsTheEvents(t *testing.T) {
+	ds := fixedEvents()
+	r := goldenReport(t)
+	gap := t0.Add(4 * time.Minute)
+	var requests, refused, challenges uint64
+	byIP := map[string]uint64{}
+	for _, d := range ds {
+		if d.Kind != decisions.KindDecision || !d.Time.Before(t0.Add(11*time.Minute)) {
+			continue
+		}
+		if !d.Time.Before(gap) && d.Time.Before(gap.Add(time.Minute)) {
+			continue
+		}
+		requests++
+		if aggregator.Refused(d.Outcome) {
+			refused++
+			if d.UserID == "" {
+				byIP[d.ClientIP.String()]++
+			}
+		}
+		if d.Outcome == decisions.Challenge {
+			challenges++
+		}
+	}
+	s := r.Summary
+	if s.Requests != requests || s.Refused != refused || s.Challenges != challenges || s.Passed+s.Refused != s.Requests {
+		t.Errorf("summary requests %d refused %d challenges %d passed %d; the events say %d, %d, %d",
+			s.Requests, s.Refused, s.Challenges, s.Passed, requests, refused, challenges)
+	}
+	c := r.Coverage
+	if c.Windows != 11 || c.Read != 10 || c.Missing != 1 || c.Complete || len(c.Gaps) != 1 || !c.Gaps[0].From.Equal(gap) || c.Gaps[0].Windows != 1 {
+		t.Errorf("coverage %+v: want 11 windows, the one at %v missing", c, gap)
+	}
+	if len(c.Unreadable) != 1 || !strings.Contains(c.Unreadable[0].Source, ".log2.") {
+		t.Errorf("unreadable %v: want the corrupt file", c.Unreadable)
+	}
+	if c.AlertSkipN != 2 || len(c.AlertSkips) != 2 || !strings.HasSuffix(c.AlertSkips[0].Source, "alerts.jsonl:3") {
+		t.Errorf("alert lines skipped %d %v: want lines 3 and 6", c.AlertSkipN, c.AlertSkips)
+	}
+	// The heaviest refused address leads the IP table with its exact
+	// refusals (its count is far above the lists' floors).
+	var top string
+	for ip, n := range byIP {
+		if n > byIP[top] || n == byIP[top] && ip < top {
+			top = ip
+		}
+	}
+	if len(r.ByIP) == 0 || r.ByIP[0].Identity != top || r.ByIP[0].Refusals < byIP[top] {
+		t.Errorf("top IP %+v: the events' top refused address is %s with %d", r.ByIP, top, byIP[top])
+	}
+	if len(r.Alerts) != 2 || len(r.Actions) != 2 {
+		t.Errorf("alerts %d actions %d in range: want 2 and 2 (one of each is out of range)", len(r.Alerts), len(r.Actions))
+	}
+}
+
+// TestCompleteRange: with every window present and readable the totals
+// are not marked partial.
+func TestCompleteRange(t *testing.T) {
+	dir := storePartials(t, fixedEvents())
+	w, err := ReadDir(dir, time.Minute, t0, t0.Add(10*time.Minute), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Build(w, nil, Options{From: t0, To: t0.Add(10 * time.Minute)})
+	if !r.Coverage.Complete || r.Coverage.Missing != 0 || len(r.Coverage.Gaps) != 0 {
+		t.Errorf("coverage %+v: want complete", r.Coverage)
+	}
+	var md bytes.Buffer
+	r.Render(&md, Markdown)
+	if strings.Contains(md.String(), "partial:") || strings.Contains(md.String(), "Warning") {
+		t.Errorf("a complete report warns:\n%s", md.String())
+	}
+}
+
+// TestRollLogMatchesStoredPartials: the report of a log rolled up on the
+// fly equals the report of the partials `aggregate` stores from it.
+func TestRollLogMatchesStoredPartials(t *testing.T) {
+	ds := fixedEvents()
+	logDir := t.TempDir()
+	l, err := seglog.Open(logDir, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	for i := 0; i < len(ds); i += 500 {
+		if err := w.WriteBatch(ds[i:min(i+500, len(ds))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	parts := t.TempDir()
+	if _, err := aggregator.RunLog(context.Background(), aggregator.LogOptions{Dir: logDir, StateDir: t.TempDir(),
+		Rollup: aggregator.Options{TopK: 20}, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: parts}}}); err != nil {
+		t.Fatal(err)
+	}
+	from, to := t0, t0.Add(12*time.Minute)
+	stored, err := ReadDir(parts, time.Minute, from, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	rolled, err := RollLog(context.Background(), logDir, aggregator.Options{TopK: 20}, from, to, func(LogProgress) { calls++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{From: from, To: to, TopK: 20}
+	var a, b bytes.Buffer
+	Build(stored, nil, o).Render(&a, JSON)
+	Build(rolled, nil, o).Render(&b, JSON)
+	if a.String() != b.String() || calls == 0 {
+		t.Errorf("on the fly (%d progress calls):\n%s\nstored:\n%s", calls, b.String(), a.String())
+	}
+}
+
+// TestHTMLIsSelfContained: the HTML report loads nothing from elsewhere
+// and runs no script.
+func TestHTMLIsSelfContained(t *testing.T) {
+	var b bytes.Buffer
+	if err := goldenReport(t).Render(&b, HTML); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	for _, re := range []string{`(?i)(src|href|xlink:href|action)\s*=\s*["']?\s*(https?:)?//`, `(?i)url\(`, `(?i)@import`, `(?i)<script`, `(?i)<link`, `(?i)<iframe`, `(?i)https?://`} {
+		if m := regexp.MustCompile(re).FindString(html); m != "" {
+			t.Errorf("html has %q (%s)", m, re)
+		}
+	}
+	if n := strings.Count(html, "<svg"); n != 1+len(goldenReport(t).Tiers) {
+		t.Errorf("html has %d charts, want one overall and one per tier", n)
+	}
+}
+
+// TestHostileIdentities: identities and alert texts are the clients' own
+// bytes; they must not become markup, spreadsheet formulas or broken rows.
+func TestHostileIdentities(t *testing.T) {
+	evil := []string{"=HYPERLINK(\"x\")", "<script>alert(1)</script>", "a|b\nc", "+1+cmd", "@SUM(A1)", "[x](javascript:y)"}
+	p := aggregator.NewPartial(t0, time.Minute, 10)
+	for i, id := range evil {
+		for range 3 + i {
+			p.Update(&decisions.Decision{Time: t0, UserID: id, Tier: "free", Rule: id, Outcome: decisions.Block})
+		}
+	}
+	w := &Windows{Size: time.Minute, Parts: map[time.Time]*aggregator.Partial{t0: p}}
+	r := Build(w, nil, Options{From: t0, To: t0.Add(time.Minute)})
+	out := map[Format]string{}
+	for _, f := range []Format{Markdown, HTML, CSV} {
+		var b bytes.Buffer
+		if err := r.Render(&b, f); err != nil {
+			t.Fatal(err)
+		}
+		out[f] = b.String()
+	}
+	for _, bad := range []string{`<script>`, `\]\(javascript`, `[^\\]\|b`} {
+		if regexp.MustCompile(bad).MatchString(out[Markdown]) {
+			t.Errorf("markdown holds %q unescaped", bad)
+		}
+	}
+	if strings.Contains(out[HTML], "<script>") {
+		t.Error("html holds <script> unescaped")
+	}
+	for _, line := range strings.Split(out[Markdown], "\n") {
+		if strings.HasPrefix(line, "c|") || strings.HasPrefix(line, "c ") {
+			t.Errorf("a newline in an identity broke a markdown row: %q", line)
+		}
+	}
+	for _, formula := range []string{",=HYPERLINK", ",+1+cmd", ",@SUM", ",\"=HYPERLINK"} {
+		if strings.Contains(out[CSV], formula) {
+			t.Errorf("csv has a cell starting a formula: %q", formula)
+		}
+	}
+	if !strings.Contains(out[CSV], "'=HYPERLINK") && !strings.Contains(out[CSV], "user:=HYPERLINK") {
+		t.Errorf("csv lost the identity:\n%s", out[CSV])
+	}
+}
+
+// TestRangeErrors: --from not before --to is refused with both times.
+func TestRangeErrors(t *testing.T) {
+	dir := storePartials(t, fixedEvents()[:10])
+	_, err := ReadDir(dir, time.Minute, t0.Add(time.Hour), t0, nil)
+	if err == nil || !strings.Contains(err.Error(), "not before") {
+		t.Errorf("ReadDir with from after to: %v", err)
+	}
+	_, err = RollLog(context.Background(), dir, aggregator.Options{}, t0, t0, nil)
+	if err == nil || !strings.Contains(err.Error(), "not before") {
+		t.Errorf("RollLog with from equal to to: %v", err)
+	}
+}
+
+// TestReadAlerts: alerts and actions are told apart; malformed lines are
+// counted and named by line, and the rest are read.
+func TestReadAlerts(t *testing.T) {
+	in := `{"kind":"alert","time":"2026-03-02T10:01:00Z","type":"heavy_hitter","severity":"warning","state":"firing","key":"k","summary":"s","window_start":"2026-03-02T10:00:00Z","window_end":"2026-03-02T10:01:00Z","evidence":{"observed":1,"baseline":0}}
+not json
+
+{"kind":"action","time":"2026-03-02T10:01:00Z","policy":"p","alert":"k","list":"challenge","target":"203.0.113.9","applied":true,"future_field":1}
+{"kind":"other"}
+{"kind":"action","time":"2026-03-02T10:01:00Z"}
+`
+	a, err := ReadAlerts(strings.NewReader(in), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Alerts) != 1 || len(a.Actions) != 1 || a.Skipped != 3 || a.Lines != 6 {
+		t.Fatalf("alerts %d actions %d skipped %d lines %d", len(a.Alerts), len(a.Actions), a.Skipped, a.Lines)
+	}
+	want := []string{"f:2", "f:5", "f:6"}
+	for i, p := range a.Problems {
+		if p.Source != want[i] {
+			t.Errorf("problem %d at %s, want %s", i, p.Source, want[i])
+		}
+	}
+}
+
+// TestAlign widens a range to whole windows.
+func TestAlign(t *testing.T) {
+	f, to := Align(t0.Add(90*time.Second), t0.Add(150*time.Second), time.Minute)
+	if !f.Equal(t0.Add(time.Minute)) || !to.Equal(t0.Add(3*time.Minute)) {
+		t.Errorf("Align: %v %v", f, to)
+	}
+}
+
+func TestParseFormat(t *testing.T) {
+	for _, s := range []string{"md", "html", "json", "csv"} {
+		if f, err := ParseFormat(s); err != nil || f.String() != s {
+			t.Errorf("ParseFormat(%q) = %v, %v", s, f, err)
+		}
+	}
+	if _, err := ParseFormat("pdf"); err == nil || !strings.Contains(err.Error(), "md, html, json or csv") {
+		t.Errorf("ParseFormat(pdf): %v", err)
+	}
+}
+
+// FuzzReadAlerts: any bytes read as an alerts file give counts that add up
+// and never a panic.
+func FuzzReadAlerts(f *testing.F) {
+	b, _ := os.ReadFile(filepath.Join("testdata", "alerts.jsonl"))
+	f.Add(b)
+	f.Add([]byte("{\"kind\":\"alert\"}\n\n{\"kind\":\"action\",\"time\":1}\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		a, err := ReadAlerts(bytes.NewReader(in), "f")
+		if err != nil {
+			t.Fatal(err) // only a failing reader errs
+		}
+		if len(a.Alerts)+len(a.Actions)+a.Skipped > a.Lines || len(a.Problems) > maxProblems || len(a.Problems) > a.Skipped {
+			t.Fatalf("lines %d alerts %d actions %d skipped %d problems %d", a.Lines, len(a.Alerts), len(a.Actions), a.Skipped, len(a.Problems))
+		}
+	})
+}
+
+// TestReadAlertsLongLine: a line past the limit is skipped, and the lines
+// after it are read.
+func TestReadAlertsLongLine(t *testing.T) {
+	in := `{"kind":"alert","time":"2026-03-02T10:01:00Z","type":"x","summary":"` + strings.Repeat("a", maxAlertLine) + `"}` + "\n" +
+		`{"kind":"action","time":"2026-03-02T10:01:00Z","list":"challenge","target":"203.0.113.9","applied":true}`
+	a, err := ReadAlerts(strings.NewReader(in), "f")
+	if err != nil || a.Lines != 2 || a.Skipped != 1 || len(a.Actions) != 1 || !strings.Contains(a.Problems[0].Error, "longer than") {
+		t.Fatalf("%v: lines %d skipped %d actions %d problems %v", err, a.Lines, a.Skipped, len(a.Actions), a.Problems)
+	}
+}
+
+// TestRangeTopK checks the range's bounds against the exact counts: every
+// client's true total lies between its bounds, the bounds are exact when no
+// window's list overflowed, and the heaviest clients are found.
+func TestRangeTopK(t *testing.T) {
+	f := func(k, held int, seed uint64) {
+		ds := decisiontest.NewGenerator(seed, t0).Batch(20_000)
+		exact := map[aggregator.Client]uint64{}
+		acc := newRangeTopK(k)
+		acc.maxHeld = held
+		for w := 0; w < len(ds); w += 1000 {
+			tk := aggregator.NewTopK(k)
+			for _, d := range ds[w : w+1000] {
+				if d.Kind == decisions.KindDecision {
+					c := aggregator.ClientOf(&d)
+					tk.Add(c, 1)
+					exact[c]++
+				}
+			}
+			acc.add(tk)
+		}
+		top := acc.top(k)
+		for _, h := range top {
+			if n := exact[h.Client]; n > h.Count || n < h.Count-h.Err {
+				t.Errorf("k %d held %d: %v counted %d, bounds [%d, %d]", k, held, h.Client, n, h.Count-h.Err, h.Count)
+			}
+			if k >= 100_000 && h.Err != 0 {
+				t.Errorf("k %d: %v has error %d with no list overflowing", k, h.Client, h.Err)
+			}
+		}
+		var heaviest aggregator.Client
+		for c, n := range exact {
+			if n > exact[heaviest] {
+				heaviest = c
+			}
+		}
+		if len(top) == 0 || !slices.ContainsFunc(top[:min(3, len(top))], func(h aggregator.Hitter) bool { return h.Client == heaviest }) {
+			t.Errorf("k %d held %d: the heaviest client %v (%d) is not among the first three of %v", k, held, heaviest, exact[heaviest], top[:min(3, len(top))])
+		}
+	}
+	f(100_000, 1<<20, 1) // no overflow: exact
+	f(100, 1600, 2)      // lists overflow
+	f(50, 120, 3)        // and the held clients are pruned
+}

@@ -1,0 +1,224 @@
+package assemble_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator/report"
+	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/challenge"
+	"github.com/ratewarden/ratewarden/internal/golden"
+)
+
+// whatifKeys sign the base edge's challenge tokens.
+const whatifKeys = "k1:dGVzdC1vbmx5LWtleS13aGF0aWYtMDEyMzQ1Njc4OWFi"
+
+// whatifConfig is the base configuration with the limits of /api/search
+// (anonymous) and /api/export (authenticated) set.
+func whatifConfig(search, export int) string {
+	return fmt.Sprintf(`
+edge: {upstream: ORIGIN, node: n1}
+identity:
+  trusted_proxies: [127.0.0.1]
+challenge: {enabled: true, factor: 2}
+tiers:
+  anonymous:
+    global: {limit: 100, window: 1m}
+    paths:
+      /api/search: {limit: %d, window: 1m}
+  authenticated:
+    global: {limit: 100, window: 1m}
+    paths:
+      /api/export: {limit: %d, window: 1m}
+`, search, export)
+}
+
+var whatifT0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+
+// whatifLog serves a known traffic through the real edge assembled from
+// the base configuration (search 5, export 3, challenges at up to twice
+// the limit) into a decision log, at fixed event times within one minute:
+//
+//	203.0.113.1  12 × /api/search: 5 allow, 5 challenge, 2 block
+//	203.0.113.2   3 × /api/search: 3 allow
+//	203.0.113.3   7 × /api/search: 5 allow, 1 challenge, the 7th with a token: token_pass
+//	user alice    8 × /api/export (plan free, through the trusted proxy): 3 allow, 3 challenge, 2 block
+//	203.0.113.4   2 × /other: 2 allow
+func whatifLog(t *testing.T) string {
+	t.Helper()
+	logDir := filepath.Join(t.TempDir(), "log")
+	cfg := loadConfig(t, whatifConfig(5, 3)+"decisions: {dir: "+logDir+", linger: 1ms}\n")
+	getenv := func(k string) string {
+		if k == "RATEWARDEN_CHALLENGE_KEYS" {
+			return whatifKeys
+		}
+		return ""
+	}
+	e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{Getenv: getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := challenge.ParseKeys(whatifKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type req struct {
+		peer, path string
+		h          http.Header
+	}
+	var reqs []req
+	add := func(n int, peer, path string, h func(i int) http.Header) {
+		for i := range n {
+			reqs = append(reqs, req{peer, path, h(i)})
+		}
+	}
+	none := func(int) http.Header { return http.Header{} }
+	add(12, "203.0.113.1:4000", "/api/search", none)
+	add(3, "203.0.113.2:4000", "/api/search", none)
+	add(7, "203.0.113.3:4000", "/api/search", func(i int) http.Header {
+		h := http.Header{}
+		if i == 6 {
+			h.Set("X-Ratewarden-Token", keys.Issue("ip:203.0.113.3", whatifT0, time.Hour))
+		}
+		return h
+	})
+	add(8, "127.0.0.1:4000", "/api/export", func(int) http.Header {
+		return http.Header{"X-User-Id": {"alice"}, "X-User-Plan": {"free"}, "X-Forwarded-For": {"198.51.100.9"}}
+	})
+	add(2, "203.0.113.4:4000", "/other", none)
+	var got []string
+	var v edge.Verdict
+	for i, r := range reqs {
+		now := whatifT0.Add(time.Duration(i) * 100 * time.Millisecond)
+		e.Limiter.Decide(context.Background(), now, &edge.Request{RemoteAddr: r.peer, Method: "GET", Host: "api.example", Path: r.path, URI: r.path, Header: r.h}, &v)
+		got = append(got, v.Outcome.String())
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Fields(strings.Repeat("allow ", 5) + strings.Repeat("challenge ", 5) + "block block " +
+		"allow allow allow " + strings.Repeat("allow ", 5) + "challenge token_pass " +
+		"allow allow allow challenge challenge challenge block block allow allow")
+	if !slices.Equal(got, want) {
+		t.Fatalf("the base edge decided\n%v\nwant\n%v", got, want)
+	}
+	return logDir
+}
+
+func runWhatIf(t *testing.T, logDir string, search, export int) *report.WhatIf {
+	t.Helper()
+	w, err := assemble.WhatIf(context.Background(), assemble.WhatIfOptions{Config: loadConfig(t, whatifConfig(search, export)),
+		DecisionsDir: logDir, From: whatifT0, To: whatifT0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func transitions(w *report.WhatIf) string {
+	var s []string
+	for _, t := range w.Transitions {
+		s = append(s, fmt.Sprintf("%s>%s %d/%d", t.From, t.To, t.Requests, t.Identities))
+	}
+	return strings.Join(s, " ")
+}
+
+func identities(w *report.WhatIf) string {
+	var s []string
+	for _, i := range w.Identities {
+		s = append(s, fmt.Sprintf("%s %s>%s %d", i.Identity, i.From, i.To, i.Requests))
+	}
+	slices.Sort(s)
+	return strings.Join(s, "\n")
+}
+
+// TestWhatIfSameConfigChangesNothing: the base configuration replayed over
+// its own log decides every request as logged, token pass and challenges
+// included; so a difference under a candidate is the candidate's.
+func TestWhatIfSameConfigChangesNothing(t *testing.T) {
+	w := runWhatIf(t, whatifLog(t), 5, 3)
+	if w.Replayed != 32 || w.Changed != 0 || len(w.Identities) != 0 {
+		t.Fatalf("replayed %d changed %d: %s", w.Replayed, w.Changed, identities(w))
+	}
+}
+
+// TestWhatIfTightened: /api/search down from 5 to 2 (challenges up to 4).
+func TestWhatIfTightened(t *testing.T) {
+	w := runWhatIf(t, whatifLog(t), 2, 3)
+	if w.Replayed != 32 || w.Changed != 14 {
+		t.Errorf("replayed %d changed %d, want 32 and 14", w.Replayed, w.Changed)
+	}
+	if got, want := transitions(w), "challenged>refused 6/2 allowed>challenged 5/3 allowed>refused 3/2"; got != want {
+		t.Errorf("transitions %s\nwant %s", got, want)
+	}
+	want := strings.Join([]string{
+		"203.0.113.1 allowed>challenged 2",
+		"203.0.113.1 allowed>refused 1",
+		"203.0.113.1 challenged>refused 5",
+		"203.0.113.2 allowed>challenged 1",
+		"203.0.113.3 allowed>challenged 2",
+		"203.0.113.3 allowed>refused 2",
+		"203.0.113.3 challenged>refused 1",
+	}, "\n")
+	if got := identities(w); got != want {
+		t.Errorf("identities:\n%s\nwant:\n%s", got, want)
+	}
+	for _, r := range w.Rules {
+		if r.LoggedRule != "anonymous:/api/search" || r.CandidateRule != "anonymous:/api/search" {
+			t.Errorf("rule change %+v: want only anonymous:/api/search", r)
+		}
+	}
+}
+
+// TestWhatIfLoosened: /api/search up to 6 and /api/export up to 10: the
+// requests no longer refused or challenged. 203.0.113.3's token pass stays
+// a pass (its token is replayed).
+func TestWhatIfLoosened(t *testing.T) {
+	w := runWhatIf(t, whatifLog(t), 6, 10)
+	if got, want := transitions(w), "challenged>allowed 5/3 refused>allowed 2/1 refused>challenged 2/1"; got != want {
+		t.Errorf("transitions %s\nwant %s", got, want)
+	}
+	want := strings.Join([]string{
+		"203.0.113.1 challenged>allowed 1",
+		"203.0.113.1 refused>challenged 2",
+		"203.0.113.3 challenged>allowed 1",
+		"user:alice challenged>allowed 3",
+		"user:alice refused>allowed 2",
+	}, "\n")
+	if got := identities(w); got != want {
+		t.Errorf("identities:\n%s\nwant:\n%s", got, want)
+	}
+	for _, i := range w.Identities {
+		if i.Identity == "user:alice" && i.Tier != "authenticated" {
+			t.Errorf("alice's tier under the candidate: %q", i.Tier)
+		}
+	}
+	// Rendered through the report package, in every format, against
+	// golden files (the log's directory and the configuration's file name
+	// vary between runs; the rest does not).
+	w.Config = "candidate.yaml"
+	for _, f := range []report.Format{report.Markdown, report.HTML, report.JSON, report.CSV} {
+		var b bytes.Buffer
+		if err := w.Render(&b, f); err != nil {
+			t.Fatal(err)
+		}
+		golden.Check(t, "whatif."+f.String(), b.Bytes())
+	}
+}
+
+// TestWhatIfRangeError: --from after --to is refused.
+func TestWhatIfRangeError(t *testing.T) {
+	_, err := assemble.WhatIf(context.Background(), assemble.WhatIfOptions{Config: loadConfig(t, whatifConfig(5, 3)),
+		DecisionsDir: t.TempDir(), From: whatifT0.Add(time.Hour), To: whatifT0})
+	if err == nil || !strings.Contains(err.Error(), "not before") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/report"
+	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/internal/atomicfile"
+)
+
+// reportFlags are the source and output flags report and whatif share.
+type reportFlags struct {
+	from, to *timeFlag
+	format   *string
+	out      *string
+	title    *string
+	top      *int
+}
+
+func addReportFlags(fs *flag.FlagSet, title string) *reportFlags {
+	now := time.Now
+	f := &reportFlags{from: &timeFlag{now: now}, to: &timeFlag{now: now}}
+	fs.Var(f.from, "from", "start of the range: `T` as RFC 3339, \"now\", or a duration before now (24h or -24h)")
+	fs.Var(f.to, "to", "end of the range (excluded), as --from; default now")
+	f.format = fs.String("format", "md", "output `format`: md, html, json or csv")
+	f.out = fs.String("out", "", "write to `file` (replaced whole when complete; untouched on error) instead of standard output")
+	f.title = fs.String("title", title, "the report's `title`")
+	f.top = fs.Int("top", 10, "rows of each top table (`n`)")
+	return f
+}
+
+// write writes b to --out atomically, or to stdout.
+func (f *reportFlags) write(stdout io.Writer, b []byte) error {
+	if *f.out == "" {
+		_, err := stdout.Write(b)
+		return err
+	}
+	return atomicfile.Write(*f.out, b, 0o644)
+}
+
+// rangeOrDefault returns the range, --to defaulting to now; both given as
+// flags are checked by the job.
+func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
+	to := f.to.t
+	if to.IsZero() {
+		to = f.to.now()
+	}
+	if f.from.t.IsZero() {
+		return time.Time{}, time.Time{}, fmt.Errorf("--from is required")
+	}
+	if !f.from.t.Before(to) {
+		return time.Time{}, time.Time{}, fmt.Errorf("--from %s is not before --to %s", f.from.t.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	return f.from.t, to, nil
+}
+
+// runReport makes the abuse report of a time range (package report).
+func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("report", "report --from T [--to T] (--partials dir:PATH | --decisions-dir DIR) [--alerts FILE] [--format md|html|json|csv] [--out FILE] [flags]", stderr)
+	partials := fs.String("partials", "", "read the stored partial aggregates: dir:`PATH` (as aggregate --partials wrote them)")
+	dir := fs.String("decisions-dir", "", "or roll the decision log `directory` up on the fly, in memory, with the aggregator's own code")
+	alertsFile := fs.String("alerts", "", "JSON lines `file` of alerts and feedback actions to include")
+	rf := addReportFlags(fs, "Abuse report")
+	opts := rollupFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if (*partials == "") == (*dir == "") || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	format, err := report.ParseFormat(*rf.format)
+	if err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	ro, err := opts()
+	if err != nil {
+		return err
+	}
+	from, to, err := rf.rangeOrDefault()
+	if err != nil {
+		return err
+	}
+	job := &report.Job{DecisionsDir: *dir, Rollup: ro, AlertsFile: *alertsFile, Format: format,
+		Options: report.Options{From: from, To: to, Title: *rf.title, Top: *rf.top}}
+	if *partials != "" {
+		s, err := partialsSink(*partials)
+		if err != nil {
+			return err
+		}
+		job.PartialsDir = s.(*aggregator.PartialsDir).Dir
+		job.Options.Source = "partials " + *partials
+	} else {
+		job.Options.Source = "decision log " + *dir
+	}
+	bar, done := reportBar(stderr, "report")
+	job.Progress = bar
+	if *dir != "" {
+		total := logBytes(*dir)
+		job.Progress = func(read, _ uint64) { bar(read, total) }
+	}
+	r, b, err := job.Run(ctx)
+	done()
+	if err != nil {
+		return err
+	}
+	if err := rf.write(stdout, b); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	c := r.Coverage
+	state := "complete"
+	if !c.Complete {
+		state = "partial"
+	}
+	fmt.Fprintf(stderr, "report: %s to %s, windows %d of %d, unreadable %d, alert lines skipped %d: %s\n",
+		r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), c.Read, c.Windows, len(c.Unreadable), c.AlertSkipN, state)
+	return nil
+}
+
+// reportBar returns a progress function that draws a bar on a terminal
+// (nothing elsewhere), and done, which ends the bar's line.
+func reportBar(stderr io.Writer, label string) (progress func(done, total uint64), done func()) {
+	var bar *progressBar
+	tried := false
+	progress = func(n, total uint64) {
+		if !tried {
+			tried = true
+			bar = newBar(stderr, label, total)
+		}
+		bar.draw(time.Now(), n, false, func() string { return "" })
+	}
+	return progress, func() { bar.draw(time.Now(), 0, true, func() string { return "" }) }
+}
+
+// runWhatIf replays the logged requests of a range through a candidate
+// configuration and reports what would change (assemble.WhatIf).
+func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("whatif", "whatif --config candidate.yaml --decisions-dir DIR --from T [--to T] [--format md|html|json|csv] [--out FILE]", stderr)
+	cfgPath := fs.String("config", "", "the candidate configuration `file`")
+	dir := fs.String("decisions-dir", "", "the decision log `directory` to replay")
+	rf := addReportFlags(fs, "What-if")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *cfgPath == "" || *dir == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	format, err := report.ParseFormat(*rf.format)
+	if err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	from, to, err := rf.rangeOrDefault()
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	bar, done := reportBar(stderr, "whatif")
+	total := logBytes(*dir)
+	w, err := assemble.WhatIf(ctx, assemble.WhatIfOptions{Config: cfg, DecisionsDir: *dir, From: from, To: to,
+		Top: *rf.top, Title: *rf.title, Source: "decision log " + *dir,
+		Progress: func(read uint64) { bar(read, total) }})
+	done()
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := w.Render(&b, format); err != nil {
+		return err
+	}
+	if err := rf.write(stdout, b.Bytes()); err != nil {
+		return fmt.Errorf("whatif: %w", err)
+	}
+	fmt.Fprintf(stderr, "whatif: replayed %d requests, %d would change, %d kept as logged, %d problems\n", w.Replayed, w.Changed, w.Kept, len(w.Problems))
+	return nil
+}
