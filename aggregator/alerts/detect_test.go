@@ -146,7 +146,7 @@ func TestDiurnalWeekRaisesNothing(t *testing.T) {
 	cfg := loadSimConfig(t, "  history: 6\n  min_history: 3\n")
 	s := newSim(t, cfg, 10*time.Minute, &out, "", nil)
 	rng := rand.New(rand.NewPCG(9, 10))
-	week := traffic{anon: 2, login: 0.1, users: 1, pro: 0.3, diurnal: true}
+	week := traffic{anon: 1, login: 0.1, users: 0.5, pro: 0.2, diurnal: true}
 	s.run(t0, t0.Add(7*24*time.Hour), rng, week, nil)
 	as, _ := records(t, out.Bytes())
 	if len(as) > 0 {

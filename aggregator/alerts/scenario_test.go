@@ -12,7 +12,7 @@ import (
 // full volume (a diurnal shape scales them).
 type traffic struct {
 	anon, login, users, pro float64
-	diurnal             bool // scale by 1 + 0.7·sin over the day
+	diurnal                 bool // scale by 1 + 0.7·sin over the day
 }
 
 // background is the traffic of every test: anonymous clients among 60

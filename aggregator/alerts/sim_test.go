@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,6 +86,11 @@ type sim struct {
 	// partials, if set, stores every window as `ratewarden aggregate
 	// --partials` does.
 	partials *aggregator.PartialsDir
+	// keep, if set, sees every output; restart, if set, runs once, after
+	// the output of the window starting at restartAt.
+	keep      func(aggregator.Output)
+	restart   func()
+	restartAt time.Time
 }
 
 // newSim assembles the edge of cfg and a runner writing alerts and
@@ -153,7 +159,18 @@ func (s *sim) flush(final bool) {
 				return err
 			}
 		}
-		return s.runner.Write(s.ctx, "log", o)
+		if s.keep != nil {
+			s.keep(o)
+		}
+		if err := s.runner.Write(s.ctx, "log", o); err != nil {
+			return err
+		}
+		if s.restart != nil && !o.Partial.Start.Before(s.restartAt) {
+			r := s.restart
+			s.restart = nil
+			r()
+		}
+		return nil
 	})
 	if err != nil {
 		s.t.Fatal(err)
@@ -207,4 +224,14 @@ func keys(as []alerts.Alert) string {
 		b.WriteString("\n  " + a.Time.Format(time.RFC3339) + " " + a.State + " " + a.Key)
 	}
 	return b.String()
+}
+
+// decisionOf is a decision of rule at at from ip, blocked, with drops
+// reported every 100th.
+func decisionOf(at time.Time, ip, rule string, i int) decisions.Decision {
+	d := decisions.Decision{Time: at, Tier: "anonymous", Rule: rule, ClientIP: netip.MustParseAddr(ip), Outcome: decisions.Block}
+	if i%100 == 99 {
+		d = decisions.Decision{Kind: decisions.KindDrops, Time: at, Dropped: 1}
+	}
+	return d
 }
