@@ -110,7 +110,7 @@ type AlertWebhook struct {
 }
 
 // Feedback configures the policies that turn alerts into list entries the
-// edge obeys.
+// edge obeys, written to the lists the lists section names.
 type Feedback struct {
 	// DryRun records what the policies would have done and changes no
 	// list; default true, so that a new policy is watched before it acts.
@@ -118,11 +118,6 @@ type Feedback struct {
 	// MaxPerHour caps the entries applied in an hour of event time;
 	// further actions are recorded as not applied (cap_reached). Default 20.
 	MaxPerHour int `yaml:"max_per_hour"`
-	// Store is the list store entries are written to: file (the
-	// lists.*_file paths) or dynamodb (aws init's lists table).
-	Store string `yaml:"store"`
-	// Table is the DynamoDB lists table; default ratewarden-lists.
-	Table string `yaml:"table"`
 	// Actions is the JSON-lines file of every action record; "" keeps them
 	// beside the alerts.
 	Actions string `yaml:"actions"`
@@ -151,9 +146,6 @@ var (
 	AlertSeverities = []string{"info", "warning", "critical"}
 	// FeedbackActions are the lists a policy writes to.
 	FeedbackActions = []string{"challenge", "deny", "allow"}
-	// FeedbackStores are the allowed feedback.store values; the first is
-	// the default.
-	FeedbackStores = []string{"file", "dynamodb"}
 )
 
 // alertDefaults fills the alerts and feedback sections' defaults.
@@ -198,8 +190,6 @@ func (c *Config) alertDefaults() {
 		f.DryRun = new(true)
 	}
 	def(&f.MaxPerHour, 20)
-	def(&f.Store, FeedbackStores[0])
-	def(&f.Table, "ratewarden-lists")
 	for i := range f.Policies {
 		p := &f.Policies[i]
 		def(&p.MinSeverity, "warning")
@@ -244,14 +234,16 @@ func (v *validator) alerts(a *Alerts, tiers map[string]*Tier) {
 	v.intRange(key("alerts", "sinks", "webhook", "attempts"), int64(w.Attempts), 1, 100)
 	v.durationRange(key("alerts", "sinks", "webhook", "backoff"), w.Backoff, time.Millisecond, time.Hour)
 	v.durationRange(key("alerts", "sinks", "webhook", "max_delay"), w.MaxDelay, w.Backoff, 24*time.Hour)
+	if e := a.Sinks.EMF; e != "" {
+		kind, arg, _ := strings.Cut(e, ":")
+		if !(e == "stdout" || e == "metrics" || (kind == "file" || kind == "agent" || kind == "logs") && arg != "") {
+			v.report(key("alerts", "sinks", "emf"), e, "is not allowed", "stdout, file:PATH, agent:tcp://HOST:PORT, agent:udp://HOST:PORT, logs:GROUP or metrics")
+		}
+	}
 }
 
 func (v *validator) feedback(f *Feedback) {
 	v.intRange(key("feedback", "max_per_hour"), int64(f.MaxPerHour), 1, 1_000_000)
-	v.oneOf(key("feedback", "store"), f.Store, FeedbackStores)
-	if !validName(f.Table) || len(f.Table) < 3 || len(f.Table) > 255 {
-		v.report(key("feedback", "table"), f.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
-	}
 	names := map[string]bool{}
 	for i := range f.Policies {
 		p := &f.Policies[i]

@@ -26,7 +26,7 @@ func TestAlertErrors(t *testing.T) {
 			"feedback.policies[0].name", "is missing"},
 		{"policy ttl", "feedback:\n  policies:\n    - name: p\n      alerts: [drops]\n      action: deny\n      ttl: 1s # <-\n" + anonymous,
 			"feedback.policies[0].ttl", "1m to 8760h"},
-		{"store", "feedback:\n  store: redis # <-\n" + anonymous, "feedback.store", "one of file, dynamodb"},
+		{"emf sink", "alerts:\n  sinks: {emf: \"file:\"} # <-\n" + anonymous, "alerts.sinks.emf", "stdout, file:PATH"},
 		{"cap", "feedback:\n  max_per_hour: -1 # <-\n" + anonymous, "feedback.max_per_hour", "1 to 1000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,8 +51,8 @@ func TestAlertDefaults(t *testing.T) {
 	if got := strings.Join(c.Alerts.FalsePositive.Tiers, ","); got != "free,pro" {
 		t.Errorf("false_positive.tiers %q, want free,pro", got)
 	}
-	if !*c.Feedback.DryRun || c.Feedback.MaxPerHour != 20 || c.Feedback.Store != "file" {
-		t.Errorf("feedback defaults: dry_run %v, cap %d, store %q", *c.Feedback.DryRun, c.Feedback.MaxPerHour, c.Feedback.Store)
+	if !*c.Feedback.DryRun || c.Feedback.MaxPerHour != 20 {
+		t.Errorf("feedback defaults: dry_run %v, cap %d", *c.Feedback.DryRun, c.Feedback.MaxPerHour)
 	}
 	if p := c.Feedback.Policies[0]; p.MinSeverity != "warning" || p.TTL != time.Hour {
 		t.Errorf("policy defaults: %q, %v", p.MinSeverity, p.TTL)

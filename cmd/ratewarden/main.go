@@ -7,6 +7,7 @@
 //	ratewarden lambda [flags]          serve API Gateway / ALB events in AWS Lambda
 //	ratewarden aggregate [flags]       roll decisions up into per-window aggregates
 //	ratewarden replay [flags]          rebuild a time range's aggregates from the log
+//	ratewarden alerts [flags]          detect anomalies in stored partials, feed the lists back
 //	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden version                 print the version
 package main
@@ -56,6 +57,7 @@ Usage:
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
   ratewarden aggregate [flags]         roll decisions (a log, or a Kinesis stream shared by several) up into per-window partial aggregates
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
+  ratewarden alerts [flags]            run the anomaly detectors and feedback policies over stored partials
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden version                   print the version
@@ -81,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runAggregate(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "replay":
 		return runReplay(ctx, args[1:], stdout, stderr)
+	case "alerts":
+		return runAlerts(ctx, args[1:], stdout, stderr)
 	case "emf":
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":
