@@ -13,8 +13,8 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
-	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
 // AlertsOptions are what a command adds to the configuration's alerts and
