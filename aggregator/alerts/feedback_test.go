@@ -1,10 +1,8 @@
 package alerts_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,43 +190,5 @@ func TestPolicySeverityAndState(t *testing.T) {
 	store.fail = true
 	if acts := p.Act(context.Background(), a, &applied); len(acts) != 1 || acts[0].Applied || acts[0].Why != alerts.WhyWriteFailed {
 		t.Errorf("with the store down: %+v", acts)
-	}
-}
-
-// TestUnsolvedChallengesEscalateToDeny: a client challenged again and
-// again that never presents a token is flagged, and a policy puts it on
-// the deny list; the low solve rate of its rule is reported too.
-func TestUnsolvedChallengesEscalateToDeny(t *testing.T) {
-	var out bytes.Buffer
-	cfg := loadSimConfig(t, "challenge:\n  enabled: true\n")
-	store := &listStore{}
-	deny := config.FeedbackPolicy{Name: "deny-unsolved", Alerts: []string{alerts.TypeUnsolved}, MinSeverity: alerts.Warning,
-		Action: lists.Deny, TTL: 24 * time.Hour}
-	pol := alerts.NewPolicies(feedbackConfig(false, 10, deny), store, nil, nil, func(string) bool { return false })
-	s := newSim(t, cfg, time.Minute, &out, "", pol)
-	rng := rand.New(rand.NewPCG(31, 32))
-	s.run(t0, t0.Add(10*time.Minute), rng, background, func(sec time.Time) {
-		if sec.Sub(t0) >= 5*time.Minute && sec.Sub(t0) < 7*time.Minute {
-			// 3 a second against 120 a minute: challenged (up to twice
-			// the limit), then blocked.
-			for range 3 {
-				s.do(sec, "203.0.113.99", "", "", "/")
-			}
-		}
-	})
-	as, acts := records(t, out.Bytes())
-	const key = "unsolved_challenges/203.0.113.99"
-	if _, ok := find(as, key, alerts.Firing); !ok {
-		t.Fatalf("no %s among:%s", key, keys(as))
-	}
-	if _, ok := find(as, "low_solve_rate/anonymous/anonymous:global", alerts.Firing); !ok {
-		t.Errorf("no low solve rate among:%s", keys(as))
-	}
-	e, ok := store.entries[[2]string{lists.Deny, "203.0.113.99"}]
-	if !ok || e.Pending || !e.Expires.Equal(e.Added.Add(24*time.Hour)) {
-		t.Errorf("deny entry %+v (written %v); actions %+v", e, ok, acts)
-	}
-	if len(acts) != 1 || !acts[0].Applied {
-		t.Errorf("actions %+v", acts)
 	}
 }

@@ -1,4 +1,4 @@
-package alerts_test
+package assemble_test
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,14 +223,4 @@ func keys(as []alerts.Alert) string {
 		b.WriteString("\n  " + a.Time.Format(time.RFC3339) + " " + a.State + " " + a.Key)
 	}
 	return b.String()
-}
-
-// decisionOf is a decision of rule at at from ip, blocked, with drops
-// reported every 100th.
-func decisionOf(at time.Time, ip, rule string, i int) decisions.Decision {
-	d := decisions.Decision{Time: at, Tier: "anonymous", Rule: rule, ClientIP: netip.MustParseAddr(ip), Outcome: decisions.Block}
-	if i%100 == 99 {
-		d = decisions.Decision{Kind: decisions.KindDrops, Time: at, Dropped: 1}
-	}
-	return d
 }

@@ -1,4 +1,4 @@
-package alerts_test
+package assemble_test
 
 import (
 	"bytes"
