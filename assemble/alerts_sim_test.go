@@ -28,7 +28,7 @@ var t0 = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 // paying tier, a login path with a tight limit, and an allow list.
 const simConfig = `
 edge:
-  upstream: http://127.0.0.1:1
+  upstream: ORIGIN
 identity:
   trusted_proxies: [127.0.0.1/32]
 lists:
@@ -58,15 +58,7 @@ func loadSimConfig(t testing.TB, extra string, allow ...string) *config.Config {
 	if err := os.WriteFile(path, []byte(strings.Join(allow, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse([]byte(strings.Replace(simConfig, "ALLOW", path, 1)+extra), "sim.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Defaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return loadConfig(t, strings.Replace(simConfig, "ALLOW", path, 1)+extra)
 }
 
 // sim drives synthetic traffic through the assembled edge's limiter at
