@@ -168,6 +168,21 @@ func NewEngine(o Options, st *State) (*Engine, error) {
 	if st.Quiet == nil {
 		st.Quiet = map[string]time.Time{}
 	}
+	// A state file edited by hand or damaged must not take the engine
+	// down: what does not hold together is dropped.
+	for k, s := range st.Series {
+		switch {
+		case s == nil:
+			delete(st.Series, k)
+		case len(s.Seasonal) != hoursPerWeek || len(s.SeasonN) != hoursPerWeek:
+			s.Seasonal, s.SeasonN = nil, nil
+		}
+	}
+	for k, o := range st.Open {
+		if o == nil {
+			delete(st.Open, k)
+		}
+	}
 	e := &Engine{o: o, c: o.Config, st: st, paying: map[string]bool{}, watch: map[string]bool{}}
 	for _, t := range o.Config.PayingTiers {
 		e.paying[t], e.watch[t] = true, true
