@@ -15,8 +15,9 @@ import (
 // instruments) and /healthz for `ratewarden aggregate`: what the run read,
 // rolled up and delivered, its watermark and its lag behind the wall
 // clock, and what the EMF writer (nil without one) wrote and dropped.
-// stats holds the latest progress report.
-func AggregatorMetrics(stats *atomic.Pointer[aggregator.RunStats], w *emf.Writer, now func() time.Time) (http.Handler, error) {
+// stats holds the latest progress report. extra registers more
+// instruments on the same meter (the alerts', Alerts.RegisterMetrics).
+func AggregatorMetrics(stats *atomic.Pointer[aggregator.RunStats], w *emf.Writer, now func() time.Time, extra ...func(metric.Meter) error) (http.Handler, error) {
 	// snapshot is what one collection reads: the latest progress report and
 	// the EMF writer's counts.
 	type snapshot struct {
@@ -58,6 +59,11 @@ func AggregatorMetrics(stats *atomic.Pointer[aggregator.RunStats], w *emf.Writer
 		{"ratewarden.aggregator.emf.dropped", "EMF documents refused as invalid or by the sink.", "{document}", false, func(s snapshot) int64 { return int64(s.dropped) }},
 	}
 	return metricsHandler("github.com/ratewarden/ratewarden/aggregator", func(meter metric.Meter) error {
+		for _, r := range extra {
+			if err := r(meter); err != nil {
+				return err
+			}
+		}
 		return registerObservables(meter, take, insts)
 	})
 }

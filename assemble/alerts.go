@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
@@ -215,6 +217,35 @@ func (a *Alerts) Report(w io.Writer, prefix string) {
 		h := a.Webhook.Stats()
 		fmt.Fprintf(w, "%s: webhook sent %d, retries %d, failed %d, dropped %d\n", prefix, h.Sent, h.Retries, h.Failed, h.Dropped)
 	}
+}
+
+// RegisterMetrics makes the alerts' instruments on meter: alerts raised,
+// resolved and suppressed, actions, sink errors, and the webhook's sent,
+// failed and dropped alerts.
+func (a *Alerts) RegisterMetrics(meter metric.Meter) error {
+	type snapshot struct {
+		run  alerts.RunnerStats
+		hook alerts.WebhookStats
+	}
+	take := func() snapshot {
+		s := snapshot{run: a.Runner.Stats()}
+		if a.Webhook != nil {
+			s.hook = a.Webhook.Stats()
+		}
+		return s
+	}
+	return registerObservables(meter, take, []observable[snapshot]{
+		{"ratewarden.alerts.windows", "Windows the detectors ran.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Engine.Windows) }},
+		{"ratewarden.alerts.raised", "Alerts raised.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Firing) }},
+		{"ratewarden.alerts.resolved", "Alerts resolved.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Resolved) }},
+		{"ratewarden.alerts.suppressed", "Alerts not raised during their cooldown.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Suppressed) }},
+		{"ratewarden.alerts.actions", "Feedback actions recorded.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Actions) }},
+		{"ratewarden.alerts.actions.applied", "Feedback actions applied to a list.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Applied) }},
+		{"ratewarden.alerts.sink.errors", "Alerts a sink failed to take.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.SinkErrors) }},
+		{"ratewarden.alerts.webhook.sent", "Alerts the webhook delivered.", "{alert}", false, func(s snapshot) int64 { return int64(s.hook.Sent) }},
+		{"ratewarden.alerts.webhook.failed", "Alerts the webhook gave up on.", "{alert}", false, func(s snapshot) int64 { return int64(s.hook.Failed) }},
+		{"ratewarden.alerts.webhook.dropped", "Alerts dropped: the webhook's queue was full.", "{alert}", false, func(s snapshot) int64 { return int64(s.hook.Dropped) }},
+	})
 }
 
 // Close closes the runner's sinks, then what the assembly opened.

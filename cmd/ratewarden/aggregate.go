@@ -18,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
@@ -122,6 +123,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		sinks = append(sinks, s)
 		emfWriter = s.W
 	}
+	var extraMetrics []func(metric.Meter) error
 	if *alertsCfg != "" {
 		if *dir == "" || *stateDir == "" {
 			return errors.New("aggregate: --alerts needs whole windows: with --decisions-dir and --state-dir only; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials")
@@ -142,6 +144,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			al.Report(stderr, "aggregate: alerts")
 		}()
 		sinks = append(sinks, al.Runner)
+		extraMetrics = append(extraMetrics, al.RegisterMetrics)
 	}
 	if len(sinks) == 0 {
 		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf, --alerts or several")
@@ -157,7 +160,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
 	if *admin != "off" && *admin != "" {
-		h, err := assemble.AggregatorMetrics(&latest, emfWriter, time.Now)
+		h, err := assemble.AggregatorMetrics(&latest, emfWriter, time.Now, extraMetrics...)
 		if err != nil {
 			return err
 		}
