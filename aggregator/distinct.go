@@ -13,7 +13,9 @@ import (
 // 0.81 % standard error, at most 16 KiB per sketch), overall, among the
 // refused, per tier, and per rule (decisions with a rule; since partial
 // encoding version 2: a credential-stuffing wave is many clients on one
-// rule). A client is its user id when authenticated, else
+// rule). The sketches by rule are smaller and dense (precision 10: 3.25 %
+// standard error, 1 KiB each): a sparse sketch's inserts cost a merge now
+// and then, and there are many rules. A client is its user id when authenticated, else
 // its address, as the edge counts it. The zero value is ready to use; it is
 // not safe for concurrent use.
 type Distinct struct {
@@ -51,7 +53,7 @@ func (s *Distinct) Update(d *decisions.Decision) {
 }
 
 // tier returns the sketch of the tier named name, made if needed.
-func (s *Distinct) tier(name string) *hyperloglog.Sketch { return sketchOf(&s.ByTier, name) }
+func (s *Distinct) tier(name string) *hyperloglog.Sketch { return sketchOf(&s.ByTier, name, hyperloglog.New14) }
 
 // rule returns the sketch of the rule named name, made if needed; nil for
 // the empty name.
@@ -59,17 +61,28 @@ func (s *Distinct) rule(name string) *hyperloglog.Sketch {
 	if name == "" {
 		return nil
 	}
-	return sketchOf(&s.ByRule, name)
+	return sketchOf(&s.ByRule, name, newRuleSketch)
 }
 
-// sketchOf returns (*m)[name], made if needed.
-func sketchOf(m *map[string]*hyperloglog.Sketch, name string) *hyperloglog.Sketch {
+// RulePrecision is the precision of the sketches by rule.
+const RulePrecision = 10
+
+func newRuleSketch() *hyperloglog.Sketch {
+	sk, err := hyperloglog.NewSketch(RulePrecision, false)
+	if err != nil {
+		panic(err) // a constant precision the library accepts
+	}
+	return sk
+}
+
+// sketchOf returns (*m)[name], made with make if needed.
+func sketchOf(m *map[string]*hyperloglog.Sketch, name string, make func() *hyperloglog.Sketch) *hyperloglog.Sketch {
 	t := (*m)[name]
 	if t == nil {
 		if *m == nil {
 			*m = map[string]*hyperloglog.Sketch{}
 		}
-		t = hyperloglog.New14()
+		t = make()
 		(*m)[name] = t
 	}
 	return t

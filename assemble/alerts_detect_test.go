@@ -77,7 +77,7 @@ func TestCredentialStuffing(t *testing.T) {
 	if n := windowsAfter(attack, a.WindowEnd, time.Minute); n > 2 {
 		t.Errorf("fired %d windows after the attack began", n)
 	}
-	if a.Severity != alerts.Critical || a.Evidence.Counts["clients"] < 450 || len(a.Identities) == 0 {
+	if a.Severity != alerts.Critical || a.Evidence.Counts["clients"] < 400 || len(a.Identities) == 0 {
 		t.Errorf("severity %s, evidence %+v, identities %v", a.Severity, a.Evidence, a.Identities)
 	}
 	for _, a := range as {
