@@ -53,7 +53,9 @@ func (s *Distinct) Update(d *decisions.Decision) {
 }
 
 // tier returns the sketch of the tier named name, made if needed.
-func (s *Distinct) tier(name string) *hyperloglog.Sketch { return sketchOf(&s.ByTier, name, hyperloglog.New14) }
+func (s *Distinct) tier(name string) *hyperloglog.Sketch {
+	return sketchOf(&s.ByTier, name, hyperloglog.New14)
+}
 
 // rule returns the sketch of the rule named name, made if needed; nil for
 // the empty name.
