@@ -77,14 +77,14 @@ func newRuleSketch() *hyperloglog.Sketch {
 	return sk
 }
 
-// sketchOf returns (*m)[name], made with make if needed.
-func sketchOf(m *map[string]*hyperloglog.Sketch, name string, make func() *hyperloglog.Sketch) *hyperloglog.Sketch {
+// sketchOf returns (*m)[name], made by newSketch if needed.
+func sketchOf(m *map[string]*hyperloglog.Sketch, name string, newSketch func() *hyperloglog.Sketch) *hyperloglog.Sketch {
 	t := (*m)[name]
 	if t == nil {
 		if *m == nil {
 			*m = map[string]*hyperloglog.Sketch{}
 		}
-		t = make()
+		t = newSketch()
 		(*m)[name] = t
 	}
 	return t
