@@ -46,10 +46,14 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	reported := map[string]bool{} // a file is named once, not on every poll
 	err = al.Runner.Follow(ctx, alerts.FollowOptions{Dir: &aggregator.PartialsDir{Dir: path}, Follow: *follow, Settle: *settle, Poll: *poll,
 		Problems: func(ps []aggregator.ReadProblem) {
 			for _, p := range ps {
-				fmt.Fprintf(stderr, "alerts: %s: skipped: %v\n", p.Path, p.Err)
+				if !reported[p.Path] {
+					reported[p.Path] = true
+					fmt.Fprintf(stderr, "alerts: %s: skipped: %v\n", p.Path, p.Err)
+				}
 			}
 		}})
 	if cerr := al.Close(context.WithoutCancel(ctx)); err == nil {
