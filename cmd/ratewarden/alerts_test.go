@@ -39,6 +39,7 @@ tiers:
 alerts:
   sinks:
     file: "-"
+    emf: file:` + filepath.Join(tmp, "alerts-emf.jsonl") + `
 `
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -109,5 +110,13 @@ alerts:
 	code, third, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+partials, "--state-dir", state)
 	if code != 0 || third != "" {
 		t.Errorf("alerts again: exit %d, stdout:\n%s\nstderr:\n%s", code, third, errs)
+	}
+	// The Alerts metric's documents, of both runs, pass the validator.
+	emfPath := filepath.Join(tmp, "alerts-emf.jsonl")
+	if b, err := os.ReadFile(emfPath); err != nil || strings.Count(string(b), `"Alerts"`) < 2 {
+		t.Fatalf("EMF file: %v\n%s", err, b)
+	}
+	if code, out, errs := runCLI(t, nil, "emf", "validate", "--ignore-time", emfPath); code != 0 {
+		t.Errorf("emf validate: exit %d\n%s%s", code, out, errs)
 	}
 }
