@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
 // TestNewAlertsFromConfig: the alerts section's sinks (a file, a webhook,
@@ -105,5 +108,75 @@ func TestNewAlertsRefusesAWriteWithoutAWriter(t *testing.T) {
 	_, err := assemble.NewAlerts(context.Background(), cfg, assemble.AlertsOptions{Window: time.Minute, StateDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "feedback.dry_run") {
 		t.Errorf("error %v", err)
+	}
+}
+
+// entries is a list store of the test's own, in memory.
+type entries struct {
+	mu sync.Mutex
+	m  map[string]lists.Entry
+}
+
+func (s *entries) Put(_ context.Context, e lists.Entry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[e.List+" "+e.Target] = e
+	return nil
+}
+
+func (s *entries) Remove(_ context.Context, list, target, _ string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, list+" "+target)
+	return nil
+}
+
+// TestNewAlertsWritesEntriesAndEvents: with dry_run false, the policy's
+// entry goes to the list writer and its feedback event, a decision of kind
+// feedback, to feedback.events, readable by the decision codecs.
+func TestNewAlertsWritesEntriesAndEvents(t *testing.T) {
+	dir := t.TempDir()
+	events := filepath.Join(dir, "feedback.jsonl")
+	cfg := loadSimConfig(t, `  sinks: {file: `+filepath.Join(dir, "alerts.jsonl")+`}
+feedback:
+  dry_run: false
+  events: `+events+`
+  policies:
+    - {name: challenge-hitters, alerts: [heavy_hitter], action: challenge, ttl: 30m}
+`)
+	store := &entries{m: map[string]lists.Entry{}}
+	al, err := assemble.NewAlerts(context.Background(), cfg, assemble.AlertsOptions{Window: time.Minute, StateDir: dir, Lists: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unused bytes.Buffer
+	s := newSim(t, cfg, time.Minute, &unused, "", nil)
+	s.runner = al.Runner
+	s.run(t0, t0.Add(12*time.Minute), rand.New(rand.NewPCG(51, 52)), background, func(sec time.Time) {
+		if m := sec.Sub(t0) / time.Minute; m == 8 {
+			for i := range 800 {
+				s.do(sec.Add(time.Duration(i)*time.Second/800), "203.0.113.7", "", "", "/")
+			}
+		}
+	})
+	if err := al.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := store.m["challenge 203.0.113.7"]
+	if !ok || e.Pending || e.By != "policy:challenge-hitters" || !e.Expires.Equal(t0.Add(9*time.Minute+30*time.Minute)) {
+		t.Errorf("entry %+v (written %v)", e, ok)
+	}
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	d, _, err := decisions.ParseJSON([]byte(lines[0]))
+	if err != nil || len(lines) != 1 || d.Kind != decisions.KindFeedback || d.List != "challenge" || d.Action != "add" ||
+		d.Target != "203.0.113.7" || d.TTL != 30*time.Minute {
+		t.Errorf("events %q: %+v, %v", lines, d, err)
+	}
+	if st := al.Runner.Stats(); st.Applied != 1 {
+		t.Errorf("stats %+v", st)
 	}
 }
