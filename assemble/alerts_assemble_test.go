@@ -18,6 +18,7 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
@@ -45,16 +46,7 @@ feedback:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var unused bytes.Buffer
-	s := newSim(t, cfg, time.Minute, &unused, "", nil)
-	s.runner = al.Runner
-	s.run(t0, t0.Add(14*time.Minute), rand.New(rand.NewPCG(41, 42)), background, func(sec time.Time) {
-		if m := sec.Sub(t0) / time.Minute; m >= 8 && m < 10 {
-			for i := range 800 {
-				s.do(sec.Add(time.Duration(i)*time.Second/800), "203.0.113.7", "", "", "/")
-			}
-		}
-	})
+	scrapeThrough(t, cfg, al, 14, 2, 41)
 
 	var latest atomic.Pointer[aggregator.RunStats]
 	h, err := assemble.AggregatorMetrics(&latest, nil, time.Now, al.RegisterMetrics)
@@ -149,16 +141,7 @@ feedback:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var unused bytes.Buffer
-	s := newSim(t, cfg, time.Minute, &unused, "", nil)
-	s.runner = al.Runner
-	s.run(t0, t0.Add(12*time.Minute), rand.New(rand.NewPCG(51, 52)), background, func(sec time.Time) {
-		if m := sec.Sub(t0) / time.Minute; m == 8 {
-			for i := range 800 {
-				s.do(sec.Add(time.Duration(i)*time.Second/800), "203.0.113.7", "", "", "/")
-			}
-		}
-	})
+	scrapeThrough(t, cfg, al, 12, 1, 51)
 	if err := al.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +162,21 @@ feedback:
 	if st := al.Runner.Stats(); st.Applied != 1 {
 		t.Errorf("stats %+v", st)
 	}
+}
+
+// scrapeThrough runs minutes of the background through the assembled
+// alerts al, with the scraper (800 requests a second) from minute 8 for
+// scraping minutes.
+func scrapeThrough(t *testing.T, cfg *config.Config, al *assemble.Alerts, minutes, scraping int, seed uint64) {
+	t.Helper()
+	var unused bytes.Buffer
+	s := newSim(t, cfg, time.Minute, &unused, "", nil)
+	s.runner = al.Runner
+	s.run(t0, t0.Add(time.Duration(minutes)*time.Minute), rand.New(rand.NewPCG(seed, seed+1)), background, func(sec time.Time) {
+		if m := int(sec.Sub(t0) / time.Minute); m >= 8 && m < 8+scraping {
+			for i := range 800 {
+				s.do(sec.Add(time.Duration(i)*time.Second/800), "203.0.113.7", "", "", "/")
+			}
+		}
+	})
 }
