@@ -44,9 +44,11 @@ type Batch struct {
 
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
-	tierHLL  []*hyperloglog.Sketch
-	tierTopK []*TopK
-	ruleTopK []*TopK
+	tierHLL      []*hyperloglog.Sketch
+	ruleHLL      []*hyperloglog.Sketch
+	tierTopK     []*TopK
+	ruleTopK     []*TopK
+	ruleReqsTopK []*TopK
 }
 
 // maxCells bounds the cells a batch addresses by dictionary ids; a batch
@@ -196,17 +198,23 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	b.identify()
 	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
+	b.ruleHLL = resetSlice(b.ruleHLL, len(c.Rule.Values))
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
-		t := b.tier[i]
+		t, r := b.tier[i], b.rule[i]
 		hll := b.tierHLL[t]
 		if hll == nil {
 			hll = s.tier(c.Tier.Values[t])
 			b.tierHLL[t] = hll
 		}
-		s.add(b.hashes[i], refused[c.Outcome[i]], hll)
+		rh := b.ruleHLL[r]
+		if rh == nil {
+			rh = s.rule(c.Rule.Values[r]) // nil again for the empty rule: cheap
+			b.ruleHLL[r] = rh
+		}
+		s.add(b.hashes[i], refused[c.Outcome[i]], hll, rh)
 	}
 }
 
@@ -217,12 +225,13 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 	b.identify()
 	b.tierTopK = resetSlice(b.tierTopK, len(c.Tier.Values))
 	b.ruleTopK = resetSlice(b.ruleTopK, len(c.Rule.Values))
+	b.ruleReqsTopK = resetSlice(b.ruleReqsTopK, len(c.Rule.Values))
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
 		cl, h := b.clients[i], b.hashes[i]
-		t := b.tier[i]
+		t, r := b.tier[i], b.rule[i]
 		top := b.tierTopK[t]
 		if top == nil {
 			top = o.topk(o.RequestsByTier, c.Tier.Values[t])
@@ -230,15 +239,29 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		}
 		o.Requests.add(cl, h, 1)
 		top.add(cl, h, 1)
-		if refused[c.Outcome[i]] {
+		if name := c.Rule.Values[r]; name != "" {
+			rq := b.ruleReqsTopK[r]
+			if rq == nil {
+				rq = o.topk(o.RequestsByRule, name)
+				b.ruleReqsTopK[r] = rq
+			}
+			rq.add(cl, h, 1)
+		}
+		oc := c.Outcome[i]
+		if refused[oc] {
 			o.Refusals.add(cl, h, 1)
-			r := b.rule[i]
 			rt := b.ruleTopK[r]
 			if rt == nil {
 				rt = o.topk(o.RefusalsByRule, c.Rule.Values[r])
 				b.ruleTopK[r] = rt
 			}
 			rt.add(cl, h, 1)
+		}
+		switch decisions.Outcome(oc) {
+		case decisions.Challenge:
+			o.Challenged.add(cl, h, 1)
+		case decisions.TokenPass:
+			o.TokenPassed.add(cl, h, 1)
 		}
 	}
 }

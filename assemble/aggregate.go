@@ -18,8 +18,9 @@ import (
 // clock, per Kinesis shard held how far its reads are behind the stream
 // (MillisBehindLatest) and its lag in event time, and what the EMF writer
 // (nil without one) wrote and dropped. stats returns the run's latest
-// figures; it is called at each collection.
-func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func() time.Time) (http.Handler, error) {
+// figures; it is called at each collection. extra registers more
+// instruments on the same meter (the alerts', Alerts.RegisterMetrics).
+func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func() time.Time, extra ...func(metric.Meter) error) (http.Handler, error) {
 	// snapshot is what one collection reads: the latest progress report and
 	// the EMF writer's counts.
 	type snapshot struct {
@@ -58,6 +59,11 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 		{"ratewarden.aggregator.emf.dropped", "EMF documents refused as invalid or by the sink.", "{document}", false, func(s snapshot) int64 { return int64(s.dropped) }},
 	}
 	return metricsHandler("github.com/ratewarden/ratewarden/aggregator", func(meter metric.Meter) error {
+		for _, r := range extra {
+			if err := r(meter); err != nil {
+				return err
+			}
+		}
 		if err := registerObservables(meter, take, insts); err != nil {
 			return err
 		}

@@ -113,6 +113,8 @@ func (c *Config) Defaults() {
 	def(&d.Kinesis.Linger, 5*time.Second)
 	def(&d.Kinesis.Batch, 1024)
 
+	c.alertDefaults()
+
 	for _, t := range c.Tiers {
 		if t == nil {
 			continue

@@ -52,6 +52,8 @@ func (c *Config) validate() *validator {
 	v.tiers(c.Tiers)
 	v.foldedPrefixes(c)
 	v.exactRules(c)
+	v.alerts(&c.Alerts, c.Tiers)
+	v.feedback(&c.Feedback)
 	return v
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,9 +18,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
@@ -70,6 +73,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	ruleBudget := fs.Int("rule-budget", 50, "(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
 	noFollow := fs.Bool("no-follow", false, "stop at the end of the log instead of waiting for new events")
 	admin := fs.String("admin-listen", "127.0.0.1:9091", "serve /metrics and /healthz on `address`; \"off\" to disable")
+	alertsCfg := fs.String("alerts", "", "run the anomaly detectors and feedback policies of the configuration `file` (its alerts and feedback sections) over every window, keeping their state in --state-dir; the local log only (with a Kinesis stream, run `ratewarden alerts` over the merged partials)")
 	opts := rollupFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -119,8 +123,31 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		sinks = append(sinks, s)
 		emfWriter = s.W
 	}
+	var extraMetrics []func(metric.Meter) error
+	if *alertsCfg != "" {
+		if *dir == "" || *stateDir == "" {
+			return errors.New("aggregate: --alerts needs whole windows: with --decisions-dir and --state-dir only; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials")
+		}
+		cfg, err := config.Load(*alertsCfg)
+		if err != nil {
+			return err
+		}
+		al, err := assemble.NewAlerts(ctx, cfg, assemble.AlertsOptions{Window: ro.Window, StateDir: *stateDir, Stdout: stdout,
+			Log: slog.New(slog.NewTextHandler(stderr, nil))})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := al.Close(context.WithoutCancel(ctx)); cerr != nil {
+				fmt.Fprintln(stderr, "aggregate: alerts:", cerr)
+			}
+			al.Report(stderr, "aggregate: alerts")
+		}()
+		sinks = append(sinks, al.Runner)
+		extraMetrics = append(extraMetrics, al.RegisterMetrics)
+	}
 	if len(sinks) == 0 {
-		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
+		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf, --alerts or several")
 	}
 	if *stdinSrc {
 		st, err := aggregator.RunLines(ctx, stdin, ro, sinks)
@@ -142,7 +169,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 				return *p
 			}
 			return aggregator.RunStats{}
-		}, emfWriter, time.Now)
+		}, emfWriter, time.Now, extraMetrics...)
 		if err != nil {
 			return err
 		}

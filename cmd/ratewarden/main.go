@@ -9,6 +9,7 @@
 //	ratewarden replay [flags]          rebuild a time range's aggregates from the log
 //	ratewarden report [flags]          the abuse report of a time range
 //	ratewarden whatif [flags]          what a candidate configuration would have decided
+//	ratewarden alerts [flags]          detect anomalies in stored partials, feed the lists back
 //	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden lists show|add|remove|approve  read and write the feedback lists
 //	ratewarden version                 print the version
@@ -61,6 +62,7 @@ Usage:
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden report [flags]            the abuse report of a time range (md, html, json, csv)
   ratewarden whatif [flags]            replay logged requests through a candidate configuration and report what would change
+  ratewarden alerts [flags]            run the anomaly detectors and feedback policies over stored partials
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden lists show|add|remove|approve [flags]  read and write the allow, deny and challenge lists
@@ -91,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runReport(ctx, args[1:], stdout, stderr)
 	case "whatif":
 		return runWhatIf(ctx, args[1:], stdout, stderr)
+	case "alerts":
+		return runAlerts(ctx, args[1:], stdout, stderr)
 	case "emf":
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":
