@@ -25,6 +25,7 @@ type Config struct {
 	Forward    Forward          `yaml:"forward"`
 	FailClosed []string         `yaml:"fail_closed"` // path prefixes that fail closed (503) when the store fails
 	Tiers      map[string]*Tier `yaml:"tiers"`
+	LambdaEdge LambdaEdge       `yaml:"lambda_edge"` // ratewarden at CloudFront's viewer request
 
 	// file is the path the configuration was read from, for error messages.
 	file string

@@ -54,6 +54,7 @@ func (c *Config) validate() *validator {
 	v.tiers(c.Tiers)
 	v.foldedPrefixes(c)
 	v.exactRules(c)
+	v.lambdaEdge(&c.LambdaEdge)
 	return v
 }
 

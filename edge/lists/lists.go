@@ -193,3 +193,22 @@ func (l *List) Len() int {
 	}
 	return len(l.prefixes) + len(l.users)
 }
+
+// Entries returns the list's addresses and prefixes (an address as a
+// prefix of its full length, masked) and its user ids, each sorted: what
+// another implementation of the list needs, such as the viewer-request
+// function's compiled configuration.
+func (l *List) Entries() (prefixes []netip.Prefix, users []string) {
+	if l == nil {
+		return nil, nil
+	}
+	for p := range l.prefixes {
+		prefixes = append(prefixes, p)
+	}
+	for u := range l.users {
+		users = append(users, u)
+	}
+	slices.SortFunc(prefixes, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	slices.Sort(users)
+	return prefixes, users
+}
