@@ -6,8 +6,10 @@
 // each event, and the line writer that captures each decision line.
 //
 // stdin: {functionDir, dynamodb: {endpoint, region, maxAttempts}, secrets,
-//         zeroLatency, cases: [{time: unix ns string, event}]}
-// stdout: one JSON line per case: {decision, result}
+//         zeroLatency, stdoutDecisions, cases: [{time: unix ns string, event}]}
+// stdout: one JSON line per case: {decision, result}; with stdoutDecisions,
+// the function's own output instead: its decision lines, as console.log
+// writes them.
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import path from "node:path";
@@ -31,12 +33,12 @@ const handler = createHandler(config, {
   loadSecrets: async () => input.secrets || {},
   now: () => now,
   monotonic: input.zeroLatency ? () => 0n : undefined,
-  writeLine: (line) => lines.push(line),
+  writeLine: input.stdoutDecisions ? undefined : (line) => lines.push(line),
 });
 for (const c of input.cases) {
   now = BigInt(c.time);
   lines = [];
   const result = await handler(c.event);
-  process.stdout.write(JSON.stringify({ decision: lines.join("\n"), result }) + "\n");
+  if (!input.stdoutDecisions) process.stdout.write(JSON.stringify({ decision: lines.join("\n"), result }) + "\n");
 }
 client.destroy();

@@ -85,9 +85,21 @@ func (d *Decoder) DecodePayload(c Codec, payload []byte, dst []decisions.Decisio
 // (the data of a Kinesis record), to dst and returns the extended slice.
 // Errors are DecodePayload's, and "empty" for data without a codec byte,
 // each prefixed "decode record: ".
+//
+// A CloudWatch Logs subscription record (gzip, see cwlogs.go) is read too:
+// its log events that are decision lines are appended, a control message
+// yields none, and log events that are not decisions are skipped and
+// reported by a *CorruptEventsError beside the events decoded.
 func (d *Decoder) DecodeRecord(data []byte, dst []decisions.Decision) ([]decisions.Decision, error) {
 	if len(data) == 0 {
 		return dst, errors.New("decode record: empty")
+	}
+	if isLogsRecord(data) {
+		out, err := d.decodeLogs(data, dst)
+		if err != nil {
+			return out, fmt.Errorf("decode record: %w", err)
+		}
+		return out, nil
 	}
 	out, err := d.DecodePayload(Codec(data[0]), data[1:], dst)
 	if err != nil {

@@ -18,7 +18,7 @@ type LambdaStats struct {
 	Invocations uint64 // events (invocations) handled
 	Records     uint64 // records read
 	Events      uint64 // decision events handed to the handler
-	Corrupt     uint64 // records that could not be decoded, skipped
+	Corrupt     uint64 // records that could not be decoded, and log events of CloudWatch Logs records that are not decisions: skipped
 	Failed      uint64 // invocations that reported a batch item failure
 }
 
@@ -61,13 +61,21 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 		var err error
 		buf, err = dec.DecodeRecord(r.Kinesis.Data, buf[:0])
 		if err != nil {
-			l.corrupt.Add(1)
+			// A CloudWatch Logs record counts its log events that are not
+			// decisions and keeps the others; any other failure, the record.
+			bad, partial := columnar.IsCorruptEvents(err)
+			if !partial {
+				bad = 1
+			}
+			l.corrupt.Add(uint64(bad))
 			l.mu.Lock()
 			if len(l.problems) < maxProblems {
 				l.problems = append(l.problems, fmt.Errorf("%s record %s: %w", eventShard(r.EventID), seq, err))
 			}
 			l.mu.Unlock()
-			continue
+			if !partial {
+				continue
+			}
 		}
 		b = Batch{Shard: eventShard(r.EventID), From: Position{Seq: seq}, To: Position{Seq: seq, Sub: wholeRecord}, Events: buf}
 		if err := l.h(ctx, &b); err != nil {

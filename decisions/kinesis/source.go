@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/internal/awserr"
 	"github.com/ratewarden/ratewarden/internal/backoff"
 )
@@ -203,7 +204,7 @@ type SourceStats struct {
 	Records     uint64 // records read
 	Events      uint64 // events handed to the handler, redeliveries included
 	Batches     uint64 // batches handled
-	Corrupt     uint64 // records that could not be decoded, skipped
+	Corrupt     uint64 // records that could not be decoded, and log events of CloudWatch Logs records that are not decisions: skipped
 	Checkpoints uint64 // checkpoints written
 	Taken       uint64 // leases taken: free, expired or stolen
 	Lost        uint64 // leases lost to another worker or to failed renewals
@@ -836,13 +837,19 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 		var err error
 		r.buf, err = Decode(rec.Data, r.buf[:0])
 		if err != nil {
-			s.corrupt.Add(1)
+			// A CloudWatch Logs record counts its log events that are not
+			// decisions and keeps the others; any other failure, the record.
+			bad, partial := columnar.IsCorruptEvents(err)
+			if !partial {
+				bad = 1
+				r.buf = r.buf[:0]
+			}
+			s.corrupt.Add(uint64(bad))
 			s.mu.Lock()
 			if len(s.problems) < maxProblems {
 				s.problems = append(s.problems, fmt.Errorf("shard %s record %s: %w", r.c.shard, seq, err))
 			}
 			s.mu.Unlock()
-			r.buf = r.buf[:0]
 		}
 		first := int64(0)
 		if seq == r.resume {
