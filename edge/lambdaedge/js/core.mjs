@@ -22,10 +22,10 @@ export const fromBytes = (b) => Buffer.from(b, "latin1").toString("utf8");
 
 const hexDigits = "0123456789abcdef";
 
-// appendJSONString is internal/jsonstr.Append on a byte string: invalid
+// jsonString is internal/jsonstr.Append on a byte string: invalid
 // UTF-8 becomes \ufffd per byte; '"' and '\' backslashed; \n \r \t short;
 // other controls \u00XX; U+2028/U+2029 raw.
-function jsonString(s) {
+export function jsonString(s) {
   let out = '"';
   let start = 0;
   for (let i = 0; i < s.length; ) {
