@@ -12,14 +12,15 @@ import (
 	"github.com/ratewarden/ratewarden/edge/lambdaedge"
 )
 
+// parse loads yaml as the command does, from a file named edge.yaml.
 func parse(t *testing.T, yaml string) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), "edge.yaml")
-	if err != nil {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Defaults()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := config.Load(path)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
