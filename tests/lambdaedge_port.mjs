@@ -5,7 +5,9 @@
 // character, so that any byte sequence, valid UTF-8 or not, reaches the
 // port as the Go code sees it.
 //
-// argv[2]: the built function's directory. stdin: {paths, prefixes, addrs, strings}
+// argv[2]: the built function's directory. stdin: {paths, prefixes, addrs,
+// strings, identity: {config, jwtKey, now, cases: [{peer, headers}]},
+// tokens: {keys, now, cases: [{token, subject}]}, cookies: [{lines, name}]}
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import path from "node:path";
@@ -26,4 +28,18 @@ const out = {
   }),
   json: input.strings.map((s) => core.jsonString(s)),
 };
+if (input.identity) {
+  const r = new core.Resolver(input.identity.config, input.identity.jwtKey);
+  const now = BigInt(input.identity.now);
+  out.identity = input.identity.cases.map((c) => {
+    const id = r.resolve(c.peer, new Map(Object.entries(c.headers)), now);
+    return [id.clientIp ? core.formatAddr(id.clientIp) : "", id.addr ? core.formatAddr(id.addr) : "", id.user, id.plan, id.source];
+  });
+}
+if (input.tokens) {
+  const keys = core.parseKeys(input.tokens.keys);
+  const now = BigInt(input.tokens.now);
+  out.tokens = input.tokens.cases.map((c) => core.verifyToken(keys, c.token, c.subject, now));
+}
+if (input.cookies) out.cookies = input.cookies.map((c) => core.cookieValue(c.lines, c.name));
 process.stdout.write(JSON.stringify(out));

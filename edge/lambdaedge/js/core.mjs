@@ -455,7 +455,7 @@ const trimOWS = (s) => s.replace(/^[ \t]+/, "").replace(/[ \t]+$/, "");
 
 const MaxForwardedEntries = 64, MaxForwardedBytes = 8 << 10, MaxUserLen = 256, MaxTokenLen = 8 << 10;
 
-class Resolver {
+export class Resolver {
   constructor(c, jwtKey) {
     this.trusted = c.trusted.map(parsePrefix);
     this.cloudFront = c.cloudFront;
@@ -1005,26 +1005,30 @@ function compileList(l) {
 }
 
 // cookieValue is the value of the first cookie called name in the Cookie
-// header lines, as net/http reads them ("" if none).
+// header lines, as net/http's Request.Cookies reads them ("" if none).
 const cookieNameRe = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-function cookieValue(lines, name) {
-  if (!lines) return "";
+const maxCookies = 3000; // net/http's defaultCookieMaxNum
+const trimASCII = (s) => s.replace(/^[ \t\n\r]+/, "").replace(/[ \t\n\r]+$/, "");
+export function cookieValue(lines, name) {
+  if (!lines || lines.length === 0) return "";
+  let count = 0;
+  for (const line of lines) count += line.split(";").length;
+  if (count > maxCookies) return "";
   for (const line of lines) {
-    for (let part of line.trim().split(";")) {
-      part = part.replace(/^[ \t]+|[ \t]+$/g, "");
+    for (let part of trimASCII(line).split(";")) {
+      part = trimASCII(part);
       if (part === "") continue;
       const eq = part.indexOf("=");
-      const n = eq >= 0 ? part.slice(0, eq) : part;
+      const n = trimASCII(eq >= 0 ? part.slice(0, eq) : part);
       let val = eq >= 0 ? part.slice(eq + 1) : "";
-      if (!cookieNameRe.test(n)) continue;
+      if (!cookieNameRe.test(n) || n !== name) continue;
       if (val.length > 1 && val[0] === '"' && val[val.length - 1] === '"') val = val.slice(1, -1);
       let ok = true;
       for (let i = 0; i < val.length; i++) {
         const b = val.charCodeAt(i);
         if (!(b >= 0x20 && b < 0x7f && b !== 0x22 && b !== 0x3b && b !== 0x5c)) { ok = false; break; }
       }
-      if (!ok) continue;
-      if (n === name) return val;
+      if (ok) return val;
     }
   }
   return "";
