@@ -47,6 +47,11 @@ var sources embed.FS
 // MaxZipBytes is Lambda@Edge's limit on a viewer-request package, zipped.
 const MaxZipBytes = 1 << 20
 
+// MaxKeys bounds the keys a warm container keeps, in its local fallback
+// counters and in its over-limit cache each (store.max_keys and
+// store.sync.max_keys, if lower): a viewer-request function has 128 MB.
+const MaxKeys = 50_000
+
 // Config is the function's compiled configuration, config.json.
 type Config struct {
 	Version         int             `json:"version"`
@@ -197,7 +202,7 @@ func Compile(cfg *config.Config) (*Config, error) {
 	}
 	s := cfg.Store
 	c.Store = Store{Table: s.DynamoDB.Table, Region: le.TableRegion, TimeoutMs: float64(s.Timeout) / float64(time.Millisecond),
-		MaxAttempts: 3, MaxKeys: s.MaxKeys, CacheKeys: s.Sync.MaxKeys}
+		MaxAttempts: 3, MaxKeys: min(s.MaxKeys, MaxKeys), CacheKeys: min(s.Sync.MaxKeys, MaxKeys)}
 	c.Store.Breaker.Failures, c.Store.Breaker.CooldownNs = s.Breaker.Failures, int64(s.Breaker.Cooldown)
 	ch := cfg.Challenge
 	c.Challenge = Challenge{Enabled: ch.Enabled, Page: ch.Page, Param: ch.Param, Header: strings.ToLower(ch.Header), Cookie: ch.Cookie}
