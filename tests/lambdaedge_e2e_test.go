@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +24,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 )
 
@@ -182,41 +187,135 @@ func TestLambdaEdgeSeed(t *testing.T) {
 
 }
 
-// TestLambdaEdgeIndex loads the package's entry point, index.mjs, as
-// Lambda does (the runtime's SDK, here tests/node_modules; the secrets
-// from SSM, here unreachable, so challenges still redirect) and serves
-// one request against dynalite. The SDK's endpoint variables stand in
-// for AWS: Lambda@Edge allows no environment variables, so they cannot
-// reach a deployed function.
-func TestLambdaEdgeIndex(t *testing.T) {
-	fnDir := buildSeedFunction(t)
+// ssmServer is SSM's GetParameters on its wire protocol (AWS JSON 1.1):
+// it answers the parameters it holds and counts the calls. It checks that
+// the call asks for decryption and is signed for us-east-1.
+func ssmServer(t *testing.T, params map[string]string) (url string, calls *atomic.Int64) {
+	t.Helper()
+	calls = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var in struct {
+			Names          []string
+			WithDecryption bool
+		}
+		if r.Header.Get("X-Amz-Target") != "AmazonSSM.GetParameters" || json.NewDecoder(r.Body).Decode(&in) != nil || !in.WithDecryption ||
+			!strings.Contains(r.Header.Get("Authorization"), "/us-east-1/ssm/aws4_request") {
+			t.Errorf("SSM call %s %q: want a signed GetParameters in us-east-1 with decryption", r.Header.Get("X-Amz-Target"), r.Header.Get("Authorization"))
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		type param struct{ Name, Type, Value string }
+		out := struct {
+			Parameters        []param
+			InvalidParameters []string
+		}{Parameters: []param{}, InvalidParameters: []string{}}
+		for _, n := range in.Names {
+			if v, ok := params[n]; ok {
+				out.Parameters = append(out.Parameters, param{n, "SecureString", v})
+			} else {
+				out.InvalidParameters = append(out.InvalidParameters, n)
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, calls
+}
+
+// runIndex loads the package's entry point, index.mjs, in a fresh node
+// process as Lambda does (the runtime's SDK: here tests/node_modules) and
+// hands it the events one after the other; it returns the decision lines
+// (stdout), the results, and what the function wrote to stderr. The SDK's
+// endpoint variables point it at the stand-ins: Lambda@Edge allows no
+// environment variables, so they cannot reach a deployed function.
+func runIndex(t *testing.T, fnDir, ssm string, evs ...json.RawMessage) (lines []string, results []cfRequest, stderr string) {
+	t.Helper()
 	modules, err := filepath.Abs("node_modules")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(modules, filepath.Join(fnDir, "node_modules")); err != nil {
+	if err := os.Symlink(modules, filepath.Join(fnDir, "node_modules")); err != nil && !os.IsExist(err) {
 		t.Fatal(err)
 	}
-	ev := viewerRequest("203.0.113.9", "GET", "/api/reports", "", nil)
-	script := `import(process.argv[1]).then(async (m) => { const r = await m.handler(JSON.parse(process.argv[2])); process.stderr.write("RESULT " + JSON.stringify(r) + "\n"); })`
-	cmd := exec.Command(program(t, "node", "Node.js 20"), "--no-warnings", "-e", script, filepath.Join(fnDir, "index.mjs"), string(ev))
-	cmd.Env = append(os.Environ(), "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
-		"AWS_ENDPOINT_URL_DYNAMODB="+awstest.Endpoint(t, awstest.DynamoDBEnv), "AWS_ENDPOINT_URL_SSM="+closedPort(t))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node: %v\n%s", err, stderr.String())
-	}
-	d, _, err := decisions.ParseJSON(bytes.TrimSpace(stdout.Bytes()))
+	all, err := json.Marshal(evs)
 	if err != nil {
-		t.Fatalf("stdout %q is not one decision line: %v", stdout.String(), err)
+		t.Fatal(err)
 	}
-	if d.Outcome != decisions.Allow || d.Rule != "anonymous:/api/reports" || d.Count != 1 {
-		t.Errorf("decision %+v", d)
+	script := `import(process.argv[1]).then(async (m) => {
+  for (const ev of JSON.parse(process.argv[2])) process.stderr.write("RESULT " + JSON.stringify(await m.handler(ev)) + "\n");
+})`
+	cmd := exec.Command(program(t, "node", "Node.js 20"), "--no-warnings", "-e", script, filepath.Join(fnDir, "index.mjs"), string(all))
+	cmd.Env = append(os.Environ(), "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"AWS_ENDPOINT_URL_DYNAMODB="+awstest.Endpoint(t, awstest.DynamoDBEnv), "AWS_ENDPOINT_URL_SSM="+ssm)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node: %v\n%s", err, errb.String())
 	}
-	if !strings.Contains(stderr.String(), "ratewarden: read secrets") || !strings.Contains(stderr.String(), `"uri":"/api/reports"`) {
-		t.Errorf("stderr %s: want the secrets' read failure and the forwarded request", stderr.String())
+	for _, l := range strings.Split(errb.String(), "\n") {
+		if r, ok := strings.CutPrefix(l, "RESULT "); ok {
+			var res cfRequest
+			if err := json.Unmarshal([]byte(r), &res); err != nil {
+				t.Fatal(err)
+			}
+			results = append(results, res)
+		}
 	}
+	return strings.Split(strings.TrimSpace(out.String()), "\n"), results, errb.String()
+}
+
+// TestLambdaEdgeIndex runs the package as deployed: index.mjs reads the
+// challenge keys from SSM once for the container (one GetParameters for
+// six requests), counts in dynalite, and a token signed with those keys
+// passes the sixth hit's challenge; with SSM unreachable the function
+// logs why and runs on, challenging without passing tokens.
+func TestLambdaEdgeIndex(t *testing.T) {
+	const keys = "k1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+	kr, err := challenge.ParseKeys(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ssm, calls := ssmServer(t, map[string]string{"/ratewarden/challenge-keys": keys})
+	tok := kr.Issue(challenge.Subject(netip.MustParseAddr("203.0.113.9"), ""), time.Now(), time.Hour)
+	var evs []json.RawMessage
+	for range 5 {
+		evs = append(evs, viewerRequest("203.0.113.9", "GET", "/api/reports", "", nil))
+	}
+	evs = append(evs, viewerRequest("203.0.113.9", "GET", "/api/reports", "", map[string]string{"Cookie": "rw_challenge=" + tok}))
+	evs = append(evs, viewerRequest("203.0.113.9", "GET", "/api/reports", "", nil))
+	lines, results, stderr := runIndex(t, buildSeedFunction(t), ssm, evs...)
+	if len(lines) != len(evs) || len(results) != len(evs) {
+		t.Fatalf("%d decision lines and %d results for %d requests\n%s", len(lines), len(results), len(evs), stderr)
+	}
+	var outcomes []string
+	for _, l := range lines {
+		d, _, err := decisions.ParseJSON([]byte(l))
+		if err != nil {
+			t.Fatalf("stdout line %q is not a decision: %v", l, err)
+		}
+		outcomes = append(outcomes, d.Outcome.String())
+	}
+	if got := fmt.Sprint(outcomes); got != "[allow allow allow allow allow token_pass challenge]" {
+		t.Errorf("outcomes %s", got)
+	}
+	if results[5].URI != "/api/reports" || results[6].Status != "302" {
+		t.Errorf("the token's request got %+v, the next %+v", results[5], results[6])
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d SSM calls for one container, want 1", n)
+	}
+
+	t.Run("SSM unreachable", func(t *testing.T) {
+		lines, results, stderr := runIndex(t, buildSeedFunction(t), closedPort(t), evs...)
+		if len(results) != len(evs) || !strings.Contains(stderr, "ratewarden: read secrets") {
+			t.Fatalf("%d results; stderr %s", len(results), stderr)
+		}
+		if d, _, err := decisions.ParseJSON([]byte(lines[5])); err != nil || d.Outcome != decisions.Challenge {
+			t.Errorf("without the keys the token's request was %v (%v), want challenge", d.Outcome, err)
+		}
+	})
 }
 
 // TestLambdaEdgeLogsToAggregate: the function's stdout, as CloudWatch
