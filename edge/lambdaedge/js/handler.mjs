@@ -54,9 +54,10 @@ export function createHandler(config, deps) {
   async function handler(event) {
     const cf = event.Records[0].cf;
     const request = cf.request;
+    if (!request.headers) request.headers = {};
     const c = await getCore();
     const headers = new Map();
-    for (const [name, list] of Object.entries(request.headers || {})) {
+    for (const [name, list] of Object.entries(request.headers)) {
       const lname = name.toLowerCase();
       const vals = headers.get(lname) || [];
       for (const h of list) vals.push(toBytes(h.value));
@@ -109,7 +110,7 @@ function cloudFrontResponse(v, resp) {
 // resolved set, the path canonical.
 function forward(c, request, v) {
   const f = c.cfg.forward;
-  const h = request.headers || (request.headers = {});
+  const h = request.headers;
   if (!c.ident.trusts(toBytes(request.clientIp || ""))) {
     for (const k of f.strip) delete h[k];
   }
