@@ -340,15 +340,15 @@ func TestLambdaEdgeLogsToAggregate(t *testing.T) {
 	if len(lines) != len(evs) {
 		t.Fatalf("the function wrote %d lines for %d requests", len(lines), len(evs))
 	}
-	// What CloudWatch Logs holds: the runtime's prefix on the first half
-	// (text log format), bare lines after (JSON log format), and the
-	// platform's lines, which a subscription filter without a pattern
-	// delivers too.
+	// What CloudWatch Logs holds: the lines as Lambda's Node.js runtime
+	// writes console.log's, the first half in the text log format, the rest
+	// in the JSON log format; and the platform's lines, which a
+	// subscription filter without a pattern delivers too.
 	var msgs []string
 	for i, l := range lines {
-		m := string(l) + "\n"
-		if i < len(lines)/2 {
-			m = now.UTC().Format("2006-01-02T15:04:05.000Z") + "\t4b0f6c1e-2f0d-4d7e-8a6b-3c2d1e0f9a8b\tINFO\t" + m
+		m := decisiontest.LambdaLine(string(l))
+		if i >= len(lines)/2 {
+			m = decisiontest.LambdaJSONLine(string(l))
 		}
 		msgs = append(msgs, m)
 	}

@@ -22,11 +22,13 @@ import (
 //
 // or, once, a CONTROL_MESSAGE that checks the destination is reachable.
 // Decisions reach a stream that way from the viewer-request function at
-// CloudFront's edge, which writes each decision as one line on stdout:
-// console.log on Lambda's Node.js runtime prefixes the line with
-// "<timestamp>\t<request id>\tINFO\t" in the text log format, and writes
-// it bare in the JSON log format. DecodeRecord reads such records beside
-// ratewarden's own: their first byte, gzip's 0x1f, is no Codec.
+// CloudFront's edge, which writes each decision as one line with
+// console.log. Lambda's Node.js runtime prefixes the line with
+// "<timestamp>\t<request id>\tINFO\t" in the text log format, and wraps it
+// as the "message" of {"timestamp", "level", "requestId", "message"} in the
+// JSON log format; a line written to stdout directly arrives bare. All
+// three are read. DecodeRecord reads such records beside ratewarden's own:
+// their first byte, gzip's 0x1f, is no Codec.
 
 // maxLogsRecord bounds the decompressed size of a CloudWatch Logs record:
 // CloudWatch Logs sends at most 1 MiB of log events in one, so more is a
@@ -91,8 +93,7 @@ func (d *Decoder) decodeLogs(data []byte, dst []decisions.Decision) ([]decisions
 	}
 	var bad *CorruptEventsError
 	for i := range env.LogEvents {
-		line := logLine(env.LogEvents[i].Message)
-		ev, _, err := decisions.ParseJSON(line)
+		ev, err := logDecision(env.LogEvents[i].Message)
 		if err != nil {
 			if bad == nil {
 				bad = &CorruptEventsError{First: fmt.Errorf("log event %s: %w", env.LogEvents[i].ID, err)}
@@ -125,6 +126,25 @@ func logLine(msg string) []byte {
 		rest = rest[i+1:]
 	}
 	return rest
+}
+
+// logDecision reads the decision a log event's message holds, in any of
+// the three forms.
+func logDecision(msg string) (decisions.Decision, error) {
+	line := logLine(msg)
+	ev, _, err := decisions.ParseJSON(line)
+	if err == nil {
+		return ev, nil
+	}
+	var wrapped struct {
+		Level   string  `json:"level"`
+		Message *string `json:"message"`
+	}
+	if json.Unmarshal(line, &wrapped) != nil || wrapped.Message == nil || wrapped.Level == "" {
+		return ev, err
+	}
+	ev, _, err = decisions.ParseJSON(logLine(*wrapped.Message))
+	return ev, err
 }
 
 // IsCorruptEvents reports whether err says that only some events of a

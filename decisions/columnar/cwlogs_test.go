@@ -32,7 +32,9 @@ func TestDecodeLogsRecord(t *testing.T) {
 		errMatch string
 	}{
 		{name: "console.log lines with the runtime's prefix", data: logsRecord(t, "DATA_MESSAGE", lambdaLine(lines[0]), lambdaLine(lines[1])), want: ds[:2]},
-		{name: "bare lines (JSON log format)", data: logsRecord(t, "DATA_MESSAGE", lines[2]), want: ds[2:3]},
+		{name: "bare lines", data: logsRecord(t, "DATA_MESSAGE", lines[2]), want: ds[2:3]},
+		{name: "the runtime's JSON log format", data: logsRecord(t, "DATA_MESSAGE", decisiontest.LambdaJSONLine(lines[1]), decisiontest.LambdaJSONLine("not a decision")),
+			want: ds[1:2], bad: 1, errMatch: "1 CloudWatch Logs events are not decisions"},
 		{name: "control message", data: logsRecord(t, "CONTROL_MESSAGE", "CWL CONTROL MESSAGE: Checking health of destination Kinesis stream."), want: nil},
 		{name: "platform lines and errors are counted, decisions kept", data: logsRecord(t, "DATA_MESSAGE",
 			"START RequestId: 2f1a Version: 3\n", lambdaLine(lines[0]), lambdaLine(`{"v":2,"kind":"decision","time":"not a time"}`), "END RequestId: 2f1a\n"),

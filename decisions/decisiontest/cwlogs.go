@@ -39,3 +39,14 @@ func LogsRecord(messageType string, ms int64, messages ...string) []byte {
 func LambdaLine(msg string) string {
 	return "2026-03-01T12:00:30.250Z\t2f1a0c3e-6b7d-4c59-9d0e-1a2b3c4d5e6f\tINFO\t" + msg + "\n"
 }
+
+// LambdaJSONLine is a console.log line as Lambda's Node.js runtime writes it
+// in the JSON log format: an object whose message is the line.
+func LambdaJSONLine(msg string) string {
+	b, err := json.Marshal(map[string]string{"timestamp": "2026-03-01T12:00:30.250Z", "level": "INFO",
+		"requestId": "2f1a0c3e-6b7d-4c59-9d0e-1a2b3c4d5e6f", "message": msg})
+	if err != nil {
+		panic(err) // strings always encode
+	}
+	return string(b)
+}
