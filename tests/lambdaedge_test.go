@@ -524,6 +524,8 @@ func generateVectors(t *testing.T) vectorFile {
 	none := "Bearer " + jwtFor(jwt.MapClaims{"sub": "erin", "exp": exp}, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType)
 	mallory := "Bearer " + jwtFor(jwt.MapClaims{"sub": "mallory", "exp": exp}, jwt.SigningMethodHS256, hs)
 	frank := "Bearer " + jwtFor(jwt.MapClaims{"sub": "frank", "exp": exp}, jwt.SigningMethodHS256, hs)
+	umlaut := "Bearer " + jwtFor(jwt.MapClaims{"sub": "jürgen", "plan": "plüs", "exp": exp}, jwt.SigningMethodHS256, hs)
+	villain := "Bearer " + jwtFor(jwt.MapClaims{"sub": "bösewicht", "exp": exp}, jwt.SigningMethodHS256, hs)
 	partner := "Bearer " + jwtFor(jwt.MapClaims{"sub": "partner-bot", "exp": exp}, jwt.SigningMethodHS256, hs)
 	tok := func(ip string, ttl time.Duration) string {
 		return keys.Issue(challenge.Subject(mustAddr(t, ip), ""), t0, ttl)
@@ -556,6 +558,8 @@ func generateVectors(t *testing.T) vectorFile {
 		{Name: "tier: a valid JWT is authenticated", Event: ev("203.0.113.20", "GET", "/api/reports", "", "Authorization", alice)},
 		{Name: "tier: a JWT's plan picks its tier", Event: ev("203.0.113.21", "POST", "/api/orders", "", "Authorization", bobPro)},
 		{Name: "tier: authenticated users count by user, not address", State: []seed{{Rule: "authenticated:/api/reports", User: "frank", Count: 30}}, Event: ev("203.0.113.22", "GET", "/api/reports", "", "Authorization", frank)},
+		{Name: "tier: a plan that names no tier is authenticated, recorded as sent", Event: ev("203.0.113.27", "GET", "/", "", "Authorization", umlaut)},
+		{Name: "lists: a denied non-ASCII user gets 403", Event: ev("203.0.113.28", "GET", "/", "", "Authorization", villain)},
 		{Name: "jwt: expired is anonymous", Event: ev("203.0.113.23", "GET", "/api/reports", "", "Authorization", expired)},
 		{Name: "jwt: forged is anonymous", Event: ev("203.0.113.24", "GET", "/api/reports", "", "Authorization", forgedJWT)},
 		{Name: "jwt: alg none is anonymous", Event: ev("203.0.113.25", "GET", "/api/reports", "", "Authorization", none)},

@@ -730,7 +730,7 @@ const passed = new Set(["allow", "allow_listed", "token_pass", "fail_open", "sha
 
 function compileRule(r) {
   return {
-    id: r.id, algorithm: r.algorithm, shadow: r.shadow, challenge: r.challenge,
+    id: toBytes(r.id), algorithm: r.algorithm, shadow: r.shadow, challenge: r.challenge,
     capacity: BigInt(r.capacity), ceiling: BigInt(r.ceiling),
     limit: { limit: BigInt(r.limit), window: BigInt(r.windowNs), maxCount: BigInt(r.maxCount) },
     local: { limit: BigInt(r.local.limit), window: BigInt(r.windowNs), maxCount: BigInt(r.local.maxCount) },
@@ -811,8 +811,8 @@ export class Core {
     this.failClosed = config.failClosed;
     this.tiers = {};
     for (const [name, t] of Object.entries(config.tiers)) {
-      this.tiers[name] = {
-        name, global: compileRule(t.global),
+      this.tiers[toBytes(name)] = {
+        name: toBytes(name), global: compileRule(t.global),
         paths: t.paths.map((p) => ({ match: p.match, rule: compileRule(p.rule) })),
       };
     }
@@ -991,15 +991,25 @@ function finish(v, outcome, reason) {
   return v;
 }
 
+// compileList is lists.List: addresses and prefixes grouped by length,
+// so that a lookup costs one mask and one set lookup per length in use,
+// however long the list.
 function compileList(l) {
-  const prefixes = (l.prefixes || []).map(parsePrefix);
-  const users = new Set(l.users || []);
+  const byLen = new Map(); // "4/24" → Set of masked addresses
+  for (const text of l.prefixes || []) {
+    const p = parsePrefix(text);
+    const k = p.addr.bytes.length + "/" + p.bits;
+    if (!byLen.has(k)) byLen.set(k, { v: p.addr.bytes.length, bits: p.bits, set: new Set() });
+    byLen.get(k).set.add(formatAddr(p.addr));
+  }
+  const groups = [...byLen.values()];
+  const users = new Set((l.users || []).map(toBytes));
   return {
     contains(addr, user) {
       if (user !== "" && users.has(user)) return true;
       if (!addr) return false;
       const a = unmap(addr);
-      return prefixes.some((p) => prefixContains(p, a));
+      return groups.some((g) => g.v === a.bytes.length && g.set.has(formatAddr(maskAddr(a, g.bits))));
     },
   };
 }
