@@ -25,8 +25,9 @@ type Config struct {
 	Forward    Forward          `yaml:"forward"`
 	FailClosed []string         `yaml:"fail_closed"` // path prefixes that fail closed (503) when the store fails
 	Tiers      map[string]*Tier `yaml:"tiers"`
-	Alerts     Alerts           `yaml:"alerts"`   // anomaly detection over the aggregator's windows
-	Feedback   Feedback         `yaml:"feedback"` // policies from alerts to list entries
+	Alerts     Alerts           `yaml:"alerts"`      // anomaly detection over the aggregator's windows
+	Feedback   Feedback         `yaml:"feedback"`    // policies from alerts to list entries
+	LambdaEdge LambdaEdge       `yaml:"lambda_edge"` // ratewarden at CloudFront's viewer request
 
 	// file is the path the configuration was read from, for error messages.
 	file string

@@ -84,6 +84,7 @@ func (c *Config) Defaults() {
 	if c.Lists.Record == nil {
 		c.Lists.Record = new(true)
 	}
+	c.LambdaEdge.defaults()
 
 	def(&c.Paths.Ambiguous, AmbiguousPaths[0])
 	if _, written := c.lines["forward.strip_headers"]; !written && c.Forward.StripHeaders == nil {

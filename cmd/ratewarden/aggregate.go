@@ -237,8 +237,8 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
-			o.Source.Stream, s.Events, s.Skipped, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
+			o.Source.Stream, s.Events, s.Skipped, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)

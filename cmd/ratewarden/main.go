@@ -58,6 +58,7 @@ Usage:
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
+  ratewarden lambda-edge build [flags] write the CloudFront viewer-request function (Lambda@Edge)
   ratewarden aggregate [flags]         roll decisions (a log, or a Kinesis stream shared by several) up into per-window partial aggregates
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden report [flags]            the abuse report of a time range (md, html, json, csv)
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
+	case "lambda-edge":
+		return runLambdaEdge(args[1:], stdout, stderr)
 	case "aggregate":
 		return runAggregate(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "replay":

@@ -18,7 +18,7 @@ type LambdaStats struct {
 	Invocations uint64 // events (invocations) handled
 	Records     uint64 // records read
 	Events      uint64 // decision events handed to the handler
-	Corrupt     uint64 // records that could not be decoded, skipped
+	Corrupt     uint64 // records that could not be decoded, and log events of CloudWatch Logs records that are not decisions: skipped
 	Failed      uint64 // invocations that reported a batch item failure
 }
 
@@ -93,7 +93,7 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 			})
 		} else {
 			buf, err = dec.DecodeRecord(r.Kinesis.Data, buf[:0])
-			if err == nil {
+			if _, partial := columnar.IsCorruptEvents(err); err == nil || partial && len(buf) > 0 {
 				n = len(buf)
 				b = Batch{Shard: shard, From: Position{Seq: seq}, To: Position{Seq: seq, Sub: wholeRecord}, Events: buf}
 				herr = l.h(ctx, &b)
@@ -104,13 +104,21 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 			return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: seq}}}, nil
 		}
 		if err != nil {
-			l.corrupt.Add(1)
+			// A CloudWatch Logs record counts its log events that are not
+			// decisions and keeps the others; any other failure, the record.
+			bad, partial := columnar.IsCorruptEvents(err)
+			if !partial {
+				bad = 1
+			}
+			l.corrupt.Add(uint64(bad))
 			l.mu.Lock()
 			if len(l.problems) < maxProblems {
 				l.problems = append(l.problems, fmt.Errorf("%s record %s: %w", shard, seq, err))
 			}
 			l.mu.Unlock()
-			continue
+			if !partial {
+				continue
+			}
 		}
 		l.events.Add(uint64(n))
 	}

@@ -100,7 +100,11 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(rows columnar.Rows, lo int) e
 			return n, ferr
 		}
 		if err != nil && i >= b.seen && b.src != nil {
-			b.src.corruptRecord(b.Shard, rec.Seq, err)
+			bad, partial := columnar.IsCorruptEvents(err)
+			if !partial {
+				bad = 1
+			}
+			b.src.corruptRecords(b.Shard, rec.Seq, err, uint64(bad))
 		}
 		b.seen = max(b.seen, i+1)
 	}
@@ -258,7 +262,7 @@ type SourceStats struct {
 	Records     uint64 // records read
 	Events      uint64 // events handed to the handler, redeliveries included
 	Batches     uint64 // batches handled
-	Corrupt     uint64 // records that could not be decoded, skipped
+	Corrupt     uint64 // records that could not be decoded, and log events of CloudWatch Logs records that are not decisions: skipped
 	Checkpoints uint64 // checkpoints written
 	Taken       uint64 // leases taken: free, expired or stolen
 	Lost        uint64 // leases lost to another worker or to failed renewals
@@ -941,8 +945,14 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 		var err error
 		r.buf, err = Decode(rec.Data, r.buf[:0])
 		if err != nil {
-			s.corruptRecord(r.c.shard, seq, err)
-			r.buf = r.buf[:0]
+			// A CloudWatch Logs record counts its log events that are not
+			// decisions and keeps the others; any other failure, the record.
+			bad, partial := columnar.IsCorruptEvents(err)
+			if !partial {
+				bad = 1
+				r.buf = r.buf[:0]
+			}
+			s.corruptRecords(r.c.shard, seq, err, uint64(bad))
 		}
 		first := int64(0)
 		if seq == r.resume {
@@ -973,10 +983,10 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 	return r.deliver(ctx)
 }
 
-// corruptRecord counts a record that could not be decoded and keeps its
-// error among the first maxProblems.
-func (s *Source) corruptRecord(shard, seq string, err error) {
-	s.corrupt.Add(1)
+// corruptRecords counts n corrupt records (or log events of one record)
+// and keeps the error.
+func (s *Source) corruptRecords(shard, seq string, err error, n uint64) {
+	s.corrupt.Add(n)
 	s.mu.Lock()
 	if len(s.problems) < maxProblems {
 		s.problems = append(s.problems, fmt.Errorf("shard %s record %s: %w", shard, seq, err))

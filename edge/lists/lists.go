@@ -62,6 +62,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -243,4 +244,28 @@ func (l *List) Read() time.Time {
 		return time.Time{}
 	}
 	return l.read
+}
+
+// Targets returns the addresses and prefixes (an address as a prefix of
+// its full length, masked) and the user ids that apply at now, each
+// sorted: what another implementation of the list needs, such as the
+// viewer-request function's compiled configuration.
+func (l *List) Targets(now time.Time) (prefixes []netip.Prefix, users []string) {
+	if l == nil {
+		return nil, nil
+	}
+	at := now.UnixNano()
+	for p, exp := range l.prefixes {
+		if exp > at {
+			prefixes = append(prefixes, p)
+		}
+	}
+	for u, exp := range l.users {
+		if exp > at {
+			users = append(users, u)
+		}
+	}
+	slices.SortFunc(prefixes, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	slices.Sort(users)
+	return prefixes, users
 }
