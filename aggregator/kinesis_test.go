@@ -452,13 +452,15 @@ func BenchmarkRunKinesis(b *testing.B) {
 	s.put(b, stream, testEvents(total))
 	group := 0
 	for _, store := range []struct {
-		name string
-		new  func(b *testing.B) StateStore
+		name     string
+		new      func(b *testing.B) StateStore
+		perEvent bool // the Source decodes events, rolled up one by one
 	}{
-		{"dir", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }},
+		{"dir", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }, false},
 		{"table", func(*testing.B) StateStore {
 			return &StateTable{API: s.dc, Table: stateTable, Prefix: fmt.Sprint("bench-", names.Add(1))}
-		}},
+		}, false},
+		{"dir/events", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }, true},
 	} {
 		b.Run(store.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -470,6 +472,7 @@ func BenchmarkRunKinesis(b *testing.B) {
 				o := s.options(stream, table, "bench", store.new(b), sink)
 				o.Source.Group, o.Source.Records, o.Source.MaxBatch = fmt.Sprint("bench-", group), 0, 0
 				o.Source.Poll, o.Rollup.Idle = 20*time.Millisecond, 20*time.Millisecond
+				o.perEvent = store.perEvent
 				r := start(o)
 				for sink.events.Load() < total {
 					time.Sleep(5 * time.Millisecond)
