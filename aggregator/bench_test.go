@@ -211,7 +211,9 @@ func BenchmarkTopKAdd(b *testing.B) {
 // as the edge writes them at high rates): read, decode, roll up into 1 min
 // windows, snapshot the state at every flush and deliver the partials to
 // a sink that counts them; by record batch from the columns, or event by
-// event (the reader before).
+// event (the reader before); flushing, and so saving the state (an fsync),
+// every 4,096 events as the binary does, or once at the end (what the
+// reading and rolling up cost without the state's writes).
 func BenchmarkRunLog(b *testing.B) {
 	const total = 200_000
 	dir := b.TempDir() + "/log"
@@ -229,16 +231,16 @@ func BenchmarkRunLog(b *testing.B) {
 	if err := l.Close(); err != nil {
 		b.Fatal(err)
 	}
-	for _, perEvent := range []bool{false, true} {
-		name := "records"
-		if perEvent {
-			name = "events"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		perEvent bool
+		flush    int
+	}{{"records/flush=4096", false, 4096}, {"events/flush=4096", true, 4096}, {"records/flush=end", false, total}, {"events/flush=end", true, total}} {
+		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				sink := &countingSink{}
-				st, err := RunLog(context.Background(), LogOptions{Dir: dir, StateDir: b.TempDir(), Sinks: []Sink{sink}, perEvent: perEvent})
+				st, err := RunLog(context.Background(), LogOptions{Dir: dir, StateDir: b.TempDir(), Sinks: []Sink{sink}, perEvent: c.perEvent, FlushEvery: c.flush})
 				if err != nil || st.Rollup.Events != total || sink.events.Load() != total {
 					b.Fatalf("%v: %+v, %d events delivered", err, st, sink.events.Load())
 				}

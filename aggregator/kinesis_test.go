@@ -403,8 +403,8 @@ func handleAll(t *testing.T, store StateStore, steps []*kinesis.Batch, want uint
 // TestKinesisRedeliveredRecords: as TestKinesisRedeliveredBatches, with
 // batches of undecoded records (SourceOptions.Rows) rolled up from their
 // columns: a batch again, a superset, a subset whose missing events come
-// in the batch that follows, a first record read from inside, and a
-// corrupt record skipped. Each event is added once.
+// in the batch that follows, a first record read from inside or from a
+// position out of range, and a corrupt record skipped. Each event is added once.
 func TestKinesisRedeliveredRecords(t *testing.T) {
 	ds := testEvents(40)
 	rec := func(seq string, lo, hi int) kinesis.Record {
@@ -414,7 +414,7 @@ func TestKinesisRedeliveredRecords(t *testing.T) {
 		}
 		return kinesis.Record{Seq: seq, Data: b}
 	}
-	r1, r2, r3, r4, r5 := rec("1", 0, 10), rec("2", 10, 20), rec("3", 20, 25), rec("4", 25, 30), rec("5", 30, 40)
+	r1, r2, r3, r4, r5, r6 := rec("1", 0, 10), rec("2", 10, 20), rec("3", 20, 25), rec("4", 25, 30), rec("5", 30, 35), rec("6", 35, 40)
 	bad := kinesis.Record{Seq: "4b", Data: []byte{byte(columnar.CodecArrow), 1, 2, 3}}
 	store := &StateDir{Dir: t.TempDir()}
 	batch := func(seq string, sub int64, recs ...kinesis.Record) *kinesis.Batch {
@@ -426,7 +426,11 @@ func TestKinesisRedeliveredRecords(t *testing.T) {
 	f([]*kinesis.Batch{batch("1", 0, r1), batch("2", 0, r2)}, 20)
 	f([]*kinesis.Batch{batch("2", 0, r2), batch("2", 0, r2, r3)}, 25)
 	f([]*kinesis.Batch{batch("2", 0, r2), batch("3", 0, r3, r4, bad)}, 30)
-	f([]*kinesis.Batch{batch("5", 4, r5)}, 36)
+	f([]*kinesis.Batch{batch("5", 4, r5)}, 31)
+	// A position out of range (a corrupt checkpoint) reads the record
+	// whole, or not at all.
+	f([]*kinesis.Batch{batch("6", -5, r6)}, 36)
+	f([]*kinesis.Batch{batch("6'", math.MaxInt64-1, r6)}, 36)
 }
 
 // countingSink adds up the events of the outputs written to it.
@@ -452,13 +456,15 @@ func BenchmarkRunKinesis(b *testing.B) {
 	s.put(b, stream, testEvents(total))
 	group := 0
 	for _, store := range []struct {
-		name string
-		new  func(b *testing.B) StateStore
+		name     string
+		new      func(b *testing.B) StateStore
+		perEvent bool // the Source decodes events, rolled up one by one
 	}{
-		{"dir", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }},
+		{"dir", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }, false},
 		{"table", func(*testing.B) StateStore {
 			return &StateTable{API: s.dc, Table: stateTable, Prefix: fmt.Sprint("bench-", names.Add(1))}
-		}},
+		}, false},
+		{"dir/events", func(b *testing.B) StateStore { return &StateDir{Dir: b.TempDir()} }, true},
 	} {
 		b.Run(store.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -470,6 +476,7 @@ func BenchmarkRunKinesis(b *testing.B) {
 				o := s.options(stream, table, "bench", store.new(b), sink)
 				o.Source.Group, o.Source.Records, o.Source.MaxBatch = fmt.Sprint("bench-", group), 0, 0
 				o.Source.Poll, o.Rollup.Idle = 20*time.Millisecond, 20*time.Millisecond
+				o.perEvent = store.perEvent
 				r := start(o)
 				for sink.events.Load() < total {
 					time.Sleep(5 * time.Millisecond)
@@ -596,8 +603,10 @@ func TestKinesisShardLag(t *testing.T) {
 		return true
 	})
 	for _, sh := range st.Shards {
-		// Lateness 100 ms and Idle 300 ms; 3 s allows for a busy machine.
-		if lag := time.Since(sh.Watermark); lag < 0 || lag > 3*time.Second {
+		// Lateness 100 ms and Idle 300 ms: well under a second on an
+		// idle machine; 10 s allows for a busy one, and is still far from
+		// the backlog's events of the day before.
+		if lag := time.Since(sh.Watermark); lag < 0 || lag > 10*time.Second {
 			t.Errorf("shard %s: lag in event time %v", sh.Shard, lag)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,8 +220,9 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 	}
 	one := startAggregate(t, bin, env, "--kinesis-stream", stream, "--leases-table", leases, "--consumer-group", "solo",
 		"--state-dir", filepath.Join(solo, "state"), "--partials", "dir:"+filepath.Join(solo, "partials"),
-		"--emf", "file:"+filepath.Join(solo, "emf.jsonl"))
+		"--emf", "file:"+filepath.Join(solo, "emf.jsonl"), "--admin-listen", "127.0.0.1:0")
 	waitPartials(t, filepath.Join(solo, "partials"), clients*each, one)
+	checkShardMetrics(t, one, 4)
 	one.stop(t)
 	_, soloWindows, _ := windowCounts(t, filepath.Join(solo, "partials"))
 	if fmt.Sprint(soloWindows) != fmt.Sprint(pairWindows) {
@@ -229,4 +232,53 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 		t.Errorf("one aggregator's EMF Requests add up to %d, the edge served %d", got, clients*each)
 	}
 	t.Logf("a:\n%sb:\n%sone:\n%s", a.out.String(), b.out.String(), one.out.String())
+}
+
+// checkShardMetrics scrapes the aggregator's /metrics and checks that
+// each of the shards it holds has its lags: how far its last read is
+// behind the stream (kinesalite says 0 for an open shard) and its
+// watermark behind the wall clock.
+func checkShardMetrics(t *testing.T, p *aggregateProc, shards int) {
+	t.Helper()
+	_, rest, ok := strings.Cut(p.out.String(), "aggregate: metrics on ")
+	if !ok {
+		t.Fatalf("no metrics address in the aggregator's output:\n%s", p.out.String())
+	}
+	url, _, _ := strings.Cut(rest, "\n")
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind, lag := map[string]string{}, map[string]string{}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, labels, ok := strings.Cut(line, "{")
+		_, shard, hasShard := strings.Cut(labels, `shard="`)
+		if !ok || !hasShard {
+			continue
+		}
+		shard = shard[:strings.IndexByte(shard, '"')]
+		value := line[strings.LastIndexByte(line, ' ')+1:]
+		switch name {
+		case "ratewarden_aggregator_shard_behind_milliseconds":
+			behind[shard] = value
+		case "ratewarden_aggregator_shard_lag_milliseconds":
+			lag[shard] = value
+		}
+	}
+	if len(behind) != shards || len(lag) != shards {
+		t.Fatalf("shard lags for %v and %v, want %d shards each\n%s", behind, lag, shards, body)
+	}
+	for shard, v := range behind {
+		if v != "0" {
+			t.Errorf("shard %s: %s ms behind, want 0 (caught up)", shard, v)
+		}
+		if ms, err := strconv.ParseFloat(lag[shard], 64); err != nil || ms < 0 {
+			t.Errorf("shard %s: lag %q ms", shard, lag[shard])
+		}
+	}
 }

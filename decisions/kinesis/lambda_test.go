@@ -116,6 +116,34 @@ func TestLambdaHandler(t *testing.T) {
 	if handled != 50 || failing.Stats().Failed != 1 {
 		t.Fatalf("handled %d events before the failure, want the 50 of the first record; stats %+v", handled, failing.Stats())
 	}
+
+	// The rows handler reads the same records: Arrow ones as columns, the
+	// JSON one as events; the poison is counted, and a failure names the
+	// record it happened in.
+	var columns, jsonRows int
+	rows := NewLambdaRowsHandler(func(_ context.Context, r *Rows) error {
+		if r.Shard != "shardId-000000000001" || r.From.Seq == "" || (r.Columns == nil) == (r.Events == nil) {
+			return fmt.Errorf("rows of %s at %+v", r.Shard, r.From)
+		}
+		if r.Columns != nil {
+			columns += r.Len()
+		} else {
+			jsonRows += r.Len()
+		}
+		if r.From.Seq == ev.Records[failedAt].Kinesis.SequenceNumber && columns+jsonRows > 100 {
+			return errors.New("downstream unavailable")
+		}
+		return nil
+	})
+	if resp, err := rows.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("rows: response %+v, %v: want no failure", resp, err)
+	}
+	if st := rows.Stats(); columns != 100 || jsonRows != 50 || st.Corrupt != 1 || st.Events != uint64(want) {
+		t.Fatalf("rows: %d as columns, %d as events, stats %+v", columns, jsonRows, st)
+	}
+	if resp, _ := rows.Handle(context.Background(), ev); len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[failedAt].Kinesis.SequenceNumber {
+		t.Fatalf("rows: failures %+v, want the sequence number of record %d", resp.BatchItemFailures, failedAt)
+	}
 }
 
 // TestLambdaHandlerLogsRecords: a CloudWatch Logs subscription record's

@@ -86,7 +86,9 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(rows columnar.Rows, lo int) e
 		rec := &b.Records[i]
 		skip := 0
 		if i == 0 {
-			skip = int(min(b.From.Sub, math.MaxInt32))
+			// A position read from a lease table is not trusted to be
+			// in range.
+			skip = int(min(max(b.From.Sub, 0), math.MaxInt32))
 		}
 		var ferr error
 		err := dec.DecodeRecordRows(rec.Data, func(rows columnar.Rows) error {
@@ -956,7 +958,7 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 		}
 		first := int64(0)
 		if seq == r.resume {
-			first = min(r.skip, int64(len(r.buf)))
+			first = min(max(r.skip, 0), int64(len(r.buf))) // a checkpoint is not trusted to be in range
 			r.resume = ""
 		}
 		for first < int64(len(r.buf)) {
