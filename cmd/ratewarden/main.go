@@ -8,6 +8,8 @@
 //	ratewarden aggregate [flags]       roll decisions up into per-window aggregates
 //	ratewarden replay [flags]          rebuild a time range's aggregates from the log
 //	ratewarden aws init [flags]        create the stream and tables on AWS
+//	ratewarden serve [flags]           edge, decision log, aggregator and dashboard in one process
+//	ratewarden dashboards [flags]      write or apply CloudWatch dashboards and alarms
 //	ratewarden version                 print the version
 package main
 
@@ -58,6 +60,8 @@ Usage:
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
+  ratewarden serve [flags]             run the edge, the decision log, the aggregator and the live dashboard in one process
+  ratewarden dashboards [flags]        write (--out) or apply (--apply) the CloudWatch dashboards and alarms
   ratewarden version                   print the version
 
 Run "ratewarden COMMAND --help" for a command's flags.
@@ -85,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":
 		return runAWS(ctx, args[1:], stdout, stderr)
+	case "dashboards":
+		return runDashboards(ctx, args[1:], stdout, stderr)
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":
