@@ -49,6 +49,11 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
+		{[]string{"serve", "--help"}, 0, "-dashboard-listen"},
+		{[]string{"serve", "extra"}, 2, "Usage: ratewarden serve"},
+		{[]string{"serve", "--dashboard-listen", "0.0.0.0:0"}, 1, `dashboard listen "0.0.0.0:0": not a loopback address, and no token protects the dashboard`},
+		{[]string{"serve", "--dashboard-listen", ":0"}, 1, "not a loopback address"},
+		{[]string{"dashboards", "--help"}, 0, "-apply"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
