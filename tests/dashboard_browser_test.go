@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -133,74 +131,24 @@ func openDashboard(t *testing.T, ctx context.Context, url, name string) rendered
 
 var dashboardRE = regexp.MustCompile(`msg="dashboard listening" addr=(\S+)`)
 
-// startServe runs `ratewarden serve` in dir with args and returns the edge's
-// and the dashboard's base URLs; it is stopped with SIGINT at cleanup and
-// must exit cleanly.
+// startServe runs `ratewarden serve` in dir with args, as startEdge runs
+// the edge (stopped with SIGINT at cleanup, and it must exit cleanly), and
+// returns the edge's and the dashboard's base URLs and a stop that
+// returns the process's log.
 func startServe(t *testing.T, bin, dir string, args ...string) (edgeURL, dashURL string, stop func() string) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--dashboard-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var logs strings.Builder
-	edgeCh, dashCh := make(chan string, 1), make(chan string, 1)
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			mu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				edgeCh <- "http://" + m[1]
-			}
-			if m := dashboardRE.FindStringSubmatch(sc.Text()); m != nil {
-				dashCh <- "http://" + m[1]
-			}
+	edgeURL, _ = startEdgeCommand(t, cmd)
+	logs := edgeLogs[t.Name()]
+	waitFor(t, "the dashboard to listen", func(context.Context) error {
+		if m := dashboardRE.FindStringSubmatch(logs()); m != nil {
+			dashURL = "http://" + m[1]
+			return nil
 		}
-	}()
-	var once sync.Once
-	stop = func() string {
-		once.Do(func() {
-			cmd.Process.Signal(os.Interrupt)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				<-logDone
-				if err != nil {
-					t.Errorf("serve exited with %v\n%s", err, logs.String())
-				}
-			case <-time.After(30 * time.Second):
-				cmd.Process.Kill()
-				t.Errorf("serve did not stop on SIGINT\n%s", logs.String())
-			}
-		})
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.String()
-	}
-	t.Cleanup(func() { stop() })
-	for _, dst := range []*string{&edgeURL, &dashURL} {
-		ch := edgeCh
-		if dst == &dashURL {
-			ch = dashCh
-		}
-		select {
-		case *dst = <-ch:
-		case <-time.After(30 * time.Second):
-			mu.Lock()
-			t.Fatalf("serve did not start\n%s", logs.String())
-		}
-	}
-	return edgeURL, dashURL, stop
+		return fmt.Errorf("no dashboard yet")
+	})
+	return edgeURL, dashURL, func() string { stops[t.Name()](); return logs() }
 }
 
 // serveConfig is the seed configuration with one-second windows and a
