@@ -27,6 +27,7 @@ type Index struct {
 	mu       sync.RWMutex
 	windows  map[int64]*window // by start, Unix nanoseconds
 	order    []int64           // the starts, ascending
+	wins     []*window         // the windows in the order of order
 	series   map[seriesKey]uint32
 	names    []seriesKey
 	outcomes [256]string // outcome names by number
@@ -122,6 +123,7 @@ func (x *Index) put(key string, p *aggregator.Partial) {
 		x.windows[start] = w
 		i, _ := slices.BinarySearch(x.order, start)
 		x.order = slices.Insert(x.order, i, start)
+		x.wins = slices.Insert(x.wins, i, w)
 	}
 	if i := slices.IndexFunc(w.outputs, func(c contribution) bool { return c.key == key }); i >= 0 {
 		w.outputs[i].sum = s
@@ -144,6 +146,8 @@ func (x *Index) evict() {
 		n++
 	}
 	x.order = x.order[n:]
+	clear(x.wins[:n])
+	x.wins = x.wins[n:]
 }
 
 // summarize is called with x.mu held.
@@ -198,11 +202,13 @@ func (x *Index) summarize(p *aggregator.Partial) summary {
 	return s
 }
 
-// span returns the starts of the windows in [from, to); x.mu is held.
-func (x *Index) span(from, to time.Time) []int64 {
+// span returns the starts of the windows in [from, to) and the windows;
+// x.mu is held.
+func (x *Index) span(from, to time.Time) ([]int64, []*window) {
 	lo, _ := slices.BinarySearch(x.order, from.UnixNano())
 	hi, _ := slices.BinarySearch(x.order, to.UnixNano())
-	return x.order[lo:max(lo, hi)]
+	hi = max(lo, hi)
+	return x.order[lo:hi], x.wins[lo:hi]
 }
 
 // Bounds returns the start of the oldest window held and the end of the
@@ -279,12 +285,15 @@ func (x *Index) Totals(from, to time.Time) Totals {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	t := Totals{From: from.UTC(), To: to.UTC(), Window: x.size.String(), Outcomes: Counts{}}
-	bySeries := map[uint32]Counts{}
+	// Counts by series id and outcome number, turned into maps at the end:
+	// the loop over a day of windows does no map lookup per cell.
+	bySeries := make([][256]uint64, len(x.names))
 	reqs, refs := map[uint32]uint64{}, map[uint32]uint64{}
 	var p50sum float64
-	for _, start := range x.span(from, to) {
+	_, wins := x.span(from, to)
+	for _, w := range wins {
 		t.Windows++
-		for _, c := range x.windows[start].outputs {
+		for _, c := range w.outputs {
 			s := &c.sum
 			t.Events += s.events
 			t.Dropped += s.dropped
@@ -293,14 +302,7 @@ func (x *Index) Totals(from, to time.Time) Totals {
 			p50sum += s.latP50 * float64(s.latN)
 			t.Latency.P99Max = max(t.Latency.P99Max, s.latP99)
 			for _, cl := range s.cells {
-				name := x.outcomes[cl.outcome]
-				t.Outcomes[name] += cl.n
-				m := bySeries[cl.series]
-				if m == nil {
-					m = Counts{}
-					bySeries[cl.series] = m
-				}
-				m[name] += cl.n
+				bySeries[cl.series][cl.outcome] += cl.n
 			}
 			for _, h := range s.requests {
 				reqs[h.client] += h.n
@@ -310,12 +312,21 @@ func (x *Index) Totals(from, to time.Time) Totals {
 			}
 		}
 	}
-	t.Requests = t.Outcomes.Total()
 	if t.Latency.Count > 0 {
 		t.Latency.P50 = p50sum / float64(t.Latency.Count)
 	}
 	tiers := map[string]Counts{}
-	for id, m := range bySeries {
+	for id, byOutcome := range bySeries {
+		m := Counts{}
+		for o, n := range byOutcome {
+			if n > 0 {
+				m[x.outcomes[o]] += n
+				t.Outcomes[x.outcomes[o]] += n
+			}
+		}
+		if len(m) == 0 {
+			continue
+		}
 		k := x.names[id]
 		tm := tiers[k.tier]
 		if tm == nil {
@@ -329,6 +340,7 @@ func (x *Index) Totals(from, to time.Time) Totals {
 			t.Rules = append(t.Rules, SeriesTotal{Tier: k.tier, Rule: k.rule, Total: m.Total(), Outcomes: m})
 		}
 	}
+	t.Requests = t.Outcomes.Total()
 	for name, m := range tiers {
 		t.Tiers = append(t.Tiers, SeriesTotal{Tier: name, Total: m.Total(), Outcomes: m})
 	}
@@ -365,13 +377,33 @@ func newLine(tier, rule string, n int) *Line {
 	return &Line{Tier: tier, Rule: rule, Allow: make([]uint64, n), Challenge: make([]uint64, n), Block: make([]uint64, n), Other: make([]uint64, n)}
 }
 
-func (l *Line) add(outcome string, i int, n uint64) {
-	switch outcome {
+// The chart slots of outcomes.
+const (
+	slotAllow uint8 = iota
+	slotChallenge
+	slotBlock
+	slotOther
+)
+
+func outcomeSlot(name string) uint8 {
+	switch name {
 	case "allow":
-		l.Allow[i] += n
+		return slotAllow
 	case "challenge":
-		l.Challenge[i] += n
+		return slotChallenge
 	case "block":
+		return slotBlock
+	}
+	return slotOther
+}
+
+func (l *Line) addSlot(slot uint8, i int, n uint64) {
+	switch slot {
+	case slotAllow:
+		l.Allow[i] += n
+	case slotChallenge:
+		l.Challenge[i] += n
+	case slotBlock:
 		l.Block[i] += n
 	default:
 		l.Other[i] += n
@@ -418,37 +450,47 @@ func (x *Index) Series(from, to time.Time, points int) Series {
 		s.Times[i] = from.Add(time.Duration(i) * step).UnixMilli()
 	}
 	latN := make([]uint64, n)
+	// Lines by series id, and the chart slot of each outcome number: the
+	// loop over the windows does no map lookup per cell.
 	tiers := map[string]*Line{}
-	rules := map[uint32]*Line{}
-	ruleTotals := map[uint32]uint64{}
-	for _, start := range x.span(from, to) {
+	tierOf := make([]*Line, len(x.names))
+	ruleOf := make([]*Line, len(x.names))
+	ruleTotals := make([]uint64, len(x.names))
+	for id, k := range x.names {
+		tl := tiers[k.tier]
+		if tl == nil {
+			tl = newLine(k.tier, "", n)
+			tiers[k.tier] = tl
+		}
+		tierOf[id] = tl
+		if k.rule != "" {
+			ruleOf[id] = newLine(k.tier, k.rule, n)
+		}
+	}
+	var slot [256]uint8
+	for o, name := range x.outcomes {
+		slot[o] = outcomeSlot(name)
+	}
+	used := make([]bool, len(x.names))
+	starts, wins := x.span(from, to)
+	for j, w := range wins {
 		s.Windows++
-		i := int(time.Duration(start-from.UnixNano()) / step)
-		for _, c := range x.windows[start].outputs {
+		i := int(time.Duration(starts[j]-from.UnixNano()) / step)
+		for _, c := range w.outputs {
 			sm := &c.sum
 			s.Dropped[i] += sm.dropped
 			latN[i] += sm.latN
 			s.LatencyP50[i] += sm.latP50 * float64(sm.latN)
 			s.LatencyP99[i] = max(s.LatencyP99[i], sm.latP99)
 			for _, cl := range sm.cells {
-				name, k := x.outcomes[cl.outcome], x.names[cl.series]
-				s.Total.add(name, i, cl.n)
-				tl := tiers[k.tier]
-				if tl == nil {
-					tl = newLine(k.tier, "", n)
-					tiers[k.tier] = tl
+				k := slot[cl.outcome]
+				s.Total.addSlot(k, i, cl.n)
+				tierOf[cl.series].addSlot(k, i, cl.n)
+				used[cl.series] = true
+				if rl := ruleOf[cl.series]; rl != nil {
+					rl.addSlot(k, i, cl.n)
+					ruleTotals[cl.series] += cl.n
 				}
-				tl.add(name, i, cl.n)
-				if k.rule == "" {
-					continue
-				}
-				rl := rules[cl.series]
-				if rl == nil {
-					rl = newLine(k.tier, k.rule, n)
-					rules[cl.series] = rl
-				}
-				rl.add(name, i, cl.n)
-				ruleTotals[cl.series] += cl.n
 			}
 		}
 	}
@@ -457,19 +499,25 @@ func (x *Index) Series(from, to time.Time, points int) Series {
 			s.LatencyP50[i] /= float64(c)
 		}
 	}
-	for _, l := range tiers {
-		s.Tiers = append(s.Tiers, l)
+	seen := map[*Line]bool{}
+	for id, l := range tierOf {
+		if used[id] && !seen[l] {
+			seen[l] = true
+			s.Tiers = append(s.Tiers, l)
+		}
 	}
 	slices.SortFunc(s.Tiers, func(a, b *Line) int { return cmp.Compare(a.Tier, b.Tier) })
-	ids := make([]uint32, 0, len(rules))
-	for id := range rules {
-		ids = append(ids, id)
+	var ids []int
+	for id, l := range ruleOf {
+		if l != nil && used[id] && ruleTotals[id] > 0 {
+			ids = append(ids, id)
+		}
 	}
-	slices.SortFunc(ids, func(a, b uint32) int {
+	slices.SortFunc(ids, func(a, b int) int {
 		return cmp.Or(cmp.Compare(ruleTotals[b], ruleTotals[a]), cmp.Compare(x.names[a].tier, x.names[b].tier), cmp.Compare(x.names[a].rule, x.names[b].rule))
 	})
 	for _, id := range ids[:min(len(ids), maxSeriesRules)] {
-		s.Rules = append(s.Rules, rules[id])
+		s.Rules = append(s.Rules, ruleOf[id])
 	}
 	return s
 }
