@@ -266,7 +266,9 @@ func (f fileLists) Entries(context.Context) ([]dashboards.ListEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
+		// As lists.Parse reads them: a byte-order mark some editors write
+		// is not part of the first entry.
+		sc := bufio.NewScanner(bytes.NewReader(bytes.TrimPrefix(b, []byte("\uFEFF"))))
 		n := 0
 		for sc.Scan() && n < maxListEntries {
 			line, _, _ := strings.Cut(sc.Text(), "#")
