@@ -240,9 +240,26 @@ func TestServeDashboardInBrowser(t *testing.T) {
 		}
 	}
 
+	// Decisions in a window still open when serve stops: the shutdown
+	// writes them to the log and the aggregator emits their window.
+	for range 8 {
+		resp, err := noRedirect.Get(edgeURL + "/api/search")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
 	logs := stop()
-	if !strings.Contains(logs, `msg="aggregator stopped" events=32`) {
-		t.Errorf("the aggregator did not report all 32 events at shutdown:\n%s", logs)
+	var total uint64
+	for _, p := range readPartials(t, filepath.Join(dir, "ratewarden-partials"), time.Second) {
+		total += p.Counts.Total()
+	}
+	fromLog = logOutcomes(t, filepath.Join(dir, "decision-log"))
+	if total != 40 || fromLog[decisions.Allow] != 33 {
+		t.Errorf("after SIGINT the partials hold %d decisions, the log %d allowed; want 40 and 33:\n%s", total, fromLog[decisions.Allow], logs)
+	}
+	if !strings.Contains(logs, `msg="aggregator stopped" events=40`) {
+		t.Errorf("the aggregator did not report all 40 events at shutdown:\n%s", logs)
 	}
 }
 

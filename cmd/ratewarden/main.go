@@ -10,6 +10,7 @@
 //	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden serve [flags]           edge, decision log, aggregator and dashboard in one process
 //	ratewarden dashboards [flags]      write or apply CloudWatch dashboards and alarms
+//	ratewarden demo [flags]            serve, a sample origin and simulated abuse
 //	ratewarden version                 print the version
 package main
 
@@ -62,6 +63,7 @@ Usage:
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden serve [flags]             run the edge, the decision log, the aggregator and the live dashboard in one process
   ratewarden dashboards [flags]        write (--out) or apply (--apply) the CloudWatch dashboards and alarms
+  ratewarden demo [flags]              serve in front of a sample origin, with simulated users, a scraper and credential stuffing
   ratewarden version                   print the version
 
 Run "ratewarden COMMAND --help" for a command's flags.
@@ -93,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runDashboards(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr, getenv)
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr, getenv)
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":
