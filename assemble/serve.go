@@ -154,6 +154,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			lists = fileLists{{"allow", cfg.Lists.AllowFile}, {"deny", cfg.Lists.DenyFile}}
 		}
 		live := dashboards.Live(dashboards.LiveOptions{Index: index, Token: token, AlertsFile: sv.Dashboard.AlertsFile, Lists: lists, Now: now,
+			Metrics: metrics,
 			Run: func() (aggregator.RunStats, bool) {
 				p := latest.Load()
 				if p == nil {
@@ -161,16 +162,13 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 				}
 				return *p, true
 			}})
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics)
-		mux.Handle("/", live)
 		ln, err := net.Listen("tcp", sv.Dashboard.Listen)
 		if err != nil {
 			srv.Close()
 			return fmt.Errorf("dashboard listen: %w", err)
 		}
 		addrs.Dashboard = ln.Addr().String()
-		dash = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		dash = &http.Server{Handler: live, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		go func() { dashErr <- dash.Serve(ln) }()
 		log.Info("dashboard listening", "addr", addrs.Dashboard, "url", "http://"+addrs.Dashboard+"/", "token", token != "")
 	}

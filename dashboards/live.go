@@ -57,6 +57,9 @@ type LiveOptions struct {
 	AlertsFile string
 	Lists      ListSource       // nil shows no lists
 	Now        func() time.Time // default time.Now
+	// Metrics, if set, is served at /metrics behind the same token as the
+	// API (the aggregator's Prometheus metrics).
+	Metrics http.Handler
 }
 
 // maxAlertBytes bounds how much of the end of the alerts file is read.
@@ -72,6 +75,7 @@ const maxAlerts = 500
 //	GET /api/series?from&to|last&points  the same over time, downsampled to points buckets
 //	GET /api/alerts                    the latest alert and action records
 //	GET /api/lists                     the feedback lists' entries
+//	GET /metrics                       o.Metrics, when set
 //
 // from and to are RFC 3339 times or Unix milliseconds; last is a duration
 // ending at the newest window (default: every window held). With a Token
@@ -97,10 +101,13 @@ func Live(o LiveOptions) http.Handler {
 		http.ServeFileFS(w, r, static, "index.html")
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /api/summary", l.api(l.summary))
-	mux.HandleFunc("GET /api/series", l.api(l.series))
-	mux.HandleFunc("GET /api/alerts", l.api(l.alerts))
-	mux.HandleFunc("GET /api/lists", l.api(l.lists))
+	mux.Handle("GET /api/summary", l.tokenOnly(l.api(l.summary)))
+	mux.Handle("GET /api/series", l.tokenOnly(l.api(l.series)))
+	mux.Handle("GET /api/alerts", l.tokenOnly(l.api(l.alerts)))
+	mux.Handle("GET /api/lists", l.tokenOnly(l.api(l.lists)))
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", l.tokenOnly(o.Metrics))
+	}
 	return l.guard(mux)
 }
 
@@ -152,6 +159,18 @@ func (l *live) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], l.tokenSum) == 1 && ok
 }
 
+// tokenOnly serves h to requests that present the token.
+func (l *live) tokenOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !l.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ratewarden dashboard"`)
+			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // badRequest is an error the caller made.
 type badRequest struct{ msg string }
 
@@ -163,11 +182,6 @@ func (l *live) api(f func(r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Cache-Control", "no-store")
-		if !l.authorized(r) {
-			h.Set("WWW-Authenticate", `Bearer realm="ratewarden dashboard"`)
-			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
-			return
-		}
 		v, err := f(r)
 		var bad badRequest
 		switch {

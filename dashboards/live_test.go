@@ -205,18 +205,20 @@ func do(t *testing.T, method, url string, hdr ...string) (*http.Response, string
 // longer one, another scheme and none are refused) while the page's
 // assets, which hold no data, do not.
 func TestLiveToken(t *testing.T) {
-	s, _ := newLive(t, LiveOptions{Token: "s3cret-token"})
-	for _, c := range []struct {
-		auth string
-		code int
-	}{
-		{"", 401}, {"Bearer wrong", 401}, {"Bearer s3cret", 401}, {"Bearer s3cret-token2", 401},
-		{"Basic s3cret-token", 401}, {"bearer s3cret-token", 401}, {"Bearer  s3cret-token", 401},
-		{"Bearer s3cret-token", 200},
-	} {
-		resp, body := do(t, "GET", s.URL+"/api/summary", "Authorization", c.auth)
-		if resp.StatusCode != c.code {
-			t.Errorf("Authorization %q: %d, want %d: %s", c.auth, resp.StatusCode, c.code, body)
+	s, _ := newLive(t, LiveOptions{Token: "s3cret-token", Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})})
+	for _, path := range []string{"/api/summary", "/api/series", "/api/alerts", "/api/lists", "/metrics"} {
+		for _, c := range []struct {
+			auth string
+			code int
+		}{
+			{"", 401}, {"Bearer wrong", 401}, {"Bearer s3cret", 401}, {"Bearer s3cret-token2", 401},
+			{"Basic s3cret-token", 401}, {"bearer s3cret-token", 401}, {"Bearer  s3cret-token", 401},
+			{"Bearer s3cret-token", 200},
+		} {
+			resp, body := do(t, "GET", s.URL+path, "Authorization", c.auth)
+			if resp.StatusCode != c.code {
+				t.Errorf("%s with Authorization %q: %d, want %d: %s", path, c.auth, resp.StatusCode, c.code, body)
+			}
 		}
 	}
 	for _, path := range []string{"/", "/assets/app.js", "/assets/style.css"} {

