@@ -181,7 +181,7 @@ func TestServeDashboardInBrowser(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rw.yaml"), []byte(serveConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	edgeURL, dashURL, stop := startServe(t, bin, dir, "--config", "rw.yaml", "--upstream", "builtin")
+	edgeURL, dashURL, stop := startServe(t, bin, dir, "--config", "rw.yaml", "--upstream", "builtin", "--emf", "file:emf.jsonl")
 
 	statuses := map[int]int{}
 	for i := range 32 {
@@ -258,6 +258,30 @@ func TestServeDashboardInBrowser(t *testing.T) {
 	fromLog = logOutcomes(t, filepath.Join(dir, "decision-log"))
 	if total != 40 || fromLog[decisions.Allow] != 33 {
 		t.Errorf("after SIGINT the partials hold %d decisions, the log %d allowed; want 40 and 33:\n%s", total, fromLog[decisions.Allow], logs)
+	}
+	// The EMF documents count the same: the service-wide Requests of
+	// every window add up to the decisions.
+	raw, err := os.ReadFile(filepath.Join(dir, "emf.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var emfRequests float64
+	for line := range strings.Lines(string(raw)) {
+		var doc struct {
+			AWS struct {
+				CloudWatchMetrics []struct{ Dimensions [][]string }
+			} `json:"_aws"`
+			Requests float64
+		}
+		if err := json.Unmarshal([]byte(line), &doc); err != nil {
+			t.Fatalf("EMF line %q: %v", line, err)
+		}
+		if m := doc.AWS.CloudWatchMetrics; len(m) == 1 && (len(m[0].Dimensions) == 0 || len(m[0].Dimensions) == 1 && len(m[0].Dimensions[0]) == 0) {
+			emfRequests += doc.Requests
+		}
+	}
+	if emfRequests != 40 {
+		t.Errorf("the EMF documents count %v requests, the page and the partials 40", emfRequests)
 	}
 	if !strings.Contains(logs, `msg="aggregator stopped" events=40`) {
 		t.Errorf("the aggregator did not report all 40 events at shutdown:\n%s", logs)
