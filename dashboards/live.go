@@ -240,8 +240,22 @@ func (l *live) timeRange(r *http.Request) (from, to time.Time, err error) {
 	if to.Before(from) {
 		return from, to, badRequest{"to is before from"}
 	}
+	for _, t := range []struct {
+		name string
+		t    time.Time
+	}{{"from", from}, {"to", to}} {
+		if t.t.Before(minTime) || t.t.After(maxTime) {
+			return from, to, badRequest{fmt.Sprintf("%s %s: want a time from 1970 to 2200", t.name, t.t.Format(time.RFC3339))}
+		}
+	}
 	return from, to, nil
 }
+
+// The times a range may name: Unix nanoseconds hold them.
+var (
+	minTime = time.Unix(0, 0)
+	maxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // Pipeline is the aggregator's progress as the dashboard shows it.
 type Pipeline struct {

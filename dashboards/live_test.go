@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -277,9 +278,10 @@ not json
 	if resp.StatusCode != 200 || ser.Windows != 10 || ser.StepMS != 2000 {
 		t.Errorf("series last=10s: %d, %d windows, step %d ms", resp.StatusCode, ser.Windows, ser.StepMS)
 	}
-	for _, q := range []string{"points=0", "points=99999", "points=x", "last=-1h", "last=soon", "from=yesterday", "from=2026-03-01T12:00:10Z&to=2026-03-01T12:00:00Z"} {
+	for _, q := range []string{"points=0", "points=99999", "points=x", "last=-1h", "last=soon", "from=yesterday", "from=2026-03-01T12:00:10Z&to=2026-03-01T12:00:00Z",
+		"from=-9223372036854775808", "from=0001-01-01T00:00:00Z", "to=9999-12-31T23:59:59Z", "from=-1&to=9223372036854775807"} {
 		resp, body := do(t, "GET", s.URL+"/api/series?"+q)
-		if resp.StatusCode != 400 || !strings.Contains(body, strings.Split(strings.Split(q, "=")[0], "&")[0]) && !strings.Contains(body, "before") {
+		if resp.StatusCode != 400 || !strings.Contains(body, strings.Split(strings.Split(q, "=")[0], "&")[0]) && !strings.Contains(body, "before") && !strings.Contains(body, "1970 to 2200") {
 			t.Errorf("%s: %d %q", q, resp.StatusCode, body)
 		}
 	}
@@ -336,4 +338,46 @@ func TestCheckListen(t *testing.T) {
 			t.Errorf("CheckListen(%q, token %v, remote %v) = %v", c.addr, c.token, c.remote, err)
 		}
 	}
+}
+
+// FuzzAPIQuery: whatever the query, the summary and the series answer 200
+// or 400, and a series never has more buckets than asked for (plus the one
+// a range not aligned to the step adds).
+func FuzzAPIQuery(f *testing.F) {
+	for _, q := range []string{"", "last=1h", "points=7&from=2026-03-01T12:00:00Z&to=2026-03-01T12:00:30Z", "from=0&to=9223372036854775807",
+		"last=8784h&points=2000", "from=1772366400000&to=1772366401000&points=1"} {
+		f.Add(q)
+	}
+	lines, _ := sample()
+	x := NewIndex(time.Second, time.Hour)
+	var c collect
+	_, err := aggregator.RunLines(context.Background(), strings.NewReader(strings.Join(lines, "\n")), aggregator.Options{Window: time.Second}, []aggregator.Sink{x, &c})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := Live(LiveOptions{Index: x, Now: func() time.Time { return t0 }})
+	f.Fuzz(func(t *testing.T, q string) {
+		for _, path := range []string{"/api/summary", "/api/series"} {
+			req := httptest.NewRequest("GET", "http://127.0.0.1"+path, nil)
+			req.URL.RawQuery = q
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != 200 && w.Code != 400 {
+				t.Fatalf("%s?%s: %d %s", path, q, w.Code, w.Body)
+			}
+			if path == "/api/series" && w.Code == 200 {
+				var s Series
+				if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+					t.Fatal(err)
+				}
+				points := 300
+				if p := req.URL.Query().Get("points"); p != "" {
+					points, _ = strconv.Atoi(p)
+				}
+				if len(s.Times) > points+1 {
+					t.Fatalf("%s?%s: %d buckets for %d points", path, q, len(s.Times), points)
+				}
+			}
+		}
+	})
 }
