@@ -148,6 +148,57 @@ func (x *Index) evict() {
 	x.order = x.order[n:]
 	clear(x.wins[:n])
 	x.wins = x.wins[n:]
+	// The tables of names only grow as windows come; once they hold far
+	// more than the windows kept can use, they are rebuilt from those.
+	if n > 0 && (len(x.cnames) > 4*len(x.order)*2*offendersKept+1024 || len(x.names) > 4*x.liveSeries()+1024) {
+		x.compact()
+	}
+}
+
+// liveSeries is how many series the windows kept name at most: the cells
+// of the busiest window, times a margin for change.
+func (x *Index) liveSeries() int {
+	n := 0
+	for _, w := range x.wins {
+		for _, c := range w.outputs {
+			n = max(n, len(c.sum.cells))
+		}
+	}
+	return n
+}
+
+// compact rebuilds the series and client tables from the windows kept.
+func (x *Index) compact() {
+	series, names := map[seriesKey]uint32{}, []seriesKey(nil)
+	clients, cnames := map[string]uint32{}, []string(nil)
+	for _, w := range x.wins {
+		for i := range w.outputs {
+			s := &w.outputs[i].sum
+			for j, c := range s.cells {
+				k := x.names[c.series]
+				id, ok := series[k]
+				if !ok {
+					id = uint32(len(names))
+					series[k] = id
+					names = append(names, k)
+				}
+				s.cells[j].series = id
+			}
+			for _, hs := range [][]hit{s.requests, s.refusals} {
+				for j, h := range hs {
+					name := x.cnames[h.client]
+					id, ok := clients[name]
+					if !ok {
+						id = uint32(len(cnames))
+						clients[name] = id
+						cnames = append(cnames, name)
+					}
+					hs[j].client = id
+				}
+			}
+		}
+	}
+	x.series, x.names, x.clients, x.cnames = series, names, clients, cnames
 }
 
 // summarize is called with x.mu held.

@@ -381,3 +381,28 @@ func FuzzAPIQuery(f *testing.F) {
 		}
 	})
 }
+
+// TestIndexCompacts: over many windows of new clients and rules, the
+// tables of names stay bounded by what the windows kept use, and the
+// windows kept still show their names.
+func TestIndexCompacts(t *testing.T) {
+	x := NewIndex(time.Second, 10*time.Second)
+	for s := range 3000 {
+		var lines []string
+		for i := range 3 {
+			ip := fmt.Sprintf("10.%d.%d.%d", s>>8&255, s&255, i)
+			lines = append(lines, decision(time.Duration(s)*time.Second+time.Duration(i)*time.Millisecond, ip, "a", fmt.Sprintf("a:/r%d", s), "block", 10))
+		}
+		rollup(t, lines, time.Second, x)
+	}
+	x.mu.RLock()
+	names, clients := len(x.names), len(x.cnames)
+	x.mu.RUnlock()
+	if names > 4*3+1024 || clients > 4*11*2*offendersKept+1024 {
+		t.Errorf("%d series and %d clients held for 11 windows", names, clients)
+	}
+	tot := x.Totals(t0.Add(2999*time.Second), t0.Add(3000*time.Second))
+	if len(tot.Rules) != 1 || tot.Rules[0].Rule != "a:/r2999" || len(tot.TopRefusals) != 3 || tot.TopRefusals[0].Client != "10.11.183.0" {
+		t.Errorf("the last window after compaction: rules %+v, refusals %+v", tot.Rules, tot.TopRefusals)
+	}
+}
