@@ -73,10 +73,22 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if sv.Dashboard.TokenEnv != "" {
 		token = getenv(sv.Dashboard.TokenEnv)
 	}
+	// The dashboard's address first: a refusal or a port in use stops
+	// serve before anything else starts.
+	var dashLn net.Listener
 	if sv.Dashboard.Listen != "" {
 		if err := dashboards.CheckListen(sv.Dashboard.Listen, token != "", sv.Dashboard.AllowRemote); err != nil {
 			return err
 		}
+		if dashLn, err = net.Listen("tcp", sv.Dashboard.Listen); err != nil {
+			return fmt.Errorf("dashboard listen: %w", err)
+		}
+		defer dashLn.Close() // after a failed start; Serve closes it otherwise
+	}
+	var latest atomic.Pointer[aggregator.RunStats]
+	metrics, err := AggregatorMetrics(&latest, nil, now)
+	if err != nil {
+		return err
 	}
 
 	// The dashboard's index starts with what the partials hold.
@@ -109,7 +121,6 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	defer closeEdge()
 
 	// The aggregator, as `aggregate --decisions-dir` runs it.
-	var latest atomic.Pointer[aggregator.RunStats]
 	progress := make(chan aggregator.RunStats, 1)
 	aggCtx, stopAgg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAgg()
@@ -143,12 +154,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 
 	var dash *http.Server
 	dashErr := make(chan error, 1)
-	if sv.Dashboard.Listen != "" {
-		metrics, err := AggregatorMetrics(&latest, nil, now)
-		if err != nil {
-			srv.Close()
-			return err
-		}
+	if dashLn != nil {
 		var lists dashboards.ListSource
 		if cfg.Lists.AllowFile != "" || cfg.Lists.DenyFile != "" {
 			lists = fileLists{{"allow", cfg.Lists.AllowFile}, {"deny", cfg.Lists.DenyFile}}
@@ -162,14 +168,9 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 				}
 				return *p, true
 			}})
-		ln, err := net.Listen("tcp", sv.Dashboard.Listen)
-		if err != nil {
-			srv.Close()
-			return fmt.Errorf("dashboard listen: %w", err)
-		}
-		addrs.Dashboard = ln.Addr().String()
+		addrs.Dashboard = dashLn.Addr().String()
 		dash = &http.Server{Handler: live, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-		go func() { dashErr <- dash.Serve(ln) }()
+		go func() { dashErr <- dash.Serve(dashLn) }()
 		log.Info("dashboard listening", "addr", addrs.Dashboard, "url", "http://"+addrs.Dashboard+"/", "token", token != "")
 	}
 	if o.Ready != nil {
