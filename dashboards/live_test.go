@@ -406,3 +406,32 @@ func TestIndexCompacts(t *testing.T) {
 		t.Errorf("the last window after compaction: rules %+v, refusals %+v", tot.Rules, tot.TopRefusals)
 	}
 }
+
+// TestLiveHostile: what an attacker might try against the dashboard: the
+// embedded tree holds only the page's assets, other methods are refused,
+// and an answer never echoes markup back as HTML.
+func TestLiveHostile(t *testing.T) {
+	s, _ := newLive(t, LiveOptions{})
+	for _, c := range []struct {
+		method, path string
+		code         int
+	}{
+		{"GET", "/assets/../live.go", 404},
+		{"GET", "/assets/%2e%2e/live.go", 404},
+		{"GET", "/assets/", 200},           // the page again
+		{"GET", "/assets/index.html", 200}, // redirected to /assets/
+		{"POST", "/api/summary", 405},
+		{"DELETE", "/api/lists", 405},
+		{"GET", "/api/nothing", 404},
+		{"GET", "/index.html", 404},
+	} {
+		resp, body := do(t, c.method, s.URL+c.path)
+		if resp.StatusCode != c.code {
+			t.Errorf("%s %s: %d, want %d: %.200s", c.method, c.path, resp.StatusCode, c.code, body)
+		}
+	}
+	resp, body := do(t, "GET", s.URL+"/api/series?from=%3Cscript%3Ealert(1)%3C/script%3E")
+	if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("a bad parameter with markup: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+}
