@@ -145,7 +145,8 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 		if n < 20 { // anonymous visitors browse
 			return request{method: "GET", path: "/products/" + strconv.Itoa(i%500), addr: "192.0.2." + strconv.Itoa(n+1)}
 		}
-		path := []string{"/api/search?q=lamp", "/products/" + strconv.Itoa(i%500), "/api/reports", "/api/export"}[i%4]
+		// Each user turns through the paths, within every limit of its tier.
+		path := []string{"/api/search?q=lamp", "/products/" + strconv.Itoa(i%500), "/api/reports", "/api/export"}[i/40%4]
 		return request{method: "GET", path: path, addr: "10.1.0." + strconv.Itoa(n), user: "user-" + strconv.Itoa(n), plan: plans[n%4]}
 	})
 	go phase(ActorScraper, ScraperRate, ScraperStart, ScraperLength, func(i int) request {

@@ -21,7 +21,7 @@ function fmt(n) {
   if (!isFinite(n)) return "–";
   if (Math.abs(n) >= 1e6) return (n / 1e6).toFixed(2) + " M";
   if (Math.abs(n) >= 1e4) return (n / 1e3).toFixed(1) + " k";
-  if (Number.isInteger(n)) return String(n);
+  if (Number.isInteger(n) || Math.abs(n) >= 100) return n.toFixed(0);
   return n.toFixed(n < 10 ? 2 : 1);
 }
 
