@@ -177,7 +177,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		o.Ready(addrs)
 	}
 
-	var runErr error
+	var runErr, aggErr error
+	aggStopped := false
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -186,7 +187,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	case err := <-dashErr:
 		runErr = fmt.Errorf("dashboard: %w", err)
 	case err := <-aggDone:
-		aggDone <- err // read again below
+		aggStopped = true
 		runErr = fmt.Errorf("aggregator stopped: %w", err)
 	}
 	// The edge first: its last decisions reach the log.
@@ -197,19 +198,24 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	}
 	closeEdge()
 	// Then the aggregator reads them, and emits every open window.
-	if runErr == nil {
-		catchUp(sctx, progress, aggDone)
-	}
-	stopAgg()
-	aggErr := <-aggDone
-	if errors.Is(aggErr, context.Canceled) {
-		aggErr = nil
+	if !aggStopped {
+		if runErr == nil {
+			catchUp(sctx, progress, aggDone)
+		}
+		stopAgg()
+		if aggErr = <-aggDone; errors.Is(aggErr, context.Canceled) {
+			aggErr = nil
+		}
 	}
 	if st := latest.Load(); st != nil {
 		log.Info("aggregator stopped", "events", st.Rollup.Events, "windows", st.Rollup.Windows, "outputs", st.Outputs, "next_offset", st.Next)
 	}
 	if dash != nil {
-		dash.Shutdown(sctx)
+		// The page's requests are short; whatever is left of the grace
+		// may be spent, so a second of its own.
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		dash.Shutdown(dctx)
 	}
 	return errors.Join(runErr, aggErr)
 }
