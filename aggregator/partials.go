@@ -80,19 +80,62 @@ type ReadProblem struct {
 // corrections) merge as overlapping; the merged partitions then merge as
 // disjoint, since the edge partitions Kinesis records by identity.
 func (s *PartialsDir) Read(size time.Duration, from, to time.Time) (map[time.Time]*Partial, []ReadProblem, error) {
-	root := filepath.Join(s.Dir, size.String())
-	days, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[time.Time]*Partial{}, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("read partials: %w", err)
-	}
 	type cell struct {
 		start     time.Time
 		partition string
 	}
 	cells := map[cell]*Partial{}
+	var merges []ReadProblem
+	problems, err := s.Walk(size, from, to, func(f PartialFile, p *Partial) {
+		c := cell{f.Start, f.Partition}
+		if acc := cells[c]; acc == nil {
+			cells[c] = p
+		} else if err := acc.Merge(p, false); err != nil {
+			merges = append(merges, ReadProblem{f.Path, err})
+		}
+	})
+	problems = append(problems, merges...)
+	if err != nil {
+		return nil, problems, err
+	}
+	keys := make([]cell, 0, len(cells))
+	for c := range cells {
+		keys = append(keys, c)
+	}
+	slices.SortFunc(keys, func(a, b cell) int { return cmp.Or(a.start.Compare(b.start), cmp.Compare(a.partition, b.partition)) })
+	out := map[time.Time]*Partial{}
+	for _, c := range keys {
+		if acc := out[c.start]; acc == nil {
+			out[c.start] = cells[c]
+		} else if err := acc.Merge(cells[c], true); err != nil {
+			problems = append(problems, ReadProblem{c.partition, err})
+		}
+	}
+	return out, problems, nil
+}
+
+// PartialFile names one stored output: the file, its window start,
+// partition and sequence range (Output.RangeKey). Start, Partition and
+// Range together identify the output, as Write's file names do.
+type PartialFile struct {
+	Path      string
+	Start     time.Time
+	Partition string
+	Range     string
+}
+
+// Walk calls fn with every stored partial of windows of length size that
+// start in [from, to), in file name order (by day, then window start);
+// files that cannot be read are skipped and reported.
+func (s *PartialsDir) Walk(size time.Duration, from, to time.Time, fn func(PartialFile, *Partial)) ([]ReadProblem, error) {
+	root := filepath.Join(s.Dir, size.String())
+	days, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read partials: %w", err)
+	}
 	var problems []ReadProblem
 	for _, day := range days {
 		d, err := time.Parse(time.DateOnly, day.Name())
@@ -101,7 +144,7 @@ func (s *PartialsDir) Read(size time.Duration, from, to time.Time) (map[time.Tim
 		}
 		files, err := os.ReadDir(filepath.Join(root, day.Name()))
 		if err != nil {
-			return nil, problems, fmt.Errorf("read partials: %w", err)
+			return problems, fmt.Errorf("read partials: %w", err)
 		}
 		names := make([]string, 0, len(files))
 		for _, f := range files {
@@ -138,26 +181,8 @@ func (s *PartialsDir) Read(size time.Duration, from, to time.Time) (map[time.Tim
 				problems = append(problems, ReadProblem{path, err})
 				continue
 			}
-			c := cell{start, parts[1]}
-			if acc := cells[c]; acc == nil {
-				cells[c] = p
-			} else if err := acc.Merge(p, false); err != nil {
-				problems = append(problems, ReadProblem{path, err})
-			}
+			fn(PartialFile{Path: path, Start: start, Partition: parts[1], Range: parts[2]}, p)
 		}
 	}
-	keys := make([]cell, 0, len(cells))
-	for c := range cells {
-		keys = append(keys, c)
-	}
-	slices.SortFunc(keys, func(a, b cell) int { return cmp.Or(a.start.Compare(b.start), cmp.Compare(a.partition, b.partition)) })
-	out := map[time.Time]*Partial{}
-	for _, c := range keys {
-		if acc := out[c.start]; acc == nil {
-			out[c.start] = cells[c]
-		} else if err := acc.Merge(cells[c], true); err != nil {
-			problems = append(problems, ReadProblem{c.partition, err})
-		}
-	}
-	return out, problems, nil
+	return problems, nil
 }

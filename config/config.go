@@ -28,6 +28,7 @@ type Config struct {
 	Alerts     Alerts           `yaml:"alerts"`      // anomaly detection over the aggregator's windows
 	Feedback   Feedback         `yaml:"feedback"`    // policies from alerts to list entries
 	LambdaEdge LambdaEdge       `yaml:"lambda_edge"` // ratewarden at CloudFront's viewer request
+	Serve      Serve            `yaml:"serve"`
 
 	// file is the path the configuration was read from, for error messages.
 	file string
@@ -337,3 +338,32 @@ var (
 	// carry a client address and that origins are known to believe.
 	DefaultStripHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip"}
 )
+
+// Serve is what `ratewarden serve` runs beside the edge: the aggregator
+// following the local decision log (decisions.dir, "decision-log" when
+// unset) and the live dashboard.
+type Serve struct {
+	StateDir    string        `yaml:"state_dir"`    // the aggregator's state; default ratewarden-state
+	PartialsDir string        `yaml:"partials_dir"` // the aggregator's partials, which the dashboard reads; default ratewarden-partials
+	Window      time.Duration `yaml:"window"`       // window length, 1s to 1h dividing an hour; default 10s
+	// Lateness is how far behind the latest event an event may be and
+	// still join its window; default 1s.
+	Lateness  time.Duration `yaml:"lateness"`
+	TopK      int           `yaml:"top_k"` // clients held by each top-offenders list; default 100
+	Dashboard Dashboard     `yaml:"dashboard"`
+}
+
+// Dashboard is the live web dashboard.
+type Dashboard struct {
+	Listen string `yaml:"listen"` // default 127.0.0.1:9092; "" disables
+	// TokenEnv names the environment variable holding the bearer token
+	// the dashboard's API requires; default RATEWARDEN_DASHBOARD_TOKEN.
+	// Unset or empty, the API is open, and only a loopback listen is
+	// allowed unless AllowRemote.
+	TokenEnv    string `yaml:"token_env"`
+	AllowRemote bool   `yaml:"allow_remote"` // listen on a non-loopback address without a token
+	AlertsFile  string `yaml:"alerts_file"`  // alert and action JSON lines to show; "" shows none
+	// Retain is how much of the most recent history the dashboard keeps in
+	// memory; default 24h.
+	Retain time.Duration `yaml:"retain"`
+}

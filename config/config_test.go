@@ -183,6 +183,14 @@ func TestDefaults(t *testing.T) {
 		{"challenge.endpoint_failures.window", c.Challenge.EndpointFailures.Window, time.Minute},
 		{"lists.refresh", c.Lists.Refresh, 30 * time.Second},
 		{"lists.record", *c.Lists.Record, true},
+		{"serve.state_dir", c.Serve.StateDir, "ratewarden-state"},
+		{"serve.partials_dir", c.Serve.PartialsDir, "ratewarden-partials"},
+		{"serve.window", c.Serve.Window, 10 * time.Second},
+		{"serve.lateness", c.Serve.Lateness, time.Second},
+		{"serve.top_k", c.Serve.TopK, 100},
+		{"serve.dashboard.listen", c.Serve.Dashboard.Listen, "127.0.0.1:9092"},
+		{"serve.dashboard.token_env", c.Serve.Dashboard.TokenEnv, "RATEWARDEN_DASHBOARD_TOKEN"},
+		{"serve.dashboard.retain", c.Serve.Dashboard.Retain, 24 * time.Hour},
 		{"global.limit", g.Limit, int64(60)},
 		{"global.window", g.Window, time.Minute},
 		{"global.algorithm", g.Algorithm, "fixed_window"},
@@ -548,6 +556,13 @@ tiers:
 		{"challenge list without challenges", "lists:\n  challenge_file: c.list # <-\n" + anonymous, "lists.challenge_file", `"c.list" needs challenge.enabled: true; use challenge.enabled: true`},
 		{"lists table name", "lists:\n  table: a # <-\n" + anonymous, "lists.table", `"a" is not allowed; use 3 to 255 of`},
 		{"lists table and files", "lists:\n  table: ratewarden-lists\n  deny_file: d.list # <-\n" + anonymous, "lists.deny_file", `"d.list" cannot be used with lists.table; use either lists.table or list files`},
+		{"serve window", "serve:\n  window: 7s # <-\n" + anonymous, "serve.window", `"7s" is not allowed; use 1s to 1h, dividing an hour`},
+		{"serve window long", "serve:\n  window: 2h # <-\n" + anonymous, "serve.window", `"2h" is not allowed`},
+		{"serve lateness", "serve:\n  window: 1s\n  lateness: 11s # <-\n" + anonymous, "serve.lateness", `"11s" is not allowed; use 0s to 10s`},
+		{"serve top k", "serve:\n  top_k: -3 # <-\n" + anonymous, "serve.top_k", `"-3" is not allowed; use 1 to 100000`},
+		{"dashboard listen", "serve:\n  dashboard:\n    listen: 9092 # <-\n" + anonymous, "serve.dashboard.listen", "use host:port"},
+		{"dashboard retain", "serve:\n  dashboard:\n    retain: 30d # <-\n" + anonymous, "serve.dashboard.retain", ""},
+		{"dashboard token env", "serve:\n  dashboard:\n    token_env: MY-TOKEN # <-\n" + anonymous, "serve.dashboard.token_env", "use an environment variable name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := markedLine(tc.yaml)
@@ -636,6 +651,18 @@ func TestAdminListen(t *testing.T) {
 		cfg.Defaults()
 		if cfg.Edge.AdminListen != c.want {
 			t.Errorf("%q: admin_listen = %q, want %q", c.edge, cfg.Edge.AdminListen, c.want)
+		}
+	}
+	// serve.dashboard.listen likewise: "" disables the dashboard.
+	for yaml, want := range map[string]string{
+		"serve: {dashboard: {listen: \"\"}}\n":    "",
+		"serve: {dashboard: {listen: null}}\n":    "127.0.0.1:9092",
+		"serve: {dashboard: {listen: ':9000'}}\n": ":9000",
+	} {
+		cfg := mustParse(t, yaml+anonymous)
+		cfg.Defaults()
+		if cfg.Serve.Dashboard.Listen != want {
+			t.Errorf("%q: serve.dashboard.listen = %q, want %q", yaml, cfg.Serve.Dashboard.Listen, want)
 		}
 	}
 }

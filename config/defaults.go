@@ -86,6 +86,18 @@ func (c *Config) Defaults() {
 	}
 	c.LambdaEdge.defaults()
 
+	sv := &c.Serve
+	def(&sv.StateDir, "ratewarden-state")
+	def(&sv.PartialsDir, "ratewarden-partials")
+	def(&sv.Window, 10*time.Second)
+	def(&sv.Lateness, time.Second)
+	def(&sv.TopK, 100)
+	if _, written := c.lines["serve.dashboard.listen"]; !written || c.nulls["serve.dashboard.listen"] {
+		def(&sv.Dashboard.Listen, "127.0.0.1:9092")
+	}
+	def(&sv.Dashboard.TokenEnv, "RATEWARDEN_DASHBOARD_TOKEN")
+	def(&sv.Dashboard.Retain, 24*time.Hour)
+
 	def(&c.Paths.Ambiguous, AmbiguousPaths[0])
 	if _, written := c.lines["forward.strip_headers"]; !written && c.Forward.StripHeaders == nil {
 		c.Forward.StripHeaders = slices.Clone(DefaultStripHeaders)

@@ -50,6 +50,7 @@ func (c *Config) validate() *validator {
 	}
 	v.decisions(&c.Decisions, c.Edge.DecisionQueue)
 	v.tiers(c.Tiers)
+	v.serve(&c.Serve)
 	v.foldedPrefixes(c)
 	v.exactRules(c)
 	v.alerts(&c.Alerts, c.Tiers)
@@ -116,6 +117,34 @@ func (v *validator) decisions(d *Decisions, queue int) {
 	if k.Stream != "" && k.SpillDir == "" {
 		v.report(key("decisions", "kinesis", "spill_dir"), k.SpillDir, "is not allowed", "a directory for batches the stream cannot take")
 	}
+}
+
+func (v *validator) serve(s *Serve) {
+	if w := s.Window; w < time.Second || w > time.Hour || time.Hour%w != 0 {
+		v.report(key("serve", "window"), fmtDuration(w), "is not allowed", "1s to 1h, dividing an hour (1s, 10s, 1m, 5m, ...)")
+	}
+	if s.Window > 0 {
+		v.durationRange(key("serve", "lateness"), s.Lateness, 0, 10*s.Window)
+	}
+	v.intRange(key("serve", "top_k"), int64(s.TopK), 1, 100_000)
+	if s.Dashboard.Listen != "" {
+		v.hostPort(key("serve", "dashboard", "listen"), s.Dashboard.Listen)
+	}
+	v.durationRange(key("serve", "dashboard", "retain"), s.Dashboard.Retain, time.Minute, 7*24*time.Hour)
+	if s.Dashboard.TokenEnv != "" && !validEnvName(s.Dashboard.TokenEnv) {
+		v.report(key("serve", "dashboard", "token_env"), s.Dashboard.TokenEnv, "is not allowed", "an environment variable name such as RATEWARDEN_DASHBOARD_TOKEN")
+	}
+}
+
+// validEnvName reports whether s is a portable environment variable name.
+func validEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || c == '_' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // batch checks a sink's batch size: a batch is taken from the sink's

@@ -2,8 +2,11 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/dashboards"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 	"github.com/ratewarden/ratewarden/edge/lambdaedge"
@@ -240,4 +244,79 @@ func mustCompile(t *testing.T, cfg *config.Config) *lambdaedge.Config {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestCloudWatchTemplateIsGenerated: deploy/cloudwatch.json is what
+// `ratewarden dashboards --out` writes as cloudformation.json for the
+// default namespace, so the template's dashboards and alarms are the
+// checked ones; its dashboards read the stack's region.
+func TestCloudWatchTemplateIsGenerated(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	if out, err := exec.Command(bin, "dashboards", "--out", dir).CombinedOutput(); err != nil {
+		t.Fatalf("dashboards: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "cloudformation.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("../deploy/cloudwatch.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("deploy/cloudwatch.json differs from `ratewarden dashboards --out DIR`'s cloudformation.json: regenerate it with\n  go run ./cmd/ratewarden dashboards --out /tmp/cw && cp /tmp/cw/cloudformation.json deploy/cloudwatch.json")
+	}
+	var tmpl struct {
+		Resources map[string]struct {
+			Type       string
+			Properties json.RawMessage
+		}
+	}
+	if err := json.Unmarshal(want, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	cat := emittedCatalogue(t)
+	kinds := map[string]int{}
+	for id, r := range tmpl.Resources {
+		kinds[r.Type]++
+		switch r.Type {
+		case "AWS::CloudWatch::Dashboard":
+			var p struct {
+				DashboardName string
+				DashboardBody struct {
+					Sub string `json:"Fn::Sub"`
+				}
+			}
+			if err := json.Unmarshal(r.Properties, &p); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			if !strings.Contains(p.DashboardBody.Sub, `"region":"${AWS::Region}"`) {
+				t.Errorf("%s: the body does not read the stack's region", id)
+			}
+			body := strings.ReplaceAll(p.DashboardBody.Sub, "${AWS::Region}", "eu-west-1")
+			if strings.Contains(body, "${") {
+				t.Errorf("%s: the body holds another substitution", id)
+			}
+			refs, _ := dashboardRefs(t, id, []byte(body))
+			for _, msg := range checkRefs(cat, id, refs) {
+				t.Error(msg)
+			}
+		case "AWS::CloudWatch::Alarm":
+			var a dashboards.Alarm
+			dec := json.NewDecoder(bytes.NewReader(r.Properties))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&a); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			for _, msg := range checkRefs(cat, id, alarmRefs(a)) {
+				t.Error(msg)
+			}
+		default:
+			t.Errorf("%s: unexpected type %s", id, r.Type)
+		}
+	}
+	if kinds["AWS::CloudWatch::Dashboard"] != 3 || kinds["AWS::CloudWatch::Alarm"] != 3 {
+		t.Errorf("resources %v, want 3 dashboards and 3 alarms", kinds)
+	}
 }

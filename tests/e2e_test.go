@@ -113,10 +113,11 @@ func startEdgeCommand(t *testing.T, cmd *exec.Cmd) (string, string) {
 		once.Do(func() {
 			cmd.Process.Signal(os.Interrupt)
 			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			// Wait closes the pipe: the log is read to its end first, or
+			// its last lines may be lost.
+			go func() { <-logDone; done <- cmd.Wait() }()
 			select {
 			case err := <-done:
-				<-logDone
 				if err != nil {
 					t.Errorf("edge exited with %v\n%s", err, logs.String())
 				}

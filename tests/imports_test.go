@@ -23,6 +23,7 @@ var allowedImports = map[string][]string{
 	"config":           {"decisions", "edge/limit", "edge/canonpath", "edge/redisstore", "embedded-metrics", "internal"},
 	"aggregator":       {"decisions", "embedded-metrics", "config", "edge/lists", "internal"},
 	"dashboards":       {"aggregator", "internal"},
+	"demo":             {"aggregator", "decisions", "internal"},
 	"examples":         {},
 	"assemble":         {"*"},
 	"cmd":              {"*"},

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"time"
 
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
@@ -94,44 +91,19 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 			log.Error("shutdown", "err", cerr)
 		}
 	}()
-	srv := assemble.Server(cfg, e.Handler())
-	ln, err := assemble.Listen(cfg)
+	srv, err := assemble.StartEdgeServer(cfg, e, log)
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node)
-
-	var adminSrv *http.Server
-	if cfg.Edge.AdminListen != "" {
-		h, err := e.AdminHandler()
-		if err != nil {
-			srv.Close()
-			return err
-		}
-		aln, err := net.Listen("tcp", cfg.Edge.AdminListen)
-		if err != nil {
-			srv.Close()
-			return fmt.Errorf("admin listen: %w", err)
-		}
-		adminSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- adminSrv.Serve(aln) }()
-		log.Info("admin listening", "addr", aln.Addr().String(), "metrics", "/metrics")
-	}
-
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-	case err := <-errc:
+	case err := <-srv.Err():
 		srv.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(sctx)
-	if adminSrv != nil {
-		adminSrv.Shutdown(sctx)
-	}
 	return err
 }

@@ -12,6 +12,9 @@
 //	ratewarden alerts [flags]          detect anomalies in stored partials, feed the lists back
 //	ratewarden aws init [flags]        create the stream and tables on AWS
 //	ratewarden lists show|add|remove|approve  read and write the feedback lists
+//	ratewarden serve [flags]           edge, decision log, aggregator and dashboard in one process
+//	ratewarden dashboards [flags]      write or apply CloudWatch dashboards and alarms
+//	ratewarden demo [flags]            serve, a sample origin and simulated abuse
 //	ratewarden version                 print the version
 package main
 
@@ -67,6 +70,9 @@ Usage:
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
   ratewarden lists show|add|remove|approve [flags]  read and write the allow, deny and challenge lists
+  ratewarden serve [flags]             run the edge, the decision log, the aggregator and the live dashboard in one process
+  ratewarden dashboards [flags]        write (--out) or apply (--apply) the CloudWatch dashboards and alarms
+  ratewarden demo [flags]              serve in front of a sample origin, with simulated users, a scraper and credential stuffing
   ratewarden version                   print the version
 
 Run "ratewarden COMMAND --help" for a command's flags.
@@ -104,6 +110,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runAWS(ctx, args[1:], stdout, stderr)
 	case "lists":
 		return runLists(ctx, args[1:], stdout, stderr, getenv)
+	case "dashboards":
+		return runDashboards(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr, getenv)
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr, getenv)
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":

@@ -52,6 +52,11 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 1, "--alerts needs whole windows"},
+		{[]string{"serve", "--help"}, 0, "-dashboard-listen"},
+		{[]string{"serve", "extra"}, 2, "Usage: ratewarden serve"},
+		{[]string{"serve", "--dashboard-listen", "0.0.0.0:0"}, 1, `dashboard listen "0.0.0.0:0": not a loopback address, and no token protects the dashboard`},
+		{[]string{"serve", "--dashboard-listen", ":0"}, 1, "not a loopback address"},
+		{[]string{"dashboards", "--help"}, 0, "-apply"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

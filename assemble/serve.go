@@ -1,0 +1,292 @@
+package assemble
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/dashboards"
+)
+
+// DefaultServeLog is the decision log `ratewarden serve` writes when
+// decisions.dir is unset: serve always records, since its aggregator and
+// dashboard read the log.
+const DefaultServeLog = "decision-log"
+
+// ServeAddrs are the addresses `ratewarden serve` listens on.
+type ServeAddrs struct {
+	Edge      string
+	Dashboard string // "" when serve.dashboard.listen is ""
+}
+
+// ServeOptions are what `ratewarden serve` adds to the configuration.
+type ServeOptions struct {
+	Options
+	// Ready, if set, is called once every listener is up.
+	Ready func(ServeAddrs)
+	// Sinks are more aggregator sinks beside the partials and the
+	// dashboard: an EMF sink, or the alert detectors.
+	Sinks []aggregator.Sink
+	Now   func() time.Time // default time.Now
+}
+
+// Serve runs, in one process and until ctx is done, what `ratewarden
+// edge` and `ratewarden aggregate --decisions-dir` run apart: the edge
+// (NewEdge, StartEdgeServer) writing the decision log, the aggregator
+// following that log (aggregator.RunLog, with the partials in
+// serve.partials_dir and its metrics as AggregatorMetrics serves them) and
+// the live dashboard (dashboards.Live) reading the aggregator's outputs.
+// Shutting down, it drains the edge, flushes its decisions to the log,
+// lets the aggregator read them and emit every open window, then stops
+// the dashboard.
+func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	o.Log = log
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	if cfg.Decisions.Dir == "" {
+		cfg.Decisions.Dir = DefaultServeLog
+	}
+	sv := cfg.Serve
+	token := ""
+	if sv.Dashboard.TokenEnv != "" {
+		token = getenv(sv.Dashboard.TokenEnv)
+	}
+	// The dashboard's address first: a refusal or a port in use stops
+	// serve before anything else starts.
+	var dashLn net.Listener
+	if sv.Dashboard.Listen != "" {
+		if err := dashboards.CheckListen(sv.Dashboard.Listen, token != "", sv.Dashboard.AllowRemote); err != nil {
+			return err
+		}
+		if dashLn, err = net.Listen("tcp", sv.Dashboard.Listen); err != nil {
+			return fmt.Errorf("dashboard listen: %w", err)
+		}
+		defer dashLn.Close() // after a failed start; Serve closes it otherwise
+	}
+	var latest atomic.Pointer[aggregator.RunStats]
+	metrics, err := AggregatorMetrics(func() aggregator.RunStats {
+		if p := latest.Load(); p != nil {
+			return *p
+		}
+		return aggregator.RunStats{}
+	}, nil, now)
+	if err != nil {
+		return err
+	}
+
+	// The dashboard's index starts with what the partials hold.
+	partials := &aggregator.PartialsDir{Dir: sv.PartialsDir}
+	index := dashboards.NewIndex(sv.Window, sv.Dashboard.Retain)
+	problems, err := index.Load(partials, now().Add(-sv.Dashboard.Retain-sv.Window), now().Add(24*time.Hour))
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		log.Warn("partial skipped", "path", p.Path, "err", p.Err)
+	}
+
+	e, err := NewEdge(ctx, cfg, o.Options)
+	if err != nil {
+		return err
+	}
+	edgeClosed := false
+	closeEdge := func() {
+		if edgeClosed {
+			return
+		}
+		edgeClosed = true
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
+		defer cancel()
+		if cerr := e.Close(sctx); cerr != nil {
+			log.Error("shutdown", "err", cerr)
+		}
+	}
+	defer closeEdge()
+
+	// The aggregator, as `aggregate --decisions-dir` runs it.
+	progress := make(chan aggregator.RunStats, 1)
+	aggCtx, stopAgg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAgg()
+	aggDone := make(chan error, 1)
+	sinks := append([]aggregator.Sink{partials, index}, o.Sinks...)
+	go func() {
+		st, err := aggregator.RunLog(aggCtx, aggregator.LogOptions{
+			Dir: cfg.Decisions.Dir, StateDir: sv.StateDir, Follow: true, Now: now,
+			Rollup: aggregator.Options{Window: sv.Window, Lateness: sv.Lateness, Late: aggregator.LateCorrect, TopK: sv.TopK},
+			Sinks:  sinks,
+			Progress: func(s aggregator.RunStats) {
+				latest.Store(&s)
+				select {
+				case <-progress:
+				default:
+				}
+				progress <- s
+			},
+		})
+		latest.Store(&st)
+		aggDone <- err
+	}()
+
+	srv, err := StartEdgeServer(cfg, e, log)
+	if err != nil {
+		stopAgg()
+		<-aggDone
+		return err
+	}
+	addrs := ServeAddrs{Edge: srv.Addr().String()}
+
+	var dash *http.Server
+	dashErr := make(chan error, 1)
+	if dashLn != nil {
+		var lists dashboards.ListSource
+		if cfg.Lists.AllowFile != "" || cfg.Lists.DenyFile != "" {
+			lists = fileLists{{"allow", cfg.Lists.AllowFile}, {"deny", cfg.Lists.DenyFile}}
+		}
+		live := dashboards.Live(dashboards.LiveOptions{Index: index, Token: token, AlertsFile: sv.Dashboard.AlertsFile, Lists: lists, Now: now,
+			Metrics: metrics,
+			Run: func() (aggregator.RunStats, bool) {
+				p := latest.Load()
+				if p == nil {
+					return aggregator.RunStats{}, false
+				}
+				return *p, true
+			}})
+		addrs.Dashboard = dashLn.Addr().String()
+		dash = &http.Server{Handler: live, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		go func() { dashErr <- dash.Serve(dashLn) }()
+		log.Info("dashboard listening", "addr", addrs.Dashboard, "url", "http://"+addrs.Dashboard+"/", "token", token != "")
+	}
+	if o.Ready != nil {
+		o.Ready(addrs)
+	}
+
+	var runErr, aggErr error
+	aggStopped := false
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-srv.Err():
+		runErr = fmt.Errorf("serve: %w", err)
+	case err := <-dashErr:
+		runErr = fmt.Errorf("dashboard: %w", err)
+	case err := <-aggDone:
+		aggStopped = true
+		runErr = fmt.Errorf("aggregator stopped: %w", err)
+	}
+	// The edge first: its last decisions reach the log.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	closeEdge()
+	// Then the aggregator reads them, and emits every open window.
+	if !aggStopped {
+		if runErr == nil {
+			catchUp(sctx, progress, aggDone)
+		}
+		stopAgg()
+		if aggErr = <-aggDone; errors.Is(aggErr, context.Canceled) {
+			aggErr = nil
+		}
+	}
+	if st := latest.Load(); st != nil {
+		log.Info("aggregator stopped", "events", st.Rollup.Events, "windows", st.Rollup.Windows, "outputs", st.Outputs, "next_offset", st.Next)
+	}
+	if dash != nil {
+		// The page's requests are short; whatever is left of the grace
+		// may be spent, so a second of its own.
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		dash.Shutdown(dctx)
+	}
+	return errors.Join(runErr, aggErr)
+}
+
+// catchUp waits until the aggregator has read the log to its end: three
+// progress reports in a row, received after the edge closed, with nothing
+// new read (the last two a tick apart each). It gives up when ctx is done
+// or the run stopped. What it does not wait for stays in the log, and
+// the next start reads it.
+func catchUp(ctx context.Context, progress <-chan aggregator.RunStats, done chan error) {
+	select {
+	case <-progress: // from before the edge closed
+	default:
+	}
+	var last uint64
+	same := 0
+	for {
+		select {
+		case s := <-progress:
+			if s.Read.Bytes == last {
+				same++
+			} else {
+				last, same = s.Read.Bytes, 1
+			}
+			if same >= 3 {
+				return
+			}
+		case err := <-done:
+			done <- err
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// fileLists reads the allow and deny list files for the dashboard: one
+// entry per target line, comments and blank lines left out.
+type fileLists []struct{ list, path string }
+
+var _ dashboards.ListSource = fileLists(nil)
+
+// maxListEntries bounds what the dashboard shows of one list.
+const maxListEntries = 10_000
+
+func (f fileLists) Entries(context.Context) ([]dashboards.ListEntry, error) {
+	var out []dashboards.ListEntry
+	for _, l := range f {
+		if l.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(l.path)
+		if err != nil {
+			return nil, err
+		}
+		// As lists.Parse reads them: a byte-order mark some editors write
+		// is not part of the first entry.
+		sc := bufio.NewScanner(bytes.NewReader(bytes.TrimPrefix(b, []byte("\uFEFF"))))
+		n := 0
+		for sc.Scan() && n < maxListEntries {
+			line, _, _ := strings.Cut(sc.Text(), "#")
+			if line = strings.TrimSpace(line); line != "" {
+				out = append(out, dashboards.ListEntry{List: l.list, Target: line, By: l.path})
+				n++
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ratewarden/ratewarden/assemble"
+)
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlags("demo", "demo [--duration D] [--speed X] [--dashboard-listen ADDR|off] [--dir DIR]", stderr)
+	duration := fs.Duration("duration", time.Minute, "how long the simulated traffic runs (`duration`)")
+	speed := fs.Float64("speed", 1, "bring the story's phases `X` times sooner (the scraper at 10 s ÷ X)")
+	dash := fs.String("dashboard-listen", "127.0.0.1:9092", "the live dashboard's `address`, \"off\" for none")
+	dir := fs.String("dir", "", "keep the decision log, state and partials in `directory` (default: a temporary one, removed)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	switch {
+	case *duration < time.Second || *duration > 24*time.Hour:
+		return fmt.Errorf("demo: --duration %v: want 1s to 24h", *duration)
+	case !(*speed >= 1 && *speed <= 1000):
+		return fmt.Errorf("demo: --speed %v: want 1 to 1000", *speed)
+	}
+	if *dash == "off" {
+		*dash = ""
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	return assemble.RunDemo(ctx, assemble.DemoOptions{Duration: *duration, Speed: *speed, Dir: *dir,
+		DashboardListen: *dash, Out: stdout, Log: log, Getenv: getenv})
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/assemble"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlags("serve", "serve [--config FILE] [--listen ADDR] [--upstream URL|builtin] [--dashboard-listen ADDR|off] [flags]", stderr)
+	cfgPath := fs.String("config", "", "configuration `file` (default: the built-in seed configuration)")
+	listen := fs.String("listen", "", "edge listen `address` (overrides edge.listen)")
+	upstream := fs.String("upstream", "", "origin `URL`, or \"builtin\" for a demo origin (overrides edge.upstream; default builtin when neither is set)")
+	admin := fs.String("admin-listen", "", "the edge's metrics and health `address`, \"off\" to disable (overrides edge.admin_listen)")
+	dash := fs.String("dashboard-listen", "", "live dashboard `address`, \"off\" to disable (overrides serve.dashboard.listen)")
+	decisionsDir := fs.String("decisions-dir", "", "the decision log `directory` (overrides decisions.dir; default "+assemble.DefaultServeLog+")")
+	stateDir := fs.String("state-dir", "", "the aggregator's state `directory` (overrides serve.state_dir)")
+	partials := fs.String("partials-dir", "", "the aggregator's partials `directory` (overrides serve.partials_dir)")
+	emfSpec := fs.String("emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
+	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	override(&cfg.Edge.Listen, *listen)
+	override(&cfg.Edge.Upstream, *upstream)
+	override(&cfg.Edge.AdminListen, *admin)
+	override(&cfg.Serve.Dashboard.Listen, *dash)
+	override(&cfg.Decisions.Dir, *decisionsDir)
+	override(&cfg.Serve.StateDir, *stateDir)
+	override(&cfg.Serve.PartialsDir, *partials)
+	if cfg.Edge.AdminListen == "off" {
+		cfg.Edge.AdminListen = ""
+	}
+	if cfg.Serve.Dashboard.Listen == "off" {
+		cfg.Serve.Dashboard.Listen = ""
+	}
+	if cfg.Edge.Upstream == "" || *cfgPath == "" && *upstream == "" {
+		cfg.Edge.Upstream = assemble.BuiltinUpstream
+	}
+	if cfg.Edge.Upstream != assemble.BuiltinUpstream {
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv}}
+	if *emfSpec != "" {
+		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log"}, false)
+		if err != nil {
+			return err
+		}
+		defer closeEMF()
+		o.Sinks = append(o.Sinks, s)
+	}
+	o.Ready = func(a assemble.ServeAddrs) {
+		if a.Dashboard != "" {
+			fmt.Fprintf(stderr, "serve: edge on http://%s/, dashboard on http://%s/, decisions in %s\n", a.Edge, a.Dashboard, cfg.Decisions.Dir)
+		} else {
+			fmt.Fprintf(stderr, "serve: edge on http://%s/, decisions in %s\n", a.Edge, cfg.Decisions.Dir)
+		}
+	}
+	return assemble.Serve(ctx, cfg, o)
+}

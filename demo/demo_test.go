@@ -1,0 +1,97 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+)
+
+// TestOrigin: the sample origin answers the paths of the story, refuses
+// a wrong password, and counts what reaches it per second.
+func TestOrigin(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	o := NewOrigin(func() time.Time { return now })
+	do := func(method, path, body string) int {
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		if body != "" {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		w := httptest.NewRecorder()
+		o.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, c := range []struct {
+		method, path, body string
+		code               int
+	}{
+		{"GET", "/products/7", "", 200},
+		{"GET", "/api/search?q=x", "", 200},
+		{"GET", "/nowhere", "", 404},
+		{"POST", "/api/login", "user=a&password=correct+horse", 200},
+		{"POST", "/api/login", "user=a&password=hunter2", 401},
+		{"POST", "/api/login", "", 401},
+	} {
+		if got := do(c.method, c.path, c.body); got != c.code {
+			t.Errorf("%s %s %q: %d, want %d", c.method, c.path, c.body, got, c.code)
+		}
+	}
+	now = now.Add(time.Second)
+	do("GET", "/products/1", "")
+	st := o.Stats()
+	if st.Requests != 7 || st.Logins != 3 || st.FailedLogins != 2 || st.PeakPerSec != 6 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestTrafficStory: at speed 20 the scraper starts at 0.5 s; against an
+// edge stand-in that blocks it and lets the rest through, the counts by
+// actor say what each got, and users are never refused.
+func TestTrafficStory(t *testing.T) {
+	origin := NewOrigin(time.Now)
+	edge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Forwarded-For") == ScraperAddr {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		origin.ServeHTTP(w, r)
+	}))
+	defer edge.Close()
+	tr := &Traffic{Target: edge.URL, Speed: 20}
+	tr.Run(context.Background(), 2*time.Second, time.Now)
+	users, scraper, stuffing := tr.Stats(ActorUsers), tr.Stats(ActorScraper), tr.Stats(ActorStuffing)
+	if users.Sent.Load() == 0 || users.OK.Load()+users.Errors.Load()+users.Skipped.Load() == 0 || users.Blocked.Load() != 0 {
+		t.Errorf("users: %s", users)
+	}
+	// How many the scraper sends in 2 s depends on the machine; that it
+	// was refused every time does not.
+	if scraper.Blocked.Load() == 0 || scraper.OK.Load() != 0 || scraper.Challenged.Load() != 0 {
+		t.Errorf("scraper: %s", scraper)
+	}
+	if stuffing.Refused.Load() == 0 || stuffing.OK.Load() != 0 {
+		t.Errorf("stuffing: %s", stuffing)
+	}
+}
+
+// TestWindowsLine: a window's line has its counts and the client refused
+// most.
+func TestWindowsLine(t *testing.T) {
+	lines := []string{}
+	for i, oc := range []string{"allow", "challenge", "block", "block"} {
+		lines = append(lines, `{"v":1,"kind":"decision","time":"2026-03-01T12:00:00.`+string(rune('1'+i))+`Z","client_ip":"203.0.113.7","tier":"anonymous","rule":"anonymous:global","outcome":"`+oc+`"}`)
+	}
+	var buf bytes.Buffer
+	w := &Windows{W: &buf}
+	if _, err := aggregator.RunLines(context.Background(), strings.NewReader(strings.Join(lines, "\n")), aggregator.Options{Window: time.Second}, []aggregator.Sink{w}); err != nil {
+		t.Fatal(err)
+	}
+	want := "12:00:00  decisions     4  allowed     1  challenged    1  blocked     2  other    0  most refused 203.0.113.7 (3)\n"
+	if buf.String() != want {
+		t.Errorf("line\n%q\nwant\n%q", buf.String(), want)
+	}
+}
