@@ -409,7 +409,7 @@ func TestWatchRetriesDropped(t *testing.T) {
 	rec.full.Store(false)
 	for range 2 {
 		// As a refresh does: the file has not changed since the last read.
-		if err := w.load(true); err != nil {
+		if err := w.load(ctx, true); err != nil {
 			t.Fatal(err)
 		}
 	}
