@@ -82,6 +82,32 @@ func TestChallengeListEndToEnd(t *testing.T) {
 	if out := run("show", "--json"); !strings.Contains(out, `"target": "203.0.113.7"`) || !strings.Contains(out, `"state": "active"`) {
 		t.Errorf("lists show --json:\n%s", out)
 	}
+	// A bad line (a second target smuggled onto it) is refused with
+	// file:line: the edge logs it and keeps the last good list, and the
+	// writer will not rewrite the file.
+	good, err := os.ReadFile(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(list, append(append([]byte(nil), good...), "198.51.100.7 203.0.113.8\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := fmt.Sprintf("%s:%d: ", list, strings.Count(string(good), "\n")+1)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(edgeLogs[t.Name()](), bad) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if logs := edgeLogs[t.Name()](); !strings.Contains(logs, "keeping the last good list") || !strings.Contains(logs, bad) {
+		t.Errorf("the edge did not report %s:\n%s", bad, logs)
+	}
+	if s := get(t, client, base+"/api/search", xff...).status; s != 302 {
+		t.Errorf("after a bad list file: %d, want 302 from the last good list", s)
+	}
+	if code, out := runBinaryStatus(t, bin, nil, "lists", "remove", "--list", "challenge", ip, "--by", "bob", "--config", cfgPath); code == 0 || !strings.Contains(out, bad) {
+		t.Errorf("lists remove on a bad file: exit %d, %s", code, out)
+	}
+	if err := os.WriteFile(list, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	run("remove", "--list", "challenge", ip, "--by", "bob")
 	if s := waitStatus(t, client, base+"/api/search", 200, xff...); s != 200 {
 		t.Fatalf("after lists remove: %d, want 200", s)

@@ -28,8 +28,12 @@ var (
 // the old file or the new one, never half of one; lines the change does not
 // concern, comments included, are kept as they are. Writers in any number of
 // processes exclude one another with an flock on PATH.lock beside the file
-// (a lock on the list file itself would not do: the rename replaces it).
-// FileStore is safe for concurrent use.
+// (a lock on the list file itself would not do: the rename replaces it),
+// taken with github.com/gofrs/flock rather than syscall.Flock as the
+// decision log does: a writer waits for the lock (the log refuses a second
+// writer outright) and gives up when its context ends, on every platform
+// the binary builds for. Readers take no lock. FileStore is safe for
+// concurrent use.
 type FileStore struct {
 	paths map[string]string // list → file
 	now   func() time.Time

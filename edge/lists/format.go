@@ -335,6 +335,11 @@ func (e *Entry) Validate() error {
 	if _, err := checkText(attrReason, e.Reason, MaxReasonLen); err != nil {
 		return err
 	}
+	for _, t := range []time.Time{e.Expires, e.Added} {
+		if !t.IsZero() && (t.Unix() < 0 || t.Unix() > maxUnix) {
+			return fmt.Errorf("time %s: want one from 1970 to 9999", t.Format(time.RFC3339))
+		}
+	}
 	if !e.Expires.IsZero() && !e.Added.IsZero() && !e.Expires.After(e.Added) {
 		return fmt.Errorf("expires %s is not after added %s", e.Expires.Format(time.RFC3339), e.Added.Format(time.RFC3339))
 	}

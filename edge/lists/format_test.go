@@ -18,7 +18,9 @@ func TestParseAttributes(t *testing.T) {
 		"\"user:carol smith\" pending=true by=policy:stuffing\n" +
 		"203.0.113.9 removed=2026-12-01T17:30:00Z by=alice\n" +
 		"::ffff:198.51.100.0/120 expires=2026-12-01T17:30:00Z\n" +
-		"user: eve\n"
+		"user: eve\n" +
+		"203.0.113.20 expires=2319-03-13T16:29:36Z\n" + // past what Unix nanoseconds hold
+		"203.0.113.21 expires=1601-01-01T00:00:00Z\n"
 	es, err := ParseEntries(strings.NewReader(text), "t.list", Challenge)
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +32,8 @@ func TestParseAttributes(t *testing.T) {
 		{List: Challenge, Target: "203.0.113.9", Removed: t0.Add(30 * time.Minute), By: "alice"},
 		{List: Challenge, Target: "198.51.100.0/24", Expires: t0.Add(30 * time.Minute)},
 		{List: Challenge, Target: "user:eve"},
+		{List: Challenge, Target: "203.0.113.20", Expires: time.Date(2319, 3, 13, 16, 29, 36, 0, time.UTC)},
+		{List: Challenge, Target: "203.0.113.21", Expires: time.Date(1601, 1, 1, 0, 0, 0, 0, time.UTC)},
 	}
 	if len(es) != len(want) {
 		t.Fatalf("%d entries, want %d: %+v", len(es), len(want), es)
@@ -57,6 +61,8 @@ func TestParseAttributes(t *testing.T) {
 		{net, "", t0.Add(30 * time.Minute), false},
 		{a7, "", t1.Add(1000 * time.Hour), true}, // no expiry
 		{netip.Addr{}, "eve", t0, true},
+		{netip.MustParseAddr("203.0.113.20"), "", t0, true},
+		{netip.MustParseAddr("203.0.113.21"), "", t0, false},
 	}
 	for _, c := range cases {
 		if got := l.ContainsAt(c.addr, c.user, c.at); got != c.want {

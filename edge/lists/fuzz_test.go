@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // FuzzParse checks that whatever a list file holds, Parse either refuses
@@ -74,4 +76,44 @@ func FuzzAppendLine(f *testing.F) {
 func sameEntry(a, b Entry) bool {
 	return a.List == b.List && a.Target == b.Target && a.Expires.Equal(b.Expires) && a.Added.Equal(b.Added) &&
 		a.Removed.Equal(b.Removed) && a.Reason == b.Reason && a.By == b.By && a.Pending == b.Pending
+}
+
+// FuzzTableItem checks the decoding of a lists-table item someone else
+// wrote: it is refused, or it is an entry that writes back as the same item
+// and reads as itself.
+func FuzzTableItem(f *testing.F) {
+	f.Add("203.0.113.7", "alice", "scraper", "1796148000", "", false)
+	f.Add("user:a b\n", "x\x00", "\u202e", "-1", "1796148000", true)
+	f.Add("10.0.0.1/8", "", "", "1e3", "x", false)
+	f.Add("203.0.113.7", "", "", "99999999999999", "", false) // past year 9999, which RFC 3339 cannot write
+	f.Fuzz(func(t *testing.T, target, by, reason, expires, removed string, pending bool) {
+		it := key(Deny, target)
+		it[TableByAttribute], it[TableReasonAttribute] = str(by), str(reason)
+		it[TableExpiresAttribute] = &types.AttributeValueMemberN{Value: expires}
+		if removed != "" {
+			it[TableRemovedAttribute] = &types.AttributeValueMemberN{Value: removed}
+		}
+		it[TablePendingAttribute] = &types.AttributeValueMemberBOOL{Value: pending}
+		e, err := entry(Deny, it)
+		if err != nil {
+			return
+		}
+		if e.Target != target {
+			if n, err := NormalizeTarget(target); err != nil || n != e.Target {
+				t.Fatalf("target %q read as %q", target, e.Target)
+			}
+		}
+		if !e.Removed.IsZero() {
+			return // a tombstone's expires is its own
+		}
+		back, err := entry(Deny, item(&e))
+		if err != nil || !sameEntry(back, e) {
+			t.Fatalf("%+v wrote back as %+v, %v", e, back, err)
+		}
+		line := AppendLine(nil, &e)
+		es, err := ParseEntries(bytes.NewReader(line), "item", Deny)
+		if err != nil || len(es) != 1 || !sameEntry(es[0], e) {
+			t.Fatalf("%+v as a line %q read back as %+v, %v", e, line, es, err)
+		}
+	})
 }

@@ -60,6 +60,7 @@ package lists
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -123,7 +124,7 @@ func New(es []Entry, now time.Time) *List {
 		}
 		exp := never
 		if !e.Expires.IsZero() {
-			exp = e.Expires.UnixNano()
+			exp = unixNano(e.Expires)
 		}
 		if id, ok := cutUser(e.Target); ok {
 			l.users[id] = max(l.users[id], exp)
@@ -143,6 +144,23 @@ func New(es []Entry, now time.Time) *List {
 	l.bits6 = lengths(l.prefixes, false)
 	return l
 }
+
+// unixNano is t in Unix nanoseconds, clamped to what an int64 holds
+// (1678 to 2262): an expiry past 2262 is never reached.
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.After(maxNano):
+		return never
+	case t.Before(minNano):
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+var (
+	maxNano = time.Unix(0, math.MaxInt64)
+	minNano = time.Unix(0, math.MinInt64)
+)
 
 func cutUser(target string) (string, bool) { return cutPrefix(target, userPrefix) }
 

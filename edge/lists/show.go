@@ -66,7 +66,13 @@ func Show(w io.Writer, es []Entry, now time.Time, asJSON bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIST\tTARGET\tSTATE\tEXPIRES\tADDED\tBY\tREASON")
 	for _, e := range es {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.List, e.Target, e.State(now), stamp(e.Expires, "never"),
+		never := "never"
+		if !e.Removed.IsZero() {
+			never = "-"
+		}
+		// Targets are written as in a list file, quoted when they hold
+		// spaces, so that a column is one target.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.List, appendField(nil, e.Target), e.State(now), stamp(e.Expires, never),
 			stamp(e.Added, "-"), dash(e.By), dash(e.Reason))
 	}
 	return tw.Flush()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/gofrs/flock"
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
@@ -409,7 +410,7 @@ func TestWatchRetriesDropped(t *testing.T) {
 	rec.full.Store(false)
 	for range 2 {
 		// As a refresh does: the file has not changed since the last read.
-		if err := w.load(true); err != nil {
+		if err := w.load(ctx, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -418,5 +419,28 @@ func TestWatchRetriesDropped(t *testing.T) {
 	}
 	if n, d := w.Changes(); n != 1 || d != 1 {
 		t.Errorf("Changes = %d, %d; want 1 recorded, 1 dropped", n, d)
+	}
+}
+
+// TestFileStoreWaitsForTheLock: a writer waits while another holds the
+// lock, and gives up, writing nothing, when its context ends.
+func TestFileStoreWaitsForTheLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "deny.list")
+	held := flock.New(path + ".lock")
+	if err := held.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	s := NewFileStore(map[string]string{Deny: path}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Put(ctx, Entry{List: Deny, Target: "203.0.113.7"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Put while locked: %v, want the context's deadline", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the list was written without the lock: %v", err)
+	}
+	held.Unlock()
+	if err := s.Put(context.Background(), Entry{List: Deny, Target: "203.0.113.7"}); err != nil {
+		t.Errorf("Put after the lock was released: %v", err)
 	}
 }

@@ -221,7 +221,9 @@ func key(list, target string) map[string]types.AttributeValue {
 
 func item(e *Entry) map[string]types.AttributeValue {
 	it := key(e.List, e.Target)
-	it[TableAddedAttribute] = unix(e.Added)
+	if !e.Added.IsZero() {
+		it[TableAddedAttribute] = unix(e.Added)
+	}
 	if !e.Expires.IsZero() {
 		it[TableExpiresAttribute] = unix(e.Expires)
 	}
@@ -259,8 +261,8 @@ func entry(list string, it map[string]types.AttributeValue) (Entry, error) {
 				return bad(attr, errors.New("not a number"))
 			}
 			sec, err := strconv.ParseInt(n.Value, 10, 64)
-			if err != nil {
-				return bad(attr, errors.New("not whole Unix seconds"))
+			if err != nil || sec < 0 || sec > maxUnix {
+				return bad(attr, fmt.Errorf("%q: want whole Unix seconds from 0 to %d", n.Value, maxUnix))
 			}
 			*dst = time.Unix(sec, 0).UTC()
 		}
@@ -292,6 +294,9 @@ func entry(list string, it map[string]types.AttributeValue) (Entry, error) {
 	}
 	return e, nil
 }
+
+// maxUnix is the last second of year 9999, the last RFC 3339 can write.
+const maxUnix = 253402300799
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 

@@ -125,7 +125,7 @@ func watch(src Source, o WatchOptions, tick <-chan time.Time, stopTick, afterTic
 		}
 		w.recorded = prev
 	}
-	if err := w.load(false); err != nil {
+	if err := w.load(context.Background(), false); err != nil {
 		return nil, err
 	}
 	if tick == nil {
@@ -146,7 +146,7 @@ func (w *Watcher) run(tick <-chan time.Time, stopTick, afterTick func()) {
 		case <-w.stop:
 			return
 		case <-tick:
-			if err := w.load(true); err != nil && w.opts.Report != nil {
+			if err := w.load(context.Background(), true); err != nil && w.opts.Report != nil {
 				w.opts.Report(err)
 			}
 			if afterTick != nil {
@@ -171,7 +171,7 @@ func (w *Watcher) Source() Source { return w.src }
 // On error the last good list stays and the error is returned, not
 // reported.
 func (w *Watcher) Reload() error {
-	return w.load(false)
+	return w.load(context.Background(), false)
 }
 
 // Stats returns the number of successful loads, the first included, and of
@@ -200,7 +200,7 @@ func (w *Watcher) Close(ctx context.Context) error {
 		return fmt.Errorf("close list watcher %s: %w", w.src.Name(), ctx.Err())
 	}
 	if first && w.opts.Record != nil {
-		if err := w.load(true); err != nil && w.opts.Report != nil {
+		if err := w.load(ctx, true); err != nil && w.opts.Report != nil {
 			w.opts.Report(err)
 		}
 	}
@@ -213,10 +213,10 @@ const readTimeout = 10 * time.Second
 // load reads the source and makes it the current list, recording the
 // changes from the previous one. With ifChanged, a source that can tell it
 // is unchanged is not read again.
-func (w *Watcher) load(ifChanged bool) error {
+func (w *Watcher) load(ctx context.Context, ifChanged bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	now := w.opts.Now()
 	l, err := w.src.Read(ctx, w.opts.List, now, ifChanged && !w.retry)

@@ -1,0 +1,51 @@
+package lists
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// TestShow checks what `ratewarden lists show` prints, as a table and as
+// JSON, against testdata/show.*.
+func TestShow(t *testing.T) {
+	es, err := ParseEntries(strings.NewReader(`203.0.113.7 expires=2026-12-01T18:00:00Z added=2026-12-01T17:00:00Z by=alice reason="scraper: 800 rps"
+"user:carol smith" pending=true by=policy:stuffing
+198.51.100.0/24 expires=2026-12-01T17:10:00Z
+203.0.113.9 removed=2026-12-01T17:20:00Z by=bob reason=mistake
+`), "t.list", Challenge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file   string
+		asJSON bool
+	}{{"show.txt", false}, {"show.json", true}} {
+		var b bytes.Buffer
+		if err := Show(&b, es, t0.Add(30*time.Minute), c.asJSON); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join("testdata", c.file)
+		if *update {
+			if err := os.MkdirAll("testdata", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b.Bytes(), want) {
+			t.Errorf("%s:\n%s\nwant\n%s", c.file, b.Bytes(), want)
+		}
+	}
+}
