@@ -45,8 +45,8 @@ func (f *reportFlags) write(stdout io.Writer, b []byte) error {
 	return atomicfile.Write(*f.out, b, 0o644)
 }
 
-// rangeOrDefault returns the range, --to defaulting to now; both given as
-// flags are checked by the job.
+// rangeOrDefault returns the range, --to defaulting to now, and refuses
+// one whose --from is missing or not before --to.
 func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
 	to := f.to.t
 	if to.IsZero() {
