@@ -30,6 +30,12 @@ type WhatIfOptions struct {
 	// Progress, if set, is called every few thousand events with the log's
 	// payload bytes read.
 	Progress func(read uint64)
+	// Reorder is how far out of decision-time order the log may hold
+	// requests: the edge writes a decision when its response ends, so a
+	// slow response's decision follows quicker ones decided after it. The
+	// replay decides in decision-time order within this horizon; default
+	// 30 s. A request later than that is replayed when read, and counted.
+	Reorder time.Duration
 }
 
 // replayPeer is the peer every replayed request comes from: the replay's
@@ -45,7 +51,7 @@ const WhatIfIdentity = "Identities are replayed as logged: the client address, u
 var whatIfNotes = []string{
 	"Counters start empty at the start of the range and live in memory; time is each event's own. Store failures are not replayed: the candidate's store never fails, so requests logged fail_open, fail_closed or local_limit are decided on their counts.",
 	"Requests logged allow_listed or deny_listed are kept as logged and not counted against limits, as the edge does not count them: the lists of the time are what the log records.",
-	"A request logged token_pass carried a valid challenge token, and carries one in the replay; no other request does. A concurrency slot is held for the request's logged upstream latency.",
+	"A request logged token_pass carried a valid challenge token, and carries one in the replay; no other request does. A concurrency slot is held for the request's logged upstream latency. Requests are replayed in decision-time order (the log holds them as their responses ended).",
 }
 
 // WhatIf replays the requests the decision log holds between o.From and
@@ -92,8 +98,21 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 	if r.prefix == 0 {
 		r.prefix = identity.DefaultIPv6Prefix
 	}
+	horizon := o.Reorder
+	if horizon <= 0 {
+		horizon = 30 * time.Second
+	}
 	var v edge.Verdict
-	for n := 0; ; n++ {
+	var pending byTime
+	var latest, done time.Time // the latest time read, and replayed
+	replay := func(d *decisions.Decision) {
+		if d.Time.After(done) {
+			done = d.Time
+		}
+		r.decide(ctx, d, &v)
+		tally.Add(clientOf(d), d, &v.Decision)
+	}
+	for n := uint64(0); ; n++ {
 		d, _, err := rd.Next(ctx, false)
 		if decisionlog.IsEnd(err) {
 			break
@@ -112,8 +131,21 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 			out.Kept++
 			continue
 		}
-		r.decide(ctx, &d, &v)
-		tally.Add(clientOf(&d), &d, &v.Decision)
+		if d.Time.After(latest) {
+			latest = d.Time
+		}
+		if d.Time.Before(done) {
+			out.OutOfOrder++ // later than the horizon: its turn has passed
+		}
+		heap.Push(&pending, queued{d: d, seq: n})
+		for len(pending) > 0 && latest.Sub(pending[0].d.Time) > horizon {
+			q := heap.Pop(&pending).(queued)
+			replay(&q.d)
+		}
+	}
+	for len(pending) > 0 {
+		q := heap.Pop(&pending).(queued)
+		replay(&q.d)
 	}
 	r.releaseUntil(ctx, time.Time{}, true)
 	if o.Progress != nil {
@@ -124,6 +156,32 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 	}
 	tally.Fill(out, o.Top)
 	return out, nil
+}
+
+// queued is a logged request waiting for its turn in decision-time order;
+// seq, its place in the log, orders requests of one instant as logged.
+type queued struct {
+	d   decisions.Decision
+	seq uint64
+}
+
+// byTime is a min-heap of queued requests by decision time, then seq.
+type byTime []queued
+
+func (h byTime) Len() int { return len(h) }
+func (h byTime) Less(i, j int) bool {
+	if c := h[i].d.Time.Compare(h[j].d.Time); c != 0 {
+		return c < 0
+	}
+	return h[i].seq < h[j].seq
+}
+func (h byTime) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *byTime) Push(x any)   { *h = append(*h, x.(queued)) }
+func (h *byTime) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // clientOf names d's client as reports do: user:<id>, or the address.
