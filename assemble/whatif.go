@@ -94,7 +94,7 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 
 	out := &report.WhatIf{Title: cmp.Or(o.Title, "What-if"), Source: o.Source, Config: o.Config.File(), From: o.From.UTC(), To: o.To.UTC(), Identity: WhatIfIdentity, Notes: whatIfNotes}
 	var tally report.WhatIfTally
-	r := &replayer{lim: lim, keys: keys, ttl: cfg.Challenge.TokenTTL, header: cfg.Challenge.Header, prefix: cfg.Identity.IPv6Prefix}
+	r := &replayer{held: &minHeap[release]{less: func(a, b release) bool { return a.at.Before(b.at) }}, lim: lim, keys: keys, ttl: cfg.Challenge.TokenTTL, header: cfg.Challenge.Header, prefix: cfg.Identity.IPv6Prefix}
 	if r.prefix == 0 {
 		r.prefix = identity.DefaultIPv6Prefix
 	}
@@ -103,7 +103,13 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 		horizon = 30 * time.Second
 	}
 	var v edge.Verdict
-	var pending byTime
+	// pending orders by decision time, then by place in the log.
+	pending := &minHeap[queued]{less: func(a, b queued) bool {
+		if c := a.d.Time.Compare(b.d.Time); c != 0 {
+			return c < 0
+		}
+		return a.seq < b.seq
+	}}
 	var latest, done time.Time // the latest time read, and replayed
 	replay := func(d *decisions.Decision) {
 		if d.Time.After(done) {
@@ -137,14 +143,14 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 		if d.Time.Before(done) {
 			out.OutOfOrder++ // later than the horizon: its turn has passed
 		}
-		heap.Push(&pending, queued{d: d, seq: n})
-		for len(pending) > 0 && latest.Sub(pending[0].d.Time) > horizon {
-			q := heap.Pop(&pending).(queued)
+		heap.Push(pending, queued{d: d, seq: n})
+		for pending.Len() > 0 && latest.Sub(pending.items[0].d.Time) > horizon {
+			q := heap.Pop(pending).(queued)
 			replay(&q.d)
 		}
 	}
-	for len(pending) > 0 {
-		q := heap.Pop(&pending).(queued)
+	for pending.Len() > 0 {
+		q := heap.Pop(pending).(queued)
 		replay(&q.d)
 	}
 	r.releaseUntil(ctx, time.Time{}, true)
@@ -159,29 +165,10 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 }
 
 // queued is a logged request waiting for its turn in decision-time order;
-// seq, its place in the log, orders requests of one instant as logged.
+// seq, its place in the log, orders the requests of one instant.
 type queued struct {
 	d   decisions.Decision
 	seq uint64
-}
-
-// byTime is a min-heap of queued requests by decision time, then seq.
-type byTime []queued
-
-func (h byTime) Len() int { return len(h) }
-func (h byTime) Less(i, j int) bool {
-	if c := h[i].d.Time.Compare(h[j].d.Time); c != 0 {
-		return c < 0
-	}
-	return h[i].seq < h[j].seq
-}
-func (h byTime) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *byTime) Push(x any)   { *h = append(*h, x.(queued)) }
-func (h *byTime) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // clientOf names d's client as reports do: user:<id>, or the address.
@@ -200,7 +187,7 @@ type replayer struct {
 	ttl    time.Duration
 	header string
 	prefix int
-	held   releases
+	held   *minHeap[release] // by end time
 	req    edge.Request
 	h      http.Header
 }
@@ -234,15 +221,15 @@ func (r *replayer) decide(ctx context.Context, d *decisions.Decision, v *edge.Ve
 	if v.Holds() {
 		held := new(edge.Verdict)
 		*held = *v
-		heap.Push(&r.held, release{at: d.Time.Add(d.UpstreamLatency), v: held})
+		heap.Push(r.held, release{at: d.Time.Add(d.UpstreamLatency), v: held})
 	}
 }
 
 // releaseUntil gives back the slots of the requests that ended at or
 // before t (every one with all).
 func (r *replayer) releaseUntil(ctx context.Context, t time.Time, all bool) {
-	for len(r.held) > 0 && (all || !r.held[0].at.After(t)) {
-		rel := heap.Pop(&r.held).(release)
+	for r.held.Len() > 0 && (all || !r.held.items[0].at.After(t)) {
+		rel := heap.Pop(r.held).(release)
 		r.lim.Release(ctx, rel.at, rel.v)
 	}
 }
@@ -252,16 +239,18 @@ type release struct {
 	v  *edge.Verdict
 }
 
-// releases is a min-heap of releases by time.
-type releases []release
+// minHeap is a container/heap of T ordered by less.
+type minHeap[T any] struct {
+	items []T
+	less  func(a, b T) bool
+}
 
-func (h releases) Len() int           { return len(h) }
-func (h releases) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h releases) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *releases) Push(x any)        { *h = append(*h, x.(release)) }
-func (h *releases) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+func (h *minHeap[T]) Len() int           { return len(h.items) }
+func (h *minHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h *minHeap[T]) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *minHeap[T]) Push(x any)         { h.items = append(h.items, x.(T)) }
+func (h *minHeap[T]) Pop() any {
+	x := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
 	return x
 }
