@@ -30,6 +30,12 @@ type WhatIfOptions struct {
 	// Progress, if set, is called every few thousand events with the log's
 	// payload bytes read.
 	Progress func(read uint64)
+	// Reorder is how far out of decision-time order the log may hold
+	// requests: the edge writes a decision when its response ends, so a
+	// slow response's decision follows quicker ones decided after it. The
+	// replay decides in decision-time order within this horizon; default
+	// 30 s. A request later than that is replayed when read, and counted.
+	Reorder time.Duration
 }
 
 // replayPeer is the peer every replayed request comes from: the replay's
@@ -45,7 +51,7 @@ const WhatIfIdentity = "Identities are replayed as logged: the client address, u
 var whatIfNotes = []string{
 	"Counters start empty at the start of the range and live in memory; time is each event's own. Store failures are not replayed: the candidate's store never fails, so requests logged fail_open, fail_closed or local_limit are decided on their counts.",
 	"Requests logged allow_listed or deny_listed are kept as logged and not counted against limits, as the edge does not count them: the lists of the time are what the log records.",
-	"A request logged token_pass carried a valid challenge token, and carries one in the replay; no other request does. A concurrency slot is held for the request's logged upstream latency.",
+	"A request logged token_pass carried a valid challenge token, and carries one in the replay; no other request does. A concurrency slot is held for the request's logged upstream latency. Requests are replayed in decision-time order (the log holds them as their responses ended).",
 }
 
 // WhatIf replays the requests the decision log holds between o.From and
@@ -88,12 +94,31 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 
 	out := &report.WhatIf{Title: cmp.Or(o.Title, "What-if"), Source: o.Source, Config: o.Config.File(), From: o.From.UTC(), To: o.To.UTC(), Identity: WhatIfIdentity, Notes: whatIfNotes}
 	var tally report.WhatIfTally
-	r := &replayer{lim: lim, keys: keys, ttl: cfg.Challenge.TokenTTL, header: cfg.Challenge.Header, prefix: cfg.Identity.IPv6Prefix}
+	r := &replayer{held: &minHeap[release]{less: func(a, b release) bool { return a.at.Before(b.at) }}, lim: lim, keys: keys, ttl: cfg.Challenge.TokenTTL, header: cfg.Challenge.Header, prefix: cfg.Identity.IPv6Prefix}
 	if r.prefix == 0 {
 		r.prefix = identity.DefaultIPv6Prefix
 	}
+	horizon := o.Reorder
+	if horizon <= 0 {
+		horizon = 30 * time.Second
+	}
 	var v edge.Verdict
-	for n := 0; ; n++ {
+	// pending orders by decision time, then by place in the log.
+	pending := &minHeap[queued]{less: func(a, b queued) bool {
+		if c := a.d.Time.Compare(b.d.Time); c != 0 {
+			return c < 0
+		}
+		return a.seq < b.seq
+	}}
+	var latest, done time.Time // the latest time read, and replayed
+	replay := func(d *decisions.Decision) {
+		if d.Time.After(done) {
+			done = d.Time
+		}
+		r.decide(ctx, d, &v)
+		tally.Add(clientOf(d), d, &v.Decision)
+	}
+	for n := uint64(0); ; n++ {
 		d, _, err := rd.Next(ctx, false)
 		if decisionlog.IsEnd(err) {
 			break
@@ -112,8 +137,21 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 			out.Kept++
 			continue
 		}
-		r.decide(ctx, &d, &v)
-		tally.Add(clientOf(&d), &d, &v.Decision)
+		if d.Time.After(latest) {
+			latest = d.Time
+		}
+		if d.Time.Before(done) {
+			out.OutOfOrder++ // later than the horizon: its turn has passed
+		}
+		heap.Push(pending, queued{d: d, seq: n})
+		for pending.Len() > 0 && latest.Sub(pending.items[0].d.Time) > horizon {
+			q := heap.Pop(pending).(queued)
+			replay(&q.d)
+		}
+	}
+	for pending.Len() > 0 {
+		q := heap.Pop(pending).(queued)
+		replay(&q.d)
 	}
 	r.releaseUntil(ctx, time.Time{}, true)
 	if o.Progress != nil {
@@ -124,6 +162,13 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 	}
 	tally.Fill(out, o.Top)
 	return out, nil
+}
+
+// queued is a logged request waiting for its turn in decision-time order;
+// seq, its place in the log, orders the requests of one instant.
+type queued struct {
+	d   decisions.Decision
+	seq uint64
 }
 
 // clientOf names d's client as reports do: user:<id>, or the address.
@@ -142,7 +187,7 @@ type replayer struct {
 	ttl    time.Duration
 	header string
 	prefix int
-	held   releases
+	held   *minHeap[release] // by end time
 	req    edge.Request
 	h      http.Header
 }
@@ -176,15 +221,15 @@ func (r *replayer) decide(ctx context.Context, d *decisions.Decision, v *edge.Ve
 	if v.Holds() {
 		held := new(edge.Verdict)
 		*held = *v
-		heap.Push(&r.held, release{at: d.Time.Add(d.UpstreamLatency), v: held})
+		heap.Push(r.held, release{at: d.Time.Add(d.UpstreamLatency), v: held})
 	}
 }
 
 // releaseUntil gives back the slots of the requests that ended at or
 // before t (every one with all).
 func (r *replayer) releaseUntil(ctx context.Context, t time.Time, all bool) {
-	for len(r.held) > 0 && (all || !r.held[0].at.After(t)) {
-		rel := heap.Pop(&r.held).(release)
+	for r.held.Len() > 0 && (all || !r.held.items[0].at.After(t)) {
+		rel := heap.Pop(r.held).(release)
 		r.lim.Release(ctx, rel.at, rel.v)
 	}
 }
@@ -194,16 +239,18 @@ type release struct {
 	v  *edge.Verdict
 }
 
-// releases is a min-heap of releases by time.
-type releases []release
+// minHeap is a container/heap of T ordered by less.
+type minHeap[T any] struct {
+	items []T
+	less  func(a, b T) bool
+}
 
-func (h releases) Len() int           { return len(h) }
-func (h releases) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h releases) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *releases) Push(x any)        { *h = append(*h, x.(release)) }
-func (h *releases) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+func (h *minHeap[T]) Len() int           { return len(h.items) }
+func (h *minHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h *minHeap[T]) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *minHeap[T]) Push(x any)         { h.items = append(h.items, x.(T)) }
+func (h *minHeap[T]) Pop() any {
+	x := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
 	return x
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/internal/rusage"
 )
 
 // BenchmarkWhatIfReplay replays a log of 200,000 realistic decisions
@@ -50,6 +51,7 @@ tiers:
 `)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := rusage.CPU()
 	var replayed uint64
 	for range b.N {
 		r, err := assemble.WhatIf(context.Background(), assemble.WhatIfOptions{Config: cfg, DecisionsDir: dir, From: t0, To: t0.Add(24 * time.Hour), Top: 50})
@@ -59,4 +61,5 @@ tiers:
 		replayed += r.Replayed
 	}
 	b.ReportMetric(float64(replayed)/b.Elapsed().Seconds(), "requests/s")
+	b.ReportMetric(float64(replayed)/(rusage.CPU()-cpu0).Seconds(), "requests/cpu-s")
 }

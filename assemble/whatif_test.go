@@ -222,3 +222,65 @@ func TestWhatIfRangeError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestWhatIfConcurrencyOutOfOrder: a concurrency rule (one slot) on
+// /api/upload. The edge writes a decision when its response ends, so the
+// log holds the refusal of the second request (decided at 1 s, ended at
+// once) and another client's request (1.5 s) before the first request
+// (decided at 0, ended at 2 s), and the third (3 s) after them. The replay decides in decision time and holds each
+// slot for the logged upstream latency: replaying the base configuration
+// changes nothing; two slots let the second request through.
+func TestWhatIfConcurrencyOutOfOrder(t *testing.T) {
+	logDir := filepath.Join(t.TempDir(), "log")
+	yaml := func(slots int) string {
+		return fmt.Sprintf(`
+edge: {upstream: ORIGIN, node: n1}
+tiers:
+  anonymous:
+    global: {limit: 100, window: 1m}
+    paths:
+      /api/upload: {limit: %d, algorithm: concurrency}
+`, slots)
+	}
+	e, err := assemble.NewEdge(context.Background(), loadConfig(t, yaml(1)+"decisions: {dir: "+logDir+", linger: 1ms}\n"), assemble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func() *edge.Request {
+		return &edge.Request{RemoteAddr: "203.0.113.7:4000", Method: "POST", Host: "api.example", Path: "/api/upload", URI: "/api/upload", Header: http.Header{}}
+	}
+	ctx := context.Background()
+	at := func(s float64) time.Time { return whatifT0.Add(time.Duration(s * float64(time.Second))) }
+	var v1, v2, v3, other edge.Verdict
+	e.Limiter.Begin(ctx, at(0), req(), &v1)
+	e.Limiter.Begin(ctx, at(1), req(), &v2)
+	e.Limiter.End(ctx, at(1), &v2)
+	// Another client's request, logged between the refusal and the first.
+	o := req()
+	o.RemoteAddr, o.Path, o.URI = "198.51.100.1:4000", "/other", "/other"
+	e.Limiter.Begin(ctx, at(1.5), o, &other)
+	e.Limiter.End(ctx, at(1.5), &other)
+	v1.UpstreamLatency = 2 * time.Second
+	e.Limiter.End(ctx, at(2), &v1)
+	e.Limiter.Begin(ctx, at(3), req(), &v3)
+	e.Limiter.End(ctx, at(3), &v3)
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{v1.Outcome.String(), v2.Outcome.String(), v3.Outcome.String()}; !slices.Equal(got, []string{"allow", "block", "allow"}) {
+		t.Fatalf("the base edge decided %v", got)
+	}
+	run := func(slots int) *report.WhatIf {
+		w, err := assemble.WhatIf(ctx, assemble.WhatIfOptions{Config: loadConfig(t, yaml(slots)), DecisionsDir: logDir, From: whatifT0, To: whatifT0.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	if w := run(1); w.Replayed != 4 || w.Changed != 0 || w.OutOfOrder != 0 {
+		t.Errorf("the base configuration: replayed %d, changed %d (%s), out of order %d", w.Replayed, w.Changed, identities(w), w.OutOfOrder)
+	}
+	if w := run(2); identities(w) != "203.0.113.7 refused>allowed 1" {
+		t.Errorf("two slots: %s", identities(w))
+	}
+}

@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/internal/rusage"
 )
 
 // dayDirs holds the stored days of partials the benchmarks read, by
@@ -21,16 +21,6 @@ var (
 	dayMu   sync.Mutex
 	dayDirs = map[time.Duration]string{}
 )
-
-// cpuTime is the CPU time the process has used, user and system, its GC
-// included.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -103,7 +93,7 @@ func BenchmarkReportDay(b *testing.B) {
 				dir := storedDay(b, c.size, c.perWindow)
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := rusage.CPU()
 				for range b.N {
 					w, err := ReadDir(dir, c.size, t0, t0.Add(24*time.Hour), nil)
 					if err != nil || len(w.Problems) > 0 {
@@ -120,7 +110,7 @@ func BenchmarkReportDay(b *testing.B) {
 				b.ReportMetric(float64(24*time.Hour/c.size)*float64(b.N)/b.Elapsed().Seconds(), "windows/s")
 				// The machine is shared: CPU time says what the report
 				// costs whatever else runs, wall time what it took.
-				b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+				b.ReportMetric((rusage.CPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
 			})
 		}
 	}

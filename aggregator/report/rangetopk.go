@@ -89,7 +89,8 @@ func (r *rangeTopK) top(n int) []aggregator.Hitter {
 		hs = append(hs, aggregator.Hitter{Client: c, Count: u, Err: u - (e.count - e.err)})
 	}
 	slices.SortFunc(hs, func(a, b aggregator.Hitter) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(b.Count-b.Err, a.Count-a.Err), cmp.Compare(a.Client.String(), b.Client.String()))
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(b.Count-b.Err, a.Count-a.Err),
+			cmp.Compare(a.Client.User, b.Client.User), a.Client.Addr.Compare(b.Client.Addr))
 	})
 	return hs[:min(n, len(hs))]
 }

@@ -183,7 +183,9 @@ type Tier struct {
 func Build(w *Windows, a *Alerts, o Options) *Report {
 	o = o.withDefaults()
 	from, to := Align(o.From, o.To, w.Size)
-	r := &Report{Title: o.Title, Source: o.Source, From: from, To: to, Window: w.Size.String()}
+	// Lists are empty, not null, in the JSON of a range with nothing.
+	r := &Report{Title: o.Title, Source: o.Source, From: from, To: to, Window: w.Size.String(),
+		Feedback: []FeedbackRow{}, Alerts: []alerts.Alert{}, Tiers: []Tier{}}
 	starts := make([]time.Time, 0, len(w.Parts))
 	for _, s := range sortedStarts(w.Parts) {
 		if !s.Before(from) && s.Before(to) {
@@ -215,7 +217,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		f, l := starts[0], starts[len(starts)-1].Add(w.Size)
 		r.Summary.FirstWindow, r.Summary.LastWindowEnd = &f, &l
 	}
-	var actions []alerts.Action
+	actions := []alerts.Action{}
 	if a != nil {
 		for _, ac := range a.Actions {
 			if inRange(ac.Time, from, to) {
@@ -297,7 +299,7 @@ func inRange(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to
 const maxListed = 50
 
 func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time, unmerged []Problem) Coverage {
-	c := Coverage{Windows: int(to.Sub(from) / w.Size), Read: len(starts)}
+	c := Coverage{Windows: int(to.Sub(from) / w.Size), Read: len(starts), Gaps: []Gap{}}
 	c.Missing = c.Windows - c.Read
 	i := 0
 	var open *Gap
@@ -319,12 +321,11 @@ func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time, unm
 		c.Gaps = append(c.Gaps, Gap{From: s, To: s.Add(w.Size), Windows: 1})
 		open = &c.Gaps[len(c.Gaps)-1]
 	}
-	c.Unreadable = append(slices.Clip(w.Problems), unmerged...)
-	if c.Unreadable == nil {
-		c.Unreadable = []Problem{}
-	}
+	c.Unreadable = append(append([]Problem{}, w.Problems...), unmerged...)
+	c.AlertSkips = []Problem{}
 	if a != nil {
-		c.AlertLines, c.AlertSkips, c.AlertSkipN = a.Lines, a.Problems, a.Skipped
+		c.AlertLines, c.AlertSkipN = a.Lines, a.Skipped
+		c.AlertSkips = append(c.AlertSkips, a.Problems...)
 	}
 	c.Complete = c.Missing == 0 && len(c.Unreadable) == 0
 	return c

@@ -416,3 +416,22 @@ func TestRangeTopK(t *testing.T) {
 	f(100, 1600, 2)      // lists overflow
 	f(50, 120, 3)        // and the held clients are pruned
 }
+
+// TestEmptyRange: a range with no partial renders, lists empty and the
+// totals marked partial, in every format.
+func TestEmptyRange(t *testing.T) {
+	w := &Windows{Size: time.Minute, Parts: map[time.Time]*aggregator.Partial{}}
+	r := Build(w, nil, Options{From: t0, To: t0.Add(time.Hour)})
+	if r.Coverage.Complete || r.Coverage.Missing != 60 || len(r.Coverage.Gaps) != 1 || r.Summary.Requests != 0 {
+		t.Errorf("coverage %+v", r.Coverage)
+	}
+	for _, f := range []Format{Markdown, HTML, JSON, CSV} {
+		var b bytes.Buffer
+		if err := r.Render(&b, f); err != nil {
+			t.Fatal(err)
+		}
+		if f == JSON && strings.Contains(strings.ReplaceAll(b.String(), `"solve_rate": null`, ""), "null") {
+			t.Errorf("json has null lists:\n%s", b.String())
+		}
+	}
+}

@@ -46,7 +46,10 @@ type WhatIf struct {
 	Replayed uint64 `json:"requests_replayed"`
 	Kept     uint64 `json:"requests_kept_as_logged"` // list outcomes, not replayed
 	Skipped  uint64 `json:"events_skipped"`          // feedback and drop events
-	Changed  uint64 `json:"requests_changed"`
+	// OutOfOrder counts requests the log held later than the replay's
+	// reorder horizon: replayed when read, after requests decided later.
+	OutOfOrder uint64 `json:"requests_out_of_order"`
+	Changed    uint64 `json:"requests_changed"`
 
 	Transitions []Transition     `json:"transitions"`
 	Rules       []RuleChange     `json:"rules"`
@@ -201,6 +204,7 @@ func (w *WhatIf) document() *document {
 		{"requests changed", u(w.Changed)},
 		{"requests kept as logged (lists)", u(w.Kept)},
 		{"events skipped (not requests)", u(w.Skipped)},
+		{"requests replayed out of order (later than the horizon)", u(w.OutOfOrder)},
 	}}
 	d.sections = append(d.sections, section{title: "Summary", text: append([]string{w.Identity}, w.Notes...), tables: []table{sum}})
 	tr := table{name: "transitions", cols: []string{"from", "to", "requests", "identities"}}

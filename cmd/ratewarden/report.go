@@ -45,8 +45,8 @@ func (f *reportFlags) write(stdout io.Writer, b []byte) error {
 	return atomicfile.Write(*f.out, b, 0o644)
 }
 
-// rangeOrDefault returns the range, --to defaulting to now; both given as
-// flags are checked by the job.
+// rangeOrDefault returns the range, --to defaulting to now, and refuses
+// one whose --from is missing or not before --to.
 func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
 	to := f.to.t
 	if to.IsZero() {
@@ -145,6 +145,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("whatif", "whatif --config candidate.yaml --decisions-dir DIR --from T [--to T] [--format md|html|json|csv] [--out FILE]", stderr)
 	cfgPath := fs.String("config", "", "the candidate configuration `file`")
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to replay")
+	reorder := fs.Duration("reorder", 30*time.Second, "how far out of decision-time order the log may hold requests (a decision is written when its response ends): the replay puts them back in order within this `horizon`")
 	rf := addReportFlags(fs, "What-if")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -168,7 +169,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	bar, done := reportBar(stderr, "whatif")
 	total := logBytes(*dir)
 	w, err := assemble.WhatIf(ctx, assemble.WhatIfOptions{Config: cfg, DecisionsDir: *dir, From: from, To: to,
-		Top: *rf.top, Title: *rf.title, Source: "decision log " + *dir,
+		Top: *rf.top, Title: *rf.title, Source: "decision log " + *dir, Reorder: *reorder,
 		Progress: func(read uint64) { bar(read, total) }})
 	done()
 	if err != nil {
@@ -181,6 +182,6 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := rf.write(stdout, b.Bytes()); err != nil {
 		return fmt.Errorf("whatif: %w", err)
 	}
-	fmt.Fprintf(stderr, "whatif: replayed %d requests, %d would change, %d kept as logged, %d problems\n", w.Replayed, w.Changed, w.Kept, len(w.Problems))
+	fmt.Fprintf(stderr, "whatif: replayed %d requests, %d would change, %d kept as logged, %d out of order, %d problems\n", w.Replayed, w.Changed, w.Kept, w.OutOfOrder, len(w.Problems))
 	return nil
 }
