@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"time"
 
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
@@ -103,21 +100,10 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node)
 
-	var adminSrv *http.Server
-	if cfg.Edge.AdminListen != "" {
-		h, err := e.AdminHandler()
-		if err != nil {
-			srv.Close()
-			return err
-		}
-		aln, err := net.Listen("tcp", cfg.Edge.AdminListen)
-		if err != nil {
-			srv.Close()
-			return fmt.Errorf("admin listen: %w", err)
-		}
-		adminSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- adminSrv.Serve(aln) }()
-		log.Info("admin listening", "addr", aln.Addr().String(), "metrics", "/metrics")
+	adminSrv, err := serveAdmin(cfg, e.AdminHandler, log)
+	if err != nil {
+		srv.Close()
+		return err
 	}
 
 	select {
@@ -130,8 +116,6 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(sctx)
-	if adminSrv != nil {
-		adminSrv.Shutdown(sctx)
-	}
+	shutdownAdmin(adminSrv, cfg)
 	return err
 }
