@@ -64,7 +64,7 @@ var (
 )
 
 var (
-	listenRE = regexp.MustCompile(`msg="edge listening" addr=(\S+)`)
+	listenRE = regexp.MustCompile(`msg="(?:edge|auth_request endpoint|rate limit service) listening" addr=(\S+)`)
 	adminRE  = regexp.MustCompile(`msg="admin listening" addr=(\S+)`)
 )
 
