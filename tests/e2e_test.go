@@ -30,7 +30,7 @@ var (
 
 // buildBinary builds cmd/ratewarden once per test binary; TestMain removes
 // it.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "ratewarden-e2e-"); buildErr != nil {
