@@ -246,6 +246,9 @@ func TestRLSChallengeAndLists(t *testing.T) {
 	if loc := header(r, "location"); loc != "/captcha?redirect=%2Fapi%2Freports%3Fq%3Da+b" || r.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("challenge: %s location %q", summary(r), loc)
 	}
+	if md := r.GetDynamicMetadata().GetFields(); md["decision"].GetStringValue() != "challenge" || md["status"].GetNumberValue() != 302 {
+		t.Errorf("challenge metadata %v", md)
+	}
 	if got := summary(s.call(t, "192.0.2.66", "/")); got != "OVER_LIMIT/deny_listed/" {
 		t.Errorf("deny list: %s", got)
 	}

@@ -21,7 +21,9 @@
 // descriptor's status carries the deciding rule: its code, its limit, the
 // hits remaining and the time until it resets. The response headers are
 // the decision (rls.decision_header), RateLimit-Limit, -Remaining and
-// -Reset, Retry-After on refusals, and Location for a challenge.
+// -Reset, Retry-After on refusals, and Location for a challenge; a refusal
+// also carries the decision and the status the edge would answer as
+// dynamic metadata, for Envoy's local_reply_config to map (docs/envoy.md).
 package rls
 
 import (
@@ -38,6 +40,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratewarden/ratewarden/config"
@@ -260,6 +263,13 @@ func (s *Service) response(req *rlsv3.RateLimitRequest, v *edge.Verdict) *rlsv3.
 		st = &rlsv3.RateLimitResponse_DescriptorStatus{Code: code}
 	}
 	if refused {
+		// Envoy hands it on as dynamic metadata (namespace
+		// envoy.filters.http.ratelimit), which a local_reply_config mapper's
+		// metadata_filter can match to answer 302, 403 or 503 instead of 429.
+		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"decision": structpb.NewStringValue(v.Outcome.String()),
+			"status":   structpb.NewNumberValue(float64(refusal.Status)),
+		}}
 		if refusal.Location != "" {
 			hdrs = append(hdrs, &corev3.HeaderValue{Key: "location", Value: refusal.Location})
 		}
