@@ -544,6 +544,12 @@ tiers:
 		{"endpoint failures window", "challenge:\n  enabled: true\n  endpoint_failures: {window: 48h} # <-\n" + anonymous, "challenge.endpoint_failures.window", `"48h" is not allowed; use 1s to 24h`},
 		{"challenge cookie", "challenge:\n  enabled: true\n  cookie: a;b # <-\n" + anonymous, "challenge.cookie", "use a cookie name"},
 		{"lists refresh", "lists:\n  refresh: 10ms # <-\n" + anonymous, "lists.refresh", `"10ms" is not allowed; use 1s or more`},
+		{"rls fail closed", "rls:\n  fail_closed: unknown # <-\n" + anonymous, "rls.fail_closed", `"unknown" is not allowed; use one of over_limit, error`},
+		{"rls duplicate key", "rls:\n  user_key: remote_address # <-\n" + anonymous, "rls.user_key", `"remote_address" is also rls.address_key`},
+		{"rls descriptor path", "rls:\n  descriptors:\n    - key: header_match\n      value: reports\n      path: api/reports # <-\n" + anonymous, "rls.descriptors[0].path", `use a path prefix starting with /`},
+		{"rls max descriptors", "rls:\n  max_descriptors: 5000 # <-\n" + anonymous, "rls.max_descriptors", `"5000" is not allowed; use 1 to 4096`},
+		{"rls listen", "rls:\n  listen: nowhere # <-\n" + anonymous, "rls.listen", `use host:port`},
+		{"authz listen", "authz:\n  listen: nowhere # <-\n" + anonymous, "authz.listen", `use host:port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := markedLine(tc.yaml)
