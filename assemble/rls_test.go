@@ -63,7 +63,9 @@ type rlsServer struct {
 	stop      func() // graceful shutdown, then Close
 }
 
-func startRLS(t *testing.T, yaml string) *rlsServer {
+func startRLS(t *testing.T, yaml string) *rlsServer { return startRLSB(t, yaml) }
+
+func startRLSB(t testing.TB, yaml string) *rlsServer {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "decisions.jsonl")
 	cfg := loadConfig(t, "edge:\n  decisions_file: "+file+"\n"+yaml)

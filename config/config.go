@@ -147,6 +147,10 @@ type Redis struct {
 	PoolSize    int              `yaml:"pool_size"`    // connections per node; 0 is the client's default
 	Prefix      string           `yaml:"prefix"`       // key prefix; default rw:
 	Clock       redisstore.Clock `yaml:"clock"`        // server (default: Redis's clock) or caller (the edge's)
+	// Batch sends the calls made at the same time in shared pipelines
+	// (redisstore.Batcher): under concurrency a round trip carries many
+	// calls, and their system calls cost a share each. Default false.
+	Batch bool `yaml:"batch"`
 }
 
 // Sync sits in front of a distributed store: it answers keys already over

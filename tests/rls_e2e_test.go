@@ -111,29 +111,31 @@ func TestRLSBinary(t *testing.T) {
 //     its calls the same way); cpu-µs/decision is the server process's
 //     CPU time (utime+stime, /proc/PID/stat) over the run.
 //
-// On Redis, store-rt/decision is the EVALSHA calls Redis counted over the
-// run (each one round trip) and redis-cpu-µs/decision Redis's own CPU
-// time, both from INFO. Path "/" counts under the global rule only (one
+// On Redis (store.redis.batch false and true), evalsha/decision is the
+// EVALSHA calls Redis counted over the run, store-rt/decision the round
+// trips (Redis's read system calls) and redis-cpu-µs/decision Redis's own
+// CPU time. Path "/" counts under the global rule only (one
 // round trip, as a one-descriptor envoyproxy/ratelimit call);
 // "/api/search" under a path rule too (two).
 func BenchmarkRLS(b *testing.B) {
 	bin := buildBinary(b)
-	var redisAddr string
+	var rds *benchRedisServer
 	stores := []struct{ name, yaml string }{
 		{"memory", "store:\n  type: memory\n"},
-		{"redis", ""},
+		{"redis", "false"},
+		{"redis-batch", "true"},
 	}
 	for _, st := range stores {
 		for _, path := range []string{"/", "/api/search"} {
 			name := st.name + "/" + strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", "_")
 			yaml := func() string {
-				if st.name != "redis" {
+				if st.name == "memory" {
 					return st.yaml
 				}
-				if redisAddr == "" {
-					redisAddr = benchRedis(b)
+				if rds == nil {
+					rds = benchRedis(b)
 				}
-				return fmt.Sprintf("store:\n  type: redis\n  timeout: 1s\n  redis: {addrs: [%q], prefix: \"rlsb-%d:\"}\n", redisAddr, time.Now().UnixNano())
+				return fmt.Sprintf("store:\n  type: redis\n  timeout: 1s\n  redis: {addrs: [%q], prefix: \"rlsb-%d:\", batch: %s}\n", rds.addr, time.Now().UnixNano(), st.yaml)
 			}
 			b.Run("inprocess/"+name, func(b *testing.B) {
 				cfgFile := benchConfig(b, yaml())
@@ -147,8 +149,7 @@ func BenchmarkRLS(b *testing.B) {
 				}
 				defer s.Close(context.Background())
 				var next atomic.Uint64
-				rdb := redisClient(b, redisAddr, st.name)
-				before, rbefore := selfCPU(), redisInfo(b, rdb)
+				before, rbefore := selfCPU(), rds.stats(b, st.name)
 				b.ReportAllocs()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
@@ -160,7 +161,7 @@ func BenchmarkRLS(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				report(b, selfCPU()-before, rbefore, redisInfo(b, rdb))
+				report(b, selfCPU()-before, rbefore, rds.stats(b, st.name))
 			})
 			b.Run("grpc/"+name, func(b *testing.B) {
 				cfgFile := benchConfig(b, yaml())
@@ -170,10 +171,9 @@ func BenchmarkRLS(b *testing.B) {
 				for i := range 1000 {
 					client.ShouldRateLimit(context.Background(), rlsCall(rotating(uint64(i)), path))
 				}
-				rdb := redisClient(b, redisAddr, st.name)
 				var next atomic.Uint64
 				next.Store(1000)
-				before, rbefore := cpu(), redisInfo(b, rdb)
+				before, rbefore := cpu(), rds.stats(b, st.name)
 				b.ReportAllocs()
 				b.SetParallelism(8)
 				b.ResetTimer()
@@ -186,7 +186,7 @@ func BenchmarkRLS(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				report(b, cpu()-before, rbefore, redisInfo(b, rdb))
+				report(b, cpu()-before, rbefore, rds.stats(b, st.name))
 			})
 		}
 	}
@@ -278,9 +278,15 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// benchRedis starts a redis-server of the benchmark's own, so that its
+// benchRedisServer is a redis-server of the benchmark's own, so that its
 // counters and CPU time are the benchmark's alone.
-func benchRedis(b *testing.B) string {
+type benchRedisServer struct {
+	addr   string
+	pid    int
+	client *redis.Client
+}
+
+func benchRedis(b *testing.B) *benchRedisServer {
 	bin := program(b, "redis-server", "tests/run (apt-get install redis-server)")
 	port := freePort(b)
 	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--loglevel", "warning")
@@ -288,43 +294,42 @@ func benchRedis(b *testing.B) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	for i := 0; c.Ping(context.Background()).Err() != nil; i++ {
+	r := &benchRedisServer{addr: fmt.Sprintf("127.0.0.1:%d", port), pid: cmd.Process.Pid}
+	r.client = redis.NewClient(&redis.Options{Addr: r.addr})
+	b.Cleanup(func() { r.client.Close() })
+	for i := 0; r.client.Ping(context.Background()).Err() != nil; i++ {
 		if i > 500 {
 			b.Fatal("redis-server did not start")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return addr
+	return r
 }
 
-func redisClient(b *testing.B, addr, store string) *redis.Client {
-	if store != "redis" {
-		return nil
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	b.Cleanup(func() { c.Close() })
-	return c
-}
-
-// redisStats are the figures of Redis's INFO a run compares.
+// redisStats are what a run compares of Redis: EVALSHA calls and Redis's
+// CPU time (INFO), and its read system calls (/proc/PID/io syscr): Redis
+// reads a connection once per batch of requests that arrived together,
+// so every round trip costs one read, however many calls it carries.
 type redisStats struct {
 	evalsha int64
+	reads   int64
 	cpu     time.Duration
 }
 
 var (
 	evalshaRE = regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`)
 	cpuRE     = regexp.MustCompile(`used_cpu_(?:sys|user):([\d.]+)`)
+	syscrRE   = regexp.MustCompile(`(?m)^syscr: (\d+)$`)
 )
 
-func redisInfo(b *testing.B, c *redis.Client) redisStats {
-	if c == nil {
+// stats reads the figures; the zero value for the memory store.
+func (r *benchRedisServer) stats(b *testing.B, store string) redisStats {
+	if r == nil || store == "memory" {
 		return redisStats{}
 	}
-	info, err := c.Info(context.Background(), "commandstats", "cpu").Result()
+	// INFO is one read of its own: taken before /proc is read, it is not
+	// counted in the run.
+	info, err := r.client.Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -336,6 +341,13 @@ func redisInfo(b *testing.B, c *redis.Client) redisStats {
 		sec, _ := strconv.ParseFloat(m[1], 64)
 		s.cpu += time.Duration(sec * float64(time.Second))
 	}
+	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", r.pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if m := syscrRE.FindSubmatch(io); m != nil {
+		s.reads, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
 	return s
 }
 
@@ -344,7 +356,9 @@ func report(b *testing.B, cpu time.Duration, before, after redisStats) {
 	n := float64(b.N)
 	b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/decision")
 	if after != (redisStats{}) {
-		b.ReportMetric(float64(after.evalsha-before.evalsha)/n, "store-rt/decision")
+		b.ReportMetric(float64(after.evalsha-before.evalsha)/n, "evalsha/decision")
+		// One read is the INFO of the closing figures.
+		b.ReportMetric(float64(after.reads-before.reads-1)/n, "store-rt/decision")
 		b.ReportMetric(float64((after.cpu-before.cpu).Microseconds())/n, "redis-cpu-µs/decision")
 	}
 }
