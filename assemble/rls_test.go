@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,6 +35,7 @@ import (
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 	"github.com/ratewarden/ratewarden/edge/rls"
 )
@@ -259,6 +261,30 @@ func TestRLSChallengeAndLists(t *testing.T) {
 	}
 	if got := summary(s.call(t, "192.0.2.77", "/api/reports")); got != "OK/allow_listed/" {
 		t.Errorf("allow list: %s", got)
+	}
+}
+
+// TestRLSChallengeToken: a challenged client that presents a valid token
+// (the challenge_token entry) passes as token_pass; a token for another
+// client does not.
+func TestRLSChallengeToken(t *testing.T) {
+	const keys = "k1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+	t.Setenv("RATEWARDEN_CHALLENGE_KEYS", keys)
+	s := startRLS(t, rlsTiers)
+	ring, err := challenge.ParseKeys(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := ring.Issue(s.svc.Limiter.SubjectFor(netip.MustParseAddr("192.0.2.60"), ""), time.Now(), time.Hour)
+	other := ring.Issue(s.svc.Limiter.SubjectFor(netip.MustParseAddr("192.0.2.61"), ""), time.Now(), time.Hour)
+	for range 5 {
+		s.call(t, "192.0.2.60", "/api/reports")
+	}
+	if got := summary(s.call(t, "192.0.2.60", "/api/reports", "challenge_token", other)); got != "OVER_LIMIT/challenge/0" {
+		t.Errorf("another client's token: %s", got)
+	}
+	if got := summary(s.call(t, "192.0.2.60", "/api/reports", "challenge_token", tok)); got != "OK/token_pass/0" {
+		t.Errorf("valid token: %s", got)
 	}
 }
 
