@@ -560,3 +560,44 @@ func createCounterTable(t *testing.T, endpoint, table string) {
 	dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	awstest.CreateTable(t, dc, dynamostore.TableSpec(table))
 }
+
+// TestRLSGracefulShutdown: a call under way when shutdown begins is
+// answered (here after the stalled store's deadline, failing open), and
+// Serve returns once it has been.
+func TestRLSGracefulShutdown(t *testing.T) {
+	// A "Redis" that accepts connections and never answers.
+	stalled, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := stalled.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	s := startRLS(t, fmt.Sprintf("store:\n  type: redis\n  timeout: 500ms\n  redis: {addrs: [%q]}\n", stalled.Addr().String())+rlsTiers)
+	type result struct {
+		resp *rlsv3.RateLimitResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := s.client.ShouldRateLimit(context.Background(), request("192.0.2.70", "/api/reports"))
+		done <- result{r, err}
+	}()
+	c := <-accepted // the call is waiting on the store
+	defer c.Close()
+	stopped := make(chan struct{})
+	go func() { s.stop(); close(stopped) }()
+	r := <-done
+	if r.err != nil || summary(r.resp) != "OK/fail_open/" {
+		t.Errorf("call under way at shutdown: %s %v", summary(r.resp), r.err)
+	}
+	<-stopped
+}
