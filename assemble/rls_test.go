@@ -418,6 +418,8 @@ func TestRLSHostileCalls(t *testing.T) {
 	emptyDomain.Domain = ""
 	otherDomain := request("192.0.2.40", "/")
 	otherDomain.Domain = "other"
+	longDomain := request("192.0.2.40", "/")
+	longDomain.Domain = strings.Repeat("edge", 100)
 	cases := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -425,6 +427,7 @@ func TestRLSHostileCalls(t *testing.T) {
 	}{
 		{"empty domain", emptyDomain, codes.InvalidArgument},
 		{"other domain", otherDomain, codes.InvalidArgument},
+		{"long domain", longDomain, codes.InvalidArgument},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument},
 		{"empty descriptor", many(1, 0), codes.InvalidArgument},
 		{"too many descriptors", many(9, 1), codes.InvalidArgument},
@@ -443,6 +446,10 @@ func TestRLSHostileCalls(t *testing.T) {
 	}
 	if got := summary(s.call(t, "not-an-address", "/")); got != "OK/fail_open/" {
 		t.Errorf("no client address: %s", got)
+	}
+	// A long method and user: the method is cut, the user not believed.
+	if got := summary(s.call(t, "192.0.2.44", "/", "method", strings.Repeat("M", 5000), "user", strings.Repeat("u", 5000))); got != "OK/allow/59" {
+		t.Errorf("long method and user: %s", got)
 	}
 	// Invalid UTF-8 in a string field: proto3 refuses it, gRPC answers
 	// INTERNAL, nothing reaches the limiter.
@@ -470,10 +477,15 @@ func TestRLSHostileCalls(t *testing.T) {
 			rejected++
 		}
 	}
-	if rejected != 7 { // six invalid calls and the overlong path
-		t.Errorf("%d rejected decisions, want 7: %s", rejected, outcomes(ds))
+	if rejected != 8 { // seven invalid calls and the overlong path
+		t.Errorf("%d rejected decisions, want 8: %s", rejected, outcomes(ds))
 	}
-	if st := s.svc.Service.Stats(); st.Invalid != 6 {
+	for _, d := range ds {
+		if len(d.Host) > 256 || len(d.Method) > 32 || len(d.Path) > 256 || len(d.UserID) > 256 {
+			t.Errorf("an unbounded field recorded: host %d, method %d, path %d, user %d bytes", len(d.Host), len(d.Method), len(d.Path), len(d.UserID))
+		}
+	}
+	if st := s.svc.Service.Stats(); st.Invalid != 7 {
 		t.Errorf("stats %+v", st)
 	}
 }

@@ -45,6 +45,9 @@ const (
 // first maxURI bytes, whose path canonpath then refuses as too long.
 const maxURI = 16 << 10
 
+// maxMethod bounds the method a decision records.
+const maxMethod = 32
+
 // Handler returns the decision endpoint deciding with lim. Any path and
 // method are answered: nginx chooses the subrequest's.
 func Handler(lim *edge.Limiter) http.Handler {
@@ -69,6 +72,9 @@ func Handler(lim *edge.Limiter) http.Handler {
 		}
 		if method == "" {
 			method = r.Method
+		}
+		if len(method) > maxMethod {
+			method = strings.ToValidUTF8(method[:maxMethod], "")
 		}
 		path := uri
 		if i := strings.IndexByte(path, '?'); i >= 0 {

@@ -133,6 +133,9 @@ func (s *Service) read(req *rlsv3.RateLimitRequest, c *call) {
 	case req.GetDomain() == "":
 		c.invalid = "rate limit domain must not be empty"
 		return
+	case len(req.GetDomain()) > maxDomain:
+		c.invalid = "rate limit domain longer than " + strconv.Itoa(maxDomain) + " bytes"
+		return
 	case s.domains != nil && !s.domains[req.GetDomain()]:
 		c.invalid = "rate limit domain is not served: " + quote(req.GetDomain())
 		return
@@ -186,7 +189,25 @@ func (s *Service) read(req *rlsv3.RateLimitRequest, c *call) {
 	if descHits > 0 {
 		c.hits = descHits
 	}
+	c.method = cut(c.method, maxMethod)
 }
+
+// cut returns s cut to at most n bytes, on a character boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// Bounds on what a call can make a decision record: the domain (recorded
+// as the host) and the method. A user or plan longer than
+// identity.MaxUserLen is not believed; a path longer than canonpath.MaxLen
+// is rejected.
+const (
+	maxDomain = 256
+	maxMethod = 32
+)
 
 func first(dst *string, v string) {
 	if *dst == "" {
@@ -201,7 +222,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	var c call
 	s.read(req, &c)
 	var v edge.Verdict
-	r := edge.Request{Method: c.method, Host: req.GetDomain(), Path: c.path, URI: c.path, Shadow: s.cfg.ShadowMode}
+	r := edge.Request{Method: c.method, Host: cut(req.GetDomain(), maxDomain), Path: c.path, URI: c.path, Shadow: s.cfg.ShadowMode}
 	id := s.lim.Identify(c.ip, c.user, c.plan)
 	r.Identity = &id
 	if c.invalid != "" {
