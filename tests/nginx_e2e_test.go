@@ -61,8 +61,9 @@ http {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(os.Interrupt)
 		select {
@@ -84,8 +85,8 @@ http {
 			return
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("nginx exited: %v\n%s", err, errlog())
+		case <-exited:
+			t.Fatalf("nginx exited: %v\n%s", waitErr, errlog())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
