@@ -41,7 +41,7 @@ type Edge struct {
 	Limiter *edge.Limiter
 	Sinks   *Sinks                    // never nil; Sinks.Emitter is nil when decisions are not recorded
 	Lists   map[string]*lists.Watcher // by list name: lists.Allow, Deny, Challenge
-	Origin  http.Handler              // the reverse proxy to edge.upstream, or the demo origin
+	Origin  http.Handler              // the reverse proxy to edge.upstream, or the demo origin; nil without edge.upstream
 	// VerifierSecret guards the token endpoint; empty disables it.
 	VerifierSecret string
 
@@ -112,6 +112,10 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 		return nil, err
 	}
 	e.closers = append(e.closers, e.Limiter.Close)
+	if cfg.Edge.Upstream == "" {
+		// A decision service (rls, authz) forwards nothing.
+		return e, nil
+	}
 	if e.Origin, err = Upstream(cfg.Edge.Upstream, cfg.Edge.Origin); err != nil {
 		return nil, err
 	}

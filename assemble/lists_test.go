@@ -89,7 +89,7 @@ func listsEdge(tb testing.TB, kind, logDir string, refresh time.Duration, edits 
 	return e, store
 }
 
-func status(h http.Handler, addr string) int {
+func statusOf(h http.Handler, addr string) int {
 	r := httptest.NewRequest(http.MethodGet, "/x", nil)
 	r.RemoteAddr = addr
 	w := httptest.NewRecorder()
@@ -121,13 +121,13 @@ func TestEdgeObeysListStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			reload()
-			got = append(got, status(h, client), status(h, "203.0.113.8:1000"))
+			got = append(got, statusOf(h, client), statusOf(h, "203.0.113.8:1000"))
 			if err := store.Remove(ctx, lists.Challenge, "203.0.113.7", "bob"); err != nil {
 				t.Fatal(err)
 			}
 			reload()
 			reload() // no change: no event
-			got = append(got, status(h, client))
+			got = append(got, statusOf(h, client))
 			if err := e.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +199,7 @@ func BenchmarkListPropagation(b *testing.B) {
 					want = http.StatusFound
 				}
 				start := time.Now()
-				for status(h, fmt.Sprintf("203.0.113.7:%d", len(delays))) != want {
+				for statusOf(h, fmt.Sprintf("203.0.113.7:%d", len(delays))) != want {
 					if time.Since(start) > 10*time.Second {
 						b.Fatalf("no change after 10s")
 					}
@@ -239,7 +239,7 @@ func TestEdgeListsRecordOff(t *testing.T) {
 	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, func(c *config.Config) { c.Lists.Record = new(false) })
 	defer e.Close(ctx)
 	w := challengeListed(t, e, store, "203.0.113.7")
-	if s := status(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
+	if s := statusOf(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
 		t.Errorf("status %d, want 302", s)
 	}
 	if n, _ := w.Changes(); n != 0 {
@@ -263,10 +263,10 @@ func TestEdgeKeepsLastGoodList(t *testing.T) {
 		if err := w.Reload(); err == nil || !strings.Contains(err.Error(), path+":2: ") {
 			t.Errorf("Reload of %q: %v, want an error naming %s:2", bad, err, path)
 		}
-		if s := status(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
+		if s := statusOf(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
 			t.Errorf("after a bad file: %d, want 302 from the last good list", s)
 		}
-		if s := status(e.Handler(), "198.51.100.7:1"); s != http.StatusOK {
+		if s := statusOf(e.Handler(), "198.51.100.7:1"); s != http.StatusOK {
 			t.Errorf("a target of the bad file applies: %d", s)
 		}
 	}

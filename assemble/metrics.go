@@ -41,24 +41,30 @@ func metricsHandler(scope string, register func(metric.Meter) error) (http.Handl
 // adminHandler serves the edge's /metrics and /healthz.
 func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Watcher) (http.Handler, error) {
 	return metricsHandler("github.com/ratewarden/ratewarden/edge", func(meter metric.Meter) error {
-		if err := lim.RegisterMetrics(meter); err != nil {
+		return registerEdgeMetrics(meter, lim, sinks, watchers)
+	})
+}
+
+// registerEdgeMetrics makes the instruments of the limiter, the sinks and
+// the lists: what every command that decides exports.
+func registerEdgeMetrics(meter metric.Meter, lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Watcher) error {
+	if err := lim.RegisterMetrics(meter); err != nil {
+		return err
+	}
+	if sinks.Emitter != nil {
+		if err := registerEmitterMetrics(meter, sinks.Emitter); err != nil {
 			return err
 		}
-		if sinks.Emitter != nil {
-			if err := registerEmitterMetrics(meter, sinks.Emitter); err != nil {
-				return err
-			}
+	}
+	if sinks.Kinesis != nil {
+		if err := registerKinesisMetrics(meter, sinks.Kinesis, sinks.Spill); err != nil {
+			return err
 		}
-		if sinks.Kinesis != nil {
-			if err := registerKinesisMetrics(meter, sinks.Kinesis, sinks.Spill); err != nil {
-				return err
-			}
-		}
-		if len(watchers) > 0 {
-			return registerListMetrics(meter, watchers)
-		}
-		return nil
-	})
+	}
+	if len(watchers) > 0 {
+		return registerListMetrics(meter, watchers)
+	}
+	return nil
 }
 
 // observable is one int64 instrument whose value is read from a snapshot S

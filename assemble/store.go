@@ -58,13 +58,19 @@ func Store(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv fun
 			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		client := redis.NewUniversalClient(opts)
-		st, err := redisstore.New(redisstore.Options{Client: client, Prefix: r.Prefix, Clock: r.Clock})
+		var rc redisstore.Client = client
+		closeFn = func(context.Context) error { return client.Close() }
+		if r.Batch {
+			b := redisstore.NewBatcher(client, redisstore.BatcherOptions{})
+			rc = b
+			closeFn = func(context.Context) error { b.Close(); return client.Close() }
+		}
+		st, err := redisstore.New(redisstore.Options{Client: rc, Prefix: r.Prefix, Clock: r.Clock})
 		if err != nil {
-			client.Close()
+			closeFn(ctx)
 			return nil, nil, fmt.Errorf("store.redis: %w", err)
 		}
 		backend = st
-		closeFn = func(context.Context) error { return client.Close() }
 		log.Info("counting in Redis", "addrs", r.Addrs, "clock", r.Clock)
 	default:
 		return nil, nil, fmt.Errorf("store.type: %q is not a store", s.Type)

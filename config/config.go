@@ -29,6 +29,8 @@ type Config struct {
 	Feedback   Feedback         `yaml:"feedback"`    // policies from alerts to list entries
 	LambdaEdge LambdaEdge       `yaml:"lambda_edge"` // ratewarden at CloudFront's viewer request
 	Serve      Serve            `yaml:"serve"`
+	RLS        RLS              `yaml:"rls"`
+	Authz      Authz            `yaml:"authz"`
 
 	// file is the path the configuration was read from, for error messages.
 	file string
@@ -149,6 +151,10 @@ type Redis struct {
 	PoolSize    int              `yaml:"pool_size"`    // connections per node; 0 is the client's default
 	Prefix      string           `yaml:"prefix"`       // key prefix; default rw:
 	Clock       redisstore.Clock `yaml:"clock"`        // server (default: Redis's clock) or caller (the edge's)
+	// Batch sends the calls made at the same time in shared pipelines
+	// (redisstore.Batcher): under concurrency a round trip carries many
+	// calls, and their system calls cost a share each. Default false.
+	Batch bool `yaml:"batch"`
 }
 
 // Sync sits in front of a distributed store: it answers keys already over
@@ -311,6 +317,62 @@ type Rule struct {
 	Challenge *bool         `yaml:"challenge"` // default challenge.enabled
 	Shadow    bool          `yaml:"shadow"`    // evaluate and record, never refuse
 }
+
+// RLS is `ratewarden rls`, Envoy's rate limit service
+// (envoy.service.ratelimit.v3): where it listens, and how the descriptor
+// entries of a call map onto the client, the path and the rules that
+// count it. One call is one decision: the entries of all its descriptors
+// together describe one request.
+type RLS struct {
+	Listen string `yaml:"listen"` // gRPC address; default 127.0.0.1:8081
+	// Domains are the domains answered; a call for another domain (or with
+	// none) is refused with INVALID_ARGUMENT. Empty (the default): any.
+	Domains []string `yaml:"domains"`
+	// The descriptor keys read (an entry with another key is ignored,
+	// unless Descriptors names it). Defaults remote_address (Envoy's
+	// remote_address action), user, plan, path, method and
+	// challenge_token.
+	AddressKey string `yaml:"address_key"`
+	UserKey    string `yaml:"user_key"`
+	PlanKey    string `yaml:"plan_key"`
+	PathKey    string `yaml:"path_key"`
+	MethodKey  string `yaml:"method_key"`
+	TokenKey   string `yaml:"token_key"`
+	// Descriptors map an entry key and value (a generic_key or
+	// header_match action's) to the path whose rules count the call, for
+	// deployments that do not send the path itself.
+	Descriptors []RLSDescriptor `yaml:"descriptors"`
+	// ShadowMode answers OK to every call the limits would refuse, and
+	// records it as shadow_block; the statuses still say OVER_LIMIT.
+	ShadowMode bool `yaml:"shadow_mode"`
+	// FailClosed is the answer when a fail_closed path cannot be counted:
+	// over_limit (default: OVER_LIMIT with the decision header
+	// fail_closed) or error (the gRPC status UNAVAILABLE, which Envoy
+	// handles by its failure_mode_deny).
+	FailClosed     string `yaml:"fail_closed"`
+	DecisionHeader string `yaml:"decision_header"` // response header carrying the outcome; default x-ratewarden-decision
+	MaxDescriptors int    `yaml:"max_descriptors"` // descriptors read per call at most, more is INVALID_ARGUMENT; default 64
+	MaxEntries     int    `yaml:"max_entries"`     // entries per descriptor at most; default 32
+	MaxConcurrent  int    `yaml:"max_concurrent"`  // gRPC streams per connection at most; default 1024
+}
+
+// RLSDescriptor maps one descriptor entry to a path.
+type RLSDescriptor struct {
+	Key   string `yaml:"key"`   // entry key, such as header_match or generic_key
+	Value string `yaml:"value"` // entry value, such as reports
+	Path  string `yaml:"path"`  // canonical path counted, such as /api/reports
+}
+
+// Authz is `ratewarden authz`, the decision endpoint for nginx's
+// auth_request: it decides the request nginx describes in its
+// subrequest's headers and answers 204, 401 or 403.
+type Authz struct {
+	Listen string `yaml:"listen"` // default 127.0.0.1:8082
+}
+
+// RLSFailClosed are the allowed rls.fail_closed values; the first is the
+// default.
+var RLSFailClosed = []string{"over_limit", "error"}
 
 // Reserved tier names.
 const (

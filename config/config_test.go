@@ -563,6 +563,12 @@ tiers:
 		{"dashboard listen", "serve:\n  dashboard:\n    listen: 9092 # <-\n" + anonymous, "serve.dashboard.listen", "use host:port"},
 		{"dashboard retain", "serve:\n  dashboard:\n    retain: 30d # <-\n" + anonymous, "serve.dashboard.retain", ""},
 		{"dashboard token env", "serve:\n  dashboard:\n    token_env: MY-TOKEN # <-\n" + anonymous, "serve.dashboard.token_env", "use an environment variable name"},
+		{"rls fail closed", "rls:\n  fail_closed: unknown # <-\n" + anonymous, "rls.fail_closed", `"unknown" is not allowed; use one of over_limit, error`},
+		{"rls duplicate key", "rls:\n  user_key: remote_address # <-\n" + anonymous, "rls.user_key", `"remote_address" is also rls.address_key`},
+		{"rls descriptor path", "rls:\n  descriptors:\n    - key: header_match\n      value: reports\n      path: api/reports # <-\n" + anonymous, "rls.descriptors[0].path", `use a path prefix starting with /`},
+		{"rls max descriptors", "rls:\n  max_descriptors: 5000 # <-\n" + anonymous, "rls.max_descriptors", `"5000" is not allowed; use 1 to 4096`},
+		{"rls listen", "rls:\n  listen: nowhere # <-\n" + anonymous, "rls.listen", `use host:port`},
+		{"authz listen", "authz:\n  listen: nowhere # <-\n" + anonymous, "authz.listen", `use host:port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := markedLine(tc.yaml)

@@ -127,6 +127,20 @@ func (c *Config) Defaults() {
 	def(&d.Kinesis.Batch, 1024)
 
 	c.alertDefaults()
+	r := &c.RLS
+	def(&r.Listen, "127.0.0.1:8081")
+	def(&r.AddressKey, "remote_address")
+	def(&r.UserKey, "user")
+	def(&r.PlanKey, "plan")
+	def(&r.PathKey, "path")
+	def(&r.MethodKey, "method")
+	def(&r.TokenKey, "challenge_token")
+	def(&r.FailClosed, RLSFailClosed[0])
+	def(&r.DecisionHeader, "x-ratewarden-decision")
+	def(&r.MaxDescriptors, 64)
+	def(&r.MaxEntries, 32)
+	def(&r.MaxConcurrent, 1024)
+	def(&c.Authz.Listen, "127.0.0.1:8082")
 
 	for _, t := range c.Tiers {
 		if t == nil {

@@ -49,6 +49,8 @@ func (c *Config) validate() *validator {
 		v.pathPrefix(key("fail_closed", index(i)), p, "is not allowed", "/api/admin/")
 	}
 	v.decisions(&c.Decisions, c.Edge.DecisionQueue)
+	v.rls(&c.RLS)
+	v.hostPort(key("authz", "listen"), c.Authz.Listen)
 	v.tiers(c.Tiers)
 	v.serve(&c.Serve)
 	v.foldedPrefixes(c)
@@ -94,6 +96,34 @@ func (v *validator) exactRules(c *Config) {
 			v.report(key("store", "sync", "exact", index(i)), id, "names no rule", "tier:global or tier:/path/prefix of a configured tier, such as anonymous:/api/reports")
 		}
 	}
+}
+
+func (v *validator) rls(r *RLS) {
+	v.hostPort(key("rls", "listen"), r.Listen)
+	for i, d := range r.Domains {
+		if d == "" {
+			v.report(key("rls", "domains", index(i)), d, "is empty", "a domain such as edge")
+		}
+	}
+	seen := map[string]string{}
+	for _, k := range []struct{ name, got string }{{"address_key", r.AddressKey}, {"user_key", r.UserKey},
+		{"plan_key", r.PlanKey}, {"path_key", r.PathKey}, {"method_key", r.MethodKey}, {"token_key", r.TokenKey}} {
+		if other, dup := seen[k.got]; dup {
+			v.report(key("rls", k.name), k.got, "is also rls."+other, "a descriptor key no other rls key names")
+		}
+		seen[k.got] = k.name
+	}
+	for i, d := range r.Descriptors {
+		at := func(f string) []string { return key("rls", "descriptors", index(i), f) }
+		v.required(at("key"), d.Key, "the descriptor entry key, such as header_match")
+		v.required(at("value"), d.Value, "the descriptor entry value, such as reports")
+		v.pathPrefix(at("path"), d.Path, "is not allowed", "/api/reports")
+	}
+	v.oneOf(key("rls", "fail_closed"), r.FailClosed, RLSFailClosed)
+	v.header(key("rls", "decision_header"), r.DecisionHeader)
+	v.intRange(key("rls", "max_descriptors"), int64(r.MaxDescriptors), 1, 4096)
+	v.intRange(key("rls", "max_entries"), int64(r.MaxEntries), 1, 1024)
+	v.intRange(key("rls", "max_concurrent"), int64(r.MaxConcurrent), 1, 1<<20)
 }
 
 func (v *validator) decisions(d *Decisions, queue int) {

@@ -192,7 +192,23 @@ type Request struct {
 	URI        string      // path and query, carried to the challenge page
 	Header     http.Header // identity, forwarding and token headers
 	RequestID  string      // may be empty
+	// Hits is how many hits the request counts for (Envoy's hits_addend);
+	// 0 counts one. Larger values are capped at MaxHits.
+	Hits int64
+	// Identity, when set, is who the caller already knows the client to be
+	// (Envoy's rate limit descriptors): it is used as is, and RemoteAddr
+	// and the identity headers are not read.
+	Identity *identity.Identity
+	// Shadow passes what the limits would refuse (block, challenge, local
+	// limit), recorded as shadow_block: a whole deployment's shadow mode,
+	// beside the rules' own shadow key. Deny lists and fail_closed paths
+	// still refuse.
+	Shadow bool
 }
+
+// MaxHits bounds Request.Hits: a count far past any limit, small enough
+// that no counter overflows however many such requests a window sees.
+const MaxHits = 1 << 30
 
 // Verdict is a decision and what the response needs.
 type Verdict struct {
@@ -265,15 +281,9 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 // (Status, UpstreamLatency, ResponseError) and calls End exactly once, so
 // that the request's one decision says how it ended.
 func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdict) {
-	*v = Verdict{uri: r.URI}
-	id := l.ident.Resolve(r.RemoteAddr, r.Header, now)
+	id, t := l.start(now, r, v)
 	d := &v.Decision
-	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
-	d.ClientIP, d.UserID, d.Plan, d.IdentitySource = id.ClientIP, id.User, id.Plan, id.Source
-	d.Method, d.Host = r.Method, r.Host
-
-	t := l.tierFor(id.User, id.Plan)
-	d.Tier = t.name
+	hits := min(max(r.Hits, 1), MaxHits)
 
 	path, form, err := canonpath.Clean(r.Path)
 	d.Path, v.form, v.pathErr = path, form, err
@@ -312,11 +322,11 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	var sc storeCtx
 	n := 0
 	if pr := t.match(path, l.pathCase); pr != nil {
-		l.evaluate(ctx, &sc, now, key, pr, path, &evals[0])
+		l.evaluate(ctx, &sc, now, key, pr, path, hits, &evals[0])
 		n = 1
 	}
 	if n == 0 || evals[0].level < levelBlock {
-		l.evaluate(ctx, &sc, now, key, t.global, path, &evals[n])
+		l.evaluate(ctx, &sc, now, key, t.global, path, hits, &evals[n])
 		n++
 	}
 	sc.done()
@@ -351,6 +361,9 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	if listed && outcome == decisions.Allow {
 		outcome, reason = decisions.TokenPass, ReasonChallengeListedPass
 	}
+	if r.Shadow && (outcome == decisions.Block || outcome == decisions.Challenge || outcome == decisions.LocalLimit) {
+		outcome, reason = decisions.ShadowBlock, reason+" (shadow mode)"
+	}
 	if !outcome.Passed() {
 		l.release(ctx, now, v)
 		v.RetryAfter = e.rule.limit.RetryAfter(e.res)
@@ -366,6 +379,35 @@ const (
 	ReasonChallengeListed     = "challenge list"
 	ReasonChallengeListedPass = "challenge list: valid challenge token"
 )
+
+// start resets v for r and fills in what every decision of r records:
+// who the client is, the request line and the tier.
+func (l *Limiter) start(now time.Time, r *Request, v *Verdict) (identity.Identity, *tier) {
+	*v = Verdict{uri: r.URI}
+	var id identity.Identity
+	if r.Identity != nil {
+		id = *r.Identity
+	} else {
+		id = l.ident.Resolve(r.RemoteAddr, r.Header, now)
+	}
+	d := &v.Decision
+	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
+	d.ClientIP, d.UserID, d.Plan, d.IdentitySource = id.ClientIP, id.User, id.Plan, id.Source
+	d.Method, d.Host = r.Method, r.Host
+	t := l.tierFor(id.User, id.Plan)
+	d.Tier = t.name
+	return id, t
+}
+
+// Reject records r, which an adapter refused before it could be decided
+// (an Envoy call with no domain, say), as Rejected for reason, without
+// counting it, and emits the decision: every call is an event.
+func (l *Limiter) Reject(now time.Time, r *Request, v *Verdict, reason string) {
+	l.start(now, r, v)
+	v.Path = rejectedPath(r.Path)
+	l.finish(v, decisions.Rejected, reason)
+	l.emit(v)
+}
 
 const reasonAmbiguous = "ambiguous path: dot segments, repeated slashes or backslashes"
 
@@ -447,12 +489,17 @@ func (sc *storeCtx) done() {
 	}
 }
 
-// evaluate counts one hit of key under ru and grades the result into e.
-func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key limit.Key, ru *rule, path string, e *eval) {
+// evaluate counts hits of key under ru and grades the result into e.
+func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key limit.Key, ru *rule, path string, hits int64, e *eval) {
 	key.Rule = ru.id
 	e.rule = ru
+	if ru.limit.Algorithm == limit.Concurrency {
+		// A request holds one slot, whatever it counts for: Release gives
+		// back one.
+		hits = 1
+	}
 	if !l.remote {
-		e.res, _ = l.store.Take(ctx, key, ru.limit, now, 1)
+		e.res, _ = l.store.Take(ctx, key, ru.limit, now, hits)
 		e.level = ru.grade(e.res)
 		return
 	}
@@ -468,9 +515,9 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		start := time.Now()
 		remote := true
 		if l.taker != nil {
-			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, key, ru.limit, now, 1)
+			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, key, ru.limit, now, hits)
 		} else {
-			e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, 1)
+			e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, hits)
 		}
 		e.lat = time.Since(start)
 		l.metrics.storeLatency(e.lat)
@@ -513,7 +560,7 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 	}
 	// Breaker open: enforce the local share of the limit.
 	e.fall = 3
-	e.res, _ = l.local.Take(ctx, key, ru.local, now, 1)
+	e.res, _ = l.local.Take(ctx, key, ru.local, now, hits)
 	if ru.local.Allowed(e.res) {
 		e.level = levelOK
 	} else {
@@ -917,5 +964,28 @@ func (v *Verdict) Holds() bool { return v.held[0].rule != nil || v.held[1].rule 
 func (l *Limiter) SubjectFor(ip netip.Addr, user string) string {
 	return challenge.Subject(identity.CountingAddr(ip.Unmap(), l.ipv6Prefix), user)
 }
+
+// Identify returns the identity of a client the caller has already
+// identified (Envoy's rate limit descriptors, which Envoy, a trusted proxy,
+// states): ip counted as Begin counts addresses, user and plan as given
+// (cut to identity.MaxUserLen). Its Source says the address was forwarded
+// by a trusted proxy, or, with a user, that the user was.
+func (l *Limiter) Identify(ip netip.Addr, user, plan string) identity.Identity {
+	ip = ip.Unmap().WithZone("")
+	id := identity.Identity{ClientIP: ip, Addr: identity.CountingAddr(ip, l.ipv6Prefix), Source: decisions.SourceForwarded}
+	if user != "" && len(user) <= identity.MaxUserLen && len(plan) <= identity.MaxUserLen {
+		id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader
+	}
+	return id
+}
+
+// Trusts reports whether the peer at remoteAddr is a trusted proxy
+// (identity.trusted_proxies), whose forwarding and user headers the
+// limiter believes.
+func (l *Limiter) Trusts(remoteAddr string) bool { return l.ident.Trusts(remoteAddr) }
+
+// Config returns the configuration the limiter was built from; callers
+// must not change it.
+func (l *Limiter) Config() *config.Config { return l.cfg }
 
 func osGetenv(k string) string { return os.Getenv(k) }

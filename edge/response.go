@@ -90,6 +90,13 @@ func appendQuoted(b []byte, name string) []byte {
 	return append(b, '"')
 }
 
+// RetryAfterSeconds is the Retry-After of a refused verdict, in whole
+// seconds, at least one.
+func (v *Verdict) RetryAfterSeconds() int64 { return max(ceilSeconds(v.RetryAfter), 1) }
+
+// ResetSeconds is the time until p resets, in whole seconds rounded up.
+func (p *Policy) ResetSeconds() int64 { return ceilSeconds(p.Reset) }
+
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -108,7 +115,7 @@ type Response struct {
 // challenge, deny list, fail closed, rejected path), or ok false for a verdict that
 // passes. challengePage and param build the challenge redirect.
 func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
-	retry := max(ceilSeconds(v.RetryAfter), 1)
+	retry := v.RetryAfterSeconds()
 	switch v.Outcome {
 	case decisions.Block, decisions.LocalLimit:
 		return Response{Status: http.StatusTooManyRequests, Body: errorBody("rate_limit_exceeded",
@@ -151,7 +158,7 @@ func (resp *Response) Write(w http.ResponseWriter, v *Verdict) {
 	h := w.Header()
 	SetHeaders(h, v)
 	if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
-		h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(v.RetryAfter), 1), 10))
+		h.Set("Retry-After", strconv.FormatInt(v.RetryAfterSeconds(), 10))
 	}
 	if resp.Location != "" {
 		h.Set("Location", resp.Location)

@@ -30,7 +30,7 @@ var (
 
 // buildBinary builds cmd/ratewarden once per test binary; TestMain removes
 // it.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "ratewarden-e2e-"); buildErr != nil {
@@ -64,7 +64,7 @@ var (
 )
 
 var (
-	listenRE = regexp.MustCompile(`msg="edge listening" addr=(\S+)`)
+	listenRE = regexp.MustCompile(`msg="(?:edge|auth_request endpoint|rate limit service) listening" addr=(\S+)`)
 	adminRE  = regexp.MustCompile(`msg="admin listening" addr=(\S+)`)
 )
 

@@ -44,7 +44,7 @@ func startProcess(t *testing.T, name string, argv func(port int) []string) *stor
 // freePort returns a loopback port the kernel just handed out. Another
 // process could take it before the store binds it; on this scale of test
 // that is rare, and the store's failure to start says so.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,7 +153,7 @@ func (p *storeProcess) output() string {
 // missing program skips the test, saying what installs it; under CI (CI
 // set) it fails the test, so that nothing is skipped there, as
 // awstest.Endpoint does for the shared stand-ins.
-func program(t *testing.T, name, installedBy string) string {
+func program(t testing.TB, name, installedBy string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
@@ -171,7 +171,7 @@ func file(t *testing.T, path, installedBy string) string {
 	return path
 }
 
-func missing(t *testing.T, msg string) {
+func missing(t testing.TB, msg string) {
 	t.Helper()
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)

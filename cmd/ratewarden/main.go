@@ -1,6 +1,8 @@
 // Command ratewarden is the edge rate limiter and its tools.
 //
 //	ratewarden edge [flags]            run the limiting reverse proxy
+//	ratewarden rls [flags]             serve Envoy's rate limit service (gRPC)
+//	ratewarden authz [flags]           serve nginx's auth_request decisions
 //	ratewarden config check FILE...    validate configuration files
 //	ratewarden token issue [flags]     issue a challenge token
 //	ratewarden decisions cat|stats|export  read the decision log
@@ -57,6 +59,8 @@ const usage = `ratewarden: an edge rate limiter whose every decision is an event
 
 Usage:
   ratewarden edge [flags]              run the limiting reverse proxy
+  ratewarden rls [flags]               serve Envoy's rate limit service (envoy.service.ratelimit.v3, gRPC)
+  ratewarden authz [flags]             serve the decision endpoint of nginx's auth_request
   ratewarden config check FILE...      validate configuration files
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
@@ -86,6 +90,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	switch args[0] {
 	case "edge":
 		return runEdge(ctx, args[1:], stdout, stderr, getenv)
+	case "rls":
+		return runRLS(ctx, args[1:], stderr, getenv)
+	case "authz":
+		return runAuthz(ctx, args[1:], stderr, getenv)
 	case "config":
 		return runConfig(args[1:], stdout, stderr, getenv)
 	case "decisions":
