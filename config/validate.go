@@ -54,6 +54,7 @@ func (c *Config) validate() *validator {
 	v.exactRules(c)
 	v.alerts(&c.Alerts, c.Tiers)
 	v.feedback(&c.Feedback)
+	v.feedbackLists(c)
 	return v
 }
 
