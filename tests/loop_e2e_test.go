@@ -136,31 +136,9 @@ func runLoop(t *testing.T, bin string) loopRun {
 		<-normalDone
 	}()
 
-	// The scraper: 800 requests paced over one second by 16 senders.
-	const burst, senders = 800, 16
-	work := make(chan struct{})
-	var wg sync.WaitGroup
-	for range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range work {
-				req, _ := http.NewRequest("GET", base+"/api/search", nil)
-				req.Header.Set("X-Forwarded-For", scraper)
-				if resp, err := client.Do(req); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			}
-		}()
-	}
+	// The scraper: 800 requests paced over one second.
 	r.first = time.Now()
-	for i := range burst {
-		time.Sleep(time.Until(r.first.Add(time.Duration(i) * time.Second / burst)))
-		work <- struct{}{}
-	}
-	close(work)
-	wg.Wait()
+	burst(client, 800, time.Second, func(int) (string, string) { return base + "/api/search", scraper })
 
 	// Its next requests, until one is challenged: at most four windows.
 	deadline := r.first.Add(4 * loopWindow)
@@ -185,6 +163,37 @@ func runLoop(t *testing.T, bin string) loopRun {
 	return r
 }
 
+// burst sends n GET requests paced evenly over d by 16 senders, request
+// i to the URL and from the X-Forwarded-For address of at(i), and returns
+// when all are answered. Failed requests are not retried.
+func burst(client *http.Client, n int, d time.Duration, at func(i int) (url, xff string)) {
+	const senders = 16
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				url, xff := at(i)
+				req, _ := http.NewRequest("GET", url, nil)
+				req.Header.Set("X-Forwarded-For", xff)
+				if resp, err := client.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	for i := range n {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * d / time.Duration(n))))
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
 // TestAlertLoopEndToEnd closes the loop through the binaries: a scraper
 // at 800 requests a second from one address makes the aggregator raise a
 // heavy_hitter alert; the challenge policy (not a dry run) writes the
@@ -199,8 +208,6 @@ func runLoop(t *testing.T, bin string) loopRun {
 func TestAlertLoopEndToEnd(t *testing.T) {
 	bin := buildBinary(t)
 	r := runLoop(t, bin)
-	t.Logf("loop: scraper's first request to its first challenged request: %v (window %v, lateness %v, refresh %v)",
-		r.challenged.Sub(r.first).Round(time.Millisecond), loopWindow, loopLateness, loopRefresh)
 	if r.challengedStatus != 302 || !strings.HasPrefix(r.location, "/captcha?redirect=") {
 		t.Fatalf("the scraper's requests after the burst: last %d %q, want a 302 to the challenge page\n%s",
 			r.challengedStatus, r.location, edgeLogs[t.Name()]())
@@ -241,6 +248,10 @@ func TestAlertLoopEndToEnd(t *testing.T) {
 	if len(hh) != 1 || len(hh[0].Identities) != 1 || hh[0].Identities[0] != "203.0.113.7" {
 		t.Fatalf("heavy_hitter alerts %+v, want one for 203.0.113.7\n%s", hh, b)
 	}
+	// The figure: from the first request, and from the end of the window
+	// that raised the alert (what the loop adds to the window's length).
+	t.Logf("loop: scraper's first request to its first challenged request: %v; end of the alert's window to it: %v (window %v, lateness %v, refresh %v)",
+		r.challenged.Sub(r.first).Round(time.Millisecond), r.challenged.Sub(hh[0].Time).Round(time.Millisecond), loopWindow, loopLateness, loopRefresh)
 	if len(acts) != 1 || !acts[0].Applied || acts[0].List != "challenge" || acts[0].Target != "203.0.113.7" ||
 		acts[0].Policy != "challenge-scrapers" || acts[0].Alert != hh[0].Key {
 		t.Fatalf("actions %+v, want the policy's one applied challenge", acts)
@@ -310,5 +321,104 @@ func TestAlertLoopEndToEnd(t *testing.T) {
 	}
 	if !repAlert || !repAction || !repFeedback {
 		t.Errorf("report: alert %v, action %v, feedback event %v\n%s", repAlert, repAction, repFeedback, out)
+	}
+}
+
+// detectConfig is the configuration of TestStuffingAndFalsePositiveAlerts:
+// rules of one second to match --window 1s, a login rule, and a paying
+// tier whose users are told by a trusted proxy.
+const detectConfig = `
+edge:
+  upstream: http://127.0.0.1:9
+identity:
+  trusted_proxies: [127.0.0.1]
+  user_header: X-User-Id
+  plan_header: X-User-Plan
+store:
+  type: memory
+tiers:
+  anonymous:
+    global: {limit: 1000, window: 1s, algorithm: fixed_window}
+    paths:
+      /api/login: {limit: 5, window: 1s, algorithm: fixed_window}
+  authenticated:
+    global: {limit: 100, window: 1s, algorithm: fixed_window}
+  pro:
+    extends: authenticated
+    paths:
+      /api/export: {limit: 2, window: 1s, algorithm: fixed_window}
+alerts:
+  paying_tiers: [pro]
+  sinks: {file: ALERTS}
+`
+
+// TestStuffingAndFalsePositiveAlerts runs the other two alerts of the
+// issue's tests through the binaries: `ratewarden edge` and `ratewarden
+// aggregate --alerts` over its log, with windows of one second. After a
+// few windows of three clients logging in, 500 addresses each try
+// /api/login once within a second (each under the limit): a
+// credential_stuffing alert on the login rule, and no heavy hitter. A pro
+// user refused on /api/export: a false_positive alert naming the user.
+func TestStuffingAndFalsePositiveAlerts(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin") }))
+	defer origin.Close()
+	dir := t.TempDir()
+	logDir, alertsFile, cfgPath := filepath.Join(dir, "log"), filepath.Join(dir, "alerts.jsonl"), filepath.Join(dir, "ratewarden.yaml")
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(detectConfig, "ALERTS", alertsFile, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := startEdge(t, bin, nil, "--config", cfgPath, "--upstream", origin.URL, "--decisions-dir", logDir)
+	agg := startAggregate(t, bin, nil, "--decisions-dir", logDir, "--state-dir", filepath.Join(dir, "state"),
+		"--alerts", cfgPath, "--window", "1s", "--lateness", "200ms")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	defer client.CloseIdleConnections()
+
+	// The baseline: 8 windows of three clients, two tries each.
+	burst(client, 48, 8*time.Second, func(i int) (string, string) {
+		return base + "/api/login", fmt.Sprintf("192.0.2.%d", 1+i%3)
+	})
+	// The wave: 500 addresses, one try each.
+	burst(client, 500, time.Second, func(i int) (string, string) {
+		return base + "/api/login", fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)
+	})
+	// A pro user over the export rule's 2 a second.
+	statuses := map[int]int{}
+	for range 5 {
+		statuses[get(t, client, base+"/api/export", "X-Forwarded-For", "198.51.100.70", "X-User-Id", "p-7", "X-User-Plan", "pro").status]++
+	}
+	if statuses[429] == 0 {
+		t.Fatalf("the pro user was not refused: %v", statuses)
+	}
+	time.Sleep(1500 * time.Millisecond) // the windows close on the idle watermark
+	stops[t.Name()]()
+	agg.stop(t)
+
+	b, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firing := map[string]alerts.Alert{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var a alerts.Alert
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if a.Kind == "alert" && a.State == alerts.Firing {
+			firing[a.Key] = a
+		}
+	}
+	cs, ok := firing["credential_stuffing/anonymous/anonymous:/api/login"]
+	if !ok || cs.Evidence.Counts["clients"] < 100 || len(cs.Identities) == 0 {
+		t.Errorf("credential stuffing: %+v (found %v)\n%s", cs, ok, b)
+	}
+	fp, ok := firing["false_positive/pro/pro:/api/export"]
+	if !ok || len(fp.Identities) == 0 || fp.Identities[0] != "user:p-7" {
+		t.Errorf("false positive: %+v (found %v)\n%s", fp, ok, b)
+	}
+	for k, a := range firing {
+		if a.Type == alerts.TypeHeavyHitter {
+			t.Errorf("each client was under the limit, yet %s", k)
+		}
 	}
 }
