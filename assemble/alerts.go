@@ -123,7 +123,8 @@ func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Ale
 		return errors.Join(errs...)
 	})
 	a.Runner, err = alerts.NewRunner(alerts.RunnerOptions{
-		Engine:   alerts.Options{Config: cfg.Alerts, Window: o.Window, Limits: alerts.RuleLimits(cfg)},
+		Engine: alerts.Options{Config: cfg.Alerts, Window: o.Window, Limits: alerts.RuleLimits(cfg),
+			IPv6Prefix: cfg.Identity.IPv6Prefix},
 		StateDir: o.StateDir, Sinks: sinks, Policies: policies, Actions: actionsOrNil(actions),
 		Report: func(err error) { o.Log.Warn("alert sink failed", "error", err) },
 	})

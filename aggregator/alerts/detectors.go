@@ -169,32 +169,74 @@ func (e *Engine) heavyHitters(f *findings, w window, k tierRule) {
 	}
 	limit := perWindow(l, w.size)
 	threshold := e.c.HeavyHitter.Factor * limit
-	refusals := w.p.Offenders.RefusalsByRule[k.rule]
-	for _, h := range top.Top(top.Len()) {
-		if float64(h.Count) <= threshold {
-			break // heaviest first by Count, an upper bound of n
+	refused := byCounted(w.p.Offenders.RefusalsByRule[k.rule], e.o.IPv6Prefix)
+	for _, h := range byCounted(top, e.o.IPv6Prefix) {
+		if float64(h.count) <= threshold {
+			break // heaviest first by count, an upper bound of n
 		}
-		n := float64(h.Count - h.Err)
+		n := float64(h.count - h.err)
 		if n <= threshold {
 			continue
 		}
-		id := h.Client.String()
 		sev := Warning
 		if n > 4*threshold {
 			sev = Critical
 		}
-		counts := map[string]uint64{"requests": h.Count - h.Err, "limit": uint64(limit)}
-		if refusals != nil {
-			for _, r := range refusals.Top(refusals.Len()) {
-				if r.Client == h.Client {
-					counts["refused"] = r.Count - r.Err
-				}
+		counts := map[string]uint64{"requests": h.count - h.err, "limit": uint64(limit)}
+		for _, r := range refused {
+			if r.id == h.id {
+				counts["refused"] = r.count - r.err
 			}
 		}
-		f.alerts = append(f.alerts, w.alert(TypeHeavyHitter, sev, k.rule+"/"+id, k,
-			fmt.Sprintf("%s made %.0f requests on %s in the window, %.0f× its limit of %.0f", id, n, subject(k), n/limit, limit),
-			Evidence{Observed: n, Baseline: limit, Score: round(n / limit), Counts: counts}, []string{id}))
+		if h.addrs > 1 {
+			counts["addresses"] = uint64(h.addrs)
+		}
+		f.alerts = append(f.alerts, w.alert(TypeHeavyHitter, sev, k.rule+"/"+h.id, k,
+			fmt.Sprintf("%s made %.0f requests on %s in the window, %.0f× its limit of %.0f", h.id, n, subject(k), n/limit, limit),
+			Evidence{Observed: n, Baseline: limit, Score: round(n / limit), Counts: counts}, []string{h.id}))
 	}
+}
+
+// counted is a client of a top-K as the edge counts it: a user, an IPv4
+// address, or an IPv6 prefix with the addresses of it the top-K holds
+// added up (their upper bounds, and their errors, so that count - err
+// stays a lower bound).
+type counted struct {
+	id         string // ListTarget of the client
+	count, err uint64
+	addrs      int
+}
+
+// byCounted returns the clients of top as the edge counts them, heaviest
+// first by count, then by id.
+func byCounted(top *aggregator.TopK, ipv6Prefix int) []counted {
+	if top == nil {
+		return nil
+	}
+	if ipv6Prefix <= 0 {
+		ipv6Prefix = 64
+	}
+	at := map[string]int{}
+	var out []counted
+	for _, h := range top.Top(top.Len()) {
+		id := h.Client.String()
+		if h.Client.User == "" {
+			id = ListTarget(id, ipv6Prefix)
+		}
+		i, ok := at[id]
+		if !ok {
+			i = len(out)
+			at[id] = i
+			out = append(out, counted{id: id})
+		}
+		out[i].count += h.Count
+		out[i].err += h.Err
+		out[i].addrs++
+	}
+	slices.SortStableFunc(out, func(a, b counted) int {
+		return cmp.Or(cmp.Compare(b.count, a.count), strings.Compare(a.id, b.id))
+	})
+	return out
 }
 
 // stuffing is the credential-stuffing detector: many distinct clients on
