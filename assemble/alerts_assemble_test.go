@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,4 +218,42 @@ func scrapeThrough(t *testing.T, cfg *config.Config, al *assemble.Alerts, minute
 			}
 		}
 	})
+}
+
+// TestFeedbackListsOpensTheStore: FeedbackLists opens the store the lists
+// section names, the files or the DynamoDB table (dynalite), and the
+// policies write through it within the guard rails: a person's permanent
+// deny entry is kept (stronger_entry), another client is challenged.
+func TestFeedbackListsOpensTheStore(t *testing.T) {
+	for _, kind := range []string{"file", "table"} {
+		t.Run(kind, func(t *testing.T) {
+			cfg := loadConfig(t, listsConfig(t, kind, t.TempDir(), time.Second)+
+				"feedback:\n  dry_run: false\n  policies:\n    - {name: challenge-hitters, alerts: [heavy_hitter], action: challenge, ttl: 30m}\n")
+			ctx := context.Background()
+			w, err := assemble.FeedbackLists(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Put(ctx, lists.Entry{List: lists.Deny, Target: "203.0.113.7", By: "alice", Reason: "abuse"}); err != nil {
+				t.Fatal(err)
+			}
+			pol := alerts.NewPolicies(cfg.Feedback, w, nil, func(string) bool { return false }, cfg.Identity.IPv6Prefix)
+			now := time.Now().UTC().Truncate(time.Second)
+			var applied []time.Time
+			var got []string
+			for _, id := range []string{"203.0.113.7", "203.0.113.8"} {
+				for _, a := range pol.Act(ctx, alerts.Alert{Time: now, Type: alerts.TypeHeavyHitter, Severity: alerts.Critical,
+					State: alerts.Firing, Key: "heavy_hitter/anonymous:global/" + id, Tier: "anonymous", Identities: []string{id}}, &applied) {
+					got = append(got, fmt.Sprintf("%s %v %s", a.Target, a.Applied, a.Why))
+				}
+			}
+			if want := []string{"203.0.113.7 false stronger_entry", "203.0.113.8 true "}; !slices.Equal(got, want) {
+				t.Errorf("actions %q, want %q", got, want)
+			}
+			es, err := w.Entries(ctx, lists.Challenge)
+			if err != nil || len(es) != 1 || es[0].Target != "203.0.113.8" || es[0].By != "policy:challenge-hitters" {
+				t.Errorf("challenge list %+v, %v", es, err)
+			}
+		})
+	}
 }
