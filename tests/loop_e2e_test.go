@@ -70,7 +70,10 @@ type loopRun struct {
 // a scraper sending 800 requests in one second from one address (a
 // trusted X-Forwarded-For), then polling every 50 ms until the edge
 // challenges it. Both processes are stopped cleanly before it returns.
-func runLoop(t *testing.T, bin string) loopRun {
+//
+// scraper(i) is the address of the scraper's request i; its polling
+// requests come from probe.
+func runLoop(t *testing.T, bin string, scraper func(i int) string, probe string) loopRun {
 	t.Helper()
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin") }))
 	defer origin.Close()
@@ -96,7 +99,7 @@ func runLoop(t *testing.T, bin string) loopRun {
 		Transport:     &http.Transport{MaxIdleConnsPerHost: 16},
 	}
 	defer client.CloseIdleConnections()
-	const scraper, normal = "203.0.113.7", "198.51.100.1"
+	const normal = "198.51.100.1"
 
 	// The normal client, 4 requests a second, until the scraper is
 	// challenged.
@@ -138,12 +141,12 @@ func runLoop(t *testing.T, bin string) loopRun {
 
 	// The scraper: 800 requests paced over one second.
 	r.first = time.Now()
-	burst(client, 800, time.Second, func(int) (string, string) { return base + "/api/search", scraper })
+	burst(client, 800, time.Second, func(i int) (string, string) { return base + "/api/search", scraper(i) })
 
 	// Its next requests, until one is challenged: at most four windows.
 	deadline := r.first.Add(4 * loopWindow)
 	for {
-		res := get(t, client, base+"/api/search?page=2", "X-Forwarded-For", scraper)
+		res := get(t, client, base+"/api/search?page=2", "X-Forwarded-For", probe)
 		if res.status == 302 || time.Now().After(deadline) {
 			r.challenged, r.challengedStatus, r.location = time.Now(), res.status, res.header.Get("Location")
 			break
@@ -161,6 +164,35 @@ func runLoop(t *testing.T, bin string) loopRun {
 	time.Sleep(loopWindow/5 + loopLateness)
 	agg.stop(t)
 	return r
+}
+
+// TestAlertLoopIPv6Prefix runs the loop with a scraper that rotates over
+// 20 addresses of one IPv6 /64 (the edge's identity.ipv6_prefix), 40
+// requests each, none alone over the heavy-hitter threshold: the alert
+// names the /64, the policy lists it, and an address of the /64 that never
+// sent a request is challenged; the one feedback event names the prefix.
+func TestAlertLoopIPv6Prefix(t *testing.T) {
+	bin := buildBinary(t)
+	r := runLoop(t, bin, func(i int) string { return fmt.Sprintf("2001:db8:1:2::a:%x", i%20) }, "2001:db8:1:2:ffff::1")
+	if r.challengedStatus != 302 || r.normal != 200 {
+		t.Fatalf("another address of the /64: %d, normal client %d; want 302 and 200\n%s", r.challengedStatus, r.normal, edgeLogs[t.Name()]())
+	}
+	b, err := os.ReadFile(r.alerts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"identities":["2001:db8:1:2::/64"]`; strings.Count(string(b), want) != 1 || !strings.Contains(string(b), `"target":"2001:db8:1:2::/64"`) {
+		t.Errorf("alerts and actions, want one heavy hitter and an action on the /64:\n%s", b)
+	}
+	var feedback []string
+	for _, line := range strings.Split(strings.TrimSpace(runBinary(t, bin, nil, "decisions", "cat", "--dir", r.logDir)), "\n") {
+		if d, _, err := decisions.ParseJSON([]byte(line)); err == nil && d.Kind == decisions.KindFeedback {
+			feedback = append(feedback, d.List+" "+d.Action+" "+d.Target)
+		}
+	}
+	if got := strings.Join(feedback, "\n"); got != "challenge add 2001:db8:1:2::/64" {
+		t.Errorf("feedback events:\n%s", got)
+	}
 }
 
 // burst sends n GET requests paced evenly over d by 16 senders, request
@@ -207,7 +239,7 @@ func burst(client *http.Client, n int, d time.Duration, at func(i int) (url, xff
 // of it.
 func TestAlertLoopEndToEnd(t *testing.T) {
 	bin := buildBinary(t)
-	r := runLoop(t, bin)
+	r := runLoop(t, bin, func(int) string { return "203.0.113.7" }, "203.0.113.7")
 	if r.challengedStatus != 302 || !strings.HasPrefix(r.location, "/captcha?redirect=") {
 		t.Fatalf("the scraper's requests after the burst: last %d %q, want a 302 to the challenge page\n%s",
 			r.challengedStatus, r.location, edgeLogs[t.Name()]())
