@@ -2,13 +2,19 @@ package assemble_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"math/rand/v2"
+	"net/netip"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
 // TestScraperIsAHeavyHitter: one address at 800 requests a second against
@@ -155,5 +161,60 @@ func TestDiurnalWeekRaisesNothing(t *testing.T) {
 	st := s.runner.Stats().Engine
 	if st.Windows != 7*24*6 {
 		t.Errorf("%d windows, want %d", st.Windows, 7*24*6)
+	}
+}
+
+// TestIPv6ScraperIsListedByPrefix: the edge counts an IPv6 client per
+// /64, so a scraper rotating over 20 addresses of one /64, none of them
+// over the heavy-hitter threshold alone (10 requests a second each, 600 a
+// minute against 5 × 120), is one heavy hitter named by its prefix, and
+// the challenge policy lists the prefix: every address of the /64 is
+// challenged, none outside it.
+func TestIPv6ScraperIsListedByPrefix(t *testing.T) {
+	var out bytes.Buffer
+	cfg := loadSimConfig(t, "")
+	attack := t0.Add(10 * time.Minute)
+	now := func() time.Time { return attack }
+	store := lists.NewFileStore(map[string]string{lists.Challenge: filepath.Join(t.TempDir(), "challenge.list")}, now)
+	dry := false
+	pol := alerts.NewPolicies(config.Feedback{DryRun: &dry, MaxPerHour: 10, Policies: []config.FeedbackPolicy{{Name: "challenge-scrapers",
+		Alerts: []string{alerts.TypeHeavyHitter}, MinSeverity: alerts.Warning, Action: lists.Challenge, TTL: time.Hour}}},
+		store, nil, func(string) bool { return false }, cfg.Identity.IPv6Prefix)
+	s := newSim(t, cfg, time.Minute, &out, "", pol)
+	rng := rand.New(rand.NewPCG(9, 10))
+	s.run(t0, t0.Add(14*time.Minute), rng, background, func(sec time.Time) {
+		if sec.Before(attack) || !sec.Before(attack.Add(2*time.Minute)) {
+			return
+		}
+		for i := range 200 {
+			s.do(sec.Add(time.Duration(i)*time.Second/200), fmt.Sprintf("2001:db8:1:2::a:%x", i%20), "", "", "/")
+		}
+	})
+	as, acts := records(t, out.Bytes())
+	const key = "heavy_hitter/anonymous:global/2001:db8:1:2::/64"
+	a, ok := find(as, key, alerts.Firing)
+	if !ok {
+		t.Fatalf("no %s among:%s", key, keys(as))
+	}
+	if !slices.Equal(a.Identities, []string{"2001:db8:1:2::/64"}) || a.Evidence.Counts["addresses"] != 20 || a.Evidence.Observed < 10_000 {
+		t.Errorf("identities %v, evidence %+v", a.Identities, a.Evidence)
+	}
+	for _, x := range as {
+		if x.Type == alerts.TypeHeavyHitter && x.Key != key {
+			t.Errorf("another heavy hitter: %s", x.Key)
+		}
+	}
+	if len(acts) != 1 || !acts[0].Applied || acts[0].Target != "2001:db8:1:2::/64" {
+		t.Errorf("actions %+v", acts)
+	}
+	es, err := store.Entries(context.Background(), lists.Challenge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lists.New(es, attack)
+	for ip, want := range map[string]bool{"2001:db8:1:2::a:3": true, "2001:db8:1:2:ffff::1": true, "2001:db8:1:3::a:3": false} {
+		if got := l.ContainsAt(netip.MustParseAddr(ip), "", attack.Add(5*time.Minute)); got != want {
+			t.Errorf("%s on the challenge list: %v, want %v (entries %+v)", ip, got, want, es)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -104,7 +105,8 @@ func newRunner(t testing.TB, cfg *config.Config, window time.Duration, out *byte
 	t.Helper()
 	jl := alerts.NewJSONLines(out, nil)
 	r, err := alerts.NewRunner(alerts.RunnerOptions{
-		Engine:   alerts.Options{Config: cfg.Alerts, Window: window, Limits: alerts.RuleLimits(cfg)},
+		Engine: alerts.Options{Config: cfg.Alerts, Window: window, Limits: alerts.RuleLimits(cfg),
+			IPv6Prefix: cfg.Identity.IPv6Prefix},
 		StateDir: stateDir, Sinks: []alerts.Sink{jl}, Actions: jl, Policies: pol,
 		Report: func(err error) { t.Errorf("sink: %v", err) },
 	})
@@ -120,7 +122,7 @@ func (s *sim) do(now time.Time, ip, user, plan, path string) {
 	r := &s.req
 	clear(r.Header)
 	r.Method, r.Host, r.Path, r.URI = http.MethodGet, "app.example", path, path
-	r.RemoteAddr = ip + ":40000"
+	r.RemoteAddr = net.JoinHostPort(ip, "40000")
 	if user != "" {
 		r.RemoteAddr = "127.0.0.1:40000"
 		r.Header.Set("X-Forwarded-For", ip)

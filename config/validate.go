@@ -58,6 +58,7 @@ func (c *Config) validate() *validator {
 	v.alerts(&c.Alerts, c.Tiers)
 	v.feedback(&c.Feedback)
 	v.lambdaEdge(&c.LambdaEdge)
+	v.feedbackLists(c)
 	return v
 }
 

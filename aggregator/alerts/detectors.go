@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,32 +170,107 @@ func (e *Engine) heavyHitters(f *findings, w window, k tierRule) {
 	}
 	limit := perWindow(l, w.size)
 	threshold := e.c.HeavyHitter.Factor * limit
-	refusals := w.p.Offenders.RefusalsByRule[k.rule]
-	for _, h := range top.Top(top.Len()) {
-		if float64(h.Count) <= threshold {
-			break // heaviest first by Count, an upper bound of n
-		}
-		n := float64(h.Count - h.Err)
+	bits := e.o.IPv6Prefix
+	if bits <= 0 {
+		bits = 64
+	}
+	var refused []counted // read at the first heavy hitter
+	for _, h := range byCounted(top, bits, uint64(threshold)) {
+		n := float64(h.count - h.err)
 		if n <= threshold {
 			continue
 		}
-		id := h.Client.String()
+		if refused == nil {
+			refused = byCounted(w.p.Offenders.RefusalsByRule[k.rule], bits, 0)
+		}
+		id := h.id(bits)
 		sev := Warning
 		if n > 4*threshold {
 			sev = Critical
 		}
-		counts := map[string]uint64{"requests": h.Count - h.Err, "limit": uint64(limit)}
-		if refusals != nil {
-			for _, r := range refusals.Top(refusals.Len()) {
-				if r.Client == h.Client {
-					counts["refused"] = r.Count - r.Err
-				}
+		counts := map[string]uint64{"requests": h.count - h.err, "limit": uint64(limit)}
+		for _, r := range refused {
+			if r.client == h.client {
+				counts["refused"] = r.count - r.err
 			}
+		}
+		if h.addrs > 1 {
+			counts["addresses"] = uint64(h.addrs)
 		}
 		f.alerts = append(f.alerts, w.alert(TypeHeavyHitter, sev, k.rule+"/"+id, k,
 			fmt.Sprintf("%s made %.0f requests on %s in the window, %.0f× its limit of %.0f", id, n, subject(k), n/limit, limit),
 			Evidence{Observed: n, Baseline: limit, Score: round(n / limit), Counts: counts}, []string{id}))
 	}
+}
+
+// counted is a client of a top-K as the edge counts it: a user, an IPv4
+// address, or an IPv6 prefix (client.Addr its first address) with the
+// addresses of it the top-K holds added up: their upper bounds, and their
+// errors, so that count - err stays a lower bound.
+type counted struct {
+	client     aggregator.Client
+	prefix     bool
+	count, err uint64
+	addrs      int
+}
+
+// id is the client as lists name it: ListTarget of it.
+func (c *counted) id(bits int) string {
+	if c.prefix {
+		return netip.PrefixFrom(c.client.Addr, bits).String()
+	}
+	return c.client.String()
+}
+
+// byCounted returns the clients of top as the edge counts them, IPv6
+// addresses by their prefix of bits, whose count (an upper bound) is over
+// over, heaviest first by count (ties by client). Without IPv6 clients it
+// is top's own order, cut at the first not over over.
+func byCounted(top *aggregator.TopK, bits int, over uint64) []counted {
+	if top == nil {
+		return nil
+	}
+	hs := top.Top(top.Len())
+	six := func(c aggregator.Client) bool { return c.User == "" && c.Addr.Is6() && !c.Addr.Is4In6() && bits < 128 }
+	if !slices.ContainsFunc(hs, func(h aggregator.Hitter) bool { return six(h.Client) }) {
+		var out []counted
+		for _, h := range hs {
+			if h.Count <= over {
+				break // heaviest first by Count
+			}
+			out = append(out, counted{client: h.Client, count: h.Count, err: h.Err, addrs: 1})
+		}
+		return out
+	}
+	out := make([]counted, len(hs))
+	for i, h := range hs {
+		out[i] = counted{client: h.Client, count: h.Count, err: h.Err, addrs: 1}
+		if six(h.Client) {
+			if p, err := h.Client.Addr.Prefix(bits); err == nil {
+				out[i].client.Addr, out[i].prefix = p.Addr(), true
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b counted) int { return compareClient(a.client, b.client) })
+	merged := out[:0]
+	for _, c := range out {
+		if n := len(merged); n > 0 && merged[n-1].client == c.client {
+			m := &merged[n-1]
+			m.count, m.err, m.addrs = m.count+c.count, m.err+c.err, m.addrs+1
+			continue
+		}
+		merged = append(merged, c)
+	}
+	slices.SortStableFunc(merged, func(a, b counted) int { return cmp.Compare(b.count, a.count) })
+	cut := slices.IndexFunc(merged, func(c counted) bool { return c.count <= over })
+	if cut >= 0 {
+		merged = merged[:cut]
+	}
+	return merged
+}
+
+func compareClient(a, b aggregator.Client) int {
+	return cmp.Or(strings.Compare(a.User, b.User), a.Addr.Compare(b.Addr))
 }
 
 // stuffing is the credential-stuffing detector: many distinct clients on

@@ -73,6 +73,11 @@ type Options struct {
 	// Limits are the rules' limits (RuleLimits), for the heavy-hitter and
 	// credential-stuffing detectors; a rule missing here has neither.
 	Limits map[string]RuleLimit
+	// IPv6Prefix is the length of the prefix the edge counts an anonymous
+	// IPv6 client under (identity.ipv6_prefix; 0 takes 64): the
+	// heavy-hitter detector adds up the addresses of one prefix and names
+	// the prefix, as the limiter counts them.
+	IPv6Prefix int
 }
 
 // Engine runs every detector over complete windows, given in order of
