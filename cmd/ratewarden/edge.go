@@ -25,6 +25,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	node := fs.String("node", "", "edge node `name` recorded in decisions (overrides edge.node)")
 	kinesisStream := fs.String("kinesis-stream", "", "ship decisions to the Kinesis stream `name` too (overrides decisions.kinesis.stream)")
 	spillDir := fs.String("kinesis-spill-dir", "", "keep what the stream cannot take in `directory` (overrides decisions.kinesis.spill_dir)")
+	pprofAddr := fs.String("pprof-listen", "", "serve Go profiles (net/http/pprof) on the loopback `address`; off by default")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	return serveEdge(ctx, cfg, log, getenv)
+	return serveEdge(ctx, cfg, log, getenv, *pprofAddr)
 }
 
 func override(dst *string, v string) {
@@ -82,7 +83,7 @@ func loadConfig(path string) (*config.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string) (err error) {
+func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, pprofAddr string) (err error) {
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv})
 	if err != nil {
 		return err
@@ -99,7 +100,7 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node)
 
@@ -118,6 +119,19 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 		adminSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- adminSrv.Serve(aln) }()
 		log.Info("admin listening", "addr", aln.Addr().String(), "metrics", "/metrics")
+	}
+
+	if pprofAddr != "" {
+		psrv, paddr, err := listenPprof(pprofAddr, errc)
+		if err != nil {
+			srv.Close()
+			if adminSrv != nil {
+				adminSrv.Close()
+			}
+			return err
+		}
+		defer psrv.Close()
+		log.Info("pprof listening", "addr", paddr.String())
 	}
 
 	select {
