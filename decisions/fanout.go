@@ -38,10 +38,13 @@ func NewFanout(lanes ...Lane) *Fanout {
 // Emit queues d on every lane. It never blocks on I/O; it reports false
 // when any lane dropped d (each lane counts its own drops and reports them
 // in its own writer).
-func (f *Fanout) Emit(d Decision) bool {
+func (f *Fanout) Emit(d Decision) bool { return f.EmitRef(&d) }
+
+// EmitRef is Emit by reference, as Emitter.EmitRef: d is not retained.
+func (f *Fanout) EmitRef(d *Decision) bool {
 	ok := true
 	for _, e := range f.lanes {
-		ok = e.Emit(d) && ok
+		ok = e.EmitRef(d) && ok
 	}
 	return ok
 }

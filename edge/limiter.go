@@ -59,6 +59,13 @@ type Sink interface {
 	Emit(d decisions.Decision) bool
 }
 
+// refSink is implemented by sinks that take a decision by reference and
+// do not retain it (decisions.Emitter, decisions.Fanout): the request path
+// then copies its decision once, into the queue, rather than twice.
+type refSink interface {
+	EmitRef(d *decisions.Decision) bool
+}
+
 // ListSource yields the current allow, deny or challenge list; the list may
 // change between calls (a lists.Watcher refreshes it).
 type ListSource interface {
@@ -102,6 +109,7 @@ type Limiter struct {
 	local           *memstore.Store // fallback counters while the breaker is open
 	ownStore        *memstore.Store // the default store, closed by Close
 	sink            Sink
+	refSink         refSink // sink, when it takes decisions by reference
 	allow           ListSource
 	deny            ListSource
 	challenged      ListSource
@@ -143,6 +151,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, challenged: opts.Challenge, keys: opts.Keys,
 		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log,
 	}
+	l.refSink, _ = opts.Sink.(refSink)
 	if cfg.Challenge.Enabled {
 		if l.tokenRule, err = compileTokenRule(cfg); err != nil {
 			return nil, err
@@ -185,13 +194,17 @@ func (l *Limiter) Close(ctx context.Context) error {
 
 // Request is what the limiter needs to know of a request.
 type Request struct {
-	RemoteAddr string      // the TCP peer, "ip:port"
-	Method     string      //
-	Host       string      //
-	Path       string      // as sent, still percent-encoded: its canonical form (package canonpath) is matched against path rules
-	URI        string      // path and query, carried to the challenge page
-	Header     http.Header // identity, forwarding and token headers
-	RequestID  string      // may be empty
+	RemoteAddr string // the TCP peer, "ip:port"
+	// Peer is RemoteAddr parsed (identity.ParsePeer), for callers that
+	// parse it once per connection; when it is the zero Addr, RemoteAddr
+	// is parsed.
+	Peer      netip.Addr
+	Method    string      //
+	Host      string      //
+	Path      string      // as sent, still percent-encoded: its canonical form (package canonpath) is matched against path rules
+	URI       string      // path and query, carried to the challenge page
+	Header    http.Header // identity, forwarding and token headers
+	RequestID string      // may be empty
 	// Hits is how many hits the request counts for (Envoy's hits_addend);
 	// 0 counts one. Larger values are capped at MaxHits.
 	Hits int64
@@ -388,7 +401,11 @@ func (l *Limiter) start(now time.Time, r *Request, v *Verdict) (identity.Identit
 	if r.Identity != nil {
 		id = *r.Identity
 	} else {
-		id = l.ident.Resolve(r.RemoteAddr, r.Header, now)
+		peer := r.Peer
+		if !peer.IsValid() {
+			peer = identity.ParsePeer(r.RemoteAddr)
+		}
+		id = l.ident.ResolvePeer(peer, r.Header, now)
 	}
 	d := &v.Decision
 	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
@@ -649,7 +666,16 @@ func (l *Limiter) finish(v *Verdict, o decisions.Outcome, reason string) {
 }
 
 func (l *Limiter) emit(v *Verdict) {
-	if l.sink != nil && !l.sink.Emit(v.Decision) {
+	var ok bool
+	switch {
+	case l.refSink != nil:
+		ok = l.refSink.EmitRef(&v.Decision)
+	case l.sink != nil:
+		ok = l.sink.Emit(v.Decision)
+	default:
+		return
+	}
+	if !ok {
 		l.metrics.dropped.Add(1)
 	}
 }

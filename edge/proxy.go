@@ -6,6 +6,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/ratewarden/ratewarden/config"
@@ -47,5 +48,23 @@ func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 		},
 		Transport:    tr,
 		ErrorHandler: ProxyError,
+		BufferPool:   copyBuffers,
 	}
 }
+
+// copyBuffers are the buffers the proxy copies response bodies through:
+// without a pool, httputil.ReverseProxy allocates 32 KiB for every
+// response, and clearing it and collecting it was the largest single cost
+// of a small response (BENCHMARKS.md, issue 15).
+var copyBuffers = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

@@ -38,6 +38,14 @@ type tier struct {
 
 // match returns the path rule for the canonical path, or nil.
 func (t *tier) match(path string, c canonpath.Case) *rule {
+	if canonpath.Plain(path) {
+		for i := range t.paths {
+			if canonpath.HasPlainPrefix(path, t.paths[i].match) {
+				return t.paths[i].rule
+			}
+		}
+		return nil
+	}
 	for i := range t.paths {
 		if canonpath.HasPrefix(path, t.paths[i].match, c) {
 			return t.paths[i].rule

@@ -22,6 +22,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	node := fs.String("node", "", "edge node `name` recorded in decisions (overrides edge.node)")
 	kinesisStream := fs.String("kinesis-stream", "", "ship decisions to the Kinesis stream `name` too (overrides decisions.kinesis.stream)")
 	spillDir := fs.String("kinesis-spill-dir", "", "keep what the stream cannot take in `directory` (overrides decisions.kinesis.spill_dir)")
+	pprofAddr := fs.String("pprof-listen", "", "serve Go profiles (net/http/pprof) on the loopback `address`; off by default")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	return serveEdge(ctx, cfg, log, getenv)
+	return serveEdge(ctx, cfg, log, getenv, *pprofAddr)
 }
 
 func override(dst *string, v string) {
@@ -79,7 +80,7 @@ func loadConfig(path string) (*config.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string) (err error) {
+func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, pprofAddr string) (err error) {
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv})
 	if err != nil {
 		return err
@@ -95,9 +96,22 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	if err != nil {
 		return err
 	}
+	perrc := make(chan error, 1)
+	if pprofAddr != "" {
+		psrv, paddr, err := listenPprof(pprofAddr, perrc)
+		if err != nil {
+			srv.Close()
+			return err
+		}
+		defer psrv.Close()
+		log.Info("pprof listening", "addr", paddr.String())
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
+	case err := <-perrc:
+		srv.Close()
+		return fmt.Errorf("pprof: %w", err)
 	case err := <-srv.Err():
 		srv.Close()
 		return fmt.Errorf("serve: %w", err)

@@ -281,3 +281,29 @@ func refHasPrefix(segs []string, trailing bool, prefix string, cs Case) bool {
 	}
 	return strings.HasPrefix(s, pre) || strings.HasSuffix(pre, "/") && s == pre[:len(pre)-1]
 }
+
+// FuzzHasPlainPrefix checks the fast path against HasPrefix: on every
+// plain path, under both case policies, they agree.
+func FuzzHasPlainPrefix(f *testing.F) {
+	for _, s := range [][2]string{
+		{"/api/search", "/api/"}, {"/api", "/api/"}, {"/ap", "/api/"}, {"/api/search", "/api/search"},
+		{"/apix", "/api/"}, {"/api;x/search", "/api/"}, {"/API/search", "/api/"}, {"/ap%C4%B1/x", "/api/"},
+		{"", "/"}, {"/", ""}, {"/a/b", "/A/"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, p, prefix string) {
+		if !Plain(p) {
+			return
+		}
+		for _, c := range []Case{Insensitive, Sensitive} {
+			pre := prefix
+			if c == Insensitive {
+				pre = Fold(prefix)
+			}
+			if got, want := HasPlainPrefix(p, pre), HasPrefix(p, pre, c); got != want {
+				t.Fatalf("HasPlainPrefix(%q, %q) = %v; HasPrefix(%s) = %v", p, pre, got, c, want)
+			}
+		}
+	})
+}

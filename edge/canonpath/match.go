@@ -124,3 +124,26 @@ func lower(c byte) byte {
 	}
 	return c
 }
+
+// Plain reports whether HasPrefix may compare p byte for byte, as
+// HasPlainPrefix does, under either case policy: p has no segment
+// parameters (";"), no percent-encoded bytes and no upper-case ASCII
+// letters. Most request paths are plain, and a request matched against
+// several prefixes checks it once.
+func Plain(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if b := p[i]; b == ';' || b == '%' || ('A' <= b && b <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// HasPlainPrefix is HasPrefix for a path p that is Plain, under either
+// case policy (with Insensitive, prefix folded as HasPrefix wants it).
+func HasPlainPrefix(p, prefix string) bool {
+	if len(p) >= len(prefix) {
+		return p[:len(prefix)] == prefix
+	}
+	return len(p) == len(prefix)-1 && prefix[len(p)] == '/' && p == prefix[:len(p)]
+}

@@ -189,7 +189,22 @@ func isTokenChar(c byte) bool {
 // It never fails: what cannot be believed is ignored, and Source says why.
 // Without a bearer token and a forwarding header it does not allocate.
 func (r *Resolver) Resolve(remoteAddr string, h http.Header, now time.Time) Identity {
-	id, trusted := r.resolveAddr(remoteAddr, h)
+	peer, _ := parseHostPort(remoteAddr)
+	return r.ResolvePeer(peer, h, now)
+}
+
+// ParsePeer parses a TCP peer address ("ip:port", "[ip]:port" or "ip") as
+// Resolve does; the zero Addr when it is not one. A server that keeps a
+// connection's requests together parses its peer once with it and
+// resolves each request with ResolvePeer.
+func ParsePeer(remoteAddr string) netip.Addr {
+	a, _ := parseHostPort(remoteAddr)
+	return a
+}
+
+// ResolvePeer is Resolve for a peer address already parsed (ParsePeer).
+func (r *Resolver) ResolvePeer(peer netip.Addr, h http.Header, now time.Time) Identity {
+	id, trusted := r.resolveAddr(peer, h)
 	if r == nil {
 		return id
 	}
@@ -234,14 +249,14 @@ func (r *Resolver) Resolve(remoteAddr string, h http.Header, now time.Time) Iden
 // and nothing of a user: for a request whose Authorization header is not a
 // user's token, such as the CAPTCHA verifier's at the token endpoint.
 func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
-	id, _ := r.resolveAddr(remoteAddr, h)
+	peer, _ := parseHostPort(remoteAddr)
+	id, _ := r.resolveAddr(peer, h)
 	return id
 }
 
 // resolveAddr resolves the client address and reports whether the peer is
 // a trusted proxy.
-func (r *Resolver) resolveAddr(remoteAddr string, h http.Header) (id Identity, trusted bool) {
-	peer, _ := parseHostPort(remoteAddr)
+func (r *Resolver) resolveAddr(peer netip.Addr, h http.Header) (id Identity, trusted bool) {
 	peer = peer.Unmap().WithZone("")
 	id = Identity{ClientIP: peer, Addr: peer, Source: decisions.SourcePeer}
 	if r == nil {
