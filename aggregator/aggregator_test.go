@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
 	"slices"
 	"sort"
 	"testing"
@@ -109,6 +110,9 @@ func FuzzDecodePartial(f *testing.F) {
 	}
 	b, _ := p.AppendBinary(nil)
 	f.Add(b)
+	if v1, err := os.ReadFile("testdata/partial-v1.rwp"); err == nil {
+		f.Add(v1) // the encoding before version 2
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodePartial(b)
 		if err != nil {

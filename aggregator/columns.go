@@ -44,9 +44,11 @@ type Batch struct {
 
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
-	tierHLL  []*hyperloglog.Sketch
-	tierTopK []*TopK
-	ruleTopK []*TopK
+	tierHLL      []*hyperloglog.Sketch
+	ruleHLL      []*hyperloglog.Sketch
+	tierTopK     []*TopK
+	ruleTopK     []*TopK
+	ruleReqsTopK []*TopK
 }
 
 // maxCells bounds the cells a batch addresses by dictionary ids; a batch
@@ -196,17 +198,23 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	b.identify()
 	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
+	b.ruleHLL = resetSlice(b.ruleHLL, len(c.Rule.Values))
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
-		t := b.tier[i]
+		t, r := b.tier[i], b.rule[i]
 		hll := b.tierHLL[t]
 		if hll == nil {
 			hll = s.tier(c.Tier.Values[t])
 			b.tierHLL[t] = hll
 		}
-		s.add(b.hashes[i], refused[c.Outcome[i]], hll)
+		rh := b.ruleHLL[r]
+		if rh == nil {
+			rh = s.rule(c.Rule.Values[r]) // nil again for the empty rule: cheap
+			b.ruleHLL[r] = rh
+		}
+		s.add(b.hashes[i], refused[c.Outcome[i]], hll, rh)
 	}
 }
 
@@ -217,12 +225,13 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 	b.identify()
 	b.tierTopK = resetSlice(b.tierTopK, len(c.Tier.Values))
 	b.ruleTopK = resetSlice(b.ruleTopK, len(c.Rule.Values))
+	b.ruleReqsTopK = resetSlice(b.ruleReqsTopK, len(c.Rule.Values))
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
 		cl, h := b.clients[i], b.hashes[i]
-		t := b.tier[i]
+		t, r := b.tier[i], b.rule[i]
 		top := b.tierTopK[t]
 		if top == nil {
 			top = o.topk(o.RequestsByTier, c.Tier.Values[t])
@@ -230,15 +239,29 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		}
 		o.Requests.add(cl, h, 1)
 		top.add(cl, h, 1)
-		if refused[c.Outcome[i]] {
+		if name := c.Rule.Values[r]; name != "" {
+			rq := b.ruleReqsTopK[r]
+			if rq == nil {
+				rq = o.topk(o.RequestsByRule, name)
+				b.ruleReqsTopK[r] = rq
+			}
+			rq.add(cl, h, 1)
+		}
+		oc := c.Outcome[i]
+		if refused[oc] {
 			o.Refusals.add(cl, h, 1)
-			r := b.rule[i]
 			rt := b.ruleTopK[r]
 			if rt == nil {
 				rt = o.topk(o.RefusalsByRule, c.Rule.Values[r])
 				b.ruleTopK[r] = rt
 			}
 			rt.add(cl, h, 1)
+		}
+		switch decisions.Outcome(oc) {
+		case decisions.Challenge:
+			o.Challenged.add(cl, h, 1)
+		case decisions.TokenPass:
+			o.TokenPassed.add(cl, h, 1)
 		}
 	}
 }
@@ -330,28 +353,35 @@ func resetSlice[T any](s []*T, n int) []*T {
 
 // AddBatch adds the rows of a record batch, numbered from seq in order, as
 // Add would add each of their events with no Flush between them. A caller
-// that closes windows at the exact event (Due after every Add, as RunLog
-// does) and wants the same outputs must not add a batch in which a window
-// becomes due before its last row.
+// that closes windows at the exact event (Due after every Add, as
+// RunKinesis does) and wants the same outputs must not add a batch in
+// which a window becomes due before its last row.
 func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
-	n := c.Len
-	if n == 0 {
+	if c.Len == 0 {
 		return
 	}
-	b := &r.batch
-	b.Prepare(c)
-	r.next = max(r.next, seq+uint64(n))
+	r.batch.Prepare(c)
+	r.addPrepared(&r.batch, seq, 0, c.Len)
+}
+
+// addPrepared adds rows [lo, hi) of the prepared batch b, row i numbered
+// seq+i, as Add would add each of their events with no Flush between them.
+func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
+	if lo >= hi {
+		return
+	}
+	r.next = max(r.next, seq+uint64(hi))
 	r.active = true
-	r.stats.Events += uint64(n)
+	r.stats.Events += uint64(hi - lo)
 	size := int64(r.o.Window)
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
 	latest := r.latest.UnixNano()
 	moved := false
 	times := b.times
-	for i := 0; i < n; {
+	for i := lo; i < hi; {
 		start := windowStartNs(times[i], size)
 		j := i
-		for ; j < n && times[j]-start < size && times[j] >= start; j++ {
+		for ; j < hi && times[j]-start < size && times[j] >= start; j++ {
 			if t := times[j]; t > latest {
 				latest, moved = t, true
 			}
@@ -381,4 +411,78 @@ func (r *Rollup) AddBatch(c *columnar.Columns, seq uint64) {
 	if moved {
 		r.latest = time.Unix(0, latest).UTC()
 	}
+}
+
+// addDecoded adds rows lo on of a decoded record (columnar.Rows: columns,
+// or events), row i numbered seq+i, leaving out those skip marks (skip may
+// be nil), in runs: each from the next row kept to limit(b, i, j), where
+// j is the end of the rows kept from i on and b the prepared batch (nil
+// for events); after is called with the number of rows of each run once
+// it is added. Columns go through addPrepared without an event made of
+// each row; events through Add.
+func (r *Rollup) addDecoded(rows columnar.Rows, lo int, seq uint64, skip []bool, limit func(b *Batch, lo, hi int) int, after func(n int) error) error {
+	n := rows.Len()
+	var b *Batch
+	if rows.Columns != nil {
+		b = &r.batch
+		b.Prepare(rows.Columns)
+	}
+	for i := lo; i < n; {
+		for i < n && skip != nil && skip[i] {
+			i++
+		}
+		j := i
+		for j < n && (skip == nil || !skip[j]) {
+			j++
+		}
+		if j == i {
+			break
+		}
+		j = max(min(limit(b, i, j), j), i+1)
+		if b != nil {
+			r.addPrepared(b, seq, i, j)
+		} else {
+			for k := i; k < j; k++ {
+				r.Add(&rows.Events[k], seq+uint64(k))
+			}
+		}
+		if err := after(j - i); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// dueEnd returns the least j in (lo, hi] such that adding rows [lo, j) of
+// the prepared batch b makes the Rollup Due, or hi: where a caller that
+// checks Due after every event (RunKinesis) must stop to close windows
+// at the event that passes them, as Add and Due would.
+func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
+	size, lateness := int64(r.o.Window), int64(r.o.Lateness)
+	open := len(r.open) > 0
+	var oldest int64
+	if open {
+		if !r.oldestOK {
+			r.oldest, r.oldestOK = minKey(r.open), true
+		}
+		oldest = r.oldest
+	}
+	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
+	latest, seen := r.latest.UnixNano(), !r.latest.IsZero()
+	for i := lo; i < hi; i++ {
+		t := b.times[i]
+		if start := windowStartNs(t, size); !anyClosed || start+size > closedNs {
+			if !open || start < oldest {
+				oldest, open = start, true
+			}
+		}
+		if t > latest {
+			latest, seen = t, true
+		}
+		if open && seen && oldest+size <= latest-lateness {
+			return i + 1
+		}
+	}
+	return hi
 }

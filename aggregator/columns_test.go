@@ -47,7 +47,7 @@ func TestColumnsEqualsDecisions(t *testing.T) {
 		whole.Counts.Update(&d)
 	}
 	byOutcome := whole.Counts.ByOutcome()
-	if byOutcome[decisions.Rejected] == 0 || len(whole.Counts.Errors) == 0 || len(whole.Counts.Feedback) == 0 || whole.Counts.Dropped == 0 {
+	if byOutcome[decisions.Rejected] == 0 || byOutcome[decisions.Challenge] == 0 || byOutcome[decisions.TokenPass] == 0 || len(whole.Counts.Errors) == 0 || len(whole.Counts.Feedback) == 0 || whole.Counts.Dropped == 0 {
 		t.Fatalf("the traffic lacks a kind of event: %v, errors %d, feedback %d, dropped %d",
 			byOutcome, len(whole.Counts.Errors), len(whole.Counts.Feedback), whole.Counts.Dropped)
 	}

@@ -11,13 +11,18 @@ import (
 
 // Distinct estimates distinct clients with HyperLogLog (precision 14:
 // 0.81 % standard error, at most 16 KiB per sketch), overall, among the
-// refused, and per tier. A client is its user id when authenticated, else
+// refused, per tier, and per rule (decisions with a rule; since partial
+// encoding version 2: a credential-stuffing wave is many clients on one
+// rule). The sketches by rule are smaller and dense (precision 10: 3.25 %
+// standard error, 1 KiB each): a sparse sketch's inserts cost a merge now
+// and then, and there are many rules. A client is its user id when authenticated, else
 // its address, as the edge counts it. The zero value is ready to use; it is
 // not safe for concurrent use.
 type Distinct struct {
 	All     *hyperloglog.Sketch
 	Refused *hyperloglog.Sketch
 	ByTier  map[string]*hyperloglog.Sketch
+	ByRule  map[string]*hyperloglog.Sketch
 	scratch []byte
 }
 
@@ -44,25 +49,53 @@ func (s *Distinct) Update(d *decisions.Decision) {
 		return
 	}
 	s.scratch = identityKey(s.scratch[:0], d)
-	s.add(hashKey(s.scratch), Refused(d.Outcome), s.tier(d.Tier))
+	s.add(hashKey(s.scratch), Refused(d.Outcome), s.tier(d.Tier), s.rule(d.Rule))
 }
 
 // tier returns the sketch of the tier named name, made if needed.
 func (s *Distinct) tier(name string) *hyperloglog.Sketch {
-	t := s.ByTier[name]
+	return sketchOf(&s.ByTier, name, hyperloglog.New14)
+}
+
+// rule returns the sketch of the rule named name, made if needed; nil for
+// the empty name.
+func (s *Distinct) rule(name string) *hyperloglog.Sketch {
+	if name == "" {
+		return nil
+	}
+	return sketchOf(&s.ByRule, name, newRuleSketch)
+}
+
+// RulePrecision is the precision of the sketches by rule.
+const RulePrecision = 10
+
+func newRuleSketch() *hyperloglog.Sketch {
+	sk, err := hyperloglog.NewSketch(RulePrecision, false)
+	if err != nil {
+		panic(err) // a constant precision the library accepts
+	}
+	return sk
+}
+
+// sketchOf returns (*m)[name], made by newSketch if needed.
+func sketchOf(m *map[string]*hyperloglog.Sketch, name string, newSketch func() *hyperloglog.Sketch) *hyperloglog.Sketch {
+	t := (*m)[name]
 	if t == nil {
-		if s.ByTier == nil {
-			s.ByTier = map[string]*hyperloglog.Sketch{}
+		if *m == nil {
+			*m = map[string]*hyperloglog.Sketch{}
 		}
-		t = hyperloglog.New14()
-		s.ByTier[name] = t
+		t = newSketch()
+		(*m)[name] = t
 	}
 	return t
 }
 
 // add counts the client whose key hashes to h, refused or not, in its
-// tier's sketch.
-func (s *Distinct) add(h uint64, refused bool, tier *hyperloglog.Sketch) {
+// tier's sketch and its rule's (nil: none).
+func (s *Distinct) add(h uint64, refused bool, tier, rule *hyperloglog.Sketch) {
+	if rule != nil {
+		rule.InsertHash(h)
+	}
 	if s.All == nil {
 		s.All = hyperloglog.New14()
 	}
@@ -84,15 +117,23 @@ func (s *Distinct) Merge(o *Distinct) error {
 	if err := mergeHLL(&s.Refused, o.Refused); err != nil {
 		return err
 	}
-	for tier, sk := range o.ByTier {
-		if s.ByTier == nil {
-			s.ByTier = map[string]*hyperloglog.Sketch{}
+	if err := mergeHLLs(&s.ByTier, o.ByTier); err != nil {
+		return err
+	}
+	return mergeHLLs(&s.ByRule, o.ByRule)
+}
+
+// mergeHLLs merges each sketch of src into *dst's of the same name.
+func mergeHLLs(dst *map[string]*hyperloglog.Sketch, src map[string]*hyperloglog.Sketch) error {
+	for name, sk := range src {
+		if *dst == nil {
+			*dst = map[string]*hyperloglog.Sketch{}
 		}
-		dst := s.ByTier[tier]
-		if err := mergeHLL(&dst, sk); err != nil {
+		d := (*dst)[name]
+		if err := mergeHLL(&d, sk); err != nil {
 			return err
 		}
-		s.ByTier[tier] = dst
+		(*dst)[name] = d
 	}
 	return nil
 }
@@ -128,11 +169,20 @@ func (s *Distinct) AppendBinary(b []byte) ([]byte, error) {
 	if b, err = appendHLL(b, s.Refused); err != nil {
 		return b, err
 	}
-	tiers := sortedKeys(s.ByTier)
-	b = appendUvarint(b, uint64(len(tiers)))
-	for _, t := range tiers {
+	return appendHLLs(b, s.ByTier)
+}
+
+// appendBinaryV2 appends what encoding version 2 added: the sketches by rule.
+func (s *Distinct) appendBinaryV2(b []byte) ([]byte, error) { return appendHLLs(b, s.ByRule) }
+
+// appendHLLs appends m's sketches by name, in sorted order.
+func appendHLLs(b []byte, m map[string]*hyperloglog.Sketch) ([]byte, error) {
+	names := sortedKeys(m)
+	b = appendUvarint(b, uint64(len(names)))
+	var err error
+	for _, t := range names {
 		b = appendString(b, t)
-		if b, err = appendHLL(b, s.ByTier[t]); err != nil {
+		if b, err = appendHLL(b, m[t]); err != nil {
 			return b, err
 		}
 	}
@@ -163,17 +213,25 @@ func (s *Distinct) decode(r *reader) error {
 	if s.Refused, err = decodeHLL(r); err != nil {
 		return err
 	}
+	return decodeHLLs(r, &s.ByTier)
+}
+
+// decodeV2 reads what appendBinaryV2 wrote into s.
+func (s *Distinct) decodeV2(r *reader) error { return decodeHLLs(r, &s.ByRule) }
+
+// decodeHLLs reads what appendHLLs wrote into *m.
+func decodeHLLs(r *reader, m *map[string]*hyperloglog.Sketch) error {
 	n := r.count(2)
 	for range n {
-		tier := r.string()
+		name := r.string()
 		sk, err := decodeHLL(r)
 		if err != nil {
 			return err
 		}
-		if s.ByTier == nil {
-			s.ByTier = map[string]*hyperloglog.Sketch{}
+		if *m == nil {
+			*m = map[string]*hyperloglog.Sketch{}
 		}
-		s.ByTier[tier] = sk
+		(*m)[name] = sk
 	}
 	return r.err
 }

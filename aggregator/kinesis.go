@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
@@ -33,6 +34,10 @@ type KinesisOptions struct {
 	// Progress, if set, is called after every delivery, from the shard's
 	// goroutine: calls for different shards may be concurrent.
 	Progress func(KinesisStats)
+
+	// perEvent makes the Source decode events and the run roll them up
+	// one by one: the reference the tests hold the columnar path to.
+	perEvent bool
 }
 
 // KinesisStats are what a RunKinesis did.
@@ -44,6 +49,32 @@ type KinesisStats struct {
 	Opened    uint64 // shards opened: taken and their state loaded
 	Ended     uint64 // shards read to their end, their windows emitted
 	Source    kinesis.SourceStats
+	Shards    []ShardStats // the shards held, by shard id
+}
+
+// RunStats returns s as the figures of a run (for self-metrics): the
+// events and outputs, the shards, and the least of their watermarks.
+func (s KinesisStats) RunStats() RunStats {
+	r := RunStats{Rollup: RollupStats{Events: s.Events}, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
+	for _, sh := range s.Shards {
+		if !sh.Watermark.IsZero() && (r.Watermark.IsZero() || sh.Watermark.Before(r.Watermark)) {
+			r.Watermark = sh.Watermark
+		}
+	}
+	return r
+}
+
+// ShardStats say how far behind a held shard is.
+type ShardStats struct {
+	Shard string
+	// Behind is the MillisBehindLatest of the shard's last read (Read
+	// says whether one has returned): how far the records read are
+	// behind the newest of the shard.
+	Behind time.Duration
+	Read   bool
+	// Watermark is the shard's watermark, zero before its first event:
+	// the wall clock less it is the shard's lag in event time.
+	Watermark time.Time
 }
 
 // RunKinesis rolls a Kinesis stream of decisions up, one Rollup per shard
@@ -68,25 +99,49 @@ type KinesisStats struct {
 // its watermark with the wall clock (Options.Idle), so its last window is
 // emitted on time.
 func RunKinesis(ctx context.Context, o KinesisOptions) (KinesisStats, error) {
+	k, err := NewKinesis(o)
+	if err != nil {
+		return KinesisStats{}, err
+	}
+	return k.Run(ctx)
+}
+
+// Kinesis is a RunKinesis whose stats can be read while it runs (for
+// self-metrics).
+type Kinesis struct{ k *kinesisRun }
+
+// NewKinesis checks o and returns a Kinesis ready to Run.
+func NewKinesis(o KinesisOptions) (*Kinesis, error) {
 	switch {
 	case o.Stream == nil || o.Leases == nil:
-		return KinesisStats{}, errors.New("aggregate kinesis: the Kinesis and DynamoDB clients are required")
+		return nil, errors.New("aggregate kinesis: the Kinesis and DynamoDB clients are required")
 	case o.Store == nil:
-		return KinesisStats{}, errors.New("aggregate kinesis: a state store is required")
+		return nil, errors.New("aggregate kinesis: a state store is required")
 	case o.Source.Checkpoint != 0:
-		return KinesisStats{}, fmt.Errorf("aggregate kinesis: Source.Checkpoint %v: want 0, a checkpoint after every batch", o.Source.Checkpoint)
+		return nil, fmt.Errorf("aggregate kinesis: Source.Checkpoint %v: want 0, a checkpoint after every batch", o.Source.Checkpoint)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	// Records are handed over undecoded and rolled up from their columns,
+	// without an event made of each row.
+	o.Source.Rows = !o.perEvent
 	src, err := kinesis.NewSource(o.Stream, o.Leases, o.Source)
 	if err != nil {
-		return KinesisStats{}, fmt.Errorf("aggregate kinesis: %w", err)
+		return nil, fmt.Errorf("aggregate kinesis: %w", err)
 	}
-	k := &kinesisRun{o: o, src: src, shards: map[string]*shardRun{}}
-	err = src.RunShards(ctx, k)
-	return k.stats(), err
+	return &Kinesis{&kinesisRun{o: o, src: src, shards: map[string]*shardRun{}}}, nil
 }
+
+// Run runs until ctx is done, as RunKinesis does. Call it once.
+func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
+	err := k.k.src.RunShards(ctx, k.k)
+	return k.k.stats(), err
+}
+
+// Stats returns what the run did so far and the lag of each shard held.
+// It is safe for concurrent use.
+func (k *Kinesis) Stats() KinesisStats { return k.k.stats() }
 
 // kinesisRun is the ShardHandler of RunKinesis.
 type kinesisRun struct {
@@ -102,8 +157,24 @@ type kinesisRun struct {
 var _ kinesis.ShardHandler = (*kinesisRun)(nil)
 
 func (k *kinesisRun) stats() KinesisStats {
-	return KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Outputs: k.outputs.Load(),
+	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Outputs: k.outputs.Load(),
 		Redeliver: k.redeliver.Load(), Opened: k.opened.Load(), Ended: k.ended.Load(), Source: k.src.Stats()}
+	lags := k.src.Lags()
+	if len(lags) == 0 {
+		return st
+	}
+	st.Shards = make([]ShardStats, len(lags))
+	k.mu.Lock()
+	for i, l := range lags {
+		st.Shards[i] = ShardStats{Shard: l.Shard, Behind: l.Behind, Read: l.Read}
+		if sh := k.shards[l.Shard]; sh != nil {
+			if ns := sh.watermark.Load(); ns != 0 {
+				st.Shards[i].Watermark = time.Unix(0, ns).UTC()
+			}
+		}
+	}
+	k.mu.Unlock()
+	return st
 }
 
 // shardRun is a held shard: its partition and the cursor of the last
@@ -118,6 +189,17 @@ type shardRun struct {
 	// every call fails until the Source, finding its lease gone, stops
 	// the shard's consumer.
 	moved bool
+	dec   *columnar.Decoder // reads the batches' records, once needed
+	// watermark is the rollup's, in Unix nanoseconds (0: none yet), for
+	// Stats from other goroutines.
+	watermark atomic.Int64
+}
+
+// observe publishes the rollup's watermark.
+func (sh *shardRun) observe() {
+	if wm := sh.p.r.Watermark(); !wm.IsZero() {
+		sh.watermark.Store(wm.UnixNano())
+	}
 }
 
 // kinesisCursor is a Kinesis shard's State.Cursor: the first position and
@@ -185,6 +267,7 @@ func (k *kinesisRun) load(ctx context.Context, shard string) (*shardRun, error) 
 		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
 	}
 	sh.last = last
+	sh.observe()
 	return sh, nil
 }
 
@@ -216,48 +299,67 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 	if err != nil {
 		return err
 	}
-	events := b.Events
-	next := kinesisCursor{from: b.From, events: uint64(len(b.Events)), to: b.To}
-	var skip uint64
-	switch {
-	case sh.last.from == b.From && sh.last.events > 0:
-		// Handled before (the checkpoint after it was not written): the
-		// same events, or more, from the same position. Fewer, the
-		// Source does not promise, but they are skipped too, and the
-		// rest from the batches that follow.
-		skip = min(sh.last.events, uint64(len(events)))
-		if skip < sh.last.events {
-			next = sh.last
-			next.carry = sh.last.events - skip
-		}
-	case sh.last.carry > 0:
-		skip = min(sh.last.carry, uint64(len(events)))
-		if skip < sh.last.carry {
-			next = sh.last
-			next.carry -= skip
-		}
-	}
-	k.skipped.Add(skip)
-	events = events[skip:]
-	if len(events) == 0 && next == sh.last {
-		return nil
+	// The first events of a batch handled before (its checkpoint not
+	// written) are skipped: the same events, or more, from the same
+	// position. Fewer, the Source does not promise, but they are skipped
+	// too, and the rest from the batches that follow (carry).
+	want := sh.last.carry
+	if sh.last.from == b.From && sh.last.events > 0 {
+		want = sh.last.events
 	}
 	r := sh.p.r
 	var outs []Output
-	seq := r.Next()
-	for i := range events {
-		r.Add(&events[i], seq)
-		seq++
+	var total, skip uint64
+	// Windows close at the event that passes them (Due after every
+	// event), however the events were batched.
+	limit := func(pb *Batch, lo, hi int) int {
+		if pb == nil {
+			return lo + 1
+		}
+		return r.dueEnd(pb, lo, hi)
+	}
+	after := func(int) error {
 		if r.Due() {
 			outs = r.take(false, outs)
 		}
+		return nil
+	}
+	add := func(rows columnar.Rows, lo int) error {
+		n := rows.Len() - lo
+		s := int(min(uint64(n), want-skip))
+		total += uint64(n)
+		skip += uint64(s)
+		lo += s
+		return r.addDecoded(rows, lo, r.Next()-uint64(lo), nil, limit, after)
+	}
+	if b.Records != nil {
+		if sh.dec == nil {
+			sh.dec = columnar.NewDecoder()
+		}
+		b.Rows(sh.dec, add) // add never fails
+	} else {
+		add(columnar.Rows{Events: b.Events}, 0)
+	}
+	next := kinesisCursor{from: b.From, events: total, to: b.To}
+	switch {
+	case sh.last.from == b.From && sh.last.events > 0 && skip < sh.last.events:
+		next = sh.last
+		next.carry = sh.last.events - skip
+	case !(sh.last.from == b.From && sh.last.events > 0) && sh.last.carry > 0 && skip < sh.last.carry:
+		next = sh.last
+		next.carry -= skip
+	}
+	k.skipped.Add(skip)
+	if total == skip && next == sh.last {
+		return nil
 	}
 	sh.last = next
 	sh.p.cursor = sh.last.append(nil) // not in place: a loaded cursor shares the bytes it was read with
+	sh.observe()
 	if err := k.save(ctx, sh, outs); err != nil {
 		return err
 	}
-	k.events.Add(uint64(len(events)))
+	k.events.Add(total - skip)
 	return nil
 }
 
@@ -295,6 +397,7 @@ func (k *kinesisRun) Idle(ctx context.Context, shard string) error {
 		return err
 	}
 	sh.p.r.Advance(k.o.Now())
+	sh.observe()
 	outs := sh.p.r.take(false, nil)
 	if len(outs) == 0 {
 		return nil

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"math"
 
 	"fmt"
 	"math/big"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 )
@@ -232,8 +234,13 @@ func TestRunKinesisTakeover(t *testing.T) {
 	run := func(worker, table string, store StateStore, sink Sink) *running {
 		return start(s.options(stream, table, worker, store, sink))
 	}
+	// The reference reads events one by one; the workers below, records
+	// rolled up from their columns (and one the other way: a handover
+	// between the two).
 	wantDir := t.TempDir()
-	ref := run("ref", table, &StateDir{Dir: t.TempDir()}, &PartialsDir{Dir: wantDir})
+	refOpts := s.options(stream, table, "ref", &StateDir{Dir: t.TempDir()}, &PartialsDir{Dir: wantDir})
+	refOpts.perEvent = true
+	ref := start(refOpts)
 	waitEvents(t, wantDir, len(ds))
 	ref.stop(t)
 	want := files(t, wantDir)
@@ -266,7 +273,9 @@ func TestRunKinesisTakeover(t *testing.T) {
 				out, newStore := t.TempDir(), store.new(t)
 				sink := &stopAfter{PartialsDir: PartialsDir{Dir: out}, fail: cut.fail, stopped: make(chan struct{})}
 				sink.n.Store(cut.after)
-				a := run("a", table, newStore(), sink)
+				ao := s.options(stream, table, "a", newStore(), sink)
+				ao.perEvent = cut.after == 12
+				a := start(ao)
 				select {
 				case <-sink.stopped:
 				case <-time.After(60 * time.Second):
@@ -363,28 +372,61 @@ func TestKinesisRedeliveredBatches(t *testing.T) {
 	batch := func(from kinesis.Position, first, n int) *kinesis.Batch {
 		return &kinesis.Batch{Shard: "shardId-000000000000", From: from, To: pos(from.Seq+"'", int64(n)), Events: ds[first : first+n]}
 	}
-	f := func(steps []*kinesis.Batch, want uint64) {
-		t.Helper()
-		ctx := context.Background()
-		k := &kinesisRun{o: KinesisOptions{Store: store}, shards: map[string]*shardRun{}}
-		if err := k.Open(ctx, "shardId-000000000000", kinesis.Position{}); err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range steps {
-			if err := k.Handle(ctx, b); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := k.shards["shardId-000000000000"].p.r.Stats().Events; got != want {
-			t.Fatalf("the shard's rollup holds %d events, want %d", got, want)
-		}
-	}
+	f := func(steps []*kinesis.Batch, want uint64) { t.Helper(); handleAll(t, store, steps, want) }
 	f([]*kinesis.Batch{batch(pos("1", 0), 0, 10), batch(pos("2", 0), 10, 10)}, 20)
 	// A new holder: batch 2 again, then as a superset.
 	f([]*kinesis.Batch{batch(pos("2", 0), 10, 10), batch(pos("2", 0), 10, 15)}, 25)
 	// Again, as a subset, then the rest in two batches from other
 	// positions: only events 25 on are new.
 	f([]*kinesis.Batch{batch(pos("2", 0), 10, 4), batch(pos("2", 4), 14, 6), batch(pos("2", 10), 20, 10)}, 30)
+}
+
+// handleAll hands the batches of shard 0 to a new holder whose states are
+// in store, and checks that the shard's rollup then holds want events.
+func handleAll(t *testing.T, store StateStore, steps []*kinesis.Batch, want uint64) {
+	t.Helper()
+	ctx := context.Background()
+	k := &kinesisRun{o: KinesisOptions{Store: store}, shards: map[string]*shardRun{}}
+	if err := k.Open(ctx, "shardId-000000000000", kinesis.Position{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range steps {
+		if err := k.Handle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := k.shards["shardId-000000000000"].p.r.Stats().Events; got != want {
+		t.Fatalf("the shard's rollup holds %d events, want %d", got, want)
+	}
+}
+
+// TestKinesisRedeliveredRecords: as TestKinesisRedeliveredBatches, with
+// batches of undecoded records (SourceOptions.Rows) rolled up from their
+// columns: a batch again, a superset, a subset whose missing events come
+// in the batch that follows, a first record read from inside, and a
+// corrupt record skipped. Each event is added once.
+func TestKinesisRedeliveredRecords(t *testing.T) {
+	ds := testEvents(40)
+	rec := func(seq string, lo, hi int) kinesis.Record {
+		b, err := columnar.Encode([]byte{byte(columnar.CodecArrow)}, ds[lo:hi], columnar.Options{Compression: columnar.ZstdDict})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kinesis.Record{Seq: seq, Data: b}
+	}
+	r1, r2, r3, r4, r5 := rec("1", 0, 10), rec("2", 10, 20), rec("3", 20, 25), rec("4", 25, 30), rec("5", 30, 40)
+	bad := kinesis.Record{Seq: "4b", Data: []byte{byte(columnar.CodecArrow), 1, 2, 3}}
+	store := &StateDir{Dir: t.TempDir()}
+	batch := func(seq string, sub int64, recs ...kinesis.Record) *kinesis.Batch {
+		last := recs[len(recs)-1].Seq
+		return &kinesis.Batch{Shard: "shardId-000000000000", From: kinesis.Position{Seq: seq, Sub: sub},
+			To: kinesis.Position{Seq: last, Sub: math.MaxInt64}, Records: recs}
+	}
+	f := func(steps []*kinesis.Batch, want uint64) { t.Helper(); handleAll(t, store, steps, want) }
+	f([]*kinesis.Batch{batch("1", 0, r1), batch("2", 0, r2)}, 20)
+	f([]*kinesis.Batch{batch("2", 0, r2), batch("2", 0, r2, r3)}, 25)
+	f([]*kinesis.Batch{batch("2", 0, r2), batch("3", 0, r3, r4, bad)}, 30)
+	f([]*kinesis.Batch{batch("5", 4, r5)}, 36)
 }
 
 // countingSink adds up the events of the outputs written to it.
@@ -497,4 +539,70 @@ func TestRunKinesisQuietShard(t *testing.T) {
 // decisionsAt returns n generated decisions stamped from start on.
 func decisionsAt(start time.Time, n int) []decisions.Decision {
 	return decisiontest.NewGenerator(3, start).Batch(n)
+}
+
+// TestKinesisShardLag reads a 2-shard kinesalite stream and watches
+// Stats: every shard held reports the MillisBehindLatest of its last read
+// once read (kinesalite reports 0 for an open shard, so this checks the
+// plumbing; TestAggregatorMetrics in assemble, the export of other
+// values), and a watermark that, for live events, trails the wall clock
+// by about the lateness and the idle time; RunStats carries the shards
+// and the least watermark, for /metrics.
+func TestKinesisShardLag(t *testing.T) {
+	s := newStandIns(t)
+	stream, table := s.stream(t, 2)
+	ds := testEvents(4000) // a backlog of old events, then live ones
+	s.put(t, stream, ds)
+	o := s.options(stream, table, "one", &StateDir{Dir: t.TempDir()}, &countingSink{})
+	o.Source.Records = 2
+	k, err := NewKinesis(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := k.Run(ctx); done <- err }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	wait := func(what string, cond func(KinesisStats) bool) KinesisStats {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if st := k.Stats(); cond(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %+v", what, k.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wait("the backlog", func(st KinesisStats) bool { return st.Events == uint64(len(ds)) })
+	live := decisionsAt(time.Now(), 200)
+	s.put(t, stream, live)
+	st := wait("live events, caught up", func(st KinesisStats) bool {
+		if st.Events != uint64(len(ds)+len(live)) || len(st.Shards) != 2 {
+			return false
+		}
+		for _, sh := range st.Shards {
+			if !sh.Read || sh.Behind != 0 || sh.Watermark.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, sh := range st.Shards {
+		// Lateness 100 ms and Idle 300 ms; 3 s allows for a busy machine.
+		if lag := time.Since(sh.Watermark); lag < 0 || lag > 3*time.Second {
+			t.Errorf("shard %s: lag in event time %v", sh.Shard, lag)
+		}
+	}
+	if rs := st.RunStats(); len(rs.Shards) != 2 || rs.Watermark.IsZero() || rs.Watermark.After(st.Shards[0].Watermark) || rs.Watermark.After(st.Shards[1].Watermark) {
+		t.Errorf("RunStats %+v: want the shards and the least watermark", rs)
+	}
+	t.Logf("shards at the end: %+v", st.Shards)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
@@ -29,6 +30,10 @@ type KinesisLambda struct {
 	Sinks  []Sink
 	Window time.Duration // default 60 s
 	TopK   int           // default 100
+
+	// perEvent makes Arrow records roll up event by event: the reference
+	// the tests hold the columnar path to.
+	perEvent bool
 
 	mu       sync.Mutex
 	problems []error
@@ -59,20 +64,49 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	// rolled up here, and written once the invocation's records are read.
 	windows := map[int64]*Partial{}
 	var shard string
-	read := kinesis.NewLambdaHandler(func(_ context.Context, b *kinesis.Batch) error {
-		shard = b.Shard
-		for j := range b.Events {
-			d := &b.Events[j]
-			start := windowStart(d.Time, size)
-			p := windows[start]
-			if p == nil {
-				p = NewPartial(time.Unix(0, start), size, k)
-				windows[start] = p
+	var batch Batch
+	window := func(start int64) *Partial {
+		p := windows[start]
+		if p == nil {
+			p = NewPartial(time.Unix(0, start), size, k)
+			windows[start] = p
+		}
+		return p
+	}
+	addEvents := func(ds []decisions.Decision) {
+		for j := range ds {
+			d := &ds[j]
+			window(windowStart(d.Time, size)).Update(d)
+		}
+	}
+	read := kinesis.NewLambdaRowsHandler(func(_ context.Context, r *kinesis.Rows) error {
+		shard = r.Shard
+		if r.Columns == nil {
+			addEvents(r.Events)
+			return nil
+		}
+		// Arrow records are rolled up from their columns, a run of rows
+		// of one window at a time.
+		batch.Prepare(r.Columns)
+		times, w := batch.Times(), int64(size)
+		for i := 0; i < len(times); {
+			start := windowStartNs(times[i], w)
+			j := i + 1
+			for j < len(times) && times[j] >= start && times[j]-start < w {
+				j++
 			}
-			p.Update(d)
+			window(start).UpdateColumns(&batch, i, j)
+			i = j
 		}
 		return nil
 	})
+	if l.perEvent {
+		read = kinesis.NewLambdaHandler(func(_ context.Context, b *kinesis.Batch) error {
+			shard = b.Shard
+			addEvents(b.Events)
+			return nil
+		})
+	}
 	read.Handle(ctx, ev) // the handler above never fails
 	first, last := ev.Records[0], ev.Records[len(ev.Records)-1]
 	rng := first.Kinesis.SequenceNumber + "-" + last.Kinesis.SequenceNumber

@@ -79,3 +79,30 @@ type failing struct{}
 
 func (failing) Write(context.Context, string, Output) error { return errors.New("sink down") }
 func (failing) Flush(context.Context) error                 { return nil }
+
+// TestKinesisLambdaColumnsEqualsEvents: the Lambda aggregator rolling
+// Arrow records up from their columns writes the same partials, byte for
+// byte, as rolling their events up one by one, with records that cut
+// windows, events out of order across windows and lists small enough to
+// evict.
+func TestKinesisLambdaColumnsEqualsEvents(t *testing.T) {
+	ds := testEvents(12_001)
+	ev := kinesisEvent(t, ds)
+	var got, want map[string][]byte
+	for _, perEvent := range []bool{true, false} {
+		dir := t.TempDir()
+		l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}}, Window: time.Second, TopK: 4, perEvent: perEvent}
+		if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%v %+v", err, resp)
+		}
+		if st := l.Stats(); st.Events != uint64(len(ds)) || st.Corrupt != 1 || st.Outputs < 3 {
+			t.Fatalf("per event %v: stats %+v", perEvent, st)
+		}
+		if perEvent {
+			want = files(t, dir)
+		} else {
+			got = files(t, dir)
+		}
+	}
+	sameFiles(t, "columns", got, want)
+}

@@ -44,9 +44,8 @@ func (p *Partial) Update(d *decisions.Decision) {
 	// The client is hashed once, for the sketches and the top-K lists.
 	c := ClientOf(d)
 	h := hashClientInto(c, &p.Clients.scratch)
-	refused := Refused(d.Outcome)
-	p.Clients.add(h, refused, p.Clients.tier(d.Tier))
-	p.Offenders.add(c, h, p.Offenders.topk(p.Offenders.RequestsByTier, d.Tier), refused, d.Rule)
+	p.Clients.add(h, Refused(d.Outcome), p.Clients.tier(d.Tier), p.Clients.rule(d.Rule))
+	p.Offenders.add(c, h, p.Offenders.topk(p.Offenders.RequestsByTier, d.Tier), d.Outcome, d.Rule)
 }
 
 // Merge adds q's events to p. Partials of different lengths do not merge;
@@ -80,7 +79,11 @@ func (p *Partial) Merge(q *Partial, disjoint bool) error {
 // encoding's version.
 const partialMagic = "RWP"
 
-const partialVersion = 1
+// partialVersion is the version AppendBinary writes. Version 2 appended the
+// distinct clients by rule, the requests by rule and the challenged and
+// token-passing clients; DecodePartial still reads version 1, whose
+// partials have those empty.
+const partialVersion = 2
 
 // AppendBinary appends p's encoding. Equal partials encode to equal bytes.
 func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
@@ -96,7 +99,11 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
 	}
 	b = p.Latency.AppendBinary(b)
 	b = p.Upstream.AppendBinary(b)
-	return p.Offenders.AppendBinary(b), nil
+	b = p.Offenders.AppendBinary(b)
+	if b, err = p.Clients.appendBinaryV2(b); err != nil {
+		return b, err
+	}
+	return p.Offenders.appendBinaryV2(b), nil
 }
 
 // DecodePartial reads a partial AppendBinary wrote.
@@ -104,8 +111,9 @@ func DecodePartial(b []byte) (*Partial, error) {
 	if len(b) < len(partialMagic)+1 || string(b[:len(partialMagic)]) != partialMagic {
 		return nil, errors.New("decode partial: not a partial")
 	}
-	if v := b[len(partialMagic)]; v != partialVersion {
-		return nil, fmt.Errorf("decode partial: version %d, want %d", v, partialVersion)
+	v := b[len(partialMagic)]
+	if v < 1 || v > partialVersion {
+		return nil, fmt.Errorf("decode partial: version %d, want 1 to %d", v, partialVersion)
 	}
 	r := &reader{b: b[len(partialMagic)+1:]}
 	p := &Partial{}
@@ -133,6 +141,14 @@ func DecodePartial(b []byte) (*Partial, error) {
 	var err error
 	if p.Offenders, err = decodeOffenders(r); err != nil {
 		return nil, fmt.Errorf("decode partial: %w", err)
+	}
+	if v >= 2 {
+		if err := p.Clients.decodeV2(r); err != nil {
+			return nil, fmt.Errorf("decode partial: %w", err)
+		}
+		if err := p.Offenders.decodeV2(r); err != nil {
+			return nil, fmt.Errorf("decode partial: %w", err)
+		}
 	}
 	if len(r.b) != 0 {
 		return nil, fmt.Errorf("decode partial: %d bytes after the end", len(r.b))

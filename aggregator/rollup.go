@@ -49,7 +49,10 @@ type Options struct {
 	Window time.Duration // window length; default 60 s
 	// Lateness is how far behind the latest event time an event may be and
 	// still join its window: a window closes once an event Lateness past
-	// its end was seen. Default 1 s.
+	// its end was seen. Default 500 ms. Windows close Lateness + Idle
+	// after their end at the latest, so Lateness + Idle must cover how
+	// long the edge holds a decision before writing it (decisions.linger,
+	// 1 s by default), or its events arrive late.
 	Lateness time.Duration
 	Late     LatePolicy
 	// Idle is how long a live partition may see no event before its
@@ -64,7 +67,7 @@ func (o Options) withDefaults() Options {
 		o.Window = time.Minute
 	}
 	if o.Lateness <= 0 {
-		o.Lateness = time.Second
+		o.Lateness = 500 * time.Millisecond
 	}
 	if o.Idle <= 0 {
 		o.Idle = time.Second

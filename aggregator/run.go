@@ -35,6 +35,11 @@ type LogOptions struct {
 	// anything or not: every FlushEvery events while reading a backlog and
 	// every Tick at the end of a followed log.
 	Progress func(RunStats)
+
+	// perEvent makes the run read the log event by event (Reader.Next)
+	// rather than by record batch: the reference the tests hold the
+	// columnar path to.
+	perEvent bool
 }
 
 // RunStats are what a run did.
@@ -45,6 +50,9 @@ type RunStats struct {
 	Redeliver uint64    // outputs of the previous run delivered again on start
 	Next      uint64    // the next log offset to read
 	Watermark time.Time // the partition's watermark
+	// Shards, of a Kinesis run, are the shards held and their lags; the
+	// Watermark is then the least of theirs.
+	Shards []ShardStats
 }
 
 // RunLog rolls the decision log in o.Dir up and delivers the outputs to
@@ -118,18 +126,41 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 		}
 		return l.p.save(ctx, outs)
 	}
+	// read reads a record's rows (an event's, on the per-event path) with
+	// rctx and adds them, flushing with ctx after every FlushEvery events
+	// added, so that windows close at the same events however the log
+	// was read.
 	added := 0
-	for {
-		d, off, err := rd.Next(ctx, false)
-		if err == nil {
-			r.Add(&d, off)
-			if added++; added >= l.o.FlushEvery {
-				added = 0
-				if err := flush(ctx, false); err != nil {
-					return err
-				}
+	var flushErr error // returned as it is, not as a read error
+	read := func(rctx context.Context, follow bool) error {
+		room := func(_ *Batch, lo, hi int) int { return lo + l.o.FlushEvery - added }
+		added1 := func(n int) error {
+			if added += n; added < l.o.FlushEvery {
+				return nil
 			}
+			added = 0
+			flushErr = flush(ctx, false)
+			return flushErr
+		}
+		if l.o.perEvent {
+			d, off, err := rd.Next(rctx, follow)
+			if err != nil {
+				return err
+			}
+			r.Add(&d, off)
+			return added1(1)
+		}
+		return rd.NextRows(rctx, follow, func(rows *decisionlog.Rows) error {
+			return r.addDecoded(rows.Rows, 0, rows.Offset, rows.Skip, room, added1)
+		})
+	}
+	for {
+		err := read(ctx, false)
+		if err == nil {
 			continue
+		}
+		if flushErr != nil {
+			return flushErr
 		}
 		if !decisionlog.IsEnd(err) {
 			return fmt.Errorf("aggregate log: %w", err)
@@ -145,12 +176,12 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 			return err
 		}
 		wctx, cancel := context.WithTimeout(ctx, l.o.Tick)
-		d, off, err = rd.Next(wctx, true)
+		err = read(wctx, true)
 		cancel()
 		switch {
 		case err == nil:
-			r.Add(&d, off)
-			added++
+		case flushErr != nil:
+			return flushErr
 		case ctx.Err() != nil:
 			// A clean shutdown emits the open windows with the context
 			// that is not done.

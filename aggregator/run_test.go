@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
@@ -143,8 +145,12 @@ func TestRunLogResumes(t *testing.T) {
 		return LogOptions{Dir: logDir, StateDir: state, FlushEvery: 300,
 			Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond}, Sinks: []Sink{sink}}
 	}
+	// The reference reads event by event; the interrupted runs by record
+	// batch, and resume inside records.
 	wantDir := t.TempDir()
-	if _, err := RunLog(context.Background(), opts(t.TempDir(), &PartialsDir{Dir: wantDir})); err != nil {
+	ref := opts(t.TempDir(), &PartialsDir{Dir: wantDir})
+	ref.perEvent = true
+	if _, err := RunLog(context.Background(), ref); err != nil {
 		t.Fatal(err)
 	}
 	want := files(t, wantDir)
@@ -168,4 +174,67 @@ func TestRunLogResumes(t *testing.T) {
 			t.Errorf("crash after %d: never crashed", crashAfter)
 		}
 	}
+}
+
+// TestRunLogColumnsEqualsEvents: RunLog reading the log by record batch,
+// rolling Arrow records up from their columns and JSON-lines records
+// event by event, writes the same files, byte for byte, and counts the
+// same, as reading it event by event: with flushes inside records, time
+// filters that cut records, late events corrected or dropped, small
+// top-K lists, and an undecodable record.
+func TestRunLogColumnsEqualsEvents(t *testing.T) {
+	ds := testEvents(30_000)
+	logDir := filepath.Join(t.TempDir(), "log")
+	l, err := seglog.Open(logDir, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrow := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	jsonl := decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: columnar.CodecJSON})
+	sizes := []int{1000, 1, 4500, 7, 300, 2000}
+	for i, k := 0, 0; i < len(ds); k++ {
+		j := min(i+sizes[k%len(sizes)], len(ds))
+		w := arrow
+		if k%4 == 3 {
+			w = jsonl
+		}
+		if err := w.WriteBatch(ds[i:j]); err != nil {
+			t.Fatal(err)
+		}
+		if k == 5 {
+			if _, err := l.Append(seglog.Record{Count: 2, MinTime: ds[i].Time, MaxTime: ds[i].Time, Codec: uint8(columnar.CodecArrow), Payload: []byte("not arrow")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		i = j
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f := func(o LogOptions) {
+		t.Helper()
+		var got, want map[string][]byte
+		var gotSt, wantSt RunStats
+		for _, perEvent := range []bool{true, false} {
+			out := t.TempDir()
+			o := o
+			o.Dir, o.StateDir, o.Sinks, o.perEvent = logDir, t.TempDir(), []Sink{&PartialsDir{Dir: out}}, perEvent
+			st, err := RunLog(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perEvent {
+				want, wantSt = files(t, out), st
+			} else {
+				got, gotSt = files(t, out), st
+			}
+		}
+		if !reflect.DeepEqual(gotSt, wantSt) || wantSt.Read.BadBatch != 1 || wantSt.Outputs < 3 {
+			t.Errorf("%+v: stats %+v, want %+v (one bad record, outputs)", o.Rollup, gotSt, wantSt)
+		}
+		sameFiles(t, fmt.Sprintf("%+v", o.Rollup), got, want)
+	}
+	f(LogOptions{FlushEvery: 300, Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond, TopK: 5}})
+	f(LogOptions{FlushEvery: 4096, Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond, Late: LateDrop}})
+	f(LogOptions{FlushEvery: 777, Since: ds[2500].Time, Until: ds[27_000].Time, Rollup: Options{Window: 2 * time.Second, TopK: 3}})
 }

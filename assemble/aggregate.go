@@ -1,10 +1,11 @@
 package assemble
 
 import (
+	"context"
 	"net/http"
-	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator"
@@ -14,9 +15,12 @@ import (
 // AggregatorMetrics serves /metrics (Prometheus, from OpenTelemetry
 // instruments) and /healthz for `ratewarden aggregate`: what the run read,
 // rolled up and delivered, its watermark and its lag behind the wall
-// clock, and what the EMF writer (nil without one) wrote and dropped.
-// stats holds the latest progress report.
-func AggregatorMetrics(stats *atomic.Pointer[aggregator.RunStats], w *emf.Writer, now func() time.Time) (http.Handler, error) {
+// clock, per Kinesis shard held how far its reads are behind the stream
+// (MillisBehindLatest) and its lag in event time, and what the EMF writer
+// (nil without one) wrote and dropped. stats returns the run's latest
+// figures; it is called at each collection. extra registers more
+// instruments on the same meter (the alerts', Alerts.RegisterMetrics).
+func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func() time.Time, extra ...func(metric.Meter) error) (http.Handler, error) {
 	// snapshot is what one collection reads: the latest progress report and
 	// the EMF writer's counts.
 	type snapshot struct {
@@ -24,10 +28,7 @@ func AggregatorMetrics(stats *atomic.Pointer[aggregator.RunStats], w *emf.Writer
 		written, dropped uint64
 	}
 	take := func() snapshot {
-		var s snapshot
-		if p := stats.Load(); p != nil {
-			s.run = *p
-		}
+		s := snapshot{run: stats()}
 		if w != nil {
 			st := w.Stats()
 			s.dropped = st.Rejected
@@ -58,8 +59,44 @@ func AggregatorMetrics(stats *atomic.Pointer[aggregator.RunStats], w *emf.Writer
 		{"ratewarden.aggregator.emf.dropped", "EMF documents refused as invalid or by the sink.", "{document}", false, func(s snapshot) int64 { return int64(s.dropped) }},
 	}
 	return metricsHandler("github.com/ratewarden/ratewarden/aggregator", func(meter metric.Meter) error {
-		return registerObservables(meter, take, insts)
+		for _, r := range extra {
+			if err := r(meter); err != nil {
+				return err
+			}
+		}
+		if err := registerObservables(meter, take, insts); err != nil {
+			return err
+		}
+		return registerShardMetrics(meter, stats, now)
 	})
+}
+
+// registerShardMetrics exports each Kinesis shard's lags, by shard.
+func registerShardMetrics(meter metric.Meter, stats func() aggregator.RunStats, now func() time.Time) error {
+	behind, err := meter.Int64ObservableGauge("ratewarden.aggregator.shard.behind",
+		metric.WithDescription("How far a shard's last read is behind the newest record of the shard (Kinesis MillisBehindLatest)."), metric.WithUnit("ms"))
+	if err != nil {
+		return err
+	}
+	lag, err := meter.Int64ObservableGauge("ratewarden.aggregator.shard.lag",
+		metric.WithDescription("How far a shard's watermark is behind the wall clock: its lag in event time."), metric.WithUnit("ms"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t := now()
+		for _, sh := range stats().Shards {
+			attrs := metric.WithAttributes(attribute.String("shard", sh.Shard))
+			if sh.Read {
+				o.ObserveInt64(behind, sh.Behind.Milliseconds(), attrs)
+			}
+			if !sh.Watermark.IsZero() {
+				o.ObserveInt64(lag, t.Sub(sh.Watermark).Milliseconds(), attrs)
+			}
+		}
+		return nil
+	}, behind, lag)
+	return err
 }
 
 func unixOrZero(t time.Time) int64 {

@@ -1,5 +1,5 @@
 // Package assemble builds what the commands run from one configuration: the
-// counter store stack, the decision sinks, the allow and deny lists, the
+// counter store stack, the decision sinks, the allow, deny and challenge lists, the
 // challenge keys, the limiter over them, the origin handler and the admin
 // metrics. `ratewarden edge`, `ratewarden lambda` and the tests call the
 // same functions, so a fix or a privacy setting reaches every shape, and a

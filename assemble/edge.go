@@ -34,13 +34,13 @@ type Options struct {
 }
 
 // Edge is the limiter with everything the configuration asks of it: the
-// counter store stack, the decision sinks, the allow and deny lists, the
-// challenge keys and the origin. It is what `ratewarden edge` and
+// counter store stack, the decision sinks, the allow, deny and challenge
+// lists, the challenge keys and the origin. It is what `ratewarden edge` and
 // `ratewarden lambda` serve.
 type Edge struct {
 	Limiter *edge.Limiter
 	Sinks   *Sinks                    // never nil; Sinks.Emitter is nil when decisions are not recorded
-	Lists   map[string]*lists.Watcher // by list name: "allow", "deny"
+	Lists   map[string]*lists.Watcher // by list name: lists.Allow, Deny, Challenge
 	Origin  http.Handler              // the reverse proxy to edge.upstream, or the demo origin
 	// VerifierSecret guards the token endpoint; empty disables it.
 	VerifierSecret string
@@ -80,24 +80,25 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 	if e.Sinks.Emitter != nil {
 		opts.Sink = e.Sinks.Emitter
 	}
-	for _, l := range []struct {
-		path string
-		dst  *edge.ListSource
-		name string
-	}{{cfg.Lists.AllowFile, &opts.Allow, "allow"}, {cfg.Lists.DenyFile, &opts.Deny, "deny"}} {
-		if l.path == "" {
-			continue
-		}
-		name := l.name
-		w, err := lists.Watch(l.path, cfg.Lists.Refresh, func(err error) {
-			log.Error("list refresh failed; keeping the last good list", "list", name, "err", err)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%s list: %w", l.name, err)
-		}
-		*l.dst = w
-		e.Lists[l.name] = w
+	// The edge owns the decision stream, so it records the changes to the
+	// lists it reads (see package lists).
+	var record lists.Recorder
+	if e.Sinks.Emitter != nil && (cfg.Lists.Record == nil || *cfg.Lists.Record) {
+		record = e.Sinks.Emitter
+	}
+	if e.Lists, err = watchLists(ctx, cfg, log, record); err != nil {
+		return nil, err
+	}
+	for name, w := range e.Lists {
 		e.closers = append(e.closers, w.Close)
+		switch name {
+		case lists.Allow:
+			opts.Allow = w
+		case lists.Deny:
+			opts.Deny = w
+		case lists.Challenge:
+			opts.Challenge = w
+		}
 	}
 	store, closeStore, err := Store(ctx, cfg, log, getenv)
 	if err != nil {

@@ -48,7 +48,7 @@ func ReadInputs(cfg *config.Config, getenv func(string) string) (*Inputs, error)
 	if _, err := identity.New(cfg.Identity, getenv); err != nil {
 		errs = append(errs, err)
 	}
-	for _, l := range []struct{ key, path string }{{"lists.allow_file", cfg.Lists.AllowFile}, {"lists.deny_file", cfg.Lists.DenyFile}} {
+	for _, l := range []struct{ key, path string }{{"lists.allow_file", cfg.Lists.AllowFile}, {"lists.deny_file", cfg.Lists.DenyFile}, {"lists.challenge_file", cfg.Lists.ChallengeFile}} {
 		if l.path == "" {
 			continue
 		}

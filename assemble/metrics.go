@@ -150,17 +150,27 @@ func registerKinesisMetrics(meter metric.Meter, sink *dkinesis.Sink, spill *dkin
 
 func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher) error {
 	loads, err := meter.Int64ObservableCounter("ratewarden.edge.lists.loads",
-		metric.WithDescription("Allow/deny list loads that succeeded."), metric.WithUnit("{load}"))
+		metric.WithDescription("Allow/deny/challenge list loads that succeeded."), metric.WithUnit("{load}"))
 	if err != nil {
 		return err
 	}
 	failures, err := meter.Int64ObservableCounter("ratewarden.edge.lists.failures",
-		metric.WithDescription("Allow/deny list refreshes that failed (the last good list stays)."), metric.WithUnit("{load}"))
+		metric.WithDescription("Allow/deny/challenge list refreshes that failed (the last good list stays)."), metric.WithUnit("{load}"))
 	if err != nil {
 		return err
 	}
 	entries, err := meter.Int64ObservableGauge("ratewarden.edge.lists.entries",
-		metric.WithDescription("Entries in the current allow/deny list."), metric.WithUnit("{entry}"))
+		metric.WithDescription("Entries in the current allow/deny/challenge list."), metric.WithUnit("{entry}"))
+	if err != nil {
+		return err
+	}
+	changes, err := meter.Int64ObservableCounter("ratewarden.edge.lists.changes",
+		metric.WithDescription("List changes recorded as feedback events."), metric.WithUnit("{event}"))
+	if err != nil {
+		return err
+	}
+	changeDrops, err := meter.Int64ObservableCounter("ratewarden.edge.lists.changes_dropped",
+		metric.WithDescription("Feedback events of list changes the decision queue dropped."), metric.WithUnit("{event}"))
 	if err != nil {
 		return err
 	}
@@ -171,8 +181,11 @@ func registerListMetrics(meter metric.Meter, watchers map[string]*lists.Watcher)
 			o.ObserveInt64(loads, int64(l), attrs)
 			o.ObserveInt64(failures, int64(f), attrs)
 			o.ObserveInt64(entries, int64(w.List().Len()), attrs)
+			c, d := w.Changes()
+			o.ObserveInt64(changes, int64(c), attrs)
+			o.ObserveInt64(changeDrops, int64(d), attrs)
 		}
 		return nil
-	}, loads, failures, entries)
+	}, loads, failures, entries, changes, changeDrops)
 	return err
 }

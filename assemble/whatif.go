@@ -49,7 +49,7 @@ const WhatIfIdentity = "Identities are replayed as logged: the client address, u
 // whatIfNotes are the rest of a replay's conditions.
 var whatIfNotes = []string{
 	"Counters start empty at the start of the range and live in memory; time is each event's own. Store failures are not replayed: the candidate's store never fails, so requests logged fail_open, fail_closed or local_limit are decided on their counts.",
-	"Requests logged allow_listed or deny_listed are kept as logged and not counted against limits, as the edge does not count them: the lists of the time are what the log records.",
+	"Requests the allow, deny or challenge list decided (allow_listed, deny_listed, challenge by the challenge list) are kept as logged and not counted against limits, as the edge does not count them: the lists of the time are what the log records.",
 	"A request logged token_pass carried a valid challenge token, and carries one in the replay; no other request does. A concurrency slot is held for the request's logged upstream latency. Requests are replayed in decision-time order (the log holds them as their responses ended).",
 }
 
@@ -138,7 +138,7 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 			out.Skipped++
 			continue
 		}
-		if d.Outcome == decisions.AllowListed || d.Outcome == decisions.DenyListed {
+		if listDecided(&d) {
 			out.Kept++
 			continue
 		}
@@ -182,6 +182,14 @@ type queued struct {
 	at   int64
 	seq  uint64
 	slot int32
+}
+
+// listDecided reports whether a list decided d before any rule counted it:
+// the allow and deny lists, and the challenge list for a client without a
+// token.
+func listDecided(d *decisions.Decision) bool {
+	return d.Outcome == decisions.AllowListed || d.Outcome == decisions.DenyListed ||
+		d.Outcome == decisions.Challenge && d.Reason == edge.ReasonChallengeListed
 }
 
 // clientOf names d's client as reports do: user:<id>, or the address.

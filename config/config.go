@@ -25,6 +25,9 @@ type Config struct {
 	Forward    Forward          `yaml:"forward"`
 	FailClosed []string         `yaml:"fail_closed"` // path prefixes that fail closed (503) when the store fails
 	Tiers      map[string]*Tier `yaml:"tiers"`
+	Alerts     Alerts           `yaml:"alerts"`      // anomaly detection over the aggregator's windows
+	Feedback   Feedback         `yaml:"feedback"`    // policies from alerts to list entries
+	LambdaEdge LambdaEdge       `yaml:"lambda_edge"` // ratewarden at CloudFront's viewer request
 
 	// file is the path the configuration was read from, for error messages.
 	file string
@@ -202,7 +205,10 @@ type Decisions struct {
 	RetainBytes  int64           `yaml:"retain_bytes"`  // delete the oldest segments while the log is larger; default 10737418240 (10 GiB)
 	// Linger is how long a decision may wait for others to share its log
 	// record, and Batch how many fill one: a record pays a fixed cost,
-	// so at low rates records wait to fill. Defaults 2s and 1024.
+	// so at low rates records wait to fill. Defaults 1s and 1024: at 10
+	// decisions a second a record of 10 is 5.3 times smaller than their
+	// JSON lines, and a decision reaches the aggregator soon enough for
+	// its window to close within window + 2 s (BENCHMARKS.md, Freshness).
 	Linger  time.Duration `yaml:"linger"`
 	Batch   int           `yaml:"batch"`
 	Privacy Privacy       `yaml:"privacy"`
@@ -268,11 +274,24 @@ type Forward struct {
 	DecisionHeader string `yaml:"decision_header"`
 }
 
-// Lists are the allow and deny lists.
+// Lists are the feedback lists the edge obeys: allow, deny and challenge,
+// each read from a file, or all three from a DynamoDB lists table.
 type Lists struct {
-	AllowFile string        `yaml:"allow_file"`
-	DenyFile  string        `yaml:"deny_file"`
-	Refresh   time.Duration `yaml:"refresh"` // default 30s
+	AllowFile string `yaml:"allow_file"`
+	DenyFile  string `yaml:"deny_file"`
+	// ChallengeFile lists identities challenged on their next request
+	// whatever their count; needs challenge.enabled.
+	ChallengeFile string `yaml:"challenge_file"`
+	// Table is a DynamoDB lists table (as `aws init` creates) to read the
+	// three lists from instead of files, with store.dynamodb's region and
+	// endpoint; "" reads files.
+	Table   string        `yaml:"table"`
+	Refresh time.Duration `yaml:"refresh"` // default 30s
+	// Record makes the edge record each change it sees in the lists as a
+	// feedback event in its decisions; default true. Edges that share a
+	// lists table and a Kinesis stream should leave it on in one only, so
+	// each change is recorded once.
+	Record *bool `yaml:"record"`
 }
 
 // Tier is a set of limits for one class of client.

@@ -145,7 +145,7 @@ func TestDefaults(t *testing.T) {
 		{"edge.admin_listen", c.Edge.AdminListen, "127.0.0.1:9090"},
 		{"edge.node", c.Edge.Node, host},
 		{"edge.decision_queue", c.Edge.DecisionQueue, 4096},
-		{"decisions.linger", c.Decisions.Linger, 2 * time.Second},
+		{"decisions.linger", c.Decisions.Linger, time.Second},
 		{"decisions.batch", c.Decisions.Batch, 1024},
 		{"decisions.kinesis.linger", c.Decisions.Kinesis.Linger, 5 * time.Second},
 		{"decisions.kinesis.batch", c.Decisions.Kinesis.Batch, 1024},
@@ -182,6 +182,7 @@ func TestDefaults(t *testing.T) {
 		{"challenge.endpoint_failures.limit", c.Challenge.EndpointFailures.Limit, int64(10)},
 		{"challenge.endpoint_failures.window", c.Challenge.EndpointFailures.Window, time.Minute},
 		{"lists.refresh", c.Lists.Refresh, 30 * time.Second},
+		{"lists.record", *c.Lists.Record, true},
 		{"global.limit", g.Limit, int64(60)},
 		{"global.window", g.Window, time.Minute},
 		{"global.algorithm", g.Algorithm, "fixed_window"},
@@ -544,6 +545,9 @@ tiers:
 		{"endpoint failures window", "challenge:\n  enabled: true\n  endpoint_failures: {window: 48h} # <-\n" + anonymous, "challenge.endpoint_failures.window", `"48h" is not allowed; use 1s to 24h`},
 		{"challenge cookie", "challenge:\n  enabled: true\n  cookie: a;b # <-\n" + anonymous, "challenge.cookie", "use a cookie name"},
 		{"lists refresh", "lists:\n  refresh: 10ms # <-\n" + anonymous, "lists.refresh", `"10ms" is not allowed; use 1s or more`},
+		{"challenge list without challenges", "lists:\n  challenge_file: c.list # <-\n" + anonymous, "lists.challenge_file", `"c.list" needs challenge.enabled: true; use challenge.enabled: true`},
+		{"lists table name", "lists:\n  table: a # <-\n" + anonymous, "lists.table", `"a" is not allowed; use 3 to 255 of`},
+		{"lists table and files", "lists:\n  table: ratewarden-lists\n  deny_file: d.list # <-\n" + anonymous, "lists.deny_file", `"d.list" cannot be used with lists.table; use either lists.table or list files`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := markedLine(tc.yaml)

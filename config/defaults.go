@@ -81,6 +81,10 @@ func (c *Config) Defaults() {
 	def(&ch.EndpointFailures.Window, time.Minute)
 
 	def(&c.Lists.Refresh, 30*time.Second)
+	if c.Lists.Record == nil {
+		c.Lists.Record = new(true)
+	}
+	c.LambdaEdge.defaults()
 
 	def(&c.Paths.Ambiguous, AmbiguousPaths[0])
 	if _, written := c.lines["forward.strip_headers"]; !written && c.Forward.StripHeaders == nil {
@@ -98,7 +102,7 @@ func (c *Config) Defaults() {
 	def(&d.SegmentAge, time.Hour)
 	def(&d.RetainAge, 7*24*time.Hour)
 	def(&d.RetainBytes, 10<<30)
-	def(&d.Linger, 2*time.Second)
+	def(&d.Linger, time.Second)
 	def(&d.Batch, 1024)
 	def(&d.Privacy.Addresses, "keep")
 	def(&d.Privacy.Users, "keep")
@@ -109,6 +113,8 @@ func (c *Config) Defaults() {
 	def(&d.Kinesis.Retry, 5*time.Second)
 	def(&d.Kinesis.Linger, 5*time.Second)
 	def(&d.Kinesis.Batch, 1024)
+
+	c.alertDefaults()
 
 	for _, t := range c.Tiers {
 		if t == nil {

@@ -42,9 +42,7 @@ func (c *Config) validate() *validator {
 	if c.challenging() {
 		v.challenge(&c.Challenge)
 	}
-	if c.Lists.Refresh < time.Second {
-		v.report(key("lists", "refresh"), fmtDuration(c.Lists.Refresh), "is not allowed", "1s or more")
-	}
+	v.lists(&c.Lists, c.Challenge.Enabled)
 	v.paths(&c.Paths)
 	v.forward(&c.Forward, &c.Identity)
 	for i, p := range c.FailClosed {
@@ -54,7 +52,30 @@ func (c *Config) validate() *validator {
 	v.tiers(c.Tiers)
 	v.foldedPrefixes(c)
 	v.exactRules(c)
+	v.alerts(&c.Alerts, c.Tiers)
+	v.feedback(&c.Feedback)
+	v.lambdaEdge(&c.LambdaEdge)
 	return v
+}
+
+func (v *validator) lists(l *Lists, challenge bool) {
+	if l.Refresh < time.Second {
+		v.report(key("lists", "refresh"), fmtDuration(l.Refresh), "is not allowed", "1s or more")
+	}
+	if l.ChallengeFile != "" && !challenge {
+		v.report(key("lists", "challenge_file"), l.ChallengeFile, "needs challenge.enabled: true", "challenge.enabled: true, so challenged clients can pass with a token")
+	}
+	if l.Table == "" {
+		return
+	}
+	if !validTableName(l.Table) {
+		v.report(key("lists", "table"), l.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
+	}
+	for _, f := range []struct{ key, path string }{{"allow_file", l.AllowFile}, {"deny_file", l.DenyFile}, {"challenge_file", l.ChallengeFile}} {
+		if f.path != "" {
+			v.report(key("lists", f.key), f.path, "cannot be used with lists.table", "either lists.table or list files")
+		}
+	}
 }
 
 // exactRules checks that store.sync.exact names rules the tiers have, so

@@ -59,8 +59,8 @@ type Sink interface {
 	Emit(d decisions.Decision) bool
 }
 
-// ListSource yields the current allow or deny list; the list may change
-// between calls (a lists.Watcher refreshes it).
+// ListSource yields the current allow, deny or challenge list; the list may
+// change between calls (a lists.Watcher refreshes it).
 type ListSource interface {
 	List() *lists.List
 }
@@ -71,7 +71,10 @@ type Options struct {
 	Sink  Sink       // default: decisions are discarded (still counted)
 	Allow ListSource // allow list: limits bypassed
 	Deny  ListSource // deny list: 403
-	Keys  *challenge.Keyring
+	// Challenge list: challenged (302 to the challenge page) whatever the
+	// count, unless the request carries a valid challenge token.
+	Challenge ListSource
+	Keys      *challenge.Keyring
 	// Env reads environment variables (JWT keys); default os.Getenv.
 	Env func(string) string
 	// Log receives a warning for responses that failed (origin timeouts
@@ -101,6 +104,7 @@ type Limiter struct {
 	sink            Sink
 	allow           ListSource
 	deny            ListSource
+	challenged      ListSource
 	keys            *challenge.Keyring
 	ipv6Prefix      int
 	tokenRule       *rule // wrong verifier secrets per address; nil without challenges
@@ -136,7 +140,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		anonymous: tiers[config.TierAnonymous], authed: tiers[config.TierAuthenticated],
 		failClosed: failClosed, pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
 		fwd: newForwarding(cfg), ident: res, store: opts.Store,
-		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, keys: opts.Keys,
+		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, challenged: opts.Challenge, keys: opts.Keys,
 		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log,
 	}
 	if cfg.Challenge.Enabled {
@@ -288,11 +292,18 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 		// when a deployment passes no peer address, so pass and say why.
 		l.finish(v, decisions.FailOpen, "no client address")
 		return
-	case l.deny != nil && l.deny.List().Contains(id.ClientIP, id.User):
+	case l.deny != nil && l.deny.List().ContainsAt(id.ClientIP, id.User, now):
 		l.finish(v, decisions.DenyListed, "deny list")
 		return
-	case l.allow != nil && l.allow.List().Contains(id.ClientIP, id.User):
+	case l.allow != nil && l.allow.List().ContainsAt(id.ClientIP, id.User, now):
 		l.finish(v, decisions.AllowListed, "allow list")
+		return
+	}
+	// A challenge-listed client without a valid token is challenged before
+	// anything is counted; with one, it is limited as anyone else.
+	listed := l.challenged != nil && l.challenged.List().ContainsAt(id.ClientIP, id.User, now)
+	if listed && !l.tokenValid(r, id, now) {
+		l.finish(v, decisions.Challenge, ReasonChallengeListed)
 		return
 	}
 
@@ -337,6 +348,9 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	d.Count, d.Remaining, d.Reset = e.res.Count, e.res.Remaining, e.res.Reset
 
 	outcome, reason := l.outcome(e, r, id, now)
+	if listed && outcome == decisions.Allow {
+		outcome, reason = decisions.TokenPass, ReasonChallengeListedPass
+	}
 	if !outcome.Passed() {
 		l.release(ctx, now, v)
 		v.RetryAfter = e.rule.limit.RetryAfter(e.res)
@@ -346,6 +360,12 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	}
 	l.finish(v, outcome, reason)
 }
+
+// The reasons of decisions about challenge-listed clients.
+const (
+	ReasonChallengeListed     = "challenge list"
+	ReasonChallengeListedPass = "challenge list: valid challenge token"
+)
 
 const reasonAmbiguous = "ambiguous path: dot segments, repeated slashes or backslashes"
 

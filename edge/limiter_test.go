@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -848,4 +849,44 @@ func TestMemoryStoreQueuesNoReleases(t *testing.T) {
 	if l.remote || l.releases.cancel != nil {
 		t.Errorf("memory store: remote %v, retry goroutine started %v", l.remote, l.releases.cancel != nil)
 	}
+}
+
+// TestChallengeList: a listed client is challenged on its first request,
+// before any count; with a valid token it passes, counted and limited like
+// anyone; an expired entry no longer applies; a token cannot be forged for
+// a listed user by an anonymous client.
+func TestChallengeList(t *testing.T) {
+	keys := testKeys(t)
+	list, err := lists.ParseAt(strings.NewReader("203.0.113.7 expires=2026-12-01T18:00:00Z\nuser:mallory\n"), "test", lists.Challenge, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := seedConfig(t, func(c *config.Config) { c.Challenge.Enabled = true })
+	l := newLimiter(t, cfg, Options{Challenge: staticList{list}, Keys: keys})
+	at := time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC)
+	valid := keys.Issue(l.SubjectFor(netip.MustParseAddr("203.0.113.7"), ""), at, 30*time.Minute)
+
+	check := func(name string, now time.Time, r *Request, want decisions.Outcome, reason string) {
+		t.Helper()
+		v := decide(l, context.Background(), now, r)
+		if v.Outcome != want || v.Reason != reason {
+			t.Errorf("%s: %v %q, want %v %q", name, v.Outcome, v.Reason, want, reason)
+		}
+		if want == decisions.Challenge {
+			if resp, _ := Refusal(&v, "/captcha", "redirect"); resp.Status != http.StatusFound || resp.Location != "/captcha?redirect=%2Fapi%2Fsearch" {
+				t.Errorf("%s: response %d %q, want the limiter's 302 to the challenge page", name, resp.Status, resp.Location)
+			}
+		}
+	}
+	check("listed address", at, req("203.0.113.7:1", "/api/search"), decisions.Challenge, ReasonChallengeListed)
+	check("IPv4-mapped", at, req("[::ffff:203.0.113.7]:1", "/api/search"), decisions.Challenge, ReasonChallengeListed)
+	check("with a token", at, req("203.0.113.7:1", "/api/search", "X-Ratewarden-Token", valid), decisions.TokenPass, ReasonChallengeListedPass)
+	check("other client", at, req("203.0.113.8:1", "/api/search"), decisions.Allow, "within the limit")
+	check("listed user", at, req("10.0.0.1:1", "/api/search", "X-User-Id", "mallory"), decisions.Challenge, ReasonChallengeListed)
+	check("the address's token does not pass the user", at, req("10.0.0.1:1", "/api/search", "X-User-Id", "mallory", "X-Forwarded-For", "203.0.113.7", "X-Ratewarden-Token", valid), decisions.Challenge, ReasonChallengeListed)
+	check("expired entry", at.Add(time.Hour), req("203.0.113.7:1", "/api/search"), decisions.Allow, "within the limit")
+	// A token passes the list, not the limits: /api/export allows 3, then
+	// challenges (the token passes those too) up to 2 × 3, then blocks.
+	got := outcomes(l, 7, time.Millisecond, req("203.0.113.7:1", "/api/export", "X-Ratewarden-Token", keys.Issue(l.SubjectFor(netip.MustParseAddr("203.0.113.7"), ""), t0, time.Hour)))
+	equalOutcomes(t, got, concat(repeat(decisions.TokenPass, 6), repeat(decisions.Block, 1)))
 }

@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -10,8 +12,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
+	"github.com/ratewarden/ratewarden/edge/lambdaedge"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
@@ -89,4 +93,151 @@ func TestCloudFormationMatchesCode(t *testing.T) {
 			t.Errorf("%s: time to live %+v, want on %q", c.resource, p.TimeToLiveSpecification, c.ttl)
 		}
 	}
+}
+
+// cfnTemplate is the part of a CloudFormation template the Lambda@Edge
+// checks read: resources with their properties as decoded YAML.
+type cfnTemplate struct {
+	Resources map[string]struct {
+		Type       string         `yaml:"Type"`
+		Condition  string         `yaml:"Condition"`
+		Properties map[string]any `yaml:"Properties"`
+	} `yaml:"Resources"`
+}
+
+func readTemplate(t *testing.T, path string) cfnTemplate {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl cfnTemplate
+	if err := yaml.Unmarshal(raw, &tmpl); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return tmpl
+}
+
+// TestLambdaEdgeTemplates checks deploy/lambda-edge.yaml and
+// deploy/lambda-edge-logs.yaml against what the viewer-request function
+// needs and Lambda@Edge allows: a Node.js 20 function whose handler is the
+// built package's entry point, no environment variables, the viewer-request
+// limits, a role that Lambda and Lambda@Edge may assume and that may count
+// in the counters table and read the secrets the configuration names, a
+// numbered version associated with the viewer-request event, and a
+// subscription filter that sends decision lines, and only those, to the
+// stream.
+func TestLambdaEdgeTemplates(t *testing.T) {
+	tmpl := readTemplate(t, "../deploy/lambda-edge.yaml")
+	res := func(name, typ string) map[string]any {
+		r, ok := tmpl.Resources[name]
+		if !ok || r.Type != typ {
+			t.Fatalf("%s: missing or of type %q, want %s", name, r.Type, typ)
+		}
+		return r.Properties
+	}
+	fn := res("EdgeFunction", "AWS::Lambda::Function")
+	cfg := loadConfigFile(t, "../examples/seed.yaml")
+	files, err := lambdaedge.Files(mustCompile(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fn["Runtime"] != "nodejs20.x" || fn["Handler"] != "index.handler" || files["index.mjs"] == nil ||
+		!bytes.Contains(files["index.mjs"], []byte("export const handler")) {
+		t.Errorf("function runtime %v handler %v; the package's entry is index.mjs exporting handler", fn["Runtime"], fn["Handler"])
+	}
+	if _, ok := fn["Environment"]; ok {
+		t.Error("the function has Environment: Lambda@Edge allows no environment variables")
+	}
+	if fn["MemorySize"] != 128 || fn["Timeout"] != 5 {
+		t.Errorf("memory %v timeout %v: a viewer-request function has at most 128 MB and 5 s", fn["MemorySize"], fn["Timeout"])
+	}
+	role := res("EdgeRole", "AWS::IAM::Role")
+	principals := fmt.Sprint(role["AssumeRolePolicyDocument"])
+	for _, p := range []string{"lambda.amazonaws.com", "edgelambda.amazonaws.com"} {
+		if !strings.Contains(principals, p) {
+			t.Errorf("the role's trust policy lacks %s: %s", p, principals)
+		}
+	}
+	policy := fmt.Sprint(role["Policies"])
+	for _, want := range []string{"dynamodb:UpdateItem", "table/${CountersTableName}", "ssm:GetParameters", "parameter${ChallengeKeysParameter}",
+		"parameter${JWTKeyParameter}", "secretsmanager:GetSecretValue", "logs:PutLogEvents", "/aws/lambda/us-east-1.${FunctionName}"} {
+		if !strings.Contains(policy, want) {
+			t.Errorf("the role's policy lacks %s", want)
+		}
+	}
+	ver := res("EdgeFunctionVersion", "AWS::Lambda::Version")
+	if fmt.Sprint(ver["FunctionName"]) != "map[Ref:EdgeFunction]" {
+		t.Errorf("version of %v", ver["FunctionName"])
+	}
+	dist := fmt.Sprint(res("Distribution", "AWS::CloudFront::Distribution")["DistributionConfig"])
+	if !strings.Contains(dist, "EventType:viewer-request") || !strings.Contains(dist, "LambdaFunctionARN:map[Ref:EdgeFunctionVersion]") {
+		t.Errorf("the distribution does not run the version on the viewer request: %s", dist)
+	}
+	// The template's defaults are the configuration's.
+	raw, _ := os.ReadFile("../deploy/lambda-edge.yaml")
+	for _, want := range []string{cfg.LambdaEdge.ChallengeKeysParameter, cfg.LambdaEdge.JWTKeyParameter, cfg.Store.DynamoDB.Table, cfg.LambdaEdge.SecretsSource} {
+		if !strings.Contains(string(raw), "Default: "+want) {
+			t.Errorf("deploy/lambda-edge.yaml has no parameter defaulting to %s, the configuration's default", want)
+		}
+	}
+
+	logs := readTemplate(t, "../deploy/lambda-edge-logs.yaml")
+	lg := logs.Resources["EdgeLogGroup"]
+	sub := logs.Resources["DecisionsSubscription"]
+	if lg.Type != "AWS::Logs::LogGroup" || fmt.Sprint(lg.Properties["LogGroupName"]) != "map[Fn::Sub:/aws/lambda/us-east-1.${FunctionName}]" {
+		t.Errorf("log group %v %v: Lambda@Edge logs to /aws/lambda/us-east-1.<function> in each region", lg.Type, lg.Properties["LogGroupName"])
+	}
+	if sub.Type != "AWS::Logs::SubscriptionFilter" || fmt.Sprint(sub.Properties["DestinationArn"]) != "map[Ref:StreamArn]" ||
+		fmt.Sprint(sub.Properties["RoleArn"]) != "map[Fn::GetAtt:[SubscriptionRole Arn]]" {
+		t.Errorf("subscription %v %v", sub.Type, sub.Properties)
+	}
+	if p := fmt.Sprint(logs.Resources["SubscriptionRole"].Properties); !strings.Contains(p, "logs.amazonaws.com") || !strings.Contains(p, "kinesis:PutRecord") {
+		t.Errorf("subscription role %s", p)
+	}
+	pattern, _ := sub.Properties["FilterPattern"].(string)
+	vf := loadVectors(t)
+	for _, line := range []string{vf.Vectors[0].Want.Decision, vf.Vectors[len(vf.Vectors)-1].Want.Decision} {
+		if !termsMatch(pattern, line) {
+			t.Errorf("filter %s does not match the decision line %s", pattern, line)
+		}
+	}
+	for _, line := range []string{"START RequestId: 4b0f6c1e Version: 3", "REPORT RequestId: 4b0f6c1e\tDuration: 2.1 ms", "ratewarden: read secrets: timeout"} {
+		if termsMatch(pattern, line) {
+			t.Errorf("filter %s matches %q, which is no decision", pattern, line)
+		}
+	}
+}
+
+// termsMatch applies a CloudWatch Logs filter pattern of quoted terms: a
+// line matches when it holds every term.
+func termsMatch(pattern, line string) bool {
+	terms := strings.Fields(pattern)
+	if len(terms) == 0 {
+		return true
+	}
+	for _, term := range terms {
+		if !strings.Contains(line, strings.Trim(term, `"`)) {
+			return false
+		}
+	}
+	return true
+}
+
+func loadConfigFile(t *testing.T, path string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func mustCompile(t *testing.T, cfg *config.Config) *lambdaedge.Config {
+	t.Helper()
+	c, err := lambdaedge.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -352,18 +352,7 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 		t.Fatalf("statuses %v", statuses)
 	}
 	// The verifier asks for a token for that address.
-	r, _ := http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"203.0.113.7"}`))
-	r.Header.Set("Authorization", "Bearer "+secret)
-	resp, err := client.Do(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tok struct{ Token, Cookie string }
-	json.NewDecoder(resp.Body).Decode(&tok)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || tok.Token == "" || tok.Cookie != "rw_challenge" {
-		t.Fatalf("token endpoint: %d %+v", resp.StatusCode, tok)
-	}
+	tok := issueToken(t, client, base, secret, "203.0.113.7")
 	// With the cookie it passes the challenge zone (count 5 and 6 of a
 	// limit of 3, factor 2) and is blocked above it; without, challenged.
 	withCookie := func() int {
@@ -385,7 +374,7 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 		t.Errorf("with token above factor × limit: %d, want 429", s)
 	}
 	// A wrong verifier secret gets nothing.
-	r, _ = http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"203.0.113.7"}`))
+	r, _ := http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"203.0.113.7"}`))
 	r.Header.Set("Authorization", "Bearer wrong")
 	if resp, err := client.Do(r); err != nil || resp.StatusCode != 401 {
 		t.Errorf("wrong secret: %v %v", resp.StatusCode, err)
@@ -401,6 +390,28 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 	if res.status != 403 || !strings.Contains(res.body, `"forbidden"`) {
 		t.Errorf("deny-listed: %d %s", res.status, res.body)
 	}
+}
+
+// token is what the token endpoint answers.
+type challengeToken struct{ Token, Cookie string }
+
+// issueToken asks the edge's token endpoint, as the CAPTCHA verifier does,
+// for a challenge token for the client address ip.
+func issueToken(t *testing.T, client *http.Client, base, secret, ip string) challengeToken {
+	t.Helper()
+	r, _ := http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"`+ip+`"}`))
+	r.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := client.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok challengeToken
+	json.NewDecoder(resp.Body).Decode(&tok)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || tok.Token == "" || tok.Cookie != "rw_challenge" {
+		t.Fatalf("token endpoint: %d %+v", resp.StatusCode, tok)
+	}
+	return tok
 }
 
 // TestEdgeDecisionLog runs the edge with the segmented decision log, serves

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,9 +18,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
@@ -27,7 +30,7 @@ import (
 // rollupFlags adds the window flags that aggregate and replay share.
 func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
 	window := fs.Duration("window", time.Minute, "window `length` in event time (1s, 10s, 1m, ...)")
-	lateness := fs.Duration("lateness", time.Second, "how far behind the latest event an event may be and still join its `window`")
+	lateness := fs.Duration("lateness", 500*time.Millisecond, "how far behind the latest event an event may be and still join its `window`")
 	late := fs.String("late", "correct", "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
 	topK := fs.Int("top-k", 100, "clients held by each top-offenders `list`")
 	return func() (aggregator.Options, error) {
@@ -70,6 +73,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	ruleBudget := fs.Int("rule-budget", 50, "(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
 	noFollow := fs.Bool("no-follow", false, "stop at the end of the log instead of waiting for new events")
 	admin := fs.String("admin-listen", "127.0.0.1:9091", "serve /metrics and /healthz on `address`; \"off\" to disable")
+	alertsCfg := fs.String("alerts", "", "run the anomaly detectors and feedback policies of the configuration `file` (its alerts and feedback sections) over every window, keeping their state in --state-dir; the local log only (with a Kinesis stream, run `ratewarden alerts` over the merged partials)")
 	opts := rollupFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -119,8 +123,31 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		sinks = append(sinks, s)
 		emfWriter = s.W
 	}
+	var extraMetrics []func(metric.Meter) error
+	if *alertsCfg != "" {
+		if *dir == "" || *stateDir == "" {
+			return errors.New("aggregate: --alerts needs whole windows: with --decisions-dir and --state-dir only; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials")
+		}
+		cfg, err := config.Load(*alertsCfg)
+		if err != nil {
+			return err
+		}
+		al, err := assemble.NewAlerts(ctx, cfg, assemble.AlertsOptions{Window: ro.Window, StateDir: *stateDir, Stdout: stdout,
+			Log: slog.New(slog.NewTextHandler(stderr, nil))})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := al.Close(context.WithoutCancel(ctx)); cerr != nil {
+				fmt.Fprintln(stderr, "aggregate: alerts:", cerr)
+			}
+			al.Report(stderr, "aggregate: alerts")
+		}()
+		sinks = append(sinks, al.Runner)
+		extraMetrics = append(extraMetrics, al.RegisterMetrics)
+	}
 	if len(sinks) == 0 {
-		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf or both")
+		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf, --alerts or several")
 	}
 	if *stdinSrc {
 		st, err := aggregator.RunLines(ctx, stdin, ro, sinks)
@@ -132,8 +159,17 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
+	var live atomic.Pointer[aggregator.Kinesis] // while a Kinesis run runs
 	if *admin != "off" && *admin != "" {
-		h, err := assemble.AggregatorMetrics(&latest, emfWriter, time.Now)
+		h, err := assemble.AggregatorMetrics(func() aggregator.RunStats {
+			if k := live.Load(); k != nil {
+				return k.Stats().RunStats()
+			}
+			if p := latest.Load(); p != nil {
+				return *p
+			}
+			return aggregator.RunStats{}
+		}, emfWriter, time.Now, extraMetrics...)
 		if err != nil {
 			return err
 		}
@@ -150,7 +186,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return aggregateKinesis(ctx, stderr, aggregator.KinesisOptions{
 			Source: dkinesis.SourceOptions{Stream: *stream, Table: *leasesTable, Group: *group, LeaseDuration: *leaseDuration},
 			Rollup: ro, Sinks: sinks,
-		}, *stateDir, *stateTable, &latest)
+		}, *stateDir, *stateTable, &live)
 	}
 	// On a terminal, a backlog shows as a bar; the plain lines go on once
 	// the log is caught up (following) or at the end.
@@ -186,7 +222,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 // after every delivery.
 // The shards' states are in stateDir, or in the DynamoDB table stateTable
 // under "<consumer group>/<stream>".
-func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, latest *atomic.Pointer[aggregator.RunStats]) error {
+func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, live *atomic.Pointer[aggregator.Kinesis]) error {
 	cfg, err := assemble.AWS(ctx, "")
 	if err != nil {
 		return err
@@ -199,14 +235,18 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	}
 	var mu sync.Mutex
 	report := func(s aggregator.KinesisStats) {
-		latest.Store(&aggregator.RunStats{Rollup: aggregator.RollupStats{Events: s.Events}, Outputs: s.Outputs, Redeliver: s.Redeliver})
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
-			o.Source.Stream, s.Events, s.Skipped, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
+			o.Source.Stream, s.Events, s.Skipped, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
 	}
 	o.Progress = report
-	st, err := aggregator.RunKinesis(ctx, o)
+	k, err := aggregator.NewKinesis(o)
+	if err != nil {
+		return err
+	}
+	live.Store(k)
+	st, err := k.Run(ctx)
 	report(st)
 	return err
 }

@@ -152,6 +152,11 @@ func catStream(ctx context.Context, p *eventPrinter, stream string, since, until
 	corrupt := 0
 	err = dkinesis.Scan(ctx, kinesis.NewFromConfig(acfg), stream, dkinesis.ScanOptions{Follow: follow,
 		Corrupt: func(shard, seq string, err error) {
+			if n, partial := columnar.IsCorruptEvents(err); partial {
+				corrupt += n
+				fmt.Fprintf(stderr, "ratewarden: %s: shard %s record %s: %d log events skipped: %v\n", stream, shard, seq, n, err)
+				return
+			}
 			corrupt++
 			fmt.Fprintf(stderr, "ratewarden: %s: shard %s record %s skipped: %v\n", stream, shard, seq, err)
 		}},
@@ -166,7 +171,7 @@ func catStream(ctx context.Context, p *eventPrinter, stream string, since, until
 		})
 	p.flush()
 	if corrupt > 0 {
-		fmt.Fprintf(stderr, "ratewarden: %s: %d corrupt records skipped\n", stream, corrupt)
+		fmt.Fprintf(stderr, "ratewarden: %s: %d corrupt records or log events skipped\n", stream, corrupt)
 	}
 	if err != nil && !(follow && errors.Is(err, context.Canceled)) {
 		return err

@@ -9,7 +9,9 @@
 //	ratewarden replay [flags]          rebuild a time range's aggregates from the log
 //	ratewarden report [flags]          the abuse report of a time range
 //	ratewarden whatif [flags]          what a candidate configuration would have decided
+//	ratewarden alerts [flags]          detect anomalies in stored partials, feed the lists back
 //	ratewarden aws init [flags]        create the stream and tables on AWS
+//	ratewarden lists show|add|remove|approve  read and write the feedback lists
 //	ratewarden version                 print the version
 package main
 
@@ -56,12 +58,15 @@ Usage:
   ratewarden token issue [flags]       issue a challenge token
   ratewarden decisions cat|stats|export  read the decision log
   ratewarden lambda [flags]            serve API Gateway / ALB events inside AWS Lambda
+  ratewarden lambda-edge build [flags] write the CloudFront viewer-request function (Lambda@Edge)
   ratewarden aggregate [flags]         roll decisions (a log, or a Kinesis stream shared by several) up into per-window partial aggregates
   ratewarden replay [flags]            rebuild the aggregates of a time range from the log
   ratewarden report [flags]            the abuse report of a time range (md, html, json, csv)
   ratewarden whatif [flags]            replay logged requests through a candidate configuration and report what would change
+  ratewarden alerts [flags]            run the anomaly detectors and feedback policies over stored partials
   ratewarden emf validate FILE...      validate EMF documents, one per line
   ratewarden aws init [flags]          create the Kinesis stream and DynamoDB tables, if missing
+  ratewarden lists show|add|remove|approve [flags]  read and write the allow, deny and challenge lists
   ratewarden version                   print the version
 
 Run "ratewarden COMMAND --help" for a command's flags.
@@ -81,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runDecisions(ctx, args[1:], stdout, stderr)
 	case "lambda":
 		return runLambda(ctx, args[1:], stdout, stderr, getenv)
+	case "lambda-edge":
+		return runLambdaEdge(args[1:], stdout, stderr)
 	case "aggregate":
 		return runAggregate(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "replay":
@@ -89,10 +96,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runReport(ctx, args[1:], stdout, stderr)
 	case "whatif":
 		return runWhatIf(ctx, args[1:], stdout, stderr)
+	case "alerts":
+		return runAlerts(ctx, args[1:], stdout, stderr)
 	case "emf":
 		return runEmf(args[1:], stdout, stderr)
 	case "aws":
 		return runAWS(ctx, args[1:], stdout, stderr)
+	case "lists":
+		return runLists(ctx, args[1:], stdout, stderr, getenv)
 	case "token":
 		return runToken(args[1:], stdout, stderr, getenv)
 	case "version":

@@ -49,6 +49,9 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
+		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
+		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, "Usage: ratewarden alerts"},
+		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 1, "--alerts needs whole windows"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

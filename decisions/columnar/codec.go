@@ -85,9 +85,21 @@ func (d *Decoder) DecodePayload(c Codec, payload []byte, dst []decisions.Decisio
 // (the data of a Kinesis record), to dst and returns the extended slice.
 // Errors are DecodePayload's, and "empty" for data without a codec byte,
 // each prefixed "decode record: ".
+//
+// A CloudWatch Logs subscription record (gzip, see cwlogs.go) is read too:
+// its log events that are decision lines are appended, a control message
+// yields none, and log events that are not decisions are skipped and
+// reported by a *CorruptEventsError beside the events decoded.
 func (d *Decoder) DecodeRecord(data []byte, dst []decisions.Decision) ([]decisions.Decision, error) {
 	if len(data) == 0 {
 		return dst, errors.New("decode record: empty")
+	}
+	if isLogsRecord(data) {
+		out, err := d.decodeLogs(data, dst)
+		if err != nil {
+			return out, fmt.Errorf("decode record: %w", err)
+		}
+		return out, nil
 	}
 	out, err := d.DecodePayload(Codec(data[0]), data[1:], dst)
 	if err != nil {
@@ -100,4 +112,78 @@ func (d *Decoder) DecodeRecord(data []byte, dst []decisions.Decision) ([]decisio
 // decode many.
 func DecodeRecord(data []byte, dst []decisions.Decision) ([]decisions.Decision, error) {
 	return NewDecoder().DecodeRecord(data, dst)
+}
+
+// Rows are rows of a payload as DecodeRows hands them over: the Columns of
+// an Arrow record batch, or the Events of JSON lines. One of the two is
+// set; both are valid until the Decoder decodes again.
+type Rows struct {
+	Columns *Columns
+	Events  []decisions.Decision
+}
+
+// Len returns the number of rows.
+func (r Rows) Len() int {
+	if r.Columns != nil {
+		return r.Columns.Len
+	}
+	return len(r.Events)
+}
+
+// DecodeRows decodes payload, encoded with c, for a consumer that reads
+// columns where there are columns to read (the aggregator): it calls f
+// with the Columns of each record batch of an Arrow stream
+// (DecodeColumns), and with the events of JSON lines, decoded as
+// DecodePayload does. Decoding errors are DecodePayload's; an error from f
+// stops the decoding and is returned as it is. A stream of several record
+// batches whose later batch is corrupt has had its earlier batches handed
+// to f (the streams this package writes hold one).
+func (d *Decoder) DecodeRows(c Codec, payload []byte, f func(Rows) error) error {
+	if c == CodecArrow {
+		return d.DecodeColumns(payload, func(cols *Columns) error { return f(Rows{Columns: cols}) })
+	}
+	rows, err := d.DecodePayload(c, payload, d.rows[:0])
+	if err != nil {
+		return err
+	}
+	d.rows = rows
+	defer clear(rows) // the events' strings are not kept past the call
+	return f(Rows{Events: rows})
+}
+
+// DecodeRecordRows is DecodeRows of data, a payload after its Codec byte
+// (the data of a Kinesis record). Decoding errors are DecodeRecord's: a
+// CloudWatch Logs subscription record hands over its decisions as Events
+// and reports the log events that are not decisions by a
+// *CorruptEventsError after f has run.
+func (d *Decoder) DecodeRecordRows(data []byte, f func(Rows) error) error {
+	if len(data) == 0 {
+		return errors.New("decode record: empty")
+	}
+	if isLogsRecord(data) {
+		rows, err := d.decodeLogs(data, d.rows[:0])
+		d.rows = rows
+		defer clear(rows)
+		if _, partial := IsCorruptEvents(err); err != nil && !partial {
+			return fmt.Errorf("decode record: %w", err)
+		}
+		if len(rows) > 0 {
+			if ferr := f(Rows{Events: rows}); ferr != nil {
+				return ferr
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("decode record: %w", err)
+		}
+		return nil
+	}
+	var ferr error
+	err := d.DecodeRows(Codec(data[0]), data[1:], func(r Rows) error {
+		ferr = f(r)
+		return ferr
+	})
+	if err != nil && (ferr == nil || err != ferr) {
+		return fmt.Errorf("decode record: %w", err)
+	}
+	return err
 }

@@ -46,6 +46,16 @@ type Columns struct {
 	timeBase int64
 }
 
+// inColumns marks the columns a Columns holds: DecodeColumns leaves the
+// others' buffers, and dictionaries, alone.
+var inColumns = func() (e [numCols]bool) {
+	for _, c := range []int{cKind, cTime, cNode, cClientIP, cClientIPFamily, cClientIPZone, cUserID, cTier, cRule,
+		cOutcome, cReason, cStoreLatency, cList, cAction, cDropped, cUpstreamLatency, cResponseError} {
+		e[c] = true
+	}
+	return e
+}()
+
 // Dict is a dictionary-encoded column: each row's index into Values.
 type Dict struct {
 	Values []string
@@ -298,3 +308,12 @@ func (d *Decoder) u8s(c, n int) []uint8 {
 
 // zeroTimeNs is the zero time.Time's UnixNano.
 var zeroTimeNs = time.Time{}.UnixNano()
+
+// TimeOf returns the time.Time a Times value stands for, as Decode gives
+// it to the event: in UTC, and the zero time for NullTime.
+func TimeOf(ns int64) time.Time {
+	if ns == NullTime {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}

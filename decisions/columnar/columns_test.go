@@ -115,3 +115,38 @@ func TestDecodeColumnsErrors(t *testing.T) {
 		t.Errorf("after errors: %v", err)
 	}
 }
+
+// TestDecodeRows: DecodeRows hands over columns for Arrow streams, read
+// by either reader, and events for JSON lines, as many as Decode gives.
+func TestDecodeRows(t *testing.T) {
+	ds := generate(5, 300)
+	data := mustEncode(t, ds)
+	var jsonl []byte
+	for i := range ds {
+		jsonl = append(decisions.AppendJSON(jsonl, &ds[i]), '\n')
+	}
+	f := func(d *Decoder, c Codec, payload []byte, columns bool) {
+		t.Helper()
+		n := 0
+		err := d.DecodeRows(c, payload, func(r Rows) error {
+			if (r.Columns != nil) != columns || (r.Columns != nil) == (r.Events != nil) {
+				t.Errorf("codec %v: columns %v, events %d", c, r.Columns != nil, len(r.Events))
+			}
+			n += r.Len()
+			return nil
+		})
+		if err != nil || n != len(ds) {
+			t.Errorf("codec %v: %d rows (%v), want %d", c, n, err, len(ds))
+		}
+	}
+	for _, d := range decoders() {
+		f(d, CodecArrow, data, true)
+		f(d, CodecJSON, jsonl, false)
+	}
+	if err := NewDecoder().DecodeRows(Codec(9), data, func(Rows) error { return nil }); err == nil {
+		t.Error("unknown codec: no error")
+	}
+	if err := NewDecoder().DecodeRecordRows(nil, func(Rows) error { return nil }); err == nil {
+		t.Error("empty record: no error")
+	}
+}

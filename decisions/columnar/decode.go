@@ -63,6 +63,7 @@ type Decoder struct {
 	consumerErr error                // the callback's error
 	inConsumer  bool                 // a panic now is the callback's: not recovered
 	view        Columns
+	rows        []decisions.Decision // DecodeRows' events
 	zeros       []uint8
 
 	schemas []*schemaInfo // recently seen schemas, newest first

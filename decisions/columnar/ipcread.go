@@ -338,7 +338,7 @@ func (d *Decoder) readDictionary(info *schemaInfo, m message) error {
 		return fmt.Errorf("dictionary batch: %w", errFlatbuffer)
 	}
 	c, ours := info.dictCols[id]
-	if !ours {
+	if !ours || d.onColumns != nil && !inColumns[c] {
 		return nil
 	}
 	if isDelta {
@@ -372,7 +372,11 @@ func (d *Decoder) readRecordBatch(info *schemaInfo, t fbTable, body []byte) (int
 		if ni+f.nodes > nNodes || bi+f.buffers > nBufs {
 			return 0, fmt.Errorf("%d field nodes and %d buffers for %d fields", nNodes, nBufs, len(info.fields))
 		}
-		if f.col >= 0 {
+		if f.col >= 0 && d.onColumns != nil && !inColumns[f.col] {
+			// Not in Columns: under body compression, its buffers are
+			// never decompressed (the batch's checksum covers them).
+			d.cols[f.col] = colView{typ: columns[f.col].typ, present: true, n: n}
+		} else if f.col >= 0 {
 			raw, err := d.rawAt(t, body, codec, nodesAt, ni, bufsAt, bi, f.buffers)
 			if err != nil {
 				return 0, fmt.Errorf("column %s: %w", columns[f.col].name, err)

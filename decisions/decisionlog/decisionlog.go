@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -107,6 +108,9 @@ type Reader struct {
 	offset  uint64 // offset of batch[next]
 	stats   ReadStats
 	badRecs []error // undecodable records, the first maxBadRecs
+	rows    Rows    // NextRows'
+	skip    []bool
+	times   []int64
 }
 
 // maxBadRecs bounds the undecodable records a Reader keeps the errors of;
@@ -141,47 +145,153 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 			d, off := r.batch[r.next], r.offset
 			r.next++
 			r.offset++
-			if off < r.filter.From || (!r.filter.Since.IsZero() && d.Time.Before(r.filter.Since)) ||
-				(!r.filter.Until.IsZero() && !d.Time.Before(r.filter.Until)) {
+			if r.filter.skipped(off, d.Time) {
 				r.stats.Skipped++
 				continue
 			}
 			r.stats.Events++
 			return d, off, nil
 		}
-		var rec seglog.Record
-		var err error
-		if follow {
-			rec, err = r.r.Follow(ctx)
-		} else {
-			rec, err = r.r.Next(ctx)
-		}
+		rec, ok, err := r.record(ctx, follow)
 		if err != nil {
 			return decisions.Decision{}, 0, err
 		}
-		r.stats.Records++
-		r.stats.Bytes += uint64(len(rec.Payload))
-		if !r.filter.Until.IsZero() && !rec.MinTime.Before(r.filter.Until) && !follow {
-			// Records are appended in time order per writer; one starting
-			// at or after Until ends the read.
-			r.stats.Skipped += uint64(rec.Count)
-			continue
-		}
-		if !r.filter.Since.IsZero() && rec.MaxTime.Before(r.filter.Since) {
-			r.stats.Skipped += uint64(rec.Count)
+		if !ok {
 			continue
 		}
 		r.batch, err = r.dec.DecodePayload(columnar.Codec(rec.Codec), rec.Payload, r.batch[:0])
 		if err != nil {
-			r.stats.BadBatch++
-			r.stats.BadEvents += uint64(rec.Count)
-			if len(r.badRecs) < maxBadRecs {
-				r.badRecs = append(r.badRecs, fmt.Errorf("record at offset %d (%d events): %w", rec.FirstOffset, rec.Count, err))
-			}
+			r.undecodable(rec, err)
 			r.batch = r.batch[:0]
 		}
 		r.next, r.offset = 0, rec.FirstOffset
 	}
+}
+
+// record reads the next record; ok is false for one the filter skips
+// whole (counted).
+func (r *Reader) record(ctx context.Context, follow bool) (rec seglog.Record, ok bool, err error) {
+	if follow {
+		rec, err = r.r.Follow(ctx)
+	} else {
+		rec, err = r.r.Next(ctx)
+	}
+	if err != nil {
+		return rec, false, err
+	}
+	r.stats.Records++
+	r.stats.Bytes += uint64(len(rec.Payload))
+	if !r.filter.Until.IsZero() && !rec.MinTime.Before(r.filter.Until) && !follow {
+		// Records are appended in time order per writer; one starting
+		// at or after Until ends the read.
+		r.stats.Skipped += uint64(rec.Count)
+		return rec, false, nil
+	}
+	if !r.filter.Since.IsZero() && rec.MaxTime.Before(r.filter.Since) {
+		r.stats.Skipped += uint64(rec.Count)
+		return rec, false, nil
+	}
+	return rec, true, nil
+}
+
+// undecodable counts a record whose payload could not be decoded.
+func (r *Reader) undecodable(rec seglog.Record, err error) {
+	r.stats.BadBatch++
+	r.stats.BadEvents += uint64(rec.Count)
+	if len(r.badRecs) < maxBadRecs {
+		r.badRecs = append(r.badRecs, fmt.Errorf("record at offset %d (%d events): %w", rec.FirstOffset, rec.Count, err))
+	}
+}
+
+// skipped reports whether the filter leaves out the event at offset off
+// of time t.
+func (f *Filter) skipped(off uint64, t time.Time) bool {
+	return off < f.From || (!f.Since.IsZero() && t.Before(f.Since)) || (!f.Until.IsZero() && !t.Before(f.Until))
+}
+
+// Rows are rows of one record as NextRows hands them over: columns of an
+// Arrow record batch or events (see columnar.DecodeRows), valid until f
+// returns.
+type Rows struct {
+	columnar.Rows
+	Offset uint64 // the log offset of row 0
+	// Skip, when not nil, marks the rows the Filter leaves out: Skip[i]
+	// for row i. They are counted as skipped; the others as events.
+	Skip []bool
+}
+
+// NextRows reads the next record, as Next reads events one by one, and
+// calls f with its rows, once per record batch, without making an event
+// of each Arrow row (columnar.DecodeRows). It returns io.EOF at the end of
+// the log, or, with follow, waits for more until ctx is done. A record
+// that cannot be decoded is skipped, counted and kept among Undecodable,
+// as Next does, and NextRows reads on. An error from f is returned as it
+// is. Do not mix NextRows and Next on one Reader.
+func (r *Reader) NextRows(ctx context.Context, follow bool, f func(*Rows) error) error {
+	for {
+		rec, ok, err := r.record(ctx, follow)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		off := rec.FirstOffset
+		var ferr error
+		err = r.dec.DecodeRows(columnar.Codec(rec.Codec), rec.Payload, func(rows columnar.Rows) error {
+			n := rows.Len()
+			b := &r.rows
+			*b = Rows{Rows: rows, Offset: off, Skip: r.skips(rows, off)}
+			off += uint64(n)
+			kept := uint64(n)
+			for _, s := range b.Skip {
+				if s {
+					kept--
+				}
+			}
+			r.stats.Events += kept
+			r.stats.Skipped += uint64(n) - kept
+			ferr = f(b)
+			*b = Rows{}
+			return ferr
+		})
+		switch {
+		case ferr != nil && err == ferr:
+			return err
+		case err != nil:
+			r.undecodable(rec, err)
+		}
+		return nil
+	}
+}
+
+// skips returns the Skip of rows starting at offset off, nil when the
+// filter keeps every row.
+func (r *Reader) skips(rows columnar.Rows, off uint64) []bool {
+	f := &r.filter
+	n := rows.Len()
+	if off >= f.From && f.Since.IsZero() && f.Until.IsZero() || n == 0 {
+		return nil
+	}
+	r.skip = slices.Grow(r.skip[:0], n)[:n]
+	if rows.Columns != nil {
+		r.times = rows.Columns.Times(r.times)
+	}
+	any := false
+	for i := range n {
+		var t time.Time
+		if rows.Columns != nil {
+			t = columnar.TimeOf(r.times[i])
+		} else {
+			t = rows.Events[i].Time
+		}
+		r.skip[i] = f.skipped(off+uint64(i), t)
+		any = any || r.skip[i]
+	}
+	if !any {
+		return nil
+	}
+	return r.skip
 }
 
 // Stats returns what the reader saw so far.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
@@ -114,5 +115,43 @@ func TestLambdaHandler(t *testing.T) {
 	}
 	if handled != 50 || failing.Stats().Failed != 1 {
 		t.Fatalf("handled %d events before the failure, want the 50 of the first record; stats %+v", handled, failing.Stats())
+	}
+}
+
+// TestLambdaHandlerLogsRecords: a CloudWatch Logs subscription record's
+// decisions are handled like any record's; its log events that are not
+// decisions are counted corrupt one by one, without losing the others; a
+// control message hands over nothing and counts nothing.
+func TestLambdaHandlerLogsRecords(t *testing.T) {
+	g := decisiontest.NewGenerator(43, start)
+	ds := g.Batch(3)
+	var lines []string
+	for i := range ds {
+		lines = append(lines, decisiontest.LambdaLine(string(decisions.AppendJSON(nil, &ds[i]))))
+	}
+	ev := lambdaEvent(t, [][]byte{
+		decisiontest.LogsRecord("CONTROL_MESSAGE", 1772366430250, "CWL CONTROL MESSAGE: Checking health of destination Kinesis stream."),
+		decisiontest.LogsRecord("DATA_MESSAGE", 1772366430250, "START RequestId: 1 Version: 1\n", lines[0], lines[1], "END RequestId: 1\n"),
+		decisiontest.LogsRecord("DATA_MESSAGE", 1772366430250, lines[2]),
+	})
+	var got []decisions.Decision
+	l := NewLambdaHandler(func(_ context.Context, b *Batch) error {
+		got = append(got, b.Events...)
+		return nil
+	})
+	resp, err := l.Handle(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle: %v, failures %v", err, resp.BatchItemFailures)
+	}
+	if len(got) != len(ds) {
+		t.Fatalf("%d events handed over, want %d", len(got), len(ds))
+	}
+	for i := range got {
+		if d := decisiontest.Diff(got[i], ds[i]); d != "" {
+			t.Errorf("event %d:\n%s", i, d)
+		}
+	}
+	if s := l.Stats(); s.Records != 3 || s.Events != 3 || s.Corrupt != 2 {
+		t.Errorf("stats %+v: want 3 records, 3 events, 2 corrupt log events", s)
 	}
 }

@@ -27,7 +27,9 @@ type ScanOptions struct {
 	// read those a reshard created; default 10s.
 	Discover time.Duration
 	// Corrupt is called for each record that cannot be decoded, which is
-	// skipped; it may be nil.
+	// skipped, and for each CloudWatch Logs record with log events that are
+	// not decisions (err is a *columnar.CorruptEventsError), whose
+	// decisions are handed over all the same; it may be nil.
 	Corrupt func(shard, seq string, err error)
 }
 
@@ -187,7 +189,9 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, startAt
 				if opts.Corrupt != nil {
 					opts.Corrupt(shard, aws.ToString(r.SequenceNumber), err)
 				}
-				continue
+				if _, partial := columnar.IsCorruptEvents(err); !partial {
+					continue
+				}
 			}
 			if err := fn(shard, buf); err != nil {
 				return err

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
 // TestScan reads a split stream whole, parents before children, and skips
@@ -90,4 +92,43 @@ func TestScanFollowFindsNewShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen.checkOrder(t)
+}
+
+// TestScanLogsRecords: Scan hands over the decisions of a CloudWatch Logs
+// record and reports its log events that are not decisions; a control
+// message holds none and is no corruption.
+func TestScanLogsRecords(t *testing.T) {
+	kc := client(t, endpoint(t))
+	stream := newStream(t, kc, 1)
+	ds := decisiontest.NewGenerator(44, start).Batch(2)
+	ctx := context.Background()
+	for _, data := range [][]byte{
+		decisiontest.LogsRecord("CONTROL_MESSAGE", 1772366430250, "CWL CONTROL MESSAGE: Checking health of destination Kinesis stream."),
+		decisiontest.LogsRecord("DATA_MESSAGE", 1772366430250, decisiontest.LambdaLine(string(decisions.AppendJSON(nil, &ds[0]))),
+			"REPORT RequestId: 1\tDuration: 2.00 ms\n", decisiontest.LambdaJSONLine(string(decisions.AppendJSON(nil, &ds[1])))),
+	} {
+		if _, err := kc.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(stream), PartitionKey: aws.String("x"), Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []decisions.Decision
+	var bad []int
+	err := Scan(ctx, kc, stream, ScanOptions{Corrupt: func(_, _ string, err error) {
+		n, _ := columnar.IsCorruptEvents(err)
+		bad = append(bad, n)
+	}}, func(_ string, b []decisions.Decision) error {
+		got = append(got, b...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || fmt.Sprint(bad) != "[1]" {
+		t.Fatalf("%d decisions, corrupt reports %v; want 2 and [1]", len(got), bad)
+	}
+	for i := range got {
+		if d := decisiontest.Diff(got[i], ds[i]); d != "" {
+			t.Errorf("decision %d:\n%s", i, d)
+		}
+	}
 }

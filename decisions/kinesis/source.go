@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/internal/awserr"
 	"github.com/ratewarden/ratewarden/internal/backoff"
 )
@@ -55,6 +56,60 @@ type Batch struct {
 	From   Position // the first event: event From.Sub of record From.Seq
 	To     Position // the checkpoint after the batch
 	Events []decisions.Decision
+	// Records, from a Source with SourceOptions.Rows, are the batch's
+	// records undecoded, for a handler that reads their rows (Rows) rather
+	// than events; Events is then empty. The first is read from event
+	// From.Sub on; the others whole.
+	Records []Record
+
+	src    *Source // counts the corrupt records Rows finds
+	seen   int     // Rows has counted the corrupt records of Records[:seen]
+	events uint64  // the events Rows handed over
+}
+
+// Record is a Kinesis record of a Batch: its sequence number and data.
+type Record struct {
+	Seq  string
+	Data []byte
+}
+
+// Rows decodes the batch's records with dec (columnar.DecodeRecordRows:
+// an Arrow record's columns, without an event made of each row, or JSON
+// decisions) and calls f with their rows in order; lo is the first row f
+// is to take, the others being before the batch's From. A record that
+// cannot be decoded is skipped, and counted and reported by the Source the
+// first time. It returns the number of rows taken, the batch's events; an
+// error from f stops it and is returned as it is.
+func (b *Batch) Rows(dec *columnar.Decoder, f func(rows columnar.Rows, lo int) error) (uint64, error) {
+	var n uint64
+	for i := range b.Records {
+		rec := &b.Records[i]
+		skip := 0
+		if i == 0 {
+			skip = int(min(b.From.Sub, math.MaxInt32))
+		}
+		var ferr error
+		err := dec.DecodeRecordRows(rec.Data, func(rows columnar.Rows) error {
+			lo := min(skip, rows.Len())
+			skip -= lo
+			n += uint64(rows.Len() - lo)
+			ferr = f(rows, lo)
+			return ferr
+		})
+		if ferr != nil {
+			return n, ferr
+		}
+		if err != nil && i >= b.seen && b.src != nil {
+			bad, partial := columnar.IsCorruptEvents(err)
+			if !partial {
+				bad = 1
+			}
+			b.src.corruptRecords(b.Shard, rec.Seq, err, uint64(bad))
+		}
+		b.seen = max(b.seen, i+1)
+	}
+	b.events = n
+	return n, nil
 }
 
 // ID returns the batch's identity: shard, first and last position.
@@ -137,6 +192,10 @@ type SourceOptions struct {
 	// holding more is handed over in several batches whose positions
 	// fall inside it.
 	MaxBatch int
+	// Rows makes batches carry their records undecoded (Batch.Records),
+	// for a handler that reads their rows with Batch.Rows rather than
+	// events: a batch is then the records of one read, MaxBatch aside.
+	Rows bool
 	// StartAt is where a shard without a checkpoint is read from.
 	StartAt StartAt
 	// Checkpoint is the least time between two checkpoints of a shard;
@@ -203,7 +262,7 @@ type SourceStats struct {
 	Records     uint64 // records read
 	Events      uint64 // events handed to the handler, redeliveries included
 	Batches     uint64 // batches handled
-	Corrupt     uint64 // records that could not be decoded, skipped
+	Corrupt     uint64 // records that could not be decoded, and log events of CloudWatch Logs records that are not decisions: skipped
 	Checkpoints uint64 // checkpoints written
 	Taken       uint64 // leases taken: free, expired or stolen
 	Lost        uint64 // leases lost to another worker or to failed renewals
@@ -255,6 +314,7 @@ type consumer struct {
 	ended     atomic.Bool // read to its end and checkpointed so
 	lost      atomic.Bool // a checkpoint found the lease gone
 	renewedAt time.Time
+	behind    atomic.Int64 // MillisBehindLatest of the last read, -1 before one
 }
 
 // NewSource returns a Source reading opts.Stream through api, with leases
@@ -305,6 +365,31 @@ func (s *Source) Held() []string {
 		out = append(out, sh)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// ShardLag is how far the reading of a held shard is behind the tip of
+// the stream.
+type ShardLag struct {
+	Shard string
+	// Behind is the MillisBehindLatest of the shard's last read: how far
+	// the records it returned are behind the newest record of the
+	// shard. Read says whether a read has returned yet.
+	Behind time.Duration
+	Read   bool
+}
+
+// Lags returns the lag of each shard held, by shard id. It is safe for
+// concurrent use.
+func (s *Source) Lags() []ShardLag {
+	s.mu.Lock()
+	out := make([]ShardLag, 0, len(s.held))
+	for sh, c := range s.held {
+		ms := c.behind.Load()
+		out = append(out, ShardLag{Shard: sh, Behind: time.Duration(max(ms, 0)) * time.Millisecond, Read: ms >= 0})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b ShardLag) int { return compareShardIDs(a.Shard, b.Shard) })
 	return out
 }
 
@@ -620,7 +705,9 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
 	s.mu.Lock()
 	s.seen[le.shard] = observed{counter: le.counter, at: now}
 	if s.held[le.shard] == nil {
-		s.held[le.shard] = &consumer{shard: le.shard, renewedAt: now}
+		c := &consumer{shard: le.shard, renewedAt: now}
+		c.behind.Store(-1)
+		s.held[le.shard] = c
 	}
 	s.mu.Unlock()
 	return true
@@ -769,6 +856,7 @@ func (r *shardReader) run(ctx context.Context) error {
 			continue
 		}
 		r.fails = 0
+		r.c.behind.Store(aws.ToInt64(out.MillisBehindLatest))
 		if err := r.records(ctx, out.Records); err != nil {
 			return err
 		}
@@ -826,9 +914,30 @@ func (r *shardReader) pause(ctx context.Context, _ error) error {
 	return nil
 }
 
-// records hands the events of recs over in batches of at most MaxBatch.
+// records hands the events of recs over in batches of at most MaxBatch,
+// or, with SourceOptions.Rows, the records themselves in one batch.
 func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 	s := r.s
+	if s.opts.Rows {
+		for i := range recs {
+			rec := &recs[i]
+			seq := aws.ToString(rec.SequenceNumber)
+			s.records.Add(1)
+			sub := int64(0)
+			if seq == r.resume {
+				sub, r.resume = r.skip, ""
+			}
+			r.pos = Position{Seq: seq, Sub: wholeRecord}
+			if sub == wholeRecord {
+				continue // handled whole: the batch starts after it, as it did
+			}
+			if len(r.batch.Records) == 0 {
+				r.batch.From = Position{Seq: seq, Sub: sub}
+			}
+			r.batch.Records = append(r.batch.Records, Record{Seq: seq, Data: rec.Data})
+		}
+		return r.deliver(ctx)
+	}
 	for i := range recs {
 		rec := &recs[i]
 		seq := aws.ToString(rec.SequenceNumber)
@@ -836,13 +945,14 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 		var err error
 		r.buf, err = Decode(rec.Data, r.buf[:0])
 		if err != nil {
-			s.corrupt.Add(1)
-			s.mu.Lock()
-			if len(s.problems) < maxProblems {
-				s.problems = append(s.problems, fmt.Errorf("shard %s record %s: %w", r.c.shard, seq, err))
+			// A CloudWatch Logs record counts its log events that are not
+			// decisions and keeps the others; any other failure, the record.
+			bad, partial := columnar.IsCorruptEvents(err)
+			if !partial {
+				bad = 1
+				r.buf = r.buf[:0]
 			}
-			s.mu.Unlock()
-			r.buf = r.buf[:0]
+			s.corruptRecords(r.c.shard, seq, err, uint64(bad))
 		}
 		first := int64(0)
 		if seq == r.resume {
@@ -873,19 +983,33 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 	return r.deliver(ctx)
 }
 
+// corruptRecords counts n corrupt records (or log events of one record)
+// and keeps the error.
+func (s *Source) corruptRecords(shard, seq string, err error, n uint64) {
+	s.corrupt.Add(n)
+	s.mu.Lock()
+	if len(s.problems) < maxProblems {
+		s.problems = append(s.problems, fmt.Errorf("shard %s record %s: %w", shard, seq, err))
+	}
+	s.mu.Unlock()
+}
+
 // deliver hands the batch to the handler until it takes it, then
 // checkpoints.
 func (r *shardReader) deliver(ctx context.Context) error {
 	s := r.s
-	if len(r.batch.Events) > 0 {
+	if len(r.batch.Events) > 0 || len(r.batch.Records) > 0 {
 		r.batch.To = r.pos
+		r.batch.src, r.batch.seen, r.batch.events = s, 0, 0
 		if err := r.retry(ctx, func() error { return r.h.Handle(ctx, &r.batch) }); err != nil {
 			return err
 		}
 		s.batches.Add(1)
-		s.events.Add(uint64(len(r.batch.Events)))
+		s.events.Add(uint64(len(r.batch.Events)) + r.batch.events)
 		clear(r.batch.Events)
 		r.batch.Events = r.batch.Events[:0]
+		clear(r.batch.Records)
+		r.batch.Records = r.batch.Records[:0]
 	}
 	r.handled = r.pos
 	if r.pos == r.saved || s.opts.Checkpoint > 0 && time.Since(r.savedAt) < s.opts.Checkpoint {

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
@@ -142,15 +143,13 @@ func (l *seenLog) checkOrder(t *testing.T) {
 	}
 }
 
-// TestSourceResumesInsideRecords reads a stream in batches smaller than
-// its records, stops, and starts again: the second worker resumes at the
-// checkpoint inside the last record and hands over only new events.
-func TestSourceResumesInsideRecords(t *testing.T) {
-	kc := client(t, endpoint(t))
-	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
-	stream, table := newStream(t, kc, 2), newLeaseTable(t, dc)
+// readFirst writes 1050 events to the stream and reads them with a
+// worker "w1" in batches of 100, ending inside records of about 130
+// events, until it stops.
+func readFirst(t *testing.T, kc *kinesis.Client, dc *dynamodb.Client, stream, table string) (*writer, *seenLog) {
+	t.Helper()
 	w := newWriter(t, kc, stream)
-	w.write(t, 1050) // records of ~130 events: batches of 100 end inside them
+	w.write(t, 1050)
 	seen := newSeenLog()
 	s1, err := NewSource(kc, dc, sourceOptions(stream, table, "w1"))
 	if err != nil {
@@ -163,13 +162,23 @@ func TestSourceResumesInsideRecords(t *testing.T) {
 	if st.Events != 1050 || st.Held != 0 || st.Corrupt != 0 || st.Checkpoints == 0 {
 		t.Fatalf("first worker's stats %+v", st)
 	}
+	return w, seen
+}
 
+// TestSourceResumesInsideRecords reads a stream in batches smaller than
+// its records, stops, and starts again: the second worker resumes at the
+// checkpoint inside the last record and hands over only new events.
+func TestSourceResumesInsideRecords(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	stream, table := newStream(t, kc, 2), newLeaseTable(t, dc)
+	w, seen := readFirst(t, kc, dc, stream, table)
 	w.write(t, 300)
 	s2, err := NewSource(kc, dc, sourceOptions(stream, table, "w2"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop = run(t, s2, seen.handler("w2"))
+	stop := run(t, s2, seen.handler("w2"))
 	waitFor(t, "1350 events", func() bool { return seen.count() == 1350 })
 	stop()
 	if st := s2.Stats(); st.Events != 300 {
@@ -491,4 +500,53 @@ func BenchmarkSource(b *testing.B) {
 		cancel()
 	}
 	b.ReportMetric(float64(total*group)/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestSourceRowsResumes: a worker reading events checkpoints in batches
+// smaller than its records; a worker handed undecoded records
+// (SourceOptions.Rows) then resumes at its checkpoint and takes only the
+// new rows (Batch.Rows skipping a record's rows before From is
+// TestKinesisRedeliveredRecords', in the aggregator). A corrupt record is skipped and counted once, though the
+// batch that holds it is handled twice (the first call fails).
+func TestSourceRowsResumes(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w, _ := readFirst(t, kc, dc, stream, table)
+	if _, err := kc.PutRecord(context.Background(), &kinesis.PutRecordInput{StreamName: aws.String(stream),
+		PartitionKey: aws.String("x"), Data: []byte{byte(columnar.CodecArrow), 1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	w.write(t, 300)
+	o := sourceOptions(stream, table, "w2")
+	o.Rows = true
+	s2, err := NewSource(kc, dc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows, calls atomic.Int64
+	dec := columnar.NewDecoder()
+	stop := run(t, s2, func(_ context.Context, b *Batch) error {
+		if len(b.Events) != 0 || len(b.Records) == 0 {
+			t.Errorf("a batch of %d events and %d records", len(b.Events), len(b.Records))
+		}
+		var got int64
+		n, err := b.Rows(dec, func(r columnar.Rows, lo int) error {
+			got += int64(r.Len() - lo)
+			return nil
+		})
+		if err != nil || uint64(got) != n {
+			t.Errorf("Rows: %d rows, returned %d (%v)", got, n, err)
+		}
+		if calls.Add(1) == 1 {
+			return fmt.Errorf("fail the first call")
+		}
+		rows.Add(got)
+		return nil
+	})
+	waitFor(t, "300 rows", func() bool { return rows.Load() >= 300 })
+	stop()
+	if st := s2.Stats(); rows.Load() != 300 || st.Events != 300 || st.Corrupt != 1 || st.Retries == 0 {
+		t.Fatalf("second worker took %d rows, stats %+v; want 300 events, one corrupt record, a retry", rows.Load(), st)
+	}
 }

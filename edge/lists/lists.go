@@ -1,30 +1,69 @@
-// Package lists holds the allow and deny lists: sets of addresses, CIDR
-// prefixes and user ids, parsed from files and reloaded when they change.
+// Package lists holds the feedback lists the edge obeys (allow, deny and
+// challenge): sets of addresses, CIDR prefixes and user ids with an expiry,
+// read from files or a DynamoDB table and refreshed, and the stores that
+// write them (FileStore, TableStore) for people (`ratewarden lists`) and the
+// aggregator's feedback policies.
 //
 // # File format
 //
-// One entry per line:
+// One list a file, one entry a line: a target, then optional key=value
+// attributes.
 //
 //	203.0.113.7          an IPv4 or IPv6 address
 //	198.51.100.0/24      a CIDR prefix, IPv4 or IPv6, with no host bits set
 //	user:alice           an authenticated user id
-//	# a comment          '#' starts a comment, anywhere on a line
+//	# a comment          '#' outside quotes starts a comment
+//	user:bob expires=2026-12-01T18:00:00Z added=2026-12-01T17:30:00Z by=alice reason="scraper alert"
+//	"user:carol smith" pending=true by=policy:stuffing
+//	203.0.113.9 removed=2026-12-01T17:40:00Z by=alice
 //
-// Blank lines are ignored and surrounding whitespace is trimmed.
-// IPv4-mapped IPv6 entries (::ffff:203.0.113.7) are stored as IPv4, since
-// clients are. A bad line rejects the whole file, so that a typo never
-// half-applies a list.
+// A field (target or value) is bare, or a Go double-quoted string when it
+// holds spaces, quotes, '#', '=' or anything unprintable; writers quote what
+// needs it, so a value can never end its line or start another entry. The
+// attributes are expires, added and removed (RFC 3339 times, UTC), by and
+// reason (printable text, at most MaxByLen and MaxReasonLen bytes) and
+// pending (true or false). A line with only a target is an entry that
+// applies until removed: files of the older one-entry-a-line format read
+// as before.
+//
+// An entry applies while it is not pending, not removed and not expired:
+// readers compare expires with the time of each request, whatever the
+// store (DynamoDB deletes expired items only some time later). A removed
+// entry stays as a tombstone for TombstoneAge, so that every reader sees
+// who removed it. Blank lines are ignored and surrounding whitespace is
+// trimmed. IPv4-mapped IPv6 targets (::ffff:203.0.113.7) are stored as
+// IPv4, since clients are. A bad line rejects the whole file with its
+// file:line, so that a typo never half-applies a list; a watcher then keeps
+// the last good list.
+//
+// # Recording changes
+//
+// Every change to a list is a feedback event in the decision stream, so
+// lists can be rebuilt by replay; each is recorded once, by one rule: the
+// process that owns the decision stream records, and that is the edge that
+// reads the lists. The local decision log has one writer (the edge holds
+// its LOCK), so a writer in another process (`ratewarden lists`, the
+// aggregator's policies) cannot append to it; instead, on every refresh a
+// Watcher compares the entries that apply with those it recorded last and
+// hands one event per change to its Recorder (see Diff), and keeps what it
+// recorded in a state file (WatchOptions.StateFile, beside the log), so that
+// changes made while the edge was stopped are recorded when it starts.
+// Writers only write their store. Edges that share a lists table and a
+// Kinesis stream let one of them record (config lists.record).
+//
+// Two changes between refreshes to one target are one change (an add and
+// a remove between two reads record nothing); expiry is no change, since
+// an add event carries its TTL.
+
 package lists
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Bounds on what Parse reads.
@@ -36,56 +75,82 @@ const (
 	maxQuoted  = 64 // bytes of a bad line quoted in an error
 )
 
-// List is a parsed allow or deny list. It is immutable and safe for
-// concurrent use. The zero value and the nil *List contain nothing.
+// never is the expiry of an entry without one.
+const never = int64(1<<63 - 1)
+
+// List is a parsed list. It is immutable and safe for concurrent use. The
+// zero value and the nil *List contain nothing.
 type List struct {
-	// prefixes holds every address and prefix, masked; an address is a
-	// full-length prefix. Contains looks an address up once per prefix
-	// length in use, so its cost depends on how many lengths a list uses
-	// (at most 33 + 129), not on how many entries it has.
-	prefixes map[netip.Prefix]struct{}
+	// prefixes holds every address and prefix, masked, with the Unix
+	// nanoseconds at which it expires; an address is a full-length prefix.
+	// Contains looks an address up once per prefix length in use, so its
+	// cost depends on how many lengths a list uses (at most 33 + 129), not
+	// on how many entries it has.
+	prefixes map[netip.Prefix]int64
 	bits4    []int // prefix lengths in use for IPv4, longest first
 	bits6    []int // prefix lengths in use for IPv6, longest first
-	users    map[string]struct{}
+	users    map[string]int64
+	entries  []Entry   // as read, pending and removed ones included
+	read     time.Time // when the list was read
 }
 
-// Parse reads a list from r. name is the file name for error messages. A bad
-// line is an error naming name:line, the text and what is allowed, and
-// rejects the whole list.
+// Parse reads a list from r at time now. name is the file name for error
+// messages. A bad line is an error naming name:line, the text and what is
+// allowed, and rejects the whole list.
 func Parse(r io.Reader, name string) (*List, error) {
-	l := &List{prefixes: map[netip.Prefix]struct{}{}, users: map[string]struct{}{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), MaxLineLen)
-	lineNo := 0
-	for sc.Scan() {
-		lineNo++
-		line := sc.Bytes()
-		if lineNo == 1 {
-			line = bytes.TrimPrefix(line, []byte("\uFEFF")) // a byte-order mark some editors write
-		}
-		if i := bytes.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		text := strings.TrimSpace(string(line))
-		if text == "" {
+	return ParseAt(r, name, "", time.Now())
+}
+
+// ParseAt is Parse for list named list, read at now.
+func ParseAt(r io.Reader, name, list string, now time.Time) (*List, error) {
+	es, err := ParseEntries(r, name, list)
+	if err != nil {
+		return nil, err
+	}
+	return New(es, now), nil
+}
+
+// New builds a list of the entries, read at now. The entries must have
+// normalized targets (as ParseEntries and the stores return them); one
+// that does not is left out. Of several entries for one target the
+// longest-lived applies.
+func New(es []Entry, now time.Time) *List {
+	l := &List{prefixes: map[netip.Prefix]int64{}, users: map[string]int64{}, entries: es, read: now}
+	for i := range es {
+		e := &es[i]
+		if e.Pending || !e.Removed.IsZero() {
 			continue
 		}
-		if err := l.add(text); err != nil {
-			return nil, fmt.Errorf("%s:%d: %s: %v", name, lineNo, quote(text), err)
+		exp := never
+		if !e.Expires.IsZero() {
+			exp = e.Expires.UnixNano()
 		}
-		if l.Len() > MaxEntries {
-			return nil, fmt.Errorf("%s:%d: more than %d entries", name, lineNo, MaxEntries)
+		if id, ok := cutUser(e.Target); ok {
+			l.users[id] = max(l.users[id], exp)
+			continue
 		}
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("%s:%d: line longer than %d bytes", name, lineNo+1, MaxLineLen)
+		p, err := netip.ParsePrefix(e.Target)
+		if err != nil {
+			a, aerr := netip.ParseAddr(e.Target)
+			if aerr != nil {
+				continue
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		return nil, fmt.Errorf("read list %s: %w", name, err)
+		l.prefixes[p] = max(l.prefixes[p], exp)
 	}
 	l.bits4 = lengths(l.prefixes, true)
 	l.bits6 = lengths(l.prefixes, false)
-	return l, nil
+	return l
+}
+
+func cutUser(target string) (string, bool) { return cutPrefix(target, userPrefix) }
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return s, false
 }
 
 func quote(s string) string {
@@ -95,51 +160,8 @@ func quote(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-var errEntry = errors.New("not an IP address, a CIDR or user:<id>")
-
-// add parses one entry.
-func (l *List) add(s string) error {
-	if id, ok := strings.CutPrefix(s, userPrefix); ok {
-		id = strings.TrimSpace(id)
-		switch {
-		case id == "":
-			return errors.New("empty user id; want user:<id>")
-		case len(id) > MaxUserLen:
-			return fmt.Errorf("user id of %d bytes; want at most %d", len(id), MaxUserLen)
-		}
-		l.users[id] = struct{}{}
-		return nil
-	}
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return errEntry
-		}
-		if p != p.Masked() {
-			return fmt.Errorf("host bits set; want %v, or %v for the one address", p.Masked(), p.Addr())
-		}
-		// A masked prefix with a mapped address is at least /96: anything
-		// shorter clears part of the ffff marker.
-		if a := p.Addr(); a.Is4In6() {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		l.prefixes[p] = struct{}{}
-		return nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return errEntry
-	}
-	if a.Zone() != "" {
-		return errors.New("address with a zone; want an address without %zone")
-	}
-	a = a.Unmap()
-	l.prefixes[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-	return nil
-}
-
 // lengths returns the prefix lengths in use for one family, longest first.
-func lengths(m map[netip.Prefix]struct{}, v4 bool) []int {
+func lengths(m map[netip.Prefix]int64, v4 bool) []int {
 	var seen [129]bool
 	for p := range m {
 		if p.Addr().Is4() == v4 {
@@ -156,13 +178,25 @@ func lengths(m map[netip.Prefix]struct{}, v4 bool) []int {
 }
 
 // Contains reports whether the list holds addr (as an address or inside a
-// prefix) or user (when not ""). It is nil-safe and does not allocate.
+// prefix) or user (when not "") at the time it was read. It is nil-safe
+// and does not allocate.
 func (l *List) Contains(addr netip.Addr, user string) bool {
 	if l == nil {
 		return false
 	}
+	return l.ContainsAt(addr, user, l.read)
+}
+
+// ContainsAt reports whether the list holds addr or user (when not "") in
+// an entry that has not expired at now. It is nil-safe and does not
+// allocate.
+func (l *List) ContainsAt(addr netip.Addr, user string, now time.Time) bool {
+	if l == nil {
+		return false
+	}
+	ns := now.UnixNano()
 	if user != "" {
-		if _, ok := l.users[user]; ok {
+		if exp, ok := l.users[user]; ok && ns < exp {
 			return true
 		}
 	}
@@ -179,17 +213,59 @@ func (l *List) Contains(addr netip.Addr, user string) bool {
 		if err != nil {
 			continue
 		}
-		if _, ok := l.prefixes[p]; ok {
+		if exp, ok := l.prefixes[p]; ok && ns < exp {
 			return true
 		}
 	}
 	return false
 }
 
-// Len returns the number of distinct entries in the list.
+// Len returns the number of distinct targets that apply or may apply (not
+// pending, not removed; expiry is not compared).
 func (l *List) Len() int {
 	if l == nil {
 		return 0
 	}
 	return len(l.prefixes) + len(l.users)
+}
+
+// Entries returns the entries as read, pending and removed ones included.
+// The caller must not modify them.
+func (l *List) Entries() []Entry {
+	if l == nil {
+		return nil
+	}
+	return l.entries
+}
+
+// Read returns when the list was read.
+func (l *List) Read() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	return l.read
+}
+
+// Targets returns the addresses and prefixes (an address as a prefix of
+// its full length, masked) and the user ids that apply at now, each
+// sorted: what another implementation of the list needs, such as the
+// viewer-request function's compiled configuration.
+func (l *List) Targets(now time.Time) (prefixes []netip.Prefix, users []string) {
+	if l == nil {
+		return nil, nil
+	}
+	at := now.UnixNano()
+	for p, exp := range l.prefixes {
+		if exp > at {
+			prefixes = append(prefixes, p)
+		}
+	}
+	for u, exp := range l.users {
+		if exp > at {
+			users = append(users, u)
+		}
+	}
+	slices.SortFunc(prefixes, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	slices.Sort(users)
+	return prefixes, users
 }

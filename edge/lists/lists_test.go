@@ -114,7 +114,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty user with comment", "user:   # nobody", `test.list:1: "user:": empty user id`},
 		{"long user", "user:" + strings.Repeat("u", MaxUserLen+1), `test.list:1: "user:uuuu`},
 		{"capitalised prefix", "User:alice", `test.list:1: "User:alice": not an IP address`},
-		{"two entries on a line", "1.2.3.4 5.6.7.8", `test.list:1: "1.2.3.4 5.6.7.8": not an IP address`},
+		{"two entries on a line", "1.2.3.4 5.6.7.8", `test.list:1: "1.2.3.4 5.6.7.8": "5.6.7.8" is not key=value; want one target a line`},
 		{"long line", "1.2.3.4\n" + strings.Repeat("x", MaxLineLen+1), `test.list:2: line longer than 4096 bytes`},
 		{"long text quoted short", strings.Repeat("y", 200), `test.list:1: "` + strings.Repeat("y", 64) + `"...: not`},
 	}

@@ -1,6 +1,12 @@
 package lists
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -12,17 +18,26 @@ import (
 // DynamoDB: one item per entry of a list.
 //
 //	list     (S, hash key)   the list's name: allow, deny, challenge
-//	entry    (S, range key)  an entry in the file format: an address, a
-//	                         CIDR prefix or user:<id>
+//	entry    (S, range key)  the entry's target, normalized: an address,
+//	                         a CIDR prefix or user:<id>
 //	expires  (N)             Unix seconds after which the entry no longer
-//	                         applies; DynamoDB's time to live deletes it
+//	                         applies (for a tombstone: after which it is
+//	                         dropped); DynamoDB's time to live deletes it
 //	                         some time later, so readers compare too
 //	reason   (S)             why the entry is there, for people
+//	by       (S)             who wrote it (who removed it, for a tombstone)
+//	added    (N)             Unix seconds when it was written
+//	pending  (BOOL)          true while it waits for approval
+//	removed  (N)             Unix seconds when it was removed: a tombstone
 const (
 	TableListAttribute    = "list"
 	TableEntryAttribute   = "entry"
 	TableExpiresAttribute = "expires"
 	TableReasonAttribute  = "reason"
+	TableByAttribute      = "by"
+	TableAddedAttribute   = "added"
+	TablePendingAttribute = "pending"
+	TableRemovedAttribute = "removed"
 )
 
 // TableSpec returns the request that creates a lists table named name,
@@ -42,4 +57,244 @@ func TimeToLiveSpec(name string) *dynamodb.UpdateTimeToLiveInput {
 			Enabled:       aws.Bool(true),
 		},
 	}
+}
+
+// DynamoDB is the part of the DynamoDB client a TableStore uses.
+type DynamoDB interface {
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+// TableStore reads and writes the lists in a DynamoDB lists table. Writes
+// are single-item requests, so concurrent writers need no lock: the last
+// write of an entry wins, and removal and approval are conditional on the
+// entry being there (and pending). Expired entries stay until DynamoDB's
+// time to live deletes them; readers compare expires themselves. A
+// TableStore is a Source: a Watcher reads one list with a Query per
+// refresh. It is safe for concurrent use.
+type TableStore struct {
+	db    DynamoDB
+	table string
+	now   func() time.Time
+}
+
+// NewTableStore returns the store of the lists table named table; now reads
+// the clock (default time.Now).
+func NewTableStore(db DynamoDB, table string, now func() time.Time) *TableStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &TableStore{db: db, table: table, now: now}
+}
+
+// Name returns the table's name.
+func (s *TableStore) Name() string { return "dynamodb table " + s.table }
+
+// Put writes e, replacing any entry (or tombstone) for its target. Added
+// defaults to now; times are kept to the second. It refuses an invalid
+// entry and an expiry not in the future.
+func (s *TableStore) Put(ctx context.Context, e Entry) error {
+	if err := prepare(&e, s.now()); err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: item(&e)}); err != nil {
+		return fmt.Errorf("put %s on %s: %w", e.Target, e.List, err)
+	}
+	return nil
+}
+
+// Remove marks the entry of target on list removed by by, a tombstone that
+// time to live deletes after TombstoneAge. It returns ErrNotFound when no
+// entry for target applies or waits for approval.
+func (s *TableStore) Remove(ctx context.Context, list, target, by string) error {
+	t, now, err := s.key(list, target, by)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(list, t),
+		UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending"),
+		ConditionExpression: aws.String("attribute_exists(#entry) AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
+		ExpressionAttributeNames: map[string]string{"#removed": TableRemovedAttribute, "#by": TableByAttribute,
+			"#expires": TableExpiresAttribute, "#pending": TablePendingAttribute, "#entry": TableEntryAttribute},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": unix(now), ":by": str(by),
+			":drop": unix(now.Add(TombstoneAge))},
+	})
+	return conditional(err, fmt.Sprintf("remove %s from %s", t, list), ErrNotFound)
+}
+
+// Approve makes the pending entry of target on list apply, approved by by.
+func (s *TableStore) Approve(ctx context.Context, list, target, by string) error {
+	t, now, err := s.key(list, target, by)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(list, t),
+		UpdateExpression:    aws.String("SET #by = :by REMOVE #pending"),
+		ConditionExpression: aws.String("#pending = :true AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
+		ExpressionAttributeNames: map[string]string{"#by": TableByAttribute, "#pending": TablePendingAttribute,
+			"#removed": TableRemovedAttribute, "#expires": TableExpiresAttribute},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":by": str(by), ":true": &types.AttributeValueMemberBOOL{Value: true},
+			":now": unix(now)},
+	})
+	return conditional(err, fmt.Sprintf("approve %s on %s", t, list), ErrNotPending)
+}
+
+func (s *TableStore) key(list, target, by string) (string, time.Time, error) {
+	if err := checkList(list); err != nil {
+		return "", time.Time{}, err
+	}
+	t, err := checkKey(target, by)
+	return t, s.now().UTC().Truncate(time.Second), err
+}
+
+func conditional(err error, what string, notFound error) error {
+	var cf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &cf):
+		return fmt.Errorf("%s: %w", what, notFound)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Entries returns the entries of list in the table, pending, removed and
+// expired ones included, with a paginated strongly consistent Query.
+func (s *TableStore) Entries(ctx context.Context, list string) ([]Entry, error) {
+	if err := checkList(list); err != nil {
+		return nil, err
+	}
+	var out []Entry
+	in := &dynamodb.QueryInput{
+		TableName:                 &s.table,
+		KeyConditionExpression:    aws.String("#list = :list"),
+		ExpressionAttributeNames:  map[string]string{"#list": TableListAttribute},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":list": str(list)},
+		ConsistentRead:            aws.Bool(true),
+	}
+	p := dynamodb.NewQueryPaginator(s.db, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read list %s from %s: %w", list, s.table, err)
+		}
+		for _, it := range page.Items {
+			e, err := entry(list, it)
+			if err != nil {
+				return nil, fmt.Errorf("read list %s from %s: %w", list, s.table, err)
+			}
+			if len(out) >= MaxEntries {
+				return nil, fmt.Errorf("read list %s from %s: more than %d entries", list, s.table, MaxEntries)
+			}
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Read reads list for a Watcher: the table cannot tell whether it changed,
+// so every refresh reads it. An item that is not a valid entry fails the
+// read, naming its key, and the watcher keeps its last good list.
+func (s *TableStore) Read(ctx context.Context, list string, now time.Time, _ bool) (*List, error) {
+	es, err := s.Entries(ctx, list)
+	if err != nil {
+		return nil, err
+	}
+	return New(es, now), nil
+}
+
+func checkList(list string) error {
+	for _, n := range Names {
+		if n == list {
+			return nil
+		}
+	}
+	return fmt.Errorf("list %q: want one of allow, deny, challenge", list)
+}
+
+func key(list, target string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{TableListAttribute: str(list), TableEntryAttribute: str(target)}
+}
+
+func item(e *Entry) map[string]types.AttributeValue {
+	it := key(e.List, e.Target)
+	it[TableAddedAttribute] = unix(e.Added)
+	if !e.Expires.IsZero() {
+		it[TableExpiresAttribute] = unix(e.Expires)
+	}
+	if e.Reason != "" {
+		it[TableReasonAttribute] = str(e.Reason)
+	}
+	if e.By != "" {
+		it[TableByAttribute] = str(e.By)
+	}
+	if e.Pending {
+		it[TablePendingAttribute] = &types.AttributeValueMemberBOOL{Value: true}
+	}
+	return it
+}
+
+// entry decodes an item, checking it as the file format checks a line.
+func entry(list string, it map[string]types.AttributeValue) (Entry, error) {
+	e := Entry{List: list}
+	target, _ := it[TableEntryAttribute].(*types.AttributeValueMemberS)
+	if target == nil {
+		return e, errors.New("an item without an entry attribute")
+	}
+	bad := func(attr string, err error) (Entry, error) {
+		return e, fmt.Errorf("item %q: %s: %v", target.Value, attr, err)
+	}
+	t, err := NormalizeTarget(target.Value)
+	if err != nil {
+		return bad(TableEntryAttribute, err)
+	}
+	e.Target = t
+	for attr, dst := range map[string]*time.Time{TableAddedAttribute: &e.Added, TableExpiresAttribute: &e.Expires, TableRemovedAttribute: &e.Removed} {
+		if v, ok := it[attr]; ok {
+			n, ok := v.(*types.AttributeValueMemberN)
+			if !ok {
+				return bad(attr, errors.New("not a number"))
+			}
+			sec, err := strconv.ParseInt(n.Value, 10, 64)
+			if err != nil {
+				return bad(attr, errors.New("not whole Unix seconds"))
+			}
+			*dst = time.Unix(sec, 0).UTC()
+		}
+	}
+	if !e.Removed.IsZero() {
+		e.Expires = time.Time{} // a tombstone's expires is when it is dropped
+	}
+	for attr, dst := range map[string]*string{TableReasonAttribute: &e.Reason, TableByAttribute: &e.By} {
+		if v, ok := it[attr]; ok {
+			s, ok := v.(*types.AttributeValueMemberS)
+			if !ok {
+				return bad(attr, errors.New("not a string"))
+			}
+			max := MaxReasonLen
+			if attr == TableByAttribute {
+				max = MaxByLen
+			}
+			if *dst, err = checkText(attr, s.Value, max); err != nil {
+				return bad(attr, err)
+			}
+		}
+	}
+	if v, ok := it[TablePendingAttribute]; ok {
+		b, ok := v.(*types.AttributeValueMemberBOOL)
+		if !ok {
+			return bad(TablePendingAttribute, errors.New("not a boolean"))
+		}
+		e.Pending = b.Value
+	}
+	return e, nil
+}
+
+func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+
+func unix(t time.Time) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(t.Unix(), 10)}
 }

@@ -129,7 +129,7 @@ func TestWatchPolls(t *testing.T) {
 	tick := make(chan time.Time)
 	stopped := make(chan struct{})
 	handled := make(chan struct{})
-	w, err := watch(path, tick, func() { close(stopped) }, func() { handled <- struct{}{} }, rep.report)
+	w, err := watch(NewFileSource(path), WatchOptions{Report: rep.report}, tick, func() { close(stopped) }, func() { handled <- struct{}{} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestWatchCloseContext(t *testing.T) {
 	writeList(t, path, "", 1)
 	tick := make(chan time.Time)
 	block := make(chan struct{})
-	w, err := watch(path, tick, nil, nil, func(error) { <-block })
+	w, err := watch(NewFileSource(path), WatchOptions{Report: func(error) { <-block }}, tick, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Command benchaggregate is the Go half of tests/bench-aggregate: it writes
 // N events of the generator as the decision log's records (Arrow, ZstdDict)
 // and as one Parquet file for DuckDB, then times the aggregator's columnar
-// path over the records on one core, and prints its figures and its
+// path over the records on one core (and over the same records with zstd
+// per buffer), and prints its figures and its
 // answer (counts by tier, rule and outcome; distinct clients) for the
 // script to compare with DuckDB's.
 package main
@@ -16,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
@@ -26,6 +28,10 @@ import (
 
 // batchSize is the events of one log record: the log's default batch.
 const batchSize = 1024
+
+// perBufferSuffix names the measurements over the records with Arrow's
+// body compression.
+const perBufferSuffix = " (zstd per buffer)"
 
 func main() {
 	n := flag.Int("n", 10_000_000, "events")
@@ -71,8 +77,31 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 			return err
 		}
 	}
+	// The same records with Arrow's body compression (zstd per buffer),
+	// whose columns the aggregator does not read are never decompressed.
+	bodyEnc := columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
 	dec := columnar.NewDecoder()
+	var perBuffer [][]byte
+	bytes = 0
+	var ds []decisions.Decision
+	for _, rec := range records {
+		var err error
+		if ds, err = dec.Decode(rec, ds[:0]); err != nil {
+			return err
+		}
+		b, err := bodyEnc.Encode(nil, ds)
+		if err != nil {
+			return err
+		}
+		perBuffer = append(perBuffer, b)
+		bytes += len(b)
+	}
+	fmt.Fprintf(os.Stderr, "benchaggregate: the same with zstd per buffer, %.1f MB (%.1f B/event)\n", float64(bytes)/1e6, float64(bytes)/float64(n))
 	emit := func(what string, f func(*columnar.Columns) error) error {
+		records := records
+		if strings.HasSuffix(what, perBufferSuffix) {
+			records = perBuffer
+		}
 		for range runs {
 			runtime.GC()
 			start := time.Now()
@@ -105,6 +134,22 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 	}
 	query = nil
 	if err := emit("columnar: decode only", func(c *columnar.Columns) error { b.Prepare(c); return nil }); err != nil {
+		return err
+	}
+	err = emit("columnar: decode, counts and distinct clients"+perBufferSuffix, func(c *columnar.Columns) error {
+		b.Prepare(c)
+		if query == nil {
+			query = aggregator.NewPartial(time.Time{}, time.Hour, 1)
+		}
+		query.Counts.UpdateColumns(&b, 0, b.Len())
+		query.Clients.UpdateColumns(&b, 0, b.Len())
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	query = nil
+	if err := emit("columnar: decode only"+perBufferSuffix, func(c *columnar.Columns) error { b.Prepare(c); return nil }); err != nil {
 		return err
 	}
 	var full *aggregator.Rollup

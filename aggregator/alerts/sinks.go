@@ -1,0 +1,319 @@
+package alerts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+	"github.com/ratewarden/ratewarden/internal/backoff"
+)
+
+// Sink receives alerts. A sink that sends them away must not block: it
+// queues, and drops and counts what does not fit. Close flushes what it
+// holds and stops its goroutines, within ctx.
+type Sink interface {
+	Alert(ctx context.Context, a Alert) error
+	Close(ctx context.Context) error
+}
+
+// ActionLog records feedback actions.
+type ActionLog interface {
+	Action(ctx context.Context, a Action) error
+}
+
+// JSONLines writes alerts and actions as JSON objects, one per line, to a
+// writer (a file opened for appending, or standard output). It is safe for
+// concurrent use.
+type JSONLines struct {
+	mu sync.Mutex
+	w  io.Writer
+	c  io.Closer // nil: not closed by Close
+}
+
+var (
+	_ Sink      = (*JSONLines)(nil)
+	_ ActionLog = (*JSONLines)(nil)
+)
+
+// NewJSONLines writes to w; Close closes c if not nil.
+func NewJSONLines(w io.Writer, c io.Closer) *JSONLines { return &JSONLines{w: w, c: c} }
+
+func (j *JSONLines) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("write alert: %w", err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, err := j.w.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write alert: %w", err)
+	}
+	return nil
+}
+
+// Alert writes a.
+func (j *JSONLines) Alert(_ context.Context, a Alert) error { return j.write(a) }
+
+// Action writes a.
+func (j *JSONLines) Action(_ context.Context, a Action) error { return j.write(a) }
+
+// Close closes the file, if it has one.
+func (j *JSONLines) Close(context.Context) error {
+	if j.c == nil {
+		return nil
+	}
+	return j.c.Close()
+}
+
+// WebhookOptions configure a Webhook.
+type WebhookOptions struct {
+	URL      string
+	Client   *http.Client  // default: a client with no timeout of its own (each post has Timeout)
+	Queue    int           // alerts waiting; default 256
+	Timeout  time.Duration // of one post; default 5s
+	Attempts int           // posts of one alert before it is dropped; default 5
+	Backoff  time.Duration // first wait between attempts, doubling with full jitter; default 500ms
+	MaxDelay time.Duration // default 30s
+	// Jitter draws the backoff's random part (backoff.FullJitter); default
+	// backoff.Uniform.
+	Jitter func(n int64) int64
+}
+
+// WebhookStats count what a Webhook did.
+type WebhookStats struct {
+	Sent    uint64 // alerts the endpoint accepted (2xx)
+	Retries uint64 // posts tried again
+	Failed  uint64 // alerts given up after every attempt, or refused with a 4xx
+	Dropped uint64 // alerts dropped because the queue was full
+}
+
+// Webhook posts alerts as Slack-compatible JSON ({"text": ..., "blocks":
+// [...]}) from a goroutine of its own, retrying failures (network errors,
+// 429 and 5xx) with backoff. Alert never blocks: a full queue drops and
+// counts. It is safe for concurrent use; Close stops it.
+type Webhook struct {
+	o                              WebhookOptions
+	queue                          chan Alert
+	done                           chan struct{}
+	stop                           context.CancelFunc
+	ctx                            context.Context
+	sent, retries, failed, dropped atomic.Uint64
+	closeOnce                      sync.Once
+}
+
+var _ Sink = (*Webhook)(nil)
+
+// NewWebhook starts a Webhook.
+func NewWebhook(o WebhookOptions) *Webhook {
+	if o.Client == nil {
+		o.Client = &http.Client{}
+	}
+	if o.Queue <= 0 {
+		o.Queue = 256
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 5
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = 500 * time.Millisecond
+	}
+	if o.MaxDelay < o.Backoff {
+		o.MaxDelay = max(30*time.Second, o.Backoff)
+	}
+	if o.Jitter == nil {
+		o.Jitter = backoff.Uniform
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	w := &Webhook{o: o, queue: make(chan Alert, o.Queue), done: make(chan struct{}), ctx: ctx, stop: stop}
+	go w.run()
+	return w
+}
+
+// Alert queues a, or drops and counts it when the queue is full.
+func (w *Webhook) Alert(_ context.Context, a Alert) error {
+	select {
+	case w.queue <- a:
+	default:
+		w.dropped.Add(1)
+	}
+	return nil
+}
+
+// Stats returns the counts so far.
+func (w *Webhook) Stats() WebhookStats {
+	return WebhookStats{Sent: w.sent.Load(), Retries: w.retries.Load(), Failed: w.failed.Load(), Dropped: w.dropped.Load()}
+}
+
+// Close stops taking alerts and waits for the queue to be posted; when ctx
+// ends first, the post under way is cut short and what is left is counted
+// as dropped.
+func (w *Webhook) Close(ctx context.Context) error {
+	w.closeOnce.Do(func() { close(w.queue) })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		w.stop()
+		<-w.done
+		return ctx.Err()
+	}
+}
+
+func (w *Webhook) run() {
+	defer close(w.done)
+	defer w.stop()
+	for a := range w.queue {
+		if w.ctx.Err() != nil {
+			w.dropped.Add(1)
+			continue
+		}
+		w.deliver(a)
+	}
+}
+
+// deliver posts a until it is accepted, refused, or out of attempts.
+func (w *Webhook) deliver(a Alert) {
+	body, err := json.Marshal(slackMessage(a))
+	if err != nil {
+		w.failed.Add(1)
+		return
+	}
+	for attempt := 1; ; attempt++ {
+		retry, err := w.post(body)
+		if err == nil {
+			w.sent.Add(1)
+			return
+		}
+		if !retry || attempt >= w.o.Attempts {
+			w.failed.Add(1)
+			return
+		}
+		w.retries.Add(1)
+		if backoff.Sleep(w.ctx, backoff.FullJitter(w.o.Backoff, w.o.MaxDelay, attempt, w.o.Jitter)) != nil {
+			w.dropped.Add(1)
+			return
+		}
+	}
+}
+
+// post sends body once; retry says whether a failure may be tried again.
+func (w *Webhook) post(body []byte) (retry bool, err error) {
+	ctx, cancel := context.WithTimeout(w.ctx, w.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.o.URL, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.o.Client.Do(req)
+	if err != nil {
+		return true, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return false, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return true, errors.New(resp.Status)
+	}
+	return false, errors.New(resp.Status)
+}
+
+// slack is a Slack incoming-webhook message: text, and blocks for clients
+// that render them.
+type slack struct {
+	Text   string       `json:"text"`
+	Blocks []slackBlock `json:"blocks,omitempty"`
+}
+
+type slackBlock struct {
+	Type string    `json:"type"`
+	Text slackText `json:"text"`
+}
+
+type slackText struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// slackMessage is a's message.
+func slackMessage(a Alert) slack {
+	head := fmt.Sprintf("[%s] %s %s: %s", strings.ToUpper(a.Severity), a.Type, a.State, a.Summary)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%s* `%s` %s\n%s\nwindow %s – %s", a.Type, a.Key, a.State, a.Summary,
+		a.WindowStart.UTC().Format(time.RFC3339), a.WindowEnd.UTC().Format(time.RFC3339))
+	if len(a.Identities) > 0 {
+		fmt.Fprintf(&b, "\ntop identities: %s", strings.Join(a.Identities, ", "))
+	}
+	return slack{Text: head, Blocks: []slackBlock{{Type: "section", Text: slackText{Type: "mrkdwn", Text: b.String()}}}}
+}
+
+// Names of the EMF metric and dimensions of alerts.
+const (
+	MetricAlerts = "Alerts"
+	DimType      = "Type"
+	DimSeverity  = "Severity"
+)
+
+// EMF writes the metric Alerts (a count of 1 per alert raised) by type
+// and severity through an emf.Writer, stamped with the alert's time.
+// Resolutions are not counted. It is safe for concurrent use.
+type EMF struct {
+	W         *emf.Writer
+	Namespace string // default "Ratewarden", the aggregator's
+	// Now is when CloudWatch reads the documents (the timestamp check);
+	// default time.Now.
+	Now func() time.Time
+}
+
+var _ Sink = (*EMF)(nil)
+
+// Document returns the EMF document of a raised alert.
+func (s *EMF) Document(a Alert) emf.Document {
+	ns := s.Namespace
+	if ns == "" {
+		ns = "Ratewarden"
+	}
+	return emf.Document{Namespace: ns, Timestamp: a.Time,
+		Dimensions: [][]emf.Dimension{{{Name: DimType, Value: a.Type}, {Name: DimSeverity, Value: a.Severity}}},
+		Properties: []emf.Property{emf.StringProperty("rw_alert_key", a.Key)},
+		Metrics:    []emf.Metric{{Name: MetricAlerts, Unit: emf.Count, Values: []float64{1}}}}
+}
+
+// Alert writes a's document when a is firing. A document the
+// specification refuses is counted by the writer and not returned as an
+// error: a retry would be refused again.
+func (s *EMF) Alert(ctx context.Context, a Alert) error {
+	if a.State != Firing {
+		return nil
+	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	d := s.Document(a)
+	if err := s.W.Write(ctx, &d, now()); err != nil {
+		var inv *emf.InvalidError
+		if errors.As(err, &inv) {
+			return nil
+		}
+		return fmt.Errorf("write alert metric: %w", err)
+	}
+	return nil
+}
+
+// Close flushes the writer; its owner closes it.
+func (s *EMF) Close(ctx context.Context) error { return s.W.Flush(ctx) }

@@ -1,0 +1,76 @@
+package alerts_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
+)
+
+// FuzzLoadState: whatever the state file holds, loading it either fails
+// with an error or gives an engine that runs windows.
+func FuzzLoadState(f *testing.F) {
+	f.Add([]byte(`{"version":1,"window":60000000000,"series":{"a":null,"b":{"recent":[1,2],"seasonal":[1]}},"open":{"x":null}}`))
+	f.Add([]byte(`{"version":1,"window":60000000000,"last":"2026-11-02T00:00:00Z","quiet":{"k":"2026-11-02T01:00:00Z"}}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`not json`))
+	cfg := testConfig(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, alerts.StateFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r, err := alerts.NewRunner(alerts.RunnerOptions{Engine: alerts.Options{Config: cfg.Alerts, Window: time.Minute}, StateDir: dir})
+		if err != nil {
+			return
+		}
+		for i := range 3 {
+			p := aggregator.NewPartial(t0.Add(time.Duration(i)*time.Minute), time.Minute, 10)
+			d := decisionOf(p.Start, "192.0.2.1", "anonymous:global", i)
+			p.Update(&d)
+			if err := r.Window(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestFollowSettles: following a partials directory, a window runs only
+// once a partial Settle windows later is stored (other partitions may
+// still add to it); without following, every stored window runs. Gaps
+// between stored windows run as empty windows.
+func TestFollowSettles(t *testing.T) {
+	dir := &aggregator.PartialsDir{Dir: t.TempDir()}
+	for _, m := range []int{0, 1, 2, 4, 5} {
+		p := aggregator.NewPartial(t0.Add(time.Duration(m)*time.Minute), time.Minute, 10)
+		d := decisionOf(p.Start, "192.0.2.1", "anonymous:global", 0)
+		p.Update(&d)
+		if err := dir.Write(t.Context(), "shard-0", aggregator.Output{Partial: p, From: uint64(m), To: uint64(m)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig(t)
+	r, err := alerts.NewRunner(alerts.RunnerOptions{Engine: alerts.Options{Config: cfg.Alerts, Window: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // one pass, then the loop sees the end
+	if err := r.Follow(ctx, alerts.FollowOptions{Dir: dir, Follow: true, Settle: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.Last(), t0.Add(2*time.Minute); !got.Equal(want) {
+		t.Errorf("following ran up to %v, want %v (window 4 is the newest: 2 is the last settled)", got, want)
+	}
+	if err := r.Follow(t.Context(), alerts.FollowOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats().Engine
+	if got := r.Last(); !got.Equal(t0.Add(5*time.Minute)) || st.Windows != 6 || st.Empty != 1 {
+		t.Errorf("ran up to %v, %d windows (%d empty), want up to 5 minutes, 6 windows, 1 empty", got, st.Windows, st.Empty)
+	}
+}

@@ -1,0 +1,261 @@
+package assemble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
+	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/edge/lists"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+)
+
+// AlertsOptions are what a command adds to the configuration's alerts and
+// feedback sections.
+type AlertsOptions struct {
+	Window   time.Duration // the aggregator's window length; required
+	StateDir string        // where the engine's state is kept; required
+	Stdout   io.Writer     // JSON lines when alerts.sinks.file is "-" or no sink is set
+	Log      *slog.Logger  // sink failures; default: discard
+	// Lists writes the feedback policies' entries; nil takes the store
+	// feedback.store names (FeedbackLists).
+	Lists alerts.ListWriter
+	// Archive accepts EMF documents stamped any time (windows read back
+	// from stored partials into a file).
+	Archive bool
+}
+
+// Alerts is the alerts runner of a configuration with everything it
+// opened: its sinks, the allow list the policies consult and the files of
+// actions and feedback events. Close flushes and closes them.
+type Alerts struct {
+	Runner  *alerts.Runner
+	Webhook *alerts.Webhook // nil without alerts.sinks.webhook.url
+	EMF     *emf.Writer     // nil without alerts.sinks.emf
+	closers []func(context.Context) error
+}
+
+// NewAlerts assembles the alerts runner cfg describes: detectors with the
+// tiers' limits, the JSON-lines, webhook and EMF sinks, and the feedback
+// policies (dry run unless feedback.dry_run is false). On error, whatever
+// was opened is closed again.
+func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Alerts, err error) {
+	if o.StateDir == "" {
+		return nil, errors.New("alerts: a state directory is required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	a := &Alerts{}
+	defer func() {
+		if err != nil {
+			a.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	s := cfg.Alerts.Sinks
+	var sinks []alerts.Sink
+	var jl *alerts.JSONLines
+	switch {
+	case s.File == "-" || s.File == "" && s.Webhook.URL == "" && s.EMF == "":
+		jl = alerts.NewJSONLines(o.Stdout, nil)
+	case s.File != "":
+		f, err := os.OpenFile(s.File, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("alerts: %w", err)
+		}
+		jl = alerts.NewJSONLines(f, f)
+	}
+	if jl != nil {
+		sinks = append(sinks, jl)
+	}
+	if w := s.Webhook; w.URL != "" {
+		a.Webhook = alerts.NewWebhook(alerts.WebhookOptions{URL: w.URL, Queue: w.Queue, Timeout: w.Timeout,
+			Attempts: w.Attempts, Backoff: w.Backoff, MaxDelay: w.MaxDelay})
+		sinks = append(sinks, a.Webhook)
+	}
+	if s.EMF != "" {
+		sink, err := EMFSink(ctx, s.EMF, o.Stdout)
+		if err != nil {
+			return nil, fmt.Errorf("alerts: %w", err)
+		}
+		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: o.Archive}, sink)
+		if err != nil {
+			return nil, fmt.Errorf("alerts: %w", err)
+		}
+		a.EMF = w
+		a.closers = append(a.closers, w.Close)
+		sinks = append(sinks, &alerts.EMF{W: w})
+	}
+	var actions alerts.ActionLog = jl
+	if path := cfg.Feedback.Actions; path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("feedback: %w", err)
+		}
+		log := alerts.NewJSONLines(f, f)
+		a.closers = append(a.closers, log.Close)
+		actions = log
+	}
+	var policies *alerts.Policies
+	if len(cfg.Feedback.Policies) > 0 {
+		if policies, err = a.policies(ctx, cfg, o); err != nil {
+			return nil, err
+		}
+	}
+	a.closers = append(a.closers, func(ctx context.Context) error {
+		if a.Runner != nil {
+			return nil // the runner closes its sinks
+		}
+		var errs []error
+		for _, s := range sinks {
+			errs = append(errs, s.Close(ctx))
+		}
+		return errors.Join(errs...)
+	})
+	a.Runner, err = alerts.NewRunner(alerts.RunnerOptions{
+		Engine:   alerts.Options{Config: cfg.Alerts, Window: o.Window, Limits: alerts.RuleLimits(cfg)},
+		StateDir: o.StateDir, Sinks: sinks, Policies: policies, Actions: actionsOrNil(actions),
+		Report: func(err error) { o.Log.Warn("alert sink failed", "error", err) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// actionsOrNil keeps a nil *JSONLines from becoming a non-nil interface.
+func actionsOrNil(l alerts.ActionLog) alerts.ActionLog {
+	if j, ok := l.(*alerts.JSONLines); ok && j == nil {
+		return nil
+	}
+	return l
+}
+
+// policies assembles the feedback policies: the list store (unless dry
+// run), the feedback events file and the allow list.
+func (a *Alerts) policies(ctx context.Context, cfg *config.Config, o AlertsOptions) (*alerts.Policies, error) {
+	f := cfg.Feedback
+	var w alerts.ListWriter
+	if !*f.DryRun {
+		w = o.Lists
+		if w == nil {
+			var err error
+			if w, err = FeedbackLists(ctx, cfg); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var events alerts.EventWriter
+	if f.Events != "" {
+		j, err := decisions.OpenJSONLines(f.Events)
+		if err != nil {
+			return nil, fmt.Errorf("feedback: %w", err)
+		}
+		ev := &eventFile{f: j}
+		a.closers = append(a.closers, func(context.Context) error { return j.Close() })
+		events = ev
+	}
+	var allow alerts.AllowList
+	if path := cfg.Lists.AllowFile; path != "" {
+		watch, err := lists.Watch(path, cfg.Lists.Refresh, func(err error) { o.Log.Warn("allow list", "error", err) })
+		if err != nil {
+			return nil, fmt.Errorf("feedback: %w", err)
+		}
+		a.closers = append(a.closers, watch.Close)
+		allow = watch
+	}
+	paying := map[string]bool{}
+	for _, t := range cfg.Alerts.PayingTiers {
+		paying[t] = true
+	}
+	return alerts.NewPolicies(f, w, events, allow, func(t string) bool { return paying[t] }), nil
+}
+
+// FeedbackLists returns the writer of the lists the lists section names,
+// for the policies' entries. This build has no writer for them: policies
+// run in dry run (feedback.dry_run true), recording what they would do.
+func FeedbackLists(context.Context, *config.Config) (alerts.ListWriter, error) {
+	return nil, errors.New("feedback.dry_run false: this build has no writer for the lists section's lists; keep feedback.dry_run true")
+}
+
+// eventFile writes feedback events as JSON lines of decisions, flushed one
+// by one: they are few, and each is an audit record.
+type eventFile struct {
+	mu sync.Mutex
+	f  *decisions.JSONLinesFile
+}
+
+func (e *eventFile) Feedback(_ context.Context, d decisions.Decision) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.f.WriteBatch([]decisions.Decision{d}); err != nil {
+		return err
+	}
+	return e.f.Flush()
+}
+
+// Report writes one line of what the runner did, and one of the
+// webhook's deliveries (drops included) when there is a webhook.
+func (a *Alerts) Report(w io.Writer, prefix string) {
+	st := a.Runner.Stats()
+	fmt.Fprintf(w, "%s: windows %d (empty %d, seen before %d, corrections left out %d), raised %d, resolved %d, suppressed %d, actions %d (applied %d), sink errors %d\n",
+		prefix, st.Engine.Windows, st.Engine.Empty, st.Engine.Skipped, st.Corrections, st.Engine.Firing, st.Engine.Resolved,
+		st.Engine.Suppressed, st.Actions, st.Applied, st.SinkErrors)
+	if a.Webhook != nil {
+		h := a.Webhook.Stats()
+		fmt.Fprintf(w, "%s: webhook sent %d, retries %d, failed %d, dropped %d\n", prefix, h.Sent, h.Retries, h.Failed, h.Dropped)
+	}
+}
+
+// RegisterMetrics makes the alerts' instruments on meter: alerts raised,
+// resolved and suppressed, actions, sink errors, and the webhook's sent,
+// failed and dropped alerts.
+func (a *Alerts) RegisterMetrics(meter metric.Meter) error {
+	type snapshot struct {
+		run  alerts.RunnerStats
+		hook alerts.WebhookStats
+	}
+	take := func() snapshot {
+		s := snapshot{run: a.Runner.Stats()}
+		if a.Webhook != nil {
+			s.hook = a.Webhook.Stats()
+		}
+		return s
+	}
+	return registerObservables(meter, take, []observable[snapshot]{
+		{"ratewarden.alerts.windows", "Windows the detectors ran.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Engine.Windows) }},
+		{"ratewarden.alerts.raised", "Alerts raised.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Firing) }},
+		{"ratewarden.alerts.resolved", "Alerts resolved.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Resolved) }},
+		{"ratewarden.alerts.suppressed", "Alerts not raised during their cooldown.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Suppressed) }},
+		{"ratewarden.alerts.actions", "Feedback actions recorded.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Actions) }},
+		{"ratewarden.alerts.actions.applied", "Feedback actions applied to a list.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Applied) }},
+		{"ratewarden.alerts.sink.errors", "Alerts a sink failed to take.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.SinkErrors) }},
+		{"ratewarden.alerts.webhook.sent", "Alerts the webhook delivered.", "{alert}", false, func(s snapshot) int64 { return int64(s.hook.Sent) }},
+		{"ratewarden.alerts.webhook.failed", "Alerts the webhook gave up on.", "{alert}", false, func(s snapshot) int64 { return int64(s.hook.Failed) }},
+		{"ratewarden.alerts.webhook.dropped", "Alerts dropped: the webhook's queue was full.", "{alert}", false, func(s snapshot) int64 { return int64(s.hook.Dropped) }},
+	})
+}
+
+// Close closes the runner's sinks, then what the assembly opened.
+func (a *Alerts) Close(ctx context.Context) error {
+	var errs []error
+	if a.Runner != nil {
+		errs = append(errs, a.Runner.Close(ctx))
+	}
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i](ctx))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,273 @@
+package assemble_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/edge/lists"
+)
+
+var challengeKeys = "k1:" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+
+var listTables atomic.Int64
+
+// unlimited are tiers that refuse nothing the lists do not.
+const unlimited = "tiers: {anonymous: {global: {limit: 1000000000, window: 1m}}}\n"
+
+// listsConfig returns the YAML of an edge whose lists are in a store of
+// kind file or table (a new table on dynalite), refreshed every refresh,
+// with the decision log in logDir.
+func listsConfig(tb testing.TB, kind, logDir string, refresh time.Duration) string {
+	tb.Helper()
+	src := ""
+	switch kind {
+	case "file":
+		dir := tb.TempDir()
+		for _, n := range lists.Names {
+			p := filepath.Join(dir, n+".list")
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				tb.Fatal(err)
+			}
+			src += "  " + n + "_file: " + p + "\n"
+		}
+	case "table":
+		ep := awstest.Endpoint(tb, awstest.DynamoDBEnv)
+		db := dynamodb.NewFromConfig(awstest.Config(tb), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(ep) })
+		name := fmt.Sprintf("lists-assemble-%d-%d", os.Getpid(), listTables.Add(1))
+		awstest.CreateTable(tb, db, lists.TableSpec(name))
+		tb.Setenv("AWS_ACCESS_KEY_ID", "test")
+		tb.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+		src = "  table: " + name + "\n"
+		src = "store: {dynamodb: {region: us-east-1, endpoint: " + ep + "}}\nlists:\n" + src
+		return "edge: {upstream: ORIGIN}\nchallenge: {enabled: true}\ndecisions: {dir: " + logDir + "}\n" + src + "  refresh: " + refresh.String() + "\n" + unlimited
+	}
+	return "edge: {upstream: ORIGIN}\nchallenge: {enabled: true}\ndecisions: {dir: " + logDir + "}\nlists:\n" + src + "  refresh: " + refresh.String() + "\n" + unlimited
+}
+
+// listsEdge assembles the edge of listsConfig and opens its lists store as
+// `ratewarden lists` does.
+func listsEdge(tb testing.TB, kind, logDir string, refresh time.Duration, edits ...func(*config.Config)) (*assemble.Edge, assemble.ListStore) {
+	tb.Helper()
+	cfg := loadConfig(tb, listsConfig(tb, kind, logDir, refresh))
+	for _, edit := range edits {
+		edit(cfg)
+	}
+	getenv := func(k string) string {
+		if k == cfg.Challenge.KeysEnv {
+			return challengeKeys
+		}
+		return ""
+	}
+	e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{Getenv: getenv})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	store, _, _, err := assemble.OpenLists(context.Background(), cfg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e, store
+}
+
+func status(h http.Handler, addr string) int {
+	r := httptest.NewRequest(http.MethodGet, "/x", nil)
+	r.RemoteAddr = addr
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code
+}
+
+// TestEdgeObeysListStores writes the challenge list through each store
+// while an assembled edge reads it: a listed client is challenged on its
+// next request (its first, whatever its count), and allowed once removed;
+// each change is one feedback event in the decision log, which the
+// aggregator counts.
+func TestEdgeObeysListStores(t *testing.T) {
+	for _, kind := range []string{"file", "table"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			logDir := filepath.Join(t.TempDir(), "log")
+			e, store := listsEdge(t, kind, logDir, time.Hour)
+			h := e.Handler()
+			reload := func() {
+				t.Helper()
+				if err := e.Lists[lists.Challenge].Reload(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const client = "203.0.113.7:1000"
+			var got []int
+			if err := store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "alice", Reason: "scraper"}); err != nil {
+				t.Fatal(err)
+			}
+			reload()
+			got = append(got, status(h, client), status(h, "203.0.113.8:1000"))
+			if err := store.Remove(ctx, lists.Challenge, "203.0.113.7", "bob"); err != nil {
+				t.Fatal(err)
+			}
+			reload()
+			reload() // no change: no event
+			got = append(got, status(h, client))
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != "[302 200 200]" {
+				t.Errorf("statuses %v, want [302 200 200]", got)
+			}
+			var events []string
+			var counts aggregator.Counts
+			rd, err := decisionlog.Open(logDir, decisionlog.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+			for {
+				d, _, err := rd.Next(ctx, false)
+				if decisionlog.IsEnd(err) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				counts.Update(&d)
+				if d.Kind == decisions.KindFeedback {
+					events = append(events, d.Action+" "+d.List+" "+d.Target+" "+d.Node+" "+d.Reason)
+				}
+			}
+			if want := "add challenge 203.0.113.7 alice scraper\nremove challenge 203.0.113.7 bob scraper"; strings.Join(events, "\n") != want {
+				t.Errorf("feedback events:\n%s\nwant\n%s", strings.Join(events, "\n"), want)
+			}
+			if fmt.Sprint(counts.Feedback) != "map[challenge/add:1 challenge/remove:1]" {
+				t.Errorf("Counts.Feedback = %v", counts.Feedback)
+			}
+		})
+	}
+}
+
+// BenchmarkListPropagation measures the time from a write to a list
+// store returning to the first request the assembled edge decides by it,
+// with lists.refresh 1s: each iteration adds or removes a challenge-list
+// entry at a random phase of the refresh, then sends a request every 5ms
+// until the outcome flips. It reports the mean and the largest delay (ns/op
+// includes the random wait and means nothing).
+func BenchmarkListPropagation(b *testing.B) {
+	for _, kind := range []string{"file", "table"} {
+		b.Run(kind, func(b *testing.B) {
+			ctx := context.Background()
+			e, store := listsEdge(b, kind, filepath.Join(b.TempDir(), "log"), time.Second)
+			defer e.Close(ctx)
+			h := e.Handler()
+			var delays []time.Duration
+			listed := false
+			// Writes land at a pseudo-random phase of the refresh ticker, as
+			// real ones do; the wait before each is not measured.
+			phase := rand.New(rand.NewPCG(1, 2))
+			for b.Loop() {
+				time.Sleep(time.Duration(phase.Int64N(int64(time.Second))))
+				var err error
+				if listed {
+					err = store.Remove(ctx, lists.Challenge, "203.0.113.7", "bench")
+				} else {
+					err = store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "bench"})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				listed = !listed
+				want := http.StatusOK
+				if listed {
+					want = http.StatusFound
+				}
+				start := time.Now()
+				for status(h, fmt.Sprintf("203.0.113.7:%d", len(delays))) != want {
+					if time.Since(start) > 10*time.Second {
+						b.Fatalf("no change after 10s")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				delays = append(delays, time.Since(start))
+			}
+			sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+			var sum time.Duration
+			for _, d := range delays {
+				sum += d
+			}
+			b.ReportMetric(float64(sum.Milliseconds())/float64(len(delays)), "ms-mean/op")
+			b.ReportMetric(float64(delays[len(delays)-1].Milliseconds()), "ms-max/op")
+		})
+	}
+}
+
+// challengeListed puts target on the challenge list and has the edge read
+// it now; it returns the list's watcher.
+func challengeListed(t *testing.T, e *assemble.Edge, store assemble.ListStore, target string) *lists.Watcher {
+	t.Helper()
+	if err := store.Put(context.Background(), lists.Entry{List: lists.Challenge, Target: target, By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	w := e.Lists[lists.Challenge]
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestEdgeListsRecordOff: with lists.record false the edge obeys the list
+// and records nothing, for the edges of a fleet that leave it to one.
+func TestEdgeListsRecordOff(t *testing.T) {
+	ctx := context.Background()
+	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, func(c *config.Config) { c.Lists.Record = new(false) })
+	defer e.Close(ctx)
+	w := challengeListed(t, e, store, "203.0.113.7")
+	if s := status(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
+		t.Errorf("status %d, want 302", s)
+	}
+	if n, _ := w.Changes(); n != 0 {
+		t.Errorf("%d changes recorded with lists.record false", n)
+	}
+}
+
+// TestEdgeKeepsLastGoodList: a list file that turns bad (a second target
+// smuggled onto a line, a NUL byte) is refused naming file:line, and the
+// edge goes on obeying the last good list.
+func TestEdgeKeepsLastGoodList(t *testing.T) {
+	ctx := context.Background()
+	e, store := listsEdge(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour)
+	defer e.Close(ctx)
+	w := challengeListed(t, e, store, "203.0.113.7")
+	path := w.Source().Name()
+	for _, bad := range []string{"203.0.113.7\n198.51.100.7 203.0.113.8\n", "203.0.113.7\n198.51.100.7\x00\n"} {
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Reload(); err == nil || !strings.Contains(err.Error(), path+":2: ") {
+			t.Errorf("Reload of %q: %v, want an error naming %s:2", bad, err, path)
+		}
+		if s := status(e.Handler(), "203.0.113.7:1"); s != http.StatusFound {
+			t.Errorf("after a bad file: %d, want 302 from the last good list", s)
+		}
+		if s := status(e.Handler(), "198.51.100.7:1"); s != http.StatusOK {
+			t.Errorf("a target of the bad file applies: %d", s)
+		}
+	}
+}

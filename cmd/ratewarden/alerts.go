@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
+	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
+)
+
+// runAlerts runs the detectors and policies over the merged partials of a
+// directory: the place alerts run when several aggregators (Kinesis
+// shards) each store part of every window.
+func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("alerts", "alerts --config FILE --partials dir:PATH --state-dir DIR [--follow] [flags]", stderr)
+	cfgPath := fs.String("config", "", "the configuration `file` whose alerts and feedback sections apply")
+	partials := fs.String("partials", "", "the stored partials to read: dir:`PATH` (as aggregate --partials writes them)")
+	stateDir := fs.String("state-dir", "", "where the detectors keep their state (`directory`), so that a rerun goes on where the last stopped")
+	window := fs.Duration("window", time.Minute, "the partials' window `length`")
+	follow := fs.Bool("follow", false, "keep running windows as their partials arrive")
+	settle := fs.Int("settle", 2, "with --follow: a window runs once a partial `n` windows later is stored (partitions lag one another)")
+	poll := fs.Duration("poll", time.Second, "with --follow: how often to look for new partials")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	path, ok := strings.CutPrefix(*partials, "dir:")
+	if *cfgPath == "" || !ok || path == "" || *stateDir == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	if *window <= 0 || *settle < 1 || *poll <= 0 {
+		return fmt.Errorf("alerts: --window, --settle and --poll must be positive")
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	al, err := assemble.NewAlerts(ctx, cfg, assemble.AlertsOptions{Window: *window, StateDir: *stateDir, Stdout: stdout,
+		Log: slog.New(slog.NewTextHandler(stderr, nil)), Archive: !*follow})
+	if err != nil {
+		return err
+	}
+	reported := map[string]bool{} // a file is named once, not on every poll
+	err = al.Runner.Follow(ctx, alerts.FollowOptions{Dir: &aggregator.PartialsDir{Dir: path}, Follow: *follow, Settle: *settle, Poll: *poll,
+		Problems: func(ps []aggregator.ReadProblem) {
+			for _, p := range ps {
+				if !reported[p.Path] {
+					reported[p.Path] = true
+					fmt.Fprintf(stderr, "alerts: %s: skipped: %v\n", p.Path, p.Err)
+				}
+			}
+		}})
+	if cerr := al.Close(context.WithoutCancel(ctx)); err == nil {
+		err = cerr
+	}
+	al.Report(stderr, "alerts")
+	return err
+}

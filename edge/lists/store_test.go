@@ -1,0 +1,422 @@
+package lists
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+)
+
+// store is what every list store provides: the writers' methods, the
+// reader's, and a Source for a Watcher.
+type store interface {
+	Put(ctx context.Context, e Entry) error
+	Remove(ctx context.Context, list, target, by string) error
+	Approve(ctx context.Context, list, target, by string) error
+	Entries(ctx context.Context, list string) ([]Entry, error)
+	Source
+}
+
+var (
+	_ store = (*fileStore)(nil)
+	_ store = (*TableStore)(nil)
+)
+
+// fileSource makes a FileStore a Source, as assemble does: a FileSource per list.
+type fileStore struct {
+	*FileStore
+	mu  sync.Mutex
+	src map[string]*FileSource
+}
+
+func (f *fileStore) Read(ctx context.Context, list string, now time.Time, ifChanged bool) (*List, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.src[list] == nil {
+		f.src[list] = f.Source(list)
+	}
+	return f.src[list].Read(ctx, list, now, ifChanged)
+}
+
+func (f *fileStore) Name() string { return "files" }
+
+// clock is a settable clock for stores and watchers.
+type clock struct{ ns atomic.Int64 }
+
+func newClock(t time.Time) *clock { c := &clock{}; c.set(t); return c }
+func (c *clock) set(t time.Time)  { c.ns.Store(t.UnixNano()) }
+func (c *clock) now() time.Time   { return time.Unix(0, c.ns.Load()).UTC() }
+
+func newFileStore(t *testing.T, now func() time.Time) store {
+	dir := t.TempDir()
+	paths := map[string]string{}
+	for _, n := range Names {
+		paths[n] = filepath.Join(dir, n+".list")
+		if err := os.WriteFile(paths[n], []byte("# "+n+" list\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &fileStore{FileStore: NewFileStore(paths, now), src: map[string]*FileSource{}}
+}
+
+var tableSeq atomic.Int64
+
+func newTableStore(t *testing.T, now func() time.Time) store {
+	ep := awstest.Endpoint(t, awstest.DynamoDBEnv)
+	db := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(ep) })
+	name := fmt.Sprintf("lists-test-%d-%d", os.Getpid(), tableSeq.Add(1))
+	awstest.CreateTable(t, db, TableSpec(name))
+	return NewTableStore(db, name, now)
+}
+
+// recorder collects feedback events.
+type recorder struct {
+	mu sync.Mutex
+	ds []decisions.Decision
+}
+
+func (r *recorder) Emit(d decisions.Decision) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ds = append(r.ds, d)
+	return true
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, d := range r.ds {
+		out = append(out, fmt.Sprintf("%s %s %s by=%s ttl=%v reason=%q", d.List, d.Action, d.Target, d.Node, d.TTL, d.Reason))
+	}
+	r.ds = nil
+	return out
+}
+
+func TestStores(t *testing.T) {
+	for name, open := range map[string]func(*testing.T, func() time.Time) store{"file": newFileStore, "table": newTableStore} {
+		t.Run(name, func(t *testing.T) { testStore(t, open) })
+	}
+}
+
+// testStore is the conformance suite every list store runs: writes, reads
+// through a Watcher at its refresh, expiry compared by the reader, and one
+// feedback event per change.
+func testStore(t *testing.T, open func(*testing.T, func() time.Time) store) {
+	ctx := context.Background()
+	clk := newClock(t0)
+	s := open(t, clk.now)
+	var rec recorder
+	w, err := WatchSource(s, WatchOptions{List: Challenge, Record: &rec, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, u := addrA, "user:bob"
+	in := func(step string, addr, user bool) {
+		t.Helper()
+		if err := w.Reload(); err != nil {
+			t.Fatalf("%s: Reload: %v", step, err)
+		}
+		l := w.List()
+		if got, gotU := l.ContainsAt(a, "", clk.now()), l.ContainsAt(netip.Addr{}, "bob", clk.now()); got != addr || gotU != user {
+			t.Errorf("%s: contains address %v, user %v; want %v, %v", step, got, gotU, addr, user)
+		}
+	}
+	events := func(step string, want ...string) {
+		t.Helper()
+		if got := rec.take(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: events\n%s\nwant\n%s", step, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	in("empty", false, false)
+
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.Put(ctx, Entry{List: Challenge, Target: "::ffff:203.0.113.7", By: "alice", Reason: "scraper"}))
+	must(s.Put(ctx, Entry{List: Challenge, Target: u, By: "policy:p", Reason: "stuffing", Expires: t0.Add(30 * time.Minute), Pending: true}))
+	must(s.Put(ctx, Entry{List: Deny, Target: "198.51.100.0/24", By: "alice"})) // another list: not this watcher's
+	in("added", true, false)
+	events("added", `challenge add 203.0.113.7 by=alice ttl=0s reason="scraper"`)
+
+	clk.set(t0.Add(time.Minute))
+	must(s.Approve(ctx, Challenge, u, "carol"))
+	in("approved", true, true)
+	events("approved", `challenge add user:bob by=carol ttl=29m0s reason="stuffing"`)
+	if err := s.Approve(ctx, Challenge, u, "carol"); !errors.Is(err, ErrNotPending) {
+		t.Errorf("second Approve: %v, want ErrNotPending", err)
+	}
+
+	in("unchanged", true, true)
+	events("unchanged")
+
+	clk.set(t0.Add(30 * time.Minute)) // bob's entry expires: no event, it carried its TTL
+	in("expired", true, false)
+	events("expired")
+	if err := s.Remove(ctx, Challenge, u, "dave"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Remove of an expired entry: %v, want ErrNotFound", err)
+	}
+
+	must(s.Remove(ctx, Challenge, "203.0.113.7", "dave"))
+	in("removed", false, false)
+	events("removed", `challenge remove 203.0.113.7 by=dave ttl=0s reason="scraper"`)
+	if err := s.Remove(ctx, Challenge, "203.0.113.7", "dave"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Remove: %v, want ErrNotFound", err)
+	}
+
+	must(s.Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", By: "erin", Expires: t0.Add(2 * time.Hour)}))
+	in("added again", true, false)
+	events("added again", `challenge add 203.0.113.7 by=erin ttl=1h30m0s reason=""`)
+
+	es, err := s.Entries(ctx, Challenge)
+	must(err)
+	if len(es) != 2 {
+		t.Errorf("Entries = %+v, want 2 (bob, expired, and 203.0.113.7)", es)
+	}
+
+	// Refused writes change nothing.
+	for _, e := range []Entry{
+		{List: Challenge, Target: "203.0.113.8", Expires: t0}, // expiry in the past
+		{List: Challenge, Target: "10.0.0.1/8"},
+		{List: "grey", Target: "203.0.113.8"},
+		{List: Challenge, Target: "user:a\n203.0.113.8"},
+		{List: Challenge, Target: "203.0.113.8", Reason: "a\nb"},
+	} {
+		if err := s.Put(ctx, e); err == nil {
+			t.Errorf("Put(%+v) accepted", e)
+		}
+	}
+	in("refused writes", true, false)
+	events("refused writes")
+	must(w.Close(ctx))
+}
+
+// TestFileStoreConcurrentWriters has writers with stores of their own (as
+// separate processes would be) put entries at once: the lock beside the
+// file keeps every one.
+func TestFileStoreConcurrentWriters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "deny.list")
+	const writers, each = 6, 15
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			s := NewFileStore(map[string]string{Deny: path}, nil)
+			for j := range each {
+				if err := s.Put(context.Background(), Entry{List: Deny, Target: fmt.Sprintf("198.51.%d.%d", i, j), By: "w"}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	es, err := NewFileStore(map[string]string{Deny: path}, nil).Entries(context.Background(), Deny)
+	if err != nil || len(es) != writers*each {
+		t.Fatalf("%d entries, %v; want %d", len(es), err, writers*each)
+	}
+}
+
+// TestFileStoreKeepsWhatItDoesNotChange: comments and other lines stay as
+// they were, and a bad file is refused, not overwritten.
+func TestFileStoreKeepsWhatItDoesNotChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "allow.list")
+	orig := "# partners\n198.51.100.0/24   # acme\nuser:old by=x\n"
+	if err := os.WriteFile(path, []byte(orig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := NewFileStore(map[string]string{Allow: path}, func() time.Time { return t0 })
+	if err := s.Put(context.Background(), Entry{List: Allow, Target: "user: old", By: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	if want := "# partners\n198.51.100.0/24   # acme\nuser:old added=2026-12-01T17:00:00Z by=y\n"; string(got) != want {
+		t.Errorf("file after Put:\n%s\nwant\n%s", got, want)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600 kept", fi.Mode().Perm())
+	}
+	bad := orig + "203.0.113.300\n"
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Put(context.Background(), Entry{List: Allow, Target: "203.0.113.1"})
+	if err == nil || !strings.Contains(err.Error(), path+`:4: "203.0.113.300"`) {
+		t.Errorf("Put into a bad file: %v, want an error naming %s:4", err, path)
+	}
+	if got, _ := os.ReadFile(path); string(got) != bad {
+		t.Errorf("a bad file was rewritten:\n%s", got)
+	}
+	if err := s.Put(context.Background(), Entry{List: Deny, Target: "203.0.113.1"}); !errors.Is(err, ErrNoList) {
+		t.Errorf("Put to a list without a file: %v, want ErrNoList", err)
+	}
+}
+
+// TestTableBadItem: an item no writer would write (a CIDR with host bits,
+// put by hand) fails the read naming it, and the watcher keeps its last
+// good list.
+func TestTableBadItem(t *testing.T) {
+	s := newTableStore(t, func() time.Time { return t0 }).(*TableStore)
+	ctx := context.Background()
+	if err := s.Put(ctx, Entry{List: Deny, Target: "203.0.113.7"}); err != nil {
+		t.Fatal(err)
+	}
+	var rep reports
+	w, err := WatchSource(s, WatchOptions{List: Deny, Report: rep.report, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := key(Deny, "10.0.0.1/8")
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: it}); err != nil {
+		t.Fatal(err)
+	}
+	err = w.Reload()
+	if err == nil || !strings.Contains(err.Error(), `item "10.0.0.1/8": entry: host bits set`) {
+		t.Errorf("Reload: %v, want the bad item named", err)
+	}
+	if !w.List().ContainsAt(addrA, "", t0) {
+		t.Error("the last good list was dropped")
+	}
+}
+
+// TestWatchStateFile: changes made while no watcher runs are recorded when
+// the next one starts, once.
+func TestWatchStateFile(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock(t0)
+	s := newFileStore(t, clk.now)
+	state := filepath.Join(t.TempDir(), "lists", "challenge.recorded")
+	start := func() (*Watcher, *recorder) {
+		var rec recorder
+		w, err := WatchSource(s, WatchOptions{List: Challenge, Record: &rec, StateFile: state, Now: clk.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w, &rec
+	}
+	if err := s.Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	w, rec := start() // the first start has nothing to compare with
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("first start recorded %v", got)
+	}
+	w.Close(ctx)
+	rec.take() // Close reads once more: nothing changed
+	if err := s.Remove(ctx, Challenge, "203.0.113.7", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, Entry{List: Challenge, Target: "user:eve", By: "carol", Expires: t1}); err != nil {
+		t.Fatal(err)
+	}
+	w, rec = start()
+	want := "challenge remove 203.0.113.7 by=bob ttl=0s reason=\"\"\nchallenge add user:eve by=carol ttl=1h0m0s reason=\"\""
+	if got := strings.Join(rec.take(), "\n"); got != want {
+		t.Errorf("changes while stopped:\n%s\nwant\n%s", got, want)
+	}
+	w.Close(ctx)
+	w, rec = start()
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("a restart without changes recorded %v", got)
+	}
+	w.Close(ctx)
+	if b, _ := os.ReadFile(state); string(b) != "user:eve expires=2026-12-01T18:00:00Z added=2026-12-01T17:00:00Z by=carol\n" {
+		t.Errorf("state file:\n%s", b)
+	}
+}
+
+// TestClockSkew: expiry is an instant, judged by the reader's clock. An
+// entry from a writer whose clock runs ahead applies until its expiry by
+// the reader's clock, and its feedback event's TTL is what is left by that
+// clock; one from a writer so far behind that the entry is already
+// expired for the reader never applies and is not recorded.
+func TestClockSkew(t *testing.T) {
+	ctx := context.Background()
+	reader := newClock(t0)
+	ahead, behind := newClock(t0.Add(time.Hour)), newClock(t0.Add(-time.Hour))
+	s := newFileStore(t, reader.now).(*fileStore)
+	paths := s.paths
+	var rec recorder
+	w, err := WatchSource(s, WatchOptions{List: Challenge, Record: &rec, Now: reader.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFileStore(paths, ahead.now).Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", By: "ahead", Expires: ahead.now().Add(30 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFileStore(paths, behind.now).Put(ctx, Entry{List: Challenge, Target: "203.0.113.8", By: "behind", Expires: behind.now().Add(30 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rec.take(), "\n"); got != `challenge add 203.0.113.7 by=ahead ttl=1h30m0s reason=""` {
+		t.Errorf("events: %s", got)
+	}
+	l := w.List()
+	if !l.ContainsAt(addrA, "", t0.Add(89*time.Minute)) || l.ContainsAt(addrA, "", t0.Add(90*time.Minute)) {
+		t.Error("the entry from ahead does not expire at its instant by the reader's clock")
+	}
+	if l.ContainsAt(netip.MustParseAddr("203.0.113.8"), "", t0) {
+		t.Error("an entry already expired by the reader's clock applies")
+	}
+}
+
+// refusing is a Recorder whose queue is full until it is told otherwise.
+type refusing struct {
+	recorder
+	full atomic.Bool
+}
+
+func (r *refusing) Emit(d decisions.Decision) bool {
+	if r.full.Load() {
+		return false
+	}
+	return r.recorder.Emit(d)
+}
+
+// TestWatchRetriesDropped: a change whose event the recorder dropped is
+// recorded at the next read, once.
+func TestWatchRetriesDropped(t *testing.T) {
+	ctx := context.Background()
+	s := newFileStore(t, func() time.Time { return t0 })
+	var rec refusing
+	w, err := WatchSource(s, WatchOptions{List: Challenge, Record: &rec, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.full.Store(true)
+	if err := s.Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", By: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	rec.full.Store(false)
+	for range 2 {
+		// As a refresh does: the file has not changed since the last read.
+		if err := w.load(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rec.take(); len(got) != 1 {
+		t.Errorf("events %v, want the one add", got)
+	}
+	if n, d := w.Changes(); n != 1 || d != 1 {
+		t.Errorf("Changes = %d, %d; want 1 recorded, 1 dropped", n, d)
+	}
+}

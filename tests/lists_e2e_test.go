@@ -1,0 +1,170 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// waitStatus sends the request until it is answered with want, for at most
+// a minute (the edge acts on a list write at its next refresh), and
+// returns the last status.
+func waitStatus(t *testing.T, client *http.Client, url string, want int, kv ...string) int {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s := get(t, client, url, kv...).status
+		if s == want || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestChallengeListEndToEnd writes the challenge list with `ratewarden
+// lists` beside a running edge: the listed client is challenged on its
+// next request whatever its count, passes with a token, and is allowed
+// again once removed; each change is one feedback event in the decision
+// log, which the aggregator's replay counts.
+func TestChallengeListEndToEnd(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin") }))
+	defer origin.Close()
+	dir := t.TempDir()
+	list, logDir := filepath.Join(dir, "challenge.list"), filepath.Join(dir, "log")
+	if err := os.WriteFile(list, []byte("# challenged clients\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  challenge_file: "+list+"\n  refresh: 1s\n")
+	const secret = "verifier-secret-of-at-least-32-bytes"
+	env := []string{
+		"RATEWARDEN_CHALLENGE_KEYS=k2:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+		"RATEWARDEN_VERIFIER_SECRET=" + secret,
+	}
+	base, _ := startEdge(t, bin, env, "--config", cfgPath, "--upstream", origin.URL, "--decisions-dir", logDir)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const ip = "203.0.113.7"
+	xff := []string{"X-Forwarded-For", ip}
+	if s := get(t, client, base+"/api/search", xff...).status; s != 200 {
+		t.Fatalf("before the list: %d, want 200", s)
+	}
+
+	run := func(args ...string) string {
+		t.Helper()
+		return runBinary(t, bin, nil, append([]string{"lists"}, append(args, "--config", cfgPath)...)...)
+	}
+	run("add", "--list", "challenge", ip, "--by", "alice", "--reason", "scraper", "--ttl", "1h")
+	if s := waitStatus(t, client, base+"/api/search", 302, xff...); s != 302 {
+		t.Fatalf("after lists add: %d, want 302", s)
+	}
+	res := get(t, client, base+"/api/search?q=1", xff...)
+	if res.status != 302 || res.header.Get("Location") != "/captcha?redirect=%2Fapi%2Fsearch%3Fq%3D1" {
+		t.Errorf("listed client: %d %q, want the challenge redirect", res.status, res.header.Get("Location"))
+	}
+	if s := get(t, client, base+"/api/search", "X-Forwarded-For", "203.0.113.8").status; s != 200 {
+		t.Errorf("another client: %d, want 200", s)
+	}
+
+	tok := issueToken(t, client, base, secret, ip)
+	if s := get(t, client, base+"/api/search", "X-Forwarded-For", ip, "Cookie", tok.Cookie+"="+tok.Token).status; s != 200 {
+		t.Errorf("listed client with a token: %d, want 200", s)
+	}
+
+	if out := run("show", "--json"); !strings.Contains(out, `"target": "203.0.113.7"`) || !strings.Contains(out, `"state": "active"`) {
+		t.Errorf("lists show --json:\n%s", out)
+	}
+	run("remove", "--list", "challenge", ip, "--by", "bob")
+	if s := waitStatus(t, client, base+"/api/search", 200, xff...); s != 200 {
+		t.Fatalf("after lists remove: %d, want 200", s)
+	}
+	stops[t.Name()]()
+
+	// One feedback event per change, in the log.
+	var feedback []string
+	var listed []string
+	for _, line := range strings.Split(strings.TrimSpace(runBinary(t, bin, nil, "decisions", "cat", "--dir", logDir)), "\n") {
+		d, _, err := decisions.ParseJSON([]byte(line))
+		if err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		switch {
+		case d.Kind == decisions.KindFeedback:
+			feedback = append(feedback, fmt.Sprintf("%s %s %s by=%s reason=%s ttl≤1h=%v", d.List, d.Action, d.Target, d.Node, d.Reason, d.TTL > 0 && d.TTL <= time.Hour))
+		case d.Reason == "challenge list" || d.Reason == "challenge list: valid challenge token":
+			listed = append(listed, d.Outcome.String()+" "+d.Reason)
+		}
+	}
+	want := "challenge add 203.0.113.7 by=alice reason=scraper ttl≤1h=true\nchallenge remove 203.0.113.7 by=bob reason=scraper ttl≤1h=false"
+	if got := strings.Join(feedback, "\n"); got != want {
+		t.Errorf("feedback events:\n%s\nwant\n%s", got, want)
+	}
+	if len(listed) < 3 || listed[0] != "challenge challenge list" || !slices.Contains(listed, "token_pass challenge list: valid challenge token") {
+		t.Errorf("decisions about the listed client: %v", listed)
+	}
+
+	// The aggregator counts them.
+	out := filepath.Join(dir, "replay")
+	runBinary(t, bin, nil, "replay", "--decisions-dir", logDir, "--out", out, "--window", "1s", "--lateness", "100ms")
+	counts := map[string]uint64{}
+	for _, p := range readPartials(t, filepath.Join(out, "partials"), time.Second) {
+		for k, n := range p.Counts.Feedback {
+			counts[k] += n
+		}
+	}
+	if fmt.Sprint(counts) != "map[challenge/add:1 challenge/remove:1]" {
+		t.Errorf("aggregated feedback %v, want one add and one remove", counts)
+	}
+}
+
+// TestListsCommandRefuses: what `ratewarden lists` refuses, it refuses
+// with the allowed values named, and it never writes a second entry
+// through a target, a reason or a name.
+func TestListsCommandRefuses(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	list := filepath.Join(dir, "deny.list")
+	cfgPath := seedTrusting(t, "[]", "\nlists:\n  deny_file: "+list+"\n")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"add", "--list", "grey", "203.0.113.7"}, `--list "grey": want one of deny, allow, challenge`},
+		{[]string{"add", "--list", "allow", "203.0.113.7"}, "--list allow: not configured (lists.allow_file); configured: deny"},
+		{[]string{"add", "--list", "deny", "user:eve\n203.0.113.9"}, "user id with a control character"},
+		{[]string{"add", "--list", "deny", "203.0.113.7", "--reason", "x\n203.0.113.9"}, "reason with a control character"},
+		{[]string{"add", "--list", "deny", "203.0.113.7", "--by", "a\rb"}, "by with a control character"},
+		{[]string{"add", "--list", "deny", "203.0.113.7/24"}, "host bits set; want 203.0.113.0/24"},
+		{[]string{"add", "--list", "deny", "203.0.113.7", "--ttl", "-1h"}, "--ttl -1h0m0s: want a positive duration"},
+		{[]string{"add", "--list", "deny", "203.0.113.7", "--by", ""}, "--by is empty"},
+		{[]string{"remove", "--list", "deny", "203.0.113.7"}, "no such entry"},
+		{[]string{"frob"}, "actions: show, add, remove, approve"},
+	}
+	for _, c := range cases {
+		code, out := runBinaryStatus(t, bin, []string{"USER=tester"}, append(append([]string{"lists"}, c.args...), "--config", cfgPath)...)
+		if code == 0 || !strings.Contains(out, c.want) {
+			t.Errorf("lists %q: exit %d, %s; want a failure containing %q", c.args, code, out, c.want)
+		}
+	}
+	// A user id with spaces and quotes is written quoted: one entry.
+	runBinary(t, bin, []string{"USER=tester"}, "lists", "add", "--config", cfgPath, "--list", "deny", `user:eve "x" 203.0.113.9 # y`, "--reason", `r" by=mallory`)
+	b, err := os.ReadFile(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], `"user:eve \"x\" 203.0.113.9 # y" added=`) || !strings.Contains(lines[0], `by=tester reason="r\" by=mallory"`) {
+		t.Errorf("deny list file:\n%s", b)
+	}
+	out := runBinary(t, bin, nil, "lists", "show", "--config", cfgPath, "--json")
+	if strings.Count(out, `"target"`) != 1 || !strings.Contains(out, `"by": "tester"`) {
+		t.Errorf("lists show:\n%s", out)
+	}
+}
