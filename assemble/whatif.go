@@ -2,7 +2,6 @@ package assemble
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -50,7 +49,7 @@ const WhatIfIdentity = "Identities are replayed as logged: the client address, u
 // whatIfNotes are the rest of a replay's conditions.
 var whatIfNotes = []string{
 	"Counters start empty at the start of the range and live in memory; time is each event's own. Store failures are not replayed: the candidate's store never fails, so requests logged fail_open, fail_closed or local_limit are decided on their counts.",
-	"Requests logged allow_listed or deny_listed are kept as logged and not counted against limits, as the edge does not count them: the lists of the time are what the log records.",
+	"Requests the allow, deny or challenge list decided (allow_listed, deny_listed, challenge by the challenge list) are kept as logged and not counted against limits, as the edge does not count them: the lists of the time are what the log records.",
 	"A request logged token_pass carried a valid challenge token, and carries one in the replay; no other request does. A concurrency slot is held for the request's logged upstream latency. Requests are replayed in decision-time order (the log holds them as their responses ended).",
 }
 
@@ -103,13 +102,14 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 		horizon = 30 * time.Second
 	}
 	var v edge.Verdict
-	// pending orders by decision time, then by place in the log.
+	// pending orders by decision time, then by place in the log; the
+	// requests wait in slab (free slots in free), so that the heap moves
+	// small values.
 	pending := &minHeap[queued]{less: func(a, b queued) bool {
-		if c := a.d.Time.Compare(b.d.Time); c != 0 {
-			return c < 0
-		}
-		return a.seq < b.seq
+		return a.at < b.at || a.at == b.at && a.seq < b.seq
 	}}
+	var slab []decisions.Decision
+	var free []int32
 	var latest, done time.Time // the latest time read, and replayed
 	replay := func(d *decisions.Decision) {
 		if d.Time.After(done) {
@@ -117,6 +117,11 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 		}
 		r.decide(ctx, d, &v)
 		tally.Add(clientOf(d), d, &v.Decision)
+	}
+	take := func(q queued) {
+		replay(&slab[q.slot])
+		slab[q.slot] = decisions.Decision{}
+		free = append(free, q.slot)
 	}
 	for n := uint64(0); ; n++ {
 		d, _, err := rd.Next(ctx, false)
@@ -133,7 +138,7 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 			out.Skipped++
 			continue
 		}
-		if d.Outcome == decisions.AllowListed || d.Outcome == decisions.DenyListed {
+		if listDecided(&d) {
 			out.Kept++
 			continue
 		}
@@ -143,15 +148,21 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 		if d.Time.Before(done) {
 			out.OutOfOrder++ // later than the horizon: its turn has passed
 		}
-		heap.Push(pending, queued{d: d, seq: n})
-		for pending.Len() > 0 && latest.Sub(pending.items[0].d.Time) > horizon {
-			q := heap.Pop(pending).(queued)
-			replay(&q.d)
+		var slot int32
+		if k := len(free); k > 0 {
+			slot, free = free[k-1], free[:k-1]
+			slab[slot] = d
+		} else {
+			slot = int32(len(slab))
+			slab = append(slab, d)
+		}
+		pending.push(queued{at: d.Time.UnixNano(), seq: n, slot: slot})
+		for due := latest.Add(-horizon).UnixNano(); pending.Len() > 0 && pending.items[0].at < due; {
+			take(pending.pop())
 		}
 	}
 	for pending.Len() > 0 {
-		q := heap.Pop(pending).(queued)
-		replay(&q.d)
+		take(pending.pop())
 	}
 	r.releaseUntil(ctx, time.Time{}, true)
 	if o.Progress != nil {
@@ -164,11 +175,21 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 	return out, nil
 }
 
-// queued is a logged request waiting for its turn in decision-time order;
-// seq, its place in the log, orders the requests of one instant.
+// queued is a logged request waiting in slot for its turn in decision-time
+// order (at, Unix nanoseconds); seq, its place in the log, orders the
+// requests of one instant.
 type queued struct {
-	d   decisions.Decision
-	seq uint64
+	at   int64
+	seq  uint64
+	slot int32
+}
+
+// listDecided reports whether a list decided d before any rule counted it:
+// the allow and deny lists, and the challenge list for a client without a
+// token.
+func listDecided(d *decisions.Decision) bool {
+	return d.Outcome == decisions.AllowListed || d.Outcome == decisions.DenyListed ||
+		d.Outcome == decisions.Challenge && d.Reason == edge.ReasonChallengeListed
 }
 
 // clientOf names d's client as reports do: user:<id>, or the address.
@@ -221,7 +242,7 @@ func (r *replayer) decide(ctx context.Context, d *decisions.Decision, v *edge.Ve
 	if v.Holds() {
 		held := new(edge.Verdict)
 		*held = *v
-		heap.Push(r.held, release{at: d.Time.Add(d.UpstreamLatency), v: held})
+		r.held.push(release{at: d.Time.Add(d.UpstreamLatency), v: held})
 	}
 }
 
@@ -229,7 +250,7 @@ func (r *replayer) decide(ctx context.Context, d *decisions.Decision, v *edge.Ve
 // before t (every one with all).
 func (r *replayer) releaseUntil(ctx context.Context, t time.Time, all bool) {
 	for r.held.Len() > 0 && (all || !r.held.items[0].at.After(t)) {
-		rel := heap.Pop(r.held).(release)
+		rel := r.held.pop()
 		r.lim.Release(ctx, rel.at, rel.v)
 	}
 }
@@ -239,18 +260,46 @@ type release struct {
 	v  *edge.Verdict
 }
 
-// minHeap is a container/heap of T ordered by less.
+// minHeap is a binary heap of T ordered by less, without container/heap's
+// interface conversions (an allocation per request otherwise).
 type minHeap[T any] struct {
 	items []T
 	less  func(a, b T) bool
 }
 
-func (h *minHeap[T]) Len() int           { return len(h.items) }
-func (h *minHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
-func (h *minHeap[T]) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *minHeap[T]) Push(x any)         { h.items = append(h.items, x.(T)) }
-func (h *minHeap[T]) Pop() any {
-	x := h.items[len(h.items)-1]
-	h.items = h.items[:len(h.items)-1]
-	return x
+func (h *minHeap[T]) Len() int { return len(h.items) }
+
+func (h *minHeap[T]) push(x T) {
+	h.items = append(h.items, x)
+	for i := len(h.items) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(h.items[i], h.items[p]) {
+			break
+		}
+		h.items[i], h.items[p] = h.items[p], h.items[i]
+		i = p
+	}
+}
+
+func (h *minHeap[T]) pop() T {
+	n := len(h.items) - 1
+	h.items[0], h.items[n] = h.items[n], h.items[0]
+	x := h.items[n]
+	var zero T
+	h.items[n] = zero
+	h.items = h.items[:n]
+	for i := 0; ; {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < n && h.less(h.items[l], h.items[m]) {
+			m = l
+		}
+		if r < n && h.less(h.items[r], h.items[m]) {
+			m = r
+		}
+		if m == i {
+			return x
+		}
+		h.items[i], h.items[m] = h.items[m], h.items[i]
+		i = m
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/internal/golden"
@@ -282,5 +286,33 @@ tiers:
 	}
 	if w := run(2); identities(w) != "203.0.113.7 refused>allowed 1" {
 		t.Errorf("two slots: %s", identities(w))
+	}
+}
+
+// TestWhatIfKeepsListDecisions: requests a list decided are kept as logged,
+// not replayed (the edge did not count them), whatever the candidate.
+func TestWhatIfKeepsListDecisions(t *testing.T) {
+	logDir := filepath.Join(t.TempDir(), "log")
+	l, err := seglog.Open(logDir, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr("203.0.113.9")
+	ds := []decisions.Decision{
+		{Time: whatifT0, ClientIP: ip, Tier: "anonymous", Path: "/api/search", Outcome: decisions.AllowListed, Reason: "allow list"},
+		{Time: whatifT0, ClientIP: ip, Tier: "anonymous", Path: "/api/search", Outcome: decisions.DenyListed, Reason: "deny list"},
+		{Time: whatifT0, ClientIP: ip, Tier: "anonymous", Path: "/api/search", Outcome: decisions.Challenge, Reason: edge.ReasonChallengeListed},
+		{Time: whatifT0, ClientIP: ip, Tier: "anonymous", Path: "/api/search", Rule: "anonymous:/api/search", Outcome: decisions.Allow, Reason: "within the limit"},
+	}
+	if err := decisionlog.NewWriter(l, decisionlog.WriterOptions{}).WriteBatch(ds); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	w, err := assemble.WhatIf(context.Background(), assemble.WhatIfOptions{Config: loadConfig(t, whatifConfig(5, 3)), DecisionsDir: logDir, From: whatifT0, To: whatifT0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Kept != 3 || w.Replayed != 1 || w.Changed != 0 {
+		t.Errorf("kept %d replayed %d changed %d: want 3, 1, 0", w.Kept, w.Replayed, w.Changed)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
@@ -433,5 +434,30 @@ func TestEmptyRange(t *testing.T) {
 		if f == JSON && strings.Contains(strings.ReplaceAll(b.String(), `"solve_rate": null`, ""), "null") {
 			t.Errorf("json has null lists:\n%s", b.String())
 		}
+	}
+}
+
+// TestReadsTheAlertsSink: what the alerts package's JSON lines sink writes,
+// the report reads, every record and nothing skipped.
+func TestReadsTheAlertsSink(t *testing.T) {
+	var b bytes.Buffer
+	sink := alerts.NewJSONLines(&b, nil)
+	ctx := context.Background()
+	at := t0.Add(3 * time.Minute)
+	if err := sink.Alert(ctx, alerts.Alert{Kind: "alert", Time: at, Type: "heavy_hitter", Severity: "critical", State: "firing",
+		Key: "heavy_hitter/anonymous/203.0.113.7", Summary: "s", WindowStart: at.Add(-time.Minute), WindowEnd: at,
+		Identities: []string{"203.0.113.7"}, Evidence: alerts.Evidence{Observed: 900, Baseline: 60}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Action(ctx, alerts.Action{Kind: "action", Time: at, Policy: "p", Alert: "heavy_hitter/anonymous/203.0.113.7",
+		List: "challenge", Target: "203.0.113.0/24", TTL: "1h0m0s", Applied: true}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ReadAlerts(&b, "sink")
+	if err != nil || a.Skipped != 0 || len(a.Alerts) != 1 || len(a.Actions) != 1 {
+		t.Fatalf("%v: skipped %d %v, alerts %d, actions %d", err, a.Skipped, a.Problems, len(a.Alerts), len(a.Actions))
+	}
+	if got := actionsOn("203.0.113.7", a.Actions); !slices.Equal(got, []string{"challenge:applied"}) {
+		t.Errorf("actions on 203.0.113.7 through its /24: %v", got)
 	}
 }
