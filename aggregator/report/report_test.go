@@ -120,6 +120,7 @@ func TestReportCountsTheEvents(t *testing.T) {
 	gap := t0.Add(4 * time.Minute)
 	var requests, refused, challenges uint64
 	byIP := map[string]uint64{}
+	challenged, passed := map[string]uint64{}, map[string]uint64{} // by identity
 	for _, d := range ds {
 		if d.Kind != decisions.KindDecision || !d.Time.Before(t0.Add(11*time.Minute)) {
 			continue
@@ -136,6 +137,10 @@ func TestReportCountsTheEvents(t *testing.T) {
 		}
 		if d.Outcome == decisions.Challenge {
 			challenges++
+			challenged[aggregator.ClientOf(&d).String()]++
+		}
+		if d.Outcome == decisions.TokenPass {
+			passed[aggregator.ClientOf(&d).String()]++
 		}
 	}
 	s := r.Summary
@@ -163,6 +168,44 @@ func TestReportCountsTheEvents(t *testing.T) {
 	}
 	if len(r.ByIP) == 0 || r.ByIP[0].Identity != top || r.ByIP[0].Refusals < byIP[top] {
 		t.Errorf("top IP %+v: the events' top refused address is %s with %d", r.ByIP, top, byIP[top])
+	}
+	// Every client's challenges and token passes lie within its bounds,
+	// and its solve rate within the bounds the report gives.
+	withRate := 0
+	for _, os := range [][]Offender{r.ByIP, r.ByUser, r.NeverSolved} {
+		for _, o := range os {
+			ch, tp := challenged[o.Identity], passed[o.Identity]
+			if ch < o.ChallengesMin || ch > o.Challenges || tp < o.TokenPassesMin || tp > o.TokenPasses {
+				t.Errorf("%s: challenges %d..%d token passes %d..%d; the events say %d and %d",
+					o.Identity, o.ChallengesMin, o.Challenges, o.TokenPassesMin, o.TokenPasses, ch, tp)
+			}
+			if o.SolveRateMin == nil {
+				continue
+			}
+			withRate++
+			if v := float64(tp) / float64(ch+tp); v < *o.SolveRateMin-1e-4 || v > *o.SolveRateMax+1e-4 {
+				t.Errorf("%s: solve rate %v..%v; the events say %v", o.Identity, *o.SolveRateMin, *o.SolveRateMax, v)
+			}
+		}
+	}
+	if withRate == 0 {
+		t.Error("no offender has a solve rate")
+	}
+	// The never-solved table leads with the events' most challenged client
+	// without a token pass, and lists none that passed one.
+	var loop string
+	for id, n := range challenged {
+		if passed[id] == 0 && (n > challenged[loop] || n == challenged[loop] && id < loop) {
+			loop = id
+		}
+	}
+	if len(r.NeverSolved) == 0 || r.NeverSolved[0].ChallengesMin != challenged[loop] {
+		t.Errorf("never solved %+v: the events' most challenged client without a token pass is %s with %d", r.NeverSolved, loop, challenged[loop])
+	}
+	for _, o := range r.NeverSolved {
+		if passed[o.Identity] > 0 {
+			t.Errorf("never solved lists %s, which the events show passing %d tokens", o.Identity, passed[o.Identity])
+		}
 	}
 	if len(r.Alerts) != 2 || len(r.Actions) != 2 {
 		t.Errorf("alerts %d actions %d in range: want 2 and 2 (one of each is out of range)", len(r.Alerts), len(r.Actions))
