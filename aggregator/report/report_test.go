@@ -38,8 +38,14 @@ func fixedEvents() []decisions.Decision {
 // 20 so that the lists overflow) into a PartialsDir under a new directory.
 func storePartials(t *testing.T, ds []decisions.Decision) string {
 	t.Helper()
+	return storePartialsK(t, ds, 20)
+}
+
+// storePartialsK is storePartials with top-K lists of k clients.
+func storePartialsK(t *testing.T, ds []decisions.Decision, k int) string {
+	t.Helper()
 	dir := t.TempDir()
-	r := aggregator.NewRollup(aggregator.Options{Window: time.Minute, TopK: 20})
+	r := aggregator.NewRollup(aggregator.Options{Window: time.Minute, TopK: k})
 	for i := range ds {
 		r.Add(&ds[i], uint64(i))
 	}
@@ -502,5 +508,62 @@ func TestReadsTheAlertsSink(t *testing.T) {
 	}
 	if got := actionsOn("203.0.113.7", a.Actions); !slices.Equal(got, []string{"challenge:applied"}) {
 		t.Errorf("actions on 203.0.113.7 through its /24: %v", got)
+	}
+}
+
+// TestReportChallengeBoundsOverflow: with top-K lists of 3 clients, which
+// overflow in every window, each listed client's challenges, token passes
+// and solve rate still lie within the bounds the report gives, and some
+// bounds are apart (the lists did overflow).
+func TestReportChallengeBoundsOverflow(t *testing.T) {
+	ds := fixedEvents()
+	dir := storePartialsK(t, ds, 3)
+	from, to := t0, t0.Add(11*time.Minute)
+	w, err := ReadDir(dir, time.Minute, from, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Build(w, nil, Options{From: from, To: to, Top: 50, TopK: 3})
+	challenged, passed := map[string]uint64{}, map[string]uint64{}
+	for _, d := range ds {
+		switch {
+		case d.Kind != decisions.KindDecision || !d.Time.Before(to):
+		case d.Outcome == decisions.Challenge:
+			challenged[aggregator.ClientOf(&d).String()]++
+		case d.Outcome == decisions.TokenPass:
+			passed[aggregator.ClientOf(&d).String()]++
+		}
+	}
+	tables := [][]Offender{r.ByIP, r.ByUser, r.NeverSolved}
+	for _, tr := range r.Tiers {
+		tables = append(tables, tr.Top)
+	}
+	apart, unknown, rated := 0, 0, 0
+	for _, os := range tables {
+		for _, o := range os {
+			ch, tp := challenged[o.Identity], passed[o.Identity]
+			if ch < o.ChallengesMin || ch > o.Challenges || tp < o.TokenPassesMin || tp > o.TokenPasses {
+				t.Errorf("%s: challenges %d..%d token passes %d..%d; the events say %d and %d",
+					o.Identity, o.ChallengesMin, o.Challenges, o.TokenPassesMin, o.TokenPasses, ch, tp)
+			}
+			if o.ChallengesMin != o.Challenges || o.TokenPassesMin != o.TokenPasses {
+				apart++
+			}
+			if o.SolveRateMin == nil {
+				unknown++
+				continue
+			}
+			rated++
+			if ch+tp == 0 {
+				continue
+			}
+			if v := float64(tp) / float64(ch+tp); v < *o.SolveRateMin-1e-4 || v > *o.SolveRateMax+1e-4 {
+				t.Errorf("%s: solve rate %v..%v; the events say %v", o.Identity, *o.SolveRateMin, *o.SolveRateMax, v)
+			}
+		}
+	}
+	if apart == 0 || unknown == 0 || rated == 0 || len(r.NeverSolved) == 0 {
+		t.Errorf("%d offenders with bounds apart, %d without a solve rate, %d with one, %d never solved: want some of each",
+			apart, unknown, rated, len(r.NeverSolved))
 	}
 }
