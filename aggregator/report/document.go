@@ -25,6 +25,9 @@ func (r *Report) document() *document {
 			" windows have no partial (no traffic, or not aggregated) and "+strconv.Itoa(len(c.Unreadable))+
 			" inputs could not be read; see Coverage. Nothing missing is estimated.")
 	}
+	if c.NoClientChallenges > 0 {
+		d.warnings = append(d.warnings, strconv.Itoa(c.NoClientChallenges)+" windows' partials list no client by challenges (partial encoding version 1): per-client challenges, token passes and solve rates leave them out.")
+	}
 	if c.AlertSkipN > 0 {
 		d.warnings = append(d.warnings, strconv.Itoa(c.AlertSkipN)+" lines of the alerts file were skipped; see Coverage.")
 	}

@@ -77,6 +77,10 @@ type Coverage struct {
 	AlertLines int       `json:"alert_lines"` // lines of the alerts file read
 	AlertSkips []Problem `json:"alert_lines_skipped"`
 	AlertSkipN int       `json:"alert_lines_skipped_count"`
+	// NoClientChallenges counts the windows with challenges or token
+	// passes whose partial lists no client by either (partial encoding
+	// version 1): per-client challenges and solve rates leave them out.
+	NoClientChallenges int `json:"windows_without_client_challenges"`
 	// Complete is false when a window has no partial or an input could not
 	// be read: the totals may then undercount, and the report says so.
 	Complete bool `json:"complete"`
@@ -233,8 +237,12 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	reqs, refs, byTier := newRangeTopK(o.TopK), newRangeTopK(o.TopK), map[string]*rangeTopK{}
 	chal, pass := newRangeTopK(o.TopK), newRangeTopK(o.TopK)
 	var unmerged []Problem
+	noClientChallenges := 0
 	for _, s := range starts {
 		p := w.Parts[s]
+		if !listsChallenges(p) {
+			noClientChallenges++
+		}
 		reqs.add(p.Offenders.Requests)
 		refs.add(p.Offenders.Refusals)
 		chal.add(p.Offenders.Challenged) // nil before partial encoding version 2
@@ -252,6 +260,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 	}
 	r.Coverage = coverage(w, a, from, to, starts, unmerged)
+	r.Coverage.NoClientChallenges = noClientChallenges
 	r.Summary = summary(total)
 	if len(starts) > 0 {
 		f, l := starts[0], starts[len(starts)-1].Add(w.Size)
@@ -323,6 +332,17 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 	}
 	return r
+}
+
+// listsChallenges is false for a window that counted challenges or token
+// passes but lists no client by them, as partials of encoding version 1.
+func listsChallenges(p *aggregator.Partial) bool {
+	oc := p.Counts.ByOutcome()
+	if oc[decisions.Challenge]+oc[decisions.TokenPass] == 0 {
+		return true
+	}
+	o := p.Offenders
+	return o.Challenged != nil && o.Challenged.Len() > 0 || o.TokenPassed != nil && o.TokenPassed.Len() > 0
 }
 
 // mergeInto merges the counts, sketches and latencies of p into total,

@@ -567,3 +567,59 @@ func TestReportChallengeBoundsOverflow(t *testing.T) {
 			apart, unknown, rated, len(r.NeverSolved))
 	}
 }
+
+// TestReportWindowsWithoutClientChallenges: a window whose partial counted
+// challenges but lists no challenged client (as version 1 partials) is
+// counted and warned of, and its challenges are left out of the clients'.
+func TestReportWindowsWithoutClientChallenges(t *testing.T) {
+	from, to := t0, t0.Add(11*time.Minute)
+	w, err := ReadDir(storePartials(t, fixedEvents()), time.Minute, from, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := Build(w, nil, Options{From: from, To: to, Top: 5, TopK: 20})
+	if full.Coverage.NoClientChallenges != 0 {
+		t.Fatalf("%d windows without client challenges in version 2 partials", full.Coverage.NoClientChallenges)
+	}
+	old, removed := 0, map[string]uint64{}
+	for _, st := range sortedStarts(w.Parts) {
+		p := w.Parts[st]
+		if oc := p.Counts.ByOutcome(); oc[decisions.Challenge] > 0 && old < 2 {
+			for _, h := range p.Offenders.Challenged.Top(p.Offenders.Challenged.Len()) {
+				removed[h.Client.String()] += h.Count - h.Err
+			}
+			p.Offenders.Challenged, p.Offenders.TokenPassed = nil, aggregator.NewTopK(20)
+			old++
+		}
+	}
+	r := Build(w, nil, Options{From: from, To: to, Top: 5, TopK: 20})
+	var md bytes.Buffer
+	if err := r.Render(&md, Markdown); err != nil {
+		t.Fatal(err)
+	}
+	if old != 2 || r.Coverage.NoClientChallenges != old || !strings.Contains(md.String(), "2 windows' partials list no client by challenges") {
+		t.Errorf("%d windows emptied; coverage counts %d; warning in:\n%s", old, r.Coverage.NoClientChallenges, md.String())
+	}
+	// The lists did not overflow: each client's challenges are exact, and
+	// lose what the emptied windows listed.
+	fullBy := map[string]uint64{}
+	for _, os := range [][]Offender{full.ByIP, full.ByUser} {
+		for _, o := range os {
+			fullBy[o.Identity] = o.ChallengesMin
+		}
+	}
+	lost := 0
+	for _, os := range [][]Offender{r.ByIP, r.ByUser} {
+		for _, o := range os {
+			if n, ok := fullBy[o.Identity]; ok && o.ChallengesMin != n-removed[o.Identity] {
+				t.Errorf("%s: %d challenges, %d with every window listed, %d in the emptied ones", o.Identity, o.ChallengesMin, n, removed[o.Identity])
+			}
+			if removed[o.Identity] > 0 {
+				lost++
+			}
+		}
+	}
+	if lost == 0 {
+		t.Error("no offender was challenged in the emptied windows: the check checks nothing")
+	}
+}
