@@ -2,19 +2,24 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/dashboards"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
@@ -319,4 +324,96 @@ func TestCloudWatchTemplateIsGenerated(t *testing.T) {
 	if kinds["AWS::CloudWatch::Dashboard"] != 3 || kinds["AWS::CloudWatch::Alarm"] != 3 {
 		t.Errorf("resources %v, want 3 dashboards and 3 alarms", kinds)
 	}
+}
+
+// TestReportScheduleTemplate checks deploy/report-schedule.yaml: an
+// EventBridge rule on the schedule parameter that targets the report
+// function with no input of its own (the function reads its range from the
+// scheduled event, and refuses any other), a permission for EventBridge to
+// invoke that function from this rule only, and a default schedule whose
+// period is the range the report function covers by default, so that two
+// consecutive scheduled reports abut: run through the function's own
+// handler, the second starts where the first ends.
+func TestReportScheduleTemplate(t *testing.T) {
+	raw, err := os.ReadFile("../deploy/report-schedule.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl struct {
+		Parameters map[string]struct {
+			Default string `yaml:"Default"`
+		} `yaml:"Parameters"`
+		Resources map[string]struct {
+			Type       string         `yaml:"Type"`
+			Properties map[string]any `yaml:"Properties"`
+		} `yaml:"Resources"`
+	}
+	if err := yaml.Unmarshal(raw, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	rule, perm := tmpl.Resources["ReportSchedule"], tmpl.Resources["ReportSchedulePermission"]
+	if rule.Type != "AWS::Events::Rule" || perm.Type != "AWS::Lambda::Permission" {
+		t.Fatalf("ReportSchedule %q, ReportSchedulePermission %q: want AWS::Events::Rule and AWS::Lambda::Permission", rule.Type, perm.Type)
+	}
+	if fmt.Sprint(rule.Properties["ScheduleExpression"]) != "map[Ref:ScheduleExpression]" {
+		t.Errorf("schedule %v: want the ScheduleExpression parameter", rule.Properties["ScheduleExpression"])
+	}
+	targets, _ := rule.Properties["Targets"].([]any)
+	if len(targets) != 1 {
+		t.Fatalf("targets %v: want the report function", targets)
+	}
+	target, _ := targets[0].(map[string]any)
+	if fmt.Sprint(target["Arn"]) != "map[Ref:ReportFunctionArn]" {
+		t.Errorf("target %v: want the ReportFunctionArn parameter", target["Arn"])
+	}
+	for _, k := range []string{"Input", "InputPath", "InputTransformer"} {
+		if _, ok := target[k]; ok {
+			t.Errorf("the target sets %s: the function takes only the scheduled event as EventBridge sends it", k)
+		}
+	}
+	p := perm.Properties
+	if p["Action"] != "lambda:InvokeFunction" || p["Principal"] != "events.amazonaws.com" ||
+		fmt.Sprint(p["FunctionName"]) != "map[Ref:ReportFunctionArn]" ||
+		fmt.Sprint(p["SourceArn"]) != "map[Fn::GetAtt:[ReportSchedule Arn]]" {
+		t.Errorf("permission %v: want EventBridge to invoke the report function from ReportSchedule only", p)
+	}
+
+	period, err := ratePeriod(tmpl.Parameters["ScheduleExpression"].Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(dir+"/1m0s", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &report.Scheduled{Job: report.Job{PartialsDir: dir, Format: report.JSON}, Out: io.Discard}
+	at := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	var prev report.ScheduledResult
+	for i := range 2 {
+		ev := events.CloudWatchEvent{DetailType: "Scheduled Event", Source: "aws.events", Time: at.Add(time.Duration(i) * period)}
+		res, err := s.Handle(context.Background(), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && !res.From.Equal(prev.To) {
+			t.Errorf("on %s the reports cover %v to %v, then %v to %v: a gap or an overlap",
+				tmpl.Parameters["ScheduleExpression"].Default, prev.From, prev.To, res.From, res.To)
+		}
+		prev = res
+	}
+}
+
+// ratePeriod reads an EventBridge rate expression, such as rate(1 day).
+func ratePeriod(expr string) (time.Duration, error) {
+	var n int
+	var unit string
+	if _, err := fmt.Sscanf(expr, "rate(%d %s", &n, &unit); err != nil || n <= 0 {
+		return 0, fmt.Errorf("schedule %q: want rate(N unit)", expr)
+	}
+	d, ok := map[string]time.Duration{"minute": time.Minute, "minutes": time.Minute, "hour": time.Hour,
+		"hours": time.Hour, "day": 24 * time.Hour, "days": 24 * time.Hour}[strings.TrimSuffix(unit, ")")]
+	if !ok {
+		return 0, fmt.Errorf("schedule %q: unit %q", expr, unit)
+	}
+	return time.Duration(n) * d, nil
 }

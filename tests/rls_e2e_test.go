@@ -165,7 +165,7 @@ func BenchmarkRLS(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				report(b, selfCPU()-before, rbefore, rds.stats(b, st.name))
+				reportCPU(b, selfCPU()-before, rbefore, rds.stats(b, st.name))
 			})
 			b.Run("grpc/"+name, func(b *testing.B) {
 				cfgFile := benchConfig(b, yaml())
@@ -190,7 +190,7 @@ func BenchmarkRLS(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				report(b, cpu()-before, rbefore, rds.stats(b, st.name))
+				reportCPU(b, cpu()-before, rbefore, rds.stats(b, st.name))
 			})
 		}
 	}
@@ -356,7 +356,7 @@ func (r *benchRedisServer) stats(b *testing.B, store string) redisStats {
 }
 
 // report adds the per-decision figures of a run of b.N decisions.
-func report(b *testing.B, cpu time.Duration, before, after redisStats) {
+func reportCPU(b *testing.B, cpu time.Duration, before, after redisStats) {
 	n := float64(b.N)
 	b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/decision")
 	if after != (redisStats{}) {

@@ -25,6 +25,9 @@ func (r *Report) document() *document {
 			" windows have no partial (no traffic, or not aggregated) and "+strconv.Itoa(len(c.Unreadable))+
 			" inputs could not be read; see Coverage. Nothing missing is estimated.")
 	}
+	if c.NoClientChallenges > 0 {
+		d.warnings = append(d.warnings, strconv.Itoa(c.NoClientChallenges)+" windows' partials list no client by challenges (partial encoding version 1): per-client challenges, token passes and solve rates leave them out.")
+	}
 	if c.AlertSkipN > 0 {
 		d.warnings = append(d.warnings, strconv.Itoa(c.AlertSkipN)+" lines of the alerts file were skipped; see Coverage.")
 	}
@@ -68,10 +71,12 @@ func (r *Report) document() *document {
 
 	d.sections = append(d.sections, section{title: "Trends", charts: []chart{{name: "trend", title: "Requests, refused and challenged per " + pointLen(r.Trend), points: r.Trend}}})
 
-	note := "Counts come from the merged top-K lists: requests and refusals are upper bounds and the (min) columns lower ones, equal while no list overflowed; refusals is 0 for a client not among the top refusers. First and last seen are the first and last windows in whose top-K the client was. Challenge solve rates are kept per rule and tier (see by path), not per client."
+	note := "Counts come from the merged top-K lists: requests and refusals are upper bounds and the (min) columns lower ones, equal while no list overflowed; refusals is 0 for a client not among the top refusers. First and last seen are the first and last windows in whose top-K the client was. Challenges and token passes are bounded the same way from the merged lists of the most challenged and the most token-passing clients, over every tier; the solve rate is token passes ÷ (challenges + token passes) over those bounds, one figure when they agree, else its lowest and highest; - when the client was never among a window's most challenged."
 	d.sections = append(d.sections,
 		section{title: "Top offenders by IP", text: []string{note}, tables: []table{offenderTable("offenders_ip", r.ByIP)}},
 		section{title: "Top offenders by user", tables: []table{offenderTable("offenders_user", r.ByUser)}},
+		section{title: "Never solved", text: []string{"The clients most challenged that were never among a window's top-K by token passes (token passes (max) bounds what they may have passed unlisted): a challenge they do not solve, or a loop."},
+			tables: []table{neverSolvedTable("never_solved", r.NeverSolved)}},
 		section{title: "Top offenders by path", text: []string{"Each rule is a tier's path rule or global rule; counts are exact."}, tables: []table{pathTable("offenders_path", r.ByPath)}},
 	)
 
@@ -128,11 +133,31 @@ func problemTable(name string, ps []Problem) table {
 }
 
 func offenderTable(name string, os []Offender) table {
-	t := table{name: name, cols: []string{"identity", "requests", "requests (min)", "refusals", "refusals (min)", "first seen", "last seen", "actions"}}
+	t := table{name: name, cols: []string{"identity", "requests", "requests (min)", "refusals", "refusals (min)",
+		"challenges", "challenges (min)", "token passes", "token passes (min)", "solve rate", "first seen", "last seen", "actions"}}
 	for _, o := range os {
-		t.rows = append(t.rows, []string{o.Identity, u(o.Requests), u(o.RequestsMin), u(o.Refusals), u(o.RefusalsMin), stamp(o.FirstSeen), stamp(o.LastSeen), strings.Join(o.Actions, " ")})
+		t.rows = append(t.rows, []string{o.Identity, u(o.Requests), u(o.RequestsMin), u(o.Refusals), u(o.RefusalsMin),
+			u(o.Challenges), u(o.ChallengesMin), u(o.TokenPasses), u(o.TokenPassesMin), rateRange(o.SolveRateMin, o.SolveRateMax),
+			stamp(o.FirstSeen), stamp(o.LastSeen), strings.Join(o.Actions, " ")})
 	}
 	return t
+}
+
+func neverSolvedTable(name string, os []Offender) table {
+	t := table{name: name, cols: []string{"identity", "challenges", "challenges (min)", "token passes (max)", "first seen", "last seen", "actions"}}
+	for _, o := range os {
+		t.rows = append(t.rows, []string{o.Identity, u(o.Challenges), u(o.ChallengesMin), u(o.TokenPasses), stamp(o.FirstSeen), stamp(o.LastSeen), strings.Join(o.Actions, " ")})
+	}
+	return t
+}
+
+// rateRange is a solve rate's bounds: one rate when they agree, else
+// "lo to hi %".
+func rateRange(lo, hi *float64) string {
+	if lo == nil || hi == nil || *lo == *hi {
+		return rate(lo)
+	}
+	return strconv.FormatFloat(*lo*100, 'f', 1, 64) + " to " + rate(hi)
 }
 
 func pathTable(name string, ps []Path) table {

@@ -94,3 +94,14 @@ func (r *rangeTopK) top(n int) []aggregator.Hitter {
 	})
 	return hs[:min(n, len(hs))]
 }
+
+// bounds returns c's count over the range as upper and lower bounds, and
+// whether c was listed in any window (else its lower bound is 0 and its
+// upper the bound of every unlisted client).
+func (r *rangeTopK) bounds(c aggregator.Client) (upper, lower uint64, listed bool) {
+	e := r.held[c]
+	if e == nil {
+		return r.floors + r.extra, 0, false
+	}
+	return r.upper(e), e.count - e.err, true
+}

@@ -46,21 +46,24 @@ func (o Options) withDefaults() Options {
 // merged partials and the alert records, ready to render. Its JSON form is
 // the json format.
 type Report struct {
-	Title    string          `json:"title"`
-	Source   string          `json:"source,omitempty"`
-	From     time.Time       `json:"from"`
-	To       time.Time       `json:"to"`
-	Window   string          `json:"window"`
-	Coverage Coverage        `json:"coverage"`
-	Summary  Summary         `json:"summary"`
-	ByIP     []Offender      `json:"offenders_by_ip"`
-	ByUser   []Offender      `json:"offenders_by_user"`
-	ByPath   []Path          `json:"offenders_by_path"`
-	Feedback []FeedbackRow   `json:"feedback_events"`
-	Actions  []alerts.Action `json:"actions"`
-	Alerts   []alerts.Alert  `json:"alerts"`
-	Trend    []Point         `json:"trend"`
-	Tiers    []Tier          `json:"tiers"`
+	Title    string     `json:"title"`
+	Source   string     `json:"source,omitempty"`
+	From     time.Time  `json:"from"`
+	To       time.Time  `json:"to"`
+	Window   string     `json:"window"`
+	Coverage Coverage   `json:"coverage"`
+	Summary  Summary    `json:"summary"`
+	ByIP     []Offender `json:"offenders_by_ip"`
+	ByUser   []Offender `json:"offenders_by_user"`
+	ByPath   []Path     `json:"offenders_by_path"`
+	// NeverSolved are the clients most challenged that were never among a
+	// window's top-K by token passes: the clients a challenge loops on.
+	NeverSolved []Offender      `json:"never_solved"`
+	Feedback    []FeedbackRow   `json:"feedback_events"`
+	Actions     []alerts.Action `json:"actions"`
+	Alerts      []alerts.Alert  `json:"alerts"`
+	Trend       []Point         `json:"trend"`
+	Tiers       []Tier          `json:"tiers"`
 }
 
 // Coverage says which windows of the range the report rests on.
@@ -74,6 +77,10 @@ type Coverage struct {
 	AlertLines int       `json:"alert_lines"` // lines of the alerts file read
 	AlertSkips []Problem `json:"alert_lines_skipped"`
 	AlertSkipN int       `json:"alert_lines_skipped_count"`
+	// NoClientChallenges counts the windows with challenges or token
+	// passes whose partial lists no client by either (partial encoding
+	// version 1): per-client challenges and solve rates leave them out.
+	NoClientChallenges int `json:"windows_without_client_challenges"`
 	// Complete is false when a window has no partial or an input could not
 	// be read: the totals may then undercount, and the report says so.
 	Complete bool `json:"complete"`
@@ -128,6 +135,40 @@ type Offender struct {
 	FirstSeen   time.Time `json:"first_seen"`
 	LastSeen    time.Time `json:"last_seen"`
 	Actions     []string  `json:"actions"` // "list:applied" or "list:why" of actions on it, in time order
+	// Challenges and TokenPasses bound the client's requests with outcome
+	// challenge and token_pass, from the merged challenged and
+	// token-passing top-K lists as requests are: upper bounds, and the
+	// (min) fields lower ones. A client never listed has a lower bound of
+	// 0 and an upper bound of the lists' floors.
+	Challenges     uint64 `json:"challenges"`
+	ChallengesMin  uint64 `json:"challenges_min"`
+	TokenPasses    uint64 `json:"token_passes"`
+	TokenPassesMin uint64 `json:"token_passes_min"`
+	// SolveRateMin and SolveRateMax bound token passes ÷ (challenges +
+	// token passes), the solve rate of the summary and of each rule, over
+	// the counts' bounds; both null when the client was never among a
+	// window's most challenged (its rate is then unknown, or undefined).
+	SolveRateMin *float64 `json:"solve_rate_min"`
+	SolveRateMax *float64 `json:"solve_rate_max"`
+
+	client aggregator.Client
+}
+
+// challengeBounds fills in o's challenges, token passes and solve rate
+// from the range's merged challenged (ch) and token-passing (tp) lists.
+func (o *Offender) challengeBounds(ch, tp *rangeTopK) {
+	var listed bool
+	o.Challenges, o.ChallengesMin, listed = ch.bounds(o.client)
+	o.TokenPasses, o.TokenPassesMin, _ = tp.bounds(o.client)
+	if !listed {
+		return
+	}
+	lo := round4(float64(o.TokenPassesMin) / float64(o.TokenPassesMin+o.Challenges)) // Challenges ≥ 1: listed
+	hi := 0.0
+	if o.TokenPasses+o.ChallengesMin > 0 {
+		hi = round4(float64(o.TokenPasses) / float64(o.TokenPasses+o.ChallengesMin))
+	}
+	o.SolveRateMin, o.SolveRateMax = &lo, &hi
 }
 
 // NoRule names the requests no rule decided: the allow and deny lists,
@@ -194,11 +235,18 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	}
 	total := aggregator.NewPartial(from, w.Size, o.TopK)
 	reqs, refs, byTier := newRangeTopK(o.TopK), newRangeTopK(o.TopK), map[string]*rangeTopK{}
+	chal, pass := newRangeTopK(o.TopK), newRangeTopK(o.TopK)
 	var unmerged []Problem
+	noClientChallenges := 0
 	for _, s := range starts {
 		p := w.Parts[s]
+		if !listsChallenges(p) {
+			noClientChallenges++
+		}
 		reqs.add(p.Offenders.Requests)
 		refs.add(p.Offenders.Refusals)
+		chal.add(p.Offenders.Challenged) // nil before partial encoding version 2
+		pass.add(p.Offenders.TokenPassed)
 		for tier, tk := range p.Offenders.RequestsByTier {
 			if byTier[tier] == nil {
 				byTier[tier] = newRangeTopK(o.TopK)
@@ -212,6 +260,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 	}
 	r.Coverage = coverage(w, a, from, to, starts, unmerged)
+	r.Coverage.NoClientChallenges = noClientChallenges
 	r.Summary = summary(total)
 	if len(starts) > 0 {
 		f, l := starts[0], starts[len(starts)-1].Add(w.Size)
@@ -241,6 +290,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	offenders := rankOffenders(reqs.top(o.TopK), refs.top(o.TopK))
 	r.ByIP = pick(offenders, false, o.Top)
 	r.ByUser = pick(offenders, true, o.Top)
+	r.NeverSolved = neverSolved(chal, pass, o.Top)
 	rules := ws.rules(total, "")
 	r.ByPath = rules[:min(o.Top, len(rules))]
 	for _, k := range sortedKeys(total.Counts.Feedback) {
@@ -270,12 +320,29 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	}
 	// When each listed client was seen: one pass over the windows for all
 	// the tables.
-	tables := [][]Offender{r.ByIP, r.ByUser}
+	tables := [][]Offender{r.ByIP, r.ByUser, r.NeverSolved}
 	for _, t := range r.Tiers {
 		tables = append(tables, t.Top)
 	}
 	ws.seen(tables, actions)
+	// Challenges are kept per client over every tier, not per tier.
+	for _, os := range tables {
+		for i := range os {
+			os[i].challengeBounds(chal, pass)
+		}
+	}
 	return r
+}
+
+// listsChallenges is false for a window that counted challenges or token
+// passes but lists no client by them, as partials of encoding version 1.
+func listsChallenges(p *aggregator.Partial) bool {
+	oc := p.Counts.ByOutcome()
+	if oc[decisions.Challenge]+oc[decisions.TokenPass] == 0 {
+		return true
+	}
+	o := p.Offenders
+	return o.Challenged != nil && o.Challenged.Len() > 0 || o.TokenPassed != nil && o.TokenPassed.Len() > 0
 }
 
 // mergeInto merges the counts, sketches and latencies of p into total,
@@ -391,7 +458,7 @@ func rankOffenders(requests, refusals []aggregator.Hitter) []Offender {
 	get := func(c aggregator.Client) *Offender {
 		o := byClient[c]
 		if o == nil {
-			o = &Offender{Identity: c.String()}
+			o = &Offender{Identity: c.String(), client: c}
 			byClient[c] = o
 			order = append(order, c)
 		}
@@ -417,6 +484,24 @@ func rankOffenders(requests, refusals []aggregator.Hitter) []Offender {
 			cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.Identity, b.Identity))
 	})
 	return out
+}
+
+// neverSolved lists up to n of the clients of ch never listed in tp, most
+// challenges for sure first, then by upper bound, then by identity.
+func neverSolved(ch, tp *rangeTopK, n int) []Offender {
+	out := []Offender{}
+	for _, h := range ch.top(len(ch.held)) {
+		if _, ok := tp.held[h.Client]; ok {
+			continue
+		}
+		o := Offender{Identity: h.Client.String(), client: h.Client}
+		o.challengeBounds(ch, tp)
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b Offender) int {
+		return cmp.Or(cmp.Compare(b.ChallengesMin, a.ChallengesMin), cmp.Compare(b.Challenges, a.Challenges), cmp.Compare(a.Identity, b.Identity))
+	})
+	return out[:min(n, len(out))]
 }
 
 // pick returns the first n offenders that are users (or addresses).

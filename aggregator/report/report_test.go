@@ -38,8 +38,14 @@ func fixedEvents() []decisions.Decision {
 // 20 so that the lists overflow) into a PartialsDir under a new directory.
 func storePartials(t *testing.T, ds []decisions.Decision) string {
 	t.Helper()
+	return storePartialsK(t, ds, 20)
+}
+
+// storePartialsK is storePartials with top-K lists of k clients.
+func storePartialsK(t *testing.T, ds []decisions.Decision, k int) string {
+	t.Helper()
 	dir := t.TempDir()
-	r := aggregator.NewRollup(aggregator.Options{Window: time.Minute, TopK: 20})
+	r := aggregator.NewRollup(aggregator.Options{Window: time.Minute, TopK: k})
 	for i := range ds {
 		r.Add(&ds[i], uint64(i))
 	}
@@ -120,6 +126,7 @@ func TestReportCountsTheEvents(t *testing.T) {
 	gap := t0.Add(4 * time.Minute)
 	var requests, refused, challenges uint64
 	byIP := map[string]uint64{}
+	challenged, passed := map[string]uint64{}, map[string]uint64{} // by identity
 	for _, d := range ds {
 		if d.Kind != decisions.KindDecision || !d.Time.Before(t0.Add(11*time.Minute)) {
 			continue
@@ -136,6 +143,10 @@ func TestReportCountsTheEvents(t *testing.T) {
 		}
 		if d.Outcome == decisions.Challenge {
 			challenges++
+			challenged[aggregator.ClientOf(&d).String()]++
+		}
+		if d.Outcome == decisions.TokenPass {
+			passed[aggregator.ClientOf(&d).String()]++
 		}
 	}
 	s := r.Summary
@@ -163,6 +174,44 @@ func TestReportCountsTheEvents(t *testing.T) {
 	}
 	if len(r.ByIP) == 0 || r.ByIP[0].Identity != top || r.ByIP[0].Refusals < byIP[top] {
 		t.Errorf("top IP %+v: the events' top refused address is %s with %d", r.ByIP, top, byIP[top])
+	}
+	// Every client's challenges and token passes lie within its bounds,
+	// and its solve rate within the bounds the report gives.
+	withRate := 0
+	for _, os := range [][]Offender{r.ByIP, r.ByUser, r.NeverSolved} {
+		for _, o := range os {
+			ch, tp := challenged[o.Identity], passed[o.Identity]
+			if ch < o.ChallengesMin || ch > o.Challenges || tp < o.TokenPassesMin || tp > o.TokenPasses {
+				t.Errorf("%s: challenges %d..%d token passes %d..%d; the events say %d and %d",
+					o.Identity, o.ChallengesMin, o.Challenges, o.TokenPassesMin, o.TokenPasses, ch, tp)
+			}
+			if o.SolveRateMin == nil {
+				continue
+			}
+			withRate++
+			if v := float64(tp) / float64(ch+tp); v < *o.SolveRateMin-1e-4 || v > *o.SolveRateMax+1e-4 {
+				t.Errorf("%s: solve rate %v..%v; the events say %v", o.Identity, *o.SolveRateMin, *o.SolveRateMax, v)
+			}
+		}
+	}
+	if withRate == 0 {
+		t.Error("no offender has a solve rate")
+	}
+	// The never-solved table leads with the events' most challenged client
+	// without a token pass, and lists none that passed one.
+	var loop string
+	for id, n := range challenged {
+		if passed[id] == 0 && (n > challenged[loop] || n == challenged[loop] && id < loop) {
+			loop = id
+		}
+	}
+	if len(r.NeverSolved) == 0 || r.NeverSolved[0].ChallengesMin != challenged[loop] {
+		t.Errorf("never solved %+v: the events' most challenged client without a token pass is %s with %d", r.NeverSolved, loop, challenged[loop])
+	}
+	for _, o := range r.NeverSolved {
+		if passed[o.Identity] > 0 {
+			t.Errorf("never solved lists %s, which the events show passing %d tokens", o.Identity, passed[o.Identity])
+		}
 	}
 	if len(r.Alerts) != 2 || len(r.Actions) != 2 {
 		t.Errorf("alerts %d actions %d in range: want 2 and 2 (one of each is out of range)", len(r.Alerts), len(r.Actions))
@@ -459,5 +508,118 @@ func TestReadsTheAlertsSink(t *testing.T) {
 	}
 	if got := actionsOn("203.0.113.7", a.Actions); !slices.Equal(got, []string{"challenge:applied"}) {
 		t.Errorf("actions on 203.0.113.7 through its /24: %v", got)
+	}
+}
+
+// TestReportChallengeBoundsOverflow: with top-K lists of 3 clients, which
+// overflow in every window, each listed client's challenges, token passes
+// and solve rate still lie within the bounds the report gives, and some
+// bounds are apart (the lists did overflow).
+func TestReportChallengeBoundsOverflow(t *testing.T) {
+	ds := fixedEvents()
+	dir := storePartialsK(t, ds, 3)
+	from, to := t0, t0.Add(11*time.Minute)
+	w, err := ReadDir(dir, time.Minute, from, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Build(w, nil, Options{From: from, To: to, Top: 50, TopK: 3})
+	challenged, passed := map[string]uint64{}, map[string]uint64{}
+	for _, d := range ds {
+		switch {
+		case d.Kind != decisions.KindDecision || !d.Time.Before(to):
+		case d.Outcome == decisions.Challenge:
+			challenged[aggregator.ClientOf(&d).String()]++
+		case d.Outcome == decisions.TokenPass:
+			passed[aggregator.ClientOf(&d).String()]++
+		}
+	}
+	tables := [][]Offender{r.ByIP, r.ByUser, r.NeverSolved}
+	for _, tr := range r.Tiers {
+		tables = append(tables, tr.Top)
+	}
+	apart, unknown, rated := 0, 0, 0
+	for _, os := range tables {
+		for _, o := range os {
+			ch, tp := challenged[o.Identity], passed[o.Identity]
+			if ch < o.ChallengesMin || ch > o.Challenges || tp < o.TokenPassesMin || tp > o.TokenPasses {
+				t.Errorf("%s: challenges %d..%d token passes %d..%d; the events say %d and %d",
+					o.Identity, o.ChallengesMin, o.Challenges, o.TokenPassesMin, o.TokenPasses, ch, tp)
+			}
+			if o.ChallengesMin != o.Challenges || o.TokenPassesMin != o.TokenPasses {
+				apart++
+			}
+			if o.SolveRateMin == nil {
+				unknown++
+				continue
+			}
+			rated++
+			if ch+tp == 0 {
+				continue
+			}
+			if v := float64(tp) / float64(ch+tp); v < *o.SolveRateMin-1e-4 || v > *o.SolveRateMax+1e-4 {
+				t.Errorf("%s: solve rate %v..%v; the events say %v", o.Identity, *o.SolveRateMin, *o.SolveRateMax, v)
+			}
+		}
+	}
+	if apart == 0 || unknown == 0 || rated == 0 || len(r.NeverSolved) == 0 {
+		t.Errorf("%d offenders with bounds apart, %d without a solve rate, %d with one, %d never solved: want some of each",
+			apart, unknown, rated, len(r.NeverSolved))
+	}
+}
+
+// TestReportWindowsWithoutClientChallenges: a window whose partial counted
+// challenges but lists no challenged client (as version 1 partials) is
+// counted and warned of, and its challenges are left out of the clients'.
+func TestReportWindowsWithoutClientChallenges(t *testing.T) {
+	from, to := t0, t0.Add(11*time.Minute)
+	w, err := ReadDir(storePartials(t, fixedEvents()), time.Minute, from, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := Build(w, nil, Options{From: from, To: to, Top: 5, TopK: 20})
+	if full.Coverage.NoClientChallenges != 0 {
+		t.Fatalf("%d windows without client challenges in version 2 partials", full.Coverage.NoClientChallenges)
+	}
+	old, removed := 0, map[string]uint64{}
+	for _, st := range sortedStarts(w.Parts) {
+		p := w.Parts[st]
+		if oc := p.Counts.ByOutcome(); oc[decisions.Challenge] > 0 && old < 2 {
+			for _, h := range p.Offenders.Challenged.Top(p.Offenders.Challenged.Len()) {
+				removed[h.Client.String()] += h.Count - h.Err
+			}
+			p.Offenders.Challenged, p.Offenders.TokenPassed = nil, aggregator.NewTopK(20)
+			old++
+		}
+	}
+	r := Build(w, nil, Options{From: from, To: to, Top: 5, TopK: 20})
+	var md bytes.Buffer
+	if err := r.Render(&md, Markdown); err != nil {
+		t.Fatal(err)
+	}
+	if old != 2 || r.Coverage.NoClientChallenges != old || !strings.Contains(md.String(), "2 windows' partials list no client by challenges") {
+		t.Errorf("%d windows emptied; coverage counts %d; warning in:\n%s", old, r.Coverage.NoClientChallenges, md.String())
+	}
+	// The lists did not overflow: each client's challenges are exact, and
+	// lose what the emptied windows listed.
+	fullBy := map[string]uint64{}
+	for _, os := range [][]Offender{full.ByIP, full.ByUser} {
+		for _, o := range os {
+			fullBy[o.Identity] = o.ChallengesMin
+		}
+	}
+	lost := 0
+	for _, os := range [][]Offender{r.ByIP, r.ByUser} {
+		for _, o := range os {
+			if n, ok := fullBy[o.Identity]; ok && o.ChallengesMin != n-removed[o.Identity] {
+				t.Errorf("%s: %d challenges, %d with every window listed, %d in the emptied ones", o.Identity, o.ChallengesMin, n, removed[o.Identity])
+			}
+			if removed[o.Identity] > 0 {
+				lost++
+			}
+		}
+	}
+	if lost == 0 {
+		t.Error("no offender was challenged in the emptied windows: the check checks nothing")
 	}
 }
