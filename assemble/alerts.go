@@ -7,14 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/config"
-	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/lists"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
@@ -27,7 +25,7 @@ type AlertsOptions struct {
 	Stdout   io.Writer     // JSON lines when alerts.sinks.file is "-" or no sink is set
 	Log      *slog.Logger  // sink failures; default: discard
 	// Lists writes the feedback policies' entries; nil takes the store
-	// feedback.store names (FeedbackLists).
+	// lists section names (FeedbackLists).
 	Lists alerts.ListWriter
 	// Archive accepts EMF documents stamped any time (windows read back
 	// from stored partials into a file).
@@ -35,8 +33,8 @@ type AlertsOptions struct {
 }
 
 // Alerts is the alerts runner of a configuration with everything it
-// opened: its sinks, the allow list the policies consult and the files of
-// actions and feedback events. Close flushes and closes them.
+// opened: its sinks, the allow list the policies consult and the file of
+// actions. Close flushes and closes them.
 type Alerts struct {
 	Runner  *alerts.Runner
 	Webhook *alerts.Webhook // nil without alerts.sinks.webhook.url
@@ -144,7 +142,8 @@ func actionsOrNil(l alerts.ActionLog) alerts.ActionLog {
 }
 
 // policies assembles the feedback policies: the list store (unless dry
-// run), the feedback events file and the allow list.
+// run) and the allow list. The policies record no feedback events: the
+// edge records each list change it reads (package lists).
 func (a *Alerts) policies(ctx context.Context, cfg *config.Config, o AlertsOptions) (*alerts.Policies, error) {
 	f := cfg.Feedback
 	var w alerts.ListWriter
@@ -156,16 +155,6 @@ func (a *Alerts) policies(ctx context.Context, cfg *config.Config, o AlertsOptio
 				return nil, err
 			}
 		}
-	}
-	var events alerts.EventWriter
-	if f.Events != "" {
-		j, err := decisions.OpenJSONLines(f.Events)
-		if err != nil {
-			return nil, fmt.Errorf("feedback: %w", err)
-		}
-		ev := &eventFile{f: j}
-		a.closers = append(a.closers, func(context.Context) error { return j.Close() })
-		events = ev
 	}
 	var allow alerts.AllowList
 	if path := cfg.Lists.AllowFile; path != "" {
@@ -180,30 +169,27 @@ func (a *Alerts) policies(ctx context.Context, cfg *config.Config, o AlertsOptio
 	for _, t := range cfg.Alerts.PayingTiers {
 		paying[t] = true
 	}
-	return alerts.NewPolicies(f, w, events, allow, func(t string) bool { return paying[t] }), nil
+	return alerts.NewPolicies(f, w, allow, func(t string) bool { return paying[t] }, cfg.Identity.IPv6Prefix), nil
 }
 
-// FeedbackLists returns the writer of the lists the lists section names,
-// for the policies' entries. This build has no writer for them: policies
-// run in dry run (feedback.dry_run true), recording what they would do.
-func FeedbackLists(context.Context, *config.Config) (alerts.ListWriter, error) {
-	return nil, errors.New("feedback.dry_run false: this build has no writer for the lists section's lists; keep feedback.dry_run true")
-}
-
-// eventFile writes feedback events as JSON lines of decisions, flushed one
-// by one: they are few, and each is an audit record.
-type eventFile struct {
-	mu sync.Mutex
-	f  *decisions.JSONLinesFile
-}
-
-func (e *eventFile) Feedback(_ context.Context, d decisions.Decision) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.f.WriteBatch([]decisions.Decision{d}); err != nil {
-		return err
+// FeedbackLists returns the store of the lists the lists section names
+// (OpenLists: lists.table or the list files), which the feedback policies
+// write. It refuses a policy whose list has no store, naming the policy's
+// key: the configuration's own validation reports the same with its file
+// and line.
+func FeedbackLists(ctx context.Context, cfg *config.Config) (alerts.ListWriter, error) {
+	files := ListFiles(cfg.Lists)
+	for i, p := range cfg.Feedback.Policies {
+		if _, ok := files[p.Action]; !ok && cfg.Lists.Table == "" {
+			return nil, fmt.Errorf("feedback.policies[%d].action: %q names a list with no store, and feedback.dry_run is false; set lists.%s_file or lists.table, or keep feedback.dry_run: true",
+				i, p.Action, p.Action)
+		}
 	}
-	return e.f.Flush()
+	store, _, _, err := OpenLists(ctx, cfg, nil)
+	if err != nil {
+		return nil, fmt.Errorf("feedback: %w", err)
+	}
+	return store, nil
 }
 
 // Report writes one line of what the runner did, and one of the

@@ -3,10 +3,12 @@ package assemble_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,50 +94,80 @@ feedback:
 	}
 }
 
-// TestNewAlertsRefusesAWriteWithoutAWriter: with dry_run false and no
-// list writer, assembling fails and says why.
-func TestNewAlertsRefusesAWriteWithoutAWriter(t *testing.T) {
-	cfg := loadSimConfig(t, "feedback:\n  dry_run: false\n  policies:\n    - {name: p, alerts: [drops], action: deny}\n")
+// TestNewAlertsRefusesAListWithoutAStore: with dry_run false, a policy
+// whose list has no store is refused, naming the policy's key; the same
+// configuration read from a file is refused with its file and line.
+func TestNewAlertsRefusesAListWithoutAStore(t *testing.T) {
+	const policy = "feedback:\n  dry_run: DRY\n  policies:\n    - {name: p, alerts: [drops], action: deny}\n"
+	cfg := loadSimConfig(t, strings.Replace(policy, "DRY", "true", 1))
+	*cfg.Feedback.DryRun = false
 	_, err := assemble.NewAlerts(context.Background(), cfg, assemble.AlertsOptions{Window: time.Minute, StateDir: t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "feedback.dry_run") {
+	if err == nil || !strings.Contains(err.Error(), "feedback.policies[0].action") || !strings.Contains(err.Error(), "lists.deny_file or lists.table") {
 		t.Errorf("error %v", err)
+	}
+	y := strings.Replace(simConfig, "ALLOW", "allow.txt", 1) + strings.Replace(policy, "DRY", "false", 1)
+	c, err := config.Parse([]byte(y), "ratewarden.yaml")
+	if err == nil {
+		c.Defaults()
+		err = c.Validate()
+	}
+	line := strings.Count(y[:strings.Index(y, "    - {name: p")], "\n") + 1
+	if want := fmt.Sprintf("ratewarden.yaml:%d: feedback.policies[0].action", line); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %s", err, want)
 	}
 }
 
-// entries is a list store of the test's own, in memory.
-type entries struct {
+// recorded collects the feedback events a list watcher records, as the
+// edge's decision emitter takes them.
+type recorded struct {
 	mu sync.Mutex
-	m  map[string]lists.Entry
+	ds []decisions.Decision
 }
 
-func (s *entries) Put(_ context.Context, e lists.Entry) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[e.List+" "+e.Target] = e
-	return nil
+func (r *recorded) Emit(d decisions.Decision) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ds = append(r.ds, d)
+	return true
 }
 
-func (s *entries) Remove(_ context.Context, list, target, _ string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, list+" "+target)
-	return nil
-}
-
-// TestNewAlertsWritesEntriesAndEvents: with dry_run false, the policy's
-// entry goes to the list writer and its feedback event, a decision of kind
-// feedback, to feedback.events, readable by the decision codecs.
-func TestNewAlertsWritesEntriesAndEvents(t *testing.T) {
+// TestNewAlertsWritesTheListOnceRecorded: with dry_run false, the policy's
+// entry goes to the challenge list file the configuration names (the
+// FileStore, as FeedbackLists opens it), the policy itself records no
+// feedback event, and a watcher of that file, as the edge runs it, records
+// the change as exactly one feedback event, however often it reads.
+func TestNewAlertsWritesTheListOnceRecorded(t *testing.T) {
 	dir := t.TempDir()
-	events := filepath.Join(dir, "feedback.jsonl")
-	cfg := loadSimConfig(t, `  sinks: {file: `+filepath.Join(dir, "alerts.jsonl")+`}
+	challenge := filepath.Join(dir, "challenge.list")
+	if err := os.WriteFile(challenge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	allow := filepath.Join(dir, "allow.list")
+	if err := os.WriteFile(allow, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sim := strings.Replace(simConfig, "  allow_file: ALLOW\n", "  allow_file: "+allow+"\n  challenge_file: "+challenge+"\n", 1)
+	cfg := loadConfig(t, sim+`  sinks: {file: `+filepath.Join(dir, "alerts.jsonl")+`}
+challenge: {enabled: true}
 feedback:
   dry_run: false
-  events: `+events+`
   policies:
     - {name: challenge-hitters, alerts: [heavy_hitter], action: challenge, ttl: 30m}
 `)
-	store := &entries{m: map[string]lists.Entry{}}
+	if _, err := assemble.FeedbackLists(context.Background(), cfg); err != nil {
+		t.Fatalf("FeedbackLists: %v", err)
+	}
+	// The simulation's event time is in the past; the store's clock goes
+	// with it, so that the entry's expiry is in its future.
+	now := func() time.Time { return t0.Add(9 * time.Minute) }
+	store := lists.NewFileStore(assemble.ListFiles(cfg.Lists), now)
+	rec := &recorded{}
+	w, err := lists.WatchSource(store.Source(lists.Challenge), lists.WatchOptions{List: lists.Challenge, Record: rec, Now: now,
+		StateFile: filepath.Join(dir, "challenge.recorded")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
 	al, err := assemble.NewAlerts(context.Background(), cfg, assemble.AlertsOptions{Window: time.Minute, StateDir: dir, Lists: store})
 	if err != nil {
 		t.Fatal(err)
@@ -144,19 +176,26 @@ feedback:
 	if err := al.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e, ok := store.m["challenge 203.0.113.7"]
-	if !ok || e.Pending || e.By != "policy:challenge-hitters" || !e.Expires.Equal(t0.Add(9*time.Minute+30*time.Minute)) {
-		t.Errorf("entry %+v (written %v)", e, ok)
+	es, err := store.Entries(context.Background(), lists.Challenge)
+	if err != nil || len(es) != 1 || es[0].Target != "203.0.113.7" || es[0].Pending || es[0].By != "policy:challenge-hitters" ||
+		!es[0].Expires.Equal(t0.Add(9*time.Minute+30*time.Minute)) {
+		t.Errorf("entries %+v, %v", es, err)
 	}
-	b, err := os.ReadFile(events)
-	if err != nil {
-		t.Fatal(err)
+	for range 3 {
+		if err := w.Reload(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	d, _, err := decisions.ParseJSON([]byte(lines[0]))
-	if err != nil || len(lines) != 1 || d.Kind != decisions.KindFeedback || d.List != "challenge" || d.Action != "add" ||
-		d.Target != "203.0.113.7" || d.TTL != 30*time.Minute {
-		t.Errorf("events %q: %+v, %v", lines, d, err)
+	if len(rec.ds) != 1 {
+		t.Fatalf("%d feedback events, want 1: %+v", len(rec.ds), rec.ds)
+	}
+	d := rec.ds[0]
+	if d.Kind != decisions.KindFeedback || d.List != "challenge" || d.Action != "add" || d.Target != "203.0.113.7" ||
+		d.TTL != 30*time.Minute || d.Node != "policy:challenge-hitters" {
+		t.Errorf("event %+v", d)
+	}
+	if !w.List().ContainsAt(netip.MustParseAddr("203.0.113.7"), "", now()) {
+		t.Error("the edge's challenge list lacks the scraper")
 	}
 	if st := al.Runner.Stats(); st.Applied != 1 {
 		t.Errorf("stats %+v", st)

@@ -21,8 +21,8 @@ func TestUnsolvedChallengesEscalateToDeny(t *testing.T) {
 	deny := config.FeedbackPolicy{Name: "deny-unsolved", Alerts: []string{alerts.TypeUnsolved}, MinSeverity: alerts.Warning,
 		Action: lists.Deny, TTL: 24 * time.Hour}
 	dry := true
-	pol := alerts.NewPolicies(config.Feedback{DryRun: &dry, MaxPerHour: 10, Policies: []config.FeedbackPolicy{deny}}, nil, nil, nil,
-		func(string) bool { return false })
+	pol := alerts.NewPolicies(config.Feedback{DryRun: &dry, MaxPerHour: 10, Policies: []config.FeedbackPolicy{deny}}, nil, nil,
+		func(string) bool { return false }, 64)
 	s := newSim(t, cfg, time.Minute, &out, "", pol)
 	rng := rand.New(rand.NewPCG(31, 32))
 	s.run(t0, t0.Add(10*time.Minute), rng, background, func(sec time.Time) {

@@ -121,9 +121,8 @@ type Feedback struct {
 	// Actions is the JSON-lines file of every action record; "" keeps them
 	// beside the alerts.
 	Actions string `yaml:"actions"`
-	// Events is the JSON-lines file of the feedback events (decisions of
-	// kind feedback) the actions make, for the decision log; "" writes none.
-	Events   string           `yaml:"events"`
+	// Policies write list entries only: the edge that reads the lists
+	// records each change as one feedback event in its decisions.
 	Policies []FeedbackPolicy `yaml:"policies"`
 }
 
@@ -264,6 +263,33 @@ func (v *validator) feedback(f *Feedback) {
 		v.oneOf(at("min_severity"), p.MinSeverity, AlertSeverities)
 		v.oneOf(at("action"), p.Action, FeedbackActions)
 		v.durationRange(at("ttl"), p.TTL, time.Minute, 365*24*time.Hour)
+	}
+}
+
+// feedbackLists checks that, with feedback.dry_run false, every policy's
+// list has a store the policies can write and the edge reads: the lists
+// table, or the list's file (and, for the challenge list, challenge
+// tokens, without which the edge does not read it).
+func (v *validator) feedbackLists(c *Config) {
+	f := &c.Feedback
+	if f.DryRun == nil || *f.DryRun {
+		return
+	}
+	files := map[string]string{"allow": c.Lists.AllowFile, "deny": c.Lists.DenyFile, "challenge": c.Lists.ChallengeFile}
+	for i, p := range f.Policies {
+		path, known := files[p.Action]
+		if !known {
+			continue // reported by feedback
+		}
+		at := key("feedback", "policies", index(i), "action")
+		switch {
+		case c.Lists.Table == "" && path == "":
+			v.report(at, p.Action, "names a list with no store, and feedback.dry_run is false",
+				"a list with a store: set lists."+p.Action+"_file or lists.table, or keep feedback.dry_run: true")
+		case p.Action == "challenge" && !c.Challenge.Enabled:
+			v.report(at, p.Action, "needs challenge.enabled: true, and feedback.dry_run is false",
+				"challenge.enabled: true, so the edge reads the challenge list, or keep feedback.dry_run: true")
+		}
 	}
 }
 

@@ -28,6 +28,12 @@ func TestAlertErrors(t *testing.T) {
 			"feedback.policies[0].ttl", "1m to 8760h"},
 		{"emf sink", "alerts:\n  sinks: {emf: \"file:\"} # <-\n" + anonymous, "alerts.sinks.emf", "stdout, file:PATH"},
 		{"cap", "feedback:\n  max_per_hour: -1 # <-\n" + anonymous, "feedback.max_per_hour", "1 to 1000000"},
+		{"policy list without store", "feedback:\n  dry_run: false\n  policies:\n    - name: p\n      alerts: [heavy_hitter]\n      action: challenge # <-\n" + anonymous,
+			"feedback.policies[0].action", `"challenge" names a list with no store, and feedback.dry_run is false; use a list with a store: set lists.challenge_file or lists.table`},
+		{"policy deny list without store", "lists: {challenge_file: c.txt}\nchallenge: {enabled: true, secret: " + strings.Repeat("k", 32) + "}\nfeedback:\n  dry_run: false\n  policies:\n    - name: p\n      alerts: [heavy_hitter]\n      action: deny # <-\n" + anonymous,
+			"feedback.policies[0].action", "set lists.deny_file or lists.table"},
+		{"policy challenge without tokens", "lists: {table: ratewarden-lists}\nfeedback:\n  dry_run: false\n  policies:\n    - name: p\n      alerts: [heavy_hitter]\n      action: challenge # <-\n" + anonymous,
+			"feedback.policies[0].action", "needs challenge.enabled: true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := markedLine(tc.yaml)
@@ -37,6 +43,20 @@ func TestAlertErrors(t *testing.T) {
 				t.Errorf("got  %s\nwant %s: …%s…", msg, prefix, tc.want)
 			}
 		})
+	}
+}
+
+// TestFeedbackListsStored: a policy that writes (dry_run false) to a list
+// with a store is accepted, and in dry run any list is.
+func TestFeedbackListsStored(t *testing.T) {
+	for _, y := range []string{
+		"lists: {deny_file: d.txt}\nfeedback:\n  dry_run: false\n  policies:\n    - {name: p, alerts: [heavy_hitter], action: deny}\n",
+		"lists: {table: ratewarden-lists}\nfeedback:\n  dry_run: false\n  policies:\n    - {name: p, alerts: [heavy_hitter], action: allow}\n",
+		"feedback:\n  policies:\n    - {name: p, alerts: [heavy_hitter], action: challenge}\n",
+	} {
+		if _, err := load([]byte(y+anonymous), "test.yaml"); err != nil {
+			t.Errorf("%s: %v", y, err)
+		}
 	}
 }
 

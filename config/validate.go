@@ -56,6 +56,7 @@ func (c *Config) validate() *validator {
 	v.alerts(&c.Alerts, c.Tiers)
 	v.feedback(&c.Feedback)
 	v.lambdaEdge(&c.LambdaEdge)
+	v.feedbackLists(c)
 	return v
 }
 

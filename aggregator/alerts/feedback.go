@@ -2,27 +2,23 @@ package alerts
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/ratewarden/ratewarden/config"
-	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
-// ListWriter writes feedback-list entries: the file and DynamoDB list
+// ListWriter writes feedback-list entries and reads them back, so that a
+// policy never weakens an entry already there: the file and DynamoDB list
 // stores implement it.
 type ListWriter interface {
 	Put(ctx context.Context, e lists.Entry) error
 	Remove(ctx context.Context, list, target, by string) error
-}
-
-// EventWriter records a feedback event (a decisions.Decision of kind
-// KindFeedback) where the decision log's readers find it.
-type EventWriter interface {
-	Feedback(ctx context.Context, d decisions.Decision) error
+	Entries(ctx context.Context, list string) ([]lists.Entry, error)
 }
 
 // AllowList is the current allow list (a *lists.Watcher): identities on it
@@ -40,11 +36,14 @@ const (
 	WhyPayingTier    = "paying_tier"
 	WhyNoTarget      = "no_target"
 	WhyWriteFailed   = "write_failed"
+	// WhyStronger: an entry at least as strong already covers the target
+	// (on the deny list, or on the same list for at least as long), and
+	// a store's Put would replace it with this weaker one.
+	WhyStronger = "stronger_entry"
+	// WhyReadFailed: the lists could not be read to look for a stronger
+	// entry, so nothing was written.
+	WhyReadFailed = "read_failed"
 )
-
-// FeedbackAction is the Action of a feedback event that proposes an entry
-// a person must approve (Entry.Pending), beside "add" and "remove".
-const FeedbackAction = "propose"
 
 // maxTargets bounds the identities one alert acts on (a credential
 // stuffing alert names its top clients).
@@ -53,25 +52,37 @@ const maxTargets = topIdentities
 // Policies turn firing alerts into list entries by the configured
 // policies, within the guard rails: an allow-listed identity or a paying
 // tier gets a pending entry a person approves, never an applied one; an
-// allow-list action is always a proposal; at most MaxPerHour entries are
+// allow-list action is always a proposal; an entry at least as strong as
+// the policy's (a deny entry, or one on the same list lasting as long or
+// longer, whoever wrote it) is never replaced; an IPv6 client is listed
+// by the prefix the edge counts it under; at most MaxPerHour entries are
 // written per hour of event time; in dry-run mode nothing is written and
-// every action is still recorded. The zero value is not usable: use
+// every action is still recorded.
+//
+// Policies write the lists only. They record no feedback event: the edge
+// that reads the lists records each change it sees as exactly one feedback
+// event in its decision stream (see package lists), and the Action records
+// are the policies' audit trail. The zero value is not usable: use
 // NewPolicies. It is not safe for concurrent use.
 type Policies struct {
 	cfg    config.Feedback
 	dry    bool
-	lists  ListWriter  // nil: dry run only
-	events EventWriter // nil: none
-	allow  AllowList   // nil: nobody is allow-listed
+	lists  ListWriter // nil: dry run only
+	allow  AllowList  // nil: nobody is allow-listed
 	paying func(tier string) bool
+	v6bits int // the edge's identity.ipv6_prefix
 }
 
 // NewPolicies returns the policies of cfg writing to w (nil only in dry
-// run), recording events to ev (nil: none) and consulting allow (nil: no
-// allow list); paying says whether a tier is a paying one.
-func NewPolicies(cfg config.Feedback, w ListWriter, ev EventWriter, allow AllowList, paying func(string) bool) *Policies {
+// run) and consulting allow (nil: no allow list); paying says whether a
+// tier is a paying one, and ipv6Prefix is the length of the prefix the
+// edge counts an IPv6 client under (identity.ipv6_prefix; 0 takes 64).
+func NewPolicies(cfg config.Feedback, w ListWriter, allow AllowList, paying func(string) bool, ipv6Prefix int) *Policies {
 	dry := cfg.DryRun == nil || *cfg.DryRun || w == nil
-	return &Policies{cfg: cfg, dry: dry, lists: w, events: ev, allow: allow, paying: paying}
+	if ipv6Prefix <= 0 || ipv6Prefix > 128 {
+		ipv6Prefix = 64
+	}
+	return &Policies{cfg: cfg, dry: dry, lists: w, allow: allow, paying: paying, v6bits: ipv6Prefix}
 }
 
 // DryRun reports whether the policies only record.
@@ -106,14 +117,31 @@ func (p *Policies) Act(ctx context.Context, a Alert, applied *[]time.Time) []Act
 	return out
 }
 
-// act takes one policy's action on one target.
-func (p *Policies) act(ctx context.Context, a Alert, pol config.FeedbackPolicy, target string, applied *[]time.Time) Action {
+// ListTarget is the target a policy lists for an identity of an alert: an
+// IPv6 address becomes the prefix of ipv6Prefix bits it is counted under at
+// the edge (2001:db8:1:2::/64), so that the client cannot step around its
+// entry by moving within its prefix; anything else is kept as it is.
+func ListTarget(id string, ipv6Prefix int) string {
+	a, err := netip.ParseAddr(id)
+	if err != nil || !a.Is6() || a.Is4In6() || ipv6Prefix >= 128 {
+		return id
+	}
+	pf, err := a.WithZone("").Prefix(ipv6Prefix)
+	if err != nil {
+		return id
+	}
+	return pf.String()
+}
+
+// act takes one policy's action on one identity.
+func (p *Policies) act(ctx context.Context, a Alert, pol config.FeedbackPolicy, id string, applied *[]time.Time) Action {
+	target := ListTarget(id, p.v6bits)
 	act := Action{Kind: "action", Time: a.Time, Policy: pol.Name, Alert: a.Key, List: pol.Action, Target: target, TTL: pol.TTL.String()}
 	pending := ""
 	switch {
 	case pol.Action == lists.Allow:
 		pending = WhyNeedsApproval
-	case p.allowListed(target):
+	case p.allowListed(id) || p.allowListed(target):
 		pending = WhyAllowListed
 	case a.Tier != "" && p.paying(a.Tier):
 		pending = WhyPayingTier
@@ -131,25 +159,77 @@ func (p *Policies) act(ctx context.Context, a Alert, pol config.FeedbackPolicy, 
 	}
 	e := lists.Entry{List: pol.Action, Target: target, Expires: a.Time.Add(pol.TTL),
 		Reason: "alert " + a.Key, By: "policy:" + pol.Name, Added: a.Time, Pending: pending != ""}
+	switch stronger, err := p.stronger(ctx, &e, a.Time); {
+	case err != nil:
+		act.Why = WhyReadFailed
+		return act
+	case stronger:
+		act.Why = WhyStronger
+		return act
+	}
 	if err := p.lists.Put(ctx, e); err != nil {
 		act.Why = WhyWriteFailed
 		return act
 	}
 	*applied = append(*applied, a.Time)
 	act.Applied, act.Why = pending == "", pending
-	if p.events != nil {
-		action := "add"
-		if e.Pending {
-			action = FeedbackAction
+	return act
+}
+
+// outranks are the lists whose entries are at least as strong as an entry
+// on a list: the list itself, and the deny list over the challenge list.
+var outranks = map[string][]string{
+	lists.Deny:      {lists.Deny},
+	lists.Challenge: {lists.Deny, lists.Challenge},
+	lists.Allow:     {lists.Allow},
+}
+
+// stronger reports whether an entry at now is at least as strong as e: it
+// covers e's target on e's list or one that outranks it, and lasts at least
+// as long (a pending e is outranked by any entry of its target, pending or
+// not, so that a proposal is made once). A list the store does not keep
+// has no entries.
+func (p *Policies) stronger(ctx context.Context, e *lists.Entry, now time.Time) (bool, error) {
+	for _, list := range outranks[e.List] {
+		es, err := p.lists.Entries(ctx, list)
+		if errors.Is(err, lists.ErrNoList) {
+			continue
 		}
-		// A failed event leaves the entry written: the action record says
-		// so, and the list is what the edge obeys.
-		if err := p.events.Feedback(ctx, decisions.Decision{Kind: decisions.KindFeedback, Time: a.Time, Node: e.By,
-			List: e.List, Action: action, Target: target, TTL: pol.TTL, Reason: e.Reason}); err != nil {
-			act.Why = strings.TrimPrefix(act.Why+",event_failed", ",")
+		if err != nil {
+			return false, err
+		}
+		for i := range es {
+			o := &es[i]
+			if !o.Removed.IsZero() || (!o.Expires.IsZero() && !now.Before(o.Expires)) || !covers(o.Target, e.Target) {
+				continue
+			}
+			if e.Pending && list == e.List {
+				return true, nil
+			}
+			if !o.Pending && (o.Expires.IsZero() || !o.Expires.Before(e.Expires)) {
+				return true, nil
+			}
 		}
 	}
-	return act
+	return false, nil
+}
+
+// covers reports whether an entry for target outer applies to every client
+// target names: the same target, or a prefix holding target's address or
+// prefix.
+func covers(outer, target string) bool {
+	if outer == target {
+		return true
+	}
+	op, err := netip.ParsePrefix(outer)
+	if err != nil {
+		return false
+	}
+	if pf, err := netip.ParsePrefix(target); err == nil {
+		return op.Bits() <= pf.Bits() && op.Contains(pf.Addr())
+	}
+	a, err := netip.ParseAddr(target)
+	return err == nil && op.Contains(a)
 }
 
 // allowListed reports whether target (an address, a CIDR or user:<id>) is

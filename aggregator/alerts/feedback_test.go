@@ -3,6 +3,7 @@ package alerts_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/config"
-	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
@@ -46,12 +46,16 @@ func (s *listStore) Remove(_ context.Context, list, target, _ string) error {
 	return nil
 }
 
-// eventLog keeps the feedback events.
-type eventLog struct{ ds []decisions.Decision }
-
-func (l *eventLog) Feedback(_ context.Context, d decisions.Decision) error {
-	l.ds = append(l.ds, d)
-	return nil
+func (s *listStore) Entries(_ context.Context, list string) ([]lists.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []lists.Entry
+	for k, e := range s.entries {
+		if k[0] == list {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // allowFile is an allow list read from a file, as the edge reads it.
@@ -104,19 +108,18 @@ func TestPolicyGuardRails(t *testing.T) {
 		why     string
 		entry   bool // an entry was written
 		pending bool
-		event   string // the feedback event's action, "" none
 	}{
-		{"applied", false, challengeHitters, hitter("203.0.113.7", "anonymous", at), true, "", true, false, "add"},
-		{"dry run", true, challengeHitters, hitter("203.0.113.7", "anonymous", at), false, alerts.WhyDryRun, false, false, ""},
-		{"allow-listed user", false, challengeHitters, hitter("user:partner", "authenticated", at), false, alerts.WhyAllowListed, true, true, alerts.FeedbackAction},
-		{"allow-listed prefix", false, challengeHitters, hitter("198.51.100.9", "anonymous", at), false, alerts.WhyAllowListed, true, true, alerts.FeedbackAction},
-		{"paying tier", false, challengeHitters, hitter("user:p-1", "pro", at), false, alerts.WhyPayingTier, true, true, alerts.FeedbackAction},
+		{"applied", false, challengeHitters, hitter("203.0.113.7", "anonymous", at), true, "", true, false},
+		{"dry run", true, challengeHitters, hitter("203.0.113.7", "anonymous", at), false, alerts.WhyDryRun, false, false},
+		{"allow-listed user", false, challengeHitters, hitter("user:partner", "authenticated", at), false, alerts.WhyAllowListed, true, true},
+		{"allow-listed prefix", false, challengeHitters, hitter("198.51.100.9", "anonymous", at), false, alerts.WhyAllowListed, true, true},
+		{"paying tier", false, challengeHitters, hitter("user:p-1", "pro", at), false, alerts.WhyPayingTier, true, true},
 		{"allow is a proposal", false, config.FeedbackPolicy{Name: "propose", Alerts: []string{alerts.TypeHeavyHitter}, MinSeverity: alerts.Info,
-			Action: lists.Allow, TTL: time.Hour}, hitter("user:u-1", "authenticated", at), false, alerts.WhyNeedsApproval, true, true, alerts.FeedbackAction},
+			Action: lists.Allow, TTL: time.Hour}, hitter("user:u-1", "authenticated", at), false, alerts.WhyNeedsApproval, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, events := &listStore{}, &eventLog{}
-			p := alerts.NewPolicies(feedbackConfig(tc.dry, 10, tc.pol), store, events, allow, paying)
+			store := &listStore{}
+			p := alerts.NewPolicies(feedbackConfig(tc.dry, 10, tc.pol), store, allow, paying, 64)
 			var applied []time.Time
 			acts := p.Act(context.Background(), tc.alert, &applied)
 			if len(acts) != 1 {
@@ -131,17 +134,6 @@ func TestPolicyGuardRails(t *testing.T) {
 			if ok != tc.entry || ok && (e.Pending != tc.pending || !e.Expires.Equal(at.Add(time.Hour)) || e.By != "policy:"+tc.pol.Name) {
 				t.Errorf("entry %+v (written %v)", e, ok)
 			}
-			var got string
-			if len(events.ds) == 1 {
-				d := events.ds[0]
-				got = d.Action
-				if d.Kind != decisions.KindFeedback || d.Target != target || d.List != tc.pol.Action || d.TTL != time.Hour || !d.Time.Equal(at) {
-					t.Errorf("event %+v", d)
-				}
-			}
-			if got != tc.event || len(events.ds) > 1 {
-				t.Errorf("events %+v, want one of action %q", events.ds, tc.event)
-			}
 		})
 	}
 }
@@ -151,7 +143,7 @@ func TestPolicyGuardRails(t *testing.T) {
 // written again.
 func TestPolicyCap(t *testing.T) {
 	store := &listStore{}
-	p := alerts.NewPolicies(feedbackConfig(false, 3, challengeHitters), store, nil, nil, func(string) bool { return false })
+	p := alerts.NewPolicies(feedbackConfig(false, 3, challengeHitters), store, nil, func(string) bool { return false }, 64)
 	var applied []time.Time
 	var whys []string
 	for i, at := range []time.Duration{0, time.Minute, 2 * time.Minute, 3 * time.Minute, 59 * time.Minute, 61 * time.Minute} {
@@ -173,7 +165,7 @@ func TestPolicySeverityAndState(t *testing.T) {
 	store := &listStore{}
 	pol := challengeHitters
 	pol.MinSeverity = alerts.Critical
-	p := alerts.NewPolicies(feedbackConfig(false, 10, pol), store, nil, nil, func(string) bool { return false })
+	p := alerts.NewPolicies(feedbackConfig(false, 10, pol), store, nil, func(string) bool { return false }, 64)
 	var applied []time.Time
 	a := hitter("203.0.113.7", "anonymous", t0)
 	warn := a
@@ -190,5 +182,132 @@ func TestPolicySeverityAndState(t *testing.T) {
 	store.fail = true
 	if acts := p.Act(context.Background(), a, &applied); len(acts) != 1 || acts[0].Applied || acts[0].Why != alerts.WhyWriteFailed {
 		t.Errorf("with the store down: %+v", acts)
+	}
+}
+
+// fileLists is a list store of real files, challenge and deny, read at
+// now.
+func fileLists(t *testing.T, now time.Time, challenge, deny string) *lists.FileStore {
+	t.Helper()
+	dir := t.TempDir()
+	paths := map[string]string{lists.Challenge: filepath.Join(dir, "challenge.txt"), lists.Deny: filepath.Join(dir, "deny.txt")}
+	for path, text := range map[string]string{paths[lists.Challenge]: challenge, paths[lists.Deny]: deny} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return lists.NewFileStore(paths, func() time.Time { return now })
+}
+
+// TestPolicyNeverWeakens: a store's Put replaces the entry of its target,
+// so a policy looks first: an entry at least as strong (deny over
+// challenge, permanent or longer over shorter, a prefix over its
+// addresses), whoever wrote it, is kept, and the action says why it was
+// not applied; a weaker, expired or removed entry is replaced.
+func TestPolicyNeverWeakens(t *testing.T) {
+	at := t0.Add(time.Hour)
+	exp := func(d time.Duration) string { return at.Add(d).Format(time.RFC3339) }
+	for _, tc := range []struct {
+		name, challenge, deny string
+		applied               bool
+		kept                  string // the challenge list's entry for the target afterwards: its by
+	}{
+		{"permanent challenge by a person", "203.0.113.7 by=alice reason=scraper\n", "", false, "alice"},
+		{"longer challenge", "203.0.113.7 by=alice expires=" + exp(2*time.Hour) + "\n", "", false, "alice"},
+		{"equal challenge", "203.0.113.7 by=alice expires=" + exp(time.Hour) + "\n", "", false, "alice"},
+		{"denied", "", "203.0.113.7 by=alice\n", false, ""},
+		{"denied prefix", "", "203.0.113.0/24 by=alice expires=" + exp(3*time.Hour) + "\n", false, ""},
+		{"shorter challenge", "203.0.113.7 by=alice expires=" + exp(10*time.Minute) + "\n", "", true, "policy:challenge-hitters"},
+		{"shorter deny", "", "203.0.113.7 by=alice expires=" + exp(10*time.Minute) + "\n", true, "policy:challenge-hitters"},
+		{"expired challenge", "203.0.113.7 by=alice expires=" + exp(-time.Minute) + "\n", "", true, "policy:challenge-hitters"},
+		{"removed challenge", "203.0.113.7 by=alice removed=" + exp(-time.Minute) + "\n", "", true, "policy:challenge-hitters"},
+		{"another target", "203.0.113.8 by=alice\n", "", true, "policy:challenge-hitters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := fileLists(t, at, tc.challenge, tc.deny)
+			p := alerts.NewPolicies(feedbackConfig(false, 10, challengeHitters), store, nil, func(string) bool { return false }, 64)
+			var applied []time.Time
+			acts := p.Act(context.Background(), hitter("203.0.113.7", "anonymous", at), &applied)
+			wantWhy := ""
+			if !tc.applied {
+				wantWhy = alerts.WhyStronger
+			}
+			if len(acts) != 1 || acts[0].Applied != tc.applied || acts[0].Why != wantWhy {
+				t.Fatalf("actions %+v, want applied %v", acts, tc.applied)
+			}
+			es, err := store.Entries(context.Background(), lists.Challenge)
+			if err != nil {
+				t.Fatal(err)
+			}
+			by := ""
+			for _, e := range es {
+				if e.Target == "203.0.113.7" {
+					by = e.By
+				}
+			}
+			if by != tc.kept {
+				t.Errorf("challenge entry by %q, want %q (entries %+v)", by, tc.kept, es)
+			}
+			if !tc.applied && len(applied) != 0 {
+				t.Errorf("a kept entry counts against the cap: %v", applied)
+			}
+		})
+	}
+}
+
+// TestPolicyProposesOnce: a pending proposal is not written again while it
+// waits for approval.
+func TestPolicyProposesOnce(t *testing.T) {
+	at := t0.Add(time.Hour)
+	store := fileLists(t, at, "", "")
+	p := alerts.NewPolicies(feedbackConfig(false, 10, challengeHitters), store, nil, func(t string) bool { return t == "pro" }, 64)
+	var applied []time.Time
+	var whys []string
+	for i := range 2 {
+		acts := p.Act(context.Background(), hitter("user:p-1", "pro", at.Add(time.Duration(i)*time.Minute)), &applied)
+		whys = append(whys, acts[0].Why)
+	}
+	if want := []string{alerts.WhyPayingTier, alerts.WhyStronger}; !slices.Equal(whys, want) {
+		t.Errorf("why %q, want %q", whys, want)
+	}
+}
+
+// TestPolicyListsIPv6Prefix: the edge counts an IPv6 client under its
+// /identity.ipv6_prefix, so a policy lists that prefix, not the address:
+// the client cannot step around its entry by moving within its prefix,
+// and the edge's challenge list holds every address of it.
+func TestPolicyListsIPv6Prefix(t *testing.T) {
+	at := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		id     string
+		bits   int
+		target string
+		inside string // another address of the client's prefix
+	}{
+		{"2001:db8:1:2:aaaa::7", 64, "2001:db8:1:2::/64", "2001:db8:1:2:ffff::1"},
+		{"2001:db8:1:2:aaaa::7", 48, "2001:db8:1::/48", "2001:db8:1:9::1"},
+		{"2001:db8:1:2:aaaa::7", 128, "2001:db8:1:2:aaaa::7", "2001:db8:1:2:aaaa::7"},
+		{"203.0.113.7", 64, "203.0.113.7", "203.0.113.7"},
+		{"user:u-1", 64, "user:u-1", ""},
+	} {
+		store := fileLists(t, at, "", "")
+		p := alerts.NewPolicies(feedbackConfig(false, 10, challengeHitters), store, nil, func(string) bool { return false }, tc.bits)
+		var applied []time.Time
+		acts := p.Act(context.Background(), hitter(tc.id, "anonymous", at), &applied)
+		if len(acts) != 1 || !acts[0].Applied || acts[0].Target != tc.target {
+			t.Errorf("%s /%d: actions %+v, want %s applied", tc.id, tc.bits, acts, tc.target)
+			continue
+		}
+		es, err := store.Entries(context.Background(), lists.Challenge)
+		if err != nil || len(es) != 1 || es[0].Target != tc.target {
+			t.Errorf("%s /%d: entries %+v, %v", tc.id, tc.bits, es, err)
+			continue
+		}
+		if tc.inside == "" {
+			continue
+		}
+		if l := lists.New(es, at); !l.ContainsAt(netip.MustParseAddr(tc.inside), "", at) {
+			t.Errorf("%s /%d: %s is not on the list", tc.id, tc.bits, tc.inside)
+		}
 	}
 }

@@ -44,5 +44,5 @@ type Action struct {
 	Target  string    `json:"target"` // address, CIDR or user:<id>
 	TTL     string    `json:"ttl,omitempty"`
 	Applied bool      `json:"applied"`       // false when dry-run, pending approval or refused by a guard rail
-	Why     string    `json:"why,omitempty"` // why not applied: dry_run, needs_approval, cap_reached, allow_listed, paying_tier
+	Why     string    `json:"why,omitempty"` // why not applied: dry_run, needs_approval, cap_reached, allow_listed, paying_tier, stronger_entry, write_failed, read_failed
 }
