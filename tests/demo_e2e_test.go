@@ -21,8 +21,10 @@ import (
 // challenged, then blocked, by its limits; a heavy_hitter alert naming
 // it; the challenge list holding it, written by the challenge-scrapers
 // policy; its requests challenged by the list (the decision log's
-// "challenge list" decisions); exactly one challenge/add feedback event
-// for it, recorded by the edge; the credential-stuffing alert; the users
+// "challenge list" decisions); one challenge/add feedback event for it,
+// recorded by the edge, per entry the policy applied (one, or two when
+// its global and path rules alert in successive windows and the second
+// entry outlives the first by a window); the credential-stuffing alert; the users
 // never refused; the origin kept far below the scraper's rate; and the
 // abuse report printed at the end naming the scraper's alert.
 func TestDemo(t *testing.T) {
@@ -77,10 +79,20 @@ func TestDemo(t *testing.T) {
 	}
 	var hh []alerts.Alert
 	stuffing := false
+	applied := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var a alerts.Alert
 		if err := json.Unmarshal([]byte(line), &a); err != nil {
 			t.Fatalf("%v: %s", err, line)
+		}
+		if a.Kind == "action" {
+			var ac alerts.Action
+			if err := json.Unmarshal([]byte(line), &ac); err != nil {
+				t.Fatalf("%v: %s", err, line)
+			}
+			if ac.Applied && ac.Target == scraper {
+				applied++
+			}
 		}
 		if a.Kind != "alert" || a.State != alerts.Firing {
 			continue
@@ -136,8 +148,9 @@ func TestDemo(t *testing.T) {
 			byList++
 		}
 	}
-	if got := strings.Join(feedback, ", "); got != "challenge/add by policy:challenge-scrapers" {
-		t.Errorf("feedback events for the scraper: %q, want one challenge/add by policy:challenge-scrapers", got)
+	want := strings.Repeat(", challenge/add by policy:challenge-scrapers", applied)
+	if got := strings.Join(feedback, ", "); applied == 0 || applied > 2 || got != strings.TrimPrefix(want, ", ") {
+		t.Errorf("feedback events for the scraper: %q, want one challenge/add by policy:challenge-scrapers per entry applied (%d)", got, applied)
 	}
 	if byList == 0 {
 		t.Error("the decision log holds no request of the scraper challenged by the list")
