@@ -30,6 +30,32 @@ type AlertsOptions struct {
 	// Archive accepts EMF documents stamped any time (windows read back
 	// from stored partials into a file).
 	Archive bool
+	// Watch, if set, is told of every alert and action as well, after the
+	// configured sinks (the demo prints them).
+	Watch AlertWatcher
+}
+
+// AlertWatcher is told of alerts and feedback actions as they are
+// recorded. It must not block.
+type AlertWatcher interface {
+	Alert(ctx context.Context, a alerts.Alert) error
+	Action(ctx context.Context, a alerts.Action) error
+}
+
+// watchSink is an AlertWatcher as an alerts.Sink.
+type watchSink struct{ w AlertWatcher }
+
+func (s watchSink) Alert(ctx context.Context, a alerts.Alert) error { return s.w.Alert(ctx, a) }
+func (watchSink) Close(context.Context) error                       { return nil }
+
+// teeActions records each action in the log, then tells the watcher.
+type teeActions struct {
+	log   alerts.ActionLog
+	watch AlertWatcher
+}
+
+func (t teeActions) Action(ctx context.Context, a alerts.Action) error {
+	return errors.Join(t.log.Action(ctx, a), t.watch.Action(ctx, a))
 }
 
 // Alerts is the alerts runner of a configuration with everything it
@@ -105,6 +131,15 @@ func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Ale
 		log := alerts.NewJSONLines(f, f)
 		a.closers = append(a.closers, log.Close)
 		actions = log
+	}
+	actions = actionsOrNil(actions)
+	if o.Watch != nil {
+		sinks = append(sinks, watchSink{o.Watch})
+		if actions == nil {
+			actions = o.Watch
+		} else {
+			actions = teeActions{actions, o.Watch}
+		}
 	}
 	var policies *alerts.Policies
 	if len(cfg.Feedback.Policies) > 0 {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/config"
-	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/demo"
 )
 
@@ -22,8 +22,9 @@ import (
 type DemoOptions struct {
 	Duration time.Duration // default 1m
 	Speed    float64       // the story's phases come Speed times sooner; default 1
-	// Dir keeps the decision log, the aggregator's state and partials;
-	// "" uses a temporary directory, removed at the end.
+	// Dir keeps the decision log, the aggregator's state and partials,
+	// the alerts and the challenge list (emptied at the start); "" uses a
+	// temporary directory, removed at the end.
 	Dir             string
 	DashboardListen string    // default 127.0.0.1:9092; "" for none
 	Out             io.Writer // a line per window, and the report; default discard
@@ -34,8 +35,13 @@ type DemoOptions struct {
 // RunDemo runs `ratewarden serve` (Serve, the same assembly) on the demo
 // configuration in front of the demo's sample origin, sends the story's
 // traffic through the edge for o.Duration, prints a line per aggregated
-// window while it runs, then stops serve cleanly and prints what happened
-// to each actor, what reached the origin and the clients refused most.
+// window and one per alert and feedback action while it runs, then stops
+// serve cleanly and prints what happened to each actor, what reached the
+// origin, when each step of the feedback loop happened and the abuse
+// report (report.Job, as `ratewarden report` makes it, in Markdown). It
+// returns an error when the loop was not shown: the scraper challenged
+// and blocked by its limits, a heavy_hitter alert for it, its entry on the
+// challenge list by a policy, and its requests challenged by the list.
 func RunDemo(ctx context.Context, o DemoOptions) error {
 	if o.Duration <= 0 {
 		o.Duration = time.Minute
@@ -62,6 +68,14 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	cfg.Serve.StateDir = filepath.Join(dir, "state")
 	cfg.Serve.PartialsDir = filepath.Join(dir, "partials")
 	cfg.Serve.Dashboard.Listen = o.DashboardListen
+	// The loop's files: the challenge list the policies write and the edge
+	// reads (empty at the start of every run, so the scraper is listed
+	// anew), and the alerts and actions.
+	cfg.Lists.ChallengeFile = filepath.Join(dir, "challenge.list")
+	cfg.Alerts.Sinks.File = filepath.Join(dir, "alerts.jsonl")
+	if err := os.WriteFile(cfg.Lists.ChallengeFile, nil, 0o644); err != nil {
+		return err
+	}
 
 	origin := demo.NewOrigin(time.Now)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -73,6 +87,11 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	defer originSrv.Close()
 	cfg.Edge.Upstream = "http://" + ln.Addr().String()
 
+	speed := max(o.Speed, 1)
+	traffic := &demo.Traffic{Speed: speed}
+	// Once the scraper is listed, the edge reads the list within a
+	// refresh: the 302s of requests sent after that are the list's.
+	loop := &demo.Loop{W: o.Out, Now: time.Now, Listed: func(at time.Time) { traffic.Mark(at.Add(cfg.Lists.Refresh)) }}
 	ready := make(chan ServeAddrs, 1)
 	serveCtx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
@@ -80,7 +99,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	go func() {
 		done <- Serve(serveCtx, cfg, ServeOptions{Options: Options{Log: o.Log, Getenv: o.Getenv},
 			Ready: func(a ServeAddrs) { ready <- a },
-			Sinks: []aggregator.Sink{&demo.Windows{W: o.Out}}})
+			Sinks: []aggregator.Sink{&demo.Windows{W: o.Out}}, Alerts: loop})
 	}()
 	var addrs ServeAddrs
 	select {
@@ -88,7 +107,6 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	case err := <-done:
 		return err
 	}
-	speed := max(o.Speed, 1)
 	fmt.Fprintf(o.Out, "demo: edge on http://%s/ in front of the sample origin on %s", addrs.Edge, cfg.Edge.Upstream)
 	if addrs.Dashboard != "" {
 		fmt.Fprintf(o.Out, "; dashboard on http://%s/", addrs.Dashboard)
@@ -96,7 +114,10 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	fmt.Fprintf(o.Out, "\ndemo: for %v: users of every tier throughout; the scraper %s at %d requests/s from %v; credential stuffing from %s0/24 at %d/s from %v\n",
 		o.Duration, demo.ScraperAddr, demo.ScraperRate, scaled(demo.ScraperStart, speed), demo.StuffingNet, demo.StuffingRate, scaled(demo.StuffingStart, speed))
 
-	traffic := &demo.Traffic{Target: "http://" + addrs.Edge, Speed: speed}
+	fmt.Fprintf(o.Out, "demo: windows of %v; alerts and the policies' actions in %s; the challenge list in %s, read every %v\n",
+		cfg.Serve.Window, cfg.Alerts.Sinks.File, cfg.Lists.ChallengeFile, cfg.Lists.Refresh)
+	traffic.Target = "http://" + addrs.Edge
+	start := time.Now()
 	traffic.Run(ctx, o.Duration, time.Now)
 	stopServe()
 	if err := <-done; err != nil {
@@ -110,45 +131,42 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	st := origin.Stats()
 	fmt.Fprintf(o.Out, "demo: the origin served %d requests, at most %d in one second; %d logins, %d with a wrong password\n",
 		st.Requests, st.PeakPerSec, st.Logins, st.FailedLogins)
-	return demoReport(o.Out, &aggregator.PartialsDir{Dir: cfg.Serve.PartialsDir}, cfg.Serve.Window)
+	scraper := traffic.Stats(demo.ActorScraper)
+	ls := loop.State()
+	printLoop(o.Out, start, scraper, ls)
+
+	// The abuse report, as `ratewarden report` makes it.
+	job := &report.Job{PartialsDir: cfg.Serve.PartialsDir, AlertsFile: cfg.Alerts.Sinks.File, Format: report.Markdown,
+		Rollup: aggregator.Options{Window: cfg.Serve.Window, TopK: cfg.Serve.TopK},
+		Options: report.Options{From: start, To: time.Now(), Title: "ratewarden demo: abuse report",
+			Source: "partials " + cfg.Serve.PartialsDir, Top: 5, TopK: cfg.Serve.TopK}}
+	if _, b, err := job.Run(ctx); err != nil {
+		fmt.Fprintln(o.Out, "demo: report:", err)
+	} else {
+		fmt.Fprintf(o.Out, "\n%s", b)
+	}
+	if err := demo.Check(scraper, ls); err != nil {
+		return fmt.Errorf("demo: %w (give it --duration 60s or more)", err)
+	}
+	fmt.Fprintln(o.Out, "demo: the loop was shown: the scraper challenged, blocked, alerted, put on the challenge list and challenged by it")
+	return nil
+}
+
+// printLoop prints when each step of the loop happened, from the demo's
+// start.
+func printLoop(w io.Writer, start time.Time, scraper *demo.ActorStats, s demo.LoopState) {
+	f := scraper.Firsts()
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return "+" + t.Sub(start).Round(100*time.Millisecond).String()
+	}
+	fmt.Fprintf(w, "demo: the loop: the scraper from %s, first challenged %s, first blocked %s; heavy_hitter on the window ending %s, raised %s; listed %s (%s); first challenged by the list %s (%d requests since); credential_stuffing raised %s; alerts raised %d, actions applied %d\n",
+		at(f.Sent), at(f.Challenged), at(f.Blocked), at(s.AlertWindow), at(s.Alerted), at(s.Listed), s.ListedBy,
+		at(f.ChallengedSinceMark), scraper.ChallengedSinceMark.Load(), at(s.Stuffing), s.Alerts, s.Applied)
 }
 
 func scaled(d time.Duration, speed float64) time.Duration {
 	return time.Duration(float64(d) / speed).Round(time.Millisecond)
-}
-
-// demoReport prints the decisions of every window the aggregator wrote,
-// by outcome, and the clients refused most.
-func demoReport(w io.Writer, dir *aggregator.PartialsDir, window time.Duration) error {
-	ps, problems, err := dir.Read(window, time.Time{}, time.Now().Add(time.Hour))
-	if err != nil {
-		return err
-	}
-	for _, p := range problems {
-		fmt.Fprintf(w, "demo: partial skipped: %s: %v\n", p.Path, p.Err)
-	}
-	var all *aggregator.Partial
-	for _, p := range ps {
-		if all == nil {
-			all = aggregator.NewPartial(p.Start, window, 100)
-		}
-		if err := all.Merge(p, false); err != nil {
-			return err
-		}
-	}
-	if all == nil {
-		fmt.Fprintln(w, "demo: no window was aggregated")
-		return nil
-	}
-	fmt.Fprintf(w, "demo: the aggregator's %d windows:", len(ps))
-	for oc, n := range all.Counts.ByOutcome() {
-		if n > 0 {
-			fmt.Fprintf(w, " %s %d", decisions.Outcome(oc), n)
-		}
-	}
-	fmt.Fprintln(w, "\ndemo: clients refused most (challenged, blocked or denied):")
-	for _, h := range all.Offenders.Refusals.Top(5) {
-		fmt.Fprintf(w, "  %-18s %d\n", h.Client, h.Count)
-	}
-	return nil
 }

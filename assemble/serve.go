@@ -1,8 +1,7 @@
 package assemble
 
 import (
-	"bufio"
-	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,13 +10,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/dashboards"
+	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
 // DefaultServeLog is the decision log `ratewarden serve` writes when
@@ -39,7 +42,11 @@ type ServeOptions struct {
 	// Sinks are more aggregator sinks beside the partials and the
 	// dashboard: an EMF sink, or the alert detectors.
 	Sinks []aggregator.Sink
-	Now   func() time.Time // default time.Now
+	// Alerts, if set, is told of every alert and feedback action of the
+	// alerts runner serve runs when the configuration has an alerts or a
+	// feedback section.
+	Alerts AlertWatcher
+	Now    func() time.Time // default time.Now
 }
 
 // Serve runs, in one process and until ctx is done, what `ratewarden
@@ -48,9 +55,17 @@ type ServeOptions struct {
 // following that log (aggregator.RunLog, with the partials in
 // serve.partials_dir and its metrics as AggregatorMetrics serves them) and
 // the live dashboard (dashboards.Live) reading the aggregator's outputs.
+// When the configuration has an alerts or a feedback section, the alerts
+// runner and the feedback policies (NewAlerts, as `aggregate --alerts`
+// runs them) are one more sink of the aggregator, their state in
+// serve.state_dir; their JSON lines go to alerts.sinks.file, by default
+// serve.dashboard.alerts_file or else alerts.jsonl in serve.state_dir,
+// which the dashboard then shows; their metrics join the aggregator's on
+// the dashboard's /metrics. The dashboard's lists view reads the list
+// store the lists section names (OpenLists), the challenge list included.
 // Shutting down, it drains the edge, flushes its decisions to the log,
-// lets the aggregator read them and emit every open window, then stops
-// the dashboard.
+// lets the aggregator read them and emit every open window, closes the
+// alerts' sinks (the webhook's queue flushed), then stops the dashboard.
 func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) {
 	log := o.Log
 	if log == nil {
@@ -85,13 +100,40 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		}
 		defer dashLn.Close() // after a failed start; Serve closes it otherwise
 	}
+	al, err := serveAlerts(ctx, cfg, &sv, o)
+	if err != nil {
+		return err
+	}
+	var extraMetrics []func(metric.Meter) error
+	alertsClosed := al == nil
+	closeAlerts := func() {
+		if alertsClosed {
+			return
+		}
+		alertsClosed = true
+		actx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
+		defer cancel()
+		if cerr := al.Close(actx); cerr != nil {
+			log.Error("alerts: close", "err", cerr)
+		}
+		var b strings.Builder
+		al.Report(&b, "alerts")
+		for line := range strings.Lines(b.String()) {
+			log.Info(strings.TrimSpace(line))
+		}
+	}
+	defer closeAlerts()
+	if al != nil {
+		o.Sinks = append(o.Sinks[:len(o.Sinks):len(o.Sinks)], al.Runner)
+		extraMetrics = append(extraMetrics, al.RegisterMetrics)
+	}
 	var latest atomic.Pointer[aggregator.RunStats]
 	metrics, err := AggregatorMetrics(func() aggregator.RunStats {
 		if p := latest.Load(); p != nil {
 			return *p
 		}
 		return aggregator.RunStats{}
-	}, nil, now)
+	}, nil, now, extraMetrics...)
 	if err != nil {
 		return err
 	}
@@ -161,8 +203,15 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	dashErr := make(chan error, 1)
 	if dashLn != nil {
 		var lists dashboards.ListSource
-		if cfg.Lists.AllowFile != "" || cfg.Lists.DenyFile != "" {
-			lists = fileLists{{"allow", cfg.Lists.AllowFile}, {"deny", cfg.Lists.DenyFile}}
+		if len(ListFiles(cfg.Lists)) > 0 || cfg.Lists.Table != "" {
+			store, names, _, err := OpenLists(ctx, cfg, now)
+			if err != nil {
+				stopAgg()
+				<-aggDone
+				srv.Close()
+				return err
+			}
+			lists = storeLists{store, names}
 		}
 		live := dashboards.Live(dashboards.LiveOptions{Index: index, Token: token, AlertsFile: sv.Dashboard.AlertsFile, Lists: lists, Now: now,
 			Metrics: metrics,
@@ -212,6 +261,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			aggErr = nil
 		}
 	}
+	// Every window has reached the alerts: their sinks flush.
+	closeAlerts()
 	if st := latest.Load(); st != nil {
 		log.Info("aggregator stopped", "events", st.Rollup.Events, "windows", st.Rollup.Windows, "outputs", st.Outputs, "next_offset", st.Next)
 	}
@@ -257,36 +308,57 @@ func catchUp(ctx context.Context, progress <-chan aggregator.RunStats, done chan
 	}
 }
 
-// fileLists reads the allow and deny list files for the dashboard: one
-// entry per target line, comments and blank lines left out.
-type fileLists []struct{ list, path string }
+// storeLists reads the feedback lists for the dashboard from their store
+// (the list files or the lists table), at most maxListEntries of each.
+type storeLists struct {
+	store interface {
+		Entries(ctx context.Context, list string) ([]lists.Entry, error)
+	}
+	names []string
+}
 
-var _ dashboards.ListSource = fileLists(nil)
+var _ dashboards.ListSource = storeLists{}
 
 // maxListEntries bounds what the dashboard shows of one list.
 const maxListEntries = 10_000
 
-func (f fileLists) Entries(context.Context) ([]dashboards.ListEntry, error) {
+func (s storeLists) Entries(ctx context.Context) ([]dashboards.ListEntry, error) {
 	var out []dashboards.ListEntry
-	for _, l := range f {
-		if l.path == "" {
-			continue
-		}
-		b, err := os.ReadFile(l.path)
+	for _, name := range s.names {
+		es, err := s.store.Entries(ctx, name)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s list: %w", name, err)
 		}
-		// As lists.Parse reads them: a byte-order mark some editors write
-		// is not part of the first entry.
-		sc := bufio.NewScanner(bytes.NewReader(bytes.TrimPrefix(b, []byte("\uFEFF"))))
-		n := 0
-		for sc.Scan() && n < maxListEntries {
-			line, _, _ := strings.Cut(sc.Text(), "#")
-			if line = strings.TrimSpace(line); line != "" {
-				out = append(out, dashboards.ListEntry{List: l.list, Target: line, By: l.path})
-				n++
-			}
+		for _, e := range es[:min(len(es), maxListEntries)] {
+			out = append(out, dashboards.ListEntry{List: name, Target: e.Target, Expires: e.Expires, Reason: e.Reason,
+				By: e.By, Added: e.Added, Pending: e.Pending})
 		}
 	}
 	return out, nil
+}
+
+// serveAlerts assembles the alerts runner when cfg has an alerts or a
+// feedback section (nil otherwise), defaulting where its JSON lines go
+// and what the dashboard sv shows.
+func serveAlerts(ctx context.Context, cfg *config.Config, sv *config.Serve, o ServeOptions) (*Alerts, error) {
+	if !cfg.Has("alerts") && !cfg.Has("feedback") {
+		return nil, nil
+	}
+	s := &cfg.Alerts.Sinks
+	if s.File == "" {
+		s.File = cmp.Or(sv.Dashboard.AlertsFile, filepath.Join(sv.StateDir, "alerts.jsonl"))
+	}
+	if sv.Dashboard.AlertsFile == "" && s.File != "-" {
+		sv.Dashboard.AlertsFile = s.File
+	}
+	dirs := []string{sv.StateDir}
+	if s.File != "-" {
+		dirs = append(dirs, filepath.Dir(s.File))
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("alerts: %w", err)
+		}
+	}
+	return NewAlerts(ctx, cfg, AlertsOptions{Window: sv.Window, StateDir: sv.StateDir, Log: o.Log, Watch: o.Alerts})
 }

@@ -2,15 +2,21 @@ package assemble_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/dashboards"
 )
 
 const serveYAML = `
@@ -88,5 +94,123 @@ func TestServeAggregatorFails(t *testing.T) {
 	err := assemble.Serve(ctx, cfg, assemble.ServeOptions{})
 	if err == nil || !strings.Contains(err.Error(), "aggregator stopped") || ctx.Err() != nil {
 		t.Errorf("Serve = %v, want the aggregator's error before the deadline", err)
+	}
+}
+
+const serveAlertsYAML = `
+edge: {upstream: ORIGIN, listen: "127.0.0.1:0", admin_listen: ""}
+decisions: {linger: 10ms}
+identity: {trusted_proxies: [127.0.0.1]}
+challenge: {enabled: true, factor: 1}
+lists: {challenge_file: LIST, refresh: 1s}
+serve: {window: 1s, lateness: 0s, dashboard: {listen: "127.0.0.1:0"}}
+tiers:
+  anonymous:
+    global: {limit: 3, window: 1m}
+alerts: {}
+feedback:
+  dry_run: false
+  policies:
+    - {name: challenge-scrapers, alerts: [heavy_hitter], action: challenge, ttl: 30m}
+`
+
+// TestServeAlertsReachTheDashboard: with an alerts and a feedback section,
+// Serve runs the detectors and the policy in process: 40 requests of one
+// address in a second (over 5 × its limit of 3) raise a heavy_hitter
+// alert, which the dashboard's /api/alerts shows with the policy's action;
+// the policy's challenge entry shows in /api/lists; the edge challenges
+// the address's next request by the list; the alerts' metrics are on the
+// dashboard's /metrics; and Serve stops cleanly.
+func TestServeAlertsReachTheDashboard(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "challenge.list")
+	if err := os.WriteFile(list, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadConfig(t, strings.ReplaceAll(serveAlertsYAML, "LIST", list))
+	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan assemble.ServeAddrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- assemble.Serve(ctx, cfg, assemble.ServeOptions{Ready: func(a assemble.ServeAddrs) { ready <- a },
+			Options: assemble.Options{Getenv: func(string) string { return "" }}})
+	}()
+	var a assemble.ServeAddrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(url, xff string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", url, nil)
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	const scraper = "203.0.113.7"
+	for range 40 {
+		get("http://"+a.Edge+"/x", scraper)
+	}
+	// Until the alert, the entry and the list's challenge show, another
+	// client's request each 100 ms moves event time on.
+	var alertsAns struct {
+		Records []struct {
+			Alert  *alerts.Alert
+			Action *alerts.Action
+		}
+	}
+	var listsAns struct{ Entries []dashboards.ListEntry }
+	var alerted, acted, listed bool
+	status := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !(alerted && acted && listed && status == 302); time.Sleep(100 * time.Millisecond) {
+		get("http://"+a.Edge+"/x", "198.51.100.1")
+		_, b := get("http://"+a.Dashboard+"/api/alerts", "")
+		if err := json.Unmarshal(b, &alertsAns); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		for _, r := range alertsAns.Records {
+			if al := r.Alert; al != nil && al.Type == alerts.TypeHeavyHitter && al.State == alerts.Firing && slices.Equal(al.Identities, []string{scraper}) {
+				alerted = true
+			}
+			if ac := r.Action; ac != nil && ac.Applied && ac.List == "challenge" && ac.Target == scraper && ac.Policy == "challenge-scrapers" {
+				acted = true
+			}
+		}
+		_, b = get("http://"+a.Dashboard+"/api/lists", "")
+		if err := json.Unmarshal(b, &listsAns); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		for _, e := range listsAns.Entries {
+			if e.List == "challenge" && e.Target == scraper && e.By == "policy:challenge-scrapers" && !e.Expires.IsZero() {
+				listed = true
+			}
+		}
+		if listed {
+			status, _ = get("http://"+a.Edge+"/y", scraper)
+		}
+	}
+	if !alerted || !acted || !listed || status != 302 {
+		t.Fatalf("alert shown %v, action shown %v, entry shown %v, the scraper's status after %d; alerts %+v lists %+v",
+			alerted, acted, listed, status, alertsAns, listsAns)
+	}
+	_, m := get("http://"+a.Dashboard+"/metrics", "")
+	if !regexp.MustCompile(`(?m)^ratewarden_alerts_raised(_total)?(\{[^}]*\})? [1-9]`).Match(m) ||
+		!regexp.MustCompile(`(?m)^ratewarden_alerts_actions_applied(_total)?(\{[^}]*\})? [1-9]`).Match(m) {
+		t.Errorf("the dashboard's /metrics lacks the alerts raised and applied:\n%s", m)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -46,6 +46,14 @@ type Config struct {
 // or Load; "" for a configuration built in code.
 func (c *Config) File() string { return c.file }
 
+// Has reports whether the file set key, a key path such as "alerts" or
+// "feedback.policies": a section present, however empty, rather than
+// filled by Defaults.
+func (c *Config) Has(key string) bool {
+	_, ok := c.lines[key]
+	return ok
+}
+
 // Edge is the edge process: where it listens and where it forwards.
 type Edge struct {
 	Listen          string        `yaml:"listen"`            // default 127.0.0.1:8080

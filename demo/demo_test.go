@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
 )
 
 // TestOrigin: the sample origin answers the paths of the story, refuses
@@ -93,5 +94,49 @@ func TestWindowsLine(t *testing.T) {
 	want := "12:00:00  decisions     4  allowed     1  challenged    1  blocked     2  other    0  most refused 203.0.113.7 (3)\n"
 	if buf.String() != want {
 		t.Errorf("line\n%q\nwant\n%q", buf.String(), want)
+	}
+}
+
+// TestLoopCheck: the demo's check names each step of the loop that is
+// missing, and passes once the scraper was challenged before it was
+// listed, blocked, alerted, listed by a policy and challenged since the
+// traffic's mark.
+func TestLoopCheck(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Unix(1_700_000_000, 0)
+	var marked time.Time
+	l := &Loop{W: &out, Now: func() time.Time { return now }, Listed: func(at time.Time) { marked = at }}
+	st := new(ActorStats)
+	if err := Check(st, l.State()); err == nil || strings.Count(err.Error(), ";") != 4 {
+		t.Fatalf("nothing shown: %v, want five steps missing", err)
+	}
+	first(&st.firstChallenged, now.Add(-time.Second))
+	first(&st.firstBlocked, now)
+	l.Alert(context.Background(), alerts.Alert{Type: alerts.TypeHeavyHitter, State: alerts.Firing, Identities: []string{"192.0.2.1", ScraperAddr}, Summary: "s"})
+	l.Action(context.Background(), alerts.Action{List: "challenge", Target: "192.0.2.1", Policy: "p", Applied: true})
+	if err := Check(st, l.State()); err == nil || !strings.Contains(err.Error(), "no policy put the scraper") || strings.Contains(err.Error(), "alert") {
+		t.Fatalf("alerted, another address listed: %v", err)
+	}
+	l.Action(context.Background(), alerts.Action{List: "challenge", Target: ScraperAddr, Policy: "p", TTL: "10m0s", Applied: true})
+	if !marked.Equal(now) || l.State().ListedBy != "policy:p" {
+		t.Errorf("listed at %v by %q", marked, l.State().ListedBy)
+	}
+	if err := Check(st, l.State()); err == nil || !strings.Contains(err.Error(), "not challenged by the challenge list") {
+		t.Fatalf("not yet challenged by the list: %v", err)
+	}
+	st.ChallengedSinceMark.Add(1)
+	if err := Check(st, l.State()); err != nil {
+		t.Fatal(err)
+	}
+	// A first challenge after the listing is the list's, not the limits'.
+	late := new(ActorStats)
+	first(&late.firstChallenged, now.Add(time.Second))
+	first(&late.firstBlocked, now)
+	late.ChallengedSinceMark.Add(1)
+	if err := Check(late, l.State()); err == nil || !strings.Contains(err.Error(), "not challenged by its limits") {
+		t.Errorf("challenged only after the listing: %v", err)
+	}
+	if !strings.Contains(out.String(), "action challenge list + 203.0.113.7 for 10m0s by policy p (applied)") {
+		t.Errorf("lines:\n%s", out.String())
 	}
 }

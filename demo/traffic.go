@@ -45,8 +45,16 @@ type Traffic struct {
 	// would pass it is not sent, and counted. Default 256.
 	InFlight int
 
-	stats sync.Map // actor → *ActorStats
+	stats sync.Map     // actor → *ActorStats
+	mark  atomic.Int64 // Unix nanoseconds; 0: no mark
+	now   func() time.Time
 }
+
+// Mark counts, from at on, the 302s of requests sent at or after at apart
+// (ActorStats.ChallengedSinceMark): the demo marks when the challenge
+// list has been read with the scraper on it, so that the 302s after it
+// are the list's. The first mark holds.
+func (t *Traffic) Mark(at time.Time) { t.mark.CompareAndSwap(0, at.UnixNano()) }
 
 // ActorStats count one actor's requests by what the edge answered.
 type ActorStats struct {
@@ -58,7 +66,35 @@ type ActorStats struct {
 	Other      atomic.Uint64 // any other status
 	Errors     atomic.Uint64 // no answer
 	Skipped    atomic.Uint64 // not sent: too many in flight
+	// ChallengedSinceMark counts the 302s answered to requests sent at or
+	// after the traffic's mark (Traffic.Mark).
+	ChallengedSinceMark atomic.Uint64
+
+	// When each was first seen, Unix nanoseconds (0: not yet): the first
+	// request sent, the first 302, 429, and 302 since the mark.
+	firstSent, firstChallenged, firstBlocked, firstSinceMark atomic.Int64
 }
+
+// Firsts are when an actor's first request was sent and when it was
+// first challenged, blocked, and challenged since the mark; zero when it
+// was not.
+type Firsts struct {
+	Sent, Challenged, Blocked, ChallengedSinceMark time.Time
+}
+
+// Firsts returns when each first happened.
+func (s *ActorStats) Firsts() Firsts {
+	t := func(a *atomic.Int64) time.Time {
+		if n := a.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	}
+	return Firsts{t(&s.firstSent), t(&s.firstChallenged), t(&s.firstBlocked), t(&s.firstSinceMark)}
+}
+
+// first sets a to at unless it is set.
+func first(a *atomic.Int64, at time.Time) { a.CompareAndSwap(0, at.UnixNano()) }
 
 func (s *ActorStats) String() string {
 	return fmt.Sprintf("sent %d: ok %d, challenged %d, blocked %d, 401 %d, other %d, errors %d (not sent %d)",
@@ -93,6 +129,7 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 	if t.InFlight <= 0 {
 		t.InFlight = 256
 	}
+	t.now = now
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	sem := make(chan struct{}, t.InFlight)
@@ -142,8 +179,13 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 	wg.Add(3)
 	go phase(ActorUsers, 30, 0, 0, func(i int) request {
 		n := i % 40
-		if n < 20 { // anonymous visitors browse
-			return request{method: "GET", path: "/products/" + strconv.Itoa(i%500), addr: "192.0.2." + strconv.Itoa(n+1)}
+		if n < 20 { // anonymous visitors browse, and now and then sign in
+			addr := "192.0.2." + strconv.Itoa(n+1)
+			if (i/40+n)%10 == 9 { // each visitor every tenth turn, two a turn
+				return request{method: "POST", path: "/api/login", addr: addr,
+					form: url.Values{"user": {"visitor-" + strconv.Itoa(n)}, "password": {Password}}}
+			}
+			return request{method: "GET", path: "/products/" + strconv.Itoa(i%500), addr: addr}
 		}
 		// Each user turns through the paths, within every limit of its tier.
 		path := []string{"/api/search?q=lamp", "/products/" + strconv.Itoa(i%500), "/api/reports", "/api/export"}[i/40%4]
@@ -173,6 +215,8 @@ func (t *Traffic) send(ctx context.Context, st *ActorStats, r request) {
 		return
 	}
 	req.Header.Set("X-Forwarded-For", r.addr)
+	sent := t.now()
+	first(&st.firstSent, sent)
 	if r.form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
@@ -194,8 +238,15 @@ func (t *Traffic) send(ctx context.Context, st *ActorStats, r request) {
 		st.OK.Add(1)
 	case c == http.StatusFound:
 		st.Challenged.Add(1)
+		at := t.now()
+		first(&st.firstChallenged, at)
+		if m := t.mark.Load(); m != 0 && sent.UnixNano() >= m {
+			st.ChallengedSinceMark.Add(1)
+			first(&st.firstSinceMark, at)
+		}
 	case c == http.StatusTooManyRequests:
 		st.Blocked.Add(1)
+		first(&st.firstBlocked, t.now())
 	case c == http.StatusUnauthorized:
 		st.Refused.Add(1)
 	default:

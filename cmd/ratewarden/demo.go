@@ -13,9 +13,9 @@ import (
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlags("demo", "demo [--duration D] [--speed X] [--dashboard-listen ADDR|off] [--dir DIR]", stderr)
 	duration := fs.Duration("duration", time.Minute, "how long the simulated traffic runs (`duration`)")
-	speed := fs.Float64("speed", 1, "bring the story's phases `X` times sooner (the scraper at 10 s ÷ X)")
+	speed := fs.Float64("speed", 1, "bring the story's phases `X` times sooner (the scraper at 10 s ÷ X); rates, windows and the list's refresh stay as they are, so the loop needs about as long")
 	dash := fs.String("dashboard-listen", "127.0.0.1:9092", "the live dashboard's `address`, \"off\" for none")
-	dir := fs.String("dir", "", "keep the decision log, state and partials in `directory` (default: a temporary one, removed)")
+	dir := fs.String("dir", "", "keep the decision log, state, partials, alerts and challenge list (emptied at the start) in `directory` (default: a temporary one, removed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
