@@ -20,8 +20,16 @@ import (
 // DemoOptions configure RunDemo. The zero value runs a minute of the
 // story in a temporary directory.
 type DemoOptions struct {
-	Duration time.Duration // default 1m
-	Speed    float64       // the story's phases come Speed times sooner; default 1
+	// Duration is how much of the story runs, in story time; default 1m.
+	Duration time.Duration
+	// Speed runs the story on an accelerated clock (demo.StoryClock):
+	// story time passes Speed times as fast as wall time, so a minute of
+	// the story takes a minute ÷ Speed. The edge stamps its decisions, the
+	// aggregator closes its windows, the traffic keeps its rates per second
+	// and the origin counts its peak in story time; the challenge list is
+	// still read every lists.refresh of wall time (Speed × that in story
+	// time). Default 1: the wall clock.
+	Speed float64
 	// Dir keeps the decision log, the aggregator's state and partials,
 	// the alerts and the challenge list (emptied at the start); "" uses a
 	// temporary directory, removed at the end.
@@ -77,7 +85,9 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 		return err
 	}
 
-	origin := demo.NewOrigin(time.Now)
+	speed := max(o.Speed, 1)
+	story := demo.StoryClock(time.Now(), speed, time.Now)
+	origin := demo.NewOrigin(story)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("demo origin: %w", err)
@@ -87,18 +97,19 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	defer originSrv.Close()
 	cfg.Edge.Upstream = "http://" + ln.Addr().String()
 
-	speed := max(o.Speed, 1)
-	traffic := &demo.Traffic{Speed: speed}
+	traffic := &demo.Traffic{}
 	// Once the scraper is listed, the edge reads the list within a
-	// refresh: the 302s of requests sent after that are the list's.
-	loop := &demo.Loop{W: o.Out, Now: time.Now, Listed: func(at time.Time) { traffic.Mark(at.Add(cfg.Lists.Refresh)) }}
+	// refresh of wall time (speed refreshes of story time): the 302s of
+	// requests sent after that are the list's.
+	refresh := time.Duration(float64(cfg.Lists.Refresh) * speed)
+	loop := &demo.Loop{W: o.Out, Now: story, Listed: func(at time.Time) { traffic.Mark(at.Add(refresh)) }}
 	ready := make(chan ServeAddrs, 1)
 	serveCtx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(serveCtx, cfg, ServeOptions{Options: Options{Log: o.Log, Getenv: o.Getenv},
-			Ready: func(a ServeAddrs) { ready <- a },
+		done <- Serve(serveCtx, cfg, ServeOptions{Options: Options{Log: o.Log, Getenv: o.Getenv, Clock: story},
+			Ready: func(a ServeAddrs) { ready <- a }, Now: story,
 			Sinks: []aggregator.Sink{&demo.Windows{W: o.Out}}, Alerts: loop})
 	}()
 	var addrs ServeAddrs
@@ -111,14 +122,18 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	if addrs.Dashboard != "" {
 		fmt.Fprintf(o.Out, "; dashboard on http://%s/", addrs.Dashboard)
 	}
-	fmt.Fprintf(o.Out, "\ndemo: for %v: users of every tier throughout; the scraper %s at %d requests/s from %v; credential stuffing from %s0/24 at %d/s from %v\n",
-		o.Duration, demo.ScraperAddr, demo.ScraperRate, scaled(demo.ScraperStart, speed), demo.StuffingNet, demo.StuffingRate, scaled(demo.StuffingStart, speed))
-
-	fmt.Fprintf(o.Out, "demo: windows of %v; alerts and the policies' actions in %s; the challenge list in %s, read every %v\n",
-		cfg.Serve.Window, cfg.Alerts.Sinks.File, cfg.Lists.ChallengeFile, cfg.Lists.Refresh)
+	fmt.Fprintln(o.Out)
+	if speed > 1 {
+		fmt.Fprintf(o.Out, "demo: story time runs %g times as fast as wall time: every time and rate below is story time, and %v of the story takes %v\n",
+			speed, o.Duration, time.Duration(float64(o.Duration)/speed).Round(time.Millisecond))
+	}
+	fmt.Fprintf(o.Out, "demo: for %v: users of every tier throughout; the scraper %s at %d requests/s from %v; credential stuffing from %s0/24 at %d/s from %v\n",
+		o.Duration, demo.ScraperAddr, demo.ScraperRate, demo.ScraperStart, demo.StuffingNet, demo.StuffingRate, demo.StuffingStart)
+	fmt.Fprintf(o.Out, "demo: windows of %v; alerts and the policies' actions in %s; the challenge list in %s, read every %v%s\n",
+		cfg.Serve.Window, cfg.Alerts.Sinks.File, cfg.Lists.ChallengeFile, refresh, wallNote(cfg.Lists.Refresh, speed))
 	traffic.Target = "http://" + addrs.Edge
-	start := time.Now()
-	traffic.Run(ctx, o.Duration, time.Now)
+	start := story()
+	traffic.Run(ctx, o.Duration, story)
 	stopServe()
 	if err := <-done; err != nil {
 		return err
@@ -138,7 +153,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	// The abuse report, as `ratewarden report` makes it.
 	job := &report.Job{PartialsDir: cfg.Serve.PartialsDir, AlertsFile: cfg.Alerts.Sinks.File, Format: report.Markdown,
 		Rollup: aggregator.Options{Window: cfg.Serve.Window, TopK: cfg.Serve.TopK},
-		Options: report.Options{From: start, To: time.Now(), Title: "ratewarden demo: abuse report",
+		Options: report.Options{From: start, To: story(), Title: "ratewarden demo: abuse report",
 			Source: "partials " + cfg.Serve.PartialsDir, Top: 5, TopK: cfg.Serve.TopK}}
 	if _, b, err := job.Run(ctx); err != nil {
 		fmt.Fprintln(o.Out, "demo: report:", err)
@@ -146,6 +161,9 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 		fmt.Fprintf(o.Out, "\n%s", b)
 	}
 	if err := demo.Check(scraper, ls); err != nil {
+		if speed > 1 {
+			return fmt.Errorf("demo: %w (give it --duration 60s or more; at --speed %g the challenge list is read every %v of story time, which may leave it no time to act: try a lower --speed)", err, speed, refresh)
+		}
 		return fmt.Errorf("demo: %w (give it --duration 60s or more)", err)
 	}
 	fmt.Fprintln(o.Out, "demo: the loop was shown: the scraper challenged, blocked, alerted, put on the challenge list and challenged by it")
@@ -167,6 +185,10 @@ func printLoop(w io.Writer, start time.Time, scraper *demo.ActorStats, s demo.Lo
 		at(f.ChallengedSinceMark), scraper.ChallengedSinceMark.Load(), at(s.Stuffing), s.Alerts, s.Applied)
 }
 
-func scaled(d time.Duration, speed float64) time.Duration {
-	return time.Duration(float64(d) / speed).Round(time.Millisecond)
+// wallNote says what a wall-time period d is, at speed > 1.
+func wallNote(d time.Duration, speed float64) string {
+	if speed <= 1 {
+		return ""
+	}
+	return " (" + d.String() + " of wall time)"
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"time"
 
 	"golang.org/x/net/netutil"
 
@@ -31,6 +32,10 @@ type Options struct {
 	// names no decision sink (Lambda's stdout, which CloudWatch Logs
 	// collects); nil leaves them unrecorded.
 	Fallback io.Writer
+	// Clock, if set, is the edge's clock for decision times
+	// (edge.Options.Clock): the demo's story time. Default: the wall
+	// clock.
+	Clock func() time.Time
 }
 
 // Edge is the limiter with everything the configuration asks of it: the
@@ -72,7 +77,7 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 			e.Close(context.Background())
 		}
 	}()
-	opts := edge.Options{Env: getenv, Keys: in.Keys, Log: log}
+	opts := edge.Options{Env: getenv, Keys: in.Keys, Log: log, Clock: o.Clock}
 	if e.Sinks, err = DecisionSinks(ctx, cfg, log, getenv, o.Fallback); err != nil {
 		return nil, err
 	}

@@ -50,7 +50,8 @@ func TestOrigin(t *testing.T) {
 	}
 }
 
-// TestTrafficStory: at speed 20 the scraper starts at 0.5 s; against an
+// TestTrafficStory: on a story clock at speed 20, 27 s of the story (the
+// scraper from 10 s, the stuffing from 25 s) take 1.35 s; against an
 // edge stand-in that blocks it and lets the rest through, the counts by
 // actor say what each got, and users are never refused.
 func TestTrafficStory(t *testing.T) {
@@ -63,11 +64,17 @@ func TestTrafficStory(t *testing.T) {
 		origin.ServeHTTP(w, r)
 	}))
 	defer edge.Close()
-	tr := &Traffic{Target: edge.URL, Speed: 20}
-	tr.Run(context.Background(), 2*time.Second, time.Now)
+	tr := &Traffic{Target: edge.URL, InFlight: 64}
+	start := time.Now()
+	story := StoryClock(start, 20, time.Now)
+	tr.Run(context.Background(), 27*time.Second, story)
 	users, scraper, stuffing := tr.Stats(ActorUsers), tr.Stats(ActorScraper), tr.Stats(ActorStuffing)
 	if users.Sent.Load() == 0 || users.OK.Load()+users.Errors.Load()+users.Skipped.Load() == 0 || users.Blocked.Load() != 0 {
 		t.Errorf("users: %s", users)
+	}
+	// The scraper's first request was sent 10 s into the story.
+	if f := scraper.Firsts().Sent.Sub(start); f < 10*time.Second || f > 12*time.Second {
+		t.Errorf("the scraper's first request %v into the story, want 10 s", f)
 	}
 	// How many the scraper sends in 2 s depends on the machine; that it
 	// was refused every time does not.

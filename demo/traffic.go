@@ -38,9 +38,6 @@ const (
 type Traffic struct {
 	Target string       // the edge's base URL, such as http://127.0.0.1:8080
 	Client *http.Client // default: keep-alive, redirects not followed
-	// Speed > 1 brings the story's phases sooner (the scraper at 10 s ÷
-	// Speed); rates stay as they are. Default 1.
-	Speed float64
 	// InFlight bounds the requests waiting for answers; a request that
 	// would pass it is not sent, and counted. Default 256.
 	InFlight int
@@ -115,49 +112,54 @@ type request struct {
 	form         url.Values
 }
 
-// Run sends the story's traffic for d (or until ctx is done), reading
-// the wall clock through now.
+// Run sends the story's traffic for d (or until ctx is done), reading the
+// story's clock through now: the phases start and end, and the rates are
+// per second, in now's time. With the wall clock that is the story as
+// told; with an accelerated clock (StoryClock) the story plays out faster
+// at the same rates per story second, so speed times as many requests a
+// wall second (as many as the machine can send: what the in-flight bound
+// refuses is counted as not sent).
 func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time) {
 	if t.Client == nil {
 		t.Client = &http.Client{Timeout: 10 * time.Second,
 			Transport:     &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	if t.Speed < 1 {
-		t.Speed = 1
-	}
 	if t.InFlight <= 0 {
 		t.InFlight = 256
 	}
 	t.now = now
-	ctx, cancel := context.WithTimeout(ctx, d)
+	// Requests still in flight when the story ends are cancelled.
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, t.InFlight)
-	var wg sync.WaitGroup
+	var wg, phases sync.WaitGroup
 	start := now()
-	scale := func(x time.Duration) time.Duration { return time.Duration(float64(x) / t.Speed) }
-	// phase sends rate requests a second made by next, from start+at for
-	// length (0: to the end), in ticks of 10 ms.
+	// phase sends rate requests a story second made by next, from
+	// start+at for length (0: to the end), in ticks of 10 ms of wall time.
 	phase := func(actor string, rate int, at, length time.Duration, next func(i int) request) {
-		defer wg.Done()
+		defer phases.Done()
 		st := t.Stats(actor)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
-		i, owed := 0, 0.0
+		end := d
+		if length > 0 {
+			end = min(d, at+length)
+		}
+		i, owed, last := 0, 0.0, at
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			el := now().Sub(start)
-			if el < scale(at) {
+			el := min(now().Sub(start), end)
+			if el < at {
 				continue
 			}
-			if length > 0 && el >= scale(at)+length {
-				return
-			}
-			for owed += float64(rate) / 100; owed >= 1; owed-- {
+			owed += float64(rate) * (el - last).Seconds()
+			last = el
+			for ; owed >= 1; owed-- {
 				r := next(i)
 				i++
 				select {
@@ -173,10 +175,13 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 					t.send(ctx, st, r)
 				}()
 			}
+			if el >= end {
+				return
+			}
 		}
 	}
 	plans := []string{"", "free", "pro", "enterprise"}
-	wg.Add(3)
+	phases.Add(3)
 	go phase(ActorUsers, 30, 0, 0, func(i int) request {
 		n := i % 40
 		if n < 20 { // anonymous visitors browse, and now and then sign in
@@ -201,6 +206,8 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 		return request{method: "POST", path: "/api/login", addr: StuffingNet + strconv.Itoa(i%256),
 			form: url.Values{"user": {"victim-" + strconv.Itoa(i)}, "password": {"hunter" + strconv.Itoa(i%7)}}}
 	})
+	phases.Wait()
+	cancel()
 	wg.Wait()
 }
 

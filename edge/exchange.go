@@ -228,9 +228,9 @@ func (x *exchange) classify(r *http.Request, err error) string {
 // then lets the panic go on.
 func (l *Limiter) endExchange(x *exchange, r *http.Request) {
 	p := recover()
-	now := time.Now()
-	x.end(r, now, p)
-	l.End(r.Context(), now, &x.v)
+	wall := time.Now()
+	x.end(r, wall, p)
+	l.End(r.Context(), l.decisionTime(wall), &x.v)
 	if p != nil {
 		panic(p)
 	}

@@ -87,6 +87,14 @@ type Options struct {
 	// Log receives a warning for responses that failed (origin timeouts
 	// and errors, client timeouts), at most a few a second; default none.
 	Log *slog.Logger
+	// Clock, if set, is read for the time of each decision (the time the
+	// handlers pass to Begin and End, and tokens' issue time) instead of
+	// the wall clock: the demo's accelerated story time. What is timed
+	// from the decision time follows it (rate windows, token expiry, the
+	// store breaker's cool-down); latencies and deadlines stay on the wall
+	// clock. Default nil: time.Now, read
+	// directly.
+	Clock func() time.Time
 }
 
 // Limiter decides requests. It is safe for concurrent use.
@@ -118,7 +126,8 @@ type Limiter struct {
 	tokenRule       *rule // wrong verifier secrets per address; nil without challenges
 
 	metrics  counters
-	log      *slog.Logger // may be nil
+	log      *slog.Logger     // may be nil
+	clock    func() time.Time // Options.Clock; nil: the wall clock
 	logs     sampler
 	ids      *requestIDs
 	releases releases // of a remote store only
@@ -149,7 +158,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		failClosed: failClosed, pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
 		fwd: newForwarding(cfg), ident: res, store: opts.Store,
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, challenged: opts.Challenge, keys: opts.Keys,
-		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log,
+		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log, clock: opts.Clock,
 	}
 	l.refSink, _ = opts.Sink.(refSink)
 	if cfg.Challenge.Enabled {

@@ -27,7 +27,8 @@ import (
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	limits := bodyLimits{timeout: l.cfg.Edge.Client.BodyTimeout, maxBytes: l.cfg.Edge.Client.MaxBodyBytes}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := time.Now()
+		wall := time.Now()
+		now := l.decisionTime(wall)
 		req := Request{
 			RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: requestPath(r.URL),
 			URI: r.URL.RequestURI(), Header: r.Header,
@@ -42,12 +43,22 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		SetHeaders(w.Header(), v)
-		if !x.guard(r, now, limits) {
+		if !x.guard(r, wall, limits) {
 			return
 		}
 		x.handoff = time.Now()
 		next.ServeHTTP(x, l.forward(r, v))
 	})
+}
+
+// decisionTime returns the time of a decision taken at wall: wall itself,
+// or the limiter's clock when Options.Clock set one. The default path is a
+// nil check, with no indirect call.
+func (l *Limiter) decisionTime(wall time.Time) time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return wall
 }
 
 // requestID returns r's request id from the configured header, or, when it
@@ -112,7 +123,7 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		now := time.Now()
+		now := l.decisionTime(time.Now())
 		req := Request{RemoteAddr: r.RemoteAddr, Method: r.Method, Host: r.Host, Path: r.URL.Path,
 			URI: r.URL.RequestURI(), Header: r.Header, RequestID: l.requestID(r)}
 		x := &exchange{ResponseWriter: w}
