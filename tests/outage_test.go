@@ -70,8 +70,16 @@ tiers:
 // one fixed window. It is ahead of the wall clock, which the store stack's
 // background flusher sweeps expired keys by: at an instant behind it, the
 // flusher would forget the over-limit cache's keys while the test still
-// counts in their window.
-var outageT0 = time.Now().UTC().Truncate(time.Minute).Add(2 * time.Minute)
+// counts in their window. So each test that uses it sets it when it
+// starts (startOutageClock), not once for the package: the tests before
+// it can take longer than the two minutes it is ahead by.
+var outageT0 time.Time
+
+// startOutageClock sets outageT0 two minutes ahead of the wall clock, at
+// the start of a minute. The outage tests do not run in parallel.
+func startOutageClock() {
+	outageT0 = time.Now().UTC().Truncate(time.Minute).Add(2 * time.Minute)
+}
 
 // outageStore is one distributed counter store under test: its server
 // process, the configuration that points the edge at it, and what phase 3
@@ -368,6 +376,7 @@ const (
 // time passed to Decide, so no phase sleeps through it), and checks every
 // outcome and every decision's store calls.
 func runOutage(t *testing.T, s outageStore) {
+	startOutageClock()
 	d := &outageDriver{t: t, l: outageLimiter(t, &s, ""), now: outageT0}
 
 	const (
@@ -619,6 +628,7 @@ func waitFor(t *testing.T, what string, cond func(ctx context.Context) error) {
 // tests: a decision waits at most one store deadline, however many rules it
 // counts under, and a client that hangs up says nothing about the store.
 func TestOutageDeadlines(t *testing.T) {
+	startOutageClock()
 	decide := func(l *outageEdge, ctx context.Context, now time.Time, path string) (edge.Verdict, error) {
 		r := &edge.Request{RemoteAddr: client, Method: "GET", Host: "api.example.com", Path: path, URI: path, Header: http.Header{}}
 		var v edge.Verdict
@@ -761,6 +771,7 @@ type loadTally struct {
 }
 
 func runOutageUnderLoad(t *testing.T, s outageStore) {
+	startOutageClock()
 	// Four clients on two shared cores under the race detector: a healthy
 	// store answers within a few milliseconds but not always within 50, and
 	// a timeout of a healthy store would count as a failure (and may have
