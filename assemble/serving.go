@@ -18,7 +18,6 @@ import (
 type EdgeServer struct {
 	srv, admin *http.Server
 	addr       net.Addr
-	adminAddr  net.Addr // nil without an admin listener
 	errc       chan error
 }
 
@@ -33,24 +32,38 @@ func StartEdgeServer(cfg *config.Config, e *Edge, log *slog.Logger) (*EdgeServer
 	s.addr = ln.Addr()
 	go func() { s.errc <- s.srv.Serve(ln) }()
 	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node)
-	if cfg.Edge.AdminListen == "" {
-		return s, nil
-	}
-	h, err := e.AdminHandler()
-	if err != nil {
+	if s.admin, err = StartAdmin(cfg, e.AdminHandler, s.errc, log); err != nil {
 		s.srv.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// StartAdmin serves the handler that handler returns (/metrics and
+// /healthz) on edge.admin_listen, logging its address ("admin
+// listening"), unless edge.admin_listen is empty: then it returns nil. A
+// failure of the listener once started goes to errc, or is dropped when
+// errc is nil.
+func StartAdmin(cfg *config.Config, handler func() (http.Handler, error), errc chan<- error, log *slog.Logger) (*http.Server, error) {
+	if cfg.Edge.AdminListen == "" {
+		return nil, nil
+	}
+	h, err := handler()
+	if err != nil {
 		return nil, err
 	}
 	aln, err := net.Listen("tcp", cfg.Edge.AdminListen)
 	if err != nil {
-		s.srv.Close()
 		return nil, fmt.Errorf("admin listen: %w", err)
 	}
-	s.adminAddr = aln.Addr()
-	s.admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { s.errc <- s.admin.Serve(aln) }()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(aln); errc != nil {
+			errc <- err
+		}
+	}()
 	log.Info("admin listening", "addr", aln.Addr().String(), "metrics", "/metrics")
-	return s, nil
+	return srv, nil
 }
 
 // Addr is the proxy's address.

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
@@ -74,7 +73,7 @@ func runRLS(ctx context.Context, args []string, stderr io.Writer, getenv func(st
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	admin, err := serveAdmin(cfg, s.AdminHandler, log)
+	admin, err := assemble.StartAdmin(cfg, s.AdminHandler, nil, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -104,7 +103,7 @@ func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return err
 	}
 	srv := assemble.Server(cfg, e.AuthzHandler())
-	admin, err := serveAdmin(cfg, e.AdminHandler, log)
+	admin, err := assemble.StartAdmin(cfg, e.AdminHandler, nil, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -131,26 +130,6 @@ func closeEdge(e *assemble.Edge, cfg *config.Config, log *slog.Logger) {
 	if err := e.Close(sctx); err != nil {
 		log.Error("shutdown", "err", err)
 	}
-}
-
-// serveAdmin serves /metrics and /healthz on edge.admin_listen, unless it
-// is empty (then it returns nil).
-func serveAdmin(cfg *config.Config, handler func() (http.Handler, error), log *slog.Logger) (*http.Server, error) {
-	if cfg.Edge.AdminListen == "" {
-		return nil, nil
-	}
-	h, err := handler()
-	if err != nil {
-		return nil, err
-	}
-	aln, err := net.Listen("tcp", cfg.Edge.AdminListen)
-	if err != nil {
-		return nil, fmt.Errorf("admin listen: %w", err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(aln)
-	log.Info("admin listening", "addr", aln.Addr().String(), "metrics", "/metrics")
-	return srv, nil
 }
 
 func shutdownAdmin(srv *http.Server, cfg *config.Config) {

@@ -85,13 +85,7 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.Edge.ShutdownGrace)
-		defer cancel()
-		if cerr := e.Close(sctx); cerr != nil {
-			log.Error("shutdown", "err", cerr)
-		}
-	}()
+	defer closeEdge(e, cfg, log)
 	srv, err := assemble.StartEdgeServer(cfg, e, log)
 	if err != nil {
 		return err
