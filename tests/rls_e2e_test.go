@@ -129,6 +129,10 @@ func BenchmarkRLS(b *testing.B) {
 		// every second.
 		{"redis-sync", "batch: true}\n  sync: {max_error: 0.05}\n"},
 	}
+	peer := os.Getenv("RATEWARDEN_BENCH_ENVOY_RATELIMIT")
+	if peer == "" {
+		b.Log("envoyproxy/ratelimit not measured: RATEWARDEN_BENCH_ENVOY_RATELIMIT is not set (tests/bench-rls sets it)")
+	}
 	for _, st := range stores {
 		for _, path := range []string{"/", "/api/search"} {
 			name := st.name + "/" + strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", "_")
@@ -192,8 +196,118 @@ func BenchmarkRLS(b *testing.B) {
 				b.StopTimer()
 				reportCPU(b, cpu()-before, rbefore, rds.stats(b, st.name))
 			})
+			if peer == "" || st.name != "redis" {
+				continue
+			}
+			// The peer, as shipped, on the same Redis, asked the same
+			// question the way its configuration is written: one
+			// descriptor per counter.
+			yaml() // starts the benchmark's Redis if no leg has yet
+			b.Run("grpc/envoy-ratelimit/"+name, func(b *testing.B) {
+				addr, cpu := startEnvoyRatelimit(b, peer, rds.addr)
+				_, client := dialRLS(b, addr)
+				for i := range 1000 {
+					if _, err := client.ShouldRateLimit(context.Background(), peerCall(rotating(uint64(i)), path)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var next atomic.Uint64
+				next.Store(1000)
+				before, rbefore := cpu(), rds.stats(b, "peer")
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						resp, err := client.ShouldRateLimit(context.Background(), peerCall(rotating(next.Add(1)), path))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+							b.Errorf("envoyproxy/ratelimit refused a rotating client: %v", resp)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				reportCPU(b, cpu()-before, rbefore, rds.stats(b, "peer"))
+			})
 		}
 	}
+}
+
+// peerRules are the seed's anonymous limits in envoyproxy/ratelimit's
+// configuration: 60 a minute per client address, and 30 a minute per
+// client address on /api/search.
+const peerRules = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 60}
+    descriptors:
+      - key: path
+        value: /api/search
+        rate_limit: {unit: minute, requests_per_unit: 30}
+`
+
+// peerCall is what Envoy sends envoyproxy/ratelimit for the seed's rules:
+// the client's global descriptor and, on /api/search, the client's path
+// descriptor, both counted in one Redis pipeline.
+func peerCall(ip, path string) *rlsv3.RateLimitRequest {
+	addr := &rlcommon.RateLimitDescriptor_Entry{Key: "remote_address", Value: ip}
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{addr}},
+	}}
+	if path == "/api/search" {
+		req.Descriptors = append(req.Descriptors, &rlcommon.RateLimitDescriptor{
+			Entries: []*rlcommon.RateLimitDescriptor_Entry{addr, {Key: "path", Value: path}}})
+	}
+	return req
+}
+
+// startEnvoyRatelimit runs envoyproxy/ratelimit's service (bin) with
+// peerRules on the Redis at redisAddr, every listener on loopback, and
+// returns its gRPC address and a reader of its CPU time so far.
+func startEnvoyRatelimit(b *testing.B, bin, redisAddr string) (string, func() time.Duration) {
+	root := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "edge.yaml"), []byte(peerRules), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	grpcPort := freePort(b)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"HOST=127.0.0.1", fmt.Sprintf("PORT=%d", freePort(b)),
+		"GRPC_HOST=127.0.0.1", fmt.Sprintf("GRPC_PORT=%d", grpcPort),
+		"DEBUG_HOST=127.0.0.1", fmt.Sprintf("DEBUG_PORT=%d", freePort(b)),
+		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", grpcPort)
+	conn, client := dialRLS(b, addr)
+	defer conn.Close()
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := client.ShouldRateLimit(ctx, peerCall("10.0.0.1", "/"))
+		cancel()
+		if err == nil {
+			break
+		}
+		if i > 300 {
+			b.Fatalf("envoyproxy/ratelimit did not answer: %v\n%s", err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pid := cmd.Process.Pid
+	return addr, func() time.Duration { return procCPU(b, pid) }
 }
 
 // rotating is the i-th client address, over 100,000.
