@@ -88,11 +88,29 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		h.tokens(ctx)
 		return
 	}
+	if spaceInName(&ctx.Request.Header) {
+		// fasthttp lets a header name with a space in it through; net/http
+		// refuses it, and so does the edge, before deciding, as net/http's
+		// server does: an origin could read it as another header.
+		ctx.Error("400 Bad Request: invalid header name", fasthttp.StatusBadRequest)
+		ctx.SetConnectionClose()
+		return
+	}
 	x := h.pool.Get().(*exchange)
 	x.start(ctx)
 	if !x.serve() {
 		x.finish(time.Now())
 	}
+}
+
+// spaceInName reports whether a header name has a space or a tab in it.
+func spaceInName(h *fasthttp.RequestHeader) bool {
+	for k := range h.All() {
+		if bytes.ContainsAny(k, " \t") {
+			return true
+		}
+	}
+	return false
 }
 
 // HeaderReceived is the server's hook for a request whose headers have
