@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"net/netip"
@@ -88,7 +89,8 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		h.tokens(ctx)
 		return
 	}
-	if spaceInName(&ctx.Request.Header) {
+	bad, hop := scanHeaders(&ctx.Request.Header)
+	if bad {
 		// fasthttp lets a header name with a space in it through; net/http
 		// refuses it, and so does the edge, before deciding, as net/http's
 		// server does: an origin could read it as another header.
@@ -97,18 +99,44 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	x := h.pool.Get().(*exchange)
+	x.hop = hop
 	x.start(ctx)
 	if !x.serve() {
 		x.finish(time.Now())
 	}
 }
 
-// spaceInName reports whether a header name has a space or a tab in it.
-func spaceInName(h *fasthttp.RequestHeader) bool {
+// scanHeaders reports, in one pass over the header names, whether one
+// has a space or a tab in it (bad), and whether one is hop-by-hop (hop).
+func scanHeaders(h headerNames) (bad, hop bool) {
 	for k := range h.All() {
-		if bytes.ContainsAny(k, " \t") {
-			return true
-		}
+		bad = bad || bytes.ContainsAny(k, " \t")
+		hop = hop || isHop(k)
+	}
+	return bad, hop
+}
+
+type headerNames interface {
+	All() iter.Seq2[[]byte, []byte]
+}
+
+// isHop reports whether k, canonical, is one of hopHeaders.
+func isHop(k []byte) bool {
+	switch len(k) {
+	case 2:
+		return string(k) == "Te"
+	case 7:
+		return string(k) == "Trailer" || string(k) == "Upgrade"
+	case 10:
+		return string(k) == "Connection" || string(k) == "Keep-Alive"
+	case 16:
+		return string(k) == "Proxy-Connection"
+	case 17:
+		return string(k) == "Transfer-Encoding"
+	case 18:
+		return string(k) == "Proxy-Authenticate"
+	case 19:
+		return string(k) == "Proxy-Authorization"
 	}
 	return false
 }
@@ -149,6 +177,7 @@ type exchange struct {
 	bodyFail string     // the response error of a failed request body
 	stream   io.Reader  // the origin's response body, streamed to the client
 	trusted  bool       // the peer is a trusted proxy
+	hop      bool       // the request has hop-by-hop headers
 	peer     netip.Addr //
 	host     string     // the request's host: an absolute-form target's, or the Host header
 	pathQ    []byte     // path and query as sent (into the request's buffer)
@@ -251,7 +280,11 @@ func (x *exchange) forward(out *fasthttp.Request, cl int) {
 	ctx.Request.Header.CopyTo(&out.Header)
 	oh := &out.Header
 	oh.SetNoDefaultContentType(true)
-	removeHopHeaders(oh)
+	if x.hop {
+		removeHopHeaders(oh)
+	} else {
+		oh.ResetConnectionClose()
+	}
 	h.l.ForwardHeaders(oh, x.trusted, v)
 	// What a client says of the forwarding is replaced, trusted or not: one
 	// address, the client's, so that leftmost and rightmost readers of
@@ -341,7 +374,11 @@ func (x *exchange) answer() bool {
 	resp.Header.CopyTo(&ctx.Response.Header)
 	// The edge answers in its own protocol version, whatever the origin's.
 	ctx.Response.Header.SetProtocol(http11)
-	removeHopHeaders(&ctx.Response.Header)
+	if _, hop := scanHeaders(&ctx.Response.Header); hop {
+		removeHopHeaders(&ctx.Response.Header)
+	} else {
+		ctx.Response.Header.ResetConnectionClose()
+	}
 	x.setRateLimitHeaders()
 	x.status = resp.StatusCode()
 	if s := resp.BodyStream(); s != nil {
@@ -450,7 +487,7 @@ func (x *exchange) reset() {
 	x.ctx, x.body, x.stream = nil, nil, nil
 	x.status, x.read, x.respErr, x.bodyFail = 0, 0, "", ""
 	x.handoff, x.began, x.bodyEnd = time.Time{}, time.Time{}, time.Time{}
-	x.pathQ, x.host = nil, ""
+	x.pathQ, x.host, x.hop = nil, "", false
 	x.out.Reset()
 	x.resp.Reset()
 	x.req = edge.Request{}
