@@ -101,7 +101,10 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 			return get(t, client, base+"/api").status
 		}, 502, "upstream_unreachable", 0},
 		{"slowloris body", origin.URL, func(t *testing.T, base string) int {
-			return slowloris(t, base)
+			return slowBody(t, base, 50*time.Millisecond)
+		}, 408, "body_timeout", 300 * time.Millisecond},
+		{"silent body", origin.URL, func(t *testing.T, base string) int {
+			return slowBody(t, base, 0)
 		}, 408, "body_timeout", 300 * time.Millisecond},
 		{"body over the cap", origin.URL, func(t *testing.T, base string) int {
 			resp, err := client.Post(base+"/upload", "text/plain", strings.NewReader(strings.Repeat("x", 2000)))
@@ -154,10 +157,11 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 	}
 }
 
-// slowloris sends a request body of 100 bytes one byte every 50 ms, as
-// slow clients holding connections do, until the edge answers, and
-// returns the status it answered.
-func slowloris(t *testing.T, base string) int {
+// slowBody sends the headers of a request with a body of 100 bytes and
+// then the body one byte every drip, as slow clients holding connections
+// do (a slowloris), or not one byte of it when drip is 0, until the edge
+// answers, and returns the status it answered.
+func slowBody(t *testing.T, base string, drip time.Duration) int {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
@@ -170,23 +174,25 @@ func slowloris(t *testing.T, base string) int {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for range 100 {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
+	if drip > 0 {
+		go func() {
+			tick := time.NewTicker(drip)
+			defer tick.Stop()
+			for range 100 {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if _, err := c.Write([]byte{'x'}); err != nil {
+					return
+				}
 			}
-			if _, err := c.Write([]byte{'x'}); err != nil {
-				return
-			}
-		}
-	}()
+		}()
+	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatalf("slowloris: no response: %v", err)
+		t.Fatalf("slow body: no response: %v", err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode

@@ -54,6 +54,9 @@ type Handler struct {
 	// originHost is the Host sent when the client sent none.
 	originHost string
 	pool       sync.Pool // *exchange
+	// aside holds the headers of requests whose body has not come yet, by
+	// the server's header they were read into (HeaderReceived).
+	aside sync.Map
 }
 
 // Config is what a Handler needs besides the limiter and the origin.
@@ -98,9 +101,14 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 {
+		if kept := h.takeAside(&ctx.Request.Header); kept != nil {
+			releaseHeader(kept)
+		}
+	}
 	x := h.pool.Get().(*exchange)
 	x.hop = hop
-	x.start(ctx)
+	x.start(ctx, ctx.Time())
 	if !x.serve() {
 		x.finish(time.Now())
 	}
@@ -146,11 +154,65 @@ func isHop(k []byte) bool {
 // it, and the server reads no more than a byte of it ahead of Serve, so
 // that a body over the cap, or too slow, is the edge's to answer and
 // record.
+//
+// That byte is read before Serve: when it does not come in time, or the
+// client goes away instead, the server calls ServerError with the request
+// headers gone. So the headers of a request with a Content-Length are
+// kept aside until Serve or ServerError takes them back, and ServerError
+// decides and records the request as Serve would have (body_timeout, 408;
+// client_closed).
 func (h *Handler) HeaderReceived(hdr *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if cl := hdr.ContentLength(); cl > 0 || cl == -1 {
+	cl := hdr.ContentLength()
+	if cl > 0 {
+		kept := headerPool.Get().(*fasthttp.RequestHeader)
+		hdr.CopyTo(kept)
+		h.aside.Store(hdr, kept)
+	}
+	if cl > 0 || cl == -1 {
 		return fasthttp.RequestConfig{ReadTimeout: h.bodyTimeout, MaxRequestBodySize: 1}
 	}
 	return fasthttp.RequestConfig{}
+}
+
+var headerPool = sync.Pool{New: func() any { return new(fasthttp.RequestHeader) }}
+
+func releaseHeader(h *fasthttp.RequestHeader) {
+	h.Reset()
+	headerPool.Put(h)
+}
+
+// takeAside returns the headers kept aside for the request whose headers
+// are hdr, and forgets them; nil if there are none.
+func (h *Handler) takeAside(hdr *fasthttp.RequestHeader) *fasthttp.RequestHeader {
+	if kept, ok := h.aside.LoadAndDelete(hdr); ok {
+		return kept.(*fasthttp.RequestHeader)
+	}
+	return nil
+}
+
+// ServerError is the server's hook for a request it could not read. A
+// request whose headers had come and whose body did not (HeaderReceived)
+// is decided and recorded; anything else is answered as serverError says,
+// with no decision, as net/http's server answers what it cannot read.
+func (h *Handler) ServerError(ctx *fasthttp.RequestCtx, err error) {
+	kept := h.takeAside(&ctx.Request.Header)
+	if kept == nil {
+		serverError(ctx, err)
+		return
+	}
+	kept.CopyTo(&ctx.Request.Header)
+	releaseHeader(kept)
+	wall := time.Now()
+	x := h.pool.Get().(*exchange)
+	x.start(ctx, wall)
+	if resp, refused := edge.Refusal(&x.v, h.page, h.param); refused {
+		x.refuse(resp)
+	} else if isTimeout(err) {
+		x.fail(decisions.BodyTimeout)
+	} else {
+		x.fail(decisions.ClientClosed)
+	}
+	x.finish(wall)
 }
 
 // exchange is one request from its decision to the end of its response,
@@ -184,7 +246,7 @@ type exchange struct {
 }
 
 // start fills in the limiter's Request from ctx and decides it.
-func (x *exchange) start(ctx *fasthttp.RequestCtx) {
+func (x *exchange) start(ctx *fasthttp.RequestCtx, wall time.Time) {
 	h := x.h
 	x.ctx = ctx
 	r := &x.req
@@ -230,7 +292,7 @@ func (x *exchange) start(ctx *fasthttp.RequestCtx) {
 	id, generated := h.l.RequestID(string(ctx.Request.Header.Peek(h.idHeader)))
 	r.RequestID = id
 	x.trusted = h.l.TrustsPeer(x.peer)
-	h.l.Begin(context.Background(), h.l.DecisionTime(ctx.Time()), r, &x.v)
+	h.l.Begin(context.Background(), h.l.DecisionTime(wall), r, &x.v)
 	if generated {
 		// Set on the client's request, it is copied to the origin's.
 		ctx.Request.Header.Set(h.idHeader, id)
@@ -243,13 +305,7 @@ func (x *exchange) start(ctx *fasthttp.RequestCtx) {
 func (x *exchange) serve() bool {
 	h, ctx, v := x.h, x.ctx, &x.v
 	if resp, refused := edge.Refusal(v, h.page, h.param); refused {
-		x.setRateLimitHeaders()
-		resp.EachHeader(v, ctx.Response.Header.Set)
-		x.status = resp.Status
-		ctx.SetStatusCode(resp.Status)
-		if len(resp.Body) > 0 {
-			ctx.Response.SetBodyRaw(resp.Body)
-		}
+		x.refuse(resp)
 		return false
 	}
 	cl := ctx.Request.Header.ContentLength()
@@ -270,6 +326,18 @@ func (x *exchange) serve() bool {
 	}
 	x.began = time.Now()
 	return x.answer()
+}
+
+// refuse answers with resp, the edge's refusal.
+func (x *exchange) refuse(resp edge.Response) {
+	ctx := x.ctx
+	x.setRateLimitHeaders()
+	resp.EachHeader(&x.v, ctx.Response.Header.Set)
+	x.status = resp.Status
+	ctx.SetStatusCode(resp.Status)
+	if len(resp.Body) > 0 {
+		ctx.Response.SetBodyRaw(resp.Body)
+	}
 }
 
 // forward makes out the request to the origin: the client's headers,

@@ -18,8 +18,8 @@ import (
 // deadline are h's (HeaderReceived), so that a refused body is decided
 // and recorded; max_connections is the listener's (assemble.Listen). There
 // is no write timeout, so that long downloads and streams are not cut off.
-// What the server refuses before h sees a request (a request it cannot
-// parse) is logged at debug level to log, when not nil.
+// A request the server cannot read is answered by h.ServerError; the
+// server's own log lines go to log at debug level, when log is not nil.
 func NewServer(c config.Client, h *Handler, log *slog.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                      h.Serve,
@@ -35,7 +35,7 @@ func NewServer(c config.Client, h *Handler, log *slog.Logger) *fasthttp.Server {
 		CloseOnShutdown:              true,
 		SecureErrorLogMessage:        true,
 		Logger:                       debugLogger{log},
-		ErrorHandler:                 serverError,
+		ErrorHandler:                 h.ServerError,
 	}
 }
 
