@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"iter"
 	"net"
 	"net/http"
 	"net/netip"
@@ -114,18 +113,21 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// scanHeaders reports, in one pass over the header names, whether one
-// has a space or a tab in it (bad), and whether one is hop-by-hop (hop).
-func scanHeaders(h headerNames) (bad, hop bool) {
-	for k := range h.All() {
+// scanHeaders reports, in one pass over the names of a request's headers,
+// whether one has a space or a tab in it (bad), and whether one is
+// hop-by-hop (hop).
+func scanHeaders(h *fasthttp.RequestHeader) (bad, hop bool) {
+	h.VisitAll(func(k, _ []byte) {
 		bad = bad || bytes.ContainsAny(k, " \t")
 		hop = hop || isHop(k)
-	}
+	})
 	return bad, hop
 }
 
-type headerNames interface {
-	All() iter.Seq2[[]byte, []byte]
+// hasHopHeader reports whether a response has a hop-by-hop header.
+func hasHopHeader(h *fasthttp.ResponseHeader) (hop bool) {
+	h.VisitAll(func(k, _ []byte) { hop = hop || isHop(k) })
+	return hop
 }
 
 // isHop reports whether k, canonical, is one of hopHeaders.
@@ -442,7 +444,7 @@ func (x *exchange) answer() bool {
 	resp.Header.CopyTo(&ctx.Response.Header)
 	// The edge answers in its own protocol version, whatever the origin's.
 	ctx.Response.Header.SetProtocol(http11)
-	if _, hop := scanHeaders(&ctx.Response.Header); hop {
+	if hasHopHeader(&ctx.Response.Header) {
 		removeHopHeaders(&ctx.Response.Header)
 	} else {
 		ctx.Response.Header.ResetConnectionClose()
