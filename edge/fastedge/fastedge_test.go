@@ -272,3 +272,43 @@ func TestSplitTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestUploads: a request body streams to the origin whole when it is within
+// edge.client.max_body_bytes, and a chunked body that grows past it is cut
+// off with 413 as it is read, recorded as body_too_large.
+func TestUploads(t *testing.T) {
+	var got []byte
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+	}))
+	defer origin.Close()
+	base, s := serve(t, origin.URL)
+	post := func(body io.Reader) int {
+		t.Helper()
+		resp, err := http.Post(base+"/upload", "text/plain", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// io.MultiReader hides the length: the client sends it chunked.
+	within := strings.Repeat("x", 1000)
+	if st := post(io.MultiReader(strings.NewReader(within))); st != 200 || string(got) != within {
+		t.Errorf("chunked body within the cap: %d, the origin got %d bytes", st, len(got))
+	}
+	if d := s.next(t); d.Status != 200 || d.ResponseError != "" {
+		t.Errorf("decision %+v", d)
+	}
+	got = nil
+	if st := post(io.MultiReader(strings.NewReader(strings.Repeat("y", 5000)))); st != 413 {
+		t.Errorf("chunked body over the cap: %d, want 413", st)
+	}
+	if d := s.next(t); d.Status != 413 || d.ResponseError != decisions.BodyTooLarge {
+		t.Errorf("over the cap: status %d, response error %q", d.Status, d.ResponseError)
+	}
+	if len(got) > 1024 {
+		t.Errorf("the origin got %d bytes of a body over the cap", len(got))
+	}
+}
