@@ -87,9 +87,10 @@ func NewHandler(l *edge.Limiter, origin Origin, c Config) *Handler {
 
 // Serve serves one request.
 func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
-	if h.tokens != nil && string(ctx.Path()) == h.endpoint {
-		h.tokens(ctx)
-		return
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 {
+		if kept := h.takeAside(&ctx.Request.Header); kept != nil {
+			releaseHeader(kept)
+		}
 	}
 	bad, hop := scanHeaders(&ctx.Request.Header)
 	if bad {
@@ -100,10 +101,9 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	if cl := ctx.Request.Header.ContentLength(); cl > 0 {
-		if kept := h.takeAside(&ctx.Request.Header); kept != nil {
-			releaseHeader(kept)
-		}
+	if h.tokens != nil && h.isEndpoint(ctx) {
+		h.tokens(ctx)
+		return
 	}
 	x := h.pool.Get().(*exchange)
 	x.hop = hop
@@ -111,6 +111,16 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	if !x.serve() {
 		x.finish(time.Now())
 	}
+}
+
+// isEndpoint reports whether the request's path, as sent, is the token
+// endpoint's.
+func (h *Handler) isEndpoint(ctx *fasthttp.RequestCtx) bool {
+	_, pq := splitTarget(ctx.Request.Header.RequestURI())
+	if i := bytes.IndexByte(pq, '?'); i >= 0 {
+		pq = pq[:i]
+	}
+	return string(pq) == h.endpoint
 }
 
 // scanHeaders reports, in one pass over the names of a request's headers,
