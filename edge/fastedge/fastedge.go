@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -106,10 +107,23 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	x := h.pool.Get().(*exchange)
+	defer recoverPanic(ctx)
 	x.hop = hop
 	x.start(ctx, ctx.Time())
 	if !x.serve() {
 		x.finish(time.Now())
+	}
+}
+
+// recoverPanic keeps a panic in serving one request from ending the
+// process, as net/http's server does: fasthttp's does not recover. The
+// request's exchange is dropped, not pooled again; the client gets 500
+// and its connection is closed.
+func recoverPanic(ctx *fasthttp.RequestCtx) {
+	if p := recover(); p != nil {
+		ctx.Response.Reset()
+		ctx.Error("500 Internal Server Error", fasthttp.StatusInternalServerError)
+		ctx.SetConnectionClose()
 	}
 }
 
@@ -208,7 +222,11 @@ func (h *Handler) takeAside(hdr *fasthttp.RequestHeader) *fasthttp.RequestHeader
 // with no decision, as net/http's server answers what it cannot read.
 func (h *Handler) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	kept := h.takeAside(&ctx.Request.Header)
-	if kept == nil {
+	timedOut, gone := isTimeout(err), clientGone(err)
+	if kept == nil || !(timedOut || gone) {
+		if kept != nil {
+			releaseHeader(kept)
+		}
 		serverError(ctx, err)
 		return
 	}
@@ -217,14 +235,21 @@ func (h *Handler) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	wall := time.Now()
 	x := h.pool.Get().(*exchange)
 	x.start(ctx, wall)
-	if resp, refused := edge.Refusal(&x.v, h.page, h.param); refused {
+	switch resp, refused := edge.Refusal(&x.v, h.page, h.param); {
+	case refused:
 		x.refuse(resp)
-	} else if isTimeout(err) {
+	case timedOut:
 		x.fail(decisions.BodyTimeout)
-	} else {
+	default:
 		x.fail(decisions.ClientClosed)
 	}
 	x.finish(wall)
+}
+
+// clientGone reports whether err is a read that found the client's
+// connection closed or reset.
+func clientGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // exchange is one request from its decision to the end of its response,
@@ -582,7 +607,11 @@ type requestBody struct{ x *exchange }
 
 func (b requestBody) Read(p []byte) (int, error) {
 	x := b.x
-	if m := x.h.maxBody; m > 0 {
+	m := x.h.maxBody
+	if m > 0 {
+		if x.read > m {
+			return 0, errBodyTooLarge // read past the cap already
+		}
 		// Read at most one byte past the cap: enough to know it is over.
 		if left := m + 1 - x.read; int64(len(p)) > left {
 			p = p[:left]
@@ -590,9 +619,10 @@ func (b requestBody) Read(p []byte) (int, error) {
 	}
 	n, err := x.body.Read(p)
 	x.read += int64(n)
-	if m := x.h.maxBody; m > 0 && x.read > m {
+	if m > 0 && x.read > m {
+		// The byte past the cap is not passed on.
 		x.bodyFail = decisions.BodyTooLarge
-		return n, errBodyTooLarge
+		return n - 1, errBodyTooLarge
 	}
 	switch {
 	case err == io.EOF:
