@@ -1,6 +1,7 @@
 package assemble
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,22 +17,42 @@ import (
 // when edge.admin_listen is set, /metrics and /healthz. `ratewarden edge`
 // and `ratewarden serve` run it.
 type EdgeServer struct {
-	srv, admin *http.Server
-	addr       net.Addr
-	errc       chan error
+	srv   proxyServer
+	admin *http.Server
+	addr  net.Addr
+	errc  chan error
 }
 
-// StartEdgeServer listens and serves e as cfg says, logging the addresses
-// ("edge listening", "admin listening").
+// proxyServer is the server on edge.listen: net/http's or fasthttp's
+// (edge.server).
+type proxyServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// StartEdgeServer listens and serves e as cfg says, with the server
+// edge.server names (net/http: e.Handler on Server; fasthttp: package
+// edge/fastedge), logging the addresses ("edge listening", "admin
+// listening").
 func StartEdgeServer(cfg *config.Config, e *Edge, log *slog.Logger) (*EdgeServer, error) {
-	s := &EdgeServer{srv: Server(cfg, e.Handler()), errc: make(chan error, 2)}
+	s := &EdgeServer{errc: make(chan error, 2)}
+	if cfg.Edge.Server == FastHTTP {
+		srv, err := fastServer(cfg, e, log)
+		if err != nil {
+			return nil, err
+		}
+		s.srv = srv
+	} else {
+		s.srv = Server(cfg, e.Handler())
+	}
 	ln, err := Listen(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s.addr = ln.Addr()
 	go func() { s.errc <- s.srv.Serve(ln) }()
-	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node)
+	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node, "server", cmp.Or(cfg.Edge.Server, config.EdgeServers[0]))
 	if s.admin, err = StartAdmin(cfg, e.AdminHandler, s.errc, log); err != nil {
 		s.srv.Close()
 		return nil, err

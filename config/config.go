@@ -64,8 +64,13 @@ type Edge struct {
 	DecisionQueue   int           `yaml:"decision_queue"`    // bounded queue of decisions awaiting the sink; default 4096
 	RequestIDHeader string        `yaml:"request_id_header"` // default X-Request-Id
 	ShutdownGrace   time.Duration `yaml:"shutdown_grace"`    // default 10s
-	Client          Client        `yaml:"client"`
-	Origin          Origin        `yaml:"origin"`
+	// Server is the HTTP server and reverse proxy of `ratewarden edge` and
+	// `ratewarden serve`: net/http (the default; the limiter's Middleware
+	// in front of httputil.ReverseProxy) or fasthttp (package
+	// edge/fastedge: the same behaviour at less CPU per request).
+	Server string `yaml:"server"`
+	Client Client `yaml:"client"`
+	Origin Origin `yaml:"origin"`
 }
 
 // Client bounds what one client may hold of the edge: the time it takes to
@@ -394,6 +399,9 @@ const (
 // package is decoded straight into that package's type (a seglog.SyncMode,
 // a redisstore.Clock, a canonpath.Case): see choice in decode.go.
 var (
+	// EdgeServers are the allowed edge.server values; the first is the
+	// default.
+	EdgeServers = []string{"net/http", "fasthttp"}
 	// StoreTypes are the allowed store.type values; the first is the default.
 	StoreTypes = []string{"memory", "dynamodb", "redis"}
 	// ClientIPHeaders are the allowed identity.client_ip_header values; the

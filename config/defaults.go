@@ -27,6 +27,7 @@ func (c *Config) Defaults() {
 	def(&e.DecisionQueue, 4096)
 	def(&e.RequestIDHeader, "X-Request-Id")
 	def(&e.ShutdownGrace, 10*time.Second)
+	def(&e.Server, EdgeServers[0])
 	def(&e.Client.HeaderTimeout, 10*time.Second)
 	def(&e.Client.BodyTimeout, 60*time.Second)
 	def(&e.Client.IdleTimeout, 2*time.Minute)

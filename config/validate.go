@@ -331,6 +331,7 @@ func (v *validator) edge(e *Edge) {
 	v.intRange(key("edge", "decision_queue"), int64(e.DecisionQueue), 1, math.MaxInt64)
 	v.header(key("edge", "request_id_header"), e.RequestIDHeader)
 	v.durationRange(key("edge", "shutdown_grace"), e.ShutdownGrace, 0, math.MaxInt64)
+	v.oneOf(key("edge", "server"), e.Server, EdgeServers)
 	c := &e.Client
 	v.durationRange(key("edge", "client", "header_timeout"), c.HeaderTimeout, 10*time.Millisecond, 10*time.Minute)
 	v.durationRange(key("edge", "client", "body_timeout"), c.BodyTimeout, 10*time.Millisecond, time.Hour)

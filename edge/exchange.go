@@ -178,28 +178,41 @@ func (x *exchange) bodyError() string {
 // with nothing when the client went away, and records e.
 func (x *exchange) fail(e string) {
 	x.respErr = e
-	var status int
-	var code, msg string
-	switch e {
-	case decisions.ClientClosed:
+	resp, closeConn, ok := FailureResponse(e)
+	if !ok {
 		return // nobody to answer
-	case decisions.UpstreamTimeout:
-		status, code, msg = http.StatusGatewayTimeout, "gateway_timeout", "The origin did not answer in time."
-	case decisions.BodyTimeout:
-		status, code, msg = http.StatusRequestTimeout, "request_timeout", "The request body did not arrive in time."
-	case decisions.BodyTooLarge:
-		status, code, msg = http.StatusRequestEntityTooLarge, "content_too_large", "The request body is too large."
-	default:
-		status, code, msg = http.StatusBadGateway, "bad_gateway", "The origin did not answer."
 	}
 	h := x.Header()
-	if status == http.StatusRequestTimeout || status == http.StatusRequestEntityTooLarge {
-		// The rest of the body is not read: the connection cannot carry
-		// another request.
+	if closeConn {
 		h.Set("Connection", "close")
 	}
 	h.Set("Cache-Control", "no-store")
-	writeJSONError(x, status, code, msg)
+	writeJSONError(x, resp.Status, resp.Body)
+}
+
+// FailureResponse returns the edge's answer to a request whose response
+// failed with e (a decisions response error): 504 for an origin that did
+// not answer in time, 408 for a body that did not arrive in time, 413 for
+// a body over the cap, 502 otherwise, with a JSON body; ok is false for a
+// client that went away, which gets no answer. closeConn says that the
+// connection cannot carry another request (the rest of the body is not
+// read). The response goes out with Cache-Control: no-store.
+func FailureResponse(e string) (resp Response, closeConn, ok bool) {
+	var code, msg string
+	switch e {
+	case decisions.ClientClosed:
+		return Response{}, false, false
+	case decisions.UpstreamTimeout:
+		resp.Status, code, msg = http.StatusGatewayTimeout, "gateway_timeout", "The origin did not answer in time."
+	case decisions.BodyTimeout:
+		resp.Status, code, msg = http.StatusRequestTimeout, "request_timeout", "The request body did not arrive in time."
+	case decisions.BodyTooLarge:
+		resp.Status, code, msg = http.StatusRequestEntityTooLarge, "content_too_large", "The request body is too large."
+	default:
+		resp.Status, code, msg = http.StatusBadGateway, "bad_gateway", "The origin did not answer."
+	}
+	resp.Body = errorBody(code, msg, 0)
+	return resp, resp.Status == http.StatusRequestTimeout || resp.Status == http.StatusRequestEntityTooLarge, true
 }
 
 // classify names the failure err of the exchange with r's origin as a

@@ -49,12 +49,10 @@ func newForwarding(cfg *config.Config) forwarding {
 }
 
 // forward makes r, which v passed, what the origin is to see: its path
-// canonical, the headers of an untrusted peer that the edge did not
-// believe removed, and the identity the edge resolved set. The client
+// canonical and its headers as ForwardHeaders makes them. The client
 // address travels in r's context to the reverse proxy, which writes it
 // into X-Forwarded-For and Forwarded.
 func (l *Limiter) forward(r *http.Request, v *Verdict) *http.Request {
-	f := &l.fwd
 	// Decide refused what was ambiguous unless paths.ambiguous is rewrite;
 	// a path that differed only in encoding is forwarded canonical too.
 	if v.form != canonpath.Canonical {
@@ -62,33 +60,71 @@ func (l *Limiter) forward(r *http.Request, v *Verdict) *http.Request {
 			r.URL.Path, r.URL.RawPath = p, v.Path
 		}
 	}
-	h := r.Header
-	if !l.ident.Trusts(r.RemoteAddr) {
-		for _, k := range f.strip {
-			delete(h, k)
-		}
-	}
-	if f.setUser {
-		delete(h, f.user)
-		delete(h, f.plan)
-		if v.UserID != "" {
-			h[f.user] = []string{v.UserID}
-			if v.Plan != "" {
-				h[f.plan] = []string{v.Plan}
-			}
-		}
-	}
-	if f.tier != "" {
-		h[f.tier] = []string{v.Tier}
-	}
-	if f.decision != "" {
-		h[f.decision] = []string{v.Outcome.String()}
-	}
+	l.ForwardHeaders(canonicalHeader(r.Header), l.ident.Trusts(r.RemoteAddr), v)
 	if !v.ClientIP.IsValid() {
 		return r
 	}
 	return r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, v.ClientIP))
 }
+
+// HeaderEditor is what ForwardHeaders changes in a request's headers:
+// http.Header and fasthttp's *RequestHeader have these methods. Keys are
+// canonical.
+type HeaderEditor interface {
+	Del(key string)
+	Set(key, value string)
+}
+
+// ForwardHeaders makes the headers h of a request that v passed what the
+// origin is to see, as Middleware does: when the peer is not trusted, the
+// headers it claims about itself removed (forward.strip_headers, every
+// client address header, Forwarded, X-Forwarded-Host and -Proto, the user
+// and plan headers); the user and plan the edge resolved set
+// (forward.user); and forward.tier_header and decision_header set. The
+// client address is the proxy's to write (X-Forwarded-For, Forwarded).
+func (l *Limiter) ForwardHeaders(h HeaderEditor, trusted bool, v *Verdict) {
+	f := &l.fwd
+	if !trusted {
+		for _, k := range f.strip {
+			h.Del(k)
+		}
+	}
+	if f.setUser {
+		h.Del(f.user)
+		h.Del(f.plan)
+		if v.UserID != "" {
+			h.Set(f.user, v.UserID)
+			if v.Plan != "" {
+				h.Set(f.plan, v.Plan)
+			}
+		}
+	}
+	if f.tier != "" {
+		h.Set(f.tier, v.Tier)
+	}
+	if f.decision != "" {
+		h.Set(f.decision, v.Outcome.String())
+	}
+}
+
+// TrustsPeer reports whether the peer at a is a trusted proxy, whose
+// forwarding and user headers are believed and passed on.
+func (l *Limiter) TrustsPeer(a netip.Addr) bool { return l.ident.TrustsPeer(a) }
+
+// ForwardPath returns the path to forward for v, still percent-encoded,
+// and true when it is not the path as sent: the canonical form of a path
+// that differed from it only in encoding, or of an ambiguous one under
+// paths.ambiguous: rewrite.
+func (v *Verdict) ForwardPath() (string, bool) {
+	return v.Path, v.form != canonpath.Canonical
+}
+
+// canonicalHeader is an http.Header whose keys are known to be canonical:
+// ForwardHeaders edits it without canonicalizing them again.
+type canonicalHeader http.Header
+
+func (h canonicalHeader) Del(key string)        { delete(h, key) }
+func (h canonicalHeader) Set(key, value string) { h[key] = []string{value} }
 
 // clientAddrKey is the context key of the client address the edge
 // resolved, a netip.Addr, for the reverse proxy.
@@ -105,9 +141,10 @@ func requestPath(u *url.URL) string {
 	return u.EscapedPath()
 }
 
-// appendForwarded appends the RFC 7239 Forwarded element for a client at
-// a, reaching the edge as host over proto.
-func appendForwarded(b []byte, a netip.Addr, host, proto string) []byte {
+// AppendForwarded appends the RFC 7239 Forwarded element for a client at
+// a, reaching the edge as host over proto: the value of the Forwarded
+// header the reverse proxy sends the origin.
+func AppendForwarded(b []byte, a netip.Addr, host, proto string) []byte {
 	b = append(b, "for="...)
 	if a.Is6() {
 		b = append(b, `"[`...)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,17 +62,55 @@ func (l *Limiter) decisionTime(wall time.Time) time.Time {
 	return wall
 }
 
+// DecisionTime returns the time of a decision taken at wall: wall itself,
+// or the limiter's clock when Options.Clock set one. Servers other than
+// Middleware pass it to Begin and End.
+func (l *Limiter) DecisionTime(wall time.Time) time.Time { return l.decisionTime(wall) }
+
+// TokenEndpoint returns the path of the token endpoint (challenge.endpoint)
+// and true when the edge serves it (challenges enabled, with keys), as
+// Handler routes it.
+func (l *Limiter) TokenEndpoint() (string, bool) {
+	return l.cfg.Challenge.Endpoint, l.cfg.Challenge.Enabled && l.keys != nil
+}
+
 // requestID returns r's request id from the configured header, or, when it
 // has none (or an overlong one), a generated id, which it sets on r for
 // the origin.
 func (l *Limiter) requestID(r *http.Request) string {
 	hdr := l.cfg.Edge.RequestIDHeader
-	id := r.Header.Get(hdr)
-	if id == "" || len(id) > 128 {
-		id = l.ids.next()
+	id, generated := l.RequestID(r.Header.Get(hdr))
+	if generated {
 		r.Header.Set(hdr, id)
 	}
 	return id
+}
+
+// RequestID returns the request id of a request whose request id header
+// (edge.request_id_header, RequestIDHeader) is got: got itself, or, when
+// it is empty or longer than 128 bytes, a generated id, which the caller
+// sets on the request for the origin (generated true).
+func (l *Limiter) RequestID(got string) (id string, generated bool) {
+	if got == "" || len(got) > 128 {
+		return l.ids.next(), true
+	}
+	return got, false
+}
+
+// RequestIDHeader is the header that carries request ids
+// (edge.request_id_header).
+func (l *Limiter) RequestIDHeader() string { return l.cfg.Edge.RequestIDHeader }
+
+// DecisionHeaders returns the canonical keys of the request headers Begin
+// reads: the identity headers (identity.Resolver.Headers), and with
+// challenges the challenge token header and Cookie. A server whose headers
+// are not an http.Header copies these into the Request's.
+func (l *Limiter) DecisionHeaders() []string {
+	keys := l.ident.Headers()
+	if l.keys != nil {
+		keys = append(keys, textproto.CanonicalMIMEHeaderKey(l.cfg.Challenge.Header), "Cookie")
+	}
+	return keys
 }
 
 // requestIDs generates request ids: a random per-process prefix and a
@@ -138,7 +177,7 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 		}
 		fail := func(reason string, status int, code, msg string) {
 			l.tokenDone(r.Context(), now, v, reason)
-			writeJSONError(w, status, code, msg)
+			writeJSONError(w, status, errorBody(code, msg, 0))
 		}
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -202,10 +241,10 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 	})
 }
 
-func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
+func writeJSONError(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(errorBody(code, msg, 0))
+	w.Write(body)
 }
 
 // Handler returns the edge's whole HTTP surface in front of next: the token
@@ -213,11 +252,11 @@ func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
 // limiter.
 func (l *Limiter) Handler(next http.Handler, verifierSecret string) http.Handler {
 	limited := l.Middleware(next)
-	if !l.cfg.Challenge.Enabled || l.keys == nil {
+	endpoint, ok := l.TokenEndpoint()
+	if !ok {
 		return limited
 	}
 	tokens := l.TokenHandler(verifierSecret)
-	endpoint := l.cfg.Challenge.Endpoint
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == endpoint {
 			tokens.ServeHTTP(w, r)

@@ -120,8 +120,8 @@ func TestAppendForwarded(t *testing.T) {
 		{"203.0.113.7", `a"b\c`, "http", `for=203.0.113.7;host="a\"b\\c";proto=http`},
 		{"203.0.113.7", "", "http", `for=203.0.113.7;proto=http`},
 	} {
-		if got := string(appendForwarded(nil, netip.MustParseAddr(c.addr), c.host, c.proto)); got != c.want {
-			t.Errorf("appendForwarded(%s, %q) = %s, want %s", c.addr, c.host, got, c.want)
+		if got := string(AppendForwarded(nil, netip.MustParseAddr(c.addr), c.host, c.proto)); got != c.want {
+			t.Errorf("AppendForwarded(%s, %q) = %s, want %s", c.addr, c.host, got, c.want)
 		}
 	}
 }

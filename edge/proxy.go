@@ -43,7 +43,7 @@ func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 					proto = "https"
 				}
 				pr.Out.Header["X-Forwarded-For"] = []string{a.String()}
-				pr.Out.Header["Forwarded"] = []string{string(appendForwarded(nil, a, pr.In.Host, proto))}
+				pr.Out.Header["Forwarded"] = []string{string(AppendForwarded(nil, a, pr.In.Host, proto))}
 			}
 		},
 		Transport:    tr,

@@ -25,37 +25,7 @@ func SetHeaders(h http.Header, v *Verdict) {
 	}
 	// One buffer for the five values and one array for their slices: two
 	// allocations instead of ten on every response.
-	buf := make([]byte, 0, 160+2*len(p.Name)+len(v.Policies[1].Name))
-	var ends [5]int
-	buf = strconv.AppendInt(buf, p.Limit, 10)
-	ends[0] = len(buf)
-	buf = strconv.AppendInt(buf, p.Remaining, 10)
-	ends[1] = len(buf)
-	buf = strconv.AppendInt(buf, v.Time.Add(p.Reset).Add(time.Second-1).Unix(), 10)
-	ends[2] = len(buf)
-	for i := range v.Policies {
-		q := &v.Policies[i]
-		if q.Name == "" {
-			continue
-		}
-		if len(buf) > ends[2] {
-			buf = append(buf, ", "...)
-		}
-		buf = appendQuoted(buf, q.Name)
-		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, q.Limit, 10)
-		if q.Window > 0 {
-			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, ceilSeconds(q.Window), 10)
-		}
-	}
-	ends[3] = len(buf)
-	buf = appendQuoted(buf, p.Name)
-	buf = append(buf, ";r="...)
-	buf = strconv.AppendInt(buf, p.Remaining, 10)
-	buf = append(buf, ";t="...)
-	buf = strconv.AppendInt(buf, ceilSeconds(p.Reset), 10)
-	ends[4] = len(buf)
+	buf, ends := AppendRateLimitValues(make([]byte, 0, 160+2*len(p.Name)+len(v.Policies[1].Name)), v)
 	all := string(buf)
 	vals := new([5]string)
 	start := 0
@@ -64,11 +34,56 @@ func SetHeaders(h http.Header, v *Verdict) {
 		start = end
 	}
 	// The keys are canonical already.
-	h["X-Ratelimit-Limit"] = vals[0:1:1]
-	h["X-Ratelimit-Remaining"] = vals[1:2:2]
-	h["X-Ratelimit-Reset"] = vals[2:3:3]
-	h["Ratelimit-Policy"] = vals[3:4:4]
-	h["Ratelimit"] = vals[4:5:5]
+	h[RateLimitHeaders[0]] = vals[0:1:1]
+	h[RateLimitHeaders[1]] = vals[1:2:2]
+	h[RateLimitHeaders[2]] = vals[2:3:3]
+	h[RateLimitHeaders[3]] = vals[3:4:4]
+	h[RateLimitHeaders[4]] = vals[4:5:5]
+}
+
+// RateLimitHeaders are the canonical keys of the rate-limit headers, in
+// the order of AppendRateLimitValues's values.
+var RateLimitHeaders = [5]string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit"}
+
+// AppendRateLimitValues appends the values of v's rate-limit headers
+// (RateLimitHeaders) to b one after the other, and returns where each
+// ends: value i is b[ends[i-1]:ends[i]], value 0 starting at len(b) on
+// entry; the ends are indices in the returned slice. A verdict that
+// counted nothing (v.Policies[0].Name empty) has no
+// rate-limit headers: the caller checks that first. It is SetHeaders
+// without the http.Header, for servers that keep headers as bytes.
+func AppendRateLimitValues(b []byte, v *Verdict) (_ []byte, ends [5]int) {
+	p := &v.Policies[0]
+	b = strconv.AppendInt(b, p.Limit, 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, p.Remaining, 10)
+	ends[1] = len(b)
+	b = strconv.AppendInt(b, v.Time.Add(p.Reset).Add(time.Second-1).Unix(), 10)
+	ends[2] = len(b)
+	for i := range v.Policies {
+		q := &v.Policies[i]
+		if q.Name == "" {
+			continue
+		}
+		if len(b) > ends[2] {
+			b = append(b, ", "...)
+		}
+		b = appendQuoted(b, q.Name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, q.Limit, 10)
+		if q.Window > 0 {
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, ceilSeconds(q.Window), 10)
+		}
+	}
+	ends[3] = len(b)
+	b = appendQuoted(b, p.Name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, p.Remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(p.Reset), 10)
+	ends[4] = len(b)
+	return b, ends
 }
 
 // appendQuoted appends name as a structured-field string (RFC 8941), which
@@ -157,18 +172,28 @@ func errorBody(code, msg string, retry int64) []byte {
 func (resp *Response) Write(w http.ResponseWriter, v *Verdict) {
 	h := w.Header()
 	SetHeaders(h, v)
-	if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
-		h.Set("Retry-After", strconv.FormatInt(v.RetryAfterSeconds(), 10))
-	}
+	resp.EachHeader(v, h.Set)
 	if resp.Location != "" {
-		h.Set("Location", resp.Location)
-		h.Set("Cache-Control", "no-store")
 		w.WriteHeader(resp.Status)
 		return
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)
+}
+
+// EachHeader calls set with each header of resp but the rate-limit headers
+// (SetHeaders) and Content-Length: Retry-After, Location, Content-Type
+// and Cache-Control. It is Write's, for servers other than net/http's.
+func (resp *Response) EachHeader(v *Verdict, set func(key, value string)) {
+	if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
+		set("Retry-After", strconv.FormatInt(v.RetryAfterSeconds(), 10))
+	}
+	if resp.Location != "" {
+		set("Location", resp.Location)
+		set("Cache-Control", "no-store")
+		return
+	}
+	set("Content-Type", "application/json")
+	set("Cache-Control", "no-store")
 }

@@ -131,42 +131,44 @@ var pathVariants = []struct {
 // gets canonical paths.
 func TestEdgePathVariants(t *testing.T) {
 	bin := buildBinary(t)
-	for _, mode := range []struct{ name, extra string }{
-		{"default reject", ""},
-		{"rewrite", "paths:\n  ambiguous: rewrite\n"},
-	} {
-		t.Run(mode.name, func(t *testing.T) {
-			origin := newRecordingOrigin(t)
-			base, _ := startEdge(t, bin, nil, "--config", seedWith(t, mode.extra), "--upstream", origin.URL)
-			for i, v := range pathVariants {
-				client := fmt.Sprintf("X-Forwarded-For: 203.0.113.%d", 10+i)
-				var statuses []int
-				for range 6 {
-					statuses = append(statuses, rawGet(t, base, "127.0.0.1", v.target, client))
-				}
-				want, forwarded := "[200 200 200 200 200 302]", 5
-				if v.ambiguous && mode.extra == "" {
-					want, forwarded = "[400 400 400 400 400 400]", 0
-				}
-				if got := fmt.Sprint(statuses); got != want {
-					t.Errorf("%s %q: statuses %s, want %s", v.name, v.target, got, want)
-				}
-				got := origin.take()
-				if len(got) != forwarded {
-					t.Errorf("%s %q: the origin got %d requests, want %d", v.name, v.target, len(got), forwarded)
-				}
-				for _, r := range got {
-					if r.target != v.forwarded {
-						t.Errorf("%s %q: the origin got %q, want %q", v.name, v.target, r.target, v.forwarded)
+	eachServer(t, func(t *testing.T, server string) {
+		for _, mode := range []struct{ name, extra string }{
+			{"default reject", ""},
+			{"rewrite", "paths:\n  ambiguous: rewrite\n"},
+		} {
+			t.Run(mode.name, func(t *testing.T) {
+				origin := newRecordingOrigin(t)
+				base, _ := startEdge(t, bin, nil, "--server", server, "--config", seedWith(t, mode.extra), "--upstream", origin.URL)
+				for i, v := range pathVariants {
+					client := fmt.Sprintf("X-Forwarded-For: 203.0.113.%d", 10+i)
+					var statuses []int
+					for range 6 {
+						statuses = append(statuses, rawGet(t, base, "127.0.0.1", v.target, client))
 					}
-					p, _, _ := strings.Cut(r.target, "?")
-					if c, form, err := canonpath.Clean(p); form != canonpath.Canonical || err != nil {
-						t.Errorf("%s %q: the origin got %q, not canonical (%q, %v)", v.name, v.target, r.target, c, err)
+					want, forwarded := "[200 200 200 200 200 302]", 5
+					if v.ambiguous && mode.extra == "" {
+						want, forwarded = "[400 400 400 400 400 400]", 0
+					}
+					if got := fmt.Sprint(statuses); got != want {
+						t.Errorf("%s %q: statuses %s, want %s", v.name, v.target, got, want)
+					}
+					got := origin.take()
+					if len(got) != forwarded {
+						t.Errorf("%s %q: the origin got %d requests, want %d", v.name, v.target, len(got), forwarded)
+					}
+					for _, r := range got {
+						if r.target != v.forwarded {
+							t.Errorf("%s %q: the origin got %q, want %q", v.name, v.target, r.target, v.forwarded)
+						}
+						p, _, _ := strings.Cut(r.target, "?")
+						if c, form, err := canonpath.Clean(p); form != canonpath.Canonical || err != nil {
+							t.Errorf("%s %q: the origin got %q, not canonical (%q, %v)", v.name, v.target, r.target, c, err)
+						}
 					}
 				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestEdgeFailClosedVariants runs the binary with its counter store down
@@ -176,136 +178,153 @@ func TestEdgePathVariants(t *testing.T) {
 // fail_open.
 func TestEdgeFailClosedVariants(t *testing.T) {
 	bin := buildBinary(t)
-	dead := freePort(t)
-	variants := []struct {
-		target    string
-		ambiguous bool
-	}{
-		{"/api/admin/users", false},
-		{"/API/admin/users", false},
-		{"/api/Admin/users", false},
-		{"/api//admin/users", true},
-		{"/api/./admin/users", true},
-		{"/api/x/../admin/users", true},
-		{`/api\admin\users`, true},
-		{"/api/admin", false},
-		{"/api/admin/", false},
-		{"/api/admin;x=1", false},
-		{"/api;x=1/admin/users", false},
-		{"/api/%61dmin/users", false},
-		{"/ap%C4%B1/admin/users", false},
-		{"/api/billing", false},
-		{"http://other.example/api/admin", false},
-	}
-	for _, mode := range []struct{ name, extra string }{
-		{"default reject", ""},
-		{"rewrite", "paths:\n  ambiguous: rewrite\n"},
-	} {
-		t.Run(mode.name, func(t *testing.T) {
-			origin := newRecordingOrigin(t)
-			store := fmt.Sprintf("store:\n  type: redis\n  timeout: 50ms\n  redis:\n    addrs: [127.0.0.1:%d]\n", dead)
-			cfg := seedWith(t, mode.extra, "store:\n  type: memory\n", store)
-			base, _ := startEdge(t, bin, nil, "--config", cfg, "--upstream", origin.URL)
-			for i, v := range variants {
-				want := 503
-				if v.ambiguous && mode.extra == "" {
-					want = 400
+	eachServer(t, func(t *testing.T, server string) {
+		dead := freePort(t)
+		variants := []struct {
+			target    string
+			ambiguous bool
+		}{
+			{"/api/admin/users", false},
+			{"/API/admin/users", false},
+			{"/api/Admin/users", false},
+			{"/api//admin/users", true},
+			{"/api/./admin/users", true},
+			{"/api/x/../admin/users", true},
+			{`/api\admin\users`, true},
+			{"/api/admin", false},
+			{"/api/admin/", false},
+			{"/api/admin;x=1", false},
+			{"/api;x=1/admin/users", false},
+			{"/api/%61dmin/users", false},
+			{"/ap%C4%B1/admin/users", false},
+			{"/api/billing", false},
+			{"http://other.example/api/admin", false},
+		}
+		for _, mode := range []struct{ name, extra string }{
+			{"default reject", ""},
+			{"rewrite", "paths:\n  ambiguous: rewrite\n"},
+		} {
+			t.Run(mode.name, func(t *testing.T) {
+				origin := newRecordingOrigin(t)
+				store := fmt.Sprintf("store:\n  type: redis\n  timeout: 50ms\n  redis:\n    addrs: [127.0.0.1:%d]\n", dead)
+				cfg := seedWith(t, mode.extra, "store:\n  type: memory\n", store)
+				base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfg, "--upstream", origin.URL)
+				for i, v := range variants {
+					want := 503
+					if v.ambiguous && mode.extra == "" {
+						want = 400
+					}
+					if got := rawGet(t, base, "127.0.0.1", v.target, fmt.Sprintf("X-Forwarded-For: 203.0.113.%d", 10+i)); got != want {
+						t.Errorf("%q with the store down: %d, want %d", v.target, got, want)
+					}
 				}
-				if got := rawGet(t, base, "127.0.0.1", v.target, fmt.Sprintf("X-Forwarded-For: 203.0.113.%d", 10+i)); got != want {
-					t.Errorf("%q with the store down: %d, want %d", v.target, got, want)
+				for _, r := range origin.take() {
+					t.Errorf("the origin got %q with the store down", r.target)
 				}
-			}
-			for _, r := range origin.take() {
-				t.Errorf("the origin got %q with the store down", r.target)
-			}
-			// The store is down, not the edge: other paths fail open.
-			if got := rawGet(t, base, "127.0.0.1", "/api/search", "X-Forwarded-For: 203.0.113.99"); got != 200 {
-				t.Errorf("/api/search with the store down: %d, want 200", got)
-			}
-		})
-	}
+				// The store is down, not the edge: other paths fail open.
+				if got := rawGet(t, base, "127.0.0.1", "/api/search", "X-Forwarded-For: 203.0.113.99"); got != 200 {
+					t.Errorf("/api/search with the store down: %d, want 200", got)
+				}
+			})
+		}
+	})
 }
 
 // TestEdgeHostilePaths keeps the tries of an attacker who wants a path the
 // edge and the origin read differently, each with the edge's decision.
 func TestEdgeHostilePaths(t *testing.T) {
 	bin := buildBinary(t)
-	origin := newRecordingOrigin(t)
-	decisionsFile := filepath.Join(t.TempDir(), "decisions.jsonl")
-	base, _ := startEdge(t, bin, nil, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-file", decisionsFile)
-	// byServer: net/http refuses the request before the edge sees it, so
-	// it leaves no decision; every other refusal is a rejected decision.
-	const byServer = true
-	cases := []struct {
-		name, target string
-		lines        []string
-		want         int
-		byServer     bool
-	}{
-		{"encoded slash", "/api%2Freports", nil, 400, false},
-		{"encoded slash lower case", "/api%2freports", nil, 400, false},
-		{"encoded backslash", "/api%5Creports", nil, 400, false},
-		{"double-encoded dot", "/api/%252e/reports", nil, 400, false},
-		{"double-encoded slash", "/api%252Freports", nil, 400, false},
-		{"invalid escape", "/api/%zz/reports", nil, 400, byServer},
-		{"truncated escape", "/api/reports%2", nil, 400, byServer},
-		{"overlong dot-dot", "/api/x/%C0%AE%C0%AE/reports", nil, 400, false},
-		{"overlong slash", "/api%C0%AFreports", nil, 400, false},
-		{"encoded NUL", "/api/reports%00.json", nil, 400, false},
-		{"raw NUL", "/api/reports\x00", nil, 400, byServer},
-		{"encoded newline", "/api/reports%0d%0a", nil, 400, false},
-		{"dot-dot parameter (Tomcat)", "/api/x/..;/reports", nil, 400, false},
-		{"empty segment parameter", "/;x/api/reports", nil, 400, false},
-		{"asterisk", "*", nil, 400, false},
-		{"two Host headers", "/api/reports", []string{"Host: a.example", "Host: b.example"}, 400, byServer},
-		{"path over 8 KiB", "/api/" + strings.Repeat("a", 9000), nil, 414, false},
-		{"request line over 64 KiB", "/api/" + strings.Repeat("a", 70000), nil, 431, byServer},
-		{"long canonical path", "/api/" + strings.Repeat("a", 8000), nil, 200, false},
-	}
-	rejected := 0
-	for _, c := range cases {
-		if got := rawGet(t, base, "127.0.0.1", c.target, c.lines...); got != c.want {
-			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+	eachServer(t, func(t *testing.T, server string) {
+		origin := newRecordingOrigin(t)
+		decisionsFile := filepath.Join(t.TempDir(), "decisions.jsonl")
+		base, _ := startEdge(t, bin, nil, "--server", server, "--config", "../examples/seed.yaml", "--upstream", origin.URL, "--decisions-file", decisionsFile)
+		// byServer: the server refuses the request before the edge sees it,
+		// so it leaves no decision; every other refusal is a rejected
+		// decision. The servers differ: net/http refuses a path with an
+		// invalid escape itself, which fasthttp hands to the edge (whose
+		// canonical paths refuse it, recorded); fasthttp refuses an
+		// asterisk-form target itself, which net/http hands to the edge.
+		// Either way the request is refused and never forwarded.
+		const (
+			netHTTP  = 1 << iota // refused by net/http's server
+			fastHTTP             // refused by fasthttp's
+			both     = netHTTP | fastHTTP
+		)
+		mode := netHTTP
+		if server == "fasthttp" {
+			mode = fastHTTP
 		}
-		if !c.byServer && c.want != 200 {
-			rejected++
+		cases := []struct {
+			name, target string
+			lines        []string
+			want         int
+			byServer     int
+		}{
+			{"encoded slash", "/api%2Freports", nil, 400, 0},
+			{"encoded slash lower case", "/api%2freports", nil, 400, 0},
+			{"encoded backslash", "/api%5Creports", nil, 400, 0},
+			{"double-encoded dot", "/api/%252e/reports", nil, 400, 0},
+			{"double-encoded slash", "/api%252Freports", nil, 400, 0},
+			{"invalid escape", "/api/%zz/reports", nil, 400, netHTTP},
+			{"truncated escape", "/api/reports%2", nil, 400, netHTTP},
+			{"overlong dot-dot", "/api/x/%C0%AE%C0%AE/reports", nil, 400, 0},
+			{"overlong slash", "/api%C0%AFreports", nil, 400, 0},
+			{"encoded NUL", "/api/reports%00.json", nil, 400, 0},
+			{"raw NUL", "/api/reports\x00", nil, 400, both},
+			{"encoded newline", "/api/reports%0d%0a", nil, 400, 0},
+			{"dot-dot parameter (Tomcat)", "/api/x/..;/reports", nil, 400, 0},
+			{"empty segment parameter", "/;x/api/reports", nil, 400, 0},
+			{"asterisk", "*", nil, 400, fastHTTP},
+			{"two Host headers", "/api/reports", []string{"Host: a.example", "Host: b.example"}, 400, both},
+			{"path over 8 KiB", "/api/" + strings.Repeat("a", 9000), nil, 414, 0},
+			{"request line over 64 KiB", "/api/" + strings.Repeat("a", 70000), nil, 431, both},
+			{"long canonical path", "/api/" + strings.Repeat("a", 8000), nil, 200, 0},
 		}
-	}
-	if got := origin.take(); len(got) != 1 {
-		t.Errorf("the origin got %d requests, want 1 (the long canonical path)", len(got))
-	}
+		rejected := 0
+		for _, c := range cases {
+			if got := rawGet(t, base, "127.0.0.1", c.target, c.lines...); got != c.want {
+				t.Errorf("%s: %d, want %d", c.name, got, c.want)
+			}
+			if c.byServer&mode == 0 && c.want != 200 {
+				rejected++
+			}
+		}
+		if got := origin.take(); len(got) != 1 {
+			t.Errorf("the origin got %d requests, want 1 (the long canonical path)", len(got))
+		}
 
-	// The Host header plays no part in matching: a client that names
-	// another host, in the header or in an absolute-form target, counts
-	// against the same rules. The origin gets the target's authority, as
-	// RFC 9112 section 3.2.2 says.
-	var statuses []int
-	for _, target := range []string{"/api/export", "/api/export", "http://admin.internal/api/export"} {
-		statuses = append(statuses, rawGet(t, base, "127.0.0.1", target, "Host: other.example", "X-Forwarded-For: 203.0.113.50"))
-	}
-	statuses = append(statuses, rawGet(t, base, "127.0.0.1", "/api/export", "X-Forwarded-For: 203.0.113.50"))
-	if got := fmt.Sprint(statuses); got != "[200 200 200 302]" {
-		t.Errorf("/api/export under other hosts: %s, want [200 200 200 302]", got)
-	}
-	var hosts []string
-	for _, r := range origin.take() {
-		hosts = append(hosts, r.host)
-	}
-	if got := fmt.Sprint(hosts); got != "[other.example other.example admin.internal]" {
-		t.Errorf("the origin got hosts %s", got)
-	}
+		// The Host header plays no part in matching: a client that names
+		// another host, in the header or in an absolute-form target, counts
+		// against the same rules. The origin gets the target's authority, as
+		// RFC 9112 section 3.2.2 says.
+		var statuses []int
+		for _, target := range []string{"/api/export", "/api/export", "http://admin.internal/api/export"} {
+			statuses = append(statuses, rawGet(t, base, "127.0.0.1", target, "Host: other.example", "X-Forwarded-For: 203.0.113.50"))
+		}
+		statuses = append(statuses, rawGet(t, base, "127.0.0.1", "/api/export", "X-Forwarded-For: 203.0.113.50"))
+		if got := fmt.Sprint(statuses); got != "[200 200 200 302]" {
+			t.Errorf("/api/export under other hosts: %s, want [200 200 200 302]", got)
+		}
+		var hosts []string
+		for _, r := range origin.take() {
+			hosts = append(hosts, r.host)
+		}
+		if got := fmt.Sprint(hosts); got != "[other.example other.example admin.internal]" {
+			t.Errorf("the origin got hosts %s", got)
+		}
 
-	// Stopped, the edge has flushed its decisions: one for each request it
-	// saw, the long canonical path and the four above passed.
-	stops[t.Name()]()
-	outcomes := map[decisions.Outcome]int{}
-	for _, d := range readDecisions(t, decisionsFile) {
-		outcomes[d.Outcome]++
-	}
-	want := map[decisions.Outcome]int{decisions.Rejected: rejected, decisions.Allow: 4, decisions.Challenge: 1}
-	if fmt.Sprint(outcomes) != fmt.Sprint(want) {
-		t.Errorf("decisions %v, want %v", outcomes, want)
-	}
+		// Stopped, the edge has flushed its decisions: one for each request it
+		// saw, the long canonical path and the four above passed.
+		stops[t.Name()]()
+		outcomes := map[decisions.Outcome]int{}
+		for _, d := range readDecisions(t, decisionsFile) {
+			outcomes[d.Outcome]++
+		}
+		want := map[decisions.Outcome]int{decisions.Rejected: rejected, decisions.Allow: 4, decisions.Challenge: 1}
+		if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+			t.Errorf("decisions %v, want %v", outcomes, want)
+		}
+	})
 }
 
 // TestEdgeForwardedHeaders runs the binary with examples/seed.yaml in
@@ -314,30 +333,32 @@ func TestEdgeHostilePaths(t *testing.T) {
 // edge resolved is what the origin sees.
 func TestEdgeForwardedHeaders(t *testing.T) {
 	bin := buildBinary(t)
-	origin := newRecordingOrigin(t)
-	base, _ := startEdge(t, bin, nil, "--config", seedWith(t, ""), "--upstream", origin.URL)
-	host := strings.TrimPrefix(base, "http://")
-	forwarded := func(client string) string { return "for=" + client + `;host="` + host + `";proto=http` }
-	claims := []string{
-		"X-User-Id: admin", "X-User-Plan: enterprise", "CloudFront-Viewer-Address: 198.51.100.9:443",
-		"X-Forwarded-For: 198.51.100.9", "Forwarded: for=198.51.100.9", "X-Real-IP: 198.51.100.9",
-		"True-Client-IP: 198.51.100.9", "X-Forwarded-Host: admin.internal", "X-Forwarded-Proto: https",
-	}
-	checkForwarded(t, base, origin, []forwardCase{
-		{"untrusted peer", "127.0.0.2", claims, map[string]string{
-			"X-User-Id": "", "X-User-Plan": "", "Cloudfront-Viewer-Address": "", "X-Real-Ip": "", "True-Client-Ip": "",
-			"X-Forwarded-For": "127.0.0.2", "Forwarded": forwarded("127.0.0.2"),
-			"X-Forwarded-Host": host, "X-Forwarded-Proto": "http",
-		}},
-		{"trusted proxy", "127.0.0.1", []string{"X-Forwarded-For: 198.51.100.7", "X-User-Id: u_1", "X-User-Plan: pro", "X-Real-IP: 198.51.100.7"},
-			map[string]string{
-				"X-User-Id": "u_1", "X-User-Plan": "pro", "X-Real-Ip": "198.51.100.7",
-				"X-Forwarded-For": "198.51.100.7", "Forwarded": forwarded("198.51.100.7"),
+	eachServer(t, func(t *testing.T, server string) {
+		origin := newRecordingOrigin(t)
+		base, _ := startEdge(t, bin, nil, "--server", server, "--config", seedWith(t, ""), "--upstream", origin.URL)
+		host := strings.TrimPrefix(base, "http://")
+		forwarded := func(client string) string { return "for=" + client + `;host="` + host + `";proto=http` }
+		claims := []string{
+			"X-User-Id: admin", "X-User-Plan: enterprise", "CloudFront-Viewer-Address: 198.51.100.9:443",
+			"X-Forwarded-For: 198.51.100.9", "Forwarded: for=198.51.100.9", "X-Real-IP: 198.51.100.9",
+			"True-Client-IP: 198.51.100.9", "X-Forwarded-Host: admin.internal", "X-Forwarded-Proto: https",
+		}
+		checkForwarded(t, base, origin, []forwardCase{
+			{"untrusted peer", "127.0.0.2", claims, map[string]string{
+				"X-User-Id": "", "X-User-Plan": "", "Cloudfront-Viewer-Address": "", "X-Real-Ip": "", "True-Client-Ip": "",
+				"X-Forwarded-For": "127.0.0.2", "Forwarded": forwarded("127.0.0.2"),
+				"X-Forwarded-Host": host, "X-Forwarded-Proto": "http",
 			}},
-		{"trusted proxy passing a client's user header on", "127.0.0.1", []string{"X-Forwarded-For: 198.51.100.8", "X-User-Id: admin", "X-User-Id: u_2"},
-			map[string]string{"X-User-Id": "", "X-Forwarded-For": "198.51.100.8"}},
-		{"trusted proxy forwarding IPv6", "127.0.0.1", []string{"X-Forwarded-For: 2001:db8::7"},
-			map[string]string{"X-Forwarded-For": "2001:db8::7", "Forwarded": `for="[2001:db8::7]";host="` + host + `";proto=http`}},
+			{"trusted proxy", "127.0.0.1", []string{"X-Forwarded-For: 198.51.100.7", "X-User-Id: u_1", "X-User-Plan: pro", "X-Real-IP: 198.51.100.7"},
+				map[string]string{
+					"X-User-Id": "u_1", "X-User-Plan": "pro", "X-Real-Ip": "198.51.100.7",
+					"X-Forwarded-For": "198.51.100.7", "Forwarded": forwarded("198.51.100.7"),
+				}},
+			{"trusted proxy passing a client's user header on", "127.0.0.1", []string{"X-Forwarded-For: 198.51.100.8", "X-User-Id: admin", "X-User-Id: u_2"},
+				map[string]string{"X-User-Id": "", "X-Forwarded-For": "198.51.100.8"}},
+			{"trusted proxy forwarding IPv6", "127.0.0.1", []string{"X-Forwarded-For: 2001:db8::7"},
+				map[string]string{"X-Forwarded-For": "2001:db8::7", "Forwarded": `for="[2001:db8::7]";host="` + host + `";proto=http`}},
+		})
 	})
 }
 
@@ -346,15 +367,17 @@ func TestEdgeForwardedHeaders(t *testing.T) {
 // edge, never from the client.
 func TestEdgeForwardedDecision(t *testing.T) {
 	bin := buildBinary(t)
-	origin := newRecordingOrigin(t)
-	cfg := seedWith(t, "forward:\n  tier_header: X-Ratewarden-Tier\n  decision_header: X-Ratewarden-Decision\n")
-	base, _ := startEdge(t, bin, nil, "--config", cfg, "--upstream", origin.URL)
-	claims := []string{"X-Ratewarden-Tier: enterprise", "X-Ratewarden-Decision: allow_listed"}
-	checkForwarded(t, base, origin, []forwardCase{
-		{"untrusted peer", "127.0.0.2", append(claims, "X-User-Id: admin", "X-User-Plan: enterprise"),
-			map[string]string{"X-Ratewarden-Tier": "anonymous", "X-Ratewarden-Decision": "allow", "X-User-Id": ""}},
-		{"trusted proxy", "127.0.0.1", append(claims, "X-User-Id: u_1", "X-User-Plan: pro"),
-			map[string]string{"X-Ratewarden-Tier": "pro", "X-Ratewarden-Decision": "allow", "X-User-Id": "u_1"}},
+	eachServer(t, func(t *testing.T, server string) {
+		origin := newRecordingOrigin(t)
+		cfg := seedWith(t, "forward:\n  tier_header: X-Ratewarden-Tier\n  decision_header: X-Ratewarden-Decision\n")
+		base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfg, "--upstream", origin.URL)
+		claims := []string{"X-Ratewarden-Tier: enterprise", "X-Ratewarden-Decision: allow_listed"}
+		checkForwarded(t, base, origin, []forwardCase{
+			{"untrusted peer", "127.0.0.2", append(claims, "X-User-Id: admin", "X-User-Plan: enterprise"),
+				map[string]string{"X-Ratewarden-Tier": "anonymous", "X-Ratewarden-Decision": "allow", "X-User-Id": ""}},
+			{"trusted proxy", "127.0.0.1", append(claims, "X-User-Id: u_1", "X-User-Plan: pro"),
+				map[string]string{"X-Ratewarden-Tier": "pro", "X-Ratewarden-Decision": "allow", "X-User-Id": "u_1"}},
+		})
 	})
 }
 

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -15,11 +16,13 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/fastedge"
 )
 
 // BenchmarkProxy compares requests/s through the edge's handler (limiter
-// with the seed configuration, decisions emitted, reverse proxy) with a bare
-// httputil.ReverseProxy, to the same origin, with the same load generator,
+// with the seed configuration, decisions emitted, reverse proxy; on
+// net/http and, as ratewarden_fasthttp, on package edge/fastedge) with a
+// bare httputil.ReverseProxy, to the same origin, with the same load generator,
 // in the same run. Clients come from a pool of 1 M addresses in
 // X-Forwarded-For from a trusted proxy, so the limiter tracks many keys and
 // the requests pass (nothing is refused early).
@@ -48,17 +51,37 @@ func BenchmarkProxy(b *testing.B) {
 
 	bare := httputil.NewSingleHostReverseProxy(u)
 	bare.Transport = edge.NewReverseProxy(u, config.Origin{}).Transport // same connection pool settings
+	netHTTP := func(h http.Handler) func(b *testing.B) (string, func()) {
+		return func(b *testing.B) (string, func()) {
+			srv := httptest.NewServer(h)
+			return srv.URL, srv.Close
+		}
+	}
 	handlers := []struct {
-		name string
-		h    http.Handler
+		name  string
+		start func(b *testing.B) (string, func())
 	}{
-		{"bare_httputil", bare},
-		{"ratewarden", lim.Handler(edge.NewReverseProxy(u, config.Origin{}), "")},
+		{"bare_httputil", netHTTP(bare)},
+		{"ratewarden", netHTTP(lim.Handler(edge.NewReverseProxy(u, config.Origin{}), ""))},
+		{"ratewarden_fasthttp", func(b *testing.B) (string, func()) {
+			oc, err := fastedge.NewOriginClient(u, cfg.Edge.Origin, 1024)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := fastedge.NewHandler(lim, oc, fastedge.Config{BodyTimeout: cfg.Edge.Client.BodyTimeout, OriginHost: oc.Host()})
+			srv := fastedge.NewServer(cfg.Edge.Client, h, nil)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(ln)
+			return "http://" + ln.Addr().String(), func() { srv.Shutdown() }
+		}},
 	}
 	for _, hc := range handlers {
 		b.Run(hc.name, func(b *testing.B) {
-			srv := httptest.NewServer(hc.h)
-			defer srv.Close()
+			base, stop := hc.start(b)
+			defer stop()
 			tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -69,7 +92,7 @@ func BenchmarkProxy(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
-				req, _ := http.NewRequest("GET", srv.URL+"/api/search?q=shoes", nil)
+				req, _ := http.NewRequest("GET", base+"/api/search?q=shoes", nil)
 				for pb.Next() {
 					n := next.Add(1)
 					req.Header.Set("X-Forwarded-For", "10."+strconv.Itoa(int(n>>16&255))+"."+strconv.Itoa(int(n>>8&255))+"."+strconv.Itoa(int(n&255)))

@@ -130,33 +130,35 @@ lists:
 // tried.
 func TestBuiltinConfigTrustsNoProxy(t *testing.T) {
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "decisions.jsonl")
-	base, _ := startEdge(t, bin, []string{"RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET="}, "--decisions-file", file)
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	var statuses []int
-	for range 6 {
-		statuses = append(statuses, get(t, client, base+"/api/reports", "X-User-Id", "admin", "X-User-Plan", "enterprise", "X-Forwarded-For", "198.51.100.1").status)
-	}
-	// The anonymous tier's 5 on /api/reports, not the authenticated 30.
-	if got := fmt.Sprint(statuses); got != "[200 200 200 200 200 302]" {
-		t.Errorf("statuses %s", got)
-	}
-	stops[t.Name()]()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	for i, line := range lines {
-		d, _, err := decisions.ParseJSON([]byte(line))
-		if err != nil || d.UserID != "" || d.Tier != "anonymous" || !d.ClientIP.IsLoopback() || d.IdentitySource != decisions.SourceUntrustedHeader {
-			t.Errorf("decision %d: %v %s", i, err, line)
+	eachServer(t, func(t *testing.T, server string) {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "decisions.jsonl")
+		base, _ := startEdge(t, bin, []string{"RATEWARDEN_CHALLENGE_KEYS=", "--server", server, "RATEWARDEN_VERIFIER_SECRET="}, "--decisions-file", file)
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		var statuses []int
+		for range 6 {
+			statuses = append(statuses, get(t, client, base+"/api/reports", "X-User-Id", "admin", "X-User-Plan", "enterprise", "X-Forwarded-For", "198.51.100.1").status)
 		}
-	}
-	if len(lines) != 6 {
-		t.Errorf("%d decisions", len(lines))
-	}
+		// The anonymous tier's 5 on /api/reports, not the authenticated 30.
+		if got := fmt.Sprint(statuses); got != "[200 200 200 200 200 302]" {
+			t.Errorf("statuses %s", got)
+		}
+		stops[t.Name()]()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		for i, line := range lines {
+			d, _, err := decisions.ParseJSON([]byte(line))
+			if err != nil || d.UserID != "" || d.Tier != "anonymous" || !d.ClientIP.IsLoopback() || d.IdentitySource != decisions.SourceUntrustedHeader {
+				t.Errorf("decision %d: %v %s", i, err, line)
+			}
+		}
+		if len(lines) != 6 {
+			t.Errorf("%d decisions", len(lines))
+		}
+	})
 }
 
 // TestTokenEndpointLimitedAndRecorded: thirty wrong verifier secrets from
@@ -165,56 +167,58 @@ func TestBuiltinConfigTrustsNoProxy(t *testing.T) {
 // token_endpoint that says what happened and does not hold the secret.
 func TestTokenEndpointLimitedAndRecorded(t *testing.T) {
 	bin := buildBinary(t)
-	const secret = "0123456789abcdef0123456789abcdef-e2e"
-	env := []string{"RATEWARDEN_CHALLENGE_KEYS=k1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", "RATEWARDEN_VERIFIER_SECRET=" + secret}
-	file := filepath.Join(t.TempDir(), "decisions.jsonl")
-	base, _ := startEdge(t, bin, env, "--decisions-file", file)
-	post := func(auth string) int {
-		r, _ := http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"203.0.113.7"}`))
-		r.Header.Set("Authorization", "Bearer "+auth)
-		resp, err := http.DefaultClient.Do(r)
+	eachServer(t, func(t *testing.T, server string) {
+		const secret = "0123456789abcdef0123456789abcdef-e2e"
+		env := []string{"RATEWARDEN_CHALLENGE_KEYS=k1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", "RATEWARDEN_VERIFIER_SECRET=" + secret}
+		file := filepath.Join(t.TempDir(), "decisions.jsonl")
+		base, _ := startEdge(t, bin, env, "--server", server, "--decisions-file", file)
+		post := func(auth string) int {
+			r, _ := http.NewRequest("POST", base+"/.ratewarden/token", strings.NewReader(`{"ip":"203.0.113.7"}`))
+			r.Header.Set("Authorization", "Bearer "+auth)
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if s := post(secret); s != 200 {
+			t.Fatalf("right secret: %d", s)
+		}
+		var got []int
+		for i := range 30 {
+			got = append(got, post(fmt.Sprintf("wrong-guess-%02d", i)))
+		}
+		got = append(got, post(secret))
+		if want := "[" + strings.TrimSpace(strings.Repeat("401 ", 10)+strings.Repeat("429 ", 21)) + "]"; fmt.Sprint(got) != want {
+			t.Errorf("statuses %v, want %s", got, want)
+		}
+		stops[t.Name()]()
+		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if s := post(secret); s != 200 {
-		t.Fatalf("right secret: %d", s)
-	}
-	var got []int
-	for i := range 30 {
-		got = append(got, post(fmt.Sprintf("wrong-guess-%02d", i)))
-	}
-	got = append(got, post(secret))
-	if want := "[" + strings.TrimSpace(strings.Repeat("401 ", 10)+strings.Repeat("429 ", 21)) + "]"; fmt.Sprint(got) != want {
-		t.Errorf("statuses %v, want %s", got, want)
-	}
-	stops[t.Name()]()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(b), "wrong-guess") || strings.Contains(string(b), secret) {
-		t.Errorf("the decisions hold a secret:\n%s", b)
-	}
-	reasons := map[string]int{}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	for _, line := range lines {
-		d, _, err := decisions.ParseJSON([]byte(line))
-		if err != nil || d.Rule != "token_endpoint" || d.Path != "/.ratewarden/token" || !d.ClientIP.IsLoopback() {
-			t.Errorf("decision %v: %s", err, line)
+		if strings.Contains(string(b), "wrong-guess") || strings.Contains(string(b), secret) {
+			t.Errorf("the decisions hold a secret:\n%s", b)
 		}
-		reasons[d.Outcome.String()+" "+d.Reason]++
-	}
-	want := map[string]int{
-		"allow token endpoint: token issued":                             1,
-		"allow token endpoint: wrong verifier secret":                    10,
-		"block token endpoint: over the limit of wrong verifier secrets": 21,
-	}
-	if fmt.Sprint(reasons) != fmt.Sprint(want) {
-		t.Errorf("decisions %v, want %v", reasons, want)
-	}
+		reasons := map[string]int{}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		for _, line := range lines {
+			d, _, err := decisions.ParseJSON([]byte(line))
+			if err != nil || d.Rule != "token_endpoint" || d.Path != "/.ratewarden/token" || !d.ClientIP.IsLoopback() {
+				t.Errorf("decision %v: %s", err, line)
+			}
+			reasons[d.Outcome.String()+" "+d.Reason]++
+		}
+		want := map[string]int{
+			"allow token endpoint: token issued":                             1,
+			"allow token endpoint: wrong verifier secret":                    10,
+			"block token endpoint: over the limit of wrong verifier secrets": 21,
+		}
+		if fmt.Sprint(reasons) != fmt.Sprint(want) {
+			t.Errorf("decisions %v, want %v", reasons, want)
+		}
+	})
 }
 
 // TestEdgeStartsPastStraySegment: a stray file named like a segment in the
@@ -285,36 +289,38 @@ wait:
 // key, does not authenticate through the real binary.
 func TestJWTWithoutExpIsAnonymous(t *testing.T) {
 	bin := buildBinary(t)
-	const key = "0123456789abcdef0123456789abcdef-jwt"
-	cfg := seedTrusting(t, "[]", "")
-	withJWT(t, cfg)
-	origin := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	defer origin.Close()
-	file := filepath.Join(t.TempDir(), "decisions.jsonl")
-	base, _ := startEdge(t, bin, []string{"RW_TEST_JWT_KEY=" + key, "RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET="},
-		"--config", cfg, "--upstream", origin.URL, "--decisions-file", file)
-	sign := func(c jwt.MapClaims) string {
-		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(key))
-		if err != nil {
-			t.Fatal(err)
+	eachServer(t, func(t *testing.T, server string) {
+		const key = "0123456789abcdef0123456789abcdef-jwt"
+		cfg := seedTrusting(t, "[]", "")
+		withJWT(t, cfg)
+		origin := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		defer origin.Close()
+		file := filepath.Join(t.TempDir(), "decisions.jsonl")
+		base, _ := startEdge(t, bin, []string{"RW_TEST_JWT_KEY=" + key, "--server", server, "RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET="},
+			"--config", cfg, "--upstream", origin.URL, "--decisions-file", file)
+		sign := func(c jwt.MapClaims) string {
+			s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
 		}
-		return s
-	}
-	forever := sign(jwt.MapClaims{"sub": "alice", "plan": "pro"})
-	hour := sign(jwt.MapClaims{"sub": "bob", "plan": "pro", "exp": time.Now().Add(time.Hour).Unix()})
-	get(t, http.DefaultClient, base+"/", "Authorization", "Bearer "+forever)
-	get(t, http.DefaultClient, base+"/", "Authorization", "Bearer "+hour)
-	stops[t.Name()]()
-	data, _ := os.ReadFile(file)
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		d, _, err := decisions.ParseJSON([]byte(line))
-		if err != nil {
-			t.Fatal(err)
+		forever := sign(jwt.MapClaims{"sub": "alice", "plan": "pro"})
+		hour := sign(jwt.MapClaims{"sub": "bob", "plan": "pro", "exp": time.Now().Add(time.Hour).Unix()})
+		get(t, http.DefaultClient, base+"/", "Authorization", "Bearer "+forever)
+		get(t, http.DefaultClient, base+"/", "Authorization", "Bearer "+hour)
+		stops[t.Name()]()
+		data, _ := os.ReadFile(file)
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			d, _, err := decisions.ParseJSON([]byte(line))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d.IdentitySource+":"+d.UserID+":"+d.Tier)
 		}
-		got = append(got, d.IdentitySource+":"+d.UserID+":"+d.Tier)
-	}
-	if want := "[invalid_jwt::anonymous jwt:bob:pro]"; fmt.Sprint(got) != want {
-		t.Errorf("identities %v, want %s", got, want)
-	}
+		if want := "[invalid_jwt::anonymous jwt:bob:pro]"; fmt.Sprint(got) != want {
+			t.Errorf("identities %v, want %s", got, want)
+		}
+	})
 }

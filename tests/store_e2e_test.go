@@ -15,13 +15,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 )
 
-// TestEdgesShareAStore runs two `ratewarden edge` processes on the seed's
-// tiers with a distributed store, Redis and DynamoDB in turn, and sends one
-// client's /api/reports requests to them alternately: the two count
+// TestEdgesShareAStore runs two `ratewarden edge` processes, one on each
+// edge.server, on the seed's tiers with a distributed store, Redis and
+// DynamoDB in turn, and sends one client's /api/reports requests to them
+// alternately: the two count
 // together, so the seed's table (5 allowed, 5 challenged, then blocked)
 // holds across both, as it would behind one load balancer.
 func TestEdgesShareAStore(t *testing.T) {
@@ -38,8 +40,10 @@ func TestEdgesShareAStore(t *testing.T) {
 			}
 			env := append(env, "RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET=")
 			var edges []string
-			for range 4 {
-				base, _ := startEdge(t, bin, env, "--config", path, "--upstream", origin.URL)
+			for i := range 4 {
+				// Both edge servers, side by side on one store.
+				server := config.EdgeServers[i%len(config.EdgeServers)]
+				base, _ := startEdge(t, bin, env, "--server", server, "--config", path, "--upstream", origin.URL)
 				edges = append(edges, base)
 			}
 			// One anonymous client, 256 concurrent /api/search requests
@@ -84,8 +88,9 @@ func TestEdgesShareAStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			env = append(env, "RATEWARDEN_CHALLENGE_KEYS=", "RATEWARDEN_VERIFIER_SECRET=")
-			a, _ := startEdge(t, bin, env, "--config", path, "--upstream", origin.URL)
-			b, _ := startEdge(t, bin, env, "--config", path, "--upstream", origin.URL)
+			// One edge on each server: they count together.
+			a, _ := startEdge(t, bin, env, "--server", "net/http", "--config", path, "--upstream", origin.URL)
+			b, _ := startEdge(t, bin, env, "--server", "fasthttp", "--config", path, "--upstream", origin.URL)
 			client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			// A client address of its own, so that reruns of the test in a
 			// minute's window do not share counts.

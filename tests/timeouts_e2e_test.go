@@ -47,9 +47,19 @@ type responseLine struct {
 // and in the log.
 func TestEdgeTimeouts(t *testing.T) {
 	bin := buildBinary(t)
+	eachServer(t, func(t *testing.T, server string) { edgeTimeouts(t, bin, server) })
+}
+
+// edgeTimeouts is TestEdgeTimeouts with edge.server set to server in the
+// configuration file.
+func edgeTimeouts(t *testing.T, bin, server string) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(cfgPath, []byte(timeoutsYAML), 0o600); err != nil {
+	yaml := strings.Replace(timeoutsYAML, "\nedge:\n", "\nedge:\n  server: "+server+"\n", 1)
+	if yaml == timeoutsYAML {
+		t.Fatal("timeoutsYAML has no edge section")
+	}
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
@@ -91,7 +101,10 @@ func TestEdgeTimeouts(t *testing.T) {
 			return get(t, client, base+"/api").status
 		}, 502, "upstream_unreachable", 0},
 		{"slowloris body", origin.URL, func(t *testing.T, base string) int {
-			return slowloris(t, base)
+			return slowBody(t, base, 50*time.Millisecond)
+		}, 408, "body_timeout", 300 * time.Millisecond},
+		{"silent body", origin.URL, func(t *testing.T, base string) int {
+			return slowBody(t, base, 0)
 		}, 408, "body_timeout", 300 * time.Millisecond},
 		{"body over the cap", origin.URL, func(t *testing.T, base string) int {
 			resp, err := client.Post(base+"/upload", "text/plain", strings.NewReader(strings.Repeat("x", 2000)))
@@ -144,10 +157,11 @@ func TestEdgeTimeouts(t *testing.T) {
 	}
 }
 
-// slowloris sends a request body of 100 bytes one byte every 50 ms, as
-// slow clients holding connections do, until the edge answers, and
-// returns the status it answered.
-func slowloris(t *testing.T, base string) int {
+// slowBody sends the headers of a request with a body of 100 bytes and
+// then the body one byte every drip, as slow clients holding connections
+// do (a slowloris), or not one byte of it when drip is 0, until the edge
+// answers, and returns the status it answered.
+func slowBody(t *testing.T, base string, drip time.Duration) int {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
@@ -160,23 +174,25 @@ func slowloris(t *testing.T, base string) int {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for range 100 {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
+	if drip > 0 {
+		go func() {
+			tick := time.NewTicker(drip)
+			defer tick.Stop()
+			for range 100 {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if _, err := c.Write([]byte{'x'}); err != nil {
+					return
+				}
 			}
-			if _, err := c.Write([]byte{'x'}); err != nil {
-				return
-			}
-		}
-	}()
+		}()
+	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatalf("slowloris: no response: %v", err)
+		t.Fatalf("slow body: no response: %v", err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode
@@ -188,69 +204,81 @@ func slowloris(t *testing.T, base string) int {
 // once one of the first two closes.
 func TestEdgeConnectionLimits(t *testing.T) {
 	bin := buildBinary(t)
-	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
-	yaml := "edge:\n  client:\n    header_timeout: 300ms\n    max_connections: 2\ntiers:\n  anonymous:\n    global: {limit: 1000}\n"
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer origin.Close()
-	base, _ := startEdge(t, bin, nil, "--config", cfgPath, "--upstream", origin.URL)
-	addr := strings.TrimPrefix(base, "http://")
-	type conn struct {
-		net.Conn
-		r *bufio.Reader
-	}
-	dial := func() conn {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
+	eachServer(t, func(t *testing.T, server string) {
+		cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
+		yaml := "edge:\n  client:\n    header_timeout: 300ms\n    max_connections: 2\ntiers:\n  anonymous:\n    global: {limit: 1000}\n"
+		if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Close() })
-		return conn{c, bufio.NewReader(c)}
-	}
-	// status sends a request on c and returns the response status, or the
-	// error of waiting wait for it.
-	status := func(c conn, wait time.Duration) (int, error) {
-		c.SetDeadline(time.Now().Add(wait))
-		if _, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
-			return 0, err
+		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+		defer origin.Close()
+		base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
+		addr := strings.TrimPrefix(base, "http://")
+		type conn struct {
+			net.Conn
+			r *bufio.Reader
 		}
-		resp, err := http.ReadResponse(c.r, nil)
-		if err != nil {
-			return 0, err
+		dial := func() conn {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return conn{c, bufio.NewReader(c)}
 		}
-		io.Copy(io.Discard, resp.Body)
+		// status sends a request on c and returns the response status, or the
+		// error of waiting wait for it.
+		status := func(c conn, wait time.Duration) (int, error) {
+			c.SetDeadline(time.Now().Add(wait))
+			if _, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
+				return 0, err
+			}
+			resp, err := http.ReadResponse(c.r, nil)
+			if err != nil {
+				return 0, err
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+
+		slow := dial()
+		start := time.Now()
+		slow.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(slow, "GET /api HTTP/1.1\r\nHost: edge\r\nX-Slow: ")
+		// net/http closes the connection without a word; fasthttp answers
+		// 408 first and then closes it. Either way the connection is cut
+		// off at the header timeout and nothing reached the origin.
+		if resp, err := http.ReadResponse(slow.r, nil); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if server == "net/http" || resp.StatusCode != http.StatusRequestTimeout {
+				t.Errorf("unfinished headers: answered %d, want the connection closed", resp.StatusCode)
+			}
+		}
+		if _, err := slow.r.ReadByte(); err != io.EOF {
+			t.Errorf("unfinished headers: %v, want the connection closed", err)
+		}
+		if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
+			t.Errorf("unfinished headers: closed after %v, want about 300ms", took)
+		}
+
+		first, second := dial(), dial()
+		for i, c := range []conn{first, second} {
+			if s, err := status(c, 10*time.Second); s != 200 {
+				t.Fatalf("connection %d: %d %v", i+1, s, err)
+			}
+		}
+		third := dial()
+		if s, err := status(third, 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("third connection while two are open: %d %v, want no answer", s, err)
+		}
+		first.Close()
+		third.SetDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(third.r, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("third connection once the first closed: %v", err)
+		}
 		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
-
-	slow := dial()
-	start := time.Now()
-	slow.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(slow, "GET /api HTTP/1.1\r\nHost: edge\r\nX-Slow: ")
-	if _, err := slow.r.ReadByte(); err != io.EOF {
-		t.Errorf("unfinished headers: %v, want the connection closed", err)
-	}
-	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
-		t.Errorf("unfinished headers: closed after %v, want about 300ms", took)
-	}
-
-	first, second := dial(), dial()
-	for i, c := range []conn{first, second} {
-		if s, err := status(c, 10*time.Second); s != 200 {
-			t.Fatalf("connection %d: %d %v", i+1, s, err)
-		}
-	}
-	third := dial()
-	if s, err := status(third, 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("third connection while two are open: %d %v, want no answer", s, err)
-	}
-	first.Close()
-	third.SetDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(third.r, nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("third connection once the first closed: %v", err)
-	}
-	resp.Body.Close()
+	})
 }

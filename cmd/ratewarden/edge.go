@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
@@ -22,6 +24,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	node := fs.String("node", "", "edge node `name` recorded in decisions (overrides edge.node)")
 	kinesisStream := fs.String("kinesis-stream", "", "ship decisions to the Kinesis stream `name` too (overrides decisions.kinesis.stream)")
 	spillDir := fs.String("kinesis-spill-dir", "", "keep what the stream cannot take in `directory` (overrides decisions.kinesis.spill_dir)")
+	server := fs.String("server", "", "the edge's HTTP `server`: net/http or fasthttp (overrides edge.server)")
 	pprofAddr := fs.String("pprof-listen", "", "serve Go profiles (net/http/pprof) on the loopback `address`; off by default")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -40,6 +43,9 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	override(&cfg.Edge.Listen, *listen)
 	override(&cfg.Edge.Upstream, *upstream)
 	override(&cfg.Edge.AdminListen, *admin)
+	if err := overrideServer(cfg, *server); err != nil {
+		return err
+	}
 	override(&cfg.Edge.DecisionsFile, *decisionsFile)
 	override(&cfg.Decisions.Dir, *decisionsDir)
 	override(&cfg.Edge.Node, *node)
@@ -65,6 +71,20 @@ func override(dst *string, v string) {
 	if v != "" {
 		*dst = v
 	}
+}
+
+// overrideServer sets edge.server to the --server flag's value, if given,
+// checked as the configuration's is (with --upstream builtin the merged
+// configuration is not validated again).
+func overrideServer(cfg *config.Config, server string) error {
+	if server == "" {
+		return nil
+	}
+	if !slices.Contains(config.EdgeServers, server) {
+		return fmt.Errorf("--server %q: want one of %s", server, strings.Join(config.EdgeServers, ", "))
+	}
+	cfg.Edge.Server = server
+	return nil
 }
 
 // loadConfig reads path, or the built-in seed configuration.

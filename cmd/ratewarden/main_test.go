@@ -39,6 +39,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"decisions", "cat", "--kinesis-stream", "s", "--from", "0"}, 2, "--from is an offset in a decision log"},
 		{[]string{"edge", "--help"}, 0, "-upstream"},
 		{[]string{"edge", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"edge", "--server", "nginx", "--listen", "127.0.0.1:0", "--admin-listen", "off"}, 1, `--server "nginx": want one of net/http, fasthttp`},
+		{[]string{"serve", "--server", "http2", "--listen", "127.0.0.1:0", "--admin-listen", "off"}, 1, `--server "http2": want one of net/http, fasthttp`},
 		{[]string{"config", "--help"}, 0, "config check FILE"},
 		{[]string{"config", "check", "--help"}, 0, "Usage: ratewarden config check"},
 		{[]string{"config"}, 2, "Usage: ratewarden config check"},

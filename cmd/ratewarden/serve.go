@@ -20,6 +20,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	decisionsDir := fs.String("decisions-dir", "", "the decision log `directory` (overrides decisions.dir; default "+assemble.DefaultServeLog+")")
 	stateDir := fs.String("state-dir", "", "the aggregator's state `directory` (overrides serve.state_dir)")
 	partials := fs.String("partials-dir", "", "the aggregator's partials `directory` (overrides serve.partials_dir)")
+	server := fs.String("server", "", "the edge's HTTP `server`: net/http or fasthttp (overrides edge.server)")
 	emfSpec := fs.String("emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
 	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
 	if err := parseFlags(fs, args); err != nil {
@@ -36,6 +37,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	override(&cfg.Edge.Listen, *listen)
 	override(&cfg.Edge.Upstream, *upstream)
 	override(&cfg.Edge.AdminListen, *admin)
+	if err := overrideServer(cfg, *server); err != nil {
+		return err
+	}
 	override(&cfg.Serve.Dashboard.Listen, *dash)
 	override(&cfg.Decisions.Dir, *decisionsDir)
 	override(&cfg.Serve.StateDir, *stateDir)

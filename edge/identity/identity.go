@@ -289,6 +289,26 @@ func (r *Resolver) Trusts(remoteAddr string) bool {
 	return r.isTrusted(peer.Unmap().WithZone(""))
 }
 
+// TrustsPeer is Trusts for a peer address already parsed (ParsePeer).
+func (r *Resolver) TrustsPeer(peer netip.Addr) bool {
+	return r != nil && r.isTrusted(peer.Unmap().WithZone(""))
+}
+
+// Headers returns the canonical keys of the request headers ResolvePeer
+// reads: the forwarding header, the user and plan headers and, with JWT
+// authentication, Authorization. A server whose headers are not an
+// http.Header copies these into one.
+func (r *Resolver) Headers() []string {
+	if r == nil {
+		return nil
+	}
+	keys := []string{r.ipHeader, r.userHeader, r.planHeader}
+	if r.jwt != nil {
+		keys = append(keys, "Authorization")
+	}
+	return keys
+}
+
 // CountingAddr is the address an anonymous client at a is counted under:
 // a itself, or for IPv6 the first address of its /ipv6Bits prefix, so that
 // clients rotating addresses inside one allocation share a counter.

@@ -40,6 +40,12 @@ var mechanism = []group{
 var functional = []group{
 	{"header copies", regexp.MustCompile(`^(net/http\.Header\.Clone|net/http/internal\.|net/http/httputil\.copyHeader|net/http\.cloneOrMakeHeader|net/textproto\.MIMEHeader\.Clone|maps\.Clone|github\.com/ratewarden/ratewarden/edge\.\(\*Limiter\)\.forward|github\.com/ratewarden/ratewarden/edge\.forwarding)`)},
 	{"response headers", regexp.MustCompile(`^(github\.com/ratewarden/ratewarden/edge\.SetHeaders|net/http\.\(\*chunkWriter\)\.writeHeader|net/http\.Header\.(writeSubset|sortedKeyValues|Write)|net/http\.\(\*response\)\.WriteHeader|net/http\.\(\*extraHeader\)|net/http\.appendTime)`)},
+	// edge.server: fasthttp (package edge/fastedge on fasthttp's server
+	// and client).
+	{"header copies", regexp.MustCompile(`^(github\.com/ratewarden/ratewarden/edge/fastedge\.(\(\*exchange\)\.forward|removeHopHeaders)|github\.com/valyala/fasthttp\.\(\*(RequestHeader|ResponseHeader)\)\.CopyTo)`)},
+	{"response headers", regexp.MustCompile(`^(github\.com/ratewarden/ratewarden/edge\.AppendRateLimitValues|github\.com/ratewarden/ratewarden/edge/fastedge\.\(\*exchange\)\.setRateLimitHeaders|github\.com/valyala/fasthttp\.\(\*ResponseHeader\)\.(AppendBytes|Write|SetCanonical|serialize))`)},
+	{"proxy and transport", regexp.MustCompile(`^(github\.com/valyala/fasthttp\.\(\*(HostClient|transport|clientStreamBody|clientConn)\)|github\.com/valyala/fasthttp\.\(\*Request\)\.Write|github\.com/valyala/fasthttp\.\(\*Response\)\.Read|github\.com/ratewarden/ratewarden/edge/fastedge\.\(\*(OriginClient|headerConn|dialer)\))`)},
+	{"fasthttp server", regexp.MustCompile(`^github\.com/valyala/(fasthttp|bytebufferpool)\.`)},
 	{"decision encoding and writing", regexp.MustCompile(`^github\.com/ratewarden/ratewarden/decisions[./]`)},
 	{"limiter decision", regexp.MustCompile(`^github\.com/ratewarden/ratewarden/edge[./]`)},
 	{"proxy and transport", regexp.MustCompile(`^(net/http/httputil\.|net/http\.\(\*Transport\)|net/http\.\(\*persistConn\)|net/http\.\(\*Request\)\.write|net/http\.persistConnWriter|net/http\.\(\*bodyEOFSignal\)|net/http\.\(\*transferWriter\))`)},
