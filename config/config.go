@@ -401,7 +401,7 @@ const (
 var (
 	// EdgeServers are the allowed edge.server values; the first is the
 	// default.
-	EdgeServers = []string{"net/http", "fasthttp"}
+	EdgeServers = []string{"fasthttp", "net/http"}
 	// StoreTypes are the allowed store.type values; the first is the default.
 	StoreTypes = []string{"memory", "dynamodb", "redis"}
 	// ClientIPHeaders are the allowed identity.client_ip_header values; the
