@@ -395,7 +395,7 @@ tiers:
 
 		// Validation.
 		{"edge server", "edge:\n  server: nginx # <-\n" + anonymous,
-			"edge.server", `"nginx" is not allowed; use one of net/http, fasthttp`},
+			"edge.server", `"nginx" is not allowed; use one of fasthttp, net/http`},
 		{"body timeout too short", "edge:\n  client:\n    body_timeout: 1ms # <-\n" + anonymous,
 			"edge.client.body_timeout", `"1ms" is not allowed; use 10ms to 1h`},
 		{"negative body cap", "edge:\n  client:\n    max_body_bytes: -1 # <-\n" + anonymous,
