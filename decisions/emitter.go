@@ -328,9 +328,11 @@ func (e *Emitter) drain(spare []Decision, flush bool) []Decision {
 			} else {
 				e.written.Add(uint64(n))
 			}
+			// Release the strings the requests held, batch by batch: the
+			// batch is still in this core's cache.
+			clear(b[:n])
 			b = b[n:]
 		}
-		clear(q) // release the strings the requests held
 		spare, wrote = q, true
 	}
 	if wrote || flush {
