@@ -303,7 +303,8 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 // (Status, UpstreamLatency, ResponseError) and calls End exactly once, so
 // that the request's one decision says how it ended.
 func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdict) {
-	id, t := l.start(now, r, v)
+	var id identity.Identity
+	t := l.start(now, r, v, &id)
 	d := &v.Decision
 	hits := min(max(r.Hits, 1), MaxHits)
 
@@ -334,7 +335,7 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	// A challenge-listed client without a valid token is challenged before
 	// anything is counted; with one, it is limited as anyone else.
 	listed := l.challenged != nil && l.challenged.List().ContainsAt(id.ClientIP, id.User, now)
-	if listed && !l.tokenValid(r, id, now) {
+	if listed && !l.tokenValid(r, &id, now) {
 		l.finish(v, decisions.Challenge, ReasonChallengeListed)
 		return
 	}
@@ -379,7 +380,7 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	d.Rule, d.Algorithm, d.Limit, d.Window = e.rule.id, e.rule.algorithm, e.rule.capacity, window(e.rule)
 	d.Count, d.Remaining, d.Reset = e.res.Count, e.res.Remaining, e.res.Reset
 
-	outcome, reason := l.outcome(e, r, id, now)
+	outcome, reason := l.outcome(e, r, &id, now)
 	if listed && outcome == decisions.Allow {
 		outcome, reason = decisions.TokenPass, ReasonChallengeListedPass
 	}
@@ -403,18 +404,17 @@ const (
 )
 
 // start resets v for r and fills in what every decision of r records:
-// who the client is, the request line and the tier.
-func (l *Limiter) start(now time.Time, r *Request, v *Verdict) (identity.Identity, *tier) {
+// who the client is (also into *id), the request line and the tier.
+func (l *Limiter) start(now time.Time, r *Request, v *Verdict, id *identity.Identity) *tier {
 	*v = Verdict{uri: r.URI}
-	var id identity.Identity
 	if r.Identity != nil {
-		id = *r.Identity
+		*id = *r.Identity
 	} else {
 		peer := r.Peer
 		if !peer.IsValid() {
 			peer = identity.ParsePeer(r.RemoteAddr)
 		}
-		id = l.ident.ResolvePeer(peer, r.Header, now)
+		l.ident.ResolvePeerTo(id, peer, r.Header, now)
 	}
 	d := &v.Decision
 	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
@@ -422,14 +422,15 @@ func (l *Limiter) start(now time.Time, r *Request, v *Verdict) (identity.Identit
 	d.Method, d.Host = r.Method, r.Host
 	t := l.tierFor(id.User, id.Plan)
 	d.Tier = t.name
-	return id, t
+	return t
 }
 
 // Reject records r, which an adapter refused before it could be decided
 // (an Envoy call with no domain, say), as Rejected for reason, without
 // counting it, and emits the decision: every call is an event.
 func (l *Limiter) Reject(now time.Time, r *Request, v *Verdict, reason string) {
-	l.start(now, r, v)
+	var id identity.Identity
+	l.start(now, r, v, &id)
 	v.Path = rejectedPath(r.Path)
 	l.finish(v, decisions.Rejected, reason)
 	l.emit(v)
@@ -455,7 +456,7 @@ func window(r *rule) time.Duration {
 }
 
 // outcome turns the deciding evaluation into an outcome and a reason.
-func (l *Limiter) outcome(e *eval, r *Request, id identity.Identity, now time.Time) (decisions.Outcome, string) {
+func (l *Limiter) outcome(e *eval, r *Request, id *identity.Identity, now time.Time) (decisions.Outcome, string) {
 	switch e.fall {
 	case 1:
 		return decisions.FailOpen, storeReason(e.err, "fails open")
@@ -638,7 +639,7 @@ func (l *Limiter) tierFor(user, plan string) *tier {
 }
 
 // tokenValid reports whether r carries a valid challenge token for id.
-func (l *Limiter) tokenValid(r *Request, id identity.Identity, now time.Time) bool {
+func (l *Limiter) tokenValid(r *Request, id *identity.Identity, now time.Time) bool {
 	if l.keys == nil {
 		return false
 	}

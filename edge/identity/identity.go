@@ -204,34 +204,43 @@ func ParsePeer(remoteAddr string) netip.Addr {
 
 // ResolvePeer is Resolve for a peer address already parsed (ParsePeer).
 func (r *Resolver) ResolvePeer(peer netip.Addr, h http.Header, now time.Time) Identity {
-	id, trusted := r.resolveAddr(peer, h)
+	var id Identity
+	r.ResolvePeerTo(&id, peer, h, now)
+	return id
+}
+
+// ResolvePeerTo is ResolvePeer writing the identity to *id, for the
+// request path: an Identity is a dozen words, and filling the caller's
+// copy spares copying it back through each call.
+func (r *Resolver) ResolvePeerTo(id *Identity, peer netip.Addr, h http.Header, now time.Time) {
+	trusted := r.resolveAddr(id, peer, h)
 	if r == nil {
-		return id
+		return
 	}
 	if r.jwt != nil {
 		if tok, ok := bearer(h["Authorization"]); ok {
 			user, plan, ok := r.jwt.verify(tok, now)
 			if !ok {
 				id.Source = decisions.SourceInvalidJWT
-				return id
+				return
 			}
 			id.User, id.Plan, id.Source = user, plan, decisions.SourceJWT
-			return id
+			return
 		}
 	}
 
 	users, plans := h[r.userHeader], h[r.planHeader]
 	if len(users) == 0 && len(plans) == 0 {
-		return id
+		return
 	}
 	if !trusted {
 		id.Source = decisions.SourceUntrustedHeader
-		return id
+		return
 	}
 	// A trusted proxy sets each header once; two lines mean a client's
 	// header was passed through beside the proxy's, and neither is believed.
 	if len(users) != 1 || len(plans) > 1 {
-		return id
+		return
 	}
 	user := trimOWS(users[0])
 	var plan string
@@ -239,10 +248,9 @@ func (r *Resolver) ResolvePeer(peer netip.Addr, h http.Header, now time.Time) Id
 		plan = trimOWS(plans[0])
 	}
 	if user == "" || len(user) > MaxUserLen || len(plan) > MaxUserLen {
-		return id
+		return
 	}
 	id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader
-	return id
 }
 
 // ResolveAddr returns the client address of the request, as Resolve does,
@@ -250,17 +258,18 @@ func (r *Resolver) ResolvePeer(peer netip.Addr, h http.Header, now time.Time) Id
 // user's token, such as the CAPTCHA verifier's at the token endpoint.
 func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
 	peer, _ := parseHostPort(remoteAddr)
-	id, _ := r.resolveAddr(peer, h)
+	var id Identity
+	r.resolveAddr(&id, peer, h)
 	return id
 }
 
-// resolveAddr resolves the client address and reports whether the peer is
-// a trusted proxy.
-func (r *Resolver) resolveAddr(peer netip.Addr, h http.Header) (id Identity, trusted bool) {
+// resolveAddr resets *id to the client address alone and reports whether
+// the peer is a trusted proxy.
+func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (trusted bool) {
 	peer = peer.Unmap().WithZone("")
-	id = Identity{ClientIP: peer, Addr: peer, Source: decisions.SourcePeer}
+	*id = Identity{ClientIP: peer, Addr: peer, Source: decisions.SourcePeer}
 	if r == nil {
-		return id, false
+		return false
 	}
 	trusted = r.isTrusted(peer)
 	if trusted {
@@ -275,7 +284,7 @@ func (r *Resolver) resolveAddr(peer netip.Addr, h http.Header) (id Identity, tru
 		}
 	}
 	id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
-	return id, trusted
+	return trusted
 }
 
 // Trusts reports whether the peer at remoteAddr ("ip:port") is a trusted
