@@ -267,7 +267,9 @@ func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
 // the peer is a trusted proxy.
 func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (trusted bool) {
 	peer = peer.Unmap().WithZone("")
-	*id = Identity{ClientIP: peer, Addr: peer, Source: decisions.SourcePeer}
+	// Field by field: a composite literal would be built on the stack and
+	// copied, and the copy's wide loads wait for the narrow stores.
+	id.ClientIP, id.Addr, id.User, id.Plan, id.Source = peer, peer, "", "", decisions.SourcePeer
 	if r == nil {
 		return false
 	}
