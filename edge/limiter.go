@@ -110,8 +110,9 @@ type Limiter struct {
 	fwd             forwarding
 	ident           *identity.Resolver
 	store           Store
-	taker           remoteTaker // the store, when it says which answers are the distributed store's
-	remote          bool        // the store is not in-process: deadlines, breaker, latency
+	taker           remoteTaker     // the store, when it says which answers are the distributed store's
+	remote          bool            // the store is not in-process: deadlines, breaker, latency
+	mem             *memstore.Store // the store, when it is the memory store: called directly
 	timeout         time.Duration
 	breaker         *breaker
 	local           *memstore.Store // fallback counters while the breaker is open
@@ -171,6 +172,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		l.store = l.ownStore
 	}
 	l.taker, _ = l.store.(remoteTaker)
+	l.mem, _ = l.store.(*memstore.Store)
 	if ip, ok := l.store.(inProcess); !ok || !ip.InProcess() {
 		l.remote = true
 		l.breaker = newBreaker(cfg.Store.Breaker.Failures, cfg.Store.Breaker.Cooldown)
@@ -526,7 +528,11 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		hits = 1
 	}
 	if !l.remote {
-		e.res, _ = l.store.Take(ctx, key, ru.limit, now, hits)
+		if l.mem != nil {
+			e.res, _ = l.mem.TakeRef(&key, &ru.limit, now, hits)
+		} else {
+			e.res, _ = l.store.Take(ctx, key, ru.limit, now, hits)
+		}
 		e.level = ru.grade(e.res)
 		return
 	}

@@ -188,14 +188,21 @@ func (s *Store) InProcess() bool { return true }
 // fails only for a rule whose Window is not positive, which configuration
 // validation rules out.
 func (s *Store) Take(_ context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, error) {
+	return s.TakeRef(&key, &rule, now, n)
+}
+
+// TakeRef is Take with the key and the rule passed by reference, for a
+// caller that holds the store as a *Store (the edge's limiter): no copy
+// of either and no call through an interface. It does not retain them.
+func (s *Store) TakeRef(key *limit.Key, rule *limit.Rule, now time.Time, n int64) (limit.Result, error) {
 	if rule.Window <= 0 && rule.Algorithm != limit.Concurrency {
 		// The algorithms divide by it, and a panic would leave a shard locked.
 		return limit.Result{}, fmt.Errorf("take %s: window %v: want a positive window", key.Rule, rule.Window)
 	}
-	h := s.hash(&key, rule.Algorithm)
+	h := s.hash(key, rule.Algorithm)
 	sh := &s.shards[h>>s.shift]
 	sh.mu.Lock()
-	res := s.take(sh, h, &rule, now.UnixNano(), n)
+	res := s.take(sh, h, rule, now.UnixNano(), n)
 	sh.mu.Unlock()
 	return res, nil
 }
