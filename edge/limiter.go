@@ -310,7 +310,7 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	d := &v.Decision
 	hits := min(max(r.Hits, 1), MaxHits)
 
-	path, form, err := canonpath.Clean(r.Path)
+	path, form, plain, err := canonpath.CleanPlain(r.Path)
 	d.Path, v.form, v.pathErr = path, form, err
 	switch {
 	case err != nil:
@@ -346,7 +346,7 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	var evals [2]eval
 	var sc storeCtx
 	n := 0
-	if pr := t.match(path, l.pathCase); pr != nil {
+	if pr := t.match(path, plain, l.pathCase); pr != nil {
 		l.evaluate(ctx, &sc, now, key, pr, path, hits, &evals[0])
 		n = 1
 	}
