@@ -267,7 +267,11 @@ func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
 // resolveAddr resets *id to the client address alone and reports whether
 // the peer is a trusted proxy.
 func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (trusted bool) {
-	peer = peer.Unmap().WithZone("")
+	// An IPv4 address has no zone, and is its own counting address: the
+	// calls that say so are left out for the common peer.
+	if peer = peer.Unmap(); !peer.Is4() {
+		peer = peer.WithZone("")
+	}
 	// Field by field: a composite literal would be built on the stack and
 	// copied, and the copy's wide loads wait for the narrow stores.
 	id.ClientIP, id.Addr, id.User, id.Plan, id.Source = peer, peer, "", "", decisions.SourcePeer
@@ -286,7 +290,10 @@ func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (tr
 			id.ClientIP, id.Source = a, decisions.SourceForwarded
 		}
 	}
-	id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
+	id.Addr = id.ClientIP
+	if !id.ClientIP.Is4() {
+		id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
+	}
 	return trusted
 }
 
@@ -313,10 +320,9 @@ func CountingAddr(a netip.Addr, ipv6Bits int) netip.Addr {
 	return a
 }
 
+// isTrusted reports whether a is in a trusted prefix; Contains is false
+// for the zero Addr.
 func (r *Resolver) isTrusted(a netip.Addr) bool {
-	if !a.IsValid() {
-		return false
-	}
 	for _, p := range r.trusted {
 		if p.Contains(a) {
 			return true
