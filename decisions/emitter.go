@@ -168,12 +168,15 @@ func (e *Emitter) Emit(d Decision) bool { return e.EmitRef(&d) }
 // uses it because a decision is about 430 bytes.
 func (e *Emitter) EmitRef(d *Decision) bool {
 	e.mu.Lock()
-	if n := len(e.pending); n == cap(e.pending) || e.closed {
+	n := len(e.pending)
+	if n == cap(e.pending) || e.closed {
 		e.mu.Unlock()
 		e.dropped.Add(1)
 		return false
 	}
-	e.pending = append(e.pending, *d)
+	// Not append(e.pending, *d), which copies *d to the stack first.
+	e.pending = e.pending[:n+1]
+	e.pending[n] = *d
 	e.emitted++
 	wake := len(e.pending) == e.wakeAt || (len(e.pending) == 1 && e.opts.Linger > 0)
 	e.mu.Unlock()
