@@ -347,11 +347,11 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	var sc storeCtx
 	n := 0
 	if pr := t.match(path, plain, l.pathCase); pr != nil {
-		l.evaluate(ctx, &sc, now, key, pr, path, hits, &evals[0])
+		l.evaluate(ctx, &sc, now, &key, pr, path, hits, &evals[0])
 		n = 1
 	}
 	if n == 0 || evals[0].level < levelBlock {
-		l.evaluate(ctx, &sc, now, key, t.global, path, hits, &evals[n])
+		l.evaluate(ctx, &sc, now, &key, t.global, path, hits, &evals[n])
 		n++
 	}
 	sc.done()
@@ -518,8 +518,10 @@ func (sc *storeCtx) done() {
 	}
 }
 
-// evaluate counts hits of key under ru and grades the result into e.
-func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key limit.Key, ru *rule, path string, hits int64, e *eval) {
+// evaluate counts hits of key under ru and grades the result into e; it
+// sets key.Rule to ru's id. The key is passed by reference: a copy of the
+// key the caller has just written would wait for its stores.
+func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key *limit.Key, ru *rule, path string, hits int64, e *eval) {
 	key.Rule = ru.id
 	e.rule = ru
 	if ru.limit.Algorithm == limit.Concurrency {
@@ -529,9 +531,9 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 	}
 	if !l.remote {
 		if l.mem != nil {
-			e.res, _ = l.mem.TakeRef(&key, &ru.limit, now, hits)
+			e.res, _ = l.mem.TakeRef(key, &ru.limit, now, hits)
 		} else {
-			e.res, _ = l.store.Take(ctx, key, ru.limit, now, hits)
+			e.res, _ = l.store.Take(ctx, *key, ru.limit, now, hits)
 		}
 		e.level = ru.grade(e.res)
 		return
@@ -548,9 +550,9 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		start := time.Now()
 		remote := true
 		if l.taker != nil {
-			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, key, ru.limit, now, hits)
+			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, *key, ru.limit, now, hits)
 		} else {
-			e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, hits)
+			e.res, e.err = l.store.Take(sc.ctx, *key, ru.limit, now, hits)
 		}
 		e.lat = time.Since(start)
 		l.metrics.storeLatency(e.lat)
@@ -593,7 +595,7 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 	}
 	// Breaker open: enforce the local share of the limit.
 	e.fall = 3
-	e.res, _ = l.local.Take(ctx, key, ru.local, now, hits)
+	e.res, _ = l.local.Take(ctx, *key, ru.local, now, hits)
 	if ru.local.Allowed(e.res) {
 		e.level = levelOK
 	} else {

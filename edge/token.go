@@ -65,7 +65,7 @@ func (l *Limiter) tokenAttempt(ctx context.Context, now time.Time, r *Request, v
 
 	var e eval
 	var sc storeCtx
-	l.evaluate(ctx, &sc, now, limit.Key{Addr: id.Addr}, l.tokenRule, r.Path, 1, &e)
+	l.evaluate(ctx, &sc, now, &limit.Key{Addr: id.Addr}, l.tokenRule, r.Path, 1, &e)
 	sc.done()
 	ru := e.rule
 	d.StoreLatency = e.lat
