@@ -342,7 +342,10 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 		return
 	}
 
-	key := limit.Key{Addr: id.Addr, User: id.User}
+	// Field by field: a composite literal would be built aside and copied
+	// with wide loads, which wait for the narrow stores just made.
+	var key limit.Key
+	key.Addr, key.User = id.Addr, id.User
 	var evals [2]eval
 	var sc storeCtx
 	n := 0
@@ -408,7 +411,10 @@ const (
 // start resets v for r and fills in what every decision of r records:
 // who the client is (also into *id), the request line and the tier.
 func (l *Limiter) start(now time.Time, r *Request, v *Verdict, id *identity.Identity) *tier {
-	*v = Verdict{uri: r.URI}
+	// The identity first, the verdict's reset after: the identity is read
+	// back field-wide (the counter key copies its address), and such a
+	// load waits for the stores of what it reads and those before them,
+	// which must not be the verdict's 700 bytes.
 	if r.Identity != nil {
 		*id = *r.Identity
 	} else {
@@ -418,6 +424,7 @@ func (l *Limiter) start(now time.Time, r *Request, v *Verdict, id *identity.Iden
 		}
 		l.ident.ResolvePeerTo(id, peer, r.Header, now)
 	}
+	*v = Verdict{uri: r.URI}
 	d := &v.Decision
 	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
 	d.ClientIP, d.UserID, d.Plan, d.IdentitySource = id.ClientIP, id.User, id.Plan, id.Source
