@@ -422,9 +422,19 @@ func validPort(s string) bool {
 	return n <= 65535
 }
 
-// parseHostPort parses "ip", "ip:port" or "[ip]:port". It chooses the parser
-// by the shape of s, so that well-formed input never builds an error value.
+// parseHostPort parses "ip", "ip:port" or "[ip]:port". An IPv4 peer,
+// with or without its port, is parsed in one pass; other text goes to
+// parseHostPortShape.
 func parseHostPort(s string) (netip.Addr, bool) {
+	if a, n, ok := scanIPv4(s); ok && (n == len(s) || s[n] == ':' && validPort(s[n+1:])) {
+		return a, true
+	}
+	return parseHostPortShape(s)
+}
+
+// parseHostPortShape is parseHostPort for any text. It chooses the parser
+// by the shape of s, so that well-formed input never builds an error value.
+func parseHostPortShape(s string) (netip.Addr, bool) {
 	if s == "" {
 		return netip.Addr{}, false
 	}
@@ -461,39 +471,44 @@ func parseHostPort(s string) (netip.Addr, bool) {
 // else, including forms netip accepts that are not IPv4, which the caller
 // then hands to netip.ParseAddr.
 func parseIPv4(s string) (a netip.Addr, ok bool) {
-	if len(s) < 7 || len(s) > 15 {
-		return a, false
-	}
+	a, n, ok := scanIPv4(s)
+	return a, ok && n == len(s)
+}
+
+// scanIPv4 parses the dotted quad at the start of s, up to its end or to a
+// colon, and returns the index where it stopped; ok is false when the text
+// before that is not a dotted quad.
+func scanIPv4(s string) (a netip.Addr, n int, ok bool) {
 	// The fields are gathered in one register and stored at once: netip
 	// reads the four bytes with one load, which would wait for four
 	// one-byte stores.
 	var ip uint32
 	field, val, digits := 0, 0, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for ; n < len(s) && s[n] != ':'; n++ {
+		c := s[n]
 		switch {
 		case c >= '0' && c <= '9':
 			if digits == 1 && val == 0 {
-				return a, false // leading zero
+				return a, n, false // leading zero
 			}
 			val = val*10 + int(c-'0')
 			digits++
 			if val > 255 {
-				return a, false
+				return a, n, false
 			}
 		case c == '.' && digits > 0 && field < 3:
 			ip = ip<<8 | uint32(val)
 			field, val, digits = field+1, 0, 0
 		default:
-			return a, false
+			return a, n, false
 		}
 	}
 	if field != 3 || digits == 0 {
-		return a, false
+		return a, n, false
 	}
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], ip<<8|uint32(val))
-	return netip.AddrFrom4(b), true
+	return netip.AddrFrom4(b), n, true
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.
