@@ -8,11 +8,15 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
+	"weak"
 )
 
 func sample() Decision {
@@ -325,6 +329,41 @@ func TestEmitterReportsDropsPeriodically(t *testing.T) {
 		}
 		if dropped := e.Stats().Dropped; len(reports) != 1 || reports[0] != dropped || dropped == 0 {
 			t.Errorf("reports %v, dropped %d", reports, dropped)
+		}
+	})
+}
+
+// TestEmitterReleasesStrings checks that the emitter lets go of the
+// strings its decisions held: a drain woken by a filling queue leaves
+// written decisions for the next ones to overwrite, and the next ticks
+// clear what was not overwritten. The emitter's timers run on the fake
+// clock of testing/synctest; each request path is a string of its own,
+// watched through a weak pointer.
+func TestEmitterReleasesStrings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := NewEmitter(Discard, EmitterOptions{Queue: 8, Batch: 2, Interval: time.Second})
+		defer e.Close(context.Background())
+		var paths []weak.Pointer[byte]
+		emit := func(i int) {
+			d := sample()
+			d.Path = strings.Clone("/api/" + strconv.Itoa(i) + "/" + strings.Repeat("x", 64))
+			paths = append(paths, weak.Make(unsafe.StringData(d.Path)))
+			e.EmitRef(&d)
+		}
+		for i := range 7 { // 3 wakes of the writer; the seventh waits for a tick
+			emit(i)
+			synctest.Wait()
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		runtime.GC()
+		for i, p := range paths {
+			if p.Value() != nil {
+				t.Errorf("two intervals on, the path of decision %d is still held", i)
+			}
+		}
+		if st := e.Stats(); st.Written != 7 || st.Dropped != 0 {
+			t.Errorf("stats %+v, want 7 written", st)
 		}
 	})
 }

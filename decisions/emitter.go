@@ -101,6 +101,10 @@ type Emitter struct {
 
 	dropped, written, errs atomic.Uint64
 	reported               uint64 // drops already reported in the log; writer goroutine only
+	// Writer goroutine only: how many slots from the start of the buffer
+	// it holds (spare) and of the one it gave Emit (pending) may still
+	// hold written decisions (see drain).
+	spareDirty, pendingDirty int
 }
 
 // EmitterStats are an Emitter's counters.
@@ -164,12 +168,15 @@ func (e *Emitter) Emit(d Decision) bool { return e.EmitRef(&d) }
 // uses it because a decision is about 430 bytes.
 func (e *Emitter) EmitRef(d *Decision) bool {
 	e.mu.Lock()
-	if n := len(e.pending); n == cap(e.pending) || e.closed {
+	n := len(e.pending)
+	if n == cap(e.pending) || e.closed {
 		e.mu.Unlock()
 		e.dropped.Add(1)
 		return false
 	}
-	e.pending = append(e.pending, *d)
+	// Not append(e.pending, *d), which copies *d to the stack first.
+	e.pending = e.pending[:n+1]
+	e.pending[n] = *d
 	e.emitted++
 	wake := len(e.pending) == e.wakeAt || (len(e.pending) == 1 && e.opts.Linger > 0)
 	e.mu.Unlock()
@@ -196,6 +203,7 @@ func (e *Emitter) swap(spare []Decision) []Decision {
 	out := e.pending
 	e.pending = spare[:0]
 	e.mu.Unlock()
+	e.spareDirty, e.pendingDirty = max(len(out), e.pendingDirty), e.spareDirty
 	return out
 }
 
@@ -212,9 +220,9 @@ func (e *Emitter) run(spare []Decision) {
 	for {
 		select {
 		case <-e.wake:
-			spare = e.drain(spare, false)
+			spare = e.drain(spare, false, true)
 		case <-tick.C:
-			spare = e.drain(spare, true)
+			spare = e.drain(spare, true, false)
 		case now := <-report.C:
 			e.reportDrops(now)
 		case reply := <-e.flush:
@@ -231,7 +239,7 @@ func (e *Emitter) run(spare []Decision) {
 func (e *Emitter) flushNow(spare []Decision, reply chan<- error) []Decision {
 	errs := e.errs.Load()
 	e.reportDrops(time.Now())
-	spare = e.drain(spare, true)
+	spare = e.drain(spare, true, false)
 	if n := e.errs.Load() - errs; n > 0 {
 		reply <- fmt.Errorf("flush decisions: %d write or flush errors", n)
 	} else {
@@ -242,9 +250,9 @@ func (e *Emitter) flushNow(spare []Decision, reply chan<- error) []Decision {
 
 // finish writes what is queued and the last drop report, and flushes.
 func (e *Emitter) finish(spare []Decision) {
-	e.drain(spare, false)
+	spare = e.drain(spare, false, false)
 	e.reportDrops(time.Now())
-	e.drain(spare, true)
+	e.drain(spare, true, false)
 }
 
 // linger is run's loop for a lingering emitter: the queue is written when
@@ -260,7 +268,7 @@ func (e *Emitter) linger(spare []Decision) {
 		case <-e.wake:
 			switch n := e.queued(); {
 			case n >= e.opts.Batch:
-				spare = e.drain(spare, false)
+				spare = e.drain(spare, false, false)
 				wait.Stop()
 				armed = false
 			case n > 0 && !armed:
@@ -275,7 +283,7 @@ func (e *Emitter) linger(spare []Decision) {
 			}
 		case <-wait.C:
 			armed = false
-			spare = e.drain(spare, false)
+			spare = e.drain(spare, false, false)
 		case now := <-report.C:
 			e.reportDrops(now)
 		case reply := <-e.flush:
@@ -313,14 +321,19 @@ func (e *Emitter) reportDrops(now time.Time) {
 
 // drain writes everything queued, then flushes if asked to or if anything
 // was written. It returns the buffer to swap in next time.
-func (e *Emitter) drain(spare []Decision, flush bool) []Decision {
+//
+// Written decisions hold the strings of their requests. Unless keep is
+// set, drain clears them from both buffers before it returns. A drain
+// woken by the queue filling up keeps them: the decisions arriving meanwhile
+// overwrite those slots, and a slot the request path writes after the
+// writer cleared it is a slot it must take back from the writer's core,
+// which costs each decision more than the clearing itself. What the next
+// decisions do not overwrite is cleared on the next tick: a written
+// decision is held at most two Intervals.
+func (e *Emitter) drain(spare []Decision, flush, keep bool) []Decision {
 	wrote := false
 	for {
 		q := e.swap(spare)
-		if len(q) == 0 {
-			spare = q
-			break
-		}
 		for b := q; len(b) > 0; {
 			n := e.cut(b)
 			if err := e.w.WriteBatch(b[:n]); err != nil {
@@ -330,8 +343,15 @@ func (e *Emitter) drain(spare []Decision, flush bool) []Decision {
 			}
 			b = b[n:]
 		}
-		clear(q) // release the strings the requests held
-		spare, wrote = q, true
+		if !keep {
+			clear(q[:e.spareDirty]) // release the strings the requests held
+			e.spareDirty = 0
+		}
+		spare = q
+		if len(q) == 0 {
+			break
+		}
+		wrote = true
 	}
 	if wrote || flush {
 		if err := e.w.Flush(); err != nil {

@@ -110,8 +110,9 @@ type Limiter struct {
 	fwd             forwarding
 	ident           *identity.Resolver
 	store           Store
-	taker           remoteTaker // the store, when it says which answers are the distributed store's
-	remote          bool        // the store is not in-process: deadlines, breaker, latency
+	taker           remoteTaker     // the store, when it says which answers are the distributed store's
+	remote          bool            // the store is not in-process: deadlines, breaker, latency
+	mem             *memstore.Store // the store, when it is the memory store: called directly
 	timeout         time.Duration
 	breaker         *breaker
 	local           *memstore.Store // fallback counters while the breaker is open
@@ -171,6 +172,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 		l.store = l.ownStore
 	}
 	l.taker, _ = l.store.(remoteTaker)
+	l.mem, _ = l.store.(*memstore.Store)
 	if ip, ok := l.store.(inProcess); !ok || !ip.InProcess() {
 		l.remote = true
 		l.breaker = newBreaker(cfg.Store.Breaker.Failures, cfg.Store.Breaker.Cooldown)
@@ -303,11 +305,12 @@ func (l *Limiter) Decide(ctx context.Context, now time.Time, r *Request, v *Verd
 // (Status, UpstreamLatency, ResponseError) and calls End exactly once, so
 // that the request's one decision says how it ended.
 func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdict) {
-	id, t := l.start(now, r, v)
+	var id identity.Identity
+	t := l.start(now, r, v, &id)
 	d := &v.Decision
 	hits := min(max(r.Hits, 1), MaxHits)
 
-	path, form, err := canonpath.Clean(r.Path)
+	path, form, plain, err := canonpath.CleanPlain(r.Path)
 	d.Path, v.form, v.pathErr = path, form, err
 	switch {
 	case err != nil:
@@ -334,21 +337,24 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	// A challenge-listed client without a valid token is challenged before
 	// anything is counted; with one, it is limited as anyone else.
 	listed := l.challenged != nil && l.challenged.List().ContainsAt(id.ClientIP, id.User, now)
-	if listed && !l.tokenValid(r, id, now) {
+	if listed && !l.tokenValid(r, &id, now) {
 		l.finish(v, decisions.Challenge, ReasonChallengeListed)
 		return
 	}
 
-	key := limit.Key{Addr: id.Addr, User: id.User}
+	// Field by field: a composite literal would be built aside and copied
+	// with wide loads, which wait for the narrow stores just made.
+	var key limit.Key
+	key.Addr, key.User = id.Addr, id.User
 	var evals [2]eval
 	var sc storeCtx
 	n := 0
-	if pr := t.match(path, l.pathCase); pr != nil {
-		l.evaluate(ctx, &sc, now, key, pr, path, hits, &evals[0])
+	if pr := t.match(path, plain, l.pathCase); pr != nil {
+		l.evaluate(ctx, &sc, now, &key, pr, path, hits, &evals[0])
 		n = 1
 	}
 	if n == 0 || evals[0].level < levelBlock {
-		l.evaluate(ctx, &sc, now, key, t.global, path, hits, &evals[n])
+		l.evaluate(ctx, &sc, now, &key, t.global, path, hits, &evals[n])
 		n++
 	}
 	sc.done()
@@ -379,7 +385,7 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	d.Rule, d.Algorithm, d.Limit, d.Window = e.rule.id, e.rule.algorithm, e.rule.capacity, window(e.rule)
 	d.Count, d.Remaining, d.Reset = e.res.Count, e.res.Remaining, e.res.Reset
 
-	outcome, reason := l.outcome(e, r, id, now)
+	outcome, reason := l.outcome(e, r, &id, now)
 	if listed && outcome == decisions.Allow {
 		outcome, reason = decisions.TokenPass, ReasonChallengeListedPass
 	}
@@ -403,33 +409,37 @@ const (
 )
 
 // start resets v for r and fills in what every decision of r records:
-// who the client is, the request line and the tier.
-func (l *Limiter) start(now time.Time, r *Request, v *Verdict) (identity.Identity, *tier) {
-	*v = Verdict{uri: r.URI}
-	var id identity.Identity
+// who the client is (also into *id), the request line and the tier.
+func (l *Limiter) start(now time.Time, r *Request, v *Verdict, id *identity.Identity) *tier {
+	// The identity first, the verdict's reset after: the identity is read
+	// back field-wide (the counter key copies its address), and such a
+	// load waits for the stores of what it reads and those before them,
+	// which must not be the verdict's 700 bytes.
 	if r.Identity != nil {
-		id = *r.Identity
+		*id = *r.Identity
 	} else {
 		peer := r.Peer
 		if !peer.IsValid() {
 			peer = identity.ParsePeer(r.RemoteAddr)
 		}
-		id = l.ident.ResolvePeer(peer, r.Header, now)
+		l.ident.ResolvePeerTo(id, peer, r.Header, now)
 	}
+	*v = Verdict{uri: r.URI}
 	d := &v.Decision
 	d.Time, d.RequestID, d.Node = now, r.RequestID, l.node
 	d.ClientIP, d.UserID, d.Plan, d.IdentitySource = id.ClientIP, id.User, id.Plan, id.Source
 	d.Method, d.Host = r.Method, r.Host
 	t := l.tierFor(id.User, id.Plan)
 	d.Tier = t.name
-	return id, t
+	return t
 }
 
 // Reject records r, which an adapter refused before it could be decided
 // (an Envoy call with no domain, say), as Rejected for reason, without
 // counting it, and emits the decision: every call is an event.
 func (l *Limiter) Reject(now time.Time, r *Request, v *Verdict, reason string) {
-	l.start(now, r, v)
+	var id identity.Identity
+	l.start(now, r, v, &id)
 	v.Path = rejectedPath(r.Path)
 	l.finish(v, decisions.Rejected, reason)
 	l.emit(v)
@@ -455,7 +465,7 @@ func window(r *rule) time.Duration {
 }
 
 // outcome turns the deciding evaluation into an outcome and a reason.
-func (l *Limiter) outcome(e *eval, r *Request, id identity.Identity, now time.Time) (decisions.Outcome, string) {
+func (l *Limiter) outcome(e *eval, r *Request, id *identity.Identity, now time.Time) (decisions.Outcome, string) {
 	switch e.fall {
 	case 1:
 		return decisions.FailOpen, storeReason(e.err, "fails open")
@@ -515,8 +525,10 @@ func (sc *storeCtx) done() {
 	}
 }
 
-// evaluate counts hits of key under ru and grades the result into e.
-func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key limit.Key, ru *rule, path string, hits int64, e *eval) {
+// evaluate counts hits of key under ru and grades the result into e; it
+// sets key.Rule to ru's id. The key is passed by reference: a copy of the
+// key the caller has just written would wait for its stores.
+func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key *limit.Key, ru *rule, path string, hits int64, e *eval) {
 	key.Rule = ru.id
 	e.rule = ru
 	if ru.limit.Algorithm == limit.Concurrency {
@@ -525,7 +537,11 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		hits = 1
 	}
 	if !l.remote {
-		e.res, _ = l.store.Take(ctx, key, ru.limit, now, hits)
+		if l.mem != nil {
+			e.res, _ = l.mem.TakeRef(key, &ru.limit, now, hits)
+		} else {
+			e.res, _ = l.store.Take(ctx, *key, ru.limit, now, hits)
+		}
 		e.level = ru.grade(e.res)
 		return
 	}
@@ -541,9 +557,9 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 		start := time.Now()
 		remote := true
 		if l.taker != nil {
-			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, key, ru.limit, now, hits)
+			e.res, remote, e.err = l.taker.TakeRemote(sc.ctx, *key, ru.limit, now, hits)
 		} else {
-			e.res, e.err = l.store.Take(sc.ctx, key, ru.limit, now, hits)
+			e.res, e.err = l.store.Take(sc.ctx, *key, ru.limit, now, hits)
 		}
 		e.lat = time.Since(start)
 		l.metrics.storeLatency(e.lat)
@@ -586,7 +602,7 @@ func (l *Limiter) evaluate(ctx context.Context, sc *storeCtx, now time.Time, key
 	}
 	// Breaker open: enforce the local share of the limit.
 	e.fall = 3
-	e.res, _ = l.local.Take(ctx, key, ru.local, now, hits)
+	e.res, _ = l.local.Take(ctx, *key, ru.local, now, hits)
 	if ru.local.Allowed(e.res) {
 		e.level = levelOK
 	} else {
@@ -638,7 +654,7 @@ func (l *Limiter) tierFor(user, plan string) *tier {
 }
 
 // tokenValid reports whether r carries a valid challenge token for id.
-func (l *Limiter) tokenValid(r *Request, id identity.Identity, now time.Time) bool {
+func (l *Limiter) tokenValid(r *Request, id *identity.Identity, now time.Time) bool {
 	if l.keys == nil {
 		return false
 	}

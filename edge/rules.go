@@ -36,9 +36,10 @@ type tier struct {
 	paths  []pathRule
 }
 
-// match returns the path rule for the canonical path, or nil.
-func (t *tier) match(path string, c canonpath.Case) *rule {
-	if canonpath.Plain(path) {
+// match returns the path rule for the canonical path, or nil; plain is
+// canonpath.Plain(path).
+func (t *tier) match(path string, plain bool, c canonpath.Case) *rule {
+	if plain {
 		for i := range t.paths {
 			if canonpath.HasPlainPrefix(path, t.paths[i].match) {
 				return t.paths[i].rule

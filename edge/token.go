@@ -65,14 +65,14 @@ func (l *Limiter) tokenAttempt(ctx context.Context, now time.Time, r *Request, v
 
 	var e eval
 	var sc storeCtx
-	l.evaluate(ctx, &sc, now, limit.Key{Addr: id.Addr}, l.tokenRule, r.Path, 1, &e)
+	l.evaluate(ctx, &sc, now, &limit.Key{Addr: id.Addr}, l.tokenRule, r.Path, 1, &e)
 	sc.done()
 	ru := e.rule
 	d.StoreLatency = e.lat
 	d.Rule, d.Algorithm, d.Limit, d.Window = ru.id, ru.algorithm, ru.capacity, window(ru)
 	d.Count, d.Remaining, d.Reset = e.res.Count, e.res.Remaining, e.res.Reset
 	v.Policies[0] = Policy{Name: ru.id, Limit: ru.capacity, Window: window(ru), Remaining: e.res.Remaining, Reset: e.res.Reset}
-	outcome, reason := l.outcome(&e, r, id, now)
+	outcome, reason := l.outcome(&e, r, &id, now)
 	if !outcome.Passed() {
 		v.RetryAfter = ru.limit.RetryAfter(e.res)
 		if outcome == decisions.FailClosed {

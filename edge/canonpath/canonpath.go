@@ -81,9 +81,31 @@ func Clean(p string) (string, Form, error) {
 	if p == "" || p[0] != '/' {
 		return "", 0, ErrNotAbsolute
 	}
-	if plainCanonical(p) {
+	if ok, _ := plainCanonical(p); ok {
 		return p, Canonical, nil
 	}
+	return clean(p)
+}
+
+// CleanPlain is Clean that also reports Plain of the canonical path, for a
+// caller that matches it against prefixes: for the common path, canonical
+// and plain, the one pass over p tells both.
+func CleanPlain(p string) (path string, form Form, plain bool, err error) {
+	if len(p) > MaxLen {
+		return "", 0, false, ErrTooLong
+	}
+	if p == "" || p[0] != '/' {
+		return "", 0, false, ErrNotAbsolute
+	}
+	if ok, plain := plainCanonical(p); ok {
+		return p, Canonical, plain, nil
+	}
+	path, form, err = clean(p)
+	return path, form, err == nil && Plain(path), err
+}
+
+// clean is Clean past the checks and the common case.
+func clean(p string) (string, Form, error) {
 	out := output{p: p, n: 1}
 	form := Canonical
 	var u utf8State
@@ -186,33 +208,53 @@ func Clean(p string) (string, Form, error) {
 // plainCanonical reports whether p, which starts with "/", is canonical
 // and made only of plain characters: the common case, told in one pass
 // over a table. What it cannot tell (escapes, parameters, non-ASCII) the
-// full pass of Clean does.
-func plainCanonical(p string) bool {
+// full pass of Clean does. When p is, lower reports Plain(p).
+func plainCanonical(p string) (ok, lower bool) {
 	seg := 1
+	all := byte(plainByte | plainLower)
 	for i := 1; i < len(p); i++ {
 		c := p[i]
 		if c == '/' {
 			if i == seg || p[seg] == '.' && isDotSegment(p[seg:i]) {
-				return false
+				return false, false
 			}
 			seg = i + 1
-		} else if !plain[c] {
-			return false
+			continue
 		}
+		f := plain[c]
+		if f&plainByte == 0 {
+			return false, false
+		}
+		all &= f
 	}
-	return !isDotSegment(p[seg:])
+	if isDotSegment(p[seg:]) {
+		return false, false
+	}
+	return true, all&plainLower != 0
 }
 
 func isDotSegment(s string) bool { return s == "." || s == ".." }
 
 // plain marks the bytes a canonical path holds raw that need no second
-// look: pchar but for ";" (segment parameters have rules of their own).
-var plain = func() (t [256]bool) {
+// look (plainByte): pchar but for ";" (segment parameters have rules of
+// their own); and of those, the bytes Plain accepts (plainLower): not
+// "%" nor an upper-case letter.
+var plain = func() (t [256]byte) {
 	for c := range 256 {
-		t[c] = isPathChar(byte(c)) && c != ';'
+		if isPathChar(byte(c)) && c != ';' {
+			t[c] = plainByte
+			if c != '%' && (c < 'A' || c > 'Z') {
+				t[c] |= plainLower
+			}
+		}
 	}
 	return t
 }()
+
+const (
+	plainByte  = 1 << iota // held raw by a canonical path
+	plainLower             // and accepted by Plain
+)
 
 // output is the canonical path being written. While it is a prefix of the
 // input it is only a length: a canonical path is not copied.

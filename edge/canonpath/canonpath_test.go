@@ -307,3 +307,18 @@ func FuzzHasPlainPrefix(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCleanPlain holds CleanPlain to Clean and Plain: the same path, form
+// and error, and plain exactly when the canonical path is Plain.
+func FuzzCleanPlain(f *testing.F) {
+	for _, s := range []string{"/", "/api/search", "/API/search", "/api/%41", "/api;x", "/api/./x", "/a//b", "/caf%c3%a9", "/\xc3\xa9", "api", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		c, form, err := Clean(p)
+		c2, form2, plain, err2 := CleanPlain(p)
+		if c2 != c || form2 != form || (err2 == nil) != (err == nil) || plain != (err == nil && Plain(c)) {
+			t.Fatalf("CleanPlain(%q) = %q, %v, %v, %v; Clean says %q, %v, %v", p, c2, form2, plain, err2, c, form, err)
+		}
+	})
+}

@@ -169,3 +169,20 @@ func FuzzParseIPv4(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseHostPort holds parseHostPort's one-pass IPv4 path to the
+// general parse it stands in front of: the same address and verdict for
+// any text.
+func FuzzParseHostPort(f *testing.F) {
+	for _, s := range []string{"203.0.113.7:4711", "203.0.113.7", "1.2.3.4:", "1.2.3.4:65536", "1.2.3.4:0", "1.2.3.04:1", "1.2.3.4:1:2",
+		"1.2.3.4%z:1", "[1.2.3.4]:1", "[::1]:80", "::1", "::ffff:1.2.3.4", "1.2.3:4", "", ":", "1.2.3.4:+1", "1.2.3.4:00080"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, gotOK := parseHostPort(s)
+		want, wantOK := parseHostPortShape(s)
+		if got != want || gotOK != wantOK {
+			t.Fatalf("parseHostPort(%q) = %v, %v; the general parse says %v, %v", s, got, gotOK, want, wantOK)
+		}
+	})
+}

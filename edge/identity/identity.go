@@ -15,6 +15,7 @@
 package identity
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -204,34 +205,43 @@ func ParsePeer(remoteAddr string) netip.Addr {
 
 // ResolvePeer is Resolve for a peer address already parsed (ParsePeer).
 func (r *Resolver) ResolvePeer(peer netip.Addr, h http.Header, now time.Time) Identity {
-	id, trusted := r.resolveAddr(peer, h)
+	var id Identity
+	r.ResolvePeerTo(&id, peer, h, now)
+	return id
+}
+
+// ResolvePeerTo is ResolvePeer writing the identity to *id, for the
+// request path: an Identity is a dozen words, and filling the caller's
+// copy spares copying it back through each call.
+func (r *Resolver) ResolvePeerTo(id *Identity, peer netip.Addr, h http.Header, now time.Time) {
+	trusted := r.resolveAddr(id, peer, h)
 	if r == nil {
-		return id
+		return
 	}
 	if r.jwt != nil {
 		if tok, ok := bearer(h["Authorization"]); ok {
 			user, plan, ok := r.jwt.verify(tok, now)
 			if !ok {
 				id.Source = decisions.SourceInvalidJWT
-				return id
+				return
 			}
 			id.User, id.Plan, id.Source = user, plan, decisions.SourceJWT
-			return id
+			return
 		}
 	}
 
 	users, plans := h[r.userHeader], h[r.planHeader]
 	if len(users) == 0 && len(plans) == 0 {
-		return id
+		return
 	}
 	if !trusted {
 		id.Source = decisions.SourceUntrustedHeader
-		return id
+		return
 	}
 	// A trusted proxy sets each header once; two lines mean a client's
 	// header was passed through beside the proxy's, and neither is believed.
 	if len(users) != 1 || len(plans) > 1 {
-		return id
+		return
 	}
 	user := trimOWS(users[0])
 	var plan string
@@ -239,10 +249,9 @@ func (r *Resolver) ResolvePeer(peer netip.Addr, h http.Header, now time.Time) Id
 		plan = trimOWS(plans[0])
 	}
 	if user == "" || len(user) > MaxUserLen || len(plan) > MaxUserLen {
-		return id
+		return
 	}
 	id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader
-	return id
 }
 
 // ResolveAddr returns the client address of the request, as Resolve does,
@@ -250,17 +259,24 @@ func (r *Resolver) ResolvePeer(peer netip.Addr, h http.Header, now time.Time) Id
 // user's token, such as the CAPTCHA verifier's at the token endpoint.
 func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
 	peer, _ := parseHostPort(remoteAddr)
-	id, _ := r.resolveAddr(peer, h)
+	var id Identity
+	r.resolveAddr(&id, peer, h)
 	return id
 }
 
-// resolveAddr resolves the client address and reports whether the peer is
-// a trusted proxy.
-func (r *Resolver) resolveAddr(peer netip.Addr, h http.Header) (id Identity, trusted bool) {
-	peer = peer.Unmap().WithZone("")
-	id = Identity{ClientIP: peer, Addr: peer, Source: decisions.SourcePeer}
+// resolveAddr resets *id to the client address alone and reports whether
+// the peer is a trusted proxy.
+func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (trusted bool) {
+	// An IPv4 address has no zone, and is its own counting address: the
+	// calls that say so are left out for the common peer.
+	if peer = peer.Unmap(); !peer.Is4() {
+		peer = peer.WithZone("")
+	}
+	// Field by field: a composite literal would be built on the stack and
+	// copied, and the copy's wide loads wait for the narrow stores.
+	id.ClientIP, id.Addr, id.User, id.Plan, id.Source = peer, peer, "", "", decisions.SourcePeer
 	if r == nil {
-		return id, false
+		return false
 	}
 	trusted = r.isTrusted(peer)
 	if trusted {
@@ -274,8 +290,11 @@ func (r *Resolver) resolveAddr(peer netip.Addr, h http.Header) (id Identity, tru
 			id.ClientIP, id.Source = a, decisions.SourceForwarded
 		}
 	}
-	id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
-	return id, trusted
+	id.Addr = id.ClientIP
+	if !id.ClientIP.Is4() {
+		id.Addr = CountingAddr(id.ClientIP, r.ipv6Bits)
+	}
+	return trusted
 }
 
 // Trusts reports whether the peer at remoteAddr ("ip:port") is a trusted
@@ -321,10 +340,9 @@ func CountingAddr(a netip.Addr, ipv6Bits int) netip.Addr {
 	return a
 }
 
+// isTrusted reports whether a is in a trusted prefix; Contains is false
+// for the zero Addr.
 func (r *Resolver) isTrusted(a netip.Addr) bool {
-	if !a.IsValid() {
-		return false
-	}
 	for _, p := range r.trusted {
 		if p.Contains(a) {
 			return true
@@ -424,9 +442,19 @@ func validPort(s string) bool {
 	return n <= 65535
 }
 
-// parseHostPort parses "ip", "ip:port" or "[ip]:port". It chooses the parser
-// by the shape of s, so that well-formed input never builds an error value.
+// parseHostPort parses "ip", "ip:port" or "[ip]:port". An IPv4 peer,
+// with or without its port, is parsed in one pass; other text goes to
+// parseHostPortShape.
 func parseHostPort(s string) (netip.Addr, bool) {
+	if a, n, ok := scanIPv4(s); ok && (n == len(s) || s[n] == ':' && validPort(s[n+1:])) {
+		return a, true
+	}
+	return parseHostPortShape(s)
+}
+
+// parseHostPortShape is parseHostPort for any text. It chooses the parser
+// by the shape of s, so that well-formed input never builds an error value.
+func parseHostPortShape(s string) (netip.Addr, bool) {
 	if s == "" {
 		return netip.Addr{}, false
 	}
@@ -463,35 +491,44 @@ func parseHostPort(s string) (netip.Addr, bool) {
 // else, including forms netip accepts that are not IPv4, which the caller
 // then hands to netip.ParseAddr.
 func parseIPv4(s string) (a netip.Addr, ok bool) {
-	if len(s) < 7 || len(s) > 15 {
-		return a, false
-	}
-	var ip [4]byte
+	a, n, ok := scanIPv4(s)
+	return a, ok && n == len(s)
+}
+
+// scanIPv4 parses the dotted quad at the start of s, up to its end or to a
+// colon, and returns the index where it stopped; ok is false when the text
+// before that is not a dotted quad.
+func scanIPv4(s string) (a netip.Addr, n int, ok bool) {
+	// The fields are gathered in one register and stored at once: netip
+	// reads the four bytes with one load, which would wait for four
+	// one-byte stores.
+	var ip uint32
 	field, val, digits := 0, 0, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for ; n < len(s) && s[n] != ':'; n++ {
+		c := s[n]
 		switch {
 		case c >= '0' && c <= '9':
 			if digits == 1 && val == 0 {
-				return a, false // leading zero
+				return a, n, false // leading zero
 			}
 			val = val*10 + int(c-'0')
 			digits++
 			if val > 255 {
-				return a, false
+				return a, n, false
 			}
 		case c == '.' && digits > 0 && field < 3:
-			ip[field] = byte(val)
+			ip = ip<<8 | uint32(val)
 			field, val, digits = field+1, 0, 0
 		default:
-			return a, false
+			return a, n, false
 		}
 	}
 	if field != 3 || digits == 0 {
-		return a, false
+		return a, n, false
 	}
-	ip[3] = byte(val)
-	return netip.AddrFrom4(ip), true
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], ip<<8|uint32(val))
+	return netip.AddrFrom4(b), n, true
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.

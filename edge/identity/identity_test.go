@@ -354,3 +354,23 @@ func TestTrusts(t *testing.T) {
 		t.Error("a nil Resolver trusts a peer")
 	}
 }
+
+// BenchmarkParsePeer is the peer address parse of every request that
+// does not come with its connection's parsed address (Request.Peer),
+// beside netip's own parse of the same text.
+func BenchmarkParsePeer(b *testing.B) {
+	for _, remote := range []string{"203.0.113.7:4711", "[2001:db8::1]:5000"} {
+		b.Run(remote, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ParsePeer(remote)
+			}
+		})
+		b.Run(remote+"/netip", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				netip.ParseAddrPort(remote)
+			}
+		})
+	}
+}

@@ -108,7 +108,7 @@ type Result struct {
 }
 
 // Allowed reports whether the hit is within the rule's capacity.
-func (r Rule) Allowed(res Result) bool { return res.Count <= r.Capacity() }
+func (r Rule) Allowed(res Result) bool { return res.Count <= r.capacity() }
 
 // Key names a counter: a rule and the identity counted under it. User is
 // set for authenticated identities; Addr otherwise.
@@ -282,15 +282,20 @@ func ceilDiv(a, b int64) int64 {
 
 // RetryAfter is how long a client refused by this result should wait before
 // a hit would be allowed again.
-func (r Rule) RetryAfter(res Result) time.Duration {
-	if r.Allowed(res) {
+func (r Rule) RetryAfter(res Result) time.Duration { return r.retryAfter(res) }
+
+// retryAfter is RetryAfter on r's fields where they are, so that calling
+// RetryAfter copies no Rule: its inlined value methods would copy r, just
+// stored, with wide loads that wait for the narrow stores.
+func (r *Rule) retryAfter(res Result) time.Duration {
+	if res.Count <= r.capacity() {
 		return 0
 	}
 	switch r.Algorithm {
 	case TokenBucket:
 		// The bucket must drain until one more hit fits.
 		t := r.interval()
-		return max(res.Reset-time.Duration(r.Capacity()*t)+time.Duration(t), time.Duration(t))
+		return max(res.Reset-time.Duration(r.capacity()*t)+time.Duration(t), time.Duration(t))
 	case SlidingWindow:
 		// After the reset the current window's count C becomes the previous
 		// window's, and one more hit fits once C×(w-e)/w ≤ Limit-1, that is

@@ -5,8 +5,9 @@
 // hash table from a 64-bit hash of the key to the key's limit.State and the
 // instant it expires: 32 bytes a slot, at most 3/4 of the slots in use, so
 // 43 to 85 bytes of heap a key.
-// Keys are hashed with hash/maphash under a seed drawn per store, so
-// clients cannot choose keys that collide; two keys share a counter only if
+// Keys are hashed with hash/maphash and keyed multiplications, under a
+// seed and keys drawn per store, so clients cannot choose keys that
+// collide; two keys share a counter only if
 // their hashes collide, which among a million keys happens to some pair
 // with a chance of about 3 in 100 million. A key's identity is its rule id,
 // its rule's algorithm, and its user when User is set, otherwise its
@@ -75,6 +76,7 @@ const sample = 8
 // with Close.
 type Store struct {
 	seed     maphash.Seed
+	keys     [8]uint64 // random keys of hash's mixing steps
 	shards   []shard
 	shift    uint // hash >> shift is the shard index
 	perShard int  // keys a shard may hold
@@ -131,6 +133,9 @@ func New(opts Options) *Store {
 		done:     make(chan struct{}),
 	}
 	s.scanGap = max(s.perShard/8, 1)
+	for i := range s.keys {
+		s.keys[i] = rand.Uint64() | 1
+	}
 	for i := range s.shards {
 		s.shards[i].t.slots = make([]slot, minSlots)
 		s.shards[i].minExp = math.MaxInt64
@@ -183,14 +188,21 @@ func (s *Store) InProcess() bool { return true }
 // fails only for a rule whose Window is not positive, which configuration
 // validation rules out.
 func (s *Store) Take(_ context.Context, key limit.Key, rule limit.Rule, now time.Time, n int64) (limit.Result, error) {
+	return s.TakeRef(&key, &rule, now, n)
+}
+
+// TakeRef is Take with the key and the rule passed by reference, for a
+// caller that holds the store as a *Store (the edge's limiter): no copy
+// of either and no call through an interface. It does not retain them.
+func (s *Store) TakeRef(key *limit.Key, rule *limit.Rule, now time.Time, n int64) (limit.Result, error) {
 	if rule.Window <= 0 && rule.Algorithm != limit.Concurrency {
 		// The algorithms divide by it, and a panic would leave a shard locked.
 		return limit.Result{}, fmt.Errorf("take %s: window %v: want a positive window", key.Rule, rule.Window)
 	}
-	h := s.hash(&key, rule.Algorithm)
+	h := s.hash(key, rule.Algorithm)
 	sh := &s.shards[h>>s.shift]
 	sh.mu.Lock()
-	res := s.take(sh, h, &rule, now.UnixNano(), n)
+	res := s.take(sh, h, rule, now.UnixNano(), n)
 	sh.mu.Unlock()
 	return res, nil
 }
@@ -231,7 +243,7 @@ func (s *Store) take(sh *shard, h uint64, rule *limit.Rule, now, n int64) limit.
 }
 
 // Key identity kinds, so that an address, a user and no identity never
-// hash the same bytes.
+// hash alike.
 const (
 	kindNone byte = iota
 	kind4
@@ -239,47 +251,59 @@ const (
 	kindUser
 )
 
-// hash returns the key's 64-bit hash, never 0 (the empty slot), of the
-// bytes: algorithm, kind, rule id length, rule id, then the user or the
-// address (4 bytes, or 16 and any zone).
+// hash returns the key's 64-bit hash, never 0 (the empty slot). The rule
+// id, and the user or the address zone if any, are hashed with maphash
+// under the store's seed, straight from their memory; the algorithm, the
+// kind and the address words (4 bytes, or 16) are folded in by mix under
+// the store's random keys. No bytes are gathered into a buffer first: a
+// hash read back from a buffer just written waits for the stores.
 func (s *Store) hash(k *limit.Key, alg limit.Algorithm) uint64 {
-	var kind byte
+	h := maphash.String(s.seed, k.Rule)
+	tag := uint64(alg) << 8
+	var hi, lo uint64
+	zoned := false
 	switch {
 	case k.User != "":
-		kind = kindUser
+		tag |= uint64(kindUser)
+		lo = maphash.String(s.seed, k.User)
 	case k.Addr.Is4():
-		kind = kind4
+		tag |= uint64(kind4)
+		a := k.Addr.As4()
+		lo = uint64(binary.BigEndian.Uint32(a[:]))
 	case k.Addr.IsValid():
-		kind = kind6
+		tag |= uint64(kind6)
+		a := k.Addr.As16()
+		hi, lo = binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
+		zoned = k.Addr.Zone() != ""
 	}
-	var buf [64]byte
-	buf[0], buf[1] = byte(alg), kind
-	binary.LittleEndian.PutUint32(buf[2:6], uint32(len(k.Rule)))
-	const head = 6
-	var h uint64
-	if len(k.Rule)+max(len(k.User), 16) <= len(buf)-head {
-		b := append(buf[:head], k.Rule...)
-		if kind == kindUser {
-			b = append(b, k.User...)
-		} else {
-			b, _ = k.Addr.AppendBinary(b) // a long zone may move b to the heap; harmless
-		}
-		h = maphash.Bytes(s.seed, b)
-	} else {
-		// Long rule ids or users: the same bytes, streamed.
-		var d maphash.Hash
-		d.SetSeed(s.seed)
-		d.Write(buf[:head])
-		d.WriteString(k.Rule)
-		if kind == kindUser {
-			d.WriteString(k.User)
-		} else {
-			b, _ := k.Addr.AppendBinary(buf[:0])
-			d.Write(b)
-		}
-		h = d.Sum64()
+	h = mix(h^s.keys[0], tag^s.keys[1])
+	h = mix(h^s.keys[2], hi^s.keys[3])
+	h = mix(h^s.keys[4], lo^s.keys[5])
+	if zoned {
+		h = mix(h^s.keys[6], maphash.String(s.seed, k.Addr.Zone())^s.keys[7])
 	}
-	return max(h, 1)
+	return max(fmix(h), 1)
+}
+
+// fmix is MurmurHash3's 64-bit finalizer, a bijection whose every output
+// bit depends on every input bit: mix alone leaves the low bits, which
+// pick a key's slot, uneven over runs of neighbouring addresses
+// (TestHashSpread).
+func fmix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+// mix folds a and b into 64 bits: the two halves of their 128-bit
+// product, xored (wyhash's mixing step). With a and b xored with random
+// keys first, a client that does not know the keys cannot choose inputs
+// that collide.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // makeRoom makes room in sh for one more key: at the shard's share of keys

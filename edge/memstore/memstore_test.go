@@ -223,8 +223,8 @@ func TestMaxKeysBelowShards(t *testing.T) {
 }
 
 // TestKeyIdentity covers what the conformance suite cannot see: the
-// algorithm is part of the key, and long keys hash through the streaming
-// path.
+// algorithm is part of the key, and long rule ids and users are told
+// apart.
 func TestKeyIdentity(t *testing.T) {
 	s := newStore(t, memstore.Options{SweepEvery: -1})
 	sliding := perMinute
