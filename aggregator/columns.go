@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"encoding/binary"
+	"hash/maphash"
 	"net/netip"
 	"time"
 
@@ -26,10 +28,21 @@ type Batch struct {
 	users                             string // the user column's bytes, as one string, once a client is asked for
 	userAt                            []int32
 	usersMade                         bool
-	clients                           []Client // of decision rows, once identify ran
-	hashes                            []uint64 // hashClient of clients
 	identified                        bool
 	scratch                           []byte
+
+	// The batch's distinct clients, once identify ran: each decision
+	// row's client is clients[cid[row]], hashClient'ed as hashes[cid[row]];
+	// each distinct client is made and hashed once a batch. seen holds
+	// what Distinct.UpdateColumns inserted of each; slots is the table
+	// that finds a client's id by its fingerprint (fingerprint).
+	cid     []int32
+	clients []Client
+	hashes  []uint64
+	seen    []seenClient
+	slots   []clientSlot
+	used    []int32 // the slots in use, cleared at the next identify
+	seenGen uint32
 
 	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason]
 	// and byNode[node*NumOutcomes+outcome], counted per UpdateColumns and
@@ -172,23 +185,98 @@ func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	p.Offenders.UpdateColumns(b, lo, hi)
 }
 
-// identify makes b.clients and b.hashes, the client of each decision row
-// and its hash, once per batch.
+// clientSlot is a cell of Batch.slots: a fingerprint and 1 + the id of
+// its client (0: empty).
+type clientSlot struct {
+	fp uint64
+	id int32
+}
+
+// seenClient is what Distinct.UpdateColumns inserted of one distinct
+// client in the call stamped gen: into the overall and refused sketches,
+// and the last tier and rule sketch (ids + 1). Inserting a hash into a
+// HyperLogLog twice changes nothing (the sketch, sparse or dense, and its
+// encoding after Estimate depend only on the set of hashes inserted), so
+// this only has to skip most repeats, not all.
+type seenClient struct {
+	gen        uint32
+	all, ref   bool
+	tier, rule int32
+}
+
+// fingerprintSeed keys the fingerprints of user ids.
+var fingerprintSeed = maphash.MakeSeed()
+
+// fingerprint returns a cheap 64-bit digest of c, to find its id in a
+// batch (equal clients, equal fingerprints; the table compares the
+// clients themselves).
+func fingerprint(c Client) uint64 {
+	if c.User != "" {
+		return maphash.String(fingerprintSeed, c.User)
+	}
+	if c.Addr.Is4() {
+		a := c.Addr.As4()
+		return uint64(binary.BigEndian.Uint32(a[:])) * 0x9e3779b97f4a7c15
+	}
+	a := c.Addr.As16()
+	return (binary.BigEndian.Uint64(a[:8])*0x9e3779b97f4a7c15 ^ binary.BigEndian.Uint64(a[8:])) * 0xc2b2ae3d27d4eb4f
+}
+
+// identify makes b.cid, b.clients and b.hashes: the batch's distinct
+// clients, each made and hashed once, and each decision row's client id.
 func (b *Batch) identify() {
 	if b.identified {
 		return
 	}
 	n := len(b.times)
-	if cap(b.clients) < n {
-		b.clients, b.hashes = make([]Client, n), make([]uint64, n)
+	if cap(b.cid) < n {
+		b.cid = make([]int32, n)
 	}
-	b.clients, b.hashes = b.clients[:n], b.hashes[:n]
-	for i, k := range b.c.Kind {
-		if decisions.Kind(k) == decisions.KindDecision {
-			b.clients[i] = b.client(i)
-			b.hashes[i] = hashClientInto(b.clients[i], &b.scratch)
+	b.cid = b.cid[:n]
+	if len(b.slots) < 2*n {
+		size := 16
+		for size < 2*n {
+			size *= 2
+		}
+		b.slots = make([]clientSlot, size)
+	} else {
+		for _, i := range b.used {
+			b.slots[i] = clientSlot{}
 		}
 	}
+	b.used, b.clients, b.hashes = b.used[:0], b.clients[:0], b.hashes[:0]
+	mask := uint64(len(b.slots) - 1)
+	for i, k := range b.c.Kind {
+		if decisions.Kind(k) != decisions.KindDecision {
+			continue
+		}
+		c := b.client(i)
+		fp := fingerprint(c)
+		j := fp & mask
+		for {
+			s := &b.slots[j]
+			if s.id == 0 {
+				id := int32(len(b.clients))
+				*s = clientSlot{fp: fp, id: id + 1}
+				b.used = append(b.used, int32(j))
+				b.clients = append(b.clients, c)
+				b.hashes = append(b.hashes, hashClientInto(c, &b.scratch))
+				b.cid[i] = id
+				break
+			}
+			if s.fp == fp && b.clients[s.id-1] == c {
+				b.cid[i] = s.id - 1
+				break
+			}
+			j = (j + 1) & mask
+		}
+	}
+	if cap(b.seen) < len(b.clients) {
+		b.seen = make([]seenClient, len(b.clients), cap(b.cid))
+	}
+	b.seen = b.seen[:len(b.clients)]
+	clear(b.seen)
+	b.seenGen = 0
 	b.identified = true
 }
 
@@ -199,6 +287,8 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 	b.identify()
 	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
 	b.ruleHLL = resetSlice(b.ruleHLL, len(c.Rule.Values))
+	b.seenGen++
+	gen := b.seenGen
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
@@ -214,7 +304,34 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 			rh = s.rule(c.Rule.Values[r]) // nil again for the empty rule: cheap
 			b.ruleHLL[r] = rh
 		}
-		s.add(b.hashes[i], refused[c.Outcome[i]], hll, rh)
+		// Each distinct client once per sketch (see seenClient).
+		id := b.cid[i]
+		h, seen := b.hashes[id], &b.seen[id]
+		if seen.gen != gen {
+			*seen = seenClient{gen: gen}
+		}
+		if rh != nil && seen.rule != r+1 {
+			rh.InsertHash(h)
+			seen.rule = r + 1
+		}
+		if !seen.all {
+			if s.All == nil {
+				s.All = hyperloglog.New14()
+			}
+			s.All.InsertHash(h)
+			seen.all = true
+		}
+		if refused[c.Outcome[i]] && !seen.ref {
+			if s.Refused == nil {
+				s.Refused = hyperloglog.New14()
+			}
+			s.Refused.InsertHash(h)
+			seen.ref = true
+		}
+		if seen.tier != t+1 {
+			hll.InsertHash(h)
+			seen.tier = t + 1
+		}
 	}
 }
 
@@ -230,7 +347,8 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
-		cl, h := b.clients[i], b.hashes[i]
+		id := b.cid[i]
+		cl, h := b.clients[id], b.hashes[id]
 		t, r := b.tier[i], b.rule[i]
 		top := b.tierTopK[t]
 		if top == nil {

@@ -168,18 +168,18 @@ func TestSortKey(t *testing.T) {
 func TestSortSlots(t *testing.T) {
 	ds := decisiontest.NewGenerator(11, t0).Batch(2000)
 	for n := range 300 {
-		var a []*slot
+		var a []keyed
 		for i := range n {
 			c := ClientOf(&ds[(i*7919)%len(ds)])
 			if i%5 == 0 {
 				c = Client{User: fmt.Sprintf("abcdefg%d", i)} // equal keys: the first 7 bytes
 			}
-			a = append(a, &slot{Hitter: Hitter{Client: c}, key: sortKey(c)})
+			a = append(a, keyed{sortKey(c), &slot{Hitter: Hitter{Client: c}, key: sortKey(c)}})
 		}
 		sortSlots(a)
 		for i := 1; i < len(a); i++ {
-			if compareClients(a[i-1].Client, a[i].Client) < 0 {
-				t.Fatalf("n %d: %v before %v", n, a[i-1].Client, a[i].Client)
+			if compareClients(a[i-1].s.Client, a[i].s.Client) < 0 {
+				t.Fatalf("n %d: %v before %v", n, a[i-1].s.Client, a[i].s.Client)
 			}
 		}
 	}
