@@ -146,7 +146,7 @@ func TestDefaults(t *testing.T) {
 		{"edge.node", c.Edge.Node, host},
 		{"edge.decision_queue", c.Edge.DecisionQueue, 4096},
 		{"decisions.linger", c.Decisions.Linger, time.Second},
-		{"decisions.batch", c.Decisions.Batch, 1024},
+		{"decisions.batch", c.Decisions.Batch, 3072},
 		{"decisions.kinesis.linger", c.Decisions.Kinesis.Linger, 5 * time.Second},
 		{"decisions.kinesis.batch", c.Decisions.Kinesis.Batch, 1024},
 		{"edge.request_id_header", c.Edge.RequestIDHeader, "X-Request-Id"},

@@ -1,6 +1,7 @@
 package decisionlog_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -200,7 +201,12 @@ func TestReadsEveryArrowFraming(t *testing.T) {
 	if err := w.WriteBatch(ds); err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, ds...)
+	checkReadsBack(t, dir, append(want, ds...))
+}
+
+// checkReadsBack checks that the log in dir holds want.
+func checkReadsBack(t *testing.T, dir string, want []decisions.Decision) {
+	t.Helper()
 	got, err := readAll(dir, decisionlog.Filter{})
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +219,48 @@ func TestReadsEveryArrowFraming(t *testing.T) {
 			t.Fatalf("event %d:\n%s", i, diff)
 		}
 	}
+}
+
+// TestWriterCompressionBySize: records below PerBufferFrom events are
+// written in one zstd frame with the dictionary, records of PerBufferFrom
+// or more compressed per buffer, and both read back as the events
+// written.
+func TestWriterCompressionBySize(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir)
+	ds := decisiontest.NewGenerator(5, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)).Batch(2*decisionlog.PerBufferFrom + 1)
+	small, large := ds[:decisionlog.PerBufferFrom-1], ds[decisionlog.PerBufferFrom-1:]
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	for _, b := range [][]decisions.Decision{small, large} {
+		if err := w.WriteBatch(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := seglog.OpenReader(dir, 0, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, c := range []struct {
+		ds []decisions.Decision
+		cp columnar.Compression
+	}{{small, columnar.ZstdDict}, {large, columnar.Zstd}} {
+		rec, err := r.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := columnar.Encode(nil, c.ds, columnar.Options{Compression: c.cp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(rec.Payload, want) || rec.Codec != uint8(columnar.CodecArrow) {
+			t.Errorf("a record of %d events is not %v (codec %d, %d bytes, want %d)", len(c.ds), c.cp, rec.Codec, len(rec.Payload), len(want))
+		}
+	}
+	checkReadsBack(t, dir, ds)
 }
 
 // TestLogBytes reports, in Markdown for BENCHMARKS.md, the log's bytes on
@@ -275,14 +323,18 @@ func TestLogBytes(t *testing.T) {
 	row := func(name string, b, json float64) { t.Logf("| %s | %.1f | %.1f× |", name, b, json/b) }
 	t.Log("| records | B/event on disk | JSON lines ÷ this |")
 	t.Log("| --- | --- | --- |")
-	for _, n := range []int{1, 4, 20, 200, 1024} {
+	for _, n := range []int{1, 4, 20, 200, 1024, 3072, 4096} {
 		json := perEvent(columnar.CodecJSON, repeat(n))
 		old := perEvent(0, repeat(n))
 		now := perEvent(columnar.CodecArrow, repeat(n))
 		row(fmt.Sprintf("%d events a record, JSON lines", n), json, json)
 		row(fmt.Sprintf("%d events a record, Arrow + zstd buffers (before)", n), old, json)
-		row(fmt.Sprintf("**%d events a record, Arrow in a zstd frame with the dictionary**", n), now, json)
-		target := map[int]float64{20: 5, 200: 10, 1024: 10}[n]
+		writes := "Arrow in a zstd frame with the dictionary"
+		if n >= decisionlog.PerBufferFrom {
+			writes = "Arrow + zstd buffers, as the writer writes records this large"
+		}
+		row(fmt.Sprintf("**%d events a record, %s**", n, writes), now, json)
+		target := map[int]float64{20: 5, 200: 10, 1024: 10, 3072: 10, 4096: 10}[n]
 		if now > json || now*target > json {
 			t.Errorf("%d events a record: %.1f B/event against JSON's %.1f, want at least %.0fx smaller", n, now, json, max(target, 1))
 		}
