@@ -44,6 +44,14 @@ type Writer struct {
 // every reader tells apart by their first bytes.
 const PerBufferFrom = 3072
 
+// Compression is how the Writer compresses an Arrow record of n events.
+func Compression(n int) columnar.Compression {
+	if n >= PerBufferFrom {
+		return columnar.Zstd
+	}
+	return columnar.ZstdDict
+}
+
 var _ decisions.BatchWriter = (*Writer)(nil)
 
 // WriterOptions configure a Writer.
@@ -85,7 +93,7 @@ func (w *Writer) WriteBatch(ds []decisions.Decision) error {
 	switch w.codec {
 	case columnar.CodecArrow:
 		enc := w.enc
-		if len(ds) >= PerBufferFrom {
+		if Compression(len(ds)) == columnar.Zstd {
 			if w.large == nil {
 				w.large = columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
 			}
