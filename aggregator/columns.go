@@ -58,6 +58,7 @@ type Batch struct {
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
 	tierHLL      []*hyperloglog.Sketch
+	tierKnown    []*knownHashes
 	ruleHLL      []*hyperloglog.Sketch
 	tierTopK     []*TopK
 	ruleTopK     []*TopK
@@ -287,8 +288,10 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 	b.identify()
 	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
 	b.ruleHLL = resetSlice(b.ruleHLL, len(c.Rule.Values))
+	b.tierKnown = resetSlice(b.tierKnown, len(c.Tier.Values))
 	b.seenGen++
 	gen := b.seenGen
+	var allKnown, refKnown *knownHashes
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
@@ -297,7 +300,7 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 		hll := b.tierHLL[t]
 		if hll == nil {
 			hll = s.tier(c.Tier.Values[t])
-			b.tierHLL[t] = hll
+			b.tierHLL[t], b.tierKnown[t] = hll, s.knownOf(hll)
 		}
 		rh := b.ruleHLL[r]
 		if rh == nil {
@@ -315,21 +318,27 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 			seen.rule = r + 1
 		}
 		if !seen.all {
-			if s.All == nil {
-				s.All = hyperloglog.New14()
+			if allKnown == nil {
+				if s.All == nil {
+					s.All = hyperloglog.New14()
+				}
+				allKnown = s.knownOf(s.All)
 			}
-			s.All.InsertHash(h)
+			allKnown.insert(s.All, h)
 			seen.all = true
 		}
 		if refused[c.Outcome[i]] && !seen.ref {
-			if s.Refused == nil {
-				s.Refused = hyperloglog.New14()
+			if refKnown == nil {
+				if s.Refused == nil {
+					s.Refused = hyperloglog.New14()
+				}
+				refKnown = s.knownOf(s.Refused)
 			}
-			s.Refused.InsertHash(h)
+			refKnown.insert(s.Refused, h)
 			seen.ref = true
 		}
 		if seen.tier != t+1 {
-			hll.InsertHash(h)
+			b.tierKnown[t].insert(hll, h)
 			seen.tier = t + 1
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // their order, their repeats, or compactions between inserts, whether the
 // sketch ends sparse or dense and whether it turned dense before or after
 // the repeats: what lets Distinct.UpdateColumns insert each distinct client
-// of a batch once.
+// of a batch once, and skip the hashes a sketch holds (knownHashes).
 func TestHyperLogLogSetOnly(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, c := range []struct {
@@ -45,19 +45,28 @@ func TestHyperLogLogSetOnly(t *testing.T) {
 				}
 			}
 			r.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
-			sk := c.sketch()
+			// The same sequence straight into a sketch, and through
+			// knownHashes, which inserts each hash once until it holds
+			// knownMax.
+			sk, filtered, k := c.sketch(), c.sketch(), &knownHashes{}
 			for i, h := range seq {
 				sk.InsertHash(h)
+				k.insert(filtered, h)
 				if r.IntN(len(seq)/3+1) == 0 || i == len(seq)/2 {
 					sk.Estimate()
 				}
 			}
-			got, err := appendHLL(nil, sk)
-			if err != nil {
-				t.Fatal(err)
+			if k.off != (c.n > knownMax) || (!k.off && k.n != c.n) {
+				t.Errorf("%d hashes: the known set holds %d, off %v", c.n, k.n, k.off)
 			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%d hashes, round %d: %d bytes differ from the %d of each hash once", c.n, round, len(got), len(want))
+			for name, sk := range map[string]*hyperloglog.Sketch{"repeats": sk, "known": filtered} {
+				got, err := appendHLL(nil, sk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("%d hashes, round %d, %s: %d bytes differ from the %d of each hash once", c.n, round, name, len(got), len(want))
+				}
 			}
 		}
 	}
