@@ -162,24 +162,26 @@ func TestSortKey(t *testing.T) {
 	}
 }
 
-// TestSortSlots: the hand-written sort of the lowest bucket orders as
-// compareClients does, largest first, for every length up to 300 (equal
-// keys among them).
+// TestSortSlots: the sort of the lowest bucket orders as compareClients
+// does, largest first, for every length up to 300 (equal keys among them).
 func TestSortSlots(t *testing.T) {
 	ds := decisiontest.NewGenerator(11, t0).Batch(2000)
 	for n := range 300 {
+		tk := NewTopK(n)
 		var a []keyed
 		for i := range n {
 			c := ClientOf(&ds[(i*7919)%len(ds)])
 			if i%5 == 0 {
 				c = Client{User: fmt.Sprintf("abcdefg%d", i)} // equal keys: the first 7 bytes
 			}
-			a = append(a, keyed{sortKey(c), &slot{Hitter: Hitter{Client: c}, key: sortKey(c)}})
+			tk.slots = append(tk.slots, &slot{Hitter: Hitter{Client: c}, key: sortKey(c), pos: int32(i)})
+			a = append(a, keyed{sortKey(c), int32(i)})
 		}
-		sortSlots(a)
+		tk.sortSlots(a)
 		for i := 1; i < len(a); i++ {
-			if compareClients(a[i-1].s.Client, a[i].s.Client) < 0 {
-				t.Fatalf("n %d: %v before %v", n, a[i-1].s.Client, a[i].s.Client)
+			x, y := tk.slots[a[i-1].pos].Client, tk.slots[a[i].pos].Client
+			if compareClients(x, y) < 0 {
+				t.Fatalf("n %d: %v before %v", n, x, y)
 			}
 		}
 	}

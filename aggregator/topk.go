@@ -75,6 +75,7 @@ type slot struct {
 	Hitter
 	key        uint64 // sortKey(Client)
 	hash       uint64
+	pos        int32 // in TopK.slots
 	b          *bucket
 	prev, next *slot // in b
 }
@@ -92,11 +93,13 @@ type bucket struct {
 	ok     bool
 }
 
-// keyed is a counter and its sortKey, side by side so that a sort reads
-// keys from one array rather than from each counter.
+// keyed is a counter's sortKey and its place in TopK.slots, side by side
+// so that a sort reads keys from one array rather than from each counter,
+// and moves no pointers (whose every store the garbage collector may have
+// to see).
 type keyed struct {
 	key uint64
-	s   *slot
+	pos int32
 }
 
 // NewTopK returns a TopK of k counters.
@@ -170,7 +173,7 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 		return
 	}
 	if len(t.slots) < t.k {
-		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h, key: sortKey(c)}
+		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h, key: sortKey(c), pos: int32(len(t.slots))}
 		t.slots = append(t.slots, s)
 		t.link(s)
 		t.place(s, nil)
@@ -250,13 +253,13 @@ func (t *TopK) lowest() *slot {
 	if !b.ok {
 		b.sorted = b.sorted[:0]
 		for s := b.first; s != nil; s = s.next {
-			b.sorted = append(b.sorted, keyed{s.key, s})
+			b.sorted = append(b.sorted, keyed{s.key, s.pos})
 		}
-		sortSlots(b.sorted)
+		t.sortSlots(b.sorted)
 		b.ok = true
 	}
 	for {
-		s := b.sorted[len(b.sorted)-1].s
+		s := t.slots[b.sorted[len(b.sorted)-1].pos]
 		b.sorted = b.sorted[:len(b.sorted)-1]
 		if s.b == b {
 			return s
@@ -266,7 +269,7 @@ func (t *TopK) lowest() *slot {
 
 // sortSlots orders counters by client, largest first: by key (sortKey)
 // with sortKeys, then the rare runs of equal keys by compareClients.
-func sortSlots(a []keyed) {
+func (t *TopK) sortSlots(a []keyed) {
 	sortKeys(a)
 	for i := 0; i < len(a); {
 		j := i + 1
@@ -274,7 +277,7 @@ func sortSlots(a []keyed) {
 			j++
 		}
 		if j-i > 1 { // user ids that share their first 7 bytes
-			slices.SortFunc(a[i:j], func(x, y keyed) int { return compareClients(y.s.Client, x.s.Client) })
+			slices.SortFunc(a[i:j], func(x, y keyed) int { return compareClients(t.slots[y.pos].Client, t.slots[x.pos].Client) })
 		}
 		i = j
 	}
@@ -482,7 +485,7 @@ func (t *TopK) reset(hs []Hitter) {
 	t.head, t.spare = nil, nil
 	var last *bucket
 	for i := len(hs) - 1; i >= 0; i-- { // lowest count first
-		s := &slot{Hitter: hs[i], hash: hashClient(hs[i].Client), key: sortKey(hs[i].Client)}
+		s := &slot{Hitter: hs[i], hash: hashClient(hs[i].Client), key: sortKey(hs[i].Client), pos: int32(len(t.slots))}
 		t.slots = append(t.slots, s)
 		t.link(s)
 		t.place(s, last)
