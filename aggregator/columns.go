@@ -35,12 +35,14 @@ type Batch struct {
 	// row's client is clients[cid[row]], hashClient'ed as hashes[cid[row]];
 	// each distinct client is made and hashed once a batch. seen holds
 	// what Distinct.UpdateColumns inserted of each; slots is the table
-	// that finds a client's id by its fingerprint (fingerprint).
+	// (open addressing on fps, the clients' fingerprint, linear probing)
+	// that holds 1 + the id of each, 0 when empty.
 	cid     []int32
 	clients []Client
 	hashes  []uint64
+	fps     []uint64
 	seen    []seenClient
-	slots   []clientSlot
+	slots   []int32
 	used    []int32 // the slots in use, cleared at the next identify
 	seenGen uint32
 
@@ -123,17 +125,30 @@ var refused = func() (r [256]bool) {
 	return r
 }()
 
-// client returns row i's client.
-func (b *Batch) client(i int) Client {
+// makeUsers makes b.users and b.userAt, once a batch.
+func (b *Batch) makeUsers() {
 	if !b.usersMade {
 		var data []byte
 		data, b.userAt = b.c.UserID.Data()
 		b.users = string(data) // kept by the top-K lists: one allocation per batch
 		b.usersMade = true
 	}
+}
+
+// user returns row i's user id, "" for none.
+func (b *Batch) user(i int) string {
+	b.makeUsers()
 	if at := b.userAt; at != nil && at[i+1] > at[i] {
 		base := at[0]
-		return Client{User: b.users[at[i]-base : at[i+1]-base]}
+		return b.users[at[i]-base : at[i+1]-base]
+	}
+	return ""
+}
+
+// client returns row i's client.
+func (b *Batch) client(i int) Client {
+	if u := b.user(i); u != "" {
+		return Client{User: u}
 	}
 	c := b.c
 	switch c.ClientIPFamily[i] {
@@ -186,13 +201,6 @@ func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	p.Offenders.UpdateColumns(b, lo, hi)
 }
 
-// clientSlot is a cell of Batch.slots: a fingerprint and 1 + the id of
-// its client (0: empty).
-type clientSlot struct {
-	fp uint64
-	id int32
-}
-
 // seenClient is what Distinct.UpdateColumns inserted of one distinct
 // client in the call stamped gen: into the overall and refused sketches,
 // and the last tier and rule sketch (ids + 1). Inserting a hash into a
@@ -210,21 +218,28 @@ var fingerprintSeed = maphash.MakeSeed()
 
 // fingerprint returns a cheap 64-bit digest of c, to find its id in a
 // batch (equal clients, equal fingerprints; the table compares the
-// clients themselves).
+// clients themselves). identify computes the same from the columns for
+// users and IPv4 addresses.
 func fingerprint(c Client) uint64 {
 	if c.User != "" {
-		return maphash.String(fingerprintSeed, c.User)
+		return userFingerprint(c.User)
 	}
 	if c.Addr.Is4() {
 		a := c.Addr.As4()
-		return uint64(binary.BigEndian.Uint32(a[:])) * 0x9e3779b97f4a7c15
+		return v4Fingerprint(binary.BigEndian.Uint32(a[:]))
 	}
 	a := c.Addr.As16()
 	return (binary.BigEndian.Uint64(a[:8])*0x9e3779b97f4a7c15 ^ binary.BigEndian.Uint64(a[8:])) * 0xc2b2ae3d27d4eb4f
 }
 
+func userFingerprint(u string) uint64 { return maphash.String(fingerprintSeed, u) }
+
+func v4Fingerprint(a uint32) uint64 { return uint64(a) * 0x9e3779b97f4a7c15 }
+
 // identify makes b.cid, b.clients and b.hashes: the batch's distinct
 // clients, each made and hashed once, and each decision row's client id.
+// A row of a user or of an IPv4 address is looked up from its column's
+// bytes, without making its client.
 func (b *Batch) identify() {
 	if b.identified {
 		return
@@ -239,35 +254,72 @@ func (b *Batch) identify() {
 		for size < 2*n {
 			size *= 2
 		}
-		b.slots = make([]clientSlot, size)
+		b.slots = make([]int32, size)
 	} else {
 		for _, i := range b.used {
-			b.slots[i] = clientSlot{}
+			b.slots[i] = 0
 		}
 	}
-	b.used, b.clients, b.hashes = b.used[:0], b.clients[:0], b.hashes[:0]
+	b.used, b.clients, b.hashes, b.fps = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0]
+	b.makeUsers()
 	mask := uint64(len(b.slots) - 1)
-	for i, k := range b.c.Kind {
+	c := b.c
+	for i, k := range c.Kind {
 		if decisions.Kind(k) != decisions.KindDecision {
 			continue
 		}
-		c := b.client(i)
-		fp := fingerprint(c)
+		// The row's user, or IPv4 address (v4ok), or else its client.
+		var (
+			u    = b.user(i)
+			v4   uint32
+			v4ok bool
+			cl   Client
+			fp   uint64
+		)
+		switch {
+		case u != "":
+			fp = userFingerprint(u)
+		case c.ClientIPFamily[i] == 4:
+			v4, v4ok = binary.BigEndian.Uint32(c.ClientIP[16*i+12:16*i+16]), true
+			fp = v4Fingerprint(v4)
+		default:
+			cl = b.client(i)
+			fp = fingerprint(cl)
+		}
 		j := fp & mask
 		for {
-			s := &b.slots[j]
-			if s.id == 0 {
-				id := int32(len(b.clients))
-				*s = clientSlot{fp: fp, id: id + 1}
+			id := b.slots[j] - 1
+			if id < 0 {
+				switch {
+				case u != "":
+					cl = Client{User: u}
+				case v4ok:
+					cl = Client{Addr: netip.AddrFrom4([4]byte{byte(v4 >> 24), byte(v4 >> 16), byte(v4 >> 8), byte(v4)})}
+				}
+				id = int32(len(b.clients))
+				b.slots[j] = id + 1
 				b.used = append(b.used, int32(j))
-				b.clients = append(b.clients, c)
-				b.hashes = append(b.hashes, hashClientInto(c, &b.scratch))
+				b.clients = append(b.clients, cl)
+				b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
+				b.fps = append(b.fps, fp)
 				b.cid[i] = id
 				break
 			}
-			if s.fp == fp && b.clients[s.id-1] == c {
-				b.cid[i] = s.id - 1
-				break
+			if b.fps[id] == fp {
+				o := &b.clients[id]
+				var same bool
+				switch {
+				case u != "":
+					same = o.User == u
+				case v4ok:
+					same = o.User == "" && o.Addr.Is4() && o.Addr.As4() == [4]byte{byte(v4 >> 24), byte(v4 >> 16), byte(v4 >> 8), byte(v4)}
+				default:
+					same = *o == cl
+				}
+				if same {
+					b.cid[i] = id
+					break
+				}
 			}
 			j = (j + 1) & mask
 		}
