@@ -263,6 +263,40 @@ func TestWriterCompressionBySize(t *testing.T) {
 	checkReadsBack(t, dir, ds)
 }
 
+// TestPerBufferFrom reports, in Markdown for BENCHMARKS.md, the bytes per
+// event of the generator's events in records of 1,024 to 8,192 events
+// compressed per buffer and in a zstd frame with the dictionary, and
+// holds the threshold the Writer uses: from PerBufferFrom events a record
+// per buffer is at most 1 % larger (at 3,072 and 4,096), and below it the
+// dictionary is smaller (1,024). Sizes are deterministic.
+func TestPerBufferFrom(t *testing.T) {
+	ds := decisiontest.NewGenerator(1, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)).Batch(1 << 16)
+	perEvent := func(c columnar.Compression, n int) float64 {
+		enc := columnar.NewEncoder(columnar.Options{Compression: c})
+		size := 0
+		for i := 0; i+n <= len(ds); i += n {
+			b, err := enc.Encode(nil, ds[i:i+n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			size += len(b)
+		}
+		return float64(size) / float64(len(ds)/n*n)
+	}
+	t.Log("| events a record | zstd per buffer | ZstdDict |")
+	t.Log("| --- | --- | --- |")
+	for _, n := range []int{1024, 2048, 3072, 4096, 8192} {
+		buf, dict := perEvent(columnar.Zstd, n), perEvent(columnar.ZstdDict, n)
+		t.Logf("| %d | %.1f B | %.1f B |", n, buf, dict)
+		switch {
+		case n < decisionlog.PerBufferFrom && dict >= buf:
+			t.Errorf("%d events a record: the dictionary (%.1f B/event) is not smaller than per buffer (%.1f)", n, dict, buf)
+		case n >= decisionlog.PerBufferFrom && n <= 4096 && buf > dict*1.01:
+			t.Errorf("%d events a record: per buffer (%.1f B/event) is over 1 %% larger than the dictionary (%.1f)", n, buf, dict)
+		}
+	}
+}
+
 // TestLogBytes reports, in Markdown for BENCHMARKS.md, the log's bytes on
 // disk per event (segment files, record framing included) by events per
 // record and at 10 decisions a second as the emitter batches them, and
