@@ -213,8 +213,25 @@ type seenClient struct {
 	tier, rule int32
 }
 
-// fingerprintSeed keys the fingerprints of user ids.
-var fingerprintSeed = maphash.MakeSeed()
+// fingerprintSeed and mixSeed key the fingerprints of clients and the
+// places of hashes in tables, per process: clients are the edge's
+// untrusted input, and a table whose places an attacker can predict can
+// be filled along one probe sequence. Outputs do not depend on them.
+var (
+	fingerprintSeed = maphash.MakeSeed()
+	mixSeed         = maphash.Comparable(fingerprintSeed, uint64(0x72770001))
+)
+
+// mix64 is a keyed bijective mix of x (MurmurHash3's finalizer after the
+// key), whose low bits depend on all of x's.
+func mix64(x uint64) uint64 {
+	x ^= mixSeed
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	return x ^ x>>33
+}
 
 // fingerprint returns a cheap 64-bit digest of c, to find its id in a
 // batch (equal clients, equal fingerprints; the table compares the
@@ -229,12 +246,12 @@ func fingerprint(c Client) uint64 {
 		return v4Fingerprint(binary.BigEndian.Uint32(a[:]))
 	}
 	a := c.Addr.As16()
-	return (binary.BigEndian.Uint64(a[:8])*0x9e3779b97f4a7c15 ^ binary.BigEndian.Uint64(a[8:])) * 0xc2b2ae3d27d4eb4f
+	return maphash.Bytes(fingerprintSeed, a[:])
 }
 
 func userFingerprint(u string) uint64 { return maphash.String(fingerprintSeed, u) }
 
-func v4Fingerprint(a uint32) uint64 { return uint64(a) * 0x9e3779b97f4a7c15 }
+func v4Fingerprint(a uint32) uint64 { return mix64(uint64(a)) }
 
 // identify makes b.cid, b.clients and b.hashes: the batch's distinct
 // clients, each made and hashed once, and each decision row's client id.

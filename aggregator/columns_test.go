@@ -207,3 +207,32 @@ func TestColumnsLargeDictionaries(t *testing.T) {
 		}
 	})
 }
+
+// TestTablesSpreadHostileKeys: clients are the edge's untrusted input, so
+// the per-batch table of clients and the sets of known hashes place keys
+// by a keyed mix of all their bits. IPv4 addresses that differ only above
+// their low 13 bits (which an unkeyed multiply would send to one place of
+// a table of 8,192) and hashes that differ only in their top bits spread
+// over their tables, and a batch of such addresses rolls up to the bytes
+// of the per-event path.
+func TestTablesSpreadHostileKeys(t *testing.T) {
+	spread := func(n, size int, key func(i int) uint64) int {
+		seen := map[uint64]bool{}
+		for i := range n {
+			seen[key(i)&uint64(size-1)] = true
+		}
+		return len(seen)
+	}
+	if got := spread(4096, 8192, func(i int) uint64 { return v4Fingerprint(uint32(i) << 13) }); got < 2500 {
+		t.Errorf("4,096 addresses alike in their low 13 bits take %d places of 8,192", got)
+	}
+	if got := spread(16384, 32768, func(i int) uint64 { return mix64(uint64(i) << 48) }); got < 10000 {
+		t.Errorf("16,384 hashes alike in their low 48 bits take %d places of 32,768", got)
+	}
+	ds := decisiontest.NewGenerator(17, t0).Batch(8192)
+	for i := range ds {
+		ds[i].UserID = ""
+		ds[i].ClientIP = netip.AddrFrom4([4]byte{byte(i >> 3), byte(i<<5) | 0x1f, 0x7a, 0x01})
+	}
+	checkOnePartial(t, ds, 4096, nil)
+}

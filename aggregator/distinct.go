@@ -77,7 +77,7 @@ func (k *knownHashes) insert(sk *hyperloglog.Sketch, h uint64) {
 // put adds h to the slots and reports whether it was missing.
 func (k *knownHashes) put(h uint64) bool {
 	mask := uint64(len(k.slots) - 1)
-	for i := (h * 0x9e3779b97f4a7c15) >> 40 & mask; ; i = (i + 1) & mask {
+	for i := mix64(h) & mask; ; i = (i + 1) & mask {
 		switch k.slots[i] {
 		case h:
 			return false
