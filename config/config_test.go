@@ -243,6 +243,29 @@ tiers:
 	}
 }
 
+// TestLogBatchFollowsQueue: decisions.batch defaults to 3,072 but to at
+// most three quarters of a smaller edge.decision_queue (a batch of the
+// whole queue drops decisions), and a batch set explicitly is kept.
+func TestLogBatchFollowsQueue(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want int
+	}{
+		{"", 3072},
+		{"edge:\n  decision_queue: 2000\n", 1500},
+		{"edge:\n  decision_queue: 100000\n", 3072},
+		{"edge:\n  decision_queue: 2000\ndecisions:\n  batch: 1800\n", 1800},
+	} {
+		cfg, err := load([]byte(c.yaml+anonymous), "t.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if cfg.Decisions.Batch != c.want {
+			t.Errorf("%q: decisions.batch %d, want %d", c.yaml, cfg.Decisions.Batch, c.want)
+		}
+	}
+}
+
 // TestFullExample checks that examples/full.yaml writes every key of the
 // schema, and that the values it writes are the defaults: filling the
 // defaults into it changes nothing but the node name, whose default is the
