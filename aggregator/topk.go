@@ -3,6 +3,7 @@ package aggregator
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 
@@ -270,7 +271,7 @@ func (t *TopK) lowest() *slot {
 // sortSlots orders counters by client, largest first: by key (sortKey)
 // with sortKeys, then the rare runs of equal keys by compareClients.
 func (t *TopK) sortSlots(a []keyed) {
-	sortKeys(a)
+	sortKeys(a, 2*bits.Len(uint(len(a))))
 	for i := 0; i < len(a); {
 		j := i + 1
 		for j < len(a) && a[j].key == a[i].key {
@@ -286,9 +287,16 @@ func (t *TopK) sortSlots(a []keyed) {
 // sortKeys orders a by key, largest first: a quicksort by hand whose
 // partition has no branch on the comparison (the lowest bucket's sort,
 // on comparisons a processor cannot predict, was a sixth of the rollup's
-// time).
-func sortKeys(a []keyed) {
+// time). Past depth levels it leaves the rest to slices.SortFunc
+// (pattern-defeating quicksort): keys are clients' (sortKey), so an
+// attacker may choose them, many equal (user ids alike in their first 7
+// bytes) or in an order that defeats the median of three.
+func sortKeys(a []keyed, depth int) {
 	for len(a) > 16 {
+		if depth--; depth < 0 {
+			slices.SortFunc(a, func(x, y keyed) int { return cmp.Compare(y.key, x.key) })
+			return
+		}
 		// Median of three as the pivot, moved to the end.
 		m, h := len(a)/2, len(a)-1
 		if a[m].key > a[0].key {
@@ -314,10 +322,10 @@ func sortKeys(a []keyed) {
 		a[i], a[h] = a[h], a[i]
 		// Recurse into the smaller side, loop on the larger.
 		if i < h-i {
-			sortKeys(a[:i])
+			sortKeys(a[:i], depth)
 			a = a[i+1:]
 		} else {
-			sortKeys(a[i+1:])
+			sortKeys(a[i+1:], depth)
 			a = a[:i]
 		}
 	}
