@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -72,13 +73,14 @@ func BenchmarkPartialMemory10MClients(b *testing.B) {
 }
 
 // benchBatches encodes the generator's events (the same as
-// BenchmarkPartialUpdate's) in record batches of 4,096 events.
-func benchBatches(b *testing.B, c columnar.Compression) [][]byte {
+// BenchmarkPartialUpdate's) in record batches of size events (the last
+// shorter).
+func benchBatches(b *testing.B, c columnar.Compression, size int) [][]byte {
 	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 16)
 	enc := columnar.NewEncoder(columnar.Options{Compression: c})
 	var out [][]byte
-	for i := 0; i < len(ds); i += 4096 {
-		data, err := enc.Encode(nil, ds[i:i+4096])
+	for i := 0; i < len(ds); i += size {
+		data, err := enc.Encode(nil, ds[i:min(i+size, len(ds))])
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -88,13 +90,18 @@ func benchBatches(b *testing.B, c columnar.Compression) [][]byte {
 }
 
 // benchColumns runs roll over the batches' columns, one batch of 4,096
-// events an iteration, and reports events/s. With inMemory the batches
+// events an iteration (size events, from the log), and reports events/s.
+// With inMemory the batches
 // are decoded before the timer starts, each by a decoder of its own (the
 // columns stay valid until their decoder decodes again), so that what is
 // timed is the rollup over decoded columns; otherwise each iteration
 // decodes its batch too.
 func benchColumns(b *testing.B, c columnar.Compression, inMemory bool, roll func(*Batch)) {
-	batches := benchBatches(b, c)
+	benchColumnsOf(b, c, 4096, inMemory, roll)
+}
+
+func benchColumnsOf(b *testing.B, c columnar.Compression, size int, inMemory bool, roll func(*Batch)) {
+	batches := benchBatches(b, c, size)
 	dec := columnar.NewDecoder()
 	var bt Batch
 	f := func(c *columnar.Columns) error {
@@ -114,17 +121,18 @@ func benchColumns(b *testing.B, c columnar.Compression, inMemory bool, roll func
 		}
 	}
 	b.ReportAllocs()
-	i := 0
+	i, events := 0, 0
 	for b.Loop() {
 		if inMemory {
 			f(decoded[i%len(decoded)])
 		} else if err := dec.DecodeColumns(batches[i%len(batches)], f); err != nil {
 			b.Fatal(err)
 		}
+		events += bt.Len()
 		i++
 	}
-	b.ReportMetric(float64(b.N)*4096/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/4096, "ns/event")
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(events), "ns/event")
 }
 
 // BenchmarkColumnsCounts is the columnar path's counts alone over decoded
@@ -133,6 +141,17 @@ func benchColumns(b *testing.B, c columnar.Compression, inMemory bool, roll func
 func BenchmarkColumnsCounts(b *testing.B) {
 	var c Counts
 	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { c.UpdateColumns(bt, 0, bt.Len()) })
+}
+
+// BenchmarkColumnsCountsDistinct is what tests/bench-aggregate times
+// against DuckDB, over decoded record batches in memory: the counts and the
+// distinct clients (Counts.UpdateColumns and Distinct.UpdateColumns).
+func BenchmarkColumnsCountsDistinct(b *testing.B) {
+	p := NewPartial(t0, time.Hour, 1)
+	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) {
+		p.Counts.UpdateColumns(bt, 0, bt.Len())
+		p.Clients.UpdateColumns(bt, 0, bt.Len())
+	})
 }
 
 // BenchmarkColumnsPartial is the columnar path's full rollup over decoded
@@ -144,19 +163,31 @@ func BenchmarkColumnsPartial(b *testing.B) {
 }
 
 // BenchmarkColumnsFromLog is the whole way from the decision log's records
-// (ZstdDict, as the log and the Kinesis sink write them): decompression,
-// decoding and either nothing more (decode), the counts, or the full
-// rollup.
+// (records of 3,072 events as the log writes them at high rates, zstd per
+// buffer; and records of 1,024 in a zstd frame with the dictionary, as the
+// log wrote them before and the Kinesis sink writes them): decompression,
+// decoding and either nothing more (decode), the counts, the counts and
+// distinct clients, or the full rollup.
 func BenchmarkColumnsFromLog(b *testing.B) {
-	b.Run("decode", func(b *testing.B) { benchColumns(b, columnar.ZstdDict, false, func(*Batch) {}) })
-	b.Run("counts", func(b *testing.B) {
-		var c Counts
-		benchColumns(b, columnar.ZstdDict, false, func(bt *Batch) { c.UpdateColumns(bt, 0, bt.Len()) })
-	})
-	b.Run("rollup", func(b *testing.B) {
-		p := NewPartial(t0, time.Hour, 100)
-		benchColumns(b, columnar.ZstdDict, false, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
-	})
+	for _, size := range []int{3072, 1024} {
+		c := decisionlog.Compression(size)
+		b.Run(fmt.Sprintf("%v-%d/decode", c, size), func(b *testing.B) { benchColumnsOf(b, c, size, false, func(*Batch) {}) })
+		b.Run(fmt.Sprintf("%v-%d/counts", c, size), func(b *testing.B) {
+			var n Counts
+			benchColumnsOf(b, c, size, false, func(bt *Batch) { n.UpdateColumns(bt, 0, bt.Len()) })
+		})
+		b.Run(fmt.Sprintf("%v-%d/counts+distinct", c, size), func(b *testing.B) {
+			p := NewPartial(t0, time.Hour, 1)
+			benchColumnsOf(b, c, size, false, func(bt *Batch) {
+				p.Counts.UpdateColumns(bt, 0, bt.Len())
+				p.Clients.UpdateColumns(bt, 0, bt.Len())
+			})
+		})
+		b.Run(fmt.Sprintf("%v-%d/rollup", c, size), func(b *testing.B) {
+			p := NewPartial(t0, time.Hour, 100)
+			benchColumnsOf(b, c, size, false, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
+		})
+	}
 }
 
 // BenchmarkFromJSONLines is the full rollup from JSON lines (the log's

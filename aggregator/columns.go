@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"encoding/binary"
+	"hash/maphash"
 	"net/netip"
 	"time"
 
@@ -26,10 +28,23 @@ type Batch struct {
 	users                             string // the user column's bytes, as one string, once a client is asked for
 	userAt                            []int32
 	usersMade                         bool
-	clients                           []Client // of decision rows, once identify ran
-	hashes                            []uint64 // hashClient of clients
 	identified                        bool
 	scratch                           []byte
+
+	// The batch's distinct clients, once identify ran: each decision
+	// row's client is clients[cid[row]], hashClient'ed as hashes[cid[row]];
+	// each distinct client is made and hashed once a batch. seen holds
+	// what Distinct.UpdateColumns inserted of each; slots is the table
+	// (open addressing on fps, the clients' fingerprint, linear probing)
+	// that holds 1 + the id of each, 0 when empty.
+	cid     []int32
+	clients []Client
+	hashes  []uint64
+	fps     []uint64
+	seen    []seenClient
+	slots   []int32
+	used    []int32 // the slots in use, cleared at the next identify
+	seenGen uint32
 
 	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason]
 	// and byNode[node*NumOutcomes+outcome], counted per UpdateColumns and
@@ -45,6 +60,7 @@ type Batch struct {
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
 	tierHLL      []*hyperloglog.Sketch
+	tierKnown    []*knownHashes
 	ruleHLL      []*hyperloglog.Sketch
 	tierTopK     []*TopK
 	ruleTopK     []*TopK
@@ -109,17 +125,30 @@ var refused = func() (r [256]bool) {
 	return r
 }()
 
-// client returns row i's client.
-func (b *Batch) client(i int) Client {
+// makeUsers makes b.users and b.userAt, once a batch.
+func (b *Batch) makeUsers() {
 	if !b.usersMade {
 		var data []byte
 		data, b.userAt = b.c.UserID.Data()
 		b.users = string(data) // kept by the top-K lists: one allocation per batch
 		b.usersMade = true
 	}
+}
+
+// user returns row i's user id, "" for none.
+func (b *Batch) user(i int) string {
+	b.makeUsers()
 	if at := b.userAt; at != nil && at[i+1] > at[i] {
 		base := at[0]
-		return Client{User: b.users[at[i]-base : at[i+1]-base]}
+		return b.users[at[i]-base : at[i+1]-base]
+	}
+	return ""
+}
+
+// client returns row i's client.
+func (b *Batch) client(i int) Client {
+	if u := b.user(i); u != "" {
+		return Client{User: u}
 	}
 	c := b.c
 	switch c.ClientIPFamily[i] {
@@ -172,23 +201,152 @@ func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	p.Offenders.UpdateColumns(b, lo, hi)
 }
 
-// identify makes b.clients and b.hashes, the client of each decision row
-// and its hash, once per batch.
+// seenClient is what Distinct.UpdateColumns inserted of one distinct
+// client in the call stamped gen: into the overall and refused sketches,
+// and the last tier and rule sketch (ids + 1). Inserting a hash into a
+// HyperLogLog twice changes nothing (the sketch, sparse or dense, and its
+// encoding after Estimate depend only on the set of hashes inserted), so
+// this only has to skip most repeats, not all.
+type seenClient struct {
+	gen        uint32
+	all, ref   bool
+	tier, rule int32
+}
+
+// fingerprintSeed and mixSeed key the fingerprints of clients and the
+// places of hashes in tables, per process: clients are the edge's
+// untrusted input, and a table whose places an attacker can predict can
+// be filled along one probe sequence. Outputs do not depend on them.
+var (
+	fingerprintSeed = maphash.MakeSeed()
+	mixSeed         = maphash.Comparable(fingerprintSeed, uint64(0x72770001))
+)
+
+// mix64 is a keyed bijective mix of x (MurmurHash3's finalizer after the
+// key), whose low bits depend on all of x's.
+func mix64(x uint64) uint64 {
+	x ^= mixSeed
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	return x ^ x>>33
+}
+
+// fingerprint returns a cheap 64-bit digest of c, to find its id in a
+// batch (equal clients, equal fingerprints; the table compares the
+// clients themselves). identify computes the same from the columns for
+// users and IPv4 addresses.
+func fingerprint(c Client) uint64 {
+	if c.User != "" {
+		return userFingerprint(c.User)
+	}
+	if c.Addr.Is4() {
+		a := c.Addr.As4()
+		return v4Fingerprint(binary.BigEndian.Uint32(a[:]))
+	}
+	a := c.Addr.As16()
+	return maphash.Bytes(fingerprintSeed, a[:])
+}
+
+func userFingerprint(u string) uint64 { return maphash.String(fingerprintSeed, u) }
+
+func v4Fingerprint(a uint32) uint64 { return mix64(uint64(a)) }
+
+// identify makes b.cid, b.clients and b.hashes: the batch's distinct
+// clients, each made and hashed once, and each decision row's client id.
+// A row of a user or of an IPv4 address is looked up from its column's
+// bytes, without making its client.
 func (b *Batch) identify() {
 	if b.identified {
 		return
 	}
 	n := len(b.times)
-	if cap(b.clients) < n {
-		b.clients, b.hashes = make([]Client, n), make([]uint64, n)
+	if cap(b.cid) < n {
+		b.cid = make([]int32, n)
 	}
-	b.clients, b.hashes = b.clients[:n], b.hashes[:n]
-	for i, k := range b.c.Kind {
-		if decisions.Kind(k) == decisions.KindDecision {
-			b.clients[i] = b.client(i)
-			b.hashes[i] = hashClientInto(b.clients[i], &b.scratch)
+	b.cid = b.cid[:n]
+	if len(b.slots) < 2*n {
+		size := 16
+		for size < 2*n {
+			size *= 2
+		}
+		b.slots = make([]int32, size)
+	} else {
+		for _, i := range b.used {
+			b.slots[i] = 0
 		}
 	}
+	b.used, b.clients, b.hashes, b.fps = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0]
+	b.makeUsers()
+	mask := uint64(len(b.slots) - 1)
+	c := b.c
+	for i, k := range c.Kind {
+		if decisions.Kind(k) != decisions.KindDecision {
+			continue
+		}
+		// The row's user, or IPv4 address (v4ok), or else its client.
+		var (
+			u    = b.user(i)
+			v4   uint32
+			v4ok bool
+			cl   Client
+			fp   uint64
+		)
+		switch {
+		case u != "":
+			fp = userFingerprint(u)
+		case c.ClientIPFamily[i] == 4:
+			v4, v4ok = binary.BigEndian.Uint32(c.ClientIP[16*i+12:16*i+16]), true
+			fp = v4Fingerprint(v4)
+		default:
+			cl = b.client(i)
+			fp = fingerprint(cl)
+		}
+		j := fp & mask
+		for {
+			id := b.slots[j] - 1
+			if id < 0 {
+				switch {
+				case u != "":
+					cl = Client{User: u}
+				case v4ok:
+					cl = Client{Addr: netip.AddrFrom4([4]byte{byte(v4 >> 24), byte(v4 >> 16), byte(v4 >> 8), byte(v4)})}
+				}
+				id = int32(len(b.clients))
+				b.slots[j] = id + 1
+				b.used = append(b.used, int32(j))
+				b.clients = append(b.clients, cl)
+				b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
+				b.fps = append(b.fps, fp)
+				b.cid[i] = id
+				break
+			}
+			if b.fps[id] == fp {
+				o := &b.clients[id]
+				var same bool
+				switch {
+				case u != "":
+					same = o.User == u
+				case v4ok:
+					same = o.User == "" && o.Addr.Is4() && o.Addr.As4() == [4]byte{byte(v4 >> 24), byte(v4 >> 16), byte(v4 >> 8), byte(v4)}
+				default:
+					same = *o == cl
+				}
+				if same {
+					b.cid[i] = id
+					break
+				}
+			}
+			j = (j + 1) & mask
+		}
+	}
+	if cap(b.seen) < len(b.clients) {
+		b.seen = make([]seenClient, len(b.clients), cap(b.cid))
+	}
+	b.seen = b.seen[:len(b.clients)]
+	clear(b.seen)
+	b.seenGen = 0
 	b.identified = true
 }
 
@@ -199,6 +357,10 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 	b.identify()
 	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
 	b.ruleHLL = resetSlice(b.ruleHLL, len(c.Rule.Values))
+	b.tierKnown = resetSlice(b.tierKnown, len(c.Tier.Values))
+	b.seenGen++
+	gen := b.seenGen
+	var allKnown, refKnown *knownHashes
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
@@ -207,14 +369,47 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 		hll := b.tierHLL[t]
 		if hll == nil {
 			hll = s.tier(c.Tier.Values[t])
-			b.tierHLL[t] = hll
+			b.tierHLL[t], b.tierKnown[t] = hll, s.knownOf(hll)
 		}
 		rh := b.ruleHLL[r]
 		if rh == nil {
 			rh = s.rule(c.Rule.Values[r]) // nil again for the empty rule: cheap
 			b.ruleHLL[r] = rh
 		}
-		s.add(b.hashes[i], refused[c.Outcome[i]], hll, rh)
+		// Each distinct client once per sketch (see seenClient).
+		id := b.cid[i]
+		h, seen := b.hashes[id], &b.seen[id]
+		if seen.gen != gen {
+			*seen = seenClient{gen: gen}
+		}
+		if rh != nil && seen.rule != r+1 {
+			rh.InsertHash(h)
+			seen.rule = r + 1
+		}
+		if !seen.all {
+			if allKnown == nil {
+				if s.All == nil {
+					s.All = hyperloglog.New14()
+				}
+				allKnown = s.knownOf(s.All)
+			}
+			allKnown.insert(s.All, h)
+			seen.all = true
+		}
+		if refused[c.Outcome[i]] && !seen.ref {
+			if refKnown == nil {
+				if s.Refused == nil {
+					s.Refused = hyperloglog.New14()
+				}
+				refKnown = s.knownOf(s.Refused)
+			}
+			refKnown.insert(s.Refused, h)
+			seen.ref = true
+		}
+		if seen.tier != t+1 {
+			b.tierKnown[t].insert(hll, h)
+			seen.tier = t + 1
+		}
 	}
 }
 
@@ -230,7 +425,8 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
-		cl, h := b.clients[i], b.hashes[i]
+		id := b.cid[i]
+		cl, h := b.clients[id], b.hashes[id]
 		t, r := b.tier[i], b.rule[i]
 		top := b.tierTopK[t]
 		if top == nil {

@@ -162,24 +162,34 @@ func TestSortKey(t *testing.T) {
 	}
 }
 
-// TestSortSlots: the hand-written sort of the lowest bucket orders as
-// compareClients does, largest first, for every length up to 300 (equal
-// keys among them).
+// TestSortSlots: the sort of the lowest bucket orders as compareClients
+// does, largest first, for every length up to 300 (equal keys among them)
+// and for 5,000 clients of which all but a few, or all, have equal keys
+// (user ids an attacker chose alike in their first 7 bytes: the sort
+// leaves them to slices.SortFunc past its depth).
 func TestSortSlots(t *testing.T) {
 	ds := decisiontest.NewGenerator(11, t0).Batch(2000)
+	sizes := make([]int, 0, 302)
 	for n := range 300 {
-		var a []*slot
+		sizes = append(sizes, n)
+	}
+	sizes = append(sizes, 5000, 5001)
+	for _, n := range sizes {
+		tk := NewTopK(n)
+		var a []keyed
 		for i := range n {
 			c := ClientOf(&ds[(i*7919)%len(ds)])
-			if i%5 == 0 {
+			if i%5 == 0 || n == 5001 || (n == 5000 && i%97 != 0) {
 				c = Client{User: fmt.Sprintf("abcdefg%d", i)} // equal keys: the first 7 bytes
 			}
-			a = append(a, &slot{Hitter: Hitter{Client: c}, key: sortKey(c)})
+			tk.slots = append(tk.slots, &slot{Hitter: Hitter{Client: c}, key: sortKey(c), pos: int32(i)})
+			a = append(a, keyed{sortKey(c), int32(i)})
 		}
-		sortSlots(a)
+		tk.sortSlots(a)
 		for i := 1; i < len(a); i++ {
-			if compareClients(a[i-1].Client, a[i].Client) < 0 {
-				t.Fatalf("n %d: %v before %v", n, a[i-1].Client, a[i].Client)
+			x, y := tk.slots[a[i-1].pos].Client, tk.slots[a[i].pos].Client
+			if compareClients(x, y) < 0 {
+				t.Fatalf("n %d: %v before %v", n, x, y)
 			}
 		}
 	}
@@ -204,4 +214,33 @@ func TestColumnsLargeDictionaries(t *testing.T) {
 			t.Fatal("the dictionaries fit the arrays: the test covers nothing")
 		}
 	})
+}
+
+// TestTablesSpreadHostileKeys: clients are the edge's untrusted input, so
+// the per-batch table of clients and the sets of known hashes place keys
+// by a keyed mix of all their bits. IPv4 addresses that differ only above
+// their low 13 bits (which an unkeyed multiply would send to one place of
+// a table of 8,192) and hashes that differ only in their top bits spread
+// over their tables, and a batch of such addresses rolls up to the bytes
+// of the per-event path.
+func TestTablesSpreadHostileKeys(t *testing.T) {
+	spread := func(n, size int, key func(i int) uint64) int {
+		seen := map[uint64]bool{}
+		for i := range n {
+			seen[key(i)&uint64(size-1)] = true
+		}
+		return len(seen)
+	}
+	if got := spread(4096, 8192, func(i int) uint64 { return v4Fingerprint(uint32(i) << 13) }); got < 2500 {
+		t.Errorf("4,096 addresses alike in their low 13 bits take %d places of 8,192", got)
+	}
+	if got := spread(16384, 32768, func(i int) uint64 { return mix64(uint64(i) << 48) }); got < 10000 {
+		t.Errorf("16,384 hashes alike in their low 48 bits take %d places of 32,768", got)
+	}
+	ds := decisiontest.NewGenerator(17, t0).Batch(8192)
+	for i := range ds {
+		ds[i].UserID = ""
+		ds[i].ClientIP = netip.AddrFrom4([4]byte{byte(i >> 3), byte(i<<5) | 0x1f, 0x7a, 0x01})
+	}
+	checkOnePartial(t, ds, 4096, nil)
 }

@@ -24,6 +24,81 @@ type Distinct struct {
 	ByTier  map[string]*hyperloglog.Sketch
 	ByRule  map[string]*hyperloglog.Sketch
 	scratch []byte
+	// known holds, for the sketches the columnar path inserts into while
+	// they may be sparse (All, Refused, by tier), the hashes inserted.
+	known map[*hyperloglog.Sketch]*knownHashes
+}
+
+// knownHashes is the set of hashes inserted into one HyperLogLog, so that
+// a hash it holds is not inserted again: the library's sparse sketch
+// collects inserts in a set that it merges into its sorted list once it
+// holds m/100 keys, whether or not the list holds them already, a merge
+// that walks the whole list (a tenth of the columnar rollup's time). A
+// sketch's state depends only on the set of hashes inserted (see
+// seenClient), so skipping one it holds changes nothing. Once it held
+// knownMax hashes the sketch is dense, or will be at its next merge, and
+// its inserts are cheap: the set is dropped.
+type knownHashes struct {
+	slots []uint64 // open addressing, linear probing; 0 is empty (the hash 0 is always inserted)
+	n     int
+	off   bool
+}
+
+// knownMax is the register count of a precision-14 sketch: a sparse one
+// turns dense when its list holds more keys.
+const knownMax = 1 << 14
+
+// insert inserts h into sk unless k holds it.
+func (k *knownHashes) insert(sk *hyperloglog.Sketch, h uint64) {
+	if k.off || h == 0 {
+		sk.InsertHash(h)
+		return
+	}
+	if 2*(k.n+1) > len(k.slots) {
+		if k.n >= knownMax {
+			*k = knownHashes{off: true}
+			sk.InsertHash(h)
+			return
+		}
+		old := k.slots
+		k.slots = make([]uint64, max(256, 2*len(old)))
+		for _, x := range old {
+			if x != 0 {
+				k.put(x)
+			}
+		}
+	}
+	if k.put(h) {
+		k.n++
+		sk.InsertHash(h)
+	}
+}
+
+// put adds h to the slots and reports whether it was missing.
+func (k *knownHashes) put(h uint64) bool {
+	mask := uint64(len(k.slots) - 1)
+	for i := mix64(h) & mask; ; i = (i + 1) & mask {
+		switch k.slots[i] {
+		case h:
+			return false
+		case 0:
+			k.slots[i] = h
+			return true
+		}
+	}
+}
+
+// knownOf returns the set of hashes the columnar path inserted into sk.
+func (s *Distinct) knownOf(sk *hyperloglog.Sketch) *knownHashes {
+	if s.known == nil {
+		s.known = map[*hyperloglog.Sketch]*knownHashes{}
+	}
+	k := s.known[sk]
+	if k == nil {
+		k = &knownHashes{}
+		s.known[sk] = k
+	}
+	return k
 }
 
 // Refused reports whether a decision's outcome refused the request: every

@@ -2,6 +2,8 @@ package aggregator
 
 import (
 	"fmt"
+	"math/bits"
+	"sync"
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
@@ -56,7 +58,82 @@ func (l *Latency) Add(v time.Duration) {
 	if l.Sketch == nil {
 		l.Sketch = newLatencySketch()
 	}
+	if v < latencyTableMax {
+		// What Sketch.Add does, its logarithm looked up.
+		l.Sketch.GetPositiveValueStore().Add(latencyIndexes().index(v))
+		return
+	}
 	l.Sketch.Add(float64(v) / 1e6)
+}
+
+// latencyTableMax bounds the latencies whose bin latencyIndexes looks up
+// (about 18 minutes); larger ones take the logarithm.
+const latencyTableMax = 1 << 40
+
+// latencyIndex is the sketch's bin of a latency: the index its mapping
+// gives the value Add adds, in milliseconds.
+func latencyIndex(v time.Duration) int { return latencyMapping.Index(float64(v) / 1e6) }
+
+// indexTable finds latencyIndex(v) for 0 < v < latencyTableMax without a
+// logarithm. latencyIndex is non-decreasing in v, a step function whose
+// steps (bins) are 2 % wide; first[k-lowest] is the least v in bin k, and
+// coarse holds the bin of the least v of each 1/64 of each power of two
+// (ranges narrower than a bin, so at most one step is found by
+// comparison). TestLatencyIndexTable checks it against latencyIndex.
+type indexTable struct {
+	lowest int
+	first  []int64
+	coarse [64 * 64]int32 // [bits.Len64(v)-1][the 6 bits after the leading one]; v < 64 directly
+}
+
+// latencyIndexes is the table, made on first use (about a millisecond).
+var latencyIndexes = sync.OnceValue(func() *indexTable {
+	t := &indexTable{lowest: latencyIndex(1)}
+	top := latencyIndex(latencyTableMax - 1)
+	t.first = make([]int64, top-t.lowest+2)
+	t.first[0] = 1
+	for k := t.lowest + 1; k <= top; k++ {
+		// The least v in [first of k-1, latencyTableMax) whose bin is k or more.
+		lo, hi := t.first[k-1-t.lowest], int64(latencyTableMax)
+		for lo < hi {
+			m := lo + (hi-lo)/2
+			if latencyIndex(time.Duration(m)) >= k {
+				hi = m
+			} else {
+				lo = m + 1
+			}
+		}
+		t.first[k-t.lowest] = lo
+	}
+	t.first[top+1-t.lowest] = latencyTableMax
+	for e := range 40 {
+		for sub := range 64 {
+			v := int64(sub)
+			if e >= 6 {
+				v = int64(1)<<e | int64(sub)<<(e-6)
+			} else if v == 0 {
+				continue
+			}
+			t.coarse[e*64+sub] = int32(latencyIndex(time.Duration(v)))
+		}
+	}
+	return t
+})
+
+// index returns latencyIndex(v) for 0 < v < latencyTableMax.
+func (t *indexTable) index(v time.Duration) int {
+	x := int64(v)
+	var k int
+	if x < 64 {
+		k = int(t.coarse[x])
+	} else {
+		e := bits.Len64(uint64(x)) - 1
+		k = int(t.coarse[e*64+int(x>>(e-6)&63)])
+	}
+	for x >= t.first[k+1-t.lowest] {
+		k++
+	}
+	return k
 }
 
 // Merge adds o's values to l.

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 
@@ -64,9 +65,10 @@ type Hitter struct {
 type TopK struct {
 	k     int
 	slots []*slot
-	index []*slot // open addressing on the client's hash (hashClient), linear probing; nil is empty
-	head  *bucket // the lowest count
-	spare *bucket // buckets to reuse, chained through next
+	index []*slot  // open addressing on the client's hash (hashClient), linear probing; nil is empty
+	ihash []uint64 // the hash of index[i], so that a probe reads no counter whose hash differs
+	head  *bucket  // the lowest count
+	spare *bucket  // buckets to reuse, chained through next
 }
 
 // slot is one counter.
@@ -74,6 +76,7 @@ type slot struct {
 	Hitter
 	key        uint64 // sortKey(Client)
 	hash       uint64
+	pos        int32 // in TopK.slots
 	b          *bucket
 	prev, next *slot // in b
 }
@@ -87,13 +90,22 @@ type bucket struct {
 	// sorted, when ok, holds the bucket's counters ordered by client,
 	// largest first, and perhaps counters that have left it since (their
 	// b is another bucket): the bucket gains none while it is the lowest.
-	sorted []*slot
+	sorted []keyed
 	ok     bool
+}
+
+// keyed is a counter's sortKey and its place in TopK.slots, side by side
+// so that a sort reads keys from one array rather than from each counter,
+// and moves no pointers (whose every store the garbage collector may have
+// to see).
+type keyed struct {
+	key uint64
+	pos int32
 }
 
 // NewTopK returns a TopK of k counters.
 func NewTopK(k int) *TopK {
-	return &TopK{k: max(k, 1), index: make([]*slot, 16)}
+	return &TopK{k: max(k, 1), index: make([]*slot, 16), ihash: make([]uint64, 16)}
 }
 
 // hashClient is the hash of c's identity key (identityKey), the one the
@@ -162,7 +174,7 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 		return
 	}
 	if len(t.slots) < t.k {
-		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h, key: sortKey(c)}
+		s := &slot{Hitter: Hitter{Client: c, Count: n}, hash: h, key: sortKey(c), pos: int32(len(t.slots))}
 		t.slots = append(t.slots, s)
 		t.link(s)
 		t.place(s, nil)
@@ -187,7 +199,7 @@ func (t *TopK) lookup(h uint64, c Client) *slot {
 	mask := uint64(len(t.index) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := t.index[i]
-		if s == nil || (s.hash == h && s.Client == c) {
+		if s == nil || (t.ihash[i] == h && s.Client == c) {
 			return s
 		}
 	}
@@ -197,7 +209,7 @@ func (t *TopK) lookup(h uint64, c Client) *slot {
 func (t *TopK) link(s *slot) {
 	if 4*(len(t.slots)+1) > len(t.index) && len(t.index) < 4*t.k {
 		old := t.index
-		t.index = make([]*slot, 2*len(old))
+		t.index, t.ihash = make([]*slot, 2*len(old)), make([]uint64, 2*len(old))
 		for _, o := range old {
 			if o != nil {
 				t.put(o)
@@ -214,7 +226,7 @@ func (t *TopK) put(s *slot) {
 	for t.index[i] != nil {
 		i = (i + 1) & mask
 	}
-	t.index[i] = s
+	t.index[i], t.ihash[i] = s, s.hash
 }
 
 // unlink takes s out of the index, shifting back the counters after it
@@ -227,8 +239,8 @@ func (t *TopK) unlink(s *slot) {
 	}
 	for j := (i + 1) & mask; t.index[j] != nil; j = (j + 1) & mask {
 		// The counter at j may move to i if i lies on its probe path.
-		if home := t.index[j].hash & mask; (j-home)&mask >= (j-i)&mask {
-			t.index[i] = t.index[j]
+		if home := t.ihash[j] & mask; (j-home)&mask >= (j-i)&mask {
+			t.index[i], t.ihash[i] = t.index[j], t.ihash[j]
 			i = j
 		}
 	}
@@ -242,13 +254,13 @@ func (t *TopK) lowest() *slot {
 	if !b.ok {
 		b.sorted = b.sorted[:0]
 		for s := b.first; s != nil; s = s.next {
-			b.sorted = append(b.sorted, s)
+			b.sorted = append(b.sorted, keyed{s.key, s.pos})
 		}
-		sortSlots(b.sorted)
+		t.sortSlots(b.sorted)
 		b.ok = true
 	}
 	for {
-		s := b.sorted[len(b.sorted)-1]
+		s := t.slots[b.sorted[len(b.sorted)-1].pos]
 		b.sorted = b.sorted[:len(b.sorted)-1]
 		if s.b == b {
 			return s
@@ -256,54 +268,81 @@ func (t *TopK) lowest() *slot {
 	}
 }
 
-// sortSlots orders counters by client, largest first: a quicksort by hand
-// rather than slices.SortFunc, so that the comparison of keys is inlined
-// (the lowest bucket's sort was a quarter of the rollup's time).
-func sortSlots(a []*slot) {
-	for len(a) > 12 {
+// sortSlots orders counters by client, largest first: by key (sortKey)
+// with sortKeys, then the rare runs of equal keys by compareClients.
+func (t *TopK) sortSlots(a []keyed) {
+	sortKeys(a, 2*bits.Len(uint(len(a))))
+	for i := 0; i < len(a); {
+		j := i + 1
+		for j < len(a) && a[j].key == a[i].key {
+			j++
+		}
+		if j-i > 1 { // user ids that share their first 7 bytes
+			slices.SortFunc(a[i:j], func(x, y keyed) int { return compareClients(t.slots[y.pos].Client, t.slots[x.pos].Client) })
+		}
+		i = j
+	}
+}
+
+// sortKeys orders a by key, largest first: a quicksort by hand whose
+// partition has no branch on the comparison (the lowest bucket's sort,
+// on comparisons a processor cannot predict, was a sixth of the rollup's
+// time). Past depth levels it leaves the rest to slices.SortFunc
+// (pattern-defeating quicksort): keys are clients' (sortKey), so an
+// attacker may choose them, many equal (user ids alike in their first 7
+// bytes) or in an order that defeats the median of three.
+func sortKeys(a []keyed, depth int) {
+	for len(a) > 16 {
+		if depth--; depth < 0 {
+			slices.SortFunc(a, func(x, y keyed) int { return cmp.Compare(y.key, x.key) })
+			return
+		}
 		// Median of three as the pivot, moved to the end.
 		m, h := len(a)/2, len(a)-1
-		if before(a[m], a[0]) {
+		if a[m].key > a[0].key {
 			a[m], a[0] = a[0], a[m]
 		}
-		if before(a[h], a[0]) {
+		if a[h].key > a[0].key {
 			a[h], a[0] = a[0], a[h]
 		}
-		if before(a[m], a[h]) {
+		if a[m].key > a[h].key {
 			a[m], a[h] = a[h], a[m]
 		}
-		p := a[h]
+		p := a[h].key
+		// Branchless Lomuto: a[:i] hold keys above p, a[i:j] the others;
+		// x is swapped to i whatever its key, and i advances when it is
+		// above p.
 		i := 0
 		for j := range h {
-			if before(a[j], p) {
-				a[i], a[j] = a[j], a[i]
-				i++
-			}
+			x := a[j]
+			a[j] = a[i]
+			a[i] = x
+			i += b2i(x.key > p)
 		}
 		a[i], a[h] = a[h], a[i]
 		// Recurse into the smaller side, loop on the larger.
 		if i < h-i {
-			sortSlots(a[:i])
+			sortKeys(a[:i], depth)
 			a = a[i+1:]
 		} else {
-			sortSlots(a[i+1:])
+			sortKeys(a[i+1:], depth)
 			a = a[:i]
 		}
 	}
 	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && before(a[j], a[j-1]); j-- {
+		for j := i; j > 0 && a[j].key > a[j-1].key; j-- {
 			a[j], a[j-1] = a[j-1], a[j]
 		}
 	}
 }
 
-// before reports whether x sorts before y in sortSlots: the larger client
-// first.
-func before(x, y *slot) bool {
-	if x.key != y.key {
-		return x.key > y.key
+// b2i is 1 for true: compiled without a branch.
+func b2i(b bool) int {
+	var i int
+	if b {
+		i = 1
 	}
-	return compareClients(x.Client, y.Client) > 0
+	return i
 }
 
 // detach takes s out of its bucket and returns the bucket to search
@@ -449,12 +488,12 @@ func (t *TopK) Merge(o *TopK, disjoint bool) {
 
 // reset makes t hold hs, which are sorted by sortHitters.
 func (t *TopK) reset(hs []Hitter) {
-	t.index = make([]*slot, 16)
+	t.index, t.ihash = make([]*slot, 16), make([]uint64, 16)
 	t.slots = t.slots[:0]
 	t.head, t.spare = nil, nil
 	var last *bucket
 	for i := len(hs) - 1; i >= 0; i-- { // lowest count first
-		s := &slot{Hitter: hs[i], hash: hashClient(hs[i].Client), key: sortKey(hs[i].Client)}
+		s := &slot{Hitter: hs[i], hash: hashClient(hs[i].Client), key: sortKey(hs[i].Client), pos: int32(len(t.slots))}
 		t.slots = append(t.slots, s)
 		t.link(s)
 		t.place(s, last)

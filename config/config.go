@@ -225,10 +225,13 @@ type Decisions struct {
 	RetainBytes  int64           `yaml:"retain_bytes"`  // delete the oldest segments while the log is larger; default 10737418240 (10 GiB)
 	// Linger is how long a decision may wait for others to share its log
 	// record, and Batch how many fill one: a record pays a fixed cost,
-	// so at low rates records wait to fill. Defaults 1s and 1024: at 10
-	// decisions a second a record of 10 is 5.3 times smaller than their
-	// JSON lines, and a decision reaches the aggregator soon enough for
-	// its window to close within window + 2 s (BENCHMARKS.md, Freshness).
+	// so at low rates records wait to fill. Defaults 1s and 3072 (at most
+	// three quarters of edge.decision_queue): at 10 decisions a second a
+	// record of 10 is 5.3 times smaller than their JSON lines, a decision
+	// reaches the aggregator soon enough for its window to close within
+	// window + 2 s (BENCHMARKS.md, Freshness), and at high rates records
+	// are large enough to be compressed per buffer
+	// (decisionlog.PerBufferFrom).
 	Linger  time.Duration `yaml:"linger"`
 	Batch   int           `yaml:"batch"`
 	Privacy Privacy       `yaml:"privacy"`

@@ -146,7 +146,7 @@ func TestDefaults(t *testing.T) {
 		{"edge.node", c.Edge.Node, host},
 		{"edge.decision_queue", c.Edge.DecisionQueue, 4096},
 		{"decisions.linger", c.Decisions.Linger, time.Second},
-		{"decisions.batch", c.Decisions.Batch, 1024},
+		{"decisions.batch", c.Decisions.Batch, 3072},
 		{"decisions.kinesis.linger", c.Decisions.Kinesis.Linger, 5 * time.Second},
 		{"decisions.kinesis.batch", c.Decisions.Kinesis.Batch, 1024},
 		{"edge.request_id_header", c.Edge.RequestIDHeader, "X-Request-Id"},
@@ -239,6 +239,29 @@ tiers:
 	} {
 		if d.got != d.want {
 			t.Errorf("got %q, want %q", d.got, d.want)
+		}
+	}
+}
+
+// TestLogBatchFollowsQueue: decisions.batch defaults to 3,072 but to at
+// most three quarters of a smaller edge.decision_queue (a batch of the
+// whole queue drops decisions), and a batch set explicitly is kept.
+func TestLogBatchFollowsQueue(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want int
+	}{
+		{"", 3072},
+		{"edge:\n  decision_queue: 2000\n", 1500},
+		{"edge:\n  decision_queue: 100000\n", 3072},
+		{"edge:\n  decision_queue: 2000\ndecisions:\n  batch: 1800\n", 1800},
+	} {
+		cfg, err := load([]byte(c.yaml+anonymous), "t.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if cfg.Decisions.Batch != c.want {
+			t.Errorf("%q: decisions.batch %d, want %d", c.yaml, cfg.Decisions.Batch, c.want)
 		}
 	}
 }

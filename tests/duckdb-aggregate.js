@@ -3,7 +3,8 @@
 // path, over the Parquet export of the same events, on one thread.
 //
 // Usage: node tests/duckdb-aggregate.js FILE.parquet RUNS ANSWER.tsv
-// Prints one JSON line per timed run; writes the counts to ANSWER.tsv.
+// Prints one JSON line per timed run (wall and CPU seconds); writes the
+// counts to ANSWER.tsv.
 'use strict';
 const fs = require('node:fs');
 const { DuckDBInstance } = require('@duckdb/node-api');
@@ -29,11 +30,13 @@ async function main() {
   for (const [what, qs] of Object.entries(queries)) {
     for (let r = 0; r < runs; r++) {
       const start = process.hrtime.bigint();
+      const cpu = process.cpuUsage();
       const res = [];
       for (const q of qs) res.push((await con.runAndReadAll(q)).getRowObjects());
       const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+      const used = process.cpuUsage(cpu); // the process's user and system time, microseconds
       groups = res[0];
-      console.log(JSON.stringify({ what, seconds, events_per_s: events / seconds, distinct: Number(res[1][0].n) }));
+      console.log(JSON.stringify({ what, seconds, cpu_seconds: (used.user + used.system) / 1e6, events_per_s: events / seconds, distinct: Number(res[1][0].n) }));
     }
   }
   fs.writeFileSync(answer, groups.map((g) => `${g.tier}\t${g.rule}\t${g.outcome}\t${g.n}\n`).join(''));

@@ -1,9 +1,11 @@
 // Command benchaggregate is the Go half of tests/bench-aggregate: it writes
-// N events of the generator as the decision log's records (Arrow, ZstdDict)
-// and as one Parquet file for DuckDB, then times the aggregator's columnar
-// path over the records on one core (and over the same records with zstd
-// per buffer), and prints its figures and its
-// answer (counts by tier, rule and outcome; distinct clients) for the
+// N events of the generator as the decision log writes them at high rates
+// (records of decisions.batch's default, 3,072 events, compressed as
+// decisionlog.Compression chooses: zstd per buffer) and as one Parquet
+// file for DuckDB, then times the aggregator's columnar path over the
+// records on one core (and over the records the log wrote before: 1,024
+// events in a zstd frame with the dictionary), and prints its figures and
+// its answer (counts by tier, rule and outcome; distinct clients) for the
 // script to compare with DuckDB's.
 package main
 
@@ -18,20 +20,26 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
-// batchSize is the events of one log record: the log's default batch.
-const batchSize = 1024
+// batchSize is the events of one log record at high rates: the log's
+// default batch (decisions.batch).
+const batchSize = 3072
 
-// perBufferSuffix names the measurements over the records with Arrow's
-// body compression.
-const perBufferSuffix = " (zstd per buffer)"
+// beforeSize is the events of one log record before, and beforeSuffix
+// names the measurements over those records (ZstdDict).
+const (
+	beforeSize   = 1024
+	beforeSuffix = " (before: records of 1,024, ZstdDict)"
+)
 
 func main() {
 	n := flag.Int("n", 10_000_000, "events")
@@ -49,69 +57,50 @@ func main() {
 type result struct {
 	What    string  `json:"what"`
 	Seconds float64 `json:"seconds"`
+	CPU     float64 `json:"cpu_seconds"` // the process's user and system time: what other work on the machine inflates least
 	Rate    float64 `json:"events_per_s"`
+}
+
+// cpuSeconds returns the process's user and system time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func run(n int, parquetPath string, runs int, answerPath string) error {
 	runtime.GOMAXPROCS(1)
-	g := decisiontest.NewGenerator(1, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
-	enc := columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdDict})
-	var records [][]byte
-	buf := make([]decisions.Decision, batchSize)
-	var bytes int
-	for done := 0; done < n; done += batchSize {
-		m := min(batchSize, n-done)
-		for i := range m {
-			buf[i] = g.Next()
-		}
-		rec, err := enc.Encode(nil, buf[:m])
-		if err != nil {
-			return err
-		}
-		records = append(records, rec)
-		bytes += len(rec)
+	records, err := encodeRecords(n, batchSize)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "benchaggregate: %d events in %d records, %.1f MB (%.1f B/event)\n", n, len(records), float64(bytes)/1e6, float64(bytes)/float64(n))
 	if parquetPath != "" {
 		if err := writeParquet(parquetPath, records); err != nil {
 			return err
 		}
 	}
-	// The same records with Arrow's body compression (zstd per buffer),
-	// whose columns the aggregator does not read are never decompressed.
-	bodyEnc := columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
-	dec := columnar.NewDecoder()
-	var perBuffer [][]byte
-	bytes = 0
-	var ds []decisions.Decision
-	for _, rec := range records {
-		var err error
-		if ds, err = dec.Decode(rec, ds[:0]); err != nil {
-			return err
-		}
-		b, err := bodyEnc.Encode(nil, ds)
-		if err != nil {
-			return err
-		}
-		perBuffer = append(perBuffer, b)
-		bytes += len(b)
+	before, err := encodeRecords(n, beforeSize)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "benchaggregate: the same with zstd per buffer, %.1f MB (%.1f B/event)\n", float64(bytes)/1e6, float64(bytes)/float64(n))
+	dec := columnar.NewDecoder()
 	emit := func(what string, f func(*columnar.Columns) error) error {
 		records := records
-		if strings.HasSuffix(what, perBufferSuffix) {
-			records = perBuffer
+		if strings.HasSuffix(what, beforeSuffix) {
+			records = before
 		}
 		for range runs {
 			runtime.GC()
-			start := time.Now()
+			start, cpu := time.Now(), cpuSeconds()
 			for _, rec := range records {
 				if err := dec.DecodeColumns(rec, f); err != nil {
 					return err
 				}
 			}
 			s := time.Since(start).Seconds()
-			b, _ := json.Marshal(result{What: what, Seconds: s, Rate: float64(n) / s})
+			b, _ := json.Marshal(result{What: what, Seconds: s, CPU: cpuSeconds() - cpu, Rate: float64(n) / s})
 			fmt.Println(string(b))
 		}
 		return nil
@@ -120,7 +109,7 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 	// What the SQL computes: counts by tier, rule and outcome (the
 	// aggregator's cells, which add the reason) and distinct clients.
 	var query *aggregator.Partial
-	err := emit("columnar: decode, counts and distinct clients", func(c *columnar.Columns) error {
+	err = emit("columnar: decode, counts and distinct clients", func(c *columnar.Columns) error {
 		b.Prepare(c)
 		if query == nil {
 			query = aggregator.NewPartial(time.Time{}, time.Hour, 1)
@@ -136,7 +125,7 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 	if err := emit("columnar: decode only", func(c *columnar.Columns) error { b.Prepare(c); return nil }); err != nil {
 		return err
 	}
-	err = emit("columnar: decode, counts and distinct clients"+perBufferSuffix, func(c *columnar.Columns) error {
+	err = emit("columnar: decode, counts and distinct clients"+beforeSuffix, func(c *columnar.Columns) error {
 		b.Prepare(c)
 		if query == nil {
 			query = aggregator.NewPartial(time.Time{}, time.Hour, 1)
@@ -149,14 +138,14 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 		return err
 	}
 	query = nil
-	if err := emit("columnar: decode only"+perBufferSuffix, func(c *columnar.Columns) error { b.Prepare(c); return nil }); err != nil {
+	if err := emit("columnar: decode only"+beforeSuffix, func(c *columnar.Columns) error { b.Prepare(c); return nil }); err != nil {
 		return err
 	}
 	var full *aggregator.Rollup
 	for range runs {
 		full = aggregator.NewRollup(aggregator.Options{Window: time.Minute})
 		seq := uint64(0)
-		start := time.Now()
+		start, cpu := time.Now(), cpuSeconds()
 		for _, rec := range records {
 			if err := dec.DecodeColumns(rec, func(c *columnar.Columns) error {
 				full.AddBatch(c, seq)
@@ -169,7 +158,7 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 		}
 		full.Flush(true, func(aggregator.Output) error { return nil })
 		s := time.Since(start).Seconds()
-		out, _ := json.Marshal(result{What: "columnar: decode and full rollup (1 min windows)", Seconds: s, Rate: float64(n) / s})
+		out, _ := json.Marshal(result{What: "columnar: decode and full rollup (1 min windows)", Seconds: s, CPU: cpuSeconds() - cpu, Rate: float64(n) / s})
 		fmt.Println(string(out))
 	}
 	// The answer, for the script to compare with DuckDB's.
@@ -206,6 +195,33 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 		return f.Close()
 	}
 	return nil
+}
+
+// encodeRecords encodes the generator's first n events (the same for
+// every call) in records of size events as the decision log's writer
+// does (decisionlog.Compression), and reports their size.
+func encodeRecords(n, size int) ([][]byte, error) {
+	g := decisiontest.NewGenerator(1, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	compression := decisionlog.Compression(size)
+	enc := columnar.NewEncoder(columnar.Options{Compression: compression})
+	var records [][]byte
+	buf := make([]decisions.Decision, size)
+	bytes := 0
+	for done := 0; done < n; done += size {
+		m := min(size, n-done)
+		for i := range m {
+			buf[i] = g.Next()
+		}
+		rec, err := enc.Encode(nil, buf[:m])
+		if err != nil {
+			return nil, err
+		}
+		records = append(records, rec)
+		bytes += len(rec)
+	}
+	fmt.Fprintf(os.Stderr, "benchaggregate: %d events in %d records of %d (%v), %.1f MB (%.1f B/event)\n",
+		n, len(records), size, compression, float64(bytes)/1e6, float64(bytes)/float64(n))
+	return records, nil
 }
 
 // writeParquet writes the records' events to one Parquet file, as

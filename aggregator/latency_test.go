@@ -1,0 +1,50 @@
+package aggregator
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestLatencyIndexTable: the table gives every latency the bin the
+// sketch's logarithm gives it: each value up to 2^20 ns, each bin's first
+// value and its neighbours, and a million values drawn from every power of
+// two below the table's bound; and a sketch filled through Add encodes to
+// the bytes of one filled through the library's Add.
+func TestLatencyIndexTable(t *testing.T) {
+	tab := latencyIndexes()
+	check := func(v int64) {
+		if v <= 0 || v >= latencyTableMax {
+			return
+		}
+		if got, want := tab.index(time.Duration(v)), latencyIndex(time.Duration(v)); got != want {
+			t.Fatalf("latency %d ns: bin %d, want %d", v, got, want)
+		}
+	}
+	for v := int64(1); v <= 1<<20; v++ {
+		check(v)
+	}
+	for _, f := range tab.first {
+		for d := int64(-3); d <= 3; d++ {
+			check(f + d)
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1_000_000 {
+		e := 1 + r.IntN(39)
+		check(int64(1)<<e | r.Int64N(int64(1)<<e))
+	}
+
+	var table, lib Latency
+	lib.Sketch = newLatencySketch()
+	for range 100_000 {
+		v := time.Duration(r.Int64N(1 << 42))
+		table.Add(v)
+		if v > 0 {
+			lib.Sketch.Add(float64(v) / 1e6)
+		}
+	}
+	if got, want := table.AppendBinary(nil), lib.AppendBinary(nil); string(got) != string(want) {
+		t.Errorf("the sketches encode to %d and %d bytes that differ", len(got), len(want))
+	}
+}
