@@ -22,6 +22,11 @@ request = function()
   return wrk.format(nil, "/api/search?q=shoes")
 end
 LUA
+  # RATE=N paces wrk's 32 connections to about N requests a second in all
+  # (each waits 32000/N ms before its next request).
+  if [ -n "${RATE:-}" ]; then
+    echo "delay = function() return $((32000 / RATE)) end" >>"$dir/xff.lua"
+  fi
 }
 
 # wait_port PORT...: waits up to 5 s for each loopback port to accept.
