@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,10 +126,13 @@ func TestMatchesMemstore(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			seed := rand.Uint64()
+			if s := os.Getenv("RATEWARDEN_TEST_SEED"); s != "" { // to replay a failure
+				seed, _ = strconv.ParseUint(s, 10, 64)
+			}
 			rng := rand.New(rand.NewPCG(seed, 0))
 			ds := newStore(t, table, m.opts(t))
 			ms := memstore.New(memstore.Options{SweepEvery: -1})
-			prefix := fmt.Sprintf("matches-%016x/", seed)
+			prefix := fmt.Sprintf("matches-%s-%016x/", m.name, seed)
 			for i, r := range rules {
 				w := max(r.Window, time.Second)
 				steps := []time.Duration{0, 0, w / 97, w / 10, w / 3, w, 5 * w / 2}
@@ -137,7 +142,7 @@ func TestMatchesMemstore(t *testing.T) {
 				back := []time.Duration{-w / 10, -w / 3}
 				k := limit.Key{Rule: fmt.Sprint(prefix, i), Addr: netip.MustParseAddr("192.0.2.1")}
 				at := base.Add(time.Duration(rng.Int64N(int64(w))))
-				recorded := false
+				latest, recorded := at, false
 				for step := range 200 {
 					if recorded && r.Algorithm != limit.FixedWindow && rng.IntN(4) == 0 {
 						at = at.Add(back[rng.IntN(len(back))])
@@ -156,6 +161,19 @@ func TestMatchesMemstore(t *testing.T) {
 					if got != want {
 						t.Fatalf("seed %d, rule %d (%v) step %d: Take(+%v, %d) = %+v, the memory store %+v",
 							seed, i, r.Algorithm, step, at.Sub(base), n, got, want)
+					}
+					if at.Before(latest) && !recorded {
+						// A hit stamped behind the newest that records
+						// nothing leaves the item where it was, where
+						// package limit moves the state into the hit's
+						// window (the documented difference): the stores
+						// agree on this answer, not on the next ones. Go
+						// on with a new key.
+						k.Addr = k.Addr.Next()
+						latest, recorded = at, false
+					}
+					if at.After(latest) {
+						latest = at
 					}
 				}
 			}
