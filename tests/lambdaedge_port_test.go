@@ -74,7 +74,8 @@ func TestLambdaEdgePortAgrees(t *testing.T) {
 	for _, p := range hostile(rng, 4000, pathPieces) {
 		paths = append(paths, p, "/"+p)
 	}
-	paths = append(paths, "", "/", strings.Repeat("/a", 4096), "/"+strings.Repeat("a", canonpath.MaxLen))
+	paths = append(paths, "", "/", strings.Repeat("/a", 4096), "/"+strings.Repeat("a", canonpath.MaxLen),
+		"/"+strings.Repeat("#", 2800), "/"+strings.Repeat("#", (canonpath.MaxLen-1)/3))
 	type prefixCase struct {
 		p, prefix   string
 		insensitive bool

@@ -19,7 +19,8 @@
 // encoded (NUL included), double encoding (%25 followed by two hex digits),
 // an invalid escape, bytes that are not UTF-8 (overlong forms included), a
 // path parameter on an empty or dot segment ("..;", as Tomcat reads it), a
-// path that does not start with "/" and a path longer than MaxLen bytes.
+// path that does not start with "/" and a path longer than MaxLen bytes,
+// as sent or once canonical (escaping makes a byte three).
 //
 // Clean does not allocate when the path is canonical already. Everything
 // in the package is safe for concurrent use.
@@ -27,7 +28,8 @@ package canonpath
 
 import "errors"
 
-// MaxLen is the longest path Clean accepts, in bytes as sent.
+// MaxLen is the longest path Clean accepts, in bytes as sent and in its
+// canonical form.
 const MaxLen = 8 << 10
 
 // The errors of Clean: the reasons a path has no canonical form. Their
@@ -201,6 +203,11 @@ func clean(p string) (string, Form, error) {
 			return p, Canonical, nil
 		}
 		return p[:out.n], max(form, Encoded), nil
+	}
+	if len(out.buf) > MaxLen {
+		// Escaping grew it past what Clean accepts: its canonical form
+		// would not be its own canonical form.
+		return "", 0, ErrTooLong
 	}
 	return string(out.buf), max(form, Encoded), nil
 }

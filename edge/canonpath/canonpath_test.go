@@ -53,6 +53,10 @@ func TestClean(t *testing.T) {
 		{"relative", "api/reports", "", 0, ErrNotAbsolute},
 		{"absolute URL", "http://evil/api", "", 0, ErrNotAbsolute},
 		{"too long", long + "a", "", 0, ErrTooLong},
+		// Under MaxLen as sent, over it once each '#' is "%23": its
+		// canonical form would not clean to itself (found by FuzzClean).
+		{"too long once escaped", "/" + strings.Repeat("#", 2800), "", 0, ErrTooLong},
+		{"longest once escaped", "/" + strings.Repeat("#", (MaxLen-1)/3), "/" + strings.Repeat("%23", (MaxLen-1)/3), Encoded, nil},
 		{"encoded slash", "/api%2Freports", "", 0, ErrEncodedSlash},
 		{"encoded slash lower", "/api%2freports", "", 0, ErrEncodedSlash},
 		{"encoded backslash", "/api%5Creports", "", 0, ErrEncodedSlash},

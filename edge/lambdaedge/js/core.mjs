@@ -225,6 +225,8 @@ export function cleanPath(p) {
     }
   }
   if (path === p) return { path, form: FORM_CANONICAL };
+  // Escaping grew it past the limit: its canonical form would not clean to itself.
+  if (path.length > MaxPathLen) return { err: PathErrors.tooLong };
   return { path, form: Math.max(form, FORM_ENCODED) };
 }
 
