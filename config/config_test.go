@@ -255,6 +255,7 @@ func TestLogBatchFollowsQueue(t *testing.T) {
 		{"edge:\n  decision_queue: 2000\n", 1500},
 		{"edge:\n  decision_queue: 100000\n", 3072},
 		{"edge:\n  decision_queue: 2000\ndecisions:\n  batch: 1800\n", 1800},
+		{"edge:\n  decision_queue: 1000\n", 750},
 	} {
 		cfg, err := load([]byte(c.yaml+anonymous), "t.yaml")
 		if err != nil {
@@ -262,6 +263,11 @@ func TestLogBatchFollowsQueue(t *testing.T) {
 		}
 		if cfg.Decisions.Batch != c.want {
 			t.Errorf("%q: decisions.batch %d, want %d", c.yaml, cfg.Decisions.Batch, c.want)
+		}
+		// The Kinesis sink's batch follows a queue smaller than its
+		// default too, or the queue alone would fail validation.
+		if want := min(1024, cfg.Edge.DecisionQueue); cfg.Decisions.Kinesis.Batch != want {
+			t.Errorf("%q: decisions.kinesis.batch %d, want %d", c.yaml, cfg.Decisions.Kinesis.Batch, want)
 		}
 	}
 }

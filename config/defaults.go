@@ -128,7 +128,9 @@ func (c *Config) Defaults() {
 	def(&d.Kinesis.SpillDir, "kinesis-spill")
 	def(&d.Kinesis.Retry, 5*time.Second)
 	def(&d.Kinesis.Linger, 5*time.Second)
-	def(&d.Kinesis.Batch, 1024)
+	// At most the queue, as decisions.batch: a smaller edge.decision_queue
+	// alone must not make the default invalid.
+	def(&d.Kinesis.Batch, min(1024, max(1, c.Edge.DecisionQueue)))
 
 	c.alertDefaults()
 	r := &c.RLS
