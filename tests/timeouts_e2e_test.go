@@ -242,8 +242,10 @@ func TestEdgeConnectionLimits(t *testing.T) {
 			return resp.StatusCode, nil
 		}
 
-		slow := dial()
+		// Timed from before the dial: the edge's header deadline starts when
+		// it accepts, which may be before dial returns here.
 		start := time.Now()
+		slow := dial()
 		slow.SetDeadline(time.Now().Add(10 * time.Second))
 		io.WriteString(slow, "GET /api HTTP/1.1\r\nHost: edge\r\nX-Slow: ")
 		// net/http closes the connection without a word; fasthttp answers
