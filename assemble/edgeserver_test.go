@@ -29,15 +29,7 @@ func TestEdgeServerShutdown(t *testing.T) {
 			}))
 			defer origin.Close()
 			cfg := loadConfig(t, "edge:\n  listen: 127.0.0.1:0\n  admin_listen: \"\"\n  upstream: "+origin.URL+"\n  server: "+server+"\n"+anonymous)
-			e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close(context.Background())
-			srv, err := assemble.StartEdgeServer(cfg, e, slog.New(slog.DiscardHandler))
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv := startEdgeServer(t, cfg)
 			base := "http://" + srv.Addr().String()
 			type answer struct {
 				body string
@@ -70,15 +62,7 @@ func TestEdgeServerShutdown(t *testing.T) {
 		t.Run(server+" builtin", func(t *testing.T) {
 			cfg := loadConfig(t, "edge:\n  listen: 127.0.0.1:0\n  admin_listen: \"\"\n  server: "+server+"\n"+anonymous)
 			cfg.Edge.Upstream = assemble.BuiltinUpstream
-			e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close(context.Background())
-			srv, err := assemble.StartEdgeServer(cfg, e, slog.New(slog.DiscardHandler))
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv := startEdgeServer(t, cfg)
 			defer srv.Close()
 			resp, err := http.Get("http://" + srv.Addr().String() + "/api/x")
 			if err != nil {
@@ -91,4 +75,20 @@ func TestEdgeServerShutdown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startEdgeServer assembles the edge cfg describes and serves it as
+// `ratewarden edge` does; the edge is closed when t ends.
+func startEdgeServer(t *testing.T, cfg *config.Config) *assemble.EdgeServer {
+	t.Helper()
+	e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	srv, err := assemble.StartEdgeServer(cfg, e, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }

@@ -51,8 +51,9 @@ var (
 	_ io.ReadCloser       = guardedBody{}
 )
 
-// errBodyTooLarge is what the guarded body returns past the cap.
-var errBodyTooLarge = errors.New("read request body: larger than edge.client.max_body_bytes")
+// ErrBodyTooLarge is what a guarded request body returns past the cap,
+// under either server.
+var ErrBodyTooLarge = errors.New("read request body: larger than edge.client.max_body_bytes")
 
 func (x *exchange) WriteHeader(status int) {
 	if x.status == 0 && (status >= 200 || status == http.StatusSwitchingProtocols) {
@@ -139,7 +140,7 @@ func (b guardedBody) Read(p []byte) (int, error) {
 	n, err := x.body.Read(p)
 	if read := x.read.Add(int64(n)); x.maxBody > 0 && read > x.maxBody {
 		x.bodyFail.CompareAndSwap(bodyOK, bodyTooLarge)
-		return n, errBodyTooLarge
+		return n, ErrBodyTooLarge
 	}
 	switch {
 	case err == io.EOF:
@@ -267,17 +268,34 @@ func (x *exchange) end(r *http.Request, now time.Time, p any) {
 		status = http.StatusOK // net/http's answer to a handler that wrote nothing
 	}
 	v.Status, v.ResponseError = status, x.respErr
-	if !x.handoff.IsZero() && x.respErr != decisions.BodyTimeout && x.respErr != decisions.BodyTooLarge {
-		sent := x.handoff
-		if ns := x.bodyEnd.Load(); ns > sent.UnixNano() {
-			sent = time.Unix(0, ns)
-		}
-		until := x.began
-		if until.IsZero() {
-			until = now
-		}
-		v.UpstreamLatency = max(until.Sub(sent), 0)
+	var bodyEnd time.Time
+	if ns := x.bodyEnd.Load(); ns != 0 {
+		bodyEnd = time.Unix(0, ns)
 	}
+	if lat, ok := UpstreamLatency(x.handoff, bodyEnd, x.began, now, x.respErr); ok {
+		v.UpstreamLatency = lat
+	}
+}
+
+// UpstreamLatency is the origin's share of an exchange that ended at end:
+// from when the request was handed to the origin (handoff), or from when
+// its body was read to the end if that came later, until the response
+// began (or until end, when it did not). ok is false when the request
+// never reached the origin: not handed off, or its body timed out or was
+// over the cap. Both servers' exchanges record it alike.
+func UpstreamLatency(handoff, bodyEnd, began, end time.Time, respErr string) (d time.Duration, ok bool) {
+	if handoff.IsZero() || respErr == decisions.BodyTimeout || respErr == decisions.BodyTooLarge {
+		return 0, false
+	}
+	sent := handoff
+	if bodyEnd.After(sent) {
+		sent = bodyEnd
+	}
+	until := began
+	if until.IsZero() {
+		until = end
+	}
+	return max(until.Sub(sent), 0), true
 }
 
 // ProxyError is the reverse proxy's error handler: it answers a request

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/identity"
 )
 
 // Origin answers passed requests: an *OriginClient (the reverse proxy to
@@ -571,16 +572,8 @@ func isTimeout(err error) bool {
 func (x *exchange) finish(wall time.Time) {
 	v := &x.v
 	v.Status, v.ResponseError = x.status, x.respErr
-	if !x.handoff.IsZero() && x.respErr != decisions.BodyTimeout && x.respErr != decisions.BodyTooLarge {
-		sent := x.handoff
-		if x.bodyEnd.After(sent) {
-			sent = x.bodyEnd
-		}
-		until := x.began
-		if until.IsZero() {
-			until = wall
-		}
-		v.UpstreamLatency = max(until.Sub(sent), 0)
+	if lat, ok := edge.UpstreamLatency(x.handoff, x.bodyEnd, x.began, wall, x.respErr); ok {
+		v.UpstreamLatency = lat
 	}
 	l := x.h.l
 	l.End(context.Background(), l.DecisionTime(wall), v)
@@ -598,9 +591,6 @@ func (x *exchange) reset() {
 	x.req = edge.Request{}
 }
 
-// errBodyTooLarge is what the request body returns past the cap.
-var errBodyTooLarge = errors.New("read request body: larger than edge.client.max_body_bytes")
-
 // requestBody is the client's request body as the origin client reads it:
 // capped, and its failures noted for the decision.
 type requestBody struct{ x *exchange }
@@ -610,7 +600,7 @@ func (b requestBody) Read(p []byte) (int, error) {
 	m := x.h.maxBody
 	if m > 0 {
 		if x.read > m {
-			return 0, errBodyTooLarge // read past the cap already
+			return 0, edge.ErrBodyTooLarge // read past the cap already
 		}
 		// Read at most one byte past the cap: enough to know it is over.
 		if left := m + 1 - x.read; int64(len(p)) > left {
@@ -622,7 +612,7 @@ func (b requestBody) Read(p []byte) (int, error) {
 	if m > 0 && x.read > m {
 		// The byte past the cap is not passed on.
 		x.bodyFail = decisions.BodyTooLarge
-		return n - 1, errBodyTooLarge
+		return n - 1, edge.ErrBodyTooLarge
 	}
 	switch {
 	case err == io.EOF:
@@ -735,9 +725,5 @@ func identityPeer(a net.Addr) netip.Addr {
 	if a == nil {
 		return netip.Addr{}
 	}
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		return netip.Addr{}
-	}
-	return ap.Addr().Unmap()
+	return identity.ParsePeer(a.String()).Unmap()
 }
