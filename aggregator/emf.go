@@ -90,7 +90,8 @@ func (o EMFOptions) withDefaults() EMFOptions {
 // fixed order: service-wide, by tier, by tier and rule, by outcome, by
 // node. Every document is stamped with the window's start and carries the
 // output's idempotency key: source, partition, window, sequence range, and
-// whether it is a correction.
+// whether it is a correction. The metrics of windows shorter than a minute
+// are high-resolution (StorageResolution 1).
 func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	o = o.withDefaults()
 	p := out.Partial
@@ -244,7 +245,28 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	for _, node := range sortedKeys(p.Counts.ByNode) {
 		docs = append(docs, doc([]emf.Dimension{{Name: DimNode, Value: dimValue(node)}}, outcomeCountMetrics(*p.Counts.ByNode[node])))
 	}
+	// A window shorter than a minute is only worth its length if
+	// CloudWatch keeps its datapoints apart: at standard resolution it
+	// would sum a minute's windows into one point.
+	if res := resolution(p.Size); res != emf.Standard {
+		for i := range docs {
+			for j := range docs[i].Metrics {
+				docs[i].Metrics[j].Resolution = res
+			}
+		}
+	}
 	return docs
+}
+
+// resolution returns the storage resolution of the metrics of windows of
+// length size: High (one second) for windows shorter than a minute, which
+// CloudWatch would otherwise fold into one-minute datapoints, Standard
+// for the others.
+func resolution(size time.Duration) emf.Resolution {
+	if size < time.Minute {
+		return emf.High
+	}
+	return emf.Standard
 }
 
 // dimValue makes a tier, rule or node name a dimension value EMF accepts:

@@ -180,3 +180,53 @@ func TestEMFSinkSkipsWhatCanNeverBeValid(t *testing.T) {
 		t.Fatal("a failing sink did not fail the write")
 	}
 }
+
+// TestDocumentsResolution: the metrics of 1 s and 10 s windows are
+// high-resolution (StorageResolution 1 on every metric of every
+// document), or CloudWatch would fold a minute's windows into one
+// datapoint; those of 1 min and longer windows say nothing (standard).
+// Every document passes the validator either way.
+func TestDocumentsResolution(t *testing.T) {
+	f := func(size time.Duration, high bool) {
+		t.Helper()
+		p := NewPartial(t0, size, 10)
+		for _, d := range decisiontest.NewGenerator(8, t0).Batch(400) {
+			d.Time = t0 // every event in the window, however short
+			p.Update(&d)
+		}
+		b := encodeDocuments(t, EMFOptions{RuleBudget: 3}, Output{Partial: p, To: 399})
+		lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+		metrics := 0
+		for i, line := range lines {
+			if vs := emf.Validate(line, t0, emf.ValidateOptions{}); len(vs) > 0 {
+				t.Errorf("%v: line %d: %v", size, i+1, vs)
+			}
+			var doc struct {
+				AWS struct {
+					CloudWatchMetrics []struct {
+						Metrics []struct {
+							Name              string
+							StorageResolution *int
+						}
+					}
+				} `json:"_aws"`
+			}
+			if err := json.Unmarshal(line, &doc); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range doc.AWS.CloudWatchMetrics[0].Metrics {
+				metrics++
+				if got := m.StorageResolution != nil && *m.StorageResolution == 1; got != high {
+					t.Errorf("%v: line %d: %s has StorageResolution %v, want high resolution %v", size, i+1, m.Name, m.StorageResolution, high)
+				}
+			}
+		}
+		if len(lines) < 8 || metrics < 50 {
+			t.Fatalf("%v: %d documents, %d metrics", size, len(lines), metrics)
+		}
+	}
+	f(time.Second, true)
+	f(10*time.Second, true)
+	f(time.Minute, false)
+	f(5*time.Minute, false)
+}
