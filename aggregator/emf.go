@@ -70,9 +70,21 @@ const latencyValues = 100
 type EMFOptions struct {
 	Namespace string // default "Ratewarden"
 	Source    string // names the source in the idempotency key, such as "log" or a stream name
-	// RuleBudget is how many (tier, rule) pairs per window get documents
-	// of their own, the busiest first; the others are folded into
-	// OtherRule. Default 50.
+	// Rules are the configured rules' ids (config.Config.RuleIDs:
+	// "<tier>:global", "<tier>:<path prefix>"). When given, each of them
+	// that has traffic gets [Tier, Rule] documents of its own under its own
+	// tier, and every other (tier, rule) pair is folded into OtherRule. The
+	// kept set is then the same in every partition and window, so
+	// CloudWatch's sum of Rule=X over the partitions of a window is X's
+	// count, and names the configuration does not have, however many,
+	// cannot crowd a configured rule out. RuleBudget is then unused.
+	Rules []string
+	// RuleBudget, without Rules, is how many (tier, rule) pairs per output
+	// get documents of their own, the busiest first; the others are folded
+	// into OtherRule. Default 50. The ranking is per output, so per
+	// partition: two shards of one window may keep different rules, and a
+	// rule's sum over the partitions then misses what the shards that
+	// folded it counted (that is in their OtherRule).
 	RuleBudget int
 }
 
@@ -132,7 +144,6 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	if p.Counts.Dropped > 0 {
 		ms = append(ms, countMetric(MetricDecisionsDropped, p.Counts.Dropped))
 	}
-	type tierRule struct{ tier, rule string }
 	originErrs := map[tierRule]*[2]uint64{} // errors, timeouts; "" rule: the tier's total
 	var allErrs [2]uint64
 	for k, n := range p.Counts.Errors {
@@ -193,22 +204,15 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 		}
 		docs = append(docs, doc([]emf.Dimension{{Name: DimTier, Value: dimValue(tier)}}, ms))
 	}
-	ranked := make([]tierRule, 0, len(rules))
-	for k := range rules {
-		ranked = append(ranked, k)
+	keep := o.keepRule()
+	if keep == nil {
+		keep = busiest(rules, o.RuleBudget)
 	}
-	total := func(c *[decisions.NumOutcomes]uint64) (s uint64) {
-		for _, n := range c {
-			s += n
-		}
-		return s
-	}
-	slices.SortFunc(ranked, func(a, b tierRule) int {
-		return cmp.Or(cmp.Compare(total(rules[b]), total(rules[a])), cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule))
-	})
 	folded := map[string]*[decisions.NumOutcomes]uint64{}
-	for i, k := range ranked {
-		if i < o.RuleBudget {
+	kept := make([]tierRule, 0, len(rules))
+	for k, c := range rules {
+		if keep(k) && dimValue(k.rule) != OtherRule {
+			kept = append(kept, k)
 			continue
 		}
 		f := folded[k.tier]
@@ -216,11 +220,10 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 			f = new([decisions.NumOutcomes]uint64)
 			folded[k.tier] = f
 		}
-		for j, n := range rules[k] {
+		for j, n := range c {
 			f[j] += n
 		}
 	}
-	kept := ranked[:min(len(ranked), o.RuleBudget)]
 	slices.SortFunc(kept, func(a, b tierRule) int { return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule)) })
 	for _, k := range kept {
 		ms := outcomeCountMetrics(*rules[k])
@@ -267,6 +270,50 @@ func resolution(size time.Duration) emf.Resolution {
 		return emf.High
 	}
 	return emf.Standard
+}
+
+// tierRule is a [Tier, Rule] dimension set's pair.
+type tierRule struct{ tier, rule string }
+
+// keepRule returns whether a (tier, rule) pair gets documents of its own
+// under o.Rules, or nil without them. A pair is kept when its rule is
+// configured and is its tier's (the id's part before the colon), so that
+// a decision naming another tier cannot add pairs.
+func (o EMFOptions) keepRule() func(tierRule) bool {
+	if len(o.Rules) == 0 {
+		return nil
+	}
+	known := make(map[string]bool, len(o.Rules))
+	for _, id := range o.Rules {
+		known[id] = true
+	}
+	return func(k tierRule) bool {
+		tier, _, ok := strings.Cut(k.rule, ":")
+		return ok && tier == k.tier && known[k.rule]
+	}
+}
+
+// busiest returns whether a (tier, rule) pair is among the budget pairs
+// of rules with the most decisions (ties by tier, then rule).
+func busiest(rules map[tierRule]*[decisions.NumOutcomes]uint64, budget int) func(tierRule) bool {
+	total := func(c *[decisions.NumOutcomes]uint64) (s uint64) {
+		for _, n := range c {
+			s += n
+		}
+		return s
+	}
+	ranked := make([]tierRule, 0, len(rules))
+	for k := range rules {
+		ranked = append(ranked, k)
+	}
+	slices.SortFunc(ranked, func(a, b tierRule) int {
+		return cmp.Or(cmp.Compare(total(rules[b]), total(rules[a])), cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule))
+	})
+	top := make(map[tierRule]bool, min(len(ranked), budget))
+	for _, k := range ranked[:min(len(ranked), budget)] {
+		top[k] = true
+	}
+	return func(k tierRule) bool { return top[k] }
 }
 
 // dimValue makes a tier, rule or node name a dimension value EMF accepts:

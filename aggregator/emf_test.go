@@ -230,3 +230,126 @@ func TestDocumentsResolution(t *testing.T) {
 	f(time.Minute, false)
 	f(5*time.Minute, false)
 }
+
+// ruleRequests returns the Requests of the [Tier, Rule] documents of b by
+// "tier rule", each line checked by the validator.
+func ruleRequests(t *testing.T, b []byte) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for i, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if vs := emf.Validate(line, t0, emf.ValidateOptions{}); len(vs) > 0 {
+			t.Errorf("line %d: %v", i+1, vs)
+		}
+		var doc struct {
+			AWS struct {
+				CloudWatchMetrics []struct{ Dimensions [][]string }
+			} `json:"_aws"`
+			Tier, Rule string
+			Requests   float64
+		}
+		if err := json.Unmarshal(line, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(doc.AWS.CloudWatchMetrics[0].Dimensions) != "[[Tier Rule]]" {
+			continue
+		}
+		key := doc.Tier + " " + doc.Rule
+		if _, dup := out[key]; dup {
+			t.Errorf("two [Tier, Rule] documents for %s", key)
+		}
+		out[key] = doc.Requests
+	}
+	return out
+}
+
+// ruleTraffic returns a partial of the window at t0 holding, for each
+// "tier rule" of counts, that many blocked decisions.
+func ruleTraffic(counts map[string]int) *Partial {
+	p := NewPartial(t0, time.Minute, 10)
+	for key, n := range counts {
+		tier, rule, _ := strings.Cut(key, " ")
+		for i := range n {
+			d := decisions.Decision{Time: t0, Tier: tier, Rule: rule, Outcome: decisions.Block,
+				ClientIP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})}
+			p.Update(&d)
+		}
+	}
+	return p
+}
+
+// TestDocumentsRuleFolding: past the budget, the least busy (tier, rule)
+// pairs are folded into their tier's __other__, which holds exactly the
+// tier's decisions less those of its kept rules; with the configured
+// rules, those are kept whatever their traffic, and every other pair (a
+// rule the configuration does not have, or a configured rule under a tier
+// that is not its own) is folded, however busy.
+func TestDocumentsRuleFolding(t *testing.T) {
+	counts := map[string]int{
+		"anonymous anonymous:global": 50, "anonymous anonymous:/api": 40, "anonymous anonymous:/b": 2,
+		"anonymous hostile-1": 30, "anonymous hostile-2": 30, "anonymous __other__": 7,
+		"free free:global": 20, "free free:/x": 1, "free anonymous:global": 9,
+	}
+	p := ruleTraffic(counts)
+	f := func(opts EMFOptions, want map[string]float64) {
+		t.Helper()
+		got := ruleRequests(t, encodeDocuments(t, opts, Output{Partial: p, To: 188}))
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%+v: [Tier, Rule] Requests\n got %v\nwant %v", opts, got, want)
+		}
+		var sum float64
+		for _, n := range got {
+			sum += n
+		}
+		if sum != float64(p.Counts.Total()) {
+			t.Errorf("%+v: [Tier, Rule] Requests add up to %v of %d", opts, sum, p.Counts.Total())
+		}
+	}
+	// The budget: the three busiest pairs; anonymous's __other__ is its
+	// 159 decisions less the 120 of its kept rules.
+	f(EMFOptions{RuleBudget: 3}, map[string]float64{
+		"anonymous anonymous:/api": 40, "anonymous anonymous:global": 50, "anonymous hostile-1": 30,
+		"anonymous __other__": 159 - 120, "free __other__": 30,
+	})
+	// The configuration: its rules, however quiet, and nothing else.
+	f(EMFOptions{RuleBudget: 3, Rules: []string{"anonymous:global", "anonymous:/api", "anonymous:/b", "free:global", "free:/x", "free:/unused"}},
+		map[string]float64{
+			"anonymous anonymous:/api": 40, "anonymous anonymous:/b": 2, "anonymous anonymous:global": 50,
+			"anonymous __other__": 159 - 92, "free free:/x": 1, "free free:global": 20, "free __other__": 9,
+		})
+}
+
+// TestDocumentsRulesAcrossPartitions: two partitions of one window whose
+// busiest rules differ. With the configured rules, the sum of Rule=X over
+// both partitions' documents (what CloudWatch adds up) is X's count in the
+// merged partial for every rule; with a budget alone, ranked per
+// partition, it is not (the fallback's documented limit).
+func TestDocumentsRulesAcrossPartitions(t *testing.T) {
+	a := ruleTraffic(map[string]int{"anonymous anonymous:global": 9, "anonymous anonymous:/a": 8, "anonymous anonymous:/b": 1, "pro pro:global": 2})
+	b := ruleTraffic(map[string]int{"anonymous anonymous:global": 1, "anonymous anonymous:/a": 2, "anonymous anonymous:/b": 9, "pro pro:global": 7})
+	merged := ruleTraffic(nil)
+	for _, p := range []*Partial{a, b} {
+		if err := merged.Merge(p, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]float64{}
+	for k, n := range merged.Counts.Cells {
+		want[k.Tier+" "+k.Rule] += float64(n)
+	}
+	sum := func(opts EMFOptions) map[string]float64 {
+		out := map[string]float64{}
+		for _, p := range []*Partial{a, b} {
+			for k, n := range ruleRequests(t, encodeDocuments(t, opts, Output{Partial: p, To: 19})) {
+				out[k] += n
+			}
+		}
+		return out
+	}
+	configured := sum(EMFOptions{RuleBudget: 2, Rules: []string{"anonymous:global", "anonymous:/a", "anonymous:/b", "pro:global"}})
+	if fmt.Sprint(configured) != fmt.Sprint(want) {
+		t.Errorf("Rule=X over both partitions\n got %v\nwant %v (the merged partial)", configured, want)
+	}
+	if ranked := sum(EMFOptions{RuleBudget: 2}); fmt.Sprint(ranked) == fmt.Sprint(want) {
+		t.Errorf("the per-partition budget kept the same rules in both partitions (%v): the traffic does not test the configured set", ranked)
+	}
+}

@@ -795,6 +795,12 @@ tiers:
 	if c.Tiers["pro"].Paths["/a"] != nil || got["pro"].Extends != "" {
 		t.Error("ResolvedTiers modified the configuration or kept extends")
 	}
+	// The rule ids, inherited rules included, as the edge names them.
+	ids, want := strings.Join(c.RuleIDs(), " "), "anonymous:global authenticated:/a authenticated:/b authenticated:global "+
+		"basic:/a basic:/b basic:global pro:/a pro:/b pro:/c pro:global"
+	if ids != want {
+		t.Errorf("RuleIDs() = %s\nwant %s", ids, want)
+	}
 }
 
 func TestTierFor(t *testing.T) {

@@ -1,6 +1,9 @@
 package config
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // ResolvedTiers returns the tiers with extends applied, as the edge enforces
 // them. A tier that extends another inherits the parent's global rule when
@@ -82,4 +85,22 @@ func (id *Identity) TrustedPrefixes() []netip.Prefix {
 		}
 	}
 	return ps
+}
+
+// RuleIDs returns the ids of the rules of the resolved tiers, sorted: the
+// edge names a decision's rule (decisions.Decision.Rule) "<tier>:global"
+// or "<tier>:<path prefix>". Tier names hold no colon, so an id names its
+// tier too.
+func (c *Config) RuleIDs() []string {
+	var ids []string
+	for name, t := range c.ResolvedTiers() {
+		if t.Global != nil {
+			ids = append(ids, name+":global")
+		}
+		for prefix := range t.Paths {
+			ids = append(ids, name+":"+prefix)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }

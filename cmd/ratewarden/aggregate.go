@@ -75,6 +75,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	admin := fs.String("admin-listen", "127.0.0.1:9091", "serve /metrics and /healthz on `address`; \"off\" to disable")
 	alertsCfg := fs.String("alerts", "", "run the anomaly detectors and feedback policies of the configuration `file` (its alerts and feedback sections) over every window, keeping their state in --state-dir; the local log only (with a Kinesis stream, run `ratewarden alerts` over the merged partials)")
 	opts := rollupFlags(fs)
+	emfRules := emfRuleFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -115,7 +116,11 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	var emfWriter *emf.Writer
 	if *emfSpec != "" {
-		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: source, RuleBudget: *ruleBudget}, false)
+		rules, err := emfRules()
+		if err != nil {
+			return err
+		}
+		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: source, RuleBudget: *ruleBudget, Rules: rules}, false)
 		if err != nil {
 			return err
 		}
@@ -261,6 +266,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(from, "from", "events at or after `T` (RFC 3339, or a duration before now)")
 	fs.Var(to, "to", "events before `T`")
 	opts := rollupFlags(fs)
+	emfRules := emfRuleFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -269,6 +275,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errUsage
 	}
 	ro, err := opts()
+	if err != nil {
+		return err
+	}
+	rules, err := emfRules()
 	if err != nil {
 		return err
 	}
@@ -286,7 +296,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// The EMF of a replay goes to a file, stamped with the windows' own
 	// times however old, and with a clock fixed at the end of the range so
 	// that the same range gives the same bytes.
-	emfOut, closeEMF, err := emfSink(ctx, "file:"+filepath.Join(*out, "emf.jsonl"), stdout, aggregator.EMFOptions{Source: "log"}, true)
+	emfOut, closeEMF, err := emfSink(ctx, "file:"+filepath.Join(*out, "emf.jsonl"), stdout, aggregator.EMFOptions{Source: "log", Rules: rules}, true)
 	if err != nil {
 		return err
 	}
