@@ -1,0 +1,191 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// fixedLog writes the decisions of the JSON-lines file path into a new
+// decision log, in one batch, and returns the log's directory and the
+// decisions.
+func fixedLog(t *testing.T, path string) (string, []decisions.Decision) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ds []decisions.Decision
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		d, _, err := decisions.ParseJSON(sc.Bytes())
+		if err != nil {
+			t.Fatalf("%s:%d: %v", path, len(ds)+1, err)
+		}
+		ds = append(ds, d)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "log")
+	l, err := seglog.Open(dir, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := decisionlog.NewWriter(l, decisionlog.WriterOptions{}).WriteBatch(ds); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, ds
+}
+
+// emfDoc is what the totals below read of an EMF document.
+type emfDoc struct {
+	Dims    string // the dimension set, such as "[Tier Rule]"
+	Metrics map[string]float64
+}
+
+// readEMF reads the documents of an EMF file: each document's dimension
+// set and its single-valued metrics.
+func readEMF(t *testing.T, path string) []emfDoc {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []emfDoc
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var raw map[string]json.RawMessage
+		var meta struct {
+			CloudWatchMetrics []struct {
+				Dimensions [][]string
+				Metrics    []struct{ Name string }
+			}
+		}
+		if err := json.Unmarshal(line, &raw); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if err := json.Unmarshal(raw["_aws"], &meta); err != nil || len(meta.CloudWatchMetrics) != 1 || len(meta.CloudWatchMetrics[0].Dimensions) != 1 {
+			t.Fatalf("%s: not one directive with one dimension set: %s", path, line)
+		}
+		d := emfDoc{Dims: fmt.Sprint(meta.CloudWatchMetrics[0].Dimensions[0]), Metrics: map[string]float64{}}
+		for _, m := range meta.CloudWatchMetrics[0].Metrics {
+			var v float64
+			if json.Unmarshal(raw[m.Name], &v) == nil {
+				d.Metrics[m.Name] = v
+			}
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// TestAggregateEMFGolden: the fixed decision log
+// testdata/aggregate/decisions.jsonl (80 decisions of the traffic
+// generator, seed 10, spread over 24 s with blocks, challenges, fails open,
+// an origin timeout, one event 15 s late, a drop report and a feedback
+// action edited in), written with the log writer and rolled up by the
+// built binary's `replay` in 10 s windows with the seed configuration's
+// rules and in 1 min windows with the rule budget, gives the EMF of
+// testdata/aggregate/emf-*.jsonl (-update rewrites them); `emf validate`
+// accepts every document; and every dimension set's totals equal the
+// log's. (`replay`, not `aggregate`, because the windows of a fixed log
+// are older than the 14 days CloudWatch accepts: replay stamps them as
+// they are, aggregate would refuse them.)
+func TestAggregateEMFGolden(t *testing.T) {
+	bin := buildBinary(t)
+	logDir, ds := fixedLog(t, filepath.Join("testdata", "aggregate", "decisions.jsonl"))
+	var want struct {
+		requests, ruled, dropped, originErrors float64
+		byOutcome                              map[string]float64
+	}
+	want.byOutcome = map[string]float64{}
+	for _, d := range ds {
+		switch d.Kind {
+		case decisions.KindDrops:
+			want.dropped += float64(d.Dropped)
+		case decisions.KindDecision:
+			want.requests++
+			want.byOutcome[d.Outcome.String()]++
+			if d.Rule != "" {
+				want.ruled++
+			}
+			if d.ResponseError == decisions.UpstreamTimeout {
+				want.originErrors++
+			}
+		}
+	}
+	metricOf := map[string]string{"allow": "Allowed", "block": "Blocked", "challenge": "Challenged", "fail_open": "FailOpen",
+		"shadow_block": "ShadowBlocked", "deny_listed": "DenyListed", "allow_listed": "AllowListed"}
+	if len(want.byOutcome) != len(metricOf) || want.dropped == 0 || want.originErrors == 0 {
+		t.Fatalf("the fixture's outcomes %v, drops %v, origin errors %v: not what this test checks", want.byOutcome, want.dropped, want.originErrors)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"emf-10s.jsonl", []string{"--window", "10s", "--config", "../examples/seed.yaml"}},
+		{"emf-1m.jsonl", []string{"--window", "1m"}},
+	} {
+		out := filepath.Join(t.TempDir(), "replay")
+		runBinary(t, bin, nil, append([]string{"replay", "--decisions-dir", logDir, "--out", out}, c.args...)...)
+		file := filepath.Join(out, "emf.jsonl")
+		runBinary(t, bin, nil, "emf", "validate", "--ignore-time", file)
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden := filepath.Join("testdata", "aggregate", c.name)
+		if *update {
+			if err := os.WriteFile(golden, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b, err := os.ReadFile(golden); err != nil || !bytes.Equal(got, b) {
+			t.Errorf("%s: the EMF differs from %s (%v; run with -update after checking)", c.name, golden, err)
+		}
+
+		sums := map[string]float64{}
+		service := map[string]float64{}
+		for _, d := range readEMF(t, file) {
+			sums[d.Dims] += d.Metrics["Requests"]
+			if d.Dims == "[]" {
+				for name, v := range d.Metrics {
+					service[name] += v
+				}
+			}
+		}
+		for _, dims := range []string{"[]", "[Tier]", "[Outcome]", "[Node]"} {
+			if sums[dims] != want.requests {
+				t.Errorf("%s: Requests by %s add up to %v, the log holds %v decisions", c.name, dims, sums[dims], want.requests)
+			}
+		}
+		if sums["[Tier Rule]"] != want.ruled {
+			t.Errorf("%s: Requests by [Tier Rule] add up to %v, the log holds %v decisions with a rule", c.name, sums["[Tier Rule]"], want.ruled)
+		}
+		for outcome, n := range want.byOutcome {
+			if service[metricOf[outcome]] != n {
+				t.Errorf("%s: %s adds up to %v, the log holds %v %s decisions", c.name, metricOf[outcome], service[metricOf[outcome]], n, outcome)
+			}
+		}
+		if service["DecisionsDropped"] != want.dropped || service["OriginErrors"] != want.originErrors {
+			t.Errorf("%s: DecisionsDropped %v and OriginErrors %v, the log %v and %v", c.name,
+				service["DecisionsDropped"], service["OriginErrors"], want.dropped, want.originErrors)
+		}
+	}
+}
