@@ -117,6 +117,7 @@ type Rollup struct {
 	closed    time.Time // every window ending at or before it was emitted
 	next      uint64    // one past the highest sequence number seen
 	active    bool      // an event arrived since the last Advance
+	quiet     bool      // the last Advance moved the watermark with the wall clock
 	oldest    int64     // the oldest open window's start, if oldestOK
 	oldestOK  bool
 	idleSince time.Time
@@ -206,11 +207,13 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 // been idle (no event since the previous Advance) for Options.Idle: a
 // quiet partition is taken to have seen an event at now - Idle.
 func (r *Rollup) Advance(now time.Time) {
+	r.quiet = false
 	if r.active || r.idleSince.IsZero() {
 		r.active, r.idleSince = false, now
 		return
 	}
 	if now.Sub(r.idleSince) >= r.o.Idle {
+		r.quiet = true
 		if t := now.Add(-r.o.Idle); t.After(r.latest) {
 			r.latest = t
 		}
@@ -222,8 +225,13 @@ func (r *Rollup) Advance(now time.Time) {
 // shutdown or the end of a replay). Corrections leave only with a closing
 // window (or a final flush), never on their own: which events a correction
 // holds then depends on the order of the events alone, not on when Flush
-// was called, so a restart rebuilds the same corrections. A window emit
-// fails on stays pending and is offered again at the next Flush.
+// was called, so a restart rebuilds the same corrections. The exception is
+// a partition gone quiet (Advance moved its watermark with the wall clock
+// and no event came since): no window of it will close, and its
+// corrections would wait for its next event, for ever on a shard no edge
+// writes to any more; they leave then, as its windows did. A replay never
+// goes quiet. A window emit fails on stays pending and is offered again at
+// the next Flush.
 func (r *Rollup) Flush(final bool, emit func(Output) error) error {
 	wm := r.Watermark()
 	var errs []error
@@ -245,7 +253,7 @@ func (r *Rollup) Flush(final bool, emit func(Output) error) error {
 			r.closed = end
 		}
 	}
-	if !closing && !final {
+	if !closing && !final && !(r.quiet && !r.active) {
 		return errors.Join(errs...)
 	}
 	for _, start := range sortedKeys(r.late) {

@@ -60,11 +60,17 @@ func partialFiles(t *testing.T, dir string) map[string][]byte {
 // edge at base and counts the statuses served.
 func serveClients(t *testing.T, base string, clients, each int) map[int]uint64 {
 	t.Helper()
+	return servePath(t, base, "/api/reports", clients, each)
+}
+
+// servePath is serveClients for the path path.
+func servePath(t *testing.T, base, path string, clients, each int) map[int]uint64 {
+	t.Helper()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	statuses := map[int]uint64{}
 	for c := range clients {
 		for range each {
-			res := get(t, client, base+"/api/reports", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", c))
+			res := get(t, client, base+path, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", c))
 			statuses[res.status]++
 		}
 	}
@@ -137,6 +143,7 @@ func TestEdgeAndAggregate(t *testing.T) {
 			t.Fatal(err)
 		}
 		replays[i]["emf.jsonl"] = b
+		runBinary(t, bin, nil, "emf", "validate", filepath.Join(out, "emf.jsonl"))
 		if got := emfServiceRequests(t, filepath.Join(out, "emf.jsonl")); got != clients*each {
 			t.Errorf("replay %d: EMF Requests add up to %d, want %d", i, got, clients*each)
 		}

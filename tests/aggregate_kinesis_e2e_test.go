@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 )
@@ -155,10 +156,13 @@ func emfRequests(t *testing.T, paths ...string) int {
 
 // TestEdgeAndAggregateKinesis: `ratewarden edge --kinesis-stream` serves
 // requests onto a 4-shard stream while two `ratewarden aggregate
-// --kinesis-stream` processes share its shards through the lease table and
-// the state table. The merged partials and the EMF hold exactly the
-// requests served, and equal, window by window, what a single aggregator
-// of another consumer group makes of the same stream.
+// --kinesis-stream --config` processes share its shards through the lease
+// table and the state table. The merged partials and the EMF hold exactly
+// the requests served; every EMF document passes `emf validate`; and a
+// single aggregator of another consumer group makes of the same stream the
+// same merged partial of every window, byte for byte (counts, distinct
+// clients, latencies, top-K lists), and the same [Tier, Rule] Requests by
+// window and rule, none folded.
 func TestEdgeAndAggregateKinesis(t *testing.T) {
 	bin := buildBinary(t)
 	env := standInEnv(t)
@@ -168,7 +172,8 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 		"--leases-table", leases, "--state-table", stateTable)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
-	base, _ := startEdge(t, bin, env, "--config", seedTrusting(t, "[127.0.0.1]", ""), "--upstream", origin.URL,
+	cfg := seedTrusting(t, "[127.0.0.1]", "")
+	base, _ := startEdge(t, bin, env, "--config", cfg, "--upstream", origin.URL,
 		"--kinesis-stream", stream, "--kinesis-spill-dir", filepath.Join(t.TempDir(), "spill"))
 
 	// The pair keeps its state in DynamoDB, as aggregators on two
@@ -177,7 +182,8 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 	partials := filepath.Join(tmp, "partials")
 	pair := func(name string) *aggregateProc {
 		return startAggregate(t, bin, env, "--kinesis-stream", stream, "--leases-table", leases, "--consumer-group", "pair",
-			"--lease-duration", "1s", "--state-table", stateTable, "--partials", "dir:"+partials, "--emf", "file:"+filepath.Join(tmp, name+".emf.jsonl"))
+			"--lease-duration", "1s", "--state-table", stateTable, "--partials", "dir:"+partials, "--emf", "file:"+filepath.Join(tmp, name+".emf.jsonl"),
+			"--config", cfg)
 	}
 	a := pair("a")
 	b := pair("b")
@@ -193,18 +199,31 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	const clients, each = 16, 20
+	const clients, each, root = 16, 20, 3
+	const requests = clients * (each + root)
 	served := serveClients(t, base, clients, each)
-	stops[t.Name()]() // the edge ships what it holds
+	// Once the pair has emitted those, the site's root: another rule
+	// (anonymous:global), in a later window. The edge lingers up to 5 s
+	// (decisions.kinesis.linger) before it ships, so the pair's shards have
+	// gone quiet, closed their windows and take the decisions as late:
+	// corrections, which must leave while the edge keeps running and no
+	// other window of those shards closes.
 	waitPartials(t, partials, clients*each, a, b)
+	for status, n := range servePath(t, base, "/", clients, root) {
+		served[status] += n
+	}
+	stops[t.Name()]() // the edge ships what it holds
+	waitPartials(t, partials, requests, a, b)
 	a.stop(t)
 	b.stop(t)
 	total, pairWindows, statuses := windowCounts(t, partials)
-	if total != clients*each || fmt.Sprint(statuses) != fmt.Sprint(served) {
+	if total != requests || fmt.Sprint(statuses) != fmt.Sprint(served) {
 		t.Fatalf("the pair's partials hold %d events, %v; the edge served %v", total, statuses, served)
 	}
-	if got := emfRequests(t, filepath.Join(tmp, "a.emf.jsonl"), filepath.Join(tmp, "b.emf.jsonl")); got != clients*each {
-		t.Errorf("the pair's EMF Requests add up to %d, the edge served %d", got, clients*each)
+	pairEMF := []string{filepath.Join(tmp, "a.emf.jsonl"), filepath.Join(tmp, "b.emf.jsonl")}
+	runBinary(t, bin, nil, append([]string{"emf", "validate"}, pairEMF...)...)
+	if got := emfRequests(t, pairEMF...); got != requests {
+		t.Errorf("the pair's EMF Requests add up to %d, the edge served %d", got, requests)
 	}
 	for _, p := range []*aggregateProc{a, b} {
 		if !bytes.Contains([]byte(p.out.String()), []byte("outputs ")) {
@@ -220,18 +239,104 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 	}
 	one := startAggregate(t, bin, env, "--kinesis-stream", stream, "--leases-table", leases, "--consumer-group", "solo",
 		"--state-dir", filepath.Join(solo, "state"), "--partials", "dir:"+filepath.Join(solo, "partials"),
-		"--emf", "file:"+filepath.Join(solo, "emf.jsonl"), "--admin-listen", "127.0.0.1:0")
-	waitPartials(t, filepath.Join(solo, "partials"), clients*each, one)
+		"--emf", "file:"+filepath.Join(solo, "emf.jsonl"), "--admin-listen", "127.0.0.1:0", "--config", cfg)
+	waitPartials(t, filepath.Join(solo, "partials"), requests, one)
 	checkShardMetrics(t, one, 4)
 	one.stop(t)
 	_, soloWindows, _ := windowCounts(t, filepath.Join(solo, "partials"))
 	if fmt.Sprint(soloWindows) != fmt.Sprint(pairWindows) {
 		t.Errorf("windows of the pair %v, of one aggregator %v", pairWindows, soloWindows)
 	}
-	if got := emfRequests(t, filepath.Join(solo, "emf.jsonl")); got != clients*each {
-		t.Errorf("one aggregator's EMF Requests add up to %d, the edge served %d", got, clients*each)
+	if got := emfRequests(t, filepath.Join(solo, "emf.jsonl")); got != requests {
+		t.Errorf("one aggregator's EMF Requests add up to %d, the edge served %d", got, requests)
+	}
+	runBinary(t, bin, nil, "emf", "validate", filepath.Join(solo, "emf.jsonl"))
+	// Not only the counts: the merged partial of every window (distinct
+	// clients, latencies, top-K lists) is the same bytes. The files differ:
+	// the pair, reading while the edge served, may have emitted a window
+	// and then a correction of it where the single aggregator, reading
+	// afterwards, emitted the window once, with other sequence ranges in
+	// the names; merged, they hold the same events, and each shard's
+	// clients are its own.
+	sameMerged(t, mergedPartials(t, partials), mergedPartials(t, filepath.Join(solo, "partials")))
+	// With the edges' configuration, both keep every rule in every shard:
+	// Rule=X over the pair's documents is X's count, as over the single
+	// aggregator's, window by window, and nothing was folded.
+	pairRules, soloRules := emfRuleRequests(t, pairEMF...), emfRuleRequests(t, filepath.Join(solo, "emf.jsonl"))
+	t.Logf("the pair wrote %d partial files, one aggregator %d, for %d windows; [Tier, Rule] Requests %v",
+		len(partialFiles(t, partials)), len(partialFiles(t, filepath.Join(solo, "partials"))), len(mergedPartials(t, partials)), pairRules)
+	if len(pairRules) == 0 || fmt.Sprint(pairRules) != fmt.Sprint(soloRules) || strings.Contains(fmt.Sprint(pairRules), "__other__") {
+		t.Errorf("[Tier, Rule] Requests by window of the pair %v, of one aggregator %v", pairRules, soloRules)
 	}
 	t.Logf("a:\n%sb:\n%sone:\n%s", a.out.String(), b.out.String(), one.out.String())
+}
+
+// mergedPartials merges the partials under dir by window, as readers do,
+// and encodes each window's merged partial.
+func mergedPartials(t *testing.T, dir string) map[time.Time][]byte {
+	t.Helper()
+	out := map[time.Time][]byte{}
+	for start, p := range readPartials(t, dir, time.Second) {
+		b, err := p.AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[start] = b
+	}
+	return out
+}
+
+// sameMerged checks that two runs' merged partials are the same windows
+// and the same bytes, and describes a window that differs.
+func sameMerged(t *testing.T, got, want map[time.Time][]byte) {
+	t.Helper()
+	describe := func(b []byte) string {
+		p, err := aggregator.DecodePartial(b)
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("events %d, clients %d, top requests %v", p.Events, aggregator.Estimate(p.Clients.All), p.Offenders.Requests.Top(5))
+	}
+	if len(got) == 0 || len(got) != len(want) {
+		t.Errorf("%d merged windows, want %d", len(got), len(want))
+	}
+	for start, b := range want {
+		if !bytes.Equal(got[start], b) {
+			t.Errorf("window %v: the merged partials differ:\n got %s\nwant %s", start, describe(got[start]), describe(b))
+		}
+	}
+}
+
+// emfRuleRequests adds up the Requests of the [Tier, Rule] documents of
+// the EMF files by window and rule, each output once.
+func emfRuleRequests(t *testing.T, paths ...string) map[string]float64 {
+	t.Helper()
+	seen := map[string]bool{}
+	out := map[string]float64{}
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			var doc struct {
+				Key        string `json:"rw_key"`
+				Start      string `json:"rw_window_start"`
+				Tier, Rule string
+				Requests   *float64
+			}
+			if err := json.Unmarshal(line, &doc); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			key := doc.Key + " " + doc.Tier + " " + doc.Rule
+			if doc.Rule == "" || doc.Requests == nil || seen[key] {
+				continue
+			}
+			seen[key] = true
+			out[doc.Start+" "+doc.Tier+" "+doc.Rule] += *doc.Requests
+		}
+	}
+	return out
 }
 
 // checkShardMetrics scrapes the aggregator's /metrics and checks that
