@@ -59,6 +59,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 1, "--alerts needs whole windows"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 1, `--rules "global": want rule ids`},
+		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"serve", "--help"}, 0, "-dashboard-listen"},
 		{[]string{"serve", "extra"}, 2, "Usage: ratewarden serve"},
 		{[]string{"serve", "--dashboard-listen", "0.0.0.0:0"}, 1, `dashboard listen "0.0.0.0:0": not a loopback address, and no token protects the dashboard`},
