@@ -98,8 +98,10 @@ func readEMF(t *testing.T, path string) []emfDoc {
 // TestAggregateEMFGolden: the fixed decision log
 // testdata/aggregate/decisions.jsonl (80 decisions of the traffic
 // generator, seed 10, spread over 24 s with blocks, challenges, fails open,
-// an origin timeout, one event 15 s late, a drop report and a feedback
-// action edited in), written with the log writer and rolled up by the
+// an origin timeout, one event 15 s out of order, a drop report and a
+// feedback action edited in; a log this small is read in one flush, so the
+// event out of order still joins its window), written with the log writer
+// and rolled up by the
 // built binary's `replay` in 10 s windows with the seed configuration's
 // rules and in 1 min windows with the rule budget, gives the EMF of
 // testdata/aggregate/emf-*.jsonl (-update rewrites them); `emf validate`
