@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
@@ -486,5 +487,107 @@ func TestLambdaAggregate(t *testing.T) {
 	lines = invocationLines(t, h.stderr)
 	if len(lines) != 1 || lines[0].Level != "ERROR" || lines[0].FailedAt != first || lines[0].Err == "" || lines[0].Outputs != 0 {
 		t.Fatalf("with the partials store failing: stderr lines %+v", lines)
+	}
+}
+
+// TestLambdaAggregatePartialFailure: `ratewarden lambda --aggregate
+// --commit-records 4` whose partials store cannot take the second group's
+// last window (a directory stands where its file goes) answers a partial
+// batch failure naming the second group's first record; the first group's
+// partials and EMF are out, and of the second group only the partial of
+// its window before the blocked one, no EMF. Lambda's retry of
+// the rest of the batch (BisectBatchOnFunctionError's split at that record),
+// once the store mends, stores the rest: the partials and the EMF then hold
+// every decision of the event once.
+func TestLambdaAggregatePartialFailure(t *testing.T) {
+	bin := buildBinary(t)
+	_, ev := readKinesisEvent(t)
+	ds := eventDecisions(t, ev)
+	const group = 4
+	if len(ev.Records) < 3*group {
+		t.Fatalf("the recorded event has %d records; the test wants three groups of %d", len(ev.Records), group)
+	}
+	second := ev.Records[group : 2*group]
+	var last time.Time
+	secondDs := eventDecisions(t, events.KinesisEvent{Records: second})
+	for _, d := range secondDs {
+		if w := d.Time.Truncate(time.Minute); w.After(last) {
+			last = w
+		}
+	}
+	// The second group's windows before the blocked one are stored
+	// before the failure (and replaced by the retry).
+	var storedBefore uint64
+	for _, d := range secondDs {
+		if d.Time.Before(last) {
+			storedBefore++
+		}
+	}
+	if storedBefore == 0 {
+		t.Fatal("the second group of the recorded event touches one window; the test wants two")
+	}
+	partials := t.TempDir()
+	block := filepath.Join(partials, "1m0s", last.UTC().Format(time.DateOnly), fmt.Sprintf("%d.shardId-000000000000.%s-%s.rwp",
+		last.UnixNano(), second[0].Kinesis.SequenceNumber, second[len(second)-1].Kinesis.SequenceNumber))
+	if err := os.MkdirAll(filepath.Join(block, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := startLambda(t, bin, "--aggregate", "--partials", "dir:"+partials, "--commit-records", strconv.Itoa(group), "--ignore-time")
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failedAt := second[0].Kinesis.SequenceNumber
+	if fails := batchItemFailures(t, f.invoke(t, raw)); !slices.Equal(fails, []string{failedAt}) {
+		t.Fatalf("batch item failures %v, want [%s]", fails, failedAt)
+	}
+	firstEvents := uint64(len(eventDecisions(t, events.KinesisEvent{Records: ev.Records[:group]})))
+	// The reader skips and names the directory in the way.
+	ps, problems, err := (&aggregator.PartialsDir{Dir: partials}).Read(time.Minute, time.Time{}, time.Now().Add(time.Hour))
+	if err != nil || len(problems) != 1 || problems[0].Path != block {
+		t.Fatalf("read partials: %v %v", err, problems)
+	}
+	var stored uint64
+	for _, p := range ps {
+		stored += p.Events
+	}
+	if stored != firstEvents+storedBefore {
+		t.Fatalf("after the failure the partials hold %d events, the first group %d and the second's first window %d", stored, firstEvents, storedBefore)
+	}
+	emfFile := filepath.Join(t.TempDir(), "emf.jsonl")
+	if err := os.WriteFile(emfFile, readFile(t, f.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := emfServiceRequests(t, emfFile), requestsServed(eventDecisions(t, events.KinesisEvent{Records: ev.Records[:group]})); got != want {
+		t.Fatalf("after the failure the EMF counts %d requests, the first group %d", got, want)
+	}
+	lines := invocationLines(t, f.stderr)
+	if len(lines) != 1 || lines[0].FailedAt != failedAt || lines[0].Level != "ERROR" || !strings.Contains(lines[0].Err, second[0].Kinesis.SequenceNumber) {
+		t.Fatalf("stderr lines %+v", lines)
+	}
+
+	if err := os.RemoveAll(block); err != nil {
+		t.Fatal(err)
+	}
+	rest := ev
+	rest.Records = ev.Records[group:]
+	if raw, err = json.Marshal(rest); err != nil {
+		t.Fatal(err)
+	}
+	if fails := batchItemFailures(t, f.invoke(t, raw)); len(fails) != 0 {
+		t.Fatalf("retry: batch item failures %v", fails)
+	}
+	stored = 0
+	for _, p := range readPartials(t, partials, time.Minute) {
+		stored += p.Events
+	}
+	if stored != uint64(len(ds)) {
+		t.Fatalf("after the retry the partials hold %d events, the event %d", stored, len(ds))
+	}
+	if err := os.WriteFile(emfFile, readFile(t, f.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := emfServiceRequests(t, emfFile), requestsServed(ds); got != want {
+		t.Fatalf("after the retry the EMF counts %d requests, the event %d", got, want)
 	}
 }
