@@ -57,18 +57,6 @@ func partialsSink(spec string) (aggregator.Sink, error) {
 	return nil, fmt.Errorf("--partials %q: want dir:PATH", spec)
 }
 
-// partialsSinks returns the sink --partials names, none when it is empty.
-func partialsSinks(spec string) ([]aggregator.Sink, error) {
-	if spec == "" {
-		return nil, nil
-	}
-	s, err := partialsSink(spec)
-	if err != nil {
-		return nil, err
-	}
-	return []aggregator.Sink{s}, nil
-}
-
 func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR --state-dir DIR | --kinesis-stream NAME (--state-dir DIR | --state-table NAME) | --stdin) [--partials dir:PATH] [--emf SINK] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
@@ -117,9 +105,13 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err != nil {
 		return err
 	}
-	sinks, err := partialsSinks(*partials)
-	if err != nil {
-		return err
+	var sinks []aggregator.Sink
+	if *partials != "" {
+		s, err := partialsSink(*partials)
+		if err != nil {
+			return err
+		}
+		sinks = append(sinks, s)
 	}
 	var emfWriter *emf.Writer
 	if *emfSpec != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,21 +63,25 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return nil
 	}
 	if *aggregate {
-		// Stored partials come first: the EMF of a commit group is written
-		// only once its partials are durable, so a retry after a partials
-		// failure does not emit the group's EMF twice.
-		sinks, err := partialsSinks(*partials)
-		if err != nil {
-			return err
-		}
 		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: *ignoreTime}, emf.NewStdoutSink(stdout))
 		if err != nil {
 			return err
 		}
 		defer w.Close(context.Background())
+		sinks := []aggregator.Sink{&aggregator.EMFSink{W: w, Opts: aggregator.EMFOptions{Namespace: *namespace, Source: "kinesis"}}}
+		if *partials != "" {
+			// Stored partials come first: the EMF of a commit group is
+			// written only once its partials are stored, so a retry after
+			// a store failure does not emit the group's EMF twice.
+			store, err := partialsSink(*partials)
+			if err != nil {
+				return err
+			}
+			sinks = slices.Insert(sinks, 0, store)
+		}
 		log := slog.New(slog.NewJSONHandler(stderr, nil))
 		kl := &aggregator.KinesisLambda{Window: *window, CommitRecords: *commitRecords,
-			Sinks:        append(sinks, &aggregator.EMFSink{W: w, Opts: aggregator.EMFOptions{Namespace: *namespace, Source: "kinesis"}}),
+			Sinks:        sinks,
 			OnInvocation: func(ctx context.Context, inv aggregator.Invocation) { logInvocation(ctx, log, inv, w.Stats().Rejected) }}
 		awslambda.StartWithOptions(kl.Handle, awslambda.WithContext(ctx))
 		return nil
