@@ -591,3 +591,33 @@ func TestLambdaAggregatePartialFailure(t *testing.T) {
 		t.Fatalf("after the retry the EMF counts %d requests, the event %d", got, want)
 	}
 }
+
+// TestLambdaAggregateMapping checks deploy/lambda-aggregate.yaml against
+// what the function's failure semantics need: batch item failures
+// reported, the batch split at the failed record (so that the retry holds
+// the failed commit group's records and writes its keys again), one batch
+// of a shard at a time, from the stream's oldest record.
+func TestLambdaAggregateMapping(t *testing.T) {
+	tmpl := readTemplate(t, "../deploy/lambda-aggregate.yaml")
+	var mappings []map[string]any
+	for _, r := range tmpl.Resources {
+		if r.Type == "AWS::Lambda::EventSourceMapping" {
+			mappings = append(mappings, r.Properties)
+		}
+	}
+	if len(mappings) != 1 {
+		t.Fatalf("%d event-source mappings, want 1", len(mappings))
+	}
+	m := mappings[0]
+	for key, want := range map[string]string{
+		"FunctionResponseTypes":      "[ReportBatchItemFailures]",
+		"BisectBatchOnFunctionError": "true",
+		"ParallelizationFactor":      "1",
+		"StartingPosition":           "TRIM_HORIZON",
+		"BatchSize":                  "map[Ref:BatchSize]",
+	} {
+		if got := fmt.Sprint(m[key]); got != want {
+			t.Errorf("%s: %s, want %s", key, got, want)
+		}
+	}
+}
