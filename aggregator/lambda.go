@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -13,23 +12,40 @@ import (
 )
 
 // KinesisLambda aggregates the decisions of a Kinesis event-source mapping
-// in AWS Lambda: each invocation's records (all of one shard) are rolled up
-// into one partial per window they touch, and each partial is written to
-// the sinks before the invocation returns (EMF on stdout is the usual
-// sink; CloudWatch adds up the documents of one window). An invocation's
-// outputs are keyed by shard, window and the first and last sequence
-// numbers of the invocation, so a retried invocation writes the same keys
-// and bytes. A record that cannot be decoded is skipped and counted; a sink
-// that fails fails the whole invocation (reported as a failure of its
-// first record), which Lambda then retries.
+// in AWS Lambda. Each invocation holds records of one shard, in sequence
+// order; they are read in commit groups of CommitRecords consecutive
+// records (default: the whole invocation). A group's decisions are rolled
+// up into one partial per window they touch, and the group's partials are
+// written to each sink in turn, then flushed, before the next group is
+// read; the invocation returns once every group is written.
+//
+// An output is keyed by shard, window and the group's first and last
+// sequence numbers (Output.Range), so a retry that delivers the same
+// records again writes the same keys and bytes: stored partials are
+// replaced, not doubled, and EMF documents carry the same rw_key. Readers
+// merge a window's partials across groups, invocations and shards.
+//
+// A record that cannot be decoded is skipped, counted and reported. When a
+// sink fails, the invocation answers with a partial batch failure naming
+// the failed group's first record (map the function with
+// FunctionResponseTypes ReportBatchItemFailures): Lambda then retries from
+// that record on, and the groups before it, whose outputs are durable, are
+// not delivered again. Sinks are written in order and a group stops at the
+// first that fails, so a sink listed after a fallible one (EMF on stdout
+// after stored partials) sees a group only once the one before it has it.
 //
 // Distinct clients are exact per partial but CloudWatch cannot merge them
-// across invocations: UniqueClients of a window is a per-invocation figure
-// in Lambda. It is safe for concurrent use.
+// across invocations: UniqueClients of a window is a per-group figure in
+// EMF; stored partials merge them exactly. It is safe for concurrent use.
 type KinesisLambda struct {
-	Sinks  []Sink
-	Window time.Duration // default 60 s
-	TopK   int           // default 100
+	Sinks         []Sink
+	Window        time.Duration // default 60 s
+	TopK          int           // default 100
+	CommitRecords int           // records per commit group; default (0) all of an invocation's
+
+	// OnInvocation, when set, is called at the end of each invocation with
+	// what it did.
+	OnInvocation func(ctx context.Context, inv Invocation)
 
 	// perEvent makes Arrow records roll up event by event: the reference
 	// the tests hold the columnar path to.
@@ -38,6 +54,19 @@ type KinesisLambda struct {
 	mu       sync.Mutex
 	problems []error
 	stats    LambdaStats
+}
+
+// Invocation is what one KinesisLambda invocation did.
+type Invocation struct {
+	Shard    string
+	From, To string  // sequence numbers of the invocation's first and last records
+	Records  uint64  // records read
+	Events   uint64  // decisions read
+	Corrupt  uint64  // records (or log events) skipped
+	Outputs  int     // partials written to every sink
+	FailedAt string  // the first record whose outputs are not durable; "" when all are
+	Err      error   // the sink error behind FailedAt
+	Problems []error // the corrupt records' errors, at most 100
 }
 
 // LambdaStats count what a KinesisLambda did: the decoding counts of the
@@ -59,12 +88,18 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	if k <= 0 {
 		k = 100
 	}
+	group := l.CommitRecords
+	if group <= 0 || group > len(ev.Records) {
+		group = len(ev.Records)
+	}
 	// The records are decoded, and corrupt ones skipped and counted, by the
 	// handler every Kinesis Lambda entry shares; each record's events are
-	// rolled up here, and written once the invocation's records are read.
-	windows := map[int64]*Partial{}
-	var shard string
-	var batch Batch
+	// rolled up here into the windows of its group.
+	var (
+		windows map[int64]*Partial
+		shard   string
+		batch   Batch
+	)
 	window := func(start int64) *Partial {
 		p := windows[start]
 		if p == nil {
@@ -107,37 +142,62 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 			return nil
 		})
 	}
-	read.Handle(ctx, ev) // the handler above never fails
-	first, last := ev.Records[0], ev.Records[len(ev.Records)-1]
-	rng := first.Kinesis.SequenceNumber + "-" + last.Kinesis.SequenceNumber
-	var err error
-	for _, start := range sortedKeys(windows) {
-		o := Output{Partial: windows[start], Range: rng}
-		for _, s := range l.Sinks {
-			err = errors.Join(err, s.Write(ctx, shard, o))
+	inv := Invocation{From: ev.Records[0].Kinesis.SequenceNumber, To: ev.Records[len(ev.Records)-1].Kinesis.SequenceNumber}
+	for i := 0; i < len(ev.Records); i += group {
+		recs := ev.Records[i:min(i+group, len(ev.Records))]
+		windows = map[int64]*Partial{}
+		read.Handle(ctx, events.KinesisEvent{Records: recs}) // the handler above never fails
+		rng := recs[0].Kinesis.SequenceNumber + "-" + recs[len(recs)-1].Kinesis.SequenceNumber
+		if err := l.write(ctx, shard, rng, windows); err != nil {
+			inv.FailedAt, inv.Err = recs[0].Kinesis.SequenceNumber, err
+			break
 		}
-	}
-	for _, s := range l.Sinks {
-		err = errors.Join(err, s.Flush(ctx))
+		inv.Outputs += len(windows)
 	}
 	rs := read.Stats()
+	inv.Shard, inv.Records, inv.Events, inv.Corrupt, inv.Problems = shard, rs.Records, rs.Events, rs.Corrupt, read.Problems()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.stats.Invocations++
 	l.stats.Records += rs.Records
 	l.stats.Events += rs.Events
 	l.stats.Corrupt += rs.Corrupt
-	for _, p := range read.Problems() {
+	l.stats.Outputs += uint64(inv.Outputs)
+	for _, p := range inv.Problems {
 		if len(l.problems) < 100 {
 			l.problems = append(l.problems, p)
 		}
 	}
-	if err != nil {
+	if inv.FailedAt != "" {
 		l.stats.Failed++
-		return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: first.Kinesis.SequenceNumber}}}, nil
 	}
-	l.stats.Outputs += uint64(len(windows))
+	l.mu.Unlock()
+	if l.OnInvocation != nil {
+		l.OnInvocation(ctx, inv)
+	}
+	if inv.FailedAt != "" {
+		return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: inv.FailedAt}}}, nil
+	}
 	return events.KinesisEventResponse{}, nil
+}
+
+// write writes a group's windows to each sink in turn and flushes it,
+// stopping at the first sink that fails.
+func (l *KinesisLambda) write(ctx context.Context, shard, rng string, windows map[int64]*Partial) error {
+	if len(windows) == 0 {
+		return nil
+	}
+	starts := sortedKeys(windows)
+	for _, s := range l.Sinks {
+		for _, start := range starts {
+			if err := s.Write(ctx, shard, Output{Partial: windows[start], Range: rng}); err != nil {
+				return err
+			}
+		}
+		if err := s.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Stats returns the counts so far.

@@ -75,6 +75,80 @@ func TestKinesisLambda(t *testing.T) {
 	}
 }
 
+// TestKinesisLambdaPartialFailure: with commit groups of three records, a
+// sink that fails on the second group makes the invocation name that
+// group's first record as its batch item failure; the first group's
+// partials are stored and a sink after the failing one saw only them; the
+// retry Lambda makes from that record on adds the rest without counting
+// the first group twice, and a second retry of the same records leaves
+// the same files.
+func TestKinesisLambdaPartialFailure(t *testing.T) {
+	ds := decisiontest.NewGenerator(13, t0).Batch(3001)
+	ev := kinesisEvent(t, ds) // 6 Arrow records of 500, 1 JSON, 1 corrupt
+	dir := t.TempDir()
+	second := ev.Records[3].Kinesis.SequenceNumber
+	flaky := &downFrom{Sink: &PartialsDir{Dir: dir}, from: second, down: true}
+	after := &ranges{}
+	var invs []Invocation
+	l := &KinesisLambda{Sinks: []Sink{flaky, after}, Window: time.Second, CommitRecords: 3,
+		OnInvocation: func(_ context.Context, inv Invocation) { invs = append(invs, inv) }}
+	resp, err := l.Handle(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != second {
+		t.Fatalf("a sink failing on the second group answered %v %+v, want %s", err, resp, second)
+	}
+	if e, _ := totals(t, dir, time.Second); e != 1500 {
+		t.Fatalf("after the failure the partials hold %d events, want the first group's 1500", e)
+	}
+	wantRange := ev.Records[0].Kinesis.SequenceNumber + "-" + ev.Records[2].Kinesis.SequenceNumber
+	for _, r := range after.seen {
+		if r != wantRange {
+			t.Fatalf("the sink after the failing one saw %s, want only %s", r, wantRange)
+		}
+	}
+	if len(invs) != 1 || invs[0].FailedAt != second || invs[0].Err == nil || invs[0].Events != 3000 {
+		t.Fatalf("invocation %+v", invs)
+	}
+
+	flaky.down = false
+	retry := events.KinesisEvent{Records: ev.Records[3:]}
+	for range 2 {
+		if resp, err := l.Handle(context.Background(), retry); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("retry: %v %+v", err, resp)
+		}
+		if e, _ := totals(t, dir, time.Second); e != uint64(len(ds)) {
+			t.Fatalf("after the retry the partials hold %d events, the records %d", e, len(ds))
+		}
+	}
+	last := invs[len(invs)-1]
+	if last.Corrupt != 1 || len(last.Problems) != 1 || last.FailedAt != "" || last.From != second {
+		t.Fatalf("retry invocation %+v", last)
+	}
+}
+
+// downFrom fails every write of an output whose range starts at from
+// while down is set.
+type downFrom struct {
+	Sink
+	from string
+	down bool
+}
+
+func (s *downFrom) Write(ctx context.Context, partition string, o Output) error {
+	if s.down && strings.HasPrefix(o.Range, s.from+"-") {
+		return errors.New("sink down")
+	}
+	return s.Sink.Write(ctx, partition, o)
+}
+
+// ranges records the ranges written to it.
+type ranges struct{ seen []string }
+
+func (r *ranges) Write(_ context.Context, _ string, o Output) error {
+	r.seen = append(r.seen, o.Range)
+	return nil
+}
+func (r *ranges) Flush(context.Context) error { return nil }
+
 type failing struct{}
 
 func (failing) Write(context.Context, string, Output) error { return errors.New("sink down") }

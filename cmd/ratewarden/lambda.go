@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/report"
@@ -23,20 +25,25 @@ import (
 // invocation's decisions are flushed before it returns: Lambda freezes the
 // process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--window D] [--namespace NS] | lambda --report --partials dir:PATH [--report-range D] [--format F] [--out FILE]", stderr)
+	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--partials dir:PATH] [--window D] [--namespace NS] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH [--report-range D] [--format F] [--out FILE]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
 	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
 	window := fs.Duration("window", time.Minute, "with --aggregate and --report: window `length`")
 	namespace := fs.String("namespace", "Ratewarden", "with --aggregate: CloudWatch `namespace`")
 	reportMode := fs.Bool("report", getenv("RATEWARDEN_LAMBDA_MODE") == "report", "serve an EventBridge schedule instead: each scheduled event writes the abuse report of --report-range before it to stdout (CloudWatch Logs) and --out (default: $RATEWARDEN_LAMBDA_MODE=report)")
-	partials := fs.String("partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount; default $RATEWARDEN_PARTIALS)")
+	partials := fs.String("partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount; default $RATEWARDEN_PARTIALS); with --aggregate: also store each batch's partials there, as aggregate --partials does")
+	commitRecords := fs.Int("commit-records", 0, "with --aggregate: records per commit group, each written and keyed on its own so a sink failure is retried from its group (`n`; default: the whole batch)")
+	ignoreTime := fs.Bool("ignore-time", false, "with --aggregate: write EMF for windows of any age (a backlog older than CloudWatch's 14 days) instead of dropping and counting them")
 	alertsFile := fs.String("alerts", "", "with --report: JSON lines `file` of alerts and actions")
 	reportRange := fs.Duration("report-range", 24*time.Hour, "with --report: the `length` of time each report covers, ending two windows before the event")
 	format := fs.String("format", "md", "with --report: md, html, json or csv")
 	out := fs.String("out", "", "with --report: also write the report to `file`, replaced whole")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *commitRecords < 0 || *commitRecords > 10_000 {
+		return fmt.Errorf("lambda: --commit-records %d: want 0 (the whole batch) to 10000", *commitRecords)
 	}
 	if getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return errors.New("lambda: AWS_LAMBDA_RUNTIME_API is not set: run this inside AWS Lambda (use \"ratewarden edge\" elsewhere)")
@@ -56,13 +63,26 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return nil
 	}
 	if *aggregate {
-		w, err := emf.NewWriter(emf.WriterOptions{}, emf.NewStdoutSink(stdout))
+		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: *ignoreTime}, emf.NewStdoutSink(stdout))
 		if err != nil {
 			return err
 		}
 		defer w.Close(context.Background())
-		kl := &aggregator.KinesisLambda{Window: *window,
-			Sinks: []aggregator.Sink{&aggregator.EMFSink{W: w, Opts: aggregator.EMFOptions{Namespace: *namespace, Source: "kinesis"}}}}
+		sinks := []aggregator.Sink{&aggregator.EMFSink{W: w, Opts: aggregator.EMFOptions{Namespace: *namespace, Source: "kinesis"}}}
+		if *partials != "" {
+			// Stored partials come first: the EMF of a commit group is
+			// written only once its partials are stored, so a retry after
+			// a store failure does not emit the group's EMF twice.
+			store, err := partialsSink(*partials)
+			if err != nil {
+				return err
+			}
+			sinks = slices.Insert(sinks, 0, store)
+		}
+		log := slog.New(slog.NewJSONHandler(stderr, nil))
+		kl := &aggregator.KinesisLambda{Window: *window, CommitRecords: *commitRecords,
+			Sinks:        sinks,
+			OnInvocation: func(ctx context.Context, inv aggregator.Invocation) { logInvocation(ctx, log, inv, w.Stats().Rejected) }}
 		awslambda.StartWithOptions(kl.Handle, awslambda.WithContext(ctx))
 		return nil
 	}
@@ -80,4 +100,26 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	h := e.Lambda(func(err error) { log.Error("decisions", "err", err) })
 	awslambda.StartWithOptions(h.Invoke, awslambda.WithContext(ctx))
 	return nil
+}
+
+// logInvocation writes one JSON line of what a Kinesis aggregate invocation
+// did to the function's log (stderr; its EMF is on stdout).
+func logInvocation(ctx context.Context, log *slog.Logger, inv aggregator.Invocation, emfRejected uint64) {
+	problems := make([]string, len(inv.Problems))
+	for i, p := range inv.Problems {
+		problems[i] = p.Error()
+	}
+	level, errText := slog.LevelInfo, ""
+	if inv.Err != nil {
+		level, errText = slog.LevelError, inv.Err.Error()
+	}
+	var requestID string
+	if lc, ok := lambdacontext.FromContext(ctx); ok {
+		requestID = lc.AwsRequestID
+	}
+	log.LogAttrs(ctx, level, "lambda aggregate",
+		slog.String("request_id", requestID), slog.String("shard", inv.Shard), slog.String("from", inv.From), slog.String("to", inv.To),
+		slog.Uint64("records", inv.Records), slog.Uint64("events", inv.Events), slog.Uint64("corrupt", inv.Corrupt),
+		slog.Int("outputs", inv.Outputs), slog.String("failed_at", inv.FailedAt), slog.String("err", errText),
+		slog.Uint64("emf_rejected_total", emfRejected), slog.Any("problems", problems))
 }
