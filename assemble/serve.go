@@ -141,7 +141,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	// The dashboard's index starts with what the partials hold.
 	partials := &aggregator.PartialsDir{Dir: sv.PartialsDir}
 	index := dashboards.NewIndex(sv.Window, sv.Dashboard.Retain)
-	problems, err := index.Load(partials, now().Add(-sv.Dashboard.Retain-sv.Window), now().Add(24*time.Hour))
+	problems, err := index.Load(ctx, partials, now().Add(-sv.Dashboard.Retain-sv.Window), now().Add(24*time.Hour))
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func TestServeRunsAndStops(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	ps, problems, err := (&aggregator.PartialsDir{Dir: cfg.Serve.PartialsDir}).Read(time.Second, time.Time{}, time.Now().Add(time.Hour))
+	ps, problems, err := (&aggregator.PartialsDir{Dir: cfg.Serve.PartialsDir}).Read(t.Context(), time.Second, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil || len(problems) > 0 {
 		t.Fatal(err, problems)
 	}

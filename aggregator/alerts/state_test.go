@@ -60,13 +60,13 @@ func TestFollowSettles(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // one pass, then the loop sees the end
-	if err := r.Follow(ctx, alerts.FollowOptions{Dir: dir, Follow: true, Settle: 2}); err != nil {
+	if err := r.Follow(ctx, alerts.FollowOptions{Partials: dir, Follow: true, Settle: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := r.Last(), t0.Add(2*time.Minute); !got.Equal(want) {
 		t.Errorf("following ran up to %v, want %v (window 4 is the newest: 2 is the last settled)", got, want)
 	}
-	if err := r.Follow(t.Context(), alerts.FollowOptions{Dir: dir}); err != nil {
+	if err := r.Follow(t.Context(), alerts.FollowOptions{Partials: dir}); err != nil {
 		t.Fatal(err)
 	}
 	st := r.Stats().Engine
