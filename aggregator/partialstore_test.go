@@ -1,0 +1,298 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/internal/atomicfile"
+	"github.com/ratewarden/ratewarden/internal/ddbtable"
+)
+
+// partialStore is what both partial stores offer: a Sink, and the walk
+// and merged read every reader uses.
+type partialStore interface {
+	Sink
+	PartialsWalker
+	Read(ctx context.Context, size time.Duration, from, to time.Time) (map[time.Time]*Partial, []ReadProblem, error)
+}
+
+// storeCase is one store under the conformance suite: a new, empty store
+// per call, and how to spoil one stored partial of it.
+type storeCase struct {
+	name    string
+	new     func(t *testing.T) partialStore
+	corrupt func(t *testing.T, s partialStore, partition string, o Output)
+}
+
+// testPartials fills one partial per window of size from the generator's
+// events, for windows starting at start, start+size, ...; events of the
+// same window go to partition by their client, so that the partitions'
+// partials count disjoint clients.
+func testPartials(start time.Time, size time.Duration, windows int, partitions int) map[string][]*Partial {
+	g := decisiontest.NewGenerator(3, start)
+	out := map[string][]*Partial{}
+	for w := range windows {
+		ws := start.Add(time.Duration(w) * size)
+		ps := make([]*Partial, partitions)
+		for i := range ps {
+			ps[i] = NewPartial(ws, size, 20)
+		}
+		for _, d := range g.Batch(400) {
+			d.Time = ws.Add(time.Duration(d.Time.UnixNano() % int64(size)))
+			c := ClientOf(&d).String()
+			ps[int(c[len(c)-1])%partitions].Update(&d)
+		}
+		for i, p := range ps {
+			name := fmt.Sprint("shard-", i)
+			out[name] = append(out[name], p)
+		}
+	}
+	return out
+}
+
+func encodeP(t *testing.T, p *Partial) []byte {
+	t.Helper()
+	b, err := p.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// encodeAll encodes read's result by window start, in order.
+func encodeAll(t *testing.T, m map[time.Time]*Partial) []string {
+	t.Helper()
+	starts := make([]time.Time, 0, len(m))
+	for s := range m {
+		starts = append(starts, s)
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	var out []string
+	for _, s := range starts {
+		out = append(out, s.Format(time.RFC3339Nano)+" "+string(encodeP(t, m[s])))
+	}
+	return out
+}
+
+// bigPartial is a partial whose encoding is larger than a DynamoDB item
+// may be: a top-K list of many distinct users with long names.
+func bigPartial(t *testing.T, start time.Time, size time.Duration) *Partial {
+	t.Helper()
+	p := NewPartial(start, size, 20_000)
+	d := decisiontest.NewGenerator(5, start).Next()
+	d.Kind = decisions.KindDecision
+	d.Time = start
+	for i := range 20_000 {
+		d.UserID = fmt.Sprintf("%040d", i)
+		p.Update(&d)
+	}
+	if n := len(encodeP(t, p)); n <= 400<<10 {
+		t.Fatalf("big partial encodes to %d bytes, want more than 400 KB", n)
+	}
+	return p
+}
+
+func runPartialStoreSuite(t *testing.T, c storeCase) {
+	ctx := t.Context()
+	size := time.Minute
+	// The windows cross a UTC midnight, so that reads span two days.
+	start := time.Date(2026, 11, 30, 23, 55, 0, 0, time.UTC)
+	const windows = 10
+	parts := testPartials(start, size, windows, 3)
+	writeAll := func(t *testing.T, s partialStore) {
+		for partition, ps := range parts {
+			for i, p := range ps {
+				if err := s.Write(ctx, partition, Output{Partial: p, From: uint64(i * 100), To: uint64(i*100 + 99)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(t *testing.T, s partialStore, from, to time.Time) map[time.Time]*Partial {
+		t.Helper()
+		got, problems, err := s.Read(ctx, size, from, to)
+		if err != nil || len(problems) > 0 {
+			t.Fatalf("read: %v, problems %v", err, problems)
+		}
+		return got
+	}
+	// whole is each window's partials merged by hand, as one aggregator
+	// reading every partition would have counted them.
+	whole := func(t *testing.T, from, to int) []string {
+		m := map[time.Time]*Partial{}
+		for _, name := range []string{"shard-0", "shard-1", "shard-2"} {
+			for _, p := range parts[name][from:to] {
+				q, err := DecodePartial(encodeP(t, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if acc := m[q.Start]; acc == nil {
+					m[q.Start] = q
+				} else if err := acc.Merge(q, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return encodeAll(t, m)
+	}
+
+	t.Run("merge equals whole", func(t *testing.T) {
+		s := c.new(t)
+		writeAll(t, s)
+		got := encodeAll(t, read(t, s, start, start.Add(windows*size)))
+		if want := whole(t, 0, windows); !slices.Equal(got, want) {
+			t.Fatalf("read %d windows, want %d; or their partials differ", len(got), len(want))
+		}
+	})
+	t.Run("read a range", func(t *testing.T) {
+		s := c.new(t)
+		writeAll(t, s)
+		// [window 3, window 7): across midnight, the end excluded.
+		got := encodeAll(t, read(t, s, start.Add(3*size), start.Add(7*size)))
+		if want := whole(t, 3, 7); !slices.Equal(got, want) {
+			t.Fatalf("read %d windows, want %d (windows 3 to 6); or their partials differ", len(got), len(want))
+		}
+		if got := read(t, s, start.Add(time.Hour), start.Add(2*time.Hour)); len(got) != 0 {
+			t.Fatalf("read %d windows of an empty range", len(got))
+		}
+		if got := read(t, s, start, start.Add(time.Nanosecond)); len(got) != 1 {
+			t.Fatalf("read %d windows of a nanosecond's range at a window's start, want 1", len(got))
+		}
+	})
+	t.Run("rerun overwrites", func(t *testing.T) {
+		s := c.new(t)
+		writeAll(t, s)
+		writeAll(t, s)
+		got := encodeAll(t, read(t, s, start, start.Add(windows*size)))
+		if want := whole(t, 0, windows); !slices.Equal(got, want) {
+			t.Fatal("a rerun changed what is read")
+		}
+		// A delivery of the same output with other contents replaces it.
+		empty := NewPartial(start, size, 20)
+		for _, name := range []string{"shard-0", "shard-1", "shard-2"} {
+			if err := s.Write(ctx, name, Output{Partial: empty, From: 0, To: 99}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := read(t, s, start, start.Add(size)); got[start] == nil || got[start].Events != 0 {
+			t.Fatalf("after replacing window 0 with empty partials: %+v", got)
+		}
+	})
+	t.Run("corrections", func(t *testing.T) {
+		s := c.new(t)
+		writeAll(t, s)
+		late := testPartials(start, size, 1, 1)["shard-0"][0]
+		if err := s.Write(ctx, "shard-1", Output{Partial: late, Correction: true, From: 5000, To: 5010}); err != nil {
+			t.Fatal(err)
+		}
+		got := read(t, s, start, start.Add(size))
+		want := parts["shard-0"][0].Events + parts["shard-1"][0].Events + parts["shard-2"][0].Events + late.Events
+		if got[start] == nil || got[start].Events != want {
+			t.Fatalf("window 0 with a correction: %+v, want %d events", got[start], want)
+		}
+		var files []PartialFile
+		if _, err := s.Walk(ctx, size, start, start.Add(size), func(f PartialFile, _ *Partial) { files = append(files, f) }); err != nil {
+			t.Fatal(err)
+		}
+		if len(files) != 4 || !slices.ContainsFunc(files, func(f PartialFile) bool { return f.Partition == "shard-1" && f.Range == "5000-5010" }) {
+			t.Fatalf("walked %+v, want the window's three partials and shard-1's correction 5000-5010", files)
+		}
+	})
+	t.Run("chunked", func(t *testing.T) {
+		s := c.new(t)
+		big := bigPartial(t, start, size)
+		for range 2 { // and a rerun
+			if err := s.Write(ctx, "shard-0", Output{Partial: big, From: 1, To: 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := read(t, s, start, start.Add(size))
+		if got[start] == nil || !bytes.Equal(encodeP(t, got[start]), encodeP(t, big)) {
+			t.Fatal("the chunked partial read back differs")
+		}
+	})
+	t.Run("corrupt skipped and counted", func(t *testing.T) {
+		s := c.new(t)
+		writeAll(t, s)
+		bad := Output{Partial: parts["shard-2"][4], From: 400, To: 499}
+		c.corrupt(t, s, "shard-2", bad)
+		got, problems, err := s.Read(ctx, size, start, start.Add(windows*size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(problems) != 1 || !strings.Contains(problems[0].Path, "shard-2") {
+			t.Fatalf("problems %v, want the corrupt partial of shard-2", problems)
+		}
+		w4 := start.Add(4 * size)
+		if want := parts["shard-0"][4].Events + parts["shard-1"][4].Events; got[w4] == nil || got[w4].Events != want || len(got) != windows {
+			t.Fatalf("window 4 without its corrupt partial: %+v, want %d events, and %d windows", got[w4], want, windows)
+		}
+	})
+	t.Run("bad partition", func(t *testing.T) {
+		s := c.new(t)
+		for _, name := range []string{"", "a/b", "a.b", `a\b`} {
+			if err := s.Write(ctx, name, Output{Partial: parts["shard-0"][0]}); err == nil {
+				t.Errorf("partition %q taken", name)
+			}
+		}
+	})
+}
+
+func TestPartialStores(t *testing.T) {
+	cases := []storeCase{{
+		name: "dir",
+		new:  func(t *testing.T) partialStore { return &PartialsDir{Dir: t.TempDir()} },
+		corrupt: func(t *testing.T, s partialStore, partition string, o Output) {
+			d := s.(*PartialsDir)
+			if err := atomicfile.Write(d.path(partition, o), []byte("not a partial"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}, {
+		name: "table",
+		new: func(t *testing.T) partialStore {
+			st := newStandIns(t)
+			name := fmt.Sprintf("agg-partials-%d-%d", time.Now().UnixNano(), names.Add(1))
+			awstest.CreateTable(t, st.dc, PartialsTableSpec(name))
+			return &PartialsTable{API: st.dc, Table: name}
+		},
+		corrupt: func(t *testing.T, s partialStore, partition string, o Output) {
+			pt := s.(*PartialsTable)
+			p := o.Partial
+			key := partialsKey(p.Size.String()+"/"+p.Start.UTC().Format(time.DateOnly), partialsStartKey(p.Start)+"."+partition+"."+o.RangeKey())
+			_, err := (&ddbtable.Calls{API: pt.API, Table: pt.Table}).Put(t.Context(), &dynamodb.PutItemInput{Item: withData(key, []byte("not a partial"), p, partition, o.RangeKey())})
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runPartialStoreSuite(t, c) })
+	}
+}
+
+// withData returns a head item of key holding data, as Write would name it.
+func withData(key map[string]ddb.AttributeValue, data []byte, p *Partial, partition, rng string) map[string]ddb.AttributeValue {
+	key[partialsAttrStart] = &ddb.AttributeValueMemberN{Value: fmt.Sprint(p.Start.UnixNano())}
+	key[partialsAttrPartition] = &ddb.AttributeValueMemberS{Value: partition}
+	key[partialsAttrRange] = &ddb.AttributeValueMemberS{Value: rng}
+	key[partialsAttrGen] = &ddb.AttributeValueMemberS{Value: "0"}
+	key[partialsAttrChunks] = &ddb.AttributeValueMemberN{Value: "0"}
+	key[partialsAttrData] = &ddb.AttributeValueMemberB{Value: data}
+	return key
+}
+
