@@ -295,4 +295,3 @@ func withData(key map[string]ddb.AttributeValue, data []byte, p *Partial, partit
 	key[partialsAttrData] = &ddb.AttributeValueMemberB{Value: data}
 	return key
 }
-
