@@ -60,12 +60,18 @@ func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
 	if j.Progress != nil {
 		progress = func(done, total int) { j.Progress(uint64(done), uint64(total)) }
 	}
+	// A directory names the window lengths it holds, and its problems
+	// are named relative to it.
+	dir := j.PartialsDir
+	if d, ok := j.Partials.(*aggregator.PartialsDir); ok {
+		dir = d.Dir
+	}
 	switch {
-	case j.PartialsDir != "":
-		if err := hasWindow(j.PartialsDir, o.Window); err != nil {
+	case dir != "":
+		if err := hasWindow(dir, o.Window); err != nil {
 			return nil, nil, err
 		}
-		w, err = ReadDir(j.PartialsDir, o.Window, from, to, progress)
+		w, err = ReadDir(dir, o.Window, from, to, progress)
 	case j.Partials != nil:
 		w, err = ReadPartials(ctx, j.Partials, o.Window, from, to, progress)
 	default:

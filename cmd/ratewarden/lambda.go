@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
@@ -23,14 +22,14 @@ import (
 // invocation's decisions are flushed before it returns: Lambda freezes the
 // process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--window D] [--namespace NS] | lambda --report --partials dir:PATH [--report-range D] [--format F] [--out FILE]", stderr)
+	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--window D] [--namespace NS] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
 	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
 	window := fs.Duration("window", time.Minute, "with --aggregate and --report: window `length`")
 	namespace := fs.String("namespace", "Ratewarden", "with --aggregate: CloudWatch `namespace`")
 	reportMode := fs.Bool("report", getenv("RATEWARDEN_LAMBDA_MODE") == "report", "serve an EventBridge schedule instead: each scheduled event writes the abuse report of --report-range before it to stdout (CloudWatch Logs) and --out (default: $RATEWARDEN_LAMBDA_MODE=report)")
-	partials := fs.String("partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount; default $RATEWARDEN_PARTIALS)")
+	partials := fs.String("partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount) or dynamodb:TABLE (default $RATEWARDEN_PARTIALS)")
 	alertsFile := fs.String("alerts", "", "with --report: JSON lines `file` of alerts and actions")
 	reportRange := fs.Duration("report-range", 24*time.Hour, "with --report: the `length` of time each report covers, ending two windows before the event")
 	format := fs.String("format", "md", "with --report: md, html, json or csv")
@@ -46,11 +45,11 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return fmt.Errorf("--%w", err)
 		}
-		dir, ok := strings.CutPrefix(*partials, "dir:")
-		if !ok || dir == "" {
-			return fmt.Errorf("lambda --report: --partials %q: want dir:PATH", *partials)
+		store, err := assemble.Partials(ctx, *partials)
+		if err != nil {
+			return fmt.Errorf("lambda --report: %w", err)
 		}
-		s := &report.Scheduled{Job: report.Job{PartialsDir: dir, Rollup: aggregator.Options{Window: *window}, AlertsFile: *alertsFile, Format: f,
+		s := &report.Scheduled{Job: report.Job{Partials: store, Rollup: aggregator.Options{Window: *window}, AlertsFile: *alertsFile, Format: f,
 			Options: report.Options{Source: "partials " + *partials}}, Range: *reportRange, Out: stdout, OutFile: *out}
 		awslambda.StartWithOptions(s.Handle, awslambda.WithContext(ctx))
 		return nil

@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
@@ -95,11 +94,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		if d, ok := s.(*aggregator.PartialsDir); ok {
-			job.PartialsDir = d.Dir // which names the window lengths it holds
-		} else {
-			job.Partials = s
-		}
+		job.Partials = s
 		job.Options.Source = "partials " + *partials
 	} else {
 		job.Options.Source = "decision log " + *dir
