@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -362,5 +363,62 @@ func TestTableCallsThrottled(t *testing.T) {
 	got, problems, err := s.Read(t.Context(), time.Minute, t0, t0.Add(time.Minute))
 	if err != nil || len(problems) > 0 || got[t0] == nil || got[t0].Events != p.Events || puts.Load() != 4 {
 		t.Fatalf("after 2 throttled puts: %v %v %+v, %d puts (want 4: the day index throttled twice, then it and the head)", err, problems, got, puts.Load())
+	}
+}
+
+// TestPartialsTableChunks: a delivery of an output whose bytes differ
+// replaces the earlier one's chunks (none left behind), and a head whose
+// chunk is missing is skipped and reported, not assembled from what is
+// there.
+func TestPartialsTableChunks(t *testing.T) {
+	st := newStandIns(t)
+	name := fmt.Sprintf("agg-chunks-%d-%d", time.Now().UnixNano(), names.Add(1))
+	awstest.CreateTable(t, st.dc, PartialsTableSpec(name))
+	s := &PartialsTable{API: st.dc, Table: name}
+	ctx, size := t.Context(), time.Minute
+	items := func() []string {
+		t.Helper()
+		var keys []string
+		err := s.calls().Query(ctx, &dynamodb.QueryInput{
+			KeyConditionExpression:    aws.String("#w = :w"),
+			ExpressionAttributeNames:  map[string]string{"#w": partialsAttrWindow},
+			ExpressionAttributeValues: map[string]ddb.AttributeValue{":w": &ddb.AttributeValueMemberS{Value: "1m0s/" + t0.Format(time.DateOnly)}},
+		}, func(page []map[string]ddb.AttributeValue) {
+			for _, it := range page {
+				keys = append(keys, ddbtable.Str(it, partialsAttrOutput))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	first, second := bigPartial(t, t0, size), bigPartial(t, t0, size)
+	d := decisiontest.NewGenerator(6, t0).Next()
+	d.Kind, d.Time, d.UserID = decisions.KindDecision, t0, "one more"
+	second.Update(&d)
+	if bytes.Equal(encodeP(t, first), encodeP(t, second)) {
+		t.Fatal("the two deliveries encode alike")
+	}
+	for _, p := range []*Partial{first, second} {
+		if err := s.Write(ctx, "shard-0", Output{Partial: p, From: 1, To: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := items()
+	chunks := int((len(encodeP(t, second)) + ddbtable.ChunkBytes - 1) / ddbtable.ChunkBytes)
+	if len(keys) != 1+chunks {
+		t.Fatalf("items after a delivery with other bytes: %q, want the head and its %d chunks", keys, chunks)
+	}
+	got, problems, err := s.Read(ctx, size, t0, t0.Add(size))
+	if err != nil || len(problems) > 0 || got[t0] == nil || !bytes.Equal(encodeP(t, got[t0]), encodeP(t, second)) {
+		t.Fatalf("read %v %v: not the second delivery", err, problems)
+	}
+	if err := s.calls().Delete(ctx, partialsKey("1m0s/"+t0.Format(time.DateOnly), keys[len(keys)-1])); err != nil {
+		t.Fatal(err)
+	}
+	got, problems, err = s.Read(ctx, size, t0, t0.Add(size))
+	if err != nil || len(got) != 0 || len(problems) != 1 || !strings.Contains(problems[0].Err.Error(), "is missing") {
+		t.Fatalf("with a chunk missing: %v, %d windows, problems %v; want the partial skipped and reported", err, len(got), problems)
 	}
 }
