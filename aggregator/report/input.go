@@ -95,6 +95,9 @@ func ReadPartials(ctx context.Context, r PartialsReader, size time.Duration, fro
 		days = append(days, d)
 	}
 	for i, d := range days {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read partials: %w", err)
+		}
 		lo, hi := maxTime(d, from), minTime(d.Add(24*time.Hour), to)
 		ps, problems, err := r.Read(ctx, size, lo, hi)
 		if err != nil {

@@ -116,14 +116,12 @@ func (c *Calls) Delete(ctx context.Context, key map[string]types.AttributeValue)
 }
 
 // Query runs in, whose TableName it fills in, and calls fn with the items
-// of every page in turn, read consistently.
+// of every page in turn, read consistently. Like every call, it finishes
+// when ctx ends: a caller that reads many keys checks ctx between them.
 func (c *Calls) Query(ctx context.Context, in *dynamodb.QueryInput, fn func([]map[string]types.AttributeValue)) error {
 	in.TableName = aws.String(c.Table)
 	in.ConsistentRead = aws.Bool(true)
 	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		var out *dynamodb.QueryOutput
 		err := c.do(ctx, func(ctx context.Context) error {
 			var err error
