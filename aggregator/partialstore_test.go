@@ -422,3 +422,47 @@ func TestPartialsTableChunks(t *testing.T) {
 		t.Fatalf("with a chunk missing: %v, %d windows, problems %v; want the partial skipped and reported", err, len(got), problems)
 	}
 }
+
+// BenchmarkPartialStores writes an hour of one-minute partials of three
+// partitions (180 outputs) to each store, then reads the hour back merged
+// (MergePartials), per op; the table is on dynalite over loopback, so its
+// figures are the client's and the stand-in's costs, not DynamoDB's.
+func BenchmarkPartialStores(b *testing.B) {
+	parts := testPartials(t0, time.Minute, 60, 3)
+	stores := []struct {
+		name string
+		new  func(b *testing.B) partialStore
+	}{
+		{"dir", func(b *testing.B) partialStore { return &PartialsDir{Dir: b.TempDir()} }},
+		{"table", func(b *testing.B) partialStore {
+			st := newStandIns(b)
+			name := fmt.Sprintf("agg-bench-partials-%d-%d", time.Now().UnixNano(), names.Add(1))
+			awstest.CreateTable(b, st.dc, PartialsTableSpec(name))
+			return &PartialsTable{API: st.dc, Table: name}
+		}},
+	}
+	for _, s := range stores {
+		store := s.new(b)
+		b.Run(s.name+"/write", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for partition, ps := range parts {
+					for i, p := range ps {
+						if err := store.Write(b.Context(), partition, Output{Partial: p, From: uint64(i), To: uint64(i)}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+		})
+		b.Run(s.name+"/read", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				got, problems, err := store.Read(b.Context(), time.Minute, t0, t0.Add(time.Hour))
+				if err != nil || len(problems) > 0 || len(got) != 60 {
+					b.Fatal(err, problems, len(got))
+				}
+			}
+		})
+	}
+}
