@@ -14,7 +14,7 @@ import (
 )
 
 // runAlerts runs the detectors and policies over the merged partials of a
-// directory: the place alerts run when several aggregators (Kinesis
+// directory or a table: the place alerts run when several aggregators (Kinesis
 // shards) each store part of every window.
 func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("alerts", "alerts --config FILE --partials dir:PATH|dynamodb:TABLE --state-dir DIR [--follow] [flags]", stderr)
