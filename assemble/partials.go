@@ -3,6 +3,7 @@ package assemble
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -36,12 +37,15 @@ func Partials(ctx context.Context, spec string) (PartialsStore, error) {
 	switch {
 	case kind == "dir" && arg != "":
 		return &aggregator.PartialsDir{Dir: arg}, nil
-	case kind == "dynamodb" && arg != "" && !strings.ContainsAny(arg, ":/ "):
+	case kind == "dynamodb" && tableName.MatchString(arg):
 		cfg, err := AWS(ctx, "")
 		if err != nil {
 			return nil, fmt.Errorf("partials %s: %w", spec, err)
 		}
 		return &aggregator.PartialsTable{API: dynamodb.NewFromConfig(cfg), Table: arg}, nil
 	}
-	return nil, fmt.Errorf("--partials %q: want %s", spec, PartialsSpecs)
+	return nil, fmt.Errorf("--partials %q: want %s (a table name is 3 to 255 letters, digits, '_', '-' or '.')", spec, PartialsSpecs)
 }
+
+// tableName matches the names DynamoDB allows a table.
+var tableName = regexp.MustCompile(`^[A-Za-z0-9_.-]{3,255}$`)
