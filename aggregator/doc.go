@@ -18,6 +18,11 @@
 // delivering them, so a crash or a change of hands neither loses an output
 // nor counts an event twice.
 //
+// Outputs go to Sinks. The partials are stored in a PartialsDir (a file
+// per output) or a PartialsTable (a DynamoDB item per output, keyed the
+// same way); MergePartials reads either back, merged per window, for the
+// reports, the alerts and the dashboard.
+//
 // Each aggregate lives in its own file with the same three operations:
 // update from one decision, merge another of its kind, and a deterministic
 // binary encoding (append to a buffer, decode back). A record batch's

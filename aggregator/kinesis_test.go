@@ -181,7 +181,7 @@ func TestRunKinesisTotals(t *testing.T) {
 	if _, n := totals(t, out, time.Second); n != decidedOf(ds) {
 		t.Fatalf("partials hold %d decisions, the stream %d", n, decidedOf(ds))
 	}
-	ps, _, err := (&PartialsDir{Dir: out}).Read(time.Second, t0, t0.Add(time.Hour))
+	ps, _, err := (&PartialsDir{Dir: out}).Read(t.Context(), time.Second, t0, t0.Add(time.Hour))
 	if err != nil || len(ps) == 0 {
 		t.Fatal(err, len(ps))
 	}

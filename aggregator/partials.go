@@ -38,7 +38,10 @@ type PartialsDir struct {
 	Dir string
 }
 
-var _ Sink = (*PartialsDir)(nil)
+var (
+	_ Sink           = (*PartialsDir)(nil)
+	_ PartialsWalker = (*PartialsDir)(nil)
+)
 
 // partialsExt ends every partial file's name.
 const partialsExt = ".rwp"
@@ -51,8 +54,8 @@ func (s *PartialsDir) path(partition string, o Output) string {
 
 // Write stores o's partial.
 func (s *PartialsDir) Write(_ context.Context, partition string, o Output) error {
-	if strings.ContainsAny(partition, `/\.`) || partition == "" {
-		return fmt.Errorf("store partial: partition %q: want a name without '/', '\\' or '.'", partition)
+	if err := checkPartition(partition); err != nil {
+		return err
 	}
 	b, err := o.Partial.AppendBinary(nil)
 	if err != nil {
@@ -63,6 +66,16 @@ func (s *PartialsDir) Write(_ context.Context, partition string, o Output) error
 		return fmt.Errorf("store partial: %w", err)
 	}
 	return atomicfile.Write(path, b, 0o644)
+}
+
+// checkPartition refuses the partition names that would not round-trip
+// through a partial's file name, in either store, so that a name one store
+// takes the other does too.
+func checkPartition(partition string) error {
+	if strings.ContainsAny(partition, `/\.`) || partition == "" {
+		return fmt.Errorf("store partial: partition %q: want a name without '/', '\\' or '.'", partition)
+	}
+	return nil
 }
 
 // Flush does nothing: every Write is durable when it returns.
@@ -76,17 +89,32 @@ type ReadProblem struct {
 
 // Read merges the partials of windows of length size that start in
 // [from, to), by window start; files that cannot be read are skipped and
-// reported. A window's partials of one partition (the window and its
-// corrections) merge as overlapping; the merged partitions then merge as
-// disjoint, since the edge partitions Kinesis records by identity.
-func (s *PartialsDir) Read(size time.Duration, from, to time.Time) (map[time.Time]*Partial, []ReadProblem, error) {
+// reported (see MergePartials).
+func (s *PartialsDir) Read(ctx context.Context, size time.Duration, from, to time.Time) (map[time.Time]*Partial, []ReadProblem, error) {
+	return MergePartials(ctx, s, size, from, to)
+}
+
+// PartialsWalker is a store of partials that can be walked: PartialsDir
+// or PartialsTable.
+type PartialsWalker interface {
+	Walk(ctx context.Context, size time.Duration, from, to time.Time, fn func(PartialFile, *Partial)) ([]ReadProblem, error)
+}
+
+// MergePartials merges the partials w holds of windows of length size that
+// start in [from, to), by window start; partials that cannot be read are
+// skipped and reported. A window's partials of one partition (the window
+// and its corrections) merge as overlapping, in w's order; the merged
+// partitions then merge as disjoint, in partition order, since the edge
+// partitions Kinesis records by identity. The same partials give the same
+// result whichever store holds them.
+func MergePartials(ctx context.Context, w PartialsWalker, size time.Duration, from, to time.Time) (map[time.Time]*Partial, []ReadProblem, error) {
 	type cell struct {
 		start     time.Time
 		partition string
 	}
 	cells := map[cell]*Partial{}
 	var merges []ReadProblem
-	problems, err := s.Walk(size, from, to, func(f PartialFile, p *Partial) {
+	problems, err := w.Walk(ctx, size, from, to, func(f PartialFile, p *Partial) {
 		c := cell{f.Start, f.Partition}
 		if acc := cells[c]; acc == nil {
 			cells[c] = p
@@ -114,7 +142,7 @@ func (s *PartialsDir) Read(size time.Duration, from, to time.Time) (map[time.Tim
 	return out, problems, nil
 }
 
-// PartialFile names one stored output: the file, its window start,
+// PartialFile names one stored output: the file (or item), its window start,
 // partition and sequence range (Output.RangeKey). Start, Partition and
 // Range together identify the output, as Write's file names do.
 type PartialFile struct {
@@ -126,8 +154,9 @@ type PartialFile struct {
 
 // Walk calls fn with every stored partial of windows of length size that
 // start in [from, to), in file name order (by day, then window start);
-// files that cannot be read are skipped and reported.
-func (s *PartialsDir) Walk(size time.Duration, from, to time.Time, fn func(PartialFile, *Partial)) ([]ReadProblem, error) {
+// files that cannot be read are skipped and reported. The reads are local:
+// ctx is not consulted.
+func (s *PartialsDir) Walk(_ context.Context, size time.Duration, from, to time.Time, fn func(PartialFile, *Partial)) ([]ReadProblem, error) {
 	root := filepath.Join(s.Dir, size.String())
 	days, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {

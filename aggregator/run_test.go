@@ -66,7 +66,7 @@ func files(t *testing.T, dir string) map[string][]byte {
 // totals sums the counts of the partials under dir.
 func totals(t *testing.T, dir string, size time.Duration) (events, decided uint64) {
 	t.Helper()
-	ps, problems, err := (&PartialsDir{Dir: dir}).Read(size, time.Time{}, t0.Add(24*time.Hour))
+	ps, problems, err := (&PartialsDir{Dir: dir}).Read(t.Context(), size, time.Time{}, t0.Add(24*time.Hour))
 	if err != nil || len(problems) > 0 {
 		t.Fatal(err, problems)
 	}

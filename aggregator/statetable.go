@@ -40,9 +40,6 @@ const (
 	stateAttrChunks    = "chunks"
 	stateAttrData      = "data"
 	stateHead          = "head"
-	// stateChunk is the most state bytes an item holds, well within
-	// DynamoDB's 400 KB item limit with the keys and attribute names.
-	stateChunk = 350 << 10
 )
 
 // ErrStateMoved is returned by StateTable.Save when another store saved the
@@ -56,15 +53,9 @@ func StateTableSpec(name string) *dynamodb.CreateTableInput {
 	return ddbtable.HashRange(name, stateAttrPartition, stateAttrItem)
 }
 
-// StateTableAPI is the part of the DynamoDB client a StateTable uses.
-// *dynamodb.Client satisfies it.
-type StateTableAPI interface {
-	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
-	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
-	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
-}
-
-var _ StateTableAPI = (*dynamodb.Client)(nil)
+// StateTableAPI is the part of the DynamoDB client a StateTable (and a
+// PartialsTable) uses. *dynamodb.Client satisfies it.
+type StateTableAPI = ddbtable.API
 
 // StateTable keeps each partition's state in a DynamoDB table (see
 // StateTableSpec), for aggregators on several machines. Prefix names the
@@ -99,42 +90,14 @@ func chunkItem(gen, i int64) string {
 	return strconv.FormatInt(gen, 10) + "." + strconv.FormatInt(i, 10)
 }
 
-// call returns the context of one call: bounded by Timeout, and not cut
-// short when ctx is done, so that a worker that stops mid-save finishes
-// the call it is in rather than abandon a request half sent.
-func (s *StateTable) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := s.Timeout
-	if d <= 0 {
-		d = 10 * time.Second
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
+// calls makes the table's calls: bounded by Timeout, not cut short when
+// ctx is done, and retried with backoff when throttled (ddbtable.Calls).
+func (s *StateTable) calls() *ddbtable.Calls {
+	return &ddbtable.Calls{API: s.API, Table: s.Table, Timeout: s.Timeout}
 }
 
 func (s *StateTable) get(ctx context.Context, partition, item string) (map[string]ddb.AttributeValue, error) {
-	c, cancel := s.call(ctx)
-	defer cancel()
-	out, err := s.API.GetItem(c, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: s.key(partition, item), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, err
-	}
-	return out.Item, nil
-}
-
-func itemNum(it map[string]ddb.AttributeValue, name string) int64 {
-	v, _ := it[name].(*ddb.AttributeValueMemberN)
-	if v == nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(v.Value, 10, 64)
-	return n
-}
-
-func itemBytes(it map[string]ddb.AttributeValue) []byte {
-	v, _ := it[stateAttrData].(*ddb.AttributeValueMemberB)
-	if v == nil {
-		return nil
-	}
-	return v.Value
+	return s.calls().Get(ctx, s.key(partition, item))
 }
 
 // Load reads the partition's head and chunks.
@@ -147,8 +110,8 @@ func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, e
 		s.remember(partition, stateHeadInfo{})
 		return State{}, false, nil
 	}
-	h := stateHeadInfo{gen: itemNum(head, stateAttrGen), chunks: itemNum(head, stateAttrChunks)}
-	b := itemBytes(head)
+	h := stateHeadInfo{gen: ddbtable.Num(head, stateAttrGen), chunks: ddbtable.Num(head, stateAttrChunks)}
+	b := ddbtable.Bytes(head, stateAttrData)
 	for i := range h.chunks {
 		it, err := s.get(ctx, partition, chunkItem(h.gen, i))
 		if err != nil {
@@ -157,7 +120,7 @@ func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, e
 		if it == nil {
 			return State{}, false, fmt.Errorf("load state %s: chunk %d of generation %d is missing", partition, i, h.gen)
 		}
-		b = append(b, itemBytes(it)...)
+		b = append(b, ddbtable.Bytes(it, stateAttrData)...)
 	}
 	st, err := decodeState(b)
 	if err != nil {
@@ -190,34 +153,25 @@ func (s *StateTable) Save(ctx context.Context, partition string, st State) error
 	h := stateHeadInfo{gen: prev.gen + 1}
 	head := s.key(partition, stateHead)
 	head[stateAttrGen] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(h.gen, 10)}
-	if len(b) <= stateChunk {
+	calls := s.calls()
+	b, h.chunks, err = calls.PutChunks(ctx, b, stateAttrData, func(i int64) map[string]ddb.AttributeValue {
+		return s.key(partition, chunkItem(h.gen, i))
+	})
+	if err != nil {
+		return fmt.Errorf("save state %s: %w", partition, err)
+	}
+	if b != nil {
 		head[stateAttrData] = &ddb.AttributeValueMemberB{Value: b}
-	} else {
-		for i := int64(0); len(b) > 0; i++ {
-			n := min(len(b), stateChunk)
-			it := s.key(partition, chunkItem(h.gen, i))
-			it[stateAttrData] = &ddb.AttributeValueMemberB{Value: b[:n]}
-			c, cancel := s.call(ctx)
-			_, err := s.API.PutItem(c, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: it})
-			cancel()
-			if err != nil {
-				return fmt.Errorf("save state %s: chunk %d: %w", partition, i, err)
-			}
-			b, h.chunks = b[n:], i+1
-		}
 	}
 	head[stateAttrChunks] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(h.chunks, 10)}
-	in := &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: head,
-		ExpressionAttributeNames: map[string]string{"#g": stateAttrGen}}
+	in := &dynamodb.PutItemInput{Item: head, ExpressionAttributeNames: map[string]string{"#g": stateAttrGen}}
 	if known && prev.gen > 0 {
 		in.ConditionExpression = aws.String("#g = :g")
 		in.ExpressionAttributeValues = map[string]ddb.AttributeValue{":g": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(prev.gen, 10)}}
 	} else {
 		in.ConditionExpression = aws.String("attribute_not_exists(#g)")
 	}
-	c, cancel := s.call(ctx)
-	_, err = s.API.PutItem(c, in)
-	cancel()
+	_, err = calls.Put(ctx, in)
 	var cf *ddb.ConditionalCheckFailedException
 	if errors.As(err, &cf) {
 		return fmt.Errorf("save state %s: %w", partition, ErrStateMoved)
@@ -228,9 +182,7 @@ func (s *StateTable) Save(ctx context.Context, partition string, st State) error
 	s.remember(partition, h)
 	// The previous generation's chunks are garbage now.
 	for i := range prev.chunks {
-		c, cancel := s.call(ctx)
-		s.API.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: aws.String(s.Table), Key: s.key(partition, chunkItem(prev.gen, i))})
-		cancel()
+		calls.Delete(ctx, s.key(partition, chunkItem(prev.gen, i)))
 	}
 	return nil
 }

@@ -106,7 +106,7 @@ func TestReplayGivesTheSameAlerts(t *testing.T) {
 		t.Errorf("two runs differ:\n%s\n%s", first.Bytes(), second.Bytes())
 	}
 	r := newRunner(t, cfg, time.Minute, &followed, t.TempDir(), nil)
-	if err := r.Follow(context.Background(), alerts.FollowOptions{Dir: dir}); err != nil {
+	if err := r.Follow(context.Background(), alerts.FollowOptions{Partials: dir}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(followed.Bytes(), first.Bytes()) {
@@ -114,7 +114,7 @@ func TestReplayGivesTheSameAlerts(t *testing.T) {
 	}
 	// Following again finds nothing new.
 	before := followed.Len()
-	if err := r.Follow(context.Background(), alerts.FollowOptions{Dir: dir}); err != nil {
+	if err := r.Follow(context.Background(), alerts.FollowOptions{Partials: dir}); err != nil {
 		t.Fatal(err)
 	}
 	if followed.Len() != before {

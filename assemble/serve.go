@@ -46,7 +46,11 @@ type ServeOptions struct {
 	// alerts runner serve runs when the configuration has an alerts or a
 	// feedback section.
 	Alerts AlertWatcher
-	Now    func() time.Time // default time.Now
+	// Partials, if set, is where the aggregator stores its partials and
+	// the dashboard reads them (a Partials spec's store) instead of the
+	// directory serve.partials_dir.
+	Partials PartialsStore
+	Now      func() time.Time // default time.Now
 }
 
 // Serve runs, in one process and until ctx is done, what `ratewarden
@@ -139,9 +143,12 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	}
 
 	// The dashboard's index starts with what the partials hold.
-	partials := &aggregator.PartialsDir{Dir: sv.PartialsDir}
+	var partials PartialsStore = &aggregator.PartialsDir{Dir: sv.PartialsDir}
+	if o.Partials != nil {
+		partials = o.Partials
+	}
 	index := dashboards.NewIndex(sv.Window, sv.Dashboard.Retain)
-	problems, err := index.Load(partials, now().Add(-sv.Dashboard.Retain-sv.Window), now().Add(24*time.Hour))
+	problems, err := index.Load(ctx, partials, now().Add(-sv.Dashboard.Retain-sv.Window), now().Add(24*time.Hour))
 	if err != nil {
 		return err
 	}

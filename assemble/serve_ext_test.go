@@ -3,6 +3,7 @@ package assemble_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/dashboards"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
 )
 
 const serveYAML = `
@@ -30,16 +34,45 @@ tiers:
 
 // TestServeRunsAndStops: Serve answers through the edge and the dashboard,
 // and when ctx is done it returns with every decision in the partials,
-// the open window included.
+// the open window included: in serve.partials_dir, or in the DynamoDB
+// table of --partials dynamodb:TABLE (assemble.Partials, on dynalite).
 func TestServeRunsAndStops(t *testing.T) {
+	t.Run("dir", func(t *testing.T) {
+		dir := t.TempDir()
+		testServeRunsAndStops(t, "", &aggregator.PartialsDir{Dir: filepath.Join(dir, "partials")})
+	})
+	t.Run("table", func(t *testing.T) {
+		t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", awstest.Endpoint(t, awstest.DynamoDBEnv))
+		t.Setenv("AWS_REGION", "us-east-1")
+		t.Setenv("AWS_ACCESS_KEY_ID", "test")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+		spec := fmt.Sprint("dynamodb:serve-partials-", time.Now().UnixNano())
+		store, err := assemble.Partials(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt := store.(*aggregator.PartialsTable)
+		awstest.CreateTable(t, pt.API.(*dynamodb.Client), aggregator.PartialsTableSpec(pt.Table))
+		testServeRunsAndStops(t, spec, store)
+	})
+}
+
+func testServeRunsAndStops(t *testing.T, spec string, store assemble.PartialsStore) {
 	dir := t.TempDir()
 	cfg := loadConfig(t, serveYAML)
 	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
+	o := assemble.ServeOptions{}
+	if spec != "" {
+		o.Partials = store
+	} else {
+		cfg.Serve.PartialsDir = store.(*aggregator.PartialsDir).Dir
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan assemble.ServeAddrs, 1)
 	done := make(chan error, 1)
+	o.Ready = func(a assemble.ServeAddrs) { ready <- a }
 	go func() {
-		done <- assemble.Serve(ctx, cfg, assemble.ServeOptions{Ready: func(a assemble.ServeAddrs) { ready <- a }})
+		done <- assemble.Serve(ctx, cfg, o)
 	}()
 	var a assemble.ServeAddrs
 	select {
@@ -68,7 +101,7 @@ func TestServeRunsAndStops(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	ps, problems, err := (&aggregator.PartialsDir{Dir: cfg.Serve.PartialsDir}).Read(time.Second, time.Time{}, time.Now().Add(time.Hour))
+	ps, problems, err := store.Read(t.Context(), time.Second, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil || len(problems) > 0 {
 		t.Fatal(err, problems)
 	}

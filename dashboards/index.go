@@ -93,10 +93,11 @@ func (x *Index) Window() time.Duration { return x.size }
 // Version changes whenever the index does.
 func (x *Index) Version() uint64 { return x.version.Load() }
 
-// Load adds the partials stored under dir, of the index's window length,
-// that start in [from, to), and returns the files it could not read.
-func (x *Index) Load(dir *aggregator.PartialsDir, from, to time.Time) ([]aggregator.ReadProblem, error) {
-	return dir.Walk(x.size, from, to, func(f aggregator.PartialFile, p *aggregator.Partial) {
+// Load adds the partials stored in w (an aggregator.PartialsDir or
+// PartialsTable), of the index's window length, that start in [from, to),
+// and returns the ones it could not read.
+func (x *Index) Load(ctx context.Context, w aggregator.PartialsWalker, from, to time.Time) ([]aggregator.ReadProblem, error) {
+	return w.Walk(ctx, x.size, from, to, func(f aggregator.PartialFile, p *aggregator.Partial) {
 		x.put(f.Partition+"/"+f.Range, p)
 	})
 }

@@ -153,7 +153,7 @@ func TestIndexLoad(t *testing.T) {
 	var c collect
 	rollup(t, lines, 10*time.Second, dir, &c)
 	x := NewIndex(10*time.Second, time.Hour)
-	problems, err := x.Load(dir, t0.Add(-time.Hour), t0.Add(time.Hour))
+	problems, err := x.Load(t.Context(), dir, t0.Add(-time.Hour), t0.Add(time.Hour))
 	if err != nil || len(problems) > 0 {
 		t.Fatal(err, problems)
 	}

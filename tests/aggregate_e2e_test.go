@@ -27,7 +27,7 @@ import (
 // readPartials merges every partial under dir by window start.
 func readPartials(t *testing.T, dir string, window time.Duration) map[time.Time]*aggregator.Partial {
 	t.Helper()
-	ps, problems, err := (&aggregator.PartialsDir{Dir: dir}).Read(window, time.Time{}, time.Now().Add(time.Hour))
+	ps, problems, err := (&aggregator.PartialsDir{Dir: dir}).Read(t.Context(), window, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("read partials: %v %v", err, problems)
 	}

@@ -169,7 +169,7 @@ func TestEdgeAndAggregateKinesis(t *testing.T) {
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	stream, leases, stateTable := "e2e-agg-"+suffix, "e2e-agg-leases-"+suffix, "e2e-agg-state-"+suffix
 	runBinary(t, bin, env, "aws", "init", "--stream", stream, "--shards", "4", "--counters-table", "", "--lists-table", "",
-		"--leases-table", leases, "--state-table", stateTable)
+		"--leases-table", leases, "--state-table", stateTable, "--partials-table", "")
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
 	cfg := seedTrusting(t, "[127.0.0.1]", "")

@@ -74,6 +74,7 @@ func TestCloudFormationMatchesCode(t *testing.T) {
 		{"ListsTable", lists.TableSpec("x"), lists.TableExpiresAttribute},
 		{"LeasesTable", kinesis.LeaseTableSpec("x"), ""},
 		{"StateTable", aggregator.StateTableSpec("x"), ""},
+		{"PartialsTable", aggregator.PartialsTableSpec("x"), ""},
 	} {
 		r, ok := tmpl.Resources[c.resource]
 		if !ok || r.Type != "AWS::DynamoDB::Table" {

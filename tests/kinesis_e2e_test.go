@@ -29,16 +29,18 @@ func TestEdgeKinesis(t *testing.T) {
 	stream := "e2e-decisions-" + suffix
 	run := func(args ...string) string { t.Helper(); return runBinary(t, bin, env, args...) }
 	initArgs := []string{"aws", "init", "--stream", stream, "--shards", "2", "--counters-table", "e2e-counters-" + suffix,
-		"--lists-table", "e2e-lists-" + suffix, "--leases-table", "e2e-leases-" + suffix, "--state-table", "e2e-state-" + suffix}
+		"--lists-table", "e2e-lists-" + suffix, "--leases-table", "e2e-leases-" + suffix, "--state-table", "e2e-state-" + suffix,
+		"--partials-table", "e2e-partials-" + suffix}
 	first := run(initArgs...)
 	for _, want := range []string{"stream " + stream + ": created with 2 shards", "table e2e-counters-" + suffix + ": created",
-		"table e2e-lists-" + suffix + ": created", "table e2e-leases-" + suffix + ": created", "table e2e-state-" + suffix + ": created"} {
+		"table e2e-lists-" + suffix + ": created", "table e2e-leases-" + suffix + ": created", "table e2e-state-" + suffix + ": created",
+		"table e2e-partials-" + suffix + ": created"} {
 		if !strings.Contains(first, want) {
 			t.Fatalf("aws init said:\n%s\nwant %q", first, want)
 		}
 	}
-	if again := run(initArgs...); strings.Count(again, ": exists") != 5 {
-		t.Fatalf("aws init a second time said:\n%s\nwant five resources that exist", again)
+	if again := run(initArgs...); strings.Count(again, ": exists") != 6 {
+		t.Fatalf("aws init a second time said:\n%s\nwant six resources that exist", again)
 	}
 
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
@@ -113,7 +115,7 @@ func TestEdgeKinesisSpill(t *testing.T) {
 	t0 := time.Now()
 	waitUntil("20 spilled decisions", func() bool { return metric("ratewarden_decisions_kinesis_spilled_total") == "20" })
 	t.Logf("spilled after %v", time.Since(t0))
-	run("aws", "init", "--stream", stream, "--counters-table", "", "--lists-table", "", "--leases-table", "", "--state-table", "")
+	run("aws", "init", "--stream", stream, "--counters-table", "", "--lists-table", "", "--leases-table", "", "--state-table", "", "--partials-table", "")
 	waitUntil("the spill to drain", func() bool {
 		return metric("ratewarden_decisions_kinesis_backlog") == "0" && metric("ratewarden_decisions_kinesis_drained_total") == "20"
 	})

@@ -357,7 +357,7 @@ func TestLambdaEdgeLogsToAggregate(t *testing.T) {
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	stream, leases := "lambdaedge-logs-"+suffix, "lambdaedge-leases-"+suffix
 	runBinary(t, bin, env, "aws", "init", "--stream", stream, "--shards", "1", "--counters-table", "", "--lists-table", "",
-		"--leases-table", leases, "--state-table", "")
+		"--leases-table", leases, "--state-table", "", "--partials-table", "")
 	kc := kinesis.NewFromConfig(awstest.Config(t), func(o *kinesis.Options) {
 		o.BaseEndpoint = aws.String(awstest.Endpoint(t, awstest.KinesisEnv))
 	})

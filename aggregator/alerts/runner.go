@@ -200,9 +200,23 @@ func (r *Runner) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// PartialsReader merges the stored partials of a time range by window
+// start (aggregator.MergePartials); aggregator.PartialsDir and
+// PartialsTable are ones.
+type PartialsReader interface {
+	Read(ctx context.Context, size time.Duration, from, to time.Time) (map[time.Time]*aggregator.Partial, []aggregator.ReadProblem, error)
+}
+
+var (
+	_ PartialsReader = (*aggregator.PartialsDir)(nil)
+	_ PartialsReader = (*aggregator.PartialsTable)(nil)
+)
+
 // FollowOptions configure Follow.
 type FollowOptions struct {
-	Dir *aggregator.PartialsDir
+	// Partials is the store of partials to read: an
+	// aggregator.PartialsDir or PartialsTable.
+	Partials PartialsReader
 	// Follow keeps polling for new windows; otherwise Follow returns once
 	// every window found has been run.
 	Follow bool
@@ -216,11 +230,11 @@ type FollowOptions struct {
 	Problems func([]aggregator.ReadProblem)
 }
 
-// Follow runs the windows stored in a partials directory (every
+// Follow runs the windows stored in a partials store (every
 // partition's partials of a window merged, as PartialsDir.Read merges
 // them), in order, from the one after the last run. Whether a window is
 // complete is decided in event time, by the windows stored after it, so
-// that the same directory gives the same alerts. It returns when ctx ends
+// that the same store gives the same alerts. It returns when ctx ends
 // or, not following, when the stored windows are run.
 func (r *Runner) Follow(ctx context.Context, o FollowOptions) error {
 	if o.Settle <= 0 {
@@ -235,7 +249,7 @@ func (r *Runner) Follow(ctx context.Context, o FollowOptions) error {
 		if last := r.Last(); !last.IsZero() {
 			from = last.Add(size)
 		}
-		windows, problems, err := o.Dir.Read(size, from, time.Unix(1<<62/int64(time.Second), 0))
+		windows, problems, err := o.Partials.Read(ctx, size, from, time.Unix(1<<62/int64(time.Second), 0))
 		if err != nil {
 			return err
 		}

@@ -2,13 +2,18 @@ package alerts_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
 )
 
 // FuzzLoadState: whatever the state file holds, loading it either fails
@@ -39,12 +44,27 @@ func FuzzLoadState(f *testing.F) {
 	})
 }
 
-// TestFollowSettles: following a partials directory, a window runs only
-// once a partial Settle windows later is stored (other partitions may
-// still add to it); without following, every stored window runs. Gaps
-// between stored windows run as empty windows.
+// TestFollowSettles: following a store of partials (a directory, or a
+// DynamoDB table on dynalite), a window runs only once a partial Settle
+// windows later is stored (other partitions may still add to it); without
+// following, every stored window runs. Gaps between stored windows run as
+// empty windows.
 func TestFollowSettles(t *testing.T) {
-	dir := &aggregator.PartialsDir{Dir: t.TempDir()}
+	t.Run("dir", func(t *testing.T) { testFollowSettles(t, &aggregator.PartialsDir{Dir: t.TempDir()}) })
+	t.Run("table", func(t *testing.T) {
+		dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) {
+			o.BaseEndpoint = aws.String(awstest.Endpoint(t, awstest.DynamoDBEnv))
+		})
+		name := fmt.Sprint("alerts-follow-", time.Now().UnixNano())
+		awstest.CreateTable(t, dc, aggregator.PartialsTableSpec(name))
+		testFollowSettles(t, &aggregator.PartialsTable{API: dc, Table: name})
+	})
+}
+
+func testFollowSettles(t *testing.T, dir interface {
+	aggregator.Sink
+	alerts.PartialsReader
+}) {
 	for _, m := range []int{0, 1, 2, 4, 5} {
 		p := aggregator.NewPartial(t0.Add(time.Duration(m)*time.Minute), time.Minute, 10)
 		d := decisionOf(p.Start, "192.0.2.1", "anonymous:global", 0)
@@ -60,13 +80,13 @@ func TestFollowSettles(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // one pass, then the loop sees the end
-	if err := r.Follow(ctx, alerts.FollowOptions{Dir: dir, Follow: true, Settle: 2}); err != nil {
+	if err := r.Follow(ctx, alerts.FollowOptions{Partials: dir, Follow: true, Settle: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := r.Last(), t0.Add(2*time.Minute); !got.Equal(want) {
 		t.Errorf("following ran up to %v, want %v (window 4 is the newest: 2 is the last settled)", got, want)
 	}
-	if err := r.Follow(t.Context(), alerts.FollowOptions{Dir: dir}); err != nil {
+	if err := r.Follow(t.Context(), alerts.FollowOptions{Partials: dir}); err != nil {
 		t.Fatal(err)
 	}
 	st := r.Stats().Engine

@@ -6,7 +6,8 @@
 // JSON or CSV.
 //
 // A report reads Windows: the partials of a time range merged per window,
-// from a PartialsDir (ReadDir) or rolled up from the decision log on the
+// from a store of partials (ReadPartials: an aggregator.PartialsDir or
+// PartialsTable; ReadDir for a directory) or rolled up from the decision log on the
 // fly with the aggregator's own Rollup (RollLog), plus optional alert and
 // action records (ReadAlerts). Build is a pure function of those inputs and
 // its Options, so the same input renders to the same bytes.

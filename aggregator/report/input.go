@@ -45,10 +45,21 @@ func Align(from, to time.Time, size time.Duration) (time.Time, time.Time) {
 	return f, t
 }
 
+// PartialsReader merges the stored partials of a time range by window
+// start (aggregator.MergePartials); aggregator.PartialsDir and
+// PartialsTable are ones.
+type PartialsReader interface {
+	Read(ctx context.Context, size time.Duration, from, to time.Time) (map[time.Time]*aggregator.Partial, []aggregator.ReadProblem, error)
+}
+
+var (
+	_ PartialsReader = (*aggregator.PartialsDir)(nil)
+	_ PartialsReader = (*aggregator.PartialsTable)(nil)
+)
+
 // ReadDir reads the partials of windows of length size that start in
-// [from, to) from the PartialsDir dir, a day at a time; progress, if not
-// nil, is called after each day with the days done and the days in all.
-// Unreadable files are skipped and returned as problems.
+// [from, to) from the PartialsDir dir, as ReadPartials does; problems name
+// the files relative to dir.
 func ReadDir(dir string, size time.Duration, from, to time.Time, progress func(done, total int)) (*Windows, error) {
 	if !from.Before(to) {
 		return nil, fmt.Errorf("read partials: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
@@ -56,15 +67,39 @@ func ReadDir(dir string, size time.Duration, from, to time.Time, progress func(d
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("read partials: %w", err)
 	}
+	w, err := ReadPartials(context.Background(), &aggregator.PartialsDir{Dir: dir}, size, from, to, progress)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range w.Problems {
+		// Paths relative to the directory keep reports of the same
+		// store alike wherever it is mounted.
+		if rel, err := filepath.Rel(dir, p.Source); err == nil {
+			w.Problems[i].Source = filepath.ToSlash(rel)
+		}
+	}
+	return w, nil
+}
+
+// ReadPartials reads the partials of windows of length size that start in
+// [from, to) from the store r, a day at a time; progress, if not nil, is
+// called after each day with the days done and the days in all.
+// Unreadable partials are skipped and returned as problems.
+func ReadPartials(ctx context.Context, r PartialsReader, size time.Duration, from, to time.Time, progress func(done, total int)) (*Windows, error) {
+	if !from.Before(to) {
+		return nil, fmt.Errorf("read partials: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
 	w := &Windows{Size: size, Parts: map[time.Time]*aggregator.Partial{}}
-	pd := &aggregator.PartialsDir{Dir: dir}
 	var days []time.Time
 	for d := from.UTC().Truncate(24 * time.Hour); d.Before(to); d = d.Add(24 * time.Hour) {
 		days = append(days, d)
 	}
 	for i, d := range days {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read partials: %w", err)
+		}
 		lo, hi := maxTime(d, from), minTime(d.Add(24*time.Hour), to)
-		ps, problems, err := pd.Read(size, lo, hi)
+		ps, problems, err := r.Read(ctx, size, lo, hi)
 		if err != nil {
 			return nil, err
 		}
@@ -72,13 +107,7 @@ func ReadDir(dir string, size time.Duration, from, to time.Time, progress func(d
 			w.Parts[start] = p
 		}
 		for _, p := range problems {
-			// Paths relative to the directory keep reports of the same
-			// store alike wherever it is mounted.
-			src := p.Path
-			if rel, err := filepath.Rel(dir, p.Path); err == nil {
-				src = filepath.ToSlash(rel)
-			}
-			w.Problems = append(w.Problems, Problem{Source: src, Error: p.Err.Error()})
+			w.Problems = append(w.Problems, Problem{Source: p.Path, Error: p.Err.Error()})
 		}
 		if progress != nil {
 			progress(i+1, len(days))

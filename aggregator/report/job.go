@@ -16,7 +16,10 @@ import (
 // decision log rolled up on the fly), its alerts, its range, its format.
 // What `ratewarden report` and the scheduled Lambda both run.
 type Job struct {
-	PartialsDir  string // read the partials stored here (PartialsDir); or
+	PartialsDir string // read the partials stored here (PartialsDir); or
+	// Partials, the store to read the partials from (an
+	// aggregator.PartialsDir or PartialsTable); or
+	Partials     PartialsReader
 	DecisionsDir string // roll this decision log up on the fly
 	// Rollup is the window length (of the stored partials, or to roll up
 	// in) and, for a log, the top-K and lateness; zero fields take the
@@ -37,8 +40,14 @@ func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
 	if o.Window <= 0 {
 		o.Window = time.Minute
 	}
-	if (j.PartialsDir == "") == (j.DecisionsDir == "") {
-		return nil, nil, errors.New("report: give one source: a partials directory or a decision log")
+	sources := 0
+	for _, given := range []bool{j.PartialsDir != "", j.Partials != nil, j.DecisionsDir != ""} {
+		if given {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return nil, nil, errors.New("report: give one source: a partials directory or store, or a decision log")
 	}
 	from, to := j.Options.From, j.Options.To
 	if !from.Before(to) {
@@ -47,16 +56,25 @@ func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
 	from, to = Align(from, to, o.Window)
 	var w *Windows
 	var err error
-	if j.PartialsDir != "" {
-		if err := hasWindow(j.PartialsDir, o.Window); err != nil {
+	var progress func(done, total int)
+	if j.Progress != nil {
+		progress = func(done, total int) { j.Progress(uint64(done), uint64(total)) }
+	}
+	// A directory names the window lengths it holds, and its problems
+	// are named relative to it.
+	dir := j.PartialsDir
+	if d, ok := j.Partials.(*aggregator.PartialsDir); ok {
+		dir = d.Dir
+	}
+	switch {
+	case dir != "":
+		if err := hasWindow(dir, o.Window); err != nil {
 			return nil, nil, err
 		}
-		var progress func(done, total int)
-		if j.Progress != nil {
-			progress = func(done, total int) { j.Progress(uint64(done), uint64(total)) }
-		}
-		w, err = ReadDir(j.PartialsDir, o.Window, from, to, progress)
-	} else {
+		w, err = ReadDir(dir, o.Window, from, to, progress)
+	case j.Partials != nil:
+		w, err = ReadPartials(ctx, j.Partials, o.Window, from, to, progress)
+	default:
 		var progress func(LogProgress)
 		if j.Progress != nil {
 			progress = func(s LogProgress) { j.Progress(s.Bytes, 0) }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,16 +48,8 @@ func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
 	}
 }
 
-// partialsSink parses --partials: dir:PATH.
-func partialsSink(spec string) (aggregator.Sink, error) {
-	if path, ok := strings.CutPrefix(spec, "dir:"); ok && path != "" {
-		return &aggregator.PartialsDir{Dir: path}, nil
-	}
-	return nil, fmt.Errorf("--partials %q: want dir:PATH", spec)
-}
-
 func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR --state-dir DIR | --kinesis-stream NAME (--state-dir DIR | --state-table NAME) | --stdin) [--partials dir:PATH] [--emf SINK] [flags]", stderr)
+	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR --state-dir DIR | --kinesis-stream NAME (--state-dir DIR | --state-table NAME) | --stdin) [--partials dir:PATH|dynamodb:TABLE] [--emf SINK] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to read (and follow)")
 	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, sharing its shards with the other aggregators of --consumer-group (AWS SDK credentials, region and endpoints)")
 	leasesTable := fs.String("leases-table", defaultLeasesTable, "with --kinesis-stream: the lease and checkpoint table `name` (aws init creates it)")
@@ -67,7 +58,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead (no state: every window is emitted at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
-	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
+	partials := fs.String("partials", "", "store each window's partial aggregates: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
 	emfSpec := fs.String("emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
 	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
 	ruleBudget := fs.Int("rule-budget", 50, "(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
@@ -108,7 +99,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	var sinks []aggregator.Sink
 	if *partials != "" {
-		s, err := partialsSink(*partials)
+		s, err := assemble.Partials(ctx, *partials)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
@@ -15,12 +14,12 @@ import (
 )
 
 // runAlerts runs the detectors and policies over the merged partials of a
-// directory: the place alerts run when several aggregators (Kinesis
+// directory or a table: the place alerts run when several aggregators (Kinesis
 // shards) each store part of every window.
 func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("alerts", "alerts --config FILE --partials dir:PATH --state-dir DIR [--follow] [flags]", stderr)
+	fs := newFlags("alerts", "alerts --config FILE --partials dir:PATH|dynamodb:TABLE --state-dir DIR [--follow] [flags]", stderr)
 	cfgPath := fs.String("config", "", "the configuration `file` whose alerts and feedback sections apply")
-	partials := fs.String("partials", "", "the stored partials to read: dir:`PATH` (as aggregate --partials writes them)")
+	partials := fs.String("partials", "", "the stored partials to read: "+assemble.PartialsSpecs+" (as aggregate --partials writes them)")
 	stateDir := fs.String("state-dir", "", "where the detectors keep their state (`directory`), so that a rerun goes on where the last stopped")
 	window := fs.Duration("window", time.Minute, "the partials' window `length`")
 	follow := fs.Bool("follow", false, "keep running windows as their partials arrive")
@@ -29,13 +28,16 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	path, ok := strings.CutPrefix(*partials, "dir:")
-	if *cfgPath == "" || !ok || path == "" || *stateDir == "" || fs.NArg() > 0 {
+	if *cfgPath == "" || *partials == "" || *stateDir == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
 	}
 	if *window <= 0 || *settle < 1 || *poll <= 0 {
 		return fmt.Errorf("alerts: --window, --settle and --poll must be positive")
+	}
+	store, err := assemble.Partials(ctx, *partials)
+	if err != nil {
+		return err
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
@@ -47,7 +49,7 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	reported := map[string]bool{} // a file is named once, not on every poll
-	err = al.Runner.Follow(ctx, alerts.FollowOptions{Dir: &aggregator.PartialsDir{Dir: path}, Follow: *follow, Settle: *settle, Poll: *poll,
+	err = al.Runner.Follow(ctx, alerts.FollowOptions{Partials: store, Follow: *follow, Settle: *settle, Poll: *poll,
 		Problems: func(ps []aggregator.ReadProblem) {
 			for _, p := range ps {
 				if !reported[p.Path] {

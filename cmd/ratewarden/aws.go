@@ -30,6 +30,7 @@ const (
 	defaultListsTable    = "ratewarden-lists"
 	defaultLeasesTable   = "ratewarden-leases"
 	defaultStateTable    = "ratewarden-aggregator-state"
+	defaultPartialsTable = "ratewarden-partials"
 )
 
 func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -52,6 +53,7 @@ func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	listsTable := fs.String("lists-table", defaultListsTable, "lists table `name`; \"\" to skip")
 	leases := fs.String("leases-table", defaultLeasesTable, "stream consumers' lease and checkpoint table `name`; \"\" to skip")
 	state := fs.String("state-table", defaultStateTable, "the aggregators' state table `name` (aggregate --state-table); \"\" to skip")
+	partialsTable := fs.String("partials-table", defaultPartialsTable, "the aggregators' partials table `name` (aggregate --partials dynamodb:NAME); \"\" to skip")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for each resource to become active")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -90,6 +92,7 @@ func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		{*listsTable, lists.TableSpec, lists.TimeToLiveSpec},
 		{*leases, dkinesis.LeaseTableSpec, nil},
 		{*state, aggregator.StateTableSpec, nil},
+		{*partialsTable, aggregator.PartialsTableSpec, nil},
 	} {
 		if t.name != "" {
 			errs = append(errs, in.table(ctx, t.spec(t.name), t.ttl))

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
@@ -25,14 +24,14 @@ import (
 // invocation's decisions are flushed before it returns: Lambda freezes the
 // process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--partials dir:PATH] [--window D] [--namespace NS] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH [--report-range D] [--format F] [--out FILE]", stderr)
+	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--partials dir:PATH|dynamodb:TABLE] [--window D] [--namespace NS] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
 	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
 	window := fs.Duration("window", time.Minute, "with --aggregate and --report: window `length`")
 	namespace := fs.String("namespace", "Ratewarden", "with --aggregate: CloudWatch `namespace`")
 	reportMode := fs.Bool("report", getenv("RATEWARDEN_LAMBDA_MODE") == "report", "serve an EventBridge schedule instead: each scheduled event writes the abuse report of --report-range before it to stdout (CloudWatch Logs) and --out (default: $RATEWARDEN_LAMBDA_MODE=report)")
-	partials := fs.String("partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount; default $RATEWARDEN_PARTIALS); with --aggregate: also store each batch's partials there, as aggregate --partials does")
+	partials := fs.String("partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount) or dynamodb:TABLE (default $RATEWARDEN_PARTIALS); with --aggregate: also store each batch's partials there, as aggregate --partials does")
 	commitRecords := fs.Int("commit-records", 0, "with --aggregate: records per commit group, each written and keyed on its own so a sink failure is retried from its group (`n`; default: the whole batch)")
 	ignoreTime := fs.Bool("ignore-time", false, "with --aggregate: write EMF for windows of any age (a backlog older than CloudWatch's 14 days) instead of dropping and counting them")
 	alertsFile := fs.String("alerts", "", "with --report: JSON lines `file` of alerts and actions")
@@ -53,11 +52,11 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return fmt.Errorf("--%w", err)
 		}
-		dir, ok := strings.CutPrefix(*partials, "dir:")
-		if !ok || dir == "" {
-			return fmt.Errorf("lambda --report: --partials %q: want dir:PATH", *partials)
+		store, err := assemble.Partials(ctx, *partials)
+		if err != nil {
+			return fmt.Errorf("lambda --report: %w", err)
 		}
-		s := &report.Scheduled{Job: report.Job{PartialsDir: dir, Rollup: aggregator.Options{Window: *window}, AlertsFile: *alertsFile, Format: f,
+		s := &report.Scheduled{Job: report.Job{Partials: store, Rollup: aggregator.Options{Window: *window}, AlertsFile: *alertsFile, Format: f,
 			Options: report.Options{Source: "partials " + *partials}}, Range: *reportRange, Out: stdout, OutFile: *out}
 		awslambda.StartWithOptions(s.Handle, awslambda.WithContext(ctx))
 		return nil
@@ -73,11 +72,11 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 			// Stored partials come first: the EMF of a commit group is
 			// written only once its partials are stored, so a retry after
 			// a store failure does not emit the group's EMF twice.
-			store, err := partialsSink(*partials)
+			store, err := assemble.Partials(ctx, *partials)
 			if err != nil {
 				return err
 			}
-			sinks = slices.Insert(sinks, 0, store)
+			sinks = slices.Insert(sinks, 0, aggregator.Sink(store))
 		}
 		log := slog.New(slog.NewJSONHandler(stderr, nil))
 		kl := &aggregator.KinesisLambda{Window: *window, CommitRecords: *commitRecords,

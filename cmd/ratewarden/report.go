@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
@@ -63,8 +62,8 @@ func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
 
 // runReport makes the abuse report of a time range (package report).
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("report", "report --from T [--to T] (--partials dir:PATH | --decisions-dir DIR) [--alerts FILE] [--format md|html|json|csv] [--out FILE] [flags]", stderr)
-	partials := fs.String("partials", "", "read the stored partial aggregates: dir:`PATH` (as aggregate --partials wrote them)")
+	fs := newFlags("report", "report --from T [--to T] (--partials dir:PATH|dynamodb:TABLE | --decisions-dir DIR) [--alerts FILE] [--format md|html|json|csv] [--out FILE] [flags]", stderr)
+	partials := fs.String("partials", "", "read the stored partial aggregates: "+assemble.PartialsSpecs+" (as aggregate --partials wrote them)")
 	dir := fs.String("decisions-dir", "", "or roll the decision log `directory` up on the fly, in memory, with the aggregator's own code")
 	alertsFile := fs.String("alerts", "", "JSON lines `file` of alerts and feedback actions to include")
 	rf := addReportFlags(fs, "Abuse report")
@@ -91,11 +90,11 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	job := &report.Job{DecisionsDir: *dir, Rollup: ro, AlertsFile: *alertsFile, Format: format,
 		Options: report.Options{From: from, To: to, Title: *rf.title, Top: *rf.top}}
 	if *partials != "" {
-		s, err := partialsSink(*partials)
+		s, err := assemble.Partials(ctx, *partials)
 		if err != nil {
 			return err
 		}
-		job.PartialsDir = s.(*aggregator.PartialsDir).Dir
+		job.Partials = s
 		job.Options.Source = "partials " + *partials
 	} else {
 		job.Options.Source = "decision log " + *dir

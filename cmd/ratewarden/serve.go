@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	decisionsDir := fs.String("decisions-dir", "", "the decision log `directory` (overrides decisions.dir; default "+assemble.DefaultServeLog+")")
 	stateDir := fs.String("state-dir", "", "the aggregator's state `directory` (overrides serve.state_dir)")
 	partials := fs.String("partials-dir", "", "the aggregator's partials `directory` (overrides serve.partials_dir)")
+	partialsSpec := fs.String("partials", "", "or store the partials in "+assemble.PartialsSpecs+" instead")
 	server := fs.String("server", "", "the edge's HTTP `server`: net/http or fasthttp (overrides edge.server)")
 	emfSpec := fs.String("emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
 	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
@@ -60,6 +62,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv}}
+	if *partialsSpec != "" {
+		if *partials != "" {
+			return errors.New("serve: give --partials-dir or --partials, not both")
+		}
+		if o.Partials, err = assemble.Partials(ctx, *partialsSpec); err != nil {
+			return err
+		}
+	}
 	if *emfSpec != "" {
 		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log"}, false)
 		if err != nil {

@@ -1,6 +1,8 @@
 // Package ddbtable builds the CreateTable requests of the project's
 // DynamoDB tables, which all share one shape: billed per request, keyed by
-// a string partition key and a string sort key.
+// a string partition key and a string sort key; and makes their calls
+// (Calls): bounded, retried with backoff when throttled, and storing a
+// value larger than one item in chunks (PutChunks).
 package ddbtable
 
 import (

@@ -1,0 +1,51 @@
+package assemble
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+)
+
+// PartialsSpecs names the forms of a partials store's spec (--partials).
+const PartialsSpecs = "dir:PATH or dynamodb:TABLE"
+
+// PartialsStore is where the aggregator's partials are written and read:
+// an *aggregator.PartialsDir or *aggregator.PartialsTable.
+type PartialsStore interface {
+	aggregator.Sink
+	aggregator.PartialsWalker
+	Read(ctx context.Context, size time.Duration, from, to time.Time) (map[time.Time]*aggregator.Partial, []aggregator.ReadProblem, error)
+}
+
+var (
+	_ PartialsStore = (*aggregator.PartialsDir)(nil)
+	_ PartialsStore = (*aggregator.PartialsTable)(nil)
+)
+
+// Partials opens the partials store spec names: dir:PATH, a directory, or
+// dynamodb:TABLE, a table (aws init creates it) reached with the SDK's
+// configuration (AWS), so that AWS_ENDPOINT_URL_DYNAMODB and the like
+// apply as they do to every other DynamoDB user of the binary.
+func Partials(ctx context.Context, spec string) (PartialsStore, error) {
+	kind, arg, _ := strings.Cut(spec, ":")
+	switch {
+	case kind == "dir" && arg != "":
+		return &aggregator.PartialsDir{Dir: arg}, nil
+	case kind == "dynamodb" && tableName.MatchString(arg):
+		cfg, err := AWS(ctx, "")
+		if err != nil {
+			return nil, fmt.Errorf("partials %s: %w", spec, err)
+		}
+		return &aggregator.PartialsTable{API: dynamodb.NewFromConfig(cfg), Table: arg}, nil
+	}
+	return nil, fmt.Errorf("--partials %q: want %s (a table name is 3 to 255 letters, digits, '_', '-' or '.')", spec, PartialsSpecs)
+}
+
+// tableName matches the names DynamoDB allows a table.
+var tableName = regexp.MustCompile(`^[A-Za-z0-9_.-]{3,255}$`)

@@ -1,0 +1,191 @@
+package ddbtable
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratewarden/ratewarden/internal/awserr"
+	"github.com/ratewarden/ratewarden/internal/backoff"
+)
+
+// API is the part of the DynamoDB client the project's tables use.
+// *dynamodb.Client satisfies it.
+type API interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// ChunkBytes is the most data bytes one item holds, well within
+// DynamoDB's 400 KB item limit with the keys and attribute names.
+const ChunkBytes = 350 << 10
+
+// Calls makes the calls of one table. Each call is bounded by Timeout and
+// is not cut short when the caller's context ends, so that a worker that
+// stops mid-write finishes the call it is in rather than abandon a request
+// half sent. A throttled call (awserr.IsThrottle), once the SDK's own
+// retries are spent, is tried again up to Retries times after a full-jitter
+// backoff; the wait ends with the caller's context. The zero values of the
+// tuning fields take the defaults; API and Table are required. Calls is
+// safe for concurrent use.
+type Calls struct {
+	API   API
+	Table string
+	// Timeout bounds each call; default 10s.
+	Timeout time.Duration
+	// Retries is how many times a throttled call is tried again; default 5.
+	Retries int
+	// BaseDelay and MaxDelay bound the backoff; default 100ms and 5s.
+	BaseDelay, MaxDelay time.Duration
+	// Jitter draws the backoff (backoff.FullJitter); default
+	// backoff.Uniform.
+	Jitter func(n int64) int64
+}
+
+// do runs call with the bounded context of one attempt, again after a
+// backoff while it is throttled.
+func (c *Calls) do(ctx context.Context, call func(context.Context) error) error {
+	d, retries, base, most, jitter := c.Timeout, c.Retries, c.BaseDelay, c.MaxDelay, c.Jitter
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	if retries <= 0 {
+		retries = 5
+	}
+	if base <= 0 {
+		base = 100 * time.Millisecond
+	}
+	if most <= 0 {
+		most = 5 * time.Second
+	}
+	if jitter == nil {
+		jitter = backoff.Uniform
+	}
+	for attempt := 0; ; attempt++ {
+		cc, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+		err := call(cc)
+		cancel()
+		if err == nil || !awserr.IsThrottle(err) || attempt == retries {
+			return err
+		}
+		if serr := backoff.Sleep(ctx, backoff.FullJitter(base, most, attempt+1, jitter)); serr != nil {
+			return err
+		}
+	}
+}
+
+// Get returns the item of key, read consistently, or nil if there is none.
+func (c *Calls) Get(ctx context.Context, key map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	var item map[string]types.AttributeValue
+	err := c.do(ctx, func(ctx context.Context) error {
+		out, err := c.API.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(c.Table), Key: key, ConsistentRead: aws.Bool(true)})
+		if err == nil {
+			item = out.Item
+		}
+		return err
+	})
+	return item, err
+}
+
+// Put writes in, whose TableName it fills in.
+func (c *Calls) Put(ctx context.Context, in *dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) {
+	in.TableName = aws.String(c.Table)
+	var out *dynamodb.PutItemOutput
+	err := c.do(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = c.API.PutItem(ctx, in)
+		return err
+	})
+	return out, err
+}
+
+// Delete deletes the item of key.
+func (c *Calls) Delete(ctx context.Context, key map[string]types.AttributeValue) error {
+	return c.do(ctx, func(ctx context.Context) error {
+		_, err := c.API.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(c.Table), Key: key})
+		return err
+	})
+}
+
+// Query runs in, whose TableName it fills in, and calls fn with the items
+// of every page in turn, read consistently. Like every call, it finishes
+// when ctx ends: a caller that reads many keys checks ctx between them.
+func (c *Calls) Query(ctx context.Context, in *dynamodb.QueryInput, fn func([]map[string]types.AttributeValue)) error {
+	in.TableName = aws.String(c.Table)
+	in.ConsistentRead = aws.Bool(true)
+	for {
+		var out *dynamodb.QueryOutput
+		err := c.do(ctx, func(ctx context.Context) error {
+			var err error
+			out, err = c.API.Query(ctx, in)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		fn(out.Items)
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// PutChunks stores the bytes b of a head item that is written after: when
+// b fits in one item it returns b whole, for the head to hold, and 0;
+// otherwise it writes b in pieces of ChunkBytes, piece i as the item
+// chunkKey(i) with b's piece in the binary attribute data, and returns nil
+// and the number of pieces. The caller writes the head last, naming the
+// count, so that a reader never finds a head whose chunks are missing.
+func (c *Calls) PutChunks(ctx context.Context, b []byte, data string, chunkKey func(i int64) map[string]types.AttributeValue) ([]byte, int64, error) {
+	if len(b) <= ChunkBytes {
+		return b, 0, nil
+	}
+	var n int64
+	for ; len(b) > 0; n++ {
+		k := min(len(b), ChunkBytes)
+		it := chunkKey(n)
+		it[data] = &types.AttributeValueMemberB{Value: b[:k]}
+		if _, err := c.Put(ctx, &dynamodb.PutItemInput{Item: it}); err != nil {
+			return nil, 0, err
+		}
+		b = b[k:]
+	}
+	return nil, n, nil
+}
+
+// Num returns the number attribute name of it, or 0 if it has none.
+func Num(it map[string]types.AttributeValue, name string) int64 {
+	v, _ := it[name].(*types.AttributeValueMemberN)
+	if v == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v.Value, 10, 64)
+	return n
+}
+
+// Bytes returns the binary attribute name of it, or nil if it has none.
+func Bytes(it map[string]types.AttributeValue, name string) []byte {
+	v, _ := it[name].(*types.AttributeValueMemberB)
+	if v == nil {
+		return nil
+	}
+	return v.Value
+}
+
+// Str returns the string attribute name of it, or "" if it has none.
+func Str(it map[string]types.AttributeValue, name string) string {
+	v, _ := it[name].(*types.AttributeValueMemberS)
+	if v == nil {
+		return ""
+	}
+	return v.Value
+}
