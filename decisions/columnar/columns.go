@@ -106,8 +106,12 @@ func (d *Dict) At(i int) int {
 
 // Indices returns every row's index into Values, widened to int32 in dst
 // (grown if needed): one pass over the column, so that a consumer's per-row
-// work is plain array indexing.
+// work is plain array indexing. It returns none (dst[:0]) for a column
+// that was not decoded (no Values).
 func (d *Dict) Indices(dst []int32, n int) []int32 {
+	if d.Values == nil {
+		return dst[:0]
+	}
 	return widenAll(dst, d.idx, d.w, n)
 }
 

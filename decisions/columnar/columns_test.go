@@ -230,7 +230,7 @@ func checkEmpty(t *testing.T, c *Columns) {
 		ColumnOutcome:         c.Outcome == nil,
 		ColumnTime:            len(c.Times(nil)) == 0,
 		ColumnClientIP:        c.ClientIP == nil && c.ClientIPFamily == nil && c.ClientIPZone.Values == nil,
-		ColumnNode:            c.Node.Values == nil,
+		ColumnNode:            c.Node.Values == nil && len(c.Node.Indices(nil, c.Len)) == 0,
 		ColumnTier:            c.Tier.Values == nil,
 		ColumnRule:            c.Rule.Values == nil,
 		ColumnReason:          c.Reason.Values == nil,
