@@ -20,7 +20,8 @@ import (
 //
 // Columns missing from a batch of an older schema version read as the
 // zero value of their field: a dictionary of the one value "", integers
-// of 0.
+// of 0. Columns a consumer did not ask for (Decoder.DecodeColumnSet) are
+// empty instead: Decoded says which were decoded.
 type Columns struct {
 	Len     int       // rows
 	Version int       // the writer's schema version
