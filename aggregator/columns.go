@@ -75,8 +75,9 @@ type Batch struct {
 // whose dictionaries make more combinations is counted through the maps.
 const maxCells = 1 << 16
 
-// Prepare makes b hold c's rows. c must stay valid while b is used: use
-// it within the DecodeColumns callback that received c.
+// Prepare makes b hold c's rows, widening the columns c holds
+// (c.Decoded: a column not decoded costs nothing). c must stay valid while
+// b is used: use it within the DecodeColumns callback that received c.
 func (b *Batch) Prepare(c *columnar.Columns) {
 	n := c.Len
 	b.c, b.n = c, n
