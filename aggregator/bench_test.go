@@ -144,9 +144,9 @@ func BenchmarkColumnsCounts(b *testing.B) {
 	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { c.UpdateColumns(bt, 0, bt.Len()) })
 }
 
-// BenchmarkColumnsCountsDistinct is what tests/bench-aggregate times
-// against DuckDB, over decoded record batches in memory: the counts and the
-// distinct clients (Counts.UpdateColumns and Distinct.UpdateColumns).
+// BenchmarkColumnsCountsDistinct is the aggregator's leg of
+// tests/bench-aggregate, over decoded record batches in memory: the counts
+// and the distinct clients (Counts.UpdateColumns and Distinct.UpdateColumns).
 func BenchmarkColumnsCountsDistinct(b *testing.B) {
 	p := NewPartial(t0, time.Hour, 1)
 	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) {
