@@ -90,17 +90,18 @@ func benchBatches(b *testing.B, c columnar.Compression, size int) [][]byte {
 }
 
 // benchColumns runs roll over the batches' columns, one batch of 4,096
-// events an iteration (size events, from the log), and reports events/s.
+// events an iteration (size events, from the log; the columns of set,
+// decoded by DecodeColumnSet), and reports events/s.
 // With inMemory the batches
 // are decoded before the timer starts, each by a decoder of its own (the
 // columns stay valid until their decoder decodes again), so that what is
 // timed is the rollup over decoded columns; otherwise each iteration
 // decodes its batch too.
 func benchColumns(b *testing.B, c columnar.Compression, inMemory bool, roll func(*Batch)) {
-	benchColumnsOf(b, c, 4096, inMemory, roll)
+	benchColumnsOf(b, c, 4096, columnar.AllColumns, inMemory, roll)
 }
 
-func benchColumnsOf(b *testing.B, c columnar.Compression, size int, inMemory bool, roll func(*Batch)) {
+func benchColumnsOf(b *testing.B, c columnar.Compression, size int, set columnar.ColumnSet, inMemory bool, roll func(*Batch)) {
 	batches := benchBatches(b, c, size)
 	dec := columnar.NewDecoder()
 	var bt Batch
@@ -112,7 +113,7 @@ func benchColumnsOf(b *testing.B, c columnar.Compression, size int, inMemory boo
 	var decoded []*columnar.Columns
 	if inMemory {
 		for _, data := range batches {
-			if err := columnar.NewDecoder().DecodeColumns(data, func(c *columnar.Columns) error {
+			if err := columnar.NewDecoder().DecodeColumnSet(data, set, func(c *columnar.Columns) error {
 				decoded = append(decoded, c)
 				return nil
 			}); err != nil {
@@ -125,7 +126,7 @@ func benchColumnsOf(b *testing.B, c columnar.Compression, size int, inMemory boo
 	for b.Loop() {
 		if inMemory {
 			f(decoded[i%len(decoded)])
-		} else if err := dec.DecodeColumns(batches[i%len(batches)], f); err != nil {
+		} else if err := dec.DecodeColumnSet(batches[i%len(batches)], set, f); err != nil {
 			b.Fatal(err)
 		}
 		events += bt.Len()
@@ -143,15 +144,24 @@ func BenchmarkColumnsCounts(b *testing.B) {
 	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { c.UpdateColumns(bt, 0, bt.Len()) })
 }
 
-// BenchmarkColumnsCountsDistinct is what tests/bench-aggregate times
-// against DuckDB, over decoded record batches in memory: the counts and the
-// distinct clients (Counts.UpdateColumns and Distinct.UpdateColumns).
+// BenchmarkColumnsCountsDistinct is the aggregator's leg of
+// tests/bench-aggregate, over decoded record batches in memory: the counts
+// and the distinct clients (Counts.UpdateColumns and Distinct.UpdateColumns).
 func BenchmarkColumnsCountsDistinct(b *testing.B) {
 	p := NewPartial(t0, time.Hour, 1)
 	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) {
 		p.Counts.UpdateColumns(bt, 0, bt.Len())
 		p.Clients.UpdateColumns(bt, 0, bt.Len())
 	})
+}
+
+// BenchmarkColumnsSummary is what tests/bench-aggregate times against
+// DuckDB as its like-for-like query, over record batches decoded in
+// memory with SummaryColumns alone: counts by tier, rule and outcome and
+// one count of distinct clients (Summary.UpdateColumns).
+func BenchmarkColumnsSummary(b *testing.B) {
+	var s Summary
+	benchColumnsOf(b, columnar.ZstdDict, 4096, SummaryColumns, true, func(bt *Batch) { s.UpdateColumns(bt, 0, bt.Len()) })
 }
 
 // BenchmarkColumnsPartial is the columnar path's full rollup over decoded
@@ -167,25 +177,30 @@ func BenchmarkColumnsPartial(b *testing.B) {
 // buffer; and records of 1,024 in a zstd frame with the dictionary, as the
 // log wrote them before and the Kinesis sink writes them): decompression,
 // decoding and either nothing more (decode), the counts, the counts and
-// distinct clients, or the full rollup.
+// distinct clients, a Summary (decoding SummaryColumns alone), or the full
+// rollup.
 func BenchmarkColumnsFromLog(b *testing.B) {
 	for _, size := range []int{3072, 1024} {
 		c := decisionlog.Compression(size)
-		b.Run(fmt.Sprintf("%v-%d/decode", c, size), func(b *testing.B) { benchColumnsOf(b, c, size, false, func(*Batch) {}) })
+		b.Run(fmt.Sprintf("%v-%d/decode", c, size), func(b *testing.B) { benchColumnsOf(b, c, size, columnar.AllColumns, false, func(*Batch) {}) })
 		b.Run(fmt.Sprintf("%v-%d/counts", c, size), func(b *testing.B) {
 			var n Counts
-			benchColumnsOf(b, c, size, false, func(bt *Batch) { n.UpdateColumns(bt, 0, bt.Len()) })
+			benchColumnsOf(b, c, size, columnar.AllColumns, false, func(bt *Batch) { n.UpdateColumns(bt, 0, bt.Len()) })
 		})
 		b.Run(fmt.Sprintf("%v-%d/counts+distinct", c, size), func(b *testing.B) {
 			p := NewPartial(t0, time.Hour, 1)
-			benchColumnsOf(b, c, size, false, func(bt *Batch) {
+			benchColumnsOf(b, c, size, columnar.AllColumns, false, func(bt *Batch) {
 				p.Counts.UpdateColumns(bt, 0, bt.Len())
 				p.Clients.UpdateColumns(bt, 0, bt.Len())
 			})
 		})
+		b.Run(fmt.Sprintf("%v-%d/summary", c, size), func(b *testing.B) {
+			var s Summary
+			benchColumnsOf(b, c, size, SummaryColumns, false, func(bt *Batch) { s.UpdateColumns(bt, 0, bt.Len()) })
+		})
 		b.Run(fmt.Sprintf("%v-%d/rollup", c, size), func(b *testing.B) {
 			p := NewPartial(t0, time.Hour, 100)
-			benchColumnsOf(b, c, size, false, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
+			benchColumnsOf(b, c, size, columnar.AllColumns, false, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
 		})
 	}
 }

@@ -20,8 +20,14 @@ import (
 // events given one by one to Partial.Update make partials that encode to
 // the same bytes. The zero value is ready to use; reuse one for many
 // batches. It is not safe for concurrent use.
+//
+// A batch may hold only some columns (columnar.Decoder.DecodeColumnSet):
+// Prepare widens those decoded, and each aggregate reads the columns it
+// names (Summary: SummaryColumns; Partial, Counts, Distinct and Offenders
+// every column they read of a Decision).
 type Batch struct {
 	c     *columnar.Columns
+	n     int
 	times []int64
 
 	tier, rule, reason, node, respErr []int32
@@ -46,16 +52,14 @@ type Batch struct {
 	used    []int32 // the slots in use, cleared at the next identify
 	seenGen uint32
 
-	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason]
-	// and byNode[node*NumOutcomes+outcome], counted per UpdateColumns and
-	// then added to the partial's maps; touched lists the cells to add
-	// and clear.
-	nRule, nReason, nErr int
-	cells, byNode, errs  []uint64
-	touched              []int32
-	touchedNodes         []int32
-	touchedErrs          []int32
-	dense                bool // the dictionaries are small enough for the arrays
+	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason],
+	// byNode[node*NumOutcomes+outcome] and errs[(tier*nRule+rule)*nErr+error],
+	// counted per UpdateColumns and then added to the partial's maps;
+	// outcomes[(tier*nRule+rule)*NumOutcomes+outcome], likewise for a
+	// Summary.
+	nRule, nReason, nErr          int
+	cells, byNode, errs, outcomes cellCounts
+	dense                         bool // the dictionaries are small enough for the arrays
 
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
@@ -71,11 +75,12 @@ type Batch struct {
 // whose dictionaries make more combinations is counted through the maps.
 const maxCells = 1 << 16
 
-// Prepare makes b hold c's rows. c must stay valid while b is used: use
-// it within the DecodeColumns callback that received c.
+// Prepare makes b hold c's rows, widening the columns c holds
+// (c.Decoded: a column not decoded costs nothing). c must stay valid while
+// b is used: use it within the DecodeColumns callback that received c.
 func (b *Batch) Prepare(c *columnar.Columns) {
 	n := c.Len
-	b.c = c
+	b.c, b.n = c, n
 	b.times = c.Times(b.times)
 	b.tier = c.Tier.Indices(b.tier, n)
 	b.rule = c.Rule.Indices(b.rule, n)
@@ -92,29 +97,55 @@ func (b *Batch) Prepare(c *columnar.Columns) {
 	b.dense = tr <= maxCells && cells <= maxCells && tr*b.nErr <= maxCells &&
 		len(c.Node.Values)*decisions.NumOutcomes <= maxCells
 	if b.dense {
-		b.cells = grow(b.cells, cells)
-		b.byNode = grow(b.byNode, len(c.Node.Values)*decisions.NumOutcomes)
-		b.errs = grow(b.errs, nt*nr*b.nErr)
+		b.cells.grow(cells)
+		b.byNode.grow(len(c.Node.Values) * decisions.NumOutcomes)
+		b.errs.grow(nt * nr * b.nErr)
 	}
 }
 
-// grow returns s with at least n elements, all zero beyond its length
-// (those within it are kept zero by the users of the arrays).
-func grow(s []uint64, n int) []uint64 {
-	if len(s) >= n {
-		return s
+// cellCounts counts in cells addressed by ids and remembers the cells it
+// touched, so that adding them elsewhere and clearing them costs what was
+// counted rather than the size of the array.
+type cellCounts struct {
+	n       []uint64
+	touched []int32
+}
+
+// grow makes room for ids below n, all zero beyond the present ones
+// (those are kept zero by drain).
+func (c *cellCounts) grow(n int) {
+	switch {
+	case len(c.n) >= n:
+	case cap(c.n) >= n:
+		c.n = c.n[:n]
+	default:
+		c.n = append(c.n[:cap(c.n)], make([]uint64, n-cap(c.n))...)
 	}
-	if cap(s) >= n {
-		return s[:n]
+}
+
+// inc adds one to cell k.
+func (c *cellCounts) inc(k int) {
+	if c.n[k] == 0 {
+		c.touched = append(c.touched, int32(k))
 	}
-	return append(s[:cap(s)], make([]uint64, n-cap(s))...)
+	c.n[k]++
+}
+
+// drain calls f with each touched cell and its count, and clears them.
+func (c *cellCounts) drain(f func(k int, n uint64)) {
+	for _, k := range c.touched {
+		n := c.n[k]
+		c.n[k] = 0
+		f(int(k), n)
+	}
+	c.touched = c.touched[:0]
 }
 
 // Len is the number of rows.
-func (b *Batch) Len() int { return len(b.times) }
+func (b *Batch) Len() int { return b.n }
 
 // Times returns each row's time in Unix nanoseconds (columnar.NullTime for
-// the zero time).
+// the zero time); none when the time column was not decoded.
 func (b *Batch) Times() []int64 { return b.times }
 
 // refused is Refused by outcome number.
@@ -261,7 +292,7 @@ func (b *Batch) identify() {
 	if b.identified {
 		return
 	}
-	n := len(b.times)
+	n := b.n
 	if cap(b.cid) < n {
 		b.cid = make([]int32, n)
 	}
@@ -350,6 +381,23 @@ func (b *Batch) identify() {
 	b.identified = true
 }
 
+// nextGen returns the stamp of a new call inserting clients into
+// sketches (see seenClient).
+func (b *Batch) nextGen() uint32 {
+	b.seenGen++
+	return b.seenGen
+}
+
+// seenIn returns what the call stamped gen inserted of the client id so
+// far.
+func (b *Batch) seenIn(gen uint32, id int32) *seenClient {
+	seen := &b.seen[id]
+	if seen.gen != gen {
+		*seen = seenClient{gen: gen}
+	}
+	return seen
+}
+
 // UpdateColumns counts the clients of rows [lo, hi) of b, as Update
 // would count each of their events.
 func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
@@ -358,8 +406,7 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 	b.tierHLL = resetSlice(b.tierHLL, len(c.Tier.Values))
 	b.ruleHLL = resetSlice(b.ruleHLL, len(c.Rule.Values))
 	b.tierKnown = resetSlice(b.tierKnown, len(c.Tier.Values))
-	b.seenGen++
-	gen := b.seenGen
+	gen := b.nextGen()
 	var allKnown, refKnown *knownHashes
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
@@ -378,10 +425,7 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 		}
 		// Each distinct client once per sketch (see seenClient).
 		id := b.cid[i]
-		h, seen := b.hashes[id], &b.seen[id]
-		if seen.gen != gen {
-			*seen = seenClient{gen: gen}
-		}
+		h, seen := b.hashes[id], b.seenIn(gen, id)
 		if rh != nil && seen.rule != r+1 {
 			rh.InsertHash(h)
 			seen.rule = r + 1
@@ -478,34 +522,20 @@ func (b *Batch) count(counts *Counts, i int, o uint8) {
 		return
 	}
 	tr := t*b.nRule + r
-	k := (tr*decisions.NumOutcomes+int(o))*b.nReason + int(b.reason[i])
-	if b.cells[k] == 0 {
-		b.touched = append(b.touched, int32(k))
-	}
-	b.cells[k]++
-	nk := int(b.node[i])*decisions.NumOutcomes + int(o)
-	if b.byNode[nk] == 0 {
-		b.touchedNodes = append(b.touchedNodes, int32(nk))
-	}
-	b.byNode[nk]++
+	b.cells.inc((tr*decisions.NumOutcomes+int(o))*b.nReason + int(b.reason[i]))
+	b.byNode.inc(int(b.node[i])*decisions.NumOutcomes + int(o))
 	if e := b.respErr[i]; c.ResponseError.Values[e] != "" {
-		ek := tr*b.nErr + int(e)
-		if b.errs[ek] == 0 {
-			b.touchedErrs = append(b.touchedErrs, int32(ek))
-		}
-		b.errs[ek]++
+		b.errs.inc(tr*b.nErr + int(e))
 	}
 }
 
 // flushCounts adds the counted cells to c and clears them.
 func (b *Batch) flushCounts(c *Counts) {
 	cols := b.c
-	for _, k := range b.touched {
-		n := b.cells[k]
-		b.cells[k] = 0
-		rs := int(k) % b.nReason
-		o := int(k) / b.nReason % decisions.NumOutcomes
-		tr := int(k) / b.nReason / decisions.NumOutcomes
+	b.cells.drain(func(k int, n uint64) {
+		rs := k % b.nReason
+		o := k / b.nReason % decisions.NumOutcomes
+		tr := k / b.nReason / decisions.NumOutcomes
 		key := CountKey{Tier: cols.Tier.Values[tr/b.nRule], Rule: cols.Rule.Values[tr%b.nRule],
 			Outcome: decisions.Outcome(o), Reason: cols.Reason.Values[rs]}
 		if c.Cells == nil {
@@ -513,28 +543,23 @@ func (b *Batch) flushCounts(c *Counts) {
 			c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
 		}
 		c.Cells[key] += n
-	}
-	for _, k := range b.touchedNodes {
-		n := b.byNode[k]
-		b.byNode[k] = 0
-		node := cols.Node.Values[int(k)/decisions.NumOutcomes]
+	})
+	b.byNode.drain(func(k int, n uint64) {
+		node := cols.Node.Values[k/decisions.NumOutcomes]
 		byOutcome := c.ByNode[node]
 		if byOutcome == nil {
 			byOutcome = new([decisions.NumOutcomes]uint64)
 			c.ByNode[node] = byOutcome
 		}
-		byOutcome[int(k)%decisions.NumOutcomes] += n
-	}
-	for _, k := range b.touchedErrs {
-		n := b.errs[k]
-		b.errs[k] = 0
-		tr := int(k) / b.nErr
+		byOutcome[k%decisions.NumOutcomes] += n
+	})
+	b.errs.drain(func(k int, n uint64) {
+		tr := k / b.nErr
 		if c.Errors == nil {
 			c.Errors = map[ErrorKey]uint64{}
 		}
-		c.Errors[ErrorKey{cols.Tier.Values[tr/b.nRule], cols.Rule.Values[tr%b.nRule], cols.ResponseError.Values[int(k)%b.nErr]}] += n
-	}
-	b.touched, b.touchedNodes, b.touchedErrs = b.touched[:0], b.touchedNodes[:0], b.touchedErrs[:0]
+		c.Errors[ErrorKey{cols.Tier.Values[tr/b.nRule], cols.Rule.Values[tr%b.nRule], cols.ResponseError.Values[k%b.nErr]}] += n
+	})
 }
 
 // resetSlice returns s with n nil elements.

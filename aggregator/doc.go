@@ -28,5 +28,7 @@
 // binary encoding (append to a buffer, decode back). A record batch's
 // columns (columnar.Decoder.DecodeColumns) roll up without a Decision per
 // event through Batch, Partial.UpdateColumns and Rollup.AddBatch, to the
-// same bytes as the events one by one.
+// same bytes as the events one by one. A reader that wants only counts by
+// tier, rule and outcome and distinct clients uses a Summary, which reads
+// SummaryColumns alone (columnar.Decoder.DecodeColumnSet).
 package aggregator

@@ -20,10 +20,12 @@ import (
 //
 // Columns missing from a batch of an older schema version read as the
 // zero value of their field: a dictionary of the one value "", integers
-// of 0.
+// of 0. Columns a consumer did not ask for (Decoder.DecodeColumnSet) are
+// empty instead: Decoded says which were decoded.
 type Columns struct {
-	Len     int // rows
-	Version int // the writer's schema version
+	Len     int       // rows
+	Version int       // the writer's schema version
+	Decoded ColumnSet // the columns decoded; the others are empty (see Decoder.DecodeColumnSet)
 
 	Kind    []uint8 // decisions.Kind of each row
 	Outcome []uint8 // decisions.Outcome of each row
@@ -46,15 +48,44 @@ type Columns struct {
 	timeBase int64
 }
 
-// inColumns marks the columns a Columns holds: DecodeColumns leaves the
-// others' buffers, and dictionaries, alone.
-var inColumns = func() (e [numCols]bool) {
-	for _, c := range []int{cKind, cTime, cNode, cClientIP, cClientIPFamily, cClientIPZone, cUserID, cTier, cRule,
-		cOutcome, cReason, cStoreLatency, cList, cAction, cDropped, cUpstreamLatency, cResponseError} {
-		e[c] = true
-	}
-	return e
-}()
+// ColumnSet is a set of the columns a Columns holds, for a consumer that
+// reads only some of them (Decoder.DecodeColumnSet): an aggregation of a
+// few fields, a report, a query. Under body compression (Zstd, LZ4: the
+// log's records of PerBuffer-sized batches) each column's buffers are
+// compressed apart, and those of columns not in the set are never
+// decompressed or checked. The zero value is the empty set.
+type ColumnSet uint64
+
+// The columns of Columns, by its fields. ColumnClientIP is the three
+// columns that make an address: ClientIP, ClientIPFamily and ClientIPZone.
+const (
+	ColumnKind            ColumnSet = 1 << cKind
+	ColumnTime            ColumnSet = 1 << cTime
+	ColumnNode            ColumnSet = 1 << cNode
+	ColumnClientIP        ColumnSet = 1<<cClientIP | 1<<cClientIPFamily | 1<<cClientIPZone
+	ColumnUserID          ColumnSet = 1 << cUserID
+	ColumnTier            ColumnSet = 1 << cTier
+	ColumnRule            ColumnSet = 1 << cRule
+	ColumnOutcome         ColumnSet = 1 << cOutcome
+	ColumnReason          ColumnSet = 1 << cReason
+	ColumnStoreLatency    ColumnSet = 1 << cStoreLatency
+	ColumnList            ColumnSet = 1 << cList
+	ColumnAction          ColumnSet = 1 << cAction
+	ColumnDropped         ColumnSet = 1 << cDropped
+	ColumnUpstreamLatency ColumnSet = 1 << cUpstreamLatency
+	ColumnResponseError   ColumnSet = 1 << cResponseError
+
+	// AllColumns is every column Columns holds: what DecodeColumns decodes.
+	AllColumns = ColumnKind | ColumnTime | ColumnNode | ColumnClientIP | ColumnUserID | ColumnTier | ColumnRule |
+		ColumnOutcome | ColumnReason | ColumnStoreLatency | ColumnList | ColumnAction | ColumnDropped |
+		ColumnUpstreamLatency | ColumnResponseError
+)
+
+// Has reports whether s holds every column of t.
+func (s ColumnSet) Has(t ColumnSet) bool { return s&t == t }
+
+// has reports whether s holds column c (one of the c* constants).
+func (s ColumnSet) has(c int) bool { return s>>c&1 != 0 }
 
 // Dict is a dictionary-encoded column: each row's index into Values.
 type Dict struct {
@@ -76,8 +107,12 @@ func (d *Dict) At(i int) int {
 
 // Indices returns every row's index into Values, widened to int32 in dst
 // (grown if needed): one pass over the column, so that a consumer's per-row
-// work is plain array indexing.
+// work is plain array indexing. It returns none (dst[:0]) for a column
+// that was not decoded (no Values).
 func (d *Dict) Indices(dst []int32, n int) []int32 {
+	if d.Values == nil {
+		return dst[:0]
+	}
 	return widenAll(dst, d.idx, d.w, n)
 }
 
@@ -182,15 +217,19 @@ func (c *Ints) Int64s(dst []int64, n int) []int64 { return widenAll(dst, c.b, c.
 var NullTime = zeroTimeNs
 
 // Times returns every row's time in nanoseconds since 1970 in dst (grown
-// if needed), NullTime for the zero time.
+// if needed), NullTime for the zero time; none (dst[:0]) when the time
+// column was not decoded.
 func (c *Columns) Times(dst []int64) []int64 {
+	v := c.time
+	if v == nil {
+		return dst[:0]
+	}
 	n := c.Len
 	if cap(dst) < n {
 		dst = make([]int64, n)
 	}
 	dst = dst[:n]
-	v := c.time
-	if v == nil || v.ints == nil {
+	if v.ints == nil {
 		for i := range dst {
 			dst[i] = NullTime
 		}
@@ -233,12 +272,33 @@ func sumNs[T int8 | int16 | int32 | int64](dst []int64, deltas []T, valid []byte
 // from f stops the decoding and is returned as it is. The Columns passed
 // to f stay valid until the Decoder decodes again (for a stream of
 // several record batches, until f returns). Decoding allocates nothing
-// per event.
-func (d *Decoder) DecodeColumns(data []byte, f func(*Columns) error) (err error) {
-	d.onColumns, d.consumerErr = f, nil
+// per event. It is DecodeColumnSet with AllColumns.
+func (d *Decoder) DecodeColumns(data []byte, f func(*Columns) error) error {
+	return d.DecodeColumnSet(data, AllColumns, f)
+}
+
+// DecodeColumnSet is DecodeColumns for a consumer that reads only the
+// columns in set: the Columns passed to f has those decoded, as
+// DecodeColumns gives them, and Columns.Decoded says which they are. The
+// others are left empty: their slices are nil (Kind, Outcome, ClientIP,
+// ClientIPFamily), their Dicts have no Values, their Strings and Ints
+// read as "" and 0, and Times returns no rows.
+//
+// What it saves depends on the batch's compression. Under body
+// compression (Zstd or LZ4, as the decision log writes records of
+// decisionlog.PerBufferFrom events or more) every column's buffers are
+// compressed apart, and those of the columns left out are neither
+// decompressed nor checked, nor are their dictionaries read. A batch
+// compressed as one frame (ZstdStream, ZstdDict: small records, and
+// Kinesis) must be decompressed whole before anything in it can be read,
+// so there only the views of the columns left out are saved. The batch's
+// checksum covers every byte either way: a corrupt batch is refused
+// whatever the set.
+func (d *Decoder) DecodeColumnSet(data []byte, set ColumnSet, f func(*Columns) error) (err error) {
+	d.onColumns, d.want, d.consumerErr = f, set&AllColumns, nil
 	_, err = d.Decode(data, nil)
 	cerr := d.consumerErr
-	d.onColumns, d.consumerErr = nil, nil
+	d.onColumns, d.want, d.consumerErr = nil, 0, nil
 	if cerr != nil {
 		return cerr
 	}
@@ -249,15 +309,22 @@ func (d *Decoder) DecodeColumns(data []byte, f func(*Columns) error) (err error)
 // returned as it is rather than as a decoding error.
 var errConsumer = errors.New("consumer error")
 
-// columns hands the current record batch's views to onColumns.
+// columns hands the current record batch's views of the wanted columns
+// to onColumns.
 func (d *Decoder) columns(n, version int, timeBase int64) error {
 	c := &d.view
-	*c = Columns{Len: n, Version: version, timeBase: timeBase, time: &d.cols[cTime]}
+	want := d.want
+	*c = Columns{Len: n, Version: version, Decoded: want, timeBase: timeBase}
+	if want.has(cTime) {
+		c.time = &d.cols[cTime]
+	}
 	c.Kind = d.u8s(cKind, n)
 	c.Outcome = d.u8s(cOutcome, n)
-	c.ClientIPFamily = d.u8s(cClientIPFamily, n)
-	if c.ClientIP = d.cols[cClientIP].addr; c.ClientIP == nil || c.ClientIPFamily == nil {
-		c.ClientIP, c.ClientIPFamily = nil, d.u8s(-1, n) // every address the zero Addr
+	if want.has(cClientIP) {
+		c.ClientIPFamily = d.u8s(cClientIPFamily, n)
+		if c.ClientIP = d.cols[cClientIP].addr; c.ClientIP == nil || c.ClientIPFamily == nil {
+			c.ClientIP, c.ClientIPFamily = nil, d.u8s(-1, n) // every address the zero Addr
+		}
 	}
 	for _, x := range [...]struct {
 		dst *Dict
@@ -265,23 +332,23 @@ func (d *Decoder) columns(n, version int, timeBase int64) error {
 	}{{&c.Node, cNode}, {&c.Tier, cTier}, {&c.Rule, cRule}, {&c.Reason, cReason},
 		{&c.ResponseError, cResponseError}, {&c.List, cList}, {&c.Action, cAction}, {&c.ClientIPZone, cClientIPZone}} {
 		v := &d.cols[x.col]
-		if !v.present {
+		switch {
+		case !want.has(x.col):
+		case !v.present:
 			*x.dst = Dict{Values: emptyDict}
-			continue
+		default:
+			*x.dst = Dict{Values: d.values[x.col], idx: v.idx, w: v.idxW}
 		}
-		*x.dst = Dict{Values: d.values[x.col], idx: v.idx, w: v.idxW}
 	}
-	if v := &d.cols[cUserID]; v.present {
+	if v := &d.cols[cUserID]; v.present && want.has(cUserID) {
 		c.UserID = Strings{offsets: v.offsets, raw: v.raw}
 	}
 	for _, x := range [...]struct {
 		dst *Ints
 		col int
 	}{{&c.StoreLatency, cStoreLatency}, {&c.UpstreamLatency, cUpstreamLatency}, {&c.Dropped, cDropped}} {
-		v := &d.cols[x.col]
-		*x.dst = Ints{b: v.ints, w: v.intW}
-		if v.ints == nil {
-			x.dst.w = 0
+		if v := &d.cols[x.col]; v.ints != nil && want.has(x.col) {
+			*x.dst = Ints{b: v.ints, w: v.intW}
 		}
 	}
 	d.inConsumer = true
@@ -295,8 +362,11 @@ func (d *Decoder) columns(n, version int, timeBase int64) error {
 }
 
 // u8s returns uint8 column c's values, or n zeros when it is absent
-// (c < 0: always).
+// (c < 0: always), or nil when it is not wanted.
 func (d *Decoder) u8s(c, n int) []uint8 {
+	if c >= 0 && !d.want.has(c) {
+		return nil
+	}
 	if c >= 0 && d.cols[c].u8 != nil {
 		return d.cols[c].u8
 	}

@@ -51,6 +51,7 @@ type Decoder struct {
 	// arrow-go's reader, so that tests can compare the two.
 	skipChecksum, forceSlow bool
 	slowDecodes             int  // batches the fast reader left to arrow-go's
+	inflated                int  // compressed buffers the fast reader decompressed, so that tests see which it skipped
 	repanic                 bool // let panics outside arrow-go through, so that fuzzing finds them
 
 	cols    [numCols]colView
@@ -59,7 +60,8 @@ type Decoder struct {
 	dicts   [numCols]rawCol // the current dictionary of each dictionary column (fast reader)
 	hasDict [numCols]bool
 
-	onColumns   func(*Columns) error // set during DecodeColumns
+	onColumns   func(*Columns) error // set during DecodeColumnSet
+	want        ColumnSet            // the columns onColumns reads
 	consumerErr error                // the callback's error
 	inConsumer  bool                 // a panic now is the callback's: not recovered
 	view        Columns

@@ -137,7 +137,12 @@
 // Decoder.DecodeColumns hands it each record batch's Columns as decoded
 // (dictionary indices and dictionaries, addresses as 16-byte rows, integers
 // at their stored width, times as deltas), valid until the Decoder decodes
-// again. The aggregator's rollups read batches that way.
+// again. The aggregator's rollups read batches that way. A consumer that
+// reads fewer columns still (a report, a count by tier and outcome) names
+// them in a ColumnSet and calls Decoder.DecodeColumnSet: under body
+// compression the buffers of the other columns are not even decompressed;
+// a batch compressed as one frame (ZstdStream, ZstdDict) is decompressed
+// whole whatever the set.
 //
 // # Codecs
 //

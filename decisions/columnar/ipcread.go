@@ -338,7 +338,7 @@ func (d *Decoder) readDictionary(info *schemaInfo, m message) error {
 		return fmt.Errorf("dictionary batch: %w", errFlatbuffer)
 	}
 	c, ours := info.dictCols[id]
-	if !ours || d.onColumns != nil && !inColumns[c] {
+	if !ours || d.onColumns != nil && !d.want.has(c) {
 		return nil
 	}
 	if isDelta {
@@ -372,9 +372,9 @@ func (d *Decoder) readRecordBatch(info *schemaInfo, t fbTable, body []byte) (int
 		if ni+f.nodes > nNodes || bi+f.buffers > nBufs {
 			return 0, fmt.Errorf("%d field nodes and %d buffers for %d fields", nNodes, nBufs, len(info.fields))
 		}
-		if f.col >= 0 && d.onColumns != nil && !inColumns[f.col] {
-			// Not in Columns: under body compression, its buffers are
-			// never decompressed (the batch's checksum covers them).
+		if f.col >= 0 && d.onColumns != nil && !d.want.has(f.col) {
+			// Not wanted: under body compression, its buffers are never
+			// decompressed (the batch's checksum covers them).
 			d.cols[f.col] = colView{typ: columns[f.col].typ, present: true, n: n}
 		} else if f.col >= 0 {
 			raw, err := d.rawAt(t, body, codec, nodesAt, ni, bufsAt, bi, f.buffers)
@@ -494,6 +494,7 @@ func (d *Decoder) buffer(body []byte, off, size int64, codec int) ([]byte, error
 		return nil, fmt.Errorf("decompresses to %d bytes, more than the %d a batch may", ulen, maxUncompressed)
 	}
 	out := d.alloc(int(ulen))
+	d.inflated++
 	var err error
 	if codec == codecZstd {
 		err = d.unzstd(b[8:], out)

@@ -5,8 +5,17 @@
 // file for DuckDB, then times the aggregator's columnar path over the
 // records on one core (and over the records the log wrote before: 1,024
 // events in a zstd frame with the dictionary), and prints its figures and
-// its answer (counts by tier, rule and outcome; distinct clients) for the
+// its answers (counts by tier, rule and outcome; distinct clients) for the
 // script to compare with DuckDB's.
+//
+// The like-for-like leg is "the query's columns": it decodes only the
+// columns the SQL reads (aggregator.SummaryColumns: kind, tier, rule,
+// outcome, user id and the client address) and computes what the SQL
+// does, counts by tier, rule and outcome and one distinct count of
+// clients (aggregator.Summary). The other legs are kept beside it: the
+// aggregator's counts and its four families of distinct-client sketches
+// over every column it reads (what a window of the rollup costs of
+// them), decoding alone, and the full rollup.
 package main
 
 import (
@@ -45,9 +54,10 @@ func main() {
 	n := flag.Int("n", 10_000_000, "events")
 	parquetPath := flag.String("parquet", "", "write the events to this Parquet `file`")
 	runs := flag.Int("runs", 3, "timed runs of each measurement")
-	answer := flag.String("answer", "", "write the columnar path's counts to this `file`, one line per (tier, rule, outcome)")
+	answer := flag.String("answer", "", "write the aggregator's counts to this `file`, one line per (tier, rule, outcome)")
+	answerQuery := flag.String("answer-query", "", "write the query leg's counts (aggregator.Summary) to this `file`, likewise")
 	flag.Parse()
-	if err := run(*n, *parquetPath, *runs, *answer); err != nil {
+	if err := run(*n, *parquetPath, *runs, *answer, *answerQuery); err != nil {
 		fmt.Fprintln(os.Stderr, "benchaggregate:", err)
 		os.Exit(1)
 	}
@@ -70,7 +80,7 @@ func cpuSeconds() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
-func run(n int, parquetPath string, runs int, answerPath string) error {
+func run(n int, parquetPath string, runs int, answerPath, queryPath string) error {
 	runtime.GOMAXPROCS(1)
 	records, err := encodeRecords(n, batchSize)
 	if err != nil {
@@ -86,64 +96,76 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 		return err
 	}
 	dec := columnar.NewDecoder()
-	emit := func(what string, f func(*columnar.Columns) error) error {
+	// emit times runs of f over the records (those before, for a what
+	// ending in beforeSuffix), decoding the columns of set; start is
+	// called before each run, so that every run starts from empty
+	// aggregates, as every query of DuckDB's does.
+	emit := func(what string, set columnar.ColumnSet, start func(), f func(*columnar.Columns) error) error {
 		records := records
 		if strings.HasSuffix(what, beforeSuffix) {
 			records = before
 		}
 		for range runs {
+			start()
 			runtime.GC()
-			start, cpu := time.Now(), cpuSeconds()
+			begin, cpu := time.Now(), cpuSeconds()
 			for _, rec := range records {
-				if err := dec.DecodeColumns(rec, f); err != nil {
+				if err := dec.DecodeColumnSet(rec, set, f); err != nil {
 					return err
 				}
 			}
-			s := time.Since(start).Seconds()
+			s := time.Since(begin).Seconds()
 			b, _ := json.Marshal(result{What: what, Seconds: s, CPU: cpuSeconds() - cpu, Rate: float64(n) / s})
 			fmt.Println(string(b))
 		}
 		return nil
 	}
-	var b aggregator.Batch
-	// What the SQL computes: counts by tier, rule and outcome (the
-	// aggregator's cells, which add the reason) and distinct clients.
-	var query *aggregator.Partial
-	err = emit("columnar: decode, counts and distinct clients", func(c *columnar.Columns) error {
-		b.Prepare(c)
-		if query == nil {
-			query = aggregator.NewPartial(time.Time{}, time.Hour, 1)
+	var (
+		b aggregator.Batch
+		// What the SQL computes, and only that: counts by tier, rule and
+		// outcome and one distinct count, from the columns the SQL reads.
+		summary    *aggregator.Summary
+		newSummary = func() { summary = &aggregator.Summary{} }
+		summaryOf  = func(c *columnar.Columns) error {
+			b.Prepare(c)
+			summary.UpdateColumns(&b, 0, b.Len())
+			return nil
 		}
-		query.Counts.UpdateColumns(&b, 0, b.Len())
-		query.Clients.UpdateColumns(&b, 0, b.Len())
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	query = nil
-	if err := emit("columnar: decode only", func(c *columnar.Columns) error { b.Prepare(c); return nil }); err != nil {
-		return err
-	}
-	err = emit("columnar: decode, counts and distinct clients"+beforeSuffix, func(c *columnar.Columns) error {
-		b.Prepare(c)
-		if query == nil {
-			query = aggregator.NewPartial(time.Time{}, time.Hour, 1)
+		// The aggregator's counts (cells by tier, rule, outcome and reason;
+		// by node; response errors) and its four families of distinct
+		// clients (overall, refused, per tier, per rule), over every column
+		// it reads: what a window of the rollup spends on them.
+		counts    *aggregator.Partial
+		newCounts = func() { counts = aggregator.NewPartial(time.Time{}, time.Hour, 1) }
+		countsOf  = func(c *columnar.Columns) error {
+			b.Prepare(c)
+			counts.Counts.UpdateColumns(&b, 0, b.Len())
+			counts.Clients.UpdateColumns(&b, 0, b.Len())
+			return nil
 		}
-		query.Counts.UpdateColumns(&b, 0, b.Len())
-		query.Clients.UpdateColumns(&b, 0, b.Len())
-		return nil
-	})
-	if err != nil {
-		return err
+		nothing    = func() {}
+		decodeOnly = func(c *columnar.Columns) error { b.Prepare(c); return nil }
+	)
+	for _, leg := range []struct {
+		what  string
+		set   columnar.ColumnSet
+		start func()
+		f     func(*columnar.Columns) error
+	}{
+		{"columnar: the query's columns, counts and distinct clients", aggregator.SummaryColumns, newSummary, summaryOf},
+		{"columnar: the query's columns, decode only", aggregator.SummaryColumns, nothing, decodeOnly},
+		{"columnar: decode, counts and distinct clients", columnar.AllColumns, newCounts, countsOf},
+		{"columnar: decode only", columnar.AllColumns, nothing, decodeOnly},
+		{"columnar: the query's columns, counts and distinct clients" + beforeSuffix, aggregator.SummaryColumns, newSummary, summaryOf},
+		{"columnar: decode, counts and distinct clients" + beforeSuffix, columnar.AllColumns, newCounts, countsOf},
+		{"columnar: decode only" + beforeSuffix, columnar.AllColumns, nothing, decodeOnly},
+	} {
+		if err := emit(leg.what, leg.set, leg.start, leg.f); err != nil {
+			return err
+		}
 	}
-	query = nil
-	if err := emit("columnar: decode only"+beforeSuffix, func(c *columnar.Columns) error { b.Prepare(c); return nil }); err != nil {
-		return err
-	}
-	var full *aggregator.Rollup
 	for range runs {
-		full = aggregator.NewRollup(aggregator.Options{Window: time.Minute})
+		full := aggregator.NewRollup(aggregator.Options{Window: time.Minute})
 		seq := uint64(0)
 		start, cpu := time.Now(), cpuSeconds()
 		for _, rec := range records {
@@ -161,40 +183,33 @@ func run(n int, parquetPath string, runs int, answerPath string) error {
 		out, _ := json.Marshal(result{What: "columnar: decode and full rollup (1 min windows)", Seconds: s, CPU: cpuSeconds() - cpu, Rate: float64(n) / s})
 		fmt.Println(string(out))
 	}
-	// The answer, for the script to compare with DuckDB's.
-	p := aggregator.NewPartial(time.Time{}, time.Hour, 1)
-	for _, rec := range records {
-		dec.DecodeColumns(rec, func(c *columnar.Columns) error {
-			b.Prepare(c)
-			p.Counts.UpdateColumns(&b, 0, b.Len())
-			p.Clients.UpdateColumns(&b, 0, b.Len())
-			return nil
-		})
+	// The answers, for the script to compare with DuckDB's: each leg's last
+	// run counted every event.
+	all, one := aggregator.Estimate(counts.Clients.All), aggregator.Estimate(summary.Clients)
+	fmt.Printf("{\"what\":\"distinct clients (HyperLogLog)\",\"value\":%d,\"query\":%d}\n", all, one)
+	if all != one {
+		return fmt.Errorf("distinct clients: the query's leg estimates %d, the aggregator's %d", one, all)
 	}
-	type group struct {
-		tier, rule, outcome string
+	byCell := map[aggregator.SummaryKey]uint64{}
+	for k, v := range counts.Counts.Cells {
+		byCell[aggregator.SummaryKey{Tier: k.Tier, Rule: k.Rule, Outcome: k.Outcome}] += v
 	}
-	sums := map[group]uint64{}
-	for k, v := range p.Counts.Cells {
-		sums[group{k.Tier, k.Rule, k.Outcome.Name()}] += v
+	return errors.Join(writeAnswer(answerPath, byCell), writeAnswer(queryPath, summary.Counts))
+}
+
+// writeAnswer writes counts to the file at path (none when path is ""),
+// one line per (tier, rule, outcome) in sorted order, as the DuckDB half
+// writes its answer.
+func writeAnswer(path string, counts map[aggregator.SummaryKey]uint64) error {
+	if path == "" {
+		return nil
 	}
 	var lines []string
-	for k, v := range sums {
-		lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%d", k.tier, k.rule, k.outcome, v))
+	for k, v := range counts {
+		lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%d\n", k.Tier, k.Rule, k.Outcome.Name(), v))
 	}
 	slices.Sort(lines)
-	fmt.Printf("{\"what\":\"distinct clients (HyperLogLog)\",\"value\":%d}\n", aggregator.Estimate(p.Clients.All))
-	if answerPath != "" {
-		f, err := os.Create(answerPath)
-		if err != nil {
-			return err
-		}
-		for _, l := range lines {
-			fmt.Fprintln(f, l)
-		}
-		return f.Close()
-	}
-	return nil
+	return os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644)
 }
 
 // encodeRecords encodes the generator's first n events (the same for

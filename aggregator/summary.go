@@ -1,0 +1,108 @@
+package aggregator
+
+import (
+	"github.com/axiomhq/hyperloglog"
+
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+)
+
+// SummaryKey is one cell of a Summary's counts.
+type SummaryKey struct {
+	Tier    string
+	Rule    string
+	Outcome decisions.Outcome
+}
+
+// SummaryColumns are the columns a Summary reads: decode a record with
+// columnar.Decoder.DecodeColumnSet and these, and under body compression
+// the others are not even decompressed.
+const SummaryColumns = columnar.ColumnKind | columnar.ColumnTier | columnar.ColumnRule | columnar.ColumnOutcome |
+	columnar.ColumnUserID | columnar.ColumnClientIP
+
+// Summary counts decisions by tier, rule and outcome, and estimates how
+// many distinct clients made them: a Partial's Counts.Cells summed over
+// reasons, and its Clients.All, without the rest of the rollup. It is for
+// a reader that needs no more (a report over a range of the log, an
+// ad-hoc query) and would otherwise decode every column and keep four
+// families of sketches: from records, it reads only SummaryColumns. The
+// same events give the same counts as a Partial and a Clients sketch
+// that encodes to the same bytes as its Clients.All (a client is its user
+// id when authenticated, else its address, and is hashed as Distinct
+// hashes it). The zero value is ready to use; it is not safe for
+// concurrent use.
+type Summary struct {
+	Counts  map[SummaryKey]uint64
+	Clients *hyperloglog.Sketch // precision 14, as Distinct.All; nil before the first decision
+
+	known   knownHashes // the hashes inserted into Clients (see knownHashes)
+	scratch []byte
+}
+
+// Update counts one event (the events of other kinds are not decisions:
+// they are left out).
+func (s *Summary) Update(d *decisions.Decision) {
+	if d.Kind != decisions.KindDecision {
+		return
+	}
+	s.add(SummaryKey{Tier: d.Tier, Rule: d.Rule, Outcome: d.Outcome}, 1)
+	s.scratch = identityKey(s.scratch[:0], d)
+	s.insert(hashKey(s.scratch))
+}
+
+// UpdateColumns counts rows [lo, hi) of b, as Update would count each of
+// their events. b needs only SummaryColumns.
+func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
+	c := b.c
+	b.identify()
+	gen := b.nextGen()
+	nt, nr := len(c.Tier.Values), len(c.Rule.Values)
+	dense := nt*nr <= maxCells/decisions.NumOutcomes
+	if dense {
+		b.outcomes.grow(nt * nr * decisions.NumOutcomes)
+	}
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
+			continue
+		}
+		t, r, o := b.tier[i], b.rule[i], c.Outcome[i]
+		if dense && int(o) < decisions.NumOutcomes {
+			b.outcomes.inc((int(t)*nr+int(r))*decisions.NumOutcomes + int(o))
+		} else {
+			s.add(SummaryKey{Tier: c.Tier.Values[t], Rule: c.Rule.Values[r], Outcome: decisions.Outcome(o)}, 1)
+		}
+		// Each distinct client once per call (see seenClient).
+		id := b.cid[i]
+		if seen := b.seenIn(gen, id); !seen.all {
+			s.insert(b.hashes[id])
+			seen.all = true
+		}
+	}
+	b.outcomes.drain(func(k int, n uint64) {
+		tr := k / decisions.NumOutcomes
+		s.add(SummaryKey{Tier: c.Tier.Values[tr/nr], Rule: c.Rule.Values[tr%nr], Outcome: decisions.Outcome(k % decisions.NumOutcomes)}, n)
+	})
+}
+
+func (s *Summary) add(k SummaryKey, n uint64) {
+	if s.Counts == nil {
+		s.Counts = map[SummaryKey]uint64{}
+	}
+	s.Counts[k] += n
+}
+
+// insert inserts the hash of a client into Clients, made if needed.
+func (s *Summary) insert(h uint64) {
+	if s.Clients == nil {
+		s.Clients = hyperloglog.New14()
+	}
+	s.known.insert(s.Clients, h)
+}
+
+// Merge adds o's counts and clients to s.
+func (s *Summary) Merge(o *Summary) error {
+	for k, n := range o.Counts {
+		s.add(k, n)
+	}
+	return mergeHLL(&s.Clients, o.Clients)
+}
