@@ -254,7 +254,7 @@ type Kinesis struct {
 	// aggregator soon enough for its window to close within window + 2 s
 	// (BENCHMARKS.md, Freshness on Kinesis); a longer linger makes fuller,
 	// fewer records at low rates (5s: 74.6 B a decision at the seed's
-	// rate, against about 250 B) and needs a longer aggregate --lateness.
+	// rate, against 225.1 B) and needs a longer aggregate --lateness.
 	Linger time.Duration `yaml:"linger"`
 	Batch  int           `yaml:"batch"`
 }

@@ -285,6 +285,17 @@ func run(bin, seed string, s settings) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); watchErr = watch(ctx, emfPath, docs) }()
+	// The largest the aggregator's state got, all partitions together:
+	// what each save writes.
+	var maxState int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			maxState = max(maxState, dirSize(stateDir))
+		}
+	}()
 
 	start := time.Now()
 	if err := load(edgeAddr, s.rate, s.dur); err != nil {
@@ -360,18 +371,23 @@ func run(bin, seed string, s settings) error {
 		if m == nil {
 			return fmt.Errorf("the aggregator reported no batches:\n%s", out)
 		}
-		var size int64
-		files, _ := filepath.Glob(filepath.Join(stateDir, "*"))
-		for _, f := range files {
-			if fi, err := os.Stat(f); err == nil {
-				size += fi.Size()
-			}
-		}
 		last := m[len(m)-1]
-		fmt.Printf("aggregator: %s batches, %s checkpoints in %.0f s; state at the end %d B in %d files\n",
-			last[1], last[2], time.Since(start).Seconds(), size, len(files))
+		fmt.Printf("aggregator: %s batches, %s checkpoints in %.0f s; state of the %d shards at most %d B together\n",
+			last[1], last[2], time.Since(start).Seconds(), s.shards, maxState)
 	}
 	return nil
+}
+
+// dirSize is the size of the files in dir.
+func dirSize(dir string) int64 {
+	var size int64
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			size += fi.Size()
+		}
+	}
+	return size
 }
 
 // batchesRE finds the batches and checkpoints in the Kinesis aggregator's
