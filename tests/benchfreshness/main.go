@@ -320,12 +320,12 @@ func run(bin, seed string, s settings) error {
 			return
 		}
 		w := window{partition, d.Time.UnixNano() / int64(time.Second) * int64(time.Second)}
-		i := slices.IndexFunc(docs[w], func(x doc) bool { return x.to >= pos })
-		if i < 0 {
+		seen, ok := written(docs, w, pos)
+		if !ok {
 			missing++
 			return
 		}
-		lat = append(lat, docs[w][i].seen.Sub(d.Time))
+		lat = append(lat, seen.Sub(d.Time))
 		wins = append(wins, w.start)
 	})
 	if err != nil {
@@ -393,6 +393,17 @@ func dirSize(dir string) int64 {
 // batchesRE finds the batches and checkpoints in the Kinesis aggregator's
 // progress lines.
 var batchesRE = regexp.MustCompile(`batches (\d+), checkpoints (\d+)`)
+
+// written is when the first document of window w holding position pos
+// appeared: the window's own, or a correction after it (whose range
+// starts after the window's). Documents are in the order they appeared.
+func written(docs map[window][]doc, w window, pos uint64) (time.Time, bool) {
+	i := slices.IndexFunc(docs[w], func(x doc) bool { return x.to >= pos })
+	if i < 0 {
+		return time.Time{}, false
+	}
+	return docs[w][i].seen, true
+}
 
 // quantiles formats the p50, p99 and maximum of lat.
 func quantiles(lat []time.Duration) string {
