@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,7 +140,12 @@ func logTransport(dir string, s settings) (*transport, error) {
 func kinesisTransport(bin, dir string, s settings) (*transport, error) {
 	kep, dep := os.Getenv(awstest.KinesisEnv), os.Getenv(awstest.DynamoDBEnv)
 	if kep == "" || dep == "" {
-		return nil, fmt.Errorf("%s and %s: want the stand-ins' endpoints (source the file tests/run writes, or start kinesalite and dynalite)", awstest.KinesisEnv, awstest.DynamoDBEnv)
+		return nil, fmt.Errorf("%s and %s: want the stand-ins' endpoints (tests/run starts kinesalite and dynalite on loopback and sets them)", awstest.KinesisEnv, awstest.DynamoDBEnv)
+	}
+	for _, ep := range []string{kep, dep} {
+		if u, err := url.Parse(ep); err != nil || !slices.Contains([]string{"127.0.0.1", "::1", "localhost"}, u.Hostname()) {
+			return nil, fmt.Errorf("endpoint %q: want a stand-in on loopback", ep)
+		}
 	}
 	// The binary and this process find them the SDK's usual way, with
 	// static credentials: never the machine's.
@@ -165,7 +171,7 @@ func kinesisTransport(bin, dir string, s settings) (*transport, error) {
 		// The last window closes once the shard's idle watermark passes
 		// it, after the edge's linger (added by run) and the source's
 		// poll: 5 s covers the rest, as for the log.
-		settle: 5*time.Second + cmp(s.poll, dkinesis.DefaultPoll),
+		settle: 5*time.Second + orDefault(s.poll, dkinesis.DefaultPoll),
 		cleanup: func() {
 			ctx := context.Background()
 			kc.DeleteStream(ctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
@@ -193,8 +199,8 @@ func kinesisTransport(bin, dir string, s settings) (*transport, error) {
 	return t, nil
 }
 
-// cmp is d, or def when d is zero.
-func cmp(d, def time.Duration) time.Duration {
+// orDefault is d, or def when d is zero.
+func orDefault(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
 	}
@@ -354,7 +360,7 @@ func run(bin, seed string, s settings) error {
 	conditions := fmt.Sprintf("decisions.linger %v (%s), --lateness %s", linger, name(s.linger), name(s.lateness))
 	if s.transport == "kinesis" {
 		conditions = fmt.Sprintf("kinesis, %d shards, decisions.kinesis.linger %v (%s), --poll %v (%s), --lateness %s",
-			s.shards, linger, name(s.linger), cmp(s.poll, dkinesis.DefaultPoll), name(s.poll), name(s.lateness))
+			s.shards, linger, name(s.linger), orDefault(s.poll, dkinesis.DefaultPoll), name(s.poll), name(s.lateness))
 	}
 	fmt.Printf("rate %d/s for %v (%.0f s), %s, 1s windows: %d decisions, %d windows, %d not in a document before shutdown\n",
 		s.rate, s.dur, time.Since(start).Seconds(), conditions, len(lat), len(docs), missing)
