@@ -147,7 +147,7 @@ func TestDefaults(t *testing.T) {
 		{"edge.decision_queue", c.Edge.DecisionQueue, 4096},
 		{"decisions.linger", c.Decisions.Linger, time.Second},
 		{"decisions.batch", c.Decisions.Batch, 3072},
-		{"decisions.kinesis.linger", c.Decisions.Kinesis.Linger, 5 * time.Second},
+		{"decisions.kinesis.linger", c.Decisions.Kinesis.Linger, 500 * time.Millisecond},
 		{"decisions.kinesis.batch", c.Decisions.Kinesis.Batch, 1024},
 		{"edge.request_id_header", c.Edge.RequestIDHeader, "X-Request-Id"},
 		{"edge.shutdown_grace", c.Edge.ShutdownGrace, 10 * time.Second},

@@ -127,7 +127,10 @@ func (c *Config) Defaults() {
 	def(&d.Kinesis.Partitions, 4)
 	def(&d.Kinesis.SpillDir, "kinesis-spill")
 	def(&d.Kinesis.Retry, 5*time.Second)
-	def(&d.Kinesis.Linger, 5*time.Second)
+	// As long as the aggregator's lateness, and short enough that with
+	// the source's poll (kinesis.DefaultPoll) a window is emitted within
+	// window + 2 s (BENCHMARKS.md, Freshness on Kinesis).
+	def(&d.Kinesis.Linger, 500*time.Millisecond)
 	// At most the queue, as decisions.batch: a smaller edge.decision_queue
 	// alone must not make the default invalid.
 	def(&d.Kinesis.Batch, min(1024, max(1, c.Edge.DecisionQueue)))

@@ -55,6 +55,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	leasesTable := fs.String("leases-table", defaultLeasesTable, "with --kinesis-stream: the lease and checkpoint table `name` (aws init creates it)")
 	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
 	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
+	poll := fs.Duration("poll", dkinesis.DefaultPoll, "with --kinesis-stream: how long to wait after a read that found a shard caught up (`duration`, 200ms to 1m); every read counts against the shard's five a second, shared by all its consumers")
 	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead (no state: every window is emitted at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
@@ -96,6 +97,9 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	ro, err := opts()
 	if err != nil {
 		return err
+	}
+	if *poll < 200*time.Millisecond || *poll > time.Minute {
+		return fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll)
 	}
 	var sinks []aggregator.Sink
 	if *partials != "" {
@@ -180,7 +184,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	if *stream != "" {
 		return aggregateKinesis(ctx, stderr, aggregator.KinesisOptions{
-			Source: dkinesis.SourceOptions{Stream: *stream, Table: *leasesTable, Group: *group, LeaseDuration: *leaseDuration},
+			Source: dkinesis.SourceOptions{Stream: *stream, Table: *leasesTable, Group: *group, LeaseDuration: *leaseDuration, Poll: *poll},
 			Rollup: ro, Sinks: sinks,
 		}, *stateDir, *stateTable, &live)
 	}
@@ -233,8 +237,9 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
-			o.Source.Stream, s.Events, s.Skipped, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d\n",
+			o.Source.Stream, s.Events, s.Skipped, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
+			s.Source.Batches, s.Source.Checkpoints)
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)

@@ -389,11 +389,30 @@ func TestKinesisWireBytes(t *testing.T) {
 	row("19/s, 200 ms flushes, 4 partitions, zstd frame (before)", measure(Options{Partitions: 4}, columnar.ZstdStream, ticks), json)
 	row("19/s, 200 ms flushes, 4 partitions, with the dictionary", measure(Options{Partitions: 4}, columnar.ZstdDict, ticks), json)
 	at := measure(Options{Partitions: 4}, columnar.ZstdDict, linger)
-	row("**19/s, 5 s linger (the default), 4 partitions, with the dictionary**", at, json)
+	row("19/s, 5 s linger (the default before), 4 partitions, with the dictionary", at, json)
 	row("19/s, 5 s linger, 8 partitions, with the dictionary", measure(Options{Partitions: 8}, columnar.ZstdDict, linger), json)
 	row("19/s, JSON, 5 s linger", measure(Options{JSON: true, Partitions: 4}, 0, linger), json)
 	if at.bytes*5 > json.bytes {
-		t.Errorf("at the seed's rate: %.1f B/decision, not 5 times smaller than JSON's %.1f", at.bytes, json.bytes)
+		t.Errorf("at the seed's rate, 5 s linger: %.1f B/decision, not 5 times smaller than JSON's %.1f", at.bytes, json.bytes)
+	}
+	// The default linger (500 ms, for freshness on Kinesis) at the seed's
+	// rate, and at the seed's abusive client's 800 a second; never larger
+	// than JSON.
+	for _, r := range []float64{rate, 20, 800} {
+		for _, l := range []time.Duration{500 * time.Millisecond, 5 * time.Second} {
+			if r == rate && l == 5*time.Second {
+				continue // above
+			}
+			c := measure(Options{Partitions: 4}, columnar.ZstdDict, decisiontest.LingerBatches(len(ds), r, l, 1024, 1))
+			name := fmt.Sprintf("%.0f/s, %v linger, 4 partitions, with the dictionary", r, l)
+			if l == 500*time.Millisecond {
+				name = "**" + strings.Replace(name, "linger", "linger (the default)", 1) + "**"
+			}
+			row(name, c, json)
+			if c.bytes > json.bytes {
+				t.Errorf("%s: %.1f B/decision, more than JSON's %.1f", name, c.bytes, json.bytes)
+			}
+		}
 	}
 }
 

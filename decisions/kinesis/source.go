@@ -167,6 +167,14 @@ const (
 	Latest                     // records put after the shard is first read
 )
 
+// DefaultPoll is SourceOptions.Poll's default: a caught-up shard is read
+// about twice a second, so that a record is read within half a second of
+// its put (the aggregator's windows close within window + 2 s,
+// BENCHMARKS.md, Freshness on Kinesis) while a consumer group takes at
+// most two of the five reads a second Kinesis allows a shard, leaving the
+// rest to another group or a Lambda (which reads once a second).
+const DefaultPoll = 500 * time.Millisecond
+
 // SourceOptions configure a Source. Zero fields take their defaults.
 type SourceOptions struct {
 	Stream string // stream name; required
@@ -184,8 +192,8 @@ type SourceOptions struct {
 	// Discover is how often the stream's shards are listed; default 30s.
 	Discover time.Duration
 	// Poll is how long a consumer waits after a read that found the shard
-	// caught up; default 1s. Reads are at least 200 ms apart per shard,
-	// within Kinesis's five reads per second per shard.
+	// caught up; default DefaultPoll. Reads are at least 200 ms apart per
+	// shard, within Kinesis's five reads per second per shard.
 	Poll time.Duration
 	// Records bounds the records one GetRecords call returns; default
 	// 1000, at most 10000.
@@ -225,7 +233,7 @@ func (o *SourceOptions) setDefaults() {
 		o.Discover = 30 * time.Second
 	}
 	if o.Poll == 0 {
-		o.Poll = time.Second
+		o.Poll = DefaultPoll
 	}
 	if o.Records == 0 {
 		o.Records = 1000

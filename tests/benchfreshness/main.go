@@ -1,12 +1,16 @@
 // Command benchfreshness is tests/bench-freshness: how long a decision
 // takes from the edge to its window's EMF document. It runs the real
-// binary: `ratewarden edge` writing the decision log in front of a small
-// origin, and `ratewarden aggregate --emf file:...` following the log with
-// 1 s windows; it loads the edge at a steady rate, watches the EMF file
-// for each window's documents, then reads the log and, for every
-// decision, takes the time the document that holds it appeared (its
-// window's, or a correction's) less the decision's time. It prints the
-// p50, p99 and maximum. A benchmark, not a test: CI does not run it.
+// binary in front of a small origin: `ratewarden edge` writing the
+// decision log and `ratewarden aggregate --emf file:...` following it, or
+// (-transport kinesis) the edge shipping its decisions to a Kinesis stream
+// and the aggregator reading the stream, with its leases in DynamoDB, both
+// on the stand-ins (kinesalite and dynalite, at the endpoints tests/run
+// exports). Windows are 1 s. It loads the edge at a steady rate, watches
+// the EMF file for each window's documents, then reads the decisions back
+// (the log, or the stream shard by shard) and, for every decision, takes
+// the time the document that holds it appeared (its window's, or a
+// correction's) less the decision's time. It prints the p50, p99 and
+// maximum. A benchmark, not a test: CI does not run it.
 package main
 
 import (
@@ -19,56 +23,228 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
+// settings are a run's conditions; zero durations leave the binary's
+// defaults.
+type settings struct {
+	transport string // log or kinesis
+	rate      int
+	dur       time.Duration
+	linger    time.Duration // decisions.linger, or decisions.kinesis.linger
+	lateness  time.Duration // aggregate --lateness
+	poll      time.Duration // aggregate --poll (kinesis)
+	shards    int           // of the stream (kinesis)
+}
+
 func main() {
+	var s settings
 	bin := flag.String("bin", "", "the ratewarden `binary`")
 	seed := flag.String("seed", "examples/seed.yaml", "the edge's configuration `file`, to which the decisions section is added")
-	rate := flag.Int("rate", 500, "requests per `second`")
-	dur := flag.Duration("duration", 20*time.Second, "how long to load the edge")
-	linger := flag.Duration("linger", 0, "decisions.linger of the edge (0: the default)")
-	lateness := flag.Duration("lateness", 0, "the aggregator's --lateness (0: its default)")
+	flag.StringVar(&s.transport, "transport", "log", "log (the edge writes the decision log, the aggregator follows it) or kinesis (a stream on kinesalite, leases on dynalite)")
+	flag.IntVar(&s.rate, "rate", 500, "requests per `second`")
+	flag.DurationVar(&s.dur, "duration", 20*time.Second, "how long to load the edge")
+	flag.DurationVar(&s.linger, "linger", 0, "decisions.linger of the edge, or decisions.kinesis.linger with kinesis (0: the default)")
+	flag.DurationVar(&s.lateness, "lateness", 0, "the aggregator's --lateness (0: its default)")
+	flag.DurationVar(&s.poll, "poll", 0, "with kinesis, the aggregator's --poll (0: its default)")
+	flag.IntVar(&s.shards, "shards", 4, "with kinesis, the stream's shards")
 	flag.Parse()
-	if err := run(*bin, *seed, *rate, *dur, *linger, *lateness); err != nil {
+	if err := run(*bin, *seed, s); err != nil {
 		fmt.Fprintln(os.Stderr, "benchfreshness:", err)
 		os.Exit(1)
 	}
 }
 
-// doc is when one EMF document appeared, and the log offsets it holds.
+// doc is when one EMF document appeared, and the last source position
+// (log offset, or event of its shard) it holds.
 type doc struct {
 	to   uint64
 	seen time.Time
 }
 
-func run(bin, seed string, rate int, dur, linger, lateness time.Duration) error {
+// window names a window of one partition: the log, or a shard.
+type window struct {
+	partition string
+	start     int64 // Unix nanoseconds
+}
+
+// transport is how decisions go from the edge to the aggregator.
+type transport struct {
+	config string   // the edge's decisions section
+	edge   []string // the edge's flags
+	agg    []string // the aggregator's source flags
+	settle time.Duration
+	// read hands every event the aggregator read, with its partition
+	// and its position there, in order.
+	read    func(fn func(partition string, pos uint64, d decisions.Decision)) error
+	cleanup func()
+}
+
+// logTransport: the edge writes the decision log in dir, the aggregator
+// follows it.
+func logTransport(dir string, s settings) (*transport, error) {
+	logDir := filepath.Join(dir, "log")
+	t := &transport{edge: []string{"--decisions-dir", logDir}, agg: []string{"--decisions-dir", logDir},
+		// The last window closes once the aggregator's idle watermark
+		// passes it: window + lateness + idle after its start, and a
+		// tick.
+		settle: 5 * time.Second, cleanup: func() {}}
+	if s.linger > 0 {
+		t.config = "decisions:\n  linger: " + s.linger.String() + "\n"
+	}
+	t.read = func(fn func(string, uint64, decisions.Decision)) error {
+		rd, err := decisionlog.Open(logDir, decisionlog.Filter{})
+		if err != nil {
+			return err
+		}
+		defer rd.Close()
+		for {
+			d, off, err := rd.Next(context.Background(), false)
+			if decisionlog.IsEnd(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			fn("log", off, d)
+		}
+	}
+	return t, nil
+}
+
+// kinesisTransport: `ratewarden aws init` makes a stream and a lease
+// table of unique names on the stand-ins; the edge ships its decisions to
+// the stream, the aggregator reads it with its leases in the table and its
+// state in dir.
+func kinesisTransport(bin, dir string, s settings) (*transport, error) {
+	kep, dep := os.Getenv(awstest.KinesisEnv), os.Getenv(awstest.DynamoDBEnv)
+	if kep == "" || dep == "" {
+		return nil, fmt.Errorf("%s and %s: want the stand-ins' endpoints (tests/run starts kinesalite and dynalite on loopback and sets them)", awstest.KinesisEnv, awstest.DynamoDBEnv)
+	}
+	for _, ep := range []string{kep, dep} {
+		if u, err := url.Parse(ep); err != nil || !slices.Contains([]string{"127.0.0.1", "::1", "localhost"}, u.Hostname()) {
+			return nil, fmt.Errorf("endpoint %q: want a stand-in on loopback", ep)
+		}
+	}
+	// The binary and this process find them the SDK's usual way, with
+	// static credentials: never the machine's.
+	for k, v := range map[string]string{"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+		"AWS_SESSION_TOKEN": "", "AWS_PROFILE": "", "AWS_ENDPOINT_URL_KINESIS": kep, "AWS_ENDPOINT_URL_DYNAMODB": dep} {
+		os.Setenv(k, v)
+	}
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	stream, leases := "benchfreshness-"+suffix, "benchfreshness-leases-"+suffix
+	out, err := exec.Command(bin, "aws", "init", "--stream", stream, "--shards", strconv.Itoa(s.shards), "--counters-table", "",
+		"--lists-table", "", "--leases-table", leases, "--state-table", "").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("aws init: %v\n%s", err, out)
+	}
+	cfg, err := assemble.AWS(context.Background(), "")
+	if err != nil {
+		return nil, err
+	}
+	kc, dc := kinesis.NewFromConfig(cfg), dynamodb.NewFromConfig(cfg)
+	t := &transport{
+		edge: []string{"--decisions-dir", filepath.Join(dir, "log"), "--kinesis-stream", stream, "--kinesis-spill-dir", filepath.Join(dir, "spill")},
+		agg:  []string{"--kinesis-stream", stream, "--leases-table", leases},
+		// The last window closes once the shard's idle watermark passes
+		// it, after the edge's linger (added by run) and the source's
+		// poll: 5 s covers the rest, as for the log.
+		settle: 5*time.Second + orDefault(s.poll, dkinesis.DefaultPoll),
+		cleanup: func() {
+			ctx := context.Background()
+			kc.DeleteStream(ctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
+			dc.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(leases)})
+		},
+	}
+	if s.linger > 0 {
+		t.config = "decisions:\n  kinesis:\n    linger: " + s.linger.String() + "\n"
+	}
+	if s.poll > 0 {
+		t.agg = append(t.agg, "--poll", s.poll.String())
+	}
+	// Each shard's events in the order the aggregator read them: its
+	// position in the shard is the count before it.
+	t.read = func(fn func(string, uint64, decisions.Decision)) error {
+		next := map[string]uint64{}
+		return dkinesis.Scan(context.Background(), kc, stream, dkinesis.ScanOptions{}, func(shard string, ds []decisions.Decision) error {
+			for _, d := range ds {
+				fn(shard, next[shard], d)
+				next[shard]++
+			}
+			return nil
+		})
+	}
+	return t, nil
+}
+
+// orDefault is d, or def when d is zero.
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func run(bin, seed string, s settings) error {
 	tmp, err := os.MkdirTemp("", "benchfreshness")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	var tr *transport
+	switch s.transport {
+	case "log":
+		tr, err = logTransport(tmp, s)
+	case "kinesis":
+		tr, err = kinesisTransport(bin, tmp, s)
+	default:
+		err = fmt.Errorf("-transport %q: want log or kinesis", s.transport)
+	}
+	if err != nil {
+		return err
+	}
+	defer tr.cleanup()
 	cfg, err := os.ReadFile(seed)
 	if err != nil {
 		return err
 	}
 	cfg = bytes.Replace(cfg, []byte("trusted_proxies: []"), []byte("trusted_proxies: [127.0.0.1]"), 1)
-	if linger > 0 {
-		cfg = append(cfg, "\ndecisions:\n  linger: "+linger.String()+"\n"...)
-	}
+	cfg = append(cfg, "\n"+tr.config...)
 	cfgPath := filepath.Join(tmp, "edge.yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		return err
+	}
+	// The linger the edge will use, default or not.
+	c, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	linger := c.Decisions.Linger
+	if s.transport == "kinesis" {
+		linger = c.Decisions.Kinesis.Linger
+		tr.settle += linger
 	}
 	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
 	ol, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,9 +257,9 @@ func run(bin, seed string, rate int, dur, linger, lateness time.Duration) error 
 	if err != nil {
 		return err
 	}
-	logDir, stateDir, emfPath := filepath.Join(tmp, "log"), filepath.Join(tmp, "state"), filepath.Join(tmp, "emf.jsonl")
-	edge := exec.Command(bin, "edge", "--config", cfgPath, "--listen", edgeAddr, "--upstream", "http://"+ol.Addr().String(),
-		"--admin-listen", "off", "--decisions-dir", logDir)
+	stateDir, emfPath := filepath.Join(tmp, "state"), filepath.Join(tmp, "emf.jsonl")
+	edge := exec.Command(bin, append([]string{"edge", "--config", cfgPath, "--listen", edgeAddr, "--upstream", "http://" + ol.Addr().String(),
+		"--admin-listen", "off"}, tr.edge...)...)
 	if err := edge.Start(); err != nil {
 		return err
 	}
@@ -92,10 +268,9 @@ func run(bin, seed string, rate int, dur, linger, lateness time.Duration) error 
 	if err := waitFor(edgeAddr); err != nil {
 		return err
 	}
-	args := []string{"aggregate", "--decisions-dir", logDir, "--state-dir", stateDir, "--emf", "file:" + emfPath,
-		"--window", "1s", "--admin-listen", "off"}
-	if lateness > 0 {
-		args = append(args, "--lateness", lateness.String())
+	args := append([]string{"aggregate", "--state-dir", stateDir, "--emf", "file:" + emfPath, "--window", "1s", "--admin-listen", "off"}, tr.agg...)
+	if s.lateness > 0 {
+		args = append(args, "--lateness", s.lateness.String())
 	}
 	agg := exec.Command(bin, args...)
 	aggLog, err := os.Create(filepath.Join(tmp, "aggregate.log"))
@@ -111,19 +286,28 @@ func run(bin, seed string, rate int, dur, linger, lateness time.Duration) error 
 
 	ctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	docs := map[int64][]doc{} // by window start, Unix nanoseconds
+	docs := map[window][]doc{}
 	var watchErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); watchErr = watch(ctx, emfPath, docs) }()
+	// The largest the aggregator's state got, all partitions together:
+	// what each save writes.
+	var maxState int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			maxState = max(maxState, dirSize(stateDir))
+		}
+	}()
 
 	start := time.Now()
-	if err := load(edgeAddr, rate, dur); err != nil {
+	if err := load(edgeAddr, s.rate, s.dur); err != nil {
 		return err
 	}
-	// The last window closes once the aggregator's idle watermark passes
-	// it: window + lateness + idle after its start, and a tick.
-	time.Sleep(5 * time.Second)
+	time.Sleep(tr.settle)
 	stopWatch()
 	wg.Wait()
 	if watchErr != nil {
@@ -134,33 +318,24 @@ func run(bin, seed string, rate int, dur, linger, lateness time.Duration) error 
 	agg.Process.Signal(os.Interrupt)
 	agg.Wait()
 
-	rd, err := decisionlog.Open(logDir, decisionlog.Filter{})
-	if err != nil {
-		return err
-	}
-	defer rd.Close()
 	var lat []time.Duration
 	var wins []int64 // the window of each of lat
 	missing := 0
-	for {
-		d, off, err := rd.Next(context.Background(), false)
-		if decisionlog.IsEnd(err) {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	err = tr.read(func(partition string, pos uint64, d decisions.Decision) {
 		if d.Kind != decisions.KindDecision {
-			continue
+			return
 		}
-		w := d.Time.UnixNano() / int64(time.Second) * int64(time.Second)
-		i := slices.IndexFunc(docs[w], func(x doc) bool { return x.to >= off })
-		if i < 0 {
+		w := window{partition, d.Time.UnixNano() / int64(time.Second) * int64(time.Second)}
+		seen, ok := written(docs, w, pos)
+		if !ok {
 			missing++
-			continue
+			return
 		}
-		lat = append(lat, docs[w][i].seen.Sub(d.Time))
-		wins = append(wins, w)
+		lat = append(lat, seen.Sub(d.Time))
+		wins = append(wins, w.start)
+	})
+	if err != nil {
+		return err
 	}
 	if len(lat) == 0 {
 		out, _ := os.ReadFile(aggLog.Name())
@@ -176,18 +351,64 @@ func run(bin, seed string, rate int, dur, linger, lateness time.Duration) error 
 			steady = append(steady, lat[i])
 		}
 	}
-	lingerName, latenessName := "default", "default"
-	if linger > 0 {
-		lingerName = linger.String()
+	name := func(d time.Duration) string {
+		if d > 0 {
+			return "set"
+		}
+		return "default"
 	}
-	if lateness > 0 {
-		latenessName = lateness.String()
+	conditions := fmt.Sprintf("decisions.linger %v (%s), --lateness %s", linger, name(s.linger), name(s.lateness))
+	if s.transport == "kinesis" {
+		conditions = fmt.Sprintf("kinesis, %d shards, decisions.kinesis.linger %v (%s), --poll %v (%s), --lateness %s",
+			s.shards, linger, name(s.linger), orDefault(s.poll, dkinesis.DefaultPoll), name(s.poll), name(s.lateness))
 	}
-	fmt.Printf("rate %d/s for %v (%.0f s), decisions.linger %s, --lateness %s, 1s windows: %d decisions, %d windows, %d not in a document before shutdown\n",
-		rate, dur, time.Since(start).Seconds(), lingerName, latenessName, len(lat), len(docs), missing)
+	fmt.Printf("rate %d/s for %v (%.0f s), %s, 1s windows: %d decisions, %d windows, %d not in a document before shutdown\n",
+		s.rate, s.dur, time.Since(start).Seconds(), conditions, len(lat), len(docs), missing)
 	fmt.Printf("freshness (EMF document written - decision time), every decision: %s\n", quantiles(lat))
 	fmt.Printf("freshness, all windows but the last two (steady traffic): %s\n", quantiles(steady))
+	if s.transport == "kinesis" {
+		// What the aggregator writes for it: a state save per batch (and
+		// another when the batch closes windows) and a checkpoint.
+		out, err := os.ReadFile(aggLog.Name())
+		if err != nil {
+			return err
+		}
+		m := batchesRE.FindAllSubmatch(out, -1)
+		if m == nil {
+			return fmt.Errorf("the aggregator reported no batches:\n%s", out)
+		}
+		last := m[len(m)-1]
+		fmt.Printf("aggregator: %s batches, %s checkpoints in %.0f s; state of the %d shards at most %d B together\n",
+			last[1], last[2], time.Since(start).Seconds(), s.shards, maxState)
+	}
 	return nil
+}
+
+// dirSize is the size of the files in dir.
+func dirSize(dir string) int64 {
+	var size int64
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			size += fi.Size()
+		}
+	}
+	return size
+}
+
+// batchesRE finds the batches and checkpoints in the Kinesis aggregator's
+// progress lines.
+var batchesRE = regexp.MustCompile(`batches (\d+), checkpoints (\d+)`)
+
+// written is when the first document of window w holding position pos
+// appeared: the window's own, or a correction after it (whose range
+// starts after the window's). Documents are in the order they appeared.
+func written(docs map[window][]doc, w window, pos uint64) (time.Time, bool) {
+	i := slices.IndexFunc(docs[w], func(x doc) bool { return x.to >= pos })
+	if i < 0 {
+		return time.Time{}, false
+	}
+	return docs[w][i].seen, true
 }
 
 // quantiles formats the p50, p99 and maximum of lat.
@@ -204,8 +425,8 @@ func quantiles(lat []time.Duration) string {
 }
 
 // watch reads the EMF file as it grows, every 5 ms, and notes when each
-// window's documents appear, with the last log offset each holds.
-func watch(ctx context.Context, path string, docs map[int64][]doc) error {
+// window's documents appear, with the last position each holds.
+func watch(ctx context.Context, path string, docs map[window][]doc) error {
 	var off int64
 	var partial []byte
 	seen := map[string]bool{}
@@ -235,9 +456,10 @@ func watch(ctx context.Context, path string, docs map[int64][]doc) error {
 		partial = append([]byte(nil), data[last+1:]...)
 		for line := range bytes.Lines(data[:last+1]) {
 			var d struct {
-				Window string `json:"rw_window_start"`
-				Range  string `json:"rw_range"`
-				Key    string `json:"rw_key"`
+				Partition string `json:"rw_partition"`
+				Window    string `json:"rw_window_start"`
+				Range     string `json:"rw_range"`
+				Key       string `json:"rw_key"`
 			}
 			if err := json.Unmarshal(line, &d); err != nil {
 				return fmt.Errorf("emf line: %w", err)
@@ -255,7 +477,8 @@ func watch(ctx context.Context, path string, docs map[int64][]doc) error {
 			if err != nil {
 				return fmt.Errorf("rw_range %q: %w", d.Range, err)
 			}
-			docs[start.UnixNano()] = append(docs[start.UnixNano()], doc{to: n, seen: now})
+			w := window{d.Partition, start.UnixNano()}
+			docs[w] = append(docs[w], doc{to: n, seen: now})
 		}
 	}
 	return nil
