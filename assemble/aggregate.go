@@ -48,6 +48,11 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 		{"ratewarden.aggregator.outputs", "Outputs delivered to every sink.", "{output}", false, func(s snapshot) int64 { return int64(s.run.Outputs) }},
 		{"ratewarden.aggregator.records", "Decision log records read.", "{record}", false, func(s snapshot) int64 { return int64(s.run.Read.Records) }},
 		{"ratewarden.aggregator.corrupt.events", "Events in log records that could not be decoded, skipped.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Read.BadEvents) }},
+		{"ratewarden.aggregator.corrupt.regions", "Corrupt regions of the decision log skipped.", "{region}", false, func(s snapshot) int64 { return int64(s.run.Lost.Problems - s.run.Lost.Gaps) }},
+		{"ratewarden.aggregator.corrupt.bytes", "Bytes of the decision log skipped as corrupt.", "By", false, func(s snapshot) int64 { return s.run.Lost.Bytes }},
+		{"ratewarden.aggregator.lost.events", "Events lost in corrupt regions and missing segments of the decision log.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Lost.Events) }},
+		{"ratewarden.aggregator.missing.segments", "Places where segments of the decision log were missing between two others.", "{gap}", false, func(s snapshot) int64 { return int64(s.run.Lost.Gaps) }},
+		{"ratewarden.aggregator.removed.events", "Events removed from the decision log (retention) after the saved position and before the aggregator read them.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Lost.Removed) }},
 		{"ratewarden.aggregator.watermark", "The watermark, Unix seconds.", "s", true, func(s snapshot) int64 { return unixOrZero(s.run.Watermark) }},
 		{"ratewarden.aggregator.lag", "How far the watermark is behind the wall clock.", "s", true, func(s snapshot) int64 {
 			if s.run.Watermark.IsZero() {

@@ -2,12 +2,15 @@ package assemble
 
 import (
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
 // TestAggregatorMetrics: /metrics shows the latest progress report, and the
@@ -23,23 +26,7 @@ func TestAggregatorMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	values := map[string]string{} // metric name (with the shard label): value, other labels aside
-	for _, line := range strings.Split(string(b), "\n") {
-		if name, rest, ok := strings.Cut(line, "{"); ok && !strings.HasPrefix(line, "#") {
-			if _, shard, ok := strings.Cut(rest, `shard="`); ok {
-				name += "/" + shard[:strings.IndexByte(shard, '"')]
-			}
-			values[name] = rest[strings.LastIndexByte(rest, ' ')+1:]
-		}
-	}
+	values := scrapeAggregator(t, h)
 	for _, absent := range []string{"ratewarden_aggregator_shard_behind_milliseconds/shardId-000000000001", "ratewarden_aggregator_shard_lag_milliseconds/shardId-000000000001"} {
 		if v, ok := values[absent]; ok {
 			t.Errorf("%s = %s, want no value before a read or an event", absent, v)
@@ -50,6 +37,53 @@ func TestAggregatorMetrics(t *testing.T) {
 		"ratewarden_aggregator_outputs_total": "6", "ratewarden_aggregator_lag_seconds": "90", "ratewarden_aggregator_emf_written_total": "0",
 		"ratewarden_aggregator_shard_behind_milliseconds/shardId-000000000000": "1500",
 		"ratewarden_aggregator_shard_lag_milliseconds/shardId-000000000000":    "88000",
+	} {
+		if values[name] != want {
+			t.Errorf("%s = %q, want %s", name, values[name], want)
+		}
+	}
+}
+
+// scrapeAggregator returns the values h serves on /metrics, by metric name
+// with the shard label, other labels aside.
+func scrapeAggregator(t *testing.T, h http.Handler) map[string]string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	values := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, rest, ok := strings.Cut(line, "{"); ok && !strings.HasPrefix(line, "#") {
+			if _, shard, ok := strings.Cut(rest, `shard="`); ok {
+				name += "/" + shard[:strings.IndexByte(shard, '"')]
+			}
+			values[name] = rest[strings.LastIndexByte(rest, ' ')+1:]
+		}
+	}
+	return values
+}
+
+// TestAggregatorMetricsLoss: what the log reader could not read is on
+// /metrics: corrupt regions and bytes, the events lost in them and in
+// missing segments, the missing segments, and the events removed before
+// they were read, each apart from the undecodable records' events.
+func TestAggregatorMetricsLoss(t *testing.T) {
+	st := aggregator.RunStats{Read: decisionlog.ReadStats{BadBatch: 1, BadEvents: 7},
+		Lost: seglog.Loss{Problems: 3, Bytes: 960, Events: 402, Gaps: 1, Removed: 1200, Start: 4200}}
+	h, err := AggregatorMetrics(func() aggregator.RunStats { return st }, nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := scrapeAggregator(t, h)
+	for name, want := range map[string]string{
+		"ratewarden_aggregator_corrupt_events_total": "7", "ratewarden_aggregator_corrupt_regions_total": "2",
+		"ratewarden_aggregator_corrupt_bytes_total": "960", "ratewarden_aggregator_lost_events_total": "402",
+		"ratewarden_aggregator_missing_segments_total": "1", "ratewarden_aggregator_removed_events_total": "1200",
 	} {
 		if values[name] != want {
 			t.Errorf("%s = %q, want %s", name, values[name], want)

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/time/rate"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
@@ -192,8 +193,9 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	// the log is caught up (following) or at the end.
 	bar := newProgressBar(stderr, *dir)
 	var printed, barRead uint64
+	problems := newProblemPrinter(stderr, "aggregate")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
-		Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
+		Problem: problems.print, Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
 			latest.Store(&s)
 			if bar != nil {
 				// A report with no new bytes comes from the end of the
@@ -215,6 +217,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		bar.update(time.Now(), st.Read.Bytes, st.Rollup.Events, st.Watermark, true)
 	}
 	printRun(stderr, st)
+	problems.summary()
 	return err
 }
 
@@ -290,12 +293,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	problems := newProblemPrinter(stderr, "replay")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
-		Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
+		Problem: problems.print, Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
 	if cerr := closeEMF(); err == nil {
 		err = cerr
 	}
 	printRun(stderr, st)
+	problems.summary()
 	return err
 }
 
@@ -318,6 +323,47 @@ func printRun(w io.Writer, s aggregator.RunStats) {
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), windows %d, corrections %d, outputs %d, next offset %d, watermark %s\n",
-		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm)
+	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
+		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
+}
+
+// lossSummary says what the run could not read: "lost 0 events", or the
+// events lost with where they went.
+func lossSummary(s aggregator.RunStats) string {
+	lo := s.Lost
+	lost := lo.Events + lo.Removed + s.Read.BadEvents
+	if lost == 0 && lo.Problems == 0 && s.Read.BadBatch == 0 {
+		return "lost 0 events"
+	}
+	return fmt.Sprintf("lost %d events (corrupt regions %d, corrupt bytes %d, missing segments %d, undecodable records %d, removed before read %d)",
+		lost, lo.Problems-lo.Gaps, lo.Bytes, lo.Gaps, s.Read.BadBatch, lo.Removed)
+}
+
+// problemPrinter prints the problems of a run on stderr as they come, one
+// line each, at most a burst of 20 and then 2 a second, so that a badly
+// damaged log cannot flood the terminal; the run's counts hold every one,
+// and summary says how many lines it held back.
+type problemPrinter struct {
+	w      io.Writer
+	prefix string
+	lim    *rate.Limiter
+	held   uint64
+}
+
+func newProblemPrinter(w io.Writer, prefix string) *problemPrinter {
+	return &problemPrinter{w: w, prefix: prefix, lim: rate.NewLimiter(2, 20)}
+}
+
+func (p *problemPrinter) print(err error) {
+	if !p.lim.AllowN(time.Now(), 1) {
+		p.held++
+		return
+	}
+	fmt.Fprintf(p.w, "%s: skipped: %v\n", p.prefix, err)
+}
+
+func (p *problemPrinter) summary() {
+	if p.held > 0 {
+		fmt.Fprintf(p.w, "%s: %d more problems not printed (counted above)\n", p.prefix, p.held)
+	}
 }

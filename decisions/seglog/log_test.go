@@ -590,12 +590,7 @@ func flipByte(t testing.TB, path string, at int64) {
 // never the active one, and reading from the consumer's offset is whole.
 func TestRemoveBefore(t *testing.T) {
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 10, Sync: SyncPolicy{Mode: SyncNever}})
-	var recs []Record
-	for i := range 40 {
-		recs = append(recs, mkRec(i, 3, 200))
-	}
-	recs = appendAll(t, l, recs, 1)
+	l, recs := smallSegments(t, dir)
 	segsBefore := countSegments(t, dir)
 	if segsBefore < 5 {
 		t.Fatalf("%d segments, want several", segsBefore)
@@ -626,6 +621,18 @@ func TestRemoveBefore(t *testing.T) {
 	}
 }
 
+// smallSegments writes 40 records of 3 events, one an Append, in segments
+// of 1 KiB, and returns the open log and the records.
+func smallSegments(t *testing.T, dir string) (*Log, []Record) {
+	t.Helper()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 10, Sync: SyncPolicy{Mode: SyncNever}})
+	var recs []Record
+	for i := range 40 {
+		recs = append(recs, mkRec(i, 3, 200))
+	}
+	return l, appendAll(t, l, recs, 1)
+}
+
 func countSegments(t *testing.T, dir string) int {
 	t.Helper()
 	es, err := os.ReadDir(dir)
@@ -639,4 +646,38 @@ func countSegments(t *testing.T, dir string) int {
 		}
 	}
 	return n
+}
+
+// TestReaderLossRemoved: a reader asked to start at an offset the log no
+// longer holds counts the events between it and the oldest segment, in
+// process and in another (OpenReader); one that starts where the log
+// starts, or by time, counts none.
+func TestReaderLossRemoved(t *testing.T) {
+	dir := t.TempDir()
+	l, recs := smallSegments(t, dir)
+	if _, err := l.RemoveBefore(recs[25].FirstOffset); err != nil {
+		t.Fatal(err)
+	}
+	start := segFiles(t, dir)[0].first
+	if start == 0 || start > recs[25].FirstOffset {
+		t.Fatalf("the log starts at %d", start)
+	}
+	for name, r := range map[string]*Reader{
+		"in process": mustReader(t)(l.Reader(7)),
+		"OpenReader": mustReader(t)(OpenReader(dir, 7, Options{})),
+	} {
+		readAll(t, r)
+		if lo := r.Loss(); lo != (Loss{Removed: start - 7, Start: start}) || len(r.Problems()) != 0 {
+			t.Errorf("%s: loss %+v, problems %v; want %d removed before %d", name, lo, r.Problems(), start-7, start)
+		}
+	}
+	for name, r := range map[string]*Reader{
+		"from the start": mustReader(t)(OpenReader(dir, start, Options{})),
+		"by time":        mustReader(t)(l.ReaderAt(t0)),
+	} {
+		readAll(t, r)
+		if lo := r.Loss(); lo != (Loss{}) {
+			t.Errorf("%s: loss %+v, want none", name, lo)
+		}
+	}
 }
