@@ -65,7 +65,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	leasesTable := fs.String("leases-table", defaultLeasesTable, "with --kinesis-stream: the lease and checkpoint table `name` (aws init creates it)")
 	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
 	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
-	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead (no state: every window is emitted at the end of the input)")
+	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead, a live source (no state: closed windows leave as the watermark passes them, after a second without input it follows the clock, and the open windows leave at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
 	partials := fs.String("partials", "", "store each window's partial aggregates: dir:`PATH`")
@@ -151,12 +151,11 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf, --alerts or several")
 	}
 	if *stdinSrc {
-		st, err := aggregator.RunLines(ctx, stdin, ro, sinks)
-		for _, p := range st.First {
-			fmt.Fprintf(stderr, "aggregate: stdin:%d: skipped: %v\n", p.Line, p.Err)
-		}
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, windows %d, outputs %d\n",
-			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		problems := newProblemPrinter(stderr, "aggregate: stdin")
+		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.print(p) }}).Run(ctx, stdin)
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		problems.summary()
 		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
