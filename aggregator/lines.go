@@ -11,10 +11,11 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 )
 
-// MaxLine bounds one JSON line. A decision's line is well under 4 KiB (the
-// edge bounds every field it writes: a canonical path is at most 2 KiB);
-// a longer line is skipped, counted and named, and the lines after it are
-// read.
+// MaxLine bounds one JSON line. A decision's line is a few KiB at most: the
+// edge bounds what it records (a canonical path is at most 8 KiB,
+// canonpath.MaxLen, and request headers are bounded), so a longer line is
+// not one the edge wrote; it is skipped, counted and named, and the lines
+// after it are read.
 const MaxLine = 1 << 20
 
 // ErrLineTooLong is the error of a line longer than MaxLine.

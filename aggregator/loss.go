@@ -14,6 +14,9 @@ type lossSeen struct {
 	undecodable int // of Reader.Undecodable
 	badBatch    uint64
 	removed     bool
+	committed   uint64 // the position last committed as a consumer offset
+	commitOK    bool   // committed is set
+	commitErr   bool   // a commit failed and was reported
 }
 
 // lost returns the reader's loss. Events before the log's oldest segment
@@ -55,4 +58,21 @@ func (l *logRun) noteLoss() {
 		}
 		seen.undecodable = len(us)
 	}
+}
+
+// commit commits the position the state holds as the log's consumer
+// offset of LogOptions.Consumer, when it moved.
+func (l *logRun) commit() {
+	next := l.p.r.Next()
+	if l.o.Consumer == "" || l.seen.commitOK && next == l.seen.committed {
+		return
+	}
+	if err := seglog.CommitReaderOffset(l.o.Dir, l.o.Consumer, next); err != nil {
+		if !l.seen.commitErr && l.o.Problem != nil {
+			l.o.Problem(fmt.Errorf("%w (retention will not know what partition %s has read)", err, l.p.name))
+		}
+		l.seen.commitErr = true
+		return
+	}
+	l.seen.committed, l.seen.commitOK = next, true
 }

@@ -73,17 +73,24 @@ func TestRunLogReportsLoss(t *testing.T) {
 	}
 }
 
-// TestRunLogReportsRemoved: an aggregator that resumes from a position
-// whose segments retention has removed meanwhile counts and reports the
-// events it lost, and reads the rest; a first run on the same log, which
-// never had a position there, loses nothing.
+// TestRunLogReportsRemoved: an aggregator commits its position as the
+// log's consumer offset; one that resumes from a position whose segments
+// were removed meanwhile counts and reports the events it lost, and reads
+// the rest; a first run on the same log, which never had a position there,
+// loses nothing.
 func TestRunLogReportsRemoved(t *testing.T) {
 	dir, state := t.TempDir(), t.TempDir()
 	first := testEvents(3000)
 	writeSegments(t, dir, first)
-	o := LogOptions{Dir: dir, StateDir: state, Rollup: Options{Window: time.Second}, Sinks: []Sink{&PartialsDir{Dir: t.TempDir()}}}
+	o := LogOptions{Dir: dir, StateDir: state, Rollup: Options{Window: time.Second}, Sinks: []Sink{&PartialsDir{Dir: t.TempDir()}},
+		Consumer: "aggregate"}
 	if st, err := RunLog(context.Background(), o); err != nil || st.Next != 3000 {
 		t.Fatal(st.Next, err)
+	}
+	// The position is the log's consumer offset, which retention reports
+	// against (seglog's TestRetainReportsUnread).
+	if off, ok, err := seglog.ReadOffset(dir, "aggregate"); off != 3000 || !ok || err != nil {
+		t.Fatalf("consumer offset %d, %v, %v; want 3000", off, ok, err)
 	}
 	writeSegments(t, dir, decisiontest.NewGenerator(10, t0.Add(time.Hour)).Batch(3000))
 	// Retention removes the segments up to one past the position.
@@ -120,6 +127,9 @@ func TestRunLogReportsRemoved(t *testing.T) {
 	}
 	if len(problems) != 1 || !errors.Is(problems[0], seglog.ErrMissing) || !strings.Contains(problems[0].Error(), "offsets 3000 to "+strconv.FormatUint(keep-1, 10)) {
 		t.Fatalf("problems passed on: %v", problems)
+	}
+	if off, _, err := seglog.ReadOffset(dir, "aggregate"); off != st.Next || err != nil {
+		t.Fatalf("consumer offset %d, %v; want %d", off, err, st.Next)
 	}
 	fresh, err := RunLog(context.Background(), LogOptions{Dir: dir, StateDir: t.TempDir(), Rollup: o.Rollup, Sinks: o.Sinks})
 	if err != nil || fresh.Lost != (seglog.Loss{}) || fresh.Rollup.Events != 6000-keep {

@@ -44,6 +44,12 @@ type LogOptions struct {
 	// 1000 corrupt regions and 100 undecodable records it is not called;
 	// RunStats counts them all.
 	Problem func(error)
+	// Consumer, if set, is the name under which the run commits its
+	// position to the log as a consumer offset (seglog.CommitReaderOffset)
+	// after every state save, so that the log's retention reports the
+	// segments it removes before this partition read them. A commit that
+	// fails is passed to Problem once and does not stop the run.
+	Consumer string
 
 	// perEvent makes the run read the log event by event (Reader.Next)
 	// rather than by record batch: the reference the tests hold the
@@ -112,6 +118,7 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	}
 	defer rd.Close()
 	run.rd = rd
+	run.commit()
 	err = run.loop(ctx, rd)
 	return run.stats(), err
 }
@@ -141,7 +148,11 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 			l.p.progress()
 			return nil
 		}
-		return l.p.save(ctx, outs)
+		if err := l.p.save(ctx, outs); err != nil {
+			return err
+		}
+		l.commit()
+		return nil
 	}
 	// read reads a record's rows (an event's, on the per-event path) with
 	// rctx and adds them, flushing with ctx after every FlushEvery events

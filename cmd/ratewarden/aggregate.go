@@ -194,7 +194,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	var printed, barRead uint64
 	problems := newProblemPrinter(stderr, "aggregate")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
-		Problem: problems.print, Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
+		Problem: problems.print, Consumer: "aggregate", Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
 			latest.Store(&s)
 			if bar != nil {
 				// A report with no new bytes comes from the end of the

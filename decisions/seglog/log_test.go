@@ -681,3 +681,41 @@ func TestReaderLossRemoved(t *testing.T) {
 		}
 	}
 }
+
+// TestRetainReportsUnread: retention removes what its bounds say even
+// when a consumer has not read it, and reports each removed segment that
+// holds events the slowest consumer with a committed offset had not read,
+// counting those events; what every consumer has read goes silently.
+func TestRetainReportsUnread(t *testing.T) {
+	f := func(slow uint64, wantReports int, wantUnread uint64) {
+		t.Helper()
+		dir := t.TempDir()
+		var reports []Problem
+		l := mustOpen(t, dir, Options{SegmentBytes: 1024, Sync: SyncPolicy{Mode: SyncNever}, RetainAge: 10 * time.Second,
+			Now: func() time.Time { return t0 }, Report: func(p Problem) { reports = append(reports, p) }})
+		var recs []Record
+		for i := range 20 {
+			recs = append(recs, mkRec(i, 10, 700)) // one segment each, offsets 10i to 10i+9
+		}
+		appendAll(t, l, recs, 1)
+		if err := l.CommitOffset("fast", 200); err != nil {
+			t.Fatal(err)
+		}
+		if err := CommitReaderOffset(dir, "slow", slow); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := l.Retain(t0.Add(15 * time.Second)); err != nil || n != 5 {
+			t.Fatalf("removed %d segments, %v; want 5", n, err)
+		}
+		if len(reports) != wantReports || l.Stats().RemovedUnread != wantUnread {
+			t.Fatalf("slow consumer at %d: reports %v, unread %d; want %d reports, %d unread", slow, reports, l.Stats().RemovedUnread, wantReports, wantUnread)
+		}
+		for _, p := range reports {
+			if !errors.Is(p, ErrUnread) || !errors.Is(p, ErrMissing) || !strings.Contains(p.Error(), "consumer slow had read to offset 25") {
+				t.Errorf("report %v", p)
+			}
+		}
+	}
+	f(25, 3, 5+10+10) // segments 2 (offsets 25-29 unread), 3 and 4
+	f(200, 0, 0)
+}
