@@ -10,6 +10,7 @@ import (
 // LogOptions.Problem.
 type lossSeen struct {
 	corrupt     int // seglog problems passed, of Reader.Corrupt
+	corruptFull bool // Reader.Corrupt keeps no more: stop copying it
 	problems    uint64
 	undecodable int // of Reader.Undecodable
 	badBatch    uint64
@@ -42,12 +43,13 @@ func (l *logRun) noteLoss() {
 		l.o.Problem(fmt.Errorf("%s: events at offsets %d to %d were removed from the log before partition %s read them (it resumed at %d; the log now starts at %d): %w",
 			l.o.Dir, lo.Start-lo.Removed, lo.Start-1, l.p.name, lo.Start-lo.Removed, lo.Start, seglog.ErrMissing))
 	}
-	if lo.Problems != seen.problems {
+	if lo.Problems != seen.problems && !seen.corruptFull {
 		seen.problems = lo.Problems
 		ps := l.rd.Corrupt()
 		for _, p := range ps[min(seen.corrupt, len(ps)):] {
 			l.o.Problem(p)
 		}
+		seen.corruptFull = len(ps) == seen.corrupt
 		seen.corrupt = len(ps)
 	}
 	if n := l.rd.Stats().BadBatch; n != seen.badBatch {
