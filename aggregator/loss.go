@@ -9,7 +9,7 @@ import (
 // lossSeen is how much of the reader's problems a logRun has passed to
 // LogOptions.Problem.
 type lossSeen struct {
-	corrupt     int // seglog problems passed, of Reader.Corrupt
+	corrupt     int  // seglog problems passed, of Reader.Corrupt
 	corruptFull bool // Reader.Corrupt keeps no more: stop copying it
 	problems    uint64
 	undecodable int // of Reader.Undecodable
