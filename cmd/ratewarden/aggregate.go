@@ -346,15 +346,16 @@ type problemPrinter struct {
 	w      io.Writer
 	prefix string
 	lim    *rate.Limiter
+	now    func() time.Time
 	held   uint64
 }
 
 func newProblemPrinter(w io.Writer, prefix string) *problemPrinter {
-	return &problemPrinter{w: w, prefix: prefix, lim: rate.NewLimiter(2, 20)}
+	return &problemPrinter{w: w, prefix: prefix, lim: rate.NewLimiter(2, 20), now: time.Now}
 }
 
 func (p *problemPrinter) print(err error) {
-	if !p.lim.AllowN(time.Now(), 1) {
+	if !p.lim.AllowN(p.now(), 1) {
 		p.held++
 		return
 	}
