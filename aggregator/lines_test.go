@@ -144,3 +144,34 @@ func starts(outs []Output) []time.Time {
 	}
 	return ts
 }
+
+// FuzzRunLines: any input is read to its end without a panic; every line
+// is counted once, as an event, a skipped line or an empty one, and every
+// event reaches the sink.
+func FuzzRunLines(f *testing.F) {
+	d := decisionAt(0, "192.0.2.1")
+	line := decisions.AppendJSON(nil, &d)
+	f.Add(append(append([]byte{}, line...), '\n'))
+	f.Add([]byte("{not json\r\n\n" + string(line)))
+	f.Add([]byte("\n\n\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s := &countingSink{}
+		st, err := (&Lines{Sinks: []Sink{s}, Now: func() time.Time { return t0 }}).Run(context.Background(), bytes.NewReader(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bytes.Count(in, []byte("\n"))
+		if len(in) > 0 && in[len(in)-1] != '\n' {
+			lines++
+		}
+		empty := 0
+		for l := range bytes.Lines(in) {
+			if l, ok := bytes.CutSuffix(l, []byte("\n")); len(l) == 0 || ok && string(l) == "\r" {
+				empty++
+			}
+		}
+		if st.Lines != lines || uint64(st.Skipped)+st.Rollup.Events+uint64(empty) != uint64(lines) || s.events.Load() != st.Rollup.Events {
+			t.Fatalf("lines %d (want %d), skipped %d, events %d, empty %d, sink %d", st.Lines, lines, st.Skipped, st.Rollup.Events, empty, s.events.Load())
+		}
+	})
+}
