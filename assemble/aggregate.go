@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/time/rate"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
@@ -110,3 +111,33 @@ func unixOrZero(t time.Time) int64 {
 	}
 	return t.Unix()
 }
+
+// ProblemLog passes a run's problems (LogOptions.Problem, Lines.Problem)
+// on to print one at a time, at most a burst of 20 and then 2 a second, so
+// that a badly damaged log cannot flood a terminal or a log file; the
+// run's counts hold every problem, and Held says how many it did not
+// print. It is not safe for concurrent use, as a run calls it from one
+// goroutine.
+type ProblemLog struct {
+	print func(error)
+	lim   *rate.Limiter
+	now   func() time.Time
+	held  uint64
+}
+
+// NewProblemLog returns a ProblemLog printing with print, timed by now.
+func NewProblemLog(print func(error), now func() time.Time) *ProblemLog {
+	return &ProblemLog{print: print, lim: rate.NewLimiter(2, 20), now: now}
+}
+
+// Problem prints err, or counts it as held back.
+func (p *ProblemLog) Problem(err error) {
+	if !p.lim.AllowN(p.now(), 1) {
+		p.held++
+		return
+	}
+	p.print(err)
+}
+
+// Held returns how many problems were not printed.
+func (p *ProblemLog) Held() uint64 { return p.held }

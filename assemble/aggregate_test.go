@@ -1,6 +1,7 @@
 package assemble
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -88,5 +89,23 @@ func TestAggregatorMetricsLoss(t *testing.T) {
 		if values[name] != want {
 			t.Errorf("%s = %q, want %s", name, values[name], want)
 		}
+	}
+}
+
+// TestProblemLogLimits: a burst of 20 problems printed, then 2 a second;
+// the others are counted as held back.
+func TestProblemLogLimits(t *testing.T) {
+	var out []string
+	clock := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	p := NewProblemLog(func(err error) { out = append(out, err.Error()) }, func() time.Time { return clock })
+	for i := range 100 {
+		p.Problem(fmt.Errorf("problem %d", i))
+	}
+	clock = clock.Add(time.Second)
+	for i := range 10 {
+		p.Problem(fmt.Errorf("later %d", i))
+	}
+	if len(out) != 22 || out[19] != "problem 19" || out[21] != "later 1" || p.Held() != 88 {
+		t.Fatalf("printed %d, held %d: %q", len(out), p.Held(), out)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"go.opentelemetry.io/otel/metric"
-	"golang.org/x/time/rate"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
@@ -152,7 +151,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	if *stdinSrc {
 		problems := newProblemPrinter(stderr, "aggregate: stdin")
-		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.print(p) }}).Run(ctx, stdin)
+		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.Problem(p) }}).Run(ctx, stdin)
 		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, windows %d, outputs %d\n",
 			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
 		problems.summary()
@@ -194,7 +193,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	var printed, barRead uint64
 	problems := newProblemPrinter(stderr, "aggregate")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
-		Problem: problems.print, Consumer: "aggregate", Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
+		Problem: problems.Problem, Consumer: "aggregate", Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
 			latest.Store(&s)
 			if bar != nil {
 				// A report with no new bytes comes from the end of the
@@ -294,7 +293,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	problems := newProblemPrinter(stderr, "replay")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
-		Problem: problems.print, Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
+		Problem: problems.Problem, Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
 	if cerr := closeEMF(); err == nil {
 		err = cerr
 	}
@@ -339,31 +338,20 @@ func lossSummary(s aggregator.RunStats) string {
 }
 
 // problemPrinter prints the problems of a run on stderr as they come, one
-// line each, at most a burst of 20 and then 2 a second, so that a badly
-// damaged log cannot flood the terminal; the run's counts hold every one,
-// and summary says how many lines it held back.
+// line each, rate-limited (assemble.ProblemLog); summary says how many
+// lines it held back.
 type problemPrinter struct {
+	*assemble.ProblemLog
 	w      io.Writer
 	prefix string
-	lim    *rate.Limiter
-	now    func() time.Time
-	held   uint64
 }
 
 func newProblemPrinter(w io.Writer, prefix string) *problemPrinter {
-	return &problemPrinter{w: w, prefix: prefix, lim: rate.NewLimiter(2, 20), now: time.Now}
-}
-
-func (p *problemPrinter) print(err error) {
-	if !p.lim.AllowN(p.now(), 1) {
-		p.held++
-		return
-	}
-	fmt.Fprintf(p.w, "%s: skipped: %v\n", p.prefix, err)
+	return &problemPrinter{assemble.NewProblemLog(func(err error) { fmt.Fprintf(w, "%s: skipped: %v\n", prefix, err) }, time.Now), w, prefix}
 }
 
 func (p *problemPrinter) summary() {
-	if p.held > 0 {
-		fmt.Fprintf(p.w, "%s: %d more problems not printed (counted above)\n", p.prefix, p.held)
+	if n := p.Held(); n > 0 {
+		fmt.Fprintf(p.w, "%s: %d more problems not printed (counted above)\n", p.prefix, n)
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -74,27 +72,5 @@ func TestAggregateReportsLoss(t *testing.T) {
 	}
 	if events, _ := strconv.Atoi(m[1]); events+lost(m[2]) != len(ds) || lost(m[2]) < 300 {
 		t.Fatalf("events and lost do not add up to %d:\n%s", len(ds), errs)
-	}
-}
-
-// TestProblemPrinterLimits: a burst of 20 problem lines, then 2 a second;
-// the lines held back are counted at the end.
-func TestProblemPrinterLimits(t *testing.T) {
-	var out bytes.Buffer
-	clock := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
-	p := newProblemPrinter(&out, "aggregate")
-	p.now = func() time.Time { return clock }
-	for i := range 100 {
-		p.print(fmt.Errorf("problem %d", i))
-	}
-	clock = clock.Add(time.Second)
-	for i := range 10 {
-		p.print(fmt.Errorf("later %d", i))
-	}
-	p.summary()
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 23 || lines[19] != "aggregate: skipped: problem 19" || lines[21] != "aggregate: skipped: later 1" ||
-		lines[22] != "aggregate: 88 more problems not printed (counted above)" {
-		t.Fatalf("%d lines:\n%s", len(lines), out.String())
 	}
 }
