@@ -3,7 +3,11 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -35,4 +39,139 @@ func TestRunLines(t *testing.T) {
 	if e, _ := totals(t, dir, time.Second); e != uint64(len(ds)) {
 		t.Fatalf("partials hold %d events, want %d", e, len(ds))
 	}
+}
+
+// TestRunLinesLongLine: a 2 MiB line between valid ones is skipped,
+// counted and named, and every other event is kept, the events before it
+// included.
+func TestRunLinesLongLine(t *testing.T) {
+	ds := decisiontest.NewGenerator(14, t0).Batch(100)
+	var in bytes.Buffer
+	for i := range ds {
+		if i == 50 {
+			in.WriteString(`{"v":1,"path":"` + strings.Repeat("a", 2<<20) + "\"}\n")
+		}
+		in.Write(decisions.AppendJSON(nil, &ds[i]))
+		in.WriteByte('\n')
+	}
+	dir := t.TempDir()
+	var met []LineProblem
+	l := &Lines{Rollup: Options{Window: time.Second}, Sinks: []Sink{&PartialsDir{Dir: dir}}, Now: func() time.Time { return t0 },
+		Problem: func(p LineProblem) { met = append(met, p) }}
+	st, err := l.Run(context.Background(), &in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lines != 101 || st.Skipped != 1 || st.TooLong != 1 || len(st.First) != 1 || st.First[0].Line != 51 ||
+		!errors.Is(st.First[0], ErrLineTooLong) || len(met) != 1 || met[0] != st.First[0] {
+		t.Fatalf("lines %d, skipped %d (too long %d): %v; met %v", st.Lines, st.Skipped, st.TooLong, st.First, met)
+	}
+	if e, _ := totals(t, dir, time.Second); e != uint64(len(ds)) || st.Rollup.Events != uint64(len(ds)) {
+		t.Fatalf("partials hold %d events, rolled up %d, want %d", e, st.Rollup.Events, len(ds))
+	}
+}
+
+// TestRunLinesFlushesClosedWindows: windows the watermark closed leave
+// before the end of the input, every FlushEvery lines while lines come,
+// and on the clock's tick when the input is quiet, as from `tail -f`.
+func TestRunLinesFlushesClosedWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pr, pw := io.Pipe()
+		defer func() { pw.Close(); synctest.Wait() }() // ends Run on failure too
+		s := &chanSink{outs: make(chan Output, 100)}
+		l := &Lines{Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond, Idle: time.Second}, Sinks: []Sink{s},
+			FlushEvery: 10, Now: time.Now}
+		type result struct {
+			st  LinesStats
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			st, err := l.Run(context.Background(), pr)
+			done <- result{st, err}
+		}()
+		// Events of seconds 0 to 2 close the windows of seconds 0 and 1
+		// (the watermark is 2.9 s less 100 ms).
+		start := time.Now().Truncate(time.Second)
+		for i := range 30 {
+			d := decisionAt(0, "192.0.2.1")
+			d.Time = start.Add(time.Duration(i) * 100 * time.Millisecond)
+			pw.Write(append(decisions.AppendJSON(nil, &d), '\n'))
+		}
+		synctest.Wait()
+		got := drain(s.outs)
+		if len(got) != 2 || !got[0].Partial.Start.Equal(start) || !got[1].Partial.Start.Equal(start.Add(time.Second)) {
+			t.Fatalf("before the end of the input, outputs %v; want the windows of seconds 0 and 1", starts(got))
+		}
+		// Quiet input: the watermark follows the clock, an Idle behind it,
+		// and passes the end of second 2 at 4.1 s: its window leaves,
+		// still before the end of the input.
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if got := drain(s.outs); len(got) != 1 || !got[0].Partial.Start.Equal(start.Add(2*time.Second)) {
+			t.Fatalf("after a quiet spell, outputs %v; want the window of second 2", starts(got))
+		}
+		pw.Close()
+		r := <-done
+		if r.err != nil || r.st.Outputs != 3 || r.st.Rollup.Events != 30 {
+			t.Fatalf("outputs %d, events %d, %v", r.st.Outputs, r.st.Rollup.Events, r.err)
+		}
+	})
+}
+
+// chanSink hands the outputs written to it over on a channel.
+type chanSink struct{ outs chan Output }
+
+func (s *chanSink) Write(_ context.Context, _ string, o Output) error { s.outs <- o; return nil }
+func (s *chanSink) Flush(context.Context) error                       { return nil }
+
+func drain(c chan Output) []Output {
+	var out []Output
+	for {
+		select {
+		case o := <-c:
+			out = append(out, o)
+		default:
+			return out
+		}
+	}
+}
+
+func starts(outs []Output) []time.Time {
+	var ts []time.Time
+	for _, o := range outs {
+		ts = append(ts, o.Partial.Start)
+	}
+	return ts
+}
+
+// FuzzRunLines: any input is read to its end without a panic; every line
+// is counted once, as an event, a skipped line or an empty one, and every
+// event reaches the sink.
+func FuzzRunLines(f *testing.F) {
+	d := decisionAt(0, "192.0.2.1")
+	line := decisions.AppendJSON(nil, &d)
+	f.Add(append(append([]byte{}, line...), '\n'))
+	f.Add([]byte("{not json\r\n\n" + string(line)))
+	f.Add([]byte("\n\n\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s := &countingSink{}
+		st, err := (&Lines{Sinks: []Sink{s}, Now: func() time.Time { return t0 }}).Run(context.Background(), bytes.NewReader(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bytes.Count(in, []byte("\n"))
+		if len(in) > 0 && in[len(in)-1] != '\n' {
+			lines++
+		}
+		empty := 0
+		for l := range bytes.Lines(in) {
+			if l, ok := bytes.CutSuffix(l, []byte("\n")); len(l) == 0 || ok && string(l) == "\r" {
+				empty++
+			}
+		}
+		if st.Lines != lines || uint64(st.Skipped)+st.Rollup.Events+uint64(empty) != uint64(lines) || s.events.Load() != st.Rollup.Events {
+			t.Fatalf("lines %d (want %d), skipped %d, events %d, empty %d, sink %d", st.Lines, lines, st.Skipped, st.Rollup.Events, empty, s.events.Load())
+		}
+	})
 }

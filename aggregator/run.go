@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
 // LogOptions configure RunLog.
@@ -35,6 +36,20 @@ type LogOptions struct {
 	// anything or not: every FlushEvery events while reading a backlog and
 	// every Tick at the end of a followed log.
 	Progress func(RunStats)
+	// Problem, if set, is called with each problem of the log as the run
+	// meets it: a corrupt region or a missing segment (a seglog.Problem,
+	// which names the segment file and byte offset), a record that could
+	// not be decoded, or events removed from the log before this partition
+	// read them (an error wrapping seglog.ErrMissing). Beyond the first
+	// 1000 corrupt regions and 100 undecodable records it is not called;
+	// RunStats counts them all.
+	Problem func(error)
+	// Consumer, if set, is the name under which the run commits its
+	// position to the log as a consumer offset (seglog.CommitReaderOffset)
+	// after every state save, so that the log's retention reports the
+	// segments it removes before this partition read them. A commit that
+	// fails is passed to Problem once and does not stop the run.
+	Consumer string
 
 	// perEvent makes the run read the log event by event (Reader.Next)
 	// rather than by record batch: the reference the tests hold the
@@ -53,6 +68,12 @@ type RunStats struct {
 	// Shards, of a Kinesis run, are the shards held and their lags; the
 	// Watermark is then the least of theirs.
 	Shards []ShardStats
+	// Lost is what the log reader could not read: corrupt bytes, the
+	// events lost in them and in missing segments, and (Removed) the
+	// events between the saved position and the log's oldest segment when
+	// the run resumed. Read.BadEvents counts the events of records that
+	// could not be decoded.
+	Lost seglog.Loss
 }
 
 // RunLog rolls the decision log in o.Dir up and delivers the outputs to
@@ -97,14 +118,16 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	}
 	defer rd.Close()
 	run.rd = rd
+	run.commit()
 	err = run.loop(ctx, rd)
 	return run.stats(), err
 }
 
 type logRun struct {
-	o  LogOptions
-	p  partitionRun
-	rd *decisionlog.Reader // nil until the log is open
+	o    LogOptions
+	p    partitionRun
+	rd   *decisionlog.Reader // nil until the log is open
+	seen lossSeen
 }
 
 func (l *logRun) stats() RunStats {
@@ -112,6 +135,7 @@ func (l *logRun) stats() RunStats {
 	s := RunStats{Rollup: r.Stats(), Outputs: l.p.delivered, Redeliver: l.p.redeliver, Next: r.Next(), Watermark: r.Watermark()}
 	if l.rd != nil {
 		s.Read = l.rd.Stats()
+		s.Lost = l.lost()
 	}
 	return s
 }
@@ -124,7 +148,11 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 			l.p.progress()
 			return nil
 		}
-		return l.p.save(ctx, outs)
+		if err := l.p.save(ctx, outs); err != nil {
+			return err
+		}
+		l.commit()
+		return nil
 	}
 	// read reads a record's rows (an event's, on the per-event path) with
 	// rctx and adds them, flushing with ctx after every FlushEvery events
@@ -156,6 +184,7 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 	}
 	for {
 		err := read(ctx, false)
+		l.noteLoss()
 		if err == nil {
 			continue
 		}
@@ -178,6 +207,7 @@ func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
 		wctx, cancel := context.WithTimeout(ctx, l.o.Tick)
 		err = read(wctx, true)
 		cancel()
+		l.noteLoss()
 		switch {
 		case err == nil:
 		case flushErr != nil:
@@ -204,6 +234,7 @@ type partitionRun struct {
 	cursor    []byte // saved with every state
 	delivered uint64
 	redeliver uint64
+	resumed   bool   // a state was found
 	progress  func() // after every delivery
 }
 
@@ -217,6 +248,7 @@ func (p *partitionRun) resume(ctx context.Context) error {
 	if err := p.r.Restore(st.Snapshot); err != nil {
 		return err
 	}
+	p.resumed = true
 	p.cursor = st.Cursor
 	if len(st.Pending) == 0 {
 		return nil

@@ -22,13 +22,20 @@ import (
 // their events late.
 func writeLog(t *testing.T, dir string, ds []decisions.Decision) {
 	t.Helper()
-	l, err := seglog.Open(dir, seglog.Options{})
+	appendLog(t, dir, seglog.Options{}, 500, ds)
+}
+
+// appendLog appends ds to the decision log in dir, opened with o, in
+// records of batch events.
+func appendLog(t *testing.T, dir string, o seglog.Options, batch int, ds []decisions.Decision) {
+	t.Helper()
+	l, err := seglog.Open(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
-	for i := 0; i < len(ds); i += 500 {
-		if err := w.WriteBatch(ds[i:min(i+500, len(ds))]); err != nil {
+	for i := 0; i < len(ds); i += batch {
+		if err := w.WriteBatch(ds[i:min(i+batch, len(ds))]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/time/rate"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
@@ -48,6 +49,11 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 		{"ratewarden.aggregator.outputs", "Outputs delivered to every sink.", "{output}", false, func(s snapshot) int64 { return int64(s.run.Outputs) }},
 		{"ratewarden.aggregator.records", "Decision log records read.", "{record}", false, func(s snapshot) int64 { return int64(s.run.Read.Records) }},
 		{"ratewarden.aggregator.corrupt.events", "Events in log records that could not be decoded, skipped.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Read.BadEvents) }},
+		{"ratewarden.aggregator.corrupt.regions", "Corrupt regions of the decision log skipped.", "{region}", false, func(s snapshot) int64 { return int64(s.run.Lost.Problems - s.run.Lost.Gaps) }},
+		{"ratewarden.aggregator.corrupt.bytes", "Bytes of the decision log skipped as corrupt.", "By", false, func(s snapshot) int64 { return s.run.Lost.Bytes }},
+		{"ratewarden.aggregator.lost.events", "Events lost in corrupt regions and missing segments of the decision log.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Lost.Events) }},
+		{"ratewarden.aggregator.missing.segments", "Places where segments of the decision log were missing between two others.", "{gap}", false, func(s snapshot) int64 { return int64(s.run.Lost.Gaps) }},
+		{"ratewarden.aggregator.removed.events", "Events removed from the decision log (retention) after the saved position and before the aggregator read them.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Lost.Removed) }},
 		{"ratewarden.aggregator.watermark", "The watermark, Unix seconds.", "s", true, func(s snapshot) int64 { return unixOrZero(s.run.Watermark) }},
 		{"ratewarden.aggregator.lag", "How far the watermark is behind the wall clock.", "s", true, func(s snapshot) int64 {
 			if s.run.Watermark.IsZero() {
@@ -105,3 +111,33 @@ func unixOrZero(t time.Time) int64 {
 	}
 	return t.Unix()
 }
+
+// ProblemLog passes a run's problems (LogOptions.Problem, Lines.Problem)
+// on to print one at a time, at most a burst of 20 and then 2 a second, so
+// that a badly damaged log cannot flood a terminal or a log file; the
+// run's counts hold every problem, and Held says how many it did not
+// print. It is not safe for concurrent use, as a run calls it from one
+// goroutine.
+type ProblemLog struct {
+	print func(error)
+	lim   *rate.Limiter
+	now   func() time.Time
+	held  uint64
+}
+
+// NewProblemLog returns a ProblemLog printing with print, timed by now.
+func NewProblemLog(print func(error), now func() time.Time) *ProblemLog {
+	return &ProblemLog{print: print, lim: rate.NewLimiter(2, 20), now: now}
+}
+
+// Problem prints err, or counts it as held back.
+func (p *ProblemLog) Problem(err error) {
+	if !p.lim.AllowN(p.now(), 1) {
+		p.held++
+		return
+	}
+	p.print(err)
+}
+
+// Held returns how many problems were not printed.
+func (p *ProblemLog) Held() uint64 { return p.held }

@@ -1,13 +1,17 @@
 package assemble
 
 import (
+	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
 // TestAggregatorMetrics: /metrics shows the latest progress report, and the
@@ -23,23 +27,7 @@ func TestAggregatorMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	values := map[string]string{} // metric name (with the shard label): value, other labels aside
-	for _, line := range strings.Split(string(b), "\n") {
-		if name, rest, ok := strings.Cut(line, "{"); ok && !strings.HasPrefix(line, "#") {
-			if _, shard, ok := strings.Cut(rest, `shard="`); ok {
-				name += "/" + shard[:strings.IndexByte(shard, '"')]
-			}
-			values[name] = rest[strings.LastIndexByte(rest, ' ')+1:]
-		}
-	}
+	values := scrapeAggregator(t, h)
 	for _, absent := range []string{"ratewarden_aggregator_shard_behind_milliseconds/shardId-000000000001", "ratewarden_aggregator_shard_lag_milliseconds/shardId-000000000001"} {
 		if v, ok := values[absent]; ok {
 			t.Errorf("%s = %s, want no value before a read or an event", absent, v)
@@ -54,5 +42,70 @@ func TestAggregatorMetrics(t *testing.T) {
 		if values[name] != want {
 			t.Errorf("%s = %q, want %s", name, values[name], want)
 		}
+	}
+}
+
+// scrapeAggregator returns the values h serves on /metrics, by metric name
+// with the shard label, other labels aside.
+func scrapeAggregator(t *testing.T, h http.Handler) map[string]string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	values := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, rest, ok := strings.Cut(line, "{"); ok && !strings.HasPrefix(line, "#") {
+			if _, shard, ok := strings.Cut(rest, `shard="`); ok {
+				name += "/" + shard[:strings.IndexByte(shard, '"')]
+			}
+			values[name] = rest[strings.LastIndexByte(rest, ' ')+1:]
+		}
+	}
+	return values
+}
+
+// TestAggregatorMetricsLoss: what the log reader could not read is on
+// /metrics: corrupt regions and bytes, the events lost in them and in
+// missing segments, the missing segments, and the events removed before
+// they were read, each apart from the undecodable records' events.
+func TestAggregatorMetricsLoss(t *testing.T) {
+	st := aggregator.RunStats{Read: decisionlog.ReadStats{BadBatch: 1, BadEvents: 7},
+		Lost: seglog.Loss{Problems: 3, Bytes: 960, Events: 402, Gaps: 1, Removed: 1200, Start: 4200}}
+	h, err := AggregatorMetrics(func() aggregator.RunStats { return st }, nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := scrapeAggregator(t, h)
+	for name, want := range map[string]string{
+		"ratewarden_aggregator_corrupt_events_total": "7", "ratewarden_aggregator_corrupt_regions_total": "2",
+		"ratewarden_aggregator_corrupt_bytes_total": "960", "ratewarden_aggregator_lost_events_total": "402",
+		"ratewarden_aggregator_missing_segments_total": "1", "ratewarden_aggregator_removed_events_total": "1200",
+	} {
+		if values[name] != want {
+			t.Errorf("%s = %q, want %s", name, values[name], want)
+		}
+	}
+}
+
+// TestProblemLogLimits: a burst of 20 problems printed, then 2 a second;
+// the others are counted as held back.
+func TestProblemLogLimits(t *testing.T) {
+	var out []string
+	clock := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	p := NewProblemLog(func(err error) { out = append(out, err.Error()) }, func() time.Time { return clock })
+	for i := range 100 {
+		p.Problem(fmt.Errorf("problem %d", i))
+	}
+	clock = clock.Add(time.Second)
+	for i := range 10 {
+		p.Problem(fmt.Errorf("later %d", i))
+	}
+	if len(out) != 22 || out[19] != "problem 19" || out[21] != "later 1" || p.Held() != 88 {
+		t.Fatalf("printed %d, held %d: %q", len(out), p.Held(), out)
 	}
 }

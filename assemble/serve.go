@@ -180,9 +180,14 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	defer stopAgg()
 	aggDone := make(chan error, 1)
 	sinks := append([]aggregator.Sink{partials, index}, o.Sinks...)
+	// What the aggregator cannot read of the log goes to the log, as
+	// `aggregate` prints it; its position is the log's consumer offset
+	// "serve", which retention reports against.
+	aggProblems := NewProblemLog(func(err error) { log.Error("aggregator: skipped", "problem", err.Error()) }, now)
 	go func() {
 		st, err := aggregator.RunLog(aggCtx, aggregator.LogOptions{
 			Dir: cfg.Decisions.Dir, StateDir: sv.StateDir, Follow: true, Now: now,
+			Problem: aggProblems.Problem, Consumer: "serve",
 			Rollup: aggregator.Options{Window: sv.Window, Lateness: sv.Lateness, Late: aggregator.LateCorrect, TopK: sv.TopK},
 			Sinks:  sinks,
 			Progress: func(s aggregator.RunStats) {

@@ -52,6 +52,10 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 				log.Warn("decision log: a file named like a segment is not one; no events lost", "problem", p.Error())
 				return
 			}
+			if errors.Is(p, seglog.ErrUnread) {
+				log.Error("decision log: retention removed events a consumer had not read", "problem", p.Error())
+				return
+			}
 			log.Error("decision log: skipped a corrupt region", "problem", p.Error())
 		}))
 		if err != nil {

@@ -56,7 +56,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
 	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
 	poll := fs.Duration("poll", dkinesis.DefaultPoll, "with --kinesis-stream: how long to wait after a read that found a shard caught up (`duration`, 200ms to 1m); every read counts against the shard's five a second, shared by all its consumers")
-	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead (no state: every window is emitted at the end of the input)")
+	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead, a live source (no state: closed windows leave as the watermark passes them, after a second without input it follows the clock, and the open windows leave at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
 	partials := fs.String("partials", "", "store each window's partial aggregates: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
@@ -150,12 +150,11 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf, --alerts or several")
 	}
 	if *stdinSrc {
-		st, err := aggregator.RunLines(ctx, stdin, ro, sinks)
-		for _, p := range st.First {
-			fmt.Fprintf(stderr, "aggregate: stdin:%d: skipped: %v\n", p.Line, p.Err)
-		}
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, windows %d, outputs %d\n",
-			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		problems := newProblemPrinter(stderr, "aggregate: stdin")
+		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.Problem(p) }}).Run(ctx, stdin)
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		problems.summary()
 		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
@@ -192,8 +191,9 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	// the log is caught up (following) or at the end.
 	bar := newProgressBar(stderr, *dir)
 	var printed, barRead uint64
+	problems := newProblemPrinter(stderr, "aggregate")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
-		Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
+		Problem: problems.Problem, Consumer: "aggregate", Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
 			latest.Store(&s)
 			if bar != nil {
 				// A report with no new bytes comes from the end of the
@@ -215,6 +215,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		bar.update(time.Now(), st.Read.Bytes, st.Rollup.Events, st.Watermark, true)
 	}
 	printRun(stderr, st)
+	problems.summary()
 	return err
 }
 
@@ -296,12 +297,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	problems := newProblemPrinter(stderr, "replay")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
-		Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
+		Problem: problems.Problem, Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
 	if cerr := closeEMF(); err == nil {
 		err = cerr
 	}
 	printRun(stderr, st)
+	problems.summary()
 	return err
 }
 
@@ -324,6 +327,37 @@ func printRun(w io.Writer, s aggregator.RunStats) {
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), windows %d, corrections %d, outputs %d, next offset %d, watermark %s\n",
-		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm)
+	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
+		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
+}
+
+// lossSummary says what the run could not read: "lost 0 events", or the
+// events lost with where they went.
+func lossSummary(s aggregator.RunStats) string {
+	lo := s.Lost
+	lost := lo.Events + lo.Removed + s.Read.BadEvents
+	if lost == 0 && lo.Problems == 0 && s.Read.BadBatch == 0 {
+		return "lost 0 events"
+	}
+	return fmt.Sprintf("lost %d events (corrupt regions %d, corrupt bytes %d, missing segments %d, undecodable records %d, removed before read %d)",
+		lost, lo.Problems-lo.Gaps, lo.Bytes, lo.Gaps, s.Read.BadBatch, lo.Removed)
+}
+
+// problemPrinter prints the problems of a run on stderr as they come, one
+// line each, rate-limited (assemble.ProblemLog); summary says how many
+// lines it held back.
+type problemPrinter struct {
+	*assemble.ProblemLog
+	w      io.Writer
+	prefix string
+}
+
+func newProblemPrinter(w io.Writer, prefix string) *problemPrinter {
+	return &problemPrinter{assemble.NewProblemLog(func(err error) { fmt.Fprintf(w, "%s: skipped: %v\n", prefix, err) }, time.Now), w, prefix}
+}
+
+func (p *problemPrinter) summary() {
+	if n := p.Held(); n > 0 {
+		fmt.Fprintf(p.w, "%s: %d more problems not printed (counted above)\n", p.prefix, n)
+	}
 }

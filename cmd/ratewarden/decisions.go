@@ -296,13 +296,7 @@ func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	corrupt := r.Corrupt()
-	var corruptBytes int64
-	var lostEvents uint64
-	for _, p := range corrupt {
-		corruptBytes += p.Bytes
-		lostEvents += p.Events
-	}
+	loss := r.Loss() // every problem, where Corrupt keeps the first 1000
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "events\t%d\n", n)
 	fmt.Fprintf(tw, "records\t%d\n", st.Records)
@@ -313,9 +307,9 @@ func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Wri
 		fmt.Fprintf(tw, "first event\t%s\n", first.UTC().Format(time.RFC3339Nano))
 		fmt.Fprintf(tw, "last event\t%s\n", last.UTC().Format(time.RFC3339Nano))
 	}
-	fmt.Fprintf(tw, "corrupt regions\t%d\n", len(corrupt))
-	fmt.Fprintf(tw, "corrupt bytes\t%d\n", corruptBytes)
-	fmt.Fprintf(tw, "events lost to corruption\t%d\n", lostEvents+st.BadEvents)
+	fmt.Fprintf(tw, "corrupt regions\t%d\n", loss.Problems)
+	fmt.Fprintf(tw, "corrupt bytes\t%d\n", loss.Bytes)
+	fmt.Fprintf(tw, "events lost to corruption\t%d\n", loss.Events+st.BadEvents)
 	fmt.Fprintf(tw, "undecodable records\t%d\n", st.BadBatch)
 	keys := make([]string, 0, len(byOutcome))
 	for k := range byOutcome {

@@ -331,6 +331,11 @@ func (r *Reader) Stats() ReadStats { return r.stats }
 // naming its segment and byte offset.
 func (r *Reader) Corrupt() []seglog.Problem { return r.r.Problems() }
 
+// Loss totals what the reader could not read: every corrupt region and
+// missing segment (Corrupt keeps the first 1000), and the events before the
+// log's oldest segment that Filter.From asked for.
+func (r *Reader) Loss() seglog.Loss { return r.r.Loss() }
+
 // Undecodable returns the errors of the first records whose payload could
 // not be decoded (ReadStats counts all of them).
 func (r *Reader) Undecodable() []error { return r.badRecs }

@@ -57,6 +57,9 @@ var (
 	ErrMissing    = errors.New("events missing")
 	ErrClosed     = errors.New("closed")
 	ErrLocked     = errors.New("log directory locked by another process")
+	// ErrUnread marks retention removing events a consumer that committed
+	// an offset had not read: lost to that consumer.
+	ErrUnread = fmt.Errorf("removed before a consumer read them: %w", ErrMissing)
 )
 
 // The reasons a frame or header is rejected. errNoData and errTruncated are

@@ -227,6 +227,7 @@ type Log struct {
 	offMu sync.Mutex // serialises consumer offset commits
 
 	syncs, appends, rolls, removed, retainErrs atomic.Uint64
+	removedUnread                              atomic.Uint64
 
 	probMu        sync.Mutex
 	seen          map[problemKey]struct{}
@@ -259,6 +260,9 @@ type Stats struct {
 	Rolls          uint64 // segments sealed
 	Removed        uint64 // segments removed by retention
 	RetainErrors   uint64 // failures of retention at a roll (Retain returns its own)
+	// RemovedUnread counts the events retention removed that a consumer
+	// with a committed offset had not read (each reported, ErrUnread).
+	RemovedUnread uint64
 }
 
 var (
@@ -798,6 +802,7 @@ func (l *Log) Stats() Stats {
 	st.Durable = l.durable.Load()
 	st.Syncs, st.Appends, st.Rolls = l.syncs.Load(), l.appends.Load(), l.rolls.Load()
 	st.Removed, st.RetainErrors = l.removed.Load(), l.retainErrs.Load()
+	st.RemovedUnread = l.removedUnread.Load()
 	return st
 }
 
@@ -830,6 +835,14 @@ func (l *Log) noteProblem(p Problem) {
 // never the active one, and never a file it could not read as a segment.
 // Records without times count as old. The Log also applies it at each roll.
 // Readers that have a removed segment open go on reading it.
+//
+// Retention does not wait for consumers: a full disk would stop the writer.
+// A removed segment holding events that a consumer with a committed offset
+// (CommitOffset, CommitReaderOffset) has not read is reported, once per
+// segment, as a Problem wrapping ErrUnread that names the consumer furthest
+// behind, and its unread events are counted in Stats.RemovedUnread. The
+// offset file of a consumer gone for good is to be removed (offsets/), or
+// retention goes on reporting what it removes as unread by it.
 func (l *Log) Retain(now time.Time) (removed int, err error) {
 	if l.opts.RetainAge == 0 && l.opts.RetainBytes == 0 {
 		return 0, nil
@@ -874,6 +887,10 @@ func (l *Log) removeOldest(op string, drop func(s *segment, total int64) bool) (
 	victims := l.segs[:cut:cut]
 	l.segs = append([]*segment(nil), l.segs[cut:]...)
 	l.mu.Unlock()
+	var behind consumerOffset
+	if op == "retain" && len(victims) > 0 {
+		behind = l.slowestConsumer()
+	}
 	var errs []error
 	for _, s := range victims {
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -881,6 +898,13 @@ func (l *Log) removeOldest(op string, drop func(s *segment, total int64) bool) (
 			continue
 		}
 		removed++
+		if behind.ok && behind.offset < s.end {
+			l.removedUnread.Add(s.end - max(s.first, behind.offset))
+			if l.opts.Report != nil {
+				l.opts.Report(Problem{Segment: s.path, Events: s.end - max(s.first, behind.offset),
+					Err: fmt.Errorf("consumer %s had read to offset %d: %w", behind.name, behind.offset, ErrUnread)})
+			}
+		}
 	}
 	l.removed.Add(uint64(removed))
 	if len(errs) > 0 {

@@ -590,12 +590,7 @@ func flipByte(t testing.TB, path string, at int64) {
 // never the active one, and reading from the consumer's offset is whole.
 func TestRemoveBefore(t *testing.T) {
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 10, Sync: SyncPolicy{Mode: SyncNever}})
-	var recs []Record
-	for i := range 40 {
-		recs = append(recs, mkRec(i, 3, 200))
-	}
-	recs = appendAll(t, l, recs, 1)
+	l, recs := smallSegments(t, dir)
 	segsBefore := countSegments(t, dir)
 	if segsBefore < 5 {
 		t.Fatalf("%d segments, want several", segsBefore)
@@ -626,6 +621,18 @@ func TestRemoveBefore(t *testing.T) {
 	}
 }
 
+// smallSegments writes 40 records of 3 events, one an Append, in segments
+// of 1 KiB, and returns the open log and the records.
+func smallSegments(t *testing.T, dir string) (*Log, []Record) {
+	t.Helper()
+	l := mustOpen(t, dir, Options{SegmentBytes: 1 << 10, Sync: SyncPolicy{Mode: SyncNever}})
+	var recs []Record
+	for i := range 40 {
+		recs = append(recs, mkRec(i, 3, 200))
+	}
+	return l, appendAll(t, l, recs, 1)
+}
+
 func countSegments(t *testing.T, dir string) int {
 	t.Helper()
 	es, err := os.ReadDir(dir)
@@ -639,4 +646,76 @@ func countSegments(t *testing.T, dir string) int {
 		}
 	}
 	return n
+}
+
+// TestReaderLossRemoved: a reader asked to start at an offset the log no
+// longer holds counts the events between it and the oldest segment, in
+// process and in another (OpenReader); one that starts where the log
+// starts, or by time, counts none.
+func TestReaderLossRemoved(t *testing.T) {
+	dir := t.TempDir()
+	l, recs := smallSegments(t, dir)
+	if _, err := l.RemoveBefore(recs[25].FirstOffset); err != nil {
+		t.Fatal(err)
+	}
+	start := segFiles(t, dir)[0].first
+	if start == 0 || start > recs[25].FirstOffset {
+		t.Fatalf("the log starts at %d", start)
+	}
+	for name, r := range map[string]*Reader{
+		"in process": mustReader(t)(l.Reader(7)),
+		"OpenReader": mustReader(t)(OpenReader(dir, 7, Options{})),
+	} {
+		readAll(t, r)
+		if lo := r.Loss(); lo != (Loss{Removed: start - 7, Start: start}) || len(r.Problems()) != 0 {
+			t.Errorf("%s: loss %+v, problems %v; want %d removed before %d", name, lo, r.Problems(), start-7, start)
+		}
+	}
+	for name, r := range map[string]*Reader{
+		"from the start": mustReader(t)(OpenReader(dir, start, Options{})),
+		"by time":        mustReader(t)(l.ReaderAt(t0)),
+	} {
+		readAll(t, r)
+		if lo := r.Loss(); lo != (Loss{}) {
+			t.Errorf("%s: loss %+v, want none", name, lo)
+		}
+	}
+}
+
+// TestRetainReportsUnread: retention removes what its bounds say even
+// when a consumer has not read it, and reports each removed segment that
+// holds events the slowest consumer with a committed offset had not read,
+// counting those events; what every consumer has read goes silently.
+func TestRetainReportsUnread(t *testing.T) {
+	f := func(slow uint64, wantReports int, wantUnread uint64) {
+		t.Helper()
+		dir := t.TempDir()
+		var reports []Problem
+		l := mustOpen(t, dir, Options{SegmentBytes: 1024, Sync: SyncPolicy{Mode: SyncNever}, RetainAge: 10 * time.Second,
+			Now: func() time.Time { return t0 }, Report: func(p Problem) { reports = append(reports, p) }})
+		var recs []Record
+		for i := range 20 {
+			recs = append(recs, mkRec(i, 10, 700)) // one segment each, offsets 10i to 10i+9
+		}
+		appendAll(t, l, recs, 1)
+		if err := l.CommitOffset("fast", 200); err != nil {
+			t.Fatal(err)
+		}
+		if err := CommitReaderOffset(dir, "slow", slow); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := l.Retain(t0.Add(15 * time.Second)); err != nil || n != 5 {
+			t.Fatalf("removed %d segments, %v; want 5", n, err)
+		}
+		if len(reports) != wantReports || l.Stats().RemovedUnread != wantUnread {
+			t.Fatalf("slow consumer at %d: reports %v, unread %d; want %d reports, %d unread", slow, reports, l.Stats().RemovedUnread, wantReports, wantUnread)
+		}
+		for _, p := range reports {
+			if !errors.Is(p, ErrUnread) || !errors.Is(p, ErrMissing) || !strings.Contains(p.Error(), "consumer slow had read to offset 25") {
+				t.Errorf("report %v", p)
+			}
+		}
+	}
+	f(25, 3, 5+10+10) // segments 2 (offsets 25-29 unread), 3 and 4
+	f(200, 0, 0)
 }

@@ -128,3 +128,49 @@ func ReadOffset(dir, consumer string) (uint64, bool, error) {
 	}
 	return le.Uint64(b[6:14]), true, nil
 }
+
+// CommitReaderOffset stores, durably, that consumer will next read offset in
+// the log in dir, without the writer: for a consumer in another process,
+// which reads with OpenReader. Unlike CommitOffset it cannot sync the log
+// first, so a machine crash that loses the log's unsynced tail can leave the
+// offset past the log's end. Retention reports what it removes that the
+// consumer has not read (Log.Retain).
+func CommitReaderOffset(dir, consumer string, offset uint64) error {
+	if err := checkConsumer(consumer); err != nil {
+		return fmt.Errorf("commit offset: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, offsetsDir), 0o755); err != nil {
+		return fmt.Errorf("commit offset: %w", err)
+	}
+	return writeOffset(dir, consumer, offset)
+}
+
+// consumerOffset is a consumer's committed offset.
+type consumerOffset struct {
+	name   string
+	offset uint64
+	ok     bool
+}
+
+// slowestConsumer returns the consumer with the lowest committed offset;
+// ok is false when none has committed one. Offset files that cannot be
+// read are passed over: retention never waits on them.
+func (l *Log) slowestConsumer() consumerOffset {
+	ents, err := os.ReadDir(filepath.Join(l.dir, offsetsDir))
+	if err != nil {
+		return consumerOffset{}
+	}
+	var c consumerOffset
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), offSuffix)
+		if !ok || checkConsumer(name) != nil {
+			continue
+		}
+		off, ok, err := ReadOffset(l.dir, name)
+		if err != nil || !ok || c.ok && off >= c.offset {
+			continue
+		}
+		c = consumerOffset{name: name, offset: off, ok: true}
+	}
+	return c
+}

@@ -35,6 +35,7 @@ type Reader struct {
 	// Where to start: the segment holding from, or, when hasStart, the
 	// segment startSeg at startPos.
 	from        uint64
+	byOffset    bool // from is the offset asked for (not ReaderAt's)
 	hasStart    bool
 	startSeg    uint64
 	startPos    int64
@@ -45,6 +46,7 @@ type Reader struct {
 	seekNS     int64
 
 	problems []Problem
+	loss     Loss
 	closed   bool
 	timer    *time.Timer
 }
@@ -73,6 +75,7 @@ func (l *Log) Reader(from uint64) (*Reader, error) {
 		s = x
 	}
 	r := l.newReader(from)
+	r.byOffset = true
 	r.startPos, r.startExpect = s.seek(from)
 	r.hasStart, r.startSeg, r.skipBefore = true, s.first, from
 	return r, nil
@@ -121,7 +124,7 @@ func OpenReader(dir string, from uint64, opts Options) (*Reader, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("open reader: %w", err)
 	}
-	return &Reader{dir: dir, report: opts.Report, poll: opts.FollowPoll, from: from, skipBefore: from}, nil
+	return &Reader{dir: dir, report: opts.Report, poll: opts.FollowPoll, from: from, byOffset: true, skipBefore: from}, nil
 }
 
 // Next returns the next record, or io.EOF at the current end of the log.
@@ -225,6 +228,28 @@ func (r *Reader) Follow(ctx context.Context) (Record, error) {
 // Problems returns the problems the reader has met so far (the first 1000).
 func (r *Reader) Problems() []Problem { return append([]Problem(nil), r.problems...) }
 
+// Loss totals what a Reader could not read, over every problem it met
+// (Problems keeps the first 1000 only), and the events its start asked for
+// that the log no longer holds.
+type Loss struct {
+	Problems uint64 // problems met
+	Bytes    int64  // bytes skipped
+	Events   uint64 // events lost, where known: in corrupt regions and missing segments
+	Gaps     uint64 // of the problems, segments missing between two others (ErrMissing)
+	// Removed is how many events from the reader's start offset lie before
+	// the oldest segment it found: removed (by retention, RemoveBefore or
+	// by hand) before this reader came to them. It is 0 for ReaderAt, and
+	// not counted among Problems or Events: a reader starting from 0 on a
+	// log whose old segments are gone may have never wanted them.
+	Removed uint64
+	// Start is the first offset the log held when the reader started, when
+	// Removed is not 0.
+	Start uint64
+}
+
+// Loss returns what the reader could not read so far.
+func (r *Reader) Loss() Loss { return r.loss }
+
 // Close closes the reader's file.
 func (r *Reader) Close() error {
 	if r.timer != nil {
@@ -257,6 +282,12 @@ func (r *Reader) skip(fr *frame) bool {
 }
 
 func (r *Reader) problem(p Problem) {
+	r.loss.Problems++
+	r.loss.Bytes += p.Bytes
+	r.loss.Events += p.Events
+	if errors.Is(p.Err, ErrMissing) {
+		r.loss.Gaps++
+	}
 	if len(r.problems) < maxProblems {
 		r.problems = append(r.problems, p)
 	}
@@ -336,6 +367,9 @@ func (r *Reader) open(n segFile) (bool, error) {
 	// Only a segment's header makes its name a first offset: a stranger's
 	// file named like a segment neither shows a gap nor moves the offsets.
 	named := hasSegmentHeader(herr)
+	if initial && named && r.byOffset && n.first > r.from {
+		r.loss.Removed, r.loss.Start = n.first-r.from, n.first
+	}
 	if named && r.expectKnown && n.first > r.expect {
 		r.problem(Problem{Segment: n.path, Events: n.first - r.expect, Err: errSegmentGap})
 	}
