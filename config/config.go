@@ -8,8 +8,8 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
-	"github.com/ratewarden/ratewarden/edge/redisstore"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
+	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
 
 // Config is the whole configuration file. The zero value is not valid; use
@@ -156,14 +156,14 @@ type DynamoDB struct {
 
 // Redis is the Redis counter store (store.type redis).
 type Redis struct {
-	Addrs       []string         `yaml:"addrs"`        // host:port; several for Redis Cluster; default [127.0.0.1:6379]
-	Username    string           `yaml:"username"`     // ACL user; "" for none
-	PasswordEnv string           `yaml:"password_env"` // environment variable holding the password; default RATEWARDEN_REDIS_PASSWORD
-	DB          int              `yaml:"db"`           // database number (not with Cluster); default 0
-	TLS         bool             `yaml:"tls"`          // connect with TLS
-	PoolSize    int              `yaml:"pool_size"`    // connections per node; 0 is the client's default
-	Prefix      string           `yaml:"prefix"`       // key prefix; default rw:
-	Clock       redisstore.Clock `yaml:"clock"`        // server (default: Redis's clock) or caller (the edge's)
+	Addrs       []string        `yaml:"addrs"`        // host:port; several for Redis Cluster; default [127.0.0.1:6379]
+	Username    string          `yaml:"username"`     // ACL user; "" for none
+	PasswordEnv string          `yaml:"password_env"` // environment variable holding the password; default RATEWARDEN_REDIS_PASSWORD
+	DB          int             `yaml:"db"`           // database number (not with Cluster); default 0
+	TLS         bool            `yaml:"tls"`          // connect with TLS
+	PoolSize    int             `yaml:"pool_size"`    // connections per node; 0 is the client's default
+	Prefix      string          `yaml:"prefix"`       // key prefix; default rw:
+	Clock       limitspec.Clock `yaml:"clock"`        // server (default: Redis's clock) or caller (the edge's)
 	// Batch sends the calls made at the same time in shared pipelines
 	// (redisstore.Batcher): under concurrency a round trip carries many
 	// calls, and their system calls cost a share each. Default false.
@@ -268,7 +268,7 @@ type Privacy struct {
 
 // Paths says how request paths are read: every rule, fail_closed prefix
 // and forwarded request uses the canonical form of the path (see package
-// edge/canonpath), so that spelling a path another way does not escape a
+// internal/canonpath), so that spelling a path another way does not escape a
 // rule.
 type Paths struct {
 	// Case is insensitive (default: /API/Reports counts as /api/reports) or
@@ -404,7 +404,8 @@ const (
 // place: adding a store or a header is one line here (and its
 // implementation elsewhere). A choice whose meaning belongs to another
 // package is decoded straight into that package's type (a seglog.SyncMode,
-// a redisstore.Clock, a canonpath.Case): see choice in decode.go.
+// a limitspec.Clock, which redisstore aliases, a canonpath.Case): see
+// choice in decode.go.
 var (
 	// EdgeServers are the allowed edge.server values; the first is the
 	// default.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
-	"github.com/ratewarden/ratewarden/edge/redisstore"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
+	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
 
 // examples is where the shipped configuration files are, relative to this
@@ -1023,7 +1023,7 @@ func TestChoicesDecodeIntoTheirOwnersTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Decisions.Sync != seglog.SyncEveryBatch || c.Store.Redis.Clock != redisstore.CallerTime || c.Paths.Case != canonpath.Sensitive {
+	if c.Decisions.Sync != seglog.SyncEveryBatch || c.Store.Redis.Clock != limitspec.CallerTime || c.Paths.Case != canonpath.Sensitive {
 		t.Errorf("decoded %v, %v, %v", c.Decisions.Sync, c.Store.Redis.Clock, c.Paths.Case)
 	}
 	if c.Decisions.Codec != columnar.CodecJSON || c.Decisions.Kinesis.Codec != columnar.CodecJSON {
@@ -1034,7 +1034,7 @@ func TestChoicesDecodeIntoTheirOwnersTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Defaults()
-	if d.Decisions.Sync != seglog.SyncInterval || d.Store.Redis.Clock != redisstore.ServerTime || d.Paths.Case != canonpath.Insensitive {
+	if d.Decisions.Sync != seglog.SyncInterval || d.Store.Redis.Clock != limitspec.ServerTime || d.Paths.Case != canonpath.Insensitive {
 		t.Errorf("defaults %v, %v, %v", d.Decisions.Sync, d.Store.Redis.Clock, d.Paths.Case)
 	}
 	if d.Decisions.Codec != columnar.CodecArrow || d.Decisions.Kinesis.Codec != columnar.CodecArrow {

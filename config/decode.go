@@ -253,8 +253,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 }
 
 // choice is a value that names one of a few choices, owned by the package
-// whose behaviour it selects (seglog.SyncMode, redisstore.Clock,
-// canonpath.Case): the configuration is decoded into it once, and nobody
+// whose behaviour it selects (seglog.SyncMode, canonpath.Case) or, where
+// that package is the edge's, by the leaf it aliases (limitspec.Clock is
+// redisstore.Clock): the configuration is decoded into it once, and nobody
 // maps a string again. Its zero value is the default.
 type choice interface {
 	UnmarshalText([]byte) error

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions/columnar"
-	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
 
 // Defaults fills every unset field with its documented default; it is the
@@ -167,8 +167,8 @@ func (c *Config) ruleDefaults(r *Rule) {
 		return
 	}
 	def(&r.Window, time.Minute)
-	def(&r.Algorithm, limit.FixedWindow.String())
-	if r.Algorithm == limit.TokenBucket.String() {
+	def(&r.Algorithm, limitspec.FixedWindow.String())
+	if r.Algorithm == limitspec.TokenBucket.String() {
 		def(&r.Burst, r.Limit)
 	}
 	if r.Challenge == nil {

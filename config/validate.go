@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratewarden/ratewarden/edge/canonpath"
-	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
+	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
 
 // Range bounds that are not the limit package's.
@@ -431,7 +431,7 @@ func (v *validator) challenge(ch *Challenge) {
 		v.report(key("challenge", "endpoint"), ch.Endpoint, "is not allowed", "a path starting with /")
 	}
 	v.intRange(key("challenge", "endpoint_failures", "limit"), ch.EndpointFailures.Limit, 1, MaxLimit)
-	v.durationRange(key("challenge", "endpoint_failures", "window"), ch.EndpointFailures.Window, limit.MinWindow, limit.MaxWindow)
+	v.durationRange(key("challenge", "endpoint_failures", "window"), ch.EndpointFailures.Window, limitspec.MinWindow, limitspec.MaxWindow)
 }
 
 func (v *validator) tiers(tiers map[string]*Tier) {
@@ -571,12 +571,12 @@ func (v *validator) rule(segs []string, r *Rule) {
 	} else {
 		v.intRange(at("limit"), r.Limit, 1, MaxLimit)
 	}
-	algo, ok := limit.ParseAlgorithm(r.Algorithm)
+	algo, ok := limitspec.ParseAlgorithm(r.Algorithm)
 	if !ok {
-		v.oneOf(at("algorithm"), r.Algorithm, limit.Algorithms)
+		v.oneOf(at("algorithm"), r.Algorithm, limitspec.Algorithms)
 	}
-	if algo != limit.Concurrency {
-		v.durationRange(at("window"), r.Window, limit.MinWindow, limit.MaxWindow)
+	if algo != limitspec.Concurrency {
+		v.durationRange(at("window"), r.Window, limitspec.MinWindow, limitspec.MaxWindow)
 	}
 	v.intRange(at("burst"), r.Burst, 0, MaxLimit)
 }

@@ -8,7 +8,7 @@ import (
 	"net/url"
 
 	"github.com/ratewarden/ratewarden/config"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
 
 // forwarding is what the edge changes in a passed request before the

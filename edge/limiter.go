@@ -25,12 +25,12 @@ import (
 
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/limit"
 	"github.com/ratewarden/ratewarden/edge/lists"
 	"github.com/ratewarden/ratewarden/edge/memstore"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
 
 // Store counts hits per key and rule. Implementations are safe for

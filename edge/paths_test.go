@@ -12,7 +12,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
 
 // TestDecidePaths: every spelling of a path counts against the rule of its

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/ratewarden/ratewarden/config"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
 
 // rule is one compiled limit.

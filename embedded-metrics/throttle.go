@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
 
 	"github.com/ratewarden/ratewarden/internal/awserr"
@@ -223,37 +219,16 @@ func (t *throttler) backoff(attempts int) time.Duration {
 	return backoff.FullJitter(t.cfg.BaseDelay, t.cfg.MaxDelay, attempts, t.cfg.Jitter)
 }
 
+// cloudWatchRetryCodes are the codes of CloudWatch's that the shared
+// classification (awserr.Retryable) does not retry by itself:
+// LimitExceeded, the query API's spelling of a limit reached (the SDK
+// lists only LimitExceededException).
+var cloudWatchRetryCodes = []string{"LimitExceeded"}
+
 // throttleRetryable reports whether a failed call may succeed if made
-// again: throttling, server errors (5xx), timeouts and transport errors
-// may; a refused request (bad argument, access denied, missing resource)
-// will not.
+// again, by awserr.Retryable with CloudWatch's own codes: throttling,
+// server errors (5xx), timeouts and transport errors may; a refused request
+// (bad argument, access denied, missing resource) will not.
 func throttleRetryable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		// The AWS SDK's throttling and retryable codes, and the service
-		// faults CloudWatch answers with.
-		code := ae.ErrorCode()
-		if _, retryable := retry.DefaultRetryableErrorCodes[code]; retryable || awserr.IsThrottleCode(code) {
-			return true
-		}
-		switch code {
-		case "LimitExceeded", "ServiceUnavailable", "ServiceUnavailableException", "InternalFailure",
-			"InternalServiceFault", "InternalServiceError", "InternalError":
-			return true
-		}
-	}
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) {
-		code := re.HTTPStatusCode()
-		return code >= 500 || code == 408 || code == 429
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	// An error with no API code and no response is a transport error.
-	return ae == nil
+	return awserr.Retryable(err, cloudWatchRetryCodes...)
 }

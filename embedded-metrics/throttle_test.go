@@ -3,6 +3,7 @@ package emf
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -151,6 +152,8 @@ func TestThrottleRetryable(t *testing.T) {
 	f(&smithy.GenericAPIError{Code: "ThrottlingException"}, true)
 	f(&smithy.GenericAPIError{Code: "LimitExceededException"}, true)
 	f(&smithy.GenericAPIError{Code: "InvalidParameterValue", Fault: smithy.FaultClient}, false)
+	f(&smithy.GenericAPIError{Code: "LimitExceeded", Fault: smithy.FaultClient}, true)
 	f(context.DeadlineExceeded, true)
+	f(fmt.Errorf("put metric data: %w", context.Canceled), false)
 	f(errors.New("connection reset by peer"), true)
 }

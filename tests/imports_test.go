@@ -4,7 +4,9 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +22,7 @@ var allowedImports = map[string][]string{
 	"decisions":        {"internal"},
 	"edge":             {"decisions", "config", "internal"},
 	"embedded-metrics": {"internal"},
-	"config":           {"decisions", "edge/limit", "edge/canonpath", "edge/redisstore", "embedded-metrics", "internal"},
+	"config":           {"decisions", "embedded-metrics", "internal"},
 	"aggregator":       {"decisions", "embedded-metrics", "config", "edge/lists", "internal"},
 	"dashboards":       {"aggregator", "internal"},
 	"demo":             {"aggregator", "decisions", "internal"},
@@ -87,6 +89,33 @@ func TestImportDirection(t *testing.T) {
 	}
 }
 
+// TestAggregatorImportsOnlyEdgeLists fails when any package of the aggregator
+// tree depends on the edge, directly or through another package (config,
+// a leaf), other than through edge/lists: ARCHITECTURE.md's rule is about
+// what the aggregator links, which the per-folder table above cannot see.
+func TestAggregatorImportsOnlyEdgeLists(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"/aggregator/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"/aggregator") {
+		t.Fatalf("go list -deps found no aggregator package: %q", deps)
+	}
+	for _, p := range deps {
+		if edgeDependencyViolation(strings.TrimPrefix(p, module+"/")) {
+			t.Errorf("the aggregator depends on %s: it may use only edge/lists from the edge (go list -deps ./aggregator/... shows the path)", p)
+		}
+	}
+}
+
+// edgeDependencyViolation reports whether a package the aggregator depends
+// on (a path relative to the module) is an edge package other than
+// edge/lists and its sub-packages.
+func edgeDependencyViolation(p string) bool {
+	return (p == "edge" || strings.HasPrefix(p, "edge/")) && p != "edge/lists" && !strings.HasPrefix(p, "edge/lists/")
+}
+
 func importViolation(from, target string) string {
 	targetTop, _, _ := strings.Cut(target, "/")
 	if targetTop == "cmd" || targetTop == "tests" {
@@ -134,8 +163,16 @@ func TestImportViolationRules(t *testing.T) {
 		{"edge", "internal/jsonstr", false},
 		{"internal", "embedded-metrics", true},
 		{"internal", "decisions", true},
-		{"config", "edge/limit", false},
+		{"config", "edge/limit", true},
+		{"config", "edge/canonpath", true},
+		{"config", "edge/redisstore", true},
+		{"config", "edge/lists", true},
+		{"config", "internal/limitspec", false},
+		{"config", "internal/canonpath", false},
+		{"config", "decisions/seglog", false},
 		{"config", "edge", true},
+		{"config", "aggregator", true},
+		{"aggregator", "config", false},
 		{"edge", "config", false},
 		{"decisions", "config", true},
 		{"dashboards", "aggregator/rollup", false},
@@ -148,6 +185,33 @@ func TestImportViolationRules(t *testing.T) {
 	for _, c := range cases {
 		if got := importViolation(c.from, c.target) != ""; got != c.bad {
 			t.Errorf("importViolation(%q, %q) violation = %v, want %v", c.from, c.target, got, c.bad)
+		}
+	}
+}
+
+// TestAggregatorImportsRule checks the aggregator's closure rule on
+// known cases.
+func TestAggregatorImportsRule(t *testing.T) {
+	cases := []struct {
+		dep string
+		bad bool
+	}{
+		{"edge/lists", false},
+		{"edge/lists/sub", false},
+		{"edge", true},
+		{"edge/limit", true},
+		{"edge/canonpath", true},
+		{"edge/redisstore", true},
+		{"edge/listsx", true},
+		{"config", false},
+		{"internal/limitspec", false},
+		{"internal/canonpath", false},
+		{"decisions/kinesis", false},
+		{"github.com/redis/go-redis/v9", false},
+	}
+	for _, c := range cases {
+		if got := edgeDependencyViolation(c.dep); got != c.bad {
+			t.Errorf("edgeDependencyViolation(%q) = %v, want %v", c.dep, got, c.bad)
 		}
 	}
 }

@@ -15,9 +15,9 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/ratewarden/ratewarden/edge/canonpath"
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/identity"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/edge/canonpath"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
 
 // received is one request the recording origin got.

@@ -37,8 +37,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
@@ -499,19 +497,17 @@ func (s *Sink) backoff(attempts int) time.Duration {
 	return backoff.FullJitter(s.opts.BaseDelay, s.opts.MaxDelay, attempts, func(n int64) int64 { return s.rng.Int64N(n + 1) })
 }
 
-// retryable reports whether a failed call may succeed if made again:
-// transport errors, throttling and server errors may; a refused request
-// (missing stream, bad argument, access denied) will not.
+// kinesisRetryCodes are the codes Kinesis documents as worth another
+// call besides those every AWS client retries (awserr.Retryable): the KMS
+// key of an encrypted stream throttled or unavailable, answered with 400.
+var kinesisRetryCodes = []string{"KMSThrottlingException", "KMSUnavailableException"}
+
+// retryable reports whether a failed call may succeed if made again, by
+// awserr.Retryable with Kinesis's own codes: transport errors, throttling
+// and server errors may; a refused request (missing stream, bad argument,
+// access denied) will not.
 func retryable(err error) bool {
-	if awserr.IsThrottle(err) {
-		return true
-	}
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 {
-		return re.HTTPStatusCode() == 408 || re.HTTPStatusCode() == 429
-	}
-	var ae smithy.APIError
-	return !errors.As(err, &ae) || ae.ErrorFault() != smithy.FaultClient
+	return awserr.Retryable(err, kinesisRetryCodes...)
 }
 
 // Decode appends the events of one Kinesis record's data, its codec byte

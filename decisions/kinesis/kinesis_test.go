@@ -268,6 +268,9 @@ func TestKinesisGiveUp(t *testing.T) {
 	}
 	f("throttled_calls", &fakeAPI{err: func(int) error { return throttle }}, 100, 4, 100, 3)
 	f("transport_errors", &fakeAPI{err: func(int) error { return errors.New("connection reset") }}, 100, 4, 100, 3)
+	f("kms_throttled", &fakeAPI{err: func(int) error {
+		return &smithy.GenericAPIError{Code: "KMSThrottlingException", Fault: smithy.FaultClient}
+	}}, 100, 4, 100, 3)
 	f("permanent_error", &fakeAPI{err: func(int) error {
 		return &smithy.GenericAPIError{Code: "ResourceNotFoundException", Fault: smithy.FaultClient}
 	}}, 100, 1, 100, 0)

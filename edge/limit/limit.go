@@ -11,56 +11,33 @@ import (
 	"math/bits"
 	"net/netip"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
 
-// Algorithm is a rate-limit algorithm.
-type Algorithm uint8
+// Algorithm is a rate-limit algorithm. It is declared in the leaf
+// limitspec, so that the configuration can decode it without importing the
+// edge.
+type Algorithm = limitspec.Algorithm
 
 // The algorithms. The zero value is not valid.
 const (
-	// FixedWindow counts hits in aligned windows (the seed design).
-	FixedWindow Algorithm = iota + 1
-	// SlidingWindow weights the previous window's count by the share of it
-	// still inside the sliding window and adds the current count.
-	SlidingWindow
-	// TokenBucket is GCRA: Limit per Window refills a bucket of Burst.
-	TokenBucket
-	// Concurrency limits requests in flight; hits are released with n < 0.
-	Concurrency
+	FixedWindow   = limitspec.FixedWindow
+	SlidingWindow = limitspec.SlidingWindow
+	TokenBucket   = limitspec.TokenBucket
+	Concurrency   = limitspec.Concurrency
 )
 
-var algorithmNames = [...]string{
-	FixedWindow:   "fixed_window",
-	SlidingWindow: "sliding_window",
-	TokenBucket:   "token_bucket",
-	Concurrency:   "concurrency",
-}
-
 // Algorithms lists the valid algorithm names, for error messages.
-var Algorithms = []string{"fixed_window", "sliding_window", "token_bucket", "concurrency"}
-
-// String returns the algorithm's configuration name.
-func (a Algorithm) String() string {
-	if a == 0 || int(a) >= len(algorithmNames) {
-		return "unknown"
-	}
-	return algorithmNames[a]
-}
+var Algorithms = limitspec.Algorithms
 
 // ParseAlgorithm returns the algorithm named s.
-func ParseAlgorithm(s string) (Algorithm, bool) {
-	for i, n := range algorithmNames {
-		if i != 0 && n == s {
-			return Algorithm(i), true
-		}
-	}
-	return 0, false
-}
+func ParseAlgorithm(s string) (Algorithm, bool) { return limitspec.ParseAlgorithm(s) }
 
 // Window bounds.
 const (
-	MinWindow = time.Second
-	MaxWindow = 24 * time.Hour
+	MinWindow = limitspec.MinWindow
+	MaxWindow = limitspec.MaxWindow
 )
 
 // Rule is one limit: Limit hits per Window under Algorithm.

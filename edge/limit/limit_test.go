@@ -382,26 +382,6 @@ func TestExpires(t *testing.T) {
 	}
 }
 
-func TestAlgorithmNames(t *testing.T) {
-	for _, name := range limit.Algorithms {
-		a, ok := limit.ParseAlgorithm(name)
-		if !ok || a.String() != name {
-			t.Errorf("ParseAlgorithm(%q) = %v, %v", name, a, ok)
-		}
-	}
-	for _, name := range []string{"", "unknown", "Fixed_Window"} {
-		if a, ok := limit.ParseAlgorithm(name); ok {
-			t.Errorf("ParseAlgorithm(%q) = %v, want not ok", name, a)
-		}
-	}
-	if got := limit.Algorithm(0).String(); got != "unknown" {
-		t.Errorf("Algorithm(0).String() = %q", got)
-	}
-	if got := limit.Algorithm(99).String(); got != "unknown" {
-		t.Errorf("Algorithm(99).String() = %q", got)
-	}
-}
-
 func TestCapacity(t *testing.T) {
 	cases := []struct {
 		rule limit.Rule

@@ -47,49 +47,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
 
-// Clock chooses whose clock a Store counts by.
-type Clock uint8
+// Clock chooses whose clock a Store counts by: ServerTime, the default,
+// counts by the Redis server's clock (the scripts call TIME), so that edges
+// whose clocks disagree still share windows exactly, and Take ignores its
+// now argument; CallerTime counts by the now passed to Take. It is declared
+// in the leaf limitspec, so that the configuration can decode it without
+// importing the store.
+type Clock = limitspec.Clock
 
+// The clocks.
 const (
-	// ServerTime, the default, counts by the Redis server's clock (the
-	// scripts call TIME), so that edges whose clocks disagree still share
-	// windows exactly; Take ignores its now argument. Windows of the fixed
-	// and sliding window algorithms must be whole microseconds, TIME's
-	// resolution.
-	ServerTime Clock = iota
-	// CallerTime counts by the now passed to Take, to the nanosecond, as
-	// the memory store does; the conformance suite runs in this mode.
-	CallerTime
+	ServerTime = limitspec.ServerTime
+	CallerTime = limitspec.CallerTime
 )
-
-// UnmarshalText reads a clock by its configuration name: server or caller.
-func (c *Clock) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "server":
-		*c = ServerTime
-	case "caller":
-		*c = CallerTime
-	default:
-		return fmt.Errorf("clock %q: want server or caller", b)
-	}
-	return nil
-}
-
-// Choices lists the names UnmarshalText accepts, the default first.
-func (Clock) Choices() []string { return []string{"server", "caller"} }
-
-// String returns the clock's configuration name.
-func (c Clock) String() string {
-	switch c {
-	case ServerTime:
-		return "server"
-	case CallerTime:
-		return "caller"
-	}
-	return "unknown"
-}
 
 // DefaultPrefix starts every key when Options.Prefix is empty.
 const DefaultPrefix = "rw:"
