@@ -543,7 +543,7 @@ func TestLambdaAggregatePartialFailure(t *testing.T) {
 	}
 	firstEvents := uint64(len(eventDecisions(t, events.KinesisEvent{Records: ev.Records[:group]})))
 	// The reader skips and names the directory in the way.
-	ps, problems, err := (&aggregator.PartialsDir{Dir: partials}).Read(time.Minute, time.Time{}, time.Now().Add(time.Hour))
+	ps, problems, err := (&aggregator.PartialsDir{Dir: partials}).Read(context.Background(), time.Minute, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil || len(problems) != 1 || problems[0].Path != block {
 		t.Fatalf("read partials: %v %v", err, problems)
 	}
