@@ -15,7 +15,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+var update = flag.Bool("update", false, "rewrite the golden and recorded files in testdata")
 
 // fixedLog writes the decisions of the JSON-lines file path into a new
 // decision log, in one batch, and returns the log's directory and the

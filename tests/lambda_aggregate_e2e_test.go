@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -33,7 +32,10 @@ import (
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
-var updateKinesisEvent = flag.Bool("update", false, "regenerate testdata/kinesis-event.json: the edge's Kinesis sink writes the fixture's decisions to kinesalite and the records read back make the event")
+// updateKinesisEvent is -update (see aggregate_emf_golden_test.go): it also regenerates
+// testdata/kinesis-event.json, the edge's Kinesis sink writing the fixture's decisions to
+// kinesalite and the records read back making the event.
+var updateKinesisEvent = update
 
 // The recorded Kinesis event: the decisions of a seeded generator starting
 // half a second before a minute, so that they fall into two windows of a
