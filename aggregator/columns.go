@@ -571,16 +571,22 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 	r.stats.Events += uint64(hi - lo)
 	size := int64(r.o.Window)
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
-	latest := r.latest.UnixNano()
-	moved := false
+	old, seen := r.latestNs()
+	latest, skew := old, int64(r.o.MaxSkew)
+	var future uint64
 	times := b.times
 	for i := lo; i < hi; {
 		start := windowStartNs(times[i], size)
 		j := i
 		for ; j < hi && times[j]-start < size && times[j] >= start; j++ {
-			if t := times[j]; t > latest {
-				latest, moved = t, true
+			t := times[j]
+			if seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
+				latest = max(latest, t) // the present, nothing held ahead
+				continue
 			}
+			var f uint64
+			latest, seen, f = r.ahead.observe(latest, seen, t, skew)
+			future += f
 		}
 		m, late := r.open, false
 		if anyClosed && start+size <= closedNs {
@@ -604,8 +610,9 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 		w.from, w.to = min(w.from, seq+uint64(i)), max(w.to, seq+uint64(j-1))
 		i = j
 	}
-	if moved {
-		r.latest = time.Unix(0, latest).UTC()
+	r.stats.Future += future
+	if latest != old || r.latest.IsZero() {
+		r.setLatest(latest, seen)
 	}
 }
 
@@ -665,7 +672,8 @@ func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 		oldest = r.oldest
 	}
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
-	latest, seen := r.latest.UnixNano(), !r.latest.IsZero()
+	latest, seen := r.latestNs()
+	ahead, skew := r.ahead, int64(r.o.MaxSkew) // a copy: only simulated
 	for i := lo; i < hi; i++ {
 		t := b.times[i]
 		if start := windowStartNs(t, size); !anyClosed || start+size > closedNs {
@@ -673,9 +681,7 @@ func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 				oldest, open = start, true
 			}
 		}
-		if t > latest {
-			latest, seen = t, true
-		}
+		latest, seen, _ = ahead.observe(latest, seen, t, skew)
 		if open && seen && oldest+size <= latest-lateness {
 			return i + 1
 		}

@@ -59,8 +59,93 @@ type Options struct {
 	// watermark follows the wall clock (Advance), so that the last window
 	// of a quiet period is emitted on time. Default 1 s.
 	Idle time.Duration
-	TopK int // clients held by each top-K list; default 100
+	// MaxSkew is how far ahead of the latest event time an event may be
+	// and still move it (and the watermark) at once; default 10 s. An
+	// event further ahead joins its window but moves the watermark only
+	// once futureQuorum consecutive events were all that far ahead (a
+	// quiet period ended, or the first events of a partition): one event
+	// stamped in the future, by a bad clock or a hostile writer, cannot
+	// close the windows of the present. It must cover how far ahead of
+	// each other the edges' clocks and batches may be: the edges' linger
+	// (1 s by default), the idle advance (Idle), Kinesis batching and
+	// NTP-synchronised clocks take a few seconds at most; it bounds how
+	// much of the present one such event can make late.
+	MaxSkew time.Duration
+	TopK    int // clients held by each top-K list; default 100
 }
+
+// DefaultMaxSkew is Options.MaxSkew's default.
+const DefaultMaxSkew = 10 * time.Second
+
+// futureQuorum is how many consecutive events more than MaxSkew ahead of
+// the latest event time (with no event near it between them) move it to
+// the earliest of them: the next morning's events after a quiet night in a
+// replay, or a partition's first events, do; fewer hostile events stamped
+// in the future, with an event of the present after them, do not. Eight
+// events of real traffic come within a second; eight consecutive records
+// of one writer's choosing are not "a few".
+const futureQuorum = 8
+
+// aheadRun holds the times (Unix nanoseconds) of the consecutive events
+// that arrived more than MaxSkew ahead of the latest event time. The zero
+// value is empty.
+type aheadRun struct {
+	times [futureQuorum]int64
+	n     int
+}
+
+// observe returns the latest event time (Unix nanoseconds; seen is false
+// while there is none) after an event at t, given skew (MaxSkew), and how
+// many events it found to be in the future. An event within skew of
+// latest is of the present: it moves latest as it always did, and the
+// events held ahead before it are in the future (unless the idle advance
+// brought them within skew of latest since). An event further ahead
+// is held; the futureQuorum-th held in a row moves latest to the earliest
+// held and to each held within skew of it, the others being in the
+// future. It depends on the order of the events alone, so a replay moves
+// the watermark at the same events.
+func (a *aheadRun) observe(latest int64, seen bool, t, skew int64) (int64, bool, uint64) {
+	if seen && !aheadOf(t, latest, skew) {
+		var future uint64
+		if a.n > 0 && !aheadOf(latest, t, skew) {
+			// Those held that the idle advance (Advance) brought within
+			// skew are of the present after all.
+			moved := latest
+			for _, x := range a.times[:a.n] {
+				if aheadOf(x, latest, skew) {
+					future++
+				} else {
+					moved = max(moved, x)
+				}
+			}
+			latest, a.n = moved, 0
+		}
+		return max(latest, t), true, future
+	}
+	a.times[a.n] = t
+	a.n++
+	if a.n < futureQuorum {
+		return latest, seen, 0
+	}
+	least := slices.Min(a.times[:])
+	if !seen || least > latest {
+		latest = least
+	}
+	var future uint64
+	for _, x := range a.times {
+		if aheadOf(x, least, skew) {
+			future++
+		} else {
+			latest = max(latest, x)
+		}
+	}
+	a.n = 0
+	return latest, true, future
+}
+
+// aheadOf reports whether t is more than skew after ref (Unix
+// nanoseconds), without overflow.
+func aheadOf(t, ref, skew int64) bool { return t > ref && uint64(t)-uint64(ref) > uint64(skew) }
 
 func (o Options) withDefaults() Options {
 	if o.Window <= 0 {
@@ -74,6 +159,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TopK <= 0 {
 		o.TopK = 100
+	}
+	if o.MaxSkew <= 0 {
+		o.MaxSkew = DefaultMaxSkew
 	}
 	return o
 }
@@ -120,6 +208,7 @@ type Rollup struct {
 	oldest    int64     // the oldest open window's start, if oldestOK
 	oldestOK  bool
 	idleSince time.Time
+	ahead     aheadRun // events held ahead of latest (see Options.MaxSkew)
 	stats     RollupStats
 	batch     Batch // AddBatch's
 }
@@ -131,6 +220,11 @@ type RollupStats struct {
 	LateDropped uint64 // late events dropped by LateDrop
 	Windows     uint64 // windows emitted
 	Corrections uint64 // corrections emitted
+	// Future counts events more than MaxSkew ahead of the latest event
+	// time that no quorum confirmed: each joined its window but did not
+	// move the watermark. A replay of a log whose traffic has gaps longer
+	// than MaxSkew counts the events that came alone after a gap too.
+	Future uint64
 }
 
 // NewRollup returns an empty Rollup.
@@ -178,9 +272,7 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	end := time.Unix(0, start).Add(r.o.Window)
 	closed := !r.closed.IsZero() && !end.After(r.closed)
 	r.stats.Events++
-	if d.Time.After(r.latest) {
-		r.latest = d.Time
-	}
+	r.see(d.Time.UnixNano())
 	m := r.open
 	if closed {
 		r.stats.Late++
@@ -200,6 +292,31 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	}
 	w.p.Update(d)
 	w.from, w.to = min(w.from, seq), max(w.to, seq)
+}
+
+// latestNs returns latest in Unix nanoseconds, and whether there is one.
+func (r *Rollup) latestNs() (int64, bool) {
+	if r.latest.IsZero() {
+		return 0, false
+	}
+	return r.latest.UnixNano(), true
+}
+
+// setLatest sets latest from Unix nanoseconds, if seen.
+func (r *Rollup) setLatest(ns int64, seen bool) {
+	if seen {
+		r.latest = time.Unix(0, ns).UTC()
+	}
+}
+
+// see moves latest for an event at t (Unix nanoseconds): see aheadRun.
+func (r *Rollup) see(t int64) {
+	old, seen := r.latestNs()
+	latest, seen, future := r.ahead.observe(old, seen, t, int64(r.o.MaxSkew))
+	r.stats.Future += future
+	if latest != old || r.latest.IsZero() {
+		r.setLatest(latest, seen)
+	}
 }
 
 // Advance moves the watermark with the wall clock when the partition has
@@ -294,7 +411,9 @@ func minKey(m map[int64]*pending) int64 {
 // encoding's version.
 const snapshotMagic = "RWR"
 
-const snapshotVersion = 1
+// snapshotVersion 2 added the Future count and the events held ahead;
+// Restore reads version 1 too.
+const snapshotVersion = 2
 
 // Next is one past the highest sequence number added: where a restored
 // Rollup's caller resumes reading.
@@ -329,7 +448,13 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	b = appendUvarint(b, r.stats.Late)
 	b = appendUvarint(b, r.stats.LateDropped)
 	b = appendUvarint(b, r.stats.Windows)
-	return appendUvarint(b, r.stats.Corrections), nil
+	b = appendUvarint(b, r.stats.Corrections)
+	b = appendUvarint(b, r.stats.Future)
+	b = appendUvarint(b, uint64(r.ahead.n))
+	for _, t := range r.ahead.times[:r.ahead.n] {
+		b = appendUvarint(b, uint64(t))
+	}
+	return b, nil
 }
 
 // Restore makes an empty Rollup the one a snapshot was taken of.
@@ -341,8 +466,9 @@ func (r *Rollup) Restore(snapshot []byte) error {
 	if len(b) < len(snapshotMagic)+1 || string(b[:len(snapshotMagic)]) != snapshotMagic {
 		return errors.New("restore rollup: not a rollup snapshot")
 	}
-	if v := b[len(snapshotMagic)]; v != snapshotVersion {
-		return fmt.Errorf("restore rollup: version %d, want %d", v, snapshotVersion)
+	v := b[len(snapshotMagic)]
+	if v < 1 || v > snapshotVersion {
+		return fmt.Errorf("restore rollup: version %d, want 1 to %d", v, snapshotVersion)
 	}
 	rd := &reader{b: b[len(snapshotMagic)+1:]}
 	next := rd.uvarint()
@@ -369,13 +495,25 @@ func (r *Rollup) Restore(snapshot []byte) error {
 	}
 	st := RollupStats{Events: rd.uvarint(), Late: rd.uvarint(), LateDropped: rd.uvarint(),
 		Windows: rd.uvarint(), Corrections: rd.uvarint()}
+	var ahead aheadRun
+	if v >= 2 {
+		st.Future = rd.uvarint()
+		if n := rd.count(1); n < futureQuorum {
+			ahead.n = int(n)
+		} else {
+			rd.fail(fmt.Errorf("%d events held ahead, want fewer than %d", n, futureQuorum))
+		}
+		for i := range ahead.n {
+			ahead.times[i] = int64(rd.uvarint())
+		}
+	}
 	if rd.err == nil && len(rd.b) != 0 {
 		rd.fail(fmt.Errorf("%d bytes after the end", len(rd.b)))
 	}
 	if rd.err != nil {
 		return fmt.Errorf("restore rollup: %w", rd.err)
 	}
-	r.next, r.latest, r.closed, r.open, r.late, r.stats = next, latest, closed, open, late, st
+	r.next, r.latest, r.closed, r.open, r.late, r.stats, r.ahead = next, latest, closed, open, late, st, ahead
 	r.oldestOK = false
 	return nil
 }

@@ -33,6 +33,7 @@ func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
 	lateness := fs.Duration("lateness", 500*time.Millisecond, "how far behind the latest event an event may be and still join its `window`")
 	late := fs.String("late", "correct", "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
 	topK := fs.Int("top-k", 100, "clients held by each top-offenders `list`")
+	maxSkew := fs.Duration("max-skew", aggregator.DefaultMaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
 	return func() (aggregator.Options, error) {
 		p, ok := aggregator.ParseLatePolicy(*late)
 		switch {
@@ -44,8 +45,10 @@ func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
 			return aggregator.Options{}, fmt.Errorf("--lateness %v: want 0 to ten windows", *lateness)
 		case *topK < 1 || *topK > 100_000:
 			return aggregator.Options{}, fmt.Errorf("--top-k %d: want 1 to 100000", *topK)
+		case *maxSkew < time.Second || *maxSkew > 24*time.Hour:
+			return aggregator.Options{}, fmt.Errorf("--max-skew %v: want 1s to 24h", *maxSkew)
 		}
-		return aggregator.Options{Window: *window, Lateness: *lateness, Late: p, TopK: *topK}, nil
+		return aggregator.Options{Window: *window, Lateness: *lateness, Late: p, TopK: *topK, MaxSkew: *maxSkew}, nil
 	}
 }
 
@@ -154,8 +157,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		for _, p := range st.First {
 			fmt.Fprintf(stderr, "aggregate: stdin:%d: skipped: %v\n", p.Line, p.Err)
 		}
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, windows %d, outputs %d\n",
-			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, future %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Future, st.Rollup.Windows, st.Outputs)
 		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
@@ -237,8 +240,8 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
-			o.Source.Stream, s.Events, s.Skipped, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, future %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
+			o.Source.Stream, s.Events, s.Skipped, s.Future, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)
@@ -318,6 +321,6 @@ func printRun(w io.Writer, s aggregator.RunStats) {
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), windows %d, corrections %d, outputs %d, next offset %d, watermark %s\n",
-		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm)
+	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), future %d, windows %d, corrections %d, outputs %d, next offset %d, watermark %s\n",
+		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Future, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm)
 }
