@@ -57,6 +57,13 @@ type Batch struct {
 	touchedErrs          []int32
 	dense                bool // the dictionaries are small enough for the arrays
 
+	// The names the aggregates count each dictionary id under: the
+	// dictionaries' own after Prepare, those folded past the partial's
+	// MaxKeys after Partial.UpdateColumns' foldColumns (tables in fold).
+	tierNames, ruleNames, reasonNames, nodeNames []string
+	fold                                         [4]foldTable
+	foldGen                                      uint32
+
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
 	tierHLL      []*hyperloglog.Sketch
@@ -83,6 +90,7 @@ func (b *Batch) Prepare(c *columnar.Columns) {
 	b.node = c.Node.Indices(b.node, n)
 	b.respErr = c.ResponseError.Indices(b.respErr, n)
 	b.users, b.userAt, b.usersMade, b.identified = "", nil, false, false
+	b.tierNames, b.ruleNames, b.reasonNames, b.nodeNames = c.Tier.Values, c.Rule.Values, c.Reason.Values, c.Node.Values
 	nt, nr, nrs := len(c.Tier.Values), len(c.Rule.Values), len(c.Reason.Values)
 	b.nRule, b.nReason, b.nErr = nr, nrs, len(c.ResponseError.Values)
 	// Dictionaries hold fewer than 2^31 values, so no product below
@@ -190,6 +198,7 @@ func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
 func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	p.Events += uint64(hi - lo)
+	b.foldColumns(p, lo, hi)
 	p.Counts.UpdateColumns(b, lo, hi)
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) == decisions.KindDecision {
@@ -368,12 +377,12 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 		t, r := b.tier[i], b.rule[i]
 		hll := b.tierHLL[t]
 		if hll == nil {
-			hll = s.tier(c.Tier.Values[t])
+			hll = s.tier(b.tierNames[t])
 			b.tierHLL[t], b.tierKnown[t] = hll, s.knownOf(hll)
 		}
 		rh := b.ruleHLL[r]
 		if rh == nil {
-			rh = s.rule(c.Rule.Values[r]) // nil again for the empty rule: cheap
+			rh = s.rule(b.ruleNames[r]) // nil again for the empty rule: cheap
 			b.ruleHLL[r] = rh
 		}
 		// Each distinct client once per sketch (see seenClient).
@@ -430,12 +439,12 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		t, r := b.tier[i], b.rule[i]
 		top := b.tierTopK[t]
 		if top == nil {
-			top = o.topk(o.RequestsByTier, c.Tier.Values[t])
+			top = o.topk(o.RequestsByTier, b.tierNames[t])
 			b.tierTopK[t] = top
 		}
 		o.Requests.add(cl, h, 1)
 		top.add(cl, h, 1)
-		if name := c.Rule.Values[r]; name != "" {
+		if name := b.ruleNames[r]; name != "" {
 			rq := b.ruleReqsTopK[r]
 			if rq == nil {
 				rq = o.topk(o.RequestsByRule, name)
@@ -448,7 +457,7 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 			o.Refusals.add(cl, h, 1)
 			rt := b.ruleTopK[r]
 			if rt == nil {
-				rt = o.topk(o.RefusalsByRule, c.Rule.Values[r])
+				rt = o.topk(o.RefusalsByRule, b.ruleNames[r])
 				b.ruleTopK[r] = rt
 			}
 			rt.add(cl, h, 1)
@@ -467,8 +476,8 @@ func (b *Batch) count(counts *Counts, i int, o uint8) {
 	c := b.c
 	t, r := int(b.tier[i]), int(b.rule[i])
 	if !b.dense || int(o) >= decisions.NumOutcomes {
-		k := CountKey{Tier: c.Tier.Values[t], Rule: c.Rule.Values[r], Outcome: decisions.Outcome(o), Reason: c.Reason.Values[b.reason[i]]}
-		counts.add(k, c.Node.Values[b.node[i]], 1)
+		k := CountKey{Tier: b.tierNames[t], Rule: b.ruleNames[r], Outcome: decisions.Outcome(o), Reason: b.reasonNames[b.reason[i]]}
+		counts.add(k, b.nodeNames[b.node[i]], 1)
 		if e := c.ResponseError.Values[b.respErr[i]]; e != "" {
 			if counts.Errors == nil {
 				counts.Errors = map[ErrorKey]uint64{}
@@ -506,8 +515,8 @@ func (b *Batch) flushCounts(c *Counts) {
 		rs := int(k) % b.nReason
 		o := int(k) / b.nReason % decisions.NumOutcomes
 		tr := int(k) / b.nReason / decisions.NumOutcomes
-		key := CountKey{Tier: cols.Tier.Values[tr/b.nRule], Rule: cols.Rule.Values[tr%b.nRule],
-			Outcome: decisions.Outcome(o), Reason: cols.Reason.Values[rs]}
+		key := CountKey{Tier: b.tierNames[tr/b.nRule], Rule: b.ruleNames[tr%b.nRule],
+			Outcome: decisions.Outcome(o), Reason: b.reasonNames[rs]}
 		if c.Cells == nil {
 			c.Cells = map[CountKey]uint64{}
 			c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
@@ -517,7 +526,7 @@ func (b *Batch) flushCounts(c *Counts) {
 	for _, k := range b.touchedNodes {
 		n := b.byNode[k]
 		b.byNode[k] = 0
-		node := cols.Node.Values[int(k)/decisions.NumOutcomes]
+		node := b.nodeNames[int(k)/decisions.NumOutcomes]
 		byOutcome := c.ByNode[node]
 		if byOutcome == nil {
 			byOutcome = new([decisions.NumOutcomes]uint64)
@@ -532,7 +541,7 @@ func (b *Batch) flushCounts(c *Counts) {
 		if c.Errors == nil {
 			c.Errors = map[ErrorKey]uint64{}
 		}
-		c.Errors[ErrorKey{cols.Tier.Values[tr/b.nRule], cols.Rule.Values[tr%b.nRule], cols.ResponseError.Values[int(k)%b.nErr]}] += n
+		c.Errors[ErrorKey{b.tierNames[tr/b.nRule], b.ruleNames[tr%b.nRule], cols.ResponseError.Values[int(k)%b.nErr]}] += n
 	}
 	b.touched, b.touchedNodes, b.touchedErrs = b.touched[:0], b.touchedNodes[:0], b.touchedErrs[:0]
 }
@@ -600,13 +609,15 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 		}
 		w := m[start]
 		if w == nil {
-			w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq + uint64(i)}
+			w = &pending{p: r.newPartial(start), from: seq + uint64(i)}
 			m[start] = w
 			if !late && r.oldestOK && start < r.oldest {
 				r.oldest = start
 			}
 		}
+		folded := w.p.Folded
 		w.p.UpdateColumns(b, i, j)
+		r.stats.Folded += w.p.Folded - folded
 		w.from, w.to = min(w.from, seq+uint64(i)), max(w.to, seq+uint64(j-1))
 		i = j
 	}

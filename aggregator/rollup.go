@@ -72,6 +72,10 @@ type Options struct {
 	// much of the present one such event can make late.
 	MaxSkew time.Duration
 	TopK    int // clients held by each top-K list; default 100
+	// MaxKeys caps the distinct tiers, rules, nodes and reasons of a
+	// window, each; the rest are counted under OtherKey (Partial.MaxKeys).
+	// Default DefaultMaxKeys.
+	MaxKeys int
 }
 
 // DefaultMaxSkew is Options.MaxSkew's default.
@@ -163,6 +167,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxSkew <= 0 {
 		o.MaxSkew = DefaultMaxSkew
 	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMaxKeys
+	}
 	return o
 }
 
@@ -225,6 +232,9 @@ type RollupStats struct {
 	// move the watermark. A replay of a log whose traffic has gaps longer
 	// than MaxSkew counts the events that came alone after a gap too.
 	Future uint64
+	// Folded counts decisions counted with a tier, rule, node or reason
+	// folded into OtherKey, past a window's MaxKeys.
+	Folded uint64
 }
 
 // NewRollup returns an empty Rollup.
@@ -284,14 +294,24 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	}
 	w := m[start]
 	if w == nil {
-		w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq}
+		w = &pending{p: r.newPartial(start), from: seq}
 		m[start] = w
 		if !closed && r.oldestOK && start < r.oldest {
 			r.oldest = start
 		}
 	}
+	folded := w.p.Folded
 	w.p.Update(d)
+	r.stats.Folded += w.p.Folded - folded
 	w.from, w.to = min(w.from, seq), max(w.to, seq)
+}
+
+// newPartial returns an empty partial for the window starting at start
+// (Unix nanoseconds).
+func (r *Rollup) newPartial(start int64) *Partial {
+	p := NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK)
+	p.MaxKeys = r.o.MaxKeys
+	return p
 }
 
 // latestNs returns latest in Unix nanoseconds, and whether there is one.
@@ -411,7 +431,8 @@ func minKey(m map[int64]*pending) int64 {
 // encoding's version.
 const snapshotMagic = "RWR"
 
-// snapshotVersion 2 added the Future count and the events held ahead;
+// snapshotVersion 2 added the Future and Folded counts and the events
+// held ahead;
 // Restore reads version 1 too.
 const snapshotVersion = 2
 
@@ -450,6 +471,7 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	b = appendUvarint(b, r.stats.Windows)
 	b = appendUvarint(b, r.stats.Corrections)
 	b = appendUvarint(b, r.stats.Future)
+	b = appendUvarint(b, r.stats.Folded)
 	b = appendUvarint(b, uint64(r.ahead.n))
 	for _, t := range r.ahead.times[:r.ahead.n] {
 		b = appendUvarint(b, uint64(t))
@@ -497,7 +519,7 @@ func (r *Rollup) Restore(snapshot []byte) error {
 		Windows: rd.uvarint(), Corrections: rd.uvarint()}
 	var ahead aheadRun
 	if v >= 2 {
-		st.Future = rd.uvarint()
+		st.Future, st.Folded = rd.uvarint(), rd.uvarint()
 		if n := rd.count(1); n < futureQuorum {
 			ahead.n = int(n)
 		} else {

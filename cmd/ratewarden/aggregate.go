@@ -157,8 +157,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		for _, p := range st.First {
 			fmt.Fprintf(stderr, "aggregate: stdin:%d: skipped: %v\n", p.Line, p.Err)
 		}
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, future %d, windows %d, outputs %d\n",
-			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Future, st.Rollup.Windows, st.Outputs)
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d, events %d, late %d, future %d, folded %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.Rollup.Events, st.Rollup.Late, st.Rollup.Future, st.Rollup.Folded, st.Rollup.Windows, st.Outputs)
 		return err
 	}
 	var latest atomic.Pointer[aggregator.RunStats]
@@ -240,8 +240,8 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, future %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
-			o.Source.Stream, s.Events, s.Skipped, s.Future, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, future %d, folded %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d\n",
+			o.Source.Stream, s.Events, s.Skipped, s.Future, s.Folded, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken)
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)
@@ -321,6 +321,6 @@ func printRun(w io.Writer, s aggregator.RunStats) {
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), future %d, windows %d, corrections %d, outputs %d, next offset %d, watermark %s\n",
-		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Future, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm)
+	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), future %d, folded %d, windows %d, corrections %d, outputs %d, next offset %d, watermark %s\n",
+		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Future, s.Rollup.Folded, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
 const year = 365 * 24 * time.Hour
@@ -238,8 +239,9 @@ func TestRestoreSnapshotV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Version 2 appended the Future count and the number held ahead, both 0.
-	v1 := append([]byte(nil), v2[:len(v2)-2]...)
+	// Version 2 appended the Future and Folded counts and the number held
+	// ahead, all 0.
+	v1 := append([]byte(nil), v2[:len(v2)-3]...)
 	v1[len(snapshotMagic)] = 1
 	back := NewRollup(Options{})
 	if err := back.Restore(v1); err != nil {
@@ -273,5 +275,103 @@ func TestRollupFutureIdle(t *testing.T) {
 	outs := collect(t, r, false)
 	if st := r.Stats(); st.Future != 1 || r.Watermark().Sub(t0) != 1600*time.Millisecond || len(outs) != 1 || outs[0].events != 3 {
 		t.Errorf("future %d, watermark %v, emitted %v", st.Future, r.Watermark().Sub(t0), outs)
+	}
+}
+
+// hostileNames returns n generator events whose k-th decision has a rule
+// of its own, one of 5,000 tiers, a node of its own every second decision
+// and a reason every third: names a hostile writer chooses. It returns the
+// number of decisions too.
+func hostileNames(n int) ([]decisions.Decision, int) {
+	ds := decisiontest.NewGenerator(17, t0).Batch(n)
+	k := 0
+	for i := range ds {
+		if ds[i].Kind != decisions.KindDecision {
+			continue
+		}
+		ds[i].Rule = fmt.Sprintf("t:/r/%d", k)
+		ds[i].Tier = fmt.Sprintf("t%d", k%5000)
+		ds[i].Node = fmt.Sprintf("edge-%d", k/2)
+		ds[i].Reason = fmt.Sprintf("reason %d", k/3)
+		k++
+	}
+	return ds, k
+}
+
+// TestPartialKeyCap: a window of 10,000 decisions with a rule name each
+// keeps DefaultMaxKeys rules apart and counts the rest under OtherKey, in
+// its counts, sketches and top-K lists alike; nothing is lost, the folded
+// decisions are counted, and the columnar path and a partial decoded half
+// way (a restart) fold the same names into the same bytes.
+func TestPartialKeyCap(t *testing.T) {
+	ds, decided := hostileNames(10_000)
+	p := NewPartial(t0, time.Hour, 10)
+	for i := range ds {
+		p.Update(&ds[i])
+	}
+	rules, tiers := map[string]bool{}, map[string]bool{}
+	for k := range p.Counts.Cells {
+		rules[k.Rule], tiers[k.Tier] = true, true
+	}
+	// The first DefaultMaxKeys decisions fill the rules; every later one
+	// has a new rule, folded.
+	if len(rules) != DefaultMaxKeys+1 || !rules[OtherKey] || len(tiers) > DefaultMaxKeys+1 || len(p.Counts.ByNode) > DefaultMaxKeys+1 {
+		t.Errorf("%d rules (other %v), %d tiers, %d nodes", len(rules), rules[OtherKey], len(tiers), len(p.Counts.ByNode))
+	}
+	if p.Folded != uint64(decided-DefaultMaxKeys) || p.Counts.Total() != uint64(decided) {
+		t.Errorf("folded %d of %d decisions, counted %d", p.Folded, decided, p.Counts.Total())
+	}
+	if n, m, r := len(p.Clients.ByRule), len(p.Offenders.RequestsByRule), len(p.Offenders.RefusalsByRule); n > DefaultMaxKeys+1 || m > DefaultMaxKeys+1 || r > DefaultMaxKeys+1 {
+		t.Errorf("%d rule sketches, %d and %d rule top-K lists", n, m, r)
+	}
+	want := encode(t, p)
+
+	q := NewPartial(t0, time.Hour, 10)
+	dec := columnar.NewDecoder()
+	var b Batch
+	for j, data := range encodeBatches(t, ds, 1000) {
+		if j == 6 { // a restart: the partial comes back from its bytes
+			back, err := DecodePartial(encode(t, q))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q = back
+		}
+		if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
+			b.Prepare(c)
+			q.UpdateColumns(&b, 0, b.Len())
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := encode(t, q); !bytes.Equal(got, want) {
+		t.Errorf("columns, restarted: %d bytes differ from Update's %d", len(got), len(want))
+	}
+}
+
+// TestRollupKeyCap: Options.MaxKeys reaches the rollup's windows, and the
+// folded decisions are counted in RollupStats.Folded, through Add and
+// AddBatch alike.
+func TestRollupKeyCap(t *testing.T) {
+	ds, decided := hostileNames(300)
+	for _, columns := range []bool{false, true} {
+		r := NewRollup(Options{Window: time.Hour, MaxKeys: 8})
+		if columns {
+			for _, data := range encodeBatches(t, ds, 64) {
+				columnar.NewDecoder().DecodeColumns(data, func(c *columnar.Columns) error {
+					r.AddBatch(c, r.Next())
+					return nil
+				})
+			}
+		} else {
+			for i := range ds {
+				r.Add(&ds[i], uint64(i))
+			}
+		}
+		outs := collect(t, r, true)
+		if st := r.Stats(); len(outs) != 1 || st.Folded != uint64(decided-8) || st.Events != uint64(len(ds)) {
+			t.Errorf("columns %v: %d outputs, folded %d of %d decisions, %d events", columns, len(outs), st.Folded, decided, st.Events)
+		}
 	}
 }
