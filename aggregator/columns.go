@@ -598,7 +598,7 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 			future += f
 		}
 		m, late := r.open, false
-		if anyClosed && start+size <= closedNs {
+		if anyClosed && start+size <= closedNs || r.emittedAheadHas(start) {
 			r.stats.Late += uint64(j - i)
 			if r.o.Late == LateDrop {
 				r.stats.LateDropped += uint64(j - i)
@@ -687,7 +687,7 @@ func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 	ahead, skew := r.ahead, int64(r.o.MaxSkew) // a copy: only simulated
 	for i := lo; i < hi; i++ {
 		t := b.times[i]
-		if start := windowStartNs(t, size); !anyClosed || start+size > closedNs {
+		if start := windowStartNs(t, size); (!anyClosed || start+size > closedNs) && !r.emittedAheadHas(start) {
 			if !open || start < oldest {
 				oldest, open = start, true
 			}

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -205,19 +206,24 @@ type pending struct {
 // arrival order; a snapshot of the Rollup says where to resume. It is not
 // safe for concurrent use.
 type Rollup struct {
-	o         Options
-	open      map[int64]*pending // by window start, Unix nanoseconds
-	late      map[int64]*pending
-	latest    time.Time // the latest event time seen, or the wall clock when idle
-	closed    time.Time // every window ending at or before it was emitted
-	next      uint64    // one past the highest sequence number seen
-	active    bool      // an event arrived since the last Advance
-	oldest    int64     // the oldest open window's start, if oldestOK
-	oldestOK  bool
-	idleSince time.Time
-	ahead     aheadRun // events held ahead of latest (see Options.MaxSkew)
-	stats     RollupStats
-	batch     Batch // AddBatch's
+	o      Options
+	open   map[int64]*pending // by window start, Unix nanoseconds
+	late   map[int64]*pending
+	latest time.Time // the latest event time seen, or the wall clock when idle
+	closed time.Time // every window ending at or before it was emitted
+	// emittedAhead holds the starts of the windows past latest (holding
+	// events in the future only) that a final flush emitted: they do not
+	// move closed, or every event of the present after a restart would
+	// be late; their own later events are. Pruned once closed passes them.
+	emittedAhead map[int64]struct{}
+	next         uint64 // one past the highest sequence number seen
+	active       bool   // an event arrived since the last Advance
+	oldest       int64  // the oldest open window's start, if oldestOK
+	oldestOK     bool
+	idleSince    time.Time
+	ahead        aheadRun // events held ahead of latest (see Options.MaxSkew)
+	stats        RollupStats
+	batch        Batch // AddBatch's
 }
 
 // RollupStats count what a Rollup did.
@@ -280,7 +286,7 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	r.active = true
 	start := r.windowStart(d.Time)
 	end := time.Unix(0, start).Add(r.o.Window)
-	closed := !r.closed.IsZero() && !end.After(r.closed)
+	closed := r.isClosed(start, end)
 	r.stats.Events++
 	r.see(d.Time.UnixNano())
 	m := r.open
@@ -354,6 +360,40 @@ func (r *Rollup) Advance(now time.Time) {
 	}
 }
 
+// isClosed reports whether the window [start, end) was emitted.
+func (r *Rollup) isClosed(start int64, end time.Time) bool {
+	if !r.closed.IsZero() && !end.After(r.closed) {
+		return true
+	}
+	return r.emittedAheadHas(start)
+}
+
+// emittedAheadHas reports whether start is in emittedAhead.
+func (r *Rollup) emittedAheadHas(start int64) bool {
+	_, ok := r.emittedAhead[start]
+	return ok
+}
+
+// markClosed records that the window [start, end) was emitted: it moves
+// closed, unless it lies past latest (see emittedAhead).
+func (r *Rollup) markClosed(start int64, end time.Time) {
+	if latest, seen := r.latestNs(); !seen || start > latest {
+		if r.emittedAhead == nil {
+			r.emittedAhead = map[int64]struct{}{}
+		}
+		r.emittedAhead[start] = struct{}{}
+		return
+	}
+	if end.After(r.closed) {
+		r.closed = end
+		for s := range r.emittedAhead {
+			if s < r.closed.UnixNano() {
+				delete(r.emittedAhead, s)
+			}
+		}
+	}
+}
+
 // Flush hands emit every window the watermark closed, oldest first, and
 // with them the corrections; with final, every open window too (a clean
 // shutdown or the end of a replay). Corrections leave only with a closing
@@ -378,9 +418,7 @@ func (r *Rollup) Flush(final bool, emit func(Output) error) error {
 		r.oldestOK = false
 		closing = true
 		r.stats.Windows++
-		if end := w.p.End(); end.After(r.closed) {
-			r.closed = end
-		}
+		r.markClosed(start, w.p.End())
 	}
 	if !closing && !final {
 		return errors.Join(errs...)
@@ -476,6 +514,11 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	for _, t := range r.ahead.times[:r.ahead.n] {
 		b = appendUvarint(b, uint64(t))
 	}
+	starts := slices.Sorted(maps.Keys(r.emittedAhead))
+	b = appendUvarint(b, uint64(len(starts)))
+	for _, s := range starts {
+		b = appendUvarint(b, uint64(s))
+	}
 	return b, nil
 }
 
@@ -518,6 +561,7 @@ func (r *Rollup) Restore(snapshot []byte) error {
 	st := RollupStats{Events: rd.uvarint(), Late: rd.uvarint(), LateDropped: rd.uvarint(),
 		Windows: rd.uvarint(), Corrections: rd.uvarint()}
 	var ahead aheadRun
+	var emittedAhead map[int64]struct{}
 	if v >= 2 {
 		st.Future, st.Folded = rd.uvarint(), rd.uvarint()
 		if n := rd.count(1); n < futureQuorum {
@@ -528,6 +572,12 @@ func (r *Rollup) Restore(snapshot []byte) error {
 		for i := range ahead.n {
 			ahead.times[i] = int64(rd.uvarint())
 		}
+		if n := rd.count(1); n > 0 {
+			emittedAhead = make(map[int64]struct{}, n)
+			for range n {
+				emittedAhead[int64(rd.uvarint())] = struct{}{}
+			}
+		}
 	}
 	if rd.err == nil && len(rd.b) != 0 {
 		rd.fail(fmt.Errorf("%d bytes after the end", len(rd.b)))
@@ -536,6 +586,7 @@ func (r *Rollup) Restore(snapshot []byte) error {
 		return fmt.Errorf("restore rollup: %w", rd.err)
 	}
 	r.next, r.latest, r.closed, r.open, r.late, r.stats, r.ahead = next, latest, closed, open, late, st, ahead
+	r.emittedAhead = emittedAhead
 	r.oldestOK = false
 	return nil
 }
