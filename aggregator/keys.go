@@ -55,7 +55,7 @@ func admit(set map[string]struct{}, name string, max int, add bool) (string, boo
 		return name, false
 	}
 	if len(set) >= max {
-		return OtherKey, true
+		return OtherKey, name != OtherKey // a name of OtherKey is not folded
 	}
 	if add {
 		set[name] = struct{}{}
