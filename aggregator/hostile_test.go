@@ -420,3 +420,25 @@ func restarted(t *testing.T, r *Rollup) *Rollup {
 	}
 	return back
 }
+
+// TestRollupFutureEventCorrect: with late events corrected, an event a
+// year ahead used to close each later second's window at its first event
+// and make the second a correction (a second document per window); now
+// the present's windows close on the watermark, one a second, whole.
+func TestRollupFutureEventCorrect(t *testing.T) {
+	ds := at(append(append(make([]time.Duration, futureQuorum), year), seconds(1, 12)...)...)
+	r := NewRollup(Options{Window: time.Second, Lateness: 500 * time.Millisecond})
+	var live []emitted
+	for i := range ds {
+		r.Add(&ds[i], uint64(i))
+		live = append(live, collect(t, r, false)...)
+	}
+	for _, o := range live {
+		if o.correction {
+			t.Errorf("a correction before shutdown: %v", o)
+		}
+	}
+	if len(live) != 12 || r.Stats().Late != 0 {
+		t.Errorf("%d windows before shutdown, want 12 (seconds 0 to 11); %d late", len(live), r.Stats().Late)
+	}
+}
