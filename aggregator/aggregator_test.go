@@ -255,6 +255,12 @@ func collect(t *testing.T, r *Rollup, final bool) []emitted {
 	return out
 }
 
+// primed returns times after futureQuorum events at second 0: the first
+// events of a partition, which set its watermark (see Options.MaxSkew).
+func primed(times ...float64) []float64 {
+	return append(make([]float64, futureQuorum), times...)
+}
+
 // TestRollupWindows: windows close on the watermark (latest event time
 // less the lateness), late events become corrections or are dropped, and a
 // final flush emits what is open.
@@ -263,6 +269,8 @@ func TestRollupWindows(t *testing.T) {
 		t.Helper()
 		r := NewRollup(Options{Window: 10 * time.Second, Lateness: 2 * time.Second, Late: policy})
 		var got [][]emitted
+		times = primed(times...)
+		want = append(make([][]emitted, futureQuorum), want...)
 		for i, s := range times {
 			d := decisionAt(s, "192.0.2.1")
 			r.Add(&d, uint64(i))
@@ -279,13 +287,14 @@ func TestRollupWindows(t *testing.T) {
 	w := func(start string, n uint64, from, to uint64) emitted { return emitted{start, n, false, from, to} }
 	c := func(start string, n uint64, from, to uint64) emitted { return emitted{start, n, true, from, to} }
 	// 11.9 s is within the lateness of the first window's end; 12 s closes it.
-	f(LateCorrect, []float64{1, 5, 11.9, 12, 3, 25},
-		[][]emitted{nil, nil, nil, {w("03:00:00", 2, 0, 1)}, nil, {w("03:00:10", 2, 2, 3), c("03:00:00", 1, 4, 4)}, {w("03:00:20", 1, 5, 5)}}, 1)
-	f(LateDrop, []float64{1, 5, 11.9, 12, 3, 25},
-		[][]emitted{nil, nil, nil, {w("03:00:00", 2, 0, 1)}, nil, {w("03:00:10", 2, 2, 3)}, {w("03:00:20", 1, 5, 5)}}, 1)
+	// (Each case starts with futureQuorum events at second 0, numbered 0-7.)
+	f(LateCorrect, []float64{1, 5, 11.9, 12, 3, 22},
+		[][]emitted{nil, nil, nil, {w("03:00:00", 10, 0, 9)}, nil, {w("03:00:10", 2, 10, 11), c("03:00:00", 1, 12, 12)}, {w("03:00:20", 1, 13, 13)}}, 1)
+	f(LateDrop, []float64{1, 5, 11.9, 12, 3, 22},
+		[][]emitted{nil, nil, nil, {w("03:00:00", 10, 0, 9)}, nil, {w("03:00:10", 2, 10, 11)}, {w("03:00:20", 1, 13, 13)}}, 1)
 	// Out of order within the lateness joins its window.
 	f(LateCorrect, []float64{9, 10.5, 8, 13},
-		[][]emitted{nil, nil, nil, {w("03:00:00", 2, 0, 2)}, {w("03:00:10", 2, 1, 3)}}, 0)
+		[][]emitted{nil, nil, nil, {w("03:00:00", 10, 0, 10)}, {w("03:00:10", 2, 9, 11)}}, 0)
 }
 
 // TestRollupIdle: a quiet partition's last window is emitted once the

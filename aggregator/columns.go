@@ -61,6 +61,13 @@ type Batch struct {
 	cells, byNode, errs, outcomes cellCounts
 	dense                         bool // the dictionaries are small enough for the arrays
 
+	// The names the aggregates count each dictionary id under: the
+	// dictionaries' own after Prepare, those folded past the partial's
+	// MaxKeys after Partial.UpdateColumns' foldColumns (tables in fold).
+	tierNames, ruleNames, reasonNames, nodeNames []string
+	fold                                         [4]foldTable
+	foldGen                                      uint32
+
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
 	tierHLL      []*hyperloglog.Sketch
@@ -88,6 +95,7 @@ func (b *Batch) Prepare(c *columnar.Columns) {
 	b.node = c.Node.Indices(b.node, n)
 	b.respErr = c.ResponseError.Indices(b.respErr, n)
 	b.users, b.userAt, b.usersMade, b.identified = "", nil, false, false
+	b.tierNames, b.ruleNames, b.reasonNames, b.nodeNames = c.Tier.Values, c.Rule.Values, c.Reason.Values, c.Node.Values
 	nt, nr, nrs := len(c.Tier.Values), len(c.Rule.Values), len(c.Reason.Values)
 	b.nRule, b.nReason, b.nErr = nr, nrs, len(c.ResponseError.Values)
 	// Dictionaries hold fewer than 2^31 values, so no product below
@@ -221,6 +229,7 @@ func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
 func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	p.Events += uint64(hi - lo)
+	b.foldColumns(p, lo, hi)
 	p.Counts.UpdateColumns(b, lo, hi)
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) == decisions.KindDecision {
@@ -415,12 +424,12 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 		t, r := b.tier[i], b.rule[i]
 		hll := b.tierHLL[t]
 		if hll == nil {
-			hll = s.tier(c.Tier.Values[t])
+			hll = s.tier(b.tierNames[t])
 			b.tierHLL[t], b.tierKnown[t] = hll, s.knownOf(hll)
 		}
 		rh := b.ruleHLL[r]
 		if rh == nil {
-			rh = s.rule(c.Rule.Values[r]) // nil again for the empty rule: cheap
+			rh = s.rule(b.ruleNames[r]) // nil again for the empty rule: cheap
 			b.ruleHLL[r] = rh
 		}
 		// Each distinct client once per sketch (see seenClient).
@@ -474,12 +483,12 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		t, r := b.tier[i], b.rule[i]
 		top := b.tierTopK[t]
 		if top == nil {
-			top = o.topk(o.RequestsByTier, c.Tier.Values[t])
+			top = o.topk(o.RequestsByTier, b.tierNames[t])
 			b.tierTopK[t] = top
 		}
 		o.Requests.add(cl, h, 1)
 		top.add(cl, h, 1)
-		if name := c.Rule.Values[r]; name != "" {
+		if name := b.ruleNames[r]; name != "" {
 			rq := b.ruleReqsTopK[r]
 			if rq == nil {
 				rq = o.topk(o.RequestsByRule, name)
@@ -492,7 +501,7 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 			o.Refusals.add(cl, h, 1)
 			rt := b.ruleTopK[r]
 			if rt == nil {
-				rt = o.topk(o.RefusalsByRule, c.Rule.Values[r])
+				rt = o.topk(o.RefusalsByRule, b.ruleNames[r])
 				b.ruleTopK[r] = rt
 			}
 			rt.add(cl, h, 1)
@@ -511,8 +520,8 @@ func (b *Batch) count(counts *Counts, i int, o uint8) {
 	c := b.c
 	t, r := int(b.tier[i]), int(b.rule[i])
 	if !b.dense || int(o) >= decisions.NumOutcomes {
-		k := CountKey{Tier: c.Tier.Values[t], Rule: c.Rule.Values[r], Outcome: decisions.Outcome(o), Reason: c.Reason.Values[b.reason[i]]}
-		counts.add(k, c.Node.Values[b.node[i]], 1)
+		k := CountKey{Tier: b.tierNames[t], Rule: b.ruleNames[r], Outcome: decisions.Outcome(o), Reason: b.reasonNames[b.reason[i]]}
+		counts.add(k, b.nodeNames[b.node[i]], 1)
 		if e := c.ResponseError.Values[b.respErr[i]]; e != "" {
 			if counts.Errors == nil {
 				counts.Errors = map[ErrorKey]uint64{}
@@ -536,8 +545,8 @@ func (b *Batch) flushCounts(c *Counts) {
 		rs := k % b.nReason
 		o := k / b.nReason % decisions.NumOutcomes
 		tr := k / b.nReason / decisions.NumOutcomes
-		key := CountKey{Tier: cols.Tier.Values[tr/b.nRule], Rule: cols.Rule.Values[tr%b.nRule],
-			Outcome: decisions.Outcome(o), Reason: cols.Reason.Values[rs]}
+		key := CountKey{Tier: b.tierNames[tr/b.nRule], Rule: b.ruleNames[tr%b.nRule],
+			Outcome: decisions.Outcome(o), Reason: b.reasonNames[rs]}
 		if c.Cells == nil {
 			c.Cells = map[CountKey]uint64{}
 			c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
@@ -545,7 +554,7 @@ func (b *Batch) flushCounts(c *Counts) {
 		c.Cells[key] += n
 	})
 	b.byNode.drain(func(k int, n uint64) {
-		node := cols.Node.Values[k/decisions.NumOutcomes]
+		node := b.nodeNames[k/decisions.NumOutcomes]
 		byOutcome := c.ByNode[node]
 		if byOutcome == nil {
 			byOutcome = new([decisions.NumOutcomes]uint64)
@@ -558,7 +567,7 @@ func (b *Batch) flushCounts(c *Counts) {
 		if c.Errors == nil {
 			c.Errors = map[ErrorKey]uint64{}
 		}
-		c.Errors[ErrorKey{cols.Tier.Values[tr/b.nRule], cols.Rule.Values[tr%b.nRule], cols.ResponseError.Values[k%b.nErr]}] += n
+		c.Errors[ErrorKey{b.tierNames[tr/b.nRule], b.ruleNames[tr%b.nRule], cols.ResponseError.Values[k%b.nErr]}] += n
 	})
 }
 
@@ -596,19 +605,25 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 	r.stats.Events += uint64(hi - lo)
 	size := int64(r.o.Window)
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
-	latest := r.latest.UnixNano()
-	moved := false
+	old, seen := r.latestNs()
+	latest, skew := old, int64(r.o.MaxSkew)
+	var future uint64
 	times := b.times
 	for i := lo; i < hi; {
 		start := windowStartNs(times[i], size)
 		j := i
 		for ; j < hi && times[j]-start < size && times[j] >= start; j++ {
-			if t := times[j]; t > latest {
-				latest, moved = t, true
+			t := times[j]
+			if seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
+				latest = max(latest, t) // the present, nothing held ahead
+				continue
 			}
+			var f uint64
+			latest, seen, f = r.ahead.observe(latest, seen, t, skew)
+			future += f
 		}
 		m, late := r.open, false
-		if anyClosed && start+size <= closedNs {
+		if anyClosed && start+size <= closedNs || r.emittedAheadHas(start) {
 			r.stats.Late += uint64(j - i)
 			if r.o.Late == LateDrop {
 				r.stats.LateDropped += uint64(j - i)
@@ -619,18 +634,21 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 		}
 		w := m[start]
 		if w == nil {
-			w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq + uint64(i)}
+			w = &pending{p: r.newPartial(start), from: seq + uint64(i)}
 			m[start] = w
 			if !late && r.oldestOK && start < r.oldest {
 				r.oldest = start
 			}
 		}
+		folded := w.p.Folded
 		w.p.UpdateColumns(b, i, j)
+		r.stats.Folded += w.p.Folded - folded
 		w.from, w.to = min(w.from, seq+uint64(i)), max(w.to, seq+uint64(j-1))
 		i = j
 	}
-	if moved {
-		r.latest = time.Unix(0, latest).UTC()
+	r.stats.Future += future
+	if latest != old || r.latest.IsZero() {
+		r.setLatest(latest, seen)
 	}
 }
 
@@ -690,17 +708,16 @@ func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 		oldest = r.oldest
 	}
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
-	latest, seen := r.latest.UnixNano(), !r.latest.IsZero()
+	latest, seen := r.latestNs()
+	ahead, skew := r.ahead, int64(r.o.MaxSkew) // a copy: only simulated
 	for i := lo; i < hi; i++ {
 		t := b.times[i]
-		if start := windowStartNs(t, size); !anyClosed || start+size > closedNs {
+		if start := windowStartNs(t, size); (!anyClosed || start+size > closedNs) && !r.emittedAheadHas(start) {
 			if !open || start < oldest {
 				oldest, open = start, true
 			}
 		}
-		if t > latest {
-			latest, seen = t, true
-		}
+		latest, seen, _ = ahead.observe(latest, seen, t, skew)
 		if open && seen && oldest+size <= latest-lateness {
 			return i + 1
 		}

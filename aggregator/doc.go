@@ -9,7 +9,15 @@
 // latest event time seen, less the allowed lateness) passes its end, not on
 // the wall clock, so replaying the same events gives the same windows. Late
 // events are counted and either merged into a correction of their window or
-// dropped, by configuration.
+// dropped, by configuration. An event more than Options.MaxSkew ahead of the
+// latest event time joins its window but does not move the watermark until
+// a quorum of such events came in a row (a quiet period ended, or the
+// partition's first events): one event stamped in the future cannot close
+// the windows of the present. The rule reads no clock, so a replay moves the
+// watermark at the same events. A window keeps Options.MaxKeys distinct
+// tiers, rules, nodes and reasons apart, each, and counts the rest under
+// OtherKey, so that names chosen by whoever writes the stream bound what a
+// window holds.
 //
 // RunLog rolls the local decision log up as one partition; RunKinesis rolls
 // a Kinesis stream up as one partition per shard, sharing the shards with

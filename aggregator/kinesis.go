@@ -44,6 +44,8 @@ type KinesisOptions struct {
 type KinesisStats struct {
 	Events    uint64 // events added and saved, those handled before skipped
 	Skipped   uint64 // events of batches handled before, skipped
+	Future    uint64 // events too far ahead to move a watermark (RollupStats.Future)
+	Folded    uint64 // decisions with a name folded into OtherKey (RollupStats.Folded)
 	Outputs   uint64 // outputs delivered
 	Redeliver uint64 // outputs of a previous holder delivered again
 	Opened    uint64 // shards opened: taken and their state loaded
@@ -55,7 +57,7 @@ type KinesisStats struct {
 // RunStats returns s as the figures of a run (for self-metrics): the
 // events and outputs, the shards, and the least of their watermarks.
 func (s KinesisStats) RunStats() RunStats {
-	r := RunStats{Rollup: RollupStats{Events: s.Events}, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
+	r := RunStats{Rollup: RollupStats{Events: s.Events, Future: s.Future, Folded: s.Folded}, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
 	for _, sh := range s.Shards {
 		if !sh.Watermark.IsZero() && (r.Watermark.IsZero() || sh.Watermark.Before(r.Watermark)) {
 			r.Watermark = sh.Watermark
@@ -151,13 +153,13 @@ type kinesisRun struct {
 	mu     sync.Mutex
 	shards map[string]*shardRun // by shard id, while held
 
-	events, skipped, outputs, redeliver, opened, ended atomic.Uint64
+	events, skipped, future, folded, outputs, redeliver, opened, ended atomic.Uint64
 }
 
 var _ kinesis.ShardHandler = (*kinesisRun)(nil)
 
 func (k *kinesisRun) stats() KinesisStats {
-	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Outputs: k.outputs.Load(),
+	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Future: k.future.Load(), Folded: k.folded.Load(), Outputs: k.outputs.Load(),
 		Redeliver: k.redeliver.Load(), Opened: k.opened.Load(), Ended: k.ended.Load(), Source: k.src.Stats()}
 	lags := k.src.Lags()
 	if len(lags) == 0 {
@@ -308,6 +310,7 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 		want = sh.last.events
 	}
 	r := sh.p.r
+	before := r.Stats()
 	var outs []Output
 	var total, skip uint64
 	// Windows close at the event that passes them (Due after every
@@ -360,6 +363,9 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 		return err
 	}
 	k.events.Add(total - skip)
+	st := r.Stats()
+	k.future.Add(st.Future - before.Future)
+	k.folded.Add(st.Folded - before.Folded)
 	return nil
 }
 

@@ -21,6 +21,20 @@ type Partial struct {
 	Latency   Latency // the counter store's
 	Upstream  Latency // the origin's, to its response headers
 	Offenders *Offenders
+
+	// MaxKeys caps the distinct tiers, rules, nodes and reasons the
+	// partial keeps apart, each (DefaultMaxKeys when 0): an event with a
+	// name past it is counted under OtherKey. Names are admitted in the
+	// order of the events, so the same events fold the same names. Merge
+	// does not fold: a merged partial holds the names of both. Not
+	// encoded.
+	MaxKeys int
+	// Folded counts the decisions Update and UpdateColumns counted with a
+	// name folded into OtherKey. Not encoded.
+	Folded uint64
+
+	keySets *keySets           // see keys
+	scratch decisions.Decision // foldDecision's
 }
 
 // NewPartial returns an empty partial of the window [start, start+size)
@@ -35,6 +49,9 @@ func (p *Partial) End() time.Time { return p.Start.Add(p.Size) }
 // Update adds one event.
 func (p *Partial) Update(d *decisions.Decision) {
 	p.Events++
+	if d.Kind == decisions.KindDecision {
+		d = p.foldDecision(d)
+	}
 	p.Counts.Update(d)
 	if d.Kind != decisions.KindDecision {
 		return
@@ -59,6 +76,7 @@ func (p *Partial) Merge(q *Partial, disjoint bool) error {
 	}
 	p.Events += q.Events
 	p.Counts.Merge(&q.Counts)
+	p.keySets = nil // rebuilt from the merged counts when next needed
 	if err := p.Clients.Merge(&q.Clients); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -59,8 +60,97 @@ type Options struct {
 	// watermark follows the wall clock (Advance), so that the last window
 	// of a quiet period is emitted on time. Default 1 s.
 	Idle time.Duration
-	TopK int // clients held by each top-K list; default 100
+	// MaxSkew is how far ahead of the latest event time an event may be
+	// and still move it (and the watermark) at once; default 10 s. An
+	// event further ahead joins its window but moves the watermark only
+	// once futureQuorum consecutive events were all that far ahead (a
+	// quiet period ended, or the first events of a partition): one event
+	// stamped in the future, by a bad clock or a hostile writer, cannot
+	// close the windows of the present. It must cover how far ahead of
+	// each other the edges' clocks and batches may be: the edges' linger
+	// (1 s by default), the idle advance (Idle), Kinesis batching and
+	// NTP-synchronised clocks take a few seconds at most; it bounds how
+	// much of the present one such event can make late.
+	MaxSkew time.Duration
+	TopK    int // clients held by each top-K list; default 100
+	// MaxKeys caps the distinct tiers, rules, nodes and reasons of a
+	// window, each; the rest are counted under OtherKey (Partial.MaxKeys).
+	// Default DefaultMaxKeys.
+	MaxKeys int
 }
+
+// DefaultMaxSkew is Options.MaxSkew's default.
+const DefaultMaxSkew = 10 * time.Second
+
+// futureQuorum is how many consecutive events more than MaxSkew ahead of
+// the latest event time (with no event near it between them) move it to
+// the earliest of them: the next morning's events after a quiet night in a
+// replay, or a partition's first events, do; fewer hostile events stamped
+// in the future, with an event of the present after them, do not. Eight
+// events of real traffic come within a second; eight consecutive records
+// of one writer's choosing are not "a few".
+const futureQuorum = 8
+
+// aheadRun holds the times (Unix nanoseconds) of the consecutive events
+// that arrived more than MaxSkew ahead of the latest event time. The zero
+// value is empty.
+type aheadRun struct {
+	times [futureQuorum]int64
+	n     int
+}
+
+// observe returns the latest event time (Unix nanoseconds; seen is false
+// while there is none) after an event at t, given skew (MaxSkew), and how
+// many events it found to be in the future. An event within skew of
+// latest is of the present: it moves latest as it always did, and the
+// events held ahead before it are in the future (unless the idle advance
+// brought them within skew of latest since). An event further ahead
+// is held; the futureQuorum-th held in a row moves latest to the earliest
+// held and to each held within skew of it, the others being in the
+// future. It depends on the order of the events alone, so a replay moves
+// the watermark at the same events.
+func (a *aheadRun) observe(latest int64, seen bool, t, skew int64) (int64, bool, uint64) {
+	if seen && !aheadOf(t, latest, skew) {
+		var future uint64
+		if a.n > 0 && !aheadOf(latest, t, skew) {
+			// Those held that the idle advance (Advance) brought within
+			// skew are of the present after all.
+			moved := latest
+			for _, x := range a.times[:a.n] {
+				if aheadOf(x, latest, skew) {
+					future++
+				} else {
+					moved = max(moved, x)
+				}
+			}
+			latest, a.n = moved, 0
+		}
+		return max(latest, t), true, future
+	}
+	a.times[a.n] = t
+	a.n++
+	if a.n < futureQuorum {
+		return latest, seen, 0
+	}
+	least := slices.Min(a.times[:])
+	if !seen || least > latest {
+		latest = least
+	}
+	var future uint64
+	for _, x := range a.times {
+		if aheadOf(x, least, skew) {
+			future++
+		} else {
+			latest = max(latest, x)
+		}
+	}
+	a.n = 0
+	return latest, true, future
+}
+
+// aheadOf reports whether t is more than skew after ref (Unix
+// nanoseconds), without overflow.
+func aheadOf(t, ref, skew int64) bool { return t > ref && uint64(t)-uint64(ref) > uint64(skew) }
 
 func (o Options) withDefaults() Options {
 	if o.Window <= 0 {
@@ -74,6 +164,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TopK <= 0 {
 		o.TopK = 100
+	}
+	if o.MaxSkew <= 0 {
+		o.MaxSkew = DefaultMaxSkew
+	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMaxKeys
 	}
 	return o
 }
@@ -110,19 +206,25 @@ type pending struct {
 // arrival order; a snapshot of the Rollup says where to resume. It is not
 // safe for concurrent use.
 type Rollup struct {
-	o         Options
-	open      map[int64]*pending // by window start, Unix nanoseconds
-	late      map[int64]*pending
-	latest    time.Time // the latest event time seen, or the wall clock when idle
-	closed    time.Time // every window ending at or before it was emitted
-	next      uint64    // one past the highest sequence number seen
-	active    bool      // an event arrived since the last Advance
-	quiet     bool      // the last Advance moved the watermark with the wall clock
-	oldest    int64     // the oldest open window's start, if oldestOK
-	oldestOK  bool
-	idleSince time.Time
-	stats     RollupStats
-	batch     Batch // AddBatch's
+	o      Options
+	open   map[int64]*pending // by window start, Unix nanoseconds
+	late   map[int64]*pending
+	latest time.Time // the latest event time seen, or the wall clock when idle
+	closed time.Time // every window ending at or before it was emitted
+	// emittedAhead holds the starts of the windows past latest (holding
+	// events in the future only) that a final flush emitted: they do not
+	// move closed, or every event of the present after a restart would
+	// be late; their own later events are. Pruned once closed passes them.
+	emittedAhead map[int64]struct{}
+	next         uint64 // one past the highest sequence number seen
+	active       bool   // an event arrived since the last Advance
+	quiet        bool   // the last Advance moved the watermark with the wall clock
+	oldest       int64  // the oldest open window's start, if oldestOK
+	oldestOK     bool
+	idleSince    time.Time
+	ahead        aheadRun // events held ahead of latest (see Options.MaxSkew)
+	stats        RollupStats
+	batch        Batch // AddBatch's
 }
 
 // RollupStats count what a Rollup did.
@@ -132,6 +234,14 @@ type RollupStats struct {
 	LateDropped uint64 // late events dropped by LateDrop
 	Windows     uint64 // windows emitted
 	Corrections uint64 // corrections emitted
+	// Future counts events more than MaxSkew ahead of the latest event
+	// time that no quorum confirmed: each joined its window but did not
+	// move the watermark. A replay of a log whose traffic has gaps longer
+	// than MaxSkew counts the events that came alone after a gap too.
+	Future uint64
+	// Folded counts decisions counted with a tier, rule, node or reason
+	// folded into OtherKey, past a window's MaxKeys.
+	Folded uint64
 }
 
 // NewRollup returns an empty Rollup.
@@ -177,11 +287,9 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	r.active = true
 	start := r.windowStart(d.Time)
 	end := time.Unix(0, start).Add(r.o.Window)
-	closed := !r.closed.IsZero() && !end.After(r.closed)
+	closed := r.isClosed(start, end)
 	r.stats.Events++
-	if d.Time.After(r.latest) {
-		r.latest = d.Time
-	}
+	r.see(d.Time.UnixNano())
 	m := r.open
 	if closed {
 		r.stats.Late++
@@ -193,14 +301,49 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	}
 	w := m[start]
 	if w == nil {
-		w = &pending{p: NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK), from: seq}
+		w = &pending{p: r.newPartial(start), from: seq}
 		m[start] = w
 		if !closed && r.oldestOK && start < r.oldest {
 			r.oldest = start
 		}
 	}
+	folded := w.p.Folded
 	w.p.Update(d)
+	r.stats.Folded += w.p.Folded - folded
 	w.from, w.to = min(w.from, seq), max(w.to, seq)
+}
+
+// newPartial returns an empty partial for the window starting at start
+// (Unix nanoseconds).
+func (r *Rollup) newPartial(start int64) *Partial {
+	p := NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK)
+	p.MaxKeys = r.o.MaxKeys
+	return p
+}
+
+// latestNs returns latest in Unix nanoseconds, and whether there is one.
+func (r *Rollup) latestNs() (int64, bool) {
+	if r.latest.IsZero() {
+		return 0, false
+	}
+	return r.latest.UnixNano(), true
+}
+
+// setLatest sets latest from Unix nanoseconds, if seen.
+func (r *Rollup) setLatest(ns int64, seen bool) {
+	if seen {
+		r.latest = time.Unix(0, ns).UTC()
+	}
+}
+
+// see moves latest for an event at t (Unix nanoseconds): see aheadRun.
+func (r *Rollup) see(t int64) {
+	old, seen := r.latestNs()
+	latest, seen, future := r.ahead.observe(old, seen, t, int64(r.o.MaxSkew))
+	r.stats.Future += future
+	if latest != old || r.latest.IsZero() {
+		r.setLatest(latest, seen)
+	}
 }
 
 // Advance moves the watermark with the wall clock when the partition has
@@ -216,6 +359,40 @@ func (r *Rollup) Advance(now time.Time) {
 		r.quiet = true
 		if t := now.Add(-r.o.Idle); t.After(r.latest) {
 			r.latest = t
+		}
+	}
+}
+
+// isClosed reports whether the window [start, end) was emitted.
+func (r *Rollup) isClosed(start int64, end time.Time) bool {
+	if !r.closed.IsZero() && !end.After(r.closed) {
+		return true
+	}
+	return r.emittedAheadHas(start)
+}
+
+// emittedAheadHas reports whether start is in emittedAhead.
+func (r *Rollup) emittedAheadHas(start int64) bool {
+	_, ok := r.emittedAhead[start]
+	return ok
+}
+
+// markClosed records that the window [start, end) was emitted: it moves
+// closed, unless it lies past latest (see emittedAhead).
+func (r *Rollup) markClosed(start int64, end time.Time) {
+	if latest, seen := r.latestNs(); !seen || start > latest {
+		if r.emittedAhead == nil {
+			r.emittedAhead = map[int64]struct{}{}
+		}
+		r.emittedAhead[start] = struct{}{}
+		return
+	}
+	if end.After(r.closed) {
+		r.closed = end
+		for s := range r.emittedAhead {
+			if s < r.closed.UnixNano() {
+				delete(r.emittedAhead, s)
+			}
 		}
 	}
 }
@@ -249,9 +426,7 @@ func (r *Rollup) Flush(final bool, emit func(Output) error) error {
 		r.oldestOK = false
 		closing = true
 		r.stats.Windows++
-		if end := w.p.End(); end.After(r.closed) {
-			r.closed = end
-		}
+		r.markClosed(start, w.p.End())
 	}
 	if !closing && !final && !(r.quiet && !r.active) {
 		return errors.Join(errs...)
@@ -302,7 +477,10 @@ func minKey(m map[int64]*pending) int64 {
 // encoding's version.
 const snapshotMagic = "RWR"
 
-const snapshotVersion = 1
+// snapshotVersion 2 added the Future and Folded counts and the events
+// held ahead;
+// Restore reads version 1 too.
+const snapshotVersion = 2
 
 // Next is one past the highest sequence number added: where a restored
 // Rollup's caller resumes reading.
@@ -337,7 +515,19 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	b = appendUvarint(b, r.stats.Late)
 	b = appendUvarint(b, r.stats.LateDropped)
 	b = appendUvarint(b, r.stats.Windows)
-	return appendUvarint(b, r.stats.Corrections), nil
+	b = appendUvarint(b, r.stats.Corrections)
+	b = appendUvarint(b, r.stats.Future)
+	b = appendUvarint(b, r.stats.Folded)
+	b = appendUvarint(b, uint64(r.ahead.n))
+	for _, t := range r.ahead.times[:r.ahead.n] {
+		b = appendUvarint(b, uint64(t))
+	}
+	starts := slices.Sorted(maps.Keys(r.emittedAhead))
+	b = appendUvarint(b, uint64(len(starts)))
+	for _, s := range starts {
+		b = appendUvarint(b, uint64(s))
+	}
+	return b, nil
 }
 
 // Restore makes an empty Rollup the one a snapshot was taken of.
@@ -349,8 +539,9 @@ func (r *Rollup) Restore(snapshot []byte) error {
 	if len(b) < len(snapshotMagic)+1 || string(b[:len(snapshotMagic)]) != snapshotMagic {
 		return errors.New("restore rollup: not a rollup snapshot")
 	}
-	if v := b[len(snapshotMagic)]; v != snapshotVersion {
-		return fmt.Errorf("restore rollup: version %d, want %d", v, snapshotVersion)
+	v := b[len(snapshotMagic)]
+	if v < 1 || v > snapshotVersion {
+		return fmt.Errorf("restore rollup: version %d, want 1 to %d", v, snapshotVersion)
 	}
 	rd := &reader{b: b[len(snapshotMagic)+1:]}
 	next := rd.uvarint()
@@ -377,13 +568,33 @@ func (r *Rollup) Restore(snapshot []byte) error {
 	}
 	st := RollupStats{Events: rd.uvarint(), Late: rd.uvarint(), LateDropped: rd.uvarint(),
 		Windows: rd.uvarint(), Corrections: rd.uvarint()}
+	var ahead aheadRun
+	var emittedAhead map[int64]struct{}
+	if v >= 2 {
+		st.Future, st.Folded = rd.uvarint(), rd.uvarint()
+		if n := rd.count(1); n < futureQuorum {
+			ahead.n = int(n)
+		} else {
+			rd.fail(fmt.Errorf("%d events held ahead, want fewer than %d", n, futureQuorum))
+		}
+		for i := range ahead.n {
+			ahead.times[i] = int64(rd.uvarint())
+		}
+		if n := rd.count(1); n > 0 {
+			emittedAhead = make(map[int64]struct{}, n)
+			for range n {
+				emittedAhead[int64(rd.uvarint())] = struct{}{}
+			}
+		}
+	}
 	if rd.err == nil && len(rd.b) != 0 {
 		rd.fail(fmt.Errorf("%d bytes after the end", len(rd.b)))
 	}
 	if rd.err != nil {
 		return fmt.Errorf("restore rollup: %w", rd.err)
 	}
-	r.next, r.latest, r.closed, r.open, r.late, r.stats = next, latest, closed, open, late, st
+	r.next, r.latest, r.closed, r.open, r.late, r.stats, r.ahead = next, latest, closed, open, late, st, ahead
+	r.emittedAhead = emittedAhead
 	r.oldestOK = false
 	return nil
 }

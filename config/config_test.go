@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/internal/canonpath"
@@ -503,6 +504,8 @@ tiers:
 `, "tiers.free.global", "is missing; use a global rule"},
 		{"null tier", anonymous + "  free: # <-\n", "tiers.free.global", "is missing"},
 		{"tier name", anonymous + "  free plan: {global: {limit: 1}} # <-\n", "tiers.free plan", `"free plan" is not allowed as a tier name; use letters, digits, _ and -`},
+		{"tier name too long", anonymous + "  " + strings.Repeat("t", 257) + ": {global: {limit: 1}} # <-\n", "tiers." + strings.Repeat("t", 257), "is not allowed as a tier name; use letters, digits, _ and -, at most 256 bytes"},
+		{"node too long", "edge:\n  node: " + strings.Repeat("n", 257) + " # <-\n" + anonymous, "edge.node", "is too long; use a node name of at most 256 bytes"},
 		{"extends unknown", anonymous + "  free:\n    extends: gold # <-\n", "tiers.free.extends", `"gold" is not a tier; use one of anonymous`},
 		{"extends self", anonymous + "  free:\n    extends: free # <-\n", "tiers.free.extends", `"free" is the tier itself`},
 		{"extends cycle", anonymous + `
@@ -1039,5 +1042,14 @@ func TestChoicesDecodeIntoTheirOwnersTypes(t *testing.T) {
 	}
 	if d.Decisions.Codec != columnar.CodecArrow || d.Decisions.Kinesis.Codec != columnar.CodecArrow {
 		t.Errorf("default codecs %v, %v", d.Decisions.Codec, d.Decisions.Kinesis.Codec)
+	}
+}
+
+// TestRuleNamesFitTheReaders: the longest rule name a valid configuration
+// makes (a tier name of the longest, ":", a path prefix of the longest
+// canonical path) is one the readers of the decisions believe.
+func TestRuleNamesFitTheReaders(t *testing.T) {
+	if longest := decisions.MaxNameLen + 1 + canonpath.MaxLen; longest > decisions.MaxRuleLen {
+		t.Errorf("a rule name of %d bytes, readers believe %d", longest, decisions.MaxRuleLen)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/internal/canonpath"
 	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
@@ -328,6 +329,9 @@ func (v *validator) edge(e *Edge) {
 		}
 	}
 	v.required(key("edge", "node"), e.Node, "a node name")
+	if len(e.Node) > decisions.MaxNameLen {
+		v.report(key("edge", "node"), e.Node, "is too long", "a node name of at most "+strconv.Itoa(decisions.MaxNameLen)+" bytes (readers of the decisions refuse longer)")
+	}
 	v.intRange(key("edge", "decision_queue"), int64(e.DecisionQueue), 1, math.MaxInt64)
 	v.header(key("edge", "request_id_header"), e.RequestIDHeader)
 	v.durationRange(key("edge", "shutdown_grace"), e.ShutdownGrace, 0, math.MaxInt64)
@@ -445,8 +449,8 @@ func (v *validator) tiers(tiers map[string]*Tier) {
 		if t == nil {
 			t = &Tier{}
 		}
-		if !isTierName(name) {
-			v.report(key("tiers", name), name, "is not allowed as a tier name", "letters, digits, _ and -")
+		if !isTierName(name) || len(name) > decisions.MaxNameLen {
+			v.report(key("tiers", name), name, "is not allowed as a tier name", "letters, digits, _ and -, at most "+strconv.Itoa(decisions.MaxNameLen)+" bytes")
 		}
 		global := t.Global
 		if parent := v.extends(tiers, name, t); global == nil && parent != nil {

@@ -82,9 +82,36 @@ func TestParseJSONErrors(t *testing.T) {
 		{"bad time", `{"v":1,"time":"yesterday","outcome":"allow"}`, "time"},
 		{"bad ip", `{"v":1,"time":"2026-11-30T03:00:00Z","client_ip":"1.2.3","outcome":"allow"}`, "client_ip"},
 		{"bad outcome", `{"v":1,"time":"2026-11-30T03:00:00Z","outcome":"maybe"}`, "unknown outcome"},
+		// Times outside int64 nanoseconds would wrap into another century.
+		{"year 9999", `{"v":2,"time":"9999-12-31T23:59:59Z","outcome":"allow"}`, "outside 1677-09-21T00:12:43.145224192Z to 2262-04-11T23:47:16.854775807Z"},
+		{"a nanosecond past 2262", `{"v":2,"time":"2262-04-11T23:47:16.854775808Z","outcome":"allow"}`, "time 2262-04-11T23:47:16.854775808Z is outside"},
+		{"year 1600", `{"v":2,"time":"1600-01-01T00:00:00Z","outcome":"allow"}`, "is outside"},
+		{"year 1 not at midnight", `{"v":2,"time":"0001-01-01T00:00:01Z","outcome":"allow"}`, "is outside"},
+		// Fields longer than the edge writes.
+		{"user id", `{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","user_id":"` + strings.Repeat("u", MaxUserIDLen+1) + `"}`, "user_id of 257 bytes, at most 256"},
+		{"plan", `{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","plan":"` + strings.Repeat("p", 400_000) + `"}`, "plan of 400000 bytes"},
+		{"tier", `{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","tier":"` + strings.Repeat("t", MaxNameLen+1) + `"}`, "tier of 257 bytes"},
+		{"rule", `{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","rule":"` + strings.Repeat("r", MaxRuleLen+1) + `"}`, "rule of 8450 bytes, at most 8449"},
+		{"node", `{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","node":"` + strings.Repeat("n", MaxNameLen+1) + `"}`, "node of 257 bytes"},
+		{"reason", `{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","reason":"` + strings.Repeat("x", MaxNameLen+1) + `"}`, "reason of 257 bytes"},
+		{"response error", `{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","response_error":"` + strings.Repeat("x", MaxNameLen+1) + `"}`, "response_error of 257 bytes"},
+		{"list", `{"v":2,"kind":"feedback","time":"2026-11-30T03:00:00Z","list":"` + strings.Repeat("x", MaxNameLen+1) + `"}`, "list of 257 bytes"},
+		{"action", `{"v":2,"kind":"feedback","time":"2026-11-30T03:00:00Z","action":"` + strings.Repeat("x", MaxNameLen+1) + `"}`, "action of 257 bytes"},
 	} {
 		if _, _, err := ParseJSON([]byte(c.line)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want it to mention %q", c.name, err, c.want)
+		}
+	}
+	// The edges of what is believed: the last nanosecond of int64, the
+	// zero time (written for an event without one), the longest fields.
+	for _, line := range []string{
+		`{"v":2,"time":"2262-04-11T23:47:16.854775807Z","outcome":"allow"}`,
+		`{"v":2,"time":"1677-09-21T00:12:43.145224192Z","outcome":"allow"}`,
+		`{"v":2,"time":"0001-01-01T00:00:00Z","outcome":"allow"}`,
+		`{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","user_id":"` + strings.Repeat("u", MaxUserIDLen) + `","rule":"` + strings.Repeat("r", MaxRuleLen) + `"}`,
+	} {
+		if _, _, err := ParseJSON([]byte(line)); err != nil {
+			t.Errorf("%.80s: %v", line, err)
 		}
 	}
 	// A newer version is read as far as the known fields go.

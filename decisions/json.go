@@ -181,7 +181,8 @@ type wire struct {
 // ParseJSON decodes one decision written by AppendJSON. Unknown fields are
 // ignored (they come from newer writers); a version newer than Version is
 // decoded as far as the known fields go and reported by the returned
-// version.
+// version. A decision that fails Check (a time out of range, a field
+// longer than the edge writes) is an error.
 func ParseJSON(line []byte) (d Decision, version int, err error) {
 	var w wire
 	if err := json.Unmarshal(line, &w); err != nil {
@@ -224,7 +225,7 @@ func ParseJSON(line []byte) (d Decision, version int, err error) {
 			return d, w.V, fmt.Errorf("parse decision: %w", err)
 		}
 	}
-	return Decision{
+	d = Decision{
 		Kind: kind, Privacy: w.Privacy, List: w.List, Action: w.Action, Target: w.Target,
 		TTL: durs[3], Dropped: w.Dropped,
 		Time: t, RequestID: w.RequestID, Node: w.Node, ClientIP: ip, UserID: w.UserID, Plan: w.Plan,
@@ -233,5 +234,9 @@ func ParseJSON(line []byte) (d Decision, version int, err error) {
 		Count: w.Count, Remaining: w.Remaining, Reset: durs[1],
 		Outcome: o, Reason: w.Reason, StoreLatency: durs[2],
 		Status: w.Status, UpstreamLatency: durs[4], ResponseError: w.ResponseError,
-	}, w.V, nil
+	}
+	if err := d.Check(); err != nil {
+		return Decision{}, w.V, fmt.Errorf("parse decision: %w", err)
+	}
+	return d, w.V, nil
 }

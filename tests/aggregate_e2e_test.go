@@ -2,12 +2,14 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,5 +294,73 @@ func TestAggregateKilled(t *testing.T) {
 	}
 	if len(g1) != len(w1) {
 		t.Errorf("%d files after the kills, %d without", len(g1), len(w1))
+	}
+}
+
+// TestAggregateFutureEvent: one decision stamped a year ahead, in a log
+// that `ratewarden aggregate --window 1s --late drop` reads, neither drops
+// the decisions after it as late nor, saved in the state, those a restart
+// reads; it is counted as future and kept in a window of its own.
+func TestAggregateFutureEvent(t *testing.T) {
+	bin := buildBinary(t)
+	tmp := t.TempDir()
+	logDir, state, out := filepath.Join(tmp, "log"), filepath.Join(tmp, "state"), filepath.Join(tmp, "partials")
+	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	at := func(from, to time.Duration, step time.Duration) []decisions.Decision {
+		var ds []decisions.Decision
+		for d := from; d < to; d += step {
+			ds = append(ds, decisions.Decision{Time: t0.Add(d), Outcome: decisions.Allow, Tier: "anonymous",
+				Rule: "anonymous:global", Node: "edge-1", ClientIP: netip.AddrFrom4([4]byte{192, 0, 2, byte(len(ds) + 1)})})
+		}
+		return ds
+	}
+	write := func(batches ...[]decisions.Decision) {
+		t.Helper()
+		l, err := seglog.Open(logDir, seglog.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+		for _, ds := range batches {
+			if err := w.WriteBatch(ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() string {
+		t.Helper()
+		return runBinary(t, bin, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir,
+			"--state-dir", state, "--partials", "dir:"+out, "--window", "1s", "--lateness", "500ms", "--late", "drop")
+	}
+	const year = 365 * 24 * time.Hour
+	// Two decisions a second: the second of each second was dropped as
+	// late once the year-ahead decision had closed every window.
+	first, ahead, after := at(0, time.Second, 100*time.Millisecond), at(year, year+1, 1), at(time.Second, 13*time.Second, 500*time.Millisecond)
+	write(first, ahead, after)
+	if got := run(); !strings.Contains(got, "late 0 (dropped 0), future 1,") {
+		t.Fatalf("first run:\n%s", got)
+	}
+	restart := at(13*time.Second, 17*time.Second, 500*time.Millisecond)
+	write(restart)
+	got := run()
+	if !strings.Contains(got, "late 0 (dropped 0), future 1,") {
+		t.Fatalf("after the restart:\n%s", got)
+	}
+	ps, problems, err := (&aggregator.PartialsDir{Dir: out}).Read(context.Background(), time.Second, t0, t0.Add(2*year))
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	var events, yearAhead uint64
+	for start, p := range ps {
+		events += p.Events
+		if start.Equal(t0.Add(year)) {
+			yearAhead = p.Events
+		}
+	}
+	if want := len(first) + len(ahead) + len(after) + len(restart); events != uint64(want) || yearAhead != 1 {
+		t.Errorf("partials hold %d events, want %d; the year-ahead window %d\n%s", events, want, yearAhead, got)
 	}
 }

@@ -32,6 +32,7 @@ func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
 	lateness := fs.Duration("lateness", 500*time.Millisecond, "how far behind the latest event an event may be and still join its `window`")
 	late := fs.String("late", "correct", "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
 	topK := fs.Int("top-k", 100, "clients held by each top-offenders `list`")
+	maxSkew := fs.Duration("max-skew", aggregator.DefaultMaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
 	return func() (aggregator.Options, error) {
 		p, ok := aggregator.ParseLatePolicy(*late)
 		switch {
@@ -43,8 +44,10 @@ func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
 			return aggregator.Options{}, fmt.Errorf("--lateness %v: want 0 to ten windows", *lateness)
 		case *topK < 1 || *topK > 100_000:
 			return aggregator.Options{}, fmt.Errorf("--top-k %d: want 1 to 100000", *topK)
+		case *maxSkew < time.Second || *maxSkew > 24*time.Hour:
+			return aggregator.Options{}, fmt.Errorf("--max-skew %v: want 1s to 24h", *maxSkew)
 		}
-		return aggregator.Options{Window: *window, Lateness: *lateness, Late: p, TopK: *topK}, nil
+		return aggregator.Options{Window: *window, Lateness: *lateness, Late: p, TopK: *topK, MaxSkew: *maxSkew}, nil
 	}
 }
 
@@ -152,8 +155,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if *stdinSrc {
 		problems := newProblemPrinter(stderr, "aggregate: stdin")
 		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.Problem(p) }}).Run(ctx, stdin)
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, windows %d, outputs %d\n",
-			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.Windows, st.Outputs)
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, future %d, folded %d, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.Future, st.Rollup.Folded, st.Rollup.Windows, st.Outputs)
 		problems.summary()
 		return err
 	}
@@ -238,8 +241,8 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d\n",
-			o.Source.Stream, s.Events, s.Skipped, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, future %d, folded %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d\n",
+			o.Source.Stream, s.Events, s.Skipped, s.Future, s.Folded, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
 			s.Source.Batches, s.Source.Checkpoints)
 	}
 	o.Progress = report
@@ -327,8 +330,8 @@ func printRun(w io.Writer, s aggregator.RunStats) {
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
-		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
+	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), future %d, folded %d, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
+		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Future, s.Rollup.Folded, s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
 }
 
 // lossSummary says what the run could not read: "lost 0 events", or the

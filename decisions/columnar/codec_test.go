@@ -57,6 +57,8 @@ func TestDecodePayloadErrors(t *testing.T) {
 		{"bad json", []byte{2, '{'}, "decode record: parse decision: "},
 		{"blank json line", slices.Concat([]byte{2}, good, []byte("\n\n"), good), "decode record: parse decision: "},
 		{"bad second json line", slices.Concat([]byte{2}, good, []byte("\n{}")), "decode record: parse decision: "},
+		{"json time past 2262", slices.Concat([]byte{2}, good, []byte("\n"+`{"v":2,"time":"9999-12-31T23:59:59Z","outcome":"allow"}`)), "decode record: parse decision: time 9999-12-31T23:59:59Z is outside"},
+		{"json user id past the cap", slices.Concat([]byte{2}, []byte(`{"v":2,"time":"2026-11-30T03:00:00Z","outcome":"allow","user_id":"`+strings.Repeat("u", 257)+`"}`)), "decode record: parse decision: user_id of 257 bytes"},
 	}
 	for _, c := range cases {
 		dst := []decisions.Decision{{RequestID: "kept"}}

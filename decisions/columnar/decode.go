@@ -393,10 +393,46 @@ func (d *Decoder) setView(c int, dt arrow.DataType, raw rawCol, dict *rawCol, n 
 		}
 		err = checkIndices(v.idx, v.idxW, len(d.values[c]))
 	}
+	if err == nil && colCaps[c] > 0 {
+		err = d.checkLens(c, colCaps[c])
+	}
 	if err != nil {
 		return fmt.Errorf("column %s: %w", columns[c].name, err)
 	}
 	v.present, v.n = true, n
+	return nil
+}
+
+// colCaps holds, by column, the longest value of the capped fields
+// (decisions.FieldCaps), 0 for the others.
+var colCaps = func() (caps [numCols]int) {
+	for _, f := range decisions.FieldCaps {
+		for c := range columns {
+			if columns[c].name == f.Name {
+				caps[c] = f.Max
+			}
+		}
+	}
+	return caps
+}()
+
+// checkLens reports a value of string or dictionary column c longer than
+// max bytes: the batch is corrupt, whether a row uses the value or not.
+func (d *Decoder) checkLens(c, max int) error {
+	v := &d.cols[c]
+	if v.typ == tDict {
+		for _, s := range d.values[c] {
+			if len(s) > max {
+				return fmt.Errorf("dictionary: %w", decisions.FieldTooLong(columns[c].name, len(s), max))
+			}
+		}
+		return nil
+	}
+	for i := 1; i < len(v.offsets); i++ {
+		if n := int(v.offsets[i] - v.offsets[i-1]); n > max {
+			return fmt.Errorf("row %d: %w", i-1, decisions.FieldTooLong(columns[c].name, n, max))
+		}
+	}
 	return nil
 }
 

@@ -157,11 +157,6 @@ func dictColumns() []int {
 	return out
 }
 
-var (
-	minTime = time.Unix(0, math.MinInt64)
-	maxTime = time.Unix(0, math.MaxInt64)
-)
-
 // Encode appends one encoded batch holding ds to dst and returns the
 // extended buffer. See the package documentation for what is stored and
 // what comes back. It fails, and returns dst unchanged, when ds is empty,
@@ -242,7 +237,7 @@ func (e *Encoder) fill(ds []decisions.Decision) error {
 	// microseconds apart fit in int32, where times since 1970 need int64.
 	e.timeBase = 0
 	for i := range ds {
-		if t := ds[i].Time; !t.IsZero() && !t.Before(minTime) && !t.After(maxTime) {
+		if t := ds[i].Time; !t.IsZero() && decisions.TimeInRange(t) {
 			e.timeBase = t.UnixNano()
 			break
 		}
@@ -256,7 +251,7 @@ func (e *Encoder) fill(ds []decisions.Decision) error {
 			e.setNullTime(i, n)
 			deltas[i] = 0
 		} else {
-			if d.Time.Before(minTime) || d.Time.After(maxTime) {
+			if !decisions.TimeInRange(d.Time) {
 				return fmt.Errorf("encode decisions: event %d: time %s is outside 1677-09-21 to 2262-04-11, the range of int64 nanoseconds", i, d.Time.Format(time.RFC3339Nano))
 			}
 			ns := d.Time.UnixNano()

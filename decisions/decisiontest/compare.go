@@ -106,7 +106,7 @@ func EdgeCases() []decisions.Decision {
 		with(func(d *decisions.Decision) { d.Status, d.ResponseError = 0, decisions.ClientClosed }),
 		with(func(d *decisions.Decision) {
 			d.Path = "/" + strings.Repeat("long/", 20_000)
-			d.UserID = strings.Repeat("ü", 3000)
+			d.UserID = strings.Repeat("ü", decisions.MaxUserIDLen/2) // the longest readers believe
 			d.Host = strings.Repeat("h", 70_000)
 		}),
 		with(func(d *decisions.Decision) {

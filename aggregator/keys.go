@@ -1,0 +1,152 @@
+package aggregator
+
+import "github.com/ratewarden/ratewarden/decisions"
+
+// DefaultMaxKeys is Partial.MaxKeys's default: distinct tiers, rules, nodes
+// and reasons a window keeps apart, each. A configuration has a few dozen
+// rules, a fleet a few hundred nodes, the edge a dozen reasons; 4,096 of
+// each is beyond any of them, and bounds what hostile names (each record
+// can carry its own, within decisions.FieldCaps) make a window hold: a
+// top-K list, a sketch and count cells per tier and rule.
+const DefaultMaxKeys = 4096
+
+// OtherKey is the name the tiers, rules, nodes and reasons past a window's
+// MaxKeys are counted under, folded together; the same as the EMF
+// documents' OtherRule.
+const OtherKey = OtherRule
+
+// keySets are the tiers, rules, nodes and reasons a partial holds, to
+// fold new ones past its cap. A name is admitted when an event stores it:
+// the tier, rule and reason of a decision in Counts.Cells, its node in
+// Counts.ByNode (known outcomes only). So the sets are those of the count
+// maps, and a decoded partial rebuilds them from its counts: a restored
+// rollup folds the same names as one that never stopped.
+type keySets struct {
+	tiers, rules, nodes, reasons map[string]struct{}
+}
+
+// keys returns p's key sets, built from its counts when needed.
+func (p *Partial) keys() *keySets {
+	if p.keySets != nil {
+		return p.keySets
+	}
+	k := &keySets{tiers: map[string]struct{}{}, rules: map[string]struct{}{}, nodes: map[string]struct{}{}, reasons: map[string]struct{}{}}
+	for c := range p.Counts.Cells {
+		k.tiers[c.Tier], k.rules[c.Rule], k.reasons[c.Reason] = struct{}{}, struct{}{}, struct{}{}
+	}
+	for n := range p.Counts.ByNode {
+		k.nodes[n] = struct{}{}
+	}
+	p.keySets = k
+	return k
+}
+
+func (p *Partial) maxKeys() int {
+	if p.MaxKeys > 0 {
+		return p.MaxKeys
+	}
+	return DefaultMaxKeys
+}
+
+// admit returns name, admitted to set if there is room, or OtherKey.
+// admit false only looks (a node of an event counted under no node).
+func admit(set map[string]struct{}, name string, max int, add bool) (string, bool) {
+	if _, ok := set[name]; ok {
+		return name, false
+	}
+	if len(set) >= max {
+		return OtherKey, name != OtherKey // a name of OtherKey is not folded
+	}
+	if add {
+		set[name] = struct{}{}
+	}
+	return name, false
+}
+
+// foldDecision returns d, or a copy of it in p's scratch event with the
+// names past the window's cap folded into OtherKey, counting it in
+// p.Folded. d must be a decision (KindDecision).
+func (p *Partial) foldDecision(d *decisions.Decision) *decisions.Decision {
+	k, max := p.keys(), p.maxKeys()
+	tier, f1 := admit(k.tiers, d.Tier, max, true)
+	rule, f2 := admit(k.rules, d.Rule, max, true)
+	reason, f3 := admit(k.reasons, d.Reason, max, true)
+	node, f4 := admit(k.nodes, d.Node, max, int(d.Outcome) < decisions.NumOutcomes)
+	if !(f1 || f2 || f3 || f4) {
+		return d
+	}
+	p.Folded++
+	p.scratch = *d
+	p.scratch.Tier, p.scratch.Rule, p.scratch.Reason, p.scratch.Node = tier, rule, reason, node
+	return &p.scratch
+}
+
+// foldTable is a Batch's table of one dimension's names after folding, by
+// dictionary id, and the call (Batch.foldGen) that decided each.
+type foldTable struct {
+	names []string
+	seen  []uint32
+}
+
+// foldColumns makes b's name tables (b.tierNames and the others) hold, for
+// each dictionary id that a decision row of [lo, hi) uses, its name or
+// OtherKey past p's cap, admitting names in row order as foldDecision
+// does event by event; it counts the rows folded in p.Folded.
+func (b *Batch) foldColumns(p *Partial, lo, hi int) {
+	c := b.c
+	k, max := p.keys(), p.maxKeys()
+	b.foldGen++
+	gen := b.foldGen
+	dims := [...]struct {
+		set   map[string]struct{}
+		vals  []string
+		ids   []int32
+		names *[]string // b's table, pointed at buf
+		buf   *[]string
+		seen  *[]uint32
+	}{
+		{k.tiers, c.Tier.Values, b.tier, &b.tierNames, &b.fold[0].names, &b.fold[0].seen},
+		{k.rules, c.Rule.Values, b.rule, &b.ruleNames, &b.fold[1].names, &b.fold[1].seen},
+		{k.reasons, c.Reason.Values, b.reason, &b.reasonNames, &b.fold[2].names, &b.fold[2].seen},
+		{k.nodes, c.Node.Values, b.node, &b.nodeNames, &b.fold[3].names, &b.fold[3].seen},
+	}
+	for i := range dims {
+		d := &dims[i]
+		*d.buf = growTo(*d.buf, len(d.vals))
+		*d.seen = growTo(*d.seen, len(d.vals))
+		*d.names = *d.buf
+	}
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
+			continue
+		}
+		folded := false
+		for j := range dims {
+			d := &dims[j]
+			id := d.ids[i]
+			names, seen := *d.buf, *d.seen
+			if seen[id] == gen {
+				folded = folded || names[id] == OtherKey && d.vals[id] != OtherKey
+				continue
+			}
+			add := j != 3 || int(c.Outcome[i]) < decisions.NumOutcomes // nodes: see keySets
+			name, f := admit(d.set, d.vals[id], max, add)
+			names[id] = name
+			if add || f {
+				seen[id] = gen // a node only looked at is looked at again
+			}
+			folded = folded || f
+		}
+		if folded {
+			p.Folded++
+		}
+	}
+}
+
+// growTo returns s with n elements, reusing its array.
+func growTo[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}

@@ -1,0 +1,79 @@
+package decisions
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// The times a decision can carry: int64 nanoseconds since 1970, the form
+// every codec and every window computes with (years 1677 to 2262). A
+// reader takes a time outside them, other than the zero time, for a
+// corrupt record: UnixNano would wrap it into another century.
+var (
+	MinTime = time.Unix(0, math.MinInt64).UTC()
+	MaxTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// TimeInRange reports whether t is the zero time or within MinTime and
+// MaxTime.
+func TimeInRange(t time.Time) bool {
+	return t.IsZero() || !t.Before(MinTime) && !t.After(MaxTime)
+}
+
+// The longest field values the edge writes, which readers believe; a
+// record with a longer value is corrupt. They bound what one record can
+// make a reader hold: the names are keys of every partial aggregate.
+const (
+	// MaxUserIDLen bounds user_id and plan: the edge believes no longer
+	// identity (edge/identity.MaxUserLen).
+	MaxUserIDLen = 256
+	// MaxNameLen bounds tier, node, reason, response_error, list and
+	// action: configuration names (the configuration refuses longer tier
+	// and node names) and the edge's own words.
+	MaxNameLen = 256
+	// MaxRuleLen bounds rule: "tier:global" or "tier:/path/prefix", the
+	// prefix a canonical path of at most 8 KiB (edge/canonpath.MaxLen).
+	MaxRuleLen = MaxNameLen + 1 + 8<<10
+)
+
+// FieldCap is a string field of a decision and the longest value readers
+// believe. Name is the field's name in every codec.
+type FieldCap struct {
+	Name string
+	Max  int
+	Of   func(*Decision) string
+}
+
+// FieldCaps are the capped fields.
+var FieldCaps = []FieldCap{
+	{"user_id", MaxUserIDLen, func(d *Decision) string { return d.UserID }},
+	{"plan", MaxUserIDLen, func(d *Decision) string { return d.Plan }},
+	{"tier", MaxNameLen, func(d *Decision) string { return d.Tier }},
+	{"rule", MaxRuleLen, func(d *Decision) string { return d.Rule }},
+	{"node", MaxNameLen, func(d *Decision) string { return d.Node }},
+	{"reason", MaxNameLen, func(d *Decision) string { return d.Reason }},
+	{"response_error", MaxNameLen, func(d *Decision) string { return d.ResponseError }},
+	{"list", MaxNameLen, func(d *Decision) string { return d.List }},
+	{"action", MaxNameLen, func(d *Decision) string { return d.Action }},
+}
+
+// FieldTooLong is the error of a field longer than its cap.
+func FieldTooLong(name string, n, max int) error {
+	return fmt.Errorf("%s of %d bytes, at most %d", name, n, max)
+}
+
+// Check reports the first problem that makes d a corrupt record for a
+// reader: a time out of range, or a field longer than its cap.
+func (d *Decision) Check() error {
+	if !TimeInRange(d.Time) {
+		return fmt.Errorf("time %s is outside %s to %s, the range of int64 nanoseconds since 1970",
+			d.Time.Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano))
+	}
+	for _, f := range FieldCaps {
+		if n := len(f.Of(d)); n > f.Max {
+			return FieldTooLong(f.Name, n, f.Max)
+		}
+	}
+	return nil
+}
