@@ -67,7 +67,9 @@ type EmitterOptions struct {
 	// as soon as it holds Batch decisions. So a sink that pays per record
 	// (Kinesis, the log's schema) gets full batches at low rates, for at
 	// most Linger of delay, and is written as often as it fills at high
-	// rates. Close writes what lingers.
+	// rates. Decisions that arrive while a batch is written wait for the
+	// next batch or for Linger from the end of that write (the writer's
+	// time is not counted against them). Close writes what lingers.
 	Linger time.Duration
 	// OnError is called with every write or flush error, from the writer
 	// goroutine. It may be nil.
@@ -268,7 +270,7 @@ func (e *Emitter) linger(spare []Decision) {
 		case <-e.wake:
 			switch n := e.queued(); {
 			case n >= e.opts.Batch:
-				spare = e.drain(spare, false, false)
+				spare = e.drainWhile(spare, false, false, e.opts.Batch)
 				wait.Stop()
 				armed = false
 			case n > 0 && !armed:
@@ -331,6 +333,15 @@ func (e *Emitter) reportDrops(now time.Time) {
 // decisions do not overwrite is cleared on the next tick: a written
 // decision is held at most two Intervals.
 func (e *Emitter) drain(spare []Decision, flush, keep bool) []Decision {
+	return e.drainWhile(spare, flush, keep, 1)
+}
+
+// drainWhile is drain that takes the queue again after a write only while
+// at least min decisions are queued: a lingering writer woken by a full
+// batch leaves what arrived during its write to its linger, rather than
+// writing it at once as a short batch (at a high rate, a writer racing the
+// request path would otherwise write a record of every few decisions).
+func (e *Emitter) drainWhile(spare []Decision, flush, keep bool, min int) []Decision {
 	wrote := false
 	for {
 		q := e.swap(spare)
@@ -352,6 +363,9 @@ func (e *Emitter) drain(spare []Decision, flush, keep bool) []Decision {
 			break
 		}
 		wrote = true
+		if min > 1 && e.queued() < min {
+			break
+		}
 	}
 	if wrote || flush {
 		if err := e.w.Flush(); err != nil {
