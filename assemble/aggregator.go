@@ -45,8 +45,9 @@ type AggregatorOptions struct {
 // Idle time bounds (--idle): how long a quiet partition waits before its
 // watermark follows the clock.
 const (
-	MinIdle = 100 * time.Millisecond
-	MaxIdle = time.Hour
+	MinIdle   = 100 * time.Millisecond
+	MaxIdle   = time.Hour
+	IdleRange = "100ms to 1h"
 )
 
 // DefaultAggregatorOptions returns the defaults of the aggregator's flags.
@@ -71,7 +72,7 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	case o.MaxSkew < time.Second || o.MaxSkew > 24*time.Hour:
 		return aggregator.Options{}, fmt.Errorf("--max-skew %v: want 1s to 24h", o.MaxSkew)
 	case o.Idle < MinIdle || o.Idle > MaxIdle:
-		return aggregator.Options{}, fmt.Errorf("--idle %v: want %v to %v", o.Idle, MinIdle, MaxIdle)
+		return aggregator.Options{}, fmt.Errorf("--idle %v: want %s", o.Idle, IdleRange)
 	case o.MaxKeys < 0:
 		return aggregator.Options{}, fmt.Errorf("max keys %d: want 0 (the default) or more", o.MaxKeys)
 	}

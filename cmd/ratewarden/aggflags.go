@@ -34,8 +34,7 @@ func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
 
 // idleFlag adds --idle, for the commands that follow a live source.
 func (f *aggregatorFlags) idleFlag(fs *flag.FlagSet) {
-	fs.DurationVar(&f.o.Idle, "idle", f.o.Idle, f.prefix+"how long a partition may see no event before its watermark follows the clock, so that the last window of a quiet period is emitted on time (`duration`, "+
-		assemble.MinIdle.String()+" to "+assemble.MaxIdle.String()+")")
+	fs.DurationVar(&f.o.Idle, "idle", f.o.Idle, f.prefix+"how long a partition may see no event before its watermark follows the clock, so that the last window of a quiet period is emitted on time (`duration`, "+assemble.IdleRange+")")
 }
 
 // namespaceFlag adds --namespace.
