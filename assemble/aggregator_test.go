@@ -105,3 +105,32 @@ func TestConfiguredRules(t *testing.T) {
 		t.Errorf("bad id: error %v", err)
 	}
 }
+
+// TestServeAggregator: serve's aggregator takes the serve section's
+// window, lateness and top-K and the configuration's rules, and the
+// flags' idle time and namespace.
+func TestServeAggregator(t *testing.T) {
+	cfg, err := config.Load(filepath.Join("..", "examples", "seed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Serve.Window, cfg.Serve.Lateness, cfg.Serve.TopK = 10*time.Second, 3*time.Second, 9
+	flags := DefaultAggregatorOptions()
+	flags.Idle, flags.Namespace = 5*time.Second, "NS"
+	ao := ServeAggregator(cfg, &flags)
+	ro, err := ao.Rollup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := aggregator.Options{Window: 10 * time.Second, Lateness: 3 * time.Second, Late: aggregator.LateCorrect, Idle: 5 * time.Second,
+		MaxSkew: aggregator.DefaultMaxSkew, TopK: 9}
+	if ro != want {
+		t.Errorf("rollup %+v, want %+v", ro, want)
+	}
+	if e := ao.EMFOptions("log"); e.Namespace != "NS" || len(e.Rules) == 0 || !slices.Equal(e.Rules, cfg.RuleIDs()) {
+		t.Errorf("EMF options %+v, want the configuration's rules %q", e, cfg.RuleIDs())
+	}
+	if d := ServeAggregator(cfg, nil); d.Idle != time.Second || d.Namespace != "Ratewarden" {
+		t.Errorf("no flags: %+v, want the defaults", d)
+	}
+}

@@ -62,6 +62,18 @@ type ServeOptions struct {
 	Now    func() time.Time // default time.Now
 }
 
+// ServeAggregator returns the options of serve's aggregator: o (nil:
+// DefaultAggregatorOptions) with the window, lateness and top-K of the
+// configuration's serve section and its rules (config.Config.RuleIDs).
+func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions {
+	ao := DefaultAggregatorOptions()
+	if o != nil {
+		ao = *o
+	}
+	ao.Window, ao.Lateness, ao.TopK, ao.Rules = cfg.Serve.Window, cfg.Serve.Lateness, cfg.Serve.TopK, cfg.RuleIDs()
+	return ao
+}
+
 // Serve runs, in one process and until ctx is done, what `ratewarden
 // edge` and `ratewarden aggregate --decisions-dir` run apart: the edge
 // (NewEdge, StartEdgeServer) writing the decision log, the aggregator
@@ -136,11 +148,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		}
 	}
 	defer closeAlerts()
-	ao := DefaultAggregatorOptions()
-	if o.Aggregator != nil {
-		ao = *o.Aggregator
-	}
-	ao.Window, ao.Lateness, ao.TopK, ao.Rules = sv.Window, sv.Lateness, sv.TopK, cfg.RuleIDs()
+	ao := ServeAggregator(cfg, o.Aggregator)
 	rollup, err := ao.Rollup()
 	if err != nil {
 		return fmt.Errorf("serve: aggregator: %w", err)
