@@ -50,7 +50,28 @@ type ServeOptions struct {
 	// the dashboard reads them (a Partials spec's store) instead of the
 	// directory serve.partials_dir.
 	Partials PartialsStore
-	Now      func() time.Time // default time.Now
+	// Aggregator are the aggregator's settings beyond the configuration
+	// (nil: DefaultAggregatorOptions): its idle time, max skew, max keys,
+	// EMF sink and namespace. The window, lateness and top-K are the
+	// configuration's serve.window, serve.lateness and serve.top_k, and
+	// the configured rules (config.Config.RuleIDs) get EMF documents of
+	// their own.
+	Aggregator *AggregatorOptions
+	// Stdout is where the EMF sink "stdout" writes; default os.Stdout.
+	Stdout io.Writer
+	Now    func() time.Time // default time.Now
+}
+
+// ServeAggregator returns the options of serve's aggregator: o (nil:
+// DefaultAggregatorOptions) with the window, lateness and top-K of the
+// configuration's serve section and its rules (config.Config.RuleIDs).
+func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions {
+	ao := DefaultAggregatorOptions()
+	if o != nil {
+		ao = *o
+	}
+	ao.Window, ao.Lateness, ao.TopK, ao.Rules = cfg.Serve.Window, cfg.Serve.Lateness, cfg.Serve.TopK, cfg.RuleIDs()
+	return ao
 }
 
 // Serve runs, in one process and until ctx is done, what `ratewarden
@@ -127,6 +148,17 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		}
 	}
 	defer closeAlerts()
+	ao := ServeAggregator(cfg, o.Aggregator)
+	rollup, err := ao.Rollup()
+	if err != nil {
+		return fmt.Errorf("serve: aggregator: %w", err)
+	}
+	opened, err := ao.OpenSinks(ctx, cmp.Or[io.Writer](o.Stdout, os.Stdout), "log")
+	defer opened.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
+	}
+	o.Sinks = append(o.Sinks[:len(o.Sinks):len(o.Sinks)], opened.Sinks...)
 	if al != nil {
 		o.Sinks = append(o.Sinks[:len(o.Sinks):len(o.Sinks)], al.Runner)
 		extraMetrics = append(extraMetrics, al.RegisterMetrics)
@@ -188,7 +220,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		st, err := aggregator.RunLog(aggCtx, aggregator.LogOptions{
 			Dir: cfg.Decisions.Dir, StateDir: sv.StateDir, Follow: true, Now: now,
 			Problem: aggProblems.Problem, Consumer: "serve",
-			Rollup: aggregator.Options{Window: sv.Window, Lateness: sv.Lateness, Late: aggregator.LateCorrect, TopK: sv.TopK},
+			Rollup: rollup,
 			Sinks:  sinks,
 			Progress: func(s aggregator.RunStats) {
 				latest.Store(&s)

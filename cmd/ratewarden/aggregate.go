@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,41 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
-	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
-
-// rollupFlags adds the window flags that aggregate and replay share.
-func rollupFlags(fs *flag.FlagSet) func() (aggregator.Options, error) {
-	window := fs.Duration("window", time.Minute, "window `length` in event time (1s, 10s, 1m, ...)")
-	lateness := fs.Duration("lateness", 500*time.Millisecond, "how far behind the latest event an event may be and still join its `window`")
-	late := fs.String("late", "correct", "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
-	topK := fs.Int("top-k", 100, "clients held by each top-offenders `list`")
-	maxSkew := fs.Duration("max-skew", aggregator.DefaultMaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
-	return func() (aggregator.Options, error) {
-		p, ok := aggregator.ParseLatePolicy(*late)
-		switch {
-		case !ok:
-			return aggregator.Options{}, fmt.Errorf("--late %q: want correct or drop", *late)
-		case *window < time.Second || *window > 24*time.Hour || time.Hour%*window != 0 && *window%time.Hour != 0:
-			return aggregator.Options{}, fmt.Errorf("--window %v: want 1s to 24h, dividing an hour or a multiple of one", *window)
-		case *lateness < 0 || *lateness > *window*10:
-			return aggregator.Options{}, fmt.Errorf("--lateness %v: want 0 to ten windows", *lateness)
-		case *topK < 1 || *topK > 100_000:
-			return aggregator.Options{}, fmt.Errorf("--top-k %d: want 1 to 100000", *topK)
-		case *maxSkew < time.Second || *maxSkew > 24*time.Hour:
-			return aggregator.Options{}, fmt.Errorf("--max-skew %v: want 1s to 24h", *maxSkew)
-		}
-		return aggregator.Options{Window: *window, Lateness: *lateness, Late: p, TopK: *topK, MaxSkew: *maxSkew}, nil
-	}
-}
 
 func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("aggregate", "aggregate (--decisions-dir DIR --state-dir DIR | --kinesis-stream NAME (--state-dir DIR | --state-table NAME) | --stdin) [--partials dir:PATH|dynamodb:TABLE] [--emf SINK] [flags]", stderr)
@@ -59,18 +30,19 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
 	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
 	poll := fs.Duration("poll", dkinesis.DefaultPoll, "with --kinesis-stream: how long to wait after a read that found a shard caught up (`duration`, 200ms to 1m); every read counts against the shard's five a second, shared by all its consumers")
-	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead, a live source (no state: closed windows leave as the watermark passes them, after a second without input it follows the clock, and the open windows leave at the end of the input)")
+	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead, a live source (no state: closed windows leave as the watermark passes them, after --idle without input it follows the clock, and the open windows leave at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
-	partials := fs.String("partials", "", "store each window's partial aggregates: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
-	emfSpec := fs.String("emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
-	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
-	ruleBudget := fs.Int("rule-budget", 50, "(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
+	af := rollupFlags(fs)
+	fs.StringVar(&af.o.Partials, "partials", "", "store each window's partial aggregates: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
+	fs.StringVar(&af.o.EMF, "emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
+	af.namespaceFlag(fs)
+	af.ruleBudgetFlag(fs)
+	af.idleFlag(fs)
+	af.ruleFlags(fs)
 	noFollow := fs.Bool("no-follow", false, "stop at the end of the log instead of waiting for new events")
 	admin := fs.String("admin-listen", "127.0.0.1:9091", "serve /metrics and /healthz on `address`; \"off\" to disable")
 	alertsCfg := fs.String("alerts", "", "run the anomaly detectors and feedback policies of the configuration `file` (its alerts and feedback sections) over every window, keeping their state in --state-dir; the local log only (with a Kinesis stream, run `ratewarden alerts` over the merged partials)")
-	opts := rollupFlags(fs)
-	emfRules := emfRuleFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -97,35 +69,19 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			return errors.New("aggregate: --no-follow reads a log to its end; a Kinesis stream has none")
 		}
 	}
-	ro, err := opts()
+	ao, ro, err := af.options()
 	if err != nil {
 		return err
 	}
 	if *poll < 200*time.Millisecond || *poll > time.Minute {
 		return fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll)
 	}
-	var sinks []aggregator.Sink
-	if *partials != "" {
-		s, err := assemble.Partials(ctx, *partials)
-		if err != nil {
-			return err
-		}
-		sinks = append(sinks, s)
+	opened, err := ao.OpenSinks(ctx, stdout, source)
+	defer opened.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
 	}
-	var emfWriter *emf.Writer
-	if *emfSpec != "" {
-		rules, err := emfRules()
-		if err != nil {
-			return err
-		}
-		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: source, RuleBudget: *ruleBudget, Rules: rules}, false)
-		if err != nil {
-			return err
-		}
-		defer closeEMF()
-		sinks = append(sinks, s)
-		emfWriter = s.W
-	}
+	sinks, emfWriter := opened.Sinks, opened.EMF
 	var extraMetrics []func(metric.Meter) error
 	if *alertsCfg != "" {
 		if *dir == "" || *stateDir == "" {
@@ -227,15 +183,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 // The shards' states are in stateDir, or in the DynamoDB table stateTable
 // under "<consumer group>/<stream>".
 func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, live *atomic.Pointer[aggregator.Kinesis]) error {
-	cfg, err := assemble.AWS(ctx, "")
-	if err != nil {
+	if err := assemble.AggregatorKinesis(ctx, &o, stateDir, stateTable); err != nil {
 		return err
-	}
-	dc := dynamodb.NewFromConfig(cfg)
-	o.Stream, o.Leases = kinesis.NewFromConfig(cfg), dc
-	o.Store = &aggregator.StateDir{Dir: stateDir}
-	if stateTable != "" {
-		o.Store = &aggregator.StateTable{API: dc, Table: stateTable, Prefix: o.Source.Group + "/" + o.Source.Stream}
 	}
 	var mu sync.Mutex
 	report := func(s aggregator.KinesisStats) {
@@ -265,8 +214,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	from, to := &timeFlag{now: time.Now}, &timeFlag{now: time.Now}
 	fs.Var(from, "from", "events at or after `T` (RFC 3339, or a duration before now)")
 	fs.Var(to, "to", "events before `T`")
-	opts := rollupFlags(fs)
-	emfRules := emfRuleFlags(fs)
+	af := rollupFlags(fs)
+	af.ruleFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -274,11 +223,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	ro, err := opts()
-	if err != nil {
-		return err
-	}
-	rules, err := emfRules()
+	// The EMF of a replay goes to a file, stamped with the windows' own
+	// times however old, and with a clock fixed at the end of the range so
+	// that the same range gives the same bytes.
+	af.o.EMF, af.o.Archive = "file:"+filepath.Join(*out, "emf.jsonl"), true
+	ao, ro, err := af.options()
 	if err != nil {
 		return err
 	}
@@ -293,36 +242,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer os.RemoveAll(state)
-	// The EMF of a replay goes to a file, stamped with the windows' own
-	// times however old, and with a clock fixed at the end of the range so
-	// that the same range gives the same bytes.
-	emfOut, closeEMF, err := emfSink(ctx, "file:"+filepath.Join(*out, "emf.jsonl"), stdout, aggregator.EMFOptions{Source: "log", Rules: rules}, true)
+	opened, err := ao.OpenSinks(ctx, stdout, "log")
 	if err != nil {
+		opened.Close(context.WithoutCancel(ctx))
 		return err
 	}
 	problems := newProblemPrinter(stderr, "replay")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
-		Problem: problems.Problem, Rollup: ro, Sinks: []aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}, emfOut}})
-	if cerr := closeEMF(); err == nil {
+		Problem: problems.Problem, Rollup: ro, Sinks: append([]aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}}, opened.Sinks...)})
+	if cerr := opened.Close(context.WithoutCancel(ctx)); err == nil {
 		err = cerr
 	}
 	printRun(stderr, st)
 	problems.summary()
 	return err
-}
-
-// emfSink opens the EMF sink spec names behind a writer; close flushes and
-// closes it. archive accepts windows of any age (a replay into a file).
-func emfSink(ctx context.Context, spec string, stdout io.Writer, o aggregator.EMFOptions, archive bool) (*aggregator.EMFSink, func() error, error) {
-	sink, err := assemble.EMFSink(ctx, spec, stdout)
-	if err != nil {
-		return nil, nil, err
-	}
-	w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: archive}, sink)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &aggregator.EMFSink{W: w, Opts: o}, func() error { return w.Close(context.WithoutCancel(ctx)) }, nil
 }
 
 func printRun(w io.Writer, s aggregator.RunStats) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
@@ -15,7 +14,6 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/assemble"
-	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
 // runLambda serves API Gateway and ALB events: the limiter in front of a
@@ -24,16 +22,18 @@ import (
 // invocation's decisions are flushed before it returns: Lambda freezes the
 // process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--partials dir:PATH|dynamodb:TABLE] [--window D] [--namespace NS] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
+	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--config FILE] [--partials dir:PATH|dynamodb:TABLE] [--window D] [--namespace NS] [--rule-budget N] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
 	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
-	window := fs.Duration("window", time.Minute, "with --aggregate and --report: window `length`")
-	namespace := fs.String("namespace", "Ratewarden", "with --aggregate: CloudWatch `namespace`")
+	af := newAggregatorFlags("with --aggregate: ")
+	fs.DurationVar(&af.o.Window, "window", af.o.Window, "with --aggregate and --report: window `length`")
+	af.namespaceFlag(fs)
+	af.ruleBudgetFlag(fs)
 	reportMode := fs.Bool("report", getenv("RATEWARDEN_LAMBDA_MODE") == "report", "serve an EventBridge schedule instead: each scheduled event writes the abuse report of --report-range before it to stdout (CloudWatch Logs) and --out (default: $RATEWARDEN_LAMBDA_MODE=report)")
-	partials := fs.String("partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount) or dynamodb:TABLE (default $RATEWARDEN_PARTIALS); with --aggregate: also store each batch's partials there, as aggregate --partials does")
+	fs.StringVar(&af.o.Partials, "partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount) or dynamodb:TABLE (default $RATEWARDEN_PARTIALS); with --aggregate: also store each batch's partials there, as aggregate --partials does")
 	commitRecords := fs.Int("commit-records", 0, "with --aggregate: records per commit group, each written and keyed on its own so a sink failure is retried from its group (`n`; default: the whole batch)")
-	ignoreTime := fs.Bool("ignore-time", false, "with --aggregate: write EMF for windows of any age (a backlog older than CloudWatch's 14 days) instead of dropping and counting them")
+	fs.BoolVar(&af.o.Archive, "ignore-time", false, "with --aggregate: write EMF for windows of any age (a backlog older than CloudWatch's 14 days) instead of dropping and counting them")
 	alertsFile := fs.String("alerts", "", "with --report: JSON lines `file` of alerts and actions")
 	reportRange := fs.Duration("report-range", 24*time.Hour, "with --report: the `length` of time each report covers, ending two windows before the event")
 	format := fs.String("format", "md", "with --report: md, html, json or csv")
@@ -52,36 +52,26 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return fmt.Errorf("--%w", err)
 		}
-		store, err := assemble.Partials(ctx, *partials)
+		store, err := assemble.Partials(ctx, af.o.Partials)
 		if err != nil {
 			return fmt.Errorf("lambda --report: %w", err)
 		}
-		s := &report.Scheduled{Job: report.Job{Partials: store, Rollup: aggregator.Options{Window: *window}, AlertsFile: *alertsFile, Format: f,
-			Options: report.Options{Source: "partials " + *partials}}, Range: *reportRange, Out: stdout, OutFile: *out}
+		s := &report.Scheduled{Job: report.Job{Partials: store, Rollup: aggregator.Options{Window: af.o.Window}, AlertsFile: *alertsFile, Format: f,
+			Options: report.Options{Source: "partials " + af.o.Partials}}, Range: *reportRange, Out: stdout, OutFile: *out}
 		awslambda.StartWithOptions(s.Handle, awslambda.WithContext(ctx))
 		return nil
 	}
 	if *aggregate {
-		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: *ignoreTime}, emf.NewStdoutSink(stdout))
+		kl, sinks, err := af.o.Lambda(ctx, *cfgPath, stdout)
+		defer sinks.Close(context.Background())
 		if err != nil {
 			return err
 		}
-		defer w.Close(context.Background())
-		sinks := []aggregator.Sink{&aggregator.EMFSink{W: w, Opts: aggregator.EMFOptions{Namespace: *namespace, Source: "kinesis"}}}
-		if *partials != "" {
-			// Stored partials come first: the EMF of a commit group is
-			// written only once its partials are stored, so a retry after
-			// a store failure does not emit the group's EMF twice.
-			store, err := assemble.Partials(ctx, *partials)
-			if err != nil {
-				return err
-			}
-			sinks = slices.Insert(sinks, 0, aggregator.Sink(store))
-		}
 		log := slog.New(slog.NewJSONHandler(stderr, nil))
-		kl := &aggregator.KinesisLambda{Window: *window, CommitRecords: *commitRecords,
-			Sinks:        sinks,
-			OnInvocation: func(ctx context.Context, inv aggregator.Invocation) { logInvocation(ctx, log, inv, w.Stats().Rejected) }}
+		kl.CommitRecords = *commitRecords
+		kl.OnInvocation = func(ctx context.Context, inv aggregator.Invocation) {
+			logInvocation(ctx, log, inv, sinks.EMF.Stats().Rejected)
+		}
 		awslambda.StartWithOptions(kl.Handle, awslambda.WithContext(ctx))
 		return nil
 	}

@@ -79,7 +79,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("--%w", err)
 	}
-	ro, err := opts()
+	_, ro, err := opts.options()
 	if err != nil {
 		return err
 	}

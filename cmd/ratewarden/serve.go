@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
 )
 
@@ -23,14 +22,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	partials := fs.String("partials-dir", "", "the aggregator's partials `directory` (overrides serve.partials_dir)")
 	partialsSpec := fs.String("partials", "", "or store the partials in "+assemble.PartialsSpecs+" instead")
 	server := fs.String("server", "", "the edge's HTTP `server`: net/http or fasthttp (overrides edge.server)")
-	emfSpec := fs.String("emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
-	namespace := fs.String("namespace", "Ratewarden", "CloudWatch `namespace` of the EMF metrics")
+	af := newAggregatorFlags("")
+	fs.StringVar(&af.o.EMF, "emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs+"; each rule of the configuration gets [Tier, Rule] documents of its own")
+	af.namespaceFlag(fs)
+	af.idleFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if _, err := af.o.Rollup(); err != nil { // the flags' values; serve.* are checked with the configuration
+		return err
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
@@ -61,7 +65,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv}}
+	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv}, Aggregator: &af.o, Stdout: stdout}
 	if *partialsSpec != "" {
 		if *partials != "" {
 			return errors.New("serve: give --partials-dir or --partials, not both")
@@ -69,14 +73,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		if o.Partials, err = assemble.Partials(ctx, *partialsSpec); err != nil {
 			return err
 		}
-	}
-	if *emfSpec != "" {
-		s, closeEMF, err := emfSink(ctx, *emfSpec, stdout, aggregator.EMFOptions{Namespace: *namespace, Source: "log"}, false)
-		if err != nil {
-			return err
-		}
-		defer closeEMF()
-		o.Sinks = append(o.Sinks, s)
 	}
 	o.Ready = func(a assemble.ServeAddrs) {
 		if a.Dashboard != "" {

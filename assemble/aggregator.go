@@ -1,0 +1,202 @@
+package assemble
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/config"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+)
+
+// AggregatorOptions are the aggregator's settings as every command that
+// runs it (aggregate, replay, serve, lambda --aggregate) takes them from
+// its flags and configuration: the rollup, the EMF documents and the
+// sinks. Start from DefaultAggregatorOptions; Rollup checks the ranges.
+type AggregatorOptions struct {
+	// The rollup (aggregator.Options): window length, lateness, what
+	// happens to later events ("correct" or "drop"; "" is correct), max
+	// skew, idle time, top-K list length and distinct names per window.
+	Window, Lateness time.Duration
+	Late             string
+	MaxSkew, Idle    time.Duration
+	TopK, MaxKeys    int
+
+	// The EMF documents (aggregator.EMFOptions): namespace, the rule
+	// budget and the configured rules' ids, which replace the budget.
+	Namespace  string
+	RuleBudget int
+	Rules      []string
+
+	// Partials is where each window's partials are stored (a Partials
+	// spec, "" for nowhere); EMF is the EMF sink (an EMFSink spec, "" for
+	// none). Archive writes EMF for windows of any age (a replay, or a
+	// backlog older than CloudWatch's 14 days).
+	Partials, EMF string
+	Archive       bool
+}
+
+// Idle time bounds (--idle): how long a quiet partition waits before its
+// watermark follows the clock.
+const (
+	MinIdle   = 100 * time.Millisecond
+	MaxIdle   = time.Hour
+	IdleRange = "100ms to 1h"
+)
+
+// DefaultAggregatorOptions returns the defaults of the aggregator's flags.
+func DefaultAggregatorOptions() AggregatorOptions {
+	return AggregatorOptions{Window: time.Minute, Lateness: 500 * time.Millisecond, Late: "correct", MaxSkew: aggregator.DefaultMaxSkew,
+		Idle: time.Second, TopK: 100, Namespace: "Ratewarden", RuleBudget: 50}
+}
+
+// Rollup returns the rollup options, or an error naming the flag whose
+// value is out of range. MaxKeys 0 is aggregator.DefaultMaxKeys.
+func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
+	p, ok := aggregator.ParseLatePolicy(o.Late)
+	switch {
+	case !ok:
+		return aggregator.Options{}, fmt.Errorf("--late %q: want correct or drop", o.Late)
+	case o.Window < time.Second || o.Window > 24*time.Hour || time.Hour%o.Window != 0 && o.Window%time.Hour != 0:
+		return aggregator.Options{}, fmt.Errorf("--window %v: want 1s to 24h, dividing an hour or a multiple of one", o.Window)
+	case o.Lateness < 0 || o.Lateness > o.Window*10:
+		return aggregator.Options{}, fmt.Errorf("--lateness %v: want 0 to ten windows", o.Lateness)
+	case o.TopK < 1 || o.TopK > 100_000:
+		return aggregator.Options{}, fmt.Errorf("--top-k %d: want 1 to 100000", o.TopK)
+	case o.MaxSkew < time.Second || o.MaxSkew > 24*time.Hour:
+		return aggregator.Options{}, fmt.Errorf("--max-skew %v: want 1s to 24h", o.MaxSkew)
+	case o.Idle < MinIdle || o.Idle > MaxIdle:
+		return aggregator.Options{}, fmt.Errorf("--idle %v: want %s", o.Idle, IdleRange)
+	case o.MaxKeys < 0:
+		return aggregator.Options{}, fmt.Errorf("max keys %d: want 0 (the default) or more", o.MaxKeys)
+	}
+	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys}, nil
+}
+
+// EMFOptions returns the EMF options of the documents of source (the
+// idempotency key's source, such as "log" or a stream name).
+func (o AggregatorOptions) EMFOptions(source string) aggregator.EMFOptions {
+	return aggregator.EMFOptions{Namespace: o.Namespace, Source: source, RuleBudget: o.RuleBudget, Rules: o.Rules}
+}
+
+// ConfiguredRules returns the rule ids of the configuration file path
+// followed by those of list (comma-separated, as --rules takes them): the
+// rules whose [Tier, Rule] EMF documents are never folded into __other__.
+// Both empty is none.
+func ConfiguredRules(path string, list string) ([]string, error) {
+	var ids []string
+	if path != "" {
+		cfg, err := config.Load(path)
+		if err != nil {
+			return nil, err
+		}
+		ids = cfg.RuleIDs()
+	}
+	return appendRuleList(ids, list)
+}
+
+// AggregatorSinks are the sinks AggregatorOptions name, opened.
+type AggregatorSinks struct {
+	// Sinks are the stored partials first, then the EMF: the EMF of an
+	// output is written only once its partials are stored, so a retry
+	// after a store failure does not emit it twice.
+	Sinks []aggregator.Sink
+	EMF   *emf.Writer // nil without an EMF sink
+}
+
+// Close flushes and closes the EMF writer, if any.
+func (s *AggregatorSinks) Close(ctx context.Context) error {
+	if s.EMF == nil {
+		return nil
+	}
+	return s.EMF.Close(ctx)
+}
+
+// OpenSinks opens the partials store and the EMF sink o names (stdout is
+// the EMF sink "stdout"), the EMF documents marked with source. Close the
+// result even on a later error.
+func (o AggregatorOptions) OpenSinks(ctx context.Context, stdout io.Writer, source string) (*AggregatorSinks, error) {
+	s := &AggregatorSinks{}
+	if o.Partials != "" {
+		store, err := Partials(ctx, o.Partials)
+		if err != nil {
+			return s, err
+		}
+		s.Sinks = append(s.Sinks, store)
+	}
+	if o.EMF != "" {
+		sink, err := EMFSink(ctx, o.EMF, stdout)
+		if err != nil {
+			return s, err
+		}
+		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: o.Archive}, sink)
+		if err != nil {
+			return s, err
+		}
+		s.EMF = w
+		s.Sinks = append(s.Sinks, &aggregator.EMFSink{W: w, Opts: o.EMFOptions(source)})
+	}
+	return s, nil
+}
+
+// AggregatorKinesis fills in the AWS clients of a Kinesis aggregator (the
+// SDK's configuration the standard way) and its state store: the
+// directory stateDir, or the DynamoDB table stateTable under "<consumer
+// group>/<stream>".
+func AggregatorKinesis(ctx context.Context, o *aggregator.KinesisOptions, stateDir, stateTable string) error {
+	cfg, err := AWS(ctx, "")
+	if err != nil {
+		return err
+	}
+	dc := dynamodb.NewFromConfig(cfg)
+	o.Stream, o.Leases = kinesis.NewFromConfig(cfg), dc
+	o.Store = &aggregator.StateDir{Dir: stateDir}
+	if stateTable != "" {
+		o.Store = &aggregator.StateTable{API: dc, Table: stateTable, Prefix: o.Source.Group + "/" + o.Source.Stream}
+	}
+	return nil
+}
+
+// appendRuleList appends the rule ids of list (comma-separated, such as
+// anonymous:global,pro:/api/search) to ids.
+func appendRuleList(ids []string, list string) ([]string, error) {
+	for id := range strings.SplitSeq(list, ",") {
+		if id = strings.TrimSpace(id); id == "" {
+			continue
+		}
+		if tier, rest, ok := strings.Cut(id, ":"); !ok || tier == "" || rest == "" {
+			return nil, fmt.Errorf("--rules %q: want rule ids <tier>:global or <tier>:<path prefix>, such as anonymous:global", id)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// Lambda returns the aggregator of `lambda --aggregate`: a
+// KinesisLambda writing the stored partials (o.Partials, when given) and
+// then the EMF documents on stdout, the rules of the configuration file
+// cfgPath (when given) with documents of their own. Close the sinks even
+// on an error.
+func (o AggregatorOptions) Lambda(ctx context.Context, cfgPath string, stdout io.Writer) (*aggregator.KinesisLambda, *AggregatorSinks, error) {
+	ro, err := o.Rollup()
+	if err != nil {
+		return nil, &AggregatorSinks{}, err
+	}
+	if cfgPath != "" {
+		if o.Rules, err = ConfiguredRules(cfgPath, ""); err != nil {
+			return nil, &AggregatorSinks{}, err
+		}
+	}
+	o.EMF = "stdout"
+	sinks, err := o.OpenSinks(ctx, stdout, "kinesis")
+	if err != nil {
+		return nil, sinks, err
+	}
+	return &aggregator.KinesisLambda{Window: ro.Window, TopK: ro.TopK, Sinks: sinks.Sinks}, sinks, nil
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/assemble"
+)
+
+// aggregatorFlags are the aggregator's flags of a command that runs it
+// (aggregate, replay, report, serve, lambda --aggregate): each adds the
+// ones that apply to it, by the same names, into one
+// assemble.AggregatorOptions, checked there.
+type aggregatorFlags struct {
+	o              assemble.AggregatorOptions
+	prefix         string // before each usage line, such as "with --aggregate: "
+	cfgPath, rules *string
+}
+
+func newAggregatorFlags(prefix string) *aggregatorFlags {
+	return &aggregatorFlags{o: assemble.DefaultAggregatorOptions(), prefix: prefix}
+}
+
+// rollupFlags adds the window flags that aggregate, replay and report share.
+func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
+	f := newAggregatorFlags("")
+	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window `length` in event time (1s, 10s, 1m, ...)")
+	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its `window`")
+	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
+	fs.IntVar(&f.o.TopK, "top-k", f.o.TopK, "clients held by each top-offenders `list`")
+	fs.DurationVar(&f.o.MaxSkew, "max-skew", f.o.MaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
+	return f
+}
+
+// idleFlag adds --idle, for the commands that follow a live source.
+func (f *aggregatorFlags) idleFlag(fs *flag.FlagSet) {
+	fs.DurationVar(&f.o.Idle, "idle", f.o.Idle, f.prefix+"how long a partition may see no event before its watermark follows the clock, so that the last window of a quiet period is emitted on time (`duration`, "+assemble.IdleRange+")")
+}
+
+// namespaceFlag adds --namespace.
+func (f *aggregatorFlags) namespaceFlag(fs *flag.FlagSet) {
+	fs.StringVar(&f.o.Namespace, "namespace", f.o.Namespace, f.prefix+"CloudWatch `namespace` of the EMF metrics")
+}
+
+// ruleBudgetFlag adds --rule-budget.
+func (f *aggregatorFlags) ruleBudgetFlag(fs *flag.FlagSet) {
+	fs.IntVar(&f.o.RuleBudget, "rule-budget", f.o.RuleBudget, f.prefix+"(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
+}
+
+// ruleFlags adds --config and --rules to the flags of a command that
+// writes the aggregator's EMF: the rules whose [Tier, Rule] documents are
+// never folded into __other__ (aggregator.EMFOptions.Rules); none means
+// the busiest of each output (--rule-budget).
+func (f *aggregatorFlags) ruleFlags(fs *flag.FlagSet) {
+	f.cfgPath = fs.String("config", "", "the edges' configuration `file`: each of its rules gets [Tier, Rule] EMF documents of its own in every window and partition, and rules it does not have are folded into __other__ (without it or --rules, each partition keeps its --rule-budget busiest, which may differ between shards)")
+	f.rules = fs.String("rules", "", "rule ids kept as --config keeps its rules (comma-separated `list`, such as anonymous:global,pro:/api/search)")
+}
+
+// options returns the checked options and their rollup; with an EMF sink,
+// the rules of --config and --rules read.
+func (f *aggregatorFlags) options() (assemble.AggregatorOptions, aggregator.Options, error) {
+	ro, err := f.o.Rollup()
+	if err != nil {
+		return f.o, ro, err
+	}
+	if f.cfgPath != nil && f.o.EMF != "" {
+		if f.o.Rules, err = assemble.ConfiguredRules(*f.cfgPath, *f.rules); err != nil {
+			return f.o, ro, err
+		}
+	}
+	return f.o, ro, nil
+}
