@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -217,5 +218,45 @@ func sameRun(t *testing.T, name string, got, want cappedRun) {
 			t.Errorf("%s: output %d differs: %.40q, want %.40q", name, i, got.outs[i], want.outs[i])
 			return
 		}
+	}
+}
+
+// BenchmarkRollupHostileWindows rolls up the attack of TestRollupAheadCap
+// (20,000 records at distinct seconds an hour or more ahead, between
+// 20,000 of the present) through Add, Due and Flush, with the default
+// MaxAhead and with no effective cap (the aggregator before it): B/op and
+// allocs/op per attack, and the heap still held at its end (held-MB,
+// after a GC, before the final flush) with the windows open.
+func BenchmarkRollupHostileWindows(b *testing.B) {
+	ds := hostileWindows(20_000, false)
+	for _, c := range []struct {
+		name     string
+		maxAhead int
+	}{{"capped", 0}, {"uncapped", 1 << 30}} {
+		b.Run(c.name, func(b *testing.B) {
+			var held float64
+			var open int
+			b.ReportAllocs()
+			for b.Loop() {
+				var before runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				r := NewRollup(Options{Window: time.Second, Lateness: 500 * time.Millisecond, MaxAhead: c.maxAhead})
+				for i := range ds {
+					r.Add(&ds[i], uint64(i))
+					if r.Due() {
+						r.Flush(false, func(Output) error { return nil })
+					}
+				}
+				var after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				held = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / (1 << 20)
+				open, _ = r.Held()
+				runtime.KeepAlive(r)
+			}
+			b.ReportMetric(held, "held-MB")
+			b.ReportMetric(float64(open), "windows")
+		})
 	}
 }

@@ -285,6 +285,10 @@ type RollupStats struct {
 	CorrectionsDropped uint64
 }
 
+// OverCap returns the events dropped past a cap on the windows held:
+// AheadDropped plus CorrectionsDropped.
+func (s RollupStats) OverCap() uint64 { return s.AheadDropped + s.CorrectionsDropped }
+
 // Held returns the windows the Rollup holds: those open and the pending
 // corrections.
 func (r *Rollup) Held() (open, corrections int) { return len(r.open), len(r.late) }
