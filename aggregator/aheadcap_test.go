@@ -49,7 +49,13 @@ type cappedRun struct {
 // and the rest goes to one restored from it.
 func rollCapped(t *testing.T, ds []decisions.Decision, columns bool, restartAt int) cappedRun {
 	t.Helper()
-	r := NewRollup(Options{Window: time.Second, Lateness: 500 * time.Millisecond})
+	return rollCappedWith(t, Options{Window: time.Second, Lateness: 500 * time.Millisecond}, 500, ds, columns, restartAt)
+}
+
+// rollCappedWith is rollCapped with options o and batches of size events.
+func rollCappedWith(t *testing.T, o Options, size int, ds []decisions.Decision, columns bool, restartAt int) cappedRun {
+	t.Helper()
+	r := NewRollup(o)
 	run := cappedRun{emittedAt: map[string]int{}}
 	added := 0
 	emit := func(o Output) error {
@@ -81,7 +87,6 @@ func rollCapped(t *testing.T, ds []decisions.Decision, columns bool, restartAt i
 			}
 		}
 	} else {
-		const size = 500
 		dec := columnar.NewDecoder()
 		for k, raw := range encodeBatches(t, ds, size) {
 			seq := uint64(k * size)
@@ -178,6 +183,42 @@ func TestRollupCorrectionsCap(t *testing.T) {
 			t.Errorf("%s: %d corrections pending at once", name, got.maxCorr)
 		}
 		sameRun(t, name, got, ref)
+	}
+}
+
+// TestRollupAheadCapRuns: with a cap of one window ahead, events of a
+// window refused one by one until a quorum of them moves the latest event
+// time to it (then it opens mid-run), and windows refused within one
+// batch, are refused and counted alike through Add, the columnar path in
+// batches of every size that cuts these runs, and a restart.
+func TestRollupAheadCapRuns(t *testing.T) {
+	cat := func(parts ...[]time.Duration) []time.Duration {
+		var out []time.Duration
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	prime := make([]time.Duration, futureQuorum)
+	times := cat(prime, []time.Duration{year, 2 * year}, seconds(1, 2), repeat(3*year, futureQuorum),
+		seconds(1, 3), []time.Duration{4 * year, 5 * year}, seconds(1, 3))
+	ds := at(times...)
+	o := Options{Window: time.Second, Lateness: 500 * time.Millisecond, MaxAhead: 1}
+	ref := rollCappedWith(t, o, 1, ds, false, -1)
+	// 2 years and 5 years refused (a year's window was open ahead), and
+	// seven of the eight at 3 years before the quorum.
+	if want := uint64(2 + futureQuorum - 1); ref.stats.AheadDropped != want {
+		t.Errorf("%d dropped ahead, want %d: %+v", ref.stats.AheadDropped, want, ref.stats)
+	}
+	if got := ref.events + ref.stats.LateDropped + ref.stats.CorrectionsDropped + ref.stats.AheadDropped; got != uint64(len(ds)) {
+		t.Errorf("%d events emitted or counted as dropped (%+v), of %d", got, ref.stats, len(ds))
+	}
+	for _, size := range []int{1, 2, 3, 5, 7, len(ds)} {
+		for _, restartAt := range []int{-1, futureQuorum + 4, futureQuorum + 9} {
+			name := fmt.Sprintf("batches of %d, restart after %d", size, restartAt)
+			sameRun(t, name, rollCappedWith(t, o, size, ds, true, restartAt), ref)
+			sameRun(t, name+", events", rollCappedWith(t, o, size, ds, false, restartAt), ref)
+		}
 	}
 }
 
