@@ -611,39 +611,53 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 	times := b.times
 	for i := lo; i < hi; {
 		start := windowStartNs(times[i], size)
-		j := i
+		late := anyClosed && start+size <= closedNs || r.emittedAheadHas(start)
+		m := r.open
+		if late {
+			m = r.late
+		}
+		w := m[start]
+		// The window's rows are [i, j); those before first were refused
+		// (see refuses), one by one as Add would, until the window opened.
+		j, first := i, i
+		opens := w == nil && !(late && r.o.Late == LateDrop)
 		for ; j < hi && times[j]-start < size && times[j] >= start; j++ {
 			t := times[j]
 			if seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
 				latest = max(latest, t) // the present, nothing held ahead
-				continue
+			} else {
+				var f uint64
+				latest, seen, f = r.ahead.observe(latest, seen, t, skew)
+				future += f
 			}
-			var f uint64
-			latest, seen, f = r.ahead.observe(latest, seen, t, skew)
-			future += f
+			if opens {
+				if r.refuses(late, start, latest, seen) {
+					r.countRefused(late, 1)
+					first = j + 1
+					continue
+				}
+				opens = false
+				w = &pending{p: r.newPartial(start), from: seq + uint64(j)}
+				m[start] = w
+				if !late && r.oldestOK && start < r.oldest {
+					r.oldest = start
+				}
+			}
 		}
-		m, late := r.open, false
-		if anyClosed && start+size <= closedNs || r.emittedAheadHas(start) {
+		if late {
 			r.stats.Late += uint64(j - i)
 			if r.o.Late == LateDrop {
 				r.stats.LateDropped += uint64(j - i)
 				i = j
 				continue
 			}
-			m, late = r.late, true
 		}
-		w := m[start]
-		if w == nil {
-			w = &pending{p: r.newPartial(start), from: seq + uint64(i)}
-			m[start] = w
-			if !late && r.oldestOK && start < r.oldest {
-				r.oldest = start
-			}
+		if first < j {
+			folded := w.p.Folded
+			w.p.UpdateColumns(b, first, j)
+			r.stats.Folded += w.p.Folded - folded
+			w.from, w.to = min(w.from, seq+uint64(first)), max(w.to, seq+uint64(j-1))
 		}
-		folded := w.p.Folded
-		w.p.UpdateColumns(b, i, j)
-		r.stats.Folded += w.p.Folded - folded
-		w.from, w.to = min(w.from, seq+uint64(i)), max(w.to, seq+uint64(j-1))
 		i = j
 	}
 	r.stats.Future += future
@@ -696,7 +710,11 @@ func (r *Rollup) addDecoded(rows columnar.Rows, lo int, seq uint64, skip []bool,
 // dueEnd returns the least j in (lo, hi] such that adding rows [lo, j) of
 // the prepared batch b makes the Rollup Due, or hi: where a caller that
 // checks Due after every event (RunKinesis) must stop to close windows
-// at the event that passes them, as Add and Due would.
+// at the event that passes them, as Add and Due would. Past MaxAhead it
+// may return an earlier j, never a later one: a window the rows before j
+// would have refused (see refuses) only because of windows they opened
+// themselves is taken as open. Stopping there and finding Flush has
+// nothing to emit changes no output.
 func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 	size, lateness := int64(r.o.Window), int64(r.o.Lateness)
 	open := len(r.open) > 0
@@ -712,12 +730,14 @@ func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 	ahead, skew := r.ahead, int64(r.o.MaxSkew) // a copy: only simulated
 	for i := lo; i < hi; i++ {
 		t := b.times[i]
+		latest, seen, _ = ahead.observe(latest, seen, t, skew)
 		if start := windowStartNs(t, size); (!anyClosed || start+size > closedNs) && !r.emittedAheadHas(start) {
-			if !open || start < oldest {
+			// A window refused with the windows open before the batch is
+			// refused (the windows the batch opens only add to them).
+			if (!open || start < oldest) && (r.open[start] != nil || !r.refuses(false, start, latest, seen)) {
 				oldest, open = start, true
 			}
 		}
-		latest, seen, _ = ahead.observe(latest, seen, t, skew)
 		if open && seen && oldest+size <= latest-lateness {
 			return i + 1
 		}

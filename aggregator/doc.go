@@ -14,7 +14,10 @@
 // a quorum of such events came in a row (a quiet period ended, or the
 // partition's first events): one event stamped in the future cannot close
 // the windows of the present. The rule reads no clock, so a replay moves the
-// watermark at the same events. A window keeps Options.MaxKeys distinct
+// watermark at the same events. A partition holds at most Options.MaxAhead
+// windows ahead of its latest event time and Options.MaxCorrections pending
+// corrections; an event that would open one more is dropped and counted, so
+// records stamped at distinct windows cannot exhaust memory. A window keeps Options.MaxKeys distinct
 // tiers, rules, nodes and reasons apart, each, and counts the rest under
 // OtherKey, so that names chosen by whoever writes the stream bound what a
 // window holds.

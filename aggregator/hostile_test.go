@@ -220,32 +220,38 @@ func TestDueEndFuture(t *testing.T) {
 	}
 }
 
-// TestRestoreSnapshotV1: a snapshot of version 1 (before MaxSkew) still
-// restores.
+// TestRestoreSnapshotV1: snapshots of version 1 (before MaxSkew) and 2
+// (before MaxAhead) still restore.
 func TestRestoreSnapshotV1(t *testing.T) {
 	r := NewRollup(Options{})
 	for i, d := range at(seconds(0, 70)...) {
 		r.Add(&d, uint64(i))
 	}
 	collect(t, r, false)
-	v2, err := r.AppendSnapshot(nil)
+	v3, err := r.AppendSnapshot(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Version 2 appended the Future and Folded counts, the number held
-	// ahead and the number of windows emitted ahead, all 0.
-	v1 := append([]byte(nil), v2[:len(v2)-4]...)
-	v1[len(snapshotMagic)] = 1
-	back := NewRollup(Options{})
-	if err := back.Restore(v1); err != nil {
-		t.Fatal(err)
-	}
-	again, err := back.AppendSnapshot(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(again, v2) || back.Stats().Windows != 1 {
-		t.Errorf("restored from version 1: %d windows; snapshot differs: %v", back.Stats().Windows, !bytes.Equal(again, v2))
+	// Version 3 appended the AheadDropped and CorrectionsDropped counts;
+	// version 2 the Future and Folded counts, the number held ahead and
+	// the number of windows emitted ahead: all 0.
+	for _, old := range []struct {
+		v    byte
+		drop int
+	}{{2, 2}, {1, 6}} {
+		b := append([]byte(nil), v3[:len(v3)-old.drop]...)
+		b[len(snapshotMagic)] = old.v
+		back := NewRollup(Options{})
+		if err := back.Restore(b); err != nil {
+			t.Fatal(err)
+		}
+		again, err := back.AppendSnapshot(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again, v3) || back.Stats().Windows != 1 {
+			t.Errorf("restored from version %d: %d windows; snapshot differs: %v", old.v, back.Stats().Windows, !bytes.Equal(again, v3))
+		}
 	}
 }
 

@@ -52,12 +52,17 @@ type KinesisStats struct {
 	Ended     uint64 // shards read to their end, their windows emitted
 	Source    kinesis.SourceStats
 	Shards    []ShardStats // the shards held, by shard id
+
+	// Events dropped past the caps on the windows held
+	// (RollupStats.AheadDropped and CorrectionsDropped).
+	AheadDropped, CorrectionsDropped uint64
 }
 
 // RunStats returns s as the figures of a run (for self-metrics): the
 // events and outputs, the shards, and the least of their watermarks.
 func (s KinesisStats) RunStats() RunStats {
-	r := RunStats{Rollup: RollupStats{Events: s.Events, Future: s.Future, Folded: s.Folded}, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
+	r := RunStats{Rollup: RollupStats{Events: s.Events, Future: s.Future, Folded: s.Folded,
+		AheadDropped: s.AheadDropped, CorrectionsDropped: s.CorrectionsDropped}, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
 	for _, sh := range s.Shards {
 		if !sh.Watermark.IsZero() && (r.Watermark.IsZero() || sh.Watermark.Before(r.Watermark)) {
 			r.Watermark = sh.Watermark
@@ -154,12 +159,14 @@ type kinesisRun struct {
 	shards map[string]*shardRun // by shard id, while held
 
 	events, skipped, future, folded, outputs, redeliver, opened, ended atomic.Uint64
+	aheadDropped, correctionsDropped                                   atomic.Uint64
 }
 
 var _ kinesis.ShardHandler = (*kinesisRun)(nil)
 
 func (k *kinesisRun) stats() KinesisStats {
-	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Future: k.future.Load(), Folded: k.folded.Load(), Outputs: k.outputs.Load(),
+	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Future: k.future.Load(), Folded: k.folded.Load(),
+		AheadDropped: k.aheadDropped.Load(), CorrectionsDropped: k.correctionsDropped.Load(), Outputs: k.outputs.Load(),
 		Redeliver: k.redeliver.Load(), Opened: k.opened.Load(), Ended: k.ended.Load(), Source: k.src.Stats()}
 	lags := k.src.Lags()
 	if len(lags) == 0 {
@@ -366,6 +373,8 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 	st := r.Stats()
 	k.future.Add(st.Future - before.Future)
 	k.folded.Add(st.Folded - before.Folded)
+	k.aheadDropped.Add(st.AheadDropped - before.AheadDropped)
+	k.correctionsDropped.Add(st.CorrectionsDropped - before.CorrectionsDropped)
 	return nil
 }
 

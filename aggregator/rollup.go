@@ -72,7 +72,18 @@ type Options struct {
 	// NTP-synchronised clocks take a few seconds at most; it bounds how
 	// much of the present one such event can make late.
 	MaxSkew time.Duration
-	TopK    int // clients held by each top-K list; default 100
+	// MaxAhead caps the open windows that start after the latest event
+	// time: windows held only by events in the future (see MaxSkew), which
+	// stay in memory until the watermark reaches them or a final flush. An
+	// event that would open one more is dropped and counted
+	// (RollupStats.AheadDropped); the windows of the present always open.
+	// Default DefaultMaxAhead.
+	MaxAhead int
+	// MaxCorrections caps the pending corrections (LateCorrect): a late
+	// event that would open one more is dropped and counted
+	// (RollupStats.CorrectionsDropped). Default DefaultMaxCorrections.
+	MaxCorrections int
+	TopK           int // clients held by each top-K list; default 100
 	// MaxKeys caps the distinct tiers, rules, nodes and reasons of a
 	// window, each; the rest are counted under OtherKey (Partial.MaxKeys).
 	// Default DefaultMaxKeys.
@@ -81,6 +92,22 @@ type Options struct {
 
 // DefaultMaxSkew is Options.MaxSkew's default.
 const DefaultMaxSkew = 10 * time.Second
+
+// DefaultMaxAhead is Options.MaxAhead's default. Every distinct window an
+// event opens is a whole Partial (sketches, top-K lists) until it is
+// emitted, so without a cap each record stamped at a distinct future
+// minute (or second, with 1 s windows) would hold one more: a stream of
+// such records would exhaust memory. 256 windows cover over 4 hours ahead
+// with 60 s windows and over 4 minutes with 1 s windows, far more than
+// the skew of clocks and batches the watermark must accept (MaxSkew), and
+// hold a few megabytes when filled by one event each.
+const DefaultMaxAhead = 256
+
+// DefaultMaxCorrections is Options.MaxCorrections' default: corrections
+// leave with the next closing window, so the late events of real traffic
+// (the windows just emitted) need a few; each record stamped at a distinct
+// past window would hold one more until then (see DefaultMaxAhead).
+const DefaultMaxCorrections = 256
 
 // futureQuorum is how many consecutive events more than MaxSkew ahead of
 // the latest event time (with no event near it between them) move it to
@@ -171,6 +198,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = DefaultMaxKeys
 	}
+	if o.MaxAhead <= 0 {
+		o.MaxAhead = DefaultMaxAhead
+	}
+	if o.MaxCorrections <= 0 {
+		o.MaxCorrections = DefaultMaxCorrections
+	}
 	return o
 }
 
@@ -242,6 +275,52 @@ type RollupStats struct {
 	// Folded counts decisions counted with a tier, rule, node or reason
 	// folded into OtherKey, past a window's MaxKeys.
 	Folded uint64
+	// AheadDropped counts events dropped because their window was not
+	// open, started after the latest event time, and Options.MaxAhead
+	// such windows were open already (usually counted in Future too).
+	AheadDropped uint64
+	// CorrectionsDropped counts late events (counted in Late) dropped
+	// because their window had no pending correction and
+	// Options.MaxCorrections corrections were pending already.
+	CorrectionsDropped uint64
+}
+
+// OverCap returns the events dropped past a cap on the windows held:
+// AheadDropped plus CorrectionsDropped.
+func (s RollupStats) OverCap() uint64 { return s.AheadDropped + s.CorrectionsDropped }
+
+// Held returns the windows the Rollup holds: those open and the pending
+// corrections.
+func (r *Rollup) Held() (open, corrections int) { return len(r.open), len(r.late) }
+
+// refuses reports whether an event of the window starting at start (Unix
+// nanoseconds), not held yet, must be dropped rather than open it: late
+// (a correction) past MaxCorrections, or starting after latest (seen is
+// false while there is none) past MaxAhead. It depends on the windows held
+// and latest alone, which the order of the events decides.
+func (r *Rollup) refuses(late bool, start, latest int64, seen bool) bool {
+	if late {
+		return len(r.late) >= r.o.MaxCorrections
+	}
+	if seen && start <= latest || len(r.open) < r.o.MaxAhead {
+		return false
+	}
+	n := 0
+	for s := range r.open {
+		if !seen || s > latest {
+			n++
+		}
+	}
+	return n >= r.o.MaxAhead
+}
+
+// countRefused counts n events refused (see refuses).
+func (r *Rollup) countRefused(late bool, n uint64) {
+	if late {
+		r.stats.CorrectionsDropped += n
+	} else {
+		r.stats.AheadDropped += n
+	}
 }
 
 // NewRollup returns an empty Rollup.
@@ -301,6 +380,10 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	}
 	w := m[start]
 	if w == nil {
+		if latest, seen := r.latestNs(); r.refuses(closed, start, latest, seen) {
+			r.countRefused(closed, 1)
+			return
+		}
 		w = &pending{p: r.newPartial(start), from: seq}
 		m[start] = w
 		if !closed && r.oldestOK && start < r.oldest {
@@ -478,9 +561,9 @@ func minKey(m map[int64]*pending) int64 {
 const snapshotMagic = "RWR"
 
 // snapshotVersion 2 added the Future and Folded counts and the events
-// held ahead;
-// Restore reads version 1 too.
-const snapshotVersion = 2
+// held ahead; 3 the AheadDropped and CorrectionsDropped counts.
+// Restore reads versions 1 and 2 too.
+const snapshotVersion = 3
 
 // Next is one past the highest sequence number added: where a restored
 // Rollup's caller resumes reading.
@@ -527,6 +610,8 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	for _, s := range starts {
 		b = appendUvarint(b, uint64(s))
 	}
+	b = appendUvarint(b, r.stats.AheadDropped)
+	b = appendUvarint(b, r.stats.CorrectionsDropped)
 	return b, nil
 }
 
@@ -586,6 +671,9 @@ func (r *Rollup) Restore(snapshot []byte) error {
 				emittedAhead[int64(rd.uvarint())] = struct{}{}
 			}
 		}
+	}
+	if v >= 3 {
+		st.AheadDropped, st.CorrectionsDropped = rd.uvarint(), rd.uvarint()
 	}
 	if rd.err == nil && len(rd.b) != 0 {
 		rd.fail(fmt.Errorf("%d bytes after the end", len(rd.b)))

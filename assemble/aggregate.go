@@ -45,6 +45,8 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 		{"ratewarden.aggregator.late", "Events whose window had been emitted.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Late) }},
 		{"ratewarden.aggregator.late.dropped", "Late events dropped (--late drop).", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.LateDropped) }},
 		{"ratewarden.aggregator.future", "Events more than --max-skew ahead of the latest event time: rolled up, but they did not move the watermark.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Future) }},
+		{"ratewarden.aggregator.ahead.dropped", "Events dropped rather than open one more window ahead of the latest event time, past the cap (256).", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.AheadDropped) }},
+		{"ratewarden.aggregator.corrections.dropped", "Late events dropped rather than open one more pending correction, past the cap (256).", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.CorrectionsDropped) }},
 		{"ratewarden.aggregator.folded", "Decisions counted under __other__: a tier, rule, node or reason past a window's distinct names (4096 each).", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Folded) }},
 		{"ratewarden.aggregator.windows", "Windows emitted.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Windows) }},
 		{"ratewarden.aggregator.corrections", "Corrections of windows emitted.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Corrections) }},
