@@ -631,17 +631,11 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 				future += f
 			}
 			if opens {
-				if r.refuses(late, start, latest, seen) {
-					r.countRefused(late, 1)
+				if w = r.openWindow(late, start, seq+uint64(j), latest, seen); w == nil {
 					first = j + 1
 					continue
 				}
 				opens = false
-				w = &pending{p: r.newPartial(start), from: seq + uint64(j)}
-				m[start] = w
-				if !late && r.oldestOK && start < r.oldest {
-					r.oldest = start
-				}
 			}
 		}
 		if late {
@@ -717,14 +711,7 @@ func (r *Rollup) addDecoded(rows columnar.Rows, lo int, seq uint64, skip []bool,
 // nothing to emit changes no output.
 func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 	size, lateness := int64(r.o.Window), int64(r.o.Lateness)
-	open := len(r.open) > 0
-	var oldest int64
-	if open {
-		if !r.oldestOK {
-			r.oldest, r.oldestOK = minKey(r.open), true
-		}
-		oldest = r.oldest
-	}
+	oldest, open := r.oldestOpen()
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
 	latest, seen := r.latestNs()
 	ahead, skew := r.ahead, int64(r.o.MaxSkew) // a copy: only simulated

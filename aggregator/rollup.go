@@ -314,13 +314,29 @@ func (r *Rollup) refuses(late bool, start, latest int64, seen bool) bool {
 	return n >= r.o.MaxAhead
 }
 
-// countRefused counts n events refused (see refuses).
-func (r *Rollup) countRefused(late bool, n uint64) {
-	if late {
-		r.stats.CorrectionsDropped += n
-	} else {
-		r.stats.AheadDropped += n
+// openWindow opens the window starting at start (Unix nanoseconds), late
+// for a correction, for the event numbered seq, latest (seen) being the
+// latest event time after it; or, if it refuses it (see refuses), counts
+// the event dropped and returns nil.
+func (r *Rollup) openWindow(late bool, start int64, seq uint64, latest int64, seen bool) *pending {
+	if r.refuses(late, start, latest, seen) {
+		if late {
+			r.stats.CorrectionsDropped++
+		} else {
+			r.stats.AheadDropped++
+		}
+		return nil
 	}
+	w := &pending{p: r.newPartial(start), from: seq}
+	if late {
+		r.late[start] = w
+		return w
+	}
+	r.open[start] = w
+	if r.oldestOK && start < r.oldest {
+		r.oldest = start
+	}
+	return w
 }
 
 // NewRollup returns an empty Rollup.
@@ -380,14 +396,9 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	}
 	w := m[start]
 	if w == nil {
-		if latest, seen := r.latestNs(); r.refuses(closed, start, latest, seen) {
-			r.countRefused(closed, 1)
+		latest, seen := r.latestNs()
+		if w = r.openWindow(closed, start, seq, latest, seen); w == nil {
 			return
-		}
-		w = &pending{p: r.newPartial(start), from: seq}
-		m[start] = w
-		if !closed && r.oldestOK && start < r.oldest {
-			r.oldest = start
 		}
 	}
 	folded := w.p.Folded
@@ -536,13 +547,20 @@ func (r *Rollup) take(final bool, outs []Output) []Output {
 // the end of the oldest open window. Checked after every Add, it closes
 // windows at the same event whatever the batches the events came in.
 func (r *Rollup) Due() bool {
+	oldest, ok := r.oldestOpen()
+	return ok && !time.Unix(0, oldest).Add(r.o.Window).After(r.Watermark())
+}
+
+// oldestOpen returns the oldest open window's start (Unix nanoseconds),
+// and whether a window is open.
+func (r *Rollup) oldestOpen() (int64, bool) {
 	if len(r.open) == 0 {
-		return false
+		return 0, false
 	}
 	if !r.oldestOK {
 		r.oldest, r.oldestOK = minKey(r.open), true
 	}
-	return !time.Unix(0, r.oldest).Add(r.o.Window).After(r.Watermark())
+	return r.oldest, true
 }
 
 func minKey(m map[int64]*pending) int64 {
