@@ -289,10 +289,6 @@ type RollupStats struct {
 // AheadDropped plus CorrectionsDropped.
 func (s RollupStats) OverCap() uint64 { return s.AheadDropped + s.CorrectionsDropped }
 
-// Held returns the windows the Rollup holds: those open and the pending
-// corrections.
-func (r *Rollup) Held() (open, corrections int) { return len(r.open), len(r.late) }
-
 // refuses reports whether an event of the window starting at start (Unix
 // nanoseconds), not held yet, must be dropped rather than open it: late
 // (a correction) past MaxCorrections, or starting after latest (seen is
