@@ -231,10 +231,15 @@ func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	p.Events += uint64(hi - lo)
 	b.foldColumns(p, lo, hi)
 	p.Counts.UpdateColumns(b, lo, hi)
+	idx := latencyIndexes()
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) == decisions.KindDecision {
-			p.Latency.Add(time.Duration(c.StoreLatency.Int(i)))
-			p.Upstream.Add(time.Duration(c.UpstreamLatency.Int(i)))
+			if v := time.Duration(c.StoreLatency.Int(i)); v > 0 {
+				p.Latency.add(v, idx)
+			}
+			if v := time.Duration(c.UpstreamLatency.Int(i)); v > 0 {
+				p.Upstream.add(v, idx)
+			}
 		}
 	}
 	p.Clients.UpdateColumns(b, lo, hi)

@@ -52,15 +52,20 @@ func (l *Latency) Update(d *decisions.Decision) {
 // Add adds one latency; zero and negative ones (nothing was waited for)
 // are not recorded.
 func (l *Latency) Add(v time.Duration) {
-	if v <= 0 {
-		return
+	if v > 0 {
+		l.add(v, latencyIndexes())
 	}
+}
+
+// add is Add of a positive v with the table of latencyIndexes, which a
+// batch looks up once.
+func (l *Latency) add(v time.Duration, t *indexTable) {
 	if l.Sketch == nil {
 		l.Sketch = newLatencySketch()
 	}
 	if v < latencyTableMax {
 		// What Sketch.Add does, its logarithm looked up.
-		l.Sketch.GetPositiveValueStore().Add(latencyIndexes().index(v))
+		l.Sketch.GetPositiveValueStore().Add(t.index(v))
 		return
 	}
 	l.Sketch.Add(float64(v) / 1e6)
