@@ -223,10 +223,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	// The EMF of a replay goes to a file, stamped with the windows' own
+	// The partials of a replay go under out/partials, as aggregate
+	// --partials dir: stores them. Its EMF goes to a file, stamped with the windows' own
 	// times however old, and with a clock fixed at the end of the range so
 	// that the same range gives the same bytes.
 	af.o.EMF, af.o.Archive = "file:"+filepath.Join(*out, "emf.jsonl"), true
+	af.o.Partials = "dir:" + filepath.Join(*out, "partials")
 	ao, ro, err := af.options()
 	if err != nil {
 		return err
@@ -249,7 +251,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	problems := newProblemPrinter(stderr, "replay")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
-		Problem: problems.Problem, Rollup: ro, Sinks: append([]aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}}, opened.Sinks...)})
+		Problem: problems.Problem, Rollup: ro, Sinks: opened.Sinks})
 	if cerr := opened.Close(context.WithoutCancel(ctx)); err == nil {
 		err = cerr
 	}
