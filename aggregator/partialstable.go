@@ -215,15 +215,7 @@ func (s *PartialsTable) Walk(ctx context.Context, size time.Duration, from, to t
 	}
 	calls := s.calls()
 	var days []string
-	err := calls.Query(ctx, &dynamodb.QueryInput{
-		KeyConditionExpression:   aws.String("#w = :w AND #o BETWEEN :a AND :b"),
-		ExpressionAttributeNames: map[string]string{"#w": partialsAttrWindow, "#o": partialsAttrOutput},
-		ExpressionAttributeValues: map[string]ddb.AttributeValue{
-			":w": &ddb.AttributeValueMemberS{Value: size.String() + "/" + partialsDaysKey},
-			":a": &ddb.AttributeValueMemberS{Value: from.Format(time.DateOnly)},
-			":b": &ddb.AttributeValueMemberS{Value: to.Add(-1).Format(time.DateOnly)},
-		},
-	}, func(items []map[string]ddb.AttributeValue) {
+	err := calls.Query(ctx, partialsBetween(size.String()+"/"+partialsDaysKey, from.Format(time.DateOnly), to.Add(-1).Format(time.DateOnly)), func(items []map[string]ddb.AttributeValue) {
 		for _, it := range items {
 			days = append(days, ddbtable.Str(it, partialsAttrOutput))
 		}
@@ -236,15 +228,7 @@ func (s *PartialsTable) Walk(ctx context.Context, size time.Duration, from, to t
 		window := size.String() + "/" + day
 		items := map[string]map[string]ddb.AttributeValue{}
 		var heads []string
-		err := calls.Query(ctx, &dynamodb.QueryInput{
-			KeyConditionExpression:   aws.String("#w = :w AND #o BETWEEN :a AND :b"),
-			ExpressionAttributeNames: map[string]string{"#w": partialsAttrWindow, "#o": partialsAttrOutput},
-			ExpressionAttributeValues: map[string]ddb.AttributeValue{
-				":w": &ddb.AttributeValueMemberS{Value: window},
-				":a": &ddb.AttributeValueMemberS{Value: partialsStartKey(from)},
-				":b": &ddb.AttributeValueMemberS{Value: partialsStartKey(to)},
-			},
-		}, func(page []map[string]ddb.AttributeValue) {
+		err := calls.Query(ctx, partialsBetween(window, partialsStartKey(from), partialsStartKey(to)), func(page []map[string]ddb.AttributeValue) {
 			for _, it := range page {
 				k := ddbtable.Str(it, partialsAttrOutput)
 				items[k] = it
@@ -269,6 +253,20 @@ func (s *PartialsTable) Walk(ctx context.Context, size time.Duration, from, to t
 		}
 	}
 	return problems, nil
+}
+
+// partialsBetween is the Query of the items of hash key window whose
+// output key is in [lo, hi].
+func partialsBetween(window, lo, hi string) *dynamodb.QueryInput {
+	return &dynamodb.QueryInput{
+		KeyConditionExpression:   aws.String("#w = :w AND #o BETWEEN :a AND :b"),
+		ExpressionAttributeNames: map[string]string{"#w": partialsAttrWindow, "#o": partialsAttrOutput},
+		ExpressionAttributeValues: map[string]ddb.AttributeValue{
+			":w": &ddb.AttributeValueMemberS{Value: window},
+			":a": &ddb.AttributeValueMemberS{Value: lo},
+			":b": &ddb.AttributeValueMemberS{Value: hi},
+		},
+	}
 }
 
 // assemble decodes the partial of head, whose chunks are in items.

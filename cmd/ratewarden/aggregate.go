@@ -111,8 +111,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if *stdinSrc {
 		problems := newProblemPrinter(stderr, "aggregate: stdin")
 		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.Problem(p) }}).Run(ctx, stdin)
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, future %d, folded %d, over cap %d, windows %d, outputs %d\n",
-			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.Future, st.Rollup.Folded, st.Rollup.OverCap(), st.Rollup.Windows, st.Outputs)
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, %s, windows %d, outputs %d\n",
+			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, heldBack(st.Rollup), st.Rollup.Windows, st.Outputs)
 		problems.summary()
 		return err
 	}
@@ -190,8 +190,8 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, future %d, folded %d, over cap %d), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d\n",
-			o.Source.Stream, s.Events, s.Skipped, s.Future, s.Folded, s.AheadDropped+s.CorrectionsDropped, s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d\n",
+			o.Source.Stream, s.Events, s.Skipped, heldBack(s.RunStats().Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
 			s.Source.Batches, s.Source.Checkpoints)
 	}
 	o.Progress = report
@@ -223,10 +223,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	// The EMF of a replay goes to a file, stamped with the windows' own
+	// The partials of a replay go under out/partials, as aggregate
+	// --partials dir: stores them. Its EMF goes to a file, stamped with the windows' own
 	// times however old, and with a clock fixed at the end of the range so
 	// that the same range gives the same bytes.
 	af.o.EMF, af.o.Archive = "file:"+filepath.Join(*out, "emf.jsonl"), true
+	af.o.Partials = "dir:" + filepath.Join(*out, "partials")
 	ao, ro, err := af.options()
 	if err != nil {
 		return err
@@ -249,7 +251,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	problems := newProblemPrinter(stderr, "replay")
 	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
-		Problem: problems.Problem, Rollup: ro, Sinks: append([]aggregator.Sink{&aggregator.PartialsDir{Dir: filepath.Join(*out, "partials")}}, opened.Sinks...)})
+		Problem: problems.Problem, Rollup: ro, Sinks: opened.Sinks})
 	if cerr := opened.Close(context.WithoutCancel(ctx)); err == nil {
 		err = cerr
 	}
@@ -263,8 +265,16 @@ func printRun(w io.Writer, s aggregator.RunStats) {
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), future %d, folded %d, over cap %d, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
-		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, s.Rollup.Future, s.Rollup.Folded, s.Rollup.OverCap(), s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
+	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), %s, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
+		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, heldBack(s.Rollup), s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
+}
+
+// heldBack says what a run's rollup took in but did not count as it
+// came, as every summary line (log, stdin, Kinesis) shows it: the events
+// too far ahead to move the watermark, the decisions folded into
+// __other__, and the events dropped past the caps.
+func heldBack(r aggregator.RollupStats) string {
+	return fmt.Sprintf("future %d, folded %d, over cap %d", r.Future, r.Folded, r.OverCap())
 }
 
 // lossSummary says what the run could not read: "lost 0 events", or the
