@@ -87,18 +87,25 @@ func (id *Identity) TrustedPrefixes() []netip.Prefix {
 	return ps
 }
 
-// RuleIDs returns the ids of the rules of the resolved tiers, sorted: the
-// edge names a decision's rule (decisions.Decision.Rule) "<tier>:global"
-// or "<tier>:<path prefix>". Tier names hold no colon, so an id names its
+// GlobalRule is the scope of a tier's global rule in its id (RuleID).
+const GlobalRule = "global"
+
+// RuleID is the id the edge names a rule by (decisions.Decision.Rule):
+// "<tier>:global" for the tier's global rule (scope GlobalRule), or
+// "<tier>:<path prefix>". Tier names hold no colon, so an id names its
 // tier too.
+func RuleID(tier, scope string) string { return tier + ":" + scope }
+
+// RuleIDs returns the ids of the rules of the resolved tiers (RuleID),
+// sorted.
 func (c *Config) RuleIDs() []string {
 	var ids []string
 	for name, t := range c.ResolvedTiers() {
 		if t.Global != nil {
-			ids = append(ids, name+":global")
+			ids = append(ids, RuleID(name, GlobalRule))
 		}
 		for prefix := range t.Paths {
-			ids = append(ids, name+":"+prefix)
+			ids = append(ids, RuleID(name, prefix))
 		}
 	}
 	slices.Sort(ids)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
 
 // The times a decision can carry: int64 nanoseconds since 1970, the form
@@ -33,8 +35,8 @@ const (
 	// and node names) and the edge's own words.
 	MaxNameLen = 256
 	// MaxRuleLen bounds rule: "tier:global" or "tier:/path/prefix", the
-	// prefix a canonical path of at most 8 KiB (edge/canonpath.MaxLen).
-	MaxRuleLen = MaxNameLen + 1 + 8<<10
+	// prefix a canonical path of at most canonpath.MaxLen (8 KiB).
+	MaxRuleLen = MaxNameLen + 1 + canonpath.MaxLen
 )
 
 // FieldCap is a string field of a decision and the longest value readers

@@ -67,13 +67,13 @@ func compileTiers(cfg *config.Config, c canonpath.Case) (map[string]*tier, error
 	out := make(map[string]*tier, len(cfg.Tiers))
 	for name, ct := range cfg.ResolvedTiers() {
 		t := &tier{name: name}
-		g, err := compileRule(cfg, name+":global", ct.Global)
+		g, err := compileRule(cfg, config.RuleID(name, config.GlobalRule), ct.Global)
 		if err != nil {
 			return nil, err
 		}
 		t.global = g
 		for prefix, cr := range ct.Paths {
-			r, err := compileRule(cfg, name+":"+prefix, cr)
+			r, err := compileRule(cfg, config.RuleID(name, prefix), cr)
 			if err != nil {
 				return nil, err
 			}

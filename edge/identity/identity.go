@@ -33,9 +33,12 @@ import (
 const (
 	MaxForwardedEntries = 64      // X-Forwarded-For entries examined, from the right
 	MaxForwardedBytes   = 8 << 10 // X-Forwarded-For bytes examined, from the right
-	MaxUserLen          = 256     // longest user id or plan believed
 	MaxTokenLen         = 8 << 10 // longest bearer token verified
 )
+
+// MaxUserLen is the longest user id or plan believed: what readers of the
+// decisions believe (decisions.MaxUserIDLen).
+const MaxUserLen = decisions.MaxUserIDLen
 
 // Defaults filled in by New for empty configuration fields.
 const (

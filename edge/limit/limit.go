@@ -34,12 +34,6 @@ var Algorithms = limitspec.Algorithms
 // ParseAlgorithm returns the algorithm named s.
 func ParseAlgorithm(s string) (Algorithm, bool) { return limitspec.ParseAlgorithm(s) }
 
-// Window bounds.
-const (
-	MinWindow = limitspec.MinWindow
-	MaxWindow = limitspec.MaxWindow
-)
-
 // Rule is one limit: Limit hits per Window under Algorithm.
 type Rule struct {
 	Algorithm Algorithm

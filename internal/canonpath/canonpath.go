@@ -77,16 +77,8 @@ const upperHex = "0123456789ABCDEF"
 // sent (still percent-encoded, without the query), and how far p was from
 // it. It returns p itself, without allocating, when p is canonical.
 func Clean(p string) (string, Form, error) {
-	if len(p) > MaxLen {
-		return "", 0, ErrTooLong
-	}
-	if p == "" || p[0] != '/' {
-		return "", 0, ErrNotAbsolute
-	}
-	if ok, _ := plainCanonical(p); ok {
-		return p, Canonical, nil
-	}
-	return clean(p)
+	path, form, _, err := CleanPlain(p)
+	return path, form, err
 }
 
 // CleanPlain is Clean that also reports Plain of the canonical path, for a

@@ -11,6 +11,7 @@ package limitspec
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -38,7 +39,7 @@ var algorithmNames = [...]string{
 }
 
 // Algorithms lists the valid algorithm names, for error messages.
-var Algorithms = []string{"fixed_window", "sliding_window", "token_bucket", "concurrency"}
+var Algorithms = slices.Clone(algorithmNames[1:])
 
 // String returns the algorithm's configuration name.
 func (a Algorithm) String() string {

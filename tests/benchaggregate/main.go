@@ -29,7 +29,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
@@ -37,6 +36,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/internal/rusage"
 )
 
 // batchSize is the events of one log record at high rates: the log's
@@ -72,13 +72,7 @@ type result struct {
 }
 
 // cpuSeconds returns the process's user and system time so far.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
+func cpuSeconds() float64 { return rusage.CPU().Seconds() }
 
 func run(n int, parquetPath string, runs int, answerPath, queryPath string) error {
 	runtime.GOMAXPROCS(1)
