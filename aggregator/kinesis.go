@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // KinesisOptions configure RunKinesis.
@@ -142,7 +143,7 @@ func NewKinesis(o KinesisOptions) (*Kinesis, error) {
 
 // Run runs until ctx is done, as RunKinesis does. Call it once.
 func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
-	err := k.k.src.RunShards(ctx, k.k)
+	err := k.k.src.Run(ctx, k.k)
 	return k.k.stats(), err
 }
 
@@ -162,7 +163,7 @@ type kinesisRun struct {
 	aheadDropped, correctionsDropped                                   atomic.Uint64
 }
 
-var _ kinesis.ShardHandler = (*kinesisRun)(nil)
+var _ stream.Handler = (*kinesisRun)(nil)
 
 func (k *kinesisRun) stats() KinesisStats {
 	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Future: k.future.Load(), Folded: k.folded.Load(),
@@ -216,9 +217,9 @@ func (sh *shardRun) observe() {
 // is what a batch handled again held fewer events than the first time:
 // the events still to skip from the batches that follow it.
 type kinesisCursor struct {
-	from   kinesis.Position
+	from   stream.Position
 	events uint64
-	to     kinesis.Position
+	to     stream.Position
 	carry  uint64
 }
 
@@ -236,9 +237,9 @@ func decodeKinesisCursor(b []byte) (c kinesisCursor, err error) {
 		return c, nil
 	}
 	r := &reader{b: b}
-	c.from = kinesis.Position{Seq: r.string(), Sub: int64(r.uvarint())}
+	c.from = stream.Position{Seq: r.string(), Sub: int64(r.uvarint())}
 	c.events = r.uvarint()
-	c.to = kinesis.Position{Seq: r.string(), Sub: int64(r.uvarint())}
+	c.to = stream.Position{Seq: r.string(), Sub: int64(r.uvarint())}
 	c.carry = r.uvarint()
 	if r.err == nil && len(r.b) != 0 {
 		r.fail(fmt.Errorf("%d bytes after the end", len(r.b)))
@@ -251,16 +252,16 @@ func decodeKinesisCursor(b []byte) (c kinesisCursor, err error) {
 
 // Open loads the shard's state, as its last holder saved it, and delivers
 // again what that holder may not have delivered.
-func (k *kinesisRun) Open(ctx context.Context, shard string, _ kinesis.Position) error {
+func (k *kinesisRun) Open(ctx context.Context, shard string, from stream.Position) (stream.Position, error) {
 	sh, err := k.load(ctx, shard)
 	if err != nil {
-		return err
+		return from, err
 	}
 	k.mu.Lock()
 	k.shards[shard] = sh
 	k.mu.Unlock()
 	k.opened.Add(1)
-	return nil
+	return from, nil
 }
 
 func (k *kinesisRun) load(ctx context.Context, shard string) (*shardRun, error) {
@@ -303,8 +304,8 @@ func (k *kinesisRun) shard(ctx context.Context, shard string) (*shardRun, error)
 // Handle adds the batch's new events, closing windows as the watermark
 // passes them, and saves the shard's state with the outputs before it
 // delivers them.
-func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
-	sh, err := k.shard(ctx, b.Shard)
+func (k *kinesisRun) Handle(ctx context.Context, b *stream.Batch) error {
+	sh, err := k.shard(ctx, b.Partition)
 	if err != nil {
 		return err
 	}
@@ -334,22 +335,19 @@ func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
 		}
 		return nil
 	}
-	add := func(rows columnar.Rows, lo int) error {
+	add := func(rows *stream.Rows) error {
+		lo := rows.Lo
 		n := rows.Len() - lo
 		s := int(min(uint64(n), want-skip))
 		total += uint64(n)
 		skip += uint64(s)
 		lo += s
-		return r.addDecoded(rows, lo, r.Next()-uint64(lo), nil, limit, after)
+		return r.addDecoded(rows.Rows, lo, r.Next()-uint64(lo), rows.Skip, limit, after)
 	}
-	if b.Records != nil {
-		if sh.dec == nil {
-			sh.dec = columnar.NewDecoder()
-		}
-		b.Rows(sh.dec, add) // add never fails
-	} else {
-		add(columnar.Rows{Events: b.Events}, 0)
+	if sh.dec == nil {
+		sh.dec = columnar.NewDecoder()
 	}
+	b.Rows(sh.dec, add) // add never fails
 	next := kinesisCursor{from: b.From, events: total, to: b.To}
 	switch {
 	case sh.last.from == b.From && sh.last.events > 0 && skip < sh.last.events:
