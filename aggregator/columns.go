@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"net/netip"
-	"time"
 
 	"github.com/axiomhq/hyperloglog"
 
@@ -227,23 +226,11 @@ func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
 // UpdateColumns adds rows [lo, hi) of b, as Update would add each of
 // their events in order.
 func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
-	c := b.c
 	p.Events += uint64(hi - lo)
 	b.foldColumns(p, lo, hi)
-	p.Counts.UpdateColumns(b, lo, hi)
-	idx := latencyIndexes()
-	for i := lo; i < hi; i++ {
-		if decisions.Kind(c.Kind[i]) == decisions.KindDecision {
-			if v := time.Duration(c.StoreLatency.Int(i)); v > 0 {
-				p.Latency.add(v, idx)
-			}
-			if v := time.Duration(c.UpstreamLatency.Int(i)); v > 0 {
-				p.Upstream.add(v, idx)
-			}
-		}
+	for _, a := range p.parts() {
+		a.UpdateColumns(b, lo, hi)
 	}
-	p.Clients.UpdateColumns(b, lo, hi)
-	p.Offenders.UpdateColumns(b, lo, hi)
 }
 
 // seenClient is what Distinct.UpdateColumns inserted of one distinct

@@ -70,9 +70,10 @@ func (o *Offenders) add(c Client, h uint64, tier *TopK, oc decisions.Outcome, ru
 	}
 }
 
-// Merge adds p's counts to o; disjoint says they counted disjoint clients
-// (see TopK.Merge).
-func (o *Offenders) Merge(p *Offenders, disjoint bool) {
+// Merge adds p's counts to o; m says whether they counted disjoint
+// clients (see TopK.Merge).
+func (o *Offenders) Merge(p *Offenders, m MergeMode) error {
+	disjoint := m == MergeDisjoint
 	o.Requests.Merge(p.Requests, disjoint)
 	o.Refusals.Merge(p.Refusals, disjoint)
 	for k, t := range p.RequestsByTier {
@@ -86,10 +87,19 @@ func (o *Offenders) Merge(p *Offenders, disjoint bool) {
 	}
 	o.Challenged.Merge(p.Challenged, disjoint)
 	o.TokenPassed.Merge(p.TokenPassed, disjoint)
+	return nil
 }
 
-// AppendBinary appends o's encoding.
-func (o *Offenders) AppendBinary(b []byte) []byte {
+// AppendBinary appends o's encoding: the lists of partial encoding
+// version 1 (appendBinaryV1), then those version 2 added (appendBinaryV2).
+// It returns no error.
+func (o *Offenders) AppendBinary(b []byte) ([]byte, error) {
+	return o.appendBinaryV2(o.appendBinaryV1(b)), nil
+}
+
+// appendBinaryV1 appends the lists of partial encoding version 1: by
+// requests and by refusals, by requests per tier and by refusals per rule.
+func (o *Offenders) appendBinaryV1(b []byte) []byte {
 	b = appendUvarint(b, uint64(o.k))
 	b = o.Requests.AppendBinary(b)
 	b = o.Refusals.AppendBinary(b)
@@ -138,21 +148,30 @@ func (o *Offenders) decodeV2(r *reader) error {
 	return r.err
 }
 
-func decodeOffenders(r *reader) (*Offenders, error) {
+// decode reads what AppendBinary wrote into o, replacing what it held.
+func (o *Offenders) decode(r *reader) error {
+	if err := o.decodeV1(r); err != nil {
+		return err
+	}
+	return o.decodeV2(r)
+}
+
+// decodeV1 reads what appendBinaryV1 wrote into o, replacing what it held.
+func (o *Offenders) decodeV1(r *reader) error {
 	k := r.uvarint()
 	if r.err == nil && (k == 0 || k > 1<<20) {
 		r.fail(fmt.Errorf("offenders of %d clients", k))
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("decode offenders: %w", r.err)
+		return fmt.Errorf("decode offenders: %w", r.err)
 	}
-	o := NewOffenders(int(k))
+	*o = *NewOffenders(int(k))
 	var err error
 	if o.Requests, err = decodeTopK(r); err != nil {
-		return nil, err
+		return err
 	}
 	if o.Refusals, err = decodeTopK(r); err != nil {
-		return nil, err
+		return err
 	}
 	for _, m := range []map[string]*TopK{o.RequestsByTier, o.RefusalsByRule} {
 		n := r.count(3)
@@ -160,13 +179,13 @@ func decodeOffenders(r *reader) (*Offenders, error) {
 			key := r.string()
 			t, err := decodeTopK(r)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			m[key] = t
 		}
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("decode offenders: %w", r.err)
+		return fmt.Errorf("decode offenders: %w", r.err)
 	}
-	return o, nil
+	return nil
 }

@@ -18,8 +18,8 @@ type Partial struct {
 	Events    uint64
 	Counts    Counts
 	Clients   Distinct
-	Latency   Latency // the counter store's
-	Upstream  Latency // the origin's, to its response headers
+	Latency   Latency         // the counter store's
+	Upstream  UpstreamLatency // the origin's, to its response headers
 	Offenders *Offenders
 
 	// MaxKeys caps the distinct tiers, rules, nodes and reasons the
@@ -46,7 +46,13 @@ func NewPartial(start time.Time, size time.Duration, k int) *Partial {
 // End is the end of the window, exclusive.
 func (p *Partial) End() time.Time { return p.Start.Add(p.Size) }
 
-// Update adds one event.
+// parts returns p's aggregates, in the order of the encoding.
+func (p *Partial) parts() [5]part {
+	return [5]part{&p.Counts, &p.Clients, &p.Latency, &p.Upstream, p.Offenders}
+}
+
+// Update adds one event. It calls each aggregate's own update rather than
+// their Update, to hash the client once for all of them.
 func (p *Partial) Update(d *decisions.Decision) {
 	p.Events++
 	if d.Kind == decisions.KindDecision {
@@ -75,18 +81,19 @@ func (p *Partial) Merge(q *Partial, disjoint bool) error {
 		return fmt.Errorf("merge partials: windows of %v and %v", p.Size, q.Size)
 	}
 	p.Events += q.Events
-	p.Counts.Merge(&q.Counts)
 	p.keySets = nil // rebuilt from the merged counts when next needed
-	if err := p.Clients.Merge(&q.Clients); err != nil {
-		return err
+	m := mergeMode(disjoint)
+	for _, merge := range [...]merger{
+		mergerOf(&p.Counts, &q.Counts),
+		mergerOf(&p.Clients, &q.Clients),
+		mergerOf(&p.Latency, &q.Latency),
+		mergerOf(&p.Upstream, &q.Upstream),
+		mergerOf(p.Offenders, q.Offenders),
+	} {
+		if err := merge(m); err != nil {
+			return err
+		}
 	}
-	if err := p.Latency.Merge(&q.Latency); err != nil {
-		return err
-	}
-	if err := p.Upstream.Merge(&q.Upstream); err != nil {
-		return err
-	}
-	p.Offenders.Merge(q.Offenders, disjoint)
 	if q.Start.Before(p.Start) {
 		p.Start = q.Start
 	}
@@ -110,14 +117,14 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
 	b = appendUvarint(b, uint64(p.Start.UnixNano()))
 	b = appendUvarint(b, uint64(p.Size))
 	b = appendUvarint(b, p.Events)
-	b = p.Counts.AppendBinary(b)
+	b, _ = p.Counts.AppendBinary(b)
 	var err error
-	if b, err = p.Clients.AppendBinary(b); err != nil {
+	if b, err = p.Clients.appendBinaryV1(b); err != nil {
 		return b, err
 	}
-	b = p.Latency.AppendBinary(b)
-	b = p.Upstream.AppendBinary(b)
-	b = p.Offenders.AppendBinary(b)
+	b, _ = p.Latency.AppendBinary(b)
+	b, _ = p.Upstream.AppendBinary(b)
+	b = p.Offenders.appendBinaryV1(b)
 	if b, err = p.Clients.appendBinaryV2(b); err != nil {
 		return b, err
 	}
@@ -147,7 +154,7 @@ func DecodePartial(b []byte) (*Partial, error) {
 	if err := p.Counts.decode(r); err != nil {
 		return nil, fmt.Errorf("decode partial: %w", err)
 	}
-	if err := p.Clients.decode(r); err != nil {
+	if err := p.Clients.decodeV1(r); err != nil {
 		return nil, fmt.Errorf("decode partial: %w", err)
 	}
 	if err := p.Latency.decode(r); err != nil {
@@ -156,8 +163,8 @@ func DecodePartial(b []byte) (*Partial, error) {
 	if err := p.Upstream.decode(r); err != nil {
 		return nil, fmt.Errorf("decode partial: %w", err)
 	}
-	var err error
-	if p.Offenders, err = decodeOffenders(r); err != nil {
+	p.Offenders = new(Offenders)
+	if err := p.Offenders.decodeV1(r); err != nil {
 		return nil, fmt.Errorf("decode partial: %w", err)
 	}
 	if v >= 2 {

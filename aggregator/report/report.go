@@ -349,14 +349,17 @@ func listsChallenges(p *aggregator.Partial) bool {
 // windows of one range; the top-K lists are merged apart (rangeTopK).
 func mergeInto(total, p *aggregator.Partial) error {
 	total.Events += p.Events
-	total.Counts.Merge(&p.Counts)
-	if err := total.Clients.Merge(&p.Clients); err != nil {
+	const m = aggregator.MergeOverlapping // windows of one range
+	if err := total.Counts.Merge(&p.Counts, m); err != nil {
 		return err
 	}
-	if err := total.Latency.Merge(&p.Latency); err != nil {
+	if err := total.Clients.Merge(&p.Clients, m); err != nil {
 		return err
 	}
-	return total.Upstream.Merge(&p.Upstream)
+	if err := total.Latency.Merge(&p.Latency, m); err != nil {
+		return err
+	}
+	return total.Upstream.Merge(&p.Upstream, m)
 }
 
 func inRange(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
