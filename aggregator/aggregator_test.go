@@ -115,6 +115,9 @@ func FuzzDecodePartial(f *testing.F) {
 	if v1, err := os.ReadFile("testdata/partial-v1.rwp"); err == nil {
 		f.Add(v1) // the encoding before version 2
 	}
+	if v2, err := os.ReadFile("testdata/partial-v2.rwp"); err == nil {
+		f.Add(v2) // the encoding before version 3
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodePartial(b)
 		if err != nil {

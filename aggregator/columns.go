@@ -73,6 +73,7 @@ type Batch struct {
 	tierKnown    []*knownHashes
 	ruleHLL      []*hyperloglog.Sketch
 	tierTopK     []*TopK
+	tierRefTopK  []*TopK
 	ruleTopK     []*TopK
 	ruleReqsTopK []*TopK
 }
@@ -464,6 +465,7 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	b.identify()
 	b.tierTopK = resetSlice(b.tierTopK, len(c.Tier.Values))
+	b.tierRefTopK = resetSlice(b.tierRefTopK, len(c.Tier.Values))
 	b.ruleTopK = resetSlice(b.ruleTopK, len(c.Rule.Values))
 	b.ruleReqsTopK = resetSlice(b.ruleReqsTopK, len(c.Rule.Values))
 	for i := lo; i < hi; i++ {
@@ -491,6 +493,12 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		oc := c.Outcome[i]
 		if refused[oc] {
 			o.Refusals.add(cl, h, 1)
+			tt := b.tierRefTopK[t]
+			if tt == nil {
+				tt = o.topk(o.RefusalsByTier, b.tierNames[t])
+				b.tierRefTopK[t] = tt
+			}
+			tt.add(cl, h, 1)
 			rt := b.ruleTopK[r]
 			if rt == nil {
 				rt = o.topk(o.RefusalsByRule, b.ruleNames[r])
