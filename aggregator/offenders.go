@@ -7,11 +7,10 @@ import (
 )
 
 // Offenders are the heaviest clients: by requests and by refusals overall,
-// per tier and per rule, and the
-// clients most often challenged and most often passed on a challenge token
-// (the CAPTCHA loop: who is challenged and never solves). Decisions without
-// a rule (the allow and deny lists decide before any rule) have no
-// per-rule lists. The zero value is not usable: use NewOffenders. It is not
+// per tier and per rule, and the clients most often challenged and most
+// often passed on a challenge token (the CAPTCHA loop: who is challenged
+// and never solves). Decisions without a rule (the allow and deny lists
+// decide before any rule) have no per-rule lists. The zero value is not usable: use NewOffenders. It is not
 // safe for concurrent use.
 type Offenders struct {
 	k              int
