@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,6 +101,57 @@ func TestDecodePartialV2(t *testing.T) {
 	}
 	if got, want := encode(t, again), encode(t, merged); !bytes.Equal(got, want) {
 		t.Error("new into old differs from old into new")
+	}
+}
+
+// TestRestoreV2Partial: a Rollup snapshot taken before partial encoding
+// version 3 (its open window's partial of version 2; the snapshot's own
+// layout did not change) restores, and its window goes on counting and
+// is emitted as version 3 with the refusals by tier of the events added
+// after the restore.
+func TestRestoreV2Partial(t *testing.T) {
+	ds := fixtureDecisions()
+	r := NewRollup(Options{Window: time.Hour, TopK: 4})
+	for i := range ds {
+		r.Add(&ds[i], uint64(i))
+	}
+	snap, err := r.AppendSnapshot(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same snapshot with the window's partial as version 2 wrote it.
+	v3 := encode(t, r.open[t0.UnixNano()].p)
+	v2, err := os.ReadFile("testdata/partial-v2.rwp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(snap, appendBytes(nil, v3))
+	if at < 0 || bytes.Count(snap, v3) != 1 {
+		t.Fatal("the snapshot does not hold the window's partial once")
+	}
+	old := slices.Concat(snap[:at], appendBytes(nil, v2), snap[at+len(appendBytes(nil, v3)):])
+
+	restored := NewRollup(Options{Window: time.Hour, TopK: 4})
+	if err := restored.Restore(old); err != nil {
+		t.Fatal(err)
+	}
+	more := decisions.Decision{Time: t0.Add(10 * time.Minute), Tier: "anonymous", Rule: "anonymous:/api",
+		ClientIP: netip.MustParseAddr("192.0.2.9"), Outcome: decisions.Block}
+	restored.Add(&more, uint64(len(ds)))
+	var got []Output
+	if err := restored.Flush(true, func(o Output) error { got = append(got, o); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Partial.Events != uint64(len(ds))+1 || got[0].From != 0 || got[0].To != uint64(len(ds)) {
+		t.Fatalf("outputs %+v: want the window of %d events", got, len(ds)+1)
+	}
+	b := encode(t, got[0].Partial)
+	if b[len(partialMagic)] != partialVersion {
+		t.Errorf("emitted as version %d", b[len(partialMagic)])
+	}
+	tiers := got[0].Partial.Offenders.RefusalsByTier
+	if len(tiers) != 1 || tiers["anonymous"].Top(10)[0].Count != 1 {
+		t.Errorf("refusals by tier %v: want the one refusal added after the restore", tiers)
 	}
 }
 
