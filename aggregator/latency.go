@@ -21,11 +21,12 @@ const LatencyAccuracy = 0.01
 // about 17 orders of magnitude, far more than 1 µs to an hour.
 const latencyBins = 2048
 
-// Latency is a distribution of latencies (the counter store's, the
-// origin's), in milliseconds, as a DDSketch: any quantile within 1 % relative error, and
-// mergeable. Decisions with no store latency (in-process stores, lists) are
-// not in it. The zero value is ready to use; it is not safe for concurrent
-// use.
+// Latency is a distribution of latencies, in milliseconds, as a DDSketch:
+// any quantile within 1 % relative error, and mergeable. Its Update and
+// UpdateColumns add the counter store's latency (UpstreamLatency's, the
+// origin's); decisions with no store latency (in-process stores, lists)
+// are not in it. The zero value is ready to use; it is not safe for
+// concurrent use.
 type Latency struct {
 	Sketch *ddsketch.DDSketch
 }
