@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"net/netip"
-	"time"
 
 	"github.com/axiomhq/hyperloglog"
 
@@ -74,6 +73,7 @@ type Batch struct {
 	tierKnown    []*knownHashes
 	ruleHLL      []*hyperloglog.Sketch
 	tierTopK     []*TopK
+	tierRefTopK  []*TopK
 	ruleTopK     []*TopK
 	ruleReqsTopK []*TopK
 }
@@ -227,23 +227,11 @@ func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
 // UpdateColumns adds rows [lo, hi) of b, as Update would add each of
 // their events in order.
 func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
-	c := b.c
 	p.Events += uint64(hi - lo)
 	b.foldColumns(p, lo, hi)
-	p.Counts.UpdateColumns(b, lo, hi)
-	idx := latencyIndexes()
-	for i := lo; i < hi; i++ {
-		if decisions.Kind(c.Kind[i]) == decisions.KindDecision {
-			if v := time.Duration(c.StoreLatency.Int(i)); v > 0 {
-				p.Latency.add(v, idx)
-			}
-			if v := time.Duration(c.UpstreamLatency.Int(i)); v > 0 {
-				p.Upstream.add(v, idx)
-			}
-		}
+	for _, a := range p.parts() {
+		a.UpdateColumns(b, lo, hi)
 	}
-	p.Clients.UpdateColumns(b, lo, hi)
-	p.Offenders.UpdateColumns(b, lo, hi)
 }
 
 // seenClient is what Distinct.UpdateColumns inserted of one distinct
@@ -477,6 +465,7 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	b.identify()
 	b.tierTopK = resetSlice(b.tierTopK, len(c.Tier.Values))
+	b.tierRefTopK = resetSlice(b.tierRefTopK, len(c.Tier.Values))
 	b.ruleTopK = resetSlice(b.ruleTopK, len(c.Rule.Values))
 	b.ruleReqsTopK = resetSlice(b.ruleReqsTopK, len(c.Rule.Values))
 	for i := lo; i < hi; i++ {
@@ -504,6 +493,12 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 		oc := c.Outcome[i]
 		if refused[oc] {
 			o.Refusals.add(cl, h, 1)
+			tt := b.tierRefTopK[t]
+			if tt == nil {
+				tt = o.topk(o.RefusalsByTier, b.tierNames[t])
+				b.tierRefTopK[t] = tt
+			}
+			tt.add(cl, h, 1)
 			rt := b.ruleTopK[r]
 			if rt == nil {
 				rt = o.topk(o.RefusalsByRule, b.ruleNames[r])

@@ -77,8 +77,8 @@ func (c *Counts) add(k CountKey, node string, n uint64) {
 	byOutcome[k.Outcome] += n
 }
 
-// Merge adds o's counts to c.
-func (c *Counts) Merge(o *Counts) {
+// Merge adds o's counts to c. Counts merge exactly whatever m says.
+func (c *Counts) Merge(o *Counts, _ MergeMode) error {
 	if len(o.Cells) > 0 && c.Cells == nil {
 		c.Cells = map[CountKey]uint64{}
 		c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
@@ -112,6 +112,7 @@ func (c *Counts) Merge(o *Counts) {
 		}
 		c.Feedback[k] += n
 	}
+	return nil
 }
 
 // Total is the number of decisions counted.
@@ -150,8 +151,8 @@ func compareCountKeys(a, b CountKey) int {
 }
 
 // AppendBinary appends c's encoding: every map in sorted order, so equal
-// counts encode to equal bytes.
-func (c *Counts) AppendBinary(b []byte) []byte {
+// counts encode to equal bytes. It returns no error.
+func (c *Counts) AppendBinary(b []byte) ([]byte, error) {
 	keys := c.SortedCells()
 	b = appendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
@@ -190,7 +191,7 @@ func (c *Counts) AppendBinary(b []byte) []byte {
 		b = appendString(b, k)
 		b = appendUvarint(b, c.Feedback[k])
 	}
-	return b
+	return b, nil
 }
 
 // decode reads what AppendBinary wrote into c, which must be empty.

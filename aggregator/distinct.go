@@ -184,8 +184,8 @@ func (s *Distinct) add(h uint64, refused bool, tier, rule *hyperloglog.Sketch) {
 	tier.InsertHash(h)
 }
 
-// Merge adds o's clients to s.
-func (s *Distinct) Merge(o *Distinct) error {
+// Merge adds o's clients to s. HyperLogLogs merge alike whatever m says.
+func (s *Distinct) Merge(o *Distinct, _ MergeMode) error {
 	if err := mergeHLL(&s.All, o.All); err != nil {
 		return err
 	}
@@ -235,8 +235,19 @@ func Estimate(sk *hyperloglog.Sketch) uint64 {
 	return sk.Estimate()
 }
 
-// AppendBinary appends s's encoding.
+// AppendBinary appends s's encoding: the sketches of partial encoding
+// version 1 (appendBinaryV1), then those version 2 added (appendBinaryV2).
 func (s *Distinct) AppendBinary(b []byte) ([]byte, error) {
+	b, err := s.appendBinaryV1(b)
+	if err != nil {
+		return b, err
+	}
+	return s.appendBinaryV2(b)
+}
+
+// appendBinaryV1 appends the sketches of partial encoding version 1: all
+// clients, the refused, by tier.
+func (s *Distinct) appendBinaryV1(b []byte) ([]byte, error) {
 	var err error
 	if b, err = appendHLL(b, s.All); err != nil {
 		return b, err
@@ -280,7 +291,16 @@ func appendHLL(b []byte, sk *hyperloglog.Sketch) ([]byte, error) {
 	return appendBytes(b, p), nil
 }
 
+// decode reads what AppendBinary wrote into s.
 func (s *Distinct) decode(r *reader) error {
+	if err := s.decodeV1(r); err != nil {
+		return err
+	}
+	return s.decodeV2(r)
+}
+
+// decodeV1 reads what appendBinaryV1 wrote into s.
+func (s *Distinct) decodeV1(r *reader) error {
 	var err error
 	if s.All, err = decodeHLL(r); err != nil {
 		return err

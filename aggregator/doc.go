@@ -37,9 +37,11 @@
 // same way); MergePartials reads either back, merged per window, for the
 // reports, the alerts and the dashboard.
 //
-// Each aggregate lives in its own file with the same three operations:
-// update from one decision, merge another of its kind, and a deterministic
-// binary encoding (append to a buffer, decode back). A record batch's
+// Each aggregate lives in its own file with the same three operations (the
+// interface aggregate in aggregate.go): update from one decision or from
+// a batch's rows, merge another of its kind (MergeMode: whether the two
+// counted disjoint clients), and a deterministic binary encoding (append
+// to a buffer, decode back). A record batch's
 // columns (columnar.Decoder.DecodeColumns) roll up without a Decision per
 // event through Batch, Partial.UpdateColumns and Rollup.AddBatch, to the
 // same bytes as the events one by one. A reader that wants only counts by

@@ -138,7 +138,7 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 			countMetric(MetricStoreLatencyN, n))
 	}
 	if n := p.Upstream.Count(); n > 0 {
-		ms = append(ms, emf.Metric{Name: MetricUpstreamLatency, Unit: emf.Milliseconds, Values: latencyLadder(&p.Upstream, latencyValues)},
+		ms = append(ms, emf.Metric{Name: MetricUpstreamLatency, Unit: emf.Milliseconds, Values: latencyLadder(&p.Upstream.Latency, latencyValues)},
 			countMetric(MetricUpstreamLatencyN, n))
 	}
 	if p.Counts.Dropped > 0 {

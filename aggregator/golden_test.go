@@ -25,8 +25,11 @@ import (
 // client inserted once a batch into each HyperLogLog, the DDSketch index
 // from a table, the top-K lists' inline hashes and sort), so they hold
 // every later change to the bytes a replay, a restart or a takeover
-// reproduce. -update rewrites the file; do that only for a change meant
-// to change the encoding, never to make a speedup pass.
+// reproduce; they were recorded again for partial encoding version 3
+// (each aggregate's encoding whole, and the refusals by tier), whose
+// TestDecodePartialV2 shows every aggregate of version 2 unchanged.
+// -update rewrites the file; do that only for a change meant to change the
+// encoding, never to make a speedup pass.
 func TestPartialsGolden(t *testing.T) {
 	ds := decisiontest.NewGenerator(21, t0).Batch(300_000)
 	batches := encodeBatches(t, ds, 4096)

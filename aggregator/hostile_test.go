@@ -323,6 +323,9 @@ func TestPartialKeyCap(t *testing.T) {
 	if n, m, r := len(p.Clients.ByRule), len(p.Offenders.RequestsByRule), len(p.Offenders.RefusalsByRule); n > DefaultMaxKeys+1 || m > DefaultMaxKeys+1 || r > DefaultMaxKeys+1 {
 		t.Errorf("%d rule sketches, %d and %d rule top-K lists", n, m, r)
 	}
+	if n, m := len(p.Offenders.RequestsByTier), len(p.Offenders.RefusalsByTier); n > DefaultMaxKeys+1 || m > DefaultMaxKeys+1 {
+		t.Errorf("%d and %d tier top-K lists", n, m)
+	}
 	want := encode(t, p)
 
 	q := NewPartial(t0, time.Hour, 10)

@@ -11,6 +11,7 @@ import (
 	"github.com/DataDog/sketches-go/ddsketch/store"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 )
 
 // LatencyAccuracy is the relative accuracy of the store-latency quantiles.
@@ -20,11 +21,12 @@ const LatencyAccuracy = 0.01
 // about 17 orders of magnitude, far more than 1 µs to an hour.
 const latencyBins = 2048
 
-// Latency is a distribution of latencies (the counter store's, the
-// origin's), in milliseconds, as a DDSketch: any quantile within 1 % relative error, and
-// mergeable. Decisions with no store latency (in-process stores, lists) are
-// not in it. The zero value is ready to use; it is not safe for concurrent
-// use.
+// Latency is a distribution of latencies, in milliseconds, as a DDSketch:
+// any quantile within 1 % relative error, and mergeable. Its Update and
+// UpdateColumns add the counter store's latency (UpstreamLatency's, the
+// origin's); decisions with no store latency (in-process stores, lists)
+// are not in it. The zero value is ready to use; it is not safe for
+// concurrent use.
 type Latency struct {
 	Sketch *ddsketch.DDSketch
 }
@@ -47,6 +49,46 @@ func (l *Latency) Update(d *decisions.Decision) {
 	if d.Kind == decisions.KindDecision {
 		l.Add(d.StoreLatency)
 	}
+}
+
+// UpdateColumns adds the store latencies of rows [lo, hi) of b.
+func (l *Latency) UpdateColumns(b *Batch, lo, hi int) { l.addColumn(b, &b.c.StoreLatency, lo, hi) }
+
+// addColumn adds the latencies of rows [lo, hi) of b's column col, the
+// decisions' (the others' are zero).
+func (l *Latency) addColumn(b *Batch, col *columnar.Ints, lo, hi int) {
+	kinds, idx := b.c.Kind, latencyIndexes()
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(kinds[i]) == decisions.KindDecision {
+			if v := time.Duration(col.Int(i)); v > 0 {
+				l.add(v, idx)
+			}
+		}
+	}
+}
+
+// UpstreamLatency is the distribution of the origin's latencies, to its
+// response headers: a Latency updated from Decision.UpstreamLatency. The
+// zero value is ready to use; it is not safe for concurrent use.
+type UpstreamLatency struct {
+	Latency
+}
+
+// Update adds d's upstream latency.
+func (l *UpstreamLatency) Update(d *decisions.Decision) {
+	if d.Kind == decisions.KindDecision {
+		l.Add(d.UpstreamLatency)
+	}
+}
+
+// UpdateColumns adds the upstream latencies of rows [lo, hi) of b.
+func (l *UpstreamLatency) UpdateColumns(b *Batch, lo, hi int) {
+	l.addColumn(b, &b.c.UpstreamLatency, lo, hi)
+}
+
+// Merge adds o's values to l.
+func (l *UpstreamLatency) Merge(o *UpstreamLatency, m MergeMode) error {
+	return l.Latency.Merge(&o.Latency, m)
 }
 
 // Add adds one latency; zero and negative ones (nothing was waited for)
@@ -141,8 +183,8 @@ func (t *indexTable) index(v time.Duration) int {
 	return k
 }
 
-// Merge adds o's values to l.
-func (l *Latency) Merge(o *Latency) error {
+// Merge adds o's values to l. Sketches merge alike whatever m says.
+func (l *Latency) Merge(o *Latency, _ MergeMode) error {
 	if o.Sketch == nil {
 		return nil
 	}
@@ -185,16 +227,17 @@ func (l *Latency) Bins(f func(value, count float64)) {
 	l.Sketch.ForEach(func(v, c float64) bool { f(v, c); return false })
 }
 
-// AppendBinary appends l's encoding.
-func (l *Latency) AppendBinary(b []byte) []byte {
+// AppendBinary appends l's encoding. It returns no error.
+func (l *Latency) AppendBinary(b []byte) ([]byte, error) {
 	if l.Sketch == nil || l.Sketch.IsEmpty() {
-		return appendUvarint(b, 0)
+		return appendUvarint(b, 0), nil
 	}
 	var p []byte
 	l.Sketch.Encode(&p, true)
-	return appendBytes(b, p)
+	return appendBytes(b, p), nil
 }
 
+// decode reads what AppendBinary wrote into l.
 func (l *Latency) decode(r *reader) error {
 	p := r.bytes()
 	if r.err != nil || len(p) == 0 {

@@ -18,8 +18,8 @@ type Partial struct {
 	Events    uint64
 	Counts    Counts
 	Clients   Distinct
-	Latency   Latency // the counter store's
-	Upstream  Latency // the origin's, to its response headers
+	Latency   Latency         // the counter store's
+	Upstream  UpstreamLatency // the origin's, to its response headers
 	Offenders *Offenders
 
 	// MaxKeys caps the distinct tiers, rules, nodes and reasons the
@@ -46,7 +46,13 @@ func NewPartial(start time.Time, size time.Duration, k int) *Partial {
 // End is the end of the window, exclusive.
 func (p *Partial) End() time.Time { return p.Start.Add(p.Size) }
 
-// Update adds one event.
+// parts returns p's aggregates, in the order of the encoding.
+func (p *Partial) parts() [5]part {
+	return [5]part{&p.Counts, &p.Clients, &p.Latency, &p.Upstream, p.Offenders}
+}
+
+// Update adds one event. It calls each aggregate's own update rather than
+// their Update, to hash the client once for all of them.
 func (p *Partial) Update(d *decisions.Decision) {
 	p.Events++
 	if d.Kind == decisions.KindDecision {
@@ -62,7 +68,7 @@ func (p *Partial) Update(d *decisions.Decision) {
 	c := ClientOf(d)
 	h := hashClientInto(c, &p.Clients.scratch)
 	p.Clients.add(h, Refused(d.Outcome), p.Clients.tier(d.Tier), p.Clients.rule(d.Rule))
-	p.Offenders.add(c, h, p.Offenders.topk(p.Offenders.RequestsByTier, d.Tier), d.Outcome, d.Rule)
+	p.Offenders.add(c, h, d.Tier, d.Outcome, d.Rule)
 }
 
 // Merge adds q's events to p. Partials of different lengths do not merge;
@@ -75,18 +81,19 @@ func (p *Partial) Merge(q *Partial, disjoint bool) error {
 		return fmt.Errorf("merge partials: windows of %v and %v", p.Size, q.Size)
 	}
 	p.Events += q.Events
-	p.Counts.Merge(&q.Counts)
 	p.keySets = nil // rebuilt from the merged counts when next needed
-	if err := p.Clients.Merge(&q.Clients); err != nil {
-		return err
+	m := mergeMode(disjoint)
+	for _, merge := range [...]merger{
+		mergerOf(&p.Counts, &q.Counts),
+		mergerOf(&p.Clients, &q.Clients),
+		mergerOf(&p.Latency, &q.Latency),
+		mergerOf(&p.Upstream, &q.Upstream),
+		mergerOf(p.Offenders, q.Offenders),
+	} {
+		if err := merge(m); err != nil {
+			return err
+		}
 	}
-	if err := p.Latency.Merge(&q.Latency); err != nil {
-		return err
-	}
-	if err := p.Upstream.Merge(&q.Upstream); err != nil {
-		return err
-	}
-	p.Offenders.Merge(q.Offenders, disjoint)
 	if q.Start.Before(p.Start) {
 		p.Start = q.Start
 	}
@@ -97,11 +104,15 @@ func (p *Partial) Merge(q *Partial, disjoint bool) error {
 // encoding's version.
 const partialMagic = "RWP"
 
-// partialVersion is the version AppendBinary writes. Version 2 appended the
-// distinct clients by rule, the requests by rule and the challenged and
-// token-passing clients; DecodePartial still reads version 1, whose
-// partials have those empty.
-const partialVersion = 2
+// partialVersion is the version AppendBinary writes: after the magic, the
+// version, the window's start, its length and the events, each aggregate's
+// encoding whole, in the order of parts. Versions 1 and 2, which
+// DecodePartial still reads, wrote each aggregate's version 1 part in that
+// order, then (version 2) the distinct clients by rule, the requests by
+// rule and the challenged and token-passing clients; version 3 added the
+// refusals by tier, which partials of the earlier versions have empty, as
+// version 1's have the lists of version 2.
+const partialVersion = 3
 
 // AppendBinary appends p's encoding. Equal partials encode to equal bytes.
 func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
@@ -110,21 +121,16 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
 	b = appendUvarint(b, uint64(p.Start.UnixNano()))
 	b = appendUvarint(b, uint64(p.Size))
 	b = appendUvarint(b, p.Events)
-	b = p.Counts.AppendBinary(b)
 	var err error
-	if b, err = p.Clients.AppendBinary(b); err != nil {
-		return b, err
+	for _, a := range p.parts() {
+		if b, err = a.AppendBinary(b); err != nil {
+			return b, err
+		}
 	}
-	b = p.Latency.AppendBinary(b)
-	b = p.Upstream.AppendBinary(b)
-	b = p.Offenders.AppendBinary(b)
-	if b, err = p.Clients.appendBinaryV2(b); err != nil {
-		return b, err
-	}
-	return p.Offenders.appendBinaryV2(b), nil
+	return b, nil
 }
 
-// DecodePartial reads a partial AppendBinary wrote.
+// DecodePartial reads a partial AppendBinary wrote, of any version.
 func DecodePartial(b []byte) (*Partial, error) {
 	if len(b) < len(partialMagic)+1 || string(b[:len(partialMagic)]) != partialMagic {
 		return nil, errors.New("decode partial: not a partial")
@@ -134,7 +140,7 @@ func DecodePartial(b []byte) (*Partial, error) {
 		return nil, fmt.Errorf("decode partial: version %d, want 1 to %d", v, partialVersion)
 	}
 	r := &reader{b: b[len(partialMagic)+1:]}
-	p := &Partial{}
+	p := &Partial{Offenders: new(Offenders)}
 	p.Start = time.Unix(0, int64(r.uvarint())).UTC()
 	p.Size = time.Duration(r.uvarint())
 	p.Events = r.uvarint()
@@ -144,32 +150,37 @@ func DecodePartial(b []byte) (*Partial, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("decode partial: %w", r.err)
 	}
-	if err := p.Counts.decode(r); err != nil {
-		return nil, fmt.Errorf("decode partial: %w", err)
-	}
-	if err := p.Clients.decode(r); err != nil {
-		return nil, fmt.Errorf("decode partial: %w", err)
-	}
-	if err := p.Latency.decode(r); err != nil {
-		return nil, fmt.Errorf("decode partial: %w", err)
-	}
-	if err := p.Upstream.decode(r); err != nil {
-		return nil, fmt.Errorf("decode partial: %w", err)
-	}
 	var err error
-	if p.Offenders, err = decodeOffenders(r); err != nil {
-		return nil, fmt.Errorf("decode partial: %w", err)
+	if v >= 3 {
+		for _, a := range p.parts() {
+			if err = a.decode(r); err != nil {
+				break
+			}
+		}
+	} else {
+		err = p.decodeV2(r, v)
 	}
-	if v >= 2 {
-		if err := p.Clients.decodeV2(r); err != nil {
-			return nil, fmt.Errorf("decode partial: %w", err)
-		}
-		if err := p.Offenders.decodeV2(r); err != nil {
-			return nil, fmt.Errorf("decode partial: %w", err)
-		}
+	if err != nil {
+		return nil, fmt.Errorf("decode partial: %w", err)
 	}
 	if len(r.b) != 0 {
 		return nil, fmt.Errorf("decode partial: %d bytes after the end", len(r.b))
 	}
 	return p, nil
+}
+
+// decodeV2 reads the aggregates of a partial of encoding version v, 1 or
+// 2, into p.
+func (p *Partial) decodeV2(r *reader, v byte) error {
+	steps := []func(*reader) error{p.Counts.decode, p.Clients.decodeV1, p.Latency.decode,
+		p.Upstream.decode, p.Offenders.decodeV1}
+	if v >= 2 {
+		steps = append(steps, p.Clients.decodeV2, p.Offenders.decodeV2)
+	}
+	for _, decode := range steps {
+		if err := decode(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }

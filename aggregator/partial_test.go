@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,24 +13,16 @@ import (
 
 // TestDecodePartialV1: a partial of encoding version 1 (written by the
 // aggregator before version 2, kept in testdata) still decodes, with the
-// per-rule and challenge lists empty, and encodes again as version 2.
+// per-rule and challenge lists empty, and encodes again as the current
+// version.
 func TestDecodePartialV1(t *testing.T) {
-	b, err := os.ReadFile("testdata/partial-v1.rwp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b[len(partialMagic)] != 1 {
-		t.Fatalf("testdata holds version %d", b[len(partialMagic)])
-	}
-	p, err := DecodePartial(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := decodeFixture(t, "testdata/partial-v1.rwp", 1)
 	if p.Events != 50 || p.Counts.Total() != 50 || p.Offenders.Requests.Len() != 7 {
 		t.Errorf("events %d, counted %d, top requesters %d: want 50, 50, 7", p.Events, p.Counts.Total(), p.Offenders.Requests.Len())
 	}
-	if len(p.Clients.ByRule) != 0 || len(p.Offenders.RequestsByRule) != 0 || p.Offenders.Challenged.Len() != 0 {
-		t.Error("a version 1 partial has per-rule or challenge lists")
+	if len(p.Clients.ByRule) != 0 || len(p.Offenders.RequestsByRule) != 0 || p.Offenders.Challenged.Len() != 0 ||
+		len(p.Offenders.RefusalsByTier) != 0 {
+		t.Error("a version 1 partial has per-rule, per-tier refusal or challenge lists")
 	}
 	again, err := p.AppendBinary(nil)
 	if err != nil {
@@ -50,6 +43,173 @@ func TestDecodePartialV1(t *testing.T) {
 	if _, err := DecodePartial(bad); err == nil {
 		t.Error("a version from the future decoded")
 	}
+}
+
+// TestDecodePartialV2: a partial of encoding version 2 (kept in testdata,
+// of fixtureDecisions) still decodes to every aggregate the same events
+// make now but the refusals by tier, which version 3 added; it merges with
+// a partial of the current version into what two current partials merge
+// into, but the refusals by tier, which only the current one holds.
+func TestDecodePartialV2(t *testing.T) {
+	old := decodeFixture(t, "testdata/partial-v2.rwp", 2)
+	if len(old.Offenders.RefusalsByTier) != 0 {
+		t.Error("a version 2 partial has refusals by tier")
+	}
+	roll := func() *Partial {
+		p := NewPartial(t0, time.Hour, 4)
+		for _, d := range fixtureDecisions() {
+			p.Update(&d)
+		}
+		return p
+	}
+	now := roll()
+	if len(now.Offenders.RefusalsByTier) != 2 || len(now.Offenders.RequestsByRule) == 0 || now.Offenders.Challenged.Len() == 0 {
+		t.Fatalf("the fixture's decisions fill %d tiers of refusals, %d rules of requests, %d challenged",
+			len(now.Offenders.RefusalsByTier), len(now.Offenders.RequestsByRule), now.Offenders.Challenged.Len())
+	}
+	withoutTierRefusals := func(p *Partial) []byte {
+		q := *p
+		o := *p.Offenders
+		o.RefusalsByTier = map[string]*TopK{}
+		q.Offenders = &o
+		return encode(t, &q)
+	}
+	if got, want := encode(t, old), withoutTierRefusals(now); !bytes.Equal(got, want) {
+		t.Errorf("the version 2 partial decodes to %d bytes that differ from the same events' %d now", len(got), len(want))
+	}
+
+	// Old into new and new into old: the same partial.
+	merged, twice := roll(), roll()
+	if err := merged.Merge(old, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := twice.Merge(roll(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := withoutTierRefusals(merged), withoutTierRefusals(twice); !bytes.Equal(got, want) {
+		t.Error("a version 2 partial merged into a current one differs from two current ones merged")
+	}
+	if got, want := appendTopKs(nil, merged.Offenders.RefusalsByTier), appendTopKs(nil, now.Offenders.RefusalsByTier); !bytes.Equal(got, want) {
+		t.Error("merging a version 2 partial changed the refusals by tier")
+	}
+	again, err := DecodePartial(encode(t, old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Merge(now, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := encode(t, again), encode(t, merged); !bytes.Equal(got, want) {
+		t.Error("new into old differs from old into new")
+	}
+}
+
+// TestRestoreV2Partial: a Rollup snapshot taken before partial encoding
+// version 3 (its open window's partial of version 2; the snapshot's own
+// layout did not change) restores, and its window goes on counting and
+// is emitted as version 3 with the refusals by tier of the events added
+// after the restore.
+func TestRestoreV2Partial(t *testing.T) {
+	ds := fixtureDecisions()
+	r := NewRollup(Options{Window: time.Hour, TopK: 4})
+	for i := range ds {
+		r.Add(&ds[i], uint64(i))
+	}
+	snap, err := r.AppendSnapshot(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same snapshot with the window's partial as version 2 wrote it.
+	v3 := encode(t, r.open[t0.UnixNano()].p)
+	v2, err := os.ReadFile("testdata/partial-v2.rwp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(snap, appendBytes(nil, v3))
+	if at < 0 || bytes.Count(snap, v3) != 1 {
+		t.Fatal("the snapshot does not hold the window's partial once")
+	}
+	old := slices.Concat(snap[:at], appendBytes(nil, v2), snap[at+len(appendBytes(nil, v3)):])
+
+	restored := NewRollup(Options{Window: time.Hour, TopK: 4})
+	if err := restored.Restore(old); err != nil {
+		t.Fatal(err)
+	}
+	more := decisions.Decision{Time: t0.Add(10 * time.Minute), Tier: "anonymous", Rule: "anonymous:/api",
+		ClientIP: netip.MustParseAddr("192.0.2.9"), Outcome: decisions.Block}
+	restored.Add(&more, uint64(len(ds)))
+	var got []Output
+	if err := restored.Flush(true, func(o Output) error { got = append(got, o); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Partial.Events != uint64(len(ds))+1 || got[0].From != 0 || got[0].To != uint64(len(ds)) {
+		t.Fatalf("outputs %+v: want the window of %d events", got, len(ds)+1)
+	}
+	b := encode(t, got[0].Partial)
+	if b[len(partialMagic)] != partialVersion {
+		t.Errorf("emitted as version %d", b[len(partialMagic)])
+	}
+	tiers := got[0].Partial.Offenders.RefusalsByTier
+	if len(tiers) != 1 || tiers["anonymous"].Top(10)[0].Count != 1 {
+		t.Errorf("refusals by tier %v: want the one refusal added after the restore", tiers)
+	}
+}
+
+// TestRefusalsByTier: the refusals by tier count the refused decisions of
+// each tier only, whatever their rule (the lists' decisions too), and
+// merge per tier.
+func TestRefusalsByTier(t *testing.T) {
+	a, b := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.113.2")
+	u := Client{User: "carol"}
+	add := func(p *Partial, c Client, tier, rule string, o decisions.Outcome, n int) {
+		for range n {
+			p.Update(&decisions.Decision{Time: t0, Tier: tier, Rule: rule, ClientIP: c.Addr, UserID: c.User, Outcome: o})
+		}
+	}
+	p, q := NewPartial(t0, time.Minute, 10), NewPartial(t0, time.Minute, 10)
+	add(p, Client{Addr: a}, "anonymous", "anonymous:/api", decisions.Block, 4)
+	add(p, Client{Addr: a}, "anonymous", "anonymous:/api", decisions.Allow, 9)
+	add(p, Client{Addr: b}, "anonymous", "", decisions.DenyListed, 2)
+	add(p, u, "authenticated", "authenticated:/api", decisions.Challenge, 3)
+	add(q, u, "authenticated", "authenticated:/api", decisions.LocalLimit, 1)
+	add(q, Client{Addr: b}, "anonymous", "anonymous:/api", decisions.ShadowBlock, 5) // passed: not refused
+	add(q, Client{Addr: a}, "anonymous", "anonymous:/login", decisions.FailClosed, 1)
+	if err := p.Merge(q, false); err != nil {
+		t.Fatal(err)
+	}
+	r, err := DecodePartial(encode(t, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tier, want := range map[string][]Hitter{
+		"anonymous":     {{Client: Client{Addr: a}, Count: 5}, {Client: Client{Addr: b}, Count: 2}},
+		"authenticated": {{Client: u, Count: 4}},
+	} {
+		if got := r.Offenders.RefusalsByTier[tier].Top(10); !equalHitters(got, want) {
+			t.Errorf("%s: %v, want %v", tier, got, want)
+		}
+	}
+	if len(r.Offenders.RefusalsByTier) != 2 {
+		t.Errorf("refusals in %d tiers, want 2", len(r.Offenders.RefusalsByTier))
+	}
+}
+
+// decodeFixture decodes the partial of encoding version v in the file
+// named name.
+func decodeFixture(t *testing.T, name string, v byte) *Partial {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[len(partialMagic)] != v {
+		t.Fatalf("%s holds version %d, want %d", name, b[len(partialMagic)], v)
+	}
+	p, err := DecodePartial(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestPartialChallengeLists: challenges and token passes are counted per
@@ -109,4 +269,28 @@ func equalHitters(a, b []Hitter) bool {
 		}
 	}
 	return true
+}
+
+// fixtureDecisions are the decisions of testdata/partial-v2.rwp (a
+// partial of top-K lists of 4 clients of them, encoding version 2): 240
+// decisions of 12 clients (addresses and users) over two tiers, three
+// rules and the lists, refused and challenged in turn.
+func fixtureDecisions() []decisions.Decision {
+	tiers := []string{"anonymous", "authenticated"}
+	rules := []string{"anonymous:/api", "anonymous:/login", "global:burst", ""}
+	outcomes := []decisions.Outcome{decisions.Allow, decisions.Block, decisions.Challenge,
+		decisions.TokenPass, decisions.Allow, decisions.DenyListed, decisions.LocalLimit}
+	ds := make([]decisions.Decision, 240)
+	for i := range ds {
+		d := decisions.Decision{Time: t0.Add(time.Duration(i) * time.Second), Kind: decisions.KindDecision,
+			Tier: tiers[i%7%2], Rule: rules[i%5%4], Outcome: outcomes[i%11%7], Reason: "limit",
+			Node: "edge-1", StoreLatency: time.Duration(1+i%13) * time.Millisecond}
+		if c := i * i % 12; c < 8 {
+			d.ClientIP = netip.AddrFrom4([4]byte{198, 51, 100, byte(c)})
+		} else {
+			d.UserID = "user-" + string(rune('a'+c))
+		}
+		ds[i] = d
+	}
+	return ds
 }

@@ -576,7 +576,9 @@ const snapshotMagic = "RWR"
 
 // snapshotVersion 2 added the Future and Folded counts and the events
 // held ahead; 3 the AheadDropped and CorrectionsDropped counts.
-// Restore reads versions 1 and 2 too.
+// Restore reads versions 1 and 2 too. Each window's partial carries its
+// own encoding version (DecodePartial reads every one), so a new partial
+// version needs no new snapshot version.
 const snapshotVersion = 3
 
 // Next is one past the highest sequence number added: where a restored

@@ -215,8 +215,10 @@ type Tier struct {
 	SolveRate *float64       `json:"solve_rate"`
 	Clients   uint64         `json:"distinct_clients"`
 	Rules     []Path         `json:"rules"`
-	Top       []Offender     `json:"top_clients"`
-	Trend     []Point        `json:"trend"`
+	// Top are the tier's heaviest clients by requests and by refusals
+	// (Options.Top of each, so up to twice that), most refusals first.
+	Top   []Offender `json:"top_clients"`
+	Trend []Point    `json:"trend"`
 }
 
 // Build makes the report of w's windows in o's range, with the alerts and
@@ -234,7 +236,8 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 	}
 	total := aggregator.NewPartial(from, w.Size, o.TopK)
-	reqs, refs, byTier := newRangeTopK(o.TopK), newRangeTopK(o.TopK), map[string]*rangeTopK{}
+	reqs, refs := newRangeTopK(o.TopK), newRangeTopK(o.TopK)
+	byTier, refsByTier := map[string]*rangeTopK{}, map[string]*rangeTopK{}
 	chal, pass := newRangeTopK(o.TopK), newRangeTopK(o.TopK)
 	var unmerged []Problem
 	noClientChallenges := 0
@@ -247,12 +250,8 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		refs.add(p.Offenders.Refusals)
 		chal.add(p.Offenders.Challenged) // nil before partial encoding version 2
 		pass.add(p.Offenders.TokenPassed)
-		for tier, tk := range p.Offenders.RequestsByTier {
-			if byTier[tier] == nil {
-				byTier[tier] = newRangeTopK(o.TopK)
-			}
-			byTier[tier].add(tk)
-		}
+		addTiers(byTier, p.Offenders.RequestsByTier, o.TopK)
+		addTiers(refsByTier, p.Offenders.RefusalsByTier, o.TopK) // empty before partial encoding version 3
 		if err := mergeInto(total, p); err != nil {
 			// Only sketches of another precision get here; the counts
 			// merged before the sketch that failed.
@@ -313,7 +312,11 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 			t.Clients = aggregator.Estimate(sk)
 		}
 		if acc := byTier[name]; acc != nil {
-			t.Top = rankOffenders(acc.top(o.Top), nil)
+			var refused []aggregator.Hitter
+			if r := refsByTier[name]; r != nil {
+				refused = r.top(o.Top)
+			}
+			t.Top = rankOffenders(acc.top(o.Top), refused)
 		}
 		t.Trend = trends[name]
 		r.Tiers = append(r.Tiers, t)
@@ -334,6 +337,17 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	return r
 }
 
+// addTiers merges the lists of one window's tiers into acc's, made with
+// k clients where missing.
+func addTiers(acc map[string]*rangeTopK, tiers map[string]*aggregator.TopK, k int) {
+	for tier, tk := range tiers {
+		if acc[tier] == nil {
+			acc[tier] = newRangeTopK(k)
+		}
+		acc[tier].add(tk)
+	}
+}
+
 // listsChallenges is false for a window that counted challenges or token
 // passes but lists no client by them, as partials of encoding version 1.
 func listsChallenges(p *aggregator.Partial) bool {
@@ -349,14 +363,17 @@ func listsChallenges(p *aggregator.Partial) bool {
 // windows of one range; the top-K lists are merged apart (rangeTopK).
 func mergeInto(total, p *aggregator.Partial) error {
 	total.Events += p.Events
-	total.Counts.Merge(&p.Counts)
-	if err := total.Clients.Merge(&p.Clients); err != nil {
+	const m = aggregator.MergeOverlapping // windows of one range
+	if err := total.Counts.Merge(&p.Counts, m); err != nil {
 		return err
 	}
-	if err := total.Latency.Merge(&p.Latency); err != nil {
+	if err := total.Clients.Merge(&p.Clients, m); err != nil {
 		return err
 	}
-	return total.Upstream.Merge(&p.Upstream)
+	if err := total.Latency.Merge(&p.Latency, m); err != nil {
+		return err
+	}
+	return total.Upstream.Merge(&p.Upstream, m)
 }
 
 func inRange(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }

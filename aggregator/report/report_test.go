@@ -126,6 +126,7 @@ func TestReportCountsTheEvents(t *testing.T) {
 	gap := t0.Add(4 * time.Minute)
 	var requests, refused, challenges uint64
 	byIP := map[string]uint64{}
+	refusedByTier := map[string]map[string]uint64{}                // tier, identity
 	challenged, passed := map[string]uint64{}, map[string]uint64{} // by identity
 	for _, d := range ds {
 		if d.Kind != decisions.KindDecision || !d.Time.Before(t0.Add(11*time.Minute)) {
@@ -137,6 +138,10 @@ func TestReportCountsTheEvents(t *testing.T) {
 		requests++
 		if aggregator.Refused(d.Outcome) {
 			refused++
+			if refusedByTier[d.Tier] == nil {
+				refusedByTier[d.Tier] = map[string]uint64{}
+			}
+			refusedByTier[d.Tier][aggregator.ClientOf(&d).String()]++
 			if d.UserID == "" {
 				byIP[d.ClientIP.String()]++
 			}
@@ -174,6 +179,27 @@ func TestReportCountsTheEvents(t *testing.T) {
 	}
 	if len(r.ByIP) == 0 || r.ByIP[0].Identity != top || r.ByIP[0].Refusals < byIP[top] {
 		t.Errorf("top IP %+v: the events' top refused address is %s with %d", r.ByIP, top, byIP[top])
+	}
+	// Each tier's table lists its refusals (partial encoding version 3):
+	// every listed refuser's within its bounds, the tier's heaviest first.
+	// (A client listed by requests alone shows no refusals.)
+	for _, tier := range r.Tiers {
+		byClient := refusedByTier[tier.Name]
+		var most uint64
+		for _, n := range byClient {
+			most = max(most, n)
+		}
+		if most == 0 {
+			continue
+		}
+		if len(tier.Top) == 0 || byClient[tier.Top[0].Identity] != most {
+			t.Errorf("tier %s: top clients %+v; the events' heaviest refuser has %d", tier.Name, tier.Top, most)
+		}
+		for _, o := range tier.Top {
+			if n := byClient[o.Identity]; o.Refusals > 0 && (n < o.RefusalsMin || n > o.Refusals) {
+				t.Errorf("tier %s: %s: refusals %d..%d; the events say %d", tier.Name, o.Identity, o.RefusalsMin, o.Refusals, n)
+			}
+		}
 	}
 	// Every client's challenges and token passes lie within its bounds,
 	// and its solve rate within the bounds the report gives.
