@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 
 	"github.com/ratewarden/ratewarden/decisions"
 )
@@ -69,6 +70,7 @@ type TopK struct {
 	ihash []uint64 // the hash of index[i], so that a probe reads no counter whose hash differs
 	head  *bucket  // the lowest count
 	spare *bucket  // buckets to reuse, chained through next
+	dirty []moved  // in a run of addIDs
 }
 
 // slot is one counter.
@@ -79,6 +81,10 @@ type slot struct {
 	pos        int32 // in TopK.slots
 	b          *bucket
 	prev, next *slot // in b
+	// In a run of addIDs stamped gen: the client's id in the Batch, and
+	// whether the counter took another client (moved == gen).
+	cid        int32
+	gen, moved uint64
 }
 
 // bucket holds the counters of one count.
@@ -191,6 +197,110 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 	t.place(low, from)
 }
 
+// addIDs counts one hit of each client of b whose id (Batch.cid) ids
+// holds, in order, as add would one by one. A run of hits finds a client
+// it met before by its id (Batch.memo) rather than by the index, and
+// leaves the index as it was while it evicts: a client the index holds
+// that the run has not met is either where the index says, or evicted
+// (its counter then holds another client, which the probe tells apart).
+// The index is set right once, at the end.
+func (t *TopK) addIDs(b *Batch, ids []int32) {
+	if len(ids) == 0 {
+		return
+	}
+	gen := runGen.Add(1)
+	b.memo = growTo(b.memo, len(b.clients))
+	memo := b.memo
+	for _, id := range ids {
+		m := &memo[id]
+		if m.gen != gen {
+			m.gen, m.s = gen, nil
+			if s := t.lookupStale(b.hashes[id], &b.clients[id]); s != nil {
+				m.s, s.cid, s.gen = s, id, gen
+			}
+		}
+		if s := m.s; s != nil {
+			s.Count++
+			t.place(s, t.detach(s))
+			continue
+		}
+		if len(t.slots) < t.k { // before any eviction: the index is right
+			t.add(b.clients[id], b.hashes[id], 1)
+			m.s = t.slots[len(t.slots)-1]
+			m.s.cid, m.s.gen = id, gen
+			continue
+		}
+		low := t.lowest()
+		if low.gen == gen {
+			memo[low.cid].s = nil
+		}
+		if low.moved != gen {
+			low.moved = gen
+			t.dirty = append(t.dirty, moved{low, low.hash})
+		}
+		from := t.detach(low)
+		c := b.clients[id]
+		low.Hitter = Hitter{Client: c, Count: low.Count + 1, Err: low.Count}
+		low.hash, low.key = b.hashes[id], sortKey(c)
+		low.cid, low.gen = id, gen
+		m.s = low
+		t.place(low, from)
+	}
+	t.reindex()
+}
+
+// moved is a counter that took another client during a run of addIDs,
+// and the hash under which the index holds it.
+type moved struct {
+	s    *slot
+	hash uint64
+}
+
+// runGen stamps each run of addIDs, unique in the process, so that a
+// stamp found on a counter or in Batch.memo is this run's only if it was
+// made by this run, whatever Batch and TopK made the others.
+var runGen atomic.Uint64
+
+// lookupStale returns the counter of c, whose hash is h, or nil, through
+// an index that may still hold counters under clients they held before
+// (see addIDs).
+func (t *TopK) lookupStale(h uint64, c *Client) *slot {
+	mask := uint64(len(t.index) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := t.index[i]
+		if s == nil {
+			return nil
+		}
+		if t.ihash[i] == h && s.hash == h && s.Client == *c {
+			return s
+		}
+	}
+}
+
+// reindex puts the counters that took other clients in a run of addIDs
+// under their new hashes: one by one when they are few, else by making
+// the index anew.
+func (t *TopK) reindex() {
+	if len(t.dirty) == 0 {
+		return
+	}
+	if 4*len(t.dirty) > len(t.slots) {
+		clear(t.index)
+		for _, s := range t.slots {
+			t.put(s)
+		}
+	} else {
+		for _, d := range t.dirty {
+			t.unlinkAt(d.s, d.hash)
+		}
+		for _, d := range t.dirty {
+			t.put(d.s)
+		}
+	}
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
+}
+
 // find returns c's counter, or nil.
 func (t *TopK) find(c Client) *slot { return t.lookup(hashClient(c), c) }
 
@@ -231,9 +341,12 @@ func (t *TopK) put(s *slot) {
 
 // unlink takes s out of the index, shifting back the counters after it
 // that may then sit nearer their place.
-func (t *TopK) unlink(s *slot) {
+func (t *TopK) unlink(s *slot) { t.unlinkAt(s, s.hash) }
+
+// unlinkAt is unlink of s, which the index holds under the hash h.
+func (t *TopK) unlinkAt(s *slot, h uint64) {
 	mask := uint64(len(t.index) - 1)
-	i := s.hash & mask
+	i := h & mask
 	for t.index[i] != s {
 		i = (i + 1) & mask
 	}
