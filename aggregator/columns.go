@@ -46,6 +46,7 @@ type Batch struct {
 	cid     []int32
 	clients []Client
 	hashes  []uint64
+	keys    []uint64 // sortKey of each
 	fps     []uint64
 	seen    []seenClient
 	slots   []int32
@@ -331,7 +332,7 @@ func (b *Batch) identify() {
 			b.slots[i] = 0
 		}
 	}
-	b.used, b.clients, b.hashes, b.fps = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0]
+	b.used, b.clients, b.hashes, b.fps, b.keys = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0], b.keys[:0]
 	b.makeUsers()
 	mask := uint64(len(b.slots) - 1)
 	c := b.c
@@ -372,6 +373,7 @@ func (b *Batch) identify() {
 				b.used = append(b.used, int32(j))
 				b.clients = append(b.clients, cl)
 				b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
+				b.keys = append(b.keys, sortKey(cl))
 				b.fps = append(b.fps, fp)
 				b.cid[i] = id
 				break

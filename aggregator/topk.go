@@ -70,7 +70,10 @@ type TopK struct {
 	ihash []uint64 // the hash of index[i], so that a probe reads no counter whose hash differs
 	head  *bucket  // the lowest count
 	spare *bucket  // buckets to reuse, chained through next
-	dirty []moved  // in a run of addIDs
+	// In a run of addIDs: the counters moved, the batch and the stamp.
+	dirty []moved
+	run   *Batch
+	gen   uint64
 }
 
 // slot is one counter.
@@ -202,20 +205,22 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 // it met before by its id (Batch.memo) rather than by the index, and
 // leaves the index as it was while it evicts: a client the index holds
 // that the run has not met is either where the index says, or evicted
-// (its counter then holds another client, which the probe tells apart).
-// The index is set right once, at the end.
+// (its counter then moved, which the probe tells apart). A counter that
+// takes a client in the run holds its id and sort key only, its client
+// and hash copied from b once, at the end, with the index set right.
 func (t *TopK) addIDs(b *Batch, ids []int32) {
 	if len(ids) == 0 {
 		return
 	}
 	gen := runGen.Add(1)
 	b.memo = growTo(b.memo, len(b.clients))
-	memo := b.memo
+	memo, keys := b.memo, b.keys
+	t.run, t.gen = b, gen
 	for _, id := range ids {
 		m := &memo[id]
 		if m.gen != gen {
 			m.gen, m.s = gen, nil
-			if s := t.lookupStale(b.hashes[id], &b.clients[id]); s != nil {
+			if s := t.lookupStale(b.hashes[id], &b.clients[id], gen); s != nil {
 				m.s, s.cid, s.gen = s, id, gen
 			}
 		}
@@ -239,14 +244,27 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 			t.dirty = append(t.dirty, moved{low, low.hash})
 		}
 		from := t.detach(low)
-		c := b.clients[id]
-		low.Hitter = Hitter{Client: c, Count: low.Count + 1, Err: low.Count}
-		low.hash, low.key = b.hashes[id], sortKey(c)
-		low.cid, low.gen = id, gen
+		low.Err = low.Count
+		low.Count++
+		low.key, low.cid, low.gen = keys[id], id, gen
 		m.s = low
 		t.place(low, from)
 	}
+	for _, d := range t.dirty {
+		s := d.s
+		s.Client, s.hash = b.clients[s.cid], b.hashes[s.cid]
+	}
 	t.reindex()
+	t.run = nil
+}
+
+// clientOf returns the client of s, which in a run of addIDs may be one
+// the run holds by id only.
+func (t *TopK) clientOf(s *slot) Client {
+	if t.run != nil && s.moved == t.gen {
+		return t.run.clients[s.cid]
+	}
+	return s.Client
 }
 
 // moved is a counter that took another client during a run of addIDs,
@@ -263,15 +281,15 @@ var runGen atomic.Uint64
 
 // lookupStale returns the counter of c, whose hash is h, or nil, through
 // an index that may still hold counters under clients they held before
-// (see addIDs).
-func (t *TopK) lookupStale(h uint64, c *Client) *slot {
+// the run stamped gen moved them (see addIDs).
+func (t *TopK) lookupStale(h uint64, c *Client, gen uint64) *slot {
 	mask := uint64(len(t.index) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := t.index[i]
 		if s == nil {
 			return nil
 		}
-		if t.ihash[i] == h && s.hash == h && s.Client == *c {
+		if t.ihash[i] == h && s.moved != gen && s.Client == *c {
 			return s
 		}
 	}
@@ -391,7 +409,7 @@ func (t *TopK) sortSlots(a []keyed) {
 			j++
 		}
 		if j-i > 1 { // user ids that share their first 7 bytes
-			slices.SortFunc(a[i:j], func(x, y keyed) int { return compareClients(t.slots[y.pos].Client, t.slots[x.pos].Client) })
+			slices.SortFunc(a[i:j], func(x, y keyed) int { return compareClients(t.clientOf(t.slots[y.pos]), t.clientOf(t.slots[x.pos])) })
 		}
 		i = j
 	}
