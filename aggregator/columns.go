@@ -82,10 +82,10 @@ type Batch struct {
 }
 
 // memoSlot is what a run of TopK.addIDs stamped gen knows of a client:
-// its counter, nil for none.
+// its counter's place + 1, 0 for none.
 type memoSlot struct {
 	gen uint64
-	s   *slot
+	pos int32
 }
 
 // maxCells bounds the cells a batch addresses by dictionary ids; a batch

@@ -182,7 +182,7 @@ func TestSortSlots(t *testing.T) {
 			if i%5 == 0 || n == 5001 || (n == 5000 && i%97 != 0) {
 				c = Client{User: fmt.Sprintf("abcdefg%d", i)} // equal keys: the first 7 bytes
 			}
-			tk.slots = append(tk.slots, &slot{Hitter: Hitter{Client: c}, key: sortKey(c), pos: int32(i)})
+			tk.slots = append(tk.slots, slot{Client: c, key: sortKey(c)})
 			a = append(a, keyed{sortKey(c), int32(i)})
 		}
 		tk.sortSlots(a)
