@@ -59,8 +59,7 @@ type Hitter struct {
 // equal counts does not depend on the layout, and a TopK decoded from its
 // encoding evicts exactly as the one encoded would have. A hit on a
 // client held is one increment. The counters of the least count are found
-// once that count is reached (a scan of the counts, which sit apart) and
-// sorted by client once, and evictions take the smallest from the end,
+// once that count is reached (see collect) and sorted by client once, and evictions take the smallest from the end,
 // skipping counters whose count has grown since: counts only grow, and a
 // newcomer takes more than the least count, so none joins them.
 type TopK struct {
@@ -72,6 +71,7 @@ type TopK struct {
 	// the least, when it was made, ordered by client, largest first.
 	low      []keyed
 	lowCount uint64
+	mins     []uint64 // see collect
 	// In a run of addIDs: the counters moved, the batch and the stamp.
 	dirty []moved
 	run   *Batch
@@ -388,15 +388,57 @@ func (t *TopK) lowest() int32 {
 			}
 		}
 		// Those of the least count have all gone or grown: the next.
-		m := slices.Min(t.count)
-		for p, c := range t.count {
-			if c == m {
-				t.low = append(t.low, keyed{t.slots[p].key, int32(p)})
+		if len(t.mins) == 0 {
+			nb := 1
+			for nb*lowBlock < len(t.count) {
+				nb *= 2
+			}
+			t.mins = make([]uint64, 2*nb) // 0: a bound of any count
+		}
+		for {
+			m := t.mins[1]
+			t.collect(1, m)
+			if len(t.low) > 0 {
+				t.lowCount = m
+				break
 			}
 		}
 		t.sortSlots(t.low)
-		t.lowCount = m
 	}
+}
+
+// lowBlock is the number of counters under one leaf of TopK.mins.
+const lowBlock = 16
+
+// collect appends to t.low the counters under node i of t.mins whose count
+// is m, where no count is less than m, and returns the node's least count
+// (or a bound of it). t.mins is a tree of lower bounds of the least count
+// under each node (node 1 the root, i's children 2i and 2i+1, the leaves
+// blocks of lowBlock counters): counts only grow, so a bound stays a
+// bound without being told of each hit, and collect makes the bounds it
+// passes exact. A node whose bound exceeds m is passed over: so finding
+// the next least count reads the counters that changed since it was last
+// found (amortized), not all k, whatever order of hits an attacker
+// chooses.
+func (t *TopK) collect(i int, m uint64) uint64 {
+	if t.mins[i] > m {
+		return t.mins[i]
+	}
+	least := ^uint64(0)
+	if nb := len(t.mins) / 2; i >= nb {
+		lo := (i - nb) * lowBlock
+		for p := lo; p < min(lo+lowBlock, len(t.count)); p++ {
+			c := t.count[p]
+			if c == m {
+				t.low = append(t.low, keyed{t.slots[p].key, int32(p)})
+			}
+			least = min(least, c)
+		}
+	} else {
+		least = min(t.collect(2*i, m), t.collect(2*i+1, m))
+	}
+	t.mins[i] = least
+	return least
 }
 
 // sortSlots orders counters by client, largest first: by key (sortKey)
@@ -544,6 +586,7 @@ func (t *TopK) hitter(p int) Hitter {
 func (t *TopK) reset(hs []Hitter) {
 	t.index = make([]cell, 16)
 	t.slots, t.count, t.low = t.slots[:0], t.count[:0], t.low[:0]
+	clear(t.mins) // counts may be lower: 0 bounds them all
 	for _, h := range hs {
 		t.slots = append(t.slots, slot{Client: h.Client, Err: h.Err, hash: hashClient(h.Client), key: sortKey(h.Client)})
 		t.count = append(t.count, h.Count)
