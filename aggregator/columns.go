@@ -372,8 +372,13 @@ func (b *Batch) identify() {
 				b.slots[j] = id + 1
 				b.used = append(b.used, int32(j))
 				b.clients = append(b.clients, cl)
-				b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
-				b.keys = append(b.keys, sortKey(cl))
+				if v4ok {
+					b.hashes = append(b.hashes, hashV4(v4))
+					b.keys = append(b.keys, 1<<61|uint64(v4)) // sortKey of an IPv4 address
+				} else {
+					b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
+					b.keys = append(b.keys, sortKey(cl))
+				}
 				b.fps = append(b.fps, fp)
 				b.cid[i] = id
 				break
