@@ -141,7 +141,7 @@ func checkOnePartial(t *testing.T, ds []decisions.Decision, size int, check func
 }
 
 // TestSortKey: sortKey orders clients as compareClients does wherever two
-// keys differ, so that the lowest bucket sorts on integers.
+// keys differ, so that the lowest counters sort on integers.
 func TestSortKey(t *testing.T) {
 	var cs []Client
 	for _, s := range []string{"0.0.0.0", "1.2.3.4", "1.2.3.5", "255.255.255.255", "::", "::1", "::ffff:1.2.3.4",
@@ -162,7 +162,7 @@ func TestSortKey(t *testing.T) {
 	}
 }
 
-// TestSortSlots: the sort of the lowest bucket orders as compareClients
+// TestSortSlots: the sort of the lowest counters orders as compareClients
 // does, largest first, for every length up to 300 (equal keys among them)
 // and for 5,000 clients of which all but a few, or all, have equal keys
 // (user ids an attacker chose alike in their first 7 bytes: the sort

@@ -59,9 +59,10 @@ type Hitter struct {
 // equal counts does not depend on the layout, and a TopK decoded from its
 // encoding evicts exactly as the one encoded would have. A hit on a
 // client held is one increment. The counters of the least count are found
-// once that count is reached (see collect) and sorted by client once, and evictions take the smallest from the end,
-// skipping counters whose count has grown since: counts only grow, and a
-// newcomer takes more than the least count, so none joins them.
+// once that count is reached (see collect) and sorted by client once, and
+// evictions take the smallest from the end, skipping counters whose count
+// has grown since: counts only grow, and a newcomer takes more than the
+// least count, so none joins them (a hit of weight 0 sorts them again).
 type TopK struct {
 	k     int
 	count []uint64 // each counter's count
@@ -458,7 +459,7 @@ func (t *TopK) sortSlots(a []keyed) {
 }
 
 // sortKeys orders a by key, largest first: a quicksort by hand whose
-// partition has no branch on the comparison (the lowest bucket's sort,
+// partition has no branch on the comparison (the lowest counters' sort,
 // on comparisons a processor cannot predict, was a sixth of the rollup's
 // time). Past depth levels it leaves the rest to slices.SortFunc
 // (pattern-defeating quicksort): keys are clients' (sortKey), so an
