@@ -45,6 +45,7 @@ type Batch struct {
 	cid     []int32
 	clients []Client
 	hashes  []uint64
+	keys    []uint64 // sortKey of each
 	fps     []uint64
 	seen    []seenClient
 	slots   []int32
@@ -69,13 +70,21 @@ type Batch struct {
 
 	// Per UpdateColumns: the partial's sketches and lists of each tier and
 	// rule id, looked up on first use.
-	tierHLL      []*hyperloglog.Sketch
-	tierKnown    []*knownHashes
-	ruleHLL      []*hyperloglog.Sketch
-	tierTopK     []*TopK
-	tierRefTopK  []*TopK
-	ruleTopK     []*TopK
-	ruleReqsTopK []*TopK
+	tierHLL   []*hyperloglog.Sketch
+	tierKnown []*knownHashes
+	ruleHLL   []*hyperloglog.Sketch
+
+	// Per Offenders.UpdateColumns: the client ids of each list's hits.
+	hits   [5][]int32
+	groups rowGroups
+	memo   []memoSlot // by client id: its counter in the list of a run of TopK.addIDs
+}
+
+// memoSlot is what a run of TopK.addIDs stamped gen knows of a client:
+// its counter's place + 1, 0 for none.
+type memoSlot struct {
+	gen uint64
+	pos int32
 }
 
 // maxCells bounds the cells a batch addresses by dictionary ids; a batch
@@ -310,7 +319,7 @@ func (b *Batch) identify() {
 			b.slots[i] = 0
 		}
 	}
-	b.used, b.clients, b.hashes, b.fps = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0]
+	b.used, b.clients, b.hashes, b.fps, b.keys = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0], b.keys[:0]
 	b.makeUsers()
 	mask := uint64(len(b.slots) - 1)
 	c := b.c
@@ -350,7 +359,13 @@ func (b *Batch) identify() {
 				b.slots[j] = id + 1
 				b.used = append(b.used, int32(j))
 				b.clients = append(b.clients, cl)
-				b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
+				if v4ok {
+					b.hashes = append(b.hashes, hashV4(v4))
+					b.keys = append(b.keys, 1<<61|uint64(v4)) // sortKey of an IPv4 address
+				} else {
+					b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
+					b.keys = append(b.keys, sortKey(cl))
+				}
 				b.fps = append(b.fps, fp)
 				b.cid[i] = id
 				break
@@ -460,59 +475,66 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 }
 
 // UpdateColumns counts the clients of rows [lo, hi) of b, as Update
-// would count each of their events.
+// would count each of their events: each list takes its hits in their
+// order, one list after another (see rowGroups).
 func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	b.identify()
-	b.tierTopK = resetSlice(b.tierTopK, len(c.Tier.Values))
-	b.tierRefTopK = resetSlice(b.tierRefTopK, len(c.Tier.Values))
-	b.ruleTopK = resetSlice(b.ruleTopK, len(c.Rule.Values))
-	b.ruleReqsTopK = resetSlice(b.ruleReqsTopK, len(c.Rule.Values))
+	all, ref, chal, tok := b.hits[0][:0], b.hits[1][:0], b.hits[2][:0], b.hits[3][:0]
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
 		}
 		id := b.cid[i]
-		cl, h := b.clients[id], b.hashes[id]
-		t, r := b.tier[i], b.rule[i]
-		top := b.tierTopK[t]
-		if top == nil {
-			top = o.topk(o.RequestsByTier, b.tierNames[t])
-			b.tierTopK[t] = top
-		}
-		o.Requests.add(cl, h, 1)
-		top.add(cl, h, 1)
-		if name := b.ruleNames[r]; name != "" {
-			rq := b.ruleReqsTopK[r]
-			if rq == nil {
-				rq = o.topk(o.RequestsByRule, name)
-				b.ruleReqsTopK[r] = rq
-			}
-			rq.add(cl, h, 1)
-		}
+		all = append(all, id)
 		oc := c.Outcome[i]
 		if refused[oc] {
-			o.Refusals.add(cl, h, 1)
-			tt := b.tierRefTopK[t]
-			if tt == nil {
-				tt = o.topk(o.RefusalsByTier, b.tierNames[t])
-				b.tierRefTopK[t] = tt
-			}
-			tt.add(cl, h, 1)
-			rt := b.ruleTopK[r]
-			if rt == nil {
-				rt = o.topk(o.RefusalsByRule, b.ruleNames[r])
-				b.ruleTopK[r] = rt
-			}
-			rt.add(cl, h, 1)
+			ref = append(ref, id)
 		}
 		switch decisions.Outcome(oc) {
 		case decisions.Challenge:
-			o.Challenged.add(cl, h, 1)
+			chal = append(chal, id)
 		case decisions.TokenPass:
-			o.TokenPassed.add(cl, h, 1)
+			tok = append(tok, id)
 		}
 	}
+	b.hits[0], b.hits[1], b.hits[2], b.hits[3] = all, ref, chal, tok
+	o.Requests.addIDs(b, all)
+	o.Refusals.addIDs(b, ref)
+	o.Challenged.addIDs(b, chal)
+	o.TokenPassed.addIDs(b, tok)
+	g := &b.groups
+	g.group(b, b.tier, b.tierNames, lo, hi)
+	for k := range g.len() {
+		name, rows := g.names[k], g.of(k)
+		o.topk(o.RequestsByTier, name).addIDs(b, b.idsOf(rows, false))
+		if ids := b.idsOf(rows, true); len(ids) > 0 {
+			o.topk(o.RefusalsByTier, name).addIDs(b, ids)
+		}
+	}
+	g.group(b, b.rule, b.ruleNames, lo, hi)
+	for k := range g.len() {
+		name, rows := g.names[k], g.of(k)
+		if name != "" {
+			o.topk(o.RequestsByRule, name).addIDs(b, b.idsOf(rows, false))
+		}
+		if ids := b.idsOf(rows, true); len(ids) > 0 {
+			o.topk(o.RefusalsByRule, name).addIDs(b, ids)
+		}
+	}
+}
+
+// idsOf returns the client ids of rows, only of the refused ones if
+// refusedOnly, in a buffer reused by the next call.
+func (b *Batch) idsOf(rows []int32, refusedOnly bool) []int32 {
+	ids := b.hits[4][:0]
+	for _, i := range rows {
+		if !refusedOnly || refused[b.c.Outcome[i]] {
+			ids = append(ids, b.cid[i])
+		}
+	}
+	b.hits[4] = ids
+	return ids
 }
 
 // count counts decision row i, of outcome o, in the cells.

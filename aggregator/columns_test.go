@@ -141,7 +141,7 @@ func checkOnePartial(t *testing.T, ds []decisions.Decision, size int, check func
 }
 
 // TestSortKey: sortKey orders clients as compareClients does wherever two
-// keys differ, so that the lowest bucket sorts on integers.
+// keys differ, so that the lowest counters sort on integers.
 func TestSortKey(t *testing.T) {
 	var cs []Client
 	for _, s := range []string{"0.0.0.0", "1.2.3.4", "1.2.3.5", "255.255.255.255", "::", "::1", "::ffff:1.2.3.4",
@@ -162,7 +162,7 @@ func TestSortKey(t *testing.T) {
 	}
 }
 
-// TestSortSlots: the sort of the lowest bucket orders as compareClients
+// TestSortSlots: the sort of the lowest counters orders as compareClients
 // does, largest first, for every length up to 300 (equal keys among them)
 // and for 5,000 clients of which all but a few, or all, have equal keys
 // (user ids an attacker chose alike in their first 7 bytes: the sort
@@ -182,7 +182,7 @@ func TestSortSlots(t *testing.T) {
 			if i%5 == 0 || n == 5001 || (n == 5000 && i%97 != 0) {
 				c = Client{User: fmt.Sprintf("abcdefg%d", i)} // equal keys: the first 7 bytes
 			}
-			tk.slots = append(tk.slots, &slot{Hitter: Hitter{Client: c}, key: sortKey(c), pos: int32(i)})
+			tk.slots = append(tk.slots, slot{Client: c, key: sortKey(c)})
 			a = append(a, keyed{sortKey(c), int32(i)})
 		}
 		tk.sortSlots(a)
