@@ -178,22 +178,21 @@ func appendRuleList(ids []string, list string) ([]string, error) {
 	return ids, nil
 }
 
+// LambdaEMF is the EMF sink of `lambda --aggregate`: stdout, which
+// CloudWatch Logs reads.
+const LambdaEMF = "stdout"
+
 // Lambda returns the aggregator of `lambda --aggregate`: a
 // KinesisLambda writing the stored partials (o.Partials, when given) and
-// then the EMF documents on stdout, the rules of the configuration file
-// cfgPath (when given) with documents of their own. Close the sinks even
-// on an error.
-func (o AggregatorOptions) Lambda(ctx context.Context, cfgPath string, stdout io.Writer) (*aggregator.KinesisLambda, *AggregatorSinks, error) {
+// then the EMF documents on stdout (LambdaEMF), o.Rules (ConfiguredRules
+// of its --config and --rules) with documents of their own. Close the
+// sinks even on an error.
+func (o AggregatorOptions) Lambda(ctx context.Context, stdout io.Writer) (*aggregator.KinesisLambda, *AggregatorSinks, error) {
 	ro, err := o.Rollup()
 	if err != nil {
 		return nil, &AggregatorSinks{}, err
 	}
-	if cfgPath != "" {
-		if o.Rules, err = ConfiguredRules(cfgPath, ""); err != nil {
-			return nil, &AggregatorSinks{}, err
-		}
-	}
-	o.EMF = "stdout"
+	o.EMF = LambdaEMF
 	sinks, err := o.OpenSinks(ctx, stdout, "kinesis")
 	if err != nil {
 		return nil, sinks, err

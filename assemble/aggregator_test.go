@@ -43,8 +43,8 @@ func TestAggregatorRollup(t *testing.T) {
 	bad(func(o *AggregatorOptions) { o.Lateness = 11 * time.Minute }, "--lateness 11m0s")
 }
 
-// TestAggregatorLambda: `lambda --aggregate` gets the rules of its
-// configuration file, so that its EMF keeps the configured rules in every
+// TestAggregatorLambda: `lambda --aggregate` keeps o.Rules (ConfiguredRules
+// of its --config and --rules), so that its EMF keeps those rules in every
 // invocation instead of ranking a rule budget per invocation, and its
 // window and top-K; the stored partials come before the EMF.
 func TestAggregatorLambda(t *testing.T) {
@@ -56,7 +56,10 @@ func TestAggregatorLambda(t *testing.T) {
 	o := DefaultAggregatorOptions()
 	o.Window, o.Partials, o.Namespace = 10*time.Second, "dir:"+t.TempDir(), "Edge"
 	var stdout bytes.Buffer
-	kl, sinks, err := o.Lambda(context.Background(), seed, &stdout)
+	if o.Rules, err = ConfiguredRules(seed, ""); err != nil {
+		t.Fatal(err)
+	}
+	kl, sinks, err := o.Lambda(context.Background(), &stdout)
 	defer sinks.Close(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +80,8 @@ func TestAggregatorLambda(t *testing.T) {
 	}
 
 	// Without a configuration, the rule budget.
-	kl, sinks2, err := o.Lambda(context.Background(), "", &stdout)
+	o.Rules = nil
+	kl, sinks2, err := o.Lambda(context.Background(), &stdout)
 	defer sinks2.Close(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -85,11 +89,11 @@ func TestAggregatorLambda(t *testing.T) {
 	if es := kl.Sinks[1].(*aggregator.EMFSink); es.Opts.Rules != nil || es.Opts.RuleBudget != 50 {
 		t.Errorf("no configuration: EMF options %+v, want the rule budget only", es.Opts)
 	}
-	if _, _, err := o.Lambda(context.Background(), "no-such.yaml", &stdout); err == nil || !strings.Contains(err.Error(), "no-such.yaml") {
+	if _, err := ConfiguredRules("no-such.yaml", ""); err == nil || !strings.Contains(err.Error(), "no-such.yaml") {
 		t.Errorf("missing configuration: error %v", err)
 	}
 	o.Window = 7 * time.Second
-	if _, _, err := o.Lambda(context.Background(), "", &stdout); err == nil || !strings.Contains(err.Error(), "--window 7s") {
+	if _, _, err := o.Lambda(context.Background(), &stdout); err == nil || !strings.Contains(err.Error(), "--window 7s") {
 		t.Errorf("bad window: error %v", err)
 	}
 }
