@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"strconv"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
@@ -29,7 +30,16 @@ func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
 	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
 	f.topKFlag(fs)
 	fs.DurationVar(&f.o.MaxSkew, "max-skew", f.o.MaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
+	f.capFlags(fs)
 	return f
+}
+
+// capFlags adds the rollup's memory caps: --max-names, --max-ahead and
+// --max-corrections.
+func (f *aggregatorFlags) capFlags(fs *flag.FlagSet) {
+	fs.IntVar(&f.o.MaxKeys, "max-names", f.o.MaxKeys, f.prefix+"distinct tiers, rules, nodes and reasons a window keeps apart, each; the rest are counted under __other__ (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxKeys)+")")
+	fs.IntVar(&f.o.MaxAhead, "max-ahead", f.o.MaxAhead, f.prefix+"windows a partition holds open ahead of its latest event; an event that would open one more is dropped and counted (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxAhead)+")")
+	fs.IntVar(&f.o.MaxCorrections, "max-corrections", f.o.MaxCorrections, f.prefix+"corrections of emitted windows a partition holds pending; a late event that would open one more is dropped and counted (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxCorrections)+")")
 }
 
 // topKFlag adds --top-k.
