@@ -215,10 +215,11 @@ func (s *PartialsTable) Walk(ctx context.Context, size time.Duration, from, to t
 	}
 	calls := s.calls()
 	var days []string
-	err := calls.Query(ctx, partialsBetween(size.String()+"/"+partialsDaysKey, from.Format(time.DateOnly), to.Add(-1).Format(time.DateOnly)), func(items []map[string]ddb.AttributeValue) {
+	err := calls.Query(ctx, partialsBetween(size.String()+"/"+partialsDaysKey, from.Format(time.DateOnly), to.Add(-1).Format(time.DateOnly)), func(items []map[string]ddb.AttributeValue) error {
 		for _, it := range items {
 			days = append(days, ddbtable.Str(it, partialsAttrOutput))
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read partials %s: day index: %w", s.Table, err)
@@ -228,7 +229,7 @@ func (s *PartialsTable) Walk(ctx context.Context, size time.Duration, from, to t
 		window := size.String() + "/" + day
 		items := map[string]map[string]ddb.AttributeValue{}
 		var heads []string
-		err := calls.Query(ctx, partialsBetween(window, partialsStartKey(from), partialsStartKey(to)), func(page []map[string]ddb.AttributeValue) {
+		err := calls.Query(ctx, partialsBetween(window, partialsStartKey(from), partialsStartKey(to)), func(page []map[string]ddb.AttributeValue) error {
 			for _, it := range page {
 				k := ddbtable.Str(it, partialsAttrOutput)
 				items[k] = it
@@ -236,6 +237,7 @@ func (s *PartialsTable) Walk(ctx context.Context, size time.Duration, from, to t
 					heads = append(heads, k)
 				}
 			}
+			return nil
 		})
 		if err != nil {
 			return problems, fmt.Errorf("read partials %s: %s: %w", s.Table, window, err)

@@ -4,14 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	neturl "net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,30 +298,6 @@ func withData(key map[string]ddb.AttributeValue, data []byte, p *Partial, partit
 	return key
 }
 
-// throttlingProxy forwards DynamoDB requests to dynalite, answering the
-// first n PutItem calls with the throttling error DynamoDB sends, as
-// DynamoDB's JSON protocol has it; puts counts the PutItem calls seen.
-func throttlingProxy(t *testing.T, n int64) (url string, puts *atomic.Int64) {
-	t.Helper()
-	target, err := neturl.Parse(awstest.Endpoint(t, awstest.DynamoDBEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	puts = &atomic.Int64{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Amz-Target") == "DynamoDB_20120810.PutItem" && puts.Add(1) <= n {
-			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded."}`)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, puts
-}
-
 // TestTableCallsThrottled: a throttled call is tried again after backoff
 // until it succeeds, or, throttled more than Retries times, fails with
 // the throttling error; the SDK's own retries are off, so that the proxy
@@ -338,14 +308,14 @@ func TestTableCallsThrottled(t *testing.T) {
 	awstest.CreateTable(t, st.dc, PartialsTableSpec(name))
 	f := func(throttles int64, retries int, wantPuts int64, wantErr bool) {
 		t.Helper()
-		url, puts := throttlingProxy(t, throttles)
+		th := awstest.ThrottleDynamoDB(t, throttles, "PutItem")
 		dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) {
-			o.BaseEndpoint, o.RetryMaxAttempts = &url, 1
+			o.BaseEndpoint, o.RetryMaxAttempts = &th.URL, 1
 		})
 		c := &ddbtable.Calls{API: dc, Table: name, Retries: retries, Jitter: func(int64) int64 { return 0 }}
 		_, err := c.Put(t.Context(), &dynamodb.PutItemInput{Item: partialsKey("w", fmt.Sprint(throttles, retries))})
-		if (err != nil) != wantErr || wantErr && !awserr.IsThrottle(err) || puts.Load() != wantPuts {
-			t.Errorf("throttled %d times, %d retries: err %v after %d puts; want error %v after %d", throttles, retries, err, puts.Load(), wantErr, wantPuts)
+		if puts := th.Calls("PutItem"); (err != nil) != wantErr || wantErr && !awserr.IsThrottle(err) || puts != wantPuts {
+			t.Errorf("throttled %d times, %d retries: err %v after %d puts; want error %v after %d", throttles, retries, err, puts, wantErr, wantPuts)
 		}
 	}
 	f(0, 2, 1, false)
@@ -353,16 +323,16 @@ func TestTableCallsThrottled(t *testing.T) {
 	f(3, 2, 3, true)
 
 	// PartialsTable.Write rides out throttling (the default backoff).
-	url, puts := throttlingProxy(t, 2)
-	dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint, o.RetryMaxAttempts = &url, 1 })
+	th := awstest.ThrottleDynamoDB(t, 2, "PutItem")
+	dc := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint, o.RetryMaxAttempts = &th.URL, 1 })
 	s := &PartialsTable{API: dc, Table: name}
 	p := testPartials(t0, time.Minute, 1, 1)["shard-0"][0]
 	if err := s.Write(t.Context(), "shard-0", Output{Partial: p, From: 1, To: 2}); err != nil {
 		t.Fatal(err)
 	}
 	got, problems, err := s.Read(t.Context(), time.Minute, t0, t0.Add(time.Minute))
-	if err != nil || len(problems) > 0 || got[t0] == nil || got[t0].Events != p.Events || puts.Load() != 4 {
-		t.Fatalf("after 2 throttled puts: %v %v %+v, %d puts (want 4: the day index throttled twice, then it and the head)", err, problems, got, puts.Load())
+	if err != nil || len(problems) > 0 || got[t0] == nil || got[t0].Events != p.Events || th.Calls("PutItem") != 4 {
+		t.Fatalf("after 2 throttled puts: %v %v %+v, %d puts (want 4: the day index throttled twice, then it and the head)", err, problems, got, th.Calls("PutItem"))
 	}
 }
 
@@ -383,10 +353,11 @@ func TestPartialsTableChunks(t *testing.T) {
 			KeyConditionExpression:    aws.String("#w = :w"),
 			ExpressionAttributeNames:  map[string]string{"#w": partialsAttrWindow},
 			ExpressionAttributeValues: map[string]ddb.AttributeValue{":w": &ddb.AttributeValueMemberS{Value: "1m0s/" + t0.Format(time.DateOnly)}},
-		}, func(page []map[string]ddb.AttributeValue) {
+		}, func(page []map[string]ddb.AttributeValue) error {
 			for _, it := range page {
 				keys = append(keys, ddbtable.Str(it, partialsAttrOutput))
 			}
+			return nil
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -709,13 +709,3 @@ func timeOrZero(n uint64) time.Time {
 	}
 	return time.Unix(0, int64(n))
 }
-
-// Pending returns the starts of the windows still open, oldest first.
-func (r *Rollup) Pending() []time.Time {
-	keys := sortedKeys(r.open)
-	out := make([]time.Time, len(keys))
-	for i, k := range keys {
-		out[i] = time.Unix(0, k).UTC()
-	}
-	return slices.Clip(out)
-}

@@ -22,11 +22,14 @@ import (
 type AggregatorOptions struct {
 	// The rollup (aggregator.Options): window length, lateness, what
 	// happens to later events ("correct" or "drop"; "" is correct), max
-	// skew, idle time, top-K list length and distinct names per window.
-	Window, Lateness time.Duration
-	Late             string
-	MaxSkew, Idle    time.Duration
-	TopK, MaxKeys    int
+	// skew, idle time, top-K list length, distinct names per window
+	// (--max-names), windows open ahead of the latest event (--max-ahead)
+	// and pending corrections (--max-corrections).
+	Window, Lateness         time.Duration
+	Late                     string
+	MaxSkew, Idle            time.Duration
+	TopK, MaxKeys            int
+	MaxAhead, MaxCorrections int
 
 	// The EMF documents (aggregator.EMFOptions): namespace, the rule
 	// budget and the configured rules' ids, which replace the budget.
@@ -50,14 +53,26 @@ const (
 	IdleRange = "100ms to 1h"
 )
 
+// The caps' upper bounds (--max-names, --max-ahead, --max-corrections):
+// each name of a window, window ahead and pending correction holds
+// sketches and top-K lists until its window leaves, so the bounds keep a
+// filled cap within memory (see aggregator.DefaultMaxKeys and
+// DefaultMaxAhead); the lower bound is 1.
+const (
+	MaxMaxKeys        = 65_536
+	MaxMaxAhead       = 16_384
+	MaxMaxCorrections = 16_384
+)
+
 // DefaultAggregatorOptions returns the defaults of the aggregator's flags.
 func DefaultAggregatorOptions() AggregatorOptions {
 	return AggregatorOptions{Window: time.Minute, Lateness: 500 * time.Millisecond, Late: "correct", MaxSkew: aggregator.DefaultMaxSkew,
-		Idle: time.Second, TopK: 100, Namespace: "Ratewarden", RuleBudget: 50}
+		Idle: time.Second, TopK: 100, MaxKeys: aggregator.DefaultMaxKeys, MaxAhead: aggregator.DefaultMaxAhead,
+		MaxCorrections: aggregator.DefaultMaxCorrections, Namespace: "Ratewarden", RuleBudget: 50}
 }
 
 // Rollup returns the rollup options, or an error naming the flag whose
-// value is out of range. MaxKeys 0 is aggregator.DefaultMaxKeys.
+// value is out of range.
 func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	p, ok := aggregator.ParseLatePolicy(o.Late)
 	switch {
@@ -73,10 +88,15 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 		return aggregator.Options{}, fmt.Errorf("--max-skew %v: want 1s to 24h", o.MaxSkew)
 	case o.Idle < MinIdle || o.Idle > MaxIdle:
 		return aggregator.Options{}, fmt.Errorf("--idle %v: want %s", o.Idle, IdleRange)
-	case o.MaxKeys < 0:
-		return aggregator.Options{}, fmt.Errorf("max keys %d: want 0 (the default) or more", o.MaxKeys)
+	case o.MaxKeys < 1 || o.MaxKeys > MaxMaxKeys:
+		return aggregator.Options{}, fmt.Errorf("--max-names %d: want 1 to %d", o.MaxKeys, MaxMaxKeys)
+	case o.MaxAhead < 1 || o.MaxAhead > MaxMaxAhead:
+		return aggregator.Options{}, fmt.Errorf("--max-ahead %d: want 1 to %d", o.MaxAhead, MaxMaxAhead)
+	case o.MaxCorrections < 1 || o.MaxCorrections > MaxMaxCorrections:
+		return aggregator.Options{}, fmt.Errorf("--max-corrections %d: want 1 to %d", o.MaxCorrections, MaxMaxCorrections)
 	}
-	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys}, nil
+	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
+		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil
 }
 
 // EMFOptions returns the EMF options of the documents of source (the
@@ -178,22 +198,21 @@ func appendRuleList(ids []string, list string) ([]string, error) {
 	return ids, nil
 }
 
+// LambdaEMF is the EMF sink of `lambda --aggregate`: stdout, which
+// CloudWatch Logs reads.
+const LambdaEMF = "stdout"
+
 // Lambda returns the aggregator of `lambda --aggregate`: a
 // KinesisLambda writing the stored partials (o.Partials, when given) and
-// then the EMF documents on stdout, the rules of the configuration file
-// cfgPath (when given) with documents of their own. Close the sinks even
-// on an error.
-func (o AggregatorOptions) Lambda(ctx context.Context, cfgPath string, stdout io.Writer) (*aggregator.KinesisLambda, *AggregatorSinks, error) {
+// then the EMF documents on stdout (LambdaEMF), o.Rules (ConfiguredRules
+// of its --config and --rules) with documents of their own. Close the
+// sinks even on an error.
+func (o AggregatorOptions) Lambda(ctx context.Context, stdout io.Writer) (*aggregator.KinesisLambda, *AggregatorSinks, error) {
 	ro, err := o.Rollup()
 	if err != nil {
 		return nil, &AggregatorSinks{}, err
 	}
-	if cfgPath != "" {
-		if o.Rules, err = ConfiguredRules(cfgPath, ""); err != nil {
-			return nil, &AggregatorSinks{}, err
-		}
-	}
-	o.EMF = "stdout"
+	o.EMF = LambdaEMF
 	sinks, err := o.OpenSinks(ctx, stdout, "kinesis")
 	if err != nil {
 		return nil, sinks, err

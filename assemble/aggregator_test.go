@@ -19,9 +19,10 @@ import (
 func TestAggregatorRollup(t *testing.T) {
 	o := DefaultAggregatorOptions()
 	o.Window, o.Lateness, o.Late, o.MaxSkew, o.Idle, o.TopK, o.MaxKeys = 10*time.Second, 2*time.Second, "drop", 30*time.Second, 250*time.Millisecond, 7, 64
+	o.MaxAhead, o.MaxCorrections = 3, 5
 	got, err := o.Rollup()
 	want := aggregator.Options{Window: 10 * time.Second, Lateness: 2 * time.Second, Late: aggregator.LateDrop, MaxSkew: 30 * time.Second,
-		Idle: 250 * time.Millisecond, TopK: 7, MaxKeys: 64}
+		Idle: 250 * time.Millisecond, TopK: 7, MaxKeys: 64, MaxAhead: 3, MaxCorrections: 5}
 	if err != nil || got != want {
 		t.Fatalf("Rollup() = %+v, %v; want %+v", got, err, want)
 	}
@@ -41,10 +42,22 @@ func TestAggregatorRollup(t *testing.T) {
 	bad(func(o *AggregatorOptions) { o.TopK = 0 }, "--top-k 0")
 	bad(func(o *AggregatorOptions) { o.MaxSkew = time.Millisecond }, "--max-skew 1ms")
 	bad(func(o *AggregatorOptions) { o.Lateness = 11 * time.Minute }, "--lateness 11m0s")
+	bad(func(o *AggregatorOptions) { o.MaxKeys = 0 }, "--max-names 0: want 1 to 65536")
+	bad(func(o *AggregatorOptions) { o.MaxKeys = MaxMaxKeys + 1 }, "--max-names 65537: want 1 to 65536")
+	bad(func(o *AggregatorOptions) { o.MaxAhead = 0 }, "--max-ahead 0: want 1 to 16384")
+	bad(func(o *AggregatorOptions) { o.MaxAhead = MaxMaxAhead + 1 }, "--max-ahead 16385: want 1 to 16384")
+	bad(func(o *AggregatorOptions) { o.MaxCorrections = 0 }, "--max-corrections 0: want 1 to 16384")
+	bad(func(o *AggregatorOptions) { o.MaxCorrections = MaxMaxCorrections + 1 }, "--max-corrections 16385: want 1 to 16384")
+
+	// The defaults are the aggregator's.
+	if ro, err := DefaultAggregatorOptions().Rollup(); err != nil || ro.MaxKeys != aggregator.DefaultMaxKeys || ro.MaxAhead != aggregator.DefaultMaxAhead ||
+		ro.MaxCorrections != aggregator.DefaultMaxCorrections {
+		t.Errorf("default rollup %+v, %v", ro, err)
+	}
 }
 
-// TestAggregatorLambda: `lambda --aggregate` gets the rules of its
-// configuration file, so that its EMF keeps the configured rules in every
+// TestAggregatorLambda: `lambda --aggregate` keeps o.Rules (ConfiguredRules
+// of its --config and --rules), so that its EMF keeps those rules in every
 // invocation instead of ranking a rule budget per invocation, and its
 // window and top-K; the stored partials come before the EMF.
 func TestAggregatorLambda(t *testing.T) {
@@ -56,7 +69,10 @@ func TestAggregatorLambda(t *testing.T) {
 	o := DefaultAggregatorOptions()
 	o.Window, o.Partials, o.Namespace = 10*time.Second, "dir:"+t.TempDir(), "Edge"
 	var stdout bytes.Buffer
-	kl, sinks, err := o.Lambda(context.Background(), seed, &stdout)
+	if o.Rules, err = ConfiguredRules(seed, ""); err != nil {
+		t.Fatal(err)
+	}
+	kl, sinks, err := o.Lambda(context.Background(), &stdout)
 	defer sinks.Close(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +93,8 @@ func TestAggregatorLambda(t *testing.T) {
 	}
 
 	// Without a configuration, the rule budget.
-	kl, sinks2, err := o.Lambda(context.Background(), "", &stdout)
+	o.Rules = nil
+	kl, sinks2, err := o.Lambda(context.Background(), &stdout)
 	defer sinks2.Close(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -85,11 +102,11 @@ func TestAggregatorLambda(t *testing.T) {
 	if es := kl.Sinks[1].(*aggregator.EMFSink); es.Opts.Rules != nil || es.Opts.RuleBudget != 50 {
 		t.Errorf("no configuration: EMF options %+v, want the rule budget only", es.Opts)
 	}
-	if _, _, err := o.Lambda(context.Background(), "no-such.yaml", &stdout); err == nil || !strings.Contains(err.Error(), "no-such.yaml") {
+	if _, err := ConfiguredRules("no-such.yaml", ""); err == nil || !strings.Contains(err.Error(), "no-such.yaml") {
 		t.Errorf("missing configuration: error %v", err)
 	}
 	o.Window = 7 * time.Second
-	if _, _, err := o.Lambda(context.Background(), "", &stdout); err == nil || !strings.Contains(err.Error(), "--window 7s") {
+	if _, _, err := o.Lambda(context.Background(), &stdout); err == nil || !strings.Contains(err.Error(), "--window 7s") {
 		t.Errorf("bad window: error %v", err)
 	}
 }
@@ -116,14 +133,14 @@ func TestServeAggregator(t *testing.T) {
 	}
 	cfg.Serve.Window, cfg.Serve.Lateness, cfg.Serve.TopK = 10*time.Second, 3*time.Second, 9
 	flags := DefaultAggregatorOptions()
-	flags.Idle, flags.Namespace = 5*time.Second, "NS"
+	flags.Idle, flags.Namespace, flags.MaxKeys, flags.MaxAhead, flags.MaxCorrections = 5*time.Second, "NS", 9, 10, 11
 	ao := ServeAggregator(cfg, &flags)
 	ro, err := ao.Rollup()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := aggregator.Options{Window: 10 * time.Second, Lateness: 3 * time.Second, Late: aggregator.LateCorrect, Idle: 5 * time.Second,
-		MaxSkew: aggregator.DefaultMaxSkew, TopK: 9}
+		MaxSkew: aggregator.DefaultMaxSkew, TopK: 9, MaxKeys: 9, MaxAhead: 10, MaxCorrections: 11}
 	if ro != want {
 		t.Errorf("rollup %+v, want %+v", ro, want)
 	}

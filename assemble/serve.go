@@ -169,7 +169,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			return *p
 		}
 		return aggregator.RunStats{}
-	}, nil, now, extraMetrics...)
+	}, opened.EMF, now, extraMetrics...)
 	if err != nil {
 		return err
 	}

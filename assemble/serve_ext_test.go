@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,65 @@ func TestServeAlertsReachTheDashboard(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeEMFMetrics: with an EMF sink, the EMF documents written show
+// on the dashboard's /metrics (ratewarden_aggregator_emf_written), as
+// they do on aggregate's, and the file holds at least as many.
+func TestServeEMFMetrics(t *testing.T) {
+	dir := t.TempDir()
+	cfg := loadConfig(t, serveYAML)
+	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
+	emfFile := filepath.Join(dir, "emf.jsonl")
+	ao := assemble.DefaultAggregatorOptions()
+	ao.EMF = "file:" + emfFile
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan assemble.ServeAddrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- assemble.Serve(ctx, cfg, assemble.ServeOptions{Aggregator: &ao, Ready: func(a assemble.ServeAddrs) { ready <- a }})
+	}()
+	var a assemble.ServeAddrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	get := func(url string) []byte {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return b
+	}
+	written := regexp.MustCompile(`(?m)^ratewarden_aggregator_emf_written(_total)?(\{[^}]*\})? ([0-9]+)`)
+	var n int
+	var m []byte
+	// A request each 100 ms moves event time on, so windows close.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && n == 0; time.Sleep(100 * time.Millisecond) {
+		get("http://" + a.Edge + "/x")
+		m = get("http://" + a.Dashboard + "/metrics")
+		if g := written.FindSubmatch(m); g != nil {
+			n, _ = strconv.Atoi(string(g[3]))
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the dashboard's /metrics shows no EMF document written:\n%s", m)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(emfFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(b), "\n"); lines < n {
+		t.Errorf("/metrics counted %d EMF documents written, the file holds %d", n, lines)
 	}
 }

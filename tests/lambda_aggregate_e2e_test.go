@@ -623,3 +623,87 @@ func TestLambdaAggregateMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestLambdaAggregateFlags: `ratewarden lambda --aggregate` takes --top-k
+// and --rules as aggregate does: with --top-k 3 every top-offenders list of
+// its partials holds at most three clients (the recorded event has more in
+// each window, as a function without the flag keeps them), and with
+// --rules the EMF has [Tier, Rule] documents for that rule and __other__
+// only. Out-of-range values stop the function with aggregate's messages.
+func TestLambdaAggregateFlags(t *testing.T) {
+	bin := buildBinary(t)
+	raw, ev := readKinesisEvent(t)
+	ds := eventDecisions(t, ev)
+	rule := ""
+	for _, d := range ds {
+		if d.Kind == decisions.KindDecision && d.Rule != "" {
+			rule = d.Rule
+			break
+		}
+	}
+	run := func(args ...string) (map[time.Time]*aggregator.Partial, map[string]bool) {
+		t.Helper()
+		partials := t.TempDir()
+		f := startLambda(t, bin, append([]string{"--aggregate", "--partials", "dir:" + partials, "--ignore-time"}, args...)...)
+		if fails := batchItemFailures(t, f.invoke(t, raw)); len(fails) != 0 {
+			t.Fatalf("%q: batch item failures %v", args, fails)
+		}
+		return readPartials(t, partials, time.Minute), emfRules(t, readFile(t, f.stdout))
+	}
+	topLen := func(ps map[time.Time]*aggregator.Partial) (most int) {
+		for _, p := range ps {
+			most = max(most, p.Offenders.Requests.Len(), p.Offenders.Refusals.Len())
+		}
+		return most
+	}
+	defaults, allRules := run()
+	if rule == "" || topLen(defaults) <= 3 || len(allRules) < 2 || !allRules[rule] {
+		t.Fatalf("without flags: rule %q, top lists of %d clients, EMF rules %v; the test wants a rule and more than 3 clients", rule, topLen(defaults), allRules)
+	}
+	ps, rules := run("--top-k", "3", "--rules", rule)
+	if n := topLen(ps); n != 3 {
+		t.Errorf("--top-k 3: top lists of up to %d clients", n)
+	}
+	if want := map[string]bool{rule: true, aggregator.OtherRule: true}; !maps.Equal(rules, want) {
+		t.Errorf("--rules %s: EMF rules %v, want %v", rule, rules, want)
+	}
+
+	for _, c := range []struct{ arg, value, msg string }{
+		{"--top-k", "0", "--top-k 0: want 1 to 100000"},
+		{"--top-k", "100001", "--top-k 100001: want 1 to 100000"},
+		{"--rules", "global", `--rules "global": want rule ids`},
+	} {
+		f := startLambda(t, bin, "--aggregate", c.arg, c.value)
+		select {
+		case err := <-f.exited:
+			f.exited <- err // for the cleanup's wait
+			if stderr := readFile(t, f.stderr); err == nil || !bytes.Contains(stderr, []byte(c.msg)) {
+				t.Errorf("%s %s: exit %v, stderr %s; want %q", c.arg, c.value, err, stderr, c.msg)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("%s %s: the function did not stop", c.arg, c.value)
+		}
+	}
+}
+
+// emfRules returns the Rule values of the [Tier, Rule] documents of EMF
+// lines.
+func emfRules(t *testing.T, emf []byte) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, line := range bytes.Split(bytes.TrimSpace(emf), []byte("\n")) {
+		var doc struct {
+			AWS struct {
+				CloudWatchMetrics []struct{ Dimensions [][]string }
+			} `json:"_aws"`
+			Rule string
+		}
+		if err := json.Unmarshal(line, &doc); err != nil {
+			t.Fatalf("EMF line %.200s: %v", line, err)
+		}
+		if m := doc.AWS.CloudWatchMetrics; len(m) == 1 && len(m[0].Dimensions) == 1 && slices.Equal(m[0].Dimensions[0], []string{"Tier", "Rule"}) {
+			out[doc.Rule] = true
+		}
+	}
+	return out
+}

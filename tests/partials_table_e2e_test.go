@@ -75,7 +75,7 @@ func TestAggregatePartialsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromDir, err := report.ReadDir(dir, time.Second, from, to, nil)
+	fromDir, err := report.ReadDir(t.Context(), dir, time.Second, from, to, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ type RuleLimit struct {
 }
 
 // RuleLimits returns the limit of every rule of c's tiers, by the rule id
-// the edge writes in decisions ("tier:global", "tier:/prefix"); rules of
+// the edge writes in decisions (config.RuleID); rules of
 // the concurrency algorithm, which count requests in flight rather than
 // per window, are left out.
 func RuleLimits(c *config.Config) map[string]RuleLimit {
@@ -57,9 +57,9 @@ func RuleLimits(c *config.Config) map[string]RuleLimit {
 		}
 	}
 	for name, t := range c.ResolvedTiers() {
-		add(name+":global", t.Global)
+		add(config.RuleID(name, config.GlobalRule), t.Global)
 		for prefix, r := range t.Paths {
-			add(name+":"+prefix, r)
+			add(config.RuleID(name, prefix), r)
 		}
 	}
 	return out

@@ -95,7 +95,7 @@ func BenchmarkReportDay(b *testing.B) {
 				b.ResetTimer()
 				cpu0 := rusage.CPU()
 				for range b.N {
-					w, err := ReadDir(dir, c.size, t0, t0.Add(24*time.Hour), nil)
+					w, err := ReadDir(b.Context(), dir, c.size, t0, t0.Add(24*time.Hour), nil)
 					if err != nil || len(w.Problems) > 0 {
 						b.Fatal(err, w.Problems)
 					}

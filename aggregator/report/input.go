@@ -58,16 +58,16 @@ var (
 )
 
 // ReadDir reads the partials of windows of length size that start in
-// [from, to) from the PartialsDir dir, as ReadPartials does; problems name
-// the files relative to dir.
-func ReadDir(dir string, size time.Duration, from, to time.Time, progress func(done, total int)) (*Windows, error) {
+// [from, to) from the PartialsDir dir, as ReadPartials does, until ctx is
+// done; problems name the files relative to dir.
+func ReadDir(ctx context.Context, dir string, size time.Duration, from, to time.Time, progress func(done, total int)) (*Windows, error) {
 	if !from.Before(to) {
 		return nil, fmt.Errorf("read partials: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
 	}
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("read partials: %w", err)
 	}
-	w, err := ReadPartials(context.Background(), &aggregator.PartialsDir{Dir: dir}, size, from, to, progress)
+	w, err := ReadPartials(ctx, &aggregator.PartialsDir{Dir: dir}, size, from, to, progress)
 	if err != nil {
 		return nil, err
 	}

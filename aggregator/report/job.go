@@ -71,7 +71,7 @@ func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
 		if err := hasWindow(dir, o.Window); err != nil {
 			return nil, nil, err
 		}
-		w, err = ReadDir(dir, o.Window, from, to, progress)
+		w, err = ReadDir(ctx, dir, o.Window, from, to, progress)
 	case j.Partials != nil:
 		w, err = ReadPartials(ctx, j.Partials, o.Window, from, to, progress)
 	default:

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -86,7 +87,7 @@ func goldenReport(t *testing.T) *Report {
 	dir := storePartials(t, fixedEvents())
 	damage(t, dir, t0.Add(4*time.Minute))
 	from, to := t0, t0.Add(11*time.Minute)
-	w, err := ReadDir(dir, time.Minute, from, to, nil)
+	w, err := ReadDir(t.Context(), dir, time.Minute, from, to, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestReportCountsTheEvents(t *testing.T) {
 // are not marked partial.
 func TestCompleteRange(t *testing.T) {
 	dir := storePartials(t, fixedEvents())
-	w, err := ReadDir(dir, time.Minute, t0, t0.Add(10*time.Minute), nil)
+	w, err := ReadDir(t.Context(), dir, time.Minute, t0, t0.Add(10*time.Minute), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestRollLogMatchesStoredPartials(t *testing.T) {
 		t.Fatal(err)
 	}
 	from, to := t0, t0.Add(12*time.Minute)
-	stored, err := ReadDir(parts, time.Minute, from, to, nil)
+	stored, err := ReadDir(t.Context(), parts, time.Minute, from, to, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,10 +365,24 @@ func TestHostileIdentities(t *testing.T) {
 	}
 }
 
+// TestReadDirCancelled: ReadDir stops with ctx's error once ctx is done.
+func TestReadDirCancelled(t *testing.T) {
+	dir := storePartials(t, fixedEvents())
+	from, to := t0.Add(-time.Hour), t0.Add(time.Hour)
+	if w, err := ReadDir(t.Context(), dir, time.Minute, from, to, nil); err != nil || len(w.Parts) == 0 {
+		t.Fatalf("ReadDir: %v, %v", w, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if w, err := ReadDir(ctx, dir, time.Minute, from, to, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("ReadDir with a cancelled context: %v, %v; want context.Canceled", w, err)
+	}
+}
+
 // TestRangeErrors: --from not before --to is refused with both times.
 func TestRangeErrors(t *testing.T) {
 	dir := storePartials(t, fixedEvents()[:10])
-	_, err := ReadDir(dir, time.Minute, t0.Add(time.Hour), t0, nil)
+	_, err := ReadDir(t.Context(), dir, time.Minute, t0.Add(time.Hour), t0, nil)
 	if err == nil || !strings.Contains(err.Error(), "not before") {
 		t.Errorf("ReadDir with from after to: %v", err)
 	}
@@ -545,7 +560,7 @@ func TestReportChallengeBoundsOverflow(t *testing.T) {
 	ds := fixedEvents()
 	dir := storePartialsK(t, ds, 3)
 	from, to := t0, t0.Add(11*time.Minute)
-	w, err := ReadDir(dir, time.Minute, from, to, nil)
+	w, err := ReadDir(t.Context(), dir, time.Minute, from, to, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -599,7 +614,7 @@ func TestReportChallengeBoundsOverflow(t *testing.T) {
 // counted and warned of, and its challenges are left out of the clients'.
 func TestReportWindowsWithoutClientChallenges(t *testing.T) {
 	from, to := t0, t0.Add(11*time.Minute)
-	w, err := ReadDir(storePartials(t, fixedEvents()), time.Minute, from, to, nil)
+	w, err := ReadDir(t.Context(), storePartials(t, fixedEvents()), time.Minute, from, to, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"strconv"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
@@ -27,9 +28,23 @@ func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
 	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window `length` in event time (1s, 10s, 1m, ...)")
 	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its `window`")
 	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
-	fs.IntVar(&f.o.TopK, "top-k", f.o.TopK, "clients held by each top-offenders `list`")
+	f.topKFlag(fs)
 	fs.DurationVar(&f.o.MaxSkew, "max-skew", f.o.MaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
+	f.capFlags(fs)
 	return f
+}
+
+// capFlags adds the rollup's memory caps: --max-names, --max-ahead and
+// --max-corrections.
+func (f *aggregatorFlags) capFlags(fs *flag.FlagSet) {
+	fs.IntVar(&f.o.MaxKeys, "max-names", f.o.MaxKeys, f.prefix+"distinct tiers, rules, nodes and reasons a window keeps apart, each; the rest are counted under __other__ (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxKeys)+")")
+	fs.IntVar(&f.o.MaxAhead, "max-ahead", f.o.MaxAhead, f.prefix+"windows a partition holds open ahead of its latest event; an event that would open one more is dropped and counted (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxAhead)+")")
+	fs.IntVar(&f.o.MaxCorrections, "max-corrections", f.o.MaxCorrections, f.prefix+"corrections of emitted windows a partition holds pending; a late event that would open one more is dropped and counted (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxCorrections)+")")
+}
+
+// topKFlag adds --top-k.
+func (f *aggregatorFlags) topKFlag(fs *flag.FlagSet) {
+	fs.IntVar(&f.o.TopK, "top-k", f.o.TopK, f.prefix+"clients held by each top-offenders `list`")
 }
 
 // idleFlag adds --idle, for the commands that follow a live source.
@@ -52,8 +67,14 @@ func (f *aggregatorFlags) ruleBudgetFlag(fs *flag.FlagSet) {
 // never folded into __other__ (aggregator.EMFOptions.Rules); none means
 // the busiest of each output (--rule-budget).
 func (f *aggregatorFlags) ruleFlags(fs *flag.FlagSet) {
-	f.cfgPath = fs.String("config", "", "the edges' configuration `file`: each of its rules gets [Tier, Rule] EMF documents of its own in every window and partition, and rules it does not have are folded into __other__ (without it or --rules, each partition keeps its --rule-budget busiest, which may differ between shards)")
-	f.rules = fs.String("rules", "", "rule ids kept as --config keeps its rules (comma-separated `list`, such as anonymous:global,pro:/api/search)")
+	f.rulesFlag(fs, fs.String("config", "", "the edges' configuration `file`: each of its rules gets [Tier, Rule] EMF documents of its own in every window and partition, and rules it does not have are folded into __other__ (without it or --rules, each partition keeps its --rule-budget busiest, which may differ between shards)"))
+}
+
+// rulesFlag adds --rules beside cfgPath, the value of a --config flag the
+// command already has (lambda's, whose file is also the edge's).
+func (f *aggregatorFlags) rulesFlag(fs *flag.FlagSet, cfgPath *string) {
+	f.cfgPath = cfgPath
+	f.rules = fs.String("rules", "", f.prefix+"rule ids kept as --config keeps its rules (comma-separated `list`, such as anonymous:global,pro:/api/search)")
 }
 
 // options returns the checked options and their rollup; with an EMF sink,

@@ -22,12 +22,14 @@ import (
 // invocation's decisions are flushed before it returns: Lambda freezes the
 // process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--config FILE] [--partials dir:PATH|dynamodb:TABLE] [--window D] [--namespace NS] [--rule-budget N] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
+	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--config FILE] [--partials dir:PATH|dynamodb:TABLE] [--window D] [--top-k N] [--rules LIST] [--namespace NS] [--rule-budget N] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
 	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
 	af := newAggregatorFlags("with --aggregate: ")
 	fs.DurationVar(&af.o.Window, "window", af.o.Window, "with --aggregate and --report: window `length`")
+	af.topKFlag(fs)
+	af.rulesFlag(fs, cfgPath)
 	af.namespaceFlag(fs)
 	af.ruleBudgetFlag(fs)
 	reportMode := fs.Bool("report", getenv("RATEWARDEN_LAMBDA_MODE") == "report", "serve an EventBridge schedule instead: each scheduled event writes the abuse report of --report-range before it to stdout (CloudWatch Logs) and --out (default: $RATEWARDEN_LAMBDA_MODE=report)")
@@ -62,7 +64,12 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return nil
 	}
 	if *aggregate {
-		kl, sinks, err := af.o.Lambda(ctx, *cfgPath, stdout)
+		af.o.EMF = assemble.LambdaEMF
+		ao, _, err := af.options()
+		if err != nil {
+			return err
+		}
+		kl, sinks, err := ao.Lambda(ctx, stdout)
 		defer sinks.Close(context.Background())
 		if err != nil {
 			return err

@@ -26,6 +26,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.StringVar(&af.o.EMF, "emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs+"; each rule of the configuration gets [Tier, Rule] documents of its own")
 	af.namespaceFlag(fs)
 	af.idleFlag(fs)
+	af.capFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

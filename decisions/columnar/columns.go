@@ -286,7 +286,7 @@ func (d *Decoder) DecodeColumns(data []byte, f func(*Columns) error) error {
 //
 // What it saves depends on the batch's compression. Under body
 // compression (Zstd or LZ4, as the decision log writes records of
-// decisionlog.PerBufferFrom events or more) every column's buffers are
+// PerBufferFrom events or more) every column's buffers are
 // compressed apart, and those of the columns left out are neither
 // decompressed nor checked, nor are their dictionaries read. A batch
 // compressed as one frame (ZstdStream, ZstdDict: small records, and

@@ -18,7 +18,8 @@
 // while under ZstdDict they cost a few hundred bytes, so that a batch of
 // 20 events is already about 7 times smaller than its JSON lines, and even a
 // batch of one is smaller (BENCHMARKS.md, TestDictionaryTargets). The
-// decision log and the Kinesis sink write ZstdDict.
+// decision log and the Kinesis sink write ZstdDict below PerBufferFrom
+// events a record and Zstd from it (SizedEncoder).
 //
 // The columns, in order, with the Decision field each holds:
 //

@@ -37,8 +37,8 @@ const (
 	ZstdStream
 	// ZstdDict is ZstdStream with a zstd dictionary of typical small
 	// streams, which the frame names by id: a record of a few events no
-	// longer pays for its schema. The smallest at every batch size; the
-	// choice of the Kinesis sink and the decision log. Decode tells it by
+	// longer pays for its schema. The smallest below PerBufferFrom events;
+	// the choice of the Kinesis sink and the decision log there. Decode tells it by
 	// the frame's magic number too, and knows every dictionary released.
 	ZstdDict
 )

@@ -27,30 +27,23 @@ import (
 type Writer struct {
 	log   *seglog.Log
 	codec columnar.Codec
-	enc   *columnar.Encoder // ZstdDict: records of fewer than PerBufferFrom events
-	large *columnar.Encoder // Zstd per buffer: the others, made on first use
-	buf   []byte
+	// enc: not Arrow's body compression below PerBufferFrom events, which
+	// leaves each record's schema as it is, so that a record of a few
+	// events would be mostly schema; the dictionary makes small records
+	// small.
+	enc columnar.SizedEncoder
+	buf []byte
 }
 
 // PerBufferFrom is the number of events from which a record is written
 // with Arrow's body compression (columnar.Zstd, zstd per buffer) rather
-// than in one zstd frame with the dictionary (columnar.ZstdDict): from
-// about 3,000 generator events a record the two are the same size (37.9
-// and 38.0 B an event at 3,072; 36.7 and 37.3 at 4,096; the dictionary
-// wins below, by 15 % at 1,024), and a record compressed per buffer lets a
-// reader leave the columns it does not read compressed and decodes
-// without the dictionary's slower zstd path: the aggregator decodes such
-// records to columns 3 to 4 times as fast. Both are CodecArrow, which
-// every reader tells apart by their first bytes.
-const PerBufferFrom = 3072
+// than in one zstd frame with the dictionary (columnar.ZstdDict):
+// columnar.PerBufferFrom, which the Kinesis sink's records follow too.
+const PerBufferFrom = columnar.PerBufferFrom
 
-// Compression is how the Writer compresses an Arrow record of n events.
-func Compression(n int) columnar.Compression {
-	if n >= PerBufferFrom {
-		return columnar.Zstd
-	}
-	return columnar.ZstdDict
-}
+// Compression is how the Writer compresses an Arrow record of n events
+// (columnar.CompressionFor).
+func Compression(n int) columnar.Compression { return columnar.CompressionFor(n) }
 
 var _ decisions.BatchWriter = (*Writer)(nil)
 
@@ -65,13 +58,6 @@ func NewWriter(log *seglog.Log, opts WriterOptions) *Writer {
 	w := &Writer{log: log, codec: opts.Codec}
 	if w.codec == 0 {
 		w.codec = columnar.CodecArrow
-	}
-	if w.codec == columnar.CodecArrow {
-		// Not Arrow's body compression below PerBufferFrom events: it
-		// leaves each record's schema as it is, so that a record of a few
-		// events is mostly schema; the dictionary makes small records
-		// small.
-		w.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdDict})
 	}
 	return w
 }
@@ -92,14 +78,7 @@ func (w *Writer) WriteBatch(ds []decisions.Decision) error {
 	var err error
 	switch w.codec {
 	case columnar.CodecArrow:
-		enc := w.enc
-		if Compression(len(ds)) == columnar.Zstd {
-			if w.large == nil {
-				w.large = columnar.NewEncoder(columnar.Options{Compression: columnar.Zstd})
-			}
-			enc = w.large
-		}
-		w.buf, err = enc.Encode(w.buf[:0], ds)
+		w.buf, err = w.enc.Encode(w.buf[:0], ds)
 	default:
 		w.buf = w.buf[:0]
 		for i := range ds {

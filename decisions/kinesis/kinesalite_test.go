@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/sinktest"
 )
@@ -188,6 +189,75 @@ func TestKinesisSink(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKinesisCompressionBySize: the sink compresses a record as the
+// decision log does (columnar.CompressionFor): a record of 1,024 events in
+// one zstd frame with the dictionary, one of 4,096 per buffer, and a batch
+// of 8,192 events too large for one record split into records of at most
+// 1 MiB (kinesalite refuses larger), each compressed for its own size.
+// Every record read back from kinesalite is the bytes columnar.Encode
+// gives its events with that compression and decodes to them.
+func TestKinesisCompressionBySize(t *testing.T) {
+	kc := client(t, endpoint(t))
+	name := newStream(t, kc, 1)
+	s, err := New(kc, Options{Stream: name, Partitions: 1, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := decisiontest.NewGenerator(17, start)
+	batches := [][]decisions.Decision{gen.Batch(1024), gen.Batch(4096), bulky(8192, 300)}
+	var all []decisions.Decision
+	for _, b := range batches {
+		if err := s.WriteBatch(append([]decisions.Decision(nil), b...)); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	recs, err := readStream(kc, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	perBuffer := 0
+	for _, r := range recs {
+		ds, err := Decode(r.Data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := all[:len(ds)]
+		all = all[len(ds):]
+		c := columnar.CompressionFor(len(ds))
+		enc, err := columnar.Encode([]byte{byte(columnar.CodecArrow)}, want, columnar.Options{Compression: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(r.Data, enc) {
+			t.Errorf("the record of %d events (%d bytes) is not %v (%d bytes)", len(ds), len(r.Data), c, len(enc))
+		}
+		if g, w := jsonLines(ds), jsonLines(want); g != w {
+			t.Errorf("the record of %d events decodes to other events than written", len(ds))
+		}
+		if len(r.Data) > maxRecordBytes {
+			t.Errorf("a record of %d bytes", len(r.Data))
+		}
+		if c == columnar.Zstd {
+			perBuffer++
+		}
+		sizes = append(sizes, len(ds))
+	}
+	if len(all) != 0 || len(recs) < 4 || sizes[0] != 1024 || sizes[1] != 4096 || perBuffer < 2 {
+		t.Errorf("records of %v events (%d per buffer), %d events not read back; want 1024, 4096, then the 8192 split, some per buffer", sizes, perBuffer, len(all))
+	}
+}
+
+// jsonLines returns ds as JSON lines.
+func jsonLines(ds []decisions.Decision) string {
+	var b []byte
+	for i := range ds {
+		b = append(decisions.AppendJSON(b, &ds[i]), '\n')
+	}
+	return string(b)
 }
 
 // fault is what the proxy does to one PutRecords call.
@@ -445,20 +515,23 @@ func TestKinesisFaults(t *testing.T) {
 }
 
 // BenchmarkWriteBatch writes emitter-sized batches of generator events to
-// a 4-shard stream on kinesalite.
+// a 4-shard stream on kinesalite; and, on one partition, records of 1,024
+// events (one zstd frame with the dictionary) and of 4,096 (compressed per
+// buffer, columnar.CompressionFor), the sink's two compressions.
 func BenchmarkWriteBatch(b *testing.B) {
 	ep := endpoint(b)
 	kc := client(b, ep)
 	for _, mode := range []struct {
-		name string
-		json bool
-	}{{"arrow", false}, {"json", true}} {
+		name              string
+		json              bool
+		partitions, batch int
+	}{{"arrow", false, 4, 1024}, {"json", true, 4, 1024}, {"arrow/record=1024", false, 1, 1024}, {"arrow/record=4096", false, 1, 4096}} {
 		b.Run(mode.name, func(b *testing.B) {
-			s, err := New(kc, Options{Stream: newStream(b, kc, 4), JSON: mode.json})
+			s, err := New(kc, Options{Stream: newStream(b, kc, int32(mode.partitions)), JSON: mode.json, Partitions: mode.partitions})
 			if err != nil {
 				b.Fatal(err)
 			}
-			batch := decisiontest.NewGenerator(11, start).Batch(1024)
+			batch := decisiontest.NewGenerator(11, start).Batch(mode.batch)
 			b.ReportAllocs()
 			n := 0
 			for b.Loop() {

@@ -4,8 +4,11 @@
 // into events.
 //
 // Each record's payload starts with a one-byte codec id (the codec ids of
-// package decisionlog): 1 for an Arrow IPC stream in a zstd frame holding
-// many events, 2 for one JSON decision.
+// package decisionlog): 1 for an Arrow IPC stream holding many events, 2
+// for one JSON decision. An Arrow record is compressed as the decision
+// log's are (columnar.CompressionFor): in one zstd frame with the
+// dictionary below columnar.PerBufferFrom events, per buffer from it, so
+// that a reader of a column subset decompresses only those columns.
 //
 // # Shards
 //
@@ -138,7 +141,7 @@ type Stats struct {
 type Sink struct {
 	api    API
 	opts   Options
-	enc    *columnar.Encoder
+	enc    encoder // Arrow records: a columnar.SizedEncoder
 	rng    *rand.Rand
 	groups [][]decisions.Decision // by partition; reused
 	order  []int                  // partitions in order of first appearance
@@ -147,6 +150,15 @@ type Sink struct {
 	buf    []byte
 
 	n *counters // shared with the Sink's clones
+}
+
+// encoder encodes the Sink's Arrow records: a columnar.SizedEncoder, so
+// that a record of a few events at a low rate is one zstd frame with the
+// dictionary rather than mostly its schema, and a record of
+// columnar.PerBufferFrom events or more is compressed per buffer, as the
+// decision log's are (or, in tests, an Encoder of one compression).
+type encoder interface {
+	Encode(dst []byte, ds []decisions.Decision) ([]byte, error)
 }
 
 // counters are a Sink's Stats, shared by its clones.
@@ -178,14 +190,11 @@ func newSink(api API, opts Options, n *counters) *Sink {
 		hashes: hashKeys(opts.Partitions),
 		n:      n,
 	}
+	if !opts.JSON {
+		s.enc = &columnar.SizedEncoder{}
+	}
 	for i := range s.keys {
 		s.keys[i] = strconv.Itoa(i)
-	}
-	if !opts.JSON {
-		// The whole stream in one zstd frame against the dictionary of
-		// typical streams: a record of a few events at a low rate would
-		// otherwise be mostly its schema.
-		s.enc = columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdDict})
 	}
 	return s
 }

@@ -282,7 +282,7 @@ func TestTableBadItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	it := key(Deny, "10.0.0.1/8")
-	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: it}); err != nil {
+	if _, err := s.calls.Put(ctx, &dynamodb.PutItemInput{Item: it}); err != nil {
 		t.Fatal(err)
 	}
 	err = w.Reload()
@@ -442,5 +442,34 @@ func TestFileStoreWaitsForTheLock(t *testing.T) {
 	held.Unlock()
 	if err := s.Put(context.Background(), Entry{List: Deny, Target: "203.0.113.7"}); err != nil {
 		t.Errorf("Put after the lock was released: %v", err)
+	}
+}
+
+// TestTableThrottled: a TableStore rides out throttling as the
+// aggregator's tables do (ddbtable.Calls): each of its calls, throttled
+// twice by a proxy in front of dynalite with the SDK's own retries off, is
+// tried again after a backoff and succeeds; the proxy sees every attempt.
+func TestTableThrottled(t *testing.T) {
+	name := fmt.Sprintf("lists-throttled-%d-%d", os.Getpid(), tableSeq.Add(1))
+	ep := awstest.Endpoint(t, awstest.DynamoDBEnv)
+	awstest.CreateTable(t, dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(ep) }), TableSpec(name))
+	th := awstest.ThrottleDynamoDB(t, 2, "PutItem", "UpdateItem", "Query")
+	db := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) { o.BaseEndpoint, o.RetryMaxAttempts = &th.URL, 1 })
+	s := NewTableStore(db, name, func() time.Time { return t0 })
+	ctx := t.Context()
+	if err := s.Put(ctx, Entry{List: Challenge, Target: "203.0.113.7", Pending: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Approve(ctx, Challenge, "203.0.113.7", "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	es, err := s.Entries(ctx, Challenge)
+	if err != nil || len(es) != 1 || es[0].Pending || es[0].By != "oncall" {
+		t.Fatalf("entries %+v, %v; want the approved entry", es, err)
+	}
+	for _, op := range []string{"PutItem", "UpdateItem", "Query"} {
+		if n := th.Calls(op); n != 3 {
+			t.Errorf("%s: %d calls, want 3 (two throttled, then the one that went through)", op, n)
+		}
 	}
 }

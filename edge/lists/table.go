@@ -59,12 +59,9 @@ func TimeToLiveSpec(name string) *dynamodb.UpdateTimeToLiveInput {
 	}
 }
 
-// DynamoDB is the part of the DynamoDB client a TableStore uses.
-type DynamoDB interface {
-	PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
-	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
-	Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
-}
+// DynamoDB is the part of the DynamoDB client a TableStore uses, that of
+// every table of the project. *dynamodb.Client satisfies it.
+type DynamoDB = ddbtable.API
 
 // TableStore reads and writes the lists in a DynamoDB lists table. Writes
 // are single-item requests, so concurrent writers need no lock: the last
@@ -72,9 +69,11 @@ type DynamoDB interface {
 // entry being there (and pending). Expired entries stay until DynamoDB's
 // time to live deletes them; readers compare expires themselves. A
 // TableStore is a Source: a Watcher reads one list with a Query per
-// refresh. It is safe for concurrent use.
+// refresh. Every call has a deadline of its own and a throttled call is
+// tried again after a backoff (ddbtable.Calls), as the aggregator's
+// tables do. It is safe for concurrent use.
 type TableStore struct {
-	db    DynamoDB
+	calls *ddbtable.Calls
 	table string
 	now   func() time.Time
 }
@@ -85,7 +84,7 @@ func NewTableStore(db DynamoDB, table string, now func() time.Time) *TableStore 
 	if now == nil {
 		now = time.Now
 	}
-	return &TableStore{db: db, table: table, now: now}
+	return &TableStore{calls: &ddbtable.Calls{API: db, Table: table}, table: table, now: now}
 }
 
 // Name returns the table's name.
@@ -98,7 +97,7 @@ func (s *TableStore) Put(ctx context.Context, e Entry) error {
 	if err := prepare(&e, s.now()); err != nil {
 		return err
 	}
-	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: item(&e)}); err != nil {
+	if _, err := s.calls.Put(ctx, &dynamodb.PutItemInput{Item: item(&e)}); err != nil {
 		return fmt.Errorf("put %s on %s: %w", e.Target, e.List, err)
 	}
 	return nil
@@ -112,8 +111,8 @@ func (s *TableStore) Remove(ctx context.Context, list, target, by string) error 
 	if err != nil {
 		return err
 	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(list, t),
+	_, err = s.calls.Update(ctx, &dynamodb.UpdateItemInput{
+		Key:                 key(list, t),
 		UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending"),
 		ConditionExpression: aws.String("attribute_exists(#entry) AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
 		ExpressionAttributeNames: map[string]string{"#removed": TableRemovedAttribute, "#by": TableByAttribute,
@@ -130,8 +129,8 @@ func (s *TableStore) Approve(ctx context.Context, list, target, by string) error
 	if err != nil {
 		return err
 	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(list, t),
+	_, err = s.calls.Update(ctx, &dynamodb.UpdateItemInput{
+		Key:                 key(list, t),
 		UpdateExpression:    aws.String("SET #by = :by REMOVE #pending"),
 		ConditionExpression: aws.String("#pending = :true AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
 		ExpressionAttributeNames: map[string]string{"#by": TableByAttribute, "#pending": TablePendingAttribute,
@@ -169,28 +168,25 @@ func (s *TableStore) Entries(ctx context.Context, list string) ([]Entry, error) 
 	}
 	var out []Entry
 	in := &dynamodb.QueryInput{
-		TableName:                 &s.table,
 		KeyConditionExpression:    aws.String("#list = :list"),
 		ExpressionAttributeNames:  map[string]string{"#list": TableListAttribute},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":list": str(list)},
-		ConsistentRead:            aws.Bool(true),
 	}
-	p := dynamodb.NewQueryPaginator(s.db, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read list %s from %s: %w", list, s.table, err)
-		}
-		for _, it := range page.Items {
+	err := s.calls.Query(ctx, in, func(items []map[string]types.AttributeValue) error {
+		for _, it := range items {
 			e, err := entry(list, it)
 			if err != nil {
-				return nil, fmt.Errorf("read list %s from %s: %w", list, s.table, err)
+				return err
 			}
 			if len(out) >= MaxEntries {
-				return nil, fmt.Errorf("read list %s from %s: more than %d entries", list, s.table, MaxEntries)
+				return fmt.Errorf("more than %d entries", MaxEntries)
 			}
 			out = append(out, e)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read list %s from %s: %w", list, s.table, err)
 	}
 	return out, nil
 }

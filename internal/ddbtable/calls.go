@@ -19,6 +19,7 @@ type API interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
@@ -115,10 +116,23 @@ func (c *Calls) Delete(ctx context.Context, key map[string]types.AttributeValue)
 	})
 }
 
+// Update runs in, whose TableName it fills in.
+func (c *Calls) Update(ctx context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+	in.TableName = aws.String(c.Table)
+	var out *dynamodb.UpdateItemOutput
+	err := c.do(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = c.API.UpdateItem(ctx, in)
+		return err
+	})
+	return out, err
+}
+
 // Query runs in, whose TableName it fills in, and calls fn with the items
-// of every page in turn, read consistently. Like every call, it finishes
-// when ctx ends: a caller that reads many keys checks ctx between them.
-func (c *Calls) Query(ctx context.Context, in *dynamodb.QueryInput, fn func([]map[string]types.AttributeValue)) error {
+// of every page in turn, read consistently, until fn returns an error,
+// which it returns. Like every call, it finishes when ctx ends: a caller
+// that reads many keys checks ctx between them.
+func (c *Calls) Query(ctx context.Context, in *dynamodb.QueryInput, fn func([]map[string]types.AttributeValue) error) error {
 	in.TableName = aws.String(c.Table)
 	in.ConsistentRead = aws.Bool(true)
 	for {
@@ -131,7 +145,9 @@ func (c *Calls) Query(ctx context.Context, in *dynamodb.QueryInput, fn func([]ma
 		if err != nil {
 			return err
 		}
-		fn(out.Items)
+		if err := fn(out.Items); err != nil {
+			return err
+		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return nil
 		}
