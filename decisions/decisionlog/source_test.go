@@ -23,7 +23,7 @@ var _ stream.Handler = (*recorder)(nil)
 // recorder is a stream.Handler that reads every batch's rows and records
 // what it was handed.
 type recorder struct {
-	mu      sync.Mutex // the synctest tests read it while Run goes on
+	mu      sync.Mutex      // the synctest tests read it while Run goes on
 	resume  stream.Position // what Open returns; zero: what it is offered
 	offered []stream.Position
 	dec     *columnar.Decoder
