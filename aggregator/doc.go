@@ -22,12 +22,15 @@
 // OtherKey, so that names chosen by whoever writes the stream bound what a
 // window holds.
 //
-// RunLog rolls the local decision log up as one partition; RunKinesis rolls
-// a Kinesis stream up as one partition per shard, sharing the shards with
-// other processes through leases. Both save each partition's State (in a
-// StateStore: a directory, or a DynamoDB table) with the outputs before
-// delivering them, so a crash or a change of hands neither loses an output
-// nor counts an event twice.
+// Run rolls up what a Source (the small interface the aggregator needs of
+// any source of decisions: Run(ctx, stream.Handler)) hands over, one
+// partition at a time, through the aggregator's one stream.Handler;
+// RunKinesis is Run over a kinesis.Source, one partition per shard,
+// sharing the shards with other processes through leases. RunLog rolls the
+// local decision log up as one partition. They save each partition's State
+// (in a StateStore: a directory, or a DynamoDB table) with the outputs
+// before delivering them, so a crash or a change of hands neither loses an
+// output nor counts an event twice.
 //
 // Outputs go to Sinks. The partials are stored in a PartialsDir (a file
 // per output) or a PartialsTable (a DynamoDB item per output, keyed the

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
@@ -49,9 +46,13 @@ type KinesisStats struct {
 	Outputs   uint64 // outputs delivered
 	Redeliver uint64 // outputs of a previous holder delivered again
 	Opened    uint64 // shards opened: taken and their state loaded
-	Ended     uint64 // shards read to their end, their windows emitted
-	Source    kinesis.SourceStats
-	Shards    []ShardStats // the shards held, by shard id
+	// Moved counts the shards opened whose state was ahead of the lease's
+	// checkpoint (a batch handled, its checkpoint not written): read from
+	// the state's position.
+	Moved  uint64
+	Ended  uint64 // shards read to their end, their windows emitted
+	Source kinesis.SourceStats
+	Shards []ShardStats // the shards held, by shard id
 
 	// Events dropped past the caps on the windows held
 	// (RollupStats.AheadDropped and CorrectionsDropped).
@@ -87,18 +88,8 @@ type ShardStats struct {
 // RunKinesis rolls a Kinesis stream of decisions up, one Rollup per shard
 // (the shard id is the partition), sharing the shards with the other
 // workers of its consumer group through the Source's leases. It runs until
-// ctx is done.
-//
-// Exactly once: before a batch's handler returns, and so before the Source
-// checkpoints after it, the shard's state is saved: the snapshot, the
-// outputs the batch closed (delivered after, then the state saved without
-// them) and the batch's first position and size. A batch the Source
-// delivers again after a change of hands starts at that position and holds
-// those events or more: its first events are skipped. A worker that takes
-// a shard loads its state from the store and delivers its pending outputs
-// again. Windows close at the event whose time passes their end however
-// the events were batched, so a shard handed over mid-way gives the same
-// outputs as one read by a single worker.
+// ctx is done. It is Run over a kinesis.Source: see Run for how each event
+// gets into the outputs exactly once, however shards change hands.
 //
 // A worker that stops or loses a shard leaves its open windows in the
 // state for the next holder; a shard read to its end (split or merged)
@@ -115,7 +106,10 @@ func RunKinesis(ctx context.Context, o KinesisOptions) (KinesisStats, error) {
 
 // Kinesis is a RunKinesis whose stats can be read while it runs (for
 // self-metrics).
-type Kinesis struct{ k *kinesisRun }
+type Kinesis struct {
+	src *kinesis.Source
+	h   *partitions
+}
 
 // NewKinesis checks o and returns a Kinesis ready to Run.
 func NewKinesis(o KinesisOptions) (*Kinesis, error) {
@@ -127,9 +121,6 @@ func NewKinesis(o KinesisOptions) (*Kinesis, error) {
 	case o.Source.Checkpoint != 0:
 		return nil, fmt.Errorf("aggregate kinesis: Source.Checkpoint %v: want 0, a checkpoint after every batch", o.Source.Checkpoint)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	// Records are handed over undecoded and rolled up from their columns,
 	// without an event made of each row.
 	o.Source.Rows = !o.perEvent
@@ -137,308 +128,38 @@ func NewKinesis(o KinesisOptions) (*Kinesis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aggregate kinesis: %w", err)
 	}
-	return &Kinesis{&kinesisRun{o: o, src: src, shards: map[string]*shardRun{}}}, nil
+	k := &Kinesis{src: src}
+	ro := RunOptions{Store: o.Store, Rollup: o.Rollup, Sinks: o.Sinks, Now: o.Now}
+	if o.Progress != nil {
+		ro.Progress = func(RunStats) { o.Progress(k.Stats()) }
+	}
+	if k.h, err = newPartitions(ro); err != nil {
+		return nil, fmt.Errorf("aggregate kinesis: %w", err)
+	}
+	return k, nil
 }
 
 // Run runs until ctx is done, as RunKinesis does. Call it once.
 func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
-	err := k.k.src.RunShards(ctx, k.k)
-	return k.k.stats(), err
+	_, err := k.h.run(ctx, k.src)
+	return k.Stats(), err
 }
 
 // Stats returns what the run did so far and the lag of each shard held.
 // It is safe for concurrent use.
-func (k *Kinesis) Stats() KinesisStats { return k.k.stats() }
-
-// kinesisRun is the ShardHandler of RunKinesis.
-type kinesisRun struct {
-	o   KinesisOptions
-	src *kinesis.Source
-
-	mu     sync.Mutex
-	shards map[string]*shardRun // by shard id, while held
-
-	events, skipped, future, folded, outputs, redeliver, opened, ended atomic.Uint64
-	aheadDropped, correctionsDropped                                   atomic.Uint64
-}
-
-var _ kinesis.ShardHandler = (*kinesisRun)(nil)
-
-func (k *kinesisRun) stats() KinesisStats {
-	st := KinesisStats{Events: k.events.Load(), Skipped: k.skipped.Load(), Future: k.future.Load(), Folded: k.folded.Load(),
-		AheadDropped: k.aheadDropped.Load(), CorrectionsDropped: k.correctionsDropped.Load(), Outputs: k.outputs.Load(),
-		Redeliver: k.redeliver.Load(), Opened: k.opened.Load(), Ended: k.ended.Load(), Source: k.src.Stats()}
+func (k *Kinesis) Stats() KinesisStats {
+	rs := k.h.stats()
+	st := KinesisStats{Events: rs.Rollup.Events, Skipped: k.h.skipped.Load(), Future: rs.Rollup.Future, Folded: rs.Rollup.Folded,
+		AheadDropped: rs.Rollup.AheadDropped, CorrectionsDropped: rs.Rollup.CorrectionsDropped, Outputs: rs.Outputs,
+		Redeliver: rs.Redeliver, Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}
 	lags := k.src.Lags()
 	if len(lags) == 0 {
 		return st
 	}
+	wms := k.h.watermarks()
 	st.Shards = make([]ShardStats, len(lags))
-	k.mu.Lock()
 	for i, l := range lags {
-		st.Shards[i] = ShardStats{Shard: l.Shard, Behind: l.Behind, Read: l.Read}
-		if sh := k.shards[l.Shard]; sh != nil {
-			if ns := sh.watermark.Load(); ns != 0 {
-				st.Shards[i].Watermark = time.Unix(0, ns).UTC()
-			}
-		}
+		st.Shards[i] = ShardStats{Shard: l.Shard, Behind: l.Behind, Read: l.Read, Watermark: wms[l.Shard]}
 	}
-	k.mu.Unlock()
 	return st
-}
-
-// shardRun is a held shard: its partition and the cursor of the last
-// batch handled. Only the shard's consumer goroutine uses it.
-type shardRun struct {
-	p    partitionRun
-	last kinesisCursor
-	// broken says the in-memory state may be ahead of the saved one (a
-	// handler call failed half-way): it is loaded again before the next.
-	broken bool
-	// moved says another holder saved the shard's state (ErrStateMoved):
-	// every call fails until the Source, finding its lease gone, stops
-	// the shard's consumer.
-	moved bool
-	dec   *columnar.Decoder // reads the batches' records, once needed
-	// watermark is the rollup's, in Unix nanoseconds (0: none yet), for
-	// Stats from other goroutines.
-	watermark atomic.Int64
-}
-
-// observe publishes the rollup's watermark.
-func (sh *shardRun) observe() {
-	if wm := sh.p.r.Watermark(); !wm.IsZero() {
-		sh.watermark.Store(wm.UnixNano())
-	}
-}
-
-// kinesisCursor is a Kinesis shard's State.Cursor: the first position and
-// event count of the last batch handled, and the position after it. carry
-// is what a batch handled again held fewer events than the first time:
-// the events still to skip from the batches that follow it.
-type kinesisCursor struct {
-	from   kinesis.Position
-	events uint64
-	to     kinesis.Position
-	carry  uint64
-}
-
-func (c kinesisCursor) append(b []byte) []byte {
-	b = appendBytes(b, []byte(c.from.Seq))
-	b = appendUvarint(b, uint64(c.from.Sub))
-	b = appendUvarint(b, c.events)
-	b = appendBytes(b, []byte(c.to.Seq))
-	b = appendUvarint(b, uint64(c.to.Sub))
-	return appendUvarint(b, c.carry)
-}
-
-func decodeKinesisCursor(b []byte) (c kinesisCursor, err error) {
-	if len(b) == 0 {
-		return c, nil
-	}
-	r := &reader{b: b}
-	c.from = kinesis.Position{Seq: r.string(), Sub: int64(r.uvarint())}
-	c.events = r.uvarint()
-	c.to = kinesis.Position{Seq: r.string(), Sub: int64(r.uvarint())}
-	c.carry = r.uvarint()
-	if r.err == nil && len(r.b) != 0 {
-		r.fail(fmt.Errorf("%d bytes after the end", len(r.b)))
-	}
-	if r.err != nil {
-		return kinesisCursor{}, fmt.Errorf("kinesis cursor: %w", r.err)
-	}
-	return c, nil
-}
-
-// Open loads the shard's state, as its last holder saved it, and delivers
-// again what that holder may not have delivered.
-func (k *kinesisRun) Open(ctx context.Context, shard string, _ kinesis.Position) error {
-	sh, err := k.load(ctx, shard)
-	if err != nil {
-		return err
-	}
-	k.mu.Lock()
-	k.shards[shard] = sh
-	k.mu.Unlock()
-	k.opened.Add(1)
-	return nil
-}
-
-func (k *kinesisRun) load(ctx context.Context, shard string) (*shardRun, error) {
-	sh := &shardRun{p: partitionRun{name: shard, store: k.o.Store, sinks: k.o.Sinks, r: NewRollup(k.o.Rollup)}}
-	err := sh.p.resume(ctx)
-	k.redeliver.Add(sh.p.redeliver)
-	k.delivered(sh)
-	if err != nil {
-		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
-	}
-	last, err := decodeKinesisCursor(sh.p.cursor)
-	if err != nil {
-		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, err)
-	}
-	sh.last = last
-	sh.observe()
-	return sh, nil
-}
-
-func (k *kinesisRun) shard(ctx context.Context, shard string) (*shardRun, error) {
-	k.mu.Lock()
-	sh := k.shards[shard]
-	k.mu.Unlock()
-	if sh != nil && sh.moved {
-		return nil, fmt.Errorf("aggregate kinesis: shard %s: %w", shard, ErrStateMoved)
-	}
-	if sh != nil && !sh.broken {
-		return sh, nil
-	}
-	sh, err := k.load(ctx, shard)
-	if err != nil {
-		return nil, err
-	}
-	k.mu.Lock()
-	k.shards[shard] = sh
-	k.mu.Unlock()
-	return sh, nil
-}
-
-// Handle adds the batch's new events, closing windows as the watermark
-// passes them, and saves the shard's state with the outputs before it
-// delivers them.
-func (k *kinesisRun) Handle(ctx context.Context, b *kinesis.Batch) error {
-	sh, err := k.shard(ctx, b.Shard)
-	if err != nil {
-		return err
-	}
-	// The first events of a batch handled before (its checkpoint not
-	// written) are skipped: the same events, or more, from the same
-	// position. Fewer, the Source does not promise, but they are skipped
-	// too, and the rest from the batches that follow (carry).
-	want := sh.last.carry
-	if sh.last.from == b.From && sh.last.events > 0 {
-		want = sh.last.events
-	}
-	r := sh.p.r
-	before := r.Stats()
-	var outs []Output
-	var total, skip uint64
-	// Windows close at the event that passes them (Due after every
-	// event), however the events were batched.
-	limit := func(pb *Batch, lo, hi int) int {
-		if pb == nil {
-			return lo + 1
-		}
-		return r.dueEnd(pb, lo, hi)
-	}
-	after := func(int) error {
-		if r.Due() {
-			outs = r.take(false, outs)
-		}
-		return nil
-	}
-	add := func(rows columnar.Rows, lo int) error {
-		n := rows.Len() - lo
-		s := int(min(uint64(n), want-skip))
-		total += uint64(n)
-		skip += uint64(s)
-		lo += s
-		return r.addDecoded(rows, lo, r.Next()-uint64(lo), nil, limit, after)
-	}
-	if b.Records != nil {
-		if sh.dec == nil {
-			sh.dec = columnar.NewDecoder()
-		}
-		b.Rows(sh.dec, add) // add never fails
-	} else {
-		add(columnar.Rows{Events: b.Events}, 0)
-	}
-	next := kinesisCursor{from: b.From, events: total, to: b.To}
-	switch {
-	case sh.last.from == b.From && sh.last.events > 0 && skip < sh.last.events:
-		next = sh.last
-		next.carry = sh.last.events - skip
-	case !(sh.last.from == b.From && sh.last.events > 0) && sh.last.carry > 0 && skip < sh.last.carry:
-		next = sh.last
-		next.carry -= skip
-	}
-	k.skipped.Add(skip)
-	if total == skip && next == sh.last {
-		return nil
-	}
-	sh.last = next
-	sh.p.cursor = sh.last.append(nil) // not in place: a loaded cursor shares the bytes it was read with
-	sh.observe()
-	if err := k.save(ctx, sh, outs); err != nil {
-		return err
-	}
-	k.events.Add(total - skip)
-	st := r.Stats()
-	k.future.Add(st.Future - before.Future)
-	k.folded.Add(st.Folded - before.Folded)
-	k.aheadDropped.Add(st.AheadDropped - before.AheadDropped)
-	k.correctionsDropped.Add(st.CorrectionsDropped - before.CorrectionsDropped)
-	return nil
-}
-
-// save saves and delivers outs; a failure marks the shard to be loaded
-// again, its in-memory state being ahead of the saved one.
-func (k *kinesisRun) save(ctx context.Context, sh *shardRun, outs []Output) error {
-	err := sh.p.save(ctx, outs)
-	k.delivered(sh)
-	if err != nil {
-		sh.broken = true
-		sh.moved = errors.Is(err, ErrStateMoved)
-	}
-	return err
-}
-
-// delivered counts the outputs the shard's partition delivered and
-// reports progress.
-func (k *kinesisRun) delivered(sh *shardRun) {
-	n := sh.p.delivered
-	if n == 0 {
-		return
-	}
-	sh.p.delivered = 0
-	k.outputs.Add(n)
-	if k.o.Progress != nil {
-		k.o.Progress(k.stats())
-	}
-}
-
-// Idle advances a quiet shard's watermark with the wall clock and emits the
-// windows it closes.
-func (k *kinesisRun) Idle(ctx context.Context, shard string) error {
-	sh, err := k.shard(ctx, shard)
-	if err != nil {
-		return err
-	}
-	sh.p.r.Advance(k.o.Now())
-	sh.observe()
-	outs := sh.p.r.take(false, nil)
-	if len(outs) == 0 {
-		return nil
-	}
-	return k.save(ctx, sh, outs)
-}
-
-// Close emits every window of a shard read to its end; a shard stopped or
-// lost is forgotten, its state saved already.
-func (k *kinesisRun) Close(ctx context.Context, shard string, ended bool) error {
-	if !ended {
-		k.mu.Lock()
-		delete(k.shards, shard)
-		k.mu.Unlock()
-		return nil
-	}
-	sh, err := k.shard(ctx, shard)
-	if err != nil {
-		return err
-	}
-	if err := k.save(ctx, sh, sh.p.r.take(true, nil)); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	delete(k.shards, shard)
-	k.mu.Unlock()
-	k.ended.Add(1)
-	return nil
 }

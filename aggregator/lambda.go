@@ -8,7 +8,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/kinesis"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // KinesisLambda aggregates the decisions of a Kinesis event-source mapping
@@ -76,86 +78,25 @@ type LambdaStats struct {
 	Outputs uint64 // partials written to every sink
 }
 
-// Handle handles one invocation.
+// Handle handles one invocation: a kinesis.LambdaHandler hands its commit
+// groups, as stream batches, to the invocation's lambdaRun.
 func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (events.KinesisEventResponse, error) {
 	if len(ev.Records) == 0 {
 		return events.KinesisEventResponse{}, nil
 	}
-	size, k := l.Window, l.TopK
-	if size <= 0 {
-		size = time.Minute
+	run := &lambdaRun{l: l, size: l.Window, k: l.TopK, dec: columnar.NewDecoder()}
+	if run.size <= 0 {
+		run.size = time.Minute
 	}
-	if k <= 0 {
-		k = 100
+	if run.k <= 0 {
+		run.k = 100
 	}
-	group := l.CommitRecords
-	if group <= 0 || group > len(ev.Records) {
-		group = len(ev.Records)
-	}
-	// The records are decoded, and corrupt ones skipped and counted, by the
-	// handler every Kinesis Lambda entry shares; each record's events are
-	// rolled up here into the windows of its group.
-	var (
-		windows map[int64]*Partial
-		shard   string
-		batch   Batch
-	)
-	window := func(start int64) *Partial {
-		p := windows[start]
-		if p == nil {
-			p = NewPartial(time.Unix(0, start), size, k)
-			windows[start] = p
-		}
-		return p
-	}
-	addEvents := func(ds []decisions.Decision) {
-		for j := range ds {
-			d := &ds[j]
-			window(windowStart(d.Time, size)).Update(d)
-		}
-	}
-	read := kinesis.NewLambdaRowsHandler(func(_ context.Context, r *kinesis.Rows) error {
-		shard = r.Shard
-		if r.Columns == nil {
-			addEvents(r.Events)
-			return nil
-		}
-		// Arrow records are rolled up from their columns, a run of rows
-		// of one window at a time.
-		batch.Prepare(r.Columns)
-		times, w := batch.Times(), int64(size)
-		for i := 0; i < len(times); {
-			start := windowStartNs(times[i], w)
-			j := i + 1
-			for j < len(times) && times[j] >= start && times[j]-start < w {
-				j++
-			}
-			window(start).UpdateColumns(&batch, i, j)
-			i = j
-		}
-		return nil
-	})
-	if l.perEvent {
-		read = kinesis.NewLambdaHandler(func(_ context.Context, b *kinesis.Batch) error {
-			shard = b.Shard
-			addEvents(b.Events)
-			return nil
-		})
-	}
-	inv := Invocation{From: ev.Records[0].Kinesis.SequenceNumber, To: ev.Records[len(ev.Records)-1].Kinesis.SequenceNumber}
-	for i := 0; i < len(ev.Records); i += group {
-		recs := ev.Records[i:min(i+group, len(ev.Records))]
-		windows = map[int64]*Partial{}
-		read.Handle(ctx, events.KinesisEvent{Records: recs}) // the handler above never fails
-		rng := recs[0].Kinesis.SequenceNumber + "-" + recs[len(recs)-1].Kinesis.SequenceNumber
-		if err := l.write(ctx, shard, rng, windows); err != nil {
-			inv.FailedAt, inv.Err = recs[0].Kinesis.SequenceNumber, err
-			break
-		}
-		inv.Outputs += len(windows)
-	}
+	read := kinesis.NewLambdaHandler(run, kinesis.LambdaOptions{CommitRecords: l.CommitRecords})
+	resp, err := read.Handle(ctx, ev)
+	inv := run.inv
+	inv.From, inv.To = ev.Records[0].Kinesis.SequenceNumber, ev.Records[len(ev.Records)-1].Kinesis.SequenceNumber
 	rs := read.Stats()
-	inv.Shard, inv.Records, inv.Events, inv.Corrupt, inv.Problems = shard, rs.Records, rs.Events, rs.Corrupt, read.Problems()
+	inv.Records, inv.Events, inv.Corrupt, inv.Problems = rs.Records, rs.Events, rs.Corrupt, read.Problems()
 	l.mu.Lock()
 	l.stats.Invocations++
 	l.stats.Records += rs.Records
@@ -174,10 +115,106 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	if l.OnInvocation != nil {
 		l.OnInvocation(ctx, inv)
 	}
-	if inv.FailedAt != "" {
-		return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: inv.FailedAt}}}, nil
+	return resp, err
+}
+
+// lambdaRun is the stream.Handler of one KinesisLambda invocation: it
+// rolls a commit group's decisions up into one partial per window they
+// touch and writes them to the sinks before it returns. It keeps no
+// position of its own: Lambda does.
+type lambdaRun struct {
+	l       *KinesisLambda
+	size    time.Duration
+	k       int
+	dec     *columnar.Decoder
+	batch   Batch
+	windows map[int64]*Partial
+	inv     Invocation
+}
+
+var _ stream.Handler = (*lambdaRun)(nil)
+
+// Open returns from: Lambda holds the shard's position.
+func (r *lambdaRun) Open(_ context.Context, _ string, from stream.Position) (stream.Position, error) {
+	return from, nil
+}
+
+// Idle does nothing: Lambda does not call it.
+func (r *lambdaRun) Idle(context.Context, string) error { return nil }
+
+// Close does nothing: an invocation's outputs are written by Handle.
+func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
+
+// Handle rolls the group's decisions up and writes their windows to each
+// sink, keyed by the group's first and last sequence numbers.
+func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
+	r.inv.Shard = b.Partition
+	r.windows = map[int64]*Partial{}
+	if r.l.perEvent {
+		r.addEvents(b)
+	} else {
+		b.Rows(r.dec, r.add) // add never fails
 	}
-	return events.KinesisEventResponse{}, nil
+	rng := b.Records[0].Pos.Seq + "-" + b.Records[len(b.Records)-1].Pos.Seq
+	if err := r.l.write(ctx, b.Partition, rng, r.windows); err != nil {
+		r.inv.FailedAt, r.inv.Err = b.From.Seq, err
+		return err
+	}
+	r.inv.Outputs += len(r.windows)
+	return nil
+}
+
+func (r *lambdaRun) window(start int64) *Partial {
+	p := r.windows[start]
+	if p == nil {
+		p = NewPartial(time.Unix(0, start), r.size, r.k)
+		r.windows[start] = p
+	}
+	return p
+}
+
+// addEvents rolls the batch's records up event by event, decoded whole
+// (the per-event reference); Batch.Rows counts and reports them all the
+// same.
+func (r *lambdaRun) addEvents(b *stream.Batch) {
+	b.Rows(r.dec, func(*stream.Rows) error { return nil })
+	var ds []decisions.Decision
+	for i := range b.Records {
+		var err error
+		ds, err = columnar.DecodeRecord(b.Records[i].Data, ds[:0])
+		if _, partial := columnar.IsCorruptEvents(err); err != nil && !partial {
+			continue
+		}
+		r.addDecisions(ds)
+	}
+}
+
+func (r *lambdaRun) addDecisions(ds []decisions.Decision) {
+	for j := range ds {
+		d := &ds[j]
+		r.window(windowStart(d.Time, r.size)).Update(d)
+	}
+}
+
+// add rolls rows up: events one by one, Arrow records from their columns,
+// a run of rows of one window at a time.
+func (r *lambdaRun) add(rows *stream.Rows) error {
+	if rows.Columns == nil {
+		r.addDecisions(rows.Events[rows.Lo:])
+		return nil
+	}
+	r.batch.Prepare(rows.Columns)
+	times, w := r.batch.Times(), int64(r.size)
+	for i := rows.Lo; i < len(times); {
+		start := windowStartNs(times[i], w)
+		j := i + 1
+		for j < len(times) && times[j] >= start && times[j]-start < w {
+			j++
+		}
+		r.window(start).UpdateColumns(&r.batch, i, j)
+		i = j
+	}
+	return nil
 }
 
 // write writes a group's windows to each sink in turn and flushes it,

@@ -21,6 +21,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 const decisionsUsage = `Usage:
@@ -144,34 +145,35 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 // catStream prints a Kinesis stream's events; the position column is the
 // shard.
-func catStream(ctx context.Context, p *eventPrinter, stream string, since, until time.Time, follow bool, stderr io.Writer) error {
+func catStream(ctx context.Context, p *eventPrinter, name string, since, until time.Time, follow bool, stderr io.Writer) error {
 	acfg, err := assemble.AWS(ctx, "")
 	if err != nil {
 		return err
 	}
 	corrupt := 0
-	err = dkinesis.Scan(ctx, kinesis.NewFromConfig(acfg), stream, dkinesis.ScanOptions{Follow: follow,
+	err = dkinesis.Scan(ctx, kinesis.NewFromConfig(acfg), name, dkinesis.ScanOptions{Follow: follow,
 		Corrupt: func(shard, seq string, err error) {
 			if n, partial := columnar.IsCorruptEvents(err); partial {
 				corrupt += n
-				fmt.Fprintf(stderr, "ratewarden: %s: shard %s record %s: %d log events skipped: %v\n", stream, shard, seq, n, err)
+				fmt.Fprintf(stderr, "ratewarden: %s: shard %s record %s: %d log events skipped: %v\n", name, shard, seq, n, err)
 				return
 			}
 			corrupt++
-			fmt.Fprintf(stderr, "ratewarden: %s: shard %s record %s skipped: %v\n", stream, shard, seq, err)
+			fmt.Fprintf(stderr, "ratewarden: %s: shard %s record %s skipped: %v\n", name, shard, seq, err)
 		}},
-		func(shard string, ds []decisions.Decision) error {
+		stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+			ds := b.Events
 			for i := range ds {
 				if (!since.IsZero() && ds[i].Time.Before(since)) || (!until.IsZero() && !ds[i].Time.Before(until)) {
 					continue
 				}
-				p.print(shard, &ds[i])
+				p.print(b.Partition, &ds[i])
 			}
 			return nil
-		})
+		}))
 	p.flush()
 	if corrupt > 0 {
-		fmt.Fprintf(stderr, "ratewarden: %s: %d corrupt records or log events skipped\n", stream, corrupt)
+		fmt.Fprintf(stderr, "ratewarden: %s: %d corrupt records or log events skipped\n", name, corrupt)
 	}
 	if err != nil && !(follow && errors.Is(err, context.Canceled)) {
 		return err

@@ -9,35 +9,49 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // LambdaStats count what a LambdaHandler did.
 type LambdaStats struct {
 	Invocations uint64 // events (invocations) handled
 	Records     uint64 // records read
-	Events      uint64 // decision events handed to the handler
+	Events      uint64 // decision events the handler read (stream.Batch.Rows)
 	Corrupt     uint64 // records that could not be decoded, and log events of CloudWatch Logs records that are not decisions: skipped
 	Failed      uint64 // invocations that reported a batch item failure
 }
 
+// LambdaOptions configure a LambdaHandler.
+type LambdaOptions struct {
+	// CommitRecords is how many consecutive records make one batch (a
+	// commit group); 0, the default, makes the whole invocation one.
+	CommitRecords int
+}
+
 // LambdaHandler serves a Kinesis event-source mapping in AWS Lambda: it
-// decodes each record with columnar.DecodeRecord and hands its events to a Handler (or
-// its rows to a RowsHandler) as a
-// Batch, in order. A record that cannot be decoded is skipped and counted,
-// so a poison record does not hold up its shard. When the handler fails,
-// the invocation answers with a partial batch failure naming that record's
-// sequence number (configure the mapping with FunctionResponseTypes
-// ReportBatchItemFailures): Lambda then retries from that record on, and
-// the records before it are not delivered again.
+// hands an invocation's records, undecoded, to a stream.Handler as
+// batches of CommitRecords consecutive records, in order, each
+// {Partition: the shard, From: its first record's position, To: the
+// position after its last, Records}. The handler reads them with
+// Batch.Rows; a record that cannot be decoded is skipped, counted and
+// reported (Batch.Corrupt), so a poison record does not hold up its shard.
 //
-// Each record is one batch, its events a whole Arrow batch or one JSON
-// decision, so a failing batch names exactly one record. A LambdaHandler is
-// safe for concurrent use.
+// When Handle fails, the invocation answers with a partial batch failure
+// naming the batch's first record (configure the mapping with
+// FunctionResponseTypes ReportBatchItemFailures): Lambda then retries from
+// that record on, and the batches before it, committed by their nil
+// return, are not delivered again. A retry hands the same records in the
+// same batches from that record on, so a handler can key its outputs by
+// batch and be idempotent.
+//
+// The handler is opened on the invocation's shard with the first record's
+// position, and is handed the records from the position Open returns when
+// it names one of them; it is closed, not ended, after the invocation:
+// Lambda keeps the shard's position. Idle is never called. A
+// LambdaHandler is safe for concurrent use if its handler is.
 type LambdaHandler struct {
-	h    Handler
-	rows RowsHandler // instead of h
+	h    stream.Handler
+	opts LambdaOptions
 
 	mu       sync.Mutex
 	problems []error
@@ -46,83 +60,72 @@ type LambdaHandler struct {
 }
 
 // NewLambdaHandler returns a LambdaHandler handing batches to h.
-func NewLambdaHandler(h Handler) *LambdaHandler { return &LambdaHandler{h: h} }
-
-// Rows are the rows of one record (or of one of its record batches) as
-// columnar.Decoder.DecodeRecordRows hands them over: an Arrow batch's
-// columns, without an event made of each row, or JSON decisions. Shard,
-// From and To are a Batch's.
-type Rows struct {
-	Shard    string
-	From, To Position
-	columnar.Rows
+func NewLambdaHandler(h stream.Handler, o LambdaOptions) *LambdaHandler {
+	return &LambdaHandler{h: h, opts: o}
 }
 
-// RowsHandler handles a record's rows, valid until it returns.
-type RowsHandler func(ctx context.Context, r *Rows) error
-
-// NewLambdaRowsHandler returns a LambdaHandler handing each record's rows
-// to h rather than its events, for consumers that read columns (the
-// aggregator). Records are read, skipped and failed as NewLambdaHandler's
-// are.
-func NewLambdaRowsHandler(h RowsHandler) *LambdaHandler { return &LambdaHandler{rows: h} }
-
-// Handle handles one invocation.
+// Handle handles one invocation. Its error is nil: a failure is reported
+// as a batch item failure.
 func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (events.KinesisEventResponse, error) {
 	l.invocations.Add(1)
-	var (
-		b   Batch
-		buf []decisions.Decision
-		dec = columnar.NewDecoder()
-	)
-	for i := range ev.Records {
-		r := &ev.Records[i]
-		seq := r.Kinesis.SequenceNumber
-		l.records.Add(1)
-		shard := eventShard(r.EventID)
-		var (
-			n    int
-			herr error
-			err  error
-		)
-		if l.rows != nil {
-			err = dec.DecodeRecordRows(r.Kinesis.Data, func(rows columnar.Rows) error {
-				n += rows.Len()
-				herr = l.rows(ctx, &Rows{Shard: shard, From: Position{Seq: seq}, To: Position{Seq: seq, Sub: wholeRecord}, Rows: rows})
-				return herr
-			})
-		} else {
-			buf, err = dec.DecodeRecord(r.Kinesis.Data, buf[:0])
-			if _, partial := columnar.IsCorruptEvents(err); err == nil || partial && len(buf) > 0 {
-				n = len(buf)
-				b = Batch{Shard: shard, From: Position{Seq: seq}, To: Position{Seq: seq, Sub: wholeRecord}, Events: buf}
-				herr = l.h(ctx, &b)
-			}
+	if len(ev.Records) == 0 {
+		return events.KinesisEventResponse{}, nil
+	}
+	shard := eventShard(ev.Records[0].EventID)
+	from := stream.Position{Seq: ev.Records[0].Kinesis.SequenceNumber}
+	at, err := l.h.Open(ctx, shard, from)
+	if err != nil {
+		return l.fail(ev.Records[0].Kinesis.SequenceNumber), nil
+	}
+	defer l.h.Close(context.WithoutCancel(ctx), shard, false)
+	recs := ev.Records
+	for i := range recs {
+		if recs[i].Kinesis.SequenceNumber == at.Seq {
+			recs = recs[i:] // the records before it are the handler's already
+			break
 		}
-		if herr != nil {
-			l.failed.Add(1)
-			return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: seq}}}, nil
+	}
+	if recs[0].Kinesis.SequenceNumber != at.Seq {
+		at = stream.Position{Seq: recs[0].Kinesis.SequenceNumber}
+	}
+	group := l.opts.CommitRecords
+	if group <= 0 || group > len(recs) {
+		group = len(recs)
+	}
+	corrupt := func(rec *stream.Record, lost int, err error) {
+		l.corrupt.Add(uint64(lost))
+		l.mu.Lock()
+		if len(l.problems) < maxProblems {
+			l.problems = append(l.problems, fmt.Errorf("%s record %s: %w", shard, rec.Pos.Seq, err))
 		}
+		l.mu.Unlock()
+	}
+	batch := make([]stream.Record, 0, group)
+	for i := 0; i < len(recs); i += group {
+		g := recs[i:min(i+group, len(recs))]
+		batch = batch[:0]
+		for j := range g {
+			batch = append(batch, stream.Record{Pos: stream.Position{Seq: g[j].Kinesis.SequenceNumber}, Data: g[j].Kinesis.Data})
+		}
+		b := stream.Batch{Partition: shard, From: stream.Position{Seq: g[0].Kinesis.SequenceNumber},
+			To: stream.Position{Seq: g[len(g)-1].Kinesis.SequenceNumber, Sub: wholeRecord}, Records: batch, Corrupt: corrupt}
+		if i == 0 {
+			b.From = at
+		}
+		l.records.Add(uint64(len(g)))
+		err := l.h.Handle(ctx, &b)
+		l.events.Add(b.Handed())
 		if err != nil {
-			// A CloudWatch Logs record counts its log events that are not
-			// decisions and keeps the others; any other failure, the record.
-			bad, partial := columnar.IsCorruptEvents(err)
-			if !partial {
-				bad = 1
-			}
-			l.corrupt.Add(uint64(bad))
-			l.mu.Lock()
-			if len(l.problems) < maxProblems {
-				l.problems = append(l.problems, fmt.Errorf("%s record %s: %w", shard, seq, err))
-			}
-			l.mu.Unlock()
-			if !partial {
-				continue
-			}
+			return l.fail(g[0].Kinesis.SequenceNumber), nil
 		}
-		l.events.Add(uint64(n))
 	}
 	return events.KinesisEventResponse{}, nil
+}
+
+// fail answers with a batch item failure at seq.
+func (l *LambdaHandler) fail(seq string) events.KinesisEventResponse {
+	l.failed.Add(1)
+	return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: seq}}}
 }
 
 // eventShard returns the shard id of a record's event id,

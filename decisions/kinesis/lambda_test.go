@@ -11,7 +11,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // lambdaEvent builds a Kinesis event of records: the Sink's Arrow records
@@ -39,11 +41,26 @@ func lambdaEvent(t *testing.T, payloads [][]byte) events.KinesisEvent {
 	return out
 }
 
+// batchEvents reads a batch's rows with b.Rows, so that its corrupt
+// records are reported, and returns its events, its records decoded.
+func batchEvents(t *testing.T, b *stream.Batch) []decisions.Decision {
+	t.Helper()
+	if _, err := b.Rows(columnar.NewDecoder(), func(*stream.Rows) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var ds []decisions.Decision
+	for i := range b.Records {
+		ds, _ = Decode(b.Records[i].Data, ds)
+	}
+	return ds
+}
+
 // TestLambdaHandler hands a batch with a poison record (undecodable) in the
 // middle to the handler: the poison record is skipped and counted, the
 // records around it are handled, and no failure is reported, so the shard
-// moves on. A handler that fails on one record gets that record's sequence
-// number reported, and nothing after it is handled.
+// moves on. With a record per batch, a handler that fails on one record
+// gets that record's sequence number reported, and nothing after it is
+// handled.
 func TestLambdaHandler(t *testing.T) {
 	g := decisiontest.NewGenerator(41, start)
 	var payloads [][]byte
@@ -64,15 +81,15 @@ func TestLambdaHandler(t *testing.T) {
 	ev := lambdaEvent(t, payloads)
 
 	got := map[string]int{}
-	l := NewLambdaHandler(func(_ context.Context, b *Batch) error {
-		if b.Shard != "shardId-000000000001" || b.From.Seq == "" {
-			return fmt.Errorf("batch %s", b.ID())
+	l := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		if b.Partition != "shardId-000000000001" || b.From.Seq != ev.Records[0].Kinesis.SequenceNumber || len(b.Records) != len(ev.Records) {
+			return fmt.Errorf("batch %s/%s of %d records", b.Partition, b.From, len(b.Records))
 		}
-		for _, d := range b.Events {
+		for _, d := range batchEvents(t, b) {
 			got[d.RequestID]++
 		}
 		return nil
-	})
+	}), LambdaOptions{})
 	resp, err := l.Handle(context.Background(), ev)
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("response %+v, %v: want no failure", resp, err)
@@ -90,15 +107,16 @@ func TestLambdaHandler(t *testing.T) {
 
 	// The handler fails on the record holding b1-0.
 	handled := 0
-	failing := NewLambdaHandler(func(_ context.Context, b *Batch) error {
-		for _, d := range b.Events {
+	failing := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		ds := batchEvents(t, b)
+		for _, d := range ds {
 			if d.RequestID == "b1-0" {
 				return errors.New("downstream unavailable")
 			}
 		}
-		handled += len(b.Events)
+		handled += len(ds)
 		return nil
-	})
+	}), LambdaOptions{CommitRecords: 1})
 	resp, err = failing.Handle(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
@@ -117,32 +135,37 @@ func TestLambdaHandler(t *testing.T) {
 		t.Fatalf("handled %d events before the failure, want the 50 of the first record; stats %+v", handled, failing.Stats())
 	}
 
-	// The rows handler reads the same records: Arrow ones as columns, the
-	// JSON one as events; the poison is counted, and a failure names the
-	// record it happened in.
+	// Batch.Rows reads the same records: Arrow ones as columns, the JSON
+	// one as events; the poison is counted, and with commit groups of two
+	// records a failure names the first record of the group it happened in.
 	var columns, jsonRows int
-	rows := NewLambdaRowsHandler(func(_ context.Context, r *Rows) error {
-		if r.Shard != "shardId-000000000001" || r.From.Seq == "" || (r.Columns == nil) == (r.Events == nil) {
-			return fmt.Errorf("rows of %s at %+v", r.Shard, r.From)
-		}
-		if r.Columns != nil {
-			columns += r.Len()
-		} else {
-			jsonRows += r.Len()
-		}
-		if r.From.Seq == ev.Records[failedAt].Kinesis.SequenceNumber && columns+jsonRows > 100 {
-			return errors.New("downstream unavailable")
-		}
-		return nil
-	})
+	dec := columnar.NewDecoder()
+	rows := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		_, err := b.Rows(dec, func(r *stream.Rows) error {
+			if b.Partition != "shardId-000000000001" || r.Pos.Seq == "" || (r.Columns == nil) == (r.Events == nil) {
+				return fmt.Errorf("rows of %s at %+v", b.Partition, r.Pos)
+			}
+			if r.Columns != nil {
+				columns += r.Len()
+			} else {
+				jsonRows += r.Len()
+			}
+			if r.Pos.Seq == ev.Records[failedAt].Kinesis.SequenceNumber && columns+jsonRows > 100 {
+				return errors.New("downstream unavailable")
+			}
+			return nil
+		})
+		return err
+	}), LambdaOptions{CommitRecords: 2})
 	if resp, err := rows.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("rows: response %+v, %v: want no failure", resp, err)
 	}
 	if st := rows.Stats(); columns != 100 || jsonRows != 50 || st.Corrupt != 1 || st.Events != uint64(want) {
 		t.Fatalf("rows: %d as columns, %d as events, stats %+v", columns, jsonRows, st)
 	}
-	if resp, _ := rows.Handle(context.Background(), ev); len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[failedAt].Kinesis.SequenceNumber {
-		t.Fatalf("rows: failures %+v, want the sequence number of record %d", resp.BatchItemFailures, failedAt)
+	group := failedAt / 2 * 2
+	if resp, _ := rows.Handle(context.Background(), ev); len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[group].Kinesis.SequenceNumber {
+		t.Fatalf("rows: failures %+v, want the sequence number of record %d", resp.BatchItemFailures, group)
 	}
 }
 
@@ -163,10 +186,10 @@ func TestLambdaHandlerLogsRecords(t *testing.T) {
 		decisiontest.LogsRecord("DATA_MESSAGE", 1772366430250, lines[2]),
 	})
 	var got []decisions.Decision
-	l := NewLambdaHandler(func(_ context.Context, b *Batch) error {
-		got = append(got, b.Events...)
+	l := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		got = append(got, batchEvents(t, b)...)
 		return nil
-	})
+	}), LambdaOptions{CommitRecords: 1})
 	resp, err := l.Handle(context.Background(), ev)
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle: %v, failures %v", err, resp.BatchItemFailures)

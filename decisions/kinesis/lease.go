@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/ddbtable"
 )
 
@@ -215,7 +216,7 @@ func (l *leases) release(ctx context.Context, shard, worker string) error {
 // counter: a take conditioned on the counter it listed then fails, so a
 // worker that takes a shard starts from its latest checkpoint, never from
 // one listed before the holder moved it.
-func (l *leases) checkpoint(ctx context.Context, shard, worker string, p Position) error {
+func (l *leases) checkpoint(ctx context.Context, shard, worker string, p stream.Position) error {
 	return l.update(ctx, "checkpoint", shard, "SET #q = :q, #n = :n ADD #c :one", "#o = :me",
 		map[string]string{"#o": attrOwner, "#q": attrSeq, "#n": attrSub, "#c": attrCounter},
 		map[string]ddb.AttributeValue{":q": &ddb.AttributeValueMemberS{Value: p.Seq}, ":n": num(p.Sub),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/awserr"
 	"github.com/ratewarden/ratewarden/internal/backoff"
 )
@@ -35,46 +36,48 @@ type ScanOptions struct {
 
 // Scan reads a stream without leases or checkpoints, for a person looking
 // at it: every shard, parents before their children, handing each
-// record's events to fn in order. Without Follow it reads the shards one
-// after another and returns once each is caught up; with Follow it reads
-// them all at once until ctx is done, and every Discover lists the shards
-// again to read those created since (a new shard is read from its start,
-// whatever StartAt says: its records are all new).
-func Scan(ctx context.Context, api StreamAPI, stream string, opts ScanOptions, fn func(shard string, ds []decisions.Decision) error) error {
+// record's events to h in order, a batch of decoded Events per record.
+// Without Follow it reads the shards one after another and returns once
+// each is caught up; with Follow it reads them all at once until ctx is
+// done, and every Discover lists the shards again to read those created
+// since (a new shard is read from its start, whatever StartAt says: its
+// records are all new).
+//
+// h is opened on each shard with the zero Position and the shard is read
+// from the position Open returns (the shard's start or StartAt for the
+// zero Position); a caught-up shard that is followed is Idle about every
+// Poll; a shard is closed, ended once read to its end. The handler's calls
+// are serial, for every shard. An error from h ends the Scan.
+func Scan(ctx context.Context, api StreamAPI, name string, opts ScanOptions, h stream.Handler) error {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
 	if opts.Discover <= 0 {
 		opts.Discover = 10 * time.Second
 	}
-	shards, err := listShards(ctx, api, stream)
+	shards, err := listShards(ctx, api, name)
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", stream, err)
+		return fmt.Errorf("scan %s: %w", name, err)
 	}
 	if !opts.Follow {
 		for _, sh := range lineage(shards) {
-			if err := scanShard(ctx, api, stream, aws.ToString(sh.ShardId), opts.StartAt, opts, fn); err != nil {
+			if err := scanShard(ctx, api, name, aws.ToString(sh.ShardId), opts.StartAt, opts, h); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	// Following, every shard is read at once, a child once its parents
-	// end; fn is called by one goroutine at a time.
+	// end; h is called by one goroutine at a time.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		emu  sync.Mutex
-		errs []error
-		done = map[string]chan struct{}{} // by shard, closed when its read ends
+		wg     sync.WaitGroup
+		emu    sync.Mutex
+		errs   []error
+		done   = map[string]chan struct{}{} // by shard, closed when its read ends
+		locked = &serial{h: h}
 	)
-	locked := func(shard string, ds []decisions.Decision) error {
-		mu.Lock()
-		defer mu.Unlock()
-		return fn(shard, ds)
-	}
 	startAt := opts.StartAt
 	tick := time.NewTicker(opts.Discover)
 	defer tick.Stop()
@@ -102,7 +105,7 @@ func Scan(ctx context.Context, api StreamAPI, stream string, opts ScanOptions, f
 						return
 					}
 				}
-				if err := scanShard(ctx, api, stream, id, from, opts, locked); err != nil {
+				if err := scanShard(ctx, api, name, id, from, opts, locked); err != nil {
 					emu.Lock()
 					errs = append(errs, err)
 					emu.Unlock()
@@ -119,7 +122,7 @@ func Scan(ctx context.Context, api StreamAPI, stream string, opts ScanOptions, f
 			return errors.Join(errs...)
 		case <-tick.C:
 		}
-		if more, err := listShards(ctx, api, stream); err == nil {
+		if more, err := listShards(ctx, api, name); err == nil {
 			shards = more
 		}
 	}
@@ -157,12 +160,29 @@ func lineage(shards []types.Shard) []types.Shard {
 	return out
 }
 
-func scanShard(ctx context.Context, api StreamAPI, stream, shard string, startAt StartAt, opts ScanOptions, fn func(string, []decisions.Decision) error) error {
-	typ := types.ShardIteratorTypeTrimHorizon
-	if startAt == Latest {
-		typ = types.ShardIteratorTypeLatest
+// scanShard reads one shard for Scan.
+func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt StartAt, opts ScanOptions, h stream.Handler) (err error) {
+	at, err := h.Open(ctx, shard, stream.Position{})
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", shard, err)
 	}
-	it, err := api.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(stream), ShardId: aws.String(shard), ShardIteratorType: typ})
+	ended := false
+	defer func() {
+		if cerr := h.Close(context.WithoutCancel(ctx), shard, ended); cerr != nil && err == nil && ended {
+			err = fmt.Errorf("scan %s: %w", shard, cerr)
+		}
+	}()
+	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(name), ShardId: aws.String(shard), ShardIteratorType: types.ShardIteratorTypeTrimHorizon}
+	switch {
+	case at.Seq == ShardEnd:
+		ended = true
+		return nil
+	case at.Seq != "":
+		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAtSequenceNumber, aws.String(at.Seq)
+	case startAt == Latest:
+		in.ShardIteratorType = types.ShardIteratorTypeLatest
+	}
+	it, err := api.GetShardIterator(ctx, in)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", shard, err)
 	}
@@ -184,28 +204,72 @@ func scanShard(ctx context.Context, api StreamAPI, stream, shard string, startAt
 			return fmt.Errorf("scan %s: %w", shard, err)
 		}
 		for _, r := range out.Records {
+			seq := aws.ToString(r.SequenceNumber)
 			buf, err = dec.DecodeRecord(r.Data, buf[:0])
 			if err != nil {
 				if opts.Corrupt != nil {
-					opts.Corrupt(shard, aws.ToString(r.SequenceNumber), err)
+					opts.Corrupt(shard, seq, err)
 				}
 				if _, partial := columnar.IsCorruptEvents(err); !partial {
 					continue
 				}
 			}
-			if err := fn(shard, buf); err != nil {
+			first := 0
+			if seq == at.Seq {
+				first, at.Seq = int(min(max(at.Sub, 0), int64(len(buf)))), ""
+			}
+			if first == len(buf) {
+				continue
+			}
+			b := stream.Batch{Partition: shard, From: stream.Position{Seq: seq, Sub: int64(first)},
+				To: stream.Position{Seq: seq, Sub: wholeRecord}, Events: buf[first:]}
+			if err := h.Handle(ctx, &b); err != nil {
 				return err
 			}
 		}
 		iter = out.NextShardIterator
-		if len(out.Records) == 0 && aws.ToInt64(out.MillisBehindLatest) == 0 {
+		if len(out.Records) == 0 && aws.ToInt64(out.MillisBehindLatest) == 0 && iter != nil {
 			if !opts.Follow {
 				return nil
+			}
+			if err := h.Idle(ctx, shard); err != nil {
+				return err
 			}
 			if err := backoff.Sleep(ctx, opts.Poll); err != nil {
 				return nil
 			}
 		}
 	}
+	ended = true
 	return nil
+}
+
+// serial is a stream.Handler calling h under a lock.
+type serial struct {
+	mu sync.Mutex
+	h  stream.Handler
+}
+
+func (s *serial) Open(ctx context.Context, partition string, from stream.Position) (stream.Position, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.h.Open(ctx, partition, from)
+}
+
+func (s *serial) Handle(ctx context.Context, b *stream.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.h.Handle(ctx, b)
+}
+
+func (s *serial) Idle(ctx context.Context, partition string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.h.Idle(ctx, partition)
+}
+
+func (s *serial) Close(ctx context.Context, partition string, ended bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.h.Close(ctx, partition, ended)
 }

@@ -13,19 +13,20 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // TestScan reads a split stream whole, parents before children, and skips
 // and reports a record that is not a decision batch.
 func TestScan(t *testing.T) {
 	kc := client(t, endpoint(t))
-	stream := newStream(t, kc, 1)
-	w := newWriter(t, kc, stream)
+	name := newStream(t, kc, 1)
+	w := newWriter(t, kc, name)
 	w.write(t, 700)
 	ctx := context.Background()
-	parent := splitShard(t, kc, stream)
+	parent := splitShard(t, kc, name)
 	w.write(t, 700)
-	if _, err := kc.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(stream), PartitionKey: aws.String("x"), Data: []byte("garbage")}); err != nil {
+	if _, err := kc.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(name), PartitionKey: aws.String("x"), Data: []byte("garbage")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, follow := range []bool{false, true} {
@@ -36,22 +37,22 @@ func TestScan(t *testing.T) {
 			sctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			var shardsSeen []string
-			err := Scan(sctx, kc, stream, ScanOptions{Follow: follow, Poll: 20 * time.Millisecond,
+			err := Scan(sctx, kc, name, ScanOptions{Follow: follow, Poll: 20 * time.Millisecond,
 				Corrupt: func(string, string, error) {
 					if corrupt.Add(1) == 1 && seen.count() == 1400 {
 						cancel()
 					}
 				}},
-				func(shard string, ds []decisions.Decision) error {
-					if len(shardsSeen) == 0 || shardsSeen[len(shardsSeen)-1] != shard {
-						shardsSeen = append(shardsSeen, shard)
+				stream.HandleFunc(func(ctx context.Context, b *stream.Batch) error {
+					if len(shardsSeen) == 0 || shardsSeen[len(shardsSeen)-1] != b.Partition {
+						shardsSeen = append(shardsSeen, b.Partition)
 					}
-					h(ctx, &Batch{Shard: shard, Events: ds})
+					h(ctx, b)
 					if seen.count() == 1400 && corrupt.Load() == 1 {
 						cancel()
 					}
 					return nil
-				})
+				}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,8 +72,8 @@ func TestScan(t *testing.T) {
 // Scan began.
 func TestScanFollowFindsNewShards(t *testing.T) {
 	kc := client(t, endpoint(t))
-	stream := newStream(t, kc, 1)
-	w := newWriter(t, kc, stream)
+	name := newStream(t, kc, 1)
+	w := newWriter(t, kc, name)
 	w.write(t, 300)
 	seen := newSeenLog()
 	h := seen.handler("scan")
@@ -80,11 +81,11 @@ func TestScanFollowFindsNewShards(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Scan(ctx, kc, stream, ScanOptions{Follow: true, Poll: 20 * time.Millisecond, Discover: 50 * time.Millisecond},
-			func(shard string, ds []decisions.Decision) error { return h(ctx, &Batch{Shard: shard, Events: ds}) })
+		done <- Scan(ctx, kc, name, ScanOptions{Follow: true, Poll: 20 * time.Millisecond, Discover: 50 * time.Millisecond},
+			h)
 	}()
 	waitFor(t, "the first 300 events", func() bool { return seen.count() == 300 })
-	splitShard(t, kc, stream)
+	splitShard(t, kc, name)
 	w.write(t, 300) // on the children
 	waitFor(t, "the 300 events on the children", func() bool { return seen.count() == 600 })
 	cancel()
@@ -99,7 +100,7 @@ func TestScanFollowFindsNewShards(t *testing.T) {
 // message holds none and is no corruption.
 func TestScanLogsRecords(t *testing.T) {
 	kc := client(t, endpoint(t))
-	stream := newStream(t, kc, 1)
+	name := newStream(t, kc, 1)
 	ds := decisiontest.NewGenerator(44, start).Batch(2)
 	ctx := context.Background()
 	for _, data := range [][]byte{
@@ -107,19 +108,19 @@ func TestScanLogsRecords(t *testing.T) {
 		decisiontest.LogsRecord("DATA_MESSAGE", 1772366430250, decisiontest.LambdaLine(string(decisions.AppendJSON(nil, &ds[0]))),
 			"REPORT RequestId: 1\tDuration: 2.00 ms\n", decisiontest.LambdaJSONLine(string(decisions.AppendJSON(nil, &ds[1])))),
 	} {
-		if _, err := kc.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(stream), PartitionKey: aws.String("x"), Data: data}); err != nil {
+		if _, err := kc.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(name), PartitionKey: aws.String("x"), Data: data}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var got []decisions.Decision
 	var bad []int
-	err := Scan(ctx, kc, stream, ScanOptions{Corrupt: func(_, _ string, err error) {
+	err := Scan(ctx, kc, name, ScanOptions{Corrupt: func(_, _ string, err error) {
 		n, _ := columnar.IsCorruptEvents(err)
 		bad = append(bad, n)
-	}}, func(_ string, b []decisions.Decision) error {
-		got = append(got, b...)
+	}}, stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		got = append(got, b.Events...)
 		return nil
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/awserr"
 	"github.com/ratewarden/ratewarden/internal/backoff"
 )
@@ -33,130 +33,11 @@ type StreamAPI interface {
 
 var _ StreamAPI = (*kinesis.Client)(nil)
 
-// Position is a place in a shard: after the first Sub events of the record
-// whose sequence number is Seq. A record is an Arrow batch of many events,
-// so a position may fall inside one. Seq "" is the shard's start; ShardEnd
-// is past its end.
-type Position struct {
-	Seq string
-	Sub int64
-}
-
 // wholeRecord is the Sub of a position past every event of its record,
-// however many it holds.
+// however many it holds. A Kinesis position is a stream.Position: after
+// the first Sub events of the record whose sequence number is Seq; Seq ""
+// is the shard's start, ShardEnd past its end.
 const wholeRecord = math.MaxInt64
-
-// Batch is a run of consecutive events of one shard, handed to a Handler.
-// Shard, From and To identify it: a Source that delivers a batch again
-// after a failure or a change of hands delivers the same events under the
-// same identity or a superset starting at the same From, so a handler can
-// be idempotent.
-type Batch struct {
-	Shard  string
-	From   Position // the first event: event From.Sub of record From.Seq
-	To     Position // the checkpoint after the batch
-	Events []decisions.Decision
-	// Records, from a Source with SourceOptions.Rows, are the batch's
-	// records undecoded, for a handler that reads their rows (Rows) rather
-	// than events; Events is then empty. The first is read from event
-	// From.Sub on; the others whole.
-	Records []Record
-
-	src    *Source // counts the corrupt records Rows finds
-	seen   int     // Rows has counted the corrupt records of Records[:seen]
-	events uint64  // the events Rows handed over
-}
-
-// Record is a Kinesis record of a Batch: its sequence number and data.
-type Record struct {
-	Seq  string
-	Data []byte
-}
-
-// Rows decodes the batch's records with dec (columnar.DecodeRecordRows:
-// an Arrow record's columns, without an event made of each row, or JSON
-// decisions) and calls f with their rows in order; lo is the first row f
-// is to take, the others being before the batch's From. A record that
-// cannot be decoded is skipped, and counted and reported by the Source the
-// first time. It returns the number of rows taken, the batch's events; an
-// error from f stops it and is returned as it is.
-func (b *Batch) Rows(dec *columnar.Decoder, f func(rows columnar.Rows, lo int) error) (uint64, error) {
-	var n uint64
-	for i := range b.Records {
-		rec := &b.Records[i]
-		skip := 0
-		if i == 0 {
-			// A position read from a lease table is not trusted to be
-			// in range.
-			skip = int(min(max(b.From.Sub, 0), math.MaxInt32))
-		}
-		var ferr error
-		err := dec.DecodeRecordRows(rec.Data, func(rows columnar.Rows) error {
-			lo := min(skip, rows.Len())
-			skip -= lo
-			n += uint64(rows.Len() - lo)
-			ferr = f(rows, lo)
-			return ferr
-		})
-		if ferr != nil {
-			return n, ferr
-		}
-		if err != nil && i >= b.seen && b.src != nil {
-			bad, partial := columnar.IsCorruptEvents(err)
-			if !partial {
-				bad = 1
-			}
-			b.src.corruptRecords(b.Shard, rec.Seq, err, uint64(bad))
-		}
-		b.seen = max(b.seen, i+1)
-	}
-	b.events = n
-	return n, nil
-}
-
-// ID returns the batch's identity: shard, first and last position.
-func (b *Batch) ID() string {
-	return b.Shard + "/" + b.From.Seq + "." + strconv.FormatInt(b.From.Sub, 10) + "-" + b.To.Seq + "." + strconv.FormatInt(b.To.Sub, 10)
-}
-
-// Handler handles a batch. Events are valid until it returns. A Source
-// calls it from one goroutine per shard: serially for a shard, and
-// concurrently for different shards. An error makes the Source call it
-// again with the same batch, after a backoff, until it succeeds or the
-// worker stops holding the shard: delivery is at least once, and a batch
-// that always fails holds up its shard.
-type Handler func(ctx context.Context, b *Batch) error
-
-// ShardHandler is a Handler that is also told of a shard's consumer's
-// life: Open before its first batch, Idle after each read that found the
-// shard caught up (about every Poll while it is quiet), and Close when it
-// stops. A Source calls the four from the shard's consumer goroutine, so
-// the calls for one shard are serial and in that order. An error from
-// Open, Idle or Close(ended) is retried after a backoff, as Handle's is,
-// until it succeeds or the worker stops holding the shard.
-type ShardHandler interface {
-	// Open is called when the worker starts reading a shard it took,
-	// with the checkpoint it resumes from.
-	Open(ctx context.Context, shard string, from Position) error
-	Handle(ctx context.Context, b *Batch) error
-	Idle(ctx context.Context, shard string) error
-	// Close is called when the consumer stops. ended says the shard was
-	// read to its end: the shard's checkpoint becomes ShardEnd once Close
-	// returns nil, and no batch of it comes again. Otherwise the worker
-	// lost or released the shard (the error is then ignored).
-	Close(ctx context.Context, shard string, ended bool) error
-}
-
-// handlerFunc is the ShardHandler of a Handler: it does nothing but
-// Handle.
-type handlerFunc Handler
-
-var _ ShardHandler = handlerFunc(nil)
-
-func (h handlerFunc) Open(context.Context, string, Position) error { return nil }
-func (h handlerFunc) Handle(ctx context.Context, b *Batch) error   { return h(ctx, b) }
-func (h handlerFunc) Idle(context.Context, string) error           { return nil }
-func (h handlerFunc) Close(context.Context, string, bool) error    { return nil }
 
 // StartAt says where a shard never read before is read from.
 type StartAt uint8
@@ -202,9 +83,12 @@ type SourceOptions struct {
 	// holding more is handed over in several batches whose positions
 	// fall inside it.
 	MaxBatch int
-	// Rows makes batches carry their records undecoded (Batch.Records),
-	// for a handler that reads their rows with Batch.Rows rather than
-	// events: a batch is then the records of one read, MaxBatch aside.
+	// Rows makes batches carry their records undecoded
+	// (stream.Batch.Records), for a handler that reads their rows, columns
+	// rather than events, with Batch.Rows: a batch is then the records of
+	// one read, MaxBatch aside, and a record that cannot be decoded is
+	// counted and reported when Batch.Rows meets it (Batch.Corrupt).
+	// Otherwise batches carry decoded Events.
 	Rows bool
 	// StartAt is where a shard without a checkpoint is read from.
 	StartAt StartAt
@@ -294,7 +178,9 @@ const maxProblems = 100
 // to its end, so each identity's events keep their order across a
 // reshard. After the handler takes a batch the position is checkpointed,
 // inside a record if the batch ended inside one; a worker that takes a
-// shard over starts from there. A Source is safe for concurrent use.
+// shard over starts from there, or from the position the handler's Open
+// returns (a handler that keeps its own durable position). A Source is
+// safe for concurrent use.
 type Source struct {
 	api    StreamAPI
 	leases leases
@@ -406,16 +292,21 @@ func (s *Source) Lags() []ShardLag {
 // Run takes leases and reads the shards it holds, handing batches to h,
 // until ctx is done; then it stops its consumers, which checkpoint what
 // they handled, and releases its leases so that others take them at once.
-func (s *Source) Run(ctx context.Context, h Handler) error {
-	if h == nil {
-		return errors.New("run kinesis source: nil handler")
-	}
-	return s.RunShards(ctx, handlerFunc(h))
-}
-
-// RunShards is Run with a handler told when each shard's consumer opens,
-// idles and closes.
-func (s *Source) RunShards(ctx context.Context, h ShardHandler) error {
+//
+// A shard's partition is its shard id. h is called from one goroutine per
+// shard: Open when the worker starts reading a shard it took, with the
+// shard's checkpoint (the shard is read from the position Open returns:
+// AT_SEQUENCE_NUMBER, its first Sub events skipped), Handle with each
+// batch, Idle after each read that found the shard caught up (about every
+// Poll while it is quiet), and Close when the consumer stops: ended once
+// the shard is read to its end (its checkpoint becomes ShardEnd once Close
+// returns nil, and no batch of it comes again), otherwise when the worker
+// lost or released the shard (the error is then ignored). An error from
+// Open, Handle, Idle or Close(ended) makes the Source call it again, with
+// the same batch, after a backoff, until it succeeds or the worker stops
+// holding the shard: delivery is at least once, and a batch that always
+// fails holds up its shard.
+func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	if h == nil {
 		return errors.New("run kinesis source: nil handler")
 	}
@@ -515,7 +406,7 @@ func listShards(ctx context.Context, api StreamAPI, stream string) ([]types.Shar
 
 // step renews the leases held, reaps finished consumers, takes the share
 // of leases due, and starts consumers on held shards that are ready.
-func (s *Source) step(ctx context.Context, h ShardHandler, now time.Time) {
+func (s *Source) step(ctx context.Context, h stream.Handler, now time.Time) {
 	s.renew(ctx, now)
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	all, err := s.leases.list(c)
@@ -724,7 +615,7 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
 }
 
 // start runs a consumer on every lease held whose parents are read.
-func (s *Source) start(ctx context.Context, h ShardHandler, byShard map[string]*lease) {
+func (s *Source) start(ctx context.Context, h stream.Handler, byShard map[string]*lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for shard, c := range s.held {
@@ -734,7 +625,7 @@ func (s *Source) start(ctx context.Context, h ShardHandler, byShard map[string]*
 		}
 		cctx, cancel := context.WithCancel(ctx)
 		c.cancel, c.done = cancel, make(chan struct{})
-		from := Position{Seq: le.seq, Sub: le.sub}
+		from := stream.Position{Seq: le.seq, Sub: le.sub}
 		go func() {
 			defer close(c.done)
 			s.consume(cctx, c, from, h)
@@ -768,19 +659,27 @@ func (s *Source) shutdown() {
 // errStopped ends a consumer whose context is done or whose lease is gone.
 var errStopped = errors.New("consumer stopped")
 
-// consume reads one shard from from, hands its events to h in batches and
-// checkpoints after them, until the shard ends or ctx is done.
-func (s *Source) consume(ctx context.Context, c *consumer, from Position, h ShardHandler) {
+// consume reads one shard from from, or from where h's Open says, hands
+// its events to h in batches and checkpoints after them, until the shard
+// ends or ctx is done.
+func (s *Source) consume(ctx context.Context, c *consumer, from stream.Position, h stream.Handler) {
 	if from.Seq == ShardEnd {
 		c.ended.Store(true)
 		return
 	}
-	r := shardReader{s: s, c: c, h: h, pos: from, handled: from, saved: from, skip: from.Sub, resume: from.Seq}
-	r.batch.Shard = c.shard
-	if r.retry(ctx, func() error { return h.Open(ctx, c.shard, from) }) != nil {
+	r := shardReader{s: s, c: c, h: h, saved: from}
+	var at stream.Position
+	if r.retry(ctx, func() (err error) { at, err = h.Open(ctx, c.shard, from); return err }) != nil {
 		return
 	}
-	err := r.run(ctx)
+	r.pos, r.handled, r.resume, r.skip = at, at, at.Seq, at.Sub
+	var err error
+	if at.Seq == ShardEnd {
+		// The handler has read the shard to its end already.
+		err = r.end(ctx)
+	} else {
+		err = r.run(ctx)
+	}
 	if err == nil {
 		c.ended.Store(true)
 		return
@@ -801,15 +700,17 @@ func (s *Source) consume(ctx context.Context, c *consumer, from Position, h Shar
 type shardReader struct {
 	s       *Source
 	c       *consumer
-	h       ShardHandler
-	pos     Position // checkpointed or to be: after the events read
-	handled Position // after the events the handler took
-	resume  string   // the record to resume inside, and skip its first events
+	h       stream.Handler
+	pos     stream.Position // checkpointed or to be: after the events read
+	handled stream.Position // after the events the handler took
+	resume  string          // the record to resume inside, and skip its first events
 	skip    int64
 	iter    *string
-	saved   Position // the last checkpoint written
+	saved   stream.Position // the last checkpoint written
 	savedAt time.Time
-	batch   Batch
+	from    stream.Position      // the first event of the batch being gathered
+	events  []decisions.Decision // the batch being gathered, decoded
+	recs    []stream.Record      // or undecoded (SourceOptions.Rows)
 	buf     []decisions.Decision
 	fails   int
 }
@@ -872,11 +773,7 @@ func (r *shardReader) run(ctx context.Context) error {
 		}
 		r.iter = out.NextShardIterator
 		if r.iter == nil {
-			if err := r.retry(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) }); err != nil {
-				return err
-			}
-			r.pos = Position{Seq: ShardEnd}
-			return r.checkpoint(ctx)
+			return r.end(ctx)
 		}
 		if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 {
 			if err := r.retry(ctx, func() error { return r.h.Idle(ctx, r.c.shard) }); err != nil {
@@ -887,6 +784,15 @@ func (r *shardReader) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// end closes the handler's shard as ended and checkpoints ShardEnd.
+func (r *shardReader) end(ctx context.Context) error {
+	if err := r.retry(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) }); err != nil {
+		return err
+	}
+	r.pos = stream.Position{Seq: ShardEnd}
+	return r.checkpoint(ctx)
 }
 
 // iterator gets a shard iterator at the position.
@@ -937,14 +843,14 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 			if seq == r.resume {
 				sub, r.resume = r.skip, ""
 			}
-			r.pos = Position{Seq: seq, Sub: wholeRecord}
+			r.pos = stream.Position{Seq: seq, Sub: wholeRecord}
 			if sub == wholeRecord {
 				continue // handled whole: the batch starts after it, as it did
 			}
-			if len(r.batch.Records) == 0 {
-				r.batch.From = Position{Seq: seq, Sub: sub}
+			if len(r.recs) == 0 {
+				r.from = stream.Position{Seq: seq, Sub: sub}
 			}
-			r.batch.Records = append(r.batch.Records, Record{Seq: seq, Data: rec.Data})
+			r.recs = append(r.recs, stream.Record{Pos: stream.Position{Seq: seq}, Data: rec.Data})
 		}
 		return r.deliver(ctx)
 	}
@@ -970,24 +876,24 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 			r.resume = ""
 		}
 		for first < int64(len(r.buf)) {
-			if len(r.batch.Events) == 0 {
-				r.batch.From = Position{Seq: seq, Sub: first}
+			if len(r.events) == 0 {
+				r.from = stream.Position{Seq: seq, Sub: first}
 			}
-			n := min(int64(s.opts.MaxBatch-len(r.batch.Events)), int64(len(r.buf))-first)
-			r.batch.Events = append(r.batch.Events, r.buf[first:first+n]...)
+			n := min(int64(s.opts.MaxBatch-len(r.events)), int64(len(r.buf))-first)
+			r.events = append(r.events, r.buf[first:first+n]...)
 			first += n
-			r.pos = Position{Seq: seq, Sub: first}
+			r.pos = stream.Position{Seq: seq, Sub: first}
 			if first == int64(len(r.buf)) {
 				r.pos.Sub = wholeRecord
 			}
-			if len(r.batch.Events) == s.opts.MaxBatch {
+			if len(r.events) == s.opts.MaxBatch {
 				if err := r.deliver(ctx); err != nil {
 					return err
 				}
 			}
 		}
 		if len(r.buf) == 0 {
-			r.pos = Position{Seq: seq, Sub: wholeRecord}
+			r.pos = stream.Position{Seq: seq, Sub: wholeRecord}
 		}
 	}
 	return r.deliver(ctx)
@@ -1004,22 +910,31 @@ func (s *Source) corruptRecords(shard, seq string, err error, n uint64) {
 	s.mu.Unlock()
 }
 
-// deliver hands the batch to the handler until it takes it, then
+// deliver hands the batch gathered to the handler until it takes it, then
 // checkpoints.
 func (r *shardReader) deliver(ctx context.Context) error {
 	s := r.s
-	if len(r.batch.Events) > 0 || len(r.batch.Records) > 0 {
-		r.batch.To = r.pos
-		r.batch.src, r.batch.seen, r.batch.events = s, 0, 0
-		if err := r.retry(ctx, func() error { return r.h.Handle(ctx, &r.batch) }); err != nil {
+	if len(r.events) > 0 || len(r.recs) > 0 {
+		b := stream.Batch{Partition: r.c.shard, From: r.from, To: r.pos}
+		if s.opts.Rows {
+			b.Records = r.recs
+			b.Corrupt = func(rec *stream.Record, lost int, err error) {
+				s.corruptRecords(r.c.shard, rec.Pos.Seq, err, uint64(lost))
+			}
+		} else {
+			b.Events = r.events
+		}
+		// The same Batch value is handed again after an error, so that a
+		// corrupt record is reported once.
+		if err := r.retry(ctx, func() error { return r.h.Handle(ctx, &b) }); err != nil {
 			return err
 		}
 		s.batches.Add(1)
-		s.events.Add(uint64(len(r.batch.Events)) + r.batch.events)
-		clear(r.batch.Events)
-		r.batch.Events = r.batch.Events[:0]
-		clear(r.batch.Records)
-		r.batch.Records = r.batch.Records[:0]
+		s.events.Add(uint64(len(r.events)) + b.Handed())
+		clear(r.events)
+		r.events = r.events[:0]
+		clear(r.recs)
+		r.recs = r.recs[:0]
 	}
 	r.handled = r.pos
 	if r.pos == r.saved || s.opts.Checkpoint > 0 && time.Since(r.savedAt) < s.opts.Checkpoint {

@@ -18,6 +18,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 func dynamoClient(t testing.TB, ep string) *dynamodb.Client {
@@ -45,11 +46,16 @@ func newSeenLog() *seenLog {
 	return &seenLog{by: map[string][]string{}, order: map[int][]int{}, batches: map[string]int{}}
 }
 
-func (l *seenLog) handler(worker string) Handler {
-	return func(_ context.Context, b *Batch) error {
+// batchID returns a batch's identity: partition, first and last position.
+func batchID(b *stream.Batch) string {
+	return b.Partition + "/" + b.From.String() + "-" + b.To.String()
+}
+
+func (l *seenLog) handler(worker string) stream.HandleFunc {
+	return func(_ context.Context, b *stream.Batch) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		l.batches[b.ID()]++
+		l.batches[batchID(b)]++
 		for i := range b.Events {
 			d := &b.Events[i]
 			if len(l.by[d.RequestID]) == 0 {
@@ -89,8 +95,8 @@ type writer struct {
 	n    int
 }
 
-func newWriter(t *testing.T, kc *kinesis.Client, stream string) *writer {
-	s, err := New(kc, Options{Stream: stream, Partitions: 8})
+func newWriter(t *testing.T, kc *kinesis.Client, name string) *writer {
+	s, err := New(kc, Options{Stream: name, Partitions: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,13 +115,13 @@ func (w *writer) write(t *testing.T, events int) {
 	}
 }
 
-func sourceOptions(stream, table, worker string) SourceOptions {
-	return SourceOptions{Stream: stream, Table: table, Worker: worker, LeaseDuration: 900 * time.Millisecond,
+func sourceOptions(name, table, worker string) SourceOptions {
+	return SourceOptions{Stream: name, Table: table, Worker: worker, LeaseDuration: 900 * time.Millisecond,
 		Discover: 200 * time.Millisecond, Poll: 50 * time.Millisecond, MaxBatch: 100}
 }
 
 // run starts a Source and returns a stop function that waits for Run.
-func run(t *testing.T, s *Source, h Handler) func() {
+func run(t *testing.T, s *Source, h stream.Handler) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, h) }()
@@ -146,12 +152,12 @@ func (l *seenLog) checkOrder(t *testing.T) {
 // readFirst writes 1050 events to the stream and reads them with a
 // worker "w1" in batches of 100, ending inside records of about 130
 // events, until it stops.
-func readFirst(t *testing.T, kc *kinesis.Client, dc *dynamodb.Client, stream, table string) (*writer, *seenLog) {
+func readFirst(t *testing.T, kc *kinesis.Client, dc *dynamodb.Client, name, table string) (*writer, *seenLog) {
 	t.Helper()
-	w := newWriter(t, kc, stream)
+	w := newWriter(t, kc, name)
 	w.write(t, 1050)
 	seen := newSeenLog()
-	s1, err := NewSource(kc, dc, sourceOptions(stream, table, "w1"))
+	s1, err := NewSource(kc, dc, sourceOptions(name, table, "w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +177,10 @@ func readFirst(t *testing.T, kc *kinesis.Client, dc *dynamodb.Client, stream, ta
 func TestSourceResumesInsideRecords(t *testing.T) {
 	kc := client(t, endpoint(t))
 	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
-	stream, table := newStream(t, kc, 2), newLeaseTable(t, dc)
-	w, seen := readFirst(t, kc, dc, stream, table)
+	name, table := newStream(t, kc, 2), newLeaseTable(t, dc)
+	w, seen := readFirst(t, kc, dc, name, table)
 	w.write(t, 300)
-	s2, err := NewSource(kc, dc, sourceOptions(stream, table, "w2"))
+	s2, err := NewSource(kc, dc, sourceOptions(name, table, "w2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,11 +205,11 @@ func TestSourceResumesInsideRecords(t *testing.T) {
 func TestSourceCheckpointInterval(t *testing.T) {
 	kc := client(t, endpoint(t))
 	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
-	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
-	w := newWriter(t, kc, stream)
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w := newWriter(t, kc, name)
 	w.write(t, 1000)
 	seen := newSeenLog()
-	opts := sourceOptions(stream, table, "w1")
+	opts := sourceOptions(name, table, "w1")
 	opts.Checkpoint = time.Hour
 	s1, err := NewSource(kc, dc, opts)
 	if err != nil {
@@ -219,7 +225,7 @@ func TestSourceCheckpointInterval(t *testing.T) {
 		t.Fatalf("%d checkpoints after stopping, want one more", st.Checkpoints)
 	}
 	w.write(t, 200)
-	s2, err := NewSource(kc, dc, sourceOptions(stream, table, "w2"))
+	s2, err := NewSource(kc, dc, sourceOptions(name, table, "w2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +238,7 @@ func TestSourceCheckpointInterval(t *testing.T) {
 	seen.checkOrder(t)
 }
 
-// shardLog records the calls a ShardHandler gets.
+// shardLog records the calls a stream.Handler gets.
 type shardLog struct {
 	mu    sync.Mutex
 	calls []string // "open <shard>", "close <shard> ended|stopped"
@@ -240,7 +246,7 @@ type shardLog struct {
 	seen  *seenLog
 }
 
-var _ ShardHandler = (*shardLog)(nil)
+var _ stream.Handler = (*shardLog)(nil)
 
 func (l *shardLog) add(s string) {
 	l.mu.Lock()
@@ -248,12 +254,14 @@ func (l *shardLog) add(s string) {
 	l.calls = append(l.calls, s)
 }
 
-func (l *shardLog) Open(_ context.Context, shard string, _ Position) error {
+func (l *shardLog) Open(_ context.Context, shard string, from stream.Position) (stream.Position, error) {
 	l.add("open " + shard)
-	return nil
+	return from, nil
 }
 
-func (l *shardLog) Handle(ctx context.Context, b *Batch) error { return l.seen.handler("w")(ctx, b) }
+func (l *shardLog) Handle(ctx context.Context, b *stream.Batch) error {
+	return l.seen.handler("w")(ctx, b)
+}
 
 func (l *shardLog) Idle(_ context.Context, shard string) error {
 	l.mu.Lock()
@@ -267,29 +275,29 @@ func (l *shardLog) Close(_ context.Context, shard string, ended bool) error {
 	return nil
 }
 
-// TestSourceShardHandler: a shard handler is opened on each shard, told
+// TestSourceShardHandler: a handler is opened on each shard, told
 // when a shard is caught up, closed as ended when a split ends a shard and
 // as stopped when the worker stops.
 func TestSourceShardHandler(t *testing.T) {
 	kc := client(t, endpoint(t))
 	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
-	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
-	w := newWriter(t, kc, stream)
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w := newWriter(t, kc, name)
 	w.write(t, 300)
 	l := &shardLog{idle: map[string]int{}, seen: newSeenLog()}
-	s, err := NewSource(kc, dc, sourceOptions(stream, table, "w"))
+	s, err := NewSource(kc, dc, sourceOptions(name, table, "w"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.RunShards(ctx, l) }()
+	go func() { done <- s.Run(ctx, l) }()
 	waitFor(t, "the parent to go quiet", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.seen.count() == 300 && l.idle["shardId-000000000000"] > 0
 	})
-	splitShard(t, kc, stream)
+	splitShard(t, kc, name)
 	w.write(t, 300)
 	waitFor(t, "600 events", func() bool { return l.seen.count() == 600 })
 	cancel()
@@ -320,20 +328,20 @@ func TestSourceShardHandler(t *testing.T) {
 func TestSourceTakeover(t *testing.T) {
 	kep, dep := endpoint(t), awstest.Endpoint(t, awstest.DynamoDBEnv)
 	kc, dc := client(t, kep), dynamoClient(t, dep)
-	stream, table := newStream(t, kc, 4), newLeaseTable(t, dc)
+	name, table := newStream(t, kc, 4), newLeaseTable(t, dc)
 	kp, dp := &proxy{target: kep}, &proxy{target: dep}
 	ks, ds := httptest.NewServer(kp), httptest.NewServer(dp)
 	t.Cleanup(ks.Close)
 	t.Cleanup(ds.Close)
 
-	w := newWriter(t, kc, stream)
+	w := newWriter(t, kc, name)
 	w.write(t, 2000)
 	seen := newSeenLog()
-	a, err := NewSource(client(t, ks.URL), dynamoClient(t, ds.URL), sourceOptions(stream, table, "a"))
+	a, err := NewSource(client(t, ks.URL), dynamoClient(t, ds.URL), sourceOptions(name, table, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewSource(kc, dc, sourceOptions(stream, table, "b"))
+	b, err := NewSource(kc, dc, sourceOptions(name, table, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,10 +388,10 @@ func TestSourceTakeover(t *testing.T) {
 // splitShard splits the only shard of stream in two halves of the hash
 // key space, waits until the stream is active again, and returns the
 // parent's id.
-func splitShard(t *testing.T, kc *kinesis.Client, stream string) string {
+func splitShard(t *testing.T, kc *kinesis.Client, name string) string {
 	t.Helper()
 	ctx := context.Background()
-	shards, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	shards, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(name)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,12 +400,12 @@ func splitShard(t *testing.T, kc *kinesis.Client, stream string) string {
 	lo, _ := new(big.Int).SetString(aws.ToString(shards.Shards[0].HashKeyRange.StartingHashKey), 10)
 	hi, _ := new(big.Int).SetString(aws.ToString(shards.Shards[0].HashKeyRange.EndingHashKey), 10)
 	mid := lo.Add(lo, hi.Add(hi, big.NewInt(1))).Rsh(lo, 1)
-	if _, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(stream),
+	if _, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(name),
 		ShardToSplit: shards.Shards[0].ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the stream to be active", func() bool {
-		out, err := kc.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		out, err := kc.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(name)})
 		return err == nil && out.StreamDescriptionSummary.StreamStatus == types.StreamStatusActive
 	})
 	return aws.ToString(shards.Shards[0].ShardId)
@@ -409,11 +417,11 @@ func splitShard(t *testing.T, kc *kinesis.Client, stream string) string {
 func TestSourceReshard(t *testing.T) {
 	kc := client(t, endpoint(t))
 	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
-	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
-	w := newWriter(t, kc, stream)
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w := newWriter(t, kc, name)
 	w.write(t, 1500)
 	seen := newSeenLog()
-	s, err := NewSource(kc, dc, sourceOptions(stream, table, "w"))
+	s, err := NewSource(kc, dc, sourceOptions(name, table, "w"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +430,7 @@ func TestSourceReshard(t *testing.T) {
 	waitFor(t, "the first events", func() bool { return seen.count() > 0 })
 
 	ctx := context.Background()
-	splitShard(t, kc, stream)
+	splitShard(t, kc, name)
 	w.write(t, 1500) // on the children
 	waitFor(t, "3000 events", func() bool { return seen.count() == 3000 })
 	seen.checkOrder(t)
@@ -435,14 +443,14 @@ func TestSourceReshard(t *testing.T) {
 	// worker's discovery does not make it again.
 	waitFor(t, "the parent's lease to be cleaned", func() bool { return s.Stats().Cleaned == 1 })
 	stop()
-	again, err := NewSource(kc, dc, sourceOptions(stream, table, "again"))
+	again, err := NewSource(kc, dc, sourceOptions(name, table, "again"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := again.discover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	leases, err := (&leases{api: dc, table: table, group: "ratewarden/" + stream}).list(ctx)
+	leases, err := (&leases{api: dc, table: table, group: "ratewarden/" + name}).list(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,8 +470,8 @@ func TestSourceReshard(t *testing.T) {
 func BenchmarkSource(b *testing.B) {
 	kc := client(b, endpoint(b))
 	dc := dynamoClient(b, awstest.Endpoint(b, awstest.DynamoDBEnv))
-	stream, table := newStream(b, kc, 4), newLeaseTable(b, dc)
-	sink, err := New(kc, Options{Stream: stream, Partitions: 4})
+	name, table := newStream(b, kc, 4), newLeaseTable(b, dc)
+	sink, err := New(kc, Options{Stream: name, Partitions: 4})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -481,7 +489,7 @@ func BenchmarkSource(b *testing.B) {
 		var n atomic.Int64
 		done := make(chan struct{})
 		finish := sync.OnceFunc(func() { close(done) })
-		opts := SourceOptions{Stream: stream, Table: table, Group: fmt.Sprint("bench-", group), LeaseDuration: time.Second,
+		opts := SourceOptions{Stream: name, Table: table, Group: fmt.Sprint("bench-", group), LeaseDuration: time.Second,
 			Discover: time.Hour, Poll: 20 * time.Millisecond}
 		s, err := NewSource(kc, dc, opts)
 		if err != nil {
@@ -489,12 +497,12 @@ func BenchmarkSource(b *testing.B) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
-			s.Run(ctx, func(_ context.Context, bt *Batch) error {
+			s.Run(ctx, stream.HandleFunc(func(_ context.Context, bt *stream.Batch) error {
 				if n.Add(int64(len(bt.Events))) >= total {
 					finish()
 				}
 				return nil
-			})
+			}))
 		}()
 		<-done
 		cancel()
@@ -511,14 +519,14 @@ func BenchmarkSource(b *testing.B) {
 func TestSourceRowsResumes(t *testing.T) {
 	kc := client(t, endpoint(t))
 	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
-	stream, table := newStream(t, kc, 1), newLeaseTable(t, dc)
-	w, _ := readFirst(t, kc, dc, stream, table)
-	if _, err := kc.PutRecord(context.Background(), &kinesis.PutRecordInput{StreamName: aws.String(stream),
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w, _ := readFirst(t, kc, dc, name, table)
+	if _, err := kc.PutRecord(context.Background(), &kinesis.PutRecordInput{StreamName: aws.String(name),
 		PartitionKey: aws.String("x"), Data: []byte{byte(columnar.CodecArrow), 1, 2, 3}}); err != nil {
 		t.Fatal(err)
 	}
 	w.write(t, 300)
-	o := sourceOptions(stream, table, "w2")
+	o := sourceOptions(name, table, "w2")
 	o.Rows = true
 	s2, err := NewSource(kc, dc, o)
 	if err != nil {
@@ -526,13 +534,13 @@ func TestSourceRowsResumes(t *testing.T) {
 	}
 	var rows, calls atomic.Int64
 	dec := columnar.NewDecoder()
-	stop := run(t, s2, func(_ context.Context, b *Batch) error {
+	stop := run(t, s2, stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
 		if len(b.Events) != 0 || len(b.Records) == 0 {
 			t.Errorf("a batch of %d events and %d records", len(b.Events), len(b.Records))
 		}
 		var got int64
-		n, err := b.Rows(dec, func(r columnar.Rows, lo int) error {
-			got += int64(r.Len() - lo)
+		n, err := b.Rows(dec, func(r *stream.Rows) error {
+			got += int64(r.Len() - r.Lo)
 			return nil
 		})
 		if err != nil || uint64(got) != n {
@@ -543,10 +551,51 @@ func TestSourceRowsResumes(t *testing.T) {
 		}
 		rows.Add(got)
 		return nil
-	})
+	}))
 	waitFor(t, "300 rows", func() bool { return rows.Load() >= 300 })
 	stop()
 	if st := s2.Stats(); rows.Load() != 300 || st.Events != 300 || st.Corrupt != 1 || st.Retries == 0 {
 		t.Fatalf("second worker took %d rows, stats %+v; want 300 events, one corrupt record, a retry", rows.Load(), st)
 	}
+}
+
+// rewind is a handler that keeps its own position: the shard's start.
+type rewind struct {
+	stream.HandleFunc
+	mu   sync.Mutex
+	from []stream.Position // the positions Open was called with
+}
+
+func (r *rewind) Open(_ context.Context, _ string, from stream.Position) (stream.Position, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.from = append(r.from, from)
+	return stream.Position{}, nil
+}
+
+// TestSourceReadsFromOpen: a worker resumes a shard from the position its
+// handler's Open returns, not from the lease's checkpoint: a handler at the
+// shard's start gets every event again, then the new ones.
+func TestSourceReadsFromOpen(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	w, _ := readFirst(t, kc, dc, name, table)
+	w.write(t, 100)
+	seen := newSeenLog()
+	h := &rewind{HandleFunc: seen.handler("w2")}
+	s2, err := NewSource(kc, dc, sourceOptions(name, table, "w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, s2, h)
+	waitFor(t, "1150 events", func() bool { return seen.count() == 1150 })
+	stop()
+	if st := s2.Stats(); st.Events != 1150 {
+		t.Fatalf("second worker handled %d events, want all 1150: %+v", st.Events, st)
+	}
+	if len(h.from) != 1 || h.from[0].Seq == "" {
+		t.Fatalf("Open called with %v, want the first worker's checkpoint", h.from)
+	}
+	seen.checkOrder(t)
 }

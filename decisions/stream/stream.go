@@ -88,7 +88,8 @@ type Batch struct {
 	// the number of events lost. The source counts and reports them.
 	Corrupt func(rec *Record, lost int, err error)
 
-	seen int // Rows has reported the corrupt records of Records[:seen]
+	seen   int    // Rows has reported the corrupt records of Records[:seen]
+	handed uint64 // the rows the last call of Rows handed over
 }
 
 // Rows are the rows of one record batch as Batch.Rows hands them over:
@@ -153,9 +154,11 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 	}
 	if b.Records == nil {
 		if len(b.Events) == 0 {
+			b.handed = 0
 			return 0, nil
 		}
 		_, err = hand(columnar.Rows{Events: b.Events}, b.From, 0)
+		b.handed = n
 		return n, err
 	}
 	for i := range b.Records {
@@ -182,6 +185,7 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 			derr = dec.DecodeRows(rec.Codec, rec.Data, decode)
 		}
 		if ferr != nil {
+			b.handed = n
 			return n, ferr
 		}
 		if derr != nil && i >= b.seen && b.Corrupt != nil {
@@ -196,5 +200,32 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 		}
 		b.seen = max(b.seen, i+1)
 	}
+	b.handed = n
 	return n, nil
 }
+
+// Handed returns what the last call of Rows returned: the number of the
+// batch's rows it handed over. A source that hands records undecoded
+// counts the events its handler read with it.
+func (b *Batch) Handed() uint64 { return b.handed }
+
+// HandleFunc is a Handler of a function that handles batches and keeps
+// no position of its own: Open returns the source's position, Idle and
+// Close do nothing.
+type HandleFunc func(ctx context.Context, b *Batch) error
+
+var _ Handler = HandleFunc(nil)
+
+// Open returns from.
+func (f HandleFunc) Open(_ context.Context, _ string, from Position) (Position, error) {
+	return from, nil
+}
+
+// Handle calls f.
+func (f HandleFunc) Handle(ctx context.Context, b *Batch) error { return f(ctx, b) }
+
+// Idle does nothing.
+func (f HandleFunc) Idle(context.Context, string) error { return nil }
+
+// Close does nothing.
+func (f HandleFunc) Close(context.Context, string, bool) error { return nil }

@@ -44,6 +44,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
+	dstream "github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // settings are a run's conditions; zero durations leave the binary's
@@ -188,13 +189,13 @@ func kinesisTransport(bin, dir string, s settings) (*transport, error) {
 	// position in the shard is the count before it.
 	t.read = func(fn func(string, uint64, decisions.Decision)) error {
 		next := map[string]uint64{}
-		return dkinesis.Scan(context.Background(), kc, stream, dkinesis.ScanOptions{}, func(shard string, ds []decisions.Decision) error {
-			for _, d := range ds {
-				fn(shard, next[shard], d)
-				next[shard]++
+		return dkinesis.Scan(context.Background(), kc, stream, dkinesis.ScanOptions{}, dstream.HandleFunc(func(_ context.Context, b *dstream.Batch) error {
+			for _, d := range b.Events {
+				fn(b.Partition, next[b.Partition], d)
+				next[b.Partition]++
 			}
 			return nil
-		})
+		}))
 	}
 	return t, nil
 }
