@@ -253,85 +253,61 @@ func (s *LinesSource) batch(pos, from stream.Position) *stream.Batch {
 	return b
 }
 
-// Run reads r to its end and delivers every window. A line that is not a
-// decision, or is longer than MaxLine, is skipped, counted and reported
-// with its number; the rest is read. Lines carry no position a restart
-// could resume from, so Run keeps no state: outputs are keyed by line
-// numbers (partition LinesPartition). When ctx is done Run delivers the
-// open windows and returns, as at the end of the input; a read of r that
-// blocks is left behind (r is standard input, which the process's exit
-// closes). An output a sink fails to take does not stop the run: the
-// errors are returned at the end.
+// Run reads r to its end and delivers every window: Run over a
+// LinesSource. A line that is not a decision, or is longer than MaxLine,
+// is skipped, counted and reported with its number; the rest is read.
+// Lines carry no position a restart could resume from, so Run keeps no
+// state: outputs are keyed by line numbers (partition LinesPartition).
+// When ctx is done Run delivers the open windows and returns, as at the
+// end of the input; a read of r that blocks is left behind (r is standard
+// input, which the process's exit closes). An output a sink fails to take
+// does not stop the run, which cannot read its input again: the errors
+// are returned at the end.
 func (l *Lines) Run(ctx context.Context, r io.Reader) (LinesStats, error) {
-	now := l.Now
-	if now == nil {
-		now = time.Now
-	}
 	src := &LinesSource{R: r, BatchLines: l.FlushEvery, Tick: l.Tick, Problem: l.Problem}
-	h := &linesRun{sinks: l.Sinks, ro: NewRollup(l.Rollup), now: now}
-	err := src.Run(ctx, h)
-	st := src.Stats()
-	st.Rollup, st.Outputs = h.ro.Stats(), h.outputs
-	return st, errors.Join(append(h.errs, err)...)
-}
-
-// linesRun is the stream.Handler of Lines: a Rollup without state, whose
-// outputs go to the sinks as the watermark closes windows; the sinks'
-// errors are kept, not returned.
-type linesRun struct {
-	sinks   []Sink
-	ro      *Rollup
-	now     func() time.Time
-	outputs uint64
-	errs    []error
-}
-
-var _ stream.Handler = (*linesRun)(nil)
-
-func (h *linesRun) Open(context.Context, string, stream.Position) (stream.Position, error) {
-	return stream.Position{}, nil
-}
-
-func (h *linesRun) Handle(ctx context.Context, b *stream.Batch) error {
-	// A batch of lines holds decisions: there is nothing to decode.
-	_, err := b.Rows(nil, func(rows *stream.Rows) error {
-		for i := rows.Lo; i < len(rows.Events); i++ {
-			if rows.Skip == nil || !rows.Skip[i] {
-				h.ro.Add(&rows.Events[i], uint64(rows.Pos.Sub)+uint64(i))
-			}
-		}
-		return nil
-	})
+	var errs []error
+	sinks := make([]Sink, len(l.Sinks))
+	for i, s := range l.Sinks {
+		sinks[i] = keepGoing{s, &errs}
+	}
+	h, err := newPartitions(RunOptions{Store: noState{}, Rollup: l.Rollup, Sinks: sinks, Now: l.Now})
 	if err != nil {
-		return err
+		return LinesStats{}, err
 	}
-	h.flush(ctx, false)
-	return nil
+	run := &onePartition{Handler: h, h: h}
+	err = src.Run(ctx, run)
+	st, rs := src.Stats(), run.stats()
+	st.Rollup, st.Outputs = rs.Rollup, rs.Outputs
+	return st, errors.Join(append(errs, err)...)
 }
 
-func (h *linesRun) Idle(ctx context.Context, _ string) error {
-	h.ro.Advance(h.now())
-	h.flush(ctx, false)
-	return nil
+// keepGoing is a Sink that keeps the errors of s rather than return them.
+type keepGoing struct {
+	s    Sink
+	errs *[]error
 }
 
-func (h *linesRun) Close(ctx context.Context, _ string, _ bool) error {
-	h.flush(ctx, true)
-	return nil
-}
-
-func (h *linesRun) flush(ctx context.Context, final bool) {
-	h.ro.Flush(final, func(out Output) error {
-		for _, s := range h.sinks {
-			h.errs = append(h.errs, s.Write(ctx, LinesPartition, out))
-		}
-		h.outputs++
-		return nil
-	})
-	for _, s := range h.sinks {
-		h.errs = append(h.errs, s.Flush(ctx))
+func (k keepGoing) Write(ctx context.Context, partition string, o Output) error {
+	if err := k.s.Write(ctx, partition, o); err != nil {
+		*k.errs = append(*k.errs, err)
 	}
+	return nil
 }
+
+func (k keepGoing) Flush(ctx context.Context) error {
+	if err := k.s.Flush(ctx); err != nil {
+		*k.errs = append(*k.errs, err)
+	}
+	return nil
+}
+
+// noState is the StateStore of a source that cannot be read again
+// (standard input): it keeps nothing, and a partition saves no snapshot
+// to it (partitionRun.save).
+type noState struct{}
+
+func (noState) Load(context.Context, string) (State, bool, error) { return State{}, false, nil }
+func (noState) Save(context.Context, string, State) error         { return nil }
 
 // lineBatch is lines read in one go: line first+i is data[ends[i-1]:ends[i]],
 // or too long when tooLong[i].
