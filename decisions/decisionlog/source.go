@@ -24,9 +24,10 @@ type SourceOptions struct {
 	// (seglog.CommitReaderOffset), when the handler opens the partition
 	// and after each batch it handles, so that the log's retention reports
 	// the segments it removes before this consumer read them. The
-	// committed offset is also what the handler's Open is offered. A
-	// commit that fails is reported once through Problem and does not
-	// stop the run.
+	// committed offset is also what the handler's Open is offered (the
+	// log's start when it cannot be read, which is reported through
+	// Problem). A commit that fails is reported once through Problem and
+	// does not stop the run.
 	Consumer string
 	// BatchEvents is how many events a batch holds at least, unless the
 	// end of what is written comes first: a batch is whole consecutive
@@ -118,9 +119,11 @@ func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	}
 	var from stream.Position
 	if s.o.Consumer != "" {
+		// An offset that cannot be read is the log's start to the handler,
+		// and the next commit replaces it.
 		off, ok, err := seglog.ReadOffset(s.dir, s.o.Consumer)
-		if err != nil {
-			return fmt.Errorf("read log: %w", err)
+		if err != nil && s.o.Problem != nil {
+			s.o.Problem(fmt.Errorf("%w (offering partition %s the log's start)", err, s.o.Partition))
 		}
 		if ok {
 			from = stream.Offset(off)

@@ -410,6 +410,32 @@ func TestSourceCommitFailure(t *testing.T) {
 	}
 }
 
+// TestSourceUnreadableOffset: a consumer offset file that cannot be read
+// is reported, the handler is offered the log's start, and the next
+// commit replaces the file.
+func TestSourceUnreadableOffset(t *testing.T) {
+	dir := t.TempDir()
+	writeRecords(t, dir, columnar.CodecArrow, 100, 100)
+	if err := seglog.CommitReaderOffset(dir, "agg", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "offsets", "agg.off"), []byte("not an offset"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var problems []error
+	h := &recorder{}
+	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Consumer: "agg", Problem: func(err error) { problems = append(problems, err) }})
+	if err := src.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || !errors.Is(problems[0], seglog.ErrCorrupt) || h.offered[0] != (stream.Position{}) || len(h.events) != 200 {
+		t.Errorf("problems %q, offered %v, %d events: want the corrupt offset reported, the start offered, every event", problems, h.offered, len(h.events))
+	}
+	if off, _, err := seglog.ReadOffset(dir, "agg"); off != 200 || err != nil {
+		t.Errorf("consumer offset %d (%v), want 200", off, err)
+	}
+}
+
 // TestSourceFollowIdles: at the end of a followed log Idle is called once
 // a Tick while nothing is written; an append, polled from the files,
 // wakes the follower within FollowPoll; a done context closes the
