@@ -104,6 +104,8 @@ func RunKinesis(ctx context.Context, o KinesisOptions) (KinesisStats, error) {
 	return k.Run(ctx)
 }
 
+var _ Source = (*kinesis.Source)(nil)
+
 // Kinesis is a RunKinesis whose stats can be read while it runs (for
 // self-metrics).
 type Kinesis struct {

@@ -15,8 +15,10 @@ import (
 
 // KinesisLambda aggregates the decisions of a Kinesis event-source mapping
 // in AWS Lambda. Each invocation holds records of one shard, in sequence
-// order; they are read in commit groups of CommitRecords consecutive
-// records (default: the whole invocation). A group's decisions are rolled
+// order; a kinesis.LambdaHandler hands them, in commit groups of
+// CommitRecords consecutive records (default: the whole invocation), each
+// one stream.Batch, to a stream.Handler of the invocation that keeps no
+// position of its own (Lambda does). A group's decisions are rolled
 // up into one partial per window they touch, and the group's partials are
 // written to each sink in turn, then flushed, before the next group is
 // read; the invocation returns once every group is written.

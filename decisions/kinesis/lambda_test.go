@@ -206,3 +206,52 @@ func TestLambdaHandlerLogsRecords(t *testing.T) {
 		t.Errorf("stats %+v: want 3 records, 3 events, 2 corrupt log events", s)
 	}
 }
+
+// skipTo is a handler whose own position is inside the invocation: at
+// the event it names.
+type skipTo struct {
+	stream.HandleFunc
+	at stream.Position
+}
+
+func (s skipTo) Open(context.Context, string, stream.Position) (stream.Position, error) {
+	return s.at, nil
+}
+
+// TestLambdaHandlerOpenPosition: an invocation is handed from the
+// position the handler's Open returns when it names one of its records:
+// the records before it are left out, and the events of that record
+// before the position; a position outside the invocation is ignored.
+func TestLambdaHandlerOpenPosition(t *testing.T) {
+	g := decisiontest.NewGenerator(45, start)
+	var payloads [][]byte
+	for range 3 {
+		api, _ := sendFake(t, Options{Partitions: 1}, g.Batch(50))
+		for _, r := range api.delivered {
+			payloads = append(payloads, r.Data)
+		}
+	}
+	ev := lambdaEvent(t, payloads)
+	f := func(at stream.Position, wantFrom stream.Position, want int) {
+		t.Helper()
+		var from []stream.Position
+		got := uint64(0)
+		l := NewLambdaHandler(skipTo{at: at, HandleFunc: func(_ context.Context, b *stream.Batch) error {
+			from = append(from, b.From)
+			n, err := b.Rows(columnar.NewDecoder(), func(*stream.Rows) error { return nil })
+			got += n
+			return err
+		}}, LambdaOptions{})
+		if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%v %+v", err, resp)
+		}
+		if got != uint64(want) || l.Stats().Events != got || len(from) != 1 || from[0] != wantFrom {
+			t.Fatalf("Open at %v: batches from %v, %d events handed (stats %+v), want one from %v, %d", at, from, got, l.Stats(), wantFrom, want)
+		}
+	}
+	first := stream.Position{Seq: ev.Records[0].Kinesis.SequenceNumber}
+	inside := stream.Position{Seq: ev.Records[1].Kinesis.SequenceNumber, Sub: 10}
+	f(inside, inside, 90)
+	f(first, first, 150)
+	f(stream.Position{Seq: "elsewhere", Sub: 3}, first, 150)
+}

@@ -1,6 +1,8 @@
 package stream_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -102,5 +104,40 @@ func TestBatchRowsEvents(t *testing.T) {
 	})
 	if err != nil || n != 5 || calls != 1 {
 		t.Errorf("Rows = %d, %v after %d calls; want 5 rows in one call", n, err, calls)
+	}
+}
+
+// TestHandedAndHandleFunc: Handed says what the last Rows handed over, a
+// part of the batch when f stops it; a HandleFunc opens where the source
+// is and handles with its function.
+func TestHandedAndHandleFunc(t *testing.T) {
+	evs := decisiontest.NewGenerator(2, time.Unix(1700000000, 0)).Batch(7)
+	b := &stream.Batch{Partition: "stdin", From: stream.Offset(3), To: stream.Offset(10), Events: evs}
+	var called int
+	h := stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		called++
+		n, err := b.Rows(columnar.NewDecoder(), func(*stream.Rows) error { return nil })
+		if err != nil || n != 7 || b.Handed() != 7 {
+			t.Errorf("Rows: %d, %v; Handed %d; want 7", n, err, b.Handed())
+		}
+		return nil
+	})
+	ctx := context.Background()
+	if at, err := h.Open(ctx, "stdin", stream.Offset(3)); err != nil || at != stream.Offset(3) {
+		t.Fatalf("Open: %v %v", at, err)
+	}
+	if err := h.Handle(ctx, b); err != nil || called != 1 {
+		t.Fatalf("Handle: %v, %d calls", err, called)
+	}
+	if h.Idle(ctx, "stdin") != nil || h.Close(ctx, "stdin", true) != nil {
+		t.Fatal("Idle or Close failed")
+	}
+	stop := errors.New("stop")
+	if _, err := b.Rows(columnar.NewDecoder(), func(*stream.Rows) error { return stop }); err != stop || b.Handed() != 7 {
+		t.Fatalf("Rows stopped: %v, Handed %d", err, b.Handed())
+	}
+	empty := &stream.Batch{Partition: "stdin"}
+	if n, err := empty.Rows(columnar.NewDecoder(), nil); n != 0 || err != nil || empty.Handed() != 0 {
+		t.Fatalf("an empty batch: %d %v", n, err)
 	}
 }
