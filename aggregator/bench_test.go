@@ -361,3 +361,23 @@ func (s *peakSink) sample() {
 	runtime.ReadMemStats(&m)
 	s.peak = max(s.peak, m.HeapAlloc)
 }
+
+// BenchmarkRunLines is `aggregate --stdin` over 100,000 JSON lines of the
+// generator's traffic (one-minute windows) into a sink that keeps
+// nothing: parsing, the rollup and the source's batching together.
+func BenchmarkRunLines(b *testing.B) {
+	var in bytes.Buffer
+	for _, d := range decisiontest.NewGenerator(1, t0).Batch(100_000) {
+		in.Write(decisions.AppendJSON(nil, &d))
+		in.WriteByte('\n')
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(in.Len()))
+	for b.Loop() {
+		l := &Lines{Rollup: Options{Window: time.Minute}, Sinks: []Sink{&countingSink{}}, Now: func() time.Time { return t0 }, Tick: time.Hour}
+		if _, err := l.Run(context.Background(), bytes.NewReader(in.Bytes())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)*100_000/b.Elapsed().Seconds(), "events/s")
+}

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // MaxLine bounds one JSON line. A decision's line is a few KiB at most: the
@@ -71,6 +74,241 @@ func RunLines(ctx context.Context, r io.Reader, o Options, sinks []Sink) (LinesS
 	return (&Lines{Rollup: o, Sinks: sinks}).Run(ctx, r)
 }
 
+// LinesPartition is the partition of decisions read as JSON lines.
+const LinesPartition = "stdin"
+
+// LinesSource serves decisions read as JSON lines to a stream.Handler, as
+// partition LinesPartition, whose positions are line numbers (the first
+// line is 1). A batch's Events hold one decision per line, from From;
+// those of lines that are empty, not decisions or longer than MaxLine
+// are zero and left out by the batch's Filter, and the source counts,
+// keeps and reports the last two as LineProblems. A batch is valid until
+// Handle returns. The zero value is not usable: R is required.
+//
+// A LinesSource is not safe for concurrent use; Stats may be called from
+// the handler's methods during Run, and after it.
+type LinesSource struct {
+	R io.Reader
+	// BatchLines is how many lines a batch holds at most: a batch goes
+	// when it holds that many, when no more input is buffered (a live
+	// source hands over what it has), before each Idle and at the end;
+	// default 4096.
+	BatchLines int
+	// Tick is how often the handler's Idle is called, so that its
+	// watermark follows the clock while the input is quiet; default
+	// 200 ms.
+	Tick time.Duration
+	// Problem, if set, is called with each skipped line as it is met (the
+	// first 100 are kept in LinesStats.First; all are counted).
+	Problem func(LineProblem)
+
+	stats  LinesStats
+	events []decisions.Decision
+	skip   []bool
+}
+
+// Stats returns what the source read so far: Lines, Skipped, TooLong and
+// First (Rollup and Outputs are the handler's).
+func (s *LinesSource) Stats() LinesStats { return s.stats }
+
+// Run reads R to its end and hands its lines to h in batches, then closes
+// the partition as ended (h.Close) and returns the error of reading R, if
+// any, with Close's. Lines carry no position a restart could resume from:
+// a position h.Open returns skips the lines before it. When ctx is done
+// Run hands over what it read and closes the partition as ended, with a
+// context that is not done (a clean shutdown emits what is open); a read
+// of R that blocks is left behind (R is standard input, which the
+// process's exit closes). An error from h is returned as it is.
+func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
+	every, tick := s.BatchLines, s.Tick
+	if every <= 0 {
+		every = 4096
+	}
+	if tick <= 0 {
+		tick = 200 * time.Millisecond
+	}
+	from, err := h.Open(ctx, LinesPartition, stream.Position{})
+	if err != nil {
+		return err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	chunks := make(chan *lineBatch, 1)
+	go readLines(rctx, s.R, chunks)
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	pos := stream.Position{Sub: 1}
+	s.events, s.skip = s.events[:0], s.skip[:0]
+	hand := func(ctx context.Context) error {
+		if len(s.events) == 0 {
+			return nil
+		}
+		b := s.batch(pos, from)
+		pos = b.To
+		err := h.Handle(ctx, b)
+		s.events, s.skip = s.events[:0], s.skip[:0]
+		return err
+	}
+	var rerr error
+	for {
+		select {
+		case <-ctx.Done():
+			// What was read goes in before the open windows go out.
+			ctx = context.WithoutCancel(ctx)
+			if err := hand(ctx); err != nil {
+				return err
+			}
+			return h.Close(ctx, LinesPartition, true)
+		case <-ticker.C:
+			if err := hand(ctx); err != nil {
+				return err
+			}
+			if err := h.Idle(ctx, LinesPartition); err != nil {
+				return err
+			}
+		case c := <-chunks:
+			if c.err != nil {
+				// What was read is delivered, whatever ended the input.
+				ctx = context.WithoutCancel(ctx)
+			}
+			if err := s.parse(c, every, func() error { return hand(ctx) }); err != nil {
+				return err
+			}
+			if c.err != nil && !errors.Is(c.err, io.EOF) {
+				rerr = fmt.Errorf("read lines: line %d: %w", s.stats.Lines+1, c.err)
+			}
+			if c.more && c.err == nil {
+				continue
+			}
+			if err := hand(ctx); err != nil {
+				return err
+			}
+			if c.err != nil {
+				return errors.Join(rerr, h.Close(ctx, LinesPartition, true))
+			}
+		}
+	}
+}
+
+// parse adds a chunk's lines to the batch being made, as decisions or as
+// lines left out, and calls full whenever the batch holds every lines.
+func (s *LinesSource) parse(c *lineBatch, every int, full func() error) error {
+	start := 0
+	for i, end := range c.ends {
+		if len(s.events) >= every {
+			if err := full(); err != nil {
+				return err
+			}
+		}
+		line := c.data[start:end]
+		start = end
+		s.stats.Lines = c.first + i
+		var d decisions.Decision
+		var err error
+		switch {
+		case c.tooLong[i]:
+			s.stats.TooLong++
+			err = ErrLineTooLong
+		case len(line) > 0:
+			d, _, err = decisions.ParseJSON(line)
+		}
+		if err != nil {
+			s.skipped(LineProblem{s.stats.Lines, err})
+		}
+		s.events = append(s.events, d)
+		s.skip = append(s.skip, err != nil || len(line) == 0)
+	}
+	return nil
+}
+
+// skipped counts, keeps and reports a line left out.
+func (s *LinesSource) skipped(p LineProblem) {
+	s.stats.Skipped++
+	if len(s.stats.First) < 100 {
+		s.stats.First = append(s.stats.First, p)
+	}
+	if s.Problem != nil {
+		s.Problem(p)
+	}
+}
+
+// batch returns the batch of the lines read, the first at pos, leaving out
+// those before from.
+func (s *LinesSource) batch(pos, from stream.Position) *stream.Batch {
+	skip := s.skip
+	for i := range skip {
+		skip[i] = skip[i] || pos.Sub+int64(i) < from.Sub
+	}
+	if !slices.Contains(skip, true) {
+		skip = nil
+	}
+	b := &stream.Batch{Partition: LinesPartition, From: pos, To: stream.Position{Sub: pos.Sub + int64(len(s.events))}, Events: s.events}
+	b.Filter = func(rows columnar.Rows, first stream.Position) []bool {
+		if skip == nil {
+			return nil
+		}
+		lo := first.Sub - pos.Sub
+		return skip[lo : lo+int64(rows.Len())]
+	}
+	return b
+}
+
+// Run reads r to its end and delivers every window: Run over a
+// LinesSource. A line that is not a decision, or is longer than MaxLine,
+// is skipped, counted and reported with its number; the rest is read.
+// Lines carry no position a restart could resume from, so Run keeps no
+// state: outputs are keyed by line numbers (partition LinesPartition).
+// When ctx is done Run delivers the open windows and returns, as at the
+// end of the input; a read of r that blocks is left behind (r is standard
+// input, which the process's exit closes). An output a sink fails to take
+// does not stop the run, which cannot read its input again: the errors
+// are returned at the end.
+func (l *Lines) Run(ctx context.Context, r io.Reader) (LinesStats, error) {
+	src := &LinesSource{R: r, BatchLines: l.FlushEvery, Tick: l.Tick, Problem: l.Problem}
+	var errs []error
+	sinks := make([]Sink, len(l.Sinks))
+	for i, s := range l.Sinks {
+		sinks[i] = keepGoing{s, &errs}
+	}
+	h, err := newPartitions(RunOptions{Store: noState{}, Rollup: l.Rollup, Sinks: sinks, Now: l.Now})
+	if err != nil {
+		return LinesStats{}, err
+	}
+	run := &onePartition{Handler: h, h: h}
+	err = src.Run(ctx, run)
+	st, rs := src.Stats(), run.stats()
+	st.Rollup, st.Outputs = rs.Rollup, rs.Outputs
+	return st, errors.Join(append(errs, err)...)
+}
+
+// keepGoing is a Sink that keeps the errors of s rather than return them.
+type keepGoing struct {
+	s    Sink
+	errs *[]error
+}
+
+func (k keepGoing) Write(ctx context.Context, partition string, o Output) error {
+	if err := k.s.Write(ctx, partition, o); err != nil {
+		*k.errs = append(*k.errs, err)
+	}
+	return nil
+}
+
+func (k keepGoing) Flush(ctx context.Context) error {
+	if err := k.s.Flush(ctx); err != nil {
+		*k.errs = append(*k.errs, err)
+	}
+	return nil
+}
+
+// noState is the StateStore of a source that cannot be read again
+// (standard input): it keeps nothing, and a partition saves no snapshot
+// to it (partitionRun.save).
+type noState struct{}
+
+func (noState) Load(context.Context, string) (State, bool, error) { return State{}, false, nil }
+func (noState) Save(context.Context, string, State) error         { return nil }
+
 // lineBatch is lines read in one go: line first+i is data[ends[i-1]:ends[i]],
 // or too long when tooLong[i].
 type lineBatch struct {
@@ -78,110 +316,12 @@ type lineBatch struct {
 	data    []byte
 	ends    []int
 	tooLong []bool
+	more    bool  // more input was buffered: the chunk ended at maxBatch lines
 	err     error // the read's end (io.EOF) or failure, after the lines
 }
 
 // maxBatch bounds the lines of a lineBatch.
 const maxBatch = 512
-
-// Run reads r to its end and delivers every window. A line that is not a
-// decision, or is longer than MaxLine, is skipped, counted and reported
-// with its number; the rest is read. Lines carry no position a restart
-// could resume from, so Run keeps no state: outputs are keyed by line
-// numbers (partition "stdin"). When ctx is done Run delivers the open
-// windows and returns, as at the end of the input; a read of r that blocks is left behind
-// (r is standard input, which the process's exit closes).
-func (l *Lines) Run(ctx context.Context, r io.Reader) (LinesStats, error) {
-	const partition = "stdin"
-	every, tick, now := l.FlushEvery, l.Tick, l.Now
-	if every <= 0 {
-		every = 4096
-	}
-	if tick <= 0 {
-		tick = 200 * time.Millisecond
-	}
-	if now == nil {
-		now = time.Now
-	}
-	ro := NewRollup(l.Rollup)
-	var st LinesStats
-	var errs []error
-	flush := func(ctx context.Context, final bool) {
-		ro.Flush(final, func(out Output) error {
-			for _, s := range l.Sinks {
-				errs = append(errs, s.Write(ctx, partition, out))
-			}
-			st.Outputs++
-			return nil
-		})
-		for _, s := range l.Sinks {
-			errs = append(errs, s.Flush(ctx))
-		}
-	}
-	skip := func(p LineProblem) {
-		st.Skipped++
-		if len(st.First) < 100 {
-			st.First = append(st.First, p)
-		}
-		if l.Problem != nil {
-			l.Problem(p)
-		}
-	}
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	batches := make(chan *lineBatch, 1)
-	go readLines(rctx, r, batches)
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	var rerr error
-	sinceFlush := 0
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-ticker.C:
-			ro.Advance(now())
-			flush(ctx, false)
-		case b := <-batches:
-			start := 0
-			for i, end := range b.ends {
-				line := b.data[start:end]
-				start = end
-				st.Lines = b.first + i
-				switch {
-				case b.tooLong[i]:
-					st.TooLong++
-					skip(LineProblem{st.Lines, ErrLineTooLong})
-					continue
-				case len(line) == 0:
-					continue
-				}
-				d, _, err := decisions.ParseJSON(line)
-				if err != nil {
-					skip(LineProblem{st.Lines, err})
-					continue
-				}
-				ro.Add(&d, uint64(st.Lines))
-			}
-			if sinceFlush += len(b.ends); sinceFlush >= every {
-				sinceFlush = 0
-				flush(ctx, false)
-			}
-			if b.err != nil {
-				if !errors.Is(b.err, io.EOF) {
-					rerr = fmt.Errorf("read lines: line %d: %w", st.Lines+1, b.err)
-				}
-				break loop
-			}
-		}
-	}
-	// What was read is delivered, whatever ended the input: a clean
-	// shutdown delivers with the context that is not done.
-	flush(context.WithoutCancel(ctx), true)
-	st.Rollup = ro.Stats()
-	return st, errors.Join(append(errs, rerr)...)
-}
 
 // readLines reads r's lines into batches, sent on out, until the end of r
 // or a read error, which ends the last batch, or until ctx is done. A
@@ -217,6 +357,7 @@ func readLines(ctx context.Context, r io.Reader, out chan<- *lineBatch) {
 				break
 			}
 		}
+		b.more = b.err == nil && br.Buffered() > 0
 		select {
 		case out <- b:
 		case <-ctx.Done():

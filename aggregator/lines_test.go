@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // TestRunLines: JSON lines with corrupt ones roll up into the same
@@ -178,4 +181,133 @@ func FuzzRunLines(f *testing.F) {
 			t.Fatalf("lines %d (want %d), skipped %d, events %d, empty %d, sink %d", st.Lines, lines, st.Skipped, st.Rollup.Events, empty, s.events.Load())
 		}
 	})
+}
+
+// linesRecorder is a stream.Handler that records the batches of a
+// LinesSource: the position of every decision handed over.
+type linesRecorder struct {
+	resume stream.Position
+	spans  [][2]int64 // From, To
+	at     map[int64]decisions.Decision
+	closes []bool
+	ctxErr error // of Close
+}
+
+func (r *linesRecorder) Open(context.Context, string, stream.Position) (stream.Position, error) {
+	r.at = map[int64]decisions.Decision{}
+	return r.resume, nil
+}
+
+func (r *linesRecorder) Handle(_ context.Context, b *stream.Batch) error {
+	r.spans = append(r.spans, [2]int64{b.From.Sub, b.To.Sub})
+	_, err := b.Rows(nil, func(rows *stream.Rows) error {
+		for i := rows.Lo; i < len(rows.Events); i++ {
+			if rows.Skip == nil || !rows.Skip[i] {
+				r.at[rows.Pos.Sub+int64(i)] = rows.Events[i]
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func (r *linesRecorder) Idle(context.Context, string) error { return nil }
+
+func (r *linesRecorder) Close(ctx context.Context, _ string, ended bool) error {
+	r.closes = append(r.closes, ended)
+	r.ctxErr = ctx.Err()
+	return nil
+}
+
+// failingReader reads r, then fails.
+type failingReader struct{ r io.Reader }
+
+var errRead = errors.New("device gone")
+
+func (f failingReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err == io.EOF {
+		err = errRead
+	}
+	return n, err
+}
+
+// TestLinesSource: batches cover consecutive line numbers, at most
+// BatchLines lines each; each decision is handed at its line's number, the
+// empty, bad and long lines left out by the filter and counted; a read
+// error ends the run with the lines before it delivered, the partition
+// closed as ended, and the error naming the line.
+func TestLinesSource(t *testing.T) {
+	ds := decisiontest.NewGenerator(15, t0).Batch(20)
+	var in bytes.Buffer
+	want := map[int64]decisions.Decision{}
+	line := int64(0)
+	for i := range ds {
+		switch i {
+		case 3:
+			in.WriteString("\n")
+			line++
+		case 7:
+			in.WriteString("{not json\r\n")
+			line++
+		case 12:
+			in.WriteString(`{"v":1,"path":"` + strings.Repeat("a", MaxLine) + "\"}\n")
+			line++
+		}
+		in.Write(decisions.AppendJSON(nil, &ds[i]))
+		in.WriteByte('\n')
+		line++
+		want[line] = ds[i]
+	}
+	var met []LineProblem
+	src := &LinesSource{R: failingReader{&in}, BatchLines: 5, Problem: func(p LineProblem) { met = append(met, p) }}
+	h := &linesRecorder{}
+	err := src.Run(context.Background(), h)
+	if !errors.Is(err, errRead) || !strings.Contains(err.Error(), "line 24") {
+		t.Fatalf("Run: %v, want the read error at line 24", err)
+	}
+	if len(h.at) != len(want) {
+		t.Errorf("%d decisions handed, want %d", len(h.at), len(want))
+	}
+	for l, d := range want {
+		if !decisiontest.Equal(h.at[l], d) {
+			t.Errorf("line %d: %s", l, decisiontest.Diff(h.at[l], d))
+		}
+	}
+	next := int64(1)
+	for _, s := range h.spans {
+		if s[0] != next || s[1]-s[0] > 5 || s[1] <= s[0] {
+			t.Errorf("batches %v: want consecutive spans of 1 to 5 lines from 1", h.spans)
+			break
+		}
+		next = s[1]
+	}
+	if next != 24 {
+		t.Errorf("batches end at %d, want 24", next)
+	}
+	st := src.Stats()
+	if st.Lines != 23 || st.Skipped != 2 || st.TooLong != 1 || len(met) != 2 || met[0].Line != 9 || met[1].Line != 15 {
+		t.Errorf("stats %+v, problems %v: want 23 lines, lines 9 and 15 skipped", st, met)
+	}
+	if !slices.Equal(h.closes, []bool{true}) || h.ctxErr != nil {
+		t.Errorf("closes %v (%v), want one Close(ended)", h.closes, h.ctxErr)
+	}
+}
+
+// TestLinesSourceResume: a position the handler returns from Open leaves
+// the lines before it out.
+func TestLinesSourceResume(t *testing.T) {
+	ds := decisiontest.NewGenerator(16, t0).Batch(10)
+	var in bytes.Buffer
+	for i := range ds {
+		in.Write(decisions.AppendJSON(nil, &ds[i]))
+		in.WriteByte('\n')
+	}
+	h := &linesRecorder{resume: stream.Position{Sub: 7}}
+	if err := (&LinesSource{R: &in}).Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.at) != 4 || !decisiontest.Equal(h.at[7], ds[6]) {
+		t.Errorf("handed lines %v, want 7 to 10", slices.Sorted(maps.Keys(h.at)))
+	}
 }

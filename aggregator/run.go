@@ -7,8 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // LogOptions configure RunLog.
@@ -27,14 +30,17 @@ type LogOptions struct {
 	// time.Now.
 	Now func() time.Time
 	// Tick is how often a following run, at the end of the log, advances
-	// an idle watermark and flushes; default 200 ms.
+	// an idle watermark and emits the windows it closes; default 200 ms.
 	Tick time.Duration
-	// FlushEvery is how many events are added between flushes while
-	// reading a backlog; default 4096.
+	// FlushEvery is how many events a batch holds at least (whole records
+	// of the log, decisionlog.SourceOptions.BatchEvents) while reading a
+	// backlog: the state is saved, and the outputs delivered, once a
+	// batch; default 4096. Windows close at the event that passes them
+	// whatever it is.
 	FlushEvery int
-	// Progress, if set, is called after every flush, whether it delivered
-	// anything or not: every FlushEvery events while reading a backlog and
-	// every Tick at the end of a followed log.
+	// Progress, if set, is called after every batch, whether it delivered
+	// anything or not, every Tick at the end of a followed log, and once
+	// the state is loaded.
 	Progress func(RunStats)
 	// Problem, if set, is called with each problem of the log as the run
 	// meets it: a corrupt region or a missing segment (a seglog.Problem,
@@ -46,14 +52,17 @@ type LogOptions struct {
 	Problem func(error)
 	// Consumer, if set, is the name under which the run commits its
 	// position to the log as a consumer offset (seglog.CommitReaderOffset)
-	// after every state save, so that the log's retention reports the
-	// segments it removes before this partition read them. A commit that
-	// fails is passed to Problem once and does not stop the run.
+	// after every batch, once the state holds it, so that the log's
+	// retention reports the segments it removes before this partition
+	// read them. A commit that fails is passed to Problem once and does
+	// not stop the run. The run's position is its state's, not the
+	// consumer offset's.
 	Consumer string
 
-	// perEvent makes the run read the log event by event (Reader.Next)
-	// rather than by record batch: the reference the tests hold the
-	// columnar path to.
+	// perEvent makes the run decode each record into events
+	// (columnar.Decoder.DecodePayload) and roll them up one by one, rather
+	// than from their columns: the reference the tests hold the columnar
+	// path to.
 	perEvent bool
 }
 
@@ -77,12 +86,14 @@ type RunStats struct {
 }
 
 // RunLog rolls the decision log in o.Dir up and delivers the outputs to
-// o.Sinks, resuming from the partition's state. Without Follow it stops at
-// the end of the log (or at Until) and emits every open window; with
-// Follow it runs until ctx is done, then emits the open windows (a clean
-// shutdown). Outputs are written to the state before they are delivered,
-// so a crash at any point loses nothing: the restart delivers them again,
-// byte for byte, and reads the log from where the state says.
+// o.Sinks, resuming from the partition's state: Run over a
+// decisionlog.Source, with the state in o.StateDir. Without Follow it
+// stops at the end of the log (or at Until) and emits every open window;
+// with Follow it runs until ctx is done, then emits the open windows (a
+// clean shutdown). Outputs are written to the state before they are
+// delivered, and the state before the log's consumer offset, so a crash at
+// any point loses nothing: the restart delivers them again, byte for byte,
+// and reads the log from where the state says.
 func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	if o.Dir == "" || o.StateDir == "" {
 		return RunStats{}, errors.New("aggregate log: a log directory and a state directory are required")
@@ -93,134 +104,138 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	if strings.ContainsAny(o.Partition, `/\.`) {
 		return RunStats{}, fmt.Errorf("aggregate log: partition %q: want a name without '/', '\\' or '.'", o.Partition)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Tick <= 0 {
-		o.Tick = 200 * time.Millisecond
-	}
-	if o.FlushEvery <= 0 {
-		o.FlushEvery = 4096
-	}
-	run := &logRun{o: o}
-	run.p = partitionRun{name: o.Partition, store: &StateDir{Dir: o.StateDir}, sinks: o.Sinks, r: NewRollup(o.Rollup),
-		progress: func() {
-			if o.Progress != nil {
-				o.Progress(run.stats())
-			}
-		}}
-	if err := run.p.resume(ctx); err != nil {
-		return run.stats(), err
-	}
-	rd, err := decisionlog.Open(o.Dir, decisionlog.Filter{From: run.p.r.Next(), Since: o.Since, Until: o.Until})
+	src := decisionlog.NewSource(o.Dir, decisionlog.SourceOptions{Partition: o.Partition, Follow: o.Follow,
+		Since: o.Since, Until: o.Until, Consumer: o.Consumer, BatchEvents: o.FlushEvery, Tick: o.Tick, Problem: o.Problem})
+	h, err := newPartitions(RunOptions{Store: &StateDir{Dir: o.StateDir}, Rollup: o.Rollup, Sinks: o.Sinks, Now: o.Now})
 	if err != nil {
-		return run.stats(), fmt.Errorf("aggregate log: %w", err)
+		return RunStats{}, fmt.Errorf("aggregate log: %w", err)
 	}
-	defer rd.Close()
-	run.rd = rd
-	run.commit()
-	err = run.loop(ctx, rd)
-	return run.stats(), err
+	run := &onePartition{Handler: h, h: h}
+	if o.perEvent {
+		run.Handler = &perEvent{Handler: h, dec: columnar.NewDecoder()}
+	}
+	stats := func() RunStats {
+		s := run.stats()
+		s.Read, s.Lost, s.Next = src.Stats(), src.Loss(), run.next.Offset()
+		return s
+	}
+	if o.Progress != nil {
+		// After every call, so that a backlog shows as it is read and the
+		// end of the log as it is reached (a report with no new bytes).
+		run.after = func() { o.Progress(stats()) }
+	}
+	if err = src.Run(ctx, run); err != nil && run.failed == nil {
+		err = fmt.Errorf("aggregate log: %w", err) // the log's, not the handler's
+	}
+	return stats(), err
 }
 
-type logRun struct {
-	o    LogOptions
-	p    partitionRun
-	rd   *decisionlog.Reader // nil until the log is open
-	seen lossSeen
+// onePartition is the aggregator's handler as a source of one partition
+// (the log, standard input) runs it: it keeps the partition's rollup,
+// whose figures the handler forgets when it closes the partition, and the
+// position after the last batch handled, and calls after once each call
+// returned nil.
+type onePartition struct {
+	stream.Handler // the partitions, or a wrapper of them
+	h              *partitions
+	r              *Rollup // the partition's, once open
+	next           stream.Position
+	after          func() // may be nil
+	failed         error  // the handler's last error
 }
 
-func (l *logRun) stats() RunStats {
-	r := l.p.r
-	s := RunStats{Rollup: r.Stats(), Outputs: l.p.delivered, Redeliver: l.p.redeliver, Next: r.Next(), Watermark: r.Watermark()}
-	if l.rd != nil {
-		s.Read = l.rd.Stats()
-		s.Lost = l.lost()
+func (p *onePartition) Open(ctx context.Context, partition string, _ stream.Position) (stream.Position, error) {
+	// The partition's position is its state's alone: a consumer offset of
+	// the same name may be another state directory's, and a state
+	// directory without a state reads from the start, as it always has.
+	pos, err := p.Handler.Open(ctx, partition, stream.Position{})
+	p.next = pos
+	return pos, p.done(partition, err)
+}
+
+func (p *onePartition) Handle(ctx context.Context, b *stream.Batch) error {
+	err := p.Handler.Handle(ctx, b)
+	if err == nil {
+		p.next = b.To
+	}
+	return p.done(b.Partition, err)
+}
+
+func (p *onePartition) Idle(ctx context.Context, partition string) error {
+	return p.done(partition, p.Handler.Idle(ctx, partition))
+}
+
+func (p *onePartition) Close(ctx context.Context, partition string, ended bool) error {
+	err := p.Handler.Close(ctx, partition, ended)
+	if err != nil {
+		p.failed = err
+	}
+	return err
+}
+
+// done notes the partition's rollup after a call that returned err and
+// calls after.
+func (p *onePartition) done(partition string, err error) error {
+	if err != nil {
+		p.failed = err
+		return err
+	}
+	p.h.mu.Lock()
+	if pt := p.h.parts[partition]; pt != nil {
+		p.r = pt.p.r
+	}
+	p.h.mu.Unlock()
+	if p.after != nil {
+		p.after()
+	}
+	return nil
+}
+
+// stats are the handler's, with the partition's rollup figures and
+// watermark, and no shards.
+func (p *onePartition) stats() RunStats {
+	s := p.h.stats()
+	s.Shards = nil
+	if p.r != nil {
+		s.Rollup, s.Watermark = p.r.Stats(), p.r.Watermark()
 	}
 	return s
 }
 
-func (l *logRun) loop(ctx context.Context, rd *decisionlog.Reader) error {
-	r := l.p.r
-	flush := func(ctx context.Context, final bool) error {
-		outs := r.take(final, nil)
-		if len(outs) == 0 {
-			l.p.progress()
-			return nil
+// perEvent hands the handler each record of a batch as its own batch of
+// events, decoded whole (LogOptions.perEvent).
+type perEvent struct {
+	stream.Handler
+	dec *columnar.Decoder
+	evs []decisions.Decision
+}
+
+func (p *perEvent) Handle(ctx context.Context, b *stream.Batch) error {
+	if len(b.Records) == 0 {
+		return p.Handler.Handle(ctx, b)
+	}
+	for i := range b.Records {
+		rec := &b.Records[i]
+		from, to := stream.Offset(max(b.From.Offset(), rec.Pos.Offset())), b.To
+		if i+1 < len(b.Records) {
+			to = b.Records[i+1].Pos
 		}
-		if err := l.p.save(ctx, outs); err != nil {
+		var err error
+		p.evs, err = p.dec.DecodePayload(rec.Codec, rec.Data, p.evs[:0])
+		if err != nil {
+			b.Corrupt(rec, rec.Count, err)
+			p.evs = p.evs[:0]
+		}
+		evs := p.evs[min(from.Sub-rec.Pos.Sub, int64(len(p.evs))):]
+		if len(evs) == 0 {
+			evs = nil // not Records: an empty batch of events
+		}
+		sub := &stream.Batch{Partition: b.Partition, From: from, To: to, Events: evs, Filter: b.Filter}
+		if err := p.Handler.Handle(ctx, sub); err != nil {
 			return err
 		}
-		l.commit()
-		return nil
 	}
-	// read reads a record's rows (an event's, on the per-event path) with
-	// rctx and adds them, flushing with ctx after every FlushEvery events
-	// added, so that windows close at the same events however the log
-	// was read.
-	added := 0
-	var flushErr error // returned as it is, not as a read error
-	read := func(rctx context.Context, follow bool) error {
-		room := func(_ *Batch, lo, hi int) int { return lo + l.o.FlushEvery - added }
-		added1 := func(n int) error {
-			if added += n; added < l.o.FlushEvery {
-				return nil
-			}
-			added = 0
-			flushErr = flush(ctx, false)
-			return flushErr
-		}
-		if l.o.perEvent {
-			d, off, err := rd.Next(rctx, follow)
-			if err != nil {
-				return err
-			}
-			r.Add(&d, off)
-			return added1(1)
-		}
-		return rd.NextRows(rctx, follow, func(rows *decisionlog.Rows) error {
-			return r.addDecoded(rows.Rows, 0, rows.Offset, rows.Skip, room, added1)
-		})
-	}
-	for {
-		err := read(ctx, false)
-		l.noteLoss()
-		if err == nil {
-			continue
-		}
-		if flushErr != nil {
-			return flushErr
-		}
-		if !decisionlog.IsEnd(err) {
-			return fmt.Errorf("aggregate log: %w", err)
-		}
-		added = 0
-		if !l.o.Follow {
-			return flush(ctx, true)
-		}
-		// At the end of the log: flush what closed, then wait for more
-		// for a tick at most.
-		r.Advance(l.o.Now())
-		if err := flush(ctx, false); err != nil {
-			return err
-		}
-		wctx, cancel := context.WithTimeout(ctx, l.o.Tick)
-		err = read(wctx, true)
-		cancel()
-		l.noteLoss()
-		switch {
-		case err == nil:
-		case flushErr != nil:
-			return flushErr
-		case ctx.Err() != nil:
-			// A clean shutdown emits the open windows with the context
-			// that is not done.
-			return flush(context.WithoutCancel(ctx), true)
-		case errors.Is(err, context.DeadlineExceeded):
-		default:
-			return fmt.Errorf("aggregate log: %w", err)
-		}
-	}
+	return nil
 }
 
 // partitionRun is one partition's Rollup with its state store and sinks:
@@ -260,6 +275,12 @@ func (p *partitionRun) resume(ctx context.Context) error {
 // save writes the state with outs, then delivers outs and writes the state
 // without them. With no outs it writes the state once.
 func (p *partitionRun) save(ctx context.Context, outs []Output) error {
+	if _, ok := p.store.(noState); ok {
+		if len(outs) == 0 {
+			return nil
+		}
+		return p.deliver(ctx, State{Pending: outs})
+	}
 	snap, err := p.r.AppendSnapshot(nil)
 	if err != nil {
 		return err

@@ -245,3 +245,26 @@ func TestRunLogColumnsEqualsEvents(t *testing.T) {
 	f(LogOptions{FlushEvery: 4096, Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond, Late: LateDrop}})
 	f(LogOptions{FlushEvery: 777, Since: ds[2500].Time, Until: ds[27_000].Time, Rollup: Options{Window: 2 * time.Second, TopK: 3}})
 }
+
+// TestRunLogPositionIsTheState: a run's position is its state's, not the
+// log's consumer offset: a fresh state directory reads the log from its
+// start though another run, under the same consumer name, committed the
+// log's end; and each run commits its own position.
+func TestRunLogPositionIsTheState(t *testing.T) {
+	ds := testEvents(3000)
+	logDir := filepath.Join(t.TempDir(), "log")
+	writeLog(t, logDir, ds)
+	for i := range 2 {
+		st, err := RunLog(context.Background(), LogOptions{Dir: logDir, StateDir: t.TempDir(), Consumer: "aggregate",
+			Rollup: Options{Window: time.Second}, Sinks: []Sink{&PartialsDir{Dir: t.TempDir()}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Read.Events != 3000 || st.Next != 3000 {
+			t.Errorf("run %d: read %d events to %d, want the whole log", i, st.Read.Events, st.Next)
+		}
+		if off, _, err := seglog.ReadOffset(logDir, "aggregate"); off != 3000 || err != nil {
+			t.Errorf("run %d: consumer offset %d (%v), want 3000", i, off, err)
+		}
+	}
+}

@@ -109,15 +109,22 @@ type Filter struct {
 // Reader reads events back from a log directory. It is not safe for
 // concurrent use.
 type Reader struct {
+	reading
+	dec    *columnar.Decoder
+	batch  []decisions.Decision
+	next   int
+	offset uint64 // offset of batch[next]
+	rows   Rows   // NextRows'
+}
+
+// reading is what a Reader and a Source share: the log reader, the filter,
+// and what they count and keep of what they read. It is not safe for
+// concurrent use.
+type reading struct {
 	r       *seglog.Reader
-	dec     *columnar.Decoder
 	filter  Filter
-	batch   []decisions.Decision
-	next    int
-	offset  uint64 // offset of batch[next]
 	stats   ReadStats
 	badRecs []error // undecodable records, the first maxBadRecs
-	rows    Rows    // NextRows'
 	skip    []bool
 	times   []int64
 }
@@ -143,7 +150,7 @@ func Open(dir string, f Filter) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{r: r, dec: columnar.NewDecoder(), filter: f}, nil
+	return &Reader{reading: reading{r: r, filter: f}, dec: columnar.NewDecoder()}, nil
 }
 
 // Next returns the next event and its offset, io.EOF at the end of the log,
@@ -170,7 +177,7 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 		}
 		r.batch, err = r.dec.DecodePayload(columnar.Codec(rec.Codec), rec.Payload, r.batch[:0])
 		if err != nil {
-			r.undecodable(rec, err)
+			r.undecodable(rec.FirstOffset, int(rec.Count), err)
 			r.batch = r.batch[:0]
 		}
 		r.next, r.offset = 0, rec.FirstOffset
@@ -179,7 +186,7 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 
 // record reads the next record; ok is false for one the filter skips
 // whole (counted).
-func (r *Reader) record(ctx context.Context, follow bool) (rec seglog.Record, ok bool, err error) {
+func (r *reading) record(ctx context.Context, follow bool) (rec seglog.Record, ok bool, err error) {
 	if follow {
 		rec, err = r.r.Follow(ctx)
 	} else {
@@ -188,28 +195,39 @@ func (r *Reader) record(ctx context.Context, follow bool) (rec seglog.Record, ok
 	if err != nil {
 		return rec, false, err
 	}
+	return rec, r.keep(&rec, follow), nil
+}
+
+// keep counts a record read and reports whether the filter may keep any
+// of its events; the events of one it skips whole are counted as skipped.
+func (r *reading) keep(rec *seglog.Record, follow bool) bool {
 	r.stats.Records++
 	r.stats.Bytes += uint64(len(rec.Payload))
 	if !r.filter.Until.IsZero() && !rec.MinTime.Before(r.filter.Until) && !follow {
 		// Records are appended in time order per writer; one starting
 		// at or after Until ends the read.
 		r.stats.Skipped += uint64(rec.Count)
-		return rec, false, nil
+		return false
 	}
 	if !r.filter.Since.IsZero() && rec.MaxTime.Before(r.filter.Since) {
 		r.stats.Skipped += uint64(rec.Count)
-		return rec, false, nil
+		return false
 	}
-	return rec, true, nil
+	return true
 }
 
-// undecodable counts a record whose payload could not be decoded.
-func (r *Reader) undecodable(rec seglog.Record, err error) {
+// undecodable counts a record, at offset off, whose payload could not be
+// decoded, losing lost events, and returns its error when it is among the
+// first maxBadRecs (kept for Undecodable), else nil.
+func (r *reading) undecodable(off uint64, lost int, err error) error {
 	r.stats.BadBatch++
-	r.stats.BadEvents += uint64(rec.Count)
-	if len(r.badRecs) < maxBadRecs {
-		r.badRecs = append(r.badRecs, fmt.Errorf("record at offset %d (%d events): %w", rec.FirstOffset, rec.Count, err))
+	r.stats.BadEvents += uint64(lost)
+	if len(r.badRecs) >= maxBadRecs {
+		return nil
 	}
+	err = fmt.Errorf("record at offset %d (%d events): %w", off, lost, err)
+	r.badRecs = append(r.badRecs, err)
+	return err
 }
 
 // skipped reports whether the filter leaves out the event at offset off
@@ -248,18 +266,9 @@ func (r *Reader) NextRows(ctx context.Context, follow bool, f func(*Rows) error)
 		off := rec.FirstOffset
 		var ferr error
 		err = r.dec.DecodeRows(columnar.Codec(rec.Codec), rec.Payload, func(rows columnar.Rows) error {
-			n := rows.Len()
 			b := &r.rows
-			*b = Rows{Rows: rows, Offset: off, Skip: r.skips(rows, off)}
-			off += uint64(n)
-			kept := uint64(n)
-			for _, s := range b.Skip {
-				if s {
-					kept--
-				}
-			}
-			r.stats.Events += kept
-			r.stats.Skipped += uint64(n) - kept
+			*b = Rows{Rows: rows, Offset: off, Skip: r.filterRows(rows, off)}
+			off += uint64(rows.Len())
 			ferr = f(b)
 			*b = Rows{}
 			return ferr
@@ -268,15 +277,31 @@ func (r *Reader) NextRows(ctx context.Context, follow bool, f func(*Rows) error)
 		case ferr != nil && err == ferr:
 			return err
 		case err != nil:
-			r.undecodable(rec, err)
+			r.undecodable(rec.FirstOffset, int(rec.Count), err)
 		}
 		return nil
 	}
 }
 
+// filterRows returns the Skip of rows starting at offset off, nil when the
+// filter keeps every row, and counts the rows as events or skipped.
+func (r *reading) filterRows(rows columnar.Rows, off uint64) []bool {
+	n := rows.Len()
+	skip := r.skips(rows, off)
+	kept := uint64(n)
+	for _, s := range skip {
+		if s {
+			kept--
+		}
+	}
+	r.stats.Events += kept
+	r.stats.Skipped += uint64(n) - kept
+	return skip
+}
+
 // skips returns the Skip of rows starting at offset off, nil when the
 // filter keeps every row.
-func (r *Reader) skips(rows columnar.Rows, off uint64) []bool {
+func (r *reading) skips(rows columnar.Rows, off uint64) []bool {
 	f := &r.filter
 	n := rows.Len()
 	if off >= f.From && f.Since.IsZero() && f.Until.IsZero() || n == 0 {

@@ -1,0 +1,351 @@
+package decisionlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/decisions/stream"
+)
+
+// SourceOptions configure a Source. The zero value reads the whole log
+// once, as partition "log", in batches of DefaultBatchEvents events.
+type SourceOptions struct {
+	Partition string // the partition's name handed to the handler; default "log"
+	Follow    bool   // at the end of the log, wait for more until the context is done
+	Since     time.Time
+	Until     time.Time // events before Since or at or after Until are skipped (counted); zero: no bound
+	// Consumer, if set, is the name under which the source commits the
+	// handler's position as the log's consumer offset
+	// (seglog.CommitReaderOffset), when the handler opens the partition
+	// and after each batch it handles, so that the log's retention reports
+	// the segments it removes before this consumer read them. The
+	// committed offset is also what the handler's Open is offered (the
+	// log's start when it cannot be read, which is reported through
+	// Problem). A commit that fails is reported once through Problem and
+	// does not stop the run.
+	Consumer string
+	// BatchEvents is how many events a batch holds at least, unless the
+	// end of what is written comes first: a batch is whole consecutive
+	// records, never a part of one (but for the first record read, when
+	// the handler resumes inside it). Default DefaultBatchEvents.
+	BatchEvents int
+	// Tick is how often, at the end of a followed log, the handler's Idle
+	// is called while nothing new is written; default 200 ms.
+	Tick time.Duration
+	// Problem, if set, is called with each problem of the log as the
+	// source meets it: a corrupt region or a missing segment (a
+	// seglog.Problem, which names the segment file and byte offset), a
+	// record that could not be decoded, or events removed from the log
+	// before this partition read them (an error wrapping
+	// seglog.ErrMissing). Beyond the first 1000 corrupt regions and 100
+	// undecodable records it is not called; Stats and Loss count them all.
+	// It is called from the goroutine of Run, during Handle for a record
+	// that cannot be decoded.
+	Problem func(error)
+	// Log, if set, is the process's own writer of the log in the
+	// directory: the source then reads through it (Log.Reader), and a
+	// following source wakes at once when it appends rather than at the
+	// next look at the files (Options.FollowPoll of the Log).
+	Log *seglog.Log
+}
+
+// DefaultBatchEvents is the events a Source's batch holds at least by
+// default: about one record of a busy writer (PerBufferFrom and over).
+const DefaultBatchEvents = 4096
+
+// Source serves the log in a directory to a stream.Handler as one
+// partition, whose positions are log offsets (stream.Offset). The
+// handler's nil return from Handle commits the batch: the source then
+// reads on and, with a Consumer, commits the batch's end as the log's
+// consumer offset. An error from Handle ends Run: the process restarts,
+// and the handler's Open says where to resume.
+//
+// A Source is not safe for concurrent use. Stats and Loss may be called
+// from the handler's methods during Run, and after it.
+type Source struct {
+	dir string
+	o   SourceOptions
+	rd  reading
+	// resumed: the read started from a position the handler returned,
+	// not the log's start.
+	resumed bool
+	pending *seglog.Record // read while waiting for more, not yet batched
+	seen    lossSeen
+}
+
+// lossSeen is what of the reader's problems and of the consumer offset a
+// Source has passed on.
+type lossSeen struct {
+	corrupt     int  // seglog problems passed, of Reader.Problems
+	corruptFull bool // Reader.Problems keeps no more: stop copying it
+	problems    uint64
+	removed     bool
+	committed   uint64 // the position last committed as a consumer offset
+	commitOK    bool   // committed is set
+	commitErr   bool   // a commit failed and was reported
+}
+
+// NewSource returns a Source of the log in dir. The log is opened by Run.
+func NewSource(dir string, o SourceOptions) *Source {
+	if o.Partition == "" {
+		o.Partition = "log"
+	}
+	if o.BatchEvents <= 0 {
+		o.BatchEvents = DefaultBatchEvents
+	}
+	if o.Tick <= 0 {
+		o.Tick = 200 * time.Millisecond
+	}
+	return &Source{dir: dir, o: o}
+}
+
+// Run opens the partition with h (offering the committed consumer offset,
+// or the log's start), reads the log from the position h.Open returns and
+// hands it to h.Handle in batches. Without Follow it stops at the end of
+// the log, calls h.Close with ended true and returns its error. With
+// Follow it calls h.Idle about every Tick while nothing new is written,
+// and when ctx is done calls h.Close with ended true, with a context that
+// is not done (the log has one reader: a clean shutdown emits what is
+// open), and returns its error. An error from the handler is returned as
+// it is; a Source runs once.
+func (s *Source) Run(ctx context.Context, h stream.Handler) error {
+	if s.rd.r != nil {
+		return errors.New("read log: the source has already run")
+	}
+	var from stream.Position
+	if s.o.Consumer != "" {
+		// An offset that cannot be read is the log's start to the handler,
+		// and the next commit replaces it.
+		off, ok, err := seglog.ReadOffset(s.dir, s.o.Consumer)
+		if err != nil && s.o.Problem != nil {
+			s.o.Problem(fmt.Errorf("%w (offering partition %s the log's start)", err, s.o.Partition))
+		}
+		if ok {
+			from = stream.Offset(off)
+		}
+	}
+	pos, err := h.Open(ctx, s.o.Partition, from)
+	if err != nil {
+		return err
+	}
+	start := pos.Offset()
+	pos = stream.Offset(start)
+	var r *seglog.Reader
+	if s.o.Log != nil {
+		r, err = s.o.Log.Reader(start)
+	} else {
+		r, err = seglog.OpenReader(s.dir, start, seglog.Options{})
+	}
+	if err != nil {
+		return fmt.Errorf("read log: %w", err)
+	}
+	defer r.Close()
+	s.rd = reading{r: r, filter: Filter{From: start, Since: s.o.Since, Until: s.o.Until}}
+	s.resumed = start > 0
+	s.commit(start)
+	for {
+		b, end, err := s.batch(ctx, pos)
+		hctx := ctx
+		if err != nil {
+			if !s.shutdown(ctx, err) {
+				return s.stop(ctx, h, err)
+			}
+			// What was read goes in before the open windows go out.
+			hctx = context.WithoutCancel(ctx)
+		}
+		if b != nil {
+			if err := h.Handle(hctx, b); err != nil {
+				return err
+			}
+			pos = b.To
+			s.commit(pos.Offset())
+		}
+		if err != nil {
+			return s.stop(ctx, h, err)
+		}
+		if !end {
+			continue
+		}
+		if !s.o.Follow {
+			return h.Close(ctx, s.o.Partition, true)
+		}
+		if err := s.wait(ctx, h); err != nil {
+			return s.stop(ctx, h, err)
+		}
+	}
+}
+
+// shutdown reports whether err, from reading or waiting, is a following
+// source's clean shutdown: ctx is done.
+func (s *Source) shutdown(ctx context.Context, err error) bool {
+	return s.o.Follow && ctx.Err() != nil && errors.Is(err, ctx.Err())
+}
+
+// stop ends Run on an error err from reading or waiting: on a clean
+// shutdown the partition is closed as ended, with a context that is not
+// done; when ctx is done without Follow it is closed as not ended.
+func (s *Source) stop(ctx context.Context, h stream.Handler, err error) error {
+	switch {
+	case s.shutdown(ctx, err):
+		return h.Close(context.WithoutCancel(ctx), s.o.Partition, true)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return errors.Join(err, h.Close(context.WithoutCancel(ctx), s.o.Partition, false))
+	}
+	return err
+}
+
+// batch reads the next batch from pos: whole records until it holds
+// BatchEvents events or the end of what is written (end). It is nil when
+// nothing was read. On a read error it returns the batch read so far
+// with the error.
+func (s *Source) batch(ctx context.Context, pos stream.Position) (b *stream.Batch, end bool, err error) {
+	next := pos.Offset()
+	var recs []stream.Record
+	events := 0
+	for events < s.o.BatchEvents {
+		rec, err := s.next(ctx)
+		if errors.Is(err, io.EOF) {
+			end = true
+			break
+		}
+		if err != nil {
+			return s.batchOf(pos, next, recs), false, fmt.Errorf("read log: %w", err)
+		}
+		next = max(next, rec.FirstOffset+uint64(rec.Count))
+		if !s.rd.keep(&rec, s.o.Follow) {
+			continue
+		}
+		recs = append(recs, stream.Record{Pos: stream.Offset(rec.FirstOffset), Codec: columnar.Codec(rec.Codec), Data: rec.Payload, Count: int(rec.Count)})
+		events += int(rec.Count) - int(min(pos.Offset()-min(pos.Offset(), rec.FirstOffset), uint64(rec.Count)))
+	}
+	return s.batchOf(pos, next, recs), end, nil
+}
+
+// batchOf returns the batch of recs from pos to next, nil if empty.
+func (s *Source) batchOf(pos stream.Position, next uint64, recs []stream.Record) *stream.Batch {
+	if next <= pos.Offset() {
+		return nil
+	}
+	if recs == nil {
+		// Records skipped whole: the handler moves past them.
+		recs = []stream.Record{}
+	}
+	return &stream.Batch{
+		Partition: s.o.Partition,
+		From:      pos,
+		To:        stream.Offset(next),
+		Records:   recs,
+		Filter:    s.filter,
+		Corrupt:   s.corrupt,
+	}
+}
+
+// next returns the next record, io.EOF at the end of what is written.
+func (s *Source) next(ctx context.Context) (seglog.Record, error) {
+	if p := s.pending; p != nil {
+		s.pending = nil
+		return *p, nil
+	}
+	rec, err := s.rd.r.Next(ctx)
+	s.noteLoss()
+	return rec, err
+}
+
+// wait calls h.Idle, then again every Tick until a record is written, which
+// it keeps for the next batch.
+func (s *Source) wait(ctx context.Context, h stream.Handler) error {
+	for {
+		if err := h.Idle(ctx, s.o.Partition); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, s.o.Tick)
+		rec, err := s.rd.r.Follow(wctx)
+		cancel()
+		s.noteLoss()
+		switch {
+		case err == nil:
+			s.pending = &rec
+			return nil
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		default:
+			return err
+		}
+	}
+}
+
+// filter is the batches' Filter: the time range, and the events before
+// the position the handler resumed from, counted as skipped.
+func (s *Source) filter(rows columnar.Rows, first stream.Position) []bool {
+	return s.rd.filterRows(rows, first.Offset())
+}
+
+// corrupt is the batches' Corrupt.
+func (s *Source) corrupt(rec *stream.Record, lost int, err error) {
+	if err := s.rd.undecodable(rec.Pos.Offset(), lost, err); err != nil && s.o.Problem != nil {
+		s.o.Problem(fmt.Errorf("%s: %w", s.dir, err))
+	}
+}
+
+// Stats returns what the source read so far. Events and Skipped count the
+// rows the handler read (Batch.Rows); BadBatch and BadEvents the records
+// it met that could not be decoded.
+func (s *Source) Stats() ReadStats { return s.rd.stats }
+
+// Loss totals what the source could not read: every corrupt region and
+// missing segment, and, when the handler resumed from a position, the
+// events from it that the log no longer held (a read from the start starts
+// wherever the log starts).
+func (s *Source) Loss() seglog.Loss {
+	if s.rd.r == nil {
+		return seglog.Loss{}
+	}
+	lo := s.rd.r.Loss()
+	if !s.resumed {
+		lo.Removed, lo.Start = 0, 0
+	}
+	return lo
+}
+
+// noteLoss passes the problems the reader met since the last call to
+// Problem. It costs two counter reads when there are none.
+func (s *Source) noteLoss() {
+	if s.o.Problem == nil {
+		return
+	}
+	lo, seen := s.Loss(), &s.seen
+	if lo.Removed > 0 && !seen.removed {
+		seen.removed = true
+		s.o.Problem(fmt.Errorf("%s: events at offsets %d to %d were removed from the log before partition %s read them (it resumed at %d; the log now starts at %d): %w",
+			s.dir, lo.Start-lo.Removed, lo.Start-1, s.o.Partition, lo.Start-lo.Removed, lo.Start, seglog.ErrMissing))
+	}
+	if lo.Problems != seen.problems && !seen.corruptFull {
+		seen.problems = lo.Problems
+		ps := s.rd.r.Problems()
+		for _, p := range ps[min(seen.corrupt, len(ps)):] {
+			s.o.Problem(p)
+		}
+		seen.corruptFull = len(ps) == seen.corrupt
+		seen.corrupt = len(ps)
+	}
+}
+
+// commit commits next as the consumer offset of Consumer, when it moved.
+func (s *Source) commit(next uint64) {
+	seen := &s.seen
+	if s.o.Consumer == "" || seen.commitOK && next == seen.committed {
+		return
+	}
+	if err := seglog.CommitReaderOffset(s.dir, s.o.Consumer, next); err != nil {
+		if !seen.commitErr && s.o.Problem != nil {
+			s.o.Problem(fmt.Errorf("%w (retention will not know what partition %s has read)", err, s.o.Partition))
+		}
+		seen.commitErr = true
+		return
+	}
+	seen.committed, seen.commitOK = next, true
+}

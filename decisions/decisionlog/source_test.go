@@ -1,0 +1,529 @@
+package decisionlog_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/decisions/stream"
+)
+
+var _ stream.Handler = (*recorder)(nil)
+
+// recorder is a stream.Handler that reads every batch's rows and records
+// what it was handed.
+type recorder struct {
+	mu      sync.Mutex      // the synctest tests read it while Run goes on
+	resume  stream.Position // what Open returns; zero: what it is offered
+	offered []stream.Position
+	dec     *columnar.Decoder
+	batches []batchSeen
+	events  []event // the rows read, not skipped
+	idles   int
+	closes  []closeSeen
+	// handle, if set, is called with each batch after its rows are read,
+	// and its error returned.
+	handle func(*stream.Batch) error
+	// idle, if set, is called by Idle.
+	idle func()
+}
+
+type batchSeen struct {
+	from, to stream.Position
+	recs     []stream.Position
+	events   int // events of its records from From on
+}
+
+type event struct {
+	off  uint64
+	time int64
+}
+
+type closeSeen struct {
+	ended  bool
+	ctxErr error
+}
+
+func (r *recorder) Open(_ context.Context, partition string, from stream.Position) (stream.Position, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.offered = append(r.offered, from)
+	r.dec = columnar.NewDecoder()
+	if r.resume != (stream.Position{}) {
+		return r.resume, nil
+	}
+	return from, nil
+}
+
+func (r *recorder) Handle(_ context.Context, b *stream.Batch) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := batchSeen{from: b.From, to: b.To}
+	var times []int64
+	for _, rec := range b.Records {
+		seen.recs = append(seen.recs, rec.Pos)
+		seen.events += rec.Count - int(max(b.From.Sub-rec.Pos.Sub, 0))
+	}
+	_, err := b.Rows(r.dec, func(rows *stream.Rows) error {
+		if rows.Columns != nil {
+			times = rows.Columns.Times(times)
+		}
+		for i := rows.Lo; i < rows.Len(); i++ {
+			if rows.Skip != nil && rows.Skip[i] {
+				continue
+			}
+			t := int64(0)
+			if rows.Columns != nil {
+				t = times[i]
+			} else {
+				t = rows.Events[i].Time.UnixNano()
+			}
+			r.events = append(r.events, event{rows.Pos.Offset() + uint64(i), t})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.batches = append(r.batches, seen)
+	if r.handle != nil {
+		return r.handle(b)
+	}
+	return nil
+}
+
+func (r *recorder) Idle(context.Context, string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.idles++
+	if r.idle != nil {
+		r.idle()
+	}
+	return nil
+}
+
+func (r *recorder) Close(ctx context.Context, _ string, ended bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closes = append(r.closes, closeSeen{ended, ctx.Err()})
+	return nil
+}
+
+// counts returns the events read and the Idle calls so far.
+func (r *recorder) counts() (events, idles int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events), r.idles
+}
+
+// readerEvents reads dir with a Reader and f, as the reference.
+func readerEvents(t *testing.T, dir string, f decisionlog.Filter) ([]event, decisionlog.ReadStats, seglog.Loss) {
+	t.Helper()
+	r, err := decisionlog.Open(dir, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []event
+	for {
+		d, off, err := r.Next(context.Background(), false)
+		if decisionlog.IsEnd(err) {
+			return out, r.Stats(), r.Loss()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, event{off, d.Time.UnixNano()})
+	}
+}
+
+// writeRecords writes records of the given sizes to a fresh log in dir.
+func writeRecords(t *testing.T, dir string, codec columnar.Codec, sizes ...int) {
+	t.Helper()
+	l := openLog(t, dir)
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: codec})
+	g := decisiontest.NewGenerator(21, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	for _, n := range sizes {
+		if err := w.WriteBatch(g.Batch(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSourceBatchesAtRecords: batches are whole records, each the
+// shortest run of them holding BatchEvents events (the last up to the
+// end), they hand every event once, as the Reader reads them, with its
+// counts, and the partition ends with Close(ended).
+func TestSourceBatchesAtRecords(t *testing.T) {
+	dir := t.TempDir()
+	writeRecords(t, dir, columnar.CodecArrow, 100, 300, 50, 500, 20, 20, 20, 4000, 7)
+	writeRecords(t, dir, columnar.CodecJSON, 30, 30)
+	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 400})
+	h := &recorder{}
+	if err := src.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	want := []batchSeen{
+		{stream.Offset(0), stream.Offset(400), []stream.Position{stream.Offset(0), stream.Offset(100)}, 400},
+		{stream.Offset(400), stream.Offset(950), []stream.Position{stream.Offset(400), stream.Offset(450)}, 550},
+		{stream.Offset(950), stream.Offset(5010), []stream.Position{stream.Offset(950), stream.Offset(970), stream.Offset(990), stream.Offset(1010)}, 4060},
+		{stream.Offset(5010), stream.Offset(5077), []stream.Position{stream.Offset(5010), stream.Offset(5017), stream.Offset(5047)}, 67},
+	}
+	if !slices.EqualFunc(h.batches, want, batchEqual) {
+		t.Errorf("batches\n%+v, want\n%+v", h.batches, want)
+	}
+	evs, stats, _ := readerEvents(t, dir, decisionlog.Filter{})
+	if !slices.Equal(h.events, evs) {
+		t.Errorf("%d events handed, want the Reader's %d", len(h.events), len(evs))
+	}
+	if src.Stats() != stats {
+		t.Errorf("stats %+v, want the Reader's %+v", src.Stats(), stats)
+	}
+	if !slices.Equal(h.closes, []closeSeen{{true, nil}}) || h.idles != 0 {
+		t.Errorf("closes %v, idles %d: want one Close(ended), no Idle", h.closes, h.idles)
+	}
+}
+
+func batchEqual(a, b batchSeen) bool {
+	return a.from == b.from && a.to == b.to && a.events == b.events && slices.Equal(a.recs, b.recs)
+}
+
+// TestSourceResumesInsideRecord: a handler resuming inside a record gets
+// that record whole, its events from the position on, and the events
+// before are counted as skipped, as a Reader from that offset counts them.
+// The consumer offset is what Open is offered.
+func TestSourceResumesInsideRecord(t *testing.T) {
+	dir := t.TempDir()
+	writeRecords(t, dir, columnar.CodecArrow, 100, 300, 50)
+	if err := seglog.CommitReaderOffset(dir, "agg", 120); err != nil {
+		t.Fatal(err)
+	}
+	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 250, Consumer: "agg"})
+	h := &recorder{resume: stream.Offset(150)}
+	if err := src.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(h.offered, []stream.Position{stream.Offset(120)}) {
+		t.Errorf("Open offered %v, want the consumer offset 120", h.offered)
+	}
+	want := []batchSeen{
+		{stream.Offset(150), stream.Offset(400), []stream.Position{stream.Offset(100)}, 250},
+		{stream.Offset(400), stream.Offset(450), []stream.Position{stream.Offset(400)}, 50},
+	}
+	if !slices.EqualFunc(h.batches, want, batchEqual) {
+		t.Errorf("batches\n%+v, want\n%+v", h.batches, want)
+	}
+	evs, stats, _ := readerEvents(t, dir, decisionlog.Filter{From: 150})
+	if !slices.Equal(h.events, evs) || evs[0].off != 150 {
+		t.Errorf("%d events handed, want the Reader's %d from 150", len(h.events), len(evs))
+	}
+	if src.Stats() != stats || stats.Skipped != 50 {
+		t.Errorf("stats %+v, want the Reader's %+v (50 skipped)", src.Stats(), stats)
+	}
+	if off, _, _ := seglog.ReadOffset(dir, "agg"); off != 450 {
+		t.Errorf("consumer offset %d, want 450", off)
+	}
+}
+
+// TestSourceTimeRange: Since and Until leave out what the Reader's filter
+// leaves out, counted as skipped, whole records before Since unread.
+func TestSourceTimeRange(t *testing.T) {
+	dir := t.TempDir()
+	sizes := slices.Repeat([]int{200}, 30)
+	writeRecords(t, dir, columnar.CodecArrow, sizes...)
+	all, _, _ := readerEvents(t, dir, decisionlog.Filter{})
+	since, until := time.Unix(0, all[1234].time), time.Unix(0, all[4321].time)
+	for _, f := range []decisionlog.Filter{{Since: since}, {Until: until}, {Since: since, Until: until}} {
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 1000, Since: f.Since, Until: f.Until})
+		h := &recorder{}
+		if err := src.Run(context.Background(), h); err != nil {
+			t.Fatal(err)
+		}
+		evs, stats, _ := readerEvents(t, dir, f)
+		if !slices.Equal(h.events, evs) || len(evs) == 0 || len(evs) == len(all) {
+			t.Errorf("%+v: %d events handed, want the Reader's %d of %d", f, len(h.events), len(evs), len(all))
+		}
+		if src.Stats() != stats || stats.Skipped == 0 {
+			t.Errorf("%+v: stats %+v, want the Reader's %+v", f, src.Stats(), stats)
+		}
+		if last := h.batches[len(h.batches)-1]; last.to != stream.Offset(6000) {
+			t.Errorf("%+v: the last batch ends at %v, want 6000", f, last.to)
+		}
+	}
+}
+
+// TestSourceLoss: a corrupt region, a deleted segment and a record that
+// cannot be decoded are read past, counted as the Reader counts them, and
+// each reported once through Problem.
+func TestSourceLoss(t *testing.T) {
+	dir := t.TempDir()
+	l, err := seglog.Open(dir, seglog.Options{SegmentBytes: 1 << 10, Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	g := decisiontest.NewGenerator(5, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	for i := range 8 {
+		if err := w.WriteBatch(g.Batch(40)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 5 {
+			ds := g.Batch(3)
+			if _, err := l.Append(seglog.Record{Count: 3, MinTime: ds[0].Time, MaxTime: ds[2].Time, Codec: uint8(columnar.CodecArrow), Payload: []byte("not an arrow batch")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if len(segs) < 6 {
+		t.Fatalf("%d segments, want a record a segment", len(segs))
+	}
+	if err := os.Remove(segs[2]); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(segs[4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 2; i < len(b)/2+16; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(segs[4], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var problems []error
+	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 100, Problem: func(err error) { problems = append(problems, err) }})
+	h := &recorder{}
+	if err := src.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	evs, stats, loss := readerEvents(t, dir, decisionlog.Filter{})
+	if !slices.Equal(h.events, evs) || len(evs) != 6*40 {
+		t.Errorf("%d events handed, want the Reader's %d (240)", len(h.events), len(evs))
+	}
+	if src.Stats() != stats || stats.BadBatch != 1 || stats.BadEvents != 3 {
+		t.Errorf("stats %+v, want the Reader's %+v (one bad record of 3)", src.Stats(), stats)
+	}
+	if src.Loss() != loss || loss.Gaps != 1 || loss.Problems != 2 || loss.Events != 80 {
+		t.Errorf("loss %+v, want the Reader's %+v (a gap and a corrupt region of 40 events each)", src.Loss(), loss)
+	}
+	var corrupt, missing, undecodable int
+	for _, p := range problems {
+		var sp seglog.Problem
+		switch {
+		case errors.As(p, &sp) && errors.Is(p, seglog.ErrMissing):
+			missing++
+		case errors.As(p, &sp) && errors.Is(p, seglog.ErrCorrupt):
+			corrupt++
+		case !errors.As(p, &sp):
+			undecodable++
+		}
+	}
+	if len(problems) != 3 || corrupt != 1 || missing != 1 || undecodable != 1 {
+		t.Errorf("problems %q: want a corrupt region, a missing segment and an undecodable record", problems)
+	}
+}
+
+// TestSourceCommitsAfterHandle: the consumer offset moves to a batch's end
+// only once Handle returned nil, and a Handle error ends Run with it,
+// leaving the offset at the last batch handled.
+func TestSourceCommitsAfterHandle(t *testing.T) {
+	dir := t.TempDir()
+	writeRecords(t, dir, columnar.CodecArrow, 100, 100, 100, 100)
+	failed := errors.New("outputs not durable")
+	h := &recorder{}
+	h.handle = func(b *stream.Batch) error {
+		off, _, err := seglog.ReadOffset(dir, "agg")
+		if err != nil || stream.Offset(off) != b.From {
+			t.Errorf("during Handle of %v: consumer offset %d (%v), want the batch's start", b.From, off, err)
+		}
+		if b.From == stream.Offset(200) {
+			return failed
+		}
+		return nil
+	}
+	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 100, Consumer: "agg"})
+	if err := src.Run(context.Background(), h); !errors.Is(err, failed) {
+		t.Fatalf("Run: %v, want the handler's error", err)
+	}
+	if off, _, _ := seglog.ReadOffset(dir, "agg"); off != 200 {
+		t.Errorf("consumer offset %d, want 200", off)
+	}
+	if len(h.closes) != 0 {
+		t.Errorf("closed %v after a handler error", h.closes)
+	}
+	// A restart is offered the committed offset.
+	h2 := &recorder{}
+	if err := decisionlog.NewSource(dir, decisionlog.SourceOptions{Consumer: "agg"}).Run(context.Background(), h2); err != nil {
+		t.Fatal(err)
+	}
+	if h2.offered[0] != stream.Offset(200) || h2.events[0].off != 200 || len(h2.events) != 200 {
+		t.Errorf("restart offered %v, read %d events: want 200 on", h2.offered, len(h2.events))
+	}
+}
+
+// TestSourceCommitFailure: a consumer offset that cannot be committed is
+// reported once and the run goes on.
+func TestSourceCommitFailure(t *testing.T) {
+	dir := t.TempDir()
+	writeRecords(t, dir, columnar.CodecArrow, 100, 100, 100)
+	var problems []error
+	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 100, Consumer: "agg",
+		Problem: func(err error) { problems = append(problems, err) }})
+	h := &recorder{}
+	h.handle = func(b *stream.Batch) error {
+		if b.From != (stream.Position{}) {
+			return nil
+		}
+		// A directory in the offset file's place: renaming onto it fails.
+		path := filepath.Join(dir, "offsets", "agg.off")
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(path, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	}
+	if err := src.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || len(h.events) != 300 {
+		t.Errorf("problems %q, %d events: want one problem, every event", problems, len(h.events))
+	}
+}
+
+// TestSourceUnreadableOffset: a consumer offset file that cannot be read
+// is reported, the handler is offered the log's start, and the next
+// commit replaces the file.
+func TestSourceUnreadableOffset(t *testing.T) {
+	dir := t.TempDir()
+	writeRecords(t, dir, columnar.CodecArrow, 100, 100)
+	if err := seglog.CommitReaderOffset(dir, "agg", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "offsets", "agg.off"), []byte("not an offset"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var problems []error
+	h := &recorder{}
+	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Consumer: "agg", Problem: func(err error) { problems = append(problems, err) }})
+	if err := src.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || !errors.Is(problems[0], seglog.ErrCorrupt) || h.offered[0] != (stream.Position{}) || len(h.events) != 200 {
+		t.Errorf("problems %q, offered %v, %d events: want the corrupt offset reported, the start offered, every event", problems, h.offered, len(h.events))
+	}
+	if off, _, err := seglog.ReadOffset(dir, "agg"); off != 200 || err != nil {
+		t.Errorf("consumer offset %d (%v), want 200", off, err)
+	}
+}
+
+// TestSourceFollowIdles: at the end of a followed log Idle is called once
+// a Tick while nothing is written; an append, polled from the files,
+// wakes the follower within FollowPoll; a done context closes the
+// partition as ended, with a context that is not done.
+func TestSourceFollowIdles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		writeRecords(t, dir, columnar.CodecArrow, 100)
+		ctx, cancel := context.WithCancel(context.Background())
+		h := &recorder{}
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Tick: time.Second})
+		done := make(chan error)
+		go func() { done <- src.Run(ctx, h) }()
+		synctest.Wait()
+		if evs, idles := h.counts(); idles != 1 || evs != 100 {
+			t.Fatalf("at the end: %d idles, %d events; want 1, 100", idles, evs)
+		}
+		time.Sleep(5*time.Second + time.Millisecond)
+		synctest.Wait()
+		if _, idles := h.counts(); idles != 6 {
+			t.Errorf("after 5 ticks: %d idles, want 6", idles)
+		}
+		writeRecords(t, dir, columnar.CodecArrow, 50)
+		time.Sleep(60 * time.Millisecond) // seglog's FollowPoll, 50 ms
+		synctest.Wait()
+		if evs, idles := h.counts(); evs != 150 || idles != 7 {
+			t.Errorf("after an append: %d events, %d idles; want 150, 7", evs, idles)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(h.closes, []closeSeen{{true, nil}}) {
+			t.Errorf("closes %v, want one Close(ended) with a live context", h.closes)
+		}
+	})
+}
+
+// TestSourceAppendWakes: reading through the process's own Log, an append
+// wakes the follower at once, with no time passing.
+func TestSourceAppendWakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		l, err := seglog.Open(dir, seglog.Options{Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+		g := decisiontest.NewGenerator(3, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+		if err := w.WriteBatch(g.Batch(10)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		h := &recorder{}
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour})
+		done := make(chan error)
+		go func() { done <- src.Run(ctx, h) }()
+		synctest.Wait()
+		start := time.Now()
+		if err := w.WriteBatch(g.Batch(5)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if evs, idles := h.counts(); evs != 15 || time.Since(start) != 0 || idles != 2 {
+			t.Errorf("after an append: %d events after %v, %d idles; want 15 at once, 2", evs, time.Since(start), idles)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestSourceCancelledWithoutFollow: a one-pass read stopped by its context
+// returns the context's error and closes the partition as not ended.
+func TestSourceCancelledWithoutFollow(t *testing.T) {
+	dir := t.TempDir()
+	writeRecords(t, dir, columnar.CodecArrow, 100, 100, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &recorder{handle: func(*stream.Batch) error { cancel(); return nil }}
+	err := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 100}).Run(ctx, h)
+	if !errors.Is(err, context.Canceled) || len(h.batches) != 1 {
+		t.Errorf("Run: %v after %d batches, want canceled after 1", err, len(h.batches))
+	}
+	if !slices.Equal(h.closes, []closeSeen{{false, nil}}) {
+		t.Errorf("closes %v, want one Close(not ended)", h.closes)
+	}
+}
