@@ -20,8 +20,9 @@ import (
 // outputs not yet delivered) resumes. The outputs it holds are delivered
 // again and the log is read on from its position: every output of that
 // code's uninterrupted run (testdata/oldstate/want) of events before the
-// position is there, byte for byte, and the partials hold every event
-// once.
+// position is there, byte for byte or, for a window the state held open
+// and this code emits in the current partial encoding, the same once both
+// are encoded so; and the partials hold every event once.
 func TestRunLogResumesOldState(t *testing.T) {
 	const stoppedAt = 9000
 	ds := testEvents(20_000)
@@ -57,7 +58,7 @@ func TestRunLogResumesOldState(t *testing.T) {
 			continue
 		}
 		before++
-		if !bytes.Equal(got[name], b) {
+		if !bytes.Equal(got[name], b) && !sameReencoded(t, got[name], b) {
 			t.Errorf("%s, of events before the state's position, differs or is missing", name)
 		}
 	}
@@ -73,6 +74,29 @@ func TestRunLogResumesOldState(t *testing.T) {
 	if e, n := totals(t, out, time.Second); e != uint64(len(ds)) || n != decided {
 		t.Errorf("partials hold %d events and %d decisions, the log %d and %d", e, n, len(ds), decided)
 	}
+}
+
+// sameReencoded reports whether two partials hold the same aggregates
+// once both are encoded by this code: a window the old state held open is
+// emitted in the current partial encoding (version 3), the old code's in
+// version 2.
+func sameReencoded(t *testing.T, got, want []byte) bool {
+	t.Helper()
+	if got == nil {
+		return false
+	}
+	enc := func(b []byte) []byte {
+		p, err := DecodePartial(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	return bytes.Equal(enc(got), enc(want))
 }
 
 func writeFile(t *testing.T, path string, b []byte) {
