@@ -55,16 +55,94 @@ func (l *Latency) Update(d *decisions.Decision) {
 func (l *Latency) UpdateColumns(b *Batch, lo, hi int) { l.addColumn(b, &b.c.StoreLatency, lo, hi) }
 
 // addColumn adds the latencies of rows [lo, hi) of b's column col, the
-// decisions' (the others' are zero).
+// decisions' (the others' are zero). A latency whose bin is within the
+// store's range is counted in b's scratch (binCounts) and added per bin
+// at the end: within the range the store only adds to a bin and to its
+// count, which commute, and integer sums of float64 counts are exact, so
+// the sketch is the one adding each in turn makes. One outside the range
+// (which may grow or collapse the store) is added in its turn, after what
+// was counted.
 func (l *Latency) addColumn(b *Batch, col *columnar.Ints, lo, hi int) {
 	kinds, idx := b.c.Kind, latencyIndexes()
-	for i := lo; i < hi; i++ {
-		if decisions.Kind(kinds[i]) == decisions.KindDecision {
-			if v := time.Duration(col.Int(i)); v > 0 {
-				l.add(v, idx)
+	if l.Sketch == nil {
+		l.Sketch = newLatencySketch()
+	}
+	st, ok := l.Sketch.GetPositiveValueStore().(*store.CollapsingLowestDenseStore)
+	if !ok { // not a sketch of newLatencySketch's
+		for i := lo; i < hi; i++ {
+			if decisions.Kind(kinds[i]) == decisions.KindDecision {
+				if v := time.Duration(col.Int(i)); v > 0 {
+					l.add(v, idx)
+				}
 			}
 		}
+		return
 	}
+	bins := &b.latency
+	bins.reset(st)
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(kinds[i]) != decisions.KindDecision {
+			continue
+		}
+		v := time.Duration(col.Int(i))
+		switch {
+		case v <= 0:
+		case v < latencyTableMax:
+			if k := idx.index(v); !bins.count(k) {
+				bins.flush(st)
+				st.Add(k)
+				bins.reset(st)
+			}
+		default:
+			bins.flush(st)
+			l.Sketch.Add(float64(v) / 1e6)
+			bins.reset(st)
+		}
+	}
+	bins.flush(st)
+}
+
+// binCounts counts latencies by bin within a store's range [min, max]
+// (see Latency.addColumn); the zero value is ready to use.
+type binCounts struct {
+	min, max int
+	n        []uint32 // by bin - min
+	touched  []int32
+}
+
+// reset makes c count within st's present range; it holds no counts.
+func (c *binCounts) reset(st *store.CollapsingLowestDenseStore) {
+	lo, err1 := st.MinIndex()
+	hi, err2 := st.MaxIndex()
+	if err1 != nil || err2 != nil { // empty: no range
+		lo, hi = 1, 0
+	}
+	c.min, c.max = lo, hi
+	if w := hi - lo + 1; w > len(c.n) {
+		c.n = make([]uint32, w)
+	}
+}
+
+// count counts bin k if it is within the range, else reports false.
+func (c *binCounts) count(k int) bool {
+	if k < c.min || k > c.max {
+		return false
+	}
+	x := k - c.min
+	if c.n[x] == 0 {
+		c.touched = append(c.touched, int32(x))
+	}
+	c.n[x]++
+	return true
+}
+
+// flush adds the counts to st and clears them.
+func (c *binCounts) flush(st *store.CollapsingLowestDenseStore) {
+	for _, x := range c.touched {
+		st.AddWithCount(c.min+int(x), float64(c.n[x]))
+		c.n[x] = 0
+	}
+	c.touched = c.touched[:0]
 }
 
 // UpstreamLatency is the distribution of the origin's latencies, to its
