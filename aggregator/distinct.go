@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"fmt"
-	"math/bits"
 
 	"github.com/axiomhq/hyperloglog"
 	metro "github.com/dgryski/go-metro"
@@ -36,55 +35,22 @@ type Distinct struct {
 // holds m/100 keys, whether or not the list holds them already, a merge
 // that walks the whole list (a tenth of the columnar rollup's time). A
 // sketch's state depends only on the set of hashes inserted (see
-// seenClient), and while it is sparse only on the set of their sparse
-// keys (sparseKey: what the sketch keeps of a hash, from which it makes
-// its registers when it turns dense), so skipping a hash whose key it
-// holds changes nothing. The set keeps those 32-bit keys, half the memory
-// of the hashes. Once it held knownMax keys the sketch is dense, or will
-// be at its next merge, and its inserts are cheap: the set is dropped.
+// seenClient), so skipping one it holds changes nothing. Once it held
+// knownMax hashes the sketch is dense, or will be at its next merge, and
+// its inserts are cheap: the set is dropped.
 type knownHashes struct {
-	slots []uint32 // sparse keys; open addressing, linear probing; 0 is empty (no key is 0)
+	slots []uint64 // open addressing, linear probing; 0 is empty (the hash 0 is always inserted)
 	n     int
 	off   bool
-	// checked: the sketch's precision was found to be 14 (the keys are
-	// those of precision 14; a sketch of another, restored from bytes,
-	// is given every hash).
-	checked bool
 }
 
 // knownMax is the register count of a precision-14 sketch: a sparse one
 // turns dense when its list holds more keys.
 const knownMax = 1 << 14
 
-// sparseKey is the key a sparse sketch of precision 14 keeps of the hash
-// x: the library's encodeHash(x, 14, 25) (hyperloglog v0.3.0, sparse.go),
-// the top 25 bits of x and, when the 11 of them below the register index
-// are zero, the rank of the rest. Never 0. TestSparseKey checks that
-// hashes of one key make one sketch.
-func sparseKey(x uint64) uint32 {
-	const p, pp = 14, 25
-	idx := uint32(x >> (64 - pp))
-	if x>>(64-pp)&(1<<(pp-p)-1) == 0 {
-		zeros := bits.LeadingZeros64(x&(1<<(64-pp)-1)<<pp|(1<<pp-1)) + 1
-		return idx<<7 | uint32(zeros<<1) | 1
-	}
-	return idx << 1
-}
-
-// precision14 reports whether sk has precision 14 (its encoding's second
-// byte).
-func precision14(sk *hyperloglog.Sketch) bool {
-	b, err := sk.MarshalBinary()
-	return err == nil && len(b) > 1 && b[1] == 14
-}
-
-// insert inserts h into sk unless k holds its key.
+// insert inserts h into sk unless k holds it.
 func (k *knownHashes) insert(sk *hyperloglog.Sketch, h uint64) {
-	if !k.checked && !k.off {
-		k.checked = true
-		k.off = !precision14(sk)
-	}
-	if k.off {
+	if k.off || h == 0 {
 		sk.InsertHash(h)
 		return
 	}
@@ -95,28 +61,28 @@ func (k *knownHashes) insert(sk *hyperloglog.Sketch, h uint64) {
 			return
 		}
 		old := k.slots
-		k.slots = make([]uint32, max(256, 2*len(old)))
+		k.slots = make([]uint64, max(256, 2*len(old)))
 		for _, x := range old {
 			if x != 0 {
 				k.put(x)
 			}
 		}
 	}
-	if k.put(sparseKey(h)) {
+	if k.put(h) {
 		k.n++
 		sk.InsertHash(h)
 	}
 }
 
-// put adds key to the slots and reports whether it was missing.
-func (k *knownHashes) put(key uint32) bool {
+// put adds h to the slots and reports whether it was missing.
+func (k *knownHashes) put(h uint64) bool {
 	mask := uint64(len(k.slots) - 1)
-	for i := mix64(uint64(key)) & mask; ; i = (i + 1) & mask {
+	for i := mix64(h) & mask; ; i = (i + 1) & mask {
 		switch k.slots[i] {
-		case key:
+		case h:
 			return false
 		case 0:
-			k.slots[i] = key
+			k.slots[i] = h
 			return true
 		}
 	}

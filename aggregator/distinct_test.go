@@ -56,13 +56,8 @@ func TestHyperLogLogSetOnly(t *testing.T) {
 					sk.Estimate()
 				}
 			}
-			// The set keeps sparse keys of precision-14 sketches only.
-			keys := map[uint32]bool{}
-			for _, h := range hs {
-				keys[sparseKey(h)] = true
-			}
-			if p14 := precision14(c.sketch()); k.off != (!p14 || len(keys) > knownMax) || (!k.off && k.n != len(keys)) {
-				t.Errorf("%d hashes: the known set holds %d of %d keys, off %v", c.n, k.n, len(keys), k.off)
+			if k.off != (c.n > knownMax) || (!k.off && k.n != c.n) {
+				t.Errorf("%d hashes: the known set holds %d, off %v", c.n, k.n, k.off)
 			}
 			for name, sk := range map[string]*hyperloglog.Sketch{"repeats": sk, "known": filtered} {
 				got, err := appendHLL(nil, sk)
@@ -73,53 +68,6 @@ func TestHyperLogLogSetOnly(t *testing.T) {
 					t.Errorf("%d hashes, round %d, %s: %d bytes differ from the %d of each hash once", c.n, round, name, len(got), len(want))
 				}
 			}
-		}
-	}
-}
-
-// TestSparseKey: hashes that share a sparse key (sparseKey) make one
-// precision-14 sketch whichever of them are inserted, so knownHashes may
-// insert one of each key; hashes of different keys, ones that differ only
-// in the rank below the top 25 bits among them, are all inserted. Sparse
-// and dense sketches, straight and through knownHashes, encode alike.
-func TestSparseKey(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{200, 5000, 30_000} {
-		var hs []uint64
-		for range n {
-			top := r.Uint64() &^ (1<<39 - 1) // the top 25 bits
-			if r.IntN(3) == 0 {
-				top &^= (1<<11 - 1) << 39 // the 11 bits below the register index zero: the rank is in the key
-			}
-			for range 1 + r.IntN(3) { // hashes of one top, the rest of the bits differing
-				hs = append(hs, top|r.Uint64()>>(25+r.IntN(39)))
-			}
-			if r.IntN(2) == 0 { // and of a top that differs in its last bit only
-				hs = append(hs, top^1<<39|r.Uint64()>>25)
-			}
-		}
-		straight, known, k := hyperloglog.New14(), hyperloglog.New14(), &knownHashes{}
-		keys := map[uint32]bool{}
-		ranks := 0
-		for _, h := range hs {
-			straight.InsertHash(h)
-			k.insert(known, h)
-			if key := sparseKey(h); key == 0 {
-				t.Fatalf("hash %#x: key 0", h)
-			} else if !keys[key] {
-				keys[key] = true
-				ranks += int(key & 1)
-			}
-		}
-		if len(keys) == len(hs) || ranks == 0 {
-			t.Fatalf("%d hashes, %d keys, %d with a rank: no shared keys or no ranks, the test covers nothing", len(hs), len(keys), ranks)
-		}
-		want, err := appendHLL(nil, straight)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := appendHLL(nil, known); err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%d hashes of %d keys: through knownHashes %d bytes differ from the %d of each inserted (%v)", len(hs), len(keys), len(got), len(want), err)
 		}
 	}
 }
