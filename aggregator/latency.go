@@ -201,21 +201,25 @@ func latencyIndex(v time.Duration) int { return latencyMapping.Index(float64(v) 
 
 // indexTable finds latencyIndex(v) for 0 < v < latencyTableMax without a
 // logarithm. latencyIndex is non-decreasing in v, a step function whose
-// steps (bins) are 2 % wide; first[k-lowest] is the least v in bin k, and
-// coarse holds the bin of the least v of each 1/64 of each power of two
-// (ranges narrower than a bin, so at most one step is found by
-// comparison). TestLatencyIndexTable checks it against latencyIndex.
+// steps (bins) are 2 % wide; first[k-lowest] is the least v in bin k.
+// cells holds, for each 1/64 of each power of two (v < 64: each v), ranges
+// narrower than a bin, so holding at most one step: the bin of the
+// range's least value, less lowest, in the low 16 bits, and above them the
+// offset from that value at which the next bin starts (the range's width
+// when it does not start within it); one read an event. The table is
+// checked when made, and TestLatencyIndexTable checks it against
+// latencyIndex.
 type indexTable struct {
 	lowest int
 	first  []int64
-	coarse [64 * 64]int32 // [bits.Len64(v)-1][the 6 bits after the leading one]; v < 64 directly
+	cells  [64 * 64]uint64 // [bits.Len64(v)-1][the 6 bits after the leading one]; v < 64 directly
 }
 
 // latencyIndexes is the table, made on first use (about a millisecond).
 var latencyIndexes = sync.OnceValue(func() *indexTable {
 	t := &indexTable{lowest: latencyIndex(1)}
 	top := latencyIndex(latencyTableMax - 1)
-	t.first = make([]int64, top-t.lowest+2)
+	t.first = make([]int64, top-t.lowest+3)
 	t.first[0] = 1
 	for k := t.lowest + 1; k <= top; k++ {
 		// The least v in [first of k-1, latencyTableMax) whose bin is k or more.
@@ -230,16 +234,21 @@ var latencyIndexes = sync.OnceValue(func() *indexTable {
 		}
 		t.first[k-t.lowest] = lo
 	}
-	t.first[top+1-t.lowest] = latencyTableMax
+	t.first[top+1-t.lowest], t.first[top+2-t.lowest] = latencyTableMax, latencyTableMax
 	for e := range 40 {
 		for sub := range 64 {
-			v := int64(sub)
+			base, width := int64(sub), int64(1)
 			if e >= 6 {
-				v = int64(1)<<e | int64(sub)<<(e-6)
-			} else if v == 0 {
-				continue
+				base, width = int64(1)<<e|int64(sub)<<(e-6), int64(1)<<(e-6)
+			} else if e > 0 || base == 0 {
+				continue // row 0 holds v < 64
 			}
-			t.coarse[e*64+sub] = int32(latencyIndex(time.Duration(v)))
+			k := latencyIndex(time.Duration(base)) - t.lowest
+			next := min(t.first[k+1]-base, width)
+			if k >= 1<<16 || t.first[k+2] < base+width {
+				panic("aggregator: a latency table cell holds more than one step")
+			}
+			t.cells[e*64+sub] = uint64(next)<<16 | uint64(k)
 		}
 	}
 	return t
@@ -247,18 +256,19 @@ var latencyIndexes = sync.OnceValue(func() *indexTable {
 
 // index returns latencyIndex(v) for 0 < v < latencyTableMax.
 func (t *indexTable) index(v time.Duration) int {
-	x := int64(v)
-	var k int
-	if x < 64 {
-		k = int(t.coarse[x])
-	} else {
-		e := bits.Len64(uint64(x)) - 1
-		k = int(t.coarse[e*64+int(x>>(e-6)&63)])
+	x := uint64(v)
+	i, base := int(x), x
+	if x >= 64 {
+		e := bits.Len64(x) - 1
+		sub := x >> (e - 6) & 63
+		i, base = e*64+int(sub), 1<<e|sub<<(e-6)
 	}
-	for x >= t.first[k+1-t.lowest] {
+	c := t.cells[i]
+	k := int(c & (1<<16 - 1))
+	if x-base >= c>>16 {
 		k++
 	}
-	return k
+	return k + t.lowest
 }
 
 // Merge adds o's values to l. Sketches merge alike whatever m says.
