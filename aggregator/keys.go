@@ -133,7 +133,7 @@ func (b *Batch) foldColumns(p *Partial, lo, hi int) {
 func (b *Batch) admitRows(dims *[4]foldDim, lo, hi int) {
 	c, gen := b.c, b.foldGen
 	var mark [4]bool
-	any := false
+	marking := false
 	for j := range dims {
 		d := &dims[j]
 		*d.names = d.vals
@@ -141,9 +141,9 @@ func (b *Batch) admitRows(dims *[4]foldDim, lo, hi int) {
 			continue
 		}
 		d.t.seen = growTo(d.t.seen, len(d.vals))
-		mark[j], any = true, true
+		mark[j], marking = true, true
 	}
-	if !any {
+	if !marking {
 		return
 	}
 	for i := lo; i < hi; i++ {

@@ -64,8 +64,15 @@ func (l *Latency) UpdateColumns(b *Batch, lo, hi int) { l.addColumn(b, &b.c.Stor
 // was counted.
 func (l *Latency) addColumn(b *Batch, col *columnar.Ints, lo, hi int) {
 	kinds, idx := b.c.Kind, latencyIndexes()
+	for ; l.Sketch == nil && lo < hi; lo++ { // the sketch is made by the first latency
+		if decisions.Kind(kinds[lo]) == decisions.KindDecision {
+			if v := time.Duration(col.Int(lo)); v > 0 {
+				l.add(v, idx)
+			}
+		}
+	}
 	if l.Sketch == nil {
-		l.Sketch = newLatencySketch()
+		return
 	}
 	st, ok := l.Sketch.GetPositiveValueStore().(*store.CollapsingLowestDenseStore)
 	if !ok { // not a sketch of newLatencySketch's

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"math/rand/v2"
 	"testing"
@@ -72,4 +73,41 @@ func TestColumnsLatencyRangeChanges(t *testing.T) {
 	}
 	checkOnePartial(t, ds, 4096, nil)
 	checkOnePartial(t, ds, 333, nil)
+}
+
+// TestColumnsLatencyNoneMakesNoSketch: as Add, the columnar path makes the
+// sketch at the first latency recorded, not for a batch without any.
+func TestColumnsLatencyNoneMakesNoSketch(t *testing.T) {
+	ds := decisiontest.NewGenerator(22, t0).Batch(500)
+	for i := range ds {
+		ds[i].StoreLatency = 0
+	}
+	dec := columnar.NewDecoder()
+	var b Batch
+	var l Latency
+	for _, data := range encodeBatches(t, ds, 100) {
+		if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
+			b.Prepare(c)
+			l.UpdateColumns(&b, 0, b.Len())
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.Sketch != nil {
+		t.Fatalf("no latency made a sketch of %d values", l.Count())
+	}
+	ds[250].StoreLatency = time.Millisecond
+	for _, data := range encodeBatches(t, ds, 100) {
+		if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
+			b.Prepare(c)
+			l.UpdateColumns(&b, 0, b.Len())
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.Count() != 1 {
+		t.Fatalf("one latency counted %d times", l.Count())
+	}
 }
