@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"math/rand/v2"
 	"testing"
@@ -82,31 +81,14 @@ func TestColumnsLatencyNoneMakesNoSketch(t *testing.T) {
 	for i := range ds {
 		ds[i].StoreLatency = 0
 	}
-	dec := columnar.NewDecoder()
-	var b Batch
 	var l Latency
-	for _, data := range encodeBatches(t, ds, 100) {
-		if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
-			b.Prepare(c)
-			l.UpdateColumns(&b, 0, b.Len())
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	roll := func(b *Batch) { l.UpdateColumns(b, 0, b.Len()) }
+	eachBatch(t, ds, 100, roll)
 	if l.Sketch != nil {
 		t.Fatalf("no latency made a sketch of %d values", l.Count())
 	}
 	ds[250].StoreLatency = time.Millisecond
-	for _, data := range encodeBatches(t, ds, 100) {
-		if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
-			b.Prepare(c)
-			l.UpdateColumns(&b, 0, b.Len())
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	eachBatch(t, ds, 100, roll)
 	if l.Count() != 1 {
 		t.Fatalf("one latency counted %d times", l.Count())
 	}
