@@ -75,9 +75,11 @@ type Batch struct {
 	ruleHLL   []*hyperloglog.Sketch
 
 	// Per Offenders.UpdateColumns: the client ids of each list's hits.
-	hits   [5][]int32
+	hits   [4][]int32
 	groups rowGroups
 	memo   []memoSlot // by client id: its counter in the list of a run of TopK.addIDs
+
+	latency binCounts // Latency.addColumn's counts by bin
 }
 
 // memoSlot is what a run of TopK.addIDs stamped gen knows of a client:
@@ -506,35 +508,22 @@ func (o *Offenders) UpdateColumns(b *Batch, lo, hi int) {
 	g := &b.groups
 	g.group(b, b.tier, b.tierNames, lo, hi)
 	for k := range g.len() {
-		name, rows := g.names[k], g.of(k)
-		o.topk(o.RequestsByTier, name).addIDs(b, b.idsOf(rows, false))
-		if ids := b.idsOf(rows, true); len(ids) > 0 {
+		name := g.names[k]
+		o.topk(o.RequestsByTier, name).addIDs(b, g.of(k))
+		if ids := g.refusedOf(k); len(ids) > 0 {
 			o.topk(o.RefusalsByTier, name).addIDs(b, ids)
 		}
 	}
 	g.group(b, b.rule, b.ruleNames, lo, hi)
 	for k := range g.len() {
-		name, rows := g.names[k], g.of(k)
+		name := g.names[k]
 		if name != "" {
-			o.topk(o.RequestsByRule, name).addIDs(b, b.idsOf(rows, false))
+			o.topk(o.RequestsByRule, name).addIDs(b, g.of(k))
 		}
-		if ids := b.idsOf(rows, true); len(ids) > 0 {
+		if ids := g.refusedOf(k); len(ids) > 0 {
 			o.topk(o.RefusalsByRule, name).addIDs(b, ids)
 		}
 	}
-}
-
-// idsOf returns the client ids of rows, only of the refused ones if
-// refusedOnly, in a buffer reused by the next call.
-func (b *Batch) idsOf(rows []int32, refusedOnly bool) []int32 {
-	ids := b.hits[4][:0]
-	for _, i := range rows {
-		if !refusedOnly || refused[b.c.Outcome[i]] {
-			ids = append(ids, b.cid[i])
-		}
-	}
-	b.hits[4] = ids
-	return ids
 }
 
 // count counts decision row i, of outcome o, in the cells.

@@ -30,6 +30,23 @@ func encodeBatches(t testing.TB, ds []decisions.Decision, sizes ...int) [][]byte
 	return out
 }
 
+// eachBatch encodes ds in batches of size as encodeBatches does, and calls
+// f with each decoded and prepared.
+func eachBatch(t testing.TB, ds []decisions.Decision, size int, f func(*Batch)) {
+	t.Helper()
+	dec := columnar.NewDecoder()
+	var b Batch
+	for _, data := range encodeBatches(t, ds, size) {
+		if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
+			b.Prepare(c)
+			f(&b)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestColumnsEqualsDecisions: the columnar path (DecodeColumns, then
 // Rollup.AddBatch or Partial.UpdateColumns) makes partials that encode to
 // the same bytes as the decoded events added one by one, over the

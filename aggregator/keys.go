@@ -82,10 +82,23 @@ func (p *Partial) foldDecision(d *decisions.Decision) *decisions.Decision {
 }
 
 // foldTable is a Batch's table of one dimension's names after folding, by
-// dictionary id, and the call (Batch.foldGen) that decided each.
+// dictionary id, the call (Batch.foldGen) that decided each, and whether
+// each was folded (worked out once per id, not compared per row).
 type foldTable struct {
-	names []string
-	seen  []uint32
+	names  []string
+	seen   []uint32
+	folded []bool
+}
+
+// foldDim is one dimension foldColumns folds: the partial's set, the
+// dictionary, the rows' ids, and b's table of names after folding (names,
+// pointed at t.names when some id may fold).
+type foldDim struct {
+	set   map[string]struct{}
+	vals  []string
+	ids   []int32
+	names *[]string
+	t     *foldTable
 }
 
 // foldColumns makes b's name tables (b.tierNames and the others) hold, for
@@ -96,25 +109,85 @@ func (b *Batch) foldColumns(p *Partial, lo, hi int) {
 	c := b.c
 	k, max := p.keys(), p.maxKeys()
 	b.foldGen++
-	gen := b.foldGen
-	dims := [...]struct {
-		set   map[string]struct{}
-		vals  []string
-		ids   []int32
-		names *[]string // b's table, pointed at buf
-		buf   *[]string
-		seen  *[]uint32
-	}{
-		{k.tiers, c.Tier.Values, b.tier, &b.tierNames, &b.fold[0].names, &b.fold[0].seen},
-		{k.rules, c.Rule.Values, b.rule, &b.ruleNames, &b.fold[1].names, &b.fold[1].seen},
-		{k.reasons, c.Reason.Values, b.reason, &b.reasonNames, &b.fold[2].names, &b.fold[2].seen},
-		{k.nodes, c.Node.Values, b.node, &b.nodeNames, &b.fold[3].names, &b.fold[3].seen},
+	dims := [...]foldDim{
+		{k.tiers, c.Tier.Values, b.tier, &b.tierNames, &b.fold[0]},
+		{k.rules, c.Rule.Values, b.rule, &b.ruleNames, &b.fold[1]},
+		{k.reasons, c.Reason.Values, b.reason, &b.reasonNames, &b.fold[2]},
+		{k.nodes, c.Node.Values, b.node, &b.nodeNames, &b.fold[3]},
 	}
 	for i := range dims {
+		if len(dims[i].set)+len(dims[i].vals) > max {
+			b.foldRows(p, &dims, max, lo, hi)
+			return
+		}
+	}
+	b.admitRows(&dims, lo, hi)
+}
+
+// admitRows is foldColumns where no dimension can reach the cap however
+// many of the dictionary's names the rows admit: no row folds, each
+// dimension's names are the dictionary's, and the order of admission does
+// not matter. A dimension whose names the set holds already (checked when
+// the dictionary is no longer than the rows, so that a call costs what its
+// rows do) needs no pass over the rows.
+func (b *Batch) admitRows(dims *[4]foldDim, lo, hi int) {
+	c, gen := b.c, b.foldGen
+	var mark [4]bool
+	marking := false
+	for j := range dims {
+		d := &dims[j]
+		*d.names = d.vals
+		if len(d.vals) <= hi-lo && holdsAll(d.set, d.vals) {
+			continue
+		}
+		d.t.seen = growTo(d.t.seen, len(d.vals))
+		mark[j], marking = true, true
+	}
+	if !marking {
+		return
+	}
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
+			continue
+		}
+		for j := range dims {
+			// nodes: admitted for known outcomes only (see keySets)
+			if mark[j] && (j != 3 || int(c.Outcome[i]) < decisions.NumOutcomes) {
+				dims[j].t.seen[dims[j].ids[i]] = gen
+			}
+		}
+	}
+	for j := range dims {
+		if d := &dims[j]; mark[j] {
+			for id, g := range d.t.seen {
+				if g == gen {
+					d.set[d.vals[id]] = struct{}{}
+				}
+			}
+		}
+	}
+}
+
+// holdsAll reports whether set holds every name of vals.
+func holdsAll(set map[string]struct{}, vals []string) bool {
+	for _, v := range vals {
+		if _, ok := set[v]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// foldRows is foldColumns where a dimension may reach the cap: each id is
+// decided at its first decision row, in row order.
+func (b *Batch) foldRows(p *Partial, dims *[4]foldDim, max, lo, hi int) {
+	c, gen := b.c, b.foldGen
+	for i := range dims {
 		d := &dims[i]
-		*d.buf = growTo(*d.buf, len(d.vals))
-		*d.seen = growTo(*d.seen, len(d.vals))
-		*d.names = *d.buf
+		d.t.names = growTo(d.t.names, len(d.vals))
+		d.t.seen = growTo(d.t.seen, len(d.vals))
+		d.t.folded = growTo(d.t.folded, len(d.vals))
+		*d.names = d.t.names
 	}
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
@@ -124,16 +197,16 @@ func (b *Batch) foldColumns(p *Partial, lo, hi int) {
 		for j := range dims {
 			d := &dims[j]
 			id := d.ids[i]
-			names, seen := *d.buf, *d.seen
-			if seen[id] == gen {
-				folded = folded || names[id] == OtherKey && d.vals[id] != OtherKey
+			t := d.t
+			if t.seen[id] == gen {
+				folded = folded || t.folded[id]
 				continue
 			}
 			add := j != 3 || int(c.Outcome[i]) < decisions.NumOutcomes // nodes: see keySets
 			name, f := admit(d.set, d.vals[id], max, add)
-			names[id] = name
+			t.names[id], t.folded[id] = name, f
 			if add || f {
-				seen[id] = gen // a node only looked at is looked at again
+				t.seen[id] = gen // a node only looked at is looked at again
 			}
 			folded = folded || f
 		}

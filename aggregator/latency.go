@@ -55,16 +55,101 @@ func (l *Latency) Update(d *decisions.Decision) {
 func (l *Latency) UpdateColumns(b *Batch, lo, hi int) { l.addColumn(b, &b.c.StoreLatency, lo, hi) }
 
 // addColumn adds the latencies of rows [lo, hi) of b's column col, the
-// decisions' (the others' are zero).
+// decisions' (the others' are zero). A latency whose bin is within the
+// store's range is counted in b's scratch (binCounts) and added per bin
+// at the end: within the range the store only adds to a bin and to its
+// count, which commute, and integer sums of float64 counts are exact, so
+// the sketch is the one adding each in turn makes. One outside the range
+// (which may grow or collapse the store) is added in its turn, after what
+// was counted.
 func (l *Latency) addColumn(b *Batch, col *columnar.Ints, lo, hi int) {
 	kinds, idx := b.c.Kind, latencyIndexes()
-	for i := lo; i < hi; i++ {
-		if decisions.Kind(kinds[i]) == decisions.KindDecision {
-			if v := time.Duration(col.Int(i)); v > 0 {
+	for ; l.Sketch == nil && lo < hi; lo++ { // the sketch is made by the first latency
+		if decisions.Kind(kinds[lo]) == decisions.KindDecision {
+			if v := time.Duration(col.Int(lo)); v > 0 {
 				l.add(v, idx)
 			}
 		}
 	}
+	if l.Sketch == nil {
+		return
+	}
+	st, ok := l.Sketch.GetPositiveValueStore().(*store.CollapsingLowestDenseStore)
+	if !ok { // not a sketch of newLatencySketch's
+		for i := lo; i < hi; i++ {
+			if decisions.Kind(kinds[i]) == decisions.KindDecision {
+				if v := time.Duration(col.Int(i)); v > 0 {
+					l.add(v, idx)
+				}
+			}
+		}
+		return
+	}
+	bins := &b.latency
+	bins.reset(st)
+	for i := lo; i < hi; i++ {
+		if decisions.Kind(kinds[i]) != decisions.KindDecision {
+			continue
+		}
+		v := time.Duration(col.Int(i))
+		switch {
+		case v <= 0:
+		case v < latencyTableMax:
+			if k := idx.index(v); !bins.count(k) {
+				bins.flush(st)
+				st.Add(k)
+				bins.reset(st)
+			}
+		default:
+			bins.flush(st)
+			l.Sketch.Add(float64(v) / 1e6)
+			bins.reset(st)
+		}
+	}
+	bins.flush(st)
+}
+
+// binCounts counts latencies by bin within a store's range [min, max]
+// (see Latency.addColumn); the zero value is ready to use.
+type binCounts struct {
+	min, max int
+	n        []uint32 // by bin - min
+	touched  []int32
+}
+
+// reset makes c count within st's present range; it holds no counts.
+func (c *binCounts) reset(st *store.CollapsingLowestDenseStore) {
+	lo, err1 := st.MinIndex()
+	hi, err2 := st.MaxIndex()
+	if err1 != nil || err2 != nil { // empty: no range
+		lo, hi = 1, 0
+	}
+	c.min, c.max = lo, hi
+	if w := hi - lo + 1; w > len(c.n) {
+		c.n = make([]uint32, w)
+	}
+}
+
+// count counts bin k if it is within the range, else reports false.
+func (c *binCounts) count(k int) bool {
+	if k < c.min || k > c.max {
+		return false
+	}
+	x := k - c.min
+	if c.n[x] == 0 {
+		c.touched = append(c.touched, int32(x))
+	}
+	c.n[x]++
+	return true
+}
+
+// flush adds the counts to st and clears them.
+func (c *binCounts) flush(st *store.CollapsingLowestDenseStore) {
+	for _, x := range c.touched {
+		st.AddWithCount(c.min+int(x), float64(c.n[x]))
+		c.n[x] = 0
+	}
+	c.touched = c.touched[:0]
 }
 
 // UpstreamLatency is the distribution of the origin's latencies, to its
@@ -123,21 +208,25 @@ func latencyIndex(v time.Duration) int { return latencyMapping.Index(float64(v) 
 
 // indexTable finds latencyIndex(v) for 0 < v < latencyTableMax without a
 // logarithm. latencyIndex is non-decreasing in v, a step function whose
-// steps (bins) are 2 % wide; first[k-lowest] is the least v in bin k, and
-// coarse holds the bin of the least v of each 1/64 of each power of two
-// (ranges narrower than a bin, so at most one step is found by
-// comparison). TestLatencyIndexTable checks it against latencyIndex.
+// steps (bins) are 2 % wide; first[k-lowest] is the least v in bin k.
+// cells holds, for each 1/64 of each power of two (v < 64: each v), ranges
+// narrower than a bin, so holding at most one step: the bin of the
+// range's least value, less lowest, in the low 16 bits, and above them the
+// offset from that value at which the next bin starts (the range's width
+// when it does not start within it); one read an event. The table is
+// checked when made, and TestLatencyIndexTable checks it against
+// latencyIndex.
 type indexTable struct {
 	lowest int
 	first  []int64
-	coarse [64 * 64]int32 // [bits.Len64(v)-1][the 6 bits after the leading one]; v < 64 directly
+	cells  [64 * 64]uint64 // [bits.Len64(v)-1][the 6 bits after the leading one]; v < 64 directly
 }
 
 // latencyIndexes is the table, made on first use (about a millisecond).
 var latencyIndexes = sync.OnceValue(func() *indexTable {
 	t := &indexTable{lowest: latencyIndex(1)}
 	top := latencyIndex(latencyTableMax - 1)
-	t.first = make([]int64, top-t.lowest+2)
+	t.first = make([]int64, top-t.lowest+3)
 	t.first[0] = 1
 	for k := t.lowest + 1; k <= top; k++ {
 		// The least v in [first of k-1, latencyTableMax) whose bin is k or more.
@@ -152,16 +241,21 @@ var latencyIndexes = sync.OnceValue(func() *indexTable {
 		}
 		t.first[k-t.lowest] = lo
 	}
-	t.first[top+1-t.lowest] = latencyTableMax
+	t.first[top+1-t.lowest], t.first[top+2-t.lowest] = latencyTableMax, latencyTableMax
 	for e := range 40 {
 		for sub := range 64 {
-			v := int64(sub)
+			base, width := int64(sub), int64(1)
 			if e >= 6 {
-				v = int64(1)<<e | int64(sub)<<(e-6)
-			} else if v == 0 {
-				continue
+				base, width = int64(1)<<e|int64(sub)<<(e-6), int64(1)<<(e-6)
+			} else if e > 0 || base == 0 {
+				continue // row 0 holds v < 64
 			}
-			t.coarse[e*64+sub] = int32(latencyIndex(time.Duration(v)))
+			k := latencyIndex(time.Duration(base)) - t.lowest
+			next := min(t.first[k+1]-base, width)
+			if k >= 1<<16 || t.first[k+2] < base+width {
+				panic("aggregator: a latency table cell holds more than one step")
+			}
+			t.cells[e*64+sub] = uint64(next)<<16 | uint64(k)
 		}
 	}
 	return t
@@ -169,18 +263,19 @@ var latencyIndexes = sync.OnceValue(func() *indexTable {
 
 // index returns latencyIndex(v) for 0 < v < latencyTableMax.
 func (t *indexTable) index(v time.Duration) int {
-	x := int64(v)
-	var k int
-	if x < 64 {
-		k = int(t.coarse[x])
-	} else {
-		e := bits.Len64(uint64(x)) - 1
-		k = int(t.coarse[e*64+int(x>>(e-6)&63)])
+	x := uint64(v)
+	i, base := int(x), x
+	if x >= 64 {
+		e := bits.Len64(x) - 1
+		sub := x >> (e - 6) & 63
+		i, base = e*64+int(sub), 1<<e|sub<<(e-6)
 	}
-	for x >= t.first[k+1-t.lowest] {
+	c := t.cells[i]
+	k := int(c & (1<<16 - 1))
+	if x-base >= c>>16 {
 		k++
 	}
-	return k
+	return k + t.lowest
 }
 
 // Merge adds o's values to l. Sketches merge alike whatever m says.

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -48,5 +49,47 @@ func TestLatencyIndexTable(t *testing.T) {
 	want, _ := lib.AppendBinary(nil)
 	if string(got) != string(want) {
 		t.Errorf("the sketches encode to %d and %d bytes that differ", len(got), len(want))
+	}
+}
+
+// TestColumnsLatencyRangeChanges: the columnar path counts latencies within
+// the store's range per bin and adds the others in their turn; latencies
+// that grow the range down and up, past the table (latencyTableMax) and
+// past the store's bins (so that it collapses its lowest), among ones
+// within it, give the bytes of adding each in turn, in batches of one size
+// and another.
+func TestColumnsLatencyRangeChanges(t *testing.T) {
+	steps := []time.Duration{time.Millisecond, 3 * time.Millisecond, time.Microsecond, 2 * time.Millisecond,
+		1 << 62, 5 * time.Millisecond, 1, latencyTableMax, latencyTableMax - 1, 7 * time.Millisecond,
+		time.Hour, 1 << 50, 0, -time.Second, 40 * time.Nanosecond, 900 * time.Microsecond}
+	if lo, hi := latencyIndex(1), latencyMapping.Index(float64(1<<62)/1e6); hi-lo < latencyBins {
+		t.Fatalf("the latencies span %d bins, fewer than a store's %d: nothing collapses", hi-lo, latencyBins)
+	}
+	ds := decisiontest.NewGenerator(21, t0).Batch(20_000)
+	for i := range ds {
+		ds[i].StoreLatency = steps[i%len(steps)] + time.Duration(i%5)*time.Microsecond
+		ds[i].UpstreamLatency = steps[(i/3)%len(steps)]
+	}
+	checkOnePartial(t, ds, 4096, nil)
+	checkOnePartial(t, ds, 333, nil)
+}
+
+// TestColumnsLatencyNoneMakesNoSketch: as Add, the columnar path makes the
+// sketch at the first latency recorded, not for a batch without any.
+func TestColumnsLatencyNoneMakesNoSketch(t *testing.T) {
+	ds := decisiontest.NewGenerator(22, t0).Batch(500)
+	for i := range ds {
+		ds[i].StoreLatency = 0
+	}
+	var l Latency
+	roll := func(b *Batch) { l.UpdateColumns(b, 0, b.Len()) }
+	eachBatch(t, ds, 100, roll)
+	if l.Sketch != nil {
+		t.Fatalf("no latency made a sketch of %d values", l.Count())
+	}
+	ds[250].StoreLatency = time.Millisecond
+	eachBatch(t, ds, 100, roll)
+	if l.Count() != 1 {
+		t.Fatalf("one latency counted %d times", l.Count())
 	}
 }

@@ -1,0 +1,68 @@
+package aggregator
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/axiomhq/hyperloglog"
+
+	"github.com/ratewarden/ratewarden/decisions/columnar"
+)
+
+// BenchmarkColumnsParts is parts of the full rollup apart, over the decoded
+// record batches of BenchmarkColumnsPartial: folding names past the key
+// cap (foldColumns), the store latencies (a DDSketch), the top-K lists
+// (after folding, as the rollup calls them), and the distinct clients.
+func BenchmarkColumnsParts(b *testing.B) {
+	b.Run("fold", func(b *testing.B) {
+		p := NewPartial(t0, time.Hour, 100)
+		benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { bt.foldColumns(p, 0, bt.Len()) })
+	})
+	b.Run("latency", func(b *testing.B) {
+		var l Latency
+		benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { l.UpdateColumns(bt, 0, bt.Len()) })
+	})
+	b.Run("offenders", func(b *testing.B) {
+		p := NewPartial(t0, time.Hour, 100)
+		benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) {
+			bt.foldColumns(p, 0, bt.Len())
+			p.Offenders.UpdateColumns(bt, 0, bt.Len())
+		})
+	})
+	b.Run("distinct", func(b *testing.B) {
+		p := NewPartial(t0, time.Hour, 100)
+		benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) {
+			bt.foldColumns(p, 0, bt.Len())
+			p.Clients.UpdateColumns(bt, 0, bt.Len())
+		})
+	})
+}
+
+// BenchmarkKnownHashes is one insert through knownHashes into a sparse
+// precision-14 sketch, as the columnar path inserts into the sketches by
+// tier: hashes drawn from 12,000 distinct ones (a sketch that stays
+// sparse, and a set near its largest), most of them held already; a new
+// sketch and set every 65,536 inserts.
+func BenchmarkKnownHashes(b *testing.B) {
+	r := rand.New(rand.NewPCG(7, 8))
+	distinct := make([]uint64, 12_000)
+	for i := range distinct {
+		distinct[i] = r.Uint64()
+	}
+	z := rand.NewZipf(r, 1.1, 1, uint64(len(distinct)-1))
+	seq := make([]uint64, 1<<16)
+	for i := range seq {
+		seq[i] = distinct[z.Uint64()]
+	}
+	var sk *hyperloglog.Sketch
+	var k *knownHashes
+	i := 0
+	for b.Loop() {
+		if i%len(seq) == 0 {
+			sk, k = hyperloglog.New14(), &knownHashes{}
+		}
+		k.insert(sk, seq[i%len(seq)])
+		i++
+	}
+}
