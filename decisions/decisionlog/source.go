@@ -277,7 +277,9 @@ func (s *Source) batchOf(pos stream.Position, next uint64, recs []stream.Record)
 // next returns the next record, io.EOF at the end of what is written.
 // When held (the batch holds records) and lctx is set (following), at the
 // end it waits for a record until lctx is done, then returns io.EOF; ctx
-// done returns ctx's error.
+// done returns ctx's error. Another error of the wait (the process's Log
+// closed) returns io.EOF too, so that the batch held is handed first: the
+// wait that follows meets the error again.
 func (s *Source) next(ctx, lctx context.Context, held bool) (seglog.Record, error) {
 	if p := s.pending; p != nil {
 		s.pending = nil
@@ -286,7 +288,7 @@ func (s *Source) next(ctx, lctx context.Context, held bool) (seglog.Record, erro
 	rec, err := s.rd.r.Next(ctx)
 	if errors.Is(err, io.EOF) && held && lctx != nil && ctx.Err() == nil && lctx.Err() == nil {
 		rec, err = s.rd.r.Follow(lctx)
-		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		if err != nil && ctx.Err() == nil {
 			err = io.EOF
 		}
 	}

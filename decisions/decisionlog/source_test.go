@@ -626,3 +626,30 @@ func TestSourceLingers(t *testing.T) {
 		}
 	})
 }
+
+// TestSourceLingerLogClosed: the process's Log closed while a batch is
+// held hands the batch, then ends the run with the Log's error.
+func TestSourceLingerLogClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		l, write := liveLog(t, dir, 7)
+		write(10)
+		h := &recorder{}
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, Linger: time.Hour})
+		done := make(chan error)
+		go func() { done <- src.Run(context.Background(), h) }()
+		synctest.Wait()
+		if evs, _ := h.counts(); evs != 0 {
+			t.Fatalf("%d events handed within the linger, want 0", evs)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, seglog.ErrClosed) {
+			t.Errorf("Run: %v, want the Log's ErrClosed", err)
+		}
+		if evs, _ := h.counts(); evs != 10 || len(h.batches) != 1 {
+			t.Errorf("%d events in %d batches handed, want 10 in 1", evs, len(h.batches))
+		}
+	})
+}
