@@ -259,8 +259,10 @@ func BenchmarkTopKAdd(b *testing.B) {
 // windows, snapshot the state at every flush and deliver the partials to
 // a sink that counts them; by record batch from the columns, or event by
 // event (the reader before); flushing, and so saving the state (an fsync),
-// every 4,096 events as the binary does, or once at the end (what the
-// reading and rolling up cost without the state's writes).
+// every 4,096, 16,384 or 65,536 events, by default
+// (decisionlog.DefaultBatchEvents), or once at the end (what the reading
+// and rolling up cost without the state's writes; 262,144 and over are
+// this for a log of 200,000).
 func BenchmarkRunLog(b *testing.B) {
 	const total = 200_000
 	dir := b.TempDir() + "/log"
@@ -282,7 +284,8 @@ func BenchmarkRunLog(b *testing.B) {
 		name     string
 		perEvent bool
 		flush    int
-	}{{"records/flush=4096", false, 4096}, {"events/flush=4096", true, 4096}, {"records/flush=end", false, total}, {"events/flush=end", true, total}} {
+	}{{"records/flush=4096", false, 4096}, {"records/flush=16384", false, 16 << 10}, {"records/flush=65536", false, 64 << 10},
+		{"records/flush=default", false, 0}, {"events/flush=4096", true, 4096}, {"records/flush=end", false, total}, {"events/flush=end", true, total}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

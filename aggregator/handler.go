@@ -81,6 +81,9 @@ type partitions struct {
 
 	mu    sync.Mutex
 	parts map[string]*partition // while open
+	// rollups are each partition's rollup figures and watermark as its
+	// last call left them, kept after it is closed.
+	rollups map[string]partitionStats
 
 	events, skipped, future, folded, outputs, redeliver, opened, ended atomic.Uint64
 	aheadDropped, correctionsDropped                                   atomic.Uint64
@@ -98,7 +101,7 @@ func newPartitions(o RunOptions) (*partitions, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &partitions{o: o, parts: map[string]*partition{}}, nil
+	return &partitions{o: o, parts: map[string]*partition{}, rollups: map[string]partitionStats{}}, nil
 }
 
 // run runs src with the handler and returns what it did.
@@ -121,6 +124,41 @@ func (h *partitions) stats() RunStats {
 	}
 	sort.Slice(s.Shards, func(i, j int) bool { return s.Shards[i].Shard < s.Shards[j].Shard })
 	return s
+}
+
+// partitionStats are a partition's rollup figures (its state's, so they
+// include what the runs before this one counted) and watermark.
+type partitionStats struct {
+	rollup    RollupStats
+	watermark time.Time
+}
+
+// note keeps the partition's rollup figures and watermark, after a call
+// that succeeded.
+func (h *partitions) note(name string, pt *partition) {
+	ps := partitionStats{pt.p.r.Stats(), pt.p.r.Watermark()}
+	h.mu.Lock()
+	h.rollups[name] = ps
+	h.mu.Unlock()
+}
+
+// rollupStats returns the rollup figures of the partitions opened so far,
+// summed (each as its last call left it, closed or not), and the least of
+// their watermarks.
+func (h *partitions) rollupStats() (RollupStats, time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var (
+		s  RollupStats
+		wm time.Time
+	)
+	for _, ps := range h.rollups {
+		s.add(ps.rollup)
+		if !ps.watermark.IsZero() && (wm.IsZero() || ps.watermark.Before(wm)) {
+			wm = ps.watermark
+		}
+	}
+	return s, wm
 }
 
 // watermarks returns each open partition's watermark, zero before its
@@ -218,6 +256,7 @@ func (h *partitions) Open(ctx context.Context, partition string, from stream.Pos
 	h.mu.Lock()
 	h.parts[partition] = pt
 	h.mu.Unlock()
+	h.note(partition, pt)
 	h.opened.Add(1)
 	at := from
 	switch {
@@ -356,6 +395,7 @@ func (h *partitions) Handle(ctx context.Context, b *stream.Batch) error {
 	h.folded.Add(st.Folded - before.Folded)
 	h.aheadDropped.Add(st.AheadDropped - before.AheadDropped)
 	h.correctionsDropped.Add(st.CorrectionsDropped - before.CorrectionsDropped)
+	h.note(b.Partition, pt)
 	return nil
 }
 
@@ -395,10 +435,13 @@ func (h *partitions) Idle(ctx context.Context, partition string) error {
 	pt.p.r.Advance(h.o.Now())
 	pt.observe()
 	outs := pt.p.r.take(false, nil)
-	if len(outs) == 0 {
-		return nil
+	if len(outs) > 0 {
+		if err := h.save(ctx, pt, outs); err != nil {
+			return err
+		}
 	}
-	return h.save(ctx, pt, outs)
+	h.note(partition, pt)
+	return nil
 }
 
 // Close emits every window of a partition that ended; a partition stopped
@@ -415,6 +458,7 @@ func (h *partitions) Close(ctx context.Context, partition string, ended bool) er
 	if err := h.save(ctx, pt, pt.p.r.take(true, nil)); err != nil {
 		return err
 	}
+	h.note(partition, pt)
 	h.forget(partition)
 	h.ended.Add(1)
 	return nil

@@ -257,7 +257,8 @@ type Rollup struct {
 	idleSince    time.Time
 	ahead        aheadRun // events held ahead of latest (see Options.MaxSkew)
 	stats        RollupStats
-	batch        Batch // AddBatch's
+	batch        Batch  // AddBatch's
+	enc          []byte // AppendSnapshot's buffer for a window's partial, reused
 }
 
 // RollupStats count what a Rollup did.
@@ -283,6 +284,19 @@ type RollupStats struct {
 	// because their window had no pending correction and
 	// Options.MaxCorrections corrections were pending already.
 	CorrectionsDropped uint64
+}
+
+// add adds t's counts to s.
+func (s *RollupStats) add(t RollupStats) {
+	s.Events += t.Events
+	s.Late += t.Late
+	s.LateDropped += t.LateDropped
+	s.Windows += t.Windows
+	s.Corrections += t.Corrections
+	s.Future += t.Future
+	s.Folded += t.Folded
+	s.AheadDropped += t.AheadDropped
+	s.CorrectionsDropped += t.CorrectionsDropped
 }
 
 // OverCap returns the events dropped past a cap on the windows held:
@@ -596,6 +610,8 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	b = appendUvarint(b, r.next)
 	b = appendUvarint(b, uint64(r.latest.UnixNano()))
 	b = appendUvarint(b, uint64(r.closed.UnixNano()))
+	p := r.enc[:0] // each window's partial, its bytes reused by the next
+	defer func() { r.enc = p[:0] }()
 	for _, m := range []map[int64]*pending{r.open, r.late} {
 		keys := sortedKeys(m)
 		b = appendUvarint(b, uint64(len(keys)))
@@ -603,7 +619,8 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 			w := m[k]
 			b = appendUvarint(b, w.from)
 			b = appendUvarint(b, w.to)
-			p, err := w.p.AppendBinary(nil)
+			var err error
+			p, err = w.p.AppendBinary(p[:0])
 			if err != nil {
 				return b, fmt.Errorf("snapshot rollup: %w", err)
 			}

@@ -35,9 +35,14 @@ type LogOptions struct {
 	// FlushEvery is how many events a batch holds at least (whole records
 	// of the log, decisionlog.SourceOptions.BatchEvents) while reading a
 	// backlog: the state is saved, and the outputs delivered, once a
-	// batch; default 4096. Windows close at the event that passes them
-	// whatever it is.
+	// batch; default decisionlog.DefaultBatchEvents. Windows close at the
+	// event that passes them whatever it is.
 	FlushEvery int
+	// Linger is how long a following run, caught up with the log, holds a
+	// batch shorter than FlushEvery for more events
+	// (decisionlog.SourceOptions.Linger): a busy tail saves the state
+	// about once per Linger; default decisionlog.DefaultLinger.
+	Linger time.Duration
 	// Progress, if set, is called after every batch, whether it delivered
 	// anything or not, every Tick at the end of a followed log, and once
 	// the state is loaded.
@@ -105,7 +110,7 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 		return RunStats{}, fmt.Errorf("aggregate log: partition %q: want a name without '/', '\\' or '.'", o.Partition)
 	}
 	src := decisionlog.NewSource(o.Dir, decisionlog.SourceOptions{Partition: o.Partition, Follow: o.Follow,
-		Since: o.Since, Until: o.Until, Consumer: o.Consumer, BatchEvents: o.FlushEvery, Tick: o.Tick, Problem: o.Problem})
+		Since: o.Since, Until: o.Until, Consumer: o.Consumer, BatchEvents: o.FlushEvery, Linger: o.Linger, Tick: o.Tick, Problem: o.Problem})
 	h, err := newPartitions(RunOptions{Store: &StateDir{Dir: o.StateDir}, Rollup: o.Rollup, Sinks: o.Sinks, Now: o.Now})
 	if err != nil {
 		return RunStats{}, fmt.Errorf("aggregate log: %w", err)
@@ -131,14 +136,11 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 }
 
 // onePartition is the aggregator's handler as a source of one partition
-// (the log, standard input) runs it: it keeps the partition's rollup,
-// whose figures the handler forgets when it closes the partition, and the
-// position after the last batch handled, and calls after once each call
-// returned nil.
+// (the log, standard input) runs it: it keeps the position after the last
+// batch handled, and calls after once each call returned nil.
 type onePartition struct {
 	stream.Handler // the partitions, or a wrapper of them
 	h              *partitions
-	r              *Rollup // the partition's, once open
 	next           stream.Position
 	after          func() // may be nil
 	failed         error  // the handler's last error
@@ -150,7 +152,7 @@ func (p *onePartition) Open(ctx context.Context, partition string, _ stream.Posi
 	// directory without a state reads from the start, as it always has.
 	pos, err := p.Handler.Open(ctx, partition, stream.Position{})
 	p.next = pos
-	return pos, p.done(partition, err)
+	return pos, p.done(err)
 }
 
 func (p *onePartition) Handle(ctx context.Context, b *stream.Batch) error {
@@ -158,11 +160,11 @@ func (p *onePartition) Handle(ctx context.Context, b *stream.Batch) error {
 	if err == nil {
 		p.next = b.To
 	}
-	return p.done(b.Partition, err)
+	return p.done(err)
 }
 
 func (p *onePartition) Idle(ctx context.Context, partition string) error {
-	return p.done(partition, p.Handler.Idle(ctx, partition))
+	return p.done(p.Handler.Idle(ctx, partition))
 }
 
 func (p *onePartition) Close(ctx context.Context, partition string, ended bool) error {
@@ -173,18 +175,12 @@ func (p *onePartition) Close(ctx context.Context, partition string, ended bool) 
 	return err
 }
 
-// done notes the partition's rollup after a call that returned err and
-// calls after.
-func (p *onePartition) done(partition string, err error) error {
+// done notes the handler's error err, or calls after when it is nil.
+func (p *onePartition) done(err error) error {
 	if err != nil {
 		p.failed = err
 		return err
 	}
-	p.h.mu.Lock()
-	if pt := p.h.parts[partition]; pt != nil {
-		p.r = pt.p.r
-	}
-	p.h.mu.Unlock()
 	if p.after != nil {
 		p.after()
 	}
@@ -192,13 +188,11 @@ func (p *onePartition) done(partition string, err error) error {
 }
 
 // stats are the handler's, with the partition's rollup figures and
-// watermark, and no shards.
+// watermark (its state's, kept once it is closed), and no shards.
 func (p *onePartition) stats() RunStats {
 	s := p.h.stats()
 	s.Shards = nil
-	if p.r != nil {
-		s.Rollup, s.Watermark = p.r.Stats(), p.r.Watermark()
-	}
+	s.Rollup, s.Watermark = p.h.rollupStats()
 	return s
 }
 
@@ -247,6 +241,7 @@ type partitionRun struct {
 	sinks     []Sink
 	r         *Rollup
 	cursor    []byte // saved with every state
+	snap      []byte // the last snapshot saved, its bytes reused by the next
 	delivered uint64
 	redeliver uint64
 	resumed   bool   // a state was found
@@ -281,10 +276,13 @@ func (p *partitionRun) save(ctx context.Context, outs []Output) error {
 		}
 		return p.deliver(ctx, State{Pending: outs})
 	}
-	snap, err := p.r.AppendSnapshot(nil)
+	// The snapshot's bytes are made once and written over at every save:
+	// a store does not keep them (StateStore).
+	snap, err := p.r.AppendSnapshot(p.snap[:0])
 	if err != nil {
 		return err
 	}
+	p.snap = snap
 	st := State{Snapshot: snap, Pending: outs, Cursor: p.cursor}
 	if err := p.store.Save(ctx, p.name, st); err != nil {
 		return err

@@ -29,8 +29,9 @@ type State struct {
 
 // StateStore keeps each partition's State. Save replaces the partition's
 // state whole: a Load after it returns what was saved, or after a crash
-// during it, the state before. Implementations are safe for concurrent use
-// for different partitions.
+// during it, the state before. Save does not keep st's bytes once it
+// returns (the caller writes the next snapshot over them).
+// Implementations are safe for concurrent use for different partitions.
 type StateStore interface {
 	// Load returns the partition's state; ok is false when it has none.
 	Load(ctx context.Context, partition string) (st State, ok bool, err error)
@@ -68,7 +69,7 @@ func (s *StateDir) path(partition string) string { return filepath.Join(s.Dir, p
 
 // Save writes the partition's state file.
 func (s *StateDir) Save(_ context.Context, partition string, st State) error {
-	b, err := appendState(nil, st)
+	b, err := appendState(stateBuf(st), st)
 	if err != nil {
 		return err
 	}
@@ -93,6 +94,12 @@ func (s *StateDir) Load(_ context.Context, partition string) (State, bool, error
 		return State{}, false, fmt.Errorf("read state %s: %w; move it away to start over from the beginning of the source", path, err)
 	}
 	return st, true, nil
+}
+
+// stateBuf returns an empty buffer that holds st's encoding but for its
+// pending partials, so that appending the snapshot does not grow it.
+func stateBuf(st State) []byte {
+	return make([]byte, 0, len(stateMagic)+1+len(st.Snapshot)+len(st.Cursor)+3*binary.MaxVarintLen64+4+len(st.Pending)*64)
 }
 
 // appendState appends st's encoding.

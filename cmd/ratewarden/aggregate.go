@@ -19,6 +19,7 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 )
 
@@ -41,6 +42,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	af.idleFlag(fs)
 	af.ruleFlags(fs)
 	noFollow := fs.Bool("no-follow", false, "stop at the end of the log instead of waiting for new events")
+	linger := fs.Duration("linger", decisionlog.DefaultLinger, "with --decisions-dir, following: how long a batch of the log's tail waits for more events before it is rolled up and the state saved (`duration`, 1ms to 10s)")
 	admin := fs.String("admin-listen", "127.0.0.1:9091", "serve /metrics and /healthz on `address`; \"off\" to disable")
 	alertsCfg := fs.String("alerts", "", "run the anomaly detectors and feedback policies of the configuration `file` (its alerts and feedback sections) over every window, keeping their state in --state-dir; the local log only (with a Kinesis stream, run `ratewarden alerts` over the merged partials)")
 	if err := parseFlags(fs, args); err != nil {
@@ -72,6 +74,9 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	ao, ro, err := af.options()
 	if err != nil {
 		return err
+	}
+	if *linger < time.Millisecond || *linger > 10*time.Second {
+		return fmt.Errorf("aggregate: --linger %v: want 1ms to 10s", *linger)
 	}
 	if *poll < 200*time.Millisecond || *poll > time.Minute {
 		return fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll)
@@ -151,7 +156,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	bar := newProgressBar(stderr, *dir)
 	var printed, barRead uint64
 	problems := newProblemPrinter(stderr, "aggregate")
-	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow,
+	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: *stateDir, Follow: !*noFollow, Linger: *linger,
 		Problem: problems.Problem, Consumer: "aggregate", Rollup: ro, Sinks: sinks, Progress: func(s aggregator.RunStats) {
 			latest.Store(&s)
 			if bar != nil {

@@ -65,6 +65,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "100ms"}, 1, "--poll 100ms: want 200ms to 1m"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "2m"}, 1, "--poll 2m0s: want 200ms to 1m"},
+		{[]string{"aggregate", "--decisions-dir", "l", "--state-dir", "d", "--linger", "0s"}, 1, "--linger 0s: want 1ms to 10s"},
+		{[]string{"aggregate", "--decisions-dir", "l", "--state-dir", "d", "--linger", "11s"}, 1, "--linger 11s: want 1ms to 10s"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "50ms"}, 1, "--idle 50ms: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "2h"}, 1, "--idle 2h0m0s: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `invalid value "soon" for flag -idle`},

@@ -30,10 +30,19 @@ type SourceOptions struct {
 	// does not stop the run.
 	Consumer string
 	// BatchEvents is how many events a batch holds at least, unless the
-	// end of what is written comes first: a batch is whole consecutive
-	// records, never a part of one (but for the first record read, when
-	// the handler resumes inside it). Default DefaultBatchEvents.
+	// end of what is written comes first (and, when following, Linger has
+	// passed): a batch is whole consecutive records, never a part of one
+	// (but for the first record read, when the handler resumes inside it).
+	// Default DefaultBatchEvents.
 	BatchEvents int
+	// Linger is how long a following source, caught up with the log's
+	// end, holds a batch that is not yet BatchEvents long for more
+	// records, from when it read the batch's first record: a busy tail is
+	// handed in batches at most about every Linger (a handler that saves
+	// its state per batch saves it that often), a quiet one within Linger
+	// of its first record. Shutdown hands what is held at once. Default
+	// DefaultLinger; without Follow it does not apply.
+	Linger time.Duration
 	// Tick is how often, at the end of a followed log, the handler's Idle
 	// is called while nothing new is written; default 200 ms.
 	Tick time.Duration
@@ -55,8 +64,15 @@ type SourceOptions struct {
 }
 
 // DefaultBatchEvents is the events a Source's batch holds at least by
-// default: about one record of a busy writer (PerBufferFrom and over).
-const DefaultBatchEvents = 4096
+// default while it reads a backlog. A handler that saves its state per
+// batch (the aggregator) pays the save once per 65,536 events: about a
+// tenth of a second of reading, and a few MB of records held
+// (BENCHMARKS.md, the read seam).
+const DefaultBatchEvents = 64 << 10
+
+// DefaultLinger is a following Source's default Linger: at most about five
+// batches a second from a busy tail.
+const DefaultLinger = 200 * time.Millisecond
 
 // Source serves the log in a directory to a stream.Handler as one
 // partition, whose positions are log offsets (stream.Offset). The
@@ -100,6 +116,9 @@ func NewSource(dir string, o SourceOptions) *Source {
 	}
 	if o.Tick <= 0 {
 		o.Tick = 200 * time.Millisecond
+	}
+	if o.Linger <= 0 {
+		o.Linger = DefaultLinger
 	}
 	return &Source{dir: dir, o: o}
 }
@@ -200,15 +219,25 @@ func (s *Source) stop(ctx context.Context, h stream.Handler, err error) error {
 }
 
 // batch reads the next batch from pos: whole records until it holds
-// BatchEvents events or the end of what is written (end). It is nil when
-// nothing was read. On a read error it returns the batch read so far
-// with the error.
+// BatchEvents events or the end of what is written (end); when following,
+// at the end it waits for more until Linger has passed since the batch's
+// first record. It is nil when nothing was read. On a read error (or
+// shutdown while lingering) it returns the batch read so far with the
+// error.
 func (s *Source) batch(ctx context.Context, pos stream.Position) (b *stream.Batch, end bool, err error) {
 	next := pos.Offset()
 	var recs []stream.Record
 	events := 0
+	var lctx context.Context // following: done when Linger has passed
+	if s.o.Follow {
+		// A batch starts when its first record is there (after wait, or
+		// straight on in a backlog): the linger runs from here.
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, s.o.Linger)
+		defer cancel()
+	}
 	for events < s.o.BatchEvents {
-		rec, err := s.next(ctx)
+		rec, err := s.next(ctx, lctx, next > pos.Offset())
 		if errors.Is(err, io.EOF) {
 			end = true
 			break
@@ -246,12 +275,23 @@ func (s *Source) batchOf(pos stream.Position, next uint64, recs []stream.Record)
 }
 
 // next returns the next record, io.EOF at the end of what is written.
-func (s *Source) next(ctx context.Context) (seglog.Record, error) {
+// When held (the batch holds records) and lctx is set (following), at the
+// end it waits for a record until lctx is done, then returns io.EOF; ctx
+// done returns ctx's error. Another error of the wait (the process's Log
+// closed) returns io.EOF too, so that the batch held is handed first: the
+// wait that follows meets the error again.
+func (s *Source) next(ctx, lctx context.Context, held bool) (seglog.Record, error) {
 	if p := s.pending; p != nil {
 		s.pending = nil
 		return *p, nil
 	}
 	rec, err := s.rd.r.Next(ctx)
+	if errors.Is(err, io.EOF) && held && lctx != nil && ctx.Err() == nil && lctx.Err() == nil {
+		rec, err = s.rd.r.Follow(lctx)
+		if err != nil && ctx.Err() == nil {
+			err = io.EOF
+		}
+	}
 	s.noteLoss()
 	return rec, err
 }

@@ -446,9 +446,14 @@ func TestSourceFollowIdles(t *testing.T) {
 		writeRecords(t, dir, columnar.CodecArrow, 100)
 		ctx, cancel := context.WithCancel(context.Background())
 		h := &recorder{}
-		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Tick: time.Second})
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Tick: time.Second, Linger: 100 * time.Millisecond})
 		done := make(chan error)
 		go func() { done <- src.Run(ctx, h) }()
+		synctest.Wait()
+		if evs, idles := h.counts(); idles != 0 || evs != 0 {
+			t.Fatalf("within the linger: %d idles, %d events; want none", idles, evs)
+		}
+		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
 		if evs, idles := h.counts(); idles != 1 || evs != 100 {
 			t.Fatalf("at the end: %d idles, %d events; want 1, 100", idles, evs)
@@ -459,7 +464,7 @@ func TestSourceFollowIdles(t *testing.T) {
 			t.Errorf("after 5 ticks: %d idles, want 6", idles)
 		}
 		writeRecords(t, dir, columnar.CodecArrow, 50)
-		time.Sleep(60 * time.Millisecond) // seglog's FollowPoll, 50 ms
+		time.Sleep(160 * time.Millisecond) // seglog's FollowPoll, 50 ms, and the linger
 		synctest.Wait()
 		if evs, idles := h.counts(); evs != 150 || idles != 7 {
 			t.Errorf("after an append: %d events, %d idles; want 150, 7", evs, idles)
@@ -474,33 +479,42 @@ func TestSourceFollowIdles(t *testing.T) {
 	})
 }
 
+// liveLog opens a log in dir to write in the test, and returns it with a
+// function that writes a record of n generated events.
+func liveLog(t *testing.T, dir string, seed uint64) (*seglog.Log, func(n int)) {
+	t.Helper()
+	l, err := seglog.Open(dir, seglog.Options{Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	g := decisiontest.NewGenerator(seed, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	return l, func(n int) {
+		t.Helper()
+		if err := w.WriteBatch(g.Batch(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestSourceAppendWakes: reading through the process's own Log, an append
 // wakes the follower at once, with no time passing.
 func TestSourceAppendWakes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		l, err := seglog.Open(dir, seglog.Options{Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
-		g := decisiontest.NewGenerator(3, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
-		if err := w.WriteBatch(g.Batch(10)); err != nil {
-			t.Fatal(err)
-		}
+		l, write := liveLog(t, dir, 3)
+		write(10)
 		ctx, cancel := context.WithCancel(context.Background())
 		h := &recorder{}
-		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour})
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, BatchEvents: 15})
 		done := make(chan error)
 		go func() { done <- src.Run(ctx, h) }()
 		synctest.Wait()
 		start := time.Now()
-		if err := w.WriteBatch(g.Batch(5)); err != nil {
-			t.Fatal(err)
-		}
+		write(5)
 		synctest.Wait()
-		if evs, idles := h.counts(); evs != 15 || time.Since(start) != 0 || idles != 2 {
-			t.Errorf("after an append: %d events after %v, %d idles; want 15 at once, 2", evs, time.Since(start), idles)
+		if evs, idles := h.counts(); evs != 15 || time.Since(start) != 0 || idles != 1 {
+			t.Errorf("after an append that fills a batch: %d events after %v, %d idles; want 15 at once, 1", evs, time.Since(start), idles)
 		}
 		cancel()
 		if err := <-done; err != nil {
@@ -526,4 +540,116 @@ func TestSourceCancelledWithoutFollow(t *testing.T) {
 	if !slices.Equal(h.closes, []closeSeen{{false, nil}}) {
 		t.Errorf("closes %v, want one Close(not ended)", h.closes)
 	}
+}
+
+// TestSourceLingers: a following source caught up with the log holds a
+// short batch for more records until Linger has passed since its first
+// record, so a quiet tail's events are handed within the linger and a
+// busy tail's appends share a batch; a batch that reaches BatchEvents is
+// handed at once; a shutdown hands what is held before the partition is
+// closed. Every batch is whole records.
+func TestSourceLingers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		l, write := liveLog(t, dir, 5)
+		const linger = 100 * time.Millisecond
+		ctx, cancel := context.WithCancel(context.Background())
+		h := &recorder{}
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, BatchEvents: 1000, Linger: linger})
+		done := make(chan error)
+		go func() { done <- src.Run(ctx, h) }()
+		synctest.Wait()
+		batches := func() []batchSeen {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return slices.Clone(h.batches)
+		}
+		off := stream.Offset
+
+		// A quiet tail: one record, handed when the linger has passed.
+		write(10)
+		time.Sleep(linger - time.Millisecond)
+		synctest.Wait()
+		if n := len(batches()); n != 0 {
+			t.Fatalf("within the linger: %d batches, want 0", n)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		want := []batchSeen{{off(0), off(10), []stream.Position{off(0)}, 10}}
+		if got := batches(); !slices.EqualFunc(got, want, batchEqual) {
+			t.Fatalf("at the linger: batches %+v, want %+v", got, want)
+		}
+
+		// A busy tail: appends every 30 ms share one batch, handed a
+		// linger after its first record.
+		for range 4 {
+			write(20)
+			time.Sleep(30 * time.Millisecond)
+		}
+		synctest.Wait()
+		want = append(want, batchSeen{off(10), off(90), []stream.Position{off(10), off(30), off(50), off(70)}, 80})
+		if got := batches(); !slices.EqualFunc(got, want, batchEqual) {
+			t.Fatalf("a busy tail: batches %+v, want %+v", got, want)
+		}
+
+		// A batch that reaches BatchEvents goes at once, whole records.
+		write(600)
+		write(600)
+		synctest.Wait()
+		want = append(want, batchSeen{off(90), off(1290), []stream.Position{off(90), off(690)}, 1200})
+		if got := batches(); !slices.EqualFunc(got, want, batchEqual) {
+			t.Fatalf("a full batch: batches %+v, want %+v", got, want)
+		}
+
+		// Shutdown hands what is held, then closes the partition.
+		write(7)
+		synctest.Wait()
+		if n := len(batches()); n != 3 {
+			t.Fatalf("held: %d batches, want 3", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, batchSeen{off(1290), off(1297), []stream.Position{off(1290)}, 7})
+		if got := batches(); !slices.EqualFunc(got, want, batchEqual) {
+			t.Errorf("at shutdown: batches %+v, want %+v", got, want)
+		}
+		if !slices.Equal(h.closes, []closeSeen{{true, nil}}) {
+			t.Errorf("closes %v, want one Close(ended) after the held batch", h.closes)
+		}
+		if evs, _ := h.counts(); evs != 1297 {
+			t.Errorf("%d events handed, want 1297", evs)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestSourceLingerLogClosed: the process's Log closed while a batch is
+// held hands the batch, then ends the run with the Log's error.
+func TestSourceLingerLogClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		l, write := liveLog(t, dir, 7)
+		write(10)
+		h := &recorder{}
+		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, Linger: time.Hour})
+		done := make(chan error)
+		go func() { done <- src.Run(context.Background(), h) }()
+		synctest.Wait()
+		if evs, _ := h.counts(); evs != 0 {
+			t.Fatalf("%d events handed within the linger, want 0", evs)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, seglog.ErrClosed) {
+			t.Errorf("Run: %v, want the Log's ErrClosed", err)
+		}
+		if evs, _ := h.counts(); evs != 10 || len(h.batches) != 1 {
+			t.Errorf("%d events in %d batches handed, want 10 in 1", evs, len(h.batches))
+		}
+	})
 }
