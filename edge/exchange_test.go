@@ -130,7 +130,12 @@ func TestOriginFailuresRecorded(t *testing.T) {
 
 // TestOriginResponse records a healthy origin's status and latency.
 func TestOriginResponse(t *testing.T) {
+	// The origin reads the request's body before it answers, as a healthy
+	// one does: one that answers first has an upstream latency of 0 (its
+	// response began before the body was sent).
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(time.Millisecond)
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "made")
 	}))
