@@ -35,6 +35,7 @@ type agentServer struct {
 	pc       net.PacketConn
 	conns    []*net.TCPConn
 	handlers sync.WaitGroup
+	accepted chan struct{} // closed when the TCP accept loop has returned
 }
 
 func newAgentServer(t *testing.T, network string) *agentServer {
@@ -106,12 +107,15 @@ func (s *agentServer) start() {
 		t.Fatal(err)
 	}
 	s.addr, s.ln = ln.Addr().String(), ln
+	s.accepted = make(chan struct{})
 	s.handlers.Add(1)
 	go func() {
 		defer s.handlers.Done()
+		defer close(s.accepted)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
+				ln.Close()
 				return
 			}
 			s.mu.Lock()
@@ -191,7 +195,16 @@ func (s *agentServer) stop(mode int) {
 	if s.ln == nil {
 		return
 	}
-	s.ln.Close()
+	if mode == agentStopDrain {
+		// A connection the kernel has completed but Accept has not
+		// returned yet would be dropped, with what the sink sent on it, by
+		// closing the listener: the accept loop takes what is pending
+		// until a short deadline ends it.
+		s.ln.(*net.TCPListener).SetDeadline(time.Now().Add(50 * time.Millisecond))
+	} else {
+		s.ln.Close()
+	}
+	<-s.accepted
 	s.mu.Lock()
 	conns := s.conns
 	s.conns = nil
