@@ -74,7 +74,6 @@ type DynamoDB = ddbtable.API
 // tables do. It is safe for concurrent use.
 type TableStore struct {
 	calls *ddbtable.Calls
-	table string
 	now   func() time.Time
 }
 
@@ -84,11 +83,11 @@ func NewTableStore(db DynamoDB, table string, now func() time.Time) *TableStore 
 	if now == nil {
 		now = time.Now
 	}
-	return &TableStore{calls: &ddbtable.Calls{API: db, Table: table}, table: table, now: now}
+	return &TableStore{calls: &ddbtable.Calls{API: db, Table: table}, now: now}
 }
 
 // Name returns the table's name.
-func (s *TableStore) Name() string { return "dynamodb table " + s.table }
+func (s *TableStore) Name() string { return "dynamodb table " + s.calls.Table }
 
 // Put writes e, replacing any entry (or tombstone) for its target. Added
 // defaults to now; times are kept to the second. It refuses an invalid
@@ -186,7 +185,7 @@ func (s *TableStore) Entries(ctx context.Context, list string) ([]Entry, error) 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read list %s from %s: %w", list, s.table, err)
+		return nil, fmt.Errorf("read list %s from %s: %w", list, s.calls.Table, err)
 	}
 	return out, nil
 }

@@ -83,49 +83,42 @@ func (c *Calls) do(ctx context.Context, call func(context.Context) error) error 
 	}
 }
 
-// Get returns the item of key, read consistently, or nil if there is none.
-func (c *Calls) Get(ctx context.Context, key map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
-	var item map[string]types.AttributeValue
+// call runs op(in) as one call of c (do) and returns its output.
+func call[I, O any](ctx context.Context, c *Calls, op func(context.Context, I, ...func(*dynamodb.Options)) (O, error), in I) (O, error) {
+	var out O
 	err := c.do(ctx, func(ctx context.Context) error {
-		out, err := c.API.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(c.Table), Key: key, ConsistentRead: aws.Bool(true)})
-		if err == nil {
-			item = out.Item
-		}
+		var err error
+		out, err = op(ctx, in)
 		return err
 	})
-	return item, err
+	return out, err
+}
+
+// Get returns the item of key, read consistently, or nil if there is none.
+func (c *Calls) Get(ctx context.Context, key map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	out, err := call(ctx, c, c.API.GetItem, &dynamodb.GetItemInput{TableName: aws.String(c.Table), Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
 }
 
 // Put writes in, whose TableName it fills in.
 func (c *Calls) Put(ctx context.Context, in *dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) {
 	in.TableName = aws.String(c.Table)
-	var out *dynamodb.PutItemOutput
-	err := c.do(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = c.API.PutItem(ctx, in)
-		return err
-	})
-	return out, err
+	return call(ctx, c, c.API.PutItem, in)
 }
 
 // Delete deletes the item of key.
 func (c *Calls) Delete(ctx context.Context, key map[string]types.AttributeValue) error {
-	return c.do(ctx, func(ctx context.Context) error {
-		_, err := c.API.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(c.Table), Key: key})
-		return err
-	})
+	_, err := call(ctx, c, c.API.DeleteItem, &dynamodb.DeleteItemInput{TableName: aws.String(c.Table), Key: key})
+	return err
 }
 
 // Update runs in, whose TableName it fills in.
 func (c *Calls) Update(ctx context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 	in.TableName = aws.String(c.Table)
-	var out *dynamodb.UpdateItemOutput
-	err := c.do(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = c.API.UpdateItem(ctx, in)
-		return err
-	})
-	return out, err
+	return call(ctx, c, c.API.UpdateItem, in)
 }
 
 // Query runs in, whose TableName it fills in, and calls fn with the items
@@ -136,12 +129,7 @@ func (c *Calls) Query(ctx context.Context, in *dynamodb.QueryInput, fn func([]ma
 	in.TableName = aws.String(c.Table)
 	in.ConsistentRead = aws.Bool(true)
 	for {
-		var out *dynamodb.QueryOutput
-		err := c.do(ctx, func(ctx context.Context) error {
-			var err error
-			out, err = c.API.Query(ctx, in)
-			return err
-		})
+		out, err := call(ctx, c, c.API.Query, in)
 		if err != nil {
 			return err
 		}
