@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -52,11 +53,10 @@ func ThrottleDynamoDB(t testing.TB, n int64, ops ...string) *Throttler {
 // throttle counts a call of target ("DynamoDB_20120810.<op>") and reports
 // whether it is to be throttled.
 func (th *Throttler) throttle(target string) bool {
-	const prefix = "DynamoDB_20120810."
-	if len(target) <= len(prefix) || target[:len(prefix)] != prefix {
+	op, ok := strings.CutPrefix(target, "DynamoDB_20120810.")
+	if !ok {
 		return false
 	}
-	op := target[len(prefix):]
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	n, ok := th.calls[op]
