@@ -70,7 +70,8 @@ func Run(ctx context.Context, src Source, o RunOptions) (RunStats, error) {
 	if err != nil {
 		return RunStats{}, err
 	}
-	return h.run(ctx, src)
+	err = src.Run(ctx, h)
+	return h.stats(), err
 }
 
 // partitions is the aggregator's stream.Handler: one partition's Rollup,
@@ -102,12 +103,6 @@ func newPartitions(o RunOptions) (*partitions, error) {
 		o.Now = time.Now
 	}
 	return &partitions{o: o, parts: map[string]*partition{}, rollups: map[string]partitionStats{}}, nil
-}
-
-// run runs src with the handler and returns what it did.
-func (h *partitions) run(ctx context.Context, src Source) (RunStats, error) {
-	err := src.Run(ctx, h)
-	return h.stats(), err
 }
 
 // stats returns what the handler did: the events and outputs, each open
@@ -253,9 +248,6 @@ func (h *partitions) Open(ctx context.Context, partition string, from stream.Pos
 	if err != nil {
 		return from, err
 	}
-	h.mu.Lock()
-	h.parts[partition] = pt
-	h.mu.Unlock()
 	h.note(partition, pt)
 	h.opened.Add(1)
 	at := from
@@ -272,6 +264,8 @@ func (h *partitions) Open(ctx context.Context, partition string, from stream.Pos
 	return at, nil
 }
 
+// load loads the partition's state, delivers its pending outputs and
+// makes it the open partition.
 func (h *partitions) load(ctx context.Context, name string) (*partition, error) {
 	pt := &partition{p: partitionRun{name: name, store: h.o.Store, sinks: h.o.Sinks, r: NewRollup(h.o.Rollup)}}
 	err := pt.p.resume(ctx)
@@ -286,6 +280,9 @@ func (h *partitions) load(ctx context.Context, name string) (*partition, error) 
 	}
 	pt.last = last
 	pt.observe()
+	h.mu.Lock()
+	h.parts[name] = pt
+	h.mu.Unlock()
 	return pt, nil
 }
 
@@ -301,14 +298,7 @@ func (h *partitions) partition(ctx context.Context, name string) (*partition, er
 	if pt != nil && !pt.broken {
 		return pt, nil
 	}
-	pt, err := h.load(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	h.parts[name] = pt
-	h.mu.Unlock()
-	return pt, nil
+	return h.load(ctx, name)
 }
 
 // Handle adds the batch's new events, closing windows as the watermark

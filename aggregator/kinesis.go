@@ -143,7 +143,7 @@ func NewKinesis(o KinesisOptions) (*Kinesis, error) {
 
 // Run runs until ctx is done, as RunKinesis does. Call it once.
 func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
-	_, err := k.h.run(ctx, k.src)
+	err := k.src.Run(ctx, k.h)
 	return k.Stats(), err
 }
 

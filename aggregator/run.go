@@ -244,8 +244,7 @@ type partitionRun struct {
 	snap      []byte // the last snapshot saved, its bytes reused by the next
 	delivered uint64
 	redeliver uint64
-	resumed   bool   // a state was found
-	progress  func() // after every delivery
+	resumed   bool // a state was found
 }
 
 // resume restores the rollup and cursor from the partition's state and
@@ -307,11 +306,5 @@ func (p *partitionRun) deliver(ctx context.Context, st State) error {
 		}
 	}
 	p.delivered += uint64(len(st.Pending))
-	if err := p.store.Save(ctx, p.name, State{Snapshot: st.Snapshot, Cursor: st.Cursor}); err != nil {
-		return err
-	}
-	if p.progress != nil {
-		p.progress()
-	}
-	return nil
+	return p.store.Save(ctx, p.name, State{Snapshot: st.Snapshot, Cursor: st.Cursor})
 }
