@@ -445,10 +445,7 @@ func TestSourceFollowIdles(t *testing.T) {
 		dir := t.TempDir()
 		writeRecords(t, dir, columnar.CodecArrow, 100)
 		ctx, cancel := context.WithCancel(context.Background())
-		h := &recorder{}
-		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Tick: time.Second, Linger: 100 * time.Millisecond})
-		done := make(chan error)
-		go func() { done <- src.Run(ctx, h) }()
+		h, done := runSource(ctx, dir, decisionlog.SourceOptions{Follow: true, Tick: time.Second, Linger: 100 * time.Millisecond})
 		synctest.Wait()
 		if evs, idles := h.counts(); idles != 0 || evs != 0 {
 			t.Fatalf("within the linger: %d idles, %d events; want none", idles, evs)
@@ -479,6 +476,17 @@ func TestSourceFollowIdles(t *testing.T) {
 	})
 }
 
+// runSource runs a Source of the log in dir with o in the background,
+// handing its batches to the recorder it returns; Run's error is sent on
+// the channel.
+func runSource(ctx context.Context, dir string, o decisionlog.SourceOptions) (*recorder, chan error) {
+	h := &recorder{}
+	src := decisionlog.NewSource(dir, o)
+	done := make(chan error)
+	go func() { done <- src.Run(ctx, h) }()
+	return h, done
+}
+
 // liveLog opens a log in dir to write in the test, and returns it with a
 // function that writes a record of n generated events.
 func liveLog(t *testing.T, dir string, seed uint64) (*seglog.Log, func(n int)) {
@@ -505,10 +513,7 @@ func TestSourceAppendWakes(t *testing.T) {
 		l, write := liveLog(t, dir, 3)
 		write(10)
 		ctx, cancel := context.WithCancel(context.Background())
-		h := &recorder{}
-		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, BatchEvents: 15})
-		done := make(chan error)
-		go func() { done <- src.Run(ctx, h) }()
+		h, done := runSource(ctx, dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, BatchEvents: 15})
 		synctest.Wait()
 		start := time.Now()
 		write(5)
@@ -554,10 +559,7 @@ func TestSourceLingers(t *testing.T) {
 		l, write := liveLog(t, dir, 5)
 		const linger = 100 * time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
-		h := &recorder{}
-		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, BatchEvents: 1000, Linger: linger})
-		done := make(chan error)
-		go func() { done <- src.Run(ctx, h) }()
+		h, done := runSource(ctx, dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, BatchEvents: 1000, Linger: linger})
 		synctest.Wait()
 		batches := func() []batchSeen {
 			h.mu.Lock()
@@ -634,10 +636,7 @@ func TestSourceLingerLogClosed(t *testing.T) {
 		dir := t.TempDir()
 		l, write := liveLog(t, dir, 7)
 		write(10)
-		h := &recorder{}
-		src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, Linger: time.Hour})
-		done := make(chan error)
-		go func() { done <- src.Run(context.Background(), h) }()
+		h, done := runSource(context.Background(), dir, decisionlog.SourceOptions{Follow: true, Log: l, Tick: time.Hour, Linger: time.Hour})
 		synctest.Wait()
 		if evs, _ := h.counts(); evs != 0 {
 			t.Fatalf("%d events handed within the linger, want 0", evs)

@@ -100,15 +100,15 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 		}
 		l.mu.Unlock()
 	}
-	batch := make([]stream.Record, 0, group)
-	for i := 0; i < len(recs); i += group {
-		g := recs[i:min(i+group, len(recs))]
-		batch = batch[:0]
-		for j := range g {
-			batch = append(batch, stream.Record{Pos: stream.Position{Seq: g[j].Kinesis.SequenceNumber}, Data: g[j].Kinesis.Data})
-		}
-		b := stream.Batch{Partition: shard, From: stream.Position{Seq: g[0].Kinesis.SequenceNumber},
-			To: stream.Position{Seq: g[len(g)-1].Kinesis.SequenceNumber, Sub: wholeRecord}, Records: batch, Corrupt: corrupt}
+	all := make([]stream.Record, len(recs))
+	for i := range recs {
+		all[i] = stream.Record{Pos: stream.Position{Seq: recs[i].Kinesis.SequenceNumber}, Data: recs[i].Kinesis.Data}
+	}
+	for i := 0; i < len(all); i += group {
+		j := min(i+group, len(all))
+		g := all[i:j:j]
+		b := stream.Batch{Partition: shard, From: g[0].Pos,
+			To: stream.Position{Seq: g[len(g)-1].Pos.Seq, Sub: wholeRecord}, Records: g, Corrupt: corrupt}
 		if i == 0 {
 			b.From = at
 		}
@@ -116,7 +116,7 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 		err := l.h.Handle(ctx, &b)
 		l.events.Add(b.Handed())
 		if err != nil {
-			return l.fail(g[0].Kinesis.SequenceNumber), nil
+			return l.fail(g[0].Pos.Seq), nil
 		}
 	}
 	return events.KinesisEventResponse{}, nil

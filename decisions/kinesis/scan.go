@@ -172,17 +172,11 @@ func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt S
 			err = fmt.Errorf("scan %s: %w", shard, cerr)
 		}
 	}()
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(name), ShardId: aws.String(shard), ShardIteratorType: types.ShardIteratorTypeTrimHorizon}
-	switch {
-	case at.Seq == ShardEnd:
+	if at.Seq == ShardEnd {
 		ended = true
 		return nil
-	case at.Seq != "":
-		in.ShardIteratorType, in.StartingSequenceNumber = types.ShardIteratorTypeAtSequenceNumber, aws.String(at.Seq)
-	case startAt == Latest:
-		in.ShardIteratorType = types.ShardIteratorTypeLatest
 	}
-	it, err := api.GetShardIterator(ctx, in)
+	it, err := api.GetShardIterator(ctx, iteratorAt(name, shard, at, startAt))
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", shard, err)
 	}

@@ -797,26 +797,35 @@ func (r *shardReader) end(ctx context.Context) error {
 
 // iterator gets a shard iterator at the position.
 func (r *shardReader) iterator(ctx context.Context) error {
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(r.s.opts.Stream), ShardId: aws.String(r.c.shard)}
-	switch {
-	case r.pos.Seq != "":
+	if r.pos.Seq != "" {
 		// At the record: the consumer skips the events it handled.
-		in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
-		in.StartingSequenceNumber = aws.String(r.pos.Seq)
 		r.resume, r.skip = r.pos.Seq, r.pos.Sub
-	case r.s.opts.StartAt == Latest:
-		in.ShardIteratorType = types.ShardIteratorTypeLatest
-	default:
-		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
 	}
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
-	out, err := r.s.api.GetShardIterator(c, in)
+	out, err := r.s.api.GetShardIterator(c, iteratorAt(r.s.opts.Stream, r.c.shard, r.pos, r.s.opts.StartAt))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("get shard iterator %s: %w", r.c.shard, err)
 	}
 	r.iter = out.ShardIterator
 	return nil
+}
+
+// iteratorAt is the GetShardIterator input that reads shard of stream
+// name from pos: at its record, or, from a shard's start position, where
+// startAt says.
+func iteratorAt(name, shard string, pos stream.Position, startAt StartAt) *kinesis.GetShardIteratorInput {
+	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(name), ShardId: aws.String(shard)}
+	switch {
+	case pos.Seq != "":
+		in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
+		in.StartingSequenceNumber = aws.String(pos.Seq)
+	case startAt == Latest:
+		in.ShardIteratorType = types.ShardIteratorTypeLatest
+	default:
+		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
+	}
+	return in
 }
 
 // pause backs off after a failed call; it returns errStopped once the

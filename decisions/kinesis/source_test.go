@@ -120,6 +120,17 @@ func sourceOptions(name, table, worker string) SourceOptions {
 		Discover: 200 * time.Millisecond, Poll: 50 * time.Millisecond, MaxBatch: 100}
 }
 
+// newSource returns a Source of the stream on api and the lease table
+// on db, as o configures it.
+func newSource(t *testing.T, api StreamAPI, db DynamoAPI, o SourceOptions) *Source {
+	t.Helper()
+	s, err := NewSource(api, db, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // run starts a Source and returns a stop function that waits for Run.
 func run(t *testing.T, s *Source, h stream.Handler) func() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,10 +168,7 @@ func readFirst(t *testing.T, kc *kinesis.Client, dc *dynamodb.Client, name, tabl
 	w := newWriter(t, kc, name)
 	w.write(t, 1050)
 	seen := newSeenLog()
-	s1, err := NewSource(kc, dc, sourceOptions(name, table, "w1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s1 := newSource(t, kc, dc, sourceOptions(name, table, "w1"))
 	stop := run(t, s1, seen.handler("w1"))
 	waitFor(t, "1050 events", func() bool { return seen.count() == 1050 })
 	stop()
@@ -180,10 +188,7 @@ func TestSourceResumesInsideRecords(t *testing.T) {
 	name, table := newStream(t, kc, 2), newLeaseTable(t, dc)
 	w, seen := readFirst(t, kc, dc, name, table)
 	w.write(t, 300)
-	s2, err := NewSource(kc, dc, sourceOptions(name, table, "w2"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := newSource(t, kc, dc, sourceOptions(name, table, "w2"))
 	stop := run(t, s2, seen.handler("w2"))
 	waitFor(t, "1350 events", func() bool { return seen.count() == 1350 })
 	stop()
@@ -211,10 +216,7 @@ func TestSourceCheckpointInterval(t *testing.T) {
 	seen := newSeenLog()
 	opts := sourceOptions(name, table, "w1")
 	opts.Checkpoint = time.Hour
-	s1, err := NewSource(kc, dc, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s1 := newSource(t, kc, dc, opts)
 	stop := run(t, s1, seen.handler("w1"))
 	waitFor(t, "1000 events", func() bool { return seen.count() == 1000 })
 	if st := s1.Stats(); st.Checkpoints != 1 || st.Batches < 10 {
@@ -225,10 +227,7 @@ func TestSourceCheckpointInterval(t *testing.T) {
 		t.Fatalf("%d checkpoints after stopping, want one more", st.Checkpoints)
 	}
 	w.write(t, 200)
-	s2, err := NewSource(kc, dc, sourceOptions(name, table, "w2"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := newSource(t, kc, dc, sourceOptions(name, table, "w2"))
 	stop = run(t, s2, seen.handler("w2"))
 	waitFor(t, "1200 events", func() bool { return seen.count() == 1200 })
 	stop()
@@ -285,10 +284,7 @@ func TestSourceShardHandler(t *testing.T) {
 	w := newWriter(t, kc, name)
 	w.write(t, 300)
 	l := &shardLog{idle: map[string]int{}, seen: newSeenLog()}
-	s, err := NewSource(kc, dc, sourceOptions(name, table, "w"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSource(t, kc, dc, sourceOptions(name, table, "w"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, l) }()
@@ -337,14 +333,8 @@ func TestSourceTakeover(t *testing.T) {
 	w := newWriter(t, kc, name)
 	w.write(t, 2000)
 	seen := newSeenLog()
-	a, err := NewSource(client(t, ks.URL), dynamoClient(t, ds.URL), sourceOptions(name, table, "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := NewSource(kc, dc, sourceOptions(name, table, "b"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newSource(t, client(t, ks.URL), dynamoClient(t, ds.URL), sourceOptions(name, table, "a"))
+	b := newSource(t, kc, dc, sourceOptions(name, table, "b"))
 	// a reads everything first, so that b's steals find it idle: a steal
 	// from a busy worker may have the thief handle again the victim's
 	// last batch, which would blur what this test counts.
@@ -421,10 +411,7 @@ func TestSourceReshard(t *testing.T) {
 	w := newWriter(t, kc, name)
 	w.write(t, 1500)
 	seen := newSeenLog()
-	s, err := NewSource(kc, dc, sourceOptions(name, table, "w"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSource(t, kc, dc, sourceOptions(name, table, "w"))
 	stop := run(t, s, seen.handler("w"))
 	defer stop()
 	waitFor(t, "the first events", func() bool { return seen.count() > 0 })
@@ -443,10 +430,7 @@ func TestSourceReshard(t *testing.T) {
 	// worker's discovery does not make it again.
 	waitFor(t, "the parent's lease to be cleaned", func() bool { return s.Stats().Cleaned == 1 })
 	stop()
-	again, err := NewSource(kc, dc, sourceOptions(name, table, "again"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := newSource(t, kc, dc, sourceOptions(name, table, "again"))
 	if err := again.discover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -528,10 +512,7 @@ func TestSourceRowsResumes(t *testing.T) {
 	w.write(t, 300)
 	o := sourceOptions(name, table, "w2")
 	o.Rows = true
-	s2, err := NewSource(kc, dc, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := newSource(t, kc, dc, o)
 	var rows, calls atomic.Int64
 	dec := columnar.NewDecoder()
 	stop := run(t, s2, stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
@@ -584,10 +565,7 @@ func TestSourceReadsFromOpen(t *testing.T) {
 	w.write(t, 100)
 	seen := newSeenLog()
 	h := &rewind{HandleFunc: seen.handler("w2")}
-	s2, err := NewSource(kc, dc, sourceOptions(name, table, "w2"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := newSource(t, kc, dc, sourceOptions(name, table, "w2"))
 	stop := run(t, s2, h)
 	waitFor(t, "1150 events", func() bool { return seen.count() == 1150 })
 	stop()

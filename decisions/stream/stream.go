@@ -89,7 +89,7 @@ type Batch struct {
 	Corrupt func(rec *Record, lost int, err error)
 
 	seen   int    // Rows has reported the corrupt records of Records[:seen]
-	handed uint64 // the rows the last call of Rows handed over
+	handed uint64 // the rows the last (or current) call of Rows handed over
 }
 
 // Rows are the rows of one record batch as Batch.Rows hands them over:
@@ -136,30 +136,25 @@ type Handler interface {
 // skipped and reported to Corrupt the first time Rows meets it; an error
 // from f stops Rows and is returned as it is.
 func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error) {
-	var (
-		n   uint64
-		r   Rows
-		err error
-	)
+	var r Rows
+	b.handed = 0
 	hand := func(rows columnar.Rows, pos Position, skip int) (int, error) {
 		lo := min(skip, rows.Len())
 		r = Rows{Rows: rows, Pos: pos, Lo: lo}
 		if b.Filter != nil {
 			r.Skip = b.Filter(rows, pos)
 		}
-		n += uint64(rows.Len() - lo)
+		b.handed += uint64(rows.Len() - lo)
 		err := f(&r)
 		r = Rows{}
 		return lo, err
 	}
 	if b.Records == nil {
 		if len(b.Events) == 0 {
-			b.handed = 0
 			return 0, nil
 		}
-		_, err = hand(columnar.Rows{Events: b.Events}, b.From, 0)
-		b.handed = n
-		return n, err
+		_, err := hand(columnar.Rows{Events: b.Events}, b.From, 0)
+		return b.handed, err
 	}
 	for i := range b.Records {
 		rec := &b.Records[i]
@@ -185,8 +180,7 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 			derr = dec.DecodeRows(rec.Codec, rec.Data, decode)
 		}
 		if ferr != nil {
-			b.handed = n
-			return n, ferr
+			return b.handed, ferr
 		}
 		if derr != nil && i >= b.seen && b.Corrupt != nil {
 			lost, partial := columnar.IsCorruptEvents(derr)
@@ -200,8 +194,7 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 		}
 		b.seen = max(b.seen, i+1)
 	}
-	b.handed = n
-	return n, nil
+	return b.handed, nil
 }
 
 // Handed returns what the last call of Rows returned: the number of the
