@@ -523,11 +523,7 @@ func b2i(b bool) int {
 
 // Floor bounds the count of any client t does not hold: 0 while it holds
 // fewer than k clients (counts are exact then), else its lowest count.
-func (t *TopK) Floor() uint64 { return t.floor() }
-
-// floor is 0 while t holds fewer than k clients; then it is the lowest
-// count, which bounds the count of any client it does not hold.
-func (t *TopK) floor() uint64 {
+func (t *TopK) Floor() uint64 {
 	if len(t.slots) < t.k {
 		return 0
 	}
@@ -540,7 +536,7 @@ func (t *TopK) floor() uint64 {
 // With disjoint clients (two Kinesis shards) nothing is added: each
 // client's count comes whole from one side.
 func (t *TopK) Merge(o *TopK, disjoint bool) {
-	tf, of := t.floor(), o.floor()
+	tf, of := t.Floor(), o.Floor()
 	if disjoint {
 		tf, of = 0, 0
 	}
