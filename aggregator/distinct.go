@@ -123,8 +123,7 @@ func (s *Distinct) Update(d *decisions.Decision) {
 	if d.Kind != decisions.KindDecision {
 		return
 	}
-	s.scratch = identityKey(s.scratch[:0], d)
-	s.add(hashKey(s.scratch), Refused(d.Outcome), s.tier(d.Tier), s.rule(d.Rule))
+	s.add(hashClientInto(ClientOf(d), &s.scratch), Refused(d.Outcome), s.tier(d.Tier), s.rule(d.Rule))
 }
 
 // tier returns the sketch of the tier named name, made if needed.
