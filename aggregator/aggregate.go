@@ -12,9 +12,10 @@ import (
 // (T, its own pointer type), and append a deterministic encoding (equal
 // aggregates, equal bytes), which its decode method reads back. The
 // Partial holds one of each and loops over them (parts) where a call per
-// aggregate costs nothing per event: per batch, per merge, per encoding.
+// aggregate costs nothing per event: per batch, per encoding.
 // Partial.Update calls them directly instead, hashing each client once
-// for the sketches and the lists.
+// for the sketches and the lists, and Partial.Merge calls each Merge,
+// whose argument is typed.
 type aggregate[T any] interface {
 	part
 	// Merge adds o's events, as if this aggregate had counted them too.
@@ -67,12 +68,3 @@ var (
 	_ aggregate[*UpstreamLatency] = (*UpstreamLatency)(nil)
 	_ aggregate[*Offenders]       = (*Offenders)(nil)
 )
-
-// merger merges one aggregate into another of its kind, their types
-// erased (mergerOf).
-type merger func(m MergeMode) error
-
-// mergerOf returns the merger of from into into.
-func mergerOf[T any](into aggregate[T], from T) merger {
-	return func(m MergeMode) error { return into.Merge(from, m) }
-}

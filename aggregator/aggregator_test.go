@@ -222,7 +222,7 @@ func TestTopKMergeBounds(t *testing.T) {
 			n++
 			tops[side(i, c)].Add(c, 1)
 		}
-		if tops[0].floor() == 0 || tops[1].floor() == 0 {
+		if tops[0].Floor() == 0 || tops[1].Floor() == 0 {
 			t.Fatal("the lists did not overflow")
 		}
 		tops[0].Merge(tops[1], disjoint)

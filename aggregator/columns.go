@@ -333,6 +333,7 @@ func (b *Batch) identify() {
 		var (
 			u    = b.user(i)
 			v4   uint32
+			v4b  [4]byte
 			v4ok bool
 			cl   Client
 			fp   uint64
@@ -341,7 +342,8 @@ func (b *Batch) identify() {
 		case u != "":
 			fp = userFingerprint(u)
 		case c.ClientIPFamily[i] == 4:
-			v4, v4ok = binary.BigEndian.Uint32(c.ClientIP[16*i+12:16*i+16]), true
+			v4b, v4ok = [4]byte(c.ClientIP[16*i+12:16*i+16]), true
+			v4 = binary.BigEndian.Uint32(v4b[:])
 			fp = v4Fingerprint(v4)
 		default:
 			cl = b.client(i)
@@ -355,7 +357,7 @@ func (b *Batch) identify() {
 				case u != "":
 					cl = Client{User: u}
 				case v4ok:
-					cl = Client{Addr: netip.AddrFrom4([4]byte{byte(v4 >> 24), byte(v4 >> 16), byte(v4 >> 8), byte(v4)})}
+					cl = Client{Addr: netip.AddrFrom4(v4b)}
 				}
 				id = int32(len(b.clients))
 				b.slots[j] = id + 1
@@ -363,7 +365,7 @@ func (b *Batch) identify() {
 				b.clients = append(b.clients, cl)
 				if v4ok {
 					b.hashes = append(b.hashes, hashV4(v4))
-					b.keys = append(b.keys, 1<<61|uint64(v4)) // sortKey of an IPv4 address
+					b.keys = append(b.keys, sortKeyV4(v4))
 				} else {
 					b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
 					b.keys = append(b.keys, sortKey(cl))
@@ -379,7 +381,7 @@ func (b *Batch) identify() {
 				case u != "":
 					same = o.User == u
 				case v4ok:
-					same = o.User == "" && o.Addr.Is4() && o.Addr.As4() == [4]byte{byte(v4 >> 24), byte(v4 >> 16), byte(v4 >> 8), byte(v4)}
+					same = o.User == "" && o.Addr.Is4() && o.Addr.As4() == v4b
 				default:
 					same = *o == cl
 				}

@@ -123,8 +123,7 @@ func (s *Distinct) Update(d *decisions.Decision) {
 	if d.Kind != decisions.KindDecision {
 		return
 	}
-	s.scratch = identityKey(s.scratch[:0], d)
-	s.add(hashKey(s.scratch), Refused(d.Outcome), s.tier(d.Tier), s.rule(d.Rule))
+	s.add(hashClientInto(ClientOf(d), &s.scratch), Refused(d.Outcome), s.tier(d.Tier), s.rule(d.Rule))
 }
 
 // tier returns the sketch of the tier named name, made if needed.
@@ -236,18 +235,9 @@ func Estimate(sk *hyperloglog.Sketch) uint64 {
 }
 
 // AppendBinary appends s's encoding: the sketches of partial encoding
-// version 1 (appendBinaryV1), then those version 2 added (appendBinaryV2).
+// version 1 (all clients, the refused, by tier), then those version 2
+// added (by rule).
 func (s *Distinct) AppendBinary(b []byte) ([]byte, error) {
-	b, err := s.appendBinaryV1(b)
-	if err != nil {
-		return b, err
-	}
-	return s.appendBinaryV2(b)
-}
-
-// appendBinaryV1 appends the sketches of partial encoding version 1: all
-// clients, the refused, by tier.
-func (s *Distinct) appendBinaryV1(b []byte) ([]byte, error) {
 	var err error
 	if b, err = appendHLL(b, s.All); err != nil {
 		return b, err
@@ -255,11 +245,11 @@ func (s *Distinct) appendBinaryV1(b []byte) ([]byte, error) {
 	if b, err = appendHLL(b, s.Refused); err != nil {
 		return b, err
 	}
-	return appendHLLs(b, s.ByTier)
+	if b, err = appendHLLs(b, s.ByTier); err != nil {
+		return b, err
+	}
+	return appendHLLs(b, s.ByRule)
 }
-
-// appendBinaryV2 appends what encoding version 2 added: the sketches by rule.
-func (s *Distinct) appendBinaryV2(b []byte) ([]byte, error) { return appendHLLs(b, s.ByRule) }
 
 // appendHLLs appends m's sketches by name, in sorted order.
 func appendHLLs(b []byte, m map[string]*hyperloglog.Sketch) ([]byte, error) {
@@ -299,7 +289,7 @@ func (s *Distinct) decode(r *reader) error {
 	return s.decodeV2(r)
 }
 
-// decodeV1 reads what appendBinaryV1 wrote into s.
+// decodeV1 reads the sketches of partial encoding version 1 into s.
 func (s *Distinct) decodeV1(r *reader) error {
 	var err error
 	if s.All, err = decodeHLL(r); err != nil {
@@ -311,7 +301,7 @@ func (s *Distinct) decodeV1(r *reader) error {
 	return decodeHLLs(r, &s.ByTier)
 }
 
-// decodeV2 reads what appendBinaryV2 wrote into s.
+// decodeV2 reads the sketches partial encoding version 2 added into s.
 func (s *Distinct) decodeV2(r *reader) error { return decodeHLLs(r, &s.ByRule) }
 
 // decodeHLLs reads what appendHLLs wrote into *m.

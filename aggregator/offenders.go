@@ -94,20 +94,20 @@ func (o *Offenders) Merge(p *Offenders, m MergeMode) error {
 }
 
 // AppendBinary appends o's encoding: the lists of partial encoding
-// version 1 (appendBinaryV1), then those versions 2 and 3 added
-// (appendBinaryV2, appendBinaryV3). It returns no error.
+// version 1 (by requests and by refusals, by requests per tier and by
+// refusals per rule), then those version 2 added (by requests per rule,
+// the challenged and the token-passing clients), then version 3's (by
+// refusals per tier). It returns no error.
 func (o *Offenders) AppendBinary(b []byte) ([]byte, error) {
-	return o.appendBinaryV3(o.appendBinaryV2(o.appendBinaryV1(b))), nil
-}
-
-// appendBinaryV1 appends the lists of partial encoding version 1: by
-// requests and by refusals, by requests per tier and by refusals per rule.
-func (o *Offenders) appendBinaryV1(b []byte) []byte {
 	b = appendUvarint(b, uint64(o.k))
 	b = o.Requests.AppendBinary(b)
 	b = o.Refusals.AppendBinary(b)
 	b = appendTopKs(b, o.RequestsByTier)
-	return appendTopKs(b, o.RefusalsByRule)
+	b = appendTopKs(b, o.RefusalsByRule)
+	b = appendTopKs(b, o.RequestsByRule)
+	b = o.Challenged.AppendBinary(b)
+	b = o.TokenPassed.AppendBinary(b)
+	return appendTopKs(b, o.RefusalsByTier), nil
 }
 
 // appendTopKs appends m's lists by name, in sorted order.
@@ -138,19 +138,7 @@ func decodeTopKs(r *reader, m map[string]*TopK) error {
 	return nil
 }
 
-// appendBinaryV2 appends what encoding version 2 added: the requests by
-// rule, the challenged and the token-passing clients.
-func (o *Offenders) appendBinaryV2(b []byte) []byte {
-	b = appendTopKs(b, o.RequestsByRule)
-	b = o.Challenged.AppendBinary(b)
-	return o.TokenPassed.AppendBinary(b)
-}
-
-// appendBinaryV3 appends what encoding version 3 added: the refusals by
-// tier.
-func (o *Offenders) appendBinaryV3(b []byte) []byte { return appendTopKs(b, o.RefusalsByTier) }
-
-// decodeV2 reads what appendBinaryV2 wrote into o.
+// decodeV2 reads the lists partial encoding version 2 added into o.
 func (o *Offenders) decodeV2(r *reader) error {
 	if err := decodeTopKs(r, o.RequestsByRule); err != nil {
 		return err
@@ -165,9 +153,6 @@ func (o *Offenders) decodeV2(r *reader) error {
 	return r.err
 }
 
-// decodeV3 reads what appendBinaryV3 wrote into o.
-func (o *Offenders) decodeV3(r *reader) error { return decodeTopKs(r, o.RefusalsByTier) }
-
 // decode reads what AppendBinary wrote into o, replacing what it held.
 func (o *Offenders) decode(r *reader) error {
 	if err := o.decodeV1(r); err != nil {
@@ -176,10 +161,11 @@ func (o *Offenders) decode(r *reader) error {
 	if err := o.decodeV2(r); err != nil {
 		return err
 	}
-	return o.decodeV3(r)
+	return decodeTopKs(r, o.RefusalsByTier)
 }
 
-// decodeV1 reads what appendBinaryV1 wrote into o, replacing what it held.
+// decodeV1 reads the lists of partial encoding version 1 into o,
+// replacing what it held.
 func (o *Offenders) decodeV1(r *reader) error {
 	k := r.uvarint()
 	if r.err == nil && (k == 0 || k > 1<<20) {

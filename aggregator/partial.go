@@ -83,16 +83,20 @@ func (p *Partial) Merge(q *Partial, disjoint bool) error {
 	p.Events += q.Events
 	p.keySets = nil // rebuilt from the merged counts when next needed
 	m := mergeMode(disjoint)
-	for _, merge := range [...]merger{
-		mergerOf(&p.Counts, &q.Counts),
-		mergerOf(&p.Clients, &q.Clients),
-		mergerOf(&p.Latency, &q.Latency),
-		mergerOf(&p.Upstream, &q.Upstream),
-		mergerOf(p.Offenders, q.Offenders),
-	} {
-		if err := merge(m); err != nil {
-			return err
-		}
+	if err := p.Counts.Merge(&q.Counts, m); err != nil {
+		return err
+	}
+	if err := p.Clients.Merge(&q.Clients, m); err != nil {
+		return err
+	}
+	if err := p.Latency.Merge(&q.Latency, m); err != nil {
+		return err
+	}
+	if err := p.Upstream.Merge(&q.Upstream, m); err != nil {
+		return err
+	}
+	if err := p.Offenders.Merge(q.Offenders, m); err != nil {
+		return err
 	}
 	if q.Start.Before(p.Start) {
 		p.Start = q.Start

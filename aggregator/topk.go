@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -154,7 +155,7 @@ func sortKey(c Client) uint64 {
 	switch {
 	case c.Addr.Is4():
 		a := c.Addr.As4()
-		return 1<<61 | uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
+		return sortKeyV4(binary.BigEndian.Uint32(a[:]))
 	case c.Addr.Is6():
 		a := c.Addr.As16()
 		hi := uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 |
@@ -163,6 +164,9 @@ func sortKey(c Client) uint64 {
 	}
 	return 0
 }
+
+// sortKeyV4 is sortKey of the IPv4 address a (big-endian).
+func sortKeyV4(a uint32) uint64 { return 1<<61 | uint64(a) }
 
 // Add counts n hits of c.
 func (t *TopK) Add(c Client, n uint64) { t.add(c, hashClient(c), n) }
@@ -523,11 +527,7 @@ func b2i(b bool) int {
 
 // Floor bounds the count of any client t does not hold: 0 while it holds
 // fewer than k clients (counts are exact then), else its lowest count.
-func (t *TopK) Floor() uint64 { return t.floor() }
-
-// floor is 0 while t holds fewer than k clients; then it is the lowest
-// count, which bounds the count of any client it does not hold.
-func (t *TopK) floor() uint64 {
+func (t *TopK) Floor() uint64 {
 	if len(t.slots) < t.k {
 		return 0
 	}
@@ -540,7 +540,7 @@ func (t *TopK) floor() uint64 {
 // With disjoint clients (two Kinesis shards) nothing is added: each
 // client's count comes whole from one side.
 func (t *TopK) Merge(o *TopK, disjoint bool) {
-	tf, of := t.floor(), o.floor()
+	tf, of := t.Floor(), o.Floor()
 	if disjoint {
 		tf, of = 0, 0
 	}
