@@ -939,7 +939,11 @@ func (r *shardReader) deliver(ctx context.Context) error {
 			return err
 		}
 		s.batches.Add(1)
-		s.events.Add(uint64(len(r.events)) + b.Handed())
+		n := uint64(len(r.events))
+		if s.opts.Rows {
+			n = b.Handed() // the records' events, known once the handler read them
+		}
+		s.events.Add(n)
 		clear(r.events)
 		r.events = r.events[:0]
 		clear(r.recs)

@@ -577,3 +577,26 @@ func TestSourceReadsFromOpen(t *testing.T) {
 	}
 	seen.checkOrder(t)
 }
+
+// TestSourceCountsEventsOnce: a handler that reads a batch of decoded
+// events through Batch.Rows does not make the Source count them twice.
+func TestSourceCountsEventsOnce(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	newWriter(t, kc, name).write(t, 300)
+	var got atomic.Uint64
+	dec := columnar.NewDecoder()
+	h := stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		n, err := b.Rows(dec, func(*stream.Rows) error { return nil })
+		got.Add(n)
+		return err
+	})
+	s := newSource(t, kc, dc, sourceOptions(name, table, "w1"))
+	stop := run(t, s, h)
+	waitFor(t, "300 events", func() bool { return got.Load() == 300 })
+	stop()
+	if st := s.Stats(); st.Events != 300 {
+		t.Fatalf("the source counted %d events, the handler read 300", st.Events)
+	}
+}
