@@ -84,6 +84,11 @@ type LogOptions struct {
 
 // RunStats are what a run did.
 type RunStats struct {
+	// Rollup is what this run's rollups did, summed over its partitions:
+	// the events it added, the windows it emitted and so on, from zero
+	// at its start whatever the state it resumed from holds (the runs
+	// before counted theirs; the partials and EMF hold the totals). Every
+	// source's run (RunLog, RunKinesis, Lines, Run) counts them so.
 	Rollup    RollupStats
 	Read      decisionlog.ReadStats
 	Outputs   uint64    // outputs delivered
@@ -199,12 +204,11 @@ func (p *onePartition) done(err error) error {
 	return nil
 }
 
-// stats are the handler's, with the partition's rollup figures and
-// watermark (its state's, kept once it is closed), and no shards.
+// stats are the handler's, with the partition's watermark (kept once it
+// is closed), and no shards.
 func (p *onePartition) stats() RunStats {
 	s := p.h.stats()
-	s.Shards = nil
-	s.Rollup, s.Watermark = p.h.rollupStats()
+	s.Shards, s.Watermark = nil, p.h.watermark()
 	return s
 }
 
