@@ -82,12 +82,15 @@ type partitions struct {
 
 	mu    sync.Mutex
 	parts map[string]*partition // while open
-	// rollups are each partition's rollup figures and watermark as its
-	// last call left them, kept after it is closed.
-	rollups map[string]partitionStats
+	// marks are each partition's watermark as its last call left it,
+	// kept after it is closed.
+	marks map[string]time.Time
+	// rollup is what this run's calls did to the partitions' rollups
+	// (RunStats.Rollup), summed: a state loaded brings the figures of
+	// the runs before, which are not counted.
+	rollup RollupStats
 
-	events, skipped, future, folded, outputs, redeliver, opened, ended atomic.Uint64
-	aheadDropped, correctionsDropped                                   atomic.Uint64
+	skipped, outputs, redeliver, opened, ended atomic.Uint64
 	// moved counts the partitions opened at their state's position rather
 	// than the source's.
 	moved atomic.Uint64
@@ -102,15 +105,17 @@ func newPartitions(o RunOptions) (*partitions, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &partitions{o: o, parts: map[string]*partition{}, rollups: map[string]partitionStats{}}, nil
+	return &partitions{o: o, parts: map[string]*partition{}, marks: map[string]time.Time{}}, nil
 }
 
-// stats returns what the handler did: the events and outputs, each open
-// partition's watermark (Shards, by name) and the least of them.
+// stats returns what the handler did: this run's rollup figures and
+// outputs, each open partition's watermark (Shards, by name) and the
+// least of them.
 func (h *partitions) stats() RunStats {
-	s := RunStats{Rollup: RollupStats{Events: h.events.Load(), Future: h.future.Load(), Folded: h.folded.Load(),
-		AheadDropped: h.aheadDropped.Load(), CorrectionsDropped: h.correctionsDropped.Load()},
-		Outputs: h.outputs.Load(), Redeliver: h.redeliver.Load()}
+	h.mu.Lock()
+	ro := h.rollup
+	h.mu.Unlock()
+	s := RunStats{Rollup: ro, Outputs: h.outputs.Load(), Redeliver: h.redeliver.Load()}
 	for name, wm := range h.watermarks() {
 		s.Shards = append(s.Shards, ShardStats{Shard: name, Watermark: wm})
 		if !wm.IsZero() && (s.Watermark.IsZero() || wm.Before(s.Watermark)) {
@@ -121,39 +126,29 @@ func (h *partitions) stats() RunStats {
 	return s
 }
 
-// partitionStats are a partition's rollup figures (its state's, so they
-// include what the runs before this one counted) and watermark.
-type partitionStats struct {
-	rollup    RollupStats
-	watermark time.Time
-}
-
-// note keeps the partition's rollup figures and watermark, after a call
-// that succeeded.
-func (h *partitions) note(name string, pt *partition) {
-	ps := partitionStats{pt.p.r.Stats(), pt.p.r.Watermark()}
+// note counts what a call that succeeded did to the partition's rollup,
+// whose figures were before when it started, and keeps the partition's
+// watermark.
+func (h *partitions) note(name string, pt *partition, before RollupStats) {
+	did, wm := pt.p.r.Stats().sub(before), pt.p.r.Watermark()
 	h.mu.Lock()
-	h.rollups[name] = ps
+	h.rollup.add(did)
+	h.marks[name] = wm
 	h.mu.Unlock()
 }
 
-// rollupStats returns the rollup figures of the partitions opened so far,
-// summed (each as its last call left it, closed or not), and the least of
-// their watermarks.
-func (h *partitions) rollupStats() (RollupStats, time.Time) {
+// watermark returns the least watermark of the partitions opened so far,
+// each as its last call left it, closed or not.
+func (h *partitions) watermark() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var (
-		s  RollupStats
-		wm time.Time
-	)
-	for _, ps := range h.rollups {
-		s.add(ps.rollup)
-		if !ps.watermark.IsZero() && (wm.IsZero() || ps.watermark.Before(wm)) {
-			wm = ps.watermark
+	var wm time.Time
+	for _, m := range h.marks {
+		if !m.IsZero() && (wm.IsZero() || m.Before(wm)) {
+			wm = m
 		}
 	}
-	return s, wm
+	return wm
 }
 
 // watermarks returns each open partition's watermark, zero before its
@@ -248,7 +243,7 @@ func (h *partitions) Open(ctx context.Context, partition string, from stream.Pos
 	if err != nil {
 		return from, err
 	}
-	h.note(partition, pt)
+	h.note(partition, pt, pt.p.r.Stats())
 	h.opened.Add(1)
 	at := from
 	switch {
@@ -379,13 +374,7 @@ func (h *partitions) Handle(ctx context.Context, b *stream.Batch) error {
 	if err := h.save(ctx, pt, outs); err != nil {
 		return err
 	}
-	h.events.Add(total - skip)
-	st := r.Stats()
-	h.future.Add(st.Future - before.Future)
-	h.folded.Add(st.Folded - before.Folded)
-	h.aheadDropped.Add(st.AheadDropped - before.AheadDropped)
-	h.correctionsDropped.Add(st.CorrectionsDropped - before.CorrectionsDropped)
-	h.note(b.Partition, pt)
+	h.note(b.Partition, pt, before)
 	return nil
 }
 
@@ -422,6 +411,7 @@ func (h *partitions) Idle(ctx context.Context, partition string) error {
 	if err != nil {
 		return err
 	}
+	before := pt.p.r.Stats()
 	pt.p.r.Advance(h.o.Now())
 	pt.observe()
 	outs := pt.p.r.take(false, nil)
@@ -430,7 +420,7 @@ func (h *partitions) Idle(ctx context.Context, partition string) error {
 			return err
 		}
 	}
-	h.note(partition, pt)
+	h.note(partition, pt, before)
 	return nil
 }
 
@@ -445,10 +435,11 @@ func (h *partitions) Close(ctx context.Context, partition string, ended bool) er
 	if err != nil {
 		return err
 	}
+	before := pt.p.r.Stats()
 	if err := h.save(ctx, pt, pt.p.r.take(true, nil)); err != nil {
 		return err
 	}
-	h.note(partition, pt)
+	h.note(partition, pt, before)
 	h.forget(partition)
 	h.ended.Add(1)
 	return nil

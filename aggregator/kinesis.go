@@ -57,13 +57,16 @@ type KinesisStats struct {
 	// Events dropped past the caps on the windows held
 	// (RollupStats.AheadDropped and CorrectionsDropped).
 	AheadDropped, CorrectionsDropped uint64
+	// Rollup is what this process's rollups did, summed over the shards
+	// (RunStats.Rollup); Events, Future, Folded, AheadDropped and
+	// CorrectionsDropped above are its figures.
+	Rollup RollupStats
 }
 
 // RunStats returns s as the figures of a run (for self-metrics): the
 // events and outputs, the shards, and the least of their watermarks.
 func (s KinesisStats) RunStats() RunStats {
-	r := RunStats{Rollup: RollupStats{Events: s.Events, Future: s.Future, Folded: s.Folded,
-		AheadDropped: s.AheadDropped, CorrectionsDropped: s.CorrectionsDropped}, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
+	r := RunStats{Rollup: s.Rollup, Outputs: s.Outputs, Redeliver: s.Redeliver, Shards: s.Shards}
 	for _, sh := range s.Shards {
 		if !sh.Watermark.IsZero() && (r.Watermark.IsZero() || sh.Watermark.Before(r.Watermark)) {
 			r.Watermark = sh.Watermark
@@ -151,7 +154,7 @@ func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
 // It is safe for concurrent use.
 func (k *Kinesis) Stats() KinesisStats {
 	rs := k.h.stats()
-	st := KinesisStats{Events: rs.Rollup.Events, Skipped: k.h.skipped.Load(), Future: rs.Rollup.Future, Folded: rs.Rollup.Folded,
+	st := KinesisStats{Rollup: rs.Rollup, Events: rs.Rollup.Events, Skipped: k.h.skipped.Load(), Future: rs.Rollup.Future, Folded: rs.Rollup.Folded,
 		AheadDropped: rs.Rollup.AheadDropped, CorrectionsDropped: rs.Rollup.CorrectionsDropped, Outputs: rs.Outputs,
 		Redeliver: rs.Redeliver, Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}
 	lags := k.src.Lags()

@@ -299,6 +299,14 @@ func (s *RollupStats) add(t RollupStats) {
 	s.CorrectionsDropped += t.CorrectionsDropped
 }
 
+// sub returns s less t: what a rollup did between t and s, two of its
+// Stats.
+func (s RollupStats) sub(t RollupStats) RollupStats {
+	return RollupStats{Events: s.Events - t.Events, Late: s.Late - t.Late, LateDropped: s.LateDropped - t.LateDropped,
+		Windows: s.Windows - t.Windows, Corrections: s.Corrections - t.Corrections, Future: s.Future - t.Future,
+		Folded: s.Folded - t.Folded, AheadDropped: s.AheadDropped - t.AheadDropped, CorrectionsDropped: s.CorrectionsDropped - t.CorrectionsDropped}
+}
+
 // OverCap returns the events dropped past a cap on the windows held:
 // AheadDropped plus CorrectionsDropped.
 func (s RollupStats) OverCap() uint64 { return s.AheadDropped + s.CorrectionsDropped }

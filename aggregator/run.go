@@ -63,6 +63,17 @@ type LogOptions struct {
 	// not stop the run. The run's position is its state's, not the
 	// consumer offset's.
 	Consumer string
+	// Log, if set, is the process's own writer of the log in Dir (the
+	// edge's, when both run in one process): a following run then reads
+	// through it and wakes at once when it appends, rather than at the
+	// next look at the files (decisionlog.SourceOptions.Log). The caller
+	// closes it after the run returns: a run following a closed Log
+	// stops with seglog.ErrClosed at the log's end.
+	Log *seglog.Log
+	// FollowPoll is how often a following run without a Log looks at the
+	// log's files for appends; default 50 ms
+	// (decisionlog.SourceOptions.FollowPoll).
+	FollowPoll time.Duration
 
 	// perEvent makes the run decode each record into events
 	// (columnar.Decoder.DecodePayload) and roll them up one by one, rather
@@ -73,6 +84,11 @@ type LogOptions struct {
 
 // RunStats are what a run did.
 type RunStats struct {
+	// Rollup is what this run's rollups did, summed over its partitions:
+	// the events it added, the windows it emitted and so on, from zero
+	// at its start whatever the state it resumed from holds (the runs
+	// before counted theirs; the partials and EMF hold the totals). Every
+	// source's run (RunLog, RunKinesis, Lines, Run) counts them so.
 	Rollup    RollupStats
 	Read      decisionlog.ReadStats
 	Outputs   uint64    // outputs delivered
@@ -110,7 +126,8 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 		return RunStats{}, fmt.Errorf("aggregate log: partition %q: want a name without '/', '\\' or '.'", o.Partition)
 	}
 	src := decisionlog.NewSource(o.Dir, decisionlog.SourceOptions{Partition: o.Partition, Follow: o.Follow,
-		Since: o.Since, Until: o.Until, Consumer: o.Consumer, BatchEvents: o.FlushEvery, Linger: o.Linger, Tick: o.Tick, Problem: o.Problem})
+		Since: o.Since, Until: o.Until, Consumer: o.Consumer, BatchEvents: o.FlushEvery, Linger: o.Linger, Tick: o.Tick, Problem: o.Problem,
+		Log: o.Log, FollowPoll: o.FollowPoll})
 	h, err := newPartitions(RunOptions{Store: &StateDir{Dir: o.StateDir}, Rollup: o.Rollup, Sinks: o.Sinks, Now: o.Now})
 	if err != nil {
 		return RunStats{}, fmt.Errorf("aggregate log: %w", err)
@@ -187,12 +204,11 @@ func (p *onePartition) done(err error) error {
 	return nil
 }
 
-// stats are the handler's, with the partition's rollup figures and
-// watermark (its state's, kept once it is closed), and no shards.
+// stats are the handler's, with the partition's watermark (kept once it
+// is closed), and no shards.
 func (p *onePartition) stats() RunStats {
 	s := p.h.stats()
-	s.Shards = nil
-	s.Rollup, s.Watermark = p.h.rollupStats()
+	s.Shards, s.Watermark = nil, p.h.watermark()
 	return s
 }
 

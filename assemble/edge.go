@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
@@ -36,6 +37,11 @@ type Options struct {
 	// (edge.Options.Clock): the demo's story time. Default: the wall
 	// clock.
 	Clock func() time.Time
+	// DecisionLog, if set, is the log of decisions.dir, opened by the
+	// caller, that the edge writes its decisions to; the caller closes it
+	// after the edge. Serve opens it so that its aggregator reads through
+	// the same Log and wakes at each append (aggregator.LogOptions.Log).
+	DecisionLog *seglog.Log
 }
 
 // Edge is the limiter with everything the configuration asks of it: the
@@ -78,7 +84,7 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 		}
 	}()
 	opts := edge.Options{Env: getenv, Keys: in.Keys, Log: log, Clock: o.Clock}
-	if e.Sinks, err = DecisionSinks(ctx, cfg, log, getenv, o.Fallback); err != nil {
+	if e.Sinks, err = decisionSinks(ctx, cfg, log, getenv, o.Fallback, o.DecisionLog); err != nil {
 		return nil, err
 	}
 	e.closers = append(e.closers, e.Sinks.Close)

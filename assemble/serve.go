@@ -60,6 +60,14 @@ type ServeOptions struct {
 	// Stdout is where the EMF sink "stdout" writes; default os.Stdout.
 	Stdout io.Writer
 	Now    func() time.Time // default time.Now
+	// LogPoll is how often the aggregator looks at the decision log's
+	// files for appends (seglog.Options.FollowPoll); default 50 ms. It
+	// reads through the edge's own Log, whose appends wake it at once.
+	LogPoll time.Duration
+	// Tick is how often the aggregator, at the end of the log, advances an
+	// idle watermark (aggregator.LogOptions.Tick), and looks at the files
+	// again; default 200 ms.
+	Tick time.Duration
 }
 
 // ServeAggregator returns the options of serve's aggregator: o (nil:
@@ -80,6 +88,9 @@ func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions
 // following that log (aggregator.RunLog, with the partials in
 // serve.partials_dir and its metrics as AggregatorMetrics serves them) and
 // the live dashboard (dashboards.Live) reading the aggregator's outputs.
+// The edge and the aggregator share one seglog.Log of the decision log, so
+// each append the edge makes wakes the aggregator at once (it lingers
+// then, as `aggregate` does, for more events to share the batch).
 // When the configuration has an alerts or a feedback section, the alerts
 // runner and the feedback policies (NewAlerts, as `aggregate --alerts`
 // runs them) are one more sink of the aggregator, their state in
@@ -89,8 +100,9 @@ func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions
 // the dashboard's /metrics. The dashboard's lists view reads the list
 // store the lists section names (OpenLists), the challenge list included.
 // Shutting down, it drains the edge, flushes its decisions to the log,
-// lets the aggregator read them and emit every open window, closes the
-// alerts' sinks (the webhook's queue flushed), then stops the dashboard.
+// lets the aggregator read them to the log's end and emit every open
+// window, closes the alerts' sinks (the webhook's queue flushed), then
+// stops the dashboard and closes the log.
 func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) {
 	log := o.Log
 	if log == nil {
@@ -188,6 +200,19 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		log.Warn("partial skipped", "path", p.Path, "err", p.Err)
 	}
 
+	// The log is opened here, not by the edge: the aggregator reads
+	// through the same Log, and it stays open until the aggregator has
+	// read it to its end (a follower of a closed Log stops there).
+	dlog, err := openDecisionLog(cfg.Decisions, log, o.LogPoll)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := dlog.Close(); cerr != nil {
+			log.Error("decision log: close", "err", cerr)
+		}
+	}()
+	o.DecisionLog = dlog
 	e, err := NewEdge(ctx, cfg, o.Options)
 	if err != nil {
 		return err
@@ -219,6 +244,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	go func() {
 		st, err := aggregator.RunLog(aggCtx, aggregator.LogOptions{
 			Dir: cfg.Decisions.Dir, StateDir: sv.StateDir, Follow: true, Now: now,
+			Log: dlog, FollowPoll: o.LogPoll, Tick: o.Tick,
 			Problem: aggProblems.Problem, Consumer: "serve",
 			Rollup: rollup,
 			Sinks:  sinks,
@@ -298,7 +324,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	// Then the aggregator reads them, and emits every open window.
 	if !aggStopped {
 		if runErr == nil {
-			catchUp(sctx, progress, aggDone)
+			catchUp(sctx, dlog.NextOffset(), &latest, progress, aggDone)
 		}
 		stopAgg()
 		if aggErr = <-aggDone; errors.Is(aggErr, context.Canceled) {
@@ -320,27 +346,21 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	return errors.Join(runErr, aggErr)
 }
 
-// catchUp waits until the aggregator has read the log to its end: three
-// progress reports in a row, received after the edge closed, with nothing
-// new read (the last two a tick apart each). It gives up when ctx is done
-// or the run stopped. What it does not wait for stays in the log, and
-// the next start reads it.
-func catchUp(ctx context.Context, progress <-chan aggregator.RunStats, done chan error) {
-	select {
-	case <-progress: // from before the edge closed
-	default:
+// catchUp waits until the aggregator has read the log to its end, the
+// log's end once the edge has flushed its decisions: until the position
+// of its latest progress report is there. It gives up when ctx is done or
+// the run stopped. What it does not wait for stays in the log, and the
+// next start reads it.
+func catchUp(ctx context.Context, end uint64, latest *atomic.Pointer[aggregator.RunStats], progress <-chan aggregator.RunStats, done chan error) {
+	// A report is sent after latest is stored: one that comes after this
+	// look is on the channel.
+	if p := latest.Load(); p != nil && p.Next >= end {
+		return
 	}
-	var last uint64
-	same := 0
 	for {
 		select {
 		case s := <-progress:
-			if s.Read.Bytes == last {
-				same++
-			} else {
-				last, same = s.Read.Bytes, 1
-			}
-			if same >= 3 {
+			if s.Next >= end {
 				return
 			}
 		case err := <-done:

@@ -115,6 +115,55 @@ func testServeRunsAndStops(t *testing.T, spec string, store assemble.PartialsSto
 	}
 }
 
+// TestServeWakesOnAppend: serve's aggregator reads the decision log
+// through the edge's own Log, so an append wakes it at once. With the
+// look at the files (LogPoll) and the idle tick (Tick) an hour apart, the
+// aggregator has no way to find the edge's decisions but that wake: it
+// finds all of them, and Serve, shutting down, waits for it to read the
+// log to its end and emit the open window into the partials. A reader of
+// the files alone would find none within the hour.
+func TestServeWakesOnAppend(t *testing.T) {
+	dir := t.TempDir()
+	cfg := loadConfig(t, serveYAML)
+	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
+	cfg.Serve.Dashboard.Listen = ""
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan assemble.ServeAddrs, 1)
+	done := make(chan error, 1)
+	o := assemble.ServeOptions{LogPoll: time.Hour, Tick: time.Hour, Ready: func(a assemble.ServeAddrs) { ready <- a }}
+	go func() { done <- assemble.Serve(ctx, cfg, o) }()
+	var a assemble.ServeAddrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	const requests = 7
+	for range requests {
+		resp, err := http.Get("http://" + a.Edge + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ps, problems, err := (&aggregator.PartialsDir{Dir: cfg.Serve.PartialsDir}).Read(t.Context(), time.Second, time.Time{}, time.Now().Add(time.Hour))
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	var total uint64
+	for _, p := range ps {
+		total += p.Counts.Total()
+	}
+	if total != requests {
+		t.Errorf("the partials hold %d decisions, want %d: the aggregator was not woken by the edge's appends", total, requests)
+	}
+}
+
 // TestServeAggregatorFails: an aggregator that cannot start (its state
 // directory is a file) stops serve with its error, and the edge with it.
 func TestServeAggregatorFails(t *testing.T) {

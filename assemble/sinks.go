@@ -27,6 +27,12 @@ import (
 // lines (Lambda's stdout); otherwise the result has no emitter. Close
 // flushes the lanes, then closes the sinks.
 func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, fallback io.Writer) (*Sinks, error) {
+	return decisionSinks(ctx, cfg, log, getenv, fallback, nil)
+}
+
+// decisionSinks is DecisionSinks writing decisions.dir through dlog when
+// it is not nil (Options.DecisionLog), which the caller closes.
+func decisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, fallback io.Writer, dlog *seglog.Log) (*Sinks, error) {
 	var lanes []decisions.Lane
 	var closers []func(context.Context) error
 	out := &Sinks{close: func(context.Context) error { return nil }}
@@ -47,22 +53,14 @@ func DecisionSinks(ctx context.Context, cfg *config.Config, log *slog.Logger, ge
 			OnError: func(err error) { log.Error("decisions", "sink", name, "err", err) }}})
 	}
 	if cfg.Decisions.Dir != "" {
-		l, err := seglog.Open(cfg.Decisions.Dir, logOptions(cfg.Decisions, func(p seglog.Problem) {
-			if errors.Is(p, seglog.ErrNotSegment) {
-				log.Warn("decision log: a file named like a segment is not one; no events lost", "problem", p.Error())
-				return
+		l := dlog
+		if l == nil {
+			if l, err = openDecisionLog(cfg.Decisions, log, 0); err != nil {
+				return fail(err)
 			}
-			if errors.Is(p, seglog.ErrUnread) {
-				log.Error("decision log: retention removed events a consumer had not read", "problem", p.Error())
-				return
-			}
-			log.Error("decision log: skipped a corrupt region", "problem", p.Error())
-		}))
-		if err != nil {
-			return fail(fmt.Errorf("open decision log: %w", err))
+			closers = append(closers, func(context.Context) error { return l.Close() })
 		}
 		lane("log", decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: cfg.Decisions.Codec}), cfg.Decisions.Linger, cfg.Decisions.Batch)
-		closers = append(closers, func(context.Context) error { return l.Close() })
 	}
 	if cfg.Edge.DecisionsFile != "" {
 		f, err := decisions.OpenJSONLines(cfg.Edge.DecisionsFile)
@@ -161,6 +159,30 @@ func newPrivacy(p config.Privacy, getenv func(string) string) (*decisions.Privac
 		key = k
 	}
 	return decisions.NewPrivacy(p.Addresses, p.Users, key)
+}
+
+// openDecisionLog opens the decision log of d (decisions.dir) to write,
+// with the segment, sync and retention settings of d, reporting its
+// problems to log. followPoll is how often its readers (Log.Reader) look
+// at the files for appends another process made; 0 is seglog's default.
+func openDecisionLog(d config.Decisions, log *slog.Logger, followPoll time.Duration) (*seglog.Log, error) {
+	o := logOptions(d, func(p seglog.Problem) {
+		if errors.Is(p, seglog.ErrNotSegment) {
+			log.Warn("decision log: a file named like a segment is not one; no events lost", "problem", p.Error())
+			return
+		}
+		if errors.Is(p, seglog.ErrUnread) {
+			log.Error("decision log: retention removed events a consumer had not read", "problem", p.Error())
+			return
+		}
+		log.Error("decision log: skipped a corrupt region", "problem", p.Error())
+	})
+	o.FollowPoll = followPoll
+	l, err := seglog.Open(d.Dir, o)
+	if err != nil {
+		return nil, fmt.Errorf("open decision log: %w", err)
+	}
+	return l, nil
 }
 
 // logOptions turns the decisions section into the log's options.
