@@ -274,11 +274,14 @@ func appendHLL(b []byte, sk *hyperloglog.Sketch) ([]byte, error) {
 	// compacts, and turns dense exactly the sketches whose compacted list
 	// is too long, so equal contents encode to equal bytes.
 	sk.Estimate()
-	p, err := sk.MarshalBinary()
+	// Encoded in place, not copied from MarshalBinary's bytes: the
+	// snapshot encodes every open window's sketches at every save.
+	b, at := openFrame(b)
+	p, err := sk.AppendBinary(b)
 	if err != nil {
-		return b, fmt.Errorf("encode distinct clients: %w", err)
+		return b[:at], fmt.Errorf("encode distinct clients: %w", err)
 	}
-	return appendBytes(b, p), nil
+	return closeFrame(p, at), nil
 }
 
 // decode reads what AppendBinary wrote into s.
