@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"slices"
 )
 
@@ -25,6 +26,27 @@ func appendBytes(b, p []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(p)))
 	return append(b, p...)
 }
+
+// openFrame starts bytes that closeFrame will prefix with their length,
+// as appendBytes does, so that an encoder appends into b itself rather
+// than into a buffer of its own that appendBytes then copies: it reserves
+// one byte for the length and returns where.
+func openFrame(b []byte) ([]byte, int) { return append(b, 0), len(b) }
+
+// closeFrame writes the length of the bytes appended since openFrame
+// returned at, moving them when the length takes more than one byte.
+func closeFrame(b []byte, at int) []byte {
+	n := uint64(len(b) - at - 1)
+	if k := uvarintLen(n); k > 1 {
+		b = append(b, make([]byte, k-1)...)
+		copy(b[at+k:], b[at+1:at+1+int(n)])
+	}
+	binary.PutUvarint(b[at:], n)
+	return b
+}
+
+// uvarintLen is the number of bytes appendUvarint takes for v.
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
 	keys := make([]K, 0, len(m))

@@ -327,9 +327,9 @@ func (l *Latency) AppendBinary(b []byte) ([]byte, error) {
 	if l.Sketch == nil || l.Sketch.IsEmpty() {
 		return appendUvarint(b, 0), nil
 	}
-	var p []byte
-	l.Sketch.Encode(&p, true)
-	return appendBytes(b, p), nil
+	b, at := openFrame(b)
+	l.Sketch.Encode(&b, true)
+	return closeFrame(b, at), nil
 }
 
 // decode reads what AppendBinary wrote into l.

@@ -22,6 +22,9 @@ type Offenders struct {
 	Challenged     *TopK            // outcome challenge; since version 2
 	TokenPassed    *TopK            // outcome token_pass; since version 2
 	RefusalsByTier map[string]*TopK // since version 3
+	// order is AppendBinary's scratch, for each list in turn (see
+	// TopK.appendBinary).
+	order []ranked
 }
 
 // NewOffenders returns Offenders whose every TopK holds k clients.
@@ -100,23 +103,29 @@ func (o *Offenders) Merge(p *Offenders, m MergeMode) error {
 // refusals per tier). It returns no error.
 func (o *Offenders) AppendBinary(b []byte) ([]byte, error) {
 	b = appendUvarint(b, uint64(o.k))
-	b = o.Requests.AppendBinary(b)
-	b = o.Refusals.AppendBinary(b)
-	b = appendTopKs(b, o.RequestsByTier)
-	b = appendTopKs(b, o.RefusalsByRule)
-	b = appendTopKs(b, o.RequestsByRule)
-	b = o.Challenged.AppendBinary(b)
-	b = o.TokenPassed.AppendBinary(b)
-	return appendTopKs(b, o.RefusalsByTier), nil
+	b = o.appendTopK(b, o.Requests)
+	b = o.appendTopK(b, o.Refusals)
+	b = o.appendTopKs(b, o.RequestsByTier)
+	b = o.appendTopKs(b, o.RefusalsByRule)
+	b = o.appendTopKs(b, o.RequestsByRule)
+	b = o.appendTopK(b, o.Challenged)
+	b = o.appendTopK(b, o.TokenPassed)
+	return o.appendTopKs(b, o.RefusalsByTier), nil
+}
+
+// appendTopK appends t's encoding, ordered in o's scratch.
+func (o *Offenders) appendTopK(b []byte, t *TopK) []byte {
+	b, o.order = t.appendBinary(b, o.order)
+	return b
 }
 
 // appendTopKs appends m's lists by name, in sorted order.
-func appendTopKs(b []byte, m map[string]*TopK) []byte {
+func (o *Offenders) appendTopKs(b []byte, m map[string]*TopK) []byte {
 	keys := sortedKeys(m)
 	b = appendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
 		b = appendString(b, k)
-		b = m[k].AppendBinary(b)
+		b = o.appendTopK(b, m[k])
 	}
 	return b
 }

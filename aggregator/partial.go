@@ -134,6 +134,18 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
 	return b, nil
 }
 
+// appendPartial appends p's encoding as appendBytes would, encoded in
+// place (see openFrame): a state holds every open window's partial and
+// is saved at every batch.
+func appendPartial(b []byte, p *Partial) ([]byte, error) {
+	b, at := openFrame(b)
+	b, err := p.AppendBinary(b)
+	if err != nil {
+		return b[:at], err
+	}
+	return closeFrame(b, at), nil
+}
+
 // DecodePartial reads a partial AppendBinary wrote, of any version.
 func DecodePartial(b []byte) (*Partial, error) {
 	if len(b) < len(partialMagic)+1 || string(b[:len(partialMagic)]) != partialMagic {

@@ -89,7 +89,7 @@ func TestDecodePartialV2(t *testing.T) {
 	if got, want := withoutTierRefusals(merged), withoutTierRefusals(twice); !bytes.Equal(got, want) {
 		t.Error("a version 2 partial merged into a current one differs from two current ones merged")
 	}
-	if got, want := appendTopKs(nil, merged.Offenders.RefusalsByTier), appendTopKs(nil, now.Offenders.RefusalsByTier); !bytes.Equal(got, want) {
+	if got, want := merged.Offenders.appendTopKs(nil, merged.Offenders.RefusalsByTier), now.Offenders.appendTopKs(nil, now.Offenders.RefusalsByTier); !bytes.Equal(got, want) {
 		t.Error("merging a version 2 partial changed the refusals by tier")
 	}
 	again, err := DecodePartial(encode(t, old))

@@ -257,8 +257,7 @@ type Rollup struct {
 	idleSince    time.Time
 	ahead        aheadRun // events held ahead of latest (see Options.MaxSkew)
 	stats        RollupStats
-	batch        Batch  // AddBatch's
-	enc          []byte // AppendSnapshot's buffer for a window's partial, reused
+	batch        Batch // AddBatch's
 }
 
 // RollupStats count what a Rollup did.
@@ -618,8 +617,6 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	b = appendUvarint(b, r.next)
 	b = appendUvarint(b, uint64(r.latest.UnixNano()))
 	b = appendUvarint(b, uint64(r.closed.UnixNano()))
-	p := r.enc[:0] // each window's partial, its bytes reused by the next
-	defer func() { r.enc = p[:0] }()
 	for _, m := range []map[int64]*pending{r.open, r.late} {
 		keys := sortedKeys(m)
 		b = appendUvarint(b, uint64(len(keys)))
@@ -628,11 +625,9 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 			b = appendUvarint(b, w.from)
 			b = appendUvarint(b, w.to)
 			var err error
-			p, err = w.p.AppendBinary(p[:0])
-			if err != nil {
+			if b, err = appendPartial(b, w.p); err != nil {
 				return b, fmt.Errorf("snapshot rollup: %w", err)
 			}
-			b = appendBytes(b, p)
 		}
 	}
 	b = appendUvarint(b, r.stats.Events)

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/ratewarden/ratewarden/internal/atomicfile"
 )
@@ -69,7 +71,13 @@ func (s *StateDir) path(partition string) string { return filepath.Join(s.Dir, p
 
 // Save writes the partition's state file.
 func (s *StateDir) Save(_ context.Context, partition string, st State) error {
-	b, err := appendState(stateBuf(st), st)
+	bp, _ := stateBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	defer stateBufs.Put(bp)
+	b, err := appendState(stateBuf(*bp, st), st)
+	*bp = b[:0]
 	if err != nil {
 		return err
 	}
@@ -78,6 +86,11 @@ func (s *StateDir) Save(_ context.Context, partition string, st State) error {
 	}
 	return atomicfile.Write(s.path(partition), b, 0o644)
 }
+
+// stateBufs holds the buffers StateDir.Save encodes states in (*[]byte):
+// a state holds every open window's partial, and it is saved at every
+// batch, so its buffer is reused rather than made at each save.
+var stateBufs sync.Pool
 
 // Load reads the partition's state file.
 func (s *StateDir) Load(_ context.Context, partition string) (State, bool, error) {
@@ -96,10 +109,11 @@ func (s *StateDir) Load(_ context.Context, partition string) (State, bool, error
 	return st, true, nil
 }
 
-// stateBuf returns an empty buffer that holds st's encoding but for its
-// pending partials, so that appending the snapshot does not grow it.
-func stateBuf(st State) []byte {
-	return make([]byte, 0, len(stateMagic)+1+len(st.Snapshot)+len(st.Cursor)+3*binary.MaxVarintLen64+4+len(st.Pending)*64)
+// stateBuf returns b emptied, grown if needed to hold st's encoding but
+// for its pending partials, so that appending the snapshot does not grow
+// it.
+func stateBuf(b []byte, st State) []byte {
+	return slices.Grow(b[:0], len(stateMagic)+1+len(st.Snapshot)+len(st.Cursor)+3*binary.MaxVarintLen64+4+len(st.Pending)*64)
 }
 
 // appendState appends st's encoding.
@@ -117,11 +131,10 @@ func appendState(b []byte, st State) ([]byte, error) {
 		b = append(b, c)
 		b = appendUvarint(b, o.From)
 		b = appendUvarint(b, o.To)
-		p, err := o.Partial.AppendBinary(nil)
-		if err != nil {
+		var err error
+		if b, err = appendPartial(b, o.Partial); err != nil {
 			return b, fmt.Errorf("write state: %w", err)
 		}
-		b = appendBytes(b, p)
 	}
 	b = appendBytes(b, st.Cursor)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil

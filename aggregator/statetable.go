@@ -143,7 +143,7 @@ func (s *StateTable) remember(partition string, h stateHeadInfo) {
 // ErrStateMoved if another store saved the partition since this one last
 // loaded or saved it (or, never having loaded it, if it exists).
 func (s *StateTable) Save(ctx context.Context, partition string, st State) error {
-	b, err := appendState(stateBuf(st), st)
+	b, err := appendState(stateBuf(nil, st), st)
 	if err != nil {
 		return err
 	}

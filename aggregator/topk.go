@@ -605,14 +605,42 @@ func sortHitters(hs []Hitter) {
 	})
 }
 
+// ranked is a counter's count, sortKey and place in TopK.slots, side by
+// side so that ordering the counters compares integers first.
+type ranked struct {
+	count, key uint64
+	pos        int32
+}
+
+// rank returns t's counters in r's array, in the order of sortHitters:
+// by count, largest first, then by client (by sortKey, then the rare
+// equal keys by compareClients), a total order, so the order of the
+// encoding does not depend on the sort.
+func (t *TopK) rank(r []ranked) []ranked {
+	r = r[:0]
+	for p := range t.slots {
+		r = append(r, ranked{t.count[p], t.slots[p].key, int32(p)})
+	}
+	slices.SortFunc(r, func(a, b ranked) int {
+		if a.count != b.count {
+			return cmp.Compare(b.count, a.count)
+		}
+		if a.key != b.key {
+			return cmp.Compare(a.key, b.key)
+		}
+		return compareClients(t.slots[a.pos].Client, t.slots[b.pos].Client)
+	})
+	return r
+}
+
 // Top returns up to n clients, heaviest first.
 func (t *TopK) Top(n int) []Hitter {
-	hs := make([]Hitter, len(t.slots))
-	for p := range t.slots {
-		hs[p] = t.hitter(p)
+	r := t.rank(make([]ranked, 0, len(t.slots)))
+	hs := make([]Hitter, min(n, len(r)))
+	for i := range hs {
+		hs[i] = t.hitter(int(r[i].pos))
 	}
-	sortHitters(hs)
-	return hs[:min(n, len(hs))]
+	return hs
 }
 
 // Len is the number of clients held.
@@ -620,16 +648,32 @@ func (t *TopK) Len() int { return len(t.slots) }
 
 // AppendBinary appends t's encoding, clients in Top order.
 func (t *TopK) AppendBinary(b []byte) []byte {
-	hs := t.Top(len(t.slots))
+	b, _ = t.appendBinary(b, nil)
+	return b
+}
+
+// appendBinary is AppendBinary ordering the counters in order's array,
+// scratch that the caller keeps and gets back (a state save encodes
+// every open window's lists): it allocates nothing else.
+func (t *TopK) appendBinary(b []byte, order []ranked) ([]byte, []ranked) {
+	order = t.rank(order)
 	b = appendUvarint(b, uint64(t.k))
-	b = appendUvarint(b, uint64(len(hs)))
-	for _, h := range hs {
-		b = appendString(b, h.Client.User)
-		a, _ := h.Client.Addr.MarshalBinary()
-		b = appendBytes(b, a)
-		b = appendUvarint(b, h.Count)
-		b = appendUvarint(b, h.Err)
+	b = appendUvarint(b, uint64(len(order)))
+	for _, r := range order {
+		s := &t.slots[r.pos]
+		b = appendString(b, s.Client.User)
+		b = appendAddr(b, s.Client.Addr)
+		b = appendUvarint(b, r.count)
+		b = appendUvarint(b, s.Err)
 	}
+	return b, order
+}
+
+// appendAddr appends a's MarshalBinary bytes as appendBytes does, without
+// making them apart: 0, 4 or 16 bytes and the IPv6 zone.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	b = appendUvarint(b, uint64(a.BitLen()/8+len(a.Zone())))
+	b, _ = a.AppendBinary(b) // it returns no error
 	return b
 }
 
