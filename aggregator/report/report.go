@@ -251,7 +251,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 		reqs.add(p.Offenders.Requests)
 		refs.add(p.Offenders.Refusals)
-		chal.add(p.Offenders.Challenged) // nil before partial encoding version 2
+		chal.add(p.Offenders.Challenged) // empty in partials of encoding version 1 (listsChallenges)
 		pass.add(p.Offenders.TokenPassed)
 		addTiers(byTier, p.Offenders.RequestsByTier, o.TopK)
 		addTiers(refsByTier, p.Offenders.RefusalsByTier, o.TopK) // empty before partial encoding version 3
