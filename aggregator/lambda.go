@@ -40,12 +40,30 @@ import (
 //
 // Distinct clients are exact per partial but CloudWatch cannot merge them
 // across invocations: UniqueClients of a window is a per-group figure in
-// EMF; stored partials merge them exactly. It is safe for concurrent use.
+// EMF; stored partials merge them exactly.
+//
+// A commit group holds a partial of every window its decisions touch until
+// it is written, so the windows it holds are capped as a Rollup caps
+// them, relative to the window of the group's first decision: at most
+// MaxAhead windows after it and MaxCorrections before it. An event that
+// would open one more is dropped and counted (Invocation.AheadDropped,
+// CorrectionsDropped): a record stamped at distinct windows, in the
+// future or the past, cannot exhaust the function's memory. Each partial
+// keeps MaxKeys names apart (Partial.MaxKeys). It is safe for concurrent
+// use.
 type KinesisLambda struct {
 	Sinks         []Sink
 	Window        time.Duration // default 60 s
 	TopK          int           // default 100
 	CommitRecords int           // records per commit group; default (0) all of an invocation's
+	// MaxKeys caps each partial's distinct tiers, rules, nodes and
+	// reasons, each; the rest are counted under OtherKey. Default
+	// DefaultMaxKeys.
+	MaxKeys int
+	// MaxAhead and MaxCorrections cap the windows a commit group holds
+	// after and before the window of its first decision. Defaults
+	// DefaultMaxAhead and DefaultMaxCorrections.
+	MaxAhead, MaxCorrections int
 
 	// OnInvocation, when set, is called at the end of each invocation with
 	// what it did.
@@ -71,14 +89,33 @@ type Invocation struct {
 	FailedAt string  // the first record whose outputs are not durable; "" when all are
 	Err      error   // the sink error behind FailedAt
 	Problems []error // the corrupt records' errors, at most 100
+
+	// Folded counts decisions counted with a tier, rule, node or reason
+	// folded into OtherKey, past a partial's MaxKeys.
+	Folded uint64
+	// AheadDropped and CorrectionsDropped count events dropped because
+	// their window was after (before) the window of their commit group's
+	// first decision and MaxAhead (MaxCorrections) such windows were held
+	// already.
+	AheadDropped, CorrectionsDropped uint64
 }
+
+// OverCap returns the events dropped past a cap on the windows held:
+// AheadDropped plus CorrectionsDropped.
+func (i Invocation) OverCap() uint64 { return i.AheadDropped + i.CorrectionsDropped }
 
 // LambdaStats count what a KinesisLambda did: the decoding counts of the
 // Kinesis Lambda handler it reads records with, and the outputs.
 type LambdaStats struct {
 	kinesis.LambdaStats
 	Outputs uint64 // partials written to every sink
+	// Folded, AheadDropped and CorrectionsDropped sum the invocations'.
+	Folded, AheadDropped, CorrectionsDropped uint64
 }
+
+// OverCap returns the events dropped past a cap on the windows held:
+// AheadDropped plus CorrectionsDropped.
+func (s LambdaStats) OverCap() uint64 { return s.AheadDropped + s.CorrectionsDropped }
 
 // Handle handles one invocation: a kinesis.LambdaHandler hands its commit
 // groups, as stream batches, to the invocation's lambdaRun.
@@ -86,13 +123,8 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	if len(ev.Records) == 0 {
 		return events.KinesisEventResponse{}, nil
 	}
-	run := &lambdaRun{l: l, size: l.Window, k: l.TopK, dec: columnar.NewDecoder()}
-	if run.size <= 0 {
-		run.size = time.Minute
-	}
-	if run.k <= 0 {
-		run.k = 100
-	}
+	o := Options{Window: l.Window, TopK: l.TopK, MaxKeys: l.MaxKeys, MaxAhead: l.MaxAhead, MaxCorrections: l.MaxCorrections}.withDefaults()
+	run := &lambdaRun{l: l, o: o, dec: columnar.NewDecoder()}
 	read := kinesis.NewLambdaHandler(run, kinesis.LambdaOptions{CommitRecords: l.CommitRecords})
 	resp, err := read.Handle(ctx, ev)
 	inv := run.inv
@@ -105,6 +137,9 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	l.stats.Events += rs.Events
 	l.stats.Corrupt += rs.Corrupt
 	l.stats.Outputs += uint64(inv.Outputs)
+	l.stats.Folded += inv.Folded
+	l.stats.AheadDropped += inv.AheadDropped
+	l.stats.CorrectionsDropped += inv.CorrectionsDropped
 	for _, p := range inv.Problems {
 		if len(l.problems) < 100 {
 			l.problems = append(l.problems, p)
@@ -125,13 +160,18 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 // touch and writes them to the sinks before it returns. It keeps no
 // position of its own: Lambda does.
 type lambdaRun struct {
-	l       *KinesisLambda
-	size    time.Duration
-	k       int
-	dec     *columnar.Decoder
-	batch   Batch
-	windows map[int64]*Partial
-	inv     Invocation
+	l     *KinesisLambda
+	o     Options // Window, TopK and the caps, defaults filled in
+	dec   *columnar.Decoder
+	batch Batch
+	inv   Invocation
+
+	// The commit group's windows: first is the window of its first
+	// decision, ahead and behind count the windows held after and before
+	// it (see window).
+	windows       map[int64]*Partial
+	first         int64
+	ahead, behind int
 }
 
 var _ stream.Handler = (*lambdaRun)(nil)
@@ -151,11 +191,14 @@ func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
 // sink, keyed by the group's first and last sequence numbers.
 func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	r.inv.Shard = b.Partition
-	r.windows = map[int64]*Partial{}
+	r.windows, r.ahead, r.behind = map[int64]*Partial{}, 0, 0
 	if r.l.perEvent {
 		r.addEvents(b)
 	} else {
 		b.Rows(r.dec, r.add) // add never fails
+	}
+	for _, p := range r.windows {
+		r.inv.Folded += p.Folded
 	}
 	rng := b.Records[0].Pos.Seq + "-" + b.Records[len(b.Records)-1].Pos.Seq
 	if err := r.l.write(ctx, b.Partition, rng, r.windows); err != nil {
@@ -166,12 +209,32 @@ func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	return nil
 }
 
-func (r *lambdaRun) window(start int64) *Partial {
-	p := r.windows[start]
-	if p == nil {
-		p = NewPartial(time.Unix(0, start), r.size, r.k)
-		r.windows[start] = p
+// window returns the group's partial of the window starting at start
+// (Unix nanoseconds), opened if there is room, for n events; or, past
+// MaxAhead windows after the group's first window or MaxCorrections
+// before it, counts the n events dropped and returns nil. It depends on
+// the order of the group's events alone, so a retry drops the same.
+func (r *lambdaRun) window(start int64, n int) *Partial {
+	if p := r.windows[start]; p != nil {
+		return p
 	}
+	if len(r.windows) == 0 {
+		r.first = start
+	}
+	switch {
+	case start > r.first && r.ahead >= r.o.MaxAhead:
+		r.inv.AheadDropped += uint64(n)
+		return nil
+	case start < r.first && r.behind >= r.o.MaxCorrections:
+		r.inv.CorrectionsDropped += uint64(n)
+		return nil
+	case start > r.first:
+		r.ahead++
+	case start < r.first:
+		r.behind++
+	}
+	p := r.o.newPartial(start)
+	r.windows[start] = p
 	return p
 }
 
@@ -194,7 +257,9 @@ func (r *lambdaRun) addEvents(b *stream.Batch) {
 func (r *lambdaRun) addDecisions(ds []decisions.Decision) {
 	for j := range ds {
 		d := &ds[j]
-		r.window(windowStart(d.Time, r.size)).Update(d)
+		if p := r.window(windowStart(d.Time, r.o.Window), 1); p != nil {
+			p.Update(d)
+		}
 	}
 }
 
@@ -206,14 +271,16 @@ func (r *lambdaRun) add(rows *stream.Rows) error {
 		return nil
 	}
 	r.batch.Prepare(rows.Columns)
-	times, w := r.batch.Times(), int64(r.size)
+	times, w := r.batch.Times(), int64(r.o.Window)
 	for i := rows.Lo; i < len(times); {
 		start := windowStartNs(times[i], w)
 		j := i + 1
 		for j < len(times) && times[j] >= start && times[j]-start < w {
 			j++
 		}
-		r.window(start).UpdateColumns(&r.batch, i, j)
+		if p := r.window(start, j-i); p != nil {
+			p.UpdateColumns(&r.batch, i, j)
+		}
 		i = j
 	}
 	return nil

@@ -180,3 +180,101 @@ func TestKinesisLambdaColumnsEqualsEvents(t *testing.T) {
 	}
 	sameFiles(t, "columns", got, want)
 }
+
+// TestKinesisLambdaKeyCap: MaxKeys reaches the partials of a Lambda
+// invocation, from Arrow columns and event by event alike: a window of
+// decisions with a rule each keeps MaxKeys rules apart and counts the
+// rest under OtherKey, nothing lost, the folded decisions counted in the
+// invocation and the stats; without the cap every rule is kept.
+func TestKinesisLambdaKeyCap(t *testing.T) {
+	ds, decided := hostileNames(1200)
+	ev := kinesisEvent(t, ds)
+	f := func(maxKeys int, perEvent bool, wantRules int, wantFolded uint64) {
+		t.Helper()
+		dir := t.TempDir()
+		var inv Invocation
+		l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}}, Window: time.Hour, MaxKeys: maxKeys, perEvent: perEvent,
+			OnInvocation: func(_ context.Context, i Invocation) { inv = i }}
+		if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%v %+v", err, resp)
+		}
+		ps, problems, err := (&PartialsDir{Dir: dir}).Read(t.Context(), time.Hour, time.Time{}, t0.Add(24*time.Hour))
+		if err != nil || len(problems) > 0 || len(ps) != 1 {
+			t.Fatalf("max keys %d, per event %v: %d partials, %v %v", maxKeys, perEvent, len(ps), err, problems)
+		}
+		var p *Partial
+		for _, p = range ps {
+		}
+		rules := map[string]bool{}
+		for k := range p.Counts.Cells {
+			rules[k.Rule] = true
+		}
+		if len(rules) != wantRules || p.Events != uint64(len(ds)) || p.Counts.Total() != uint64(decided) {
+			t.Errorf("max keys %d, per event %v: %d rules (want %d), %d events of %d, %d decisions of %d",
+				maxKeys, perEvent, len(rules), wantRules, p.Events, len(ds), p.Counts.Total(), decided)
+		}
+		if inv.Folded != wantFolded || l.Stats().Folded != wantFolded {
+			t.Errorf("max keys %d, per event %v: folded %d, stats %d, want %d", maxKeys, perEvent, inv.Folded, l.Stats().Folded, wantFolded)
+		}
+	}
+	for _, perEvent := range []bool{false, true} {
+		f(8, perEvent, 8+1, uint64(decided-8)) // eight rules and OtherKey
+		f(0, perEvent, decided, 0)             // DefaultMaxKeys is more than the rules
+	}
+}
+
+// TestKinesisLambdaWindowCaps: a commit group holds at most MaxAhead
+// windows after the window of its first decision and MaxCorrections
+// before it; the events of windows past the caps are dropped and counted
+// as ahead or behind, the others all stored, from Arrow columns and event
+// by event alike; a retry drops the same events and writes the same
+// files.
+func TestKinesisLambdaWindowCaps(t *testing.T) {
+	// Windows (seconds from t0) of the events in order: the first is 0;
+	// 1 and 2 fill MaxAhead 2, so 3 and 4 are dropped; -1 fills
+	// MaxCorrections 1, so -2 is dropped.
+	offsets := []int{0, 0, 1, -1, 2, 3, -2, 1, 4, 3, -2, 0, -1, 2, 4, 0, 3, -3, 1, 0}
+	ds := decisiontest.NewGenerator(14, t0).Batch(4 * len(offsets))
+	var wantAhead, wantBehind uint64
+	for i := range ds {
+		off := offsets[i%len(offsets)]
+		ds[i].Time = t0.Add(time.Duration(off)*time.Second + time.Duration(i)*time.Millisecond)
+		switch {
+		case off > 2:
+			wantAhead++
+		case off < -1:
+			wantBehind++
+		}
+	}
+	ev := kinesisEvent(t, ds)
+	var want map[string][]byte
+	for _, perEvent := range []bool{true, false} {
+		dir := t.TempDir()
+		var invs []Invocation
+		l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}}, Window: time.Second, MaxAhead: 2, MaxCorrections: 1, perEvent: perEvent,
+			OnInvocation: func(_ context.Context, inv Invocation) { invs = append(invs, inv) }}
+		for range 2 {
+			if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("%v %+v", err, resp)
+			}
+		}
+		for _, inv := range invs {
+			if inv.AheadDropped != wantAhead || inv.CorrectionsDropped != wantBehind || inv.Outputs != 4 {
+				t.Errorf("per event %v: dropped %d ahead and %d behind, want %d and %d; %d outputs, want 4",
+					perEvent, inv.AheadDropped, inv.CorrectionsDropped, wantAhead, wantBehind, inv.Outputs)
+			}
+		}
+		if st := l.Stats(); st.OverCap() != 2*(wantAhead+wantBehind) {
+			t.Errorf("per event %v: stats over cap %d, want %d", perEvent, st.OverCap(), 2*(wantAhead+wantBehind))
+		}
+		if e, _ := totals(t, dir, time.Second); e != uint64(len(ds))-wantAhead-wantBehind {
+			t.Errorf("per event %v: partials hold %d events, want %d of %d", perEvent, e, uint64(len(ds))-wantAhead-wantBehind, len(ds))
+		}
+		got := files(t, dir)
+		if want == nil {
+			want = got
+			continue
+		}
+		sameFiles(t, "columns", got, want)
+	}
+}

@@ -344,7 +344,7 @@ func (r *Rollup) openWindow(late bool, start int64, seq uint64, latest int64, se
 		}
 		return nil
 	}
-	w := &pending{p: r.newPartial(start), from: seq}
+	w := &pending{p: r.o.newPartial(start), from: seq}
 	if late {
 		r.late[start] = w
 		return w
@@ -425,10 +425,10 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 }
 
 // newPartial returns an empty partial for the window starting at start
-// (Unix nanoseconds).
-func (r *Rollup) newPartial(start int64) *Partial {
-	p := NewPartial(time.Unix(0, start), r.o.Window, r.o.TopK)
-	p.MaxKeys = r.o.MaxKeys
+// (Unix nanoseconds), of o's window length, top-K length and names cap.
+func (o Options) newPartial(start int64) *Partial {
+	p := NewPartial(time.Unix(0, start), o.Window, o.TopK)
+	p.MaxKeys = o.MaxKeys
 	return p
 }
 

@@ -205,8 +205,9 @@ const LambdaEMF = "stdout"
 // Lambda returns the aggregator of `lambda --aggregate`: a
 // KinesisLambda writing the stored partials (o.Partials, when given) and
 // then the EMF documents on stdout (LambdaEMF), o.Rules (ConfiguredRules
-// of its --config and --rules) with documents of their own. Close the
-// sinks even on an error.
+// of its --config and --rules) with documents of their own, the rollup's
+// window, top-K length and caps (MaxKeys, MaxAhead, MaxCorrections, on
+// the windows of a commit group). Close the sinks even on an error.
 func (o AggregatorOptions) Lambda(ctx context.Context, stdout io.Writer) (*aggregator.KinesisLambda, *AggregatorSinks, error) {
 	ro, err := o.Rollup()
 	if err != nil {
@@ -217,5 +218,6 @@ func (o AggregatorOptions) Lambda(ctx context.Context, stdout io.Writer) (*aggre
 	if err != nil {
 		return nil, sinks, err
 	}
-	return &aggregator.KinesisLambda{Window: ro.Window, TopK: ro.TopK, Sinks: sinks.Sinks}, sinks, nil
+	return &aggregator.KinesisLambda{Window: ro.Window, TopK: ro.TopK, MaxKeys: ro.MaxKeys, MaxAhead: ro.MaxAhead,
+		MaxCorrections: ro.MaxCorrections, Sinks: sinks.Sinks}, sinks, nil
 }

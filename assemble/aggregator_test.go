@@ -59,7 +59,8 @@ func TestAggregatorRollup(t *testing.T) {
 // TestAggregatorLambda: `lambda --aggregate` keeps o.Rules (ConfiguredRules
 // of its --config and --rules), so that its EMF keeps those rules in every
 // invocation instead of ranking a rule budget per invocation, and its
-// window and top-K; the stored partials come before the EMF.
+// window, top-K and caps; the stored partials come before the EMF; a cap
+// out of range is refused.
 func TestAggregatorLambda(t *testing.T) {
 	seed := filepath.Join("..", "examples", "seed.yaml")
 	cfg, err := config.Load(seed)
@@ -68,6 +69,7 @@ func TestAggregatorLambda(t *testing.T) {
 	}
 	o := DefaultAggregatorOptions()
 	o.Window, o.Partials, o.Namespace = 10*time.Second, "dir:"+t.TempDir(), "Edge"
+	o.MaxKeys, o.MaxAhead, o.MaxCorrections = 12, 13, 14
 	var stdout bytes.Buffer
 	if o.Rules, err = ConfiguredRules(seed, ""); err != nil {
 		t.Fatal(err)
@@ -77,8 +79,8 @@ func TestAggregatorLambda(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kl.Window != 10*time.Second || kl.TopK != 100 || len(kl.Sinks) != 2 {
-		t.Fatalf("lambda: window %v, top-k %d, %d sinks", kl.Window, kl.TopK, len(kl.Sinks))
+	if kl.Window != 10*time.Second || kl.TopK != 100 || len(kl.Sinks) != 2 || kl.MaxKeys != 12 || kl.MaxAhead != 13 || kl.MaxCorrections != 14 {
+		t.Fatalf("lambda: window %v, top-k %d, %d sinks, caps %d %d %d", kl.Window, kl.TopK, len(kl.Sinks), kl.MaxKeys, kl.MaxAhead, kl.MaxCorrections)
 	}
 	if _, ok := kl.Sinks[0].(*aggregator.PartialsDir); !ok {
 		t.Errorf("first sink %T, want the stored partials", kl.Sinks[0])
@@ -104,6 +106,10 @@ func TestAggregatorLambda(t *testing.T) {
 	}
 	if _, err := ConfiguredRules("no-such.yaml", ""); err == nil || !strings.Contains(err.Error(), "no-such.yaml") {
 		t.Errorf("missing configuration: error %v", err)
+	}
+	o.MaxAhead = 0
+	if _, _, err := o.Lambda(context.Background(), &stdout); err == nil || !strings.Contains(err.Error(), "--max-ahead 0: want 1 to 16384") {
+		t.Errorf("bad --max-ahead: error %v", err)
 	}
 	o.Window = 7 * time.Second
 	if _, _, err := o.Lambda(context.Background(), &stdout); err == nil || !strings.Contains(err.Error(), "--window 7s") {

@@ -45,6 +45,23 @@ func TestAggregatorCapFlags(t *testing.T) {
 	}
 }
 
+// windowRules returns the most rules a window of ps keeps apart, and the
+// decisions counted under __other__.
+func windowRules(ps map[time.Time]*aggregator.Partial) (most int, other uint64) {
+	for _, p := range ps {
+		seen := map[string]bool{}
+		for c, n := range p.Counts.Cells {
+			if c.Rule == aggregator.OtherKey {
+				other += n
+			} else {
+				seen[c.Rule] = true
+			}
+		}
+		most = max(most, len(seen))
+	}
+	return most, other
+}
+
 // TestAggregatorCapsTakeEffect: `aggregate --stdin` with --max-names 2
 // keeps two rules apart in each window and counts the other decisions
 // under __other__, where the default keeps every rule; with --max-ahead 2,
@@ -68,27 +85,13 @@ func TestAggregatorCapsTakeEffect(t *testing.T) {
 		}
 		return readPartials(t, partials, time.Minute), string(out)
 	}
-	rules := func(ps map[time.Time]*aggregator.Partial) (most int, other uint64) {
-		for _, p := range ps {
-			seen := map[string]bool{}
-			for c, n := range p.Counts.Cells {
-				if c.Rule == aggregator.OtherKey {
-					other += n
-				} else {
-					seen[c.Rule] = true
-				}
-			}
-			most = max(most, len(seen))
-		}
-		return most, other
-	}
 	ps, out := aggregate(in.Bytes())
-	if most, other := rules(ps); most <= 2 || other != 0 || !strings.Contains(out, " folded 0,") {
+	if most, other := windowRules(ps); most <= 2 || other != 0 || !strings.Contains(out, " folded 0,") {
 		t.Fatalf("by default: up to %d rules a window, %d decisions under %s; the test wants more than 2 rules and none folded\n%s",
 			most, other, aggregator.OtherKey, out)
 	}
 	ps, out = aggregate(in.Bytes(), "--max-names", "2")
-	if most, other := rules(ps); most > 2 || other == 0 || strings.Contains(out, " folded 0,") {
+	if most, other := windowRules(ps); most > 2 || other == 0 || strings.Contains(out, " folded 0,") {
 		t.Errorf("--max-names 2: up to %d rules a window, %d decisions under %s\n%s", most, other, aggregator.OtherKey, out)
 	}
 

@@ -336,6 +336,8 @@ type invocationLine struct {
 	Records, Events uint64
 	Corrupt         uint64
 	Outputs         int
+	Folded          uint64
+	OverCap         uint64 `json:"over_cap"`
 	FailedAt        string `json:"failed_at"`
 	Err             string
 	Problems        []string
@@ -624,10 +626,13 @@ func TestLambdaAggregateMapping(t *testing.T) {
 	}
 }
 
-// TestLambdaAggregateFlags: `ratewarden lambda --aggregate` takes --top-k
-// and --rules as aggregate does: with --top-k 3 every top-offenders list of
-// its partials holds at most three clients (the recorded event has more in
-// each window, as a function without the flag keeps them), and with
+// TestLambdaAggregateFlags: `ratewarden lambda --aggregate` takes --top-k,
+// --max-names and --rules as aggregate does: with --top-k 3 every
+// top-offenders list of its partials holds at most three clients (the
+// recorded event has more in each window, as a function without the flag
+// keeps them); with --max-names 2 each window keeps two rules apart and
+// counts the other decisions under __other__, as its invocation line
+// says, where the default keeps every rule and folds none; and with
 // --rules the EMF has [Tier, Rule] documents for that rule and __other__
 // only. Out-of-range values stop the function with aggregate's messages.
 func TestLambdaAggregateFlags(t *testing.T) {
@@ -641,6 +646,7 @@ func TestLambdaAggregateFlags(t *testing.T) {
 			break
 		}
 	}
+	var folded uint64 // the last run's, from its invocation line
 	run := func(args ...string) (map[time.Time]*aggregator.Partial, map[string]bool) {
 		t.Helper()
 		partials := t.TempDir()
@@ -648,6 +654,11 @@ func TestLambdaAggregateFlags(t *testing.T) {
 		if fails := batchItemFailures(t, f.invoke(t, raw)); len(fails) != 0 {
 			t.Fatalf("%q: batch item failures %v", args, fails)
 		}
+		lines := invocationLines(t, f.stderr)
+		if len(lines) != 1 {
+			t.Fatalf("%q: %d invocation lines\n%s", args, len(lines), readFile(t, f.stderr))
+		}
+		folded = lines[0].Folded
 		return readPartials(t, partials, time.Minute), emfRules(t, readFile(t, f.stdout))
 	}
 	topLen := func(ps map[time.Time]*aggregator.Partial) (most int) {
@@ -659,6 +670,14 @@ func TestLambdaAggregateFlags(t *testing.T) {
 	defaults, allRules := run()
 	if rule == "" || topLen(defaults) <= 3 || len(allRules) < 2 || !allRules[rule] {
 		t.Fatalf("without flags: rule %q, top lists of %d clients, EMF rules %v; the test wants a rule and more than 3 clients", rule, topLen(defaults), allRules)
+	}
+	if most, other := windowRules(defaults); most <= 2 || other != 0 || folded != 0 {
+		t.Fatalf("without flags: up to %d rules a window, %d decisions under %s, %d folded; the test wants more than 2 rules and none folded",
+			most, other, aggregator.OtherKey, folded)
+	}
+	ps, _ := run("--max-names", "2")
+	if most, other := windowRules(ps); most > 2 || other == 0 || folded < other {
+		t.Errorf("--max-names 2: up to %d rules a window, %d decisions under %s, %d folded", most, other, aggregator.OtherKey, folded)
 	}
 	ps, rules := run("--top-k", "3", "--rules", rule)
 	if n := topLen(ps); n != 3 {
@@ -672,6 +691,10 @@ func TestLambdaAggregateFlags(t *testing.T) {
 		{"--top-k", "0", "--top-k 0: want 1 to 100000"},
 		{"--top-k", "100001", "--top-k 100001: want 1 to 100000"},
 		{"--rules", "global", `--rules "global": want rule ids`},
+		{"--max-names", "0", "--max-names 0: want 1 to 65536"},
+		{"--max-names", "65537", "--max-names 65537: want 1 to 65536"},
+		{"--max-ahead", "0", "--max-ahead 0: want 1 to 16384"},
+		{"--max-corrections", "16385", "--max-corrections 16385: want 1 to 16384"},
 	} {
 		f := startLambda(t, bin, "--aggregate", c.arg, c.value)
 		select {

@@ -123,7 +123,10 @@ type OutcomeCount struct {
 // Offender is one client among the heaviest: counts from the range's
 // merged top-K lists, so Requests and Refusals are upper bounds and
 // RequestsMin and RefusalsMin lower ones (equal while no list overflowed).
-// Refusals is 0 when the client is not among the top refusers. First and last seen are the first window's
+// A client not among the top refusers (requesters) has RefusalsMin
+// (RequestsMin) 0, or what the other list proves, and Refusals (Requests)
+// the most an unlisted client may have: the floors of the windows' lists,
+// so 0 exactly while no list of refusals overflowed. First and last seen are the first window's
 // start and the last window's end in which the client was among that
 // window's top-K by requests.
 type Offender struct {
@@ -248,7 +251,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 		reqs.add(p.Offenders.Requests)
 		refs.add(p.Offenders.Refusals)
-		chal.add(p.Offenders.Challenged) // nil before partial encoding version 2
+		chal.add(p.Offenders.Challenged) // empty in partials of encoding version 1 (listsChallenges)
 		pass.add(p.Offenders.TokenPassed)
 		addTiers(byTier, p.Offenders.RequestsByTier, o.TopK)
 		addTiers(refsByTier, p.Offenders.RefusalsByTier, o.TopK) // empty before partial encoding version 3
@@ -286,7 +289,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	})
 	r.Actions = actions
 	ws := scan(w, starts)
-	offenders := rankOffenders(reqs.top(o.TopK), refs.top(o.TopK))
+	offenders := rankOffenders(reqs, refs, o.TopK)
 	r.ByIP = pick(offenders, false, o.Top)
 	r.ByUser = pick(offenders, true, o.Top)
 	r.NeverSolved = neverSolved(chal, pass, o.Top)
@@ -312,11 +315,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 			t.Clients = aggregator.Estimate(sk)
 		}
 		if acc := byTier[name]; acc != nil {
-			var refused []aggregator.Hitter
-			if r := refsByTier[name]; r != nil {
-				refused = r.top(o.Top)
-			}
-			t.Top = rankOffenders(acc.top(o.Top), refused)
+			t.Top = rankOffenders(acc, refsByTier[name], o.Top)
 		}
 		t.Trend = trends[name]
 		r.Tiers = append(r.Tiers, t)
@@ -465,36 +464,41 @@ func solveRate(challenges, passes uint64) *float64 {
 func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
 func round4(v float64) float64 { return float64(int64(v*10000+0.5)) / 10000 }
 
-// rankOffenders lists the clients of requests and refusals (which may be
-// nil), most refusals for sure first, then most requests for sure (lower
-// bounds: a merged list's upper bounds carry the floors of the windows a
-// client was not listed in), then by identity.
-func rankOffenders(requests, refusals []aggregator.Hitter) []Offender {
-	byClient := map[aggregator.Client]*Offender{}
-	var order []aggregator.Client
-	get := func(c aggregator.Client) *Offender {
-		o := byClient[c]
-		if o == nil {
-			o = &Offender{Identity: c.String(), client: c}
-			byClient[c] = o
-			order = append(order, c)
+// rankOffenders lists the n heaviest clients of reqs by requests and of
+// refs by refusals (refs may be nil: no window listed refusals), most
+// refusals for sure first, then most requests for sure (lower bounds: a
+// merged list's upper bounds carry the floors of the windows a client was
+// not listed in), then by identity. Each client's requests and refusals
+// are its bounds in both lists, whichever it was ranked by: a client
+// missing from one has 0 for sure and at most what any unlisted client may
+// have (the floors of that list's windows, 0 while none overflowed), and
+// refusals are requests too.
+func rankOffenders(reqs, refs *rangeTopK, n int) []Offender {
+	if refs == nil {
+		refs = newRangeTopK(1)
+	}
+	var clients []aggregator.Client
+	seen := map[aggregator.Client]bool{}
+	for _, hs := range [][]aggregator.Hitter{reqs.top(n), refs.top(n)} {
+		for _, h := range hs {
+			if !seen[h.Client] {
+				seen[h.Client] = true
+				clients = append(clients, h.Client)
+			}
 		}
-		return o
 	}
-	for _, h := range requests {
-		o := get(h.Client)
-		o.Requests, o.RequestsMin = h.Count, h.Count-h.Err
-	}
-	for _, h := range refusals {
-		o := get(h.Client)
-		o.Refusals, o.RefusalsMin = h.Count, h.Count-h.Err
-		// A top refuser outside the requests list made at least its
-		// refusals' lower bound of requests.
-		o.Requests, o.RequestsMin = max(o.Requests, h.Count), max(o.RequestsMin, h.Count-h.Err)
-	}
-	out := make([]Offender, 0, len(order))
-	for _, c := range order {
-		out = append(out, *byClient[c])
+	out := make([]Offender, 0, len(clients))
+	for _, c := range clients {
+		o := Offender{Identity: c.String(), client: c}
+		o.Requests, o.RequestsMin, _ = reqs.bounds(c)
+		o.Refusals, o.RefusalsMin, _ = refs.bounds(c)
+		o.RequestsMin = max(o.RequestsMin, o.RefusalsMin)
+		o.Refusals = min(o.Refusals, o.Requests)
+		// Both upper bounds hold, so neither goes below its lower bound;
+		// keep the table readable should pruning (rangeTopK.prune) make
+		// one do.
+		o.Requests, o.Refusals = max(o.Requests, o.RequestsMin), max(o.Refusals, o.RefusalsMin)
+		out = append(out, o)
 	}
 	slices.SortFunc(out, func(a, b Offender) int {
 		return cmp.Or(cmp.Compare(b.RefusalsMin, a.RefusalsMin), cmp.Compare(b.Refusals, a.Refusals), cmp.Compare(b.RequestsMin, a.RequestsMin),

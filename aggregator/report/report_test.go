@@ -3,7 +3,9 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -182,8 +184,8 @@ func TestReportCountsTheEvents(t *testing.T) {
 		t.Errorf("top IP %+v: the events' top refused address is %s with %d", r.ByIP, top, byIP[top])
 	}
 	// Each tier's table lists its refusals (partial encoding version 3):
-	// every listed refuser's within its bounds, the tier's heaviest first.
-	// (A client listed by requests alone shows no refusals.)
+	// every client's within its bounds, a client listed by requests alone
+	// too, the tier's heaviest refuser first.
 	for _, tier := range r.Tiers {
 		byClient := refusedByTier[tier.Name]
 		var most uint64
@@ -197,7 +199,7 @@ func TestReportCountsTheEvents(t *testing.T) {
 			t.Errorf("tier %s: top clients %+v; the events' heaviest refuser has %d", tier.Name, tier.Top, most)
 		}
 		for _, o := range tier.Top {
-			if n := byClient[o.Identity]; o.Refusals > 0 && (n < o.RefusalsMin || n > o.Refusals) {
+			if n := byClient[o.Identity]; n < o.RefusalsMin || n > o.Refusals {
 				t.Errorf("tier %s: %s: refusals %d..%d; the events say %d", tier.Name, o.Identity, o.RefusalsMin, o.Refusals, n)
 			}
 		}
@@ -620,7 +622,7 @@ func TestReportWindowsWithoutClientChallenges(t *testing.T) {
 	}
 	full := Build(w, nil, Options{From: from, To: to, Top: 5, TopK: 20})
 	if full.Coverage.NoClientChallenges != 0 {
-		t.Fatalf("%d windows without client challenges in version 2 partials", full.Coverage.NoClientChallenges)
+		t.Fatalf("%d windows without client challenges in partials of the current encoding", full.Coverage.NoClientChallenges)
 	}
 	old, removed := 0, map[string]uint64{}
 	for _, st := range sortedStarts(w.Parts) {
@@ -629,7 +631,9 @@ func TestReportWindowsWithoutClientChallenges(t *testing.T) {
 			for _, h := range p.Offenders.Challenged.Top(p.Offenders.Challenged.Len()) {
 				removed[h.Client.String()] += h.Count - h.Err
 			}
-			p.Offenders.Challenged, p.Offenders.TokenPassed = nil, aggregator.NewTopK(20)
+			// What DecodePartial makes of a version 1 partial: the lists
+			// version 2 added, empty.
+			p.Offenders.Challenged, p.Offenders.TokenPassed = aggregator.NewTopK(20), aggregator.NewTopK(20)
 			old++
 		}
 	}
@@ -663,4 +667,154 @@ func TestReportWindowsWithoutClientChallenges(t *testing.T) {
 	if lost == 0 {
 		t.Error("no offender was challenged in the emptied windows: the check checks nothing")
 	}
+}
+
+// offenderWindows are two windows of the same traffic, rolled up with
+// top-K lists of k clients: 10.0.0.1 makes 100 allowed requests and no
+// refusal, 10.0.0.2 and 10.0.0.3 80 and 60 allowed requests, and
+// 10.0.1.1 to 10.0.1.4 10 to 13 blocked ones each, first. It returns the
+// windows and each client's requests and refusals over both.
+func offenderWindows(k int) (w *Windows, requests, refusals map[string]uint64) {
+	w = &Windows{Size: time.Minute, Parts: map[time.Time]*aggregator.Partial{}}
+	requests, refusals = map[string]uint64{}, map[string]uint64{}
+	for m := range 2 {
+		start := t0.Add(time.Duration(m) * time.Minute)
+		p := aggregator.NewPartial(start, time.Minute, k)
+		add := func(ip string, n int, o decisions.Outcome) {
+			for range n {
+				d := decisions.Decision{Kind: decisions.KindDecision, Time: start, ClientIP: netip.MustParseAddr(ip),
+					Tier: "anonymous", Rule: "anonymous:global", Outcome: o}
+				p.Update(&d)
+				requests[ip]++
+				if aggregator.Refused(o) {
+					refusals[ip]++
+				}
+			}
+		}
+		for i := range 4 {
+			add("10.0.1."+strconv.Itoa(i+1), 10+i, decisions.Block)
+		}
+		add("10.0.0.1", 100, decisions.Allow)
+		add("10.0.0.2", 80, decisions.Allow)
+		add("10.0.0.3", 60, decisions.Allow)
+		w.Parts[start] = p
+	}
+	return w, requests, refusals
+}
+
+// TestOffenderBoundsOffTheOtherList: a client among the top requesters but
+// not among the top refusers shows refusals from 0 to the sum of the
+// refusal lists' floors where those lists were full, and exactly 0 where
+// they never were (they then count every refuser); a top refuser outside
+// the requests lists shows requests from its refusals to the sum of their
+// floors. Every bound holds the client's true count, in the IP table and
+// the tier's, and the CSV and JSON renderings carry them.
+func TestOffenderBoundsOffTheOtherList(t *testing.T) {
+	find := func(os []Offender, id string) *Offender {
+		for i := range os {
+			if os[i].Identity == id {
+				return &os[i]
+			}
+		}
+		return nil
+	}
+	f := func(k int) {
+		t.Helper()
+		w, requests, refusals := offenderWindows(k)
+		var reqFloors, refFloors, tierReqFloors, tierRefFloors uint64
+		for _, p := range w.Parts {
+			reqFloors += p.Offenders.Requests.Floor()
+			refFloors += p.Offenders.Refusals.Floor()
+			tierReqFloors += p.Offenders.RequestsByTier["anonymous"].Floor()
+			tierRefFloors += p.Offenders.RefusalsByTier["anonymous"].Floor()
+		}
+		r := Build(w, nil, Options{From: t0, To: t0.Add(2 * time.Minute), Top: 10, TopK: k})
+		if len(r.Tiers) != 1 {
+			t.Fatalf("k %d: %d tiers", k, len(r.Tiers))
+		}
+		tables := []struct {
+			name               string
+			os                 []Offender
+			reqFloor, refFloor uint64
+		}{{"by IP", r.ByIP, reqFloors, refFloors}, {"tier", r.Tiers[0].Top, tierReqFloors, tierRefFloors}}
+		for _, tb := range tables {
+			for _, o := range tb.os {
+				if n := requests[o.Identity]; n < o.RequestsMin || n > o.Requests {
+					t.Errorf("k %d, %s: %s: requests %d..%d; the events say %d", k, tb.name, o.Identity, o.RequestsMin, o.Requests, n)
+				}
+				if n := refusals[o.Identity]; n < o.RefusalsMin || n > o.Refusals {
+					t.Errorf("k %d, %s: %s: refusals %d..%d; the events say %d", k, tb.name, o.Identity, o.RefusalsMin, o.Refusals, n)
+				}
+			}
+			// The heaviest requester, never refused, is in no refusals list.
+			heavy := find(tb.os, "10.0.0.1")
+			if heavy == nil || heavy.RefusalsMin != 0 || heavy.Refusals != tb.refFloor {
+				t.Errorf("k %d, %s: 10.0.0.1 %+v; want refusals 0..%d", k, tb.name, heavy, tb.refFloor)
+			}
+			// A top refuser outside the requests lists.
+			listed := 0
+			for _, o := range tb.os {
+				if o.RefusalsMin == 0 || refusals[o.Identity] == 0 {
+					continue
+				}
+				if o.RequestsMin == o.Requests {
+					listed++ // exact: in the requests lists, or no list overflowed
+					continue
+				}
+				if o.RequestsMin != o.RefusalsMin || o.Requests != tb.reqFloor {
+					t.Errorf("k %d, %s: refuser %s: requests %d..%d, refusals %d..%d; want requests %d..%d",
+						k, tb.name, o.Identity, o.RequestsMin, o.Requests, o.RefusalsMin, o.Refusals, o.RefusalsMin, tb.reqFloor)
+				}
+			}
+			if tb.reqFloor == 0 && listed == 0 {
+				t.Errorf("k %d, %s: no refuser listed exactly", k, tb.name)
+			}
+		}
+		// The renderings carry the bounds of the heaviest requester.
+		heavy := find(r.ByIP, "10.0.0.1")
+		if heavy == nil {
+			return
+		}
+		var csv, js bytes.Buffer
+		if err := r.Render(&csv, CSV); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Render(&js, JSON); err != nil {
+			t.Fatal(err)
+		}
+		u := func(n uint64) string { return strconv.FormatUint(n, 10) }
+		row := "offenders_ip,row,10.0.0.1," + u(heavy.Requests) + "," + u(heavy.RequestsMin) + "," + u(refFloors) + ",0,"
+		if !strings.Contains(csv.String(), row) {
+			t.Errorf("k %d: the CSV has no row %q:\n%s", k, row, csv.String())
+		}
+		var doc struct {
+			ByIP []struct {
+				Identity    string
+				Refusals    uint64
+				RefusalsMin *uint64 `json:"refusals_min"`
+			} `json:"offenders_by_ip"`
+		}
+		if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for _, o := range doc.ByIP {
+			if o.Identity == "10.0.0.1" {
+				got = o.Refusals == refFloors && o.RefusalsMin != nil && *o.RefusalsMin == 0
+			}
+		}
+		if !got {
+			t.Errorf("k %d: the JSON's 10.0.0.1 has not refusals 0..%d:\n%s", k, refFloors, js.String())
+		}
+	}
+	// Three clients a list: the refusals lists (four refusers) overflow.
+	w, _, _ := offenderWindows(3)
+	for _, p := range w.Parts {
+		if p.Offenders.Refusals.Floor() == 0 || p.Offenders.Requests.Floor() == 0 {
+			t.Fatalf("k 3: floors %d and %d: the test wants full lists", p.Offenders.Refusals.Floor(), p.Offenders.Requests.Floor())
+		}
+	}
+	f(3)
+	// Ten a list: none is ever full, so the floors are 0, every bound exact.
+	f(10)
 }

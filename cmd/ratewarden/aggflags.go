@@ -37,9 +37,24 @@ func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
 // capFlags adds the rollup's memory caps: --max-names, --max-ahead and
 // --max-corrections.
 func (f *aggregatorFlags) capFlags(fs *flag.FlagSet) {
+	f.caps(fs, "windows a partition holds open ahead of its latest event; an event that would open one more is dropped and counted",
+		"corrections of emitted windows a partition holds pending; a late event that would open one more is dropped and counted")
+}
+
+// lambdaCapFlags adds the caps of lambda --aggregate, which holds every
+// window of a commit group until the group is written: --max-ahead and
+// --max-corrections cap the windows after and before the group's first.
+func (f *aggregatorFlags) lambdaCapFlags(fs *flag.FlagSet) {
+	f.caps(fs, "windows a commit group holds after the window of its first decision; an event that would open one more is dropped and counted",
+		"windows a commit group holds before the window of its first decision; an event that would open one more is dropped and counted")
+}
+
+// caps adds --max-names, and --max-ahead and --max-corrections with the
+// usage of what they cap.
+func (f *aggregatorFlags) caps(fs *flag.FlagSet, ahead, corrections string) {
 	fs.IntVar(&f.o.MaxKeys, "max-names", f.o.MaxKeys, f.prefix+"distinct tiers, rules, nodes and reasons a window keeps apart, each; the rest are counted under __other__ (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxKeys)+")")
-	fs.IntVar(&f.o.MaxAhead, "max-ahead", f.o.MaxAhead, f.prefix+"windows a partition holds open ahead of its latest event; an event that would open one more is dropped and counted (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxAhead)+")")
-	fs.IntVar(&f.o.MaxCorrections, "max-corrections", f.o.MaxCorrections, f.prefix+"corrections of emitted windows a partition holds pending; a late event that would open one more is dropped and counted (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxCorrections)+")")
+	fs.IntVar(&f.o.MaxAhead, "max-ahead", f.o.MaxAhead, f.prefix+ahead+" (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxAhead)+")")
+	fs.IntVar(&f.o.MaxCorrections, "max-corrections", f.o.MaxCorrections, f.prefix+corrections+" (`n`, 1 to "+strconv.Itoa(assemble.MaxMaxCorrections)+")")
 }
 
 // topKFlag adds --top-k.

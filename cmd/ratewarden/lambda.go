@@ -22,13 +22,14 @@ import (
 // invocation's decisions are flushed before it returns: Lambda freezes the
 // process between invocations and sends no SIGTERM without an extension.
 func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--config FILE] [--partials dir:PATH|dynamodb:TABLE] [--window D] [--top-k N] [--rules LIST] [--namespace NS] [--rule-budget N] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
+	fs := newFlags("lambda", "lambda [--config FILE] [--upstream URL] | lambda --aggregate [--config FILE] [--partials dir:PATH|dynamodb:TABLE] [--window D] [--top-k N] [--max-names N] [--max-ahead N] [--max-corrections N] [--rules LIST] [--namespace NS] [--rule-budget N] [--commit-records N] [--ignore-time] | lambda --report --partials dir:PATH|dynamodb:TABLE [--report-range D] [--format F] [--out FILE]", stderr)
 	cfgPath := fs.String("config", getenv("RATEWARDEN_CONFIG"), "configuration `file` (default $RATEWARDEN_CONFIG, else the built-in seed configuration)")
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
 	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
 	af := newAggregatorFlags("with --aggregate: ")
 	fs.DurationVar(&af.o.Window, "window", af.o.Window, "with --aggregate and --report: window `length`")
 	af.topKFlag(fs)
+	af.lambdaCapFlags(fs)
 	af.rulesFlag(fs, cfgPath)
 	af.namespaceFlag(fs)
 	af.ruleBudgetFlag(fs)
@@ -116,6 +117,7 @@ func logInvocation(ctx context.Context, log *slog.Logger, inv aggregator.Invocat
 	log.LogAttrs(ctx, level, "lambda aggregate",
 		slog.String("request_id", requestID), slog.String("shard", inv.Shard), slog.String("from", inv.From), slog.String("to", inv.To),
 		slog.Uint64("records", inv.Records), slog.Uint64("events", inv.Events), slog.Uint64("corrupt", inv.Corrupt),
-		slog.Int("outputs", inv.Outputs), slog.String("failed_at", inv.FailedAt), slog.String("err", errText),
+		slog.Int("outputs", inv.Outputs), slog.Uint64("folded", inv.Folded), slog.Uint64("over_cap", inv.OverCap()),
+		slog.String("failed_at", inv.FailedAt), slog.String("err", errText),
 		slog.Uint64("emf_rejected_total", emfRejected), slog.Any("problems", problems))
 }
