@@ -147,6 +147,10 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 		run.after = func() { o.Progress(stats()) }
 	}
 	if err = src.Run(ctx, run); err != nil && run.failed == nil {
+		if errors.Is(err, seglog.ErrPastEnd) {
+			// The state's position came from a log no longer there.
+			err = fmt.Errorf("%w (the state in %s is from a log that was removed, replaced or cut short; to read %s from its start, move the state directory away)", err, o.StateDir, o.Dir)
+		}
 		err = fmt.Errorf("aggregate log: %w", err) // the log's, not the handler's
 	}
 	return stats(), err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,5 +267,34 @@ func TestRunLogPositionIsTheState(t *testing.T) {
 		if off, _, err := seglog.ReadOffset(logDir, "aggregate"); off != 3000 || err != nil {
 			t.Errorf("run %d: consumer offset %d (%v), want 3000", i, off, err)
 		}
+	}
+}
+
+// TestRunLogStateFromAnotherLog: a state whose position is past the end
+// of the log it is given (the log was removed and a new one begun) stops
+// the run with an error that says so and how to start over, instead of
+// waiting for the new log to reach the old position and skipping what
+// comes before it.
+func TestRunLogStateFromAnotherLog(t *testing.T) {
+	old, state := t.TempDir(), t.TempDir()
+	writeLog(t, old, testEvents(1200))
+	if _, err := RunLog(context.Background(), LogOptions{Dir: old, StateDir: state, Rollup: Options{Window: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeLog(t, dir, testEvents(300))
+	l, err := seglog.Open(dir, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = RunLog(context.Background(), LogOptions{Dir: dir, StateDir: state, Log: l, Follow: true, Rollup: Options{Window: time.Second}})
+	if !errors.Is(err, seglog.ErrPastEnd) || !strings.Contains(err.Error(), state) || !strings.Contains(err.Error(), "move the state directory away") {
+		t.Fatalf("RunLog on a new log with the old log's state: %v", err)
+	}
+	// Moved away, the log is read from its start.
+	st, err := RunLog(context.Background(), LogOptions{Dir: dir, StateDir: t.TempDir(), Rollup: Options{Window: time.Second}})
+	if err != nil || st.Rollup.Events != 300 {
+		t.Fatalf("a fresh state: %+v %v, want 300 events", st.Rollup, err)
 	}
 }

@@ -57,6 +57,10 @@ var (
 	ErrMissing    = errors.New("events missing")
 	ErrClosed     = errors.New("closed")
 	ErrLocked     = errors.New("log directory locked by another process")
+	// ErrPastEnd marks a reader asked for an offset past the log's end: a
+	// position kept from a log that was since removed, replaced or cut
+	// short.
+	ErrPastEnd = errors.New("past the log's end")
 	// ErrUnread marks retention removing events a consumer that committed
 	// an offset had not read: lost to that consumer.
 	ErrUnread = fmt.Errorf("removed before a consumer read them: %w", ErrMissing)

@@ -65,7 +65,7 @@ func (l *Log) Reader(from uint64) (*Reader, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if from > l.next {
-		return nil, fmt.Errorf("open reader: offset %d is past the log's end %d", from, l.next)
+		return nil, fmt.Errorf("open reader: offset %d: %w %d", from, ErrPastEnd, l.next)
 	}
 	s := l.segs[0]
 	for _, x := range l.segs {
