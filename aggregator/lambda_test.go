@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/stream"
@@ -238,11 +240,10 @@ func TestKinesisLambdaKeyCap(t *testing.T) {
 // per-event path cut alike.
 func TestKinesisLambdaWindowCaps(t *testing.T) {
 	t.Run("backlog", func(t *testing.T) {
-		ds := decisiontest.NewGenerator(14, t0).Batch(3001)
 		const windows = 10
+		ds := backlog(14, 3001, windows)
 		win := make([]int, len(ds)) // the window of each event, from t0
 		for i := range ds {
-			ds[i].Time = t0.Add(time.Duration(i) * windows * time.Second / time.Duration(len(ds)))
 			win[i] = int(ds[i].Time.Sub(t0) / time.Second)
 		}
 		ev := kinesisEvent(t, ds) // 6 Arrow records of 500, 1 JSON, 1 corrupt
@@ -287,6 +288,86 @@ func TestKinesisLambdaWindowCaps(t *testing.T) {
 		}
 		lambdaParts(t, ev, 1, len(ds), want)
 	})
+}
+
+// backlog returns n decisions stamped in time order over windows seconds
+// from t0.
+func backlog(seed uint64, n, windows int) []decisions.Decision {
+	ds := decisiontest.NewGenerator(seed, t0).Batch(n)
+	for i := range ds {
+		ds[i].Time = t0.Add(time.Duration(i) * time.Duration(windows) * time.Second / time.Duration(n))
+	}
+	return ds
+}
+
+// TestKinesisLambdaPartsStores: commit groups of three records of a
+// backlog over ten 1 s windows, with MaxAhead 1, are written in parts, a
+// window split between parts of one group and between groups, to a
+// directory and to a DynamoDB table alike. Both stores hold the same
+// outputs under the same keys and read back the same merged windows, and
+// each window holds the events and decisions of a run whose groups are
+// written whole: the parts merge as separate groups do.
+func TestKinesisLambdaPartsStores(t *testing.T) {
+	ev := kinesisEvent(t, backlog(16, 3001, 10)) // 6 Arrow records of 500, 1 JSON, 1 corrupt
+	st := newStandIns(t)
+	name := fmt.Sprintf("agg-lambda-parts-%d-%d", time.Now().UnixNano(), names.Add(1))
+	awstest.CreateTable(t, st.dc, PartialsTableSpec(name))
+	dir, whole := &PartialsDir{Dir: t.TempDir()}, &PartialsDir{Dir: t.TempDir()}
+	table := &PartialsTable{API: st.dc, Table: name}
+	var invs []Invocation
+	l := &KinesisLambda{Sinks: []Sink{dir, table}, Window: time.Second, CommitRecords: 3, MaxAhead: 1,
+		OnInvocation: func(_ context.Context, inv Invocation) { invs = append(invs, inv) }}
+	one := &KinesisLambda{Sinks: []Sink{whole}, Window: time.Second, CommitRecords: 3}
+	for _, l := range []*KinesisLambda{l, one} {
+		if resp, err := l.Handle(t.Context(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%v %+v", err, resp)
+		}
+	}
+	if len(invs) != 1 || invs[0].EarlyWrites < 2 || one.Stats().EarlyWrites != 0 {
+		t.Fatalf("invocation %+v; %d early writes without the cap", invs, one.Stats().EarlyWrites)
+	}
+	keys := func(w PartialsWalker) (out []string, ranges map[string]bool) {
+		ranges = map[string]bool{}
+		problems, err := w.Walk(t.Context(), time.Second, t0, t0.Add(time.Hour), func(f PartialFile, p *Partial) {
+			out = append(out, fmt.Sprint(f.Start.UnixNano(), f.Partition, f.Range, p.Events))
+			ranges[f.Range] = true
+		})
+		if err != nil || len(problems) > 0 {
+			t.Fatal(err, problems)
+		}
+		slices.Sort(out)
+		return out, ranges
+	}
+	// Each early write adds a part to the groups written whole.
+	d, parts := keys(dir)
+	tb, _ := keys(table)
+	_, groups := keys(whole)
+	if !slices.Equal(d, tb) || len(d) != invs[0].Outputs || len(groups) != 3 || uint64(len(parts)) != uint64(len(groups))+invs[0].EarlyWrites {
+		t.Errorf("outputs: %d in the directory, %d in the table, %d written; %d parts, %d groups, %d early writes\n%v\n%v",
+			len(d), len(tb), invs[0].Outputs, len(parts), len(groups), invs[0].EarlyWrites, d, tb)
+	}
+	read := func(s interface {
+		Read(context.Context, time.Duration, time.Time, time.Time) (map[time.Time]*Partial, []ReadProblem, error)
+	}) map[time.Time]*Partial {
+		ps, problems, err := s.Read(t.Context(), time.Second, t0, t0.Add(time.Hour))
+		if err != nil || len(problems) > 0 {
+			t.Fatal(err, problems)
+		}
+		return ps
+	}
+	fromDir, fromTable, want := read(dir), read(table), read(whole)
+	if len(want) != 10 || len(fromDir) != len(want) || len(fromTable) != len(want) {
+		t.Fatalf("windows: %d from the directory, %d from the table, %d without the cap", len(fromDir), len(fromTable), len(want))
+	}
+	for start, w := range want {
+		d, tb := fromDir[start], fromTable[start]
+		db, _ := d.AppendBinary(nil)
+		tbb, _ := tb.AppendBinary(nil)
+		if !bytes.Equal(db, tbb) || d.Events != w.Events || d.Counts.Total() != w.Counts.Total() {
+			t.Errorf("window %v: %d events and %d decisions, %d and %d without the cap; the stores agree: %v",
+				start, d.Events, d.Counts.Total(), w.Events, w.Counts.Total(), bytes.Equal(db, tbb))
+		}
+	}
 }
 
 // lambdaParts runs ev through a KinesisLambda with window 1 s and both
