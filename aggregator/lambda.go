@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,13 +45,22 @@ import (
 //
 // A commit group holds a partial of every window its decisions touch until
 // it is written, so the windows it holds are capped as a Rollup caps
-// them, relative to the window of the group's first decision: at most
-// MaxAhead windows after it and MaxCorrections before it. An event that
-// would open one more is dropped and counted (Invocation.AheadDropped,
-// CorrectionsDropped): a record stamped at distinct windows, in the
-// future or the past, cannot exhaust the function's memory. Each partial
-// keeps MaxKeys names apart (Partial.MaxKeys). It is safe for concurrent
-// use.
+// them, relative to the window of its first decision: at most MaxAhead
+// windows after it and MaxCorrections before it. An event that would open
+// one more is not dropped: the windows held are written first, as at the
+// end of a group (an early write, Invocation.EarlyWrites), and the group
+// goes on in a new part whose first window is that event's. A record
+// stamped at distinct windows, in the future or the past, cannot exhaust
+// the function's memory, and a backlog spanning more windows than the caps
+// loses nothing. The cuts depend on the group's events in order alone, so
+// a retry cuts the same parts. A group written in one part keeps the key
+// of its first and last sequence numbers; the parts of a group cut in
+// several are keyed by the positions (stream.Position) of their own first
+// and last events, "seq_sub-seq_sub", distinct from each other and from
+// any other group's, and readers merge them as they merge groups. When a
+// part fails, the group fails at its first record and nothing after the
+// part is written. Each partial keeps MaxKeys names apart
+// (Partial.MaxKeys). It is safe for concurrent use.
 type KinesisLambda struct {
 	Sinks         []Sink
 	Window        time.Duration // default 60 s
@@ -93,29 +103,21 @@ type Invocation struct {
 	// Folded counts decisions counted with a tier, rule, node or reason
 	// folded into OtherKey, past a partial's MaxKeys.
 	Folded uint64
-	// AheadDropped and CorrectionsDropped count events dropped because
-	// their window was after (before) the window of their commit group's
-	// first decision and MaxAhead (MaxCorrections) such windows were held
-	// already.
-	AheadDropped, CorrectionsDropped uint64
+	// EarlyWrites counts the parts of commit groups written before the
+	// group's end, because an event would have opened a window past
+	// MaxAhead or MaxCorrections (a group's last part is written at its
+	// end, as a group in one part is).
+	EarlyWrites uint64
 }
-
-// OverCap returns the events dropped past a cap on the windows held:
-// AheadDropped plus CorrectionsDropped.
-func (i Invocation) OverCap() uint64 { return i.AheadDropped + i.CorrectionsDropped }
 
 // LambdaStats count what a KinesisLambda did: the decoding counts of the
 // Kinesis Lambda handler it reads records with, and the outputs.
 type LambdaStats struct {
 	kinesis.LambdaStats
 	Outputs uint64 // partials written to every sink
-	// Folded, AheadDropped and CorrectionsDropped sum the invocations'.
-	Folded, AheadDropped, CorrectionsDropped uint64
+	// Folded and EarlyWrites sum the invocations'.
+	Folded, EarlyWrites uint64
 }
-
-// OverCap returns the events dropped past a cap on the windows held:
-// AheadDropped plus CorrectionsDropped.
-func (s LambdaStats) OverCap() uint64 { return s.AheadDropped + s.CorrectionsDropped }
 
 // Handle handles one invocation: a kinesis.LambdaHandler hands its commit
 // groups, as stream batches, to the invocation's lambdaRun.
@@ -138,8 +140,7 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	l.stats.Corrupt += rs.Corrupt
 	l.stats.Outputs += uint64(inv.Outputs)
 	l.stats.Folded += inv.Folded
-	l.stats.AheadDropped += inv.AheadDropped
-	l.stats.CorrectionsDropped += inv.CorrectionsDropped
+	l.stats.EarlyWrites += inv.EarlyWrites
 	for _, p := range inv.Problems {
 		if len(l.problems) < 100 {
 			l.problems = append(l.problems, p)
@@ -157,8 +158,8 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 
 // lambdaRun is the stream.Handler of one KinesisLambda invocation: it
 // rolls a commit group's decisions up into one partial per window they
-// touch and writes them to the sinks before it returns. It keeps no
-// position of its own: Lambda does.
+// touch and writes them to the sinks before it returns, in parts when the
+// windows would pass a cap. It keeps no position of its own: Lambda does.
 type lambdaRun struct {
 	l     *KinesisLambda
 	o     Options // Window, TopK and the caps, defaults filled in
@@ -166,12 +167,16 @@ type lambdaRun struct {
 	batch Batch
 	inv   Invocation
 
-	// The commit group's windows: first is the window of its first
-	// decision, ahead and behind count the windows held after and before
-	// it (see window).
+	// The windows of the commit group's current part: first is the
+	// window of its first decision, ahead and behind count the windows
+	// held after and before it (see window). from and last are the
+	// positions of the part's first event and of the last event added;
+	// parts counts the group's parts written so far.
 	windows       map[int64]*Partial
 	first         int64
 	ahead, behind int
+	from, last    stream.Position
+	parts         int
 }
 
 var _ stream.Handler = (*lambdaRun)(nil)
@@ -188,46 +193,73 @@ func (r *lambdaRun) Idle(context.Context, string) error { return nil }
 func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
 
 // Handle rolls the group's decisions up and writes their windows to each
-// sink, keyed by the group's first and last sequence numbers.
+// sink, keyed by the group's first and last sequence numbers, or, for a
+// group cut in parts, each part by its first and last events' positions.
 func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	r.inv.Shard = b.Partition
-	r.windows, r.ahead, r.behind = map[int64]*Partial{}, 0, 0
+	r.windows, r.ahead, r.behind, r.parts = map[int64]*Partial{}, 0, 0, 0
+	var err error
 	if r.l.perEvent {
-		r.addEvents(b)
+		err = r.addEvents(ctx, b)
 	} else {
-		b.Rows(r.dec, r.add) // add never fails
+		_, err = b.Rows(r.dec, func(rows *stream.Rows) error { return r.add(ctx, rows) })
 	}
+	if err == nil {
+		rng := b.Records[0].Pos.Seq + "-" + b.Records[len(b.Records)-1].Pos.Seq
+		if r.parts > 0 {
+			rng = partRange(r.from, r.last)
+		}
+		err = r.write(ctx, rng)
+	}
+	if err != nil {
+		r.inv.FailedAt, r.inv.Err = b.From.Seq, err
+	}
+	return err
+}
+
+// partRange is the range key of a part of a commit group whose first and
+// last events are at from and last: "seq_sub-seq_sub". It has no '.' or
+// '/', as a partial's file name wants, and an '_', which a group's
+// "seq-seq" has not.
+func partRange(from, last stream.Position) string {
+	return from.Seq + "_" + strconv.FormatInt(from.Sub, 10) + "-" + last.Seq + "_" + strconv.FormatInt(last.Sub, 10)
+}
+
+// write writes the windows held to the sinks under the range key rng and
+// empties them.
+func (r *lambdaRun) write(ctx context.Context, rng string) error {
 	for _, p := range r.windows {
 		r.inv.Folded += p.Folded
 	}
-	rng := b.Records[0].Pos.Seq + "-" + b.Records[len(b.Records)-1].Pos.Seq
-	if err := r.l.write(ctx, b.Partition, rng, r.windows); err != nil {
-		r.inv.FailedAt, r.inv.Err = b.From.Seq, err
+	if err := r.l.write(ctx, r.inv.Shard, rng, r.windows); err != nil {
 		return err
 	}
 	r.inv.Outputs += len(r.windows)
+	r.windows, r.ahead, r.behind = map[int64]*Partial{}, 0, 0
 	return nil
 }
 
 // window returns the group's partial of the window starting at start
-// (Unix nanoseconds), opened if there is room, for n events; or, past
-// MaxAhead windows after the group's first window or MaxCorrections
-// before it, counts the n events dropped and returns nil. It depends on
-// the order of the group's events alone, so a retry drops the same.
-func (r *lambdaRun) window(start int64, n int) *Partial {
+// (Unix nanoseconds) for the events from pos on, opened if need be. When
+// it would be one more than MaxAhead windows after the part's first window
+// or MaxCorrections before it, the part held so far is written first
+// (keyed by its first and last events) and a new part begins with this
+// window as its first. It depends on the order of the group's events
+// alone, so a retry cuts the same parts.
+func (r *lambdaRun) window(ctx context.Context, start int64, pos stream.Position) (*Partial, error) {
 	if p := r.windows[start]; p != nil {
-		return p
+		return p, nil
 	}
-	if len(r.windows) == 0 {
-		r.first = start
+	if len(r.windows) > 0 && ((start > r.first && r.ahead >= r.o.MaxAhead) || (start < r.first && r.behind >= r.o.MaxCorrections)) {
+		if err := r.write(ctx, partRange(r.from, r.last)); err != nil {
+			return nil, err
+		}
+		r.parts++
+		r.inv.EarlyWrites++
 	}
 	switch {
-	case start > r.first && r.ahead >= r.o.MaxAhead:
-		r.inv.AheadDropped += uint64(n)
-		return nil
-	case start < r.first && r.behind >= r.o.MaxCorrections:
-		r.inv.CorrectionsDropped += uint64(n)
-		return nil
+	case len(r.windows) == 0:
+		r.first, r.from = start, pos
 	case start > r.first:
 		r.ahead++
 	case start < r.first:
@@ -235,13 +267,13 @@ func (r *lambdaRun) window(start int64, n int) *Partial {
 	}
 	p := r.o.newPartial(start)
 	r.windows[start] = p
-	return p
+	return p, nil
 }
 
 // addEvents rolls the batch's records up event by event, decoded whole
 // (the per-event reference); Batch.Rows counts and reports them all the
 // same.
-func (r *lambdaRun) addEvents(b *stream.Batch) {
+func (r *lambdaRun) addEvents(ctx context.Context, b *stream.Batch) error {
 	b.Rows(r.dec, func(*stream.Rows) error { return nil })
 	var ds []decisions.Decision
 	for i := range b.Records {
@@ -250,25 +282,33 @@ func (r *lambdaRun) addEvents(b *stream.Batch) {
 		if _, partial := columnar.IsCorruptEvents(err); err != nil && !partial {
 			continue
 		}
-		r.addDecisions(ds)
-	}
-}
-
-func (r *lambdaRun) addDecisions(ds []decisions.Decision) {
-	for j := range ds {
-		d := &ds[j]
-		if p := r.window(windowStart(d.Time, r.o.Window), 1); p != nil {
-			p.Update(d)
+		if err := r.addDecisions(ctx, ds, b.Records[i].Pos); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// addDecisions rolls decisions up one by one, the first at position pos.
+func (r *lambdaRun) addDecisions(ctx context.Context, ds []decisions.Decision, pos stream.Position) error {
+	for j := range ds {
+		d := &ds[j]
+		at := stream.Position{Seq: pos.Seq, Sub: pos.Sub + int64(j)}
+		p, err := r.window(ctx, windowStart(d.Time, r.o.Window), at)
+		if err != nil {
+			return err
+		}
+		p.Update(d)
+		r.last = at
+	}
+	return nil
 }
 
 // add rolls rows up: events one by one, Arrow records from their columns,
 // a run of rows of one window at a time.
-func (r *lambdaRun) add(rows *stream.Rows) error {
+func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 	if rows.Columns == nil {
-		r.addDecisions(rows.Events[rows.Lo:])
-		return nil
+		return r.addDecisions(ctx, rows.Events[rows.Lo:], stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(rows.Lo)})
 	}
 	r.batch.Prepare(rows.Columns)
 	times, w := r.batch.Times(), int64(r.o.Window)
@@ -278,9 +318,12 @@ func (r *lambdaRun) add(rows *stream.Rows) error {
 		for j < len(times) && times[j] >= start && times[j]-start < w {
 			j++
 		}
-		if p := r.window(start, j-i); p != nil {
-			p.UpdateColumns(&r.batch, i, j)
+		p, err := r.window(ctx, start, stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(i)})
+		if err != nil {
+			return err
 		}
+		p.UpdateColumns(&r.batch, i, j)
+		r.last = stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(j-1)}
 		i = j
 	}
 	return nil

@@ -1,9 +1,12 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +14,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // kinesisEvent is one invocation's worth of records as the edge's Kinesis
@@ -223,58 +228,234 @@ func TestKinesisLambdaKeyCap(t *testing.T) {
 	}
 }
 
-// TestKinesisLambdaWindowCaps: a commit group holds at most MaxAhead
-// windows after the window of its first decision and MaxCorrections
-// before it; the events of windows past the caps are dropped and counted
-// as ahead or behind, the others all stored, from Arrow columns and event
-// by event alike; a retry drops the same events and writes the same
-// files.
+// TestKinesisLambdaWindowCaps: a commit group whose windows pass MaxAhead
+// after the window of its first decision, or MaxCorrections before it, is
+// written in parts and loses nothing. An honest backlog in time order
+// over ten windows, with MaxAhead and MaxCorrections 2, is cut into parts
+// of three windows each, the cuts inside records, each part keyed by its
+// first and last events' positions; a hostile record stamped at
+// alternating far-future and far-past windows, with both caps 1, is cut
+// every three events. Every event is stored once, every key is distinct,
+// a retry rewrites the same files, and the Arrow columns and the
+// per-event path cut alike.
 func TestKinesisLambdaWindowCaps(t *testing.T) {
-	// Windows (seconds from t0) of the events in order: the first is 0;
-	// 1 and 2 fill MaxAhead 2, so 3 and 4 are dropped; -1 fills
-	// MaxCorrections 1, so -2 is dropped.
-	offsets := []int{0, 0, 1, -1, 2, 3, -2, 1, 4, 3, -2, 0, -1, 2, 4, 0, 3, -3, 1, 0}
-	ds := decisiontest.NewGenerator(14, t0).Batch(4 * len(offsets))
-	var wantAhead, wantBehind uint64
+	t.Run("backlog", func(t *testing.T) {
+		const windows = 10
+		ds := backlog(14, 3001, windows)
+		win := make([]int, len(ds)) // the window of each event, from t0
+		for i := range ds {
+			win[i] = int(ds[i].Time.Sub(t0) / time.Second)
+		}
+		ev := kinesisEvent(t, ds) // 6 Arrow records of 500, 1 JSON, 1 corrupt
+		pos := func(i int) stream.Position {
+			return stream.Position{Seq: ev.Records[i/500].Kinesis.SequenceNumber, Sub: int64(i % 500)}
+		}
+		// In time order, each part holds its first window and the two
+		// after it: windows 0-2, 3-5, 6-8 and 9.
+		want := map[string]bool{}
+		for i, from := 0, 0; i < len(ds); i++ {
+			if i == len(ds)-1 || win[i+1] != win[i] && win[i+1]%3 == 0 {
+				want[partRange(pos(from), pos(i))] = true
+				from = i + 1
+			}
+		}
+		got := lambdaParts(t, ev, 2, windows, want)
+		if len(got) != windows {
+			t.Errorf("%d files, want one per window, %d", len(got), windows)
+		}
+	})
+	t.Run("hostile", func(t *testing.T) {
+		ds := decisiontest.NewGenerator(15, t0).Batch(501)
+		for i := range ds {
+			// Far future windows later and later, far past ones earlier
+			// and earlier: after a part's first event they fall ahead
+			// and behind by turns, so with both caps 1 a part holds
+			// three windows of an event each.
+			off := time.Duration(1000+i) * time.Hour
+			if i%2 == 1 {
+				off = -off
+			}
+			ds[i].Time = t0.Add(off)
+		}
+		ev := kinesisEvent(t, ds)
+		want := map[string]bool{}
+		for i := 0; i < len(ds); i += 3 {
+			last := min(i+2, len(ds)-1)
+			at := func(i int) stream.Position {
+				return stream.Position{Seq: ev.Records[i/500].Kinesis.SequenceNumber, Sub: int64(i % 500)}
+			}
+			want[partRange(at(i), at(last))] = true
+		}
+		lambdaParts(t, ev, 1, len(ds), want)
+	})
+}
+
+// backlog returns n decisions stamped in time order over windows seconds
+// from t0.
+func backlog(seed uint64, n, windows int) []decisions.Decision {
+	ds := decisiontest.NewGenerator(seed, t0).Batch(n)
 	for i := range ds {
-		off := offsets[i%len(offsets)]
-		ds[i].Time = t0.Add(time.Duration(off)*time.Second + time.Duration(i)*time.Millisecond)
-		switch {
-		case off > 2:
-			wantAhead++
-		case off < -1:
-			wantBehind++
+		ds[i].Time = t0.Add(time.Duration(i) * time.Duration(windows) * time.Second / time.Duration(n))
+	}
+	return ds
+}
+
+// TestKinesisLambdaPartsStores: commit groups of three records of a
+// backlog over ten 1 s windows, with MaxAhead 1, are written in parts, a
+// window split between parts of one group and between groups, to a
+// directory and to a DynamoDB table alike. Both stores hold the same
+// outputs under the same keys and read back the same merged windows, and
+// each window holds the events and decisions of a run whose groups are
+// written whole: the parts merge as separate groups do.
+func TestKinesisLambdaPartsStores(t *testing.T) {
+	ev := kinesisEvent(t, backlog(16, 3001, 10)) // 6 Arrow records of 500, 1 JSON, 1 corrupt
+	st := newStandIns(t)
+	name := fmt.Sprintf("agg-lambda-parts-%d-%d", time.Now().UnixNano(), names.Add(1))
+	awstest.CreateTable(t, st.dc, PartialsTableSpec(name))
+	dir, whole := &PartialsDir{Dir: t.TempDir()}, &PartialsDir{Dir: t.TempDir()}
+	table := &PartialsTable{API: st.dc, Table: name}
+	var invs []Invocation
+	l := &KinesisLambda{Sinks: []Sink{dir, table}, Window: time.Second, CommitRecords: 3, MaxAhead: 1,
+		OnInvocation: func(_ context.Context, inv Invocation) { invs = append(invs, inv) }}
+	one := &KinesisLambda{Sinks: []Sink{whole}, Window: time.Second, CommitRecords: 3}
+	for _, l := range []*KinesisLambda{l, one} {
+		if resp, err := l.Handle(t.Context(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%v %+v", err, resp)
 		}
 	}
-	ev := kinesisEvent(t, ds)
-	var want map[string][]byte
+	if len(invs) != 1 || invs[0].EarlyWrites < 2 || one.Stats().EarlyWrites != 0 {
+		t.Fatalf("invocation %+v; %d early writes without the cap", invs, one.Stats().EarlyWrites)
+	}
+	keys := func(w PartialsWalker) (out []string, ranges map[string]bool) {
+		ranges = map[string]bool{}
+		problems, err := w.Walk(t.Context(), time.Second, t0, t0.Add(time.Hour), func(f PartialFile, p *Partial) {
+			out = append(out, fmt.Sprint(f.Start.UnixNano(), f.Partition, f.Range, p.Events))
+			ranges[f.Range] = true
+		})
+		if err != nil || len(problems) > 0 {
+			t.Fatal(err, problems)
+		}
+		slices.Sort(out)
+		return out, ranges
+	}
+	// Each early write adds a part to the groups written whole.
+	d, parts := keys(dir)
+	tb, _ := keys(table)
+	_, groups := keys(whole)
+	if !slices.Equal(d, tb) || len(d) != invs[0].Outputs || len(groups) != 3 || uint64(len(parts)) != uint64(len(groups))+invs[0].EarlyWrites {
+		t.Errorf("outputs: %d in the directory, %d in the table, %d written; %d parts, %d groups, %d early writes\n%v\n%v",
+			len(d), len(tb), invs[0].Outputs, len(parts), len(groups), invs[0].EarlyWrites, d, tb)
+	}
+	read := func(s interface {
+		Read(context.Context, time.Duration, time.Time, time.Time) (map[time.Time]*Partial, []ReadProblem, error)
+	}) map[time.Time]*Partial {
+		ps, problems, err := s.Read(t.Context(), time.Second, t0, t0.Add(time.Hour))
+		if err != nil || len(problems) > 0 {
+			t.Fatal(err, problems)
+		}
+		return ps
+	}
+	fromDir, fromTable, want := read(dir), read(table), read(whole)
+	if len(want) != 10 || len(fromDir) != len(want) || len(fromTable) != len(want) {
+		t.Fatalf("windows: %d from the directory, %d from the table, %d without the cap", len(fromDir), len(fromTable), len(want))
+	}
+	for start, w := range want {
+		d, tb := fromDir[start], fromTable[start]
+		db, _ := d.AppendBinary(nil)
+		tbb, _ := tb.AppendBinary(nil)
+		if !bytes.Equal(db, tbb) || d.Events != w.Events || d.Counts.Total() != w.Counts.Total() {
+			t.Errorf("window %v: %d events and %d decisions, %d and %d without the cap; the stores agree: %v",
+				start, d.Events, d.Counts.Total(), w.Events, w.Counts.Total(), bytes.Equal(db, tbb))
+		}
+	}
+}
+
+// lambdaParts runs ev through a KinesisLambda with window 1 s and both
+// window caps at capN, from Arrow columns and event by event, and checks
+// that the group is written in the parts keyed by want, outputs windows
+// partials in all, every event stored once; that a sink failing on the
+// third part fails the group at its first record with only the parts
+// before it written, to both sinks; and that the retry, and a second one,
+// leave the files of a run without the failure. It returns those files.
+func lambdaParts(t *testing.T, ev events.KinesisEvent, capN, outputs int, want map[string]bool) map[string][]byte {
+	t.Helper()
+	parts := sortedKeys(want)
+	var ref map[string][]byte
 	for _, perEvent := range []bool{true, false} {
 		dir := t.TempDir()
 		var invs []Invocation
-		l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}}, Window: time.Second, MaxAhead: 2, MaxCorrections: 1, perEvent: perEvent,
+		seen := &ranges{}
+		l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}, seen}, Window: time.Second, MaxAhead: capN, MaxCorrections: capN, perEvent: perEvent,
 			OnInvocation: func(_ context.Context, inv Invocation) { invs = append(invs, inv) }}
+		if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("per event %v: %v %+v", perEvent, err, resp)
+		}
+		inv := invs[0]
+		if inv.EarlyWrites != uint64(len(want)-1) || l.Stats().EarlyWrites != inv.EarlyWrites || inv.Outputs != outputs || inv.Corrupt != 1 {
+			t.Errorf("per event %v: %d early writes, %d outputs, %d corrupt; want %d, %d, 1", perEvent, inv.EarlyWrites, inv.Outputs, inv.Corrupt, len(want)-1, outputs)
+		}
+		if events := storedEvents(t, dir); events != inv.Events {
+			t.Errorf("per event %v: partials hold %d events, the invocation %d", perEvent, events, inv.Events)
+		}
+		if got := slices.Compact(slices.Clone(seen.seen)); !slices.Equal(sortedKeys(setOf(got)), parts) || len(got) != len(parts) {
+			t.Errorf("per event %v: parts written\n%v\nwant\n%v", perEvent, got, parts)
+		}
+		whole := files(t, dir)
+		if len(whole) != outputs {
+			t.Errorf("per event %v: %d files, %d outputs", perEvent, len(whole), outputs)
+		}
+		if ref == nil {
+			ref = whole
+		} else {
+			sameFiles(t, "columns", whole, ref)
+		}
+
+		// The third part fails: the group fails at its first record, the
+		// parts before it are written to both sinks, nothing after.
+		from, _, _ := strings.Cut(slices.Compact(slices.Clone(seen.seen))[2], "-")
+		dir = t.TempDir()
+		flaky, after := &downFrom{Sink: &PartialsDir{Dir: dir}, from: from, down: true}, &ranges{}
+		l = &KinesisLambda{Sinks: []Sink{flaky, after}, Window: time.Second, MaxAhead: capN, MaxCorrections: capN, perEvent: perEvent}
+		resp, err := l.Handle(context.Background(), ev)
+		if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[0].Kinesis.SequenceNumber {
+			t.Fatalf("per event %v: a sink failing on the third part answered %v %+v", perEvent, err, resp)
+		}
+		firstTwo := slices.Compact(slices.Clone(after.seen))
+		if !slices.Equal(firstTwo, slices.Compact(slices.Clone(seen.seen))[:2]) {
+			t.Errorf("per event %v: before the failure the sink after saw %v", perEvent, firstTwo)
+		}
+		for name := range files(t, dir) {
+			if !strings.Contains(name, firstTwo[0]) && !strings.Contains(name, firstTwo[1]) {
+				t.Errorf("per event %v: %s written after the failed part", perEvent, name)
+			}
+		}
+		flaky.down = false
 		for range 2 {
 			if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
-				t.Fatalf("%v %+v", err, resp)
+				t.Fatalf("per event %v: retry: %v %+v", perEvent, err, resp)
 			}
+			sameFiles(t, "retried", files(t, dir), whole)
 		}
-		for _, inv := range invs {
-			if inv.AheadDropped != wantAhead || inv.CorrectionsDropped != wantBehind || inv.Outputs != 4 {
-				t.Errorf("per event %v: dropped %d ahead and %d behind, want %d and %d; %d outputs, want 4",
-					perEvent, inv.AheadDropped, inv.CorrectionsDropped, wantAhead, wantBehind, inv.Outputs)
-			}
-		}
-		if st := l.Stats(); st.OverCap() != 2*(wantAhead+wantBehind) {
-			t.Errorf("per event %v: stats over cap %d, want %d", perEvent, st.OverCap(), 2*(wantAhead+wantBehind))
-		}
-		if e, _ := totals(t, dir, time.Second); e != uint64(len(ds))-wantAhead-wantBehind {
-			t.Errorf("per event %v: partials hold %d events, want %d of %d", perEvent, e, uint64(len(ds))-wantAhead-wantBehind, len(ds))
-		}
-		got := files(t, dir)
-		if want == nil {
-			want = got
-			continue
-		}
-		sameFiles(t, "columns", got, want)
 	}
+	return ref
+}
+
+// storedEvents sums the events of every partial of 1 s windows under dir,
+// read one by one, at any time.
+func storedEvents(t *testing.T, dir string) (events uint64) {
+	t.Helper()
+	problems, err := (&PartialsDir{Dir: dir}).Walk(t.Context(), time.Second, time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64),
+		func(_ PartialFile, p *Partial) { events += p.Events })
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	return events
+}
+
+func setOf[K comparable](ks []K) map[K]bool {
+	m := make(map[K]bool, len(ks))
+	for _, k := range ks {
+		m[k] = true
+	}
+	return m
 }

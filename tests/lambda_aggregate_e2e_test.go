@@ -167,11 +167,7 @@ func readKinesisEvent(t *testing.T) ([]byte, events.KinesisEvent) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ev events.KinesisEvent
-	if err := json.Unmarshal(raw, &ev); err != nil {
-		t.Fatal(err)
-	}
-	return raw, ev
+	return raw, unmarshalEvent(t, raw)
 }
 
 // eventDecisions decodes every record of ev.
@@ -337,7 +333,7 @@ type invocationLine struct {
 	Corrupt         uint64
 	Outputs         int
 	Folded          uint64
-	OverCap         uint64 `json:"over_cap"`
+	EarlyWrites     uint64 `json:"early_writes"`
 	FailedAt        string `json:"failed_at"`
 	Err             string
 	Problems        []string
@@ -634,7 +630,12 @@ func TestLambdaAggregateMapping(t *testing.T) {
 // counts the other decisions under __other__, as its invocation line
 // says, where the default keeps every rule and folds none; and with
 // --rules the EMF has [Tier, Rule] documents for that rule and __other__
-// only. Out-of-range values stop the function with aggregate's messages.
+// only; with --max-ahead 1, the recorded decisions restamped in time
+// order over ten minutes make a group whose events span more windows than
+// a part holds (its first and the one after): it is written in parts of
+// two windows, counted as early writes, and its windows hold the events
+// and decisions they hold without the flag, nothing lost. Out-of-range
+// values stop the function with aggregate's messages.
 func TestLambdaAggregateFlags(t *testing.T) {
 	bin := buildBinary(t)
 	raw, ev := readKinesisEvent(t)
@@ -646,19 +647,21 @@ func TestLambdaAggregateFlags(t *testing.T) {
 			break
 		}
 	}
-	var folded uint64 // the last run's, from its invocation line
+	var folded, early uint64 // the last run's, from its invocation line
+	var outputs int
+	payload := raw // the event invoked
 	run := func(args ...string) (map[time.Time]*aggregator.Partial, map[string]bool) {
 		t.Helper()
 		partials := t.TempDir()
 		f := startLambda(t, bin, append([]string{"--aggregate", "--partials", "dir:" + partials, "--ignore-time"}, args...)...)
-		if fails := batchItemFailures(t, f.invoke(t, raw)); len(fails) != 0 {
+		if fails := batchItemFailures(t, f.invoke(t, payload)); len(fails) != 0 {
 			t.Fatalf("%q: batch item failures %v", args, fails)
 		}
 		lines := invocationLines(t, f.stderr)
 		if len(lines) != 1 {
 			t.Fatalf("%q: %d invocation lines\n%s", args, len(lines), readFile(t, f.stderr))
 		}
-		folded = lines[0].Folded
+		folded, early, outputs = lines[0].Folded, lines[0].EarlyWrites, lines[0].Outputs
 		return readPartials(t, partials, time.Minute), emfRules(t, readFile(t, f.stdout))
 	}
 	topLen := func(ps map[time.Time]*aggregator.Partial) (most int) {
@@ -675,7 +678,30 @@ func TestLambdaAggregateFlags(t *testing.T) {
 		t.Fatalf("without flags: up to %d rules a window, %d decisions under %s, %d folded; the test wants more than 2 rules and none folded",
 			most, other, aggregator.OtherKey, folded)
 	}
-	ps, _ := run("--max-names", "2")
+	if early != 0 {
+		t.Fatalf("without flags: %d early writes", early)
+	}
+	payload = restamped(t, ev, 10*time.Minute)
+	spread, _ := run()
+	windows, whole := map[time.Time]bool{}, outputs
+	for _, d := range eventDecisions(t, unmarshalEvent(t, payload)) {
+		windows[d.Time.Truncate(time.Minute)] = true
+	}
+	ps, _ := run("--max-ahead", "1")
+	payload = raw
+	if parts := (len(windows) + 1) / 2; len(windows) < 4 || early != uint64(parts-1) || outputs != whole {
+		t.Errorf("--max-ahead 1: %d windows, %d early writes (want %d), %d outputs (%d without the flag); the test wants 4 windows or more",
+			len(windows), early, parts-1, outputs, whole)
+	}
+	if len(ps) != len(spread) || len(ps) != len(windows) {
+		t.Errorf("--max-ahead 1: %d windows, %d without the flag, %d in the event", len(ps), len(spread), len(windows))
+	}
+	for start, want := range spread {
+		if p := ps[start]; p == nil || p.Events != want.Events || p.Counts.Total() != want.Counts.Total() {
+			t.Errorf("--max-ahead 1: window %v holds %v, without the flag %d events, %d decisions", start, p, want.Events, want.Counts.Total())
+		}
+	}
+	ps, _ = run("--max-names", "2")
 	if most, other := windowRules(ps); most > 2 || other == 0 || folded < other {
 		t.Errorf("--max-names 2: up to %d rules a window, %d decisions under %s, %d folded", most, other, aggregator.OtherKey, folded)
 	}
@@ -707,6 +733,46 @@ func TestLambdaAggregateFlags(t *testing.T) {
 			t.Errorf("%s %s: the function did not stop", c.arg, c.value)
 		}
 	}
+}
+
+// restamped returns ev, as JSON, with its decisions stamped in order over
+// spread from the minute of the first, each record's re-encoded as Arrow.
+func restamped(t *testing.T, ev events.KinesisEvent, spread time.Duration) []byte {
+	t.Helper()
+	n := len(eventDecisions(t, ev))
+	start, i := time.Time{}, 0
+	out := events.KinesisEvent{Records: slices.Clone(ev.Records)}
+	for r := range out.Records {
+		ds, err := columnar.DecodeRecord(out.Records[r].Kinesis.Data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range ds {
+			if start.IsZero() {
+				start = ds[j].Time.Truncate(time.Minute)
+			}
+			ds[j].Time = start.Add(time.Duration(i) * spread / time.Duration(n))
+			i++
+		}
+		if out.Records[r].Kinesis.Data, err = columnar.Encode([]byte{byte(columnar.CodecArrow)}, ds, columnar.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// unmarshalEvent decodes a Kinesis event's JSON.
+func unmarshalEvent(t *testing.T, raw []byte) events.KinesisEvent {
+	t.Helper()
+	var ev events.KinesisEvent
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }
 
 // emfRules returns the Rule values of the [Tier, Rule] documents of EMF

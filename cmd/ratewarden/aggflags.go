@@ -43,10 +43,11 @@ func (f *aggregatorFlags) capFlags(fs *flag.FlagSet) {
 
 // lambdaCapFlags adds the caps of lambda --aggregate, which holds every
 // window of a commit group until the group is written: --max-ahead and
-// --max-corrections cap the windows after and before the group's first.
+// --max-corrections cap the windows after and before the group's first,
+// past which the group is written in parts.
 func (f *aggregatorFlags) lambdaCapFlags(fs *flag.FlagSet) {
-	f.caps(fs, "windows a commit group holds after the window of its first decision; an event that would open one more is dropped and counted",
-		"windows a commit group holds before the window of its first decision; an event that would open one more is dropped and counted")
+	f.caps(fs, "windows a commit group holds after the window of its first decision; an event that would open one more makes the group write the windows it holds first and go on from that event's",
+		"windows a commit group holds before the window of its first decision; an event that would open one more makes the group write the windows it holds first and go on from that event's")
 }
 
 // caps adds --max-names, and --max-ahead and --max-corrections with the
