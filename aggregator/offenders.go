@@ -103,20 +103,14 @@ func (o *Offenders) Merge(p *Offenders, m MergeMode) error {
 // refusals per tier). It returns no error.
 func (o *Offenders) AppendBinary(b []byte) ([]byte, error) {
 	b = appendUvarint(b, uint64(o.k))
-	b = o.appendTopK(b, o.Requests)
-	b = o.appendTopK(b, o.Refusals)
+	b = o.Requests.appendBinary(b, &o.order)
+	b = o.Refusals.appendBinary(b, &o.order)
 	b = o.appendTopKs(b, o.RequestsByTier)
 	b = o.appendTopKs(b, o.RefusalsByRule)
 	b = o.appendTopKs(b, o.RequestsByRule)
-	b = o.appendTopK(b, o.Challenged)
-	b = o.appendTopK(b, o.TokenPassed)
+	b = o.Challenged.appendBinary(b, &o.order)
+	b = o.TokenPassed.appendBinary(b, &o.order)
 	return o.appendTopKs(b, o.RefusalsByTier), nil
-}
-
-// appendTopK appends t's encoding, ordered in o's scratch.
-func (o *Offenders) appendTopK(b []byte, t *TopK) []byte {
-	b, o.order = t.appendBinary(b, o.order)
-	return b
 }
 
 // appendTopKs appends m's lists by name, in sorted order.
@@ -125,7 +119,7 @@ func (o *Offenders) appendTopKs(b []byte, m map[string]*TopK) []byte {
 	b = appendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
 		b = appendString(b, k)
-		b = o.appendTopK(b, m[k])
+		b = m[k].appendBinary(b, &o.order)
 	}
 	return b
 }

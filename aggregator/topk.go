@@ -646,27 +646,21 @@ func (t *TopK) Top(n int) []Hitter {
 // Len is the number of clients held.
 func (t *TopK) Len() int { return len(t.slots) }
 
-// AppendBinary appends t's encoding, clients in Top order.
-func (t *TopK) AppendBinary(b []byte) []byte {
-	b, _ = t.appendBinary(b, nil)
-	return b
-}
-
-// appendBinary is AppendBinary ordering the counters in order's array,
-// scratch that the caller keeps and gets back (a state save encodes
+// appendBinary appends t's encoding, clients in Top order, ordering the
+// counters in *order, scratch that the caller keeps (a state save encodes
 // every open window's lists): it allocates nothing else.
-func (t *TopK) appendBinary(b []byte, order []ranked) ([]byte, []ranked) {
-	order = t.rank(order)
+func (t *TopK) appendBinary(b []byte, order *[]ranked) []byte {
+	*order = t.rank(*order)
 	b = appendUvarint(b, uint64(t.k))
-	b = appendUvarint(b, uint64(len(order)))
-	for _, r := range order {
+	b = appendUvarint(b, uint64(len(*order)))
+	for _, r := range *order {
 		s := &t.slots[r.pos]
 		b = appendString(b, s.Client.User)
 		b = appendAddr(b, s.Client.Addr)
 		b = appendUvarint(b, r.count)
 		b = appendUvarint(b, s.Err)
 	}
-	return b, order
+	return b
 }
 
 // appendAddr appends a's MarshalBinary bytes as appendBytes does, without
