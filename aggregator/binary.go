@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
-	"math/bits"
 	"slices"
 )
 
@@ -36,17 +35,15 @@ func openFrame(b []byte) ([]byte, int) { return append(b, 0), len(b) }
 // closeFrame writes the length of the bytes appended since openFrame
 // returned at, moving them when the length takes more than one byte.
 func closeFrame(b []byte, at int) []byte {
-	n := uint64(len(b) - at - 1)
-	if k := uvarintLen(n); k > 1 {
-		b = append(b, make([]byte, k-1)...)
-		copy(b[at+k:], b[at+1:at+1+int(n)])
+	var n [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(n[:], uint64(len(b)-at-1))
+	if k > 1 {
+		b = append(b, n[1:k]...) // room for the length's other bytes
+		copy(b[at+k:], b[at+1:])
 	}
-	binary.PutUvarint(b[at:], n)
+	copy(b[at:], n[:k])
 	return b
 }
-
-// uvarintLen is the number of bytes appendUvarint takes for v.
-func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
 	keys := make([]K, 0, len(m))
