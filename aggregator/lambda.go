@@ -170,13 +170,11 @@ type lambdaRun struct {
 	// The windows of the commit group's current part: first is the
 	// window of its first decision, ahead and behind count the windows
 	// held after and before it (see window). from and last are the
-	// positions of the part's first event and of the last event added;
-	// parts counts the group's parts written so far.
+	// positions of the part's first event and of the last event added.
 	windows       map[int64]*Partial
 	first         int64
 	ahead, behind int
 	from, last    stream.Position
-	parts         int
 }
 
 var _ stream.Handler = (*lambdaRun)(nil)
@@ -197,7 +195,8 @@ func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
 // group cut in parts, each part by its first and last events' positions.
 func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	r.inv.Shard = b.Partition
-	r.windows, r.ahead, r.behind, r.parts = map[int64]*Partial{}, 0, 0, 0
+	r.windows, r.ahead, r.behind = map[int64]*Partial{}, 0, 0
+	early := r.inv.EarlyWrites // the group is cut in parts when it grows
 	var err error
 	if r.l.perEvent {
 		err = r.addEvents(ctx, b)
@@ -206,7 +205,7 @@ func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	}
 	if err == nil {
 		rng := b.Records[0].Pos.Seq + "-" + b.Records[len(b.Records)-1].Pos.Seq
-		if r.parts > 0 {
+		if r.inv.EarlyWrites > early {
 			rng = partRange(r.from, r.last)
 		}
 		err = r.write(ctx, rng)
@@ -254,7 +253,6 @@ func (r *lambdaRun) window(ctx context.Context, start int64, pos stream.Position
 		if err := r.write(ctx, partRange(r.from, r.last)); err != nil {
 			return nil, err
 		}
-		r.parts++
 		r.inv.EarlyWrites++
 	}
 	switch {

@@ -247,15 +247,12 @@ func TestKinesisLambdaWindowCaps(t *testing.T) {
 			win[i] = int(ds[i].Time.Sub(t0) / time.Second)
 		}
 		ev := kinesisEvent(t, ds) // 6 Arrow records of 500, 1 JSON, 1 corrupt
-		pos := func(i int) stream.Position {
-			return stream.Position{Seq: ev.Records[i/500].Kinesis.SequenceNumber, Sub: int64(i % 500)}
-		}
 		// In time order, each part holds its first window and the two
 		// after it: windows 0-2, 3-5, 6-8 and 9.
 		want := map[string]bool{}
 		for i, from := 0, 0; i < len(ds); i++ {
 			if i == len(ds)-1 || win[i+1] != win[i] && win[i+1]%3 == 0 {
-				want[partRange(pos(from), pos(i))] = true
+				want[partRange(eventPos(ev, from), eventPos(ev, i))] = true
 				from = i + 1
 			}
 		}
@@ -280,14 +277,15 @@ func TestKinesisLambdaWindowCaps(t *testing.T) {
 		ev := kinesisEvent(t, ds)
 		want := map[string]bool{}
 		for i := 0; i < len(ds); i += 3 {
-			last := min(i+2, len(ds)-1)
-			at := func(i int) stream.Position {
-				return stream.Position{Seq: ev.Records[i/500].Kinesis.SequenceNumber, Sub: int64(i % 500)}
-			}
-			want[partRange(at(i), at(last))] = true
+			want[partRange(eventPos(ev, i), eventPos(ev, min(i+2, len(ds)-1)))] = true
 		}
 		lambdaParts(t, ev, 1, len(ds), want)
 	})
+}
+
+// eventPos is the position of the decision numbered i of a kinesisEvent.
+func eventPos(ev events.KinesisEvent, i int) stream.Position {
+	return stream.Position{Seq: ev.Records[i/500].Kinesis.SequenceNumber, Sub: int64(i % 500)}
 }
 
 // backlog returns n decisions stamped in time order over windows seconds
@@ -397,8 +395,9 @@ func lambdaParts(t *testing.T, ev events.KinesisEvent, capN, outputs int, want m
 		if events := storedEvents(t, dir); events != inv.Events {
 			t.Errorf("per event %v: partials hold %d events, the invocation %d", perEvent, events, inv.Events)
 		}
-		if got := slices.Compact(slices.Clone(seen.seen)); !slices.Equal(sortedKeys(setOf(got)), parts) || len(got) != len(parts) {
-			t.Errorf("per event %v: parts written\n%v\nwant\n%v", perEvent, got, parts)
+		written := slices.Compact(seen.seen)
+		if !slices.Equal(slices.Sorted(slices.Values(written)), parts) {
+			t.Errorf("per event %v: parts written\n%v\nwant\n%v", perEvent, written, parts)
 		}
 		whole := files(t, dir)
 		if len(whole) != outputs {
@@ -412,7 +411,7 @@ func lambdaParts(t *testing.T, ev events.KinesisEvent, capN, outputs int, want m
 
 		// The third part fails: the group fails at its first record, the
 		// parts before it are written to both sinks, nothing after.
-		from, _, _ := strings.Cut(slices.Compact(slices.Clone(seen.seen))[2], "-")
+		from, _, _ := strings.Cut(written[2], "-")
 		dir = t.TempDir()
 		flaky, after := &downFrom{Sink: &PartialsDir{Dir: dir}, from: from, down: true}, &ranges{}
 		l = &KinesisLambda{Sinks: []Sink{flaky, after}, Window: time.Second, MaxAhead: capN, MaxCorrections: capN, perEvent: perEvent}
@@ -421,7 +420,7 @@ func lambdaParts(t *testing.T, ev events.KinesisEvent, capN, outputs int, want m
 			t.Fatalf("per event %v: a sink failing on the third part answered %v %+v", perEvent, err, resp)
 		}
 		firstTwo := slices.Compact(slices.Clone(after.seen))
-		if !slices.Equal(firstTwo, slices.Compact(slices.Clone(seen.seen))[:2]) {
+		if !slices.Equal(firstTwo, written[:2]) {
 			t.Errorf("per event %v: before the failure the sink after saw %v", perEvent, firstTwo)
 		}
 		for name := range files(t, dir) {
@@ -450,12 +449,4 @@ func storedEvents(t *testing.T, dir string) (events uint64) {
 		t.Fatal(err, problems)
 	}
 	return events
-}
-
-func setOf[K comparable](ks []K) map[K]bool {
-	m := make(map[K]bool, len(ks))
-	for _, k := range ks {
-		m[k] = true
-	}
-	return m
 }
