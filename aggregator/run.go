@@ -204,11 +204,11 @@ func (p *onePartition) done(err error) error {
 	return nil
 }
 
-// stats are the handler's, with the partition's watermark (kept once it
-// is closed), and no shards.
+// stats are the handler's figures, with the partition's watermark (kept
+// once it is closed), and no shards.
 func (p *onePartition) stats() RunStats {
-	s := p.h.stats()
-	s.Shards, s.Watermark = nil, p.h.watermark()
+	s := p.h.figures()
+	s.Watermark = p.h.watermark()
 	return s
 }
 
