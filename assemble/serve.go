@@ -350,9 +350,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 // log's end once the edge has flushed its decisions: until the position
 // of its latest progress report is there. It gives up when ctx is done or
 // the run stopped. What it does not wait for stays in the log, and the
-// next start reads it. Only catchUp receives from progress, and each
-// report replaces the one not received: the first it receives is the
-// latest.
+// next start reads it. Each report replaces the one still on progress,
+// and only catchUp takes them: the first it receives is the latest.
 func catchUp(ctx context.Context, end uint64, progress <-chan aggregator.RunStats, done chan error) {
 	for {
 		select {
