@@ -109,13 +109,10 @@ func newPartitions(o RunOptions) (*partitions, error) {
 }
 
 // stats returns what the handler did: this run's rollup figures and
-// outputs, each open partition's watermark (Shards, by name) and the
-// least of them.
+// outputs (figures), each open partition's watermark (Shards, by name)
+// and the least of them.
 func (h *partitions) stats() RunStats {
-	h.mu.Lock()
-	ro := h.rollup
-	h.mu.Unlock()
-	s := RunStats{Rollup: ro, Outputs: h.outputs.Load(), Redeliver: h.redeliver.Load()}
+	s := h.figures()
 	for name, wm := range h.watermarks() {
 		s.Shards = append(s.Shards, ShardStats{Shard: name, Watermark: wm})
 		if !wm.IsZero() && (s.Watermark.IsZero() || wm.Before(s.Watermark)) {
@@ -124,6 +121,14 @@ func (h *partitions) stats() RunStats {
 	}
 	sort.Slice(s.Shards, func(i, j int) bool { return s.Shards[i].Shard < s.Shards[j].Shard })
 	return s
+}
+
+// figures returns this run's rollup figures and outputs.
+func (h *partitions) figures() RunStats {
+	h.mu.Lock()
+	ro := h.rollup
+	h.mu.Unlock()
+	return RunStats{Rollup: ro, Outputs: h.outputs.Load(), Redeliver: h.redeliver.Load()}
 }
 
 // note counts what a call that succeeded did to the partition's rollup,

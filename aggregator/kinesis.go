@@ -153,7 +153,7 @@ func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
 // Stats returns what the run did so far and the lag of each shard held.
 // It is safe for concurrent use.
 func (k *Kinesis) Stats() KinesisStats {
-	rs := k.h.stats()
+	rs := k.h.figures()
 	st := KinesisStats{Rollup: rs.Rollup, Events: rs.Rollup.Events, Skipped: k.h.skipped.Load(), Future: rs.Rollup.Future, Folded: rs.Rollup.Folded,
 		AheadDropped: rs.Rollup.AheadDropped, CorrectionsDropped: rs.Rollup.CorrectionsDropped, Outputs: rs.Outputs,
 		Redeliver: rs.Redeliver, Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}

@@ -70,10 +70,6 @@ type LogOptions struct {
 	// closes it after the run returns: a run following a closed Log
 	// stops with seglog.ErrClosed at the log's end.
 	Log *seglog.Log
-	// FollowPoll is how often a following run without a Log looks at the
-	// log's files for appends; default 50 ms
-	// (decisionlog.SourceOptions.FollowPoll).
-	FollowPoll time.Duration
 
 	// perEvent makes the run decode each record into events
 	// (columnar.Decoder.DecodePayload) and roll them up one by one, rather
@@ -127,7 +123,7 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	}
 	src := decisionlog.NewSource(o.Dir, decisionlog.SourceOptions{Partition: o.Partition, Follow: o.Follow,
 		Since: o.Since, Until: o.Until, Consumer: o.Consumer, BatchEvents: o.FlushEvery, Linger: o.Linger, Tick: o.Tick, Problem: o.Problem,
-		Log: o.Log, FollowPoll: o.FollowPoll})
+		Log: o.Log})
 	h, err := newPartitions(RunOptions{Store: &StateDir{Dir: o.StateDir}, Rollup: o.Rollup, Sinks: o.Sinks, Now: o.Now})
 	if err != nil {
 		return RunStats{}, fmt.Errorf("aggregate log: %w", err)
@@ -208,11 +204,11 @@ func (p *onePartition) done(err error) error {
 	return nil
 }
 
-// stats are the handler's, with the partition's watermark (kept once it
-// is closed), and no shards.
+// stats are the handler's figures, with the partition's watermark (kept
+// once it is closed), and no shards.
 func (p *onePartition) stats() RunStats {
-	s := p.h.stats()
-	s.Shards, s.Watermark = nil, p.h.watermark()
+	s := p.h.figures()
+	s.Watermark = p.h.watermark()
 	return s
 }
 

@@ -244,7 +244,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	go func() {
 		st, err := aggregator.RunLog(aggCtx, aggregator.LogOptions{
 			Dir: cfg.Decisions.Dir, StateDir: sv.StateDir, Follow: true, Now: now,
-			Log: dlog, FollowPoll: o.LogPoll, Tick: o.Tick,
+			Log: dlog, Tick: o.Tick,
 			Problem: aggProblems.Problem, Consumer: "serve",
 			Rollup: rollup,
 			Sinks:  sinks,
@@ -324,7 +324,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	// Then the aggregator reads them, and emits every open window.
 	if !aggStopped {
 		if runErr == nil {
-			catchUp(sctx, dlog.NextOffset(), &latest, progress, aggDone)
+			catchUp(sctx, dlog.NextOffset(), progress, aggDone)
 		}
 		stopAgg()
 		if aggErr = <-aggDone; errors.Is(aggErr, context.Canceled) {
@@ -350,13 +350,9 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 // log's end once the edge has flushed its decisions: until the position
 // of its latest progress report is there. It gives up when ctx is done or
 // the run stopped. What it does not wait for stays in the log, and the
-// next start reads it.
-func catchUp(ctx context.Context, end uint64, latest *atomic.Pointer[aggregator.RunStats], progress <-chan aggregator.RunStats, done chan error) {
-	// A report is sent after latest is stored: one that comes after this
-	// look is on the channel.
-	if p := latest.Load(); p != nil && p.Next >= end {
-		return
-	}
+// next start reads it. Each report replaces the one still on progress,
+// and only catchUp takes them: the first it receives is the latest.
+func catchUp(ctx context.Context, end uint64, progress <-chan aggregator.RunStats, done chan error) {
 	for {
 		select {
 		case s := <-progress:

@@ -166,7 +166,7 @@ func newPrivacy(p config.Privacy, getenv func(string) string) (*decisions.Privac
 // problems to log. followPoll is how often its readers (Log.Reader) look
 // at the files for appends another process made; 0 is seglog's default.
 func openDecisionLog(d config.Decisions, log *slog.Logger, followPoll time.Duration) (*seglog.Log, error) {
-	o := logOptions(d, func(p seglog.Problem) {
+	report := func(p seglog.Problem) {
 		if errors.Is(p, seglog.ErrNotSegment) {
 			log.Warn("decision log: a file named like a segment is not one; no events lost", "problem", p.Error())
 			return
@@ -176,20 +176,14 @@ func openDecisionLog(d config.Decisions, log *slog.Logger, followPoll time.Durat
 			return
 		}
 		log.Error("decision log: skipped a corrupt region", "problem", p.Error())
+	}
+	l, err := seglog.Open(d.Dir, seglog.Options{
+		SegmentBytes: d.SegmentBytes, SegmentAge: d.SegmentAge,
+		Sync:      seglog.SyncPolicy{Mode: d.Sync, Interval: d.SyncInterval},
+		RetainAge: d.RetainAge, RetainBytes: d.RetainBytes, Report: report, FollowPoll: followPoll,
 	})
-	o.FollowPoll = followPoll
-	l, err := seglog.Open(d.Dir, o)
 	if err != nil {
 		return nil, fmt.Errorf("open decision log: %w", err)
 	}
 	return l, nil
-}
-
-// logOptions turns the decisions section into the log's options.
-func logOptions(d config.Decisions, report func(seglog.Problem)) seglog.Options {
-	return seglog.Options{
-		SegmentBytes: d.SegmentBytes, SegmentAge: d.SegmentAge,
-		Sync:      seglog.SyncPolicy{Mode: d.Sync, Interval: d.SyncInterval},
-		RetainAge: d.RetainAge, RetainBytes: d.RetainBytes, Report: report,
-	}
 }

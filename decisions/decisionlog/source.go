@@ -61,11 +61,6 @@ type SourceOptions struct {
 	// following source wakes at once when it appends rather than at the
 	// next look at the files (Options.FollowPoll of the Log).
 	Log *seglog.Log
-	// FollowPoll is how often a following source without a Log looks at
-	// the log's files for appends (seglog.Options.FollowPoll); default
-	// 50 ms. Through a Log it is the Log's. Whatever it is, the files are
-	// also looked at every Tick.
-	FollowPoll time.Duration
 }
 
 // DefaultBatchEvents is the events a Source's batch holds at least by
@@ -163,7 +158,7 @@ func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	if s.o.Log != nil {
 		r, err = s.o.Log.Reader(start)
 	} else {
-		r, err = seglog.OpenReader(s.dir, start, seglog.Options{FollowPoll: s.o.FollowPoll})
+		r, err = seglog.OpenReader(s.dir, start, seglog.Options{})
 	}
 	if err != nil {
 		return fmt.Errorf("read log: %w", err)

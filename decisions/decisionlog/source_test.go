@@ -476,39 +476,6 @@ func TestSourceFollowIdles(t *testing.T) {
 	})
 }
 
-// TestSourceFollowPoll: without a Log, a following source looks at the
-// files for appends every FollowPoll, and not before (the Tick, an hour,
-// does not look sooner).
-func TestSourceFollowPoll(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		dir := t.TempDir()
-		writeRecords(t, dir, columnar.CodecArrow, 10)
-		const poll = time.Minute
-		ctx, cancel := context.WithCancel(context.Background())
-		h, done := runSource(ctx, dir, decisionlog.SourceOptions{Follow: true, Tick: time.Hour, Linger: time.Millisecond, FollowPoll: poll})
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		if evs, _ := h.counts(); evs != 10 {
-			t.Fatalf("%d events, want the 10 written before", evs)
-		}
-		writeRecords(t, dir, columnar.CodecArrow, 5)
-		time.Sleep(poll - 2*time.Millisecond)
-		synctest.Wait()
-		if evs, _ := h.counts(); evs != 10 {
-			t.Fatalf("%d events before the poll, want 10", evs)
-		}
-		time.Sleep(5 * time.Millisecond)
-		synctest.Wait()
-		if evs, _ := h.counts(); evs != 15 {
-			t.Errorf("%d events after the poll and the linger, want 15", evs)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
 // runSource runs a Source of the log in dir with o in the background,
 // handing its batches to the recorder it returns; Run's error is sent on
 // the channel.
