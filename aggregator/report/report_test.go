@@ -782,7 +782,6 @@ func TestOffenderBoundsOffTheOtherList(t *testing.T) {
 		if err := r.Render(&js, JSON); err != nil {
 			t.Fatal(err)
 		}
-		u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 		row := "offenders_ip,row,10.0.0.1," + u(heavy.Requests) + "," + u(heavy.RequestsMin) + "," + u(refFloors) + ",0,"
 		if !strings.Contains(csv.String(), row) {
 			t.Errorf("k %d: the CSV has no row %q:\n%s", k, row, csv.String())
