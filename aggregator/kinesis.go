@@ -39,10 +39,11 @@ type KinesisOptions struct {
 
 // KinesisStats are what a RunKinesis did.
 type KinesisStats struct {
-	Events    uint64 // events added and saved, those handled before skipped
+	// Rollup is what this process's rollups did, summed over the shards
+	// (RunStats.Rollup): the events added and saved (those handled before
+	// skipped), future, folded and dropped past the caps.
+	Rollup    RollupStats
 	Skipped   uint64 // events of batches handled before, skipped
-	Future    uint64 // events too far ahead to move a watermark (RollupStats.Future)
-	Folded    uint64 // decisions with a name folded into OtherKey (RollupStats.Folded)
 	Outputs   uint64 // outputs delivered
 	Redeliver uint64 // outputs of a previous holder delivered again
 	Opened    uint64 // shards opened: taken and their state loaded
@@ -53,14 +54,6 @@ type KinesisStats struct {
 	Ended  uint64 // shards read to their end, their windows emitted
 	Source kinesis.SourceStats
 	Shards []ShardStats // the shards held, by shard id
-
-	// Events dropped past the caps on the windows held
-	// (RollupStats.AheadDropped and CorrectionsDropped).
-	AheadDropped, CorrectionsDropped uint64
-	// Rollup is what this process's rollups did, summed over the shards
-	// (RunStats.Rollup); Events, Future, Folded, AheadDropped and
-	// CorrectionsDropped above are its figures.
-	Rollup RollupStats
 }
 
 // RunStats returns s as the figures of a run (for self-metrics): the
@@ -154,8 +147,7 @@ func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
 // It is safe for concurrent use.
 func (k *Kinesis) Stats() KinesisStats {
 	rs := k.h.figures()
-	st := KinesisStats{Rollup: rs.Rollup, Events: rs.Rollup.Events, Skipped: k.h.skipped.Load(), Future: rs.Rollup.Future, Folded: rs.Rollup.Folded,
-		AheadDropped: rs.Rollup.AheadDropped, CorrectionsDropped: rs.Rollup.CorrectionsDropped, Outputs: rs.Outputs,
+	st := KinesisStats{Rollup: rs.Rollup, Skipped: k.h.skipped.Load(), Outputs: rs.Outputs,
 		Redeliver: rs.Redeliver, Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}
 	lags := k.src.Lags()
 	if len(lags) == 0 {

@@ -193,7 +193,7 @@ func TestRunKinesisTotals(t *testing.T) {
 		fmt.Sscanf(name[len("1s/2026-11-30/"):], "%d.%s", &start, &shard)
 		parts[shard[:len("shardId-000000000000")]] = true
 	}
-	if len(parts) != 4 || st.Events != uint64(len(ds)) || st.Source.Held != 0 {
+	if len(parts) != 4 || st.Rollup.Events != uint64(len(ds)) || st.Source.Held != 0 {
 		t.Fatalf("partitions %v, stats %+v", parts, st)
 	}
 	t.Logf("%d events through RunKinesis in %v (%.0f events/s, stand-ins, 200 ms between reads of a shard); %+v",
@@ -291,7 +291,7 @@ func TestRunKinesisTakeover(t *testing.T) {
 				// batch handled but not checkpointed, which b does not
 				// read again: it reads from the state's position), and b
 				// took over from those states.
-				if sa.Outputs == 0 || sb.Events >= uint64(len(ds)) || cut.fail && (sb.Redeliver == 0 || sb.Moved == 0) {
+				if sa.Outputs == 0 || sb.Rollup.Events >= uint64(len(ds)) || cut.fail && (sb.Redeliver == 0 || sb.Moved == 0) {
 					t.Errorf("not a takeover mid-way: a %+v, b %+v", sa, sb)
 				}
 				sameFiles(t, "after a takeover", files(t, out), want)
@@ -593,11 +593,11 @@ func TestKinesisShardLag(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	wait("the backlog", func(st KinesisStats) bool { return st.Events == uint64(len(ds)) })
+	wait("the backlog", func(st KinesisStats) bool { return st.Rollup.Events == uint64(len(ds)) })
 	live := decisionsAt(time.Now(), 200)
 	s.put(t, stream, live)
 	st := wait("live events, caught up", func(st KinesisStats) bool {
-		if st.Events != uint64(len(ds)+len(live)) || len(st.Shards) != 2 {
+		if st.Rollup.Events != uint64(len(ds)+len(live)) || len(st.Shards) != 2 {
 			return false
 		}
 		for _, sh := range st.Shards {

@@ -196,7 +196,7 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d\n",
-			o.Source.Stream, s.Events, s.Skipped, heldBack(s.RunStats().Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
+			o.Source.Stream, s.Rollup.Events, s.Skipped, heldBack(s.Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
 			s.Source.Batches, s.Source.Checkpoints)
 	}
 	o.Progress = report
