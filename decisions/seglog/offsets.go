@@ -54,7 +54,7 @@ func (l *Log) CommitOffset(consumer string, offset uint64) error {
 		return fmt.Errorf("commit offset: %w", err)
 	}
 	if next := l.NextOffset(); offset > next {
-		return fmt.Errorf("commit offset: consumer %s: offset %d is past the log's end %d", consumer, offset, next)
+		return fmt.Errorf("commit offset: consumer %s: offset %d: %w %d", consumer, offset, ErrPastEnd, next)
 	}
 	if err := l.syncTo(offset); err != nil {
 		return fmt.Errorf("commit offset: %w", err)
