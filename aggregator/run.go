@@ -110,7 +110,11 @@ type RunStats struct {
 // clean shutdown). Outputs are written to the state before they are
 // delivered, and the state before the log's consumer offset, so a crash at
 // any point loses nothing: the restart delivers them again, byte for byte,
-// and reads the log from where the state says.
+// and reads the log from where the state says. A state whose position is
+// past the end of the log in o.Dir (kept from a log since removed,
+// replaced or cut short) stops the run, following or not, with an error
+// wrapping seglog.ErrPastEnd that says how to start over, before anything
+// is handled, saved or committed.
 func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	if o.Dir == "" || o.StateDir == "" {
 		return RunStats{}, errors.New("aggregate log: a log directory and a state directory are required")

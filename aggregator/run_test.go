@@ -274,25 +274,59 @@ func TestRunLogPositionIsTheState(t *testing.T) {
 // of the log it is given (the log was removed and a new one begun) stops
 // the run with an error that says so and how to start over, instead of
 // waiting for the new log to reach the old position and skipping what
-// comes before it.
+// comes before it: through the process's own writer of the log, and
+// through the files alone (aggregate --decisions-dir beside the edge),
+// following the log or not. The state, the outputs and the log's consumer
+// offset are left as they were.
 func TestRunLogStateFromAnotherLog(t *testing.T) {
 	old, state := t.TempDir(), t.TempDir()
 	writeLog(t, old, testEvents(1200))
 	if _, err := RunLog(context.Background(), LogOptions{Dir: old, StateDir: state, Rollup: Options{Window: time.Second}}); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	writeLog(t, dir, testEvents(300))
-	l, err := seglog.Open(dir, seglog.Options{})
-	if err != nil {
-		t.Fatal(err)
+	saved := files(t, state)
+	f := func(ownLog, follow bool) {
+		t.Helper()
+		dir, partials := t.TempDir(), t.TempDir()
+		writeLog(t, dir, testEvents(300))
+		o := LogOptions{Dir: dir, StateDir: state, Follow: follow, Consumer: "aggregate", Rollup: Options{Window: time.Second},
+			Sinks: []Sink{&PartialsDir{Dir: partials}}}
+		if ownLog {
+			l, err := seglog.Open(dir, seglog.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			o.Log = l
+		}
+		// Bounded, so that a run that waits at the old position fails
+		// rather than hangs.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		st, err := RunLog(ctx, o)
+		if !errors.Is(err, seglog.ErrPastEnd) || !strings.Contains(err.Error(), state) || !strings.Contains(err.Error(), "move the state directory away") {
+			t.Fatalf("own log %v, follow %v: RunLog on a new log with the old log's state: %v", ownLog, follow, err)
+		}
+		if st.Next != 1200 || st.Rollup.Events != 0 || st.Outputs != 0 {
+			t.Errorf("own log %v, follow %v: stats %+v, want the state's position 1200 and nothing read", ownLog, follow, st)
+		}
+		if got := files(t, state); !reflect.DeepEqual(got, saved) {
+			t.Errorf("own log %v, follow %v: the state changed", ownLog, follow)
+		}
+		if got := files(t, partials); len(got) != 0 {
+			t.Errorf("own log %v, follow %v: outputs written: %v", ownLog, follow, got)
+		}
+		if off, ok, err := seglog.ReadOffset(dir, "aggregate"); ok || err != nil {
+			t.Errorf("own log %v, follow %v: consumer offset %d committed (%v)", ownLog, follow, off, err)
+		}
 	}
-	defer l.Close()
-	_, err = RunLog(context.Background(), LogOptions{Dir: dir, StateDir: state, Log: l, Follow: true, Rollup: Options{Window: time.Second}})
-	if !errors.Is(err, seglog.ErrPastEnd) || !strings.Contains(err.Error(), state) || !strings.Contains(err.Error(), "move the state directory away") {
-		t.Fatalf("RunLog on a new log with the old log's state: %v", err)
+	for _, ownLog := range []bool{true, false} {
+		f(ownLog, true)
+		f(ownLog, false)
 	}
 	// Moved away, the log is read from its start.
+	dir := t.TempDir()
+	writeLog(t, dir, testEvents(300))
 	st, err := RunLog(context.Background(), LogOptions{Dir: dir, StateDir: t.TempDir(), Rollup: Options{Window: time.Second}})
 	if err != nil || st.Rollup.Events != 300 {
 		t.Fatalf("a fresh state: %+v %v, want 300 events", st.Rollup, err)

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -73,4 +76,109 @@ func TestAggregateReportsLoss(t *testing.T) {
 	if events, _ := strconv.Atoi(m[1]); events+lost(m[2]) != len(ds) || lost(m[2]) < 300 {
 		t.Fatalf("events and lost do not add up to %d:\n%s", len(ds), errs)
 	}
+}
+
+// TestAggregateStateFromRemovedLog: `aggregate --decisions-dir` with a
+// state directory whose position came from a log since removed (a new,
+// shorter log in its place) exits 1 naming the offsets, the state
+// directory and the way to start over, following the log or not, rather
+// than reporting nothing or waiting to skip what the new log holds; it
+// leaves the state, the outputs and the log's consumer offsets as they
+// were. With the state moved away it reads the new log from its start.
+func TestAggregateStateFromRemovedLog(t *testing.T) {
+	tmp := t.TempDir()
+	dir, state, partials := filepath.Join(tmp, "log"), filepath.Join(tmp, "state"), filepath.Join(tmp, "partials")
+	aggregate := func(state string, extra ...string) (int, string) {
+		t.Helper()
+		// Bounded, so that a run that waits at the old position fails
+		// rather than hangs.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var out, errb bytes.Buffer
+		args := append([]string{"aggregate", "--admin-listen", "off", "--decisions-dir", dir, "--state-dir", state,
+			"--partials", "dir:" + partials, "--window", "1s"}, extra...)
+		code := exitCode(run(ctx, args, &out, &errb, func(string) string { return "" }), &errb)
+		return code, errb.String()
+	}
+	writeDecisionLog(t, dir, 1200)
+	if code, errs := aggregate(state, "--no-follow"); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, errs)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	writeDecisionLog(t, dir, 300)
+	saved, outputs := snapshot(t, state), snapshot(t, partials)
+	for _, extra := range [][]string{{"--no-follow"}, {"--linger", "1ms"}} {
+		code, errs := aggregate(state, extra...)
+		for _, want := range []string{"offset 1200: past the log's end 300", "the state in " + state + " is from a log that was removed, replaced or cut short",
+			"to read " + dir + " from its start, move the state directory away"} {
+			if !strings.Contains(errs, want) {
+				t.Errorf("%v: stderr lacks %q:\n%s", extra, want, errs)
+			}
+		}
+		if code != 1 {
+			t.Errorf("%v: exit %d, want 1", extra, code)
+		}
+		if !maps.EqualFunc(snapshot(t, state), saved, bytes.Equal) || !maps.EqualFunc(snapshot(t, partials), outputs, bytes.Equal) {
+			t.Errorf("%v: the state or the outputs changed", extra)
+		}
+		if off, ok, err := seglog.ReadOffset(dir, "aggregate"); ok || err != nil {
+			t.Errorf("%v: consumer offset %d committed in the new log (%v)", extra, off, err)
+		}
+	}
+	code, errs := aggregate(filepath.Join(tmp, "fresh"), "--no-follow")
+	if code != 0 || !strings.Contains(errs, "aggregate: events 300,") {
+		t.Fatalf("a fresh state: exit %d, want 300 events read\n%s", code, errs)
+	}
+}
+
+// TestDecisionsCatFromPastEnd: `decisions cat --from` past the end of the
+// log is an error naming both offsets, not an empty listing; at the end it
+// lists nothing.
+func TestDecisionsCatFromPastEnd(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	writeDecisionLog(t, dir, 300)
+	code, out, errs := runCLI(t, nil, "decisions", "cat", "--dir", dir, "--from", "1200")
+	if code != 1 || out != "" || !strings.Contains(errs, "offset 1200: past the log's end 300") {
+		t.Errorf("--from 1200: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = runCLI(t, nil, "decisions", "cat", "--dir", dir, "--from", "300")
+	if code != 0 || out != "" {
+		t.Errorf("--from 300: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// writeDecisionLog writes n generated decisions to a new decision log in
+// dir.
+func writeDecisionLog(t *testing.T, dir string, n int) {
+	t.Helper()
+	l, err := seglog.Open(dir, seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := decisiontest.NewGenerator(5, time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)).Batch(n)
+	if err := decisionlog.NewWriter(l, decisionlog.WriterOptions{}).WriteBatch(ds); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// snapshot returns the files under dir by path.
+func snapshot(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		out[p], err = os.ReadFile(p)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -21,9 +21,11 @@ type SourceOptions struct {
 	Until     time.Time // events before Since or at or after Until are skipped (counted); zero: no bound
 	// Consumer, if set, is the name under which the source commits the
 	// handler's position as the log's consumer offset
-	// (seglog.CommitReaderOffset), when the handler opens the partition
-	// and after each batch it handles, so that the log's retention reports
-	// the segments it removes before this consumer read them. The
+	// (seglog.CommitReaderOffset), once the first read from the position
+	// the handler opens the partition at succeeds (a position past the
+	// log's end is an error, committed nowhere) and after each batch it
+	// handles, so that the log's retention reports the segments it
+	// removes before this consumer read them. The
 	// committed offset is also what the handler's Open is offered (the
 	// log's start when it cannot be read, which is reported through
 	// Problem). A commit that fails is reported once through Problem and
@@ -131,7 +133,10 @@ func NewSource(dir string, o SourceOptions) *Source {
 // and when ctx is done calls h.Close with ended true, with a context that
 // is not done (the log has one reader: a clean shutdown emits what is
 // open), and returns its error. An error from the handler is returned as
-// it is; a Source runs once.
+// it is; a Source runs once. A position past the end of the log (one kept
+// from a log since removed, replaced or cut short) ends Run with an error
+// wrapping seglog.ErrPastEnd when the source first reaches the log's end,
+// before it hands, closes or commits anything.
 func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	if s.rd.r != nil {
 		return errors.New("read log: the source has already run")
@@ -166,9 +171,13 @@ func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	defer r.Close()
 	s.rd = reading{r: r, filter: Filter{From: start, Since: s.o.Since, Until: s.o.Until}}
 	s.resumed = start > 0
-	s.commit(start)
 	for {
 		b, end, err := s.batch(ctx, pos)
+		if err == nil {
+			// The log holds the start (its first read came back): commit
+			// it, once; a later pos was committed with its batch.
+			s.commit(pos.Offset())
+		}
 		hctx := ctx
 		if err != nil {
 			if !s.shutdown(ctx, err) {

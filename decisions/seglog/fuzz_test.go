@@ -72,6 +72,10 @@ func FuzzRead(f *testing.F) {
 				if errors.Is(err, io.EOF) {
 					return out
 				}
+				// From past the data's end; a record returned ends past from.
+				if errors.Is(err, ErrPastEnd) && len(out) == 0 && from > 0 {
+					return out
+				}
 				if err != nil {
 					t.Fatalf("read: %v", err)
 				}

@@ -45,6 +45,15 @@ type Reader struct {
 	seekTime   bool   // records with max times before seekNS are not returned, until one is
 	seekNS     int64
 
+	// checkEnd, for OpenReader, makes the first end of the data the
+	// reader meets show a from past it as ErrPastEnd (pastEnd, returned
+	// from then on); end is how far the data reaches, as read so far: past
+	// the last record, or the first offset of the last segment with a
+	// header.
+	checkEnd bool
+	end      uint64
+	pastEnd  error
+
 	problems []Problem
 	loss     Loss
 	closed   bool
@@ -115,7 +124,13 @@ func (l *Log) newReader(from uint64) *Reader {
 // OpenReader returns a reader of the log in dir from the record holding
 // offset from, without the writer: for another process. It uses
 // opts.Report and opts.FollowPoll. It treats a torn tail as the end of the
-// data, and waits there for the writer.
+// data, and waits there for the writer. If the end of the data it first
+// reaches is below from, Next (and Follow) returns an error wrapping
+// ErrPastEnd there and from then on, where Log.Reader refuses at once:
+// from is then a position kept from a log that was removed, replaced or
+// cut short (a writer only appends, so its data never ends below an
+// offset read from it). From at the end is no error: there is nothing to
+// read yet.
 func OpenReader(dir string, from uint64, opts Options) (*Reader, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("open reader: %w", err)
@@ -124,14 +139,18 @@ func OpenReader(dir string, from uint64, opts Options) (*Reader, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("open reader: %w", err)
 	}
-	return &Reader{dir: dir, report: opts.Report, poll: opts.FollowPoll, from: from, byOffset: true, skipBefore: from}, nil
+	return &Reader{dir: dir, report: opts.Report, poll: opts.FollowPoll, from: from, byOffset: true, skipBefore: from, checkEnd: true}, nil
 }
 
-// Next returns the next record, or io.EOF at the current end of the log.
+// Next returns the next record, or io.EOF at the current end of the log
+// (for OpenReader, see there for an end below its start).
 func (r *Reader) Next(ctx context.Context) (Record, error) {
 	for {
 		if r.closed {
 			return Record{}, fmt.Errorf("read log: reader %w", ErrClosed)
+		}
+		if r.pastEnd != nil {
+			return Record{}, r.pastEnd
 		}
 		if err := ctx.Err(); err != nil {
 			return Record{}, err
@@ -142,7 +161,7 @@ func (r *Reader) Next(ctx context.Context) (Record, error) {
 				return Record{}, err
 			}
 			if !ok {
-				return Record{}, io.EOF
+				return Record{}, r.atEnd()
 			}
 		}
 		c := r.cur
@@ -167,6 +186,9 @@ func (r *Reader) Next(ctx context.Context) (Record, error) {
 			return st.fr.record(), nil
 		case stepEnd:
 			r.expect = max(r.expect, c.sc.expect)
+			if !c.dead {
+				r.end = max(r.end, c.sc.expect)
+			}
 			r.closeCur()
 		case stepWait:
 			changed, err := r.refresh(c)
@@ -181,7 +203,7 @@ func (r *Reader) Next(ctx context.Context) (Record, error) {
 				return Record{}, err
 			}
 			if !newer {
-				return Record{}, io.EOF
+				return Record{}, r.atEnd()
 			}
 			// A later segment exists, so this one is finished: read it to
 			// its final end, where an invalid tail is corruption.
@@ -191,6 +213,26 @@ func (r *Reader) Next(ctx context.Context) (Record, error) {
 			}
 		}
 	}
+}
+
+// atEnd returns io.EOF, or, the first time for a reader that checks its
+// end, an error wrapping ErrPastEnd if the data ends below from.
+func (r *Reader) atEnd() error {
+	if !r.checkEnd {
+		return io.EOF
+	}
+	r.checkEnd = false
+	end := r.end
+	if c := r.cur; c != nil && !c.dead {
+		// A readable segment's scan starts at its first offset or at a
+		// record's, and moves past each record and trailer it reads.
+		end = max(end, c.sc.expect)
+	}
+	if end < r.from {
+		r.pastEnd = fmt.Errorf("log %s: offset %d: %w %d", r.dir, r.from, ErrPastEnd, end)
+		return r.pastEnd
+	}
+	return io.EOF
 }
 
 // Follow is Next, but at the end of the log it waits for more until ctx is
@@ -367,6 +409,9 @@ func (r *Reader) open(n segFile) (bool, error) {
 	// Only a segment's header makes its name a first offset: a stranger's
 	// file named like a segment neither shows a gap nor moves the offsets.
 	named := hasSegmentHeader(herr)
+	if named {
+		r.end = max(r.end, n.first)
+	}
 	if initial && named && r.byOffset && n.first > r.from {
 		r.loss.Removed, r.loss.Start = n.first-r.from, n.first
 	}
