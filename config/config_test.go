@@ -187,7 +187,7 @@ func TestDefaults(t *testing.T) {
 		{"serve.state_dir", c.Serve.StateDir, "ratewarden-state"},
 		{"serve.partials_dir", c.Serve.PartialsDir, "ratewarden-partials"},
 		{"serve.window", c.Serve.Window, 10 * time.Second},
-		{"serve.lateness", c.Serve.Lateness, time.Second},
+		{"serve.lateness", c.Serve.Lateness, 500 * time.Millisecond},
 		{"serve.top_k", c.Serve.TopK, 100},
 		{"serve.dashboard.listen", c.Serve.Dashboard.Listen, "127.0.0.1:9092"},
 		{"serve.dashboard.token_env", c.Serve.Dashboard.TokenEnv, "RATEWARDEN_DASHBOARD_TOKEN"},

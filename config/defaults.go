@@ -91,7 +91,7 @@ func (c *Config) Defaults() {
 	def(&sv.StateDir, "ratewarden-state")
 	def(&sv.PartialsDir, "ratewarden-partials")
 	def(&sv.Window, 10*time.Second)
-	def(&sv.Lateness, time.Second)
+	def(&sv.Lateness, 500*time.Millisecond) // as aggregate --lateness: windows of 1 s are emitted within window + 2 s
 	def(&sv.TopK, 100)
 	if _, written := c.lines["serve.dashboard.listen"]; !written || c.nulls["serve.dashboard.listen"] {
 		def(&sv.Dashboard.Listen, "127.0.0.1:9092")

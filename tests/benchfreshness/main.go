@@ -5,7 +5,8 @@
 // (-transport kinesis) the edge shipping its decisions to a Kinesis stream
 // and the aggregator reading the stream, with its leases in DynamoDB, both
 // on the stand-ins (kinesalite and dynalite, at the endpoints tests/run
-// exports). Windows are 1 s. It loads the edge at a steady rate, watches
+// exports), or (-transport serve) `ratewarden serve`, the two in one
+// process. Windows are 1 s. It loads the edge at a steady rate, watches
 // the EMF file for each window's documents, then reads the decisions back
 // (the log, or the stream shard by shard) and, for every decision, takes
 // the time the document that holds it appeared (its window's, or a
@@ -50,7 +51,7 @@ import (
 // settings are a run's conditions; zero durations leave the binary's
 // defaults.
 type settings struct {
-	transport string // log or kinesis
+	transport string // log, kinesis or serve
 	rate      int
 	dur       time.Duration
 	linger    time.Duration // decisions.linger, or decisions.kinesis.linger
@@ -63,7 +64,7 @@ func main() {
 	var s settings
 	bin := flag.String("bin", "", "the ratewarden `binary`")
 	seed := flag.String("seed", "examples/seed.yaml", "the edge's configuration `file`, to which the decisions section is added")
-	flag.StringVar(&s.transport, "transport", "log", "log (the edge writes the decision log, the aggregator follows it) or kinesis (a stream on kinesalite, leases on dynalite)")
+	flag.StringVar(&s.transport, "transport", "log", "log (the edge writes the decision log, the aggregator follows it), kinesis (a stream on kinesalite, leases on dynalite) or serve (`ratewarden serve`: the edge and the aggregator in one process, sharing the log)")
 	flag.IntVar(&s.rate, "rate", 500, "requests per `second`")
 	flag.DurationVar(&s.dur, "duration", 20*time.Second, "how long to load the edge")
 	flag.DurationVar(&s.linger, "linger", 0, "decisions.linger of the edge, or decisions.kinesis.linger with kinesis (0: the default)")
@@ -95,6 +96,9 @@ type transport struct {
 	config string   // the edge's decisions section
 	edge   []string // the edge's flags
 	agg    []string // the aggregator's source flags
+	// serve runs `ratewarden serve` with the edge's flags, the one
+	// process that is both: agg is not used.
+	serve  bool
 	settle time.Duration
 	// read hands every event the aggregator read, with its partition
 	// and its position there, in order.
@@ -131,6 +135,24 @@ func logTransport(dir string, s settings) (*transport, error) {
 			fn("log", off, d)
 		}
 	}
+	return t, nil
+}
+
+// serveTransport: `ratewarden serve` in dir, its edge and aggregator
+// sharing the decision log (the aggregator wakes on each append), with
+// 1 s windows (serve.window) and the lateness asked for (serve.lateness).
+func serveTransport(dir string, s settings) (*transport, error) {
+	t, err := logTransport(dir, s)
+	if err != nil {
+		return nil, err
+	}
+	t.serve = true
+	t.config += "serve:\n  window: 1s\n"
+	if s.lateness > 0 {
+		t.config += "  lateness: " + s.lateness.String() + "\n"
+	}
+	t.edge = append(t.edge, "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"),
+		"--dashboard-listen", "off", "--emf", "file:"+filepath.Join(dir, "emf.jsonl"))
 	return t, nil
 }
 
@@ -220,8 +242,10 @@ func run(bin, seed string, s settings) error {
 		tr, err = logTransport(tmp, s)
 	case "kinesis":
 		tr, err = kinesisTransport(bin, tmp, s)
+	case "serve":
+		tr, err = serveTransport(tmp, s)
 	default:
-		err = fmt.Errorf("-transport %q: want log or kinesis", s.transport)
+		err = fmt.Errorf("-transport %q: want log, kinesis or serve", s.transport)
 	}
 	if err != nil {
 		return err
@@ -259,8 +283,21 @@ func run(bin, seed string, s settings) error {
 		return err
 	}
 	stateDir, emfPath := filepath.Join(tmp, "state"), filepath.Join(tmp, "emf.jsonl")
-	edge := exec.Command(bin, append([]string{"edge", "--config", cfgPath, "--listen", edgeAddr, "--upstream", "http://" + ol.Addr().String(),
+	// The aggregator's output (or serve's, which is both).
+	aggLog, err := os.Create(filepath.Join(tmp, "aggregate.log"))
+	if err != nil {
+		return err
+	}
+	defer aggLog.Close()
+	cmd := "edge"
+	if tr.serve {
+		cmd = "serve"
+	}
+	edge := exec.Command(bin, append([]string{cmd, "--config", cfgPath, "--listen", edgeAddr, "--upstream", "http://" + ol.Addr().String(),
 		"--admin-listen", "off"}, tr.edge...)...)
+	if tr.serve {
+		edge.Stderr = aggLog
+	}
 	if err := edge.Start(); err != nil {
 		return err
 	}
@@ -269,21 +306,19 @@ func run(bin, seed string, s settings) error {
 	if err := waitFor(edgeAddr); err != nil {
 		return err
 	}
-	args := append([]string{"aggregate", "--state-dir", stateDir, "--emf", "file:" + emfPath, "--window", "1s", "--admin-listen", "off"}, tr.agg...)
-	if s.lateness > 0 {
-		args = append(args, "--lateness", s.lateness.String())
+	var agg *exec.Cmd
+	if !tr.serve {
+		args := append([]string{"aggregate", "--state-dir", stateDir, "--emf", "file:" + emfPath, "--window", "1s", "--admin-listen", "off"}, tr.agg...)
+		if s.lateness > 0 {
+			args = append(args, "--lateness", s.lateness.String())
+		}
+		agg = exec.Command(bin, args...)
+		agg.Stderr = aggLog
+		if err := agg.Start(); err != nil {
+			return err
+		}
+		defer agg.Process.Kill()
 	}
-	agg := exec.Command(bin, args...)
-	aggLog, err := os.Create(filepath.Join(tmp, "aggregate.log"))
-	if err != nil {
-		return err
-	}
-	defer aggLog.Close()
-	agg.Stderr = aggLog
-	if err := agg.Start(); err != nil {
-		return err
-	}
-	defer agg.Process.Kill()
 
 	ctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
@@ -316,8 +351,10 @@ func run(bin, seed string, s settings) error {
 	}
 	edge.Process.Signal(os.Interrupt)
 	edge.Wait()
-	agg.Process.Signal(os.Interrupt)
-	agg.Wait()
+	if agg != nil {
+		agg.Process.Signal(os.Interrupt)
+		agg.Wait()
+	}
 
 	var lat []time.Duration
 	var wins []int64 // the window of each of lat
@@ -359,6 +396,9 @@ func run(bin, seed string, s settings) error {
 		return "default"
 	}
 	conditions := fmt.Sprintf("decisions.linger %v (%s), --lateness %s", linger, name(s.linger), name(s.lateness))
+	if s.transport == "serve" {
+		conditions = "serve, " + strings.Replace(conditions, "--lateness", "serve.lateness", 1)
+	}
 	if s.transport == "kinesis" {
 		conditions = fmt.Sprintf("kinesis, %d shards, decisions.kinesis.linger %v (%s), --poll %v (%s), --lateness %s",
 			s.shards, linger, name(s.linger), orDefault(s.poll, dkinesis.DefaultPoll), name(s.poll), name(s.lateness))
