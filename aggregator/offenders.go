@@ -22,6 +22,13 @@ type Offenders struct {
 	Challenged     *TopK            // outcome challenge; since version 2
 	TokenPassed    *TopK            // outcome token_pass; since version 2
 	RefusalsByTier map[string]*TopK // since version 3
+	// TiersUnlisted names the tiers whose refusals RefusalsByTier may
+	// leave out: those that refused requests in a partial of encoding
+	// version 1 or 2, which listed no client by refusals per tier,
+	// decoded (DecodePartial) or merged in (Merge). A reader shows those
+	// tiers' refusals per client as unknown, or as lower bounds. Not
+	// encoded.
+	TiersUnlisted map[string]bool
 	// order is AppendBinary's scratch, for each list in turn (see
 	// TopK.appendBinary).
 	order []ranked
@@ -93,7 +100,18 @@ func (o *Offenders) Merge(p *Offenders, m MergeMode) error {
 			o.topk(m.dst, k).Merge(t, disjoint)
 		}
 	}
+	for tier := range p.TiersUnlisted {
+		o.unlisted(tier)
+	}
 	return nil
+}
+
+// unlisted adds tier to TiersUnlisted.
+func (o *Offenders) unlisted(tier string) {
+	if o.TiersUnlisted == nil {
+		o.TiersUnlisted = map[string]bool{}
+	}
+	o.TiersUnlisted[tier] = true
 }
 
 // AppendBinary appends o's encoding: the lists of partial encoding

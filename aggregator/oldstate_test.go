@@ -3,6 +3,7 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -106,5 +107,44 @@ func writeFile(t *testing.T, path string, b []byte) {
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOldPartialsNameTiersUnlisted: a partial of encoding version 2
+// (testdata/oldstate/want) names every tier that refused requests in
+// Offenders.TiersUnlisted, as it lists no client by refusals per tier; one
+// of the current encoding names none; merging carries the names over.
+func TestOldPartialsNameTiersUnlisted(t *testing.T) {
+	named := 0
+	for name, b := range files(t, filepath.Join("testdata", "oldstate", "want")) {
+		p, err := DecodePartial(b)
+		if err != nil {
+			t.Fatal(name, err)
+		}
+		want := map[string]bool{}
+		for k, n := range p.Counts.Cells {
+			if n > 0 && Refused(k.Outcome) {
+				want[k.Tier] = true
+			}
+		}
+		if !maps.Equal(p.Offenders.TiersUnlisted, want) {
+			t.Errorf("%s: tiers unlisted %v, want those that refused: %v", name, p.Offenders.TiersUnlisted, want)
+		}
+		named += len(want)
+		fresh := NewPartial(p.Start, p.Size, 10)
+		d := decisions.Decision{Kind: decisions.KindDecision, Time: p.Start, Tier: "other", Outcome: decisions.Block}
+		fresh.Update(&d)
+		if b, err = fresh.AppendBinary(nil); err != nil {
+			t.Fatal(err)
+		}
+		if fresh, err = DecodePartial(b); err != nil || fresh.Offenders.TiersUnlisted != nil {
+			t.Fatalf("a partial of the current encoding: tiers unlisted %v, %v", fresh.Offenders.TiersUnlisted, err)
+		}
+		if err := fresh.Merge(p, true); err != nil || !maps.Equal(fresh.Offenders.TiersUnlisted, want) {
+			t.Errorf("%s merged into a current partial: tiers unlisted %v, %v; want %v", name, fresh.Offenders.TiersUnlisted, err, want)
+		}
+	}
+	if named == 0 {
+		t.Error("no old partial refused a request: the test tests nothing")
 	}
 }

@@ -186,7 +186,8 @@ func DecodePartial(b []byte) (*Partial, error) {
 }
 
 // decodeV2 reads the aggregates of a partial of encoding version v, 1 or
-// 2, into p.
+// 2, into p, and names the tiers that refused requests unlisted
+// (Offenders.TiersUnlisted): these versions kept no refusals per tier.
 func (p *Partial) decodeV2(r *reader, v byte) error {
 	steps := []func(*reader) error{p.Counts.decode, p.Clients.decodeV1, p.Latency.decode,
 		p.Upstream.decode, p.Offenders.decodeV1}
@@ -196,6 +197,11 @@ func (p *Partial) decodeV2(r *reader, v byte) error {
 	for _, decode := range steps {
 		if err := decode(r); err != nil {
 			return err
+		}
+	}
+	for k, n := range p.Counts.Cells {
+		if n > 0 && Refused(k.Outcome) {
+			p.Offenders.unlisted(k.Tier)
 		}
 	}
 	return nil

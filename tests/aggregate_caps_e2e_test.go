@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,29 +15,44 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
-// TestAggregatorCapFlags: aggregate, replay and serve refuse a cap out of
-// range, naming the flag and the allowed range, before they read or serve
-// anything.
+// TestAggregatorCapFlags: every command that runs the aggregator
+// (aggregate, replay, serve, and lambda --aggregate, on the stand-in of
+// the Lambda runtime) refuses an aggregator flag out of range, naming the
+// flag and the allowed range, before it reads, serves or polls anything:
+// one table of cases, each run by the commands that have its flag.
 func TestAggregatorCapFlags(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
+	const aggregate, replay, serve, lambda = "aggregate", "replay", "serve", "lambda --aggregate"
 	commands := map[string][]string{
-		"aggregate": {"aggregate", "--stdin", "--partials", "dir:" + filepath.Join(dir, "p")},
-		"replay":    {"replay", "--decisions-dir", filepath.Join(dir, "log"), "--out", filepath.Join(dir, "out")},
-		"serve":     {"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "off", "--decisions-dir", filepath.Join(dir, "log")},
+		aggregate: {"aggregate", "--stdin", "--partials", "dir:" + filepath.Join(dir, "p")},
+		replay:    {"replay", "--decisions-dir", filepath.Join(dir, "log"), "--out", filepath.Join(dir, "out")},
+		serve:     {"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "off", "--decisions-dir", filepath.Join(dir, "log")},
+		lambda:    {"lambda", "--aggregate"},
 	}
-	cases := []struct{ flag, value, msg string }{
-		{"--max-names", "0", "--max-names 0: want 1 to 65536"},
-		{"--max-names", "65537", "--max-names 65537: want 1 to 65536"},
-		{"--max-ahead", "0", "--max-ahead 0: want 1 to 16384"},
-		{"--max-ahead", "16385", "--max-ahead 16385: want 1 to 16384"},
-		{"--max-corrections", "-1", "--max-corrections -1: want 1 to 16384"},
-		{"--max-corrections", "16385", "--max-corrections 16385: want 1 to 16384"},
+	rt := newLambdaRuntime(t)
+	every := []string{aggregate, replay, serve, lambda}
+	cases := []struct {
+		flag, value, msg string
+		commands         []string // those that have the flag
+	}{
+		{"--max-names", "0", "--max-names 0: want 1 to 65536", every},
+		{"--max-names", "65537", "--max-names 65537: want 1 to 65536", every},
+		{"--max-ahead", "0", "--max-ahead 0: want 1 to 16384", every},
+		{"--max-ahead", "16385", "--max-ahead 16385: want 1 to 16384", every},
+		{"--max-corrections", "-1", "--max-corrections -1: want 1 to 16384", every},
+		{"--max-corrections", "16385", "--max-corrections 16385: want 1 to 16384", every},
+		{"--top-k", "0", "--top-k 0: want 1 to 100000", []string{aggregate, replay, lambda}},
+		{"--top-k", "100001", "--top-k 100001: want 1 to 100000", []string{aggregate, replay, lambda}},
+		// Rules are read for an EMF sink, which replay and the Lambda
+		// always write.
+		{"--rules", "global", `--rules "global": want rule ids`, []string{replay, lambda}},
 	}
-	for name, args := range commands {
-		for _, c := range cases {
-			cmd := exec.Command(bin, append(append([]string{}, args...), c.flag, c.value)...)
+	for _, c := range cases {
+		for _, name := range c.commands {
+			cmd := exec.Command(bin, append(slices.Clone(commands[name]), c.flag, c.value)...)
 			cmd.Dir = dir
+			cmd.Env = append(cmd.Environ(), "AWS_LAMBDA_RUNTIME_API="+strings.TrimPrefix(rt.srv.URL, "http://"))
 			out, err := cmd.CombinedOutput()
 			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !bytes.Contains(out, []byte(c.msg)) {
 				t.Errorf("%s %s %s: %v\n%s\nwant exit 1 and %q", name, c.flag, c.value, err, out, c.msg)

@@ -635,7 +635,8 @@ func TestLambdaAggregateMapping(t *testing.T) {
 // a part holds (its first and the one after): it is written in parts of
 // two windows, counted as early writes, and its windows hold the events
 // and decisions they hold without the flag, nothing lost. Out-of-range
-// values stop the function with aggregate's messages.
+// values are refused in TestAggregatorCapFlags, one table for every
+// command that runs the aggregator.
 func TestLambdaAggregateFlags(t *testing.T) {
 	bin := buildBinary(t)
 	raw, ev := readKinesisEvent(t)
@@ -711,27 +712,6 @@ func TestLambdaAggregateFlags(t *testing.T) {
 	}
 	if want := map[string]bool{rule: true, aggregator.OtherRule: true}; !maps.Equal(rules, want) {
 		t.Errorf("--rules %s: EMF rules %v, want %v", rule, rules, want)
-	}
-
-	for _, c := range []struct{ arg, value, msg string }{
-		{"--top-k", "0", "--top-k 0: want 1 to 100000"},
-		{"--top-k", "100001", "--top-k 100001: want 1 to 100000"},
-		{"--rules", "global", `--rules "global": want rule ids`},
-		{"--max-names", "0", "--max-names 0: want 1 to 65536"},
-		{"--max-names", "65537", "--max-names 65537: want 1 to 65536"},
-		{"--max-ahead", "0", "--max-ahead 0: want 1 to 16384"},
-		{"--max-corrections", "16385", "--max-corrections 16385: want 1 to 16384"},
-	} {
-		f := startLambda(t, bin, "--aggregate", c.arg, c.value)
-		select {
-		case err := <-f.exited:
-			f.exited <- err // for the cleanup's wait
-			if stderr := readFile(t, f.stderr); err == nil || !bytes.Contains(stderr, []byte(c.msg)) {
-				t.Errorf("%s %s: exit %v, stderr %s; want %q", c.arg, c.value, err, stderr, c.msg)
-			}
-		case <-time.After(time.Minute):
-			t.Errorf("%s %s: the function did not stop", c.arg, c.value)
-		}
 	}
 }
 

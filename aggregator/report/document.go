@@ -108,8 +108,13 @@ func (r *Report) document() *document {
 		for i := range top.rows {
 			top.rows[i] = append([]string{t.Name}, top.rows[i]...)
 		}
+		text := []string{"Requests " + u(t.Requests) + ", refused " + u(t.Refused) + ", distinct clients " + u(t.Clients) + ", challenge solve rate " + rate(t.SolveRate) + "."}
+		if t.RefusalsUnlisted > 0 {
+			text = append(text, strconv.Itoa(t.RefusalsUnlisted)+" windows' partials (encoding version 1 or 2) list no client by refusals in this tier: "+
+				"each client's refusals are unknown (-), and refusals (min) counts only the windows that list them.")
+		}
 		d.sections = append(d.sections, section{title: "Tier " + t.Name, sub: true,
-			text:   []string{"Requests " + u(t.Requests) + ", refused " + u(t.Refused) + ", distinct clients " + u(t.Clients) + ", challenge solve rate " + rate(t.SolveRate) + "."},
+			text:   text,
 			charts: []chart{{name: "tier_trend:" + t.Name, title: "Tier " + t.Name + ": requests, refused and challenged per " + pointLen(t.Trend), points: t.Trend}},
 			tables: []table{oc, pathTable("tier_rules", t.Rules), top}})
 	}
@@ -136,7 +141,11 @@ func offenderTable(name string, os []Offender) table {
 	t := table{name: name, cols: []string{"identity", "requests", "requests (min)", "refusals", "refusals (min)",
 		"challenges", "challenges (min)", "token passes", "token passes (min)", "solve rate", "first seen", "last seen", "actions"}}
 	for _, o := range os {
-		t.rows = append(t.rows, []string{o.Identity, u(o.Requests), u(o.RequestsMin), u(o.Refusals), u(o.RefusalsMin),
+		refusals := u(o.Refusals)
+		if o.RefusalsUnknown {
+			refusals = "-"
+		}
+		t.rows = append(t.rows, []string{o.Identity, u(o.Requests), u(o.RequestsMin), refusals, u(o.RefusalsMin),
 			u(o.Challenges), u(o.ChallengesMin), u(o.TokenPasses), u(o.TokenPassesMin), rateRange(o.SolveRateMin, o.SolveRateMax),
 			stamp(o.FirstSeen), stamp(o.LastSeen), strings.Join(o.Actions, " ")})
 	}

@@ -153,6 +153,13 @@ type Offender struct {
 	// window's most challenged (its rate is then unknown, or undefined).
 	SolveRateMin *float64 `json:"solve_rate_min"`
 	SolveRateMax *float64 `json:"solve_rate_max"`
+	// RefusalsUnknown is set in a tier's table when some of the tier's
+	// windows come from partials of encoding version 1 or 2, which list
+	// no client by refusals per tier (Tier.RefusalsUnlisted): RefusalsMin
+	// is then the bound of the other windows alone and Refusals the one
+	// bound that still holds, Requests; the tables show refusals as
+	// unknown.
+	RefusalsUnknown bool `json:"refusals_unknown,omitempty"`
 
 	client aggregator.Client
 }
@@ -222,6 +229,11 @@ type Tier struct {
 	// (Options.Top of each, so up to twice that), most refusals first.
 	Top   []Offender `json:"top_clients"`
 	Trend []Point    `json:"trend"`
+	// RefusalsUnlisted counts the windows in which the tier refused
+	// requests that their partials (encoding version 1 or 2) list no
+	// client for by refusals in the tier: Top's refusals are then unknown
+	// (Offender.RefusalsUnknown).
+	RefusalsUnlisted int `json:"windows_without_tier_refusal_lists,omitempty"`
 }
 
 // Build makes the report of w's windows in o's range, with the alerts and
@@ -241,6 +253,7 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 	total := aggregator.NewPartial(from, w.Size, o.TopK)
 	reqs, refs := newRangeTopK(o.TopK), newRangeTopK(o.TopK)
 	byTier, refsByTier := map[string]*rangeTopK{}, map[string]*rangeTopK{}
+	unlisted := map[string]int{} // windows by tier, see Tier.RefusalsUnlisted
 	chal, pass := newRangeTopK(o.TopK), newRangeTopK(o.TopK)
 	var unmerged []Problem
 	noClientChallenges := 0
@@ -255,6 +268,9 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		pass.add(p.Offenders.TokenPassed)
 		addTiers(byTier, p.Offenders.RequestsByTier, o.TopK)
 		addTiers(refsByTier, p.Offenders.RefusalsByTier, o.TopK) // empty before partial encoding version 3
+		for tier := range p.Offenders.TiersUnlisted {
+			unlisted[tier]++
+		}
 		if err := mergeInto(total, p); err != nil {
 			// Only sketches of another precision get here; the counts
 			// merged before the sketch that failed.
@@ -316,6 +332,11 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		}
 		if acc := byTier[name]; acc != nil {
 			t.Top = rankOffenders(acc, refsByTier[name], o.Top)
+		}
+		if t.RefusalsUnlisted = unlisted[name]; t.RefusalsUnlisted > 0 {
+			for i := range t.Top {
+				t.Top[i].RefusalsUnknown, t.Top[i].Refusals = true, t.Top[i].Requests
+			}
 		}
 		t.Trend = trends[name]
 		r.Tiers = append(r.Tiers, t)

@@ -43,12 +43,10 @@ type ScanOptions struct {
 // since (a new shard is read from its start, whatever StartAt says: its
 // records are all new).
 //
-// h is opened on each shard with the zero Position and the shard is read
-// from the position Open returns (the shard's start or StartAt for the
-// zero Position); a caught-up shard that is followed is Idle about every
-// Poll; a shard is closed, ended once read to its end. The handler's calls
-// are serial, for every shard. An error from h ends the Scan.
-func Scan(ctx context.Context, api StreamAPI, name string, opts ScanOptions, h stream.Handler) error {
+// Each shard is read from its start, or from StartAt. h keeps no position:
+// Scan commits nothing. Its calls are serial, for every shard. An error
+// from h ends the Scan.
+func Scan(ctx context.Context, api StreamAPI, name string, opts ScanOptions, h stream.HandleFunc) error {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
@@ -72,12 +70,17 @@ func Scan(ctx context.Context, api StreamAPI, name string, opts ScanOptions, h s
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		wg     sync.WaitGroup
-		emu    sync.Mutex
-		errs   []error
-		done   = map[string]chan struct{}{} // by shard, closed when its read ends
-		locked = &serial{h: h}
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+		done = map[string]chan struct{}{} // by shard, closed when its read ends
+		hmu  sync.Mutex
 	)
+	locked := func(ctx context.Context, b *stream.Batch) error {
+		hmu.Lock()
+		defer hmu.Unlock()
+		return h(ctx, b)
+	}
 	startAt := opts.StartAt
 	tick := time.NewTicker(opts.Discover)
 	defer tick.Stop()
@@ -161,22 +164,8 @@ func lineage(shards []types.Shard) []types.Shard {
 }
 
 // scanShard reads one shard for Scan.
-func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt StartAt, opts ScanOptions, h stream.Handler) (err error) {
-	at, err := h.Open(ctx, shard, stream.Position{})
-	if err != nil {
-		return fmt.Errorf("scan %s: %w", shard, err)
-	}
-	ended := false
-	defer func() {
-		if cerr := h.Close(context.WithoutCancel(ctx), shard, ended); cerr != nil && err == nil && ended {
-			err = fmt.Errorf("scan %s: %w", shard, cerr)
-		}
-	}()
-	if at.Seq == ShardEnd {
-		ended = true
-		return nil
-	}
-	it, err := api.GetShardIterator(ctx, iteratorAt(name, shard, at, startAt))
+func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt StartAt, opts ScanOptions, h stream.HandleFunc) error {
+	it, err := api.GetShardIterator(ctx, iteratorAt(name, shard, stream.Position{}, startAt))
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", shard, err)
 	}
@@ -208,16 +197,12 @@ func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt S
 					continue
 				}
 			}
-			first := 0
-			if seq == at.Seq {
-				first, at.Seq = int(min(max(at.Sub, 0), int64(len(buf)))), ""
-			}
-			if first == len(buf) {
+			if len(buf) == 0 {
 				continue
 			}
-			b := stream.Batch{Partition: shard, From: stream.Position{Seq: seq, Sub: int64(first)},
-				To: stream.Position{Seq: seq, Sub: wholeRecord}, Events: buf[first:]}
-			if err := h.Handle(ctx, &b); err != nil {
+			b := stream.Batch{Partition: shard, From: stream.Position{Seq: seq},
+				To: stream.Position{Seq: seq, Sub: wholeRecord}, Events: buf}
+			if err := h(ctx, &b); err != nil {
 				return err
 			}
 		}
@@ -226,44 +211,10 @@ func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt S
 			if !opts.Follow {
 				return nil
 			}
-			if err := h.Idle(ctx, shard); err != nil {
-				return err
-			}
 			if err := backoff.Sleep(ctx, opts.Poll); err != nil {
 				return nil
 			}
 		}
 	}
-	ended = true
 	return nil
-}
-
-// serial is a stream.Handler calling h under a lock.
-type serial struct {
-	mu sync.Mutex
-	h  stream.Handler
-}
-
-func (s *serial) Open(ctx context.Context, partition string, from stream.Position) (stream.Position, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.h.Open(ctx, partition, from)
-}
-
-func (s *serial) Handle(ctx context.Context, b *stream.Batch) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.h.Handle(ctx, b)
-}
-
-func (s *serial) Idle(ctx context.Context, partition string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.h.Idle(ctx, partition)
-}
-
-func (s *serial) Close(ctx context.Context, partition string, ended bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.h.Close(ctx, partition, ended)
 }

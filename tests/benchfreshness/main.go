@@ -31,7 +31,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -81,7 +80,7 @@ func main() {
 // doc is when one EMF document appeared, and the last source position
 // (log offset, or event of its shard) it holds.
 type doc struct {
-	to   uint64
+	to   position
 	seen time.Time
 }
 
@@ -445,7 +444,8 @@ var batchesRE = regexp.MustCompile(`batches (\d+), checkpoints (\d+)`)
 // appeared: the window's own, or a correction after it (whose range
 // starts after the window's). Documents are in the order they appeared.
 func written(docs map[window][]doc, w window, pos uint64) (time.Time, bool) {
-	i := slices.IndexFunc(docs[w], func(x doc) bool { return x.to >= pos })
+	p := offset(pos)
+	i := slices.IndexFunc(docs[w], func(x doc) bool { return x.to.holds(p) })
 	if i < 0 {
 		return time.Time{}, false
 	}
@@ -513,13 +513,12 @@ func watch(ctx context.Context, path string, docs map[window][]doc) error {
 			if err != nil {
 				return err
 			}
-			_, to, _ := strings.Cut(d.Range, "-")
-			n, err := strconv.ParseUint(to, 10, 64)
+			_, to, err := parseRange(d.Range)
 			if err != nil {
-				return fmt.Errorf("rw_range %q: %w", d.Range, err)
+				return fmt.Errorf("emf line rw_range: %w", err)
 			}
 			w := window{d.Partition, start.UnixNano()}
-			docs[w] = append(docs[w], doc{to: n, seen: now})
+			docs[w] = append(docs[w], doc{to: to, seen: now})
 		}
 	}
 	return nil

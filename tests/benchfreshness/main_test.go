@@ -13,8 +13,8 @@ func TestWritten(t *testing.T) {
 	w := window{"shardId-000000000001", t0.UnixNano()}
 	other := window{"shardId-000000000002", t0.UnixNano()}
 	docs := map[window][]doc{
-		w:     {{to: 9, seen: t0.Add(2 * time.Second)}, {to: 14, seen: t0.Add(5 * time.Second)}},
-		other: {{to: 30, seen: t0.Add(time.Second)}},
+		w:     {{to: offset(9), seen: t0.Add(2 * time.Second)}, {to: offset(14), seen: t0.Add(5 * time.Second)}},
+		other: {{to: offset(30), seen: t0.Add(time.Second)}},
 	}
 	for _, c := range []struct {
 		w    window
