@@ -179,39 +179,6 @@ func TestSortKey(t *testing.T) {
 	}
 }
 
-// TestSortSlots: the sort of the lowest counters orders as compareClients
-// does, largest first, for every length up to 300 (equal keys among them)
-// and for 5,000 clients of which all but a few, or all, have equal keys
-// (user ids an attacker chose alike in their first 7 bytes: the sort
-// leaves them to slices.SortFunc past its depth).
-func TestSortSlots(t *testing.T) {
-	ds := decisiontest.NewGenerator(11, t0).Batch(2000)
-	sizes := make([]int, 0, 302)
-	for n := range 300 {
-		sizes = append(sizes, n)
-	}
-	sizes = append(sizes, 5000, 5001)
-	for _, n := range sizes {
-		tk := NewTopK(n)
-		var a []keyed
-		for i := range n {
-			c := ClientOf(&ds[(i*7919)%len(ds)])
-			if i%5 == 0 || n == 5001 || (n == 5000 && i%97 != 0) {
-				c = Client{User: fmt.Sprintf("abcdefg%d", i)} // equal keys: the first 7 bytes
-			}
-			tk.slots = append(tk.slots, slot{Client: c, key: sortKey(c)})
-			a = append(a, keyed{sortKey(c), int32(i)})
-		}
-		tk.sortSlots(a)
-		for i := 1; i < len(a); i++ {
-			x, y := tk.slots[a[i-1].pos].Client, tk.slots[a[i].pos].Client
-			if compareClients(x, y) < 0 {
-				t.Fatalf("n %d: %v before %v", n, x, y)
-			}
-		}
-	}
-}
-
 // TestColumnsLargeDictionaries: a batch whose dictionaries make more count
 // cells than the arrays address, and outcomes of a newer writer, are
 // counted through the maps, to the same bytes.

@@ -55,7 +55,7 @@ func TestTopKEncodingOrder(t *testing.T) {
 	}
 	var order []ranked
 	for range 2 { // the scratch reused holds nothing of the last encoding
-		got := tk.appendBinary([]byte{7}, &order)
+		got := tk.appendBinary([]byte{7}, &order, false)
 		if want := refTopKEncoding([]byte{7}, tk); !bytes.Equal(got, want) {
 			t.Fatalf("encoding differs from sortHitters' order:\n got %x\nwant %x", got, want)
 		}

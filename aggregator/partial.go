@@ -136,10 +136,14 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
 
 // appendPartial appends p's encoding as appendBytes would, encoded in
 // place (see openFrame): a state holds every open window's partial and
-// is saved at every batch.
-func appendPartial(b []byte, p *Partial) ([]byte, error) {
+// is saved at every batch. With layout, p's top-K lists are in their own
+// order (see TopK), as a window still open must be saved to evict as it
+// would have once restored.
+func appendPartial(b []byte, p *Partial, layout bool) ([]byte, error) {
 	b, at := openFrame(b)
+	p.Offenders.layout = layout
 	b, err := p.AppendBinary(b)
+	p.Offenders.layout = false
 	if err != nil {
 		return b[:at], err
 	}

@@ -625,7 +625,7 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 			b = appendUvarint(b, w.from)
 			b = appendUvarint(b, w.to)
 			var err error
-			if b, err = appendPartial(b, w.p); err != nil {
+			if b, err = appendPartial(b, w.p, true); err != nil {
 				return b, fmt.Errorf("snapshot rollup: %w", err)
 			}
 		}

@@ -132,7 +132,7 @@ func appendState(b []byte, st State) ([]byte, error) {
 		b = appendUvarint(b, o.From)
 		b = appendUvarint(b, o.To)
 		var err error
-		if b, err = appendPartial(b, o.Partial); err != nil {
+		if b, err = appendPartial(b, o.Partial, false); err != nil { // closed: no more hits
 			return b, fmt.Errorf("write state: %w", err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -55,23 +54,28 @@ type Hitter struct {
 // shards do) and neither overflowed, the merge is exact. The zero value is
 // not usable: use NewTopK. It is not safe for concurrent use.
 //
-// A newcomer replaces the smallest counter in the order of count, then
-// client (compareClients): a total order, so the client evicted among
-// equal counts does not depend on the layout, and a TopK decoded from its
-// encoding evicts exactly as the one encoded would have. A hit on a
-// client held is one increment. The counters of the least count are found
-// once that count is reached (see collect) and sorted by client once, and
-// evictions take the smallest from the end, skipping counters whose count
-// has grown since: counts only grow, and a newcomer takes more than the
-// least count, so none joins them (a hit of weight 0 sorts them again).
+// A newcomer replaces the counter of the least count that comes first in
+// the list's order: the order in which counters were made, a counter
+// keeping its place when a newcomer takes it over. That order depends on
+// the hits alone, and a state save keeps it (the layout encoding, see
+// appendBinary), so a TopK restored from a save evicts exactly as the one
+// saved would have. A hit on a client held is one increment. The counters
+// of the least count are found once that count is reached (see collect),
+// in their order, and evictions take them in turn, skipping counters
+// whose count has grown since: counts only grow, and a newcomer takes
+// more than the least count, so none joins them (a hit of weight 0 finds
+// them again). Choosing among equal counts by place rather than by client
+// needs no sort: evicting by client cost a fifth of the rollup's time
+// (BENCHMARKS.md).
 type TopK struct {
 	k     int
 	count []uint64 // each counter's count
 	slots []slot
 	index []cell // open addressing on the client's hash (hashClient), linear probing
 	// low holds, when not empty, the counters whose count was lowCount,
-	// the least, when it was made, ordered by client, largest first.
-	low      []keyed
+	// the least, when it was made, in their order from lowAt on.
+	low      []int32
+	lowAt    int
 	lowCount uint64
 	mins     []uint64 // see collect
 	// In a run of addIDs: the counters moved, the batch and the stamp.
@@ -98,13 +102,6 @@ type slot struct {
 type cell struct {
 	hash uint64
 	pos  int32
-}
-
-// keyed is a counter's sortKey and its place in TopK.slots, side by side
-// so that a sort reads keys from one array rather than from each counter.
-type keyed struct {
-	key uint64
-	pos int32
 }
 
 // NewTopK returns a TopK of k counters.
@@ -191,8 +188,8 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 	s := &t.slots[p]
 	s.Client, s.Err, s.hash, s.key = c, low, h, sortKey(c)
 	t.count[p] = low + n
-	if n == 0 { // among the least: they are sorted again
-		t.low = t.low[:0]
+	if n == 0 { // among the least, maybe before those left: found again
+		t.low, t.lowAt = t.low[:0], 0
 	}
 	t.put(p)
 }
@@ -255,16 +252,6 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 	}
 	t.reindex()
 	t.run = nil
-}
-
-// clientOf returns the client of counter p, which in a run of addIDs may
-// be one the run holds by id only.
-func (t *TopK) clientOf(p int32) Client {
-	s := &t.slots[p]
-	if t.run != nil && s.moved == t.gen {
-		return t.run.clients[s.cid]
-	}
-	return s.Client
 }
 
 // moved is a counter that took another client during a run of addIDs,
@@ -381,18 +368,18 @@ func (t *TopK) unlinkAt(p int32, h uint64) {
 	t.index[i] = cell{}
 }
 
-// lowest returns the counter to evict: the smallest client of the least
-// count. t is full.
+// lowest returns the counter to evict: the first, in the list's order,
+// of the least count. t is full.
 func (t *TopK) lowest() int32 {
 	for {
-		for n := len(t.low); n > 0; n-- {
-			p := t.low[n-1].pos
-			t.low = t.low[:n-1]
-			if t.count[p] == t.lowCount {
+		for ; t.lowAt < len(t.low); t.lowAt++ {
+			if p := t.low[t.lowAt]; t.count[p] == t.lowCount {
+				t.lowAt++
 				return p
 			}
 		}
 		// Those of the least count have all gone or grown: the next.
+		t.low, t.lowAt = t.low[:0], 0
 		if len(t.mins) == 0 {
 			nb := 1
 			for nb*lowBlock < len(t.count) {
@@ -408,15 +395,14 @@ func (t *TopK) lowest() int32 {
 				break
 			}
 		}
-		t.sortSlots(t.low)
 	}
 }
 
 // lowBlock is the number of counters under one leaf of TopK.mins.
 const lowBlock = 16
 
-// collect appends to t.low the counters under node i of t.mins whose count
-// is m, where no count is less than m, and returns the node's least count
+// collect appends to t.low, in their order, the counters under node i of
+// t.mins whose count is m, where no count is less than m, and returns the node's least count
 // (or a bound of it). t.mins is a tree of lower bounds of the least count
 // under each node (node 1 the root, i's children 2i and 2i+1, the leaves
 // blocks of lowBlock counters): counts only grow, so a bound stays a
@@ -435,7 +421,7 @@ func (t *TopK) collect(i int, m uint64) uint64 {
 		for p := lo; p < min(lo+lowBlock, len(t.count)); p++ {
 			c := t.count[p]
 			if c == m {
-				t.low = append(t.low, keyed{t.slots[p].key, int32(p)})
+				t.low = append(t.low, int32(p))
 			}
 			least = min(least, c)
 		}
@@ -444,85 +430,6 @@ func (t *TopK) collect(i int, m uint64) uint64 {
 	}
 	t.mins[i] = least
 	return least
-}
-
-// sortSlots orders counters by client, largest first: by key (sortKey)
-// with sortKeys, then the rare runs of equal keys by compareClients.
-func (t *TopK) sortSlots(a []keyed) {
-	sortKeys(a, 2*bits.Len(uint(len(a))))
-	for i := 0; i < len(a); {
-		j := i + 1
-		for j < len(a) && a[j].key == a[i].key {
-			j++
-		}
-		if j-i > 1 { // user ids that share their first 7 bytes
-			slices.SortFunc(a[i:j], func(x, y keyed) int { return compareClients(t.clientOf(y.pos), t.clientOf(x.pos)) })
-		}
-		i = j
-	}
-}
-
-// sortKeys orders a by key, largest first: a quicksort by hand whose
-// partition has no branch on the comparison (the lowest counters' sort,
-// on comparisons a processor cannot predict, was a sixth of the rollup's
-// time). Past depth levels it leaves the rest to slices.SortFunc
-// (pattern-defeating quicksort): keys are clients' (sortKey), so an
-// attacker may choose them, many equal (user ids alike in their first 7
-// bytes) or in an order that defeats the median of three. It partitions
-// down to 8 elements, not 16: the insertion sort's comparisons are as
-// unpredictable, and it measured 3 % faster on the full rollup.
-func sortKeys(a []keyed, depth int) {
-	for len(a) > 8 {
-		if depth--; depth < 0 {
-			slices.SortFunc(a, func(x, y keyed) int { return cmp.Compare(y.key, x.key) })
-			return
-		}
-		// Median of three as the pivot, moved to the end.
-		m, h := len(a)/2, len(a)-1
-		if a[m].key > a[0].key {
-			a[m], a[0] = a[0], a[m]
-		}
-		if a[h].key > a[0].key {
-			a[h], a[0] = a[0], a[h]
-		}
-		if a[m].key > a[h].key {
-			a[m], a[h] = a[h], a[m]
-		}
-		p := a[h].key
-		// Branchless Lomuto: a[:i] hold keys above p, a[i:j] the others;
-		// x is swapped to i whatever its key, and i advances when it is
-		// above p.
-		i := 0
-		for j := range h {
-			x := a[j]
-			a[j] = a[i]
-			a[i] = x
-			i += b2i(x.key > p)
-		}
-		a[i], a[h] = a[h], a[i]
-		// Recurse into the smaller side, loop on the larger.
-		if i < h-i {
-			sortKeys(a[:i], depth)
-			a = a[i+1:]
-		} else {
-			sortKeys(a[i+1:], depth)
-			a = a[:i]
-		}
-	}
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j].key > a[j-1].key; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
-}
-
-// b2i is 1 for true: compiled without a branch.
-func b2i(b bool) int {
-	var i int
-	if b {
-		i = 1
-	}
-	return i
 }
 
 // Floor bounds the count of any client t does not hold: 0 while it holds
@@ -588,7 +495,7 @@ func (t *TopK) hitter(p int) Hitter {
 // reset makes t hold hs.
 func (t *TopK) reset(hs []Hitter) {
 	t.index = make([]cell, 16)
-	t.slots, t.count, t.low = t.slots[:0], t.count[:0], t.low[:0]
+	t.slots, t.count, t.low, t.lowAt = t.slots[:0], t.count[:0], t.low[:0], 0
 	clear(t.mins) // counts may be lower: 0 bounds them all
 	for _, h := range hs {
 		t.slots = append(t.slots, slot{Client: h.Client, Err: h.Err, hash: hashClient(h.Client), key: sortKey(h.Client)})
@@ -646,21 +553,34 @@ func (t *TopK) Top(n int) []Hitter {
 // Len is the number of clients held.
 func (t *TopK) Len() int { return len(t.slots) }
 
-// appendBinary appends t's encoding, clients in Top order, ordering the
-// counters in *order, scratch that the caller keeps (a state save encodes
-// every open window's lists): it allocates nothing else.
-func (t *TopK) appendBinary(b []byte, order *[]ranked) []byte {
-	*order = t.rank(*order)
+// appendBinary appends t's encoding: its clients in Top order (ordering
+// the counters in *order, scratch that the caller keeps: a state save
+// encodes every open window's lists, so it allocates nothing else), or,
+// with layout, in the list's own order, which decodeTopK keeps, for a
+// state save (see TopK). Either decodes to the same clients and counts.
+func (t *TopK) appendBinary(b []byte, order *[]ranked, layout bool) []byte {
 	b = appendUvarint(b, uint64(t.k))
-	b = appendUvarint(b, uint64(len(*order)))
+	b = appendUvarint(b, uint64(len(t.slots)))
+	if layout {
+		for p := range t.slots {
+			b = t.appendCounter(b, p, t.count[p])
+		}
+		return b
+	}
+	*order = t.rank(*order)
 	for _, r := range *order {
-		s := &t.slots[r.pos]
-		b = appendString(b, s.Client.User)
-		b = appendAddr(b, s.Client.Addr)
-		b = appendUvarint(b, r.count)
-		b = appendUvarint(b, s.Err)
+		b = t.appendCounter(b, int(r.pos), r.count)
 	}
 	return b
+}
+
+// appendCounter appends counter p, whose count is n.
+func (t *TopK) appendCounter(b []byte, p int, n uint64) []byte {
+	s := &t.slots[p]
+	b = appendString(b, s.Client.User)
+	b = appendAddr(b, s.Client.Addr)
+	b = appendUvarint(b, n)
+	return appendUvarint(b, s.Err)
 }
 
 // appendAddr appends a's MarshalBinary bytes as appendBytes does, without
@@ -702,7 +622,6 @@ func decodeTopK(r *reader) (*TopK, error) {
 		seen[h.Client] = struct{}{}
 		hs = append(hs, h)
 	}
-	sortHitters(hs)
-	t.reset(hs)
+	t.reset(hs) // in the encoding's order: a state save's is the list's own
 	return t, nil
 }

@@ -1,12 +1,13 @@
 package aggregator
 
 import (
-	"cmp"
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
@@ -28,10 +29,9 @@ func (r *refTopK) add(c Client, n uint64) {
 		r.hs = append(r.hs, Hitter{Client: c, Count: n})
 		return
 	}
-	low := 0
+	low := 0 // the first of the least count
 	for i, h := range r.hs {
-		l := r.hs[low]
-		if cmp.Or(cmp.Compare(h.Count, l.Count), compareClients(h.Client, l.Client)) < 0 {
+		if h.Count < r.hs[low].Count {
 			low = i
 		}
 	}
@@ -64,7 +64,7 @@ func hostileHits(k, n int) []Client {
 
 // TestTopKMatchesReference: TopK, by Add and by runs of a batch's client
 // ids (addIDs), holds exactly what plain Space-Saving holds, with the same
-// client evicted among equal counts, after every step of streams of the
+// client evicted among equal counts (the first in the list's order), after every step of streams of the
 // generator's clients (most hits evict), of a stream that keeps the least
 // count's counters few (hostileHits), and of hits of any weight
 // (including 0, which leaves a newcomer among the least).
@@ -167,5 +167,65 @@ func BenchmarkTopKHostile(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// TestRollupRestoreEvicting: a window whose top-K lists evict on nearly
+// every hit (lists of 3 clients, the generator's thousands) is saved and
+// restored every 777 events, each time into a new Rollup, and emits
+// exactly the bytes of one that never stopped: the snapshot keeps each
+// list's own order, which chooses among equal counts. Restored from its
+// lists in Top order instead, as an output holds them, the same window
+// comes out different, so the order kept is what makes them equal.
+func TestRollupRestoreEvicting(t *testing.T) {
+	ds := decisiontest.NewGenerator(9, t0).Batch(6000)
+	opts := Options{Window: time.Hour, TopK: 3}
+	final := func(r *Rollup) []byte {
+		var out []byte
+		if err := r.Flush(true, func(o Output) error { out = append(out, encode(t, o.Partial)...); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(out) == 0 {
+			t.Fatal("no output")
+		}
+		return out
+	}
+	one := NewRollup(opts)
+	for i := range ds {
+		one.Add(&ds[i], uint64(i))
+	}
+	want := final(one)
+	run := func(topOrder bool) []byte {
+		r := NewRollup(opts)
+		for i := range ds {
+			r.Add(&ds[i], uint64(i))
+			if i%777 != 776 {
+				continue
+			}
+			snap, err := r.AppendSnapshot(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = NewRollup(opts)
+			if err := r.Restore(snap); err != nil {
+				t.Fatal(err)
+			}
+			if topOrder {
+				for _, w := range r.open {
+					p, err := DecodePartial(encode(t, w.p))
+					if err != nil {
+						t.Fatal(err)
+					}
+					w.p.Offenders = p.Offenders
+				}
+			}
+		}
+		return final(r)
+	}
+	if got := run(false); !bytes.Equal(got, want) {
+		t.Fatalf("restored every 777 events: %d bytes differ from the %d of a rollup that never stopped", len(got), len(want))
+	}
+	if got := run(true); bytes.Equal(got, want) {
+		t.Fatal("restored from lists in Top order, the window is the same: the test does not tell the orders apart")
 	}
 }
