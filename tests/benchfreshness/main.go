@@ -31,7 +31,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -151,8 +150,7 @@ func serveTransport(dir string, s settings) (*transport, error) {
 	if s.lateness > 0 {
 		t.config += "  lateness: " + s.lateness.String() + "\n"
 	}
-	t.edge = append(t.edge, "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"),
-		"--dashboard-listen", "off", "--emf", "file:"+filepath.Join(dir, "emf.jsonl"))
+	t.edge = append(t.edge, "--partials-dir", filepath.Join(dir, "partials"), "--dashboard-listen", "off")
 	return t, nil
 }
 
@@ -289,12 +287,13 @@ func run(bin, seed string, s settings) error {
 		return err
 	}
 	defer aggLog.Close()
-	cmd := "edge"
-	if tr.serve {
-		cmd = "serve"
+	edgeArgs := append([]string{"edge", "--config", cfgPath, "--listen", edgeAddr, "--upstream", "http://" + ol.Addr().String(),
+		"--admin-listen", "off"}, tr.edge...)
+	if tr.serve { // the edge's flags and the aggregator's state and EMF
+		edgeArgs[0] = "serve"
+		edgeArgs = append(edgeArgs, "--state-dir", stateDir, "--emf", "file:"+emfPath)
 	}
-	edge := exec.Command(bin, append([]string{cmd, "--config", cfgPath, "--listen", edgeAddr, "--upstream", "http://" + ol.Addr().String(),
-		"--admin-listen", "off"}, tr.edge...)...)
+	edge := exec.Command(bin, edgeArgs...)
 	if tr.serve {
 		edge.Stderr = aggLog
 	}
@@ -396,8 +395,8 @@ func run(bin, seed string, s settings) error {
 		return "default"
 	}
 	conditions := fmt.Sprintf("decisions.linger %v (%s), --lateness %s", linger, name(s.linger), name(s.lateness))
-	if s.transport == "serve" {
-		conditions = "serve, " + strings.Replace(conditions, "--lateness", "serve.lateness", 1)
+	if tr.serve {
+		conditions = fmt.Sprintf("serve, decisions.linger %v (%s), serve.lateness %s", linger, name(s.linger), name(s.lateness))
 	}
 	if s.transport == "kinesis" {
 		conditions = fmt.Sprintf("kinesis, %d shards, decisions.kinesis.linger %v (%s), --poll %v (%s), --lateness %s",
