@@ -30,10 +30,8 @@ type Offenders struct {
 	// encoded.
 	TiersUnlisted map[string]bool
 	// order is AppendBinary's scratch, for each list in turn (see
-	// TopK.appendBinary); layout makes AppendBinary write each list in its
-	// own order, for a state save (appendPartial).
-	order  []ranked
-	layout bool
+	// TopK.appendBinary).
+	order []ranked
 }
 
 // NewOffenders returns Offenders whose every TopK holds k clients.
@@ -120,27 +118,30 @@ func (o *Offenders) unlisted(tier string) {
 // version 1 (by requests and by refusals, by requests per tier and by
 // refusals per rule), then those version 2 added (by requests per rule,
 // the challenged and the token-passing clients), then version 3's (by
-// refusals per tier). It returns no error. Each list's clients are in Top
-// order, or in the list's own while o.layout is set (see TopK).
-func (o *Offenders) AppendBinary(b []byte) ([]byte, error) {
+// refusals per tier). It returns no error.
+func (o *Offenders) AppendBinary(b []byte) ([]byte, error) { return o.appendBinary(b, false), nil }
+
+// appendBinary is AppendBinary with each list's clients in Top order, or
+// in the list's own with layout, for a state save (see TopK).
+func (o *Offenders) appendBinary(b []byte, layout bool) []byte {
 	b = appendUvarint(b, uint64(o.k))
-	b = o.Requests.appendBinary(b, &o.order, o.layout)
-	b = o.Refusals.appendBinary(b, &o.order, o.layout)
-	b = o.appendTopKs(b, o.RequestsByTier)
-	b = o.appendTopKs(b, o.RefusalsByRule)
-	b = o.appendTopKs(b, o.RequestsByRule)
-	b = o.Challenged.appendBinary(b, &o.order, o.layout)
-	b = o.TokenPassed.appendBinary(b, &o.order, o.layout)
-	return o.appendTopKs(b, o.RefusalsByTier), nil
+	b = o.Requests.appendBinary(b, &o.order, layout)
+	b = o.Refusals.appendBinary(b, &o.order, layout)
+	b = o.appendTopKs(b, o.RequestsByTier, layout)
+	b = o.appendTopKs(b, o.RefusalsByRule, layout)
+	b = o.appendTopKs(b, o.RequestsByRule, layout)
+	b = o.Challenged.appendBinary(b, &o.order, layout)
+	b = o.TokenPassed.appendBinary(b, &o.order, layout)
+	return o.appendTopKs(b, o.RefusalsByTier, layout)
 }
 
 // appendTopKs appends m's lists by name, in sorted order.
-func (o *Offenders) appendTopKs(b []byte, m map[string]*TopK) []byte {
+func (o *Offenders) appendTopKs(b []byte, m map[string]*TopK, layout bool) []byte {
 	keys := sortedKeys(m)
 	b = appendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
 		b = appendString(b, k)
-		b = m[k].appendBinary(b, &o.order, o.layout)
+		b = m[k].appendBinary(b, &o.order, layout)
 	}
 	return b
 }

@@ -119,19 +119,24 @@ const partialMagic = "RWP"
 const partialVersion = 3
 
 // AppendBinary appends p's encoding. Equal partials encode to equal bytes.
-func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
+func (p *Partial) AppendBinary(b []byte) ([]byte, error) { return p.appendBinary(b, false) }
+
+// appendBinary is AppendBinary with, when layout, the top-K lists in
+// their own order (see TopK).
+func (p *Partial) appendBinary(b []byte, layout bool) ([]byte, error) {
 	b = append(b, partialMagic...)
 	b = append(b, partialVersion)
 	b = appendUvarint(b, uint64(p.Start.UnixNano()))
 	b = appendUvarint(b, uint64(p.Size))
 	b = appendUvarint(b, p.Events)
 	var err error
-	for _, a := range p.parts() {
+	parts := p.parts()
+	for _, a := range parts[:len(parts)-1] { // the lists, last, below
 		if b, err = a.AppendBinary(b); err != nil {
 			return b, err
 		}
 	}
-	return b, nil
+	return p.Offenders.appendBinary(b, layout), nil
 }
 
 // appendPartial appends p's encoding as appendBytes would, encoded in
@@ -141,9 +146,7 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) {
 // would have once restored.
 func appendPartial(b []byte, p *Partial, layout bool) ([]byte, error) {
 	b, at := openFrame(b)
-	p.Offenders.layout = layout
-	b, err := p.AppendBinary(b)
-	p.Offenders.layout = false
+	b, err := p.appendBinary(b, layout)
 	if err != nil {
 		return b[:at], err
 	}

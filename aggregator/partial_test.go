@@ -89,7 +89,7 @@ func TestDecodePartialV2(t *testing.T) {
 	if got, want := withoutTierRefusals(merged), withoutTierRefusals(twice); !bytes.Equal(got, want) {
 		t.Error("a version 2 partial merged into a current one differs from two current ones merged")
 	}
-	if got, want := merged.Offenders.appendTopKs(nil, merged.Offenders.RefusalsByTier), now.Offenders.appendTopKs(nil, now.Offenders.RefusalsByTier); !bytes.Equal(got, want) {
+	if got, want := merged.Offenders.appendTopKs(nil, merged.Offenders.RefusalsByTier, false), now.Offenders.appendTopKs(nil, now.Offenders.RefusalsByTier, false); !bytes.Equal(got, want) {
 		t.Error("merging a version 2 partial changed the refusals by tier")
 	}
 	again, err := DecodePartial(encode(t, old))
@@ -121,10 +121,10 @@ func TestRestoreV2Partial(t *testing.T) {
 	}
 	// The same snapshot with the window's partial as version 2 wrote it.
 	// A snapshot holds its lists in their own order (TopK's layout).
-	p := r.open[t0.UnixNano()].p
-	p.Offenders.layout = true
-	v3 := encode(t, p)
-	p.Offenders.layout = false
+	v3, err := r.open[t0.UnixNano()].p.appendBinary(nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
 	v2, err := os.ReadFile("testdata/partial-v2.rwp")
 	if err != nil {
 		t.Fatal(err)
