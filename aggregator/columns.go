@@ -45,7 +45,6 @@ type Batch struct {
 	cid     []int32
 	clients []Client
 	hashes  []uint64
-	keys    []uint64 // sortKey of each
 	fps     []uint64
 	seen    []seenClient
 	slots   []int32
@@ -321,7 +320,7 @@ func (b *Batch) identify() {
 			b.slots[i] = 0
 		}
 	}
-	b.used, b.clients, b.hashes, b.fps, b.keys = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0], b.keys[:0]
+	b.used, b.clients, b.hashes, b.fps = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0]
 	b.makeUsers()
 	mask := uint64(len(b.slots) - 1)
 	c := b.c
@@ -365,10 +364,8 @@ func (b *Batch) identify() {
 				b.clients = append(b.clients, cl)
 				if v4ok {
 					b.hashes = append(b.hashes, hashV4(v4))
-					b.keys = append(b.keys, sortKeyV4(v4))
 				} else {
 					b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
-					b.keys = append(b.keys, sortKey(cl))
 				}
 				b.fps = append(b.fps, fp)
 				b.cid[i] = id

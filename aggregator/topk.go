@@ -88,11 +88,10 @@ type TopK struct {
 type slot struct {
 	Client Client
 	Err    uint64
-	key    uint64 // sortKey(Client)
 	hash   uint64
 	// In a run of addIDs stamped gen: the client's id in the Batch, and
 	// whether the counter took another client (moved == gen), whose id
-	// and key then stand for the client and hash not yet copied.
+	// then stands for the client and hash not yet copied.
 	cid        int32
 	gen, moved uint64
 }
@@ -175,18 +174,18 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 		return
 	}
 	if len(t.slots) < t.k {
-		t.slots = append(t.slots, slot{Client: c, hash: h, key: sortKey(c)})
+		t.slots = append(t.slots, slot{Client: c, hash: h})
 		t.count = append(t.count, n)
 		t.link(int32(len(t.slots) - 1))
 		return
 	}
-	// Replace the smallest counter: the newcomer may have been counted
+	// Replace the counter lowest picks: the newcomer may have been counted
 	// there before it was evicted, which is what Err bounds.
 	p := t.lowest()
 	t.unlinkAt(p, t.slots[p].hash)
 	low := t.count[p]
 	s := &t.slots[p]
-	s.Client, s.Err, s.hash, s.key = c, low, h, sortKey(c)
+	s.Client, s.Err, s.hash = c, low, h
 	t.count[p] = low + n
 	if n == 0 { // among the least, maybe before those left: found again
 		t.low, t.lowAt = t.low[:0], 0
@@ -200,7 +199,7 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 // leaves the index as it was while it evicts: a client the index holds
 // that the run has not met is either where the index says, or evicted
 // (its counter then moved, which the probe tells apart). A counter that
-// takes a client in the run holds its id and sort key only, its client
+// takes a client in the run holds its id only, its client
 // and hash copied from b once, at the end, with the index set right.
 func (t *TopK) addIDs(b *Batch, ids []int32) {
 	if len(ids) == 0 {
@@ -208,7 +207,7 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 	}
 	gen := runGen.Add(1)
 	b.memo = growTo(b.memo, len(b.clients))
-	memo, keys := b.memo, b.keys
+	memo := b.memo
 	t.run, t.gen = b, gen
 	for _, id := range ids {
 		m := &memo[id]
@@ -242,7 +241,7 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 			t.dirty = append(t.dirty, moved{p, s.hash})
 		}
 		low := t.count[p]
-		s.Err, s.key, s.cid, s.gen = low, keys[id], id, gen
+		s.Err, s.cid, s.gen = low, id, gen
 		t.count[p] = low + 1
 		m.pos = p + 1
 	}
@@ -498,7 +497,7 @@ func (t *TopK) reset(hs []Hitter) {
 	t.slots, t.count, t.low, t.lowAt = t.slots[:0], t.count[:0], t.low[:0], 0
 	clear(t.mins) // counts may be lower: 0 bounds them all
 	for _, h := range hs {
-		t.slots = append(t.slots, slot{Client: h.Client, Err: h.Err, hash: hashClient(h.Client), key: sortKey(h.Client)})
+		t.slots = append(t.slots, slot{Client: h.Client, Err: h.Err, hash: hashClient(h.Client)})
 		t.count = append(t.count, h.Count)
 		t.link(int32(len(t.slots) - 1))
 	}
@@ -526,7 +525,7 @@ type ranked struct {
 func (t *TopK) rank(r []ranked) []ranked {
 	r = r[:0]
 	for p := range t.slots {
-		r = append(r, ranked{t.count[p], t.slots[p].key, int32(p)})
+		r = append(r, ranked{t.count[p], sortKey(t.slots[p].Client), int32(p)})
 	}
 	slices.SortFunc(r, func(a, b ranked) int {
 		if a.count != b.count {

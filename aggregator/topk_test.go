@@ -118,7 +118,6 @@ func idBatch(cs []Client) (*Batch, []int32) {
 			seen[c] = id
 			b.clients = append(b.clients, c)
 			b.hashes = append(b.hashes, hashClient(c))
-			b.keys = append(b.keys, sortKey(c))
 		}
 		ids[i] = id
 	}
