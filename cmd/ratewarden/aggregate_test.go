@@ -94,11 +94,10 @@ func TestAggregateStateFromRemovedLog(t *testing.T) {
 		// rather than hangs.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		var out, errb bytes.Buffer
 		args := append([]string{"aggregate", "--admin-listen", "off", "--decisions-dir", dir, "--state-dir", state,
 			"--partials", "dir:" + partials, "--window", "1s"}, extra...)
-		code := exitCode(run(ctx, args, &out, &errb, func(string) string { return "" }), &errb)
-		return code, errb.String()
+		code, _, errs := runCLIContext(t, ctx, nil, args...)
+		return code, errs
 	}
 	writeDecisionLog(t, dir, 1200)
 	if code, errs := aggregate(state, "--no-follow"); code != 0 {

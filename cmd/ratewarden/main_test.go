@@ -17,8 +17,14 @@ var testKey = "k1:" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef
 
 func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIContext(t, context.Background(), env, args...)
+}
+
+// runCLIContext is runCLI, the command run until ctx is done.
+func runCLIContext(t *testing.T, ctx context.Context, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	err := run(context.Background(), args, &out, &errb, func(k string) string { return env[k] })
+	err := run(ctx, args, &out, &errb, func(k string) string { return env[k] })
 	code = exitCode(err, &errb)
 	return code, out.String(), errb.String()
 }
