@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,8 +32,9 @@ type logsServer struct {
 	clock      *throttleClock
 	// block, if set, runs before a PutLogEvents call is handled.
 	block func(r *http.Request)
-	// reject, if set, is the rejectedLogEventsInfo of every accepted call.
-	reject string
+	// reject, if set, returns the rejectedLogEventsInfo of an accepted
+	// call of the documents ids, in order ("" for none).
+	reject func(ids []string) string
 
 	mu       sync.Mutex
 	calls    int // PutLogEvents requests
@@ -115,6 +117,7 @@ func (s *logsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("group %q stream %q", in.LogGroupName, in.LogStreamName)
 	}
 	n, size := len(in.LogEvents), 0
+	var ids []string
 	if n == 0 || n > 10_000 {
 		t.Errorf("%d events in a call, want 1 to 10000", n)
 	}
@@ -134,6 +137,7 @@ func (s *logsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.Errorf("event %d stamped %d, document says %d", i, e.Timestamp, doc.AWS.Timestamp)
 		}
 		s.received[doc.ID]++
+		ids = append(ids, doc.ID)
 		s.messages = append(s.messages, e.Message)
 		s.events++
 	}
@@ -147,9 +151,11 @@ func (s *logsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		span := time.Duration(in.LogEvents[n-1].Timestamp-in.LogEvents[0].Timestamp) * time.Millisecond
 		s.batches = append(s.batches, logsBatch{events: n, bytes: size, span: span})
 	}
-	if s.reject != "" {
-		reply(200, `{"nextSequenceToken":"1","rejectedLogEventsInfo":`+s.reject+`}`)
-		return
+	if s.reject != nil {
+		if info := s.reject(ids); info != "" {
+			reply(200, `{"nextSequenceToken":"1","rejectedLogEventsInfo":`+info+`}`)
+			return
+		}
 	}
 	reply(200, `{"nextSequenceToken":"1"}`)
 }
@@ -431,7 +437,24 @@ func TestLogsBreakerDropsBuffered(t *testing.T) {
 // TestLogsRefusedDocuments: a document too big for an event and events
 // CloudWatch rejects are each dropped and counted as one error.
 func TestLogsRefusedDocuments(t *testing.T) {
-	srv := &logsServer{reject: `{"tooOldLogEventEndIndex":1,"tooNewLogEventStartIndex":4}`}
+	// Documents 0 and 1 are too old, 4 and 5 too new, in whatever calls
+	// the sink sends them: their indices in each call.
+	srv := &logsServer{reject: func(ids []string) string {
+		var info []string
+		if i := slices.IndexFunc(ids, func(id string) bool { return id > "1" }); i != 0 {
+			if i < 0 {
+				i = len(ids)
+			}
+			info = append(info, fmt.Sprintf(`"tooOldLogEventEndIndex":%d`, i-1))
+		}
+		if i := slices.IndexFunc(ids, func(id string) bool { return id >= "4" }); i >= 0 {
+			info = append(info, fmt.Sprintf(`"tooNewLogEventStartIndex":%d`, i))
+		}
+		if info == nil {
+			return ""
+		}
+		return "{" + strings.Join(info, ",") + "}"
+	}}
 	s := newLogsTest(t, srv, nil)
 	ctx := testContext(t)
 	if err := s.Write(ctx, logsDoc("big", 1_700_000_000_000, 1<<20)); err == nil || !strings.Contains(err.Error(), "exceeds the event limit") {
