@@ -24,11 +24,20 @@ import (
 // written to each sink in turn, then flushed, before the next group is
 // read; the invocation returns once every group is written.
 //
-// An output is keyed by shard, window and the group's first and last
-// sequence numbers (Output.Range), so a retry that delivers the same
-// records again writes the same keys and bytes: stored partials are
-// replaced, not doubled, and EMF documents carry the same rw_key. Readers
-// merge a window's partials across groups, invocations and shards.
+// An output is keyed by shard, window and the position of the window's
+// first event in its commit group, "seq_sub" (Output.Range, see
+// positionKey): where the window's events in the group begin, not where
+// the group ends. Lambda retries from the record a failed invocation
+// names, but may deliver more or fewer records than it did (a batch split
+// in halves, records arrived since). Every retry begins where a group
+// began, and the cuts below depend on the events from there alone, so a
+// window's output in the retry starts at the same event as the failed
+// group's did and replaces it, holding the same events or a prefix or an
+// extension of them; events past a shorter retry come back in a later
+// group, under the key of their own first event. So stored partials are
+// replaced, never doubled, whatever the extents, and EMF documents carry
+// the same rw_key. Readers merge a window's partials across groups,
+// invocations and shards.
 //
 // A record that cannot be decoded is skipped, counted and reported. When a
 // sink fails, the invocation answers with a partial batch failure naming
@@ -44,23 +53,22 @@ import (
 // EMF; stored partials merge them exactly.
 //
 // A commit group holds a partial of every window its decisions touch until
-// it is written, so the windows it holds are capped as a Rollup caps
-// them, relative to the window of its first decision: at most MaxAhead
-// windows after it and MaxCorrections before it. An event that would open
-// one more is not dropped: the windows held are written first, as at the
-// end of a group (an early write, Invocation.EarlyWrites), and the group
-// goes on in a new part whose first window is that event's. A record
+// it is written, so the windows it holds are capped, relative to the
+// window of its first decision: MaxAhead windows after it and
+// MaxCorrections before it. A group past them when a record begins is
+// written there (an early write, Invocation.EarlyWrites) and a new commit
+// group begins at that record, so a failure after it names that record.
+// Within a record, nothing is dropped: one record adds at most MaxAhead +
+// MaxCorrections + 1 windows to a group, and an event of one more writes
+// the windows held first (an early write within the group, cut where the
+// record's own events say, whatever record its group began at). A record
 // stamped at distinct windows, in the future or the past, cannot exhaust
-// the function's memory, and a backlog spanning more windows than the caps
-// loses nothing. The cuts depend on the group's events in order alone, so
-// a retry cuts the same parts. A group written in one part keeps the key
-// of its first and last sequence numbers; the parts of a group cut in
-// several are keyed by the positions (stream.Position) of their own first
-// and last events, "seq_sub-seq_sub", distinct from each other and from
-// any other group's, and readers merge them as they merge groups. When a
-// part fails, the group fails at its first record and nothing after the
-// part is written. Each partial keeps MaxKeys names apart
-// (Partial.MaxKeys). It is safe for concurrent use.
+// the function's memory, and a backlog spanning more windows than the
+// caps loses nothing; a window written in several parts is merged by
+// readers as separate groups are. When a part fails, nothing after it is
+// written and the invocation names its group's first record. Each
+// partial keeps MaxKeys names apart (Partial.MaxKeys). It is safe for
+// concurrent use.
 type KinesisLambda struct {
 	Sinks         []Sink
 	Window        time.Duration // default 60 s
@@ -103,10 +111,12 @@ type Invocation struct {
 	// Folded counts decisions counted with a tier, rule, node or reason
 	// folded into OtherKey, past a partial's MaxKeys.
 	Folded uint64
-	// EarlyWrites counts the parts of commit groups written before the
-	// group's end, because an event would have opened a window past
-	// MaxAhead or MaxCorrections (a group's last part is written at its
-	// end, as a group in one part is).
+	// EarlyWrites counts the writes of the windows held before the end
+	// of a commit group: at a record that begins with the group past
+	// MaxAhead or MaxCorrections (a new group begins there), or within a
+	// record whose events touch more than MaxAhead + MaxCorrections + 1
+	// windows (a group's last part is written at its end, as a group in
+	// one part is).
 	EarlyWrites uint64
 }
 
@@ -167,14 +177,28 @@ type lambdaRun struct {
 	batch Batch
 	inv   Invocation
 
-	// The windows of the commit group's current part: first is the
-	// window of its first decision, ahead and behind count the windows
-	// held after and before it (see window). from and last are the
-	// positions of the part's first event and of the last event added.
-	windows       map[int64]*Partial
+	// The windows held, by start (Unix nanoseconds): first is the
+	// window of the first event held, ahead and behind count the windows
+	// held after and before it (see enter).
+	windows       map[int64]*heldWindow
 	first         int64
 	ahead, behind int
-	from, last    stream.Position
+	// from is the first record of the commit group: a failure is
+	// reported there, and the retry starts there.
+	from string
+	// rec is the record being added; touched holds the windows its
+	// events touched since it began or was last cut (see window), last
+	// the latest of them.
+	rec     string
+	touched map[int64]bool
+	last    int64
+}
+
+// heldWindow is a window's partial and the position of its first event
+// since it was opened, which keys its output.
+type heldWindow struct {
+	p     *Partial
+	first stream.Position
 }
 
 var _ stream.Handler = (*lambdaRun)(nil)
@@ -191,12 +215,14 @@ func (r *lambdaRun) Idle(context.Context, string) error { return nil }
 func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
 
 // Handle rolls the group's decisions up and writes their windows to each
-// sink, keyed by the group's first and last sequence numbers, or, for a
-// group cut in parts, each part by its first and last events' positions.
+// sink, each keyed by the position of its first event (see
+// KinesisLambda). A group that passed the caps at a record's start was
+// committed there and goes on as a new group (see enter): a failure
+// after that names that record (kinesis.RetryFrom).
 func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	r.inv.Shard = b.Partition
-	r.windows, r.ahead, r.behind = map[int64]*Partial{}, 0, 0
-	early := r.inv.EarlyWrites // the group is cut in parts when it grows
+	r.windows, r.ahead, r.behind = map[int64]*heldWindow{}, 0, 0
+	r.from, r.rec = b.Records[0].Pos.Seq, ""
 	var err error
 	if r.l.perEvent {
 		err = r.addEvents(ctx, b)
@@ -204,67 +230,94 @@ func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 		_, err = b.Rows(r.dec, func(rows *stream.Rows) error { return r.add(ctx, rows) })
 	}
 	if err == nil {
-		rng := b.Records[0].Pos.Seq + "-" + b.Records[len(b.Records)-1].Pos.Seq
-		if r.inv.EarlyWrites > early {
-			rng = partRange(r.from, r.last)
-		}
-		err = r.write(ctx, rng)
+		err = r.write(ctx)
 	}
 	if err != nil {
-		r.inv.FailedAt, r.inv.Err = b.From.Seq, err
+		r.inv.FailedAt, r.inv.Err = r.from, err
+		return &kinesis.RetryFrom{Seq: r.from, Err: err}
 	}
-	return err
-}
-
-// partRange is the range key of a part of a commit group whose first and
-// last events are at from and last: "seq_sub-seq_sub". It has no '.' or
-// '/', as a partial's file name wants, and an '_', which a group's
-// "seq-seq" has not.
-func partRange(from, last stream.Position) string {
-	return from.Seq + "_" + strconv.FormatInt(from.Sub, 10) + "-" + last.Seq + "_" + strconv.FormatInt(last.Sub, 10)
-}
-
-// write writes the windows held to the sinks under the range key rng and
-// empties them.
-func (r *lambdaRun) write(ctx context.Context, rng string) error {
-	for _, p := range r.windows {
-		r.inv.Folded += p.Folded
-	}
-	if err := r.l.write(ctx, r.inv.Shard, rng, r.windows); err != nil {
-		return err
-	}
-	r.inv.Outputs += len(r.windows)
-	r.windows, r.ahead, r.behind = map[int64]*Partial{}, 0, 0
 	return nil
 }
 
-// window returns the group's partial of the window starting at start
-// (Unix nanoseconds) for the events from pos on, opened if need be. When
-// it would be one more than MaxAhead windows after the part's first window
-// or MaxCorrections before it, the part held so far is written first
-// (keyed by its first and last events) and a new part begins with this
-// window as its first. It depends on the order of the group's events
-// alone, so a retry cuts the same parts.
-func (r *lambdaRun) window(ctx context.Context, start int64, pos stream.Position) (*Partial, error) {
-	if p := r.windows[start]; p != nil {
-		return p, nil
+// positionKey is the key of an output whose window's first event is at
+// pos: "seq_sub". It has no '.' or '/', as a partial's file name wants.
+func positionKey(pos stream.Position) string {
+	return pos.Seq + "_" + strconv.FormatInt(pos.Sub, 10)
+}
+
+// write writes the windows held to the sinks and empties them.
+func (r *lambdaRun) write(ctx context.Context) error {
+	for _, w := range r.windows {
+		r.inv.Folded += w.p.Folded
 	}
-	if len(r.windows) > 0 && ((start > r.first && r.ahead >= r.o.MaxAhead) || (start < r.first && r.behind >= r.o.MaxCorrections)) {
-		if err := r.write(ctx, partRange(r.from, r.last)); err != nil {
-			return nil, err
+	if err := r.l.write(ctx, r.inv.Shard, r.windows); err != nil {
+		return err
+	}
+	r.inv.Outputs += len(r.windows)
+	r.windows, r.ahead, r.behind = map[int64]*heldWindow{}, 0, 0
+	return nil
+}
+
+// enter begins the rows of record seq, unless they continue the record
+// being added. A group that holds more windows than the caps allow (more
+// than MaxAhead after the window of its first event, or MaxCorrections
+// before it) when a record begins is written, and a new commit group
+// begins at that record: the cut depends on the events since the group's
+// first record, where any retry of the group starts, so every retry cuts
+// there too; once it is written, a failure names the new group's record.
+func (r *lambdaRun) enter(ctx context.Context, seq string) error {
+	if seq == r.rec {
+		return nil
+	}
+	r.rec = seq
+	clear(r.touched)
+	if r.ahead > r.o.MaxAhead || r.behind > r.o.MaxCorrections {
+		if err := r.write(ctx); err != nil {
+			return err
 		}
 		r.inv.EarlyWrites++
+		r.from = seq
+	}
+	return nil
+}
+
+// window returns the partial of the window starting at start (Unix
+// nanoseconds) for the events from pos on, opened if need be. One record
+// adds at most MaxAhead + MaxCorrections + 1 windows to those a group
+// held when it began: an event of one more writes every window held
+// first (an early write, in the same commit group). That cut depends on
+// the record's events alone, wherever its group began, so a retry that
+// begins at another record cuts there too.
+func (r *lambdaRun) window(ctx context.Context, start int64, pos stream.Position) (*Partial, error) {
+	if r.touched == nil {
+		r.touched = map[int64]bool{}
+	}
+	if len(r.touched) == 0 || start != r.last {
+		if !r.touched[start] {
+			if len(r.touched) > r.o.MaxAhead+r.o.MaxCorrections {
+				if err := r.write(ctx); err != nil {
+					return nil, err
+				}
+				r.inv.EarlyWrites++
+				clear(r.touched)
+			}
+			r.touched[start] = true
+		}
+		r.last = start
+	}
+	if w := r.windows[start]; w != nil {
+		return w.p, nil
 	}
 	switch {
 	case len(r.windows) == 0:
-		r.first, r.from = start, pos
+		r.first = start
 	case start > r.first:
 		r.ahead++
 	case start < r.first:
 		r.behind++
 	}
 	p := r.o.newPartial(start)
-	r.windows[start] = p
+	r.windows[start] = &heldWindow{p: p, first: pos}
 	return p, nil
 }
 
@@ -289,6 +342,12 @@ func (r *lambdaRun) addEvents(ctx context.Context, b *stream.Batch) error {
 
 // addDecisions rolls decisions up one by one, the first at position pos.
 func (r *lambdaRun) addDecisions(ctx context.Context, ds []decisions.Decision, pos stream.Position) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	if err := r.enter(ctx, pos.Seq); err != nil {
+		return err
+	}
 	for j := range ds {
 		d := &ds[j]
 		at := stream.Position{Seq: pos.Seq, Sub: pos.Sub + int64(j)}
@@ -297,7 +356,6 @@ func (r *lambdaRun) addDecisions(ctx context.Context, ds []decisions.Decision, p
 			return err
 		}
 		p.Update(d)
-		r.last = at
 	}
 	return nil
 }
@@ -307,6 +365,12 @@ func (r *lambdaRun) addDecisions(ctx context.Context, ds []decisions.Decision, p
 func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 	if rows.Columns == nil {
 		return r.addDecisions(ctx, rows.Events[rows.Lo:], stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(rows.Lo)})
+	}
+	if rows.Lo >= rows.Len() {
+		return nil
+	}
+	if err := r.enter(ctx, rows.Pos.Seq); err != nil {
+		return err
 	}
 	r.batch.Prepare(rows.Columns)
 	times, w := r.batch.Times(), int64(r.o.Window)
@@ -321,7 +385,6 @@ func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 			return err
 		}
 		p.UpdateColumns(&r.batch, i, j)
-		r.last = stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(j-1)}
 		i = j
 	}
 	return nil
@@ -329,14 +392,15 @@ func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 
 // write writes a group's windows to each sink in turn and flushes it,
 // stopping at the first sink that fails.
-func (l *KinesisLambda) write(ctx context.Context, shard, rng string, windows map[int64]*Partial) error {
+func (l *KinesisLambda) write(ctx context.Context, shard string, windows map[int64]*heldWindow) error {
 	if len(windows) == 0 {
 		return nil
 	}
 	starts := sortedKeys(windows)
 	for _, s := range l.Sinks {
 		for _, start := range starts {
-			if err := s.Write(ctx, shard, Output{Partial: windows[start], Range: rng}); err != nil {
+			w := windows[start]
+			if err := s.Write(ctx, shard, Output{Partial: w.p, Range: positionKey(w.first)}); err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,10 +105,12 @@ func TestKinesisLambdaPartialFailure(t *testing.T) {
 	if e, _ := totals(t, dir, time.Second); e != 1500 {
 		t.Fatalf("after the failure the partials hold %d events, want the first group's 1500", e)
 	}
-	wantRange := ev.Records[0].Kinesis.SequenceNumber + "-" + ev.Records[2].Kinesis.SequenceNumber
+	if len(after.seen) == 0 {
+		t.Fatal("the sink after the failing one saw nothing of the first group")
+	}
 	for _, r := range after.seen {
-		if r != wantRange {
-			t.Fatalf("the sink after the failing one saw %s, want only %s", r, wantRange)
+		if !before(r, second) {
+			t.Fatalf("the sink after the failing one saw %s, want only outputs of the first group, before %s", r, second)
 		}
 	}
 	if len(invs) != 1 || invs[0].FailedAt != second || invs[0].Err == nil || invs[0].Events != 3000 {
@@ -130,8 +133,8 @@ func TestKinesisLambdaPartialFailure(t *testing.T) {
 	}
 }
 
-// downFrom fails every write of an output whose range starts at from
-// while down is set.
+// downFrom fails every write of an output keyed at or after the position
+// from ("seq" or "seq_sub", see positionKey) while down is set.
 type downFrom struct {
 	Sink
 	from string
@@ -139,10 +142,24 @@ type downFrom struct {
 }
 
 func (s *downFrom) Write(ctx context.Context, partition string, o Output) error {
-	if s.down && strings.HasPrefix(o.Range, s.from+"-") {
+	if s.down && !before(o.Range, s.from) {
 		return errors.New("sink down")
 	}
 	return s.Sink.Write(ctx, partition, o)
+}
+
+// before reports whether the output key k (positionKey) comes before the
+// position p, "seq" (its record's first event) or "seq_sub"; the
+// sequence numbers of kinesisEvent have one length.
+func before(k, p string) bool {
+	ks, ksub, _ := strings.Cut(k, "_")
+	ps, psub, _ := strings.Cut(p, "_")
+	if ks != ps {
+		return ks < ps
+	}
+	a, _ := strconv.Atoi(ksub)
+	b, _ := strconv.Atoi(psub)
+	return a < b
 }
 
 // ranges records the ranges written to it.
@@ -242,32 +259,36 @@ func TestKinesisLambdaWindowCaps(t *testing.T) {
 	t.Run("backlog", func(t *testing.T) {
 		const windows = 10
 		ds := backlog(14, 3001, windows)
-		win := make([]int, len(ds)) // the window of each event, from t0
-		for i := range ds {
-			win[i] = int(ds[i].Time.Sub(t0) / time.Second)
-		}
 		ev := kinesisEvent(t, ds) // 6 Arrow records of 500, 1 JSON, 1 corrupt
-		// In time order, each part holds its first window and the two
-		// after it: windows 0-2, 3-5, 6-8 and 9.
+		// Records 0 and 1 touch windows 0 to 3, three after the first:
+		// past MaxAhead 2, the group is written when record 2 begins and
+		// a new one begins there. Likewise at records 4 and 6. So the
+		// commit groups are records 0-1, 2-3, 4-5 and 6-7, and windows
+		// 3, 6 and 9 are split between two of them.
+		groups := []int{0, 2, 4, 6, 8}
 		want := map[string]bool{}
-		for i, from := 0, 0; i < len(ds); i++ {
-			if i == len(ds)-1 || win[i+1] != win[i] && win[i+1]%3 == 0 {
-				want[partRange(eventPos(ev, from), eventPos(ev, i))] = true
-				from = i + 1
+		for g := range len(groups) - 1 {
+			seen := map[int64]bool{}
+			for i := 500 * groups[g]; i < min(500*groups[g+1], len(ds)); i++ {
+				if w := windowStart(ds[i].Time, time.Second); !seen[w] {
+					seen[w] = true
+					want[positionKey(eventPos(ev, i))] = true
+				}
 			}
 		}
-		got := lambdaParts(t, ev, 2, windows, want)
-		if len(got) != windows {
-			t.Errorf("%d files, want one per window, %d", len(got), windows)
+		got := lambdaParts(t, ev, 2, want, 3, 2)
+		if len(got) != 13 {
+			t.Errorf("%d files, want 13: one per window and group", len(got))
 		}
 	})
 	t.Run("hostile", func(t *testing.T) {
 		ds := decisiontest.NewGenerator(15, t0).Batch(501)
 		for i := range ds {
 			// Far future windows later and later, far past ones earlier
-			// and earlier: after a part's first event they fall ahead
-			// and behind by turns, so with both caps 1 a part holds
-			// three windows of an event each.
+			// and earlier, one event each: with both caps 1 a record adds
+			// three windows at most to a group, so record 0 is written in
+			// parts of three events, the last of which goes on into
+			// record 1.
 			off := time.Duration(1000+i) * time.Hour
 			if i%2 == 1 {
 				off = -off
@@ -276,10 +297,10 @@ func TestKinesisLambdaWindowCaps(t *testing.T) {
 		}
 		ev := kinesisEvent(t, ds)
 		want := map[string]bool{}
-		for i := 0; i < len(ds); i += 3 {
-			want[partRange(eventPos(ev, i), eventPos(ev, min(i+2, len(ds)-1)))] = true
+		for i := range ds {
+			want[positionKey(eventPos(ev, i))] = true
 		}
-		lambdaParts(t, ev, 1, len(ds), want)
+		lambdaParts(t, ev, 1, want, 166, 0)
 	})
 }
 
@@ -336,13 +357,14 @@ func TestKinesisLambdaPartsStores(t *testing.T) {
 		slices.Sort(out)
 		return out, ranges
 	}
-	// Each early write adds a part to the groups written whole.
-	d, parts := keys(dir)
+	// The capped run splits windows between groups: more outputs than
+	// the run without the cap, the same in both stores.
+	d, _ := keys(dir)
 	tb, _ := keys(table)
-	_, groups := keys(whole)
-	if !slices.Equal(d, tb) || len(d) != invs[0].Outputs || len(groups) != 3 || uint64(len(parts)) != uint64(len(groups))+invs[0].EarlyWrites {
-		t.Errorf("outputs: %d in the directory, %d in the table, %d written; %d parts, %d groups, %d early writes\n%v\n%v",
-			len(d), len(tb), invs[0].Outputs, len(parts), len(groups), invs[0].EarlyWrites, d, tb)
+	w, _ := keys(whole)
+	if !slices.Equal(d, tb) || len(d) != invs[0].Outputs || len(d) <= len(w) {
+		t.Errorf("outputs: %d in the directory, %d in the table, %d written, %d without the cap\n%v\n%v",
+			len(d), len(tb), invs[0].Outputs, len(w), d, tb)
 	}
 	read := func(s interface {
 		Read(context.Context, time.Duration, time.Time, time.Time) (map[time.Time]*Partial, []ReadProblem, error)
@@ -370,14 +392,15 @@ func TestKinesisLambdaPartsStores(t *testing.T) {
 
 // lambdaParts runs ev through a KinesisLambda with window 1 s and both
 // window caps at capN, from Arrow columns and event by event, and checks
-// that the group is written in the parts keyed by want, outputs windows
-// partials in all, every event stored once; that a sink failing on the
-// third part fails the group at its first record with only the parts
-// before it written, to both sinks; and that the retry, and a second one,
-// leave the files of a run without the failure. It returns those files.
-func lambdaParts(t *testing.T, ev events.KinesisEvent, capN, outputs int, want map[string]bool) map[string][]byte {
+// that it writes the outputs keyed by want, earlyWrites of them before
+// the end of their group, every event stored once; that a sink failing
+// from the middle output on fails the invocation at record failAt, where
+// that output's commit group began, with only outputs before it written
+// to the sinks; and that the retry from there, and a second one, leave
+// the files of a run without the failure. It returns those files.
+func lambdaParts(t *testing.T, ev events.KinesisEvent, capN int, want map[string]bool, earlyWrites uint64, failAt int) map[string][]byte {
 	t.Helper()
-	parts := sortedKeys(want)
+	keys := sortedKeys(want)
 	var ref map[string][]byte
 	for _, perEvent := range []bool{true, false} {
 		dir := t.TempDir()
@@ -389,19 +412,18 @@ func lambdaParts(t *testing.T, ev events.KinesisEvent, capN, outputs int, want m
 			t.Fatalf("per event %v: %v %+v", perEvent, err, resp)
 		}
 		inv := invs[0]
-		if inv.EarlyWrites != uint64(len(want)-1) || l.Stats().EarlyWrites != inv.EarlyWrites || inv.Outputs != outputs || inv.Corrupt != 1 {
-			t.Errorf("per event %v: %d early writes, %d outputs, %d corrupt; want %d, %d, 1", perEvent, inv.EarlyWrites, inv.Outputs, inv.Corrupt, len(want)-1, outputs)
+		if inv.EarlyWrites != earlyWrites || l.Stats().EarlyWrites != inv.EarlyWrites || inv.Outputs != len(want) || inv.Corrupt != 1 {
+			t.Errorf("per event %v: %d early writes, %d outputs, %d corrupt; want %d, %d, 1", perEvent, inv.EarlyWrites, inv.Outputs, inv.Corrupt, earlyWrites, len(want))
 		}
 		if events := storedEvents(t, dir); events != inv.Events {
 			t.Errorf("per event %v: partials hold %d events, the invocation %d", perEvent, events, inv.Events)
 		}
-		written := slices.Compact(seen.seen)
-		if !slices.Equal(slices.Sorted(slices.Values(written)), parts) {
-			t.Errorf("per event %v: parts written\n%v\nwant\n%v", perEvent, written, parts)
+		if written := slices.Sorted(slices.Values(seen.seen)); !slices.Equal(written, keys) {
+			t.Errorf("per event %v: outputs written\n%v\nwant\n%v", perEvent, written, keys)
 		}
 		whole := files(t, dir)
-		if len(whole) != outputs {
-			t.Errorf("per event %v: %d files, %d outputs", perEvent, len(whole), outputs)
+		if len(whole) != len(want) {
+			t.Errorf("per event %v: %d files, %d outputs", perEvent, len(whole), len(want))
 		}
 		if ref == nil {
 			ref = whole
@@ -409,28 +431,31 @@ func lambdaParts(t *testing.T, ev events.KinesisEvent, capN, outputs int, want m
 			sameFiles(t, "columns", whole, ref)
 		}
 
-		// The third part fails: the group fails at its first record, the
-		// parts before it are written to both sinks, nothing after.
-		from, _, _ := strings.Cut(written[2], "-")
+		// Every output from the middle one on fails: the invocation
+		// names the record where its group began, and nothing at or
+		// after it reached either sink.
+		from := keys[len(keys)/2]
 		dir = t.TempDir()
 		flaky, after := &downFrom{Sink: &PartialsDir{Dir: dir}, from: from, down: true}, &ranges{}
 		l = &KinesisLambda{Sinks: []Sink{flaky, after}, Window: time.Second, MaxAhead: capN, MaxCorrections: capN, perEvent: perEvent}
 		resp, err := l.Handle(context.Background(), ev)
-		if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[0].Kinesis.SequenceNumber {
-			t.Fatalf("per event %v: a sink failing on the third part answered %v %+v", perEvent, err, resp)
+		if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[failAt].Kinesis.SequenceNumber {
+			t.Fatalf("per event %v: a sink failing from %s on answered %v %+v, want record %d", perEvent, from, err, resp, failAt)
 		}
-		firstTwo := slices.Compact(slices.Clone(after.seen))
-		if !slices.Equal(firstTwo, written[:2]) {
-			t.Errorf("per event %v: before the failure the sink after saw %v", perEvent, firstTwo)
+		for _, k := range after.seen {
+			if !before(k, from) {
+				t.Errorf("per event %v: the sink after the failing one saw %s, at or after %s", perEvent, k, from)
+			}
 		}
 		for name := range files(t, dir) {
-			if !strings.Contains(name, firstTwo[0]) && !strings.Contains(name, firstTwo[1]) {
-				t.Errorf("per event %v: %s written after the failed part", perEvent, name)
+			if k := strings.Split(name, ".")[2]; !before(k, from) {
+				t.Errorf("per event %v: %s written at or after %s", perEvent, name, from)
 			}
 		}
 		flaky.down = false
 		for range 2 {
-			if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			retry := events.KinesisEvent{Records: ev.Records[failAt:]}
+			if resp, err := l.Handle(context.Background(), retry); err != nil || len(resp.BatchItemFailures) != 0 {
 				t.Fatalf("per event %v: retry: %v %+v", perEvent, err, resp)
 			}
 			sameFiles(t, "retried", files(t, dir), whole)

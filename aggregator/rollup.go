@@ -214,8 +214,9 @@ type Output struct {
 	Partial    *Partial
 	Correction bool // late events of a window emitted before
 	From, To   uint64
-	// Range, when set, names the source positions instead of From-To: a
-	// Lambda invocation's first and last Kinesis sequence numbers.
+	// Range, when set, names the source positions instead of From-To:
+	// for the Lambda, the position of the window's first event in its
+	// commit group, "seq_sub" (see KinesisLambda).
 	Range string
 }
 

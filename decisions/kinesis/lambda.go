@@ -2,7 +2,9 @@ package kinesis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,12 +39,17 @@ type LambdaOptions struct {
 // reported (Batch.Corrupt), so a poison record does not hold up its shard.
 //
 // When Handle fails, the invocation answers with a partial batch failure
-// naming the batch's first record (configure the mapping with
-// FunctionResponseTypes ReportBatchItemFailures): Lambda then retries from
-// that record on, and the batches before it, committed by their nil
-// return, are not delivered again. A retry hands the same records in the
-// same batches from that record on, so a handler can key its outputs by
-// batch and be idempotent.
+// naming the batch's first record, or the record a RetryFrom error names
+// (configure the mapping with FunctionResponseTypes
+// ReportBatchItemFailures): Lambda then retries from that record on, and
+// the records before it, committed by their nil return, are not
+// delivered again. A retry begins at that record but may end elsewhere
+// than the failed invocation did (a batch split in halves, records
+// arrived since): its batches are cut from that record on, as this
+// invocation's were, but the last may hold fewer or more records. A
+// handler that keys its outputs by a batch's range is therefore not
+// idempotent across retries; one that keys them by where they begin can
+// be (see aggregator.KinesisLambda).
 //
 // The handler is opened on the invocation's shard with the first record's
 // position, and is handed the records from the position Open returns when
@@ -116,11 +123,29 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 		err := l.h.Handle(ctx, &b)
 		l.events.Add(b.Handed())
 		if err != nil {
-			return l.fail(g[0].Pos.Seq), nil
+			seq := g[0].Pos.Seq
+			var from *RetryFrom
+			if errors.As(err, &from) && slices.ContainsFunc(g, func(r stream.Record) bool { return r.Pos.Seq == from.Seq }) {
+				seq = from.Seq
+			}
+			return l.fail(seq), nil
 		}
 	}
 	return events.KinesisEventResponse{}, nil
 }
+
+// RetryFrom is the error of a handler of a LambdaHandler whose batch
+// failed at record Seq, one of the batch's: the records before it are
+// done, their outputs durable, so the invocation names Seq as its batch
+// item failure rather than the batch's first record, and Lambda retries
+// from Seq.
+type RetryFrom struct {
+	Seq string
+	Err error
+}
+
+func (e *RetryFrom) Error() string { return e.Err.Error() }
+func (e *RetryFrom) Unwrap() error { return e.Err }
 
 // fail answers with a batch item failure at seq.
 func (l *LambdaHandler) fail(seq string) events.KinesisEventResponse {

@@ -255,3 +255,38 @@ func TestLambdaHandlerOpenPosition(t *testing.T) {
 	f(first, first, 150)
 	f(stream.Position{Seq: "elsewhere", Sub: 3}, first, 150)
 }
+
+// TestLambdaHandlerRetryFrom: a handler's RetryFrom naming one of its
+// batch's records makes the invocation name that record; one naming a
+// record outside the batch (a handler's mistake, or a position of another
+// batch) falls back to the batch's first record, so that nothing the
+// batch holds is skipped.
+func TestLambdaHandlerRetryFrom(t *testing.T) {
+	payloads := make([][]byte, 6)
+	for i := range payloads {
+		payloads[i] = []byte{9, 9, 9}
+	}
+	ev := lambdaEvent(t, payloads)
+	seq := func(i int) string { return ev.Records[i].Kinesis.SequenceNumber }
+	for _, c := range []struct {
+		name     string
+		from     string
+		failedAt int
+	}{
+		{"a record of the batch", seq(4), 4},
+		{"the batch's first", seq(3), 3},
+		{"a record of an earlier batch", seq(1), 3},
+		{"no record", "4959", 3},
+	} {
+		l := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.Records[0].Pos.Seq == seq(3) {
+				return fmt.Errorf("write: %w", &RetryFrom{Seq: c.from, Err: errors.New("sink down")})
+			}
+			return nil
+		}), LambdaOptions{CommitRecords: 3})
+		resp, err := l.Handle(context.Background(), ev)
+		if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != seq(c.failedAt) {
+			t.Errorf("%s: %v %+v, want a failure at record %d", c.name, err, resp, c.failedAt)
+		}
+	}
+}

@@ -8,9 +8,12 @@ import (
 
 // position is a source position as an EMF document's rw_range names it:
 // an offset or event number ("12" in `ratewarden aggregate`'s "12-40"), or
-// a Kinesis sequence number, alone (a Lambda commit group's "seq-seq") or
-// with the index of the event within its record (a Lambda part's
-// "seq_sub-seq_sub", aggregator/lambda.go partRange). Sequence numbers are
+// a Kinesis sequence number, alone (a Lambda commit group's "seq-seq", as
+// earlier versions keyed a group) or with the index of the event within
+// its record (their parts' "seq_sub-seq_sub"). The Lambda now keys an
+// output by its window's first event alone, "seq_sub": not a range, since
+// a retry may end elsewhere, so parseRange refuses it (this benchmark
+// measures the aggregate and serve commands). Sequence numbers are
 // decimal strings of up to 128 digits, beyond uint64, so seq keeps the
 // digits, without leading zeros, and compares by length, then bytes.
 type position struct {

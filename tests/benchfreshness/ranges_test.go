@@ -14,10 +14,11 @@ const (
 	seqB = "49590338271490256608559692540779422735150834338549071874"
 )
 
-// parseRange reads every form of rw_range the aggregator writes: the
-// aggregate command's event or offset range, a Lambda commit group's
-// first and last sequence numbers, and a Lambda part's seq_sub ends; the
-// end it returns holds exactly the positions up to it.
+// parseRange reads every form of rw_range the aggregator writes as a
+// range: the aggregate command's event or offset range, and those earlier
+// Lambda versions wrote, a commit group's first and last sequence numbers
+// and a part's seq_sub ends; the end it returns holds exactly the
+// positions up to it.
 func TestParseRange(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -89,6 +90,7 @@ func TestParseRangeRefuses(t *testing.T) {
 		seqA + "_3-" + seqB + "_99999999999999999999",
 		seqA + "_-3-" + seqB + "_5",
 		"shardId-000000000000",
+		seqA + "_3", // the Lambda's key: where a window's events begin, no end
 	} {
 		if _, _, err := parseRange(rng); err == nil || !strings.Contains(err.Error(), rng) {
 			t.Errorf("parseRange(%q) = %v, want an error naming it", rng, err)

@@ -1,0 +1,171 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// TestKinesisLambdaRetryExtents: a sink fails once, at any of the first
+// writes, and Lambda's retries from the record the invocation names
+// deliver other extents than the failed one: fewer records (as
+// BisectBatchOnFunctionError and a smaller batch do), more (new records
+// arrived), or the same. Whatever the extents, every window's stored
+// partials merge to the counts and distinct clients of a run that never
+// failed: nothing is lost and nothing counted twice. It holds with commit
+// groups of the whole invocation and of three records, with window caps
+// that cut groups between records, and with a record whose events alone
+// pass the caps (cut within it).
+func TestKinesisLambdaRetryExtents(t *testing.T) {
+	ds := backlog(19, 6001, 12) // 12 Arrow records of 500, 1 JSON, 1 corrupt
+	hostile := backlog(19, 6001, 12)
+	for i := 2000; i < 2500; i += 25 { // in record 4, far windows ahead and behind by turns
+		off := time.Duration(100+i) * time.Second
+		if i%2 == 1 {
+			off = -off
+		}
+		hostile[i].Time = t0.Add(off)
+	}
+	for _, c := range []struct {
+		name    string
+		ev      events.KinesisEvent
+		commit  int
+		capN    int
+		extents []int // records per invocation, the first failing; the last repeats
+	}{
+		{"whole/shorter", kinesisEvent(t, ds), 0, 0, []int{14, 3, 2, 14}},
+		{"whole/longer", kinesisEvent(t, ds), 0, 0, []int{5, 9, 14}},
+		{"whole/halves", kinesisEvent(t, ds), 0, 0, []int{14, 7, 4, 2, 1, 14}},
+		{"groups/shorter", kinesisEvent(t, ds), 3, 0, []int{14, 4, 1, 14}},
+		{"groups/longer", kinesisEvent(t, ds), 3, 0, []int{4, 8, 14}},
+		{"caps/shorter", kinesisEvent(t, ds), 0, 1, []int{14, 1, 2, 14}},
+		{"caps/longer", kinesisEvent(t, ds), 4, 1, []int{6, 10, 14}},
+		{"hostile/shorter", kinesisEvent(t, hostile), 0, 1, []int{14, 1, 3, 14}},
+		{"hostile/longer", kinesisEvent(t, hostile), 3, 2, []int{5, 9, 14}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			newLambda := func(s Sink) *KinesisLambda {
+				return &KinesisLambda{Sinks: []Sink{s}, Window: time.Second, CommitRecords: c.commit,
+					MaxAhead: c.capN, MaxCorrections: c.capN}
+			}
+			clean := t.TempDir()
+			deliver(t, newLambda(&PartialsDir{Dir: clean}), c.ev, []int{len(c.ev.Records)})
+			want := windowsOf(t, clean)
+			var cleanWrites counting
+			deliver(t, newLambda(&cleanWrites), c.ev, []int{len(c.ev.Records)})
+			// Every one of the first writes fails in turn, then every
+			// stride-th.
+			failures, stride := 0, max(1, cleanWrites.n/16)
+			for n := 1; n <= cleanWrites.n; n = next(n, stride) {
+				dir := t.TempDir()
+				s := &failNth{Sink: &PartialsDir{Dir: dir}, n: n}
+				if deliver(t, newLambda(s), c.ev, c.extents) > 0 {
+					failures++
+				}
+				got := windowsOf(t, dir)
+				for start, w := range want {
+					if g := got[start]; g != w {
+						t.Fatalf("failing at write %d of %d: window %v differs from a run without failure:\n%s\nwant\n%s", n, cleanWrites.n, start, g, w)
+					}
+				}
+				if len(got) != len(want) {
+					t.Fatalf("failing at write %d: %d windows, want %d", n, len(got), len(want))
+				}
+			}
+			if failures == 0 {
+				t.Fatal("no delivery failed: the test proves nothing")
+			}
+		})
+	}
+}
+
+// next is the write to fail after n: the next while n < 16, then n +
+// stride.
+func next(n, stride int) int {
+	if n < 16 {
+		return n + 1
+	}
+	return n + stride
+}
+
+// deliver plays a Kinesis event-source mapping of one shard on l: the
+// k-th invocation holds extents[k] records (the last extent repeats, and
+// an extent is cut at the last record) from the shard's position, which
+// moves past an invocation that succeeds and to the record a failing one
+// names. It returns how many invocations failed.
+func deliver(t *testing.T, l *KinesisLambda, ev events.KinesisEvent, extents []int) (failed int) {
+	t.Helper()
+	pos := 0
+	for k := 0; pos < len(ev.Records); k++ {
+		if k > 100 {
+			t.Fatal("more than 100 invocations")
+		}
+		n := extents[min(k, len(extents)-1)]
+		end := min(pos+n, len(ev.Records))
+		resp, err := l.Handle(context.Background(), events.KinesisEvent{Records: ev.Records[pos:end]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.BatchItemFailures) == 0 {
+			pos = end
+			continue
+		}
+		failed++
+		at := resp.BatchItemFailures[0].ItemIdentifier
+		next := -1
+		for i := pos; i < end; i++ {
+			if ev.Records[i].Kinesis.SequenceNumber == at {
+				next = i
+			}
+		}
+		if next < 0 {
+			t.Fatalf("failure at %s, not a record of the invocation", at)
+		}
+		pos = next
+	}
+	return failed
+}
+
+// windowsOf reads the partials under dir merged by window, each as the
+// encodings of its events, counts and distinct clients: what a partial
+// merged from any split of the same events holds alike.
+func windowsOf(t *testing.T, dir string) map[time.Time]string {
+	t.Helper()
+	ps, problems, err := (&PartialsDir{Dir: dir}).Read(t.Context(), time.Second, t0.Add(-24*time.Hour), t0.Add(24*time.Hour))
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	out := map[time.Time]string{}
+	for start, p := range ps {
+		counts, _ := p.Counts.AppendBinary(nil)
+		clients, _ := p.Clients.AppendBinary(nil)
+		out[start] = fmt.Sprintf("events %d counts %x clients %x", p.Events, bytes.Clone(counts), clients)
+	}
+	return out
+}
+
+// failNth fails its n-th Write, once.
+type failNth struct {
+	Sink
+	n, writes int
+}
+
+func (s *failNth) Write(ctx context.Context, partition string, o Output) error {
+	s.writes++
+	if s.writes == s.n {
+		return errors.New("sink down")
+	}
+	return s.Sink.Write(ctx, partition, o)
+}
+
+// counting counts the writes it is given.
+type counting struct{ n int }
+
+func (c *counting) Write(context.Context, string, Output) error { c.n++; return nil }
+func (c *counting) Flush(context.Context) error                 { return nil }
