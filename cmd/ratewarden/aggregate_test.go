@@ -110,7 +110,7 @@ func TestAggregateStateFromRemovedLog(t *testing.T) {
 	saved, outputs := snapshot(t, state), snapshot(t, partials)
 	for _, extra := range [][]string{{"--no-follow"}, {"--linger", "1ms"}} {
 		code, errs := aggregate(state, extra...)
-		for _, want := range []string{"offset 1200: past the log's end 300", "the state in " + state + " is from a log that was removed, replaced or cut short",
+		for _, want := range []string{"aggregate log: log " + dir + ": offset 1200: past the log's end 300", "the state in " + state + " is from a log that was removed, replaced or cut short",
 			"to read " + dir + " from its start, move the state directory away"} {
 			if !strings.Contains(errs, want) {
 				t.Errorf("%v: stderr lacks %q:\n%s", extra, want, errs)

@@ -252,7 +252,9 @@ func (s *Source) batch(ctx context.Context, pos stream.Position) (b *stream.Batc
 			break
 		}
 		if err != nil {
-			return s.batchOf(pos, next, recs), false, fmt.Errorf("read log: %w", err)
+			// The reader's errors name the log ("read log: ...", "log DIR:
+			// ...") or are the context's.
+			return s.batchOf(pos, next, recs), false, err
 		}
 		next = max(next, rec.FirstOffset+uint64(rec.Count))
 		if !s.rd.keep(&rec, s.o.Follow) {
