@@ -26,8 +26,8 @@ type Offenders struct {
 	// leave out: those that refused requests in a partial of encoding
 	// version 1 or 2, which listed no client by refusals per tier,
 	// decoded (DecodePartial) or merged in (Merge). A reader shows those
-	// tiers' refusals per client as unknown, or as lower bounds. Not
-	// encoded.
+	// tiers' refusals per client as unknown, or as lower bounds. The
+	// partial encodes it since its version 4 (Partial.AppendBinary).
 	TiersUnlisted map[string]bool
 	// order is AppendBinary's scratch, for each list in turn (see
 	// TopK.appendBinary).

@@ -110,13 +110,17 @@ const partialMagic = "RWP"
 
 // partialVersion is the version AppendBinary writes: after the magic, the
 // version, the window's start, its length and the events, each aggregate's
-// encoding whole, in the order of parts. Versions 1 and 2, which
-// DecodePartial still reads, wrote each aggregate's version 1 part in that
-// order, then (version 2) the distinct clients by rule, the requests by
-// rule and the challenged and token-passing clients; version 3 added the
-// refusals by tier, which partials of the earlier versions have empty, as
-// version 1's have the lists of version 2.
-const partialVersion = 3
+// encoding whole, in the order of parts, then the tiers whose refusals by
+// tier are unlisted (Offenders.TiersUnlisted), sorted. Versions 1 and 2,
+// which DecodePartial still reads, wrote each aggregate's version 1 part
+// in that order, then (version 2) the distinct clients by rule, the
+// requests by rule and the challenged and token-passing clients; version
+// 3 added the refusals by tier, which partials of the earlier versions
+// have empty (and their refusing tiers unlisted), as version 1's have the
+// lists of version 2; version 4 the unlisted tiers, which version 3 lost
+// when it encoded a partial that held some (a window of an earlier
+// version restored from a state and emitted).
+const partialVersion = 4
 
 // AppendBinary appends p's encoding. Equal partials encode to equal bytes.
 func (p *Partial) AppendBinary(b []byte) ([]byte, error) { return p.appendBinary(b, false) }
@@ -136,7 +140,13 @@ func (p *Partial) appendBinary(b []byte, layout bool) ([]byte, error) {
 			return b, err
 		}
 	}
-	return p.Offenders.appendBinary(b, layout), nil
+	b = p.Offenders.appendBinary(b, layout)
+	unlisted := sortedKeys(p.Offenders.TiersUnlisted)
+	b = appendUvarint(b, uint64(len(unlisted)))
+	for _, tier := range unlisted {
+		b = appendString(b, tier)
+	}
+	return b, nil
 }
 
 // appendPartial appends p's encoding as appendBytes would, encoded in
@@ -178,6 +188,14 @@ func DecodePartial(b []byte) (*Partial, error) {
 		for _, a := range p.parts() {
 			if err = a.decode(r); err != nil {
 				break
+			}
+		}
+		if err == nil && v >= 4 {
+			for range r.count(1) {
+				p.Offenders.unlisted(r.string())
+			}
+			if err = r.err; err != nil {
+				err = fmt.Errorf("unlisted tiers: %w", err)
 			}
 		}
 	} else {

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bytes"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -70,11 +71,11 @@ func TestDecodePartialV2(t *testing.T) {
 	withoutTierRefusals := func(p *Partial) []byte {
 		q := *p
 		o := *p.Offenders
-		o.RefusalsByTier = map[string]*TopK{}
+		o.RefusalsByTier, o.TiersUnlisted = map[string]*TopK{}, nil
 		q.Offenders = &o
 		return encode(t, &q)
 	}
-	if got, want := encode(t, old), withoutTierRefusals(now); !bytes.Equal(got, want) {
+	if got, want := withoutTierRefusals(old), withoutTierRefusals(now); !bytes.Equal(got, want) {
 		t.Errorf("the version 2 partial decodes to %d bytes that differ from the same events' %d now", len(got), len(want))
 	}
 
@@ -95,6 +96,11 @@ func TestDecodePartialV2(t *testing.T) {
 	again, err := DecodePartial(encode(t, old))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Its tiers that refused are unlisted, and stay so encoded again.
+	want := map[string]bool{"anonymous": true, "authenticated": true}
+	if !maps.Equal(old.Offenders.TiersUnlisted, want) || !maps.Equal(again.Offenders.TiersUnlisted, want) {
+		t.Errorf("unlisted tiers %v, encoded and decoded again %v; want %v", old.Offenders.TiersUnlisted, again.Offenders.TiersUnlisted, want)
 	}
 	if err := again.Merge(now, false); err != nil {
 		t.Fatal(err)
@@ -156,6 +162,15 @@ func TestRestoreV2Partial(t *testing.T) {
 	tiers := got[0].Partial.Offenders.RefusalsByTier
 	if len(tiers) != 1 || tiers["anonymous"].Top(10)[0].Count != 1 {
 		t.Errorf("refusals by tier %v: want the one refusal added after the restore", tiers)
+	}
+	// The lists hold only the refusals after the restore: the tiers that
+	// refused before it stay unlisted in the output, as stored.
+	stored, err := DecodePartial(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]bool{"anonymous": true, "authenticated": true}; !maps.Equal(stored.Offenders.TiersUnlisted, want) {
+		t.Errorf("the output's unlisted tiers %v, want %v", stored.Offenders.TiersUnlisted, want)
 	}
 }
 
