@@ -36,8 +36,15 @@ import (
 // extension of them; events past a shorter retry come back in a later
 // group, under the key of their own first event. So stored partials are
 // replaced, never doubled, whatever the extents, and EMF documents carry
-// the same rw_key. Readers merge a window's partials across groups,
-// invocations and shards.
+// the same rw_key. A function error (a timeout, a crash) is retried from
+// the batch's first record instead, in halves with
+// BisectBatchOnFunctionError: with one commit group per invocation
+// (CommitRecords 0) that the caps did not cut, every half still begins
+// where a group began or inside the one group, and the same holds; with
+// smaller groups or a cut, a half that begins inside a group of the
+// failed invocation cuts its groups elsewhere, and what that group had
+// stored can be counted again. Readers merge a window's partials across
+// groups, invocations and shards.
 //
 // A record that cannot be decoded is skipped, counted and reported. When a
 // sink fails, the invocation answers with a partial batch failure naming

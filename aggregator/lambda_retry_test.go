@@ -37,16 +37,23 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 		commit  int
 		capN    int
 		extents []int // records per invocation, the first failing; the last repeats
+		crash   bool  // a failure is a function error: Lambda retries the whole batch
 	}{
-		{"whole/shorter", kinesisEvent(t, ds), 0, 0, []int{14, 3, 2, 14}},
-		{"whole/longer", kinesisEvent(t, ds), 0, 0, []int{5, 9, 14}},
-		{"whole/halves", kinesisEvent(t, ds), 0, 0, []int{14, 7, 4, 2, 1, 14}},
-		{"groups/shorter", kinesisEvent(t, ds), 3, 0, []int{14, 4, 1, 14}},
-		{"groups/longer", kinesisEvent(t, ds), 3, 0, []int{4, 8, 14}},
-		{"caps/shorter", kinesisEvent(t, ds), 0, 1, []int{14, 1, 2, 14}},
-		{"caps/longer", kinesisEvent(t, ds), 4, 1, []int{6, 10, 14}},
-		{"hostile/shorter", kinesisEvent(t, hostile), 0, 1, []int{14, 1, 3, 14}},
-		{"hostile/longer", kinesisEvent(t, hostile), 3, 2, []int{5, 9, 14}},
+		{"whole/shorter", kinesisEvent(t, ds), 0, 0, []int{14, 3, 2, 14}, false},
+		{"whole/longer", kinesisEvent(t, ds), 0, 0, []int{5, 9, 14}, false},
+		{"whole/halves", kinesisEvent(t, ds), 0, 0, []int{14, 7, 4, 2, 1, 14}, false},
+		{"groups/shorter", kinesisEvent(t, ds), 3, 0, []int{14, 4, 1, 14}, false},
+		{"groups/longer", kinesisEvent(t, ds), 3, 0, []int{4, 8, 14}, false},
+		{"caps/shorter", kinesisEvent(t, ds), 0, 1, []int{14, 1, 2, 14}, false},
+		{"caps/longer", kinesisEvent(t, ds), 4, 1, []int{6, 10, 14}, false},
+		{"hostile/shorter", kinesisEvent(t, hostile), 0, 1, []int{14, 1, 3, 14}, false},
+		{"hostile/longer", kinesisEvent(t, hostile), 3, 2, []int{5, 9, 14}, false},
+		// A function error (a timeout, a crash) retries the batch from its
+		// first record, in halves with BisectBatchOnFunctionError: one
+		// commit group per invocation, as by default, begins where any
+		// half of it begins.
+		{"crash/halves", kinesisEvent(t, ds), 0, 0, []int{14, 7, 4, 2, 14}, true},
+		{"crash/longer", kinesisEvent(t, ds), 0, 0, []int{6, 14}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -55,17 +62,17 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 					MaxAhead: c.capN, MaxCorrections: c.capN}
 			}
 			clean := t.TempDir()
-			deliver(t, newLambda(&PartialsDir{Dir: clean}), c.ev, []int{len(c.ev.Records)})
+			deliver(t, newLambda(&PartialsDir{Dir: clean}), c.ev, []int{len(c.ev.Records)}, false)
 			want := windowsOf(t, clean)
 			var cleanWrites counting
-			deliver(t, newLambda(&cleanWrites), c.ev, []int{len(c.ev.Records)})
+			deliver(t, newLambda(&cleanWrites), c.ev, []int{len(c.ev.Records)}, false)
 			// Every one of the first writes fails in turn, then every
 			// stride-th.
 			failures, stride := 0, max(1, cleanWrites.n/16)
 			for n := 1; n <= cleanWrites.n; n = next(n, stride) {
 				dir := t.TempDir()
 				s := &failNth{Sink: &PartialsDir{Dir: dir}, n: n}
-				if deliver(t, newLambda(s), c.ev, c.extents) > 0 {
+				if deliver(t, newLambda(s), c.ev, c.extents, c.crash) > 0 {
 					failures++
 				}
 				got := windowsOf(t, dir)
@@ -98,8 +105,9 @@ func next(n, stride int) int {
 // k-th invocation holds extents[k] records (the last extent repeats, and
 // an extent is cut at the last record) from the shard's position, which
 // moves past an invocation that succeeds and to the record a failing one
-// names. It returns how many invocations failed.
-func deliver(t *testing.T, l *KinesisLambda, ev events.KinesisEvent, extents []int) (failed int) {
+// names, or with crash stays at its first record (a function error,
+// whatever it stored). It returns how many invocations failed.
+func deliver(t *testing.T, l *KinesisLambda, ev events.KinesisEvent, extents []int, crash bool) (failed int) {
 	t.Helper()
 	pos := 0
 	for k := 0; pos < len(ev.Records); k++ {
@@ -127,7 +135,9 @@ func deliver(t *testing.T, l *KinesisLambda, ev events.KinesisEvent, extents []i
 		if next < 0 {
 			t.Fatalf("failure at %s, not a record of the invocation", at)
 		}
-		pos = next
+		if !crash {
+			pos = next
+		}
 	}
 	return failed
 }
