@@ -38,13 +38,14 @@ import (
 // replaced, never doubled, whatever the extents, and EMF documents carry
 // the same rw_key. A function error (a timeout, a crash) is retried from
 // the batch's first record instead, in halves with
-// BisectBatchOnFunctionError: with one commit group per invocation
-// (CommitRecords 0) that the caps did not cut, every half still begins
-// where a group began or inside the one group, and the same holds; with
-// smaller groups or a cut, a half that begins inside a group of the
-// failed invocation cuts its groups elsewhere, and what that group had
-// stored can be counted again. Readers merge a window's partials across
-// groups, invocations and shards.
+// BisectBatchOnFunctionError, and a half may begin inside a group: the
+// groups after it are cut at the same records all the same, as every cut
+// but one depends on the records alone (kinesis.StartsCommitGroup, the
+// epochs below, a record's own windows), so the same holds. The one that
+// does not is the caps' cut of events out of order (below): a half that
+// begins inside such a group may cut elsewhere and count what the group
+// had stored again. Readers merge a window's partials across groups,
+// invocations and shards.
 //
 // A record that cannot be decoded is skipped, counted and reported. When a
 // sink fails, the invocation answers with a partial batch failure naming
@@ -60,11 +61,14 @@ import (
 // EMF; stored partials merge them exactly.
 //
 // A commit group holds a partial of every window its decisions touch until
-// it is written, so the windows it holds are capped, relative to the
-// window of its first decision: MaxAhead windows after it and
-// MaxCorrections before it. A group past them when a record begins is
-// written there (an early write, Invocation.EarlyWrites) and a new commit
-// group begins at that record, so a failure after it names that record.
+// it is written, so the windows it holds are bounded. A backlog in time
+// order is cut where a record's first event enters another epoch of
+// MaxAhead/2 windows than the record before it; a group that still holds
+// more windows than the caps allow (MaxAhead after the window of its first
+// decision, MaxCorrections before it: events out of order) is cut at the
+// next record. A cut writes the windows held (an early write,
+// Invocation.EarlyWrites) and a new commit group begins at that record,
+// so a failure after it names that record.
 // Within a record, nothing is dropped: one record adds at most MaxAhead +
 // MaxCorrections + 1 windows to a group, and an event of one more writes
 // the windows held first (an early write within the group, cut where the
@@ -199,6 +203,10 @@ type lambdaRun struct {
 	rec     string
 	touched map[int64]bool
 	last    int64
+	// prevEpoch is the epoch of the previous record's first event, when
+	// hasPrev (see enter).
+	prevEpoch int64
+	hasPrev   bool
 }
 
 // heldWindow is a window's partial and the position of its first event
@@ -229,7 +237,7 @@ func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
 func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	r.inv.Shard = b.Partition
 	r.windows, r.ahead, r.behind = map[int64]*heldWindow{}, 0, 0
-	r.from, r.rec = b.Records[0].Pos.Seq, ""
+	r.from, r.rec, r.hasPrev = b.Records[0].Pos.Seq, "", false
 	var err error
 	if r.l.perEvent {
 		err = r.addEvents(ctx, b)
@@ -265,20 +273,33 @@ func (r *lambdaRun) write(ctx context.Context) error {
 	return nil
 }
 
-// enter begins the rows of record seq, unless they continue the record
-// being added. A group that holds more windows than the caps allow (more
-// than MaxAhead after the window of its first event, or MaxCorrections
-// before it) when a record begins is written, and a new commit group
-// begins at that record: the cut depends on the events since the group's
-// first record, where any retry of the group starts, so every retry cuts
-// there too; once it is written, a failure names the new group's record.
-func (r *lambdaRun) enter(ctx context.Context, seq string) error {
+// enter begins the rows of record seq, whose first event falls in the
+// window starting at first (Unix nanoseconds), unless they continue the
+// record being added. A record begins a new commit group, the windows
+// held written first (an early write), when
+//   - its first event falls in another epoch (epochWindows consecutive
+//     windows, counted from the Unix epoch) than the previous record's
+//     first event: a backlog in time order is cut there, where the two
+//     records alone say, so that any retry, whatever record it begins
+//     at, cuts there too; or
+//   - the group holds more windows than the caps allow (more than
+//     MaxAhead after the window of its first event, or MaxCorrections
+//     before it): events out of order. That cut depends on the events
+//     since the group's first record, which a retry from the record a
+//     failure names repeats, but a function error's retry in halves may
+//     not.
+//
+// Once the windows are written, a failure names the new group's record.
+func (r *lambdaRun) enter(ctx context.Context, seq string, first int64) error {
 	if seq == r.rec {
 		return nil
 	}
 	r.rec = seq
 	clear(r.touched)
-	if r.ahead > r.o.MaxAhead || r.behind > r.o.MaxCorrections {
+	epoch := floorDiv(first/int64(r.o.Window), r.epochWindows())
+	newEpoch := r.hasPrev && epoch != r.prevEpoch
+	r.prevEpoch, r.hasPrev = epoch, true
+	if newEpoch && len(r.windows) > 0 || r.ahead > r.o.MaxAhead || r.behind > r.o.MaxCorrections {
 		if err := r.write(ctx); err != nil {
 			return err
 		}
@@ -286,6 +307,20 @@ func (r *lambdaRun) enter(ctx context.Context, seq string) error {
 		r.from = seq
 	}
 	return nil
+}
+
+// epochWindows is the length of the epochs that cut a backlog in time
+// order (see enter), in windows: half of MaxAhead, so that a group of one
+// epoch and a record that goes on past it stays within the cap.
+func (r *lambdaRun) epochWindows() int64 { return int64(max(1, r.o.MaxAhead/2)) }
+
+// floorDiv is a / b rounded down, for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 // window returns the partial of the window starting at start (Unix
@@ -352,7 +387,7 @@ func (r *lambdaRun) addDecisions(ctx context.Context, ds []decisions.Decision, p
 	if len(ds) == 0 {
 		return nil
 	}
-	if err := r.enter(ctx, pos.Seq); err != nil {
+	if err := r.enter(ctx, pos.Seq, windowStart(ds[0].Time, r.o.Window)); err != nil {
 		return err
 	}
 	for j := range ds {
@@ -376,11 +411,11 @@ func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 	if rows.Lo >= rows.Len() {
 		return nil
 	}
-	if err := r.enter(ctx, rows.Pos.Seq); err != nil {
-		return err
-	}
 	r.batch.Prepare(rows.Columns)
 	times, w := r.batch.Times(), int64(r.o.Window)
+	if err := r.enter(ctx, rows.Pos.Seq, windowStartNs(times[rows.Lo], w)); err != nil {
+		return err
+	}
 	for i := rows.Lo; i < len(times); {
 		start := windowStartNs(times[i], w)
 		j := i + 1

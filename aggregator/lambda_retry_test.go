@@ -49,11 +49,17 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 		{"hostile/shorter", kinesisEvent(t, hostile), 0, 1, []int{14, 1, 3, 14}, false},
 		{"hostile/longer", kinesisEvent(t, hostile), 3, 2, []int{5, 9, 14}, false},
 		// A function error (a timeout, a crash) retries the batch from its
-		// first record, in halves with BisectBatchOnFunctionError: one
-		// commit group per invocation, as by default, begins where any
-		// half of it begins.
+		// first record, in halves with BisectBatchOnFunctionError: a half
+		// that begins inside a commit group cuts the groups after it at
+		// the same records (kinesis.StartsCommitGroup, and a backlog's
+		// epochs, see lambdaRun.enter).
 		{"crash/halves", kinesisEvent(t, ds), 0, 0, []int{14, 7, 4, 2, 14}, true},
 		{"crash/longer", kinesisEvent(t, ds), 0, 0, []int{6, 14}, true},
+		{"crash/groups", kinesisEvent(t, ds), 3, 0, []int{14, 7, 14}, true},
+		{"crash/groups-halves", kinesisEvent(t, ds), 4, 0, []int{14, 7, 3, 14}, true},
+		{"crash/caps", kinesisEvent(t, ds), 0, 1, []int{14, 7, 14}, true},
+		{"crash/caps-halves", kinesisEvent(t, ds), 0, 2, []int{12, 6, 3, 14}, true},
+		{"crash/hostile", kinesisEvent(t, hostile), 0, 1, []int{14, 5, 14}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -18,6 +18,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
@@ -81,7 +82,7 @@ func TestKinesisLambda(t *testing.T) {
 	}
 }
 
-// TestKinesisLambdaPartialFailure: with commit groups of three records, a
+// TestKinesisLambdaPartialFailure: with commit groups of about three records, a
 // sink that fails on the second group makes the invocation name that
 // group's first record as its batch item failure; the first group's
 // partials are stored and a sink after the failing one saw only them; the
@@ -92,7 +93,15 @@ func TestKinesisLambdaPartialFailure(t *testing.T) {
 	ds := decisiontest.NewGenerator(13, t0).Batch(3001)
 	ev := kinesisEvent(t, ds) // 6 Arrow records of 500, 1 JSON, 1 corrupt
 	dir := t.TempDir()
-	second := ev.Records[3].Kinesis.SequenceNumber
+	// The second group: the first record after the first that starts one.
+	at := 1
+	for !kinesis.StartsCommitGroup(ev.Records[at].Kinesis.SequenceNumber, 3) {
+		at++
+	}
+	if at > 5 {
+		t.Fatalf("the first group holds %d records: the test wants its Arrow records only", at)
+	}
+	second := ev.Records[at].Kinesis.SequenceNumber
 	flaky := &downFrom{Sink: &PartialsDir{Dir: dir}, from: second, down: true}
 	after := &ranges{}
 	var invs []Invocation
@@ -102,8 +111,8 @@ func TestKinesisLambdaPartialFailure(t *testing.T) {
 	if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != second {
 		t.Fatalf("a sink failing on the second group answered %v %+v, want %s", err, resp, second)
 	}
-	if e, _ := totals(t, dir, time.Second); e != 1500 {
-		t.Fatalf("after the failure the partials hold %d events, want the first group's 1500", e)
+	if e, _ := totals(t, dir, time.Second); e != uint64(500*at) {
+		t.Fatalf("after the failure the partials hold %d events, want the first group's %d", e, 500*at)
 	}
 	if len(after.seen) == 0 {
 		t.Fatal("the sink after the failing one saw nothing of the first group")
@@ -113,12 +122,21 @@ func TestKinesisLambdaPartialFailure(t *testing.T) {
 			t.Fatalf("the sink after the failing one saw %s, want only outputs of the first group, before %s", r, second)
 		}
 	}
-	if len(invs) != 1 || invs[0].FailedAt != second || invs[0].Err == nil || invs[0].Events != 3000 {
-		t.Fatalf("invocation %+v", invs)
+	// The invocation read the records up to the end of the second group.
+	end := at + 1
+	for end < len(ev.Records) && !kinesis.StartsCommitGroup(ev.Records[end].Kinesis.SequenceNumber, 3) {
+		end++
+	}
+	read := uint64(500 * min(end, 6))
+	if end > 6 {
+		read++ // the JSON record's
+	}
+	if len(invs) != 1 || invs[0].FailedAt != second || invs[0].Err == nil || invs[0].Events != read {
+		t.Fatalf("invocation %+v, want %d events read", invs, read)
 	}
 
 	flaky.down = false
-	retry := events.KinesisEvent{Records: ev.Records[3:]}
+	retry := events.KinesisEvent{Records: ev.Records[at:]}
 	for range 2 {
 		if resp, err := l.Handle(context.Background(), retry); err != nil || len(resp.BatchItemFailures) != 0 {
 			t.Fatalf("retry: %v %+v", err, resp)
@@ -245,41 +263,44 @@ func TestKinesisLambdaKeyCap(t *testing.T) {
 	}
 }
 
-// TestKinesisLambdaWindowCaps: a commit group whose windows pass MaxAhead
-// after the window of its first decision, or MaxCorrections before it, is
-// written in parts and loses nothing. An honest backlog in time order
-// over ten windows, with MaxAhead and MaxCorrections 2, is cut into parts
-// of three windows each, the cuts inside records, each part keyed by its
-// first and last events' positions; a hostile record stamped at
+// TestKinesisLambdaWindowCaps: a commit group whose windows would pass
+// MaxAhead after the window of its first decision, or MaxCorrections
+// before it, is cut and loses nothing. An honest backlog in time order
+// over ten windows, with both caps 4, is cut at the records whose first
+// events enter another epoch of two windows; records whose first events
+// share a window but whose others stray ahead pass the caps, with both
+// caps 1, and are cut at the next record; a hostile record stamped at
 // alternating far-future and far-past windows, with both caps 1, is cut
-// every three events. Every event is stored once, every key is distinct,
-// a retry rewrites the same files, and the Arrow columns and the
-// per-event path cut alike.
+// within itself every three events. Every event is stored once, each
+// window's output of a group keyed by its first event, a failure names
+// the record where its group began and the retry from there rewrites the
+// same files, and the Arrow columns and the per-event path cut alike.
 func TestKinesisLambdaWindowCaps(t *testing.T) {
 	t.Run("backlog", func(t *testing.T) {
-		const windows = 10
-		ds := backlog(14, 3001, windows)
+		ds := backlog(14, 3001, 10)
 		ev := kinesisEvent(t, ds) // 6 Arrow records of 500, 1 JSON, 1 corrupt
-		// Records 0 and 1 touch windows 0 to 3, three after the first:
-		// past MaxAhead 2, the group is written when record 2 begins and
-		// a new one begins there. Likewise at records 4 and 6. So the
-		// commit groups are records 0-1, 2-3, 4-5 and 6-7, and windows
-		// 3, 6 and 9 are split between two of them.
-		groups := []int{0, 2, 4, 6, 8}
-		want := map[string]bool{}
-		for g := range len(groups) - 1 {
-			seen := map[int64]bool{}
-			for i := 500 * groups[g]; i < min(500*groups[g+1], len(ds)); i++ {
-				if w := windowStart(ds[i].Time, time.Second); !seen[w] {
-					seen[w] = true
-					want[positionKey(eventPos(ev, i))] = true
-				}
+		// The records' first events fall in windows 0, 1, 3, 4, 6, 8
+		// and 9 (the JSON record): epochs 0, 0, 1, 2, 3, 4 and 4.
+		groups := []int{0, 2, 3, 4, 5}
+		got := lambdaParts(t, ev, 4, groupKeys(ev, ds, groups), 4, groups)
+		if len(got) != 14 {
+			t.Errorf("%d files, want 14: one per window and group", len(got))
+		}
+	})
+	t.Run("stray", func(t *testing.T) {
+		ds := backlog(17, 3001, 10)
+		for i := range ds {
+			// Each record's first event (and the JSON record's) in window
+			// 0, the others of record k in windows 2k+1 and 2k+2.
+			k := i / 500
+			ds[i].Time = t0.Add(time.Duration(2*k+1)*time.Second + time.Duration(i%500)*time.Second/250)
+			if i%500 == 0 {
+				ds[i].Time = t0.Add(500 * time.Millisecond)
 			}
 		}
-		got := lambdaParts(t, ev, 2, want, 3, 2)
-		if len(got) != 13 {
-			t.Errorf("%d files, want 13: one per window and group", len(got))
-		}
+		ev := kinesisEvent(t, ds)
+		groups := []int{0, 1, 2, 3, 4, 5, 6}
+		lambdaParts(t, ev, 1, groupKeys(ev, ds, groups), 6, groups)
 	})
 	t.Run("hostile", func(t *testing.T) {
 		ds := decisiontest.NewGenerator(15, t0).Batch(501)
@@ -287,8 +308,8 @@ func TestKinesisLambdaWindowCaps(t *testing.T) {
 			// Far future windows later and later, far past ones earlier
 			// and earlier, one event each: with both caps 1 a record adds
 			// three windows at most to a group, so record 0 is written in
-			// parts of three events, the last of which goes on into
-			// record 1.
+			// parts of three events (166 early writes); record 1, the
+			// JSON one, begins in another epoch (one more).
 			off := time.Duration(1000+i) * time.Hour
 			if i%2 == 1 {
 				off = -off
@@ -300,8 +321,29 @@ func TestKinesisLambdaWindowCaps(t *testing.T) {
 		for i := range ds {
 			want[positionKey(eventPos(ev, i))] = true
 		}
-		lambdaParts(t, ev, 1, want, 166, 0)
+		lambdaParts(t, ev, 1, want, 167, []int{0, 1})
 	})
+}
+
+// groupKeys returns the keys of the outputs of ds, a kinesisEvent's
+// decisions, in commit groups beginning at the records groups lists: in
+// each group, the position of each window's first event.
+func groupKeys(ev events.KinesisEvent, ds []decisions.Decision, groups []int) map[string]bool {
+	want := map[string]bool{}
+	for g, first := range groups {
+		end := len(ds)
+		if g+1 < len(groups) {
+			end = min(500*groups[g+1], len(ds))
+		}
+		seen := map[int64]bool{}
+		for i := 500 * first; i < end; i++ {
+			if w := windowStart(ds[i].Time, time.Second); !seen[w] {
+				seen[w] = true
+				want[positionKey(eventPos(ev, i))] = true
+			}
+		}
+	}
+	return want
 }
 
 // eventPos is the position of the decision numbered i of a kinesisEvent.
@@ -394,13 +436,21 @@ func TestKinesisLambdaPartsStores(t *testing.T) {
 // window caps at capN, from Arrow columns and event by event, and checks
 // that it writes the outputs keyed by want, earlyWrites of them before
 // the end of their group, every event stored once; that a sink failing
-// from the middle output on fails the invocation at record failAt, where
-// that output's commit group began, with only outputs before it written
-// to the sinks; and that the retry from there, and a second one, leave
-// the files of a run without the failure. It returns those files.
-func lambdaParts(t *testing.T, ev events.KinesisEvent, capN int, want map[string]bool, earlyWrites uint64, failAt int) map[string][]byte {
+// from the middle output on fails the invocation at the record where that
+// output's commit group began (the last of groups at or before it), with
+// only outputs before it written to the sinks; and that the retry from
+// there, and a second one, leave the files of a run without the failure.
+// It returns those files.
+func lambdaParts(t *testing.T, ev events.KinesisEvent, capN int, want map[string]bool, earlyWrites uint64, groups []int) map[string][]byte {
 	t.Helper()
 	keys := sortedKeys(want)
+	from := keys[len(keys)/2]
+	failAt := 0
+	for _, g := range groups {
+		if seq, _, _ := strings.Cut(from, "_"); ev.Records[g].Kinesis.SequenceNumber <= seq {
+			failAt = g
+		}
+	}
 	var ref map[string][]byte
 	for _, perEvent := range []bool{true, false} {
 		dir := t.TempDir()
@@ -434,7 +484,6 @@ func lambdaParts(t *testing.T, ev events.KinesisEvent, capN int, want map[string
 		// Every output from the middle one on fails: the invocation
 		// names the record where its group began, and nothing at or
 		// after it reached either sink.
-		from := keys[len(keys)/2]
 		dir = t.TempDir()
 		flaky, after := &downFrom{Sink: &PartialsDir{Dir: dir}, from: from, down: true}, &ranges{}
 		l = &KinesisLambda{Sinks: []Sink{flaky, after}, Window: time.Second, MaxAhead: capN, MaxCorrections: capN, perEvent: perEvent}

@@ -491,11 +491,11 @@ func TestLambdaAggregate(t *testing.T) {
 }
 
 // TestLambdaAggregatePartialFailure: `ratewarden lambda --aggregate
-// --commit-records 4` whose partials store cannot take the second group's
-// last window (a directory stands where its file goes) answers a partial
-// batch failure naming the second group's first record; the first group's
-// partials and EMF are out, and of the second group only the partial of
-// its window before the blocked one, no EMF. Lambda's retry of
+// --commit-records 4` whose partials store cannot take a group's last
+// window (a directory stands where its file goes) answers a partial batch
+// failure naming that group's first record; the groups before it have
+// their partials and EMF out, and of that group only the partial of its
+// window before the blocked one, no EMF. Lambda's retry of
 // the rest of the batch (BisectBatchOnFunctionError's split at that record),
 // once the store mends, stores the rest: the partials and the EMF then hold
 // every decision of the event once.
@@ -503,11 +503,28 @@ func TestLambdaAggregatePartialFailure(t *testing.T) {
 	bin := buildBinary(t)
 	_, ev := readKinesisEvent(t)
 	ds := eventDecisions(t, ev)
+	// The commit groups of about four records (where the records'
+	// sequence numbers say): the failing one is the first after the first
+	// group that touches two windows and is not the last.
 	const group = 4
-	if len(ev.Records) < 3*group {
-		t.Fatalf("the recorded event has %d records; the test wants three groups of %d", len(ev.Records), group)
+	var starts []int
+	for i, rec := range ev.Records {
+		if i == 0 || dkinesis.StartsCommitGroup(rec.Kinesis.SequenceNumber, group) {
+			starts = append(starts, i)
+		}
 	}
-	second := ev.Records[group : 2*group]
+	at := -1
+	for g := 1; g+1 < len(starts) && at < 0; g++ {
+		rs := eventDecisions(t, events.KinesisEvent{Records: ev.Records[starts[g]:starts[g+1]]})
+		if len(rs) > 0 && !rs[0].Time.Truncate(time.Minute).Equal(rs[len(rs)-1].Time.Truncate(time.Minute)) {
+			at = g
+		}
+	}
+	if at < 0 {
+		t.Fatalf("no commit group of the recorded event (groups at records %v) touches two windows with one after it", starts)
+	}
+	second := ev.Records[starts[at]:starts[at+1]]
+	before := ev.Records[:starts[at]]
 	var last time.Time
 	secondDs := eventDecisions(t, events.KinesisEvent{Records: second})
 	for _, d := range secondDs {
@@ -550,7 +567,7 @@ func TestLambdaAggregatePartialFailure(t *testing.T) {
 	if fails := batchItemFailures(t, f.invoke(t, raw)); !slices.Equal(fails, []string{failedAt}) {
 		t.Fatalf("batch item failures %v, want [%s]", fails, failedAt)
 	}
-	firstEvents := uint64(len(eventDecisions(t, events.KinesisEvent{Records: ev.Records[:group]})))
+	firstEvents := uint64(len(eventDecisions(t, events.KinesisEvent{Records: before})))
 	// The reader skips and names the directory in the way.
 	ps, problems, err := (&aggregator.PartialsDir{Dir: partials}).Read(context.Background(), time.Minute, time.Time{}, time.Now().Add(time.Hour))
 	if err != nil || len(problems) != 1 || problems[0].Path != block {
@@ -561,17 +578,17 @@ func TestLambdaAggregatePartialFailure(t *testing.T) {
 		stored += p.Events
 	}
 	if stored != firstEvents+storedBefore {
-		t.Fatalf("after the failure the partials hold %d events, the first group %d and the second's first window %d", stored, firstEvents, storedBefore)
+		t.Fatalf("after the failure the partials hold %d events, the groups before %d and the failing one's first window %d", stored, firstEvents, storedBefore)
 	}
 	emfFile := filepath.Join(t.TempDir(), "emf.jsonl")
 	if err := os.WriteFile(emfFile, readFile(t, f.stdout), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := emfServiceRequests(t, emfFile), requestsServed(eventDecisions(t, events.KinesisEvent{Records: ev.Records[:group]})); got != want {
-		t.Fatalf("after the failure the EMF counts %d requests, the first group %d", got, want)
+	if got, want := emfServiceRequests(t, emfFile), requestsServed(eventDecisions(t, events.KinesisEvent{Records: before})); got != want {
+		t.Fatalf("after the failure the EMF counts %d requests, the groups before %d", got, want)
 	}
 	lines := invocationLines(t, f.stderr)
-	if len(lines) != 1 || lines[0].FailedAt != failedAt || lines[0].Level != "ERROR" || !strings.Contains(lines[0].Err, second[0].Kinesis.SequenceNumber) {
+	if len(lines) != 1 || lines[0].FailedAt != failedAt || lines[0].Level != "ERROR" || !strings.Contains(lines[0].Err, key) {
 		t.Fatalf("stderr lines %+v", lines)
 	}
 
@@ -579,7 +596,7 @@ func TestLambdaAggregatePartialFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest := ev
-	rest.Records = ev.Records[group:]
+	rest.Records = ev.Records[starts[at]:]
 	if raw, err = json.Marshal(rest); err != nil {
 		t.Fatal(err)
 	}
@@ -640,12 +657,12 @@ func TestLambdaAggregateMapping(t *testing.T) {
 // says, where the default keeps every rule and folds none; and with
 // --rules the EMF has [Tier, Rule] documents for that rule and __other__
 // only; with --max-ahead 1, the recorded decisions restamped in time
-// order over ten minutes make a group whose events span more windows than
-// a group holds (its first and the one after): it is written each time a
-// record begins past them, a new group beginning there, counted as early
-// writes, and its windows hold the events and decisions they hold without
-// the flag, nothing lost, a window that spans a cut in a partial per
-// group. Out-of-range
+// order over ten minutes make a backlog of more windows than a group
+// holds (its first and the one after): it is cut at each record whose
+// first decision begins another epoch, here a window, a new group
+// beginning there, counted as early writes, and its windows hold the
+// events and decisions they hold without the flag, nothing lost, a window
+// that spans a cut in a partial per group. Out-of-range
 // values are refused in TestAggregatorCapFlags, one table for every
 // command that runs the aggregator.
 func TestLambdaAggregateFlags(t *testing.T) {
@@ -700,12 +717,26 @@ func TestLambdaAggregateFlags(t *testing.T) {
 		windows[d.Time.Truncate(time.Minute)] = true
 	}
 	ps, _ := run("--max-ahead", "1")
+	// With --max-ahead 1 an epoch is a window: a record whose first
+	// decision falls in another window than the record before it's
+	// begins a group. Each cut falls at a record and splits at most the
+	// window that record begins in, the events being in time order.
+	spreadEv := unmarshalEvent(t, payload)
+	cuts, prev := uint64(0), time.Time{}
+	for i, rec := range spreadEv.Records {
+		ds := eventDecisions(t, events.KinesisEvent{Records: []events.KinesisEventRecord{rec}})
+		if len(ds) == 0 {
+			continue
+		}
+		if w := ds[0].Time.Truncate(time.Minute); i > 0 && !w.Equal(prev) {
+			cuts++
+		}
+		prev = ds[0].Time.Truncate(time.Minute)
+	}
 	payload = raw
-	// Each cut falls at a record and splits at most the window that
-	// record begins in, the events being in time order.
-	if parts := (len(windows) + 1) / 2; len(windows) < 4 || early != uint64(parts-1) || outputs < whole || outputs > whole+int(early) {
+	if len(windows) < 4 || early != cuts || outputs < whole || outputs > whole+int(early) {
 		t.Errorf("--max-ahead 1: %d windows, %d early writes (want %d), %d outputs (%d without the flag, want at most one more a write); the test wants 4 windows or more",
-			len(windows), early, parts-1, outputs, whole)
+			len(windows), early, cuts, outputs, whole)
 	}
 	if len(ps) != len(spread) || len(ps) != len(windows) {
 		t.Errorf("--max-ahead 1: %d windows, %d without the flag, %d in the event", len(ps), len(spread), len(windows))

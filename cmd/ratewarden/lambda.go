@@ -35,7 +35,7 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	af.ruleBudgetFlag(fs)
 	reportMode := fs.Bool("report", getenv("RATEWARDEN_LAMBDA_MODE") == "report", "serve an EventBridge schedule instead: each scheduled event writes the abuse report of --report-range before it to stdout (CloudWatch Logs) and --out (default: $RATEWARDEN_LAMBDA_MODE=report)")
 	fs.StringVar(&af.o.Partials, "partials", getenv("RATEWARDEN_PARTIALS"), "with --report: the stored partials, dir:`PATH` (an EFS mount) or dynamodb:TABLE (default $RATEWARDEN_PARTIALS); with --aggregate: also store each batch's partials there, as aggregate --partials does")
-	commitRecords := fs.Int("commit-records", 0, "with --aggregate: records per commit group, each written and keyed on its own so a sink failure is retried from its group (`n`; default: the whole batch)")
+	commitRecords := fs.Int("commit-records", 0, "with --aggregate: records per commit group, on average (groups end where a record's sequence number says, the same in every retry), each written on its own so a sink failure is retried from its group (`n`; default: the whole batch)")
 	fs.BoolVar(&af.o.Archive, "ignore-time", false, "with --aggregate: write EMF for windows of any age (a backlog older than CloudWatch's 14 days) instead of dropping and counting them")
 	alertsFile := fs.String("alerts", "", "with --report: JSON lines `file` of alerts and actions")
 	reportRange := fs.Duration("report-range", 24*time.Hour, "with --report: the `length` of time each report covers, ending two windows before the event")

@@ -26,13 +26,17 @@ type LambdaStats struct {
 // LambdaOptions configure a LambdaHandler.
 type LambdaOptions struct {
 	// CommitRecords is how many consecutive records make one batch (a
-	// commit group); 0, the default, makes the whole invocation one.
+	// commit group), on average: a record after an invocation's first
+	// begins a new group where StartsCommitGroup says so, so that groups
+	// fall at the same records whatever record an invocation begins
+	// with. 1 makes every record a group; 0, the default, makes the
+	// whole invocation one.
 	CommitRecords int
 }
 
 // LambdaHandler serves a Kinesis event-source mapping in AWS Lambda: it
 // hands an invocation's records, undecoded, to a stream.Handler as
-// batches of CommitRecords consecutive records, in order, each
+// batches of about CommitRecords consecutive records, in order, each
 // {Partition: the shard, From: its first record's position, To: the
 // position after its last, Records}. The handler reads them with
 // Batch.Rows; a record that cannot be decoded is skipped, counted and
@@ -45,8 +49,9 @@ type LambdaOptions struct {
 // the records before it, committed by their nil return, are not
 // delivered again. A retry begins at that record but may end elsewhere
 // than the failed invocation did (a batch split in halves, records
-// arrived since): its batches are cut from that record on, as this
-// invocation's were, but the last may hold fewer or more records. A
+// arrived since): its batches are cut at the same records as this
+// invocation's were (StartsCommitGroup), but the last may hold fewer or
+// more records. A
 // handler that keys its outputs by a batch's range is therefore not
 // idempotent across retries; one that keys them by where they begin can
 // be (see aggregator.KinesisLambda).
@@ -95,10 +100,6 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	if recs[0].Kinesis.SequenceNumber != at.Seq {
 		at = stream.Position{Seq: recs[0].Kinesis.SequenceNumber}
 	}
-	group := l.opts.CommitRecords
-	if group <= 0 || group > len(recs) {
-		group = len(recs)
-	}
 	corrupt := func(rec *stream.Record, lost int, err error) {
 		l.corrupt.Add(uint64(lost))
 		l.mu.Lock()
@@ -111,8 +112,11 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	for i := range recs {
 		all[i] = stream.Record{Pos: stream.Position{Seq: recs[i].Kinesis.SequenceNumber}, Data: recs[i].Kinesis.Data}
 	}
-	for i := 0; i < len(all); i += group {
-		j := min(i+group, len(all))
+	for i := 0; i < len(all); {
+		j := i + 1
+		for j < len(all) && !StartsCommitGroup(all[j].Pos.Seq, l.opts.CommitRecords) {
+			j++
+		}
 		g := all[i:j:j]
 		b := stream.Batch{Partition: shard, From: g[0].Pos,
 			To: stream.Position{Seq: g[len(g)-1].Pos.Seq, Sub: wholeRecord}, Records: g, Corrupt: corrupt}
@@ -130,8 +134,36 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 			}
 			return l.fail(seq), nil
 		}
+		i = j
 	}
 	return events.KinesisEventResponse{}, nil
+}
+
+// StartsCommitGroup reports whether the record of sequence number seq
+// begins a commit group of about n records (LambdaOptions.CommitRecords)
+// when it is not an invocation's first: always for n 1, never for n 0 or
+// less, else where a hash of seq (FNV-1a, its bits then mixed by
+// MurmurHash3's finalizer, as FNV's low bits follow the last bytes') is 0
+// modulo n. The groups
+// depend on the records alone, not on where an invocation begins: Lambda
+// retries a function error from the batch's first record in halves
+// (BisectBatchOnFunctionError), and a half that begins inside a group
+// then cuts the groups after it where the failed invocation did.
+func StartsCommitGroup(seq string, n int) bool {
+	if n <= 1 {
+		return n == 1
+	}
+	h := uint64(14695981039346656037)
+	for i := range len(seq) {
+		h ^= uint64(seq[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h%uint64(n) == 0
 }
 
 // RetryFrom is the error of a handler of a LambdaHandler whose batch

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,7 +166,7 @@ func TestLambdaHandler(t *testing.T) {
 	if st := rows.Stats(); columns != 100 || jsonRows != 50 || st.Corrupt != 1 || st.Events != uint64(want) {
 		t.Fatalf("rows: %d as columns, %d as events, stats %+v", columns, jsonRows, st)
 	}
-	group := failedAt / 2 * 2
+	group := groupOf(ev, failedAt, 2)
 	if resp, _ := rows.Handle(context.Background(), ev); len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != ev.Records[group].Kinesis.SequenceNumber {
 		t.Fatalf("rows: failures %+v, want the sequence number of record %d", resp.BatchItemFailures, group)
 	}
@@ -262,31 +265,104 @@ func TestLambdaHandlerOpenPosition(t *testing.T) {
 // batch) falls back to the batch's first record, so that nothing the
 // batch holds is skipped.
 func TestLambdaHandlerRetryFrom(t *testing.T) {
-	payloads := make([][]byte, 6)
+	payloads := make([][]byte, 40)
 	for i := range payloads {
 		payloads[i] = []byte{9, 9, 9}
 	}
 	ev := lambdaEvent(t, payloads)
 	seq := func(i int) string { return ev.Records[i].Kinesis.SequenceNumber }
+	// A group of three records or more, not the first.
+	first := -1
+	for i := 1; i+2 < len(ev.Records) && first < 0; i++ {
+		if groupOf(ev, i, 4) == i && groupOf(ev, i+2, 4) == i {
+			first = i
+		}
+	}
+	if first < 0 {
+		t.Fatal("no group of three records in the event")
+	}
 	for _, c := range []struct {
 		name     string
 		from     string
 		failedAt int
 	}{
-		{"a record of the batch", seq(4), 4},
-		{"the batch's first", seq(3), 3},
-		{"a record of an earlier batch", seq(1), 3},
-		{"no record", "4959", 3},
+		{"a record of the batch", seq(first + 1), first + 1},
+		{"the batch's first", seq(first), first},
+		{"a record of an earlier batch", seq(first - 1), first},
+		{"no record", "4959", first},
 	} {
 		l := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
-			if b.Records[0].Pos.Seq == seq(3) {
+			if b.Records[0].Pos.Seq == seq(first) {
 				return fmt.Errorf("write: %w", &RetryFrom{Seq: c.from, Err: errors.New("sink down")})
 			}
 			return nil
-		}), LambdaOptions{CommitRecords: 3})
+		}), LambdaOptions{CommitRecords: 4})
 		resp, err := l.Handle(context.Background(), ev)
 		if err != nil || len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != seq(c.failedAt) {
 			t.Errorf("%s: %v %+v, want a failure at record %d", c.name, err, resp, c.failedAt)
 		}
+	}
+}
+
+// groupOf returns the first record of the commit group of about n records
+// that holds record i of ev, an invocation's records.
+func groupOf(ev events.KinesisEvent, i, n int) int {
+	for i > 0 && !StartsCommitGroup(ev.Records[i].Kinesis.SequenceNumber, n) {
+		i--
+	}
+	return i
+}
+
+// TestCommitGroups: commit groups fall at the same records whatever
+// record an invocation begins with, as a function error's retry in
+// halves needs; they hold about CommitRecords records (every record for
+// 1, the whole invocation for 0), on sequence numbers as Kinesis writes
+// them (56 digits, growing by irregular steps).
+func TestCommitGroups(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	seqs := make([]string, 20_000)
+	n := new(big.Int)
+	n.SetString("49590338271490256608559692538361571095921575989136588898", 10)
+	for i := range seqs {
+		n.Add(n, big.NewInt(int64(1+r.IntN(1<<40))))
+		seqs[i] = n.String()
+	}
+	for _, size := range []int{2, 10, 100} {
+		starts := 0
+		for _, s := range seqs {
+			if StartsCommitGroup(s, size) {
+				starts++
+			}
+		}
+		if mean := float64(len(seqs)) / float64(starts); mean < 0.85*float64(size) || mean > 1.15*float64(size) {
+			t.Errorf("CommitRecords %d: groups of %.1f records on average", size, mean)
+		}
+	}
+	if !StartsCommitGroup(seqs[0], 1) || StartsCommitGroup(seqs[0], 0) {
+		t.Error("CommitRecords 1 must start a group at every record, 0 at none")
+	}
+
+	// The groups an invocation hands over, from record 0 and from record
+	// 37: the same from 37 on.
+	var payloads [][]byte
+	for range 200 {
+		payloads = append(payloads, []byte{9, 9, 9})
+	}
+	ev := lambdaEvent(t, payloads)
+	groups := func(from int) []string {
+		var firsts []string
+		l := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+			firsts = append(firsts, b.Records[0].Pos.Seq)
+			return nil
+		}), LambdaOptions{CommitRecords: 5})
+		if _, err := l.Handle(context.Background(), events.KinesisEvent{Records: ev.Records[from:]}); err != nil {
+			t.Fatal(err)
+		}
+		return firsts
+	}
+	all, late := groups(0), groups(37)
+	at := slices.Index(all, late[1])
+	if len(all) < 20 || at < 0 || !slices.Equal(all[at:], late[1:]) || late[0] != ev.Records[37].Kinesis.SequenceNumber {
+		t.Errorf("groups from record 0 %v\nfrom record 37 %v", all, late)
 	}
 }
