@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -18,9 +19,10 @@ import (
 // arrived), or the same. Whatever the extents, every window's stored
 // partials merge to the counts and distinct clients of a run that never
 // failed: nothing is lost and nothing counted twice. It holds with commit
-// groups of the whole invocation and of three records, with window caps
-// that cut groups between records, and with a record whose events alone
-// pass the caps (cut within it).
+// groups of the whole invocation and of about three or four records, with
+// window caps that cut groups between records, and with a record whose
+// events alone pass the caps (cut within it); and for a function error,
+// retried from the batch's first record in halves (crash cases).
 func TestKinesisLambdaRetryExtents(t *testing.T) {
 	ds := backlog(19, 6001, 12) // 12 Arrow records of 500, 1 JSON, 1 corrupt
 	hostile := backlog(19, 6001, 12)
@@ -93,6 +95,59 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 			}
 			if failures == 0 {
 				t.Fatal("no delivery failed: the test proves nothing")
+			}
+		})
+	}
+}
+
+// TestKinesisLambdaRetryRandom is TestKinesisLambdaRetryExtents on
+// random cases: events over a random number of windows, some late by a
+// few windows and a few stamped far away; random caps and commit groups;
+// a sink failing at a random write; retries of random extents from the
+// record the invocation names. Each case's seed is in its name.
+func TestKinesisLambdaRetryRandom(t *testing.T) {
+	for seed := range uint64(16) {
+		r := rand.New(rand.NewPCG(seed, 0x1a3b))
+		windows := 2 + r.IntN(40)
+		ds := backlog(100+seed, 2001+r.IntN(3000), windows)
+		for i := range ds {
+			switch p := r.IntN(1000); {
+			case p < 40: // late by up to three windows
+				ds[i].Time = ds[i].Time.Add(-time.Duration(r.IntN(3000)) * time.Millisecond)
+			case p < 45: // far away, either way
+				ds[i].Time = ds[i].Time.Add(time.Duration(r.IntN(2000)-1000) * time.Hour)
+			}
+		}
+		ev := kinesisEvent(t, ds)
+		capN := []int{1, 2, 3, 8, 256}[r.IntN(5)]
+		commit := []int{0, 0, 1, 2, 3, 5}[r.IntN(6)]
+		extents := []int{len(ev.Records)}
+		for range 3 {
+			extents = append(extents, 1+r.IntN(len(ev.Records)))
+		}
+		failAt := []int{1, 1 + r.IntN(12), 1 + r.IntN(12), 1 + r.IntN(12)}
+		t.Run(fmt.Sprintf("seed%d/windows%d/caps%d/commit%d", seed, windows, capN, commit), func(t *testing.T) {
+			t.Parallel()
+			newLambda := func(s Sink) *KinesisLambda {
+				return &KinesisLambda{Sinks: []Sink{s}, Window: time.Second, CommitRecords: commit, MaxAhead: capN, MaxCorrections: capN}
+			}
+			clean := t.TempDir()
+			deliver(t, newLambda(&PartialsDir{Dir: clean}), ev, []int{len(ev.Records)}, false)
+			want := windowsOf(t, clean)
+			for _, n := range failAt {
+				dir := t.TempDir()
+				if deliver(t, newLambda(&failNth{Sink: &PartialsDir{Dir: dir}, n: n}), ev, extents, false) == 0 && n == 1 {
+					t.Fatal("failing the first write failed no invocation")
+				}
+				got := windowsOf(t, dir)
+				if len(got) != len(want) {
+					t.Fatalf("failing at write %d, extents %v: %d windows, want %d", n, extents, len(got), len(want))
+				}
+				for start, w := range want {
+					if got[start] != w {
+						t.Fatalf("failing at write %d, extents %v: window %v differs from a run without failure", n, extents, start)
+					}
+				}
 			}
 		})
 	}
