@@ -103,8 +103,9 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 // TestKinesisLambdaRetryRandom is TestKinesisLambdaRetryExtents on
 // random cases: events over a random number of windows, some late by a
 // few windows and a few stamped far away; random caps and commit groups;
-// a sink failing at a random write; retries of random extents from the
-// record the invocation names. Each case's seed is in its name.
+// a sink failing at the first write and at three random ones of the run;
+// retries of random extents from the record the invocation names. Each
+// case's seed is in its name.
 func TestKinesisLambdaRetryRandom(t *testing.T) {
 	for seed := range uint64(16) {
 		r := rand.New(rand.NewPCG(seed, 0x1a3b))
@@ -121,11 +122,13 @@ func TestKinesisLambdaRetryRandom(t *testing.T) {
 		ev := kinesisEvent(t, ds)
 		capN := []int{1, 2, 3, 8, 256}[r.IntN(5)]
 		commit := []int{0, 0, 1, 2, 3, 5}[r.IntN(6)]
-		extents := []int{len(ev.Records)}
-		for range 3 {
+		// The whole batch, then a retry of at most half of it (as a bisect
+		// makes), then any.
+		extents := []int{len(ev.Records), 1 + r.IntN(len(ev.Records)/2)}
+		for range 2 {
 			extents = append(extents, 1+r.IntN(len(ev.Records)))
 		}
-		failAt := []int{1, 1 + r.IntN(12), 1 + r.IntN(12), 1 + r.IntN(12)}
+		picks := []float64{r.Float64(), r.Float64(), r.Float64()}
 		t.Run(fmt.Sprintf("seed%d/windows%d/caps%d/commit%d", seed, windows, capN, commit), func(t *testing.T) {
 			t.Parallel()
 			newLambda := func(s Sink) *KinesisLambda {
@@ -134,6 +137,13 @@ func TestKinesisLambdaRetryRandom(t *testing.T) {
 			clean := t.TempDir()
 			deliver(t, newLambda(&PartialsDir{Dir: clean}), ev, []int{len(ev.Records)}, false)
 			want := windowsOf(t, clean)
+			// The first write, and three anywhere in the run.
+			var writes counting
+			deliver(t, newLambda(&writes), ev, []int{len(ev.Records)}, false)
+			failAt := []int{1}
+			for _, f := range picks {
+				failAt = append(failAt, 1+int(f*float64(writes.n)))
+			}
 			for _, n := range failAt {
 				dir := t.TempDir()
 				if deliver(t, newLambda(&failNth{Sink: &PartialsDir{Dir: dir}, n: n}), ev, extents, false) == 0 && n == 1 {
