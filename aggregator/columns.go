@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
+	"github.com/ratewarden/ratewarden/internal/hashmix"
 )
 
 // Batch is one record batch's columns (columnar.Columns, from
@@ -267,14 +268,7 @@ var (
 
 // mix64 is a keyed bijective mix of x (MurmurHash3's finalizer after the
 // key), whose low bits depend on all of x's.
-func mix64(x uint64) uint64 {
-	x ^= mixSeed
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	return x ^ x>>33
-}
+func mix64(x uint64) uint64 { return hashmix.Fmix64(x ^ mixSeed) }
 
 // fingerprint returns a cheap 64-bit digest of c, to find its id in a
 // batch (equal clients, equal fingerprints; the table compares the

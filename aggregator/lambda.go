@@ -147,7 +147,7 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 		return events.KinesisEventResponse{}, nil
 	}
 	o := Options{Window: l.Window, TopK: l.TopK, MaxKeys: l.MaxKeys, MaxAhead: l.MaxAhead, MaxCorrections: l.MaxCorrections}.withDefaults()
-	run := &lambdaRun{l: l, o: o, dec: columnar.NewDecoder()}
+	run := &lambdaRun{l: l, o: o, dec: columnar.NewDecoder(), touched: map[int64]bool{}}
 	read := kinesis.NewLambdaHandler(run, kinesis.LambdaOptions{CommitRecords: l.CommitRecords})
 	resp, err := read.Handle(ctx, ev)
 	inv := run.inv
@@ -197,16 +197,13 @@ type lambdaRun struct {
 	// from is the first record of the commit group: a failure is
 	// reported there, and the retry starts there.
 	from string
-	// rec is the record being added; touched holds the windows its
-	// events touched since it began or was last cut (see window), last
-	// the latest of them.
+	// rec is the record being added ("" before the batch's first);
+	// touched holds the windows its events touched since it began or was
+	// last cut (see window); epoch is the epoch of its first event (see
+	// enter).
 	rec     string
 	touched map[int64]bool
-	last    int64
-	// prevEpoch is the epoch of the previous record's first event, when
-	// hasPrev (see enter).
-	prevEpoch int64
-	hasPrev   bool
+	epoch   int64
 }
 
 // heldWindow is a window's partial and the position of its first event
@@ -237,7 +234,7 @@ func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
 func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	r.inv.Shard = b.Partition
 	r.windows, r.ahead, r.behind = map[int64]*heldWindow{}, 0, 0
-	r.from, r.rec, r.hasPrev = b.Records[0].Pos.Seq, "", false
+	r.from, r.rec = b.Records[0].Pos.Seq, ""
 	var err error
 	if r.l.perEvent {
 		err = r.addEvents(ctx, b)
@@ -277,11 +274,13 @@ func (r *lambdaRun) write(ctx context.Context) error {
 // window starting at first (Unix nanoseconds), unless they continue the
 // record being added. A record begins a new commit group, the windows
 // held written first (an early write), when
-//   - its first event falls in another epoch (epochWindows consecutive
-//     windows, counted from the Unix epoch) than the previous record's
+//   - its first event falls in another epoch than the previous record's
 //     first event: a backlog in time order is cut there, where the two
 //     records alone say, so that any retry, whatever record it begins
-//     at, cuts there too; or
+//     at, cuts there too. An epoch is MaxAhead/2 consecutive windows
+//     (at least one), counted from the Unix epoch, so that a group of
+//     one epoch and a record that goes on past it stays within the cap;
+//     or
 //   - the group holds more windows than the caps allow (more than
 //     MaxAhead after the window of its first event, or MaxCorrections
 //     before it): events out of order. That cut depends on the events
@@ -294,11 +293,11 @@ func (r *lambdaRun) enter(ctx context.Context, seq string, first int64) error {
 	if seq == r.rec {
 		return nil
 	}
-	r.rec = seq
+	// The epoch's first window index (first is a window's start).
+	epoch := windowStartNs(first/int64(r.o.Window), int64(max(1, r.o.MaxAhead/2)))
+	newEpoch := r.rec != "" && epoch != r.epoch
+	r.rec, r.epoch = seq, epoch
 	clear(r.touched)
-	epoch := floorDiv(first/int64(r.o.Window), r.epochWindows())
-	newEpoch := r.hasPrev && epoch != r.prevEpoch
-	r.prevEpoch, r.hasPrev = epoch, true
 	if newEpoch && len(r.windows) > 0 || r.ahead > r.o.MaxAhead || r.behind > r.o.MaxCorrections {
 		if err := r.write(ctx); err != nil {
 			return err
@@ -309,20 +308,6 @@ func (r *lambdaRun) enter(ctx context.Context, seq string, first int64) error {
 	return nil
 }
 
-// epochWindows is the length of the epochs that cut a backlog in time
-// order (see enter), in windows: half of MaxAhead, so that a group of one
-// epoch and a record that goes on past it stays within the cap.
-func (r *lambdaRun) epochWindows() int64 { return int64(max(1, r.o.MaxAhead/2)) }
-
-// floorDiv is a / b rounded down, for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
-}
-
 // window returns the partial of the window starting at start (Unix
 // nanoseconds) for the events from pos on, opened if need be. One record
 // adds at most MaxAhead + MaxCorrections + 1 windows to those a group
@@ -331,21 +316,15 @@ func floorDiv(a, b int64) int64 {
 // the record's events alone, wherever its group began, so a retry that
 // begins at another record cuts there too.
 func (r *lambdaRun) window(ctx context.Context, start int64, pos stream.Position) (*Partial, error) {
-	if r.touched == nil {
-		r.touched = map[int64]bool{}
-	}
-	if len(r.touched) == 0 || start != r.last {
-		if !r.touched[start] {
-			if len(r.touched) > r.o.MaxAhead+r.o.MaxCorrections {
-				if err := r.write(ctx); err != nil {
-					return nil, err
-				}
-				r.inv.EarlyWrites++
-				clear(r.touched)
+	if !r.touched[start] {
+		if len(r.touched) > r.o.MaxAhead+r.o.MaxCorrections {
+			if err := r.write(ctx); err != nil {
+				return nil, err
 			}
-			r.touched[start] = true
+			r.inv.EarlyWrites++
+			clear(r.touched)
 		}
-		r.last = start
+		r.touched[start] = true
 	}
 	if w := r.windows[start]; w != nil {
 		return w.p, nil

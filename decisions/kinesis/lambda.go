@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratewarden/ratewarden/decisions/stream"
+	"github.com/ratewarden/ratewarden/internal/hashmix"
 )
 
 // LambdaStats count what a LambdaHandler did.
@@ -51,10 +54,9 @@ type LambdaOptions struct {
 // than the failed invocation did (a batch split in halves, records
 // arrived since): its batches are cut at the same records as this
 // invocation's were (StartsCommitGroup), but the last may hold fewer or
-// more records. A
-// handler that keys its outputs by a batch's range is therefore not
-// idempotent across retries; one that keys them by where they begin can
-// be (see aggregator.KinesisLambda).
+// more records. A handler that keys its outputs by a batch's range is
+// therefore not idempotent across retries; one that keys them by where
+// they begin can be (see aggregator.KinesisLambda).
 //
 // The handler is opened on the invocation's shard with the first record's
 // position, and is handed the records from the position Open returns when
@@ -142,28 +144,19 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 // StartsCommitGroup reports whether the record of sequence number seq
 // begins a commit group of about n records (LambdaOptions.CommitRecords)
 // when it is not an invocation's first: always for n 1, never for n 0 or
-// less, else where a hash of seq (FNV-1a, its bits then mixed by
-// MurmurHash3's finalizer, as FNV's low bits follow the last bytes') is 0
-// modulo n. The groups
-// depend on the records alone, not on where an invocation begins: Lambda
-// retries a function error from the batch's first record in halves
+// less, else where a hash of seq is 0 modulo n (FNV-1a, whose low bits
+// follow the last bytes, mixed by hashmix.Fmix64). The groups depend on
+// the records alone, not on where an invocation begins: Lambda retries a
+// function error from the batch's first record in halves
 // (BisectBatchOnFunctionError), and a half that begins inside a group
 // then cuts the groups after it where the failed invocation did.
 func StartsCommitGroup(seq string, n int) bool {
 	if n <= 1 {
 		return n == 1
 	}
-	h := uint64(14695981039346656037)
-	for i := range len(seq) {
-		h ^= uint64(seq[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h%uint64(n) == 0
+	h := fnv.New64a()
+	io.WriteString(h, seq)
+	return hashmix.Fmix64(h.Sum64())%uint64(n) == 0
 }
 
 // RetryFrom is the error of a handler of a LambdaHandler whose batch

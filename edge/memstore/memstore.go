@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/edge/limit"
+	"github.com/ratewarden/ratewarden/internal/hashmix"
 )
 
 // Options configure a Store. The zero value gives the defaults.
@@ -282,19 +283,9 @@ func (s *Store) hash(k *limit.Key, alg limit.Algorithm) uint64 {
 	if zoned {
 		h = mix(h^s.keys[6], maphash.String(s.seed, k.Addr.Zone())^s.keys[7])
 	}
-	return max(fmix(h), 1)
-}
-
-// fmix is MurmurHash3's 64-bit finalizer, a bijection whose every output
-// bit depends on every input bit: mix alone leaves the low bits, which
-// pick a key's slot, uneven over runs of neighbouring addresses
-// (TestHashSpread).
-func fmix(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	return h ^ h>>33
+	// mix alone leaves the low bits, which pick a key's slot, uneven over
+	// runs of neighbouring addresses (TestHashSpread).
+	return max(hashmix.Fmix64(h), 1)
 }
 
 // mix folds a and b into 64 bits: the two halves of their 128-bit
