@@ -44,10 +44,12 @@ func (f *aggregatorFlags) capFlags(fs *flag.FlagSet) {
 // lambdaCapFlags adds the caps of lambda --aggregate, which holds every
 // window of a commit group until the group is written: --max-ahead and
 // --max-corrections cap the windows after and before the group's first,
-// past which the group is written in parts.
+// past which the group is written at the next record and a new group
+// begins there (a backlog in time order is cut sooner, at epochs of
+// max-ahead/2 windows; see aggregator.KinesisLambda).
 func (f *aggregatorFlags) lambdaCapFlags(fs *flag.FlagSet) {
-	f.caps(fs, "windows a commit group holds after the window of its first decision; an event that would open one more makes the group write the windows it holds first and go on from that event's",
-		"windows a commit group holds before the window of its first decision; an event that would open one more makes the group write the windows it holds first and go on from that event's")
+	f.caps(fs, "windows a commit group holds after the window of its first decision; a group past them is written at the next record and a new one begins there, nothing dropped (a backlog is cut at epochs of n/2 windows)",
+		"windows a commit group holds before the window of its first decision; a group past them is written at the next record and a new one begins there, nothing dropped")
 }
 
 // caps adds --max-names, and --max-ahead and --max-corrections with the
