@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -40,12 +41,10 @@ import (
 // the batch's first record instead, in halves with
 // BisectBatchOnFunctionError, and a half may begin inside a group: the
 // groups after it are cut at the same records all the same, as every cut
-// but one depends on the records alone (kinesis.StartsCommitGroup, the
-// epochs below, a record's own windows), so the same holds. The one that
-// does not is the caps' cut of events out of order (below): a half that
-// begins inside such a group may cut elsewhere and count what the group
-// had stored again. Readers merge a window's partials across groups,
-// invocations and shards.
+// depends on at most the record and the one before it
+// (kinesis.StartsCommitGroup, the epochs and reaches below, a record's
+// own windows), so the same holds. Readers merge a window's partials
+// across groups, invocations and shards.
 //
 // A record that cannot be decoded is skipped, counted and reported. When a
 // sink fails, the invocation answers with a partial batch failure naming
@@ -63,12 +62,14 @@ import (
 // A commit group holds a partial of every window its decisions touch until
 // it is written, so the windows it holds are bounded. A backlog in time
 // order is cut where a record's first event enters another epoch of
-// MaxAhead/2 windows than the record before it; a group that still holds
-// more windows than the caps allow (MaxAhead after the window of its first
-// decision, MaxCorrections before it: events out of order) is cut at the
-// next record. A cut writes the windows held (an early write,
-// Invocation.EarlyWrites) and a new commit group begins at that record,
-// so a failure after it names that record.
+// MaxAhead/2 windows than the record before it. A record's reach is its
+// epoch's first window, MaxAhead windows after it and MaxCorrections
+// before it; a record that puts events out of its reach (events out of
+// order, stamped far away) is cut after: the next record begins a new
+// group. So records of one epoch hold at most MaxAhead + MaxCorrections
+// + 1 windows, and a straying record its own besides. A cut writes the
+// windows held (an early write, Invocation.EarlyWrites) and a new commit
+// group begins at that record, so a failure after it names that record.
 // Within a record, nothing is dropped: one record adds at most MaxAhead +
 // MaxCorrections + 1 windows to a group, and an event of one more writes
 // the windows held first (an early write within the group, cut where the
@@ -89,9 +90,10 @@ type KinesisLambda struct {
 	// reasons, each; the rest are counted under OtherKey. Default
 	// DefaultMaxKeys.
 	MaxKeys int
-	// MaxAhead and MaxCorrections cap the windows a commit group holds
-	// after and before the window of its first decision. Defaults
-	// DefaultMaxAhead and DefaultMaxCorrections.
+	// MaxAhead and MaxCorrections are a record's reach after and before
+	// the first window of its epoch, and so cap the windows a commit
+	// group holds (see above). Defaults DefaultMaxAhead and
+	// DefaultMaxCorrections.
 	MaxAhead, MaxCorrections int
 
 	// OnInvocation, when set, is called at the end of each invocation with
@@ -123,11 +125,11 @@ type Invocation struct {
 	// folded into OtherKey, past a partial's MaxKeys.
 	Folded uint64
 	// EarlyWrites counts the writes of the windows held before the end
-	// of a commit group: at a record that begins with the group past
-	// MaxAhead or MaxCorrections (a new group begins there), or within a
-	// record whose events touch more than MaxAhead + MaxCorrections + 1
-	// windows (a group's last part is written at its end, as a group in
-	// one part is).
+	// of a commit group: at a record that begins another epoch or
+	// follows one that strayed out of its reach (a new group begins
+	// there), or within a record whose events touch more than MaxAhead +
+	// MaxCorrections + 1 windows (a group's last part is written at its
+	// end, as a group in one part is).
 	EarlyWrites uint64
 }
 
@@ -188,22 +190,22 @@ type lambdaRun struct {
 	batch Batch
 	inv   Invocation
 
-	// The windows held, by start (Unix nanoseconds): first is the
-	// window of the first event held, ahead and behind count the windows
-	// held after and before it (see enter).
-	windows       map[int64]*heldWindow
-	first         int64
-	ahead, behind int
+	// The windows held, by start (Unix nanoseconds).
+	windows map[int64]*heldWindow
 	// from is the first record of the commit group: a failure is
 	// reported there, and the retry starts there.
 	from string
 	// rec is the record being added ("" before the batch's first);
 	// touched holds the windows its events touched since it began or was
-	// last cut (see window); epoch is the epoch of its first event (see
-	// enter).
+	// last cut (see window); epoch is the epoch of its first event, and
+	// [lo, hi] the indices of the windows in its reach (see enter);
+	// strayed says the record put events in a window out of its reach
+	// since it began or was last cut.
 	rec     string
 	touched map[int64]bool
 	epoch   int64
+	lo, hi  int64
+	strayed bool
 }
 
 // heldWindow is a window's partial and the position of its first event
@@ -233,8 +235,8 @@ func (r *lambdaRun) Close(context.Context, string, bool) error { return nil }
 // after that names that record (kinesis.RetryFrom).
 func (r *lambdaRun) Handle(ctx context.Context, b *stream.Batch) error {
 	r.inv.Shard = b.Partition
-	r.windows, r.ahead, r.behind = map[int64]*heldWindow{}, 0, 0
-	r.from, r.rec = b.Records[0].Pos.Seq, ""
+	r.windows = map[int64]*heldWindow{}
+	r.from, r.rec, r.strayed = b.Records[0].Pos.Seq, "", false
 	var err error
 	if r.l.perEvent {
 		err = r.addEvents(ctx, b)
@@ -266,7 +268,7 @@ func (r *lambdaRun) write(ctx context.Context) error {
 		return err
 	}
 	r.inv.Outputs += len(r.windows)
-	r.windows, r.ahead, r.behind = map[int64]*heldWindow{}, 0, 0
+	r.windows = map[int64]*heldWindow{}
 	return nil
 }
 
@@ -275,30 +277,32 @@ func (r *lambdaRun) write(ctx context.Context) error {
 // record being added. A record begins a new commit group, the windows
 // held written first (an early write), when
 //   - its first event falls in another epoch than the previous record's
-//     first event: a backlog in time order is cut there, where the two
-//     records alone say, so that any retry, whatever record it begins
-//     at, cuts there too. An epoch is MaxAhead/2 consecutive windows
-//     (at least one), counted from the Unix epoch, so that a group of
-//     one epoch and a record that goes on past it stays within the cap;
-//     or
-//   - the group holds more windows than the caps allow (more than
-//     MaxAhead after the window of its first event, or MaxCorrections
-//     before it): events out of order. That cut depends on the events
-//     since the group's first record, which a retry from the record a
-//     failure names repeats, but a function error's retry in halves may
-//     not.
+//     first event: a backlog in time order is cut there. An epoch is
+//     MaxAhead/2 consecutive windows (at least one), counted from the
+//     Unix epoch; or
+//   - the previous record strayed: put events in a window out of its
+//     reach, which is its epoch's first window, MaxAhead windows after
+//     it and MaxCorrections before it (events out of order, stamped far
+//     away).
 //
-// Once the windows are written, a failure names the new group's record.
+// Both depend on two records alone, so any retry, whatever record it
+// begins at, cuts there too: a retry from the record a failure names, and
+// a function error's retry in halves, which may begin inside a group.
+// Records of one epoch that do not stray hold the windows in its reach,
+// MaxAhead + MaxCorrections + 1 at most, and a record that strays holds
+// its own besides (bounded in window). Once the windows are written, a
+// failure names the new group's record.
 func (r *lambdaRun) enter(ctx context.Context, seq string, first int64) error {
 	if seq == r.rec {
 		return nil
 	}
 	// The epoch's first window index (first is a window's start).
 	epoch := windowStartNs(first/int64(r.o.Window), int64(max(1, r.o.MaxAhead/2)))
-	newEpoch := r.rec != "" && epoch != r.epoch
-	r.rec, r.epoch = seq, epoch
+	cut := r.rec != "" && epoch != r.epoch && len(r.windows) > 0 || r.strayed
+	r.rec, r.epoch, r.strayed = seq, epoch, false
+	r.lo, r.hi = addClamped(epoch, -int64(r.o.MaxCorrections)), addClamped(epoch, int64(r.o.MaxAhead))
 	clear(r.touched)
-	if newEpoch && len(r.windows) > 0 || r.ahead > r.o.MaxAhead || r.behind > r.o.MaxCorrections {
+	if cut {
 		if err := r.write(ctx); err != nil {
 			return err
 		}
@@ -306,6 +310,18 @@ func (r *lambdaRun) enter(ctx context.Context, seq string, first int64) error {
 		r.from = seq
 	}
 	return nil
+}
+
+// addClamped returns a+b, or the int64 nearest it.
+func addClamped(a, b int64) int64 {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
 }
 
 // window returns the partial of the window starting at start (Unix
@@ -323,19 +339,15 @@ func (r *lambdaRun) window(ctx context.Context, start int64, pos stream.Position
 			}
 			r.inv.EarlyWrites++
 			clear(r.touched)
+			r.strayed = false
 		}
 		r.touched[start] = true
+		if i := start / int64(r.o.Window); i < r.lo || i > r.hi {
+			r.strayed = true
+		}
 	}
 	if w := r.windows[start]; w != nil {
 		return w.p, nil
-	}
-	switch {
-	case len(r.windows) == 0:
-		r.first = start
-	case start > r.first:
-		r.ahead++
-	case start < r.first:
-		r.behind++
 	}
 	p := r.o.newPartial(start)
 	r.windows[start] = &heldWindow{p: p, first: pos}

@@ -33,6 +33,15 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 		}
 		hostile[i].Time = t0.Add(off)
 	}
+	// Records whose first events share a window, each with a few events
+	// a window further ahead than the record before it: the windows a
+	// group holds grow with the records it has taken, wherever it began.
+	stray := backlog(19, 6001, 1)
+	for r := range 12 {
+		for k := range 5 {
+			stray[500*r+100+k].Time = t0.Add(time.Duration(r+1)*time.Second + time.Duration(k)*time.Millisecond)
+		}
+	}
 	for _, c := range []struct {
 		name    string
 		ev      events.KinesisEvent
@@ -53,8 +62,10 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 		// A function error (a timeout, a crash) retries the batch from its
 		// first record, in halves with BisectBatchOnFunctionError: a half
 		// that begins inside a commit group cuts the groups after it at
-		// the same records (kinesis.StartsCommitGroup, and a backlog's
-		// epochs, see lambdaRun.enter).
+		// the same records (kinesis.StartsCommitGroup, a backlog's epochs,
+		// the records that strayed, see lambdaRun.enter). The stray cases
+		// failed when a group was cut where the windows it held since its
+		// first record passed the caps.
 		{"crash/halves", kinesisEvent(t, ds), 0, 0, []int{14, 7, 4, 2, 14}, true},
 		{"crash/longer", kinesisEvent(t, ds), 0, 0, []int{6, 14}, true},
 		{"crash/groups", kinesisEvent(t, ds), 3, 0, []int{14, 7, 14}, true},
@@ -62,6 +73,9 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 		{"crash/caps", kinesisEvent(t, ds), 0, 1, []int{14, 7, 14}, true},
 		{"crash/caps-halves", kinesisEvent(t, ds), 0, 2, []int{12, 6, 3, 14}, true},
 		{"crash/hostile", kinesisEvent(t, hostile), 0, 1, []int{14, 5, 14}, true},
+		{"crash/stray", kinesisEvent(t, stray), 0, 2, []int{14, 7, 14}, true},
+		{"crash/stray-halves", kinesisEvent(t, stray), 0, 3, []int{14, 7, 3, 14}, true},
+		{"stray/shorter", kinesisEvent(t, stray), 0, 2, []int{14, 5, 2, 14}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -86,7 +100,7 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 				got := windowsOf(t, dir)
 				for start, w := range want {
 					if g := got[start]; g != w {
-						t.Fatalf("failing at write %d of %d: window %v differs from a run without failure:\n%s\nwant\n%s", n, cleanWrites.n, start, g, w)
+						t.Fatalf("failing at write %d of %d: window %v differs from a run without failure:\n%.200s\nwant\n%.200s", n, cleanWrites.n, start, g, w)
 					}
 				}
 				if len(got) != len(want) {
@@ -104,7 +118,9 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 // random cases: events over a random number of windows, some late by a
 // few windows and a few stamped far away; random caps and commit groups;
 // a sink failing at the first write and at three random ones of the run;
-// retries of random extents from the record the invocation names. Each
+// retries of random extents from the record the invocation names (a
+// partial batch failure) and from the batch's first record (a function
+// error, retried in parts as BisectBatchOnFunctionError does). Each
 // case's seed is in its name.
 func TestKinesisLambdaRetryRandom(t *testing.T) {
 	for seed := range uint64(16) {
@@ -144,18 +160,20 @@ func TestKinesisLambdaRetryRandom(t *testing.T) {
 			for _, f := range picks {
 				failAt = append(failAt, 1+int(f*float64(writes.n)))
 			}
-			for _, n := range failAt {
-				dir := t.TempDir()
-				if deliver(t, newLambda(&failNth{Sink: &PartialsDir{Dir: dir}, n: n}), ev, extents, false) == 0 && n == 1 {
-					t.Fatal("failing the first write failed no invocation")
-				}
-				got := windowsOf(t, dir)
-				if len(got) != len(want) {
-					t.Fatalf("failing at write %d, extents %v: %d windows, want %d", n, extents, len(got), len(want))
-				}
-				for start, w := range want {
-					if got[start] != w {
-						t.Fatalf("failing at write %d, extents %v: window %v differs from a run without failure", n, extents, start)
+			for _, crash := range []bool{false, true} {
+				for _, n := range failAt {
+					dir := t.TempDir()
+					if deliver(t, newLambda(&failNth{Sink: &PartialsDir{Dir: dir}, n: n}), ev, extents, crash) == 0 && n == 1 {
+						t.Fatal("failing the first write failed no invocation")
+					}
+					got := windowsOf(t, dir)
+					if len(got) != len(want) {
+						t.Fatalf("crash %v, failing at write %d, extents %v: %d windows, want %d", crash, n, extents, len(got), len(want))
+					}
+					for start, w := range want {
+						if got[start] != w {
+							t.Fatalf("crash %v, failing at write %d, extents %v: window %v differs from a run without failure", crash, n, extents, start)
+						}
 					}
 				}
 			}
@@ -218,7 +236,8 @@ func deliver(t *testing.T, l *KinesisLambda, ev events.KinesisEvent, extents []i
 // merged from any split of the same events holds alike.
 func windowsOf(t *testing.T, dir string) map[time.Time]string {
 	t.Helper()
-	ps, problems, err := (&PartialsDir{Dir: dir}).Read(t.Context(), time.Second, t0.Add(-24*time.Hour), t0.Add(24*time.Hour))
+	// The cases stamp events up to 1,000 h either side of t0.
+	ps, problems, err := (&PartialsDir{Dir: dir}).Read(t.Context(), time.Second, t0.Add(-2000*time.Hour), t0.Add(2000*time.Hour))
 	if err != nil || len(problems) > 0 {
 		t.Fatal(err, problems)
 	}

@@ -263,13 +263,13 @@ func TestKinesisLambdaKeyCap(t *testing.T) {
 	}
 }
 
-// TestKinesisLambdaWindowCaps: a commit group whose windows would pass
-// MaxAhead after the window of its first decision, or MaxCorrections
-// before it, is cut and loses nothing. An honest backlog in time order
-// over ten windows, with both caps 4, is cut at the records whose first
-// events enter another epoch of two windows; records whose first events
-// share a window but whose others stray ahead pass the caps, with both
-// caps 1, and are cut at the next record; a hostile record stamped at
+// TestKinesisLambdaWindowCaps: commit groups are cut so that the windows
+// they hold stay within the caps, and lose nothing. An honest backlog in
+// time order over ten windows, with both caps 4, is cut at the records
+// whose first events enter another epoch of two windows; records whose
+// first events share a window but whose others stray out of their reach
+// (with both caps 1, the window before and after the first of their
+// epoch) are cut at the next record; a hostile record stamped at
 // alternating far-future and far-past windows, with both caps 1, is cut
 // within itself every three events. Every event is stored once, each
 // window's output of a group keyed by its first event, a failure names

@@ -43,13 +43,14 @@ func (f *aggregatorFlags) capFlags(fs *flag.FlagSet) {
 
 // lambdaCapFlags adds the caps of lambda --aggregate, which holds every
 // window of a commit group until the group is written: --max-ahead and
-// --max-corrections cap the windows after and before the group's first,
-// past which the group is written at the next record and a new group
-// begins there (a backlog in time order is cut sooner, at epochs of
-// max-ahead/2 windows; see aggregator.KinesisLambda).
+// --max-corrections are a record's reach after and before the first
+// window of its epoch (max-ahead/2 windows; a backlog in time order is cut
+// where a record begins another); a record with events out of its reach
+// ends its group, and a new group begins at the next record (see
+// aggregator.KinesisLambda).
 func (f *aggregatorFlags) lambdaCapFlags(fs *flag.FlagSet) {
-	f.caps(fs, "windows a commit group holds after the window of its first decision; a group past them is written at the next record and a new one begins there, nothing dropped (a backlog is cut at epochs of n/2 windows)",
-		"windows a commit group holds before the window of its first decision; a group past them is written at the next record and a new one begins there, nothing dropped")
+	f.caps(fs, "windows after the first of a record's epoch (n/2 windows; a backlog is cut where a record begins another) that its events may reach; a record with events past them ends its commit group, which is written, nothing dropped",
+		"windows before the first of a record's epoch that its events may reach; a record with events before them ends its commit group, which is written, nothing dropped")
 }
 
 // caps adds --max-names, and --max-ahead and --max-corrections with the
