@@ -110,7 +110,7 @@ func (r *Report) document() *document {
 		}
 		text := []string{"Requests " + u(t.Requests) + ", refused " + u(t.Refused) + ", distinct clients " + u(t.Clients) + ", challenge solve rate " + rate(t.SolveRate) + "."}
 		if t.RefusalsUnlisted > 0 {
-			text = append(text, strconv.Itoa(t.RefusalsUnlisted)+" windows' partials (encoding version 1 or 2) list no client by refusals in this tier: "+
+			text = append(text, strconv.Itoa(t.RefusalsUnlisted)+" windows' partials (of encoding version 1 or 2, or merged or restored from one) list no client by refusals in this tier: "+
 				"each client's refusals are unknown (-), and refusals (min) counts only the windows that list them.")
 		}
 		d.sections = append(d.sections, section{title: "Tier " + t.Name, sub: true,

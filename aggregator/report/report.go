@@ -154,8 +154,10 @@ type Offender struct {
 	SolveRateMin *float64 `json:"solve_rate_min"`
 	SolveRateMax *float64 `json:"solve_rate_max"`
 	// RefusalsUnknown is set in a tier's table when some of the tier's
-	// windows come from partials of encoding version 1 or 2, which list
-	// no client by refusals per tier (Tier.RefusalsUnlisted): RefusalsMin
+	// windows come from partials of encoding version 1 or 2 (or of a
+	// later version merged or restored from one, which carry their mark:
+	// Offenders.TiersUnlisted), which list no client by refusals per tier
+	// (Tier.RefusalsUnlisted): RefusalsMin
 	// is then the bound of the other windows alone and Refusals the one
 	// bound that still holds, Requests; the tables show refusals as
 	// unknown.
@@ -230,8 +232,9 @@ type Tier struct {
 	Top   []Offender `json:"top_clients"`
 	Trend []Point    `json:"trend"`
 	// RefusalsUnlisted counts the windows in which the tier refused
-	// requests that their partials (encoding version 1 or 2) list no
-	// client for by refusals in the tier: Top's refusals are then unknown
+	// requests that their partials list no client for by refusals in the
+	// tier (Offenders.TiersUnlisted: partials of encoding version 1 or 2,
+	// or merged or restored from one): Top's refusals are then unknown
 	// (Offender.RefusalsUnknown).
 	RefusalsUnlisted int `json:"windows_without_tier_refusal_lists,omitempty"`
 }
