@@ -103,7 +103,11 @@ func benchColumns(b *testing.B, c columnar.Compression, inMemory bool, roll func
 }
 
 func benchColumnsOf(b *testing.B, c columnar.Compression, size int, set columnar.ColumnSet, inMemory bool, roll func(*Batch)) {
-	batches := benchBatches(b, c, size)
+	benchColumnsOfBatches(b, benchBatches(b, c, size), set, inMemory, roll)
+}
+
+// benchColumnsOfBatches is benchColumnsOf over the record batches given.
+func benchColumnsOfBatches(b *testing.B, batches [][]byte, set columnar.ColumnSet, inMemory bool, roll func(*Batch)) {
 	dec := columnar.NewDecoder()
 	var bt Batch
 	f := func(c *columnar.Columns) error {
@@ -171,6 +175,31 @@ func BenchmarkColumnsSummary(b *testing.B) {
 func BenchmarkColumnsPartial(b *testing.B) {
 	p := NewPartial(t0, time.Hour, 100)
 	benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
+}
+
+// BenchmarkColumnsPartialScrape is BenchmarkColumnsPartial under the
+// seed's attack: one anonymous address scraping at 800 requests a second,
+// blocked past its limit (one in forty of its requests challenged),
+// beside 200 a second of the generator's traffic
+// (four events in five the scraper's, in record batches of 4,096): the
+// rollup's cost depends on how many distinct clients a batch holds.
+func BenchmarkColumnsPartialScrape(b *testing.B) {
+	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 16)
+	scraper := netip.MustParseAddr("203.0.113.80")
+	for i := range ds {
+		d := &ds[i]
+		if i%5 == 0 || d.Kind != decisions.KindDecision {
+			continue
+		}
+		d.ClientIP, d.UserID, d.Plan, d.Tier, d.Rule = scraper, "", "", "anonymous", "anonymous:global"
+		d.Outcome, d.Reason = decisions.Block, "over the limit"
+		if i%50 == 1 {
+			d.Outcome, d.Reason = decisions.Challenge, "over the challenge ceiling"
+		}
+	}
+	p := NewPartial(t0, time.Hour, 100)
+	batches := encodeBatches(b, ds, 4096)
+	benchColumnsOfBatches(b, batches, columnar.AllColumns, true, func(bt *Batch) { p.UpdateColumns(bt, 0, bt.Len()) })
 }
 
 // BenchmarkColumnsFromLog is the whole way from the decision log's records
