@@ -13,7 +13,9 @@ import (
 // BenchmarkColumnsParts is parts of the full rollup apart, over the decoded
 // record batches of BenchmarkColumnsPartial: folding names past the key
 // cap (foldColumns), the store latencies (a DDSketch), the top-K lists
-// (after folding, as the rollup calls them), and the distinct clients.
+// (after folding, as the rollup calls them), the distinct clients, and
+// everything the full rollup does but the lists (no-lists: how fast any
+// top-K algorithm could make it at most).
 func BenchmarkColumnsParts(b *testing.B) {
 	b.Run("fold", func(b *testing.B) {
 		p := NewPartial(t0, time.Hour, 100)
@@ -28,6 +30,17 @@ func BenchmarkColumnsParts(b *testing.B) {
 		benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) {
 			bt.foldColumns(p, 0, bt.Len())
 			p.Offenders.UpdateColumns(bt, 0, bt.Len())
+		})
+	})
+	b.Run("no-lists", func(b *testing.B) {
+		p := NewPartial(t0, time.Hour, 100)
+		benchColumns(b, columnar.ZstdDict, true, func(bt *Batch) {
+			p.Events += uint64(bt.Len())
+			bt.foldColumns(p, 0, bt.Len())
+			parts := p.parts()
+			for _, a := range parts[:len(parts)-1] { // the lists are last
+				a.UpdateColumns(bt, 0, bt.Len())
+			}
 		})
 	})
 	b.Run("distinct", func(b *testing.B) {
