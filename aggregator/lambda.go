@@ -290,8 +290,9 @@ func (r *lambdaRun) write(ctx context.Context) error {
 // a function error's retry in halves, which may begin inside a group.
 // Records of one epoch that do not stray hold the windows in its reach,
 // MaxAhead + MaxCorrections + 1 at most, and a record that strays holds
-// its own besides (bounded in window). Once the windows are written, a
-// failure names the new group's record.
+// its own windows besides (as many at most before it writes within
+// itself, see window). Once the windows are written, a failure names the
+// new group's record.
 func (r *lambdaRun) enter(ctx context.Context, seq string, first int64) error {
 	if seq == r.rec {
 		return nil
