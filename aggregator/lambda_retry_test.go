@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +23,8 @@ import (
 // groups of the whole invocation and of about three or four records, with
 // window caps that cut groups between records, and with a record whose
 // events alone pass the caps (cut within it); and for a function error,
-// retried from the batch's first record in halves (crash cases).
+// retried from the batch's first record in halves (crash cases). A group
+// never holds more windows at once than twice a record's reach.
 func TestKinesisLambdaRetryExtents(t *testing.T) {
 	ds := backlog(19, 6001, 12) // 12 Arrow records of 500, 1 JSON, 1 corrupt
 	hostile := backlog(19, 6001, 12)
@@ -88,6 +90,9 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 			want := windowsOf(t, clean)
 			var cleanWrites counting
 			deliver(t, newLambda(&cleanWrites), c.ev, []int{len(c.ev.Records)}, false)
+			if capN := cmp.Or(c.capN, DefaultMaxAhead); cleanWrites.most > 2*(2*capN+1) {
+				t.Errorf("a group held %d windows at once, want at most %d", cleanWrites.most, 2*(2*capN+1))
+			}
 			// Every one of the first writes fails in turn, then every
 			// stride-th.
 			failures, stride := 0, max(1, cleanWrites.n/16)
@@ -156,6 +161,11 @@ func TestKinesisLambdaRetryRandom(t *testing.T) {
 			// The first write, and three anywhere in the run.
 			var writes counting
 			deliver(t, newLambda(&writes), ev, []int{len(ev.Records)}, false)
+			// A group holds the windows in its records' reach, and a
+			// straying record's own (as many at most) besides.
+			if bound := 2 * (2*capN + 1); writes.most > bound {
+				t.Errorf("a group held %d windows at once, want at most %d", writes.most, bound)
+			}
 			failAt := []int{1}
 			for _, f := range picks {
 				failAt = append(failAt, 1+int(f*float64(writes.n)))
@@ -264,8 +274,15 @@ func (s *failNth) Write(ctx context.Context, partition string, o Output) error {
 	return s.Sink.Write(ctx, partition, o)
 }
 
-// counting counts the writes it is given.
-type counting struct{ n int }
+// counting counts the writes it is given, and the most between two
+// flushes: the windows a group held at once.
+type counting struct{ n, part, most int }
 
-func (c *counting) Write(context.Context, string, Output) error { c.n++; return nil }
-func (c *counting) Flush(context.Context) error                 { return nil }
+func (c *counting) Write(context.Context, string, Output) error {
+	c.n++
+	c.part++
+	c.most = max(c.most, c.part)
+	return nil
+}
+
+func (c *counting) Flush(context.Context) error { c.part = 0; return nil }
