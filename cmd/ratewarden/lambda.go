@@ -50,6 +50,9 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return errors.New("lambda: AWS_LAMBDA_RUNTIME_API is not set: run this inside AWS Lambda (use \"ratewarden edge\" elsewhere)")
 	}
+	// JSON lines on stderr (CloudWatch Logs), the AWS SDK's too.
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	ctx = assemble.WithLog(ctx, log)
 	if *reportMode {
 		f, err := report.ParseFormat(*format)
 		if err != nil {
@@ -75,7 +78,6 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return err
 		}
-		log := slog.New(slog.NewJSONHandler(stderr, nil))
 		kl.CommitRecords = *commitRecords
 		kl.OnInvocation = func(ctx context.Context, inv aggregator.Invocation) {
 			logInvocation(ctx, log, inv, sinks.EMF.Stats().Rejected)
@@ -88,7 +90,6 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	override(&cfg.Edge.Upstream, *upstream)
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Fallback: stdout})
 	if err != nil {
 		return err

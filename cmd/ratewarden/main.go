@@ -26,9 +26,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/ratewarden/ratewarden/assemble"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -87,6 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprint(stderr, usage)
 		return errUsage
 	}
+	// The AWS SDK's own messages, in the commands' log format (lambda's
+	// is JSON: it sets its own).
+	ctx = assemble.WithLog(ctx, slog.New(slog.NewTextHandler(stderr, nil)))
 	switch args[0] {
 	case "edge":
 		return runEdge(ctx, args[1:], stdout, stderr, getenv)
