@@ -197,14 +197,12 @@ type lambdaRun struct {
 	from string
 	// rec is the record being added ("" before the batch's first);
 	// touched holds the windows its events touched since it began or was
-	// last cut (see window); epoch is the epoch of its first event, and
-	// [lo, hi] the indices of the windows in its reach (see enter);
-	// strayed says the record put events in a window out of its reach
+	// last cut (see window); epoch is the epoch of its first event (see
+	// enter); strayed says the record put events in a window out of its reach
 	// since it began or was last cut.
 	rec     string
 	touched map[int64]bool
 	epoch   int64
-	lo, hi  int64
 	strayed bool
 }
 
@@ -301,7 +299,6 @@ func (r *lambdaRun) enter(ctx context.Context, seq string, first int64) error {
 	epoch := windowStartNs(first/int64(r.o.Window), int64(max(1, r.o.MaxAhead/2)))
 	cut := r.rec != "" && epoch != r.epoch && len(r.windows) > 0 || r.strayed
 	r.rec, r.epoch, r.strayed = seq, epoch, false
-	r.lo, r.hi = addClamped(epoch, -int64(r.o.MaxCorrections)), addClamped(epoch, int64(r.o.MaxAhead))
 	clear(r.touched)
 	if cut {
 		if err := r.write(ctx); err != nil {
@@ -325,6 +322,14 @@ func addClamped(a, b int64) int64 {
 	return s
 }
 
+// reaches reports whether the window starting at start is in the reach
+// of the record being added: from MaxCorrections windows before the
+// first window of its epoch to MaxAhead after it.
+func (r *lambdaRun) reaches(start int64) bool {
+	i := start / int64(r.o.Window)
+	return i >= addClamped(r.epoch, -int64(r.o.MaxCorrections)) && i <= addClamped(r.epoch, int64(r.o.MaxAhead))
+}
+
 // window returns the partial of the window starting at start (Unix
 // nanoseconds) for the events from pos on, opened if need be. One record
 // adds at most MaxAhead + MaxCorrections + 1 windows to those a group
@@ -343,7 +348,7 @@ func (r *lambdaRun) window(ctx context.Context, start int64, pos stream.Position
 			r.strayed = false
 		}
 		r.touched[start] = true
-		if i := start / int64(r.o.Window); i < r.lo || i > r.hi {
+		if !r.reaches(start) {
 			r.strayed = true
 		}
 	}

@@ -90,9 +90,7 @@ func TestKinesisLambdaRetryExtents(t *testing.T) {
 			want := windowsOf(t, clean)
 			var cleanWrites counting
 			deliver(t, newLambda(&cleanWrites), c.ev, []int{len(c.ev.Records)}, false)
-			if capN := cmp.Or(c.capN, DefaultMaxAhead); cleanWrites.most > 2*(2*capN+1) {
-				t.Errorf("a group held %d windows at once, want at most %d", cleanWrites.most, 2*(2*capN+1))
-			}
+			checkHeld(t, cleanWrites, cmp.Or(c.capN, DefaultMaxAhead))
 			// Every one of the first writes fails in turn, then every
 			// stride-th.
 			failures, stride := 0, max(1, cleanWrites.n/16)
@@ -161,11 +159,7 @@ func TestKinesisLambdaRetryRandom(t *testing.T) {
 			// The first write, and three anywhere in the run.
 			var writes counting
 			deliver(t, newLambda(&writes), ev, []int{len(ev.Records)}, false)
-			// A group holds the windows in its records' reach, and a
-			// straying record's own (as many at most) besides.
-			if bound := 2 * (2*capN + 1); writes.most > bound {
-				t.Errorf("a group held %d windows at once, want at most %d", writes.most, bound)
-			}
+			checkHeld(t, writes, capN)
 			failAt := []int{1}
 			for _, f := range picks {
 				failAt = append(failAt, 1+int(f*float64(writes.n)))
@@ -188,6 +182,16 @@ func TestKinesisLambdaRetryRandom(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkHeld checks that no group of the run w counted held more windows
+// at once than twice a record's reach with both caps capN: the windows in
+// its records' reach, and a straying record's own (as many at most).
+func checkHeld(t *testing.T, w counting, capN int) {
+	t.Helper()
+	if bound := 2 * (2*capN + 1); w.most > bound {
+		t.Errorf("a group held %d windows at once, want at most %d", w.most, bound)
 	}
 }
 
