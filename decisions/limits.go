@@ -1,9 +1,12 @@
 package decisions
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
@@ -38,6 +41,42 @@ const (
 	// prefix a canonical path of at most canonpath.MaxLen (8 KiB).
 	MaxRuleLen = MaxNameLen + 1 + canonpath.MaxLen
 )
+
+// CheckUserID says why s is not a user id the edge believes, nil when it
+// is one: an id is at most MaxUserIDLen bytes of valid UTF-8, holds no
+// control character (C0, DEL, C1, or U+FFFD, the mark of a mangled
+// encoding), and neither begins nor ends with white space. The edge
+// counts a client whose claimed id is not one by its address
+// (edge/identity), and the feedback lists hold exactly these ids
+// (edge/lists): so every id the edge counts can be listed as it is, and
+// no listed id stands for another (" bob" for "bob").
+func CheckUserID(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty user id")
+	case len(s) > MaxUserIDLen:
+		return FieldTooLong("user id", len(s), MaxUserIDLen)
+	case !utf8.ValidString(s):
+		return errors.New("user id is not valid UTF-8")
+	}
+	for i, r := range s {
+		if IsControl(r) {
+			return fmt.Errorf("user id with a control character at byte %d; want printable text", i+1)
+		}
+	}
+	first, _ := utf8.DecodeRuneInString(s)
+	last, _ := utf8.DecodeLastRuneInString(s)
+	if unicode.IsSpace(first) || unicode.IsSpace(last) {
+		return errors.New("user id with white space at its start or end")
+	}
+	return nil
+}
+
+// IsControl reports whether r is a control character (C0, DEL, C1) or
+// U+FFFD, which readers take for a mangled encoding.
+func IsControl(r rune) bool {
+	return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError
+}
 
 // FieldCap is a string field of a decision and the longest value readers
 // believe. Name is the field's name in every codec.

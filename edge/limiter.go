@@ -1019,12 +1019,13 @@ func (l *Limiter) SubjectFor(ip netip.Addr, user string) string {
 // Identify returns the identity of a client the caller has already
 // identified (Envoy's rate limit descriptors, which Envoy, a trusted proxy,
 // states): ip counted as Begin counts addresses, user and plan as given
-// (cut to identity.MaxUserLen). Its Source says the address was forwarded
-// by a trusted proxy, or, with a user, that the user was.
+// when identity.Believes them, and otherwise none. Its Source says the
+// address was forwarded by a trusted proxy, or, with a user, that the user
+// was.
 func (l *Limiter) Identify(ip netip.Addr, user, plan string) identity.Identity {
 	ip = ip.Unmap().WithZone("")
 	id := identity.Identity{ClientIP: ip, Addr: identity.CountingAddr(ip, l.ipv6Prefix), Source: decisions.SourceForwarded}
-	if user != "" && len(user) <= identity.MaxUserLen && len(plan) <= identity.MaxUserLen {
+	if identity.Believes(user, plan) {
 		id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader
 	}
 	return id

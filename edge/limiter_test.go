@@ -16,6 +16,7 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/challenge"
+	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/limit"
 	"github.com/ratewarden/ratewarden/edge/lists"
 	"github.com/ratewarden/ratewarden/edge/memstore"
@@ -889,4 +890,37 @@ func TestChallengeList(t *testing.T) {
 	// challenges (the token passes those too) up to 2 × 3, then blocks.
 	got := outcomes(l, 7, time.Millisecond, req("203.0.113.7:1", "/api/export", "X-Ratewarden-Token", keys.Issue(l.SubjectFor(netip.MustParseAddr("203.0.113.7"), ""), t0, time.Hour)))
 	equalOutcomes(t, got, concat(repeat(decisions.TokenPass, 6), repeat(decisions.Block, 1)))
+}
+
+// TestIdentifyBelievesListableUsers: a caller's stated user (Envoy's
+// descriptors through rls) is believed as the resolver believes headers
+// and tokens (identity.Believes): an id the feedback lists could not hold
+// as it is leaves the client counted by its address.
+func TestIdentifyBelievesListableUsers(t *testing.T) {
+	l := newLimiter(t, seedConfig(t, nil), Options{})
+	ip := netip.MustParseAddr("192.0.2.1")
+	for _, c := range []struct {
+		user, plan string
+		believed   bool
+	}{
+		{"alice", "pro", true},
+		{"a b", "", true},
+		{"José", "", true},
+		{"", "pro", false},
+		{"\u00a0alice", "", false},
+		{"alice ", "", false},
+		{"alice\x1b[2J", "", false},
+		{"alice\u0085", "", false},
+		{"alice\xff", "", false},
+		{strings.Repeat("u", identity.MaxUserLen+1), "", false},
+		{"alice", strings.Repeat("p", identity.MaxUserLen+1), false},
+	} {
+		id := l.Identify(ip, c.user, c.plan)
+		if got := id.User != ""; got != c.believed || (got && (id.User != c.user || id.Plan != c.plan)) {
+			t.Errorf("Identify(%q, %q) = user %q plan %q source %s; believed %v, want %v", c.user, c.plan, id.User, id.Plan, id.Source, got, c.believed)
+		}
+		if !c.believed && (id.Source != decisions.SourceForwarded || id.Addr != ip) {
+			t.Errorf("Identify(%q, %q): source %s, address %v; want counted by %v", c.user, c.plan, id.Source, id.Addr, ip)
+		}
+	}
 }

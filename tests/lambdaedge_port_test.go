@@ -200,6 +200,15 @@ func TestLambdaEdgeIdentityPortAgrees(t *testing.T) {
 		sign(jwt.MapClaims{"sub": "kim", "exp": exp}, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType),
 		sign(jwt.MapClaims{"sub": "lee", "exp": exp}, jwt.SigningMethodHS256, []byte("some-other-key-of-32-bytes-long!")),
 		sign(jwt.MapClaims{"sub": "Köln\u2028", "exp": exp}, jwt.SigningMethodHS256, hs),
+		// Ids the lists could not hold as they are (identity.Believes).
+		sign(jwt.MapClaims{"sub": "\u00a0victim", "exp": exp}, jwt.SigningMethodHS256, hs),
+		sign(jwt.MapClaims{"sub": "mallory\x01", "exp": exp}, jwt.SigningMethodHS256, hs),
+		sign(jwt.MapClaims{"sub": "mallory\u0085x", "exp": exp}, jwt.SigningMethodHS256, hs),
+		sign(jwt.MapClaims{"sub": "mallory\x7f", "exp": exp}, jwt.SigningMethodHS256, hs),
+		sign(jwt.MapClaims{"sub": "mallory\ufffd", "exp": exp}, jwt.SigningMethodHS256, hs),
+		sign(jwt.MapClaims{"sub": "\ufeffbom", "exp": exp}, jwt.SigningMethodHS256, hs),
+		sign(jwt.MapClaims{"sub": "Köln\u3000", "exp": exp}, jwt.SigningMethodHS256, hs),
+		sign(jwt.MapClaims{"sub": "José García", "exp": exp}, jwt.SigningMethodHS256, hs),
 	}
 	mutate := func(s string) string {
 		b := []byte(s)
@@ -235,6 +244,10 @@ func TestLambdaEdgeIdentityPortAgrees(t *testing.T) {
 		Peer    string              `json:"peer"`
 		Headers map[string][]string `json:"headers"`
 	}
+	// User header values, hostile ones among them: white space, control
+	// characters and bytes that are not UTF-8 (identity.Believes).
+	userHeaders := []string{"zoe", " zoe ", "", strings.Repeat("z", 257), "z\u00e9", "\u00a0zoe", "zoe\u2028",
+		"zoe\x7f", "zoe\x1b[2J", "zoe\xff", "z\xc3", "\ufeffzoe", "zo e"}
 	var cases []identityCase
 	for i := range 3000 {
 		h := map[string][]string{}
@@ -245,7 +258,7 @@ func TestLambdaEdgeIdentityPortAgrees(t *testing.T) {
 		}
 		if rng.IntN(3) == 0 {
 			for range 1 + rng.IntN(2) {
-				h["x-user-id"] = append(h["x-user-id"], []string{"zoe", " zoe ", "", strings.Repeat("z", 257), "z\u00e9"}[rng.IntN(5)])
+				h["x-user-id"] = append(h["x-user-id"], userHeaders[rng.IntN(len(userHeaders))])
 			}
 		}
 		if rng.IntN(3) == 0 {

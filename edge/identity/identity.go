@@ -10,7 +10,8 @@
 //
 // Every input is bounded: X-Forwarded-For is read for at most
 // [MaxForwardedEntries] entries and [MaxForwardedBytes] bytes from the right,
-// user ids and plans are at most [MaxUserLen] bytes, bearer tokens at most
+// user ids and plans are at most [MaxUserLen] bytes (and a user id is
+// printable text without white space at either end: [Believes]), bearer tokens at most
 // [MaxTokenLen] bytes. Nothing in this package panics on any input.
 package identity
 
@@ -251,10 +252,19 @@ func (r *Resolver) ResolvePeerTo(id *Identity, peer netip.Addr, h http.Header, n
 	if len(plans) == 1 {
 		plan = trimOWS(plans[0])
 	}
-	if user == "" || len(user) > MaxUserLen || len(plan) > MaxUserLen {
+	if !Believes(user, plan) {
 		return
 	}
 	id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader
+}
+
+// Believes reports whether the edge takes user and plan for a client's:
+// a user id decisions.CheckUserID accepts (printable, without white space
+// at either end, at most MaxUserLen bytes: one the feedback lists can hold
+// as it is) and a plan of at most MaxUserLen bytes. A client whose claimed
+// identity is not believed is counted by its address.
+func Believes(user, plan string) bool {
+	return decisions.CheckUserID(user) == nil && len(plan) <= MaxUserLen
 }
 
 // ResolveAddr returns the client address of the request, as Resolve does,

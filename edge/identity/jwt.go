@@ -124,8 +124,8 @@ func readKeyFile(path, alg string) ([]byte, error) {
 // at now, give or take the leeway, exp (required unless require_exp is
 // false) and nbf (when present); iss and aud when configured; and returns
 // the user and plan claims. iat is not checked. A token whose user claim
-// is missing, not a string, empty or longer than MaxUserLen, or whose plan
-// claim is present but not a string or too long, is not accepted.
+// is missing or not a string, or whose plan claim is present but not a
+// string, or whose user and plan Believes refuses, is not accepted.
 func (v *verifier) verify(tok string, now time.Time) (user, plan string, ok bool) {
 	if tok == "" || len(tok) > MaxTokenLen {
 		return "", "", false
@@ -137,20 +137,17 @@ func (v *verifier) verify(tok string, now time.Time) (user, plan string, ok bool
 		return "", "", false
 	}
 	user, ok = claims[v.userClaim].(string)
-	if !ok || user == "" || len(user) > MaxUserLen {
+	if !ok {
 		return "", "", false
 	}
 	switch p := claims[v.planClaim].(type) {
 	case nil:
 	case string:
-		if len(p) > MaxUserLen {
-			return "", "", false
-		}
 		plan = p
 	default:
 		return "", "", false
 	}
-	return user, plan, true
+	return user, plan, Believes(user, plan)
 }
 
 // keyFunc returns the one configured key. WithValidMethods already refuses

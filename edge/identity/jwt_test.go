@@ -202,6 +202,18 @@ func TestResolveJWT(t *testing.T) {
 		{"empty user claim", hs, untrusted, bearer(hsWith(claims{"sub": ""})), invalid},
 		{"numeric user claim", hs, untrusted, bearer(hsWith(claims{"sub": 42})), invalid},
 		{"oversized user claim", hs, untrusted, bearer(hsWith(claims{"sub": strings.Repeat("u", MaxUserLen+1)})), invalid},
+		// Ids the feedback lists could not hold as they are (Believes): the
+		// client is counted by its address, not listed as another user.
+		{"user claim with a leading no-break space", hs, untrusted, bearer(hsWith(claims{"sub": "\u00a0victim"})), invalid},
+		{"user claim with a trailing space", hs, untrusted, bearer(hsWith(claims{"sub": "victim "})), invalid},
+		{"user claim with a control character", hs, untrusted, bearer(hsWith(claims{"sub": "mallory\x01"})), invalid},
+		{"user claim with a C1 control", hs, untrusted, bearer(hsWith(claims{"sub": "mallory\u0085x"})), invalid},
+		{"user claim with DEL", hs, untrusted, bearer(hsWith(claims{"sub": "mallory\x7f"})), invalid},
+		{"user claim with an escape sequence", hs, untrusted, bearer(hsWith(claims{"sub": "\x1b[2Jmallory"})), invalid},
+		{"user claim with a newline", hs, untrusted, bearer(hsWith(claims{"sub": "mallory\nalice"})), invalid},
+		{"user claim with U+FFFD", hs, untrusted, bearer(hsWith(claims{"sub": "mallory\ufffd"})), invalid},
+		{"user claim with inner spaces and letters", hs, untrusted, bearer(hsWith(claims{"sub": "José García"})),
+			Identity{ClientIP: addr("198.51.100.1"), Addr: addr("198.51.100.1"), User: "José García", Plan: "pro", Source: decisions.SourceJWT}},
 		{"numeric plan claim", hs, untrusted, bearer(hsWith(claims{"plan": 3})), invalid},
 		{"oversized token", hs, untrusted, bearer(hsWith(claims{"pad": strings.Repeat("p", MaxTokenLen)})), invalid},
 		{"garbage", hs, untrusted, bearer("garbage"), invalid},

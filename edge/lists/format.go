@@ -11,7 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
+
+	"github.com/ratewarden/ratewarden/decisions"
 )
 
 // Attribute keys of a line, in the order AppendLine writes them.
@@ -166,17 +169,13 @@ func checkText(k, v string, max int) (string, error) {
 	if len(v) > max {
 		return "", fmt.Errorf("%s of %d bytes; want at most %d", k, len(v), max)
 	}
-	if i := strings.IndexFunc(v, isControl); i >= 0 {
+	if i := strings.IndexFunc(v, decisions.IsControl); i >= 0 {
 		return "", fmt.Errorf("%s with a control character at byte %d; want printable text", k, i+1)
 	}
 	if !utf8.ValidString(v) {
 		return "", fmt.Errorf("%s is not valid UTF-8", k)
 	}
 	return v, nil
-}
-
-func isControl(r rune) bool {
-	return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError
 }
 
 // tokenizer splits a line into whitespace-separated fields, each bare or a
@@ -231,23 +230,25 @@ var errEntry = errors.New("not an IP address, a CIDR or user:<id>")
 
 // NormalizeTarget checks a target and returns its canonical form: an
 // address without zone and unmapped from IPv4-mapped IPv6, a masked CIDR
-// prefix (host bits are an error), or user:<id> with the id trimmed,
-// at most MaxUserLen bytes and printable. Two targets that match the same
-// clients normalize alike, which is what writers and readers key on.
+// prefix (host bits are an error), or user:<id> with an id the edge
+// believes (decisions.CheckUserID: printable, without white space at
+// either end, at most MaxUserLen bytes). Two targets that match the same
+// clients normalize alike, which is what writers and readers key on. An
+// id is not trimmed: "user: bob" would match no client the edge counts,
+// and trimming it would list another ("bob"); white space is trimmed
+// around addresses and prefixes, and before "user:".
 func NormalizeTarget(s string) (string, error) {
-	s = strings.TrimSpace(s)
+	s = strings.TrimLeftFunc(s, unicode.IsSpace)
 	if id, ok := strings.CutPrefix(s, userPrefix); ok {
-		id = strings.TrimSpace(id)
-		switch {
-		case id == "":
+		if id == "" {
 			return "", errors.New("empty user id; want user:<id>")
-		case len(id) > MaxUserLen:
-			return "", fmt.Errorf("user id of %d bytes; want at most %d", len(id), MaxUserLen)
-		case strings.IndexFunc(id, isControl) >= 0 || !utf8.ValidString(id):
-			return "", errors.New("user id with a control character or invalid UTF-8; want printable text")
+		}
+		if err := decisions.CheckUserID(id); err != nil {
+			return "", err
 		}
 		return userPrefix + id, nil
 	}
+	s = strings.TrimRightFunc(s, unicode.IsSpace)
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {

@@ -107,7 +107,15 @@ func TestNormalizeTarget(t *testing.T) {
 		{"::ffff:203.0.113.7", "203.0.113.7", ""},
 		{"::ffff:203.0.113.0/120", "203.0.113.0/24", ""},
 		{"2001:DB8::1", "2001:db8::1", ""},
-		{" user:  alice ", "user:alice", ""},
+		{" user:alice", "user:alice", ""},
+		{"user:alice ", "", "white space"},
+		{" 203.0.113.7\t", "203.0.113.7", ""},
+		{"user:  alice", "", "white space"},     // matches no client: not trimmed into alice
+		{"user:\u00a0alice", "", "white space"}, // nor with a no-break space
+		{"user:alice\u2003", "", "white space"},
+		{"user:", "", "empty user id"},
+		{"user:\ufffd", "", "control character"},
+		{"user:a\xffb", "", "not valid UTF-8"},
 		{"user:a b", "user:a b", ""},
 		{"10.0.0.1/8", "", "host bits set"},
 		{"fe80::1%eth0", "", "zone"},

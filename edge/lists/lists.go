@@ -65,13 +65,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
 )
 
 // Bounds on what Parse reads.
 const (
-	MaxLineLen = 4 << 10 // bytes in one line
-	MaxEntries = 1 << 20 // entries in one list
-	MaxUserLen = 256     // bytes in a user id, as identity believes them
+	MaxLineLen = 4 << 10                // bytes in one line
+	MaxEntries = 1 << 20                // entries in one list
+	MaxUserLen = decisions.MaxUserIDLen // bytes in a user id, as identity believes them
 	userPrefix = "user:"
 	maxQuoted  = 64 // bytes of a bad line quoted in an error
 )

@@ -241,7 +241,7 @@ func TestFileStoreKeepsWhatItDoesNotChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := NewFileStore(map[string]string{Allow: path}, func() time.Time { return t0 })
-	if err := s.Put(context.Background(), Entry{List: Allow, Target: "user: old", By: "y"}); err != nil {
+	if err := s.Put(context.Background(), Entry{List: Allow, Target: " user:old", By: "y"}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)

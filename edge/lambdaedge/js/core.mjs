@@ -451,6 +451,22 @@ function parseHostPort(s) {
   return { addr: a, ok: true };
 }
 
+// believes is identity.Believes on byte strings: a user id
+// decisions.CheckUserID accepts (valid UTF-8 of at most MaxUserLen bytes,
+// no control character or U+FFFD, no white space at either end, as Go's
+// unicode.IsSpace has it) and a plan of at most MaxUserLen bytes.
+const utf8Strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const isSpace = (c) => (c >= 0x09 && c <= 0x0d) || c === 0x20 || c === 0x85 || c === 0xa0 || c === 0x1680 ||
+  (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
+function believes(user, plan) {
+  if (user === "" || user.length > MaxUserLen || plan.length > MaxUserLen) return false;
+  let s;
+  try { s = utf8Strict.decode(Buffer.from(user, "latin1")); } catch { return false; }
+  const cps = Array.from(s, (ch) => ch.codePointAt(0));
+  if (cps.some((c) => c < 0x20 || c === 0x7f || (c >= 0x80 && c < 0xa0) || c === 0xfffd)) return false;
+  return !isSpace(cps[0]) && !isSpace(cps[cps.length - 1]);
+}
+
 const trimOWS = (s) => s.replace(/^[ \t]+/, "").replace(/[ \t]+$/, "");
 
 // ---- identity (package identity) ----------------------------------------
@@ -535,7 +551,7 @@ export class Resolver {
     if (users.length !== 1 || plans.length > 1) return id;
     const user = trimOWS(users[0]);
     const plan = plans.length === 1 ? trimOWS(plans[0]) : "";
-    if (user === "" || user.length > MaxUserLen || plan.length > MaxUserLen) return id;
+    if (!believes(user, plan)) return id;
     id.user = user; id.plan = plan; id.source = "header";
     return id;
   }
@@ -639,14 +655,15 @@ class JWTVerifier {
       if (!list || list.some((x) => typeof x !== "string") || !list.includes(this.audience)) return null;
     }
     const user = claims[this.userClaim];
-    if (typeof user !== "string" || user === "" || toBytes(user).length > MaxUserLen) return null;
+    if (typeof user !== "string") return null;
     const p = claims[this.planClaim];
     let plan = "";
     if (p !== undefined && p !== null) {
-      if (typeof p !== "string" || toBytes(p).length > MaxUserLen) return null;
+      if (typeof p !== "string") return null;
       plan = p;
     }
-    return { user: toBytes(user), plan: toBytes(plan) };
+    const u = toBytes(user), pl = toBytes(plan);
+    return believes(u, pl) ? { user: u, plan: pl } : null;
   }
 }
 
