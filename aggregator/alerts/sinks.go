@@ -249,17 +249,40 @@ type slackText struct {
 	Text string `json:"text"`
 }
 
-// slackMessage is a's message.
+// slackMessage is a's message. Every value taken from a goes through
+// slackEscape, or slackCode inside backticks: a user id is the client's
+// choice, and must reach the channel as text, not as a mention, a link or
+// the end of a code span.
 func slackMessage(a Alert) slack {
-	head := fmt.Sprintf("[%s] %s %s: %s", strings.ToUpper(a.Severity), a.Type, a.State, a.Summary)
+	typ, state := slackEscape(a.Type), slackEscape(a.State)
+	summary := slackEscape(a.Summary)
+	head := fmt.Sprintf("[%s] %s %s: %s", slackEscape(strings.ToUpper(a.Severity)), typ, state, summary)
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%s* `%s` %s\n%s\nwindow %s – %s", a.Type, a.Key, a.State, a.Summary,
+	fmt.Fprintf(&b, "*%s* `%s` %s\n%s\nwindow %s – %s", typ, slackCode(a.Key), state, summary,
 		a.WindowStart.UTC().Format(time.RFC3339), a.WindowEnd.UTC().Format(time.RFC3339))
 	if len(a.Identities) > 0 {
-		fmt.Fprintf(&b, "\ntop identities: %s", strings.Join(a.Identities, ", "))
+		fmt.Fprintf(&b, "\ntop identities: %s", slackEscape(strings.Join(a.Identities, ", ")))
 	}
 	return slack{Text: head, Blocks: []slackBlock{{Type: "section", Text: slackText{Type: "mrkdwn", Text: b.String()}}}}
 }
+
+// slackEscaper escapes the three characters Slack reads as markup in a
+// message's text: & starts an entity, and < and > enclose a mention
+// (<!channel>, <@U123>) or a link with a label of its own (<url|label>).
+// Slack asks senders to escape them, and decodes them again for display.
+var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// slackCodeEscaper is slackEscaper for text inside a code span, where
+// Slack has no way to escape a backtick: one would end the span early and
+// let the rest be read as markup, so it becomes U+02CB (ˋ), which looks
+// alike and does not.
+var slackCodeEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "`", "\u02cb")
+
+// slackEscape returns s as plain text in a Slack message.
+func slackEscape(s string) string { return slackEscaper.Replace(s) }
+
+// slackCode returns s as plain text inside backticks in a Slack message.
+func slackCode(s string) string { return slackCodeEscaper.Replace(s) }
 
 // Names of the EMF metric and dimensions of alerts.
 const (

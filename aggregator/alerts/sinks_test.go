@@ -75,6 +75,38 @@ func TestWebhookRetries(t *testing.T) {
 	}
 }
 
+// TestWebhookCodeSpan: the key, shown in backticks, cannot end its code
+// span however it is spelled: a backtick in it is shown as U+02CB, and &,
+// < and > are escaped there as everywhere else in the message.
+func TestWebhookCodeSpan(t *testing.T) {
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ = io.ReadAll(r.Body)
+	}))
+	defer srv.Close()
+	w := alerts.NewWebhook(alerts.WebhookOptions{URL: srv.URL, Jitter: noJitter})
+	a := hitter("user:a` <!here> & `b", "anonymous", t0)
+	a.Summary = "user:a` <!here> & `b made 700 requests"
+	w.Alert(context.Background(), a)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		Text   string                                 `json:"text"`
+		Blocks []struct{ Text struct{ Text string } } `json:"blocks"`
+	}
+	if err := json.Unmarshal(body, &msg); err != nil || len(msg.Blocks) != 1 {
+		t.Fatalf("message %s: %v", body, err)
+	}
+	block := msg.Blocks[0].Text.Text
+	if want := "`heavy_hitter/anonymous:global/user:a\u02cb &lt;!here&gt; &amp; \u02cbb`"; !strings.Contains(block, want) {
+		t.Errorf("the block does not hold the key as %s:\n%s", want, block)
+	}
+	if want := "user:a` &lt;!here&gt; &amp; `b made 700 requests"; !strings.Contains(msg.Text, want) || !strings.Contains(block, "\n"+want+"\n") {
+		t.Errorf("the summary is not escaped as %s:\ntext %s\nblock %s", want, msg.Text, block)
+	}
+}
+
 // TestWebhookHangDoesNotBlock: with an endpoint that never answers, the
 // runner goes on window after window: alerts past the queue are dropped
 // and counted, and Close gives up when its context ends.
