@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
@@ -204,8 +205,8 @@ func newEventPrinter(out io.Writer, format string, follow, shards bool) *eventPr
 
 func (p *eventPrinter) print(pos string, d *decisions.Decision) {
 	if p.tw != nil {
-		fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", pos, d.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
-			d.Node, addrOrDash(*d), dash(d.UserID), dash(d.Tier), dash(d.Method), dash(d.Path), dash(d.Rule), d.Count, d.Limit, kindOutcome(*d), dash(d.Reason))
+		fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", cell(pos), d.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
+			cell(d.Node), addrOrDash(*d), cell(d.UserID), cell(d.Tier), cell(d.Method), cell(d.Path), cell(d.Rule), d.Count, d.Limit, cell(kindOutcome(*d)), cell(d.Reason))
 		return
 	}
 	p.buf = decisions.AppendJSON(p.buf[:0], d)
@@ -230,9 +231,23 @@ func addrOrDash(d decisions.Decision) string {
 	return d.ClientIP.String()
 }
 
-func dash(s string) string {
-	if s == "" {
+// cell returns a table's field: "-" when s is empty; s quoted as a Go
+// string (strconv.Quote) when it holds a character that is not printable
+// or is not valid UTF-8, or when it starts with a double quote, so that a
+// quoted field is never taken for another value; s as it is otherwise.
+// Not printable (strconv.IsPrint) are control characters (a newline, a
+// tab, the ESC of a terminal escape sequence), format characters (U+202E
+// reorders what follows it) and every space but ASCII's (a no-break space
+// looks like the table's padding). The fields are the client's (a user id,
+// a path) or a record's, and what a terminal shows must be the value
+// itself: no escape sequence reaches the terminal, and no newline or tab
+// starts a row or a column of its own.
+func cell(s string) string {
+	switch {
+	case s == "":
 		return "-"
+	case s[0] == '"' || !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0:
+		return strconv.Quote(s)
 	}
 	return s
 }
