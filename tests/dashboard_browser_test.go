@@ -364,13 +364,13 @@ func dayIndex(t testing.TB, start time.Time) (*dashboards.Index, map[string]uint
 // windows (86 400): the server downsamples to the chart's width, so the
 // page stays responsive; it reports the payload and the render time the
 // browser measured (BENCHMARKS.md). An alert whose summary holds markup is
-// shown as text.
+// shown as text, and a bidirectional control in it (U+202E) as a space.
 func TestDashboardDayOfSeconds(t *testing.T) {
 	ctx := browser(t)
 	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	x, want := dayIndex(t, start)
 	alertsFile := filepath.Join(t.TempDir(), "alerts.jsonl")
-	os.WriteFile(alertsFile, []byte(`{"kind":"alert","time":"2026-03-01T12:00:10Z","type":"heavy_hitter","severity":"warning","state":"firing","key":"k","summary":"<img src=x onerror=\"window.__pwned=1\">203.0.113.7","window_start":"2026-03-01T12:00:00Z","window_end":"2026-03-01T12:00:10Z","evidence":{"observed":1,"baseline":0}}`+"\n"), 0o644)
+	os.WriteFile(alertsFile, []byte(`{"kind":"alert","time":"2026-03-01T12:00:10Z","type":"heavy_hitter","severity":"warning","state":"firing","key":"k","summary":"<img src=x onerror=\"window.__pwned=1\">203.0.113.7 user:\u202enimda","window_start":"2026-03-01T12:00:00Z","window_end":"2026-03-01T12:00:10Z","evidence":{"observed":1,"baseline":0}}`+"\n"), 0o644)
 	srv := httptest.NewServer(dashboards.Live(dashboards.LiveOptions{Index: x, AlertsFile: alertsFile,
 		Now: func() time.Time { return start.Add(24 * time.Hour) }}))
 	t.Cleanup(srv.Close)
@@ -398,6 +398,9 @@ func TestDashboardDayOfSeconds(t *testing.T) {
 	}
 	if len(page.Alerts) != 1 || !strings.Contains(page.Alerts[0], `<img src=x onerror="window.__pwned=1">203.0.113.7`) || page.Images != 0 {
 		t.Errorf("alert rows %q, %d images: the summary must show as text", page.Alerts, page.Images)
+	}
+	if len(page.Alerts) == 1 && (!strings.Contains(page.Alerts[0], "user: nimda") || strings.ContainsRune(page.Alerts[0], '\u202e')) {
+		t.Errorf("alert row %q: U+202E must show as a space", page.Alerts[0])
 	}
 	if pwned, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__pwned === 1`)); pwned {
 		t.Error("markup in an alert ran")

@@ -150,13 +150,14 @@ func (d *document) markdown(b *bytes.Buffer) {
 
 // mdEscape makes s plain text in Markdown: every character that could
 // start markup (emphasis, links, HTML, tables, headings) is escaped, and
-// line breaks and control characters become spaces, so that a hostile
-// user id or path renders as itself and cannot break the table it is in.
+// line breaks, control and format characters become spaces (hidden), so
+// that a hostile user id or path renders as itself and cannot break the
+// table it is in.
 func mdEscape(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		switch {
-		case unicode.IsControl(r):
+		case hidden(r):
 			b.WriteByte(' ')
 		case strings.ContainsRune("\\`*_{}[]<>()#+!|~&", r):
 			b.WriteByte('\\')
@@ -166,6 +167,35 @@ func mdEscape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// hidden reports whether r is a character the reports show as a space
+// in every format but JSON: a control character (unicode.Cc: line breaks,
+// tabs, the ESC of a terminal escape sequence), which would break a row or
+// reach a terminal, or a format character (unicode.Cf: the bidirectional
+// controls U+200E/F, U+202A–202E, U+2066–2069 and U+061C, zero-width
+// spaces and joiners, ...), which a viewer does not draw but obeys, so that
+// "\u202enimda" would be shown as "admin". A user id or a path is the
+// client's choice; as spaces, such characters are seen and do nothing.
+func hidden(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+
+// plain returns s with every hidden character a space.
+func plain(s string) string {
+	return strings.Map(func(r rune) rune {
+		if hidden(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// plainAll returns ss, each plain, in a new slice.
+func plainAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = plain(s)
+	}
+	return out
 }
 
 const sparkRunes = "▁▂▃▄▅▆▇█"
@@ -256,6 +286,7 @@ type htmlCell struct {
 	N bool
 }
 
+// html writes d as one HTML page; every string of d is plain.
 func (d *document) html(b *bytes.Buffer) error {
 	type htmlTable struct {
 		Cols []string
@@ -273,18 +304,21 @@ func (d *document) html(b *bytes.Buffer) error {
 		Meta     [][2]string
 		Warnings []string
 		Sections []htmlSection
-	}{Title: d.title, Meta: d.meta, Warnings: d.warnings}
+	}{Title: plain(d.title), Meta: make([][2]string, len(d.meta)), Warnings: plainAll(d.warnings)}
+	for i, kv := range d.meta {
+		v.Meta[i] = [2]string{plain(kv[0]), plain(kv[1])}
+	}
 	for _, s := range d.sections {
-		hs := htmlSection{Title: s.title, Sub: s.sub, Text: s.text}
+		hs := htmlSection{Title: plain(s.title), Sub: s.sub, Text: plainAll(s.text)}
 		for _, c := range s.charts {
 			hs.Charts = append(hs.Charts, svgChart(c))
 		}
 		for _, t := range s.tables {
-			ht := htmlTable{Cols: t.cols}
+			ht := htmlTable{Cols: plainAll(t.cols)}
 			for _, r := range t.rows {
 				cells := make([]htmlCell, len(r))
 				for i, c := range r {
-					cells[i] = htmlCell{S: c, N: isNumber(c)}
+					cells[i] = htmlCell{S: plain(c), N: isNumber(c)}
 				}
 				ht.Rows = append(ht.Rows, cells)
 			}
@@ -306,12 +340,13 @@ func isNumber(s string) bool {
 // CSV.
 
 // csv writes every table as records of the table's name, "header" or
-// "row", then the cells; the header and meta first, as table "meta".
+// "row", then the cells; the header and meta first, as table "meta". The
+// cells are plain, as in the other formats.
 func (d *document) csv(b *bytes.Buffer) error {
 	w := csv.NewWriter(b)
 	rec := func(fields ...string) {
 		for i := 2; i < len(fields); i++ {
-			fields[i] = csvSafe(fields[i])
+			fields[i] = plain(csvSafe(fields[i]))
 		}
 		w.Write(fields)
 	}

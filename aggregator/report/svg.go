@@ -38,7 +38,7 @@ func svgChart(c chart) template.HTML {
 	y := func(v uint64) float64 { return padT + plotH - float64(v)*plotH/float64(top) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 	b.WriteString(`<svg viewBox="0 0 ` + strconv.Itoa(svgW) + ` ` + strconv.Itoa(svgH) + `" width="` + strconv.Itoa(svgW) + `" height="` + strconv.Itoa(svgH) + `" role="img">`)
-	b.WriteString(`<title>` + html.EscapeString(c.title) + `</title>`)
+	b.WriteString(`<title>` + html.EscapeString(plain(c.title)) + `</title>`)
 	// Buckets missing windows, shaded across their width.
 	bw := float64(plotW)
 	if n > 1 {

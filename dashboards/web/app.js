@@ -1,5 +1,6 @@
 // The live dashboard: polls the JSON API and draws every chart as SVG.
-// Every value from the API is put into the page as text, never as markup.
+// Every value from the API is put into the page as text, never as markup,
+// and with its control and format characters shown as spaces (plain).
 "use strict";
 
 const SVGNS = "http://www.w3.org/2000/svg";
@@ -10,10 +11,20 @@ window.__rw = { renders: 0, renderMs: 0, payloadBytes: 0, points: 0, error: "" }
 
 const $ = (id) => document.getElementById(id);
 
+// HIDDEN matches control characters (Cc) and format characters (Cf).
+const HIDDEN = /[\p{Cc}\p{Cf}]/gu;
+
+// plain returns s with every control and format character a space, as the
+// reports show them: a user id is the client's, and a bidirectional
+// control in it (U+202E) would make the browser draw another identity.
+function plain(s) {
+  return String(s).replace(HIDDEN, " ");
+}
+
 function el(tag, attrs, text) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVGNS, tag.slice(4)) : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
+  if (text !== undefined) e.textContent = plain(text);
   return e;
 }
 
