@@ -1,8 +1,12 @@
 package aggregator
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
+	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -338,11 +342,60 @@ func (l *Latency) decode(r *reader) error {
 	if r.err != nil || len(p) == 0 {
 		return r.err
 	}
-	sk := newLatencySketch()
-	if err := sk.DecodeAndMergeWith(p); err != nil {
+	sk, err := decodeLatencySketch(p)
+	if err != nil {
 		r.fail(err)
 		return fmt.Errorf("decode store latency: %w", err)
 	}
 	l.Sketch = sk
 	return nil
+}
+
+// The bins a latency can fall in: of 1 ns to math.MaxInt64 ns, the only
+// values Add takes (a sketch of newLatencySketch's has no zero count and
+// no negative values either).
+var latencyIndexMin, latencyIndexMax = latencyIndex(1), latencyIndex(math.MaxInt64)
+
+// decodeLatencySketch decodes a sketch AppendBinary encoded: into sparse
+// stores first, which take any bin, then bin by bin, in order, into a
+// sketch of newLatencySketch's once each is checked to be one a latency
+// can fall in, with a count that is a whole number. The partial is
+// untrusted bytes (a file, a table's item), and the dense store would
+// index out of its range, a panic, on a bin far from the others; a
+// negative, fractional or NaN count would make Count and the quantiles
+// wrong. Such a sketch is an error instead.
+func decodeLatencySketch(p []byte) (*ddsketch.DDSketch, error) {
+	raw, err := ddsketch.DecodeDDSketch(p, store.SparseStoreConstructor, latencyMapping)
+	if err != nil {
+		return nil, err
+	}
+	if n := raw.GetZeroCount(); n != 0 {
+		return nil, fmt.Errorf("a zero count of %v, want none", n)
+	}
+	if !raw.GetNegativeValueStore().IsEmpty() {
+		return nil, errors.New("negative values")
+	}
+	type bin struct {
+		k int
+		n float64
+	}
+	var bins []bin
+	raw.GetPositiveValueStore().ForEach(func(k int, n float64) bool {
+		bins = append(bins, bin{k, n})
+		return false
+	})
+	slices.SortFunc(bins, func(a, b bin) int { return cmp.Compare(a.k, b.k) })
+	sk := newLatencySketch()
+	st := sk.GetPositiveValueStore()
+	for _, b := range bins {
+		k, n := b.k, b.n
+		switch {
+		case k < latencyIndexMin || k > latencyIndexMax:
+			return nil, fmt.Errorf("bin %d, want %d to %d", k, latencyIndexMin, latencyIndexMax)
+		case !(n >= 1 && n <= 1<<53) || n != math.Trunc(n):
+			return nil, fmt.Errorf("bin %d counts %v, want a whole number from 1 to 2^53", k, n)
+		}
+		st.AddWithCount(k, n)
+	}
+	return sk, nil
 }

@@ -1,10 +1,16 @@
 package aggregator
 
 import (
-	"github.com/ratewarden/ratewarden/decisions/decisiontest"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/store"
+
+	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
 // TestLatencyIndexTable: the table gives every latency the bin the
@@ -91,5 +97,45 @@ func TestColumnsLatencyNoneMakesNoSketch(t *testing.T) {
 	eachBatch(t, ds, 100, roll)
 	if l.Count() != 1 {
 		t.Fatalf("one latency counted %d times", l.Count())
+	}
+}
+
+// TestDecodeLatencyChecksBins: a store-latency sketch is decoded only with
+// bins a latency falls in and counts that are whole numbers; anything
+// else in a partial's bytes is an error, never a panic or a wrong count.
+func TestDecodeLatencyChecksBins(t *testing.T) {
+	encode := func(edit func(pos, neg store.Store, sk *ddsketch.DDSketch)) []byte {
+		sk := ddsketch.NewDDSketch(latencyMapping, store.NewSparseStore(), store.NewSparseStore())
+		sk.Add(12.5) // one good latency beside
+		edit(sk.GetPositiveValueStore(), sk.GetNegativeValueStore(), sk)
+		var b []byte
+		sk.Encode(&b, true)
+		return b
+	}
+	for name, c := range map[string]struct {
+		edit func(pos, neg store.Store, sk *ddsketch.DDSketch)
+		err  string
+	}{
+		"good":                  {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(latencyIndexMax, 3) }, ""},
+		"least bin":             {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(latencyIndexMin, 1) }, ""},
+		"bin 2^32":              {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(1<<32, 1) }, "bin 4294967296"},
+		"bin -2^32":             {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(-1<<32, 1) }, "bin -4294967296"},
+		"bin past the greatest": {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(latencyIndexMax+1, 1) }, "want"},
+		"negative count":        {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(100, -5) }, "counts -5"},
+		"fractional count":      {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(100, 0.5) }, "counts 0.5"},
+		"NaN count":             {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(100, math.NaN()) }, "NaN"},
+		"infinite count":        {func(pos, _ store.Store, _ *ddsketch.DDSketch) { pos.AddWithCount(100, math.Inf(1)) }, "Inf"},
+		"negative latency":      {func(_, neg store.Store, _ *ddsketch.DDSketch) { neg.AddWithCount(100, 1) }, "negative values"},
+		"zero latency":          {func(_, _ store.Store, sk *ddsketch.DDSketch) { sk.Add(0) }, "zero count"},
+	} {
+		sk, err := decodeLatencySketch(encode(c.edit))
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case c.err == "" && sk.GetCount() < 2:
+			t.Errorf("%s: count %v, want the bins added", name, sk.GetCount())
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: error %v, want one saying %q", name, err, c.err)
+		}
 	}
 }

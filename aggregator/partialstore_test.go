@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/store"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -34,7 +36,7 @@ type partialStore interface {
 type storeCase struct {
 	name    string
 	new     func(t *testing.T) partialStore
-	corrupt func(t *testing.T, s partialStore, partition string, o Output)
+	corrupt func(t *testing.T, s partialStore, partition string, o Output, data []byte) // o's partial as data
 }
 
 // testPartials fills one partial per window of size from the generator's
@@ -228,20 +230,22 @@ func runPartialStoreSuite(t *testing.T, c storeCase) {
 		}
 	})
 	t.Run("corrupt skipped and counted", func(t *testing.T) {
-		s := c.new(t)
-		writeAll(t, s)
 		bad := Output{Partial: parts["shard-2"][4], From: 400, To: 499}
-		c.corrupt(t, s, "shard-2", bad)
-		got, problems, err := s.Read(ctx, size, start, start.Add(windows*size))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(problems) != 1 || !strings.Contains(problems[0].Path, "shard-2") {
-			t.Fatalf("problems %v, want the corrupt partial of shard-2", problems)
-		}
-		w4 := start.Add(4 * size)
-		if want := parts["shard-0"][4].Events + parts["shard-1"][4].Events; got[w4] == nil || got[w4].Events != want || len(got) != windows {
-			t.Fatalf("window 4 without its corrupt partial: %+v, want %d events, and %d windows", got[w4], want, windows)
+		for name, data := range map[string][]byte{"garbage": []byte("not a partial"), "latency bin far out": farLatencyBin(t, bad.Partial)} {
+			s := c.new(t)
+			writeAll(t, s)
+			c.corrupt(t, s, "shard-2", bad, data)
+			got, problems, err := s.Read(ctx, size, start, start.Add(windows*size))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(problems) != 1 || !strings.Contains(problems[0].Path, "shard-2") {
+				t.Fatalf("%s: problems %v, want the corrupt partial of shard-2", name, problems)
+			}
+			w4 := start.Add(4 * size)
+			if want := parts["shard-0"][4].Events + parts["shard-1"][4].Events; got[w4] == nil || got[w4].Events != want || len(got) != windows {
+				t.Fatalf("%s: window 4 without its corrupt partial: %+v, want %d events, and %d windows", name, got[w4], want, windows)
+			}
 		}
 	})
 	t.Run("bad partition", func(t *testing.T) {
@@ -258,9 +262,9 @@ func TestPartialStores(t *testing.T) {
 	cases := []storeCase{{
 		name: "dir",
 		new:  func(t *testing.T) partialStore { return &PartialsDir{Dir: t.TempDir()} },
-		corrupt: func(t *testing.T, s partialStore, partition string, o Output) {
+		corrupt: func(t *testing.T, s partialStore, partition string, o Output, data []byte) {
 			d := s.(*PartialsDir)
-			if err := atomicfile.Write(d.path(partition, o), []byte("not a partial"), 0o644); err != nil {
+			if err := atomicfile.Write(d.path(partition, o), data, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -272,11 +276,11 @@ func TestPartialStores(t *testing.T) {
 			awstest.CreateTable(t, st.dc, PartialsTableSpec(name))
 			return &PartialsTable{API: st.dc, Table: name}
 		},
-		corrupt: func(t *testing.T, s partialStore, partition string, o Output) {
+		corrupt: func(t *testing.T, s partialStore, partition string, o Output, data []byte) {
 			pt := s.(*PartialsTable)
 			p := o.Partial
 			key := partialsKey(p.Size.String()+"/"+p.Start.UTC().Format(time.DateOnly), partialsStartKey(p.Start)+"."+partition+"."+o.RangeKey())
-			_, err := (&ddbtable.Calls{API: pt.API, Table: pt.Table}).Put(t.Context(), &dynamodb.PutItemInput{Item: withData(key, []byte("not a partial"), p, partition, o.RangeKey())})
+			_, err := (&ddbtable.Calls{API: pt.API, Table: pt.Table}).Put(t.Context(), &dynamodb.PutItemInput{Item: withData(key, data, p, partition, o.RangeKey())})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -285,6 +289,22 @@ func TestPartialStores(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { runPartialStoreSuite(t, c) })
 	}
+}
+
+// farLatencyBin returns p's encoding with a store latency in one bin far
+// beyond any a latency falls in (2^32), as corrupt or hostile bytes could
+// hold it: the sketch library's dense store would index out of its range
+// decoding it, were the bins not checked first (decodeLatencySketch).
+func farLatencyBin(t *testing.T, p *Partial) []byte {
+	t.Helper()
+	q := *p
+	q.Latency.Sketch = ddsketch.NewDDSketch(latencyMapping, store.NewSparseStore(), store.NewSparseStore())
+	q.Latency.Sketch.GetPositiveValueStore().AddWithCount(1<<32, 1)
+	b, err := q.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // withData returns a head item of key holding data, as Write would name it.
