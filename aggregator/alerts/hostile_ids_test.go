@@ -2,10 +2,6 @@ package alerts_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -65,31 +61,11 @@ func heavyHitterAlerts(t *testing.T, user string) []alerts.Alert {
 // attacker's choosing. Slack asks senders to escape &, < and > in text.
 func TestWebhookEscapesHostileUserID(t *testing.T) {
 	user := "<!channel> <https://evil.example/unblock|ratewarden: approve unblock>" // printable: the edge believes it
-	a := heavyHitterAlerts(t, user)[0]
-
-	var body []byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ = io.ReadAll(r.Body)
-	}))
-	defer srv.Close()
-	w := alerts.NewWebhook(alerts.WebhookOptions{URL: srv.URL, Jitter: noJitter})
-	w.Alert(context.Background(), a)
-	if err := w.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var msg struct {
-		Text   string `json:"text"`
-		Blocks []struct {
-			Text struct{ Type, Text string }
-		} `json:"blocks"`
-	}
-	if err := json.Unmarshal(body, &msg); err != nil || len(msg.Blocks) != 1 {
-		t.Fatalf("message %s: %v", body, err)
-	}
-	for name, text := range map[string]string{"text": msg.Text, "mrkdwn block": msg.Blocks[0].Text.Text} {
+	text, block := postSlack(t, heavyHitterAlerts(t, user)[0])
+	for name, got := range map[string]string{"text": text, "mrkdwn block": block} {
 		for _, bad := range []string{"<!channel>", "<https://evil.example/unblock|"} {
-			if strings.Contains(text, bad) {
-				t.Errorf("the %s holds %q unescaped, which Slack renders as markup:\n%s", name, bad, text)
+			if strings.Contains(got, bad) {
+				t.Errorf("the %s holds %q unescaped, which Slack renders as markup:\n%s", name, bad, got)
 			}
 		}
 	}

@@ -272,17 +272,14 @@ func slackMessage(a Alert) slack {
 // Slack asks senders to escape them, and decodes them again for display.
 var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
-// slackCodeEscaper is slackEscaper for text inside a code span, where
-// Slack has no way to escape a backtick: one would end the span early and
-// let the rest be read as markup, so it becomes U+02CB (ˋ), which looks
-// alike and does not.
-var slackCodeEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "`", "\u02cb")
-
 // slackEscape returns s as plain text in a Slack message.
 func slackEscape(s string) string { return slackEscaper.Replace(s) }
 
 // slackCode returns s as plain text inside backticks in a Slack message.
-func slackCode(s string) string { return slackCodeEscaper.Replace(s) }
+// Slack has no way to escape a backtick there: one would end the span
+// early and let the rest be read as markup, so it becomes U+02CB (ˋ),
+// which looks alike and does not.
+func slackCode(s string) string { return strings.ReplaceAll(slackEscape(s), "`", "\u02cb") }
 
 // Names of the EMF metric and dimensions of alerts.
 const (

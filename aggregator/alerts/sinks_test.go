@@ -79,14 +79,27 @@ func TestWebhookRetries(t *testing.T) {
 // span however it is spelled: a backtick in it is shown as U+02CB, and &,
 // < and > are escaped there as everywhere else in the message.
 func TestWebhookCodeSpan(t *testing.T) {
+	a := hitter("user:a` <!here> & `b", "anonymous", t0)
+	a.Summary = "user:a` <!here> & `b made 700 requests"
+	text, block := postSlack(t, a)
+	if want := "`heavy_hitter/anonymous:global/user:a\u02cb &lt;!here&gt; &amp; \u02cbb`"; !strings.Contains(block, want) {
+		t.Errorf("the block does not hold the key as %s:\n%s", want, block)
+	}
+	if want := "user:a` &lt;!here&gt; &amp; `b made 700 requests"; !strings.Contains(text, want) || !strings.Contains(block, "\n"+want+"\n") {
+		t.Errorf("the summary is not escaped as %s:\ntext %s\nblock %s", want, text, block)
+	}
+}
+
+// postSlack posts a through a webhook to a server on loopback, and returns
+// the Slack message's text and its one block's.
+func postSlack(t *testing.T, a alerts.Alert) (text, block string) {
+	t.Helper()
 	var body []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ = io.ReadAll(r.Body)
 	}))
 	defer srv.Close()
 	w := alerts.NewWebhook(alerts.WebhookOptions{URL: srv.URL, Jitter: noJitter})
-	a := hitter("user:a` <!here> & `b", "anonymous", t0)
-	a.Summary = "user:a` <!here> & `b made 700 requests"
 	w.Alert(context.Background(), a)
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -98,13 +111,7 @@ func TestWebhookCodeSpan(t *testing.T) {
 	if err := json.Unmarshal(body, &msg); err != nil || len(msg.Blocks) != 1 {
 		t.Fatalf("message %s: %v", body, err)
 	}
-	block := msg.Blocks[0].Text.Text
-	if want := "`heavy_hitter/anonymous:global/user:a\u02cb &lt;!here&gt; &amp; \u02cbb`"; !strings.Contains(block, want) {
-		t.Errorf("the block does not hold the key as %s:\n%s", want, block)
-	}
-	if want := "user:a` &lt;!here&gt; &amp; `b made 700 requests"; !strings.Contains(msg.Text, want) || !strings.Contains(block, "\n"+want+"\n") {
-		t.Errorf("the summary is not escaped as %s:\ntext %s\nblock %s", want, msg.Text, block)
-	}
+	return msg.Text, msg.Blocks[0].Text.Text
 }
 
 // TestWebhookHangDoesNotBlock: with an endpoint that never answers, the

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
@@ -152,11 +153,16 @@ func TestDecisionsCatFromPastEnd(t *testing.T) {
 // dir.
 func writeDecisionLog(t *testing.T, dir string, n int) {
 	t.Helper()
+	writeDecisions(t, dir, decisiontest.NewGenerator(5, time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)).Batch(n))
+}
+
+// writeDecisions writes ds to a new decision log in dir.
+func writeDecisions(t *testing.T, dir string, ds []decisions.Decision) {
+	t.Helper()
 	l, err := seglog.Open(dir, seglog.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := decisiontest.NewGenerator(5, time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)).Batch(n)
 	if err := decisionlog.NewWriter(l, decisionlog.WriterOptions{}).WriteBatch(ds); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
-	"github.com/ratewarden/ratewarden/decisions/seglog"
 )
 
 // TestDecisionsCatTableIsText: `decisions cat --format table` prints a
@@ -21,18 +19,8 @@ func TestDecisionsCatTableIsText(t *testing.T) {
 	at := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	user := "\x1b[2J\x1b[H\x1b]0;pwned\x07mallory\n0\t2026-12-01T03:00:00.000Z\tedge-1\t10.0.0.1\tadmin\tanonymous\tGET\t/\t-\t1/100\tallow\t-"
 	dir := filepath.Join(t.TempDir(), "log")
-	l, err := seglog.Open(dir, seglog.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := decisions.Decision{Time: at, Node: "edge-1", ClientIP: netip.MustParseAddr("203.0.113.9"), UserID: user,
-		Tier: "anonymous", Method: "GET", Path: "/api", Rule: "anonymous:global", Count: 500, Limit: 100, Outcome: decisions.Block}
-	if err := decisionlog.NewWriter(l, decisionlog.WriterOptions{}).WriteBatch([]decisions.Decision{d}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeDecisions(t, dir, []decisions.Decision{{Time: at, Node: "edge-1", ClientIP: netip.MustParseAddr("203.0.113.9"), UserID: user,
+		Tier: "anonymous", Method: "GET", Path: "/api", Rule: "anonymous:global", Count: 500, Limit: 100, Outcome: decisions.Block}})
 	code, out, errs := runCLI(t, nil, "decisions", "cat", "--dir", dir, "--format", "table")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
