@@ -684,8 +684,12 @@ func (r *Rollup) Restore(snapshot []byte) error {
 			if p.Size != r.o.Window {
 				return fmt.Errorf("restore rollup: a window of %v, configured %v", p.Size, r.o.Window)
 			}
+			start := p.Start.UnixNano()
+			if m[start] != nil {
+				return fmt.Errorf("restore rollup: the window of %v twice", p.Start.UTC().Format(time.RFC3339Nano))
+			}
 			w.p = p
-			m[p.Start.UnixNano()] = w
+			m[start] = w
 		}
 	}
 	st := RollupStats{Events: rd.uvarint(), Late: rd.uvarint(), LateDropped: rd.uvarint(),

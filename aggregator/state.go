@@ -157,7 +157,11 @@ func decodeState(b []byte) (st State, err error) {
 	st.Snapshot = r.bytes()
 	n := r.count(4)
 	for range n {
-		o := Output{Correction: r.byte() == 1, From: r.uvarint(), To: r.uvarint()}
+		c := r.byte()
+		if c > 1 {
+			r.fail(fmt.Errorf("correction byte %d, want 0 or 1", c))
+		}
+		o := Output{Correction: c == 1, From: r.uvarint(), To: r.uvarint()}
 		pb := r.bytes()
 		if r.err != nil {
 			break

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,4 +123,61 @@ func TestStateTable(t *testing.T) {
 	if got, _, _ := a.Load(ctx, "p"); string(got.Snapshot) != "b1" {
 		t.Fatalf("state %q, want b's", got.Snapshot)
 	}
+}
+
+// TestStateRefusesWhatNoWriterMakes: under a valid checksum, a state whose
+// pending output has a correction byte other than 0 or 1, or a snapshot
+// that holds one window twice, is refused rather than read as something
+// else (the byte as false; the last of the two windows).
+func TestStateRefusesWhatNoWriterMakes(t *testing.T) {
+	p := NewPartial(t0, time.Second, 10)
+	for _, d := range testEvents(20) {
+		p.Update(&d)
+	}
+	t.Run("correction byte", func(t *testing.T) {
+		for _, c := range []byte{0, 1, 2, 255} {
+			b := []byte(stateMagic)
+			b = append(b, stateVersion)
+			b = appendBytes(b, []byte("RWR"))
+			b = appendUvarint(b, 1) // one pending output
+			b = append(b, c)
+			b = appendUvarint(b, 3)
+			b = appendUvarint(b, 9)
+			b, _ = appendPartial(b, p, false)
+			b = appendBytes(b, nil)            // no cursor
+			b = withCRC(append(b, 0, 0, 0, 0)) // room for the checksum
+			st, err := decodeState(b)
+			if (c <= 1) != (err == nil) {
+				t.Fatalf("correction byte %d: %v", c, err)
+			}
+			if err == nil && st.Pending[0].Correction != (c == 1) {
+				t.Fatalf("correction byte %d read as %v", c, st.Pending[0].Correction)
+			}
+		}
+	})
+	t.Run("window twice", func(t *testing.T) {
+		snapshot := func(windows int) []byte {
+			b := append([]byte(snapshotMagic), snapshotVersion)
+			b = appendUvarint(b, 21)
+			b = appendUvarint(b, uint64(t0.Add(time.Second).UnixNano()))
+			b = appendUvarint(b, uint64((time.Time{}).UnixNano()))
+			b = appendUvarint(b, uint64(windows))
+			for range windows {
+				b = appendUvarint(b, 0)
+				b = appendUvarint(b, 19)
+				b, _ = appendPartial(b, p, true)
+			}
+			for range 1 + 7 + 1 + 1 + 2 { // no late windows; the counts; nothing held or emitted ahead
+				b = appendUvarint(b, 0)
+			}
+			return b
+		}
+		if err := NewRollup(Options{Window: time.Second, TopK: 10}).Restore(snapshot(1)); err != nil {
+			t.Fatalf("one window: %v", err)
+		}
+		err := NewRollup(Options{Window: time.Second, TopK: 10}).Restore(snapshot(2))
+		if err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Fatalf("one window twice: %v, want it refused", err)
+		}
+	})
 }
