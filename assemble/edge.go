@@ -18,6 +18,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/internal/sendtimeout"
 )
 
 // BuiltinUpstream as edge.upstream makes the edge serve a small demo origin
@@ -174,7 +175,8 @@ func Upstream(upstream string, o config.Origin) (http.Handler, error) {
 // (edge.client.header_timeout, edge.client.idle_timeout). The body
 // deadline is the limiter's (edge.client.body_timeout), set once a request
 // is decided; there is no write timeout, so that long downloads and
-// streams are not cut off.
+// streams are not cut off: each write is bounded instead, by Listen
+// (edge.client.send_timeout).
 func Server(cfg *config.Config, h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -186,11 +188,14 @@ func Server(cfg *config.Config, h http.Handler) *http.Server {
 
 // Listen listens on edge.listen for at most edge.client.max_connections
 // client connections at a time: past the cap, new connections wait in the
-// kernel's backlog until one closes.
+// kernel's backlog until one closes. Each write to a connection must be
+// accepted within edge.client.send_timeout (package
+// internal/sendtimeout), under either server.
 func Listen(cfg *config.Config) (net.Listener, error) {
 	ln, err := net.Listen("tcp", cfg.Edge.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	ln = sendtimeout.Listener(ln, cfg.Edge.Client.SendTimeout)
 	return netutil.LimitListener(ln, cfg.Edge.Client.MaxConnections), nil
 }

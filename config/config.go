@@ -81,8 +81,14 @@ type Client struct {
 	// BodyTimeout is the time to receive the whole request body of a
 	// passed request, counted from the decision: a body that takes longer
 	// (a slowloris client) is cut off and answered 408. Default 60s.
-	BodyTimeout    time.Duration `yaml:"body_timeout"`
-	IdleTimeout    time.Duration `yaml:"idle_timeout"`    // a keep-alive connection waits this long for its next request; default 2m
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	IdleTimeout time.Duration `yaml:"idle_timeout"` // a keep-alive connection waits this long for its next request; default 2m
+	// SendTimeout bounds each write of a response to the client (of at
+	// most 64 KiB): a client that does not accept it within this time
+	// (one that stopped reading: a slow-read attack) is cut off and its
+	// connection closed, recorded as send_timeout. Default 60s, as
+	// nginx's send_timeout.
+	SendTimeout    time.Duration `yaml:"send_timeout"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`  // larger request bodies are refused with 413; 0 (the default): no cap
 	MaxConnections int           `yaml:"max_connections"` // open client connections at most, more wait to be accepted; default 10000
 }

@@ -31,6 +31,7 @@ func (c *Config) Defaults() {
 	def(&e.Client.HeaderTimeout, 10*time.Second)
 	def(&e.Client.BodyTimeout, 60*time.Second)
 	def(&e.Client.IdleTimeout, 2*time.Minute)
+	def(&e.Client.SendTimeout, time.Minute)
 	def(&e.Client.MaxConnections, 10_000)
 	def(&e.Origin.ConnectTimeout, 5*time.Second)
 	def(&e.Origin.ResponseHeaderTimeout, 30*time.Second)

@@ -340,6 +340,7 @@ func (v *validator) edge(e *Edge) {
 	v.durationRange(key("edge", "client", "header_timeout"), c.HeaderTimeout, 10*time.Millisecond, 10*time.Minute)
 	v.durationRange(key("edge", "client", "body_timeout"), c.BodyTimeout, 10*time.Millisecond, time.Hour)
 	v.durationRange(key("edge", "client", "idle_timeout"), c.IdleTimeout, 10*time.Millisecond, 24*time.Hour)
+	v.durationRange(key("edge", "client", "send_timeout"), c.SendTimeout, 10*time.Millisecond, time.Hour)
 	v.intRange(key("edge", "client", "max_body_bytes"), c.MaxBodyBytes, 0, 1<<40)
 	v.intRange(key("edge", "client", "max_connections"), int64(c.MaxConnections), 1, 10_000_000)
 	v.durationRange(key("edge", "origin", "connect_timeout"), e.Origin.ConnectTimeout, 10*time.Millisecond, 5*time.Minute)

@@ -186,6 +186,7 @@ const (
 	BodyTimeout         = "body_timeout"         // the client did not send its request body in time: 408
 	BodyTooLarge        = "body_too_large"       // the request body exceeded the configured cap: 413
 	ClientClosed        = "client_closed"        // the client went away before the response ended
+	SendTimeout         = "send_timeout"         // the client did not accept a write of the response in time (it stopped reading): its connection was closed
 )
 
 // Identity sources recorded in Decision.IdentitySource.

@@ -28,7 +28,7 @@ type exchange struct {
 	began    time.Time // when the status was written
 	handoff  time.Time // when the request was handed to next; zero if it was not
 	respErr  string    // set by the proxy's error handler, or by Middleware
-	writeErr bool      // a write to the client failed: it went away
+	writeErr string    // a write to the client failed: send_timeout, or client_closed (it went away)
 
 	body     io.ReadCloser // the request body, when guarded
 	maxBody  int64         // 0: no cap
@@ -68,7 +68,7 @@ func (x *exchange) Write(p []byte) (int, error) {
 	}
 	n, err := x.ResponseWriter.Write(p)
 	if err != nil {
-		x.writeErr = true
+		x.writeFailed(err)
 	}
 	return n, err
 }
@@ -82,7 +82,19 @@ func (x *exchange) Flush() {
 		x.status, x.began = http.StatusOK, time.Now()
 	}
 	if err := http.NewResponseController(x.ResponseWriter).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		x.writeErr = true
+		x.writeFailed(err)
+	}
+}
+
+// writeFailed notes that a write to the client failed with err: it timed
+// out (edge.client.send_timeout: the client stopped reading), or else the
+// client went away. The first failure is the one noted.
+func (x *exchange) writeFailed(err error) {
+	if x.writeErr == "" {
+		x.writeErr = decisions.ClientClosed
+		if isTimeout(err) {
+			x.writeErr = decisions.SendTimeout
+		}
 	}
 }
 
@@ -195,13 +207,13 @@ func (x *exchange) fail(e string) {
 // failed with e (a decisions response error): 504 for an origin that did
 // not answer in time, 408 for a body that did not arrive in time, 413 for
 // a body over the cap, 502 otherwise, with a JSON body; ok is false for a
-// client that went away, which gets no answer. closeConn says that the
+// client that went away or stopped reading, which gets no answer. closeConn says that the
 // connection cannot carry another request (the rest of the body is not
 // read). The response goes out with Cache-Control: no-store.
 func FailureResponse(e string) (resp Response, closeConn, ok bool) {
 	var code, msg string
 	switch e {
-	case decisions.ClientClosed:
+	case decisions.ClientClosed, decisions.SendTimeout:
 		return Response{}, false, false
 	case decisions.UpstreamTimeout:
 		resp.Status, code, msg = http.StatusGatewayTimeout, "gateway_timeout", "The origin did not answer in time."
@@ -256,7 +268,9 @@ func (x *exchange) end(r *http.Request, now time.Time, p any) {
 	v := &x.v
 	switch {
 	case x.respErr != "":
-	case x.writeErr || (p != nil && r.Context().Err() != nil):
+	case x.writeErr != "":
+		x.respErr = x.writeErr
+	case p != nil && r.Context().Err() != nil:
 		x.respErr = decisions.ClientClosed
 	case p != nil:
 		// The proxy aborts the response when the origin breaks off its

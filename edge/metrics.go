@@ -41,7 +41,7 @@ type counters struct {
 // records, in the order of counters.responseErrors.
 var responseErrors = [...]string{
 	decisions.UpstreamTimeout, decisions.UpstreamUnreachable, decisions.UpstreamFailed,
-	decisions.BodyTimeout, decisions.BodyTooLarge, decisions.ClientClosed,
+	decisions.BodyTimeout, decisions.BodyTooLarge, decisions.ClientClosed, decisions.SendTimeout,
 }
 
 func (c *counters) responseError(e string) {
@@ -81,7 +81,8 @@ type Stats struct {
 	ReleasesLost    uint64
 	// ResponseErrors are failed responses by Decision.ResponseError:
 	// upstream_timeout (504), upstream_unreachable and upstream_error
-	// (502), body_timeout (408), body_too_large (413), client_closed.
+	// (502), body_timeout (408), body_too_large (413), client_closed,
+	// send_timeout.
 	ResponseErrors map[string]uint64
 }
 
@@ -175,7 +176,7 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 		return err
 	}
 	respErrs, err := meter.Int64ObservableCounter("ratewarden.edge.response.errors",
-		metric.WithDescription("Responses that are not the origin's whole answer, by error: upstream_timeout (504), upstream_unreachable and upstream_error (502), body_timeout (408), body_too_large (413), client_closed."), metric.WithUnit("{response}"))
+		metric.WithDescription("Responses that are not the origin's whole answer, by error: upstream_timeout (504), upstream_unreachable and upstream_error (502), body_timeout (408), body_too_large (413), client_closed, send_timeout."), metric.WithUnit("{response}"))
 	if err != nil {
 		return err
 	}

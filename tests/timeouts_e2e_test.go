@@ -21,6 +21,7 @@ const timeoutsYAML = `
 edge:
   client:
     body_timeout: 300ms
+    send_timeout: 300ms
     max_body_bytes: 1024
   origin:
     connect_timeout: 300ms
@@ -73,6 +74,15 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 			}
 			return
 		}
+		if r.URL.Path == "/big" {
+			chunk := make([]byte, 64<<10)
+			for range bigBody / len(chunk) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+			return
+		}
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
 	}))
@@ -114,6 +124,9 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 			resp.Body.Close()
 			return resp.StatusCode
 		}, 413, "body_too_large", 0},
+		{"slow reader", origin.URL, func(t *testing.T, base string) int {
+			return slowReader(t, base)
+		}, 200, "send_timeout", 300 * time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -155,6 +168,42 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 			}
 		})
 	}
+}
+
+// bigBody is the size of the origin's answer to /big: more than the
+// kernel's buffers between the edge and a client hold.
+const bigBody = 64 << 20
+
+// slowReader asks for /big on a connection with a small receive buffer
+// and reads none of the answer for a second and a half, as a slow-read
+// attack does (a client holding the connection by not reading); it then
+// reads what comes until the edge closes the connection, and returns the
+// status. The edge must have cut the response off: a client that read
+// all of it was not.
+func slowReader(t *testing.T, base string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("slow reader: no response: %v", err)
+	}
+	defer resp.Body.Close()
+	if n, err := io.Copy(io.Discard, resp.Body); err == nil || n >= bigBody {
+		t.Errorf("a client that stopped reading got %d bytes of %d, then %v: want the response cut off", n, bigBody, err)
+	}
+	return resp.StatusCode
 }
 
 // slowBody sends the headers of a request with a body of 100 bytes and

@@ -650,6 +650,9 @@ func (b responseBody) CloseWithError(err error) error {
 	x := b.x
 	if err != nil && x.respErr == "" {
 		x.respErr = decisions.ClientClosed
+		if isTimeout(err) {
+			x.respErr = decisions.SendTimeout // it stopped reading (edge.client.send_timeout)
+		}
 	}
 	if c, ok := x.stream.(fasthttp.ReadCloserWithError); ok {
 		var cerr error

@@ -16,8 +16,9 @@ import (
 // and headers, idle_timeout between requests, headers of at most 64 KiB
 // (net/http's MaxHeaderBytes; past it 431). The body cap and the body
 // deadline are h's (HeaderReceived), so that a refused body is decided
-// and recorded; max_connections is the listener's (assemble.Listen). There
-// is no write timeout, so that long downloads and streams are not cut off.
+// and recorded; max_connections and send_timeout are the listener's
+// (assemble.Listen). There is no write timeout, so that long downloads and
+// streams are not cut off: each write is bounded instead (send_timeout).
 // A request the server cannot read is answered by h.ServerError; the
 // server's own log lines go to log at debug level, when log is not nil.
 func NewServer(c config.Client, h *Handler, log *slog.Logger) *fasthttp.Server {
