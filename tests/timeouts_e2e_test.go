@@ -75,12 +75,7 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 			return
 		}
 		if r.URL.Path == "/big" {
-			chunk := make([]byte, 64<<10)
-			for range bigBody / len(chunk) {
-				if _, err := w.Write(chunk); err != nil {
-					return
-				}
-			}
+			writeBig(w)
 			return
 		}
 		io.Copy(io.Discard, r.Body)
@@ -103,19 +98,20 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 		status   int
 		respErr  string
 		within   time.Duration // the edge answers within this (plus slack)
+		earlier  int           // requests sent before the one cut off, each answered whole
 	}{
 		{"slow origin", origin.URL, func(t *testing.T, base string) int {
 			return get(t, client, base+"/slow").status
-		}, 504, "upstream_timeout", 300 * time.Millisecond},
+		}, 504, "upstream_timeout", 300 * time.Millisecond, 0},
 		{"dead origin", deadOrigin, func(t *testing.T, base string) int {
 			return get(t, client, base+"/api").status
-		}, 502, "upstream_unreachable", 0},
+		}, 502, "upstream_unreachable", 0, 0},
 		{"slowloris body", origin.URL, func(t *testing.T, base string) int {
 			return slowBody(t, base, 50*time.Millisecond)
-		}, 408, "body_timeout", 300 * time.Millisecond},
+		}, 408, "body_timeout", 300 * time.Millisecond, 0},
 		{"silent body", origin.URL, func(t *testing.T, base string) int {
 			return slowBody(t, base, 0)
-		}, 408, "body_timeout", 300 * time.Millisecond},
+		}, 408, "body_timeout", 300 * time.Millisecond, 0},
 		{"body over the cap", origin.URL, func(t *testing.T, base string) int {
 			resp, err := client.Post(base+"/upload", "text/plain", strings.NewReader(strings.Repeat("x", 2000)))
 			if err != nil {
@@ -123,10 +119,10 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 			}
 			resp.Body.Close()
 			return resp.StatusCode
-		}, 413, "body_too_large", 0},
+		}, 413, "body_too_large", 0, 0},
 		{"slow reader", origin.URL, func(t *testing.T, base string) int {
 			return slowReader(t, base)
-		}, 200, "send_timeout", 300 * time.Millisecond},
+		}, 200, "send_timeout", 300 * time.Millisecond, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,15 +149,22 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			if len(lines) != 1 {
-				t.Fatalf("%d decisions, want 1:\n%s", len(lines), b)
+			if len(lines) != c.earlier+1 {
+				t.Fatalf("%d decisions, want %d:\n%s", len(lines), c.earlier+1, b)
+			}
+			for i, line := range lines {
+				var d responseLine
+				if err := json.Unmarshal([]byte(line), &d); err != nil {
+					t.Fatal(err)
+				}
+				if i < c.earlier && (d.Outcome != "allow" || d.Status != 200 || d.ResponseError != "") {
+					t.Errorf("decision of an earlier request %s", line)
+				}
 			}
 			var d responseLine
-			if err := json.Unmarshal([]byte(lines[0]), &d); err != nil {
-				t.Fatal(err)
-			}
+			json.Unmarshal([]byte(lines[c.earlier]), &d)
 			if d.Outcome != "allow" || d.Status != c.status || d.ResponseError != c.respErr {
-				t.Errorf("decision %s", lines[0])
+				t.Errorf("decision %s", lines[c.earlier])
 			}
 			if c.within > 0 && d.UpstreamLatency < float64(c.within/time.Microsecond) && c.respErr == "upstream_timeout" {
 				t.Errorf("upstream latency %vµs, want %v or more", d.UpstreamLatency, c.within)
@@ -174,12 +177,26 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 // kernel's buffers between the edge and a client hold.
 const bigBody = 64 << 20
 
-// slowReader asks for /big on a connection with a small receive buffer
-// and reads none of the answer for a second and a half, as a slow-read
-// attack does (a client holding the connection by not reading); it then
-// reads what comes until the edge closes the connection, and returns the
-// status. The edge must have cut the response off: a client that read
-// all of it was not.
+// writeBig writes the origin's answer to /big, until the edge stops
+// taking it.
+func writeBig(w io.Writer) {
+	chunk := make([]byte, 64<<10)
+	for range bigBody / len(chunk) {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
+// slowReader asks for /api and reads the answer, then at once, on the
+// same connection with a small receive buffer, for /big, and reads none
+// of that answer for a second and a half, as a slow-read attack does (a
+// client holding the connection by not reading); it then reads what comes
+// until the edge closes the connection, and returns the status. The edge
+// must have cut the response off: a client that read all of it, or that
+// was still reading when its own deadline of 20 s passed, was not. (The
+// first request is there because net/http's server clears the write
+// deadline after every response: see TestEdgeSendTimeoutAfterAResponse.)
 func slowReader(t *testing.T, base string) int {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -191,19 +208,58 @@ func slowReader(t *testing.T, base string) int {
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("slow reader: no first response: %v", err)
+	}
+	io.Copy(io.Discard, first.Body)
+	first.Body.Close()
 	if _, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatalf("slow reader: no response: %v", err)
 	}
 	defer resp.Body.Close()
-	if n, err := io.Copy(io.Discard, resp.Body); err == nil || n >= bigBody {
+	if n, err := io.Copy(io.Discard, resp.Body); err == nil || n >= bigBody || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("a client that stopped reading got %d bytes of %d, then %v: want the response cut off", n, bigBody, err)
 	}
 	return resp.StatusCode
+}
+
+// TestEdgeSendTimeoutAfterAResponse: a client that stops reading the
+// response that follows another at once on its connection is cut off
+// too, under both servers, though net/http's server clears the write
+// deadline after every response. The timeout (3 s) is long enough that a
+// deadline the edge set for the first response would still be one it
+// keeps (see internal/sendtimeout) when the second is written.
+func TestEdgeSendTimeoutAfterAResponse(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			writeBig(w)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer origin.Close()
+	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
+	yaml := "edge:\n  client:\n    send_timeout: 3s\ntiers:\n  anonymous:\n    global: {limit: 1000}\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eachServer(t, func(t *testing.T, server string) {
+		base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
+		if got := slowReader(t, base); got != http.StatusOK {
+			t.Errorf("status %d, want 200", got)
+		}
+	})
 }
 
 // slowBody sends the headers of a request with a body of 100 bytes and

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,24 +54,35 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, d: l.d, keep: l.d - l.d/renew}, nil
+	return newConn(c, l.d, l.d-l.d/renew), nil
+}
+
+func newConn(c net.Conn, d, keep time.Duration) *conn {
+	return &conn{Conn: c, d: d, keep: keep}
 }
 
 // conn sets its write deadline before each write of at most MaxChunk
-// bytes, to d from the write's start; a deadline that is still more than
-// d - d/renew away is kept, so that a connection writing many responses
-// in a row renews it once every d/renew rather than at every write (the
-// renewal costs a timer update; the clock read, about 50 ns, is all
-// the rest pay). Its other methods are its connection's: a write deadline
-// the server sets itself is replaced at the next renewal. (Like the
-// connections of netutil.LimitListener, it does not offer *net.TCPConn's
-// CloseWrite.)
+// bytes, to d from the write's start; a deadline it set that is still
+// more than keep (d - d/renew) away is kept, so that a connection writing
+// many responses in a row renews it once every d/renew rather than at
+// every write (the renewal costs a timer update; the clock read, about
+// 50 ns, is all the rest pay). A deadline set by anyone else (net/http's
+// server clears the write deadline after every response; both servers
+// clear deadlines when they hand a connection over) is replaced at the
+// next write: the bound holds whatever the server does with deadlines.
+// (Like the connections of netutil.LimitListener, conn does not offer
+// *net.TCPConn's CloseWrite.)
 type conn struct {
 	net.Conn
-	d     time.Duration
-	keep  time.Duration // a deadline further away than this is kept
-	until time.Time     // the write deadline set, zero for none
+	d, keep time.Duration
+	// until is the write deadline conn set, as time since epoch; 0 when
+	// it set none or another was set since. Atomic: the servers write
+	// from one goroutine at a time, but may set deadlines from another.
+	until atomic.Int64
 }
+
+// epoch is what conn's deadlines are counted from (monotonic).
+var epoch = time.Now()
 
 // renew is the share of the timeout a write may lose to a deadline set
 // earlier: each write gets at least d - d/renew.
@@ -79,11 +91,12 @@ const renew = 64
 func (c *conn) Write(p []byte) (n int, err error) {
 	for n < len(p) {
 		chunk := p[n:min(len(p), n+MaxChunk)]
-		if now := time.Now(); c.until.Sub(now) < c.keep {
-			c.until = now.Add(c.d)
-			if err := c.Conn.SetWriteDeadline(c.until); err != nil {
+		if now := time.Since(epoch); time.Duration(c.until.Load())-now < c.keep {
+			until := now + c.d
+			if err := c.Conn.SetWriteDeadline(epoch.Add(until)); err != nil {
 				return n, err
 			}
+			c.until.Store(int64(until))
 		}
 		m, err := c.Conn.Write(chunk)
 		n += m
@@ -95,6 +108,20 @@ func (c *conn) Write(p []byte) (n int, err error) {
 		}
 	}
 	return n, nil
+}
+
+// SetWriteDeadline sets the connection's write deadline until the next
+// write sets its own.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.until.Store(0)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets the connection's read and write deadlines; the write
+// deadline holds until the next write sets its own.
+func (c *conn) SetDeadline(t time.Time) error {
+	c.until.Store(0)
+	return c.Conn.SetDeadline(t)
 }
 
 // resetOnClose makes the connection's Close reset it, dropping what it

@@ -78,6 +78,50 @@ func TestStalledReaderIsCutOff(t *testing.T) {
 	}
 }
 
+// TestDeadlinesOfTheServer: a server that clears the write deadline
+// between two responses (net/http's does, after every one) or sets one of
+// its own does not lift the bound from the next write, even one right
+// after the deadline was last set.
+func TestDeadlinesOfTheServer(t *testing.T) {
+	for _, set := range []struct {
+		name string
+		f    func(c net.Conn) error
+	}{
+		{"write deadline cleared", func(c net.Conn) error { return c.SetWriteDeadline(time.Time{}) }},
+		{"deadlines cleared", func(c net.Conn) error { return c.SetDeadline(time.Time{}) }},
+		{"a later write deadline", func(c net.Conn) error { return c.SetWriteDeadline(time.Now().Add(time.Hour)) }},
+	} {
+		t.Run(set.name, func(t *testing.T) {
+			// A timeout long enough that the deadline the first write
+			// sets is still one to keep when the second comes (big is
+			// made before, so that its making does not come between).
+			big := make([]byte, 64<<20)
+			server, _ := pair(t, 3*time.Second, 4<<10)
+			if _, err := server.Write([]byte("HTTP/1.1 200 OK\r\n\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			if err := set.f(server); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := server.Write(big)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("the write to a client that reads nothing ended with %v, want a timeout", err)
+				}
+			case <-time.After(10 * time.Second):
+				server.Close() // ends the write
+				<-done
+				t.Fatal("the write to a client that reads nothing was still under way after 10 s")
+			}
+		})
+	}
+}
+
 // TestSteadyReaderIsNot: a client that keeps reading is never cut off,
 // even when one write takes far longer than the timeout, and gets every
 // byte in order; the bound is per chunk of a write.
@@ -156,9 +200,9 @@ func BenchmarkWrite(b *testing.B) {
 			defer server.Close()
 			switch kind {
 			case "bounded":
-				server = &conn{Conn: server, d: time.Minute, keep: time.Minute - time.Minute/renew}
+				server = newConn(server, time.Minute, time.Minute-time.Minute/renew)
 			case "every-write":
-				server = &conn{Conn: server, d: time.Minute, keep: time.Minute}
+				server = newConn(server, time.Minute, time.Minute)
 			}
 			p := make([]byte, 512)
 			b.SetBytes(int64(len(p)))
