@@ -585,6 +585,8 @@ tiers:
 `, "challenge.factor", `"0.5" is not allowed`},
 		{"token ttl", "challenge:\n  enabled: true\n  token_ttl: 30s # <-\n" + anonymous, "challenge.token_ttl", `"30s" is not allowed; use 1m to 24h`},
 		{"challenge page", "challenge:\n  enabled: true\n  page: captcha # <-\n" + anonymous, "challenge.page", "use a path starting with / or an absolute http or https URL"},
+		{"challenge page at the root", "challenge:\n  enabled: true\n  page: /?site=1 # <-\n" + anonymous, "challenge.page", "use a path of its own, such as /captcha"},
+		{"challenge page not canonical", "challenge:\n  enabled: true\n  page: /a/../captcha # <-\n" + anonymous, "challenge.page", `"/a/../captcha" is not a canonical path; use /captcha`},
 		{"challenge endpoint", "challenge:\n  enabled: true\n  endpoint: token # <-\n" + anonymous, "challenge.endpoint", "use a path starting with /"},
 		{"endpoint failures limit", "challenge:\n  enabled: true\n  endpoint_failures:\n    limit: -1 # <-\n" + anonymous, "challenge.endpoint_failures.limit", `"-1" is not allowed; use 1 to 1000000000`},
 		{"endpoint failures window", "challenge:\n  enabled: true\n  endpoint_failures: {window: 48h} # <-\n" + anonymous, "challenge.endpoint_failures.window", `"48h" is not allowed; use 1s to 24h`},

@@ -18,7 +18,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +107,7 @@ type Limiter struct {
 	anonymous       *tier
 	authed          *tier    // may be nil
 	failClosed      []string // in their match form (matchForm)
+	challengePage   string   // challengePagePrefix, "" for none
 	pathCase        canonpath.Case
 	rejectAmbiguous bool // paths.ambiguous: reject
 	fwd             forwarding
@@ -156,7 +159,8 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 	l := &Limiter{
 		cfg: cfg, node: cfg.Edge.Node, tiers: tiers,
 		anonymous: tiers[config.TierAnonymous], authed: tiers[config.TierAuthenticated],
-		failClosed: failClosed, pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
+		failClosed: failClosed, challengePage: challengePagePrefix(cfg.Challenge.Page, pathCase),
+		pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
 		fwd: newForwarding(cfg), ident: res, store: opts.Store,
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, challenged: opts.Challenge, keys: opts.Keys,
 		ipv6Prefix: cfg.Identity.IPv6Prefix, ids: newRequestIDs(), log: opts.Log, clock: opts.Clock,
@@ -335,8 +339,9 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 		return
 	}
 	// A challenge-listed client without a valid token is challenged before
-	// anything is counted; with one, it is limited as anyone else.
-	listed := l.challenged != nil && l.challenged.List().ContainsAt(id.ClientIP, id.User, now)
+	// anything is counted; with one, it is limited as anyone else. So is
+	// one asking for the challenge page itself, which it must reach.
+	listed := l.challenged != nil && l.challenged.List().ContainsAt(id.ClientIP, id.User, now) && !l.onChallengePage(path)
 	if listed && !l.tokenValid(r, &id, now) {
 		l.finish(v, decisions.Challenge, ReasonChallengeListed)
 		return
@@ -389,6 +394,10 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	if listed && outcome == decisions.Allow {
 		outcome, reason = decisions.TokenPass, ReasonChallengeListedPass
 	}
+	if outcome == decisions.Challenge && l.onChallengePage(path) {
+		// Redirected to the page it is asking for, the client would loop.
+		outcome, reason = decisions.Allow, ReasonChallengePage
+	}
 	if r.Shadow && (outcome == decisions.Block || outcome == decisions.Challenge || outcome == decisions.LocalLimit) {
 		outcome, reason = decisions.ShadowBlock, reason+" (shadow mode)"
 	}
@@ -402,10 +411,12 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	l.finish(v, outcome, reason)
 }
 
-// The reasons of decisions about challenge-listed clients.
+// The reasons of decisions about challenge-listed clients, and of a
+// request for the challenge page that would have been challenged.
 const (
 	ReasonChallengeListed     = "challenge list"
 	ReasonChallengeListedPass = "challenge list: valid challenge token"
+	ReasonChallengePage       = "over the limit: the challenge page"
 )
 
 // start resets v for r and fills in what every decision of r records:
@@ -625,6 +636,41 @@ func (r *rule) grade(res limit.Result) int {
 		return levelShadow
 	}
 	return level
+}
+
+// onChallengePage reports whether the canonical path is the challenge
+// page's, or below it (challengePagePrefix): a request for it is never
+// challenged, as a client redirected there would be redirected again,
+// for ever. It is counted, and blocked over the ceiling, as any other.
+func (l *Limiter) onChallengePage(path string) bool {
+	return l.challengePage != "" && canonpath.HasPrefix(path, l.challengePage, l.pathCase)
+}
+
+// challengePagePrefix returns, in match form, the prefix of the requests
+// that are for the challenge page: its path (before any query) and the
+// paths below it, for its assets. A page given as a URL is taken by its
+// path, whatever its host (rules apply to every host alike), unless that
+// is the root: a page at the root of a host is taken to be served by
+// another. "" for none.
+func challengePagePrefix(page string, c canonpath.Case) string {
+	p := page
+	if !strings.HasPrefix(p, "/") {
+		u, err := url.Parse(page)
+		if err != nil {
+			return ""
+		}
+		p = u.EscapedPath()
+	}
+	p, _, _ = strings.Cut(p, "?")
+	p, _, _ = strings.Cut(p, "#")
+	p, _, err := canonpath.Clean(p)
+	if err != nil || p == "/" {
+		return ""
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return matchForm(p, c)
 }
 
 func (l *Limiter) isFailClosed(path string) bool {

@@ -924,3 +924,77 @@ func TestIdentifyBelievesListableUsers(t *testing.T) {
 		}
 	}
 }
+
+// TestChallengePageIsNeverChallenged: a client over a limit, or on the
+// challenge list, is not redirected when it asks for the challenge page
+// itself or a path below it (its assets): it would be sent there again,
+// for ever, and never reach the CAPTCHA. It is still counted, and blocked
+// over the ceiling. A page given as a URL is known by its path, unless it
+// is the root of its host.
+func TestChallengePageIsNeverChallenged(t *testing.T) {
+	list, err := lists.ParseAt(strings.NewReader("203.0.113.7\n"), "test", lists.Challenge, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type step struct {
+		path   string
+		want   decisions.Outcome
+		reason string
+	}
+	run := func(t *testing.T, page string, steps []step) {
+		t.Helper()
+		cfg := seedConfig(t, func(c *config.Config) { c.Challenge.Page = page })
+		l := newLimiter(t, cfg, Options{Challenge: staticList{list}, Keys: testKeys(t)})
+		now := t0
+		// The anonymous global rule allows 60 a minute and challenges up
+		// to 120.
+		for range 60 {
+			if v := decide(l, context.Background(), now, req("198.51.100.9:1", "/api/items")); v.Outcome != decisions.Allow {
+				t.Fatalf("within the limit: %v", v.Outcome)
+			}
+			now = now.Add(time.Millisecond)
+		}
+		for _, s := range steps {
+			remote := "198.51.100.9:1"
+			if strings.HasPrefix(s.path, "listed ") {
+				remote, s.path = "203.0.113.7:1", strings.TrimPrefix(s.path, "listed ")
+			}
+			v := decide(l, context.Background(), now, req(remote, s.path))
+			now = now.Add(time.Millisecond)
+			if v.Outcome != s.want || v.Reason != s.reason {
+				t.Errorf("page %s, %s %s: %v %q, want %v %q", page, remote, s.path, v.Outcome, v.Reason, s.want, s.reason)
+			}
+		}
+	}
+	over, page := "over the limit", ReasonChallengePage
+	t.Run("path", func(t *testing.T) {
+		run(t, "/captcha", []step{
+			{"/api/items", decisions.Challenge, over},
+			{"/captcha", decisions.Allow, page},
+			{"/captcha/app.js", decisions.Allow, page},
+			{"/CAPTCHA", decisions.Allow, page}, // paths.case: insensitive
+			{"/Captcha/", decisions.Allow, page},
+			{"/captchas", decisions.Challenge, over},
+			{"/api/captcha", decisions.Challenge, over},
+			{"listed /api/items", decisions.Challenge, ReasonChallengeListed},
+			{"listed /captcha", decisions.Allow, "within the limit"},
+		})
+	})
+	t.Run("path with a query", func(t *testing.T) {
+		run(t, "/verify?site=1", []step{{"/verify", decisions.Allow, page}, {"/api/items", decisions.Challenge, over}})
+	})
+	t.Run("URL on the edge's host", func(t *testing.T) {
+		run(t, "https://api.example.com/verify/", []step{{"/verify", decisions.Allow, page}, {"/verify/x", decisions.Allow, page}, {"/api/items", decisions.Challenge, over}})
+	})
+	t.Run("URL at the root of another host", func(t *testing.T) {
+		run(t, "https://captcha.example.com/", []step{{"/", decisions.Challenge, over}, {"/api/items", decisions.Challenge, over}})
+	})
+	t.Run("blocked over the ceiling", func(t *testing.T) {
+		var steps []step
+		for range 59 {
+			steps = append(steps, step{"/captcha", decisions.Allow, page})
+		}
+		steps = append(steps, step{"/captcha", decisions.Allow, page}, step{"/captcha", decisions.Block, "over the challenge ceiling"})
+		run(t, "/captcha", steps)
+	})
+}

@@ -46,6 +46,9 @@ type TierPlan struct {
 type Plan struct {
 	Tiers      []TierPlan // sorted by name
 	FailClosed []string   // in match form
+	// ChallengePage is the prefix, in match form, of the requests for the
+	// challenge page, which are never challenged; "" for none.
+	ChallengePage string
 }
 
 // Compile compiles cfg's rules as New does and describes them.
@@ -74,6 +77,7 @@ func Compile(cfg *config.Config) (Plan, error) {
 	for _, fc := range cfg.FailClosed {
 		p.FailClosed = append(p.FailClosed, matchForm(fc, cfg.Paths.Case))
 	}
+	p.ChallengePage = challengePagePrefix(cfg.Challenge.Page, cfg.Paths.Case)
 	return p, nil
 }
 

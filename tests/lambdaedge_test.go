@@ -594,6 +594,10 @@ func generateVectors(t *testing.T) vectorFile {
 		{Name: "shadow: a shadow rule records and passes", State: st("anonymous:/api/beta", "203.0.113.50", 1), Event: ev("203.0.113.50", "GET", "/api/beta/x", "")},
 		{Name: "escaping: hostile host and request id are written as JSON", Event: ev("203.0.113.51", "GET", "/", "", "Host", "evil\"\\host\u2028\u00e9", "X-Request-Id", "id\t\"quoted\"\u0007")},
 		{Name: "admin: over the limit on a fail-closed path blocks without challenge", State: st("anonymous:/api/admin/", "203.0.113.52", 2), Event: ev("203.0.113.52", "DELETE", "/api/admin/users/7", "")},
+		{Name: "challenge page: a client over its global limit reaches the page", State: st("anonymous:global", "203.0.113.70", 70), Event: ev("203.0.113.70", "GET", "/captcha", "redirect=%2Fapi%2Fitems")},
+		{Name: "challenge page: and what is below it", State: st("anonymous:global", "203.0.113.71", 70), Event: ev("203.0.113.71", "GET", "/Captcha/widget.js", "")},
+		{Name: "challenge page: the client's other paths are challenged", State: st("anonymous:global", "203.0.113.72", 70), Event: ev("203.0.113.72", "GET", "/api/items", "")},
+		{Name: "challenge page: blocked over the ceiling", State: st("anonymous:global", "203.0.113.73", 120), Event: ev("203.0.113.73", "GET", "/captcha", "")},
 	}
 	for i := range vs {
 		vs[i].Group, vs[i].Time = "up", at(time.Duration(i)*time.Millisecond)

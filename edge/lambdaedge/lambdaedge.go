@@ -140,9 +140,12 @@ type Store struct {
 type Challenge struct {
 	Enabled bool   `json:"enabled"`
 	Page    string `json:"page"`
-	Param   string `json:"param"`
-	Header  string `json:"header"` // lower case
-	Cookie  string `json:"cookie"`
+	// PageMatch is the prefix, in match form, of the requests for the
+	// page, which are never challenged (edge.Plan.ChallengePage).
+	PageMatch string `json:"pageMatch"`
+	Param     string `json:"param"`
+	Header    string `json:"header"` // lower case
+	Cookie    string `json:"cookie"`
 }
 
 // Forward is what a passed request's headers become.
@@ -205,7 +208,7 @@ func Compile(cfg *config.Config) (*Config, error) {
 		MaxAttempts: 3, MaxKeys: min(s.MaxKeys, MaxKeys), CacheKeys: min(s.Sync.MaxKeys, MaxKeys)}
 	c.Store.Breaker.Failures, c.Store.Breaker.CooldownNs = s.Breaker.Failures, int64(s.Breaker.Cooldown)
 	ch := cfg.Challenge
-	c.Challenge = Challenge{Enabled: ch.Enabled, Page: ch.Page, Param: ch.Param, Header: strings.ToLower(ch.Header), Cookie: ch.Cookie}
+	c.Challenge = Challenge{Enabled: ch.Enabled, Page: ch.Page, PageMatch: plan.ChallengePage, Param: ch.Param, Header: strings.ToLower(ch.Header), Cookie: ch.Cookie}
 	c.Forward = compileForward(cfg)
 	for _, l := range []struct{ name, file string }{{lists.Allow, cfg.Lists.AllowFile}, {lists.Deny, cfg.Lists.DenyFile}} {
 		if c.Lists[l.name], err = compileList(l.name, l.file); err != nil {

@@ -918,7 +918,11 @@ export class Core {
     const e = evals[w];
     d.rule = e.rule.id; d.algorithm = e.rule.algorithm; d.limit = e.rule.capacity; d.window = e.rule.limit.window;
     d.count = e.res.count; d.remaining = e.res.remaining; d.reset = e.res.reset;
-    const [outcome, reason] = this.outcome(e, req, id, now);
+    let [outcome, reason] = this.outcome(e, req, id, now);
+    if (outcome === "challenge" && this.onChallengePage(c.path)) {
+      // Redirected to the page it is asking for, the client would loop.
+      [outcome, reason] = ["allow", "over the limit: the challenge page"];
+    }
     if (!passed.has(outcome)) {
       v.retryAfter = e.rule.limit.limit >= 0n && e.res.count <= e.rule.capacity ? 0n : e.res.reset;
       if (outcome === "fail_closed") v.retryAfter = this.cooldown;
@@ -966,6 +970,13 @@ export class Core {
     e.res = this.local.take(k, rule.local, now, 1n);
     e.level = e.res.count <= rule.local.limit ? LEVEL_OK : LEVEL_BLOCK;
     return e;
+  }
+
+  // onChallengePage is Limiter.onChallengePage: the canonical path is the
+  // challenge page's, or below it.
+  onChallengePage(path) {
+    const m = this.cfg.challenge.pageMatch;
+    return typeof m === "string" && m !== "" && hasPrefix(path, m, this.insensitive);
   }
 
   outcome(e, req, id, now) {
