@@ -51,11 +51,22 @@ func (v *validator) lambdaEdge(le *LambdaEdge) {
 // ValidateLambdaEdge checks what the viewer-request function cannot do
 // that the other shapes can, after Validate: it counts fixed windows only
 // (one conditional UpdateItem per hit; CloudFront sees no response end for
-// concurrency limits), and reads no files at run time (an RS256 or ES256
-// key is compiled in; allow and deny lists are compiled in from their
-// files).
+// concurrency limits), reads no files or lists table at run time (an RS256
+// or ES256 key is compiled in; allow and deny lists are compiled in from
+// their files, and it has no challenge list), and records client addresses
+// and user ids as they are (no decisions.privacy).
 func (c *Config) ValidateLambdaEdge() error {
 	v := &validator{collector: collector{file: c.file}, lines: c.lines}
+	for _, l := range []struct{ k, v string }{{"challenge_file", c.Lists.ChallengeFile}, {"table", c.Lists.Table}} {
+		if l.v != "" {
+			v.report(key("lists", l.k), l.v, "is not supported at CloudFront's edge", "lists.allow_file and lists.deny_file, compiled in at build")
+		}
+	}
+	for _, p := range []struct{ k, v string }{{"addresses", c.Decisions.Privacy.Addresses}, {"users", c.Decisions.Privacy.Users}} {
+		if p.v != "keep" {
+			v.report(key("decisions", "privacy", p.k), p.v, "is not supported at CloudFront's edge", "keep")
+		}
+	}
 	names := make([]string, 0, len(c.Tiers))
 	for n := range c.Tiers {
 		names = append(names, n)

@@ -35,6 +35,14 @@ func TestCompileRefuses(t *testing.T) {
 			`edge.yaml:5: tiers.anonymous.paths./api/x.algorithm: "sliding_window" is not supported at CloudFront's edge; use fixed_window`},
 		{"concurrency", "tiers:\n  anonymous:\n    global: {limit: 60, algorithm: concurrency}\n",
 			`edge.yaml:3: tiers.anonymous.global.algorithm: "concurrency" is not supported at CloudFront's edge; use fixed_window`},
+		{"challenge list", "challenge: {enabled: true}\nlists:\n  challenge_file: /lists/challenge.txt\ntiers:\n  anonymous:\n    global: {limit: 60}\n",
+			`edge.yaml:3: lists.challenge_file: "/lists/challenge.txt" is not supported at CloudFront's edge; use lists.allow_file and lists.deny_file, compiled in at build`},
+		{"lists table", "lists:\n  table: ratewarden-lists\ntiers:\n  anonymous:\n    global: {limit: 60}\n",
+			`edge.yaml:2: lists.table: "ratewarden-lists" is not supported at CloudFront's edge; use lists.allow_file and lists.deny_file, compiled in at build`},
+		{"address privacy", "decisions:\n  privacy:\n    addresses: truncate\ntiers:\n  anonymous:\n    global: {limit: 60}\n",
+			`edge.yaml:3: decisions.privacy.addresses: "truncate" is not supported at CloudFront's edge; use keep`},
+		{"user privacy", "decisions:\n  privacy: {users: hmac}\ntiers:\n  anonymous:\n    global: {limit: 60}\n",
+			`edge.yaml:2: decisions.privacy.users: "hmac" is not supported at CloudFront's edge; use keep`},
 		{"missing list file", "lists:\n  deny_file: /nonexistent/deny.txt\ntiers:\n  anonymous:\n    global: {limit: 60}\n", "lists.deny_file"},
 	}
 	for _, c := range cases {
