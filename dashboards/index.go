@@ -3,6 +3,7 @@ package dashboards
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -257,10 +258,22 @@ func (x *Index) summarize(p *aggregator.Partial) summary {
 // span returns the starts of the windows in [from, to) and the windows;
 // x.mu is held.
 func (x *Index) span(from, to time.Time) ([]int64, []*window) {
-	lo, _ := slices.BinarySearch(x.order, from.UnixNano())
-	hi, _ := slices.BinarySearch(x.order, to.UnixNano())
+	lo, _ := slices.BinarySearch(x.order, unixNano(from))
+	hi, _ := slices.BinarySearch(x.order, unixNano(to))
 	hi = max(lo, hi)
 	return x.order[lo:hi], x.wins[lo:hi]
+}
+
+// unixNano is t in Unix nanoseconds, the nearest an int64 holds for a
+// time outside 1678 to 2262 (where t.UnixNano wraps around).
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }
 
 // Bounds returns the start of the oldest window held and the end of the
@@ -485,21 +498,34 @@ type Series struct {
 // maxSeriesRules bounds the rules a series charts, the busiest first.
 const maxSeriesRules = 12
 
+// ceilDiv is a/b rounded up, for a >= 0 and b > 0, without overflow.
+func ceilDiv(a, b time.Duration) time.Duration {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
+
 // Series downsamples the windows that start in [from, to) into at most
 // points buckets, each a whole number of windows.
+//
+// Any range is taken: one wider than a Duration holds (292 years) gets
+// buckets of the largest step one holds, the last taking the windows past
+// it (the API refuses ranges over maxRange).
 func (x *Index) Series(from, to time.Time, points int) Series {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	points = max(points, 1)
-	span := to.Sub(from)
-	step := x.size * time.Duration(max(1, (span+x.size*time.Duration(points)-1)/(x.size*time.Duration(points))))
+	span := max(to.Sub(from), 0)
+	perBucket := ceilDiv(ceilDiv(span, time.Duration(points)), x.size) // in windows
+	step := x.size * min(max(perBucket, 1), math.MaxInt64/x.size)
 	from = from.Truncate(step)
-	n := int((to.Sub(from) + step - 1) / step)
-	n = max(n, 0)
+	n := int(ceilDiv(max(to.Sub(from), 0), step))
 	s := Series{From: from.UTC(), To: to.UTC(), StepMS: step.Milliseconds(), Times: make([]int64, n), Total: newLine("", "", n),
 		LatencyP50: make([]float64, n), LatencyP99: make([]float64, n), Dropped: make([]uint64, n)}
-	for i := range s.Times {
-		s.Times[i] = from.Add(time.Duration(i) * step).UnixMilli()
+	for i, t := 0, from; i < n; i, t = i+1, t.Add(step) {
+		s.Times[i] = t.UnixMilli()
 	}
 	latN := make([]uint64, n)
 	// Lines by series id, and the chart slot of each outcome number: the
@@ -527,7 +553,7 @@ func (x *Index) Series(from, to time.Time, points int) Series {
 	starts, wins := x.span(from, to)
 	for j, w := range wins {
 		s.Windows++
-		i := int(time.Duration(starts[j]-from.UnixNano()) / step)
+		i := min(max(int(time.Unix(0, starts[j]).Sub(from)/step), 0), n-1)
 		for _, c := range w.outputs {
 			sm := &c.sum
 			s.Dropped[i] += sm.dropped

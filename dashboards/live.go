@@ -222,8 +222,8 @@ func (l *live) timeRange(r *http.Request) (from, to time.Time, err error) {
 	from, to = oldest, newest
 	if s := q.Get("last"); s != "" {
 		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 || d > 366*24*time.Hour {
-			return from, to, badRequest{fmt.Sprintf("last %q: want a duration such as 15m or 24h", s)}
+		if err != nil || d <= 0 || d > maxRange {
+			return from, to, badRequest{fmt.Sprintf("last %q: want a duration such as 15m or 24h, at most %dh (%d days)", s, maxRange/time.Hour, maxRange/(24*time.Hour))}
 		}
 		from = newest.Add(-d)
 	}
@@ -248,6 +248,10 @@ func (l *live) timeRange(r *http.Request) (from, to time.Time, err error) {
 			return from, to, badRequest{fmt.Sprintf("%s %s: want a time from 1970 to 2200", t.name, t.t.Format(time.RFC3339))}
 		}
 	}
+	if to.Sub(from) > maxRange {
+		return from, to, badRequest{fmt.Sprintf("from %s and to %s are more than %d days apart; want a range of at most %d days",
+			from.Format(time.RFC3339), to.Format(time.RFC3339), maxRange/(24*time.Hour), maxRange/(24*time.Hour))}
+	}
 	return from, to, nil
 }
 
@@ -256,6 +260,11 @@ var (
 	minTime = time.Unix(0, 0)
 	maxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 )
+
+// maxRange is the widest range the API reads (from to to, or last): a
+// leap year, far more than an index holds (serve.dashboard.retain, at
+// most 7 days).
+const maxRange = 366 * 24 * time.Hour
 
 // Pipeline is the aggregator's progress as the dashboard shows it.
 type Pipeline struct {

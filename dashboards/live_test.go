@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,6 +122,34 @@ func TestIndexTotalsAndSeries(t *testing.T) {
 	}
 	if s.Rules[0].Block[0] != 1+5 { // seconds 0-4: the first request of second 2, the second of each
 		t.Errorf("first bucket of the busiest rule: %d blocked, want 6", s.Rules[0].Block[0])
+	}
+}
+
+// TestIndexSeriesAnyRange: a range of centuries, or wider than a Duration
+// holds, is cut into at most points buckets (one more for the first,
+// aligned to the step) that hold every window, without a panic.
+func TestIndexSeriesAnyRange(t *testing.T) {
+	lines, want := sample()
+	x := NewIndex(time.Second, time.Hour)
+	rollup(t, lines, time.Second, x)
+	for _, r := range []struct{ from, to time.Time }{
+		{minTime, maxTime},
+		{minTime, time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC)},
+		{time.Time{}, t0.Add(time.Hour)},
+		{time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)},
+		{time.Time{}, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		for _, points := range []int{1, 2, 3, 300, 2000} {
+			s := x.Series(r.from, r.to, points)
+			var total uint64
+			for i := range s.Times {
+				total += s.Total.Allow[i] + s.Total.Challenge[i] + s.Total.Block[i] + s.Total.Other[i]
+			}
+			if s.Windows != 30 || total != uint64(len(lines)) || len(s.Times) > points+1 || len(s.Times) == 0 || s.StepMS <= 0 {
+				t.Errorf("%s to %s in %d points: %d windows, %d decisions, %d buckets of %d ms; want 30 windows, %d decisions (%v)",
+					r.from.Format(time.RFC3339), r.to.Format(time.RFC3339), points, s.Windows, total, len(s.Times), s.StepMS, len(lines), want)
+			}
+		}
 	}
 }
 
@@ -285,6 +314,20 @@ not json
 			t.Errorf("%s: %d %q", q, resp.StatusCode, body)
 		}
 	}
+	// A range wider than last may be (366 days) is refused, not cut into
+	// buckets of centuries.
+	for _, q := range []string{"from=0&to=7258118400000&points=1", "from=1970-01-01T00:00:00Z&to=2199-12-31T00:00:00Z&points=2",
+		"from=0&to=31622400001", "to=2026-03-01T12:00:00Z&from=2025-02-28T11:59:59Z"} {
+		for _, path := range []string{"/api/series", "/api/summary"} {
+			resp, body := do(t, "GET", s.URL+path+"?"+q)
+			if resp.StatusCode != 400 || !strings.Contains(body, "from ") || !strings.Contains(body, " to ") || !strings.Contains(body, "at most 366 days") {
+				t.Errorf("%s?%s: %d %.200q, want 400 naming from, to and 366 days", path, q, resp.StatusCode, body)
+			}
+		}
+	}
+	if resp, body := do(t, "GET", s.URL+"/api/series?from=0&to=31622400000&points=1"); resp.StatusCode != 200 {
+		t.Errorf("a range of 366 days: %d %q", resp.StatusCode, body)
+	}
 	resp, body = do(t, "GET", s.URL+"/api/alerts")
 	var al alertsAnswer
 	json.Unmarshal([]byte(body), &al)
@@ -345,7 +388,8 @@ func TestCheckListen(t *testing.T) {
 // a range not aligned to the step adds).
 func FuzzAPIQuery(f *testing.F) {
 	for _, q := range []string{"", "last=1h", "points=7&from=2026-03-01T12:00:00Z&to=2026-03-01T12:00:30Z", "from=0&to=9223372036854775807",
-		"last=8784h&points=2000", "from=1772366400000&to=1772366401000&points=1"} {
+		"last=8784h&points=2000", "from=1772366400000&to=1772366401000&points=1", "from=0&to=7258118400000&points=1",
+		"from=1970-01-01T00:00:00Z&to=2199-12-31T00:00:00Z&points=2"} {
 		f.Add(q)
 	}
 	lines, _ := sample()
