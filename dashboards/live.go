@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
+	"github.com/ratewarden/ratewarden/internal/loopback"
 )
 
 //go:embed web
@@ -125,26 +125,12 @@ func (l *live) guard(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
-		if l.tokenSum == nil && !loopbackHost(r.Host) {
+		if l.tokenSum == nil && !loopback.Host(r.Host) {
 			http.Error(w, "this dashboard answers only to a loopback host name (127.0.0.1, [::1], localhost) unless it has a token", http.StatusMisdirectedRequest)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// loopbackHost reports whether host (a Host header) names a loopback
-// address or localhost.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
 }
 
 // authorized reports whether r presents the token: the hashes are compared
@@ -439,7 +425,7 @@ func CheckListen(addr string, token bool, allowRemote bool) error {
 	if err != nil {
 		return fmt.Errorf("dashboard listen %q: want host:port", addr)
 	}
-	if token || allowRemote || loopbackHost(host) {
+	if token || allowRemote || loopback.Host(host) {
 		return nil
 	}
 	return fmt.Errorf("dashboard listen %q: not a loopback address, and no token protects the dashboard: set the token's environment variable (serve.dashboard.token_env), listen on 127.0.0.1, or set serve.dashboard.allow_remote", addr)

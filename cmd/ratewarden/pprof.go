@@ -7,12 +7,17 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/loopback"
 )
 
 // listenPprof serves the Go runtime's profiles (net/http/pprof) on addr,
 // which must be a loopback address: they expose the process's memory and
-// are for profiling on the machine itself (tests/profile-edge). It returns
-// the server to shut down.
+// are for profiling on the machine itself (tests/profile-edge). Only
+// requests addressed to a loopback host name are answered, as by the
+// dashboard: a page the operator visits cannot read the profiles by
+// pointing its own name at 127.0.0.1 (DNS rebinding). It returns the
+// server to shut down.
 func listenPprof(addr string, errc chan<- error) (*http.Server, net.Addr, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -31,7 +36,14 @@ func listenPprof(addr string, errc chan<- error) (*http.Server, net.Addr, error)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopback.Host(r.Host) {
+			http.Error(w, "pprof answers only to a loopback host name (127.0.0.1, [::1], localhost)", http.StatusMisdirectedRequest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: guard, ReadHeaderTimeout: 10 * time.Second}
 	go func() { errc <- srv.Serve(ln) }()
 	return srv, ln.Addr(), nil
 }
