@@ -4,6 +4,8 @@
 package config
 
 import (
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions/columnar"
@@ -210,6 +212,21 @@ type Challenge struct {
 	// per client address; past it every request from the address is
 	// refused until the window lets it.
 	EndpointFailures FailureLimit `yaml:"endpoint_failures"`
+}
+
+// PagePath returns the path the challenge page is asked for by: Page
+// before any query when Page is a path, the URL's path (escaped) when it
+// is a URL; "" when it has none.
+func (c *Challenge) PagePath() string {
+	if !strings.HasPrefix(c.Page, "/") {
+		u, err := url.Parse(c.Page)
+		if err != nil {
+			return ""
+		}
+		return u.EscapedPath()
+	}
+	p, _, _ := strings.Cut(c.Page, "?")
+	return p
 }
 
 // FailureLimit is a number of failures allowed in a sliding window.

@@ -421,13 +421,15 @@ func (v *validator) challenge(ch *Challenge) {
 	if f := ch.Factor; math.IsNaN(f) || f < 1 || f > MaxFactor {
 		v.report(key("challenge", "factor"), strconv.FormatFloat(f, 'g', -1, 64), "is not allowed", "a number from 1 to "+strconv.Itoa(MaxFactor))
 	}
-	switch p, _, _ := strings.Cut(ch.Page, "?"); {
-	case !strings.HasPrefix(ch.Page, "/") && !isHTTPURL(ch.Page):
-		v.report(key("challenge", "page"), ch.Page, "is not allowed", "a path starting with / or an absolute http or https URL")
+	switch p := ch.PagePath(); {
+	case !strings.HasPrefix(ch.Page, "/"):
+		if !isHTTPURL(ch.Page) {
+			v.report(key("challenge", "page"), ch.Page, "is not allowed", "a path starting with / or an absolute http or https URL")
+		}
 	case p == "/":
 		// Requests for the page and below it are never challenged.
 		v.report(key("challenge", "page"), ch.Page, "is not allowed", "a path of its own, such as /captcha: requests for the page, and for paths below it, pass over the limit")
-	case strings.HasPrefix(ch.Page, "/"):
+	default:
 		v.pathPrefix(key("challenge", "page"), p, "is not allowed", "/captcha")
 	}
 	v.required(key("challenge", "param"), ch.Param, "a query parameter name such as redirect")

@@ -86,16 +86,23 @@ func (x *exchange) Flush() {
 	}
 }
 
-// writeFailed notes that a write to the client failed with err: it timed
-// out (edge.client.send_timeout: the client stopped reading), or else the
-// client went away. The first failure is the one noted.
+// writeFailed notes that a write to the client failed with err
+// (WriteFailure); the first failure is the one noted.
 func (x *exchange) writeFailed(err error) {
 	if x.writeErr == "" {
-		x.writeErr = decisions.ClientClosed
-		if isTimeout(err) {
-			x.writeErr = decisions.SendTimeout
-		}
+		x.writeErr = WriteFailure(err)
 	}
+}
+
+// WriteFailure names, under either server, the response error of a write
+// to the client that failed with err: send_timeout when it timed out
+// (edge.client.send_timeout: the client stopped reading), client_closed
+// otherwise (it went away).
+func WriteFailure(err error) string {
+	if isTimeout(err) {
+		return decisions.SendTimeout
+	}
+	return decisions.ClientClosed
 }
 
 // Hijack hands the connection over, for protocol upgrades (WebSocket),
@@ -207,9 +214,10 @@ func (x *exchange) fail(e string) {
 // failed with e (a decisions response error): 504 for an origin that did
 // not answer in time, 408 for a body that did not arrive in time, 413 for
 // a body over the cap, 502 otherwise, with a JSON body; ok is false for a
-// client that went away or stopped reading, which gets no answer. closeConn says that the
-// connection cannot carry another request (the rest of the body is not
-// read). The response goes out with Cache-Control: no-store.
+// client that went away or stopped reading, which gets no answer.
+// closeConn says that the connection cannot carry another request (the
+// rest of the body is not read). The response goes out with
+// Cache-Control: no-store.
 func FailureResponse(e string) (resp Response, closeConn, ok bool) {
 	var code, msg string
 	switch e {

@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -159,7 +158,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 	l := &Limiter{
 		cfg: cfg, node: cfg.Edge.Node, tiers: tiers,
 		anonymous: tiers[config.TierAnonymous], authed: tiers[config.TierAuthenticated],
-		failClosed: failClosed, challengePage: challengePagePrefix(cfg.Challenge.Page, pathCase),
+		failClosed: failClosed, challengePage: challengePagePrefix(cfg.Challenge.PagePath(), pathCase),
 		pathCase: pathCase, rejectAmbiguous: cfg.Paths.Ambiguous != "rewrite",
 		fwd: newForwarding(cfg), ident: res, store: opts.Store,
 		timeout: cfg.Store.Timeout, sink: opts.Sink, allow: opts.Allow, deny: opts.Deny, challenged: opts.Challenge, keys: opts.Keys,
@@ -647,23 +646,13 @@ func (l *Limiter) onChallengePage(path string) bool {
 }
 
 // challengePagePrefix returns, in match form, the prefix of the requests
-// that are for the challenge page: its path (before any query) and the
-// paths below it, for its assets. A page given as a URL is taken by its
-// path, whatever its host (rules apply to every host alike), unless that
-// is the root: a page at the root of a host is taken to be served by
-// another. "" for none.
-func challengePagePrefix(page string, c canonpath.Case) string {
-	p := page
-	if !strings.HasPrefix(p, "/") {
-		u, err := url.Parse(page)
-		if err != nil {
-			return ""
-		}
-		p = u.EscapedPath()
-	}
-	p, _, _ = strings.Cut(p, "?")
-	p, _, _ = strings.Cut(p, "#")
-	p, _, err := canonpath.Clean(p)
+// that are for the challenge page, whose path is pagePath
+// (config.Challenge.PagePath): that path and the paths below it, for its
+// assets. A page given as a URL is taken by its path, whatever its host
+// (rules apply to every host alike), unless that is the root: a page at
+// the root of a host is taken to be served by another. "" for none.
+func challengePagePrefix(pagePath string, c canonpath.Case) string {
+	p, _, err := canonpath.Clean(pagePath)
 	if err != nil || p == "/" {
 		return ""
 	}

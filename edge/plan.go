@@ -77,7 +77,7 @@ func Compile(cfg *config.Config) (Plan, error) {
 	for _, fc := range cfg.FailClosed {
 		p.FailClosed = append(p.FailClosed, matchForm(fc, cfg.Paths.Case))
 	}
-	p.ChallengePage = challengePagePrefix(cfg.Challenge.Page, cfg.Paths.Case)
+	p.ChallengePage = challengePagePrefix(cfg.Challenge.PagePath(), cfg.Paths.Case)
 	return p, nil
 }
 

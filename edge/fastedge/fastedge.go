@@ -649,10 +649,7 @@ func (b responseBody) Read(p []byte) (int, error) {
 func (b responseBody) CloseWithError(err error) error {
 	x := b.x
 	if err != nil && x.respErr == "" {
-		x.respErr = decisions.ClientClosed
-		if isTimeout(err) {
-			x.respErr = decisions.SendTimeout // it stopped reading (edge.client.send_timeout)
-		}
+		x.respErr = edge.WriteFailure(err)
 	}
 	if c, ok := x.stream.(fasthttp.ReadCloserWithError); ok {
 		var cerr error
