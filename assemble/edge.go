@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -17,7 +19,9 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
+	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/internal/peercap"
 	"github.com/ratewarden/ratewarden/internal/sendtimeout"
 )
 
@@ -140,7 +144,9 @@ func (e *Edge) Handler() http.Handler { return e.Limiter.Handler(e.Origin, e.Ver
 
 // AdminHandler serves /metrics (Prometheus, from the OpenTelemetry
 // instruments of the limiter, the sinks and the lists) and /healthz.
-func (e *Edge) AdminHandler() (http.Handler, error) { return adminHandler(e.Limiter, e.Sinks, e.Lists) }
+func (e *Edge) AdminHandler(ln *Listener) (http.Handler, error) {
+	return adminHandler(e.Limiter, e.Sinks, e.Lists, ln)
+}
 
 // Close flushes the decisions and closes every part, the last opened first:
 // the limiter (giving back concurrency slots) before the store, the store
@@ -186,16 +192,66 @@ func Server(cfg *config.Config, h http.Handler) *http.Server {
 	}
 }
 
+// Listener is the edge's client listener (Listen).
+type Listener struct {
+	net.Listener
+	peers *peercap.Listener
+}
+
+// Refused is the number of connections reset for being over
+// edge.client.max_connections_per_address.
+func (l *Listener) Refused() int64 { return l.peers.Refused() }
+
 // Listen listens on edge.listen for at most edge.client.max_connections
 // client connections at a time: past the cap, new connections wait in the
-// kernel's backlog until one closes. Each write to a connection must be
-// accepted within edge.client.send_timeout (package
-// internal/sendtimeout), under either server.
-func Listen(cfg *config.Config) (net.Listener, error) {
+// kernel's backlog until one closes. Of those, one client address (an
+// IPv6 client's identity.ipv6_prefix, as its rate-limit counter) holds at
+// most edge.client.max_connections_per_address; a connection past that is
+// reset at accept, counted (Refused) and logged at most once a minute
+// ("connections refused"), and takes no slot of the first cap. Trusted
+// proxies (identity.trusted_proxies) carry many clients and are not
+// capped per address. Each write to a connection must be accepted within
+// edge.client.send_timeout (package internal/sendtimeout), under either
+// server.
+func Listen(cfg *config.Config, log *slog.Logger) (*Listener, error) {
 	ln, err := net.Listen("tcp", cfg.Edge.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	ln = sendtimeout.Listener(ln, cfg.Edge.Client.SendTimeout)
-	return netutil.LimitListener(ln, cfg.Edge.Client.MaxConnections), nil
+	peers := peercap.New(ln, cfg.Edge.Client.MaxConnectionsPerAddress, peerKey(&cfg.Identity), refusalLog(log, time.Minute))
+	return &Listener{
+		Listener: netutil.LimitListener(sendtimeout.Listener(peers, cfg.Edge.Client.SendTimeout), cfg.Edge.Client.MaxConnections),
+		peers:    peers,
+	}, nil
+}
+
+// peerKey is what a client connection is capped under: none for a trusted
+// proxy, else the address its rate-limit counter is kept under (an IPv6
+// client's prefix of identity.ipv6_prefix bits).
+func peerKey(id *config.Identity) peercap.Key {
+	trusted, bits := id.TrustedPrefixes(), id.IPv6Prefix
+	return func(a netip.Addr) (netip.Addr, bool) {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return netip.Addr{}, false
+			}
+		}
+		return identity.CountingAddr(a, bits), true
+	}
+}
+
+// refusalLog logs a refused connection at most once every interval, with
+// the refusals so far; a nil log logs nothing.
+func refusalLog(log *slog.Logger, interval time.Duration) func(netip.Addr, int64) {
+	if log == nil {
+		return nil
+	}
+	var next atomic.Int64 // unix nanoseconds
+	return func(a netip.Addr, refused int64) {
+		now := time.Now().UnixNano()
+		if n := next.Load(); now < n || !next.CompareAndSwap(n, now+int64(interval)) {
+			return
+		}
+		log.Warn("connections refused", "addr", a.String(), "over", "edge.client.max_connections_per_address", "refused_total", refused)
+	}
 }

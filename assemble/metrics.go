@@ -38,10 +38,19 @@ func metricsHandler(scope string, register func(metric.Meter) error) (http.Handl
 	return mux, nil
 }
 
-// adminHandler serves the edge's /metrics and /healthz.
-func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Watcher) (http.Handler, error) {
+// adminHandler serves the edge's /metrics and /healthz, with the
+// listener's when ln is not nil.
+func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Watcher, ln *Listener) (http.Handler, error) {
 	return metricsHandler("github.com/ratewarden/ratewarden/edge", func(meter metric.Meter) error {
-		return registerEdgeMetrics(meter, lim, sinks, watchers)
+		if err := registerEdgeMetrics(meter, lim, sinks, watchers); err != nil || ln == nil {
+			return err
+		}
+		return registerObservables(meter, ln.Refused, []observable[int64]{{
+			name:  "ratewarden.edge.connections.refused",
+			desc:  "Client connections reset at accept for being over edge.client.max_connections_per_address.",
+			unit:  "{connection}",
+			value: func(n int64) int64 { return n },
+		}})
 	})
 }
 

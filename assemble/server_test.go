@@ -27,7 +27,7 @@ tiers:
   anonymous:
     global: {limit: 100}
 `)
-	ln, err := assemble.Listen(cfg)
+	ln, err := assemble.Listen(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,14 +46,14 @@ func StartEdgeServer(cfg *config.Config, e *Edge, log *slog.Logger) (*EdgeServer
 	} else {
 		s.srv = Server(cfg, e.Handler())
 	}
-	ln, err := Listen(cfg)
+	ln, err := Listen(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	s.addr = ln.Addr()
 	go func() { s.errc <- s.srv.Serve(ln) }()
 	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node, "server", cmp.Or(cfg.Edge.Server, config.EdgeServers[0]))
-	if s.admin, err = StartAdmin(cfg, e.AdminHandler, s.errc, log); err != nil {
+	if s.admin, err = StartAdmin(cfg, func() (http.Handler, error) { return e.AdminHandler(ln) }, s.errc, log); err != nil {
 		s.srv.Close()
 		return nil, err
 	}

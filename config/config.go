@@ -93,6 +93,13 @@ type Client struct {
 	SendTimeout    time.Duration `yaml:"send_timeout"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`  // larger request bodies are refused with 413; 0 (the default): no cap
 	MaxConnections int           `yaml:"max_connections"` // open client connections at most, more wait to be accepted; default 10000
+	// MaxConnectionsPerAddress caps the connections one client address
+	// (an IPv6 client: its identity.ipv6_prefix) holds open at a time;
+	// past it a new connection is reset at accept. Trusted proxies
+	// (identity.trusted_proxies) are not capped. Default a tenth of
+	// MaxConnections (at least 1), so that no fewer than ten addresses
+	// can take every connection; MaxConnections itself is no cap.
+	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
 }
 
 // Origin bounds the wait for the origin behind the reverse proxy.

@@ -33,6 +33,7 @@ func (c *Config) Defaults() {
 	def(&e.Client.IdleTimeout, 2*time.Minute)
 	def(&e.Client.SendTimeout, time.Minute)
 	def(&e.Client.MaxConnections, 10_000)
+	def(&e.Client.MaxConnectionsPerAddress, min(1000, e.Client.MaxConnections))
 	def(&e.Origin.ConnectTimeout, 5*time.Second)
 	def(&e.Origin.ResponseHeaderTimeout, 30*time.Second)
 

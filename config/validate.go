@@ -343,6 +343,9 @@ func (v *validator) edge(e *Edge) {
 	v.durationRange(key("edge", "client", "send_timeout"), c.SendTimeout, 10*time.Millisecond, time.Hour)
 	v.intRange(key("edge", "client", "max_body_bytes"), c.MaxBodyBytes, 0, 1<<40)
 	v.intRange(key("edge", "client", "max_connections"), int64(c.MaxConnections), 1, 10_000_000)
+	if n := c.MaxConnectionsPerAddress; n < 1 || n > max(1, c.MaxConnections) {
+		v.report(key("edge", "client", "max_connections_per_address"), strconv.Itoa(n), "is not allowed", "1 to "+strconv.Itoa(max(1, c.MaxConnections))+" (edge.client.max_connections; that is no cap per address)")
+	}
 	v.durationRange(key("edge", "origin", "connect_timeout"), e.Origin.ConnectTimeout, 10*time.Millisecond, 5*time.Minute)
 	v.durationRange(key("edge", "origin", "response_header_timeout"), e.Origin.ResponseHeaderTimeout, 10*time.Millisecond, time.Hour)
 }

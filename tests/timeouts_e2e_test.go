@@ -303,6 +303,44 @@ func slowBody(t *testing.T, base string, drip time.Duration) int {
 	return resp.StatusCode
 }
 
+// rawConn is a client connection to the edge, read as HTTP/1.1.
+type rawConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+// dialRaw connects to addr from the local address from ("": any), closing
+// the connection when the test ends.
+func dialRaw(t *testing.T, from, addr string) rawConn {
+	t.Helper()
+	var d net.Dialer
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return rawConn{c, bufio.NewReader(c)}
+}
+
+// get sends a GET on c and returns the response's status, or the error of
+// sending it or of waiting wait for the response.
+func (c rawConn) get(wait time.Duration) (int, error) {
+	c.SetDeadline(time.Now().Add(wait))
+	if _, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // TestEdgeConnectionLimits runs `ratewarden edge` with a short header
 // timeout and a cap of two client connections: a client that never
 // finishes its headers is cut off, and a third connection is served only
@@ -319,33 +357,7 @@ func TestEdgeConnectionLimits(t *testing.T) {
 		defer origin.Close()
 		base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
 		addr := strings.TrimPrefix(base, "http://")
-		type conn struct {
-			net.Conn
-			r *bufio.Reader
-		}
-		dial := func() conn {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			return conn{c, bufio.NewReader(c)}
-		}
-		// status sends a request on c and returns the response status, or the
-		// error of waiting wait for it.
-		status := func(c conn, wait time.Duration) (int, error) {
-			c.SetDeadline(time.Now().Add(wait))
-			if _, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: edge\r\n\r\n"); err != nil {
-				return 0, err
-			}
-			resp, err := http.ReadResponse(c.r, nil)
-			if err != nil {
-				return 0, err
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return resp.StatusCode, nil
-		}
+		dial := func() rawConn { return dialRaw(t, "", addr) }
 
 		// Timed from before the dial: the edge's header deadline starts when
 		// it accepts, which may be before dial returns here.
@@ -371,13 +383,13 @@ func TestEdgeConnectionLimits(t *testing.T) {
 		}
 
 		first, second := dial(), dial()
-		for i, c := range []conn{first, second} {
-			if s, err := status(c, 10*time.Second); s != 200 {
+		for i, c := range []rawConn{first, second} {
+			if s, err := c.get(10 * time.Second); s != 200 {
 				t.Fatalf("connection %d: %d %v", i+1, s, err)
 			}
 		}
 		third := dial()
-		if s, err := status(third, 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		if s, err := third.get(200 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("third connection while two are open: %d %v, want no answer", s, err)
 		}
 		first.Close()
@@ -387,5 +399,74 @@ func TestEdgeConnectionLimits(t *testing.T) {
 			t.Fatalf("third connection once the first closed: %v", err)
 		}
 		resp.Body.Close()
+	})
+}
+
+// TestEdgeConnectionsPerAddress runs `ratewarden edge` with at most two
+// connections per client address: a third from the same address is reset
+// at once, unanswered, while another address is served, a trusted proxy
+// is not capped, and the address gets its slot back when one of its
+// connections closes. The refusal shows on /metrics and in the log.
+func TestEdgeConnectionsPerAddress(t *testing.T) {
+	bin := buildBinary(t)
+	eachServer(t, func(t *testing.T, server string) {
+		cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
+		yaml := "edge:\n  client:\n    max_connections: 10\n    max_connections_per_address: 2\n" +
+			"identity:\n  trusted_proxies: [127.0.0.3]\ntiers:\n  anonymous:\n    global: {limit: 1000}\n"
+		if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+		defer origin.Close()
+		base, admin := startEdge(t, bin, nil, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
+		addr := strings.TrimPrefix(base, "http://")
+		dial := func(from string) rawConn { return dialRaw(t, from, addr) }
+		send := func(c rawConn) (int, error) { return c.get(10 * time.Second) }
+		first, second := dial("127.0.0.1"), dial("127.0.0.1")
+		for i, c := range []rawConn{first, second} {
+			if s, err := send(c); s != 200 {
+				t.Fatalf("connection %d of 127.0.0.1: %d %v", i+1, s, err)
+			}
+		}
+		start := time.Now()
+		if s, err := send(dial("127.0.0.1")); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a third connection of 127.0.0.1: %d %v, want it reset unanswered", s, err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("the third connection was cut off after %v, want at once", took)
+		}
+		// Another address, and a trusted proxy past the cap, are served.
+		if s, err := send(dial("127.0.0.2")); s != 200 {
+			t.Fatalf("127.0.0.2 beside 127.0.0.1's two: %d %v", s, err)
+		}
+		for i := range 3 {
+			if s, err := send(dial("127.0.0.3")); s != 200 {
+				t.Fatalf("connection %d of the trusted proxy 127.0.0.3: %d %v", i+1, s, err)
+			}
+		}
+		// Held connections still work, and a closed one frees its slot.
+		if s, err := send(second); s != 200 {
+			t.Fatalf("127.0.0.1's second connection after the refusal: %d %v", s, err)
+		}
+		metrics := get(t, http.DefaultClient, admin+"/metrics").body
+		if want := regexp.MustCompile(`\nratewarden_edge_connections_refused_total\{[^}]*\} 1\n`); !want.MatchString(metrics) {
+			t.Errorf("/metrics does not match %s:\n%s", want, grepLines(metrics, "connections"))
+		}
+		first.Close()
+		var s int
+		var err error
+		for range 50 { // the edge sees the close a moment after it is made
+			if s, err = send(dial("127.0.0.1")); s == 200 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if s != 200 {
+			t.Fatalf("127.0.0.1 once its first connection closed: %d %v", s, err)
+		}
+		stops[t.Name()]()
+		if log := edgeLogs[t.Name()](); !strings.Contains(log, `msg="connections refused" addr=127.0.0.1 over=edge.client.max_connections_per_address`) {
+			t.Errorf("no warning in the log:\n%s", log)
+		}
 	})
 }

@@ -98,12 +98,12 @@ func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	defer closeEdge(e, cfg, log)
 	c := *cfg
 	c.Edge.Listen = cfg.Authz.Listen
-	ln, err := assemble.Listen(&c)
+	ln, err := assemble.Listen(&c, log)
 	if err != nil {
 		return err
 	}
 	srv := assemble.Server(cfg, e.AuthzHandler())
-	admin, err := assemble.StartAdmin(cfg, e.AdminHandler, nil, log)
+	admin, err := assemble.StartAdmin(cfg, func() (http.Handler, error) { return e.AdminHandler(ln) }, nil, log)
 	if err != nil {
 		ln.Close()
 		return err
