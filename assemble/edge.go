@@ -14,13 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/internal/connlimit"
 	"github.com/ratewarden/ratewarden/internal/peercap"
 	"github.com/ratewarden/ratewarden/internal/sendtimeout"
 )
@@ -176,53 +175,71 @@ func Upstream(upstream string, o config.Origin) (http.Handler, error) {
 	return edge.NewReverseProxy(u, o), nil
 }
 
-// Server is the HTTP server for the edge's listener, with the
+// Server is the HTTP server for the edge's listener ln, with the
 // configuration's limits on headers and idle connections
 // (edge.client.header_timeout, edge.client.idle_timeout). The body
 // deadline is the limiter's (edge.client.body_timeout), set once a request
 // is decided; there is no write timeout, so that long downloads and
 // streams are not cut off: each write is bounded instead, by Listen
-// (edge.client.send_timeout).
-func Server(cfg *config.Config, h http.Handler) *http.Server {
+// (edge.client.send_timeout). The server tells ln which connections are
+// idle, for the listener to close one when it is full.
+func Server(cfg *config.Config, h http.Handler, ln *Listener) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cfg.Edge.Client.HeaderTimeout,
 		IdleTimeout:       cfg.Edge.Client.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ConnState: func(c net.Conn, s http.ConnState) {
+			ln.limit.Idle(c, s == http.StateNew || s == http.StateIdle)
+		},
 	}
 }
 
 // Listener is the edge's client listener (Listen).
 type Listener struct {
 	net.Listener
+	limit *connlimit.Listener
 	peers *peercap.Listener
 }
 
-// Refused is the number of connections reset for being over
-// edge.client.max_connections_per_address.
-func (l *Listener) Refused() int64 { return l.peers.Refused() }
-
 // Listen listens on edge.listen for at most edge.client.max_connections
-// client connections at a time: past the cap, new connections wait in the
-// kernel's backlog until one closes. Of those, one client address (an
-// IPv6 client's identity.ipv6_prefix, as its rate-limit counter) holds at
-// most edge.client.max_connections_per_address; a connection past that is
-// reset at accept, counted (Refused) and logged at most once a minute
-// ("connections refused"), and takes no slot of the first cap. Trusted
-// proxies (identity.trusted_proxies) carry many clients and are not
-// capped per address. Each write to a connection must be accepted within
-// edge.client.send_timeout (package internal/sendtimeout), under either
-// server.
+// client connections at a time. When they are all open, a new connection
+// takes the place of an idle one (a keep-alive connection between
+// requests, or one that has not sent a byte yet: package
+// internal/connlimit), which is closed; when none is idle, it waits in the
+// kernel's backlog until one closes. Of those connections, one client
+// address (an IPv6 client's identity.ipv6_prefix, as its rate-limit
+// counter) holds at most edge.client.max_connections_per_address; a
+// connection past that is reset at accept, counted and logged
+// at most once a minute ("connections refused"), and takes no slot of the
+// first cap. Trusted proxies (identity.trusted_proxies) carry many clients
+// and are not capped per address; a per-address cap of max_connections
+// is no cap. Each write to a connection must be
+// accepted within edge.client.send_timeout (package
+// internal/sendtimeout), under either server. The server on it must tell
+// it which connections are idle (Server, fastServer).
 func Listen(cfg *config.Config, log *slog.Logger) (*Listener, error) {
 	ln, err := net.Listen("tcp", cfg.Edge.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	peers := peercap.New(ln, cfg.Edge.Client.MaxConnectionsPerAddress, peerKey(&cfg.Identity), refusalLog(log, time.Minute))
-	return &Listener{
-		Listener: netutil.LimitListener(sendtimeout.Listener(peers, cfg.Edge.Client.SendTimeout), cfg.Edge.Client.MaxConnections),
-		peers:    peers,
-	}, nil
+	l := &Listener{}
+	if c := cfg.Edge.Client; c.MaxConnectionsPerAddress < c.MaxConnections {
+		l.peers = peercap.New(ln, c.MaxConnectionsPerAddress, peerKey(&cfg.Identity), refusalLog(log, time.Minute))
+		ln = l.peers
+	}
+	l.limit = connlimit.New(sendtimeout.Listener(ln, cfg.Edge.Client.SendTimeout), cfg.Edge.Client.MaxConnections)
+	l.Listener = l.limit
+	return l, nil
+}
+
+// refused is the number of connections reset for being over
+// edge.client.max_connections_per_address.
+func (l *Listener) refused() int64 {
+	if l.peers == nil {
+		return 0
+	}
+	return l.peers.Refused()
 }
 
 // peerKey is what a client connection is capped under: none for a trusted

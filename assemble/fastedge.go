@@ -18,9 +18,10 @@ import (
 // FastHTTP is the edge.server value that serves the edge with fasthttp.
 const FastHTTP = "fasthttp"
 
-// fastServer is the fasthttp server of e (edge.server: fasthttp), in front
-// of the origin edge.upstream names, or of the demo origin.
-func fastServer(cfg *config.Config, e *Edge, log *slog.Logger) (*fastServerCloser, error) {
+// fastServer is the fasthttp server of e (edge.server: fasthttp) for the
+// listener ln, in front of the origin edge.upstream names, or of the demo
+// origin. It tells ln which connections are idle, as Server does.
+func fastServer(cfg *config.Config, e *Edge, ln *Listener, log *slog.Logger) (*fastServerCloser, error) {
 	var origin fastedge.Origin
 	host := ""
 	if cfg.Edge.Upstream == BuiltinUpstream {
@@ -41,7 +42,11 @@ func fastServer(cfg *config.Config, e *Edge, log *slog.Logger) (*fastServerClose
 		MaxBodyBytes: cfg.Edge.Client.MaxBodyBytes, BodyTimeout: cfg.Edge.Client.BodyTimeout,
 		VerifierSecret: e.VerifierSecret, OriginHost: host,
 	})
-	return &fastServerCloser{srv: fastedge.NewServer(cfg.Edge.Client, h, log)}, nil
+	srv := fastedge.NewServer(cfg.Edge.Client, h, log)
+	srv.ConnState = func(c net.Conn, s fasthttp.ConnState) {
+		ln.limit.Idle(c, s == fasthttp.StateNew || s == fasthttp.StateIdle)
+	}
+	return &fastServerCloser{srv: srv}, nil
 }
 
 // fastServerCloser gives fasthttp's server the methods of net/http's that

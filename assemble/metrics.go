@@ -45,11 +45,24 @@ func adminHandler(lim *edge.Limiter, sinks *Sinks, watchers map[string]*lists.Wa
 		if err := registerEdgeMetrics(meter, lim, sinks, watchers); err != nil || ln == nil {
 			return err
 		}
-		return registerObservables(meter, ln.Refused, []observable[int64]{{
+		type conns struct{ open, drained, refused int64 }
+		return registerObservables(meter, func() conns {
+			return conns{int64(ln.limit.Open()), ln.limit.Drained(), ln.refused()}
+		}, []observable[conns]{{
+			name: "ratewarden.edge.connections.open", gauge: true,
+			desc:  "Client connections open, at most edge.client.max_connections.",
+			unit:  "{connection}",
+			value: func(c conns) int64 { return c.open },
+		}, {
+			name:  "ratewarden.edge.connections.drained",
+			desc:  "Idle client connections closed to make room for a new one, all edge.client.max_connections being open.",
+			unit:  "{connection}",
+			value: func(c conns) int64 { return c.drained },
+		}, {
 			name:  "ratewarden.edge.connections.refused",
 			desc:  "Client connections reset at accept for being over edge.client.max_connections_per_address.",
 			unit:  "{connection}",
-			value: func(n int64) int64 { return n },
+			value: func(c conns) int64 { return c.refused },
 		}})
 	})
 }

@@ -15,7 +15,8 @@ import (
 
 // TestServerLimits holds the listener and server to edge.client: a client
 // that does not finish its headers is cut off after header_timeout, and
-// past max_connections a connection waits until another closes.
+// past max_connections a connection waits until another is closed or
+// becomes idle, which is then closed to make room.
 func TestServerLimits(t *testing.T) {
 	cfg := loadConfig(t, `
 edge:
@@ -31,7 +32,14 @@ tiers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := assemble.Server(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	entered, release := make(chan struct{}), make(chan struct{})
+	srv := assemble.Server(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}), ln)
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	dial := func() (net.Conn, *bufio.Reader) {
@@ -63,19 +71,31 @@ tiers:
 		t.Errorf("closed after %v, want about 200ms", took)
 	}
 
-	// One connection at a time.
+	// One connection at a time: a second waits while the first is busy,
+	// and takes its place once it is idle.
 	first, firstR := dial()
-	io.WriteString(first, "GET / HTTP/1.1\r\nHost: edge\r\n\r\n")
+	io.WriteString(first, "GET /slow HTTP/1.1\r\nHost: edge\r\n\r\n")
+	<-entered
+	second, secondR := dial()
+	io.WriteString(second, "GET / HTTP/1.1\r\nHost: edge\r\n\r\n")
+	if s, err := status(second, secondR, 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second connection while the first is busy: %d %v, want no answer", s, err)
+	}
+	close(release)
 	if s, err := status(first, firstR, 10*time.Second); s != 200 {
 		t.Fatalf("first connection: %d %v", s, err)
 	}
-	second, secondR := dial()
-	io.WriteString(second, "GET / HTTP/1.1\r\nHost: edge\r\n\r\n")
-	if s, err := status(second, secondR, 100*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("second connection while the first is open: %d %v, want no answer", s, err)
-	}
-	first.Close()
 	if s, err := status(second, secondR, 10*time.Second); s != 200 {
-		t.Errorf("second connection once the first closed: %d %v", s, err)
+		t.Fatalf("second connection once the first was idle: %d %v", s, err)
+	}
+	first.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := firstR.ReadByte(); err != io.EOF {
+		t.Errorf("the first connection, idle while the second waited: %v, want it closed", err)
+	}
+	// Nobody waits: the second connection, idle, stays open.
+	time.Sleep(100 * time.Millisecond)
+	io.WriteString(second, "GET / HTTP/1.1\r\nHost: edge\r\n\r\n")
+	if s, err := status(second, secondR, 10*time.Second); s != 200 {
+		t.Errorf("the second connection's next request: %d %v", s, err)
 	}
 }

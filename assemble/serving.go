@@ -37,18 +37,19 @@ type proxyServer interface {
 // listening").
 func StartEdgeServer(cfg *config.Config, e *Edge, log *slog.Logger) (*EdgeServer, error) {
 	s := &EdgeServer{errc: make(chan error, 2)}
+	ln, err := Listen(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Edge.Server == FastHTTP {
-		srv, err := fastServer(cfg, e, log)
+		srv, err := fastServer(cfg, e, ln, log)
 		if err != nil {
+			ln.Close()
 			return nil, err
 		}
 		s.srv = srv
 	} else {
-		s.srv = Server(cfg, e.Handler())
-	}
-	ln, err := Listen(cfg, log)
-	if err != nil {
-		return nil, err
+		s.srv = Server(cfg, e.Handler(), ln)
 	}
 	s.addr = ln.Addr()
 	go func() { s.errc <- s.srv.Serve(ln) }()

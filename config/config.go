@@ -92,7 +92,7 @@ type Client struct {
 	// nginx's send_timeout.
 	SendTimeout    time.Duration `yaml:"send_timeout"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`  // larger request bodies are refused with 413; 0 (the default): no cap
-	MaxConnections int           `yaml:"max_connections"` // open client connections at most, more wait to be accepted; default 10000
+	MaxConnections int           `yaml:"max_connections"` // open client connections at most; then a new one replaces an idle one or waits; default 10000
 	// MaxConnectionsPerAddress caps the connections one client address
 	// (an IPv6 client: its identity.ipv6_prefix) holds open at a time;
 	// past it a new connection is reset at accept. Trusted proxies

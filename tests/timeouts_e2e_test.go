@@ -313,16 +313,25 @@ type rawConn struct {
 // the connection when the test ends.
 func dialRaw(t *testing.T, from, addr string) rawConn {
 	t.Helper()
+	c, err := tryDialRaw(t, from, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// tryDialRaw is dialRaw returning the dial's error.
+func tryDialRaw(t *testing.T, from, addr string) (rawConn, error) {
 	var d net.Dialer
 	if from != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
 	}
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		return rawConn{}, err
 	}
 	t.Cleanup(func() { c.Close() })
-	return rawConn{c, bufio.NewReader(c)}
+	return rawConn{c, bufio.NewReader(c)}, nil
 }
 
 // get sends a GET on c and returns the response's status, or the error of
@@ -343,8 +352,9 @@ func (c rawConn) get(wait time.Duration) (int, error) {
 
 // TestEdgeConnectionLimits runs `ratewarden edge` with a short header
 // timeout and a cap of two client connections: a client that never
-// finishes its headers is cut off, and a third connection is served only
-// once one of the first two closes.
+// finishes its headers is cut off, and a third connection waits while the
+// first two are busy, and is served as soon as one of them is idle, which
+// is closed to make room (counted on /metrics).
 func TestEdgeConnectionLimits(t *testing.T) {
 	bin := buildBinary(t)
 	eachServer(t, func(t *testing.T, server string) {
@@ -353,9 +363,17 @@ func TestEdgeConnectionLimits(t *testing.T) {
 		if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+		entered, release := make(chan struct{}, 2), make(chan struct{})
+		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hold" {
+				entered <- struct{}{}
+				<-release
+			}
+			io.WriteString(w, "ok")
+		}))
 		defer origin.Close()
-		base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
+		defer close(release)
+		base, admin := startEdge(t, bin, nil, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
 		addr := strings.TrimPrefix(base, "http://")
 		dial := func() rawConn { return dialRaw(t, "", addr) }
 
@@ -382,23 +400,57 @@ func TestEdgeConnectionLimits(t *testing.T) {
 			t.Errorf("unfinished headers: closed after %v, want about 300ms", took)
 		}
 
+		// Two busy connections: a third waits.
 		first, second := dial(), dial()
-		for i, c := range []rawConn{first, second} {
-			if s, err := c.get(10 * time.Second); s != 200 {
-				t.Fatalf("connection %d: %d %v", i+1, s, err)
-			}
+		for _, c := range []rawConn{first, second} {
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(c, "GET /hold HTTP/1.1\r\nHost: edge\r\n\r\n")
+			<-entered
 		}
 		third := dial()
 		if s, err := third.get(200 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("third connection while two are open: %d %v, want no answer", s, err)
+			t.Fatalf("third connection while two are busy: %d %v, want no answer", s, err)
 		}
-		first.Close()
+		// Once the first two are answered they are idle: one of them is
+		// closed for the third, which is answered.
+		release <- struct{}{}
+		release <- struct{}{}
+		for i, c := range []rawConn{first, second} {
+			resp, err := http.ReadResponse(c.r, nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("busy connection %d once released: %v", i+1, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
 		third.SetDeadline(time.Now().Add(10 * time.Second))
 		resp, err := http.ReadResponse(third.r, nil)
 		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("third connection once the first closed: %v", err)
+			t.Fatalf("third connection once the first two were idle: %v", err)
 		}
 		resp.Body.Close()
+		closed := 0
+		for _, c := range []rawConn{first, second} {
+			c.SetDeadline(time.Now().Add(time.Second))
+			if _, err := c.r.ReadByte(); err == io.EOF {
+				closed++
+			}
+		}
+		if closed != 1 {
+			t.Errorf("%d of the two idle connections were closed for the third, want 1", closed)
+		}
+		// Both open connections are idle keep-alives now, as an attacker's
+		// that send a request every idle_timeout would be: a newcomer is
+		// served at once, in the place of one of them.
+		if s, err := dial().get(10 * time.Second); s != 200 {
+			t.Fatalf("a newcomer while both open connections are idle: %d %v", s, err)
+		}
+		metrics := get(t, http.DefaultClient, admin+"/metrics").body
+		for _, want := range []string{`ratewarden_edge_connections_drained_total\{[^}]*\} 2\n`, `ratewarden_edge_connections_open\{[^}]*\} 2\n`} {
+			if !regexp.MustCompile(want).MatchString(metrics) {
+				t.Errorf("/metrics does not match %s:\n%s", want, grepLines(metrics, "connections"))
+			}
+		}
 	})
 }
 
@@ -422,6 +474,15 @@ func TestEdgeConnectionsPerAddress(t *testing.T) {
 		addr := strings.TrimPrefix(base, "http://")
 		dial := func(from string) rawConn { return dialRaw(t, from, addr) }
 		send := func(c rawConn) (int, error) { return c.get(10 * time.Second) }
+		// connect dials from from and sends a request; a reset may come
+		// before the dial returns.
+		connect := func(from string) (int, error) {
+			c, err := tryDialRaw(t, from, addr)
+			if err != nil {
+				return 0, err
+			}
+			return send(c)
+		}
 		first, second := dial("127.0.0.1"), dial("127.0.0.1")
 		for i, c := range []rawConn{first, second} {
 			if s, err := send(c); s != 200 {
@@ -429,7 +490,7 @@ func TestEdgeConnectionsPerAddress(t *testing.T) {
 			}
 		}
 		start := time.Now()
-		if s, err := send(dial("127.0.0.1")); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		if s, err := connect("127.0.0.1"); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("a third connection of 127.0.0.1: %d %v, want it reset unanswered", s, err)
 		}
 		if took := time.Since(start); took > 5*time.Second {
@@ -456,7 +517,7 @@ func TestEdgeConnectionsPerAddress(t *testing.T) {
 		var s int
 		var err error
 		for range 50 { // the edge sees the close a moment after it is made
-			if s, err = send(dial("127.0.0.1")); s == 200 {
+			if s, err = connect("127.0.0.1"); s == 200 {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)

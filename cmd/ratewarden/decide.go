@@ -102,7 +102,7 @@ func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if err != nil {
 		return err
 	}
-	srv := assemble.Server(cfg, e.AuthzHandler())
+	srv := assemble.Server(cfg, e.AuthzHandler(), ln)
 	admin, err := assemble.StartAdmin(cfg, func() (http.Handler, error) { return e.AdminHandler(ln) }, nil, log)
 	if err != nil {
 		ln.Close()
