@@ -6,7 +6,7 @@
 // The bound is per write, not per response, so a long download or a
 // stream goes on for as long as the client keeps reading: every write to
 // a connection of Listener gets the timeout from its start to complete
-// (less at most 1/64 of it: see conn), and a write of more than MaxChunk
+// (less at most 1/64 of it: see package deadline), and a write of more than MaxChunk
 // bytes is made of writes of MaxChunk.
 // A client must therefore accept MaxChunk bytes (or the whole write, if
 // less) within the timeout; at the 60 s nginx defaults to, that is a
@@ -27,8 +27,9 @@ import (
 	"errors"
 	"net"
 	"os"
-	"sync/atomic"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/deadline"
 )
 
 // MaxChunk is the most a write of a connection of Listener hands to the
@@ -54,19 +55,18 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newConn(c, l.d, l.d-l.d/renew), nil
+	return newConn(c, l.d, deadline.Keep(l.d)), nil
 }
 
 func newConn(c net.Conn, d, keep time.Duration) *conn {
-	return &conn{Conn: c, d: d, keep: keep}
+	sc := &conn{Conn: c}
+	sc.until.Init(d, keep)
+	return sc
 }
 
 // conn sets its write deadline before each write of at most MaxChunk
-// bytes, to d from the write's start; a deadline it set that is still
-// more than keep (d - d/renew) away is kept, so that a connection writing
-// many responses in a row renews it once every d/renew rather than at
-// every write (the renewal costs a timer update; the clock read, about
-// 50 ns, is all the rest pay). A deadline set by anyone else (net/http's
+// bytes, to d from the write's start, renewing it at most once every
+// d/64 (package deadline). A deadline set by anyone else (net/http's
 // server clears the write deadline after every response; both servers
 // clear deadlines when they hand a connection over) is replaced at the
 // next write: the bound holds whatever the server does with deadlines.
@@ -74,29 +74,19 @@ func newConn(c net.Conn, d, keep time.Duration) *conn {
 // *net.TCPConn's CloseWrite.)
 type conn struct {
 	net.Conn
-	d, keep time.Duration
-	// until is the write deadline conn set, as time since epoch; 0 when
-	// it set none or another was set since. Atomic: the servers write
+	// until is the write deadline conn set. Atomic: the servers write
 	// from one goroutine at a time, but may set deadlines from another.
-	until atomic.Int64
+	until deadline.Renewing
 }
-
-// epoch is what conn's deadlines are counted from (monotonic).
-var epoch = time.Now()
-
-// renew is the share of the timeout a write may lose to a deadline set
-// earlier: each write gets at least d - d/renew.
-const renew = 64
 
 func (c *conn) Write(p []byte) (n int, err error) {
 	for n < len(p) {
 		chunk := p[n:min(len(p), n+MaxChunk)]
-		if now := time.Since(epoch); time.Duration(c.until.Load())-now < c.keep {
-			until := now + c.d
-			if err := c.Conn.SetWriteDeadline(epoch.Add(until)); err != nil {
+		if t, ok := c.until.Next(); ok {
+			if err := c.Conn.SetWriteDeadline(t); err != nil {
+				c.until.Forget()
 				return n, err
 			}
-			c.until.Store(int64(until))
 		}
 		m, err := c.Conn.Write(chunk)
 		n += m
@@ -113,14 +103,14 @@ func (c *conn) Write(p []byte) (n int, err error) {
 // SetWriteDeadline sets the connection's write deadline until the next
 // write sets its own.
 func (c *conn) SetWriteDeadline(t time.Time) error {
-	c.until.Store(0)
+	c.until.Forget()
 	return c.Conn.SetWriteDeadline(t)
 }
 
 // SetDeadline sets the connection's read and write deadlines; the write
 // deadline holds until the next write sets its own.
 func (c *conn) SetDeadline(t time.Time) error {
-	c.until.Store(0)
+	c.until.Forget()
 	return c.Conn.SetDeadline(t)
 }
 

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/deadline"
 )
 
 // smallBuffers is a listener whose connections have a small send buffer,
@@ -200,7 +202,7 @@ func BenchmarkWrite(b *testing.B) {
 			defer server.Close()
 			switch kind {
 			case "bounded":
-				server = newConn(server, time.Minute, time.Minute-time.Minute/renew)
+				server = newConn(server, time.Minute, deadline.Keep(time.Minute))
 			case "every-write":
 				server = newConn(server, time.Minute, time.Minute)
 			}
