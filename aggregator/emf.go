@@ -151,7 +151,7 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 			continue
 		}
 		i := 0
-		if k.Error == decisions.UpstreamTimeout {
+		if k.Error == decisions.UpstreamTimeout || k.Error == decisions.UpstreamReadTimeout {
 			i = 1
 		}
 		for _, key := range []tierRule{{k.Tier, ""}, {k.Tier, k.Rule}} {

@@ -108,6 +108,12 @@ type Origin struct {
 	// ResponseHeaderTimeout is the wait for the origin's response headers
 	// once the request (its body included) is sent; then 504. Default 30s.
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	// ReadTimeout bounds each read of the origin's response body once its
+	// headers have come (a gap between bytes, not the whole body, as
+	// nginx's proxy_read_timeout): an origin that stalls mid-body is cut
+	// off, the client's response aborted, recorded as
+	// upstream_read_timeout. Default 60s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
 }
 
 // Identity says how clients are identified.

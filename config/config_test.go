@@ -161,6 +161,7 @@ func TestDefaults(t *testing.T) {
 		{"edge.client.max_connections_per_address", c.Edge.Client.MaxConnectionsPerAddress, 1000},
 		{"edge.origin.connect_timeout", c.Edge.Origin.ConnectTimeout, 5 * time.Second},
 		{"edge.origin.response_header_timeout", c.Edge.Origin.ResponseHeaderTimeout, 30 * time.Second},
+		{"edge.origin.read_timeout", c.Edge.Origin.ReadTimeout, time.Minute},
 		{"identity.client_ip_header", c.Identity.ClientIPHeader, "x-forwarded-for"},
 		{"identity.user_header", c.Identity.UserHeader, "X-User-Id"},
 		{"identity.plan_header", c.Identity.PlanHeader, "X-User-Plan"},
@@ -442,6 +443,10 @@ tiers:
 			"edge.client.max_connections_per_address", `"-1" is not allowed; use 1 to 10000 (edge.client.max_connections; that is no cap per address)`},
 		{"upstream timeout too long", "edge:\n  origin:\n    response_header_timeout: 2h # <-\n" + anonymous,
 			"edge.origin.response_header_timeout", `"2h" is not allowed; use 10ms to 1h`},
+		{"read timeout too short", "edge:\n  origin:\n    read_timeout: 1ms # <-\n" + anonymous,
+			"edge.origin.read_timeout", `"1ms" is not allowed; use 10ms to 1h`},
+		{"read timeout too long", "edge:\n  origin:\n    read_timeout: 90m # <-\n" + anonymous,
+			"edge.origin.read_timeout", `"1h30m" is not allowed; use 10ms to 1h`},
 		{"connect timeout negative", "edge:\n  origin:\n    connect_timeout: -1s # <-\n" + anonymous,
 			"edge.origin.connect_timeout", `"-1s" is not allowed; use 10ms to 5m`},
 		{"limit zero", `

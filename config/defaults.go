@@ -36,6 +36,7 @@ func (c *Config) Defaults() {
 	def(&e.Client.MaxConnectionsPerAddress, min(1000, e.Client.MaxConnections))
 	def(&e.Origin.ConnectTimeout, 5*time.Second)
 	def(&e.Origin.ResponseHeaderTimeout, 30*time.Second)
+	def(&e.Origin.ReadTimeout, time.Minute)
 
 	id := &c.Identity
 	def(&id.ClientIPHeader, ClientIPHeaders[0])

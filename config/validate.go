@@ -348,6 +348,7 @@ func (v *validator) edge(e *Edge) {
 	}
 	v.durationRange(key("edge", "origin", "connect_timeout"), e.Origin.ConnectTimeout, 10*time.Millisecond, 5*time.Minute)
 	v.durationRange(key("edge", "origin", "response_header_timeout"), e.Origin.ResponseHeaderTimeout, 10*time.Millisecond, time.Hour)
+	v.durationRange(key("edge", "origin", "read_timeout"), e.Origin.ReadTimeout, 10*time.Millisecond, time.Hour)
 }
 
 func (v *validator) identity(id *Identity) {

@@ -180,13 +180,14 @@ type Decision struct {
 // Response errors recorded in Decision.ResponseError. Those of the origin
 // start with "upstream_", those of the client otherwise.
 const (
-	UpstreamTimeout     = "upstream_timeout"     // no response headers within the upstream timeout: 504
-	UpstreamUnreachable = "upstream_unreachable" // no connection to the origin (refused, unreachable, connect timeout): 502
-	UpstreamFailed      = "upstream_error"       // the origin broke the exchange (reset, malformed response): 502
-	BodyTimeout         = "body_timeout"         // the client did not send its request body in time: 408
-	BodyTooLarge        = "body_too_large"       // the request body exceeded the configured cap: 413
-	ClientClosed        = "client_closed"        // the client went away before the response ended
-	SendTimeout         = "send_timeout"         // the client did not accept a write of the response in time (it stopped reading): its connection was closed
+	UpstreamTimeout     = "upstream_timeout"      // no response headers within the upstream timeout: 504
+	UpstreamReadTimeout = "upstream_read_timeout" // the origin stalled mid-body: a read of its response body did not complete within the read timeout; the client's response was aborted
+	UpstreamUnreachable = "upstream_unreachable"  // no connection to the origin (refused, unreachable, connect timeout): 502
+	UpstreamFailed      = "upstream_error"        // the origin broke the exchange (reset, malformed response): 502
+	BodyTimeout         = "body_timeout"          // the client did not send its request body in time: 408
+	BodyTooLarge        = "body_too_large"        // the request body exceeded the configured cap: 413
+	ClientClosed        = "client_closed"         // the client went away before the response ended
+	SendTimeout         = "send_timeout"          // the client did not accept a write of the response in time (it stopped reading): its connection was closed
 )
 
 // Identity sources recorded in Decision.IdentitySource.

@@ -3,6 +3,7 @@ package edge
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -45,7 +46,8 @@ func newProxied(t *testing.T, originURL string, edit func(*config.Config)) *prox
 
 // TestOriginFailuresRecorded checks that what the origin did reaches the
 // client, the decision, the metrics and the log: a dead origin (502), one
-// that does not answer in time (504), one that breaks off its body.
+// that does not answer in time (504), one that breaks off its body, one
+// that stalls mid-body.
 func TestOriginFailuresRecorded(t *testing.T) {
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,8 +75,18 @@ func TestOriginFailuresRecorded(t *testing.T) {
 		c.Close()
 	}))
 	t.Cleanup(broken.Close)
+	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		io.WriteString(w, "only five")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(stalled.Close)
 
-	const headerTimeout = 200 * time.Millisecond
+	const headerTimeout, readTimeout = 200 * time.Millisecond, 200 * time.Millisecond
 	for _, c := range []struct {
 		name, origin string
 		status       int
@@ -84,12 +96,15 @@ func TestOriginFailuresRecorded(t *testing.T) {
 		{"dead origin", deadURL, 502, decisions.UpstreamUnreachable, 0},
 		{"slow origin", slow.URL, 504, decisions.UpstreamTimeout, headerTimeout},
 		{"broken body", broken.URL, 200, decisions.UpstreamFailed, 0},
+		{"stalled body", stalled.URL, 200, decisions.UpstreamReadTimeout, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := newProxied(t, c.origin, func(cfg *config.Config) { cfg.Edge.Origin.ResponseHeaderTimeout = headerTimeout })
-			resp, err := http.Get(p.url + "/api/search")
+			p := newProxied(t, c.origin, func(cfg *config.Config) {
+				cfg.Edge.Origin.ResponseHeaderTimeout, cfg.Edge.Origin.ReadTimeout = headerTimeout, readTimeout
+			})
+			resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(p.url + "/api/search")
 			switch {
-			case c.respErr == decisions.UpstreamFailed:
+			case c.respErr == decisions.UpstreamFailed || c.respErr == decisions.UpstreamReadTimeout:
 				// The edge aborts the response: the client gets a
 				// truncated one or, as its headers were still buffered,
 				// none at all.
@@ -97,8 +112,9 @@ func TestOriginFailuresRecorded(t *testing.T) {
 					_, err = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-				if err == nil {
-					t.Errorf("the client got a whole response")
+				var ne net.Error
+				if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+					t.Errorf("the client got a whole response, or was not cut off: %v", err)
 				}
 			case err != nil:
 				t.Fatal(err)

@@ -49,9 +49,8 @@ func newForwarding(cfg *config.Config) forwarding {
 }
 
 // forward makes r, which v passed, what the origin is to see: its path
-// canonical and its headers as ForwardHeaders makes them. The client
-// address travels in r's context to the reverse proxy, which writes it
-// into X-Forwarded-For and Forwarded.
+// canonical and its headers as ForwardHeaders makes them. It edits r and
+// returns it.
 func (l *Limiter) forward(r *http.Request, v *Verdict) *http.Request {
 	// Decide refused what was ambiguous unless paths.ambiguous is rewrite;
 	// a path that differed only in encoding is forwarded canonical too.
@@ -61,10 +60,15 @@ func (l *Limiter) forward(r *http.Request, v *Verdict) *http.Request {
 		}
 	}
 	l.ForwardHeaders(canonicalHeader(r.Header), l.ident.Trusts(r.RemoteAddr), v)
-	if !v.ClientIP.IsValid() {
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, v.ClientIP))
+	return r
+}
+
+// withExchange returns r with x in its context, for the reverse proxy,
+// which writes the client address the edge resolved into X-Forwarded-For
+// and Forwarded, and notes in x a response body that the origin stalled
+// (upstream_read_timeout).
+func withExchange(r *http.Request, x *exchange) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 }
 
 // HeaderEditor is what ForwardHeaders changes in a request's headers:
@@ -126,9 +130,10 @@ type canonicalHeader http.Header
 func (h canonicalHeader) Del(key string)        { delete(h, key) }
 func (h canonicalHeader) Set(key, value string) { h[key] = []string{value} }
 
-// clientAddrKey is the context key of the client address the edge
-// resolved, a netip.Addr, for the reverse proxy.
-type clientAddrKey struct{}
+// exchangeKey is the context key of a forwarded request's *exchange, for
+// the reverse proxy: the client address the edge resolved is its
+// verdict's ClientIP.
+type exchangeKey struct{}
 
 // requestPath returns the path of u, a request's URL, as the client sent
 // it, still percent-encoded: net/http keeps that in RawPath whenever it

@@ -40,7 +40,7 @@ type counters struct {
 // responseErrors are the values of Decision.ResponseError the edge
 // records, in the order of counters.responseErrors.
 var responseErrors = [...]string{
-	decisions.UpstreamTimeout, decisions.UpstreamUnreachable, decisions.UpstreamFailed,
+	decisions.UpstreamTimeout, decisions.UpstreamReadTimeout, decisions.UpstreamUnreachable, decisions.UpstreamFailed,
 	decisions.BodyTimeout, decisions.BodyTooLarge, decisions.ClientClosed, decisions.SendTimeout,
 }
 
@@ -80,8 +80,9 @@ type Stats struct {
 	ReleasesRetried uint64
 	ReleasesLost    uint64
 	// ResponseErrors are failed responses by Decision.ResponseError:
-	// upstream_timeout (504), upstream_unreachable and upstream_error
-	// (502), body_timeout (408), body_too_large (413), client_closed,
+	// upstream_timeout (504), upstream_read_timeout (the origin stalled
+	// mid-body), upstream_unreachable and upstream_error (502),
+	// body_timeout (408), body_too_large (413), client_closed,
 	// send_timeout.
 	ResponseErrors map[string]uint64
 }
@@ -176,7 +177,7 @@ func (l *Limiter) RegisterMetrics(meter metric.Meter) error {
 		return err
 	}
 	respErrs, err := meter.Int64ObservableCounter("ratewarden.edge.response.errors",
-		metric.WithDescription("Responses that are not the origin's whole answer, by error: upstream_timeout (504), upstream_unreachable and upstream_error (502), body_timeout (408), body_too_large (413), client_closed, send_timeout."), metric.WithUnit("{response}"))
+		metric.WithDescription("Responses that are not the origin's whole answer, by error: upstream_timeout (504), upstream_read_timeout (the origin stalled mid-body), upstream_unreachable and upstream_error (502), body_timeout (408), body_too_large (413), client_closed, send_timeout."), metric.WithUnit("{response}"))
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		x.handoff = time.Now()
-		next.ServeHTTP(x, l.forward(r, v))
+		next.ServeHTTP(x, withExchange(l.forward(r, v), x))
 	})
 }
 

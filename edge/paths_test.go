@@ -202,7 +202,11 @@ func TestForward(t *testing.T) {
 					t.Errorf("%s: %q, want %q", k, v, want)
 				}
 			}
-			if a, _ := got.Context().Value(clientAddrKey{}).(netip.Addr); a.String() != c.client {
+			var a netip.Addr
+			if x, ok := got.Context().Value(exchangeKey{}).(*exchange); ok {
+				a = x.v.ClientIP
+			}
+			if a.String() != c.client {
 				t.Errorf("client address for the proxy %v, want %s", a, c.client)
 			}
 			if p := got.URL.EscapedPath(); p != c.path {

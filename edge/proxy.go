@@ -4,12 +4,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"sync"
 	"time"
 
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/readtimeout"
 )
 
 // NewReverseProxy returns the reverse proxy `ratewarden edge` puts behind
@@ -20,8 +21,11 @@ import (
 // for it as o says (a zero timeout waits for ever), and answers with
 // ProxyError when it does not answer: 502 when it cannot be reached within
 // o.ConnectTimeout, 504 when its response headers do not come within
-// o.ResponseHeaderTimeout. The forwarding headers a client sent never
-// reach the origin.
+// o.ResponseHeaderTimeout. Each read of the response body must complete
+// within o.ReadTimeout (package internal/readtimeout): past it, the
+// response to the client is aborted (it sees a truncated one) and,
+// behind Middleware, recorded as upstream_read_timeout. The forwarding
+// headers a client sent never reach the origin.
 func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 1024
@@ -34,7 +38,8 @@ func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 			pr.SetURL(origin)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host
-			if a, ok := pr.In.Context().Value(clientAddrKey{}).(netip.Addr); ok {
+			if x, ok := pr.In.Context().Value(exchangeKey{}).(*exchange); ok && x.v.ClientIP.IsValid() {
+				a := x.v.ClientIP
 				// One address, the client's: leftmost and rightmost readers
 				// of X-Forwarded-For agree, and no hop the edge did not
 				// believe is passed on.
@@ -46,9 +51,19 @@ func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 				pr.Out.Header["Forwarded"] = []string{string(AppendForwarded(nil, a, pr.In.Host, proto))}
 			}
 		},
-		Transport:    tr,
+		Transport:    readtimeout.Transport(tr, o.ReadTimeout, readTimedOut),
 		ErrorHandler: ProxyError,
 		BufferPool:   copyBuffers,
+	}
+}
+
+// readTimedOut notes, behind Middleware, that a read of the origin's
+// response body to r timed out: the response ends as
+// upstream_read_timeout. It runs in the handler's goroutine (the proxy
+// reads the body there), before the proxy aborts the response.
+func readTimedOut(r *http.Request) {
+	if x, ok := r.Context().Value(exchangeKey{}).(*exchange); ok && x.respErr == "" {
+		x.respErr = decisions.UpstreamReadTimeout
 	}
 }
 

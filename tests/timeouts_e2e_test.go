@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ edge:
   origin:
     connect_timeout: 300ms
     response_header_timeout: 300ms
+    read_timeout: 300ms
 tiers:
   anonymous:
     global: {limit: 1000}
@@ -43,9 +45,9 @@ type responseLine struct {
 }
 
 // TestEdgeTimeouts runs `ratewarden edge` against a slow origin, a dead
-// origin and a slowloris client: each is cut off within its configured
-// timeout with the right status, and shows in the decision, on /metrics
-// and in the log.
+// origin, an origin that stalls mid-body, and slow clients: each is cut
+// off within its configured timeout with the right status, and shows in
+// the decision, on /metrics and in the log.
 func TestEdgeTimeouts(t *testing.T) {
 	bin := buildBinary(t)
 	eachServer(t, func(t *testing.T, server string) { edgeTimeouts(t, bin, server) })
@@ -76,6 +78,19 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 		}
 		if r.URL.Path == "/big" {
 			writeBig(w)
+			return
+		}
+		if r.URL.Path == "/stall" {
+			// Headers and the first part of the body, then nothing, as an
+			// origin stuck mid-body; released when the test ends, or
+			// when the edge gives up on it.
+			w.Header().Set("Content-Length", strconv.Itoa(stallBody))
+			w.Write(make([]byte, stallPart))
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
 			return
 		}
 		io.Copy(io.Discard, r.Body)
@@ -123,6 +138,9 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 		{"slow reader", origin.URL, func(t *testing.T, base string) int {
 			return slowReader(t, base)
 		}, 200, "send_timeout", 300 * time.Millisecond, 1},
+		{"origin stalls mid-body", origin.URL, func(t *testing.T, base string) int {
+			return stalledBody(t, client, base)
+		}, 200, "upstream_read_timeout", 300 * time.Millisecond, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -171,6 +189,34 @@ func edgeTimeouts(t *testing.T, bin, server string) {
 			}
 		})
 	}
+}
+
+// stallBody is the Content-Length of the origin's answer to /stall, of
+// which it sends stallPart bytes and then stalls: enough that the edge
+// has sent the client the headers and some of the body when it gives up.
+const (
+	stallBody = 1 << 20
+	stallPart = 64 << 10
+)
+
+// stalledBody asks for /stall and reads the answer until the connection
+// ends, and returns the status. The edge must have ended the response
+// short of its Content-Length, closing the connection: a client that read
+// it whole, or that was still reading when its own timeout passed, was
+// not cut off.
+func stalledBody(t *testing.T, client *http.Client, base string) int {
+	t.Helper()
+	resp, err := client.Get(base + "/stall")
+	if err != nil {
+		t.Fatalf("stalled body: no response: %v", err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	var ne net.Error
+	if err == nil || n >= stallBody || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Errorf("the client got %d bytes of %d, then %v: want the response cut off", n, stallBody, err)
+	}
+	return resp.StatusCode
 }
 
 // bigBody is the size of the origin's answer to /big: more than the

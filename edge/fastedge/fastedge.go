@@ -637,9 +637,13 @@ func (b responseBody) Read(p []byte) (int, error) {
 	x := b.x
 	n, err := x.stream.Read(p)
 	if err != nil && err != io.EOF && x.respErr == "" {
-		// The origin broke off its body; the client sees a truncated
-		// response.
+		// The origin broke off its body, or stalled mid-body past
+		// edge.origin.read_timeout (the only deadline on a body's reads:
+		// originConn); the client sees a truncated response.
 		x.respErr = decisions.UpstreamFailed
+		if isTimeout(err) {
+			x.respErr = decisions.UpstreamReadTimeout
+		}
 	}
 	return n, err
 }

@@ -69,7 +69,13 @@ tiers:
 // assemble does, and returns its base URL and the decisions it emits.
 func serve(t *testing.T, origin string) (string, *sink) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(testYAML), "test.yaml")
+	return serveYAML(t, origin, testYAML)
+}
+
+// serveYAML is serve with the configuration yaml.
+func serveYAML(t *testing.T, origin, yaml string) (string, *sink) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

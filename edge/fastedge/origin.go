@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/internal/deadline"
 )
 
 // OriginClient is the reverse proxy's client to the origin: a
@@ -27,9 +28,11 @@ type OriginClient struct {
 // request as upstream_unreachable (502); response headers that do not come
 // within o.ResponseHeaderTimeout of the request being sent, as
 // upstream_timeout (504). The body of the response is not under that
-// deadline: long downloads and streams are not cut off. maxConns bounds the
-// connections to the origin (edge.client.max_connections: one per client
-// connection at most).
+// deadline: long downloads and streams are not cut off. Each read of it
+// must complete within o.ReadTimeout instead (originConn), or fails with
+// a timeout (upstream_read_timeout). maxConns bounds the connections to
+// the origin (edge.client.max_connections: one per client connection at
+// most).
 func NewOriginClient(origin *url.URL, o config.Origin, maxConns int) (*OriginClient, error) {
 	if origin.Host == "" || (origin.Scheme != "http" && origin.Scheme != "https") {
 		return nil, fmt.Errorf("upstream %q: want an absolute http or https URL", origin.String())
@@ -44,7 +47,7 @@ func NewOriginClient(origin *url.URL, o config.Origin, maxConns int) (*OriginCli
 	}
 	d := &dialer{
 		net:     net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second},
-		timeout: o.ConnectTimeout, headerTimeout: o.ResponseHeaderTimeout,
+		timeout: o.ConnectTimeout, readTimeout: o.ReadTimeout,
 	}
 	if origin.Scheme == "https" {
 		d.tls = &tls.Config{ServerName: origin.Hostname(), MinVersion: tls.VersionTLS12}
@@ -55,7 +58,7 @@ func NewOriginClient(origin *url.URL, o config.Origin, maxConns int) (*OriginCli
 		Dial:                          d.dial,
 		MaxConns:                      maxConns,
 		MaxIdleConnDuration:           90 * time.Second,
-		ReadTimeout:                   o.ResponseHeaderTimeout, // cleared once the headers have come (headerConn)
+		ReadTimeout:                   o.ResponseHeaderTimeout, // replaced once the headers have come (originConn)
 		StreamResponseBody:            true,
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: false,
@@ -120,10 +123,10 @@ func (e *dialError) Error() string { return "connect to the origin: " + e.err.Er
 func (e *dialError) Unwrap() error { return e.err }
 
 type dialer struct {
-	net           net.Dialer
-	timeout       time.Duration
-	headerTimeout time.Duration
-	tls           *tls.Config // for an https origin
+	net         net.Dialer
+	timeout     time.Duration
+	readTimeout time.Duration // of each read of a response body
+	tls         *tls.Config   // for an https origin
 }
 
 func (d *dialer) dial(addr string) (net.Conn, error) {
@@ -143,40 +146,78 @@ func (d *dialer) dial(addr string) (net.Conn, error) {
 		tc.SetDeadline(time.Time{})
 		c = tc
 	}
-	return &headerConn{Conn: c}, nil
+	oc := &originConn{Conn: c, header: true}
+	oc.body.Init(d.readTimeout, deadline.Keep(d.readTimeout))
+	return oc, nil
 }
 
-// headerConn is a connection to the origin whose read deadline, which the
-// client sets for the response (ResponseHeaderTimeout), lasts until the
-// end of the response headers (the first blank line) and no longer: the
-// body then streams for as long as it takes, as with net/http's
-// Transport.ResponseHeaderTimeout.
-type headerConn struct {
+// originConn is a connection to the origin whose read deadline is the
+// client's (ResponseHeaderTimeout, which it sets for each response) until
+// the end of the response headers (the first blank line), and no longer:
+// the body then streams for as long as the origin keeps sending, as with
+// net/http's Transport.ResponseHeaderTimeout, each read of it under a
+// deadline of readTimeout from its start, renewed as package deadline
+// says (edge.origin.read_timeout; none when it is 0).
+//
+// The deadline of a body is cleared when the next request is written, so
+// that it does not outlive the response on a connection kept for reuse
+// (the client also sets its own before it reads the next response).
+// The client reads and writes a connection from one goroutine at a time.
+type originConn struct {
 	net.Conn
-	armed bool
-	tail  [3]byte // the last bytes read, for a blank line across two reads
-	ntail int
+	header bool // reading a response's headers
+	set    bool // a read deadline is set, the client's or the body's
+	body   deadline.Renewing
+	tail   [3]byte // the last bytes read, for a blank line across two reads
+	ntail  int
 }
 
 var blankLine = []byte("\r\n\r\n")
 
-func (c *headerConn) SetReadDeadline(t time.Time) error {
-	c.armed, c.ntail = !t.IsZero(), 0
+func (c *originConn) SetReadDeadline(t time.Time) error {
+	c.header, c.set, c.ntail = true, !t.IsZero(), 0
+	c.body.Forget()
 	return c.Conn.SetReadDeadline(t)
 }
 
-func (c *headerConn) Read(p []byte) (int, error) {
+func (c *originConn) Write(p []byte) (int, error) {
+	if !c.header {
+		// A request: what is read next is its response's headers.
+		c.header, c.ntail = true, 0
+		if c.set {
+			c.set = false
+			c.body.Forget()
+			c.Conn.SetReadDeadline(time.Time{})
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *originConn) Read(p []byte) (int, error) {
+	if !c.header {
+		if t, ok := c.body.Next(); ok {
+			c.set = true
+			if err := c.Conn.SetReadDeadline(t); err != nil {
+				c.body.Forget()
+				return 0, err
+			}
+		}
+	}
 	n, err := c.Conn.Read(p)
-	if c.armed && n > 0 && c.headersEnded(p[:n]) {
-		c.armed = false
-		c.Conn.SetReadDeadline(time.Time{})
+	if c.header && n > 0 && c.headersEnded(p[:n]) {
+		c.header = false
+		if c.set && c.body.Timeout() == 0 {
+			// With a read timeout, the body's first read replaces it.
+			c.set = false
+			c.Conn.SetReadDeadline(time.Time{})
+		}
 	}
 	return n, err
 }
 
 // headersEnded reports whether the blank line that ends the headers is in
 // b or across the previous read and b.
-func (c *headerConn) headersEnded(b []byte) bool {
+func (c *originConn) headersEnded(b []byte) bool {
 	var joint [6]byte
 	k := copy(joint[:], c.tail[:c.ntail])
 	k += copy(joint[k:], b)
