@@ -2,6 +2,7 @@ package config
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -53,14 +54,19 @@ func (v *validator) lambdaEdge(le *LambdaEdge) {
 // (one conditional UpdateItem per hit; CloudFront sees no response end for
 // concurrency limits), reads no files or lists table at run time (an RS256
 // or ES256 key is compiled in; allow and deny lists are compiled in from
-// their files, and it has no challenge list), and records client addresses
-// and user ids as they are (no decisions.privacy).
+// their files, and it has no challenge list), records client addresses
+// and user ids as they are (no decisions.privacy), and does not read
+// request bodies (no edge.client.max_body_bytes).
 func (c *Config) ValidateLambdaEdge() error {
 	v := &validator{collector: collector{file: c.file}, lines: c.lines}
 	for _, l := range []struct{ k, v string }{{"challenge_file", c.Lists.ChallengeFile}, {"table", c.Lists.Table}} {
 		if l.v != "" {
 			v.report(key("lists", l.k), l.v, "is not supported at CloudFront's edge", "lists.allow_file and lists.deny_file, compiled in at build")
 		}
+	}
+	if c.Edge.Client.MaxBodyBytes != 0 {
+		v.report(key("edge", "client", "max_body_bytes"), strconv.FormatInt(c.Edge.Client.MaxBodyBytes, 10), "is not supported at CloudFront's edge",
+			"0: the viewer-request function does not read the body; cap it at the origin, or with an AWS WAF size constraint on the body")
 	}
 	for _, p := range []struct{ k, v string }{{"addresses", c.Decisions.Privacy.Addresses}, {"users", c.Decisions.Privacy.Users}} {
 		if p.v != "keep" {
