@@ -69,7 +69,7 @@ func (l *Listener) Idle(c net.Conn, idle bool) {
 		return
 	}
 	lc.idle.Store(idle)
-	if idle && l.wanted.Load() > 0 && take(&l.wanted) {
+	if idle && l.wanted.Load() > 0 && !lc.closed.Load() && take(&l.wanted) {
 		l.drain(lc)
 	}
 }
