@@ -148,10 +148,13 @@ func TestOriginFailuresRecorded(t *testing.T) {
 func TestOriginResponse(t *testing.T) {
 	// The origin reads the request's body before it answers, as a healthy
 	// one does: one that answers first has an upstream latency of 0 (its
-	// response began before the body was sent).
+	// response began before the body was sent). It then takes 20ms, so
+	// that the proxy's own read of the body's end (in the transport's
+	// writer, which a loaded machine may run a few milliseconds late)
+	// comes before the response, as it does on a machine at rest.
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		time.Sleep(time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "made")
 	}))
