@@ -250,6 +250,7 @@ func TestEdgeEndToEnd(t *testing.T) {
 			Transport:     &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext},
 		}
 		var spoofStatuses []int
+		inOneMinute(t)
 		for range 6 {
 			spoofStatuses = append(spoofStatuses, get(t, spoofer, base+"/api/reports", "X-User-Id", "u_spoof").status)
 		}

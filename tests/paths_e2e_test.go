@@ -142,6 +142,7 @@ func TestEdgePathVariants(t *testing.T) {
 				for i, v := range pathVariants {
 					client := fmt.Sprintf("X-Forwarded-For: 203.0.113.%d", 10+i)
 					var statuses []int
+					inOneMinute(t)
 					for range 6 {
 						statuses = append(statuses, rawGet(t, base, "127.0.0.1", v.target, client))
 					}

@@ -136,6 +136,7 @@ func TestBuiltinConfigTrustsNoProxy(t *testing.T) {
 		base, _ := startEdge(t, bin, []string{"RATEWARDEN_CHALLENGE_KEYS=", "--server", server, "RATEWARDEN_VERIFIER_SECRET="}, "--decisions-file", file)
 		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		var statuses []int
+		inOneMinute(t)
 		for range 6 {
 			statuses = append(statuses, get(t, client, base+"/api/reports", "X-User-Id", "admin", "X-User-Plan", "enterprise", "X-Forwarded-For", "198.51.100.1").status)
 		}
