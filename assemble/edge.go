@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/config"
@@ -20,6 +19,7 @@ import (
 	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/lists"
 	"github.com/ratewarden/ratewarden/internal/connlimit"
+	"github.com/ratewarden/ratewarden/internal/logevery"
 	"github.com/ratewarden/ratewarden/internal/peercap"
 	"github.com/ratewarden/ratewarden/internal/sendtimeout"
 )
@@ -263,11 +263,10 @@ func refusalLog(log *slog.Logger, interval time.Duration) func(netip.Addr, int64
 	if log == nil {
 		return nil
 	}
-	var next atomic.Int64 // unix nanoseconds
+	gate := logevery.New(interval)
 	return func(a netip.Addr, refused int64) {
-		now := time.Now().UnixNano()
-		if n := next.Load(); now < n || !next.CompareAndSwap(n, now+int64(interval)) {
-			return
+		if ok, _ := gate.Allow(time.Now()); !ok {
+			return // refused counts the lines held back
 		}
 		log.Warn("connections refused", "addr", a.String(), "over", "edge.client.max_connections_per_address", "refused_total", refused)
 	}

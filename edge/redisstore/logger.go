@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/logevery"
 )
 
 // DefaultLogEvery is how often a Logger passes on a line of go-redis when
@@ -18,10 +19,8 @@ const DefaultLogEvery = 10 * time.Second
 // global to the process. A record carries the lines suppressed since the
 // one before it. It is safe for concurrent use.
 type Logger struct {
-	log        *slog.Logger
-	every      int64        // ns
-	next       atomic.Int64 // unix ns from which a line is passed on
-	suppressed atomic.Uint64
+	log  *slog.Logger
+	gate *logevery.Gate
 }
 
 // NewLogger returns a Logger that writes to log at most one record per
@@ -30,7 +29,7 @@ func NewLogger(log *slog.Logger, every time.Duration) *Logger {
 	if every <= 0 {
 		every = DefaultLogEvery
 	}
-	return &Logger{log: log, every: int64(every)}
+	return &Logger{log: log, gate: logevery.New(every)}
 }
 
 // Printf is go-redis's logging interface.
@@ -41,12 +40,10 @@ func (l *Logger) Printf(ctx context.Context, format string, v ...any) {
 // Logf logs a line of go-redis at now, or counts it suppressed when the
 // last record was less than the interval before.
 func (l *Logger) Logf(ctx context.Context, now time.Time, format string, v ...any) {
-	ns := now.UnixNano()
-	next := l.next.Load()
-	if ns < next || !l.next.CompareAndSwap(next, ns+l.every) {
-		l.suppressed.Add(1)
+	ok, suppressed := l.gate.Allow(now)
+	if !ok {
 		return
 	}
 	l.log.LogAttrs(ctx, slog.LevelWarn, fmt.Sprintf(format, v...),
-		slog.String("component", "go-redis"), slog.Uint64("suppressed", l.suppressed.Swap(0)))
+		slog.String("component", "go-redis"), slog.Uint64("suppressed", suppressed))
 }

@@ -49,13 +49,6 @@ func New(ln net.Listener, max int, key Key, onRefuse func(a netip.Addr, refused 
 // Refused is the number of connections reset for being over their cap.
 func (l *Listener) Refused() int64 { return l.refused.Load() }
 
-// Open is the number of capped connections open under k.
-func (l *Listener) Open(k netip.Addr) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return int(l.open[k])
-}
-
 // Accept returns the next connection within its cap. Connections over
 // their cap are reset and counted (Refused) without returning; an error of
 // the listener returns at once.

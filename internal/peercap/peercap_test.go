@@ -92,6 +92,13 @@ func refused(t *testing.T, from string, to net.Addr) bool {
 	return isReset(t, c)
 }
 
+// openUnder is the number of capped connections open under k.
+func openUnder(l *Listener, k netip.Addr) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.open[k])
+}
+
 func byAddr(a netip.Addr) (netip.Addr, bool) { return a, true }
 
 // TestCapPerAddress: past two connections an address is reset at accept
@@ -118,8 +125,8 @@ func TestCapPerAddress(t *testing.T) {
 		t.Error("the third connection was not reset")
 	}
 	nothingAccepted(t, accepted)
-	if l.Refused() != 1 || l.Open(netip.MustParseAddr("127.0.0.1")) != 2 {
-		t.Errorf("refused %d, open %d; want 1, 2", l.Refused(), l.Open(netip.MustParseAddr("127.0.0.1")))
+	if l.Refused() != 1 || openUnder(l, netip.MustParseAddr("127.0.0.1")) != 2 {
+		t.Errorf("refused %d, open %d; want 1, 2", l.Refused(), openUnder(l, netip.MustParseAddr("127.0.0.1")))
 	}
 	dialFrom(t, "127.0.0.2", l.Addr())
 	next(t, accepted)
@@ -127,7 +134,7 @@ func TestCapPerAddress(t *testing.T) {
 	s1.Close()
 	s1.Close()
 	a1.Close()
-	if n := l.Open(netip.MustParseAddr("127.0.0.1")); n != 1 {
+	if n := openUnder(l, netip.MustParseAddr("127.0.0.1")); n != 1 {
 		t.Errorf("open after one close (twice): %d, want 1", n)
 	}
 	c := dialFrom(t, "127.0.0.1", l.Addr())
@@ -183,8 +190,8 @@ func TestKeyDecides(t *testing.T) {
 			t.Error("an uncapped connection was wrapped")
 		}
 	}
-	if l.Refused() != 1 || l.Open(one) != 1 {
-		t.Errorf("refused %d, open %d; want 1, 1", l.Refused(), l.Open(one))
+	if l.Refused() != 1 || openUnder(l, one) != 1 {
+		t.Errorf("refused %d, open %d; want 1, 1", l.Refused(), openUnder(l, one))
 	}
 	mu.Lock()
 	defer mu.Unlock()
