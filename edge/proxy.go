@@ -24,7 +24,9 @@ import (
 // o.ResponseHeaderTimeout. Each read of the response body must complete
 // within o.ReadTimeout (package internal/readtimeout): past it, the
 // response to the client is aborted (it sees a truncated one) and,
-// behind Middleware, recorded as upstream_read_timeout. The forwarding
+// behind Middleware, recorded as upstream_read_timeout; a connection
+// switched to another protocol (WebSocket) on which the origin sends
+// nothing for as long is closed. The forwarding
 // headers a client sent never reach the origin.
 func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 	tr := http.DefaultTransport.(*http.Transport).Clone()

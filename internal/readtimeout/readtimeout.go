@@ -1,7 +1,9 @@
 // Package readtimeout bounds how long a reverse proxy waits for each read
 // of an origin's response body, as nginx's proxy_read_timeout does: an
 // origin that sent its headers and then stalls mid-body would otherwise
-// hold the client's connection, and the proxy's, for ever.
+// hold the client's connection, and the proxy's, for ever. So is each read
+// of a connection switched to another protocol (101, WebSocket): one on
+// which the origin stays silent is closed.
 //
 // The bound is per read, not per response, so a long download or a
 // stream goes on for as long as the origin keeps sending: each read of a
@@ -45,8 +47,9 @@ func (timeoutError) Is(target error) bool { return target == os.ErrDeadlineExcee
 // Transport returns rt with each read of a response body bounded by d
 // (see the package doc); d ≤ 0 returns rt itself. The wait for the
 // response headers is not under d (http.Transport's
-// ResponseHeaderTimeout is), nor is a switched protocol's connection
-// (101, WebSocket). timedOut, if not nil, is called with the request of a
+// ResponseHeaderTimeout is). Reads of a switched protocol's connection
+// (101, WebSocket) are bounded alike: one that does not complete within d
+// closes the connection. timedOut, if not nil, is called with the request of a
 // response whose body read timed out, in the goroutine that read it, as
 // that read returns ErrTimeout.
 func Transport(rt http.RoundTripper, d time.Duration, timedOut func(*http.Request)) http.RoundTripper {
@@ -72,8 +75,32 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		b.cancel(nil)
 		return resp, err
 	case resp.StatusCode == http.StatusSwitchingProtocols:
-		// The body is the connection, for the protocol switched to; it
-		// ends with the client's request.
+		// The body is the connection, for the protocol switched to
+		// (WebSocket), which the caller owns now: canceling the request
+		// no longer closes it. Each read of the origin's side gets d as a
+		// body's does, and one that does not complete in time closes the
+		// connection, as nginx's proxy_read_timeout does: a switched
+		// connection on which the origin stays silent would otherwise
+		// hold the client's connection, and its share of the edge's
+		// connections, for ever. A timed-out read is not reported to
+		// timedOut: the proxy reads a switched connection outside the
+		// request's goroutine, and an idle one ending is not a failed
+		// response.
+		rwc, ok := resp.Body.(io.ReadWriteCloser)
+		if !ok {
+			return resp, nil
+		}
+		end := b.cancel
+		b.cancel = func(cause error) {
+			if cause != nil {
+				rwc.Close()
+			}
+			end(cause)
+		}
+		b.timedOut = nil
+		b.until.Init(t.d, deadline.Keep(t.d))
+		b.rc = rwc
+		resp.Body = switched{b, rwc}
 		return resp, nil
 	case resp.Body == nil || resp.Body == http.NoBody:
 		b.cancel(nil)
@@ -131,6 +158,15 @@ func (b *body) expire() {
 		b.cancel(ErrTimeout)
 	}
 }
+
+// switched is the connection of a switched protocol: reads bounded as a
+// body's, writes the connection's own.
+type switched struct {
+	*body
+	w io.Writer
+}
+
+func (s switched) Write(p []byte) (int, error) { return s.w.Write(p) }
 
 func (b *body) Close() error {
 	if b.timer != nil {
