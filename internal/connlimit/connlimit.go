@@ -12,7 +12,11 @@
 // bound (headers, body, each write of the response).
 //
 // The server tells the listener which connections are idle (Listener.Idle,
-// from its connection-state hook). A connection waiting to be accepted
+// from its connection-state hook). The connection closed is the one idle
+// the longest, as nginx closes its least recently used: a keep-alive
+// connection whose client is between two requests of a page, or whose
+// response the server still holds back for a pipelined request (fasthttp),
+// goes last. A connection waiting to be accepted
 // when the cap is reached is taken from the kernel first, so there may be
 // one connection over the cap, in the listener's hands, while an idle one
 // closes or, when none is idle, until a busy one does.
@@ -36,8 +40,37 @@ type Listener struct {
 	// Accept waiting for room that has not had one closed for it.
 	wanted atomic.Int64
 
-	mu    sync.Mutex
-	conns map[*conn]struct{}
+	mu   sync.Mutex
+	idle ring // the idle connections, the one idle longest first
+}
+
+// ring is a list of connections, linked through their prev and next; the
+// zero ring is empty (its links are set on first use).
+type ring struct{ head conn }
+
+func (r *ring) first() *conn {
+	if r.head.next == nil || r.head.next == &r.head {
+		return nil
+	}
+	return r.head.next
+}
+
+// pushBack links c last. c is not linked.
+func (r *ring) pushBack(c *conn) {
+	if r.head.next == nil {
+		r.head.next, r.head.prev = &r.head, &r.head
+	}
+	c.prev, c.next = r.head.prev, &r.head
+	c.prev.next, r.head.prev = c, c
+}
+
+// remove unlinks c, if it is linked.
+func (r *ring) remove(c *conn) {
+	if c.next == nil {
+		return
+	}
+	c.prev.next, c.next.prev = c.next, c.prev
+	c.prev, c.next = nil, nil
 }
 
 // New caps ln at max open connections (max ≥ 1).
@@ -46,7 +79,6 @@ func New(ln net.Listener, max int) *Listener {
 		Listener: ln,
 		sem:      make(chan struct{}, max),
 		done:     make(chan struct{}),
-		conns:    make(map[*conn]struct{}),
 	}
 }
 
@@ -68,10 +100,20 @@ func (l *Listener) Idle(c net.Conn, idle bool) {
 	if !ok || lc.l != l {
 		return
 	}
-	lc.idle.Store(idle)
-	if idle && l.wanted.Load() > 0 && !lc.closed.Load() && take(&l.wanted) {
+	l.mu.Lock()
+	switch {
+	case lc.closed.Load():
+	case !idle:
+		l.idle.remove(lc)
+	case l.wanted.Load() > 0 && take(&l.wanted):
+		l.idle.remove(lc)
+		l.mu.Unlock()
 		l.drain(lc)
+		return
+	case lc.next == nil: // already idle: it keeps its place
+		l.idle.pushBack(lc)
 	}
+	l.mu.Unlock()
 }
 
 // Accept waits for a connection and for room for it: when the cap is
@@ -97,9 +139,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 	}
 	lc := &conn{Conn: c, l: l}
-	lc.idle.Store(true)
 	l.mu.Lock()
-	l.conns[lc] = struct{}{}
+	l.idle.pushBack(lc)
 	l.mu.Unlock()
 	return lc, nil
 }
@@ -117,21 +158,18 @@ func take(n *atomic.Int64) bool {
 	}
 }
 
-// drainOne closes one idle connection, if there is one and room is still
-// wanted: whichever the walk of the open connections meets first, which is
-// as good as any, as any idle connection's client can open another once it
-// has something to send.
+// drainOne closes the connection idle the longest, if there is one and
+// room is still wanted.
 func (l *Listener) drainOne() {
 	l.mu.Lock()
-	var victim *conn
-	for c := range l.conns {
-		if c.idle.Load() {
-			victim = c
-			break
-		}
+	victim := l.idle.first()
+	if victim != nil && take(&l.wanted) {
+		l.idle.remove(victim)
+	} else {
+		victim = nil
 	}
 	l.mu.Unlock()
-	if victim != nil && take(&l.wanted) {
+	if victim != nil {
 		l.drain(victim)
 	}
 }
@@ -152,16 +190,16 @@ func (l *Listener) Close() error {
 // conn holds a token of its listener's semaphore until its first Close.
 type conn struct {
 	net.Conn
-	l      *Listener
-	idle   atomic.Bool
-	closed atomic.Bool
+	l          *Listener
+	prev, next *conn // in l.idle while idle (guarded by l.mu)
+	closed     atomic.Bool
 }
 
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
 		c.l.mu.Lock()
-		delete(c.l.conns, c)
+		c.l.idle.remove(c)
 		c.l.mu.Unlock()
 		<-c.l.sem
 	}

@@ -98,6 +98,46 @@ func TestDrainsAnIdleConnection(t *testing.T) {
 	}
 }
 
+// TestDrainsTheLongestIdle: at the cap the connection closed is the one
+// idle the longest, whether it has sent nothing since its accept or went
+// idle after a request; one that went busy and idle again goes to the
+// back.
+func TestDrainsTheLongestIdle(t *testing.T) {
+	l := listen(t, 3)
+	var clients, servers [3]net.Conn
+	for i := range clients {
+		clients[i] = dial(t, l)
+		servers[i] = got(t, accept(l))
+	}
+	// 0 serves a request: it is now the last to have been idle. 1 goes
+	// busy and stays so.
+	l.Idle(servers[0], false)
+	l.Idle(servers[0], true)
+	l.Idle(servers[0], true) // told idle again: keeps its place
+	l.Idle(servers[1], false)
+	// The first newcomer takes 2's place (idle since its accept), the
+	// second 0's, the third the first newcomer's.
+	newcomer := dial(t, l)
+	got(t, accept(l))
+	for _, want := range []int{2, 0} {
+		if !closed(t, clients[want]) {
+			t.Fatalf("connection %d, idle the longest, was not closed", want)
+		}
+		dial(t, l)
+		got(t, accept(l))
+	}
+	if !closed(t, newcomer) {
+		t.Fatal("the first newcomer, idle the longest, was not closed")
+	}
+	clients[1].SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := clients[1].Read(make([]byte, 1)); !isTimeout(err) {
+		t.Errorf("the busy connection: %v, want it open", err)
+	}
+	if l.Drained() != 3 || l.Open() != 3 {
+		t.Errorf("drained %d, open %d; want 3, 3", l.Drained(), l.Open())
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -292,4 +332,38 @@ func BenchmarkIdle(b *testing.B) {
 		l.Idle(s, false)
 		l.Idle(s, true)
 	}
+}
+
+// BenchmarkIdleParallel is BenchmarkIdle on as many connections as
+// goroutines, each told busy and idle in turn, as under a server's load.
+func BenchmarkIdleParallel(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := New(ln, 1024)
+	defer l.Close()
+	var mu sync.Mutex
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		mu.Lock()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			mu.Unlock()
+			b.Error(err)
+			return
+		}
+		s, err := l.Accept()
+		mu.Unlock()
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		defer s.Close()
+		for pb.Next() {
+			l.Idle(s, false)
+			l.Idle(s, true)
+		}
+	})
 }
