@@ -577,6 +577,7 @@ tiers:
 		{"trusted proxy", "identity:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - proxy.local # <-\n" + anonymous, "identity.trusted_proxies[1]", `"proxy.local" is not allowed; use an address or CIDR prefix`},
 		{"trusted proxy zone", "identity:\n  trusted_proxies: [\"fe80::1%eth0\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "without a zone"},
 		{"trusted proxy mapped", "identity:\n  trusted_proxies: [\"::ffff:0:0/80\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "is not allowed"},
+		{"trusted proxy NAT64", "identity:\n  trusted_proxies: [\"64:ff9b::/64\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "NAT64 (64:ff9b::/96) prefix needs at least 96 bits"},
 		{"same user and plan header", "identity:\n  user_header: X-Who\n  plan_header: x-who # <-\n" + anonymous, "identity.plan_header", `"x-who" is also the user header; use a different header`},
 		{"same user and plan claim", "identity:\n  jwt: {algorithm: HS256, key_env: K, user_claim: sub, plan_claim: sub} # <-\n" + anonymous, "identity.jwt.plan_claim", "is also the user claim"},
 		{"user header", "identity:\n  user_header: \"X:User\" # <-\n" + anonymous, "identity.user_header", "use an HTTP header name"},
@@ -1005,6 +1006,8 @@ func TestTrustedProxyWarnings(t *testing.T) {
 		{"0.0.0.0/0", "trusts every address"},
 		{`"::/0"`, "trusts every address"},
 		{`"::ffff:0.0.0.0/96"`, "trusts every address"},
+		{`"64:ff9b::/96"`, "trusts every address"}, // every IPv4 client behind a translator
+		{`"64:ff9b::10.0.0.0/104"`, ""},
 		{"0.0.0.0/1", "is wider than /8"},
 		{"1.0.0.0/7", "is wider than /8"},
 		{"2000::/3", "is wider than /24"},

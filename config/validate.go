@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/internal/canonpath"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 	"github.com/ratewarden/ratewarden/internal/limitspec"
 )
 
@@ -354,7 +355,7 @@ func (v *validator) edge(e *Edge) {
 func (v *validator) identity(id *Identity) {
 	for i, p := range id.TrustedProxies {
 		if _, ok := parseProxy(p); !ok {
-			v.report(key("identity", "trusted_proxies", index(i)), p, "is not allowed", "an address or CIDR prefix such as 10.0.0.0/8 or ::1, without a zone; an IPv4-mapped prefix needs at least 96 bits")
+			v.report(key("identity", "trusted_proxies", index(i)), p, "is not allowed", "an address or CIDR prefix such as 10.0.0.0/8 or ::1, without a zone; an IPv4-mapped or NAT64 (64:ff9b::/96) prefix needs at least 96 bits")
 		}
 	}
 	// Header names are case-insensitive, so these values are too.
@@ -599,27 +600,22 @@ func (v *validator) rule(segs []string, r *Rule) {
 }
 
 // parseProxy parses a trusted_proxies entry: a CIDR prefix or a single
-// address, without a zone. IPv4-mapped IPv6 entries are unmapped, because
-// the edge unmaps peers before comparing them.
+// address, without a zone. Entries that carry IPv4 addresses (IPv4-mapped,
+// NAT64) are IPv4, because the edge compares peers so (internal/clientip).
 func parseProxy(s string) (netip.Prefix, bool) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			return netip.Prefix{}, false
 		}
-		if a := p.Addr(); a.Is4In6() {
-			if p.Bits() < 96 {
-				return netip.Prefix{}, false
-			}
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		return p.Masked(), true
+		p, err = clientip.Prefix(p)
+		return p, err == nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || a.Zone() != "" {
 		return netip.Prefix{}, false
 	}
-	a = a.Unmap()
+	a = clientip.Of(a)
 	return netip.PrefixFrom(a, a.BitLen()), true
 }
 

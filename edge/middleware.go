@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Middleware returns next behind the limiter: refused requests are answered
@@ -217,7 +219,7 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 				fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "ip: "+err.Error())
 				return
 			}
-			ip = a.Unmap()
+			ip = clientip.Of(a)
 		default:
 			fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "give ip or user")
 			return

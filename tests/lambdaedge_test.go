@@ -598,6 +598,11 @@ func generateVectors(t *testing.T) vectorFile {
 		{Name: "challenge page: and what is below it", State: st("anonymous:global", "203.0.113.71", 70), Event: ev("203.0.113.71", "GET", "/Captcha/widget.js", "")},
 		{Name: "challenge page: the client's other paths are challenged", State: st("anonymous:global", "203.0.113.72", 70), Event: ev("203.0.113.72", "GET", "/api/items", "")},
 		{Name: "challenge page: blocked over the ceiling", State: st("anonymous:global", "203.0.113.73", 120), Event: ev("203.0.113.73", "GET", "/captcha", "")},
+		{Name: "nat64: a translated IPv4 client is counted as its IPv4 address", State: st(reports, "203.0.113.80", 5), Event: ev("64:ff9b::203.0.113.80", "GET", "/api/reports", "")},
+		{Name: "nat64: another translated client is another client", Event: ev("64:ff9b::cb00:7151", "GET", "/api/reports", "")},
+		{Name: "nat64: a translated client on the deny list gets 403", Event: ev("64:ff9b::192.0.2.66", "GET", "/", "")},
+		{Name: "nat64: an IPv4-mapped client on the deny list gets 403", Event: ev("::ffff:192.0.2.66", "GET", "/", "")},
+		{Name: "nat64: a translated address forwarded by a trusted proxy", Event: ev("10.1.2.3", "GET", "/", "", "X-Forwarded-For", "64:ff9b::198.18.0.9")},
 	}
 	for i := range vs {
 		vs[i].Group, vs[i].Time = "up", at(time.Duration(i)*time.Millisecond)

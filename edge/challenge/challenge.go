@@ -49,6 +49,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Bounds on keys and tokens.
@@ -295,5 +297,5 @@ func Subject(addr netip.Addr, user string) string {
 	if !addr.IsValid() {
 		return "ip:"
 	}
-	return "ip:" + addr.Unmap().WithZone("").String()
+	return "ip:" + clientip.Of(addr).String()
 }

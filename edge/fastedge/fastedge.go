@@ -29,6 +29,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/identity"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Origin answers passed requests: an *OriginClient (the reverse proxy to
@@ -290,7 +291,7 @@ func (x *exchange) start(ctx *fasthttp.RequestCtx, wall time.Time) {
 	r := &x.req
 	*r = edge.Request{}
 	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
-		x.peer = a.AddrPort().Addr().Unmap()
+		x.peer = clientip.Of(a.AddrPort().Addr())
 	} else {
 		x.peer = identityPeer(ctx.RemoteAddr())
 	}
@@ -729,5 +730,5 @@ func identityPeer(a net.Addr) netip.Addr {
 	if a == nil {
 		return netip.Addr{}
 	}
-	return identity.ParsePeer(a.String()).Unmap()
+	return clientip.Of(identity.ParsePeer(a.String()))
 }

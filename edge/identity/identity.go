@@ -28,6 +28,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Bounds on what a client can make the resolver read.
@@ -143,7 +144,8 @@ func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
 }
 
 // parseTrusted parses a trusted proxy entry: an address or a CIDR.
-// IPv4-mapped IPv6 entries are unmapped, because peers are.
+// Entries that carry IPv4 addresses (IPv4-mapped, NAT64) are IPv4, because
+// peers are (internal/clientip).
 func parseTrusted(s string) (netip.Prefix, error) {
 	s = strings.TrimSpace(s)
 	if strings.Contains(s, "/") {
@@ -151,19 +153,13 @@ func parseTrusted(s string) (netip.Prefix, error) {
 		if err != nil {
 			return netip.Prefix{}, errors.New("is not a valid CIDR")
 		}
-		if a := p.Addr(); a.Is4In6() {
-			if p.Bits() < 96 {
-				return netip.Prefix{}, errors.New("mixes IPv4-mapped and plain IPv6 addresses")
-			}
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		return p.Masked(), nil
+		return clientip.Prefix(p)
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || a.Zone() != "" {
 		return netip.Prefix{}, errors.New("is not an IP address")
 	}
-	a = a.Unmap()
+	a = clientip.Of(a)
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
@@ -280,11 +276,9 @@ func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
 // resolveAddr resets *id to the client address alone and reports whether
 // the peer is a trusted proxy.
 func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (trusted bool) {
-	// An IPv4 address has no zone, and is its own counting address: the
-	// calls that say so are left out for the common peer.
-	if peer = peer.Unmap(); !peer.Is4() {
-		peer = peer.WithZone("")
-	}
+	// An IPv4 address is its own counting address: the call that says so
+	// is left out for the common peer.
+	peer = clientip.Of(peer)
 	// Field by field: a composite literal would be built on the stack and
 	// copied, and the copy's wide loads wait for the narrow stores.
 	id.ClientIP, id.Addr, id.User, id.Plan, id.Source = peer, peer, "", "", decisions.SourcePeer
@@ -318,12 +312,12 @@ func (r *Resolver) Trusts(remoteAddr string) bool {
 		return false
 	}
 	peer, _ := parseHostPort(remoteAddr)
-	return r.isTrusted(peer.Unmap().WithZone(""))
+	return r.isTrusted(clientip.Of(peer))
 }
 
 // TrustsPeer is Trusts for a peer address already parsed (ParsePeer).
 func (r *Resolver) TrustsPeer(peer netip.Addr) bool {
-	return r != nil && r.isTrusted(peer.Unmap().WithZone(""))
+	return r != nil && r.isTrusted(clientip.Of(peer))
 }
 
 // Headers returns the canonical keys of the request headers ResolvePeer
@@ -399,7 +393,7 @@ func (r *Resolver) forwardedFor(peer netip.Addr, lines []string) netip.Addr {
 				if !ok || a.Zone() != "" {
 					return last
 				}
-				a = a.Unmap()
+				a = clientip.Of(a)
 				if !r.isTrusted(a) {
 					return a
 				}
@@ -437,7 +431,7 @@ func viewerAddress(lines []string) netip.Addr {
 	if err != nil || a.Zone() != "" {
 		return netip.Addr{}
 	}
-	return a.Unmap()
+	return clientip.Of(a)
 }
 
 func validPort(s string) bool {

@@ -14,7 +14,7 @@ import (
 
 var now = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
 
-var trustedProxies = []string{"10.0.0.0/8", "192.0.2.1", "2001:db8:ffff::/48", "::ffff:172.16.0.0/108"}
+var trustedProxies = []string{"10.0.0.0/8", "192.0.2.1", "2001:db8:ffff::/48", "::ffff:172.16.0.0/108", "64:ff9b::172.20.0.0/112"}
 
 func mustNew(t testing.TB, cfg config.Identity, env map[string]string) *Resolver {
 	t.Helper()
@@ -109,6 +109,12 @@ func TestResolveForwardedFor(t *testing.T) {
 		{name: "mapped entry unmapped", remote: trusted1, h: hdr("X-Forwarded-For", "::ffff:"+client), ip: client, source: fwd},
 		{name: "mapped peer unmapped and trusted", remote: "[::ffff:10.0.0.1]:443", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
 		{name: "mapped trusted prefix", remote: "172.16.3.4:1", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "NAT64 entry as its IPv4 address", remote: trusted1, h: hdr("X-Forwarded-For", "64:ff9b::"+client), ip: client, source: fwd},
+		{name: "NAT64 peer as its IPv4 address, and trusted", remote: "[64:ff9b::10.0.0.1]:443", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "NAT64 hop trusted", remote: trusted1, h: hdr("X-Forwarded-For", client+", 64:ff9b::10.0.0.5"), ip: client, source: fwd},
+		{name: "NAT64 trusted prefix", remote: "[64:ff9b::172.20.3.4]:1", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "untrusted NAT64 peer is its IPv4 address", remote: "[64:ff9b::203.0.113.99]:1", h: hdr("X-Forwarded-For", client), ip: "203.0.113.99", source: peer},
+		{name: "outside NAT64's /96 is IPv6", remote: "[64:ff9b::1:cb00:7163]:1", h: hdr(), ip: "64:ff9b::1:cb00:7163", key: "64:ff9b::", source: peer},
 		{name: "IPv6 trusted peer", remote: "[2001:db8:ffff::2]:443", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
 		{name: "entries beyond 64 ignored", remote: trusted1,
 			h:  hdr("X-Forwarded-For", client+", "+strings.Join(manyTrusted, ", ")),
@@ -135,6 +141,7 @@ func TestResolveCloudFront(t *testing.T) {
 		{name: "v6", remote: trusted, h: hdr("CloudFront-Viewer-Address", "2001:db8::1:46532"), ip: "2001:db8::1", key: "2001:db8::", source: fwd},
 		{name: "v6 bracketed", remote: trusted, h: hdr("CloudFront-Viewer-Address", "[2001:db8:0:1::1]:443"), ip: "2001:db8:0:1::1", key: "2001:db8:0:1::", source: fwd},
 		{name: "mapped", remote: trusted, h: hdr("CloudFront-Viewer-Address", "::ffff:198.51.100.10:1"), ip: "198.51.100.10", source: fwd},
+		{name: "NAT64", remote: trusted, h: hdr("CloudFront-Viewer-Address", "64:ff9b::198.51.100.10:1"), ip: "198.51.100.10", source: fwd},
 		{name: "untrusted peer", remote: "198.51.100.1:1", h: hdr("CloudFront-Viewer-Address", "198.51.100.10:46532"), ip: "198.51.100.1", source: peer},
 		{name: "missing", remote: trusted, h: hdr(), ip: "10.0.0.1", source: peer},
 		{name: "no port", remote: trusted, h: hdr("CloudFront-Viewer-Address", "198.51.100.10"), ip: "10.0.0.1", source: peer},

@@ -39,6 +39,7 @@ import (
 	"github.com/ratewarden/ratewarden/edge"
 	"github.com/ratewarden/ratewarden/edge/identity"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 //go:embed js/*.mjs
@@ -426,10 +427,10 @@ func parsePrefix(s string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("identity.trusted_proxies: %q: %w", s, err)
 	}
-	if a := p.Addr(); a.Is4In6() {
-		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	if p, err = clientip.Prefix(p); err != nil {
+		return "", fmt.Errorf("identity.trusted_proxies: %q: %w", s, err)
 	}
-	return p.Masked().String(), nil
+	return p.String(), nil
 }
 
 func parseAddr(s string) (string, error) {
@@ -437,6 +438,6 @@ func parseAddr(s string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("identity.trusted_proxies: %q: %w", s, err)
 	}
-	a = a.Unmap()
+	a = clientip.Of(a)
 	return netip.PrefixFrom(a, a.BitLen()).String(), nil
 }

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Attribute keys of a line, in the order AppendLine writes them.
@@ -257,10 +258,8 @@ func NormalizeTarget(s string) (string, error) {
 		if p != p.Masked() {
 			return "", fmt.Errorf("host bits set; want %v, or %v for the one address", p.Masked(), p.Addr())
 		}
-		// A masked prefix with a mapped address is at least /96: anything
-		// shorter clears part of the ffff marker.
-		if a := p.Addr(); a.Is4In6() {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		if p, err = clientip.Prefix(p); err != nil {
+			return "", err
 		}
 		return p.String(), nil
 	}
@@ -271,7 +270,7 @@ func NormalizeTarget(s string) (string, error) {
 	if a.Zone() != "" {
 		return "", errors.New("address with a zone; want an address without %zone")
 	}
-	return a.Unmap().String(), nil
+	return clientip.Of(a).String(), nil
 }
 
 // AppendLine appends e as one line of the file format, newline included.

@@ -106,6 +106,9 @@ func TestNormalizeTarget(t *testing.T) {
 	cases := []struct{ in, want, err string }{
 		{"::ffff:203.0.113.7", "203.0.113.7", ""},
 		{"::ffff:203.0.113.0/120", "203.0.113.0/24", ""},
+		{"64:ff9b::203.0.113.7", "203.0.113.7", ""},
+		{"64:ff9b::203.0.113.0/120", "203.0.113.0/24", ""},
+		{"64:ff9b::/64", "", "mixes NAT64"},
 		{"2001:DB8::1", "2001:db8::1", ""},
 		{" user:alice", "user:alice", ""},
 		{"user:alice ", "", "white space"},

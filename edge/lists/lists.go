@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Bounds on what Parse reads.
@@ -223,7 +224,7 @@ func (l *List) ContainsAt(addr netip.Addr, user string, now time.Time) bool {
 	if !addr.IsValid() {
 		return false
 	}
-	addr = addr.Unmap().WithZone("")
+	addr = clientip.Of(addr)
 	bits := l.bits6
 	if addr.Is4() {
 		bits = l.bits4

@@ -43,7 +43,10 @@ func TestParseAndContains(t *testing.T) {
 	}{
 		{"203.0.113.7", "", true},
 		{"203.0.113.8", "", false},
-		{"::ffff:203.0.113.7", "", true}, // IPv4-mapped client
+		{"::ffff:203.0.113.7", "", true},   // IPv4-mapped client
+		{"64:ff9b::203.0.113.7", "", true}, // an IPv4 client through NAT64
+		{"64:ff9b::198.51.100.77", "", true},
+		{"64:ff9b::1:cb00:7107", "", false}, // outside NAT64's /96: IPv6
 		{"198.51.100.0", "", true},
 		{"198.51.100.255", "", true},
 		{"198.51.101.0", "", false},

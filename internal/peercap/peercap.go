@@ -18,6 +18,8 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Key returns the key a connection from a is capped under, and false when
@@ -62,7 +64,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if !ok {
 			return c, nil // not a network peer (a pipe in a test): nothing to key
 		}
-		a := tcp.AddrPort().Addr().Unmap().WithZone("")
+		a := clientip.Of(tcp.AddrPort().Addr())
 		k, capped := l.key(a)
 		if !capped {
 			return c, nil

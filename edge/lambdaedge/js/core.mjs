@@ -368,7 +368,12 @@ export function parseAddr(s) {
 }
 
 const is4in6 = (a) => a.bytes.length === 16 && a.bytes.slice(0, 10).every((b) => b === 0) && a.bytes[10] === 0xff && a.bytes[11] === 0xff;
-export const unmap = (a) => (a && is4in6(a) ? { bytes: a.bytes.slice(12) } : a && { bytes: a.bytes });
+// isNAT64 reports whether a is in NAT64's well-known prefix 64:ff9b::/96.
+const isNAT64 = (a) => a.bytes.length === 16 && a.bytes[1] === 0x64 && a.bytes[2] === 0xff && a.bytes[3] === 0x9b &&
+  [0, 4, 5, 6, 7, 8, 9, 10, 11].every((i) => a.bytes[i] === 0);
+// unmap is clientip.Of: an address that carries an IPv4 address (IPv4-mapped,
+// or in NAT64's well-known prefix) as that address, and without a zone.
+export const unmap = (a) => (a && (is4in6(a) || isNAT64(a)) ? { bytes: a.bytes.slice(12) } : a && { bytes: a.bytes });
 
 // formatAddr is netip.Addr.String.
 export function formatAddr(a) {

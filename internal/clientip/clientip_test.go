@@ -1,0 +1,91 @@
+package clientip
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.1":              "192.0.2.1",
+		"::ffff:192.0.2.1":       "192.0.2.1",
+		"64:ff9b::192.0.2.1":     "192.0.2.1",
+		"64:ff9b::c000:201":      "192.0.2.1",
+		"64:ff9b::c000:201%eth0": "192.0.2.1",
+		"64:ff9b::1:c000:201":    "64:ff9b::1:c000:201", // outside the /96
+		"64:ff9b:1::c000:201":    "64:ff9b:1::c000:201", // the local-use prefix (RFC 8215) has no fixed embedding
+		"2001:db8::1":            "2001:db8::1",
+		"fe80::1%eth0":           "fe80::1",
+		"::192.0.2.1":            "::c000:201", // IPv4-compatible: deprecated, not an IPv4 client
+		"0:64:ff9b::c000:201":    "0:64:ff9b::c000:201",
+	} {
+		got := Of(netip.MustParseAddr(in))
+		if got.String() != want {
+			t.Errorf("Of(%s) = %s, want %s", in, got, want)
+		}
+	}
+	if got := Of(netip.Addr{}); got.IsValid() {
+		t.Errorf("Of(zero) = %v, want the zero Addr", got)
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.0/24":           "192.0.2.0/24",
+		"192.0.2.7/24":           "192.0.2.0/24",
+		"::ffff:192.0.2.0/120":   "192.0.2.0/24",
+		"::ffff:192.0.2.7/128":   "192.0.2.7/32",
+		"64:ff9b::192.0.2.0/120": "192.0.2.0/24",
+		"64:ff9b::/96":           "0.0.0.0/0",
+		"64:ff9b::192.0.2.9/127": "192.0.2.8/31",
+		"2001:db8::/32":          "2001:db8::/32",
+		"::/0":                   "::/0",
+		"64:ff9b::1:0:0/96":      "64:ff9b::1:0:0/96", // outside the well-known /96
+		"::ffff:192.0.2.0/80":    "error: mixes IPv4-mapped and plain IPv6 addresses",
+		"64:ff9b::/64":           "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
+		"64:ff9b::192.0.2.0/95":  "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
+	} {
+		p, err := Prefix(netip.MustParsePrefix(in))
+		got := p.String()
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != want {
+			t.Errorf("Prefix(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestPrefixMatchesOf: an address inside a prefix is inside it as Of and
+// Prefix put them, whichever way each is written.
+func TestPrefixMatchesOf(t *testing.T) {
+	for _, pre := range []string{"192.0.2.0/24", "::ffff:192.0.2.0/120", "64:ff9b::192.0.2.0/120"} {
+		p, err := Prefix(netip.MustParsePrefix(pre))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []string{"192.0.2.200", "::ffff:192.0.2.200", "64:ff9b::192.0.2.200"} {
+			if !p.Contains(Of(netip.MustParseAddr(a))) {
+				t.Errorf("%s (%v) does not hold %s", pre, p, a)
+			}
+		}
+		for _, a := range []string{"192.0.3.1", "64:ff9b::1:c000:2c8", "2001:db8::c000:2c8"} {
+			if p.Contains(Of(netip.MustParseAddr(a))) {
+				t.Errorf("%s (%v) holds %s", pre, p, a)
+			}
+		}
+	}
+}
+
+func BenchmarkOf(b *testing.B) {
+	for _, s := range []string{"192.0.2.1", "::ffff:192.0.2.1", "64:ff9b::192.0.2.1", "2001:db8::1"} {
+		a := netip.MustParseAddr(s)
+		b.Run(s, func(b *testing.B) {
+			for b.Loop() {
+				sink = Of(a)
+			}
+		})
+	}
+}
+
+var sink netip.Addr

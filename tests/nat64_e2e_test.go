@@ -1,0 +1,76 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// TestEdgeNAT64Clients runs the binary behind a trusted proxy that forwards
+// the addresses an IPv6-only host behind a stateless NAT64 translator sees:
+// IPv4 clients as 64:ff9b::a.b.c.d. Each is its own client, counted, listed,
+// challenged and recorded as its IPv4 address, not as one /64 they would all
+// share.
+func TestEdgeNAT64Clients(t *testing.T) {
+	bin := buildBinary(t)
+	eachServer(t, func(t *testing.T, server string) {
+		origin := newRecordingOrigin(t)
+		dir := t.TempDir()
+		deny := filepath.Join(dir, "deny.txt")
+		os.WriteFile(deny, []byte("203.0.113.66\n"), 0o600)
+		cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  deny_file: "+deny+"\n")
+		const secret = "verifier-secret-of-at-least-32-bytes"
+		env := []string{
+			"RATEWARDEN_CHALLENGE_KEYS=k2:" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+			"RATEWARDEN_VERIFIER_SECRET=" + secret,
+		}
+		decisionsFile := filepath.Join(dir, "decisions.jsonl")
+		base, _ := startEdge(t, bin, env, "--server", server, "--config", cfgPath, "--upstream", origin.URL, "--decisions-file", decisionsFile)
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		export := func(xff string, kv ...string) int {
+			return get(t, client, base+"/api/export", append([]string{"X-Forwarded-For", xff}, kv...)...).status
+		}
+
+		// Two translated clients: the seed's 3 exports a minute each, then
+		// a challenge. Counted as one /64, the second would be challenged at
+		// its first.
+		var statuses []int
+		for _, xff := range []string{"64:ff9b::203.0.113.7", "64:ff9b::203.0.113.8"} {
+			for range 4 {
+				statuses = append(statuses, export(xff))
+			}
+		}
+		if got := fmt.Sprint(statuses); got != "[200 200 200 302 200 200 200 302]" {
+			t.Errorf("two translated clients: %s, want [200 200 200 302 200 200 200 302]", got)
+		}
+		// The same client written as its IPv4 address is the same client.
+		if s := export("203.0.113.7"); s != 302 {
+			t.Errorf("203.0.113.7 after four exports as 64:ff9b::203.0.113.7: %d, want 302", s)
+		}
+		// A token issued for the plain address passes the translated one.
+		tok := issueToken(t, client, base, secret, "203.0.113.8")
+		if s := export("64:ff9b::cb00:7108", "Cookie", tok.Cookie+"="+tok.Token); s != 200 {
+			t.Errorf("token for 203.0.113.8, presented by 64:ff9b::cb00:7108: %d, want 200", s)
+		}
+		// The deny list's IPv4 entry holds the translated address.
+		if res := get(t, client, base+"/", "X-Forwarded-For", "64:ff9b::203.0.113.66"); res.status != 403 {
+			t.Errorf("deny-listed 203.0.113.66 as 64:ff9b::203.0.113.66: %d, want 403", res.status)
+		}
+
+		stops[t.Name()]()
+		clients := map[string]int{}
+		for _, d := range readDecisions(t, decisionsFile) {
+			if d.Kind == decisions.KindDecision {
+				clients[d.ClientIP.String()]++
+			}
+		}
+		want := map[string]int{"203.0.113.7": 5, "203.0.113.8": 5, "203.0.113.66": 1, "127.0.0.1": 1} // and the verifier's token request
+		if fmt.Sprint(clients) != fmt.Sprint(want) {
+			t.Errorf("decisions by client_ip %v, want %v", clients, want)
+		}
+	})
+}
