@@ -500,6 +500,72 @@ func TestEdgeConnectionLimits(t *testing.T) {
 	})
 }
 
+// TestEdgeConnectionLimitsPipelined: at the cap of two connections, both
+// busy and a newcomer waiting, a client that pipelined a second request
+// behind its first gets both answers. Its connection is idle for a moment
+// between them (fasthttp holding the first answer back for the second,
+// net/http waiting to read it), and closing it then for the newcomer would
+// lose the answers; it is closed for the newcomer once it stays idle.
+func TestEdgeConnectionLimitsPipelined(t *testing.T) {
+	bin := buildBinary(t)
+	eachServer(t, func(t *testing.T, server string) {
+		cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
+		yaml := "edge:\n  client:\n    max_connections: 2\ntiers:\n  anonymous:\n    global: {limit: 1000}\n"
+		if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		entered := make(chan struct{}, 2)
+		release := map[string]chan struct{}{"/hold1": make(chan struct{}), "/hold2": make(chan struct{})}
+		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ch, ok := release[r.URL.Path]; ok {
+				entered <- struct{}{}
+				<-ch
+			}
+			io.WriteString(w, "ok "+r.URL.Path)
+		}))
+		defer origin.Close()
+		defer close(release["/hold2"])
+		base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
+		addr := strings.TrimPrefix(base, "http://")
+
+		pipelined, busy := dialRaw(t, "", addr), dialRaw(t, "", addr)
+		for _, c := range []rawConn{pipelined, busy} {
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+		}
+		io.WriteString(pipelined, "GET /hold1 HTTP/1.1\r\nHost: edge\r\n\r\nGET /next HTTP/1.1\r\nHost: edge\r\n\r\n")
+		<-entered
+		io.WriteString(busy, "GET /hold2 HTTP/1.1\r\nHost: edge\r\n\r\n")
+		<-entered
+		newcomer := dialRaw(t, "", addr)
+		if s, err := newcomer.get(200 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a third connection while two are busy: %d %v, want no answer", s, err)
+		}
+		close(release["/hold1"])
+		for _, want := range []string{"ok /hold1", "ok /next"} {
+			resp, err := http.ReadResponse(pipelined.r, nil)
+			if err != nil {
+				t.Fatalf("the pipelined client's answer %q: %v", want, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != want {
+				t.Fatalf("the pipelined client got %d %q, want 200 %q", resp.StatusCode, body, want)
+			}
+		}
+		// Then it stays idle, and goes for the newcomer, which is answered
+		// (its request was sent above).
+		newcomer.SetDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(newcomer.r, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("the newcomer once the pipelined connection was idle: %v", err)
+		}
+		resp.Body.Close()
+		if _, err := pipelined.r.ReadByte(); err != io.EOF {
+			t.Errorf("the pipelined connection, idle: %v, want it closed for the newcomer", err)
+		}
+	})
+}
+
 // TestEdgeConnectionsPerAddress runs `ratewarden edge` with at most two
 // connections per client address: a third from the same address is reset
 // at once, unanswered, while another address is served, a trusted proxy

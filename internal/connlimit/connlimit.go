@@ -20,13 +20,26 @@
 // when the cap is reached is taken from the kernel first, so there may be
 // one connection over the cap, in the listener's hands, while an idle one
 // closes or, when none is idle, until a busy one does.
+//
+// When every connection is busy, the new one waits, and the first to
+// become idle is closed for it once it has stayed idle for Grace: a server
+// reports a connection idle for a moment between two requests its client
+// pipelined (fasthttp even while it holds the first answer back for the
+// second), and closing it then would lose their answers.
 package connlimit
 
 import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
+
+// Grace is how long a connection that becomes idle while a new one waits
+// for room must stay idle before it is closed for it: far longer than a
+// pipelining server takes from one request to the next already received,
+// and short beside the wait of a connection in the backlog.
+const Grace = 10 * time.Millisecond
 
 // Listener is a net.Listener that holds at most its cap of connections
 // open at a time.
@@ -39,6 +52,8 @@ type Listener struct {
 	// wanted is the number of idle connections to close: one for each
 	// Accept waiting for room that has not had one closed for it.
 	wanted atomic.Int64
+	grace  time.Duration // Grace; tests set it
+	armed  atomic.Bool   // a drain is due in grace
 
 	mu   sync.Mutex
 	idle ring // the idle connections, the one idle longest first
@@ -79,6 +94,7 @@ func New(ln net.Listener, max int) *Listener {
 		Listener: ln,
 		sem:      make(chan struct{}, max),
 		done:     make(chan struct{}),
+		grace:    Grace,
 	}
 }
 
@@ -92,9 +108,10 @@ func (l *Listener) Drained() int64 { return l.drained.Load() }
 // Idle tells the listener whether c, a connection it accepted, is idle: a
 // new connection that has sent nothing yet, or a keep-alive one between
 // requests (true), or busy with a request (false). A connection is idle
-// from its accept until it is told otherwise. A connection that becomes
-// idle while a new one waits for room is closed at once. Connections that
-// are not the listener's own are ignored.
+// from its accept until it is told otherwise. When one becomes idle while
+// a new one waits for room, the connection idle the longest is closed
+// Grace later, if it still is. Connections that are not the listener's own
+// are ignored.
 func (l *Listener) Idle(c net.Conn, idle bool) {
 	lc, ok := c.(*conn)
 	if !ok || lc.l != l {
@@ -105,13 +122,14 @@ func (l *Listener) Idle(c net.Conn, idle bool) {
 	case lc.closed.Load():
 	case !idle:
 		l.idle.remove(lc)
-	case l.wanted.Load() > 0 && take(&l.wanted):
-		l.idle.remove(lc)
-		l.mu.Unlock()
-		l.drain(lc)
-		return
-	case lc.next == nil: // already idle: it keeps its place
+	case lc.next == nil: // (one already idle keeps its place)
 		l.idle.pushBack(lc)
+		if l.wanted.Load() > 0 && l.armed.CompareAndSwap(false, true) {
+			time.AfterFunc(l.grace, func() {
+				l.armed.Store(false)
+				l.drainOne()
+			})
+		}
 	}
 	l.mu.Unlock()
 }

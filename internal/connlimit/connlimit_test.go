@@ -172,6 +172,31 @@ func TestWaitsForIdle(t *testing.T) {
 	}
 }
 
+// TestHeldBackResponseNotClosed: a connection told idle and at once busy
+// again, as fasthttp tells one whose response it holds back for a
+// pipelined request, is not closed for a new one that waits; it is once it
+// has stayed idle for the grace.
+func TestHeldBackResponseNotClosed(t *testing.T) {
+	l := listen(t, 1)
+	l.grace = 200 * time.Millisecond // wide, so that a loaded machine does not close it between the two calls
+	first, firstC, _, ch := waiting(t, l)
+	l.Idle(first, true)
+	l.Idle(first, false)
+	waits(t, ch)
+	firstC.SetReadDeadline(time.Now().Add(l.grace))
+	if _, err := firstC.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("a connection idle for a moment: %v, want it open", err)
+	}
+	l.Idle(first, true)
+	got(t, ch)
+	if !closed(t, firstC) {
+		t.Error("the connection that stayed idle was not closed")
+	}
+	if l.Drained() != 1 {
+		t.Errorf("drained %d, want 1", l.Drained())
+	}
+}
+
 // TestWaitsForClose: a connection that closes makes room too, and then
 // nothing idle is closed: a connection that becomes idle later stays.
 func TestWaitsForClose(t *testing.T) {
