@@ -2,7 +2,9 @@ package edge
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +58,28 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("outcome %v: refused %v", v.Outcome, refused)
 		}
 		SetHeaders(http.Header{}, &v)
+	})
+}
+
+// FuzzDecodeTokenRequest: a token request body the strict decoder accepts
+// is at most 4096 bytes, and encoding/json, which the verifier in front of
+// the edge may well use, reads the same request from it: strictness only
+// refuses, it never reads a body another way.
+func FuzzDecodeTokenRequest(f *testing.F) {
+	f.Add(`{"ip":"203.0.113.7"}`)
+	f.Add(`{"user":"u_1","ttl":"5m"}` + "\n")
+	f.Add(`{"IP":"203.0.113.7"}`)
+	f.Add(`{"ip":"203.0.113.7","\u0069p":"198.51.100.66"}`)
+	f.Add(`{"ip":"203.0.113.7"} {"ip":"198.51.100.66"}`)
+	f.Add(`null`)
+	f.Fuzz(func(t *testing.T, body string) {
+		got, err := decodeTokenRequest(strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		var lenient tokenRequest
+		if err := json.Unmarshal([]byte(body), &lenient); err != nil || lenient != got || len(body) > maxTokenBodyBytes {
+			t.Fatalf("%q: strict %+v, encoding/json %+v (%v)", body, got, lenient, err)
+		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
@@ -142,6 +144,34 @@ type tokenRequest struct {
 	TTL  string `json:"ttl"`  // optional, at most the configured token TTL
 }
 
+// maxTokenBodyBytes is the size of the largest body the token endpoint
+// reads.
+const maxTokenBodyBytes = 4096
+
+// decodeTokenRequest decodes the body of a token request strictly: one JSON
+// object of at most maxTokenBodyBytes bytes, of valid UTF-8, whose names are
+// tokenRequest's exactly (in case too), each at most once, and nothing
+// after it but white space. A body that two JSON readers could read
+// differently (the last or the first of two "ip", "IP" as "ip", a second
+// object after the first) is refused, so that what the verifier's own
+// checks read is what the edge issues the token for.
+func decodeTokenRequest(body io.Reader) (tokenRequest, error) {
+	var tr tokenRequest
+	b, err := io.ReadAll(io.LimitReader(body, maxTokenBodyBytes+1))
+	if err != nil {
+		return tr, err
+	}
+	if len(b) > maxTokenBodyBytes {
+		return tr, errors.New("larger than " + strconv.Itoa(maxTokenBodyBytes) + " bytes")
+	}
+	err = jsonv2.Unmarshal(b, &tr, jsonv2.RejectUnknownMembers(true))
+	if se := (*jsonv2.SemanticError)(nil); errors.As(err, &se) && errors.Is(se.Err, jsonv2.ErrUnknownName) {
+		// The library's words name the Go type and call the name a string.
+		return tr, errors.New("unknown field " + strconv.Quote(se.JSONPointer.LastToken()) + " (names are case-sensitive)")
+	}
+	return tr, err
+}
+
 type tokenResponse struct {
 	Token   string    `json:"token"`
 	Expires time.Time `json:"expires"`
@@ -196,10 +226,8 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 			fail(reason, http.StatusUnauthorized, "unauthorized", "a valid verifier secret is required")
 			return
 		}
-		var tr tokenRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&tr); err != nil {
+		tr, err := decodeTokenRequest(r.Body)
+		if err != nil {
 			fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "body: "+err.Error())
 			return
 		}

@@ -1,11 +1,13 @@
 package edge
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
 )
@@ -109,6 +111,60 @@ func TestTokenEndpointShortSecret(t *testing.T) {
 	}{{"", false}, {short, false}, {verifierSecret, true}} {
 		if err := CheckVerifierSecret(c.secret); (err == nil) != c.ok {
 			t.Errorf("CheckVerifierSecret(%d bytes): %v", len(c.secret), err)
+		}
+	}
+}
+
+// TestTokenEndpointStrictBody: the token endpoint refuses a body that JSON
+// readers disagree on, so that the verifier cannot be made to vouch for one
+// identity while the edge issues a token for another: names in another case
+// (encoding/json took "IP", and "uſer" by Unicode folding, as "ip" and
+// "user"), a name twice (it took the last), anything after the object (it
+// read the first value only) and a body over 4096 bytes (it read the first
+// 4096). Each is a 400 with the reason "bad request"; a plain body, and one
+// of exactly 4096 bytes, still get a token.
+func TestTokenEndpointStrictBody(t *testing.T) {
+	sink := &recordSink{}
+	keys := testKeys(t)
+	cfg := seedConfig(t, nil)
+	l := newLimiter(t, cfg, Options{Keys: keys, Sink: sink})
+	h := l.Handler(http.NotFoundHandler(), verifierSecret)
+	const ip = `{"ip":"203.0.113.7"}`
+	pad := func(body string, n int) string { return body + strings.Repeat(" ", n-len(body)) }
+	// post returns the status, the decision's reason, and the message of
+	// an error or the subject the issued token verifies for.
+	post := func(body string) string {
+		r := httptest.NewRequest("POST", cfg.Challenge.Endpoint, strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+verifierSecret)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		var resp struct{ Token, Message string }
+		json.Unmarshal(rec.Body.Bytes(), &resp)
+		got := resp.Message
+		if rec.Code == 200 {
+			got = "no subject"
+			for _, sub := range []string{"ip:203.0.113.7", "ip:198.51.100.66", "user:u_1"} {
+				if _, err := keys.Verify(resp.Token, sub, time.Now()); err == nil {
+					got = sub
+				}
+			}
+		}
+		return fmt.Sprintf("%d %s: %s", rec.Code, sink.ds[len(sink.ds)-1].Reason, got)
+	}
+	for _, c := range []struct{ name, body, want string }{
+		{"plain", ip, "200 token endpoint: token issued: ip:203.0.113.7"},
+		{"4096 bytes", pad(ip, 4096), "200 token endpoint: token issued: ip:203.0.113.7"},
+		{"wrong case", `{"IP":"203.0.113.7"}`, `400 token endpoint: bad request: body: unknown field "IP" (names are case-sensitive)`},
+		{"folded name", `{"uſer":"u_1"}`, `400 token endpoint: bad request: body: unknown field "uſer" (names are case-sensitive)`},
+		{"name twice", `{"ip":"203.0.113.7","ip":"198.51.100.66"}`, `400 token endpoint: bad request: body: jsontext: duplicate object member name "ip"`},
+		{"name twice, escaped", `{"ip":"203.0.113.7","\u0069p":"198.51.100.66"}`, `400 token endpoint: bad request: body: jsontext: duplicate object member name "ip"`},
+		{"second object", ip + `{"ip":"198.51.100.66"}`, `400 token endpoint: bad request: body: jsontext: invalid character '{' after top-level value after offset 20`},
+		{"trailing garbage", ip + ` garbage`, `400 token endpoint: bad request: body: jsontext: invalid character 'g' after top-level value after offset 21`},
+		{"4097 bytes", pad(ip, 4097), "400 token endpoint: bad request: body: larger than 4096 bytes"},
+		{"unknown field", `{"ip":"203.0.113.7","admin":true}`, `400 token endpoint: bad request: body: unknown field "admin" (names are case-sensitive)`},
+	} {
+		if got := post(c.body); got != c.want {
+			t.Errorf("%s: %s\nwant %s", c.name, got, c.want)
 		}
 	}
 }
