@@ -58,17 +58,45 @@ func heavyHitterAlerts(t *testing.T, user string) []alerts.Alert {
 // TestWebhookEscapesHostileUserID: a user id holding Slack mrkdwn control
 // sequences (<!channel>, <url|label>) is posted by the webhook as text,
 // not as a mention of the whole channel and a link with a label of the
-// attacker's choosing. Slack asks senders to escape &, < and > in text.
+// attacker's choosing: Slack asks senders to escape &, < and > in text.
+// One holding *, _, ~ or backticks is not set in bold, italics or
+// strike-through, nor opens a code span that swallows what follows: in
+// the mrkdwn block the id stands only inside code spans (the key's, the
+// summary's, the top identities'), and the text is posted as plain text
+// (postSlack checks "mrkdwn": false).
 func TestWebhookEscapesHostileUserID(t *testing.T) {
-	user := "<!channel> <https://evil.example/unblock|ratewarden: approve unblock>" // printable: the edge believes it
-	text, block := postSlack(t, heavyHitterAlerts(t, user)[0])
-	for name, got := range map[string]string{"text": text, "mrkdwn block": block} {
-		for _, bad := range []string{"<!channel>", "<https://evil.example/unblock|"} {
-			if strings.Contains(got, bad) {
-				t.Errorf("the %s holds %q unescaped, which Slack renders as markup:\n%s", name, bad, got)
+	inSpan := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "`", "\u02cb")
+	for _, user := range []string{ // printable: the edge believes them
+		"<!channel> <https://evil.example/unblock|ratewarden: approve unblock>",
+		"*URGENT* unblock me", "_x_", "~x~", "a`*b*`c", "` *URGENT* `", "x`",
+	} {
+		text, block := postSlack(t, heavyHitterAlerts(t, user)[0])
+		for name, got := range map[string]string{"text": text, "mrkdwn block": block} {
+			for _, bad := range []string{"<!channel>", "<https://evil.example/unblock|"} {
+				if strings.Contains(got, bad) {
+					t.Errorf("the %s holds %q unescaped, which Slack renders as markup:\n%s", name, bad, got)
+				}
 			}
 		}
+		if out := outsideCodeSpans(block); strings.Contains(out, "user:") {
+			t.Errorf("user id %q: the block holds it outside a code span, where Slack reads it as mrkdwn:\n%s\n(outside the spans: %q)", user, block, out)
+		}
+		span := "`user:" + inSpan.Replace(user) + "`"
+		if !strings.Contains(block, "\n"+span+" made 700 requests on ") || !strings.HasSuffix(block, "\ntop identities: "+span) {
+			t.Errorf("user id %q: the block does not open its summary and end with %s:\n%s", user, span, block)
+		}
 	}
+}
+
+// outsideCodeSpans returns what a mrkdwn text holds outside its code
+// spans, pairing backticks as Slack does: each with the next.
+func outsideCodeSpans(s string) string {
+	parts := strings.Split(s, "`")
+	var out strings.Builder
+	for i := 0; i < len(parts); i += 2 {
+		out.WriteString(parts[i])
+	}
+	return out.String()
 }
 
 // denyHitters puts heavy hitters on the deny list.

@@ -2,12 +2,14 @@ package alerts
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -233,9 +235,15 @@ func (w *Webhook) post(body []byte) (retry bool, err error) {
 }
 
 // slack is a Slack incoming-webhook message: text, and blocks for clients
-// that render them.
+// that render them. Text is what notifications show; Mrkdwn false has Slack
+// show it as plain text, not read it as mrkdwn (Slack's message payload
+// reference: mrkdwn "determines whether the text field is rendered
+// according to mrkdwn formatting or not. Defaults to true"), so that no
+// user id in it is set in bold, italics or strike-through. It does not
+// reach the blocks, each of which says its own type.
 type slack struct {
 	Text   string       `json:"text"`
+	Mrkdwn bool         `json:"mrkdwn"`
 	Blocks []slackBlock `json:"blocks,omitempty"`
 }
 
@@ -250,36 +258,60 @@ type slackText struct {
 }
 
 // slackMessage is a's message. Every value taken from a goes through
-// slackEscape, or slackCode inside backticks: a user id is the client's
-// choice, and must reach the channel as text, not as a mention, a link or
-// the end of a code span.
+// slackEscape, and in the mrkdwn block every identity (a user id is the
+// client's choice) is a code span (slackCode): it must reach the channel
+// as text, not as a mention, a link, bold, italics, strike-through or the
+// start or end of a code span.
 func slackMessage(a Alert) slack {
 	typ, state := slackEscape(a.Type), slackEscape(a.State)
-	summary := slackEscape(a.Summary)
-	head := fmt.Sprintf("[%s] %s %s: %s", slackEscape(strings.ToUpper(a.Severity)), typ, state, summary)
+	head := fmt.Sprintf("[%s] %s %s: %s", slackEscape(strings.ToUpper(a.Severity)), typ, state, slackEscape(a.Summary))
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%s* `%s` %s\n%s\nwindow %s – %s", typ, slackCode(a.Key), state, summary,
+	fmt.Fprintf(&b, "*%s* %s %s\n%s\nwindow %s – %s", typ, slackCode(a.Key), state, slackSummary(a),
 		a.WindowStart.UTC().Format(time.RFC3339), a.WindowEnd.UTC().Format(time.RFC3339))
-	if len(a.Identities) > 0 {
-		fmt.Fprintf(&b, "\ntop identities: %s", slackEscape(strings.Join(a.Identities, ", ")))
+	sep := "\ntop identities: "
+	for _, id := range a.Identities {
+		b.WriteString(sep)
+		b.WriteString(slackCode(id))
+		sep = ", "
 	}
 	return slack{Text: head, Blocks: []slackBlock{{Type: "section", Text: slackText{Type: "mrkdwn", Text: b.String()}}}}
 }
 
-// slackEscaper escapes the three characters Slack reads as markup in a
-// message's text: & starts an entity, and < and > enclose a mention
-// (<!channel>, <@U123>) or a link with a label of its own (<url|label>).
-// Slack asks senders to escape them, and decodes them again for display.
-var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+// slackSummary returns a's summary for a mrkdwn block: escaped, with every
+// identity of a in it as a code span. A detector may put an identity
+// anywhere in a summary (a heavy hitter's leads it), so each is looked for
+// rather than its place assumed. It is one pass of one replacer, the
+// longest identity first, so that an identity that holds another is one
+// span, and what a span holds is not looked at again.
+func slackSummary(a Alert) string {
+	ids := slices.DeleteFunc(slices.Clone(a.Identities), func(id string) bool { return id == "" })
+	slices.SortStableFunc(ids, func(x, y string) int { return cmp.Compare(len(y), len(x)) })
+	pairs := make([]string, 0, 2*len(ids)+len(slackEscapes))
+	for _, id := range ids {
+		pairs = append(pairs, id, slackCode(id))
+	}
+	return strings.NewReplacer(append(pairs, slackEscapes...)...).Replace(a.Summary)
+}
+
+// slackEscapes are the three characters Slack reads as markup in a
+// message's text, each with its escape: & starts an entity, and < and >
+// enclose a mention (<!channel>, <@U123>) or a link with a label of its
+// own (<url|label>). Slack asks senders to escape them, and decodes them
+// again for display.
+var slackEscapes = []string{"&", "&amp;", "<", "&lt;", ">", "&gt;"}
+
+var slackEscaper = strings.NewReplacer(slackEscapes...)
 
 // slackEscape returns s as plain text in a Slack message.
 func slackEscape(s string) string { return slackEscaper.Replace(s) }
 
-// slackCode returns s as plain text inside backticks in a Slack message.
-// Slack has no way to escape a backtick there: one would end the span
-// early and let the rest be read as markup, so it becomes U+02CB (ˋ),
-// which looks alike and does not.
-func slackCode(s string) string { return strings.ReplaceAll(slackEscape(s), "`", "\u02cb") }
+// slackCode returns s as a code span in a mrkdwn text: in backticks, where
+// Slack reads no *, _ or ~ as formatting. Slack has no way to escape a
+// backtick there: one would end the span early and let the rest be read as
+// markup, so it becomes U+02CB (ˋ), which looks alike and does not.
+func slackCode(s string) string {
+	return "`" + strings.ReplaceAll(slackEscape(s), "`", "\u02cb") + "`"
+}
 
 // Names of the EMF metric and dimensions of alerts.
 const (
