@@ -15,9 +15,9 @@ import (
 	"net/netip"
 )
 
-// NAT64 is the well-known prefix of NAT64 (RFC 6052): the last 32 bits of
+// nat64 is the well-known prefix of NAT64 (RFC 6052): the last 32 bits of
 // an address in it are an IPv4 address.
-var NAT64 = netip.MustParsePrefix("64:ff9b::/96")
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 // Of returns a as the edge counts it: without a zone, and an address that
 // carries an IPv4 address (IPv4-mapped, or in NAT64) as that address.
@@ -33,7 +33,7 @@ func of6(a netip.Addr) netip.Addr {
 		return a.Unmap()
 	}
 	a = a.WithZone("")
-	if NAT64.Contains(a) {
+	if nat64.Contains(a) {
 		b := a.As16()
 		return netip.AddrFrom4([4]byte(b[12:]))
 	}
@@ -56,7 +56,7 @@ func Prefix(p netip.Prefix) (netip.Prefix, error) {
 		if p.Bits() < 96 {
 			return netip.Prefix{}, errors.New("mixes IPv4-mapped and plain IPv6 addresses")
 		}
-	case NAT64.Contains(p.Masked().Addr()):
+	case nat64.Contains(p.Masked().Addr()):
 		if p.Bits() < 96 {
 			return netip.Prefix{}, errors.New("mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses")
 		}
