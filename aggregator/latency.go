@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
+	enc "github.com/DataDog/sketches-go/ddsketch/encoding"
 	"github.com/DataDog/sketches-go/ddsketch/mapping"
 	"github.com/DataDog/sketches-go/ddsketch/store"
 
@@ -356,23 +357,43 @@ func (l *Latency) decode(r *reader) error {
 // no negative values either).
 var latencyIndexMin, latencyIndexMax = latencyIndex(1), latencyIndex(math.MaxInt64)
 
-// decodeLatencySketch decodes a sketch AppendBinary encoded: into sparse
-// stores first, which take any bin, then bin by bin, in order, into a
+// decodeLatencySketch decodes a sketch AppendBinary encoded: into a sparse
+// store first, which takes any bin, then bin by bin, in order, into a
 // sketch of newLatencySketch's once each is checked to be one a latency
 // can fall in, with a count that is a whole number. The partial is
 // untrusted bytes (a file, a table's item), and the dense store would
 // index out of its range, a panic, on a bin far from the others; a
 // negative, fractional or NaN count would make Count and the quantiles
 // wrong. Such a sketch is an error instead.
+//
+// It reads the encoding's fields itself, with the library's decoders of
+// each (what Encode writes, with the index mapping omitted): the
+// library's own DecodeDDSketch drops a store's decode error, so a store
+// cut short or claiming more bins than it holds would be read as the bins
+// before the damage, a wrong count, without a word.
 func decodeLatencySketch(p []byte) (*ddsketch.DDSketch, error) {
-	raw, err := ddsketch.DecodeDDSketch(p, store.SparseStoreConstructor, latencyMapping)
-	if err != nil {
-		return nil, err
+	pos, neg := store.NewSparseStore(), store.NewSparseStore()
+	for b := &p; len(*b) > 0; {
+		field := (*b)[0]
+		flag, err := enc.DecodeFlag(b) // never fails on a byte
+		switch {
+		case flag.Type() == enc.FlagTypePositiveStore:
+			err = store.DecodeAndMergeWith(pos, b, flag.SubFlag())
+		case flag.Type() == enc.FlagTypeNegativeStore:
+			err = store.DecodeAndMergeWith(neg, b, flag.SubFlag())
+		case flag == enc.FlagZeroCountVarFloat:
+			var n float64
+			if n, err = enc.DecodeVarfloat64(b); err == nil && n != 0 {
+				return nil, fmt.Errorf("a zero count of %v, want none", n)
+			}
+		default:
+			return nil, fmt.Errorf("field %#02x, want only stores and a zero count", field)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("field %#02x: %w", field, err)
+		}
 	}
-	if n := raw.GetZeroCount(); n != 0 {
-		return nil, fmt.Errorf("a zero count of %v, want none", n)
-	}
-	if !raw.GetNegativeValueStore().IsEmpty() {
+	if !neg.IsEmpty() {
 		return nil, errors.New("negative values")
 	}
 	type bin struct {
@@ -380,7 +401,7 @@ func decodeLatencySketch(p []byte) (*ddsketch.DDSketch, error) {
 		n float64
 	}
 	var bins []bin
-	raw.GetPositiveValueStore().ForEach(func(k int, n float64) bool {
+	pos.ForEach(func(k int, n float64) bool {
 		bins = append(bins, bin{k, n})
 		return false
 	})

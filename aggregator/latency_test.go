@@ -3,6 +3,7 @@ package aggregator
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +138,34 @@ func TestDecodeLatencyChecksBins(t *testing.T) {
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
 			t.Errorf("%s: error %v, want one saying %q", name, err, c.err)
 		}
+	}
+}
+
+// TestDecodeLatencyRefusesDamage: a store-latency sketch whose bytes are
+// cut short anywhere, or whose store claims more bins than it holds, is an
+// error, not the bins before the damage (which the library's own decoder
+// would return without a word: a wrong count).
+func TestDecodeLatencyRefusesDamage(t *testing.T) {
+	sk := newLatencySketch()
+	for _, v := range []float64{1.5, 12.5, 900} {
+		sk.Add(v)
+	}
+	var good []byte
+	sk.Encode(&good, true)
+	if got, err := decodeLatencySketch(good); err != nil || got.GetCount() != 3 {
+		t.Fatalf("the sketch as encoded: %v, %v; want 3 latencies", got, err)
+	}
+	for n := 1; n < len(good); n++ {
+		if got, err := decodeLatencySketch(good[:n]); err == nil {
+			t.Errorf("cut to %d of %d bytes: read %v latencies, want an error", n, len(good), got.GetCount())
+		}
+	}
+	more := slices.Clone(good)
+	more[1]++ // the positive store's count of bins, after its field byte
+	if got, err := decodeLatencySketch(more); err == nil {
+		t.Errorf("one bin more claimed than held: read %v latencies, want an error", got.GetCount())
+	}
+	if _, err := decodeLatencySketch(append([]byte{0x02}, good...)); err == nil || !strings.Contains(err.Error(), "field 0x02") {
+		t.Errorf("an index mapping field: %v, want an error naming it", err)
 	}
 }
