@@ -603,20 +603,8 @@ func (v *validator) rule(segs []string, r *Rule) {
 // address, without a zone. Entries that carry IPv4 addresses (IPv4-mapped,
 // NAT64) are IPv4, because the edge compares peers so (internal/clientip).
 func parseProxy(s string) (netip.Prefix, bool) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Prefix{}, false
-		}
-		p, err = clientip.Prefix(p)
-		return p, err == nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.Prefix{}, false
-	}
-	a = clientip.Of(a)
-	return netip.PrefixFrom(a, a.BitLen()), true
+	p, err := clientip.ParseEntry(s)
+	return p, err == nil
 }
 
 func isHTTPURL(s string) bool {

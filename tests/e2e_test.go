@@ -340,12 +340,8 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 		os.WriteFile(allow, []byte("# partners\n198.51.100.0/24\nuser:partner\n"), 0o600)
 		os.WriteFile(deny, []byte("203.0.113.66\n"), 0o600)
 		cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  allow_file: "+allow+"\n  deny_file: "+deny+"\n")
-		const secret = "verifier-secret-of-at-least-32-bytes"
-		env := []string{
-			"RATEWARDEN_CHALLENGE_KEYS=k2:" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
-			"RATEWARDEN_VERIFIER_SECRET=" + secret,
-		}
-		base, _ := startEdge(t, bin, env, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
+		const secret = testVerifierSecret
+		base, _ := startEdge(t, bin, challengeEnv, "--server", server, "--config", cfgPath, "--upstream", origin.URL)
 		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 		// 203.0.113.7 (forwarded by the trusted loopback proxy) is challenged
@@ -397,6 +393,15 @@ func TestEdgeChallengeFlowAndLists(t *testing.T) {
 			t.Errorf("deny-listed: %d %s", res.status, res.body)
 		}
 	})
+}
+
+// testVerifierSecret and challengeEnv give an edge challenge keys and the
+// verifier secret its token endpoint wants (issueToken's secret).
+const testVerifierSecret = "verifier-secret-of-at-least-32-bytes"
+
+var challengeEnv = []string{
+	"RATEWARDEN_CHALLENGE_KEYS=k2:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+	"RATEWARDEN_VERIFIER_SECRET=" + testVerifierSecret,
 }
 
 // token is what the token endpoint answers.

@@ -45,12 +45,8 @@ func TestChallengeListEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  challenge_file: "+list+"\n  refresh: 1s\n")
-	const secret = "verifier-secret-of-at-least-32-bytes"
-	env := []string{
-		"RATEWARDEN_CHALLENGE_KEYS=k2:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
-		"RATEWARDEN_VERIFIER_SECRET=" + secret,
-	}
-	base, _ := startEdge(t, bin, env, "--config", cfgPath, "--upstream", origin.URL, "--decisions-dir", logDir)
+	const secret = testVerifierSecret
+	base, _ := startEdge(t, bin, challengeEnv, "--config", cfgPath, "--upstream", origin.URL, "--decisions-dir", logDir)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	const ip = "203.0.113.7"
 	xff := []string{"X-Forwarded-For", ip}

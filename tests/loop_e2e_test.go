@@ -88,9 +88,7 @@ func runLoop(t *testing.T, bin string, scraper func(i int) string, probe string)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"RATEWARDEN_CHALLENGE_KEYS=k2:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
-		"RATEWARDEN_VERIFIER_SECRET=verifier-secret-of-at-least-32-bytes"}
-	base, _ := startEdge(t, bin, env, "--config", cfgPath, "--upstream", origin.URL, "--decisions-dir", r.logDir)
+	base, _ := startEdge(t, bin, challengeEnv, "--config", cfgPath, "--upstream", origin.URL, "--decisions-dir", r.logDir)
 	agg := startAggregate(t, bin, nil, "--decisions-dir", r.logDir, "--state-dir", filepath.Join(dir, "state"),
 		"--partials", "dir:"+r.partials, "--alerts", cfgPath, "--window", loopWindow.String(), "--lateness", loopLateness.String())
 

@@ -23,13 +23,8 @@ func TestEdgeNAT64Clients(t *testing.T) {
 		deny := filepath.Join(dir, "deny.txt")
 		os.WriteFile(deny, []byte("203.0.113.66\n"), 0o600)
 		cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  deny_file: "+deny+"\n")
-		const secret = "verifier-secret-of-at-least-32-bytes"
-		env := []string{
-			"RATEWARDEN_CHALLENGE_KEYS=k2:" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
-			"RATEWARDEN_VERIFIER_SECRET=" + secret,
-		}
 		decisionsFile := filepath.Join(dir, "decisions.jsonl")
-		base, _ := startEdge(t, bin, env, "--server", server, "--config", cfgPath, "--upstream", origin.URL, "--decisions-file", decisionsFile)
+		base, _ := startEdge(t, bin, challengeEnv, "--server", server, "--config", cfgPath, "--upstream", origin.URL, "--decisions-file", decisionsFile)
 		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		export := func(xff string, kv ...string) int {
 			return get(t, client, base+"/api/export", append([]string{"X-Forwarded-For", xff}, kv...)...).status
@@ -52,7 +47,7 @@ func TestEdgeNAT64Clients(t *testing.T) {
 			t.Errorf("203.0.113.7 after four exports as 64:ff9b::203.0.113.7: %d, want 302", s)
 		}
 		// A token issued for the plain address passes the translated one.
-		tok := issueToken(t, client, base, secret, "203.0.113.8")
+		tok := issueToken(t, client, base, testVerifierSecret, "203.0.113.8")
 		if s := export("64:ff9b::cb00:7108", "Cookie", tok.Cookie+"="+tok.Token); s != 200 {
 			t.Errorf("token for 203.0.113.8, presented by 64:ff9b::cb00:7108: %d, want 200", s)
 		}

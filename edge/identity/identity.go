@@ -17,7 +17,6 @@ package identity
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -147,20 +146,7 @@ func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
 // Entries that carry IPv4 addresses (IPv4-mapped, NAT64) are IPv4, because
 // peers are (internal/clientip).
 func parseTrusted(s string) (netip.Prefix, error) {
-	s = strings.TrimSpace(s)
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Prefix{}, errors.New("is not a valid CIDR")
-		}
-		return clientip.Prefix(p)
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.Prefix{}, errors.New("is not an IP address")
-	}
-	a = clientip.Of(a)
-	return netip.PrefixFrom(a, a.BitLen()), nil
+	return clientip.ParseEntry(strings.TrimSpace(s))
 }
 
 // headerKey validates a header name and returns its canonical key.

@@ -27,7 +27,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"net/textproto"
 	"os"
 	"path/filepath"
@@ -246,22 +245,12 @@ func compileIdentity(id config.Identity) (Identity, error) {
 		out.IPv6Bits = identity.DefaultIPv6Prefix
 	}
 	for _, s := range id.TrustedProxies {
-		s = strings.TrimSpace(s)
-		var p string
-		if strings.Contains(s, "/") {
-			pr, err := parsePrefix(s)
-			if err != nil {
-				return out, err
-			}
-			p = pr
-		} else {
-			a, err := parseAddr(s)
-			if err != nil {
-				return out, err
-			}
-			p = a
+		// As identity.New reads them, into masked prefixes; it has checked them.
+		p, err := clientip.ParseEntry(strings.TrimSpace(s))
+		if err != nil {
+			return out, fmt.Errorf("identity.trusted_proxies: %q: %w", s, err)
 		}
-		out.Trusted = append(out.Trusted, p)
+		out.Trusted = append(out.Trusted, p.String())
 	}
 	h := strings.ToLower(strings.TrimSpace(id.ClientIPHeader))
 	out.CloudFront = h == "cloudfront-viewer-address"
@@ -418,26 +407,4 @@ func Build(cfg *config.Config, out string) (Result, error) {
 		return Result{}, fmt.Errorf("build lambda@edge function: %w", err)
 	}
 	return Result{Dir: dir, Zip: zipPath, ZipBytes: zb.Len()}, nil
-}
-
-// parsePrefix and parseAddr read identity.trusted_proxies entries as
-// identity.New does, into masked prefixes; identity.New has checked them.
-func parsePrefix(s string) (string, error) {
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return "", fmt.Errorf("identity.trusted_proxies: %q: %w", s, err)
-	}
-	if p, err = clientip.Prefix(p); err != nil {
-		return "", fmt.Errorf("identity.trusted_proxies: %q: %w", s, err)
-	}
-	return p.String(), nil
-}
-
-func parseAddr(s string) (string, error) {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return "", fmt.Errorf("identity.trusted_proxies: %q: %w", s, err)
-	}
-	a = clientip.Of(a)
-	return netip.PrefixFrom(a, a.BitLen()).String(), nil
 }

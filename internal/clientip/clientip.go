@@ -13,6 +13,7 @@ package clientip
 import (
 	"errors"
 	"net/netip"
+	"strings"
 )
 
 // nat64 is the well-known prefix of NAT64 (RFC 6052): the last 32 bits of
@@ -64,4 +65,23 @@ func Prefix(p netip.Prefix) (netip.Prefix, error) {
 		return p.Masked(), nil
 	}
 	return netip.PrefixFrom(Of(a), p.Bits()-96).Masked(), nil
+}
+
+// ParseEntry parses a configured entry that names clients, such as a
+// trusted proxy: an address or a CIDR prefix, without a zone, as Prefix
+// puts it (a single address is a prefix of all its bits).
+func ParseEntry(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, errors.New("is not a valid CIDR")
+		}
+		return Prefix(p)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, errors.New("is not an IP address")
+	}
+	a = Of(a)
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }

@@ -89,3 +89,27 @@ func BenchmarkOf(b *testing.B) {
 }
 
 var sink netip.Addr
+
+func TestParseEntry(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.0/8":            "10.0.0.0/8",
+		"10.1.2.3/8":            "10.0.0.0/8",
+		"192.0.2.1":             "192.0.2.1/32",
+		"::ffff:192.0.2.1":      "192.0.2.1/32",
+		"64:ff9b::10.0.0.0/104": "10.0.0.0/8",
+		"2001:db8::1":           "2001:db8::1/128",
+		"fe80::1%eth0":          "error: is not an IP address",
+		"proxy.local":           "error: is not an IP address",
+		"10.0.0.0/33":           "error: is not a valid CIDR",
+		"64:ff9b::/64":          "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
+	} {
+		p, err := ParseEntry(in)
+		got := p.String()
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != want {
+			t.Errorf("ParseEntry(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
