@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -445,13 +446,22 @@ func TestEdgeConnectionLimits(t *testing.T) {
 		if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
 			t.Errorf("unfinished headers: closed after %v, want about 300ms", took)
 		}
+		// The edge gives the slot back just after the close the client saw:
+		// until then, a new connection would wait, and one before it that
+		// had not sent its request yet would be closed for it.
+		waitFor(t, "the unfinished connection's slot", func(context.Context) error {
+			if m := get(t, http.DefaultClient, admin+"/metrics").body; !regexp.MustCompile(`ratewarden_edge_connections_open\{[^}]*\} 0\n`).MatchString(m) {
+				return errors.New(grepLines(m, "connections_open"))
+			}
+			return nil
+		})
 
 		// Two busy connections: a third waits.
 		first, second := dial(), dial()
 		for _, c := range []rawConn{first, second} {
 			c.SetDeadline(time.Now().Add(10 * time.Second))
 			io.WriteString(c, "GET /hold HTTP/1.1\r\nHost: edge\r\n\r\n")
-			<-entered
+			enters(t, entered)
 		}
 		third := dial()
 		if s, err := third.get(200 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -500,6 +510,17 @@ func TestEdgeConnectionLimits(t *testing.T) {
 	})
 }
 
+// enters waits for a held request to reach the origin (its handler sends
+// on entered), for at most 10 seconds.
+func enters(t *testing.T, entered <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the origin in 10s")
+	}
+}
+
 // TestEdgeConnectionLimitsPipelined: at the cap of two connections, both
 // busy and a newcomer waiting, a client that pipelined a second request
 // behind its first gets both answers. Its connection is idle for a moment
@@ -533,9 +554,9 @@ func TestEdgeConnectionLimitsPipelined(t *testing.T) {
 			c.SetDeadline(time.Now().Add(10 * time.Second))
 		}
 		io.WriteString(pipelined, "GET /hold1 HTTP/1.1\r\nHost: edge\r\n\r\nGET /next HTTP/1.1\r\nHost: edge\r\n\r\n")
-		<-entered
+		enters(t, entered)
 		io.WriteString(busy, "GET /hold2 HTTP/1.1\r\nHost: edge\r\n\r\n")
-		<-entered
+		enters(t, entered)
 		newcomer := dialRaw(t, "", addr)
 		if s, err := newcomer.get(200 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("a third connection while two are busy: %d %v, want no answer", s, err)
