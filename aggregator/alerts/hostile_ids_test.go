@@ -5,9 +5,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
@@ -145,4 +148,99 @@ func TestFeedbackListsTheOffenderNotAnother(t *testing.T) {
 	if act.Applied || act.Target != "user:"+old || act.Why != alerts.WhyWriteFailed {
 		t.Errorf("action %+v, want one on user:%q, failed to write", act, old)
 	}
+}
+
+// TestWebhookShowsUnprintedCharacters: a user id holding characters that
+// are not drawn but act on the text around them (line breaks, which would
+// forge alert lines; bidirectional controls, which reorder what follows;
+// zero-width characters; NUL), bytes that are not UTF-8 (or U+FFFD, which
+// JSON writes for them), or 10 kB, reaches the channel with a visible
+// escape for each (as strconv.QuoteToASCII writes it, a backslash of the
+// id's own doubled so that it is not taken for one) and cut to 128
+// characters, in the text and in every code span of the block, each on
+// its own line.
+func TestWebhookShowsUnprintedCharacters(t *testing.T) {
+	for _, tc := range []struct{ name, user, shown string }{
+		{"LF forging a line", "x\n*Alert resolved*", `x\n*Alert resolved*`},
+		{"CR", "x\r*Alert resolved*", `x\r*Alert resolved*`},
+		{"U+2028, U+2029", "x\u2028*Alert resolved*\u2029", `x\u2028*Alert resolved*\u2029`},
+		{"NEL, tab, VT", "x\u0085y\tz\x0b", `x\u0085y\tz\v`},
+		{"bidi override and isolate", "admin\u202e\u2066txt.exe\u2069", `admin\u202e\u2066txt.exe\u2069`},
+		{"zero width", "vic\u200dtim\u200b\ufeff", `vic\u200dtim\u200b\ufeff`},
+		{"NUL, ESC", "x\x00y\x1b[31m", `x\x00y\x1b[31m`},
+		{"not UTF-8, and U+FFFD", "x\xffy\xe2\x80\ufffd", `x\xffy\xe2\x80\ufffd`},
+		{"backslash", `x\ny`, `x\\ny`},
+		{"backticks around LF", "a`\n`*b*", "a`\\n`*b*"},
+		{"10 kB", strings.Repeat("a", 10240), strings.Repeat("a", 123) + "… (cut from 10245 bytes)"},
+		// Cut before an escape, not within it: "user:" and 20 escapes of 6.
+		{"200 bidi overrides", strings.Repeat("\u202e", 200), strings.Repeat(`\u202e`, 20) + "… (cut from 605 bytes)"},
+	} {
+		text, block := postSlack(t, heavyHitterAlerts(t, tc.user)[0])
+		for name, got := range map[string]string{"text": strings.ReplaceAll(text, "\n", ""), "mrkdwn block": strings.ReplaceAll(block, "\n", "")} {
+			if i := strings.IndexFunc(got, unprinted); i >= 0 {
+				r, _ := utf8.DecodeRuneInString(got[i:])
+				t.Errorf("%s: the %s holds %U at byte %d:\n%s", tc.name, name, r, i, got)
+			}
+		}
+		if n := strings.Count(text, "\n") + 1; n != 1 {
+			t.Errorf("%s: the text is %d lines, want 1:\n%s", tc.name, n, text)
+		}
+		lines := strings.Split(block, "\n")
+		if len(lines) != 4 {
+			t.Errorf("%s: the block is %d lines, want 4 (key, summary, window, identities):\n%s", tc.name, len(lines), block)
+		}
+		code := "user:" + strings.ReplaceAll(tc.shown, "`", "\u02cb")
+		if !strings.HasPrefix(text, "[WARNING] heavy_hitter firing: user:"+tc.shown+" made 700 requests on ") ||
+			len(lines) != 4 || !strings.HasSuffix(lines[0], "/"+code+"` firing") ||
+			!strings.HasPrefix(lines[1], "`"+code+"` made 700 requests on ") || lines[3] != "top identities: `"+code+"`" {
+			t.Errorf("%s: want the id shown as user:%s in the text and `%s` in the key, the summary and the identities:\ntext: %s\nblock:\n%s",
+				tc.name, tc.shown, code, text, block)
+		}
+	}
+}
+
+// unprinted reports whether r is a character the messages must not hold
+// as it is: one that is not drawn but acts on the text around it, or
+// U+FFFD, which JSON writes for a byte that is not UTF-8.
+func unprinted(r rune) bool {
+	return r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// TestWebhookBlockFitsTenLongIDs: an alert naming ten user ids of the
+// longest the edge believes (decisions.MaxUserIDLen bytes), half of them
+// ampersands, which the message holds as "&amp;", is posted in a block
+// Slack takes, its text at most 3000 characters: each identity is cut,
+// in the key, the summary and the list.
+func TestWebhookBlockFitsTenLongIDs(t *testing.T) {
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, "user:"+strings.Repeat("&"+string(rune('a'+i)), decisions.MaxUserIDLen/2))
+	}
+	a := hitter(ids[0], "anonymous", t0)
+	a.Identities, a.Summary = ids, ids[0]+" made 700 requests"
+	_, block := postSlack(t, a)
+	cut := "… (cut from " + strconv.Itoa(len(ids[0])) + " bytes)"
+	if n := utf8.RuneCountInString(block); n > 3000 || strings.Count(block, cut) != 12 {
+		t.Errorf("the block is %d characters, want at most 3000, with 12 identities ending %q (the key's, the summary's and the ten listed):\n%s", n, cut, block)
+	}
+}
+
+// FuzzWebhookUserID: whatever a user id holds, the block is its four
+// lines, holds no character that is not drawn, and lists at most 128
+// characters of the id (and the note of the cut).
+func FuzzWebhookUserID(f *testing.F) {
+	for _, s := range []string{"x\n*Alert resolved*", "a`\n`*b*", "\u202e\xff\ufffd\\", strings.Repeat("\u200d", 100)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, user string) {
+		a := hitter("user:"+user, "anonymous", t0)
+		a.Summary = a.Identities[0] + " made 700 requests"
+		_, block := postSlack(t, a)
+		lines := strings.Split(block, "\n")
+		longest := utf8.RuneCountInString("top identities: `… (cut from "+strconv.Itoa(len(a.Identities[0]))+" bytes)`") + 128
+		if i := strings.IndexFunc(strings.Join(lines, ""), unprinted); i >= 0 || len(lines) != 4 || utf8.RuneCountInString(lines[3]) > longest {
+			t.Errorf("user id %q: the block is %d lines (want 4), holds an unprinted character at %d, or lists more than %d characters:\n%s",
+				user, len(lines), i, longest, block)
+		}
+	})
 }

@@ -10,10 +10,13 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 	"github.com/ratewarden/ratewarden/internal/backoff"
@@ -257,40 +260,102 @@ type slackText struct {
 	Text string `json:"text"`
 }
 
-// slackMessage is a's message. Every value taken from a goes through
-// slackEscape, and in the mrkdwn block every identity (a user id is the
-// client's choice) is a code span (slackCode): it must reach the channel
-// as text, not as a mention, a link, bold, italics, strike-through or the
-// start or end of a code span.
+// slackMessage is a's message. Every value taken from a is shown as
+// slackShown writes it, with each identity of a in it cut to maxShownID
+// characters, and goes through slackEscape; in the mrkdwn block every
+// identity (a user id is the client's choice) is a code span (slackCode):
+// it must reach the channel as text on the line it belongs to, not as a
+// mention, a link, bold, italics, strike-through, the start or end of a
+// code span, a line of its own or text read in another order.
 func slackMessage(a Alert) slack {
-	typ, state := slackEscape(a.Type), slackEscape(a.State)
-	head := fmt.Sprintf("[%s] %s %s: %s", slackEscape(strings.ToUpper(a.Severity)), typ, state, slackEscape(a.Summary))
+	ids := slackIdentities(a)
+	cut := ids.replacer(func(id string) string { return id })
+	show := func(s string) string { return cut.Replace(slackShown(s, 0)) }
+	typ, state := slackEscape(show(a.Type)), slackEscape(show(a.State))
+	head := fmt.Sprintf("[%s] %s %s: %s", slackEscape(show(strings.ToUpper(a.Severity))), typ, state, slackEscape(show(a.Summary)))
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%s* %s %s\n%s\nwindow %s – %s", typ, slackCode(a.Key), state, slackSummary(a),
+	fmt.Fprintf(&b, "*%s* %s %s\n%s\nwindow %s – %s", typ, slackCode(show(a.Key)), state,
+		ids.replacer(slackCode, slackEscapes...).Replace(slackShown(a.Summary, 0)),
 		a.WindowStart.UTC().Format(time.RFC3339), a.WindowEnd.UTC().Format(time.RFC3339))
 	sep := "\ntop identities: "
 	for _, id := range a.Identities {
 		b.WriteString(sep)
-		b.WriteString(slackCode(id))
+		b.WriteString(slackCode(slackShown(id, maxShownID)))
 		sep = ", "
 	}
 	return slack{Text: head, Blocks: []slackBlock{{Type: "section", Text: slackText{Type: "mrkdwn", Text: b.String()}}}}
 }
 
-// slackSummary returns a's summary for a mrkdwn block: escaped, with every
-// identity of a in it as a code span. A detector may put an identity
-// anywhere in a summary (a heavy hitter's leads it), so each is looked for
-// rather than its place assumed. It is one pass of one replacer, the
-// longest identity first, so that an identity that holds another is one
-// span, and what a span holds is not looked at again.
-func slackSummary(a Alert) string {
-	ids := slices.DeleteFunc(slices.Clone(a.Identities), func(id string) bool { return id == "" })
-	slices.SortStableFunc(ids, func(x, y string) int { return cmp.Compare(len(y), len(x)) })
-	pairs := make([]string, 0, 2*len(ids)+len(slackEscapes))
-	for _, id := range ids {
-		pairs = append(pairs, id, slackCode(id))
+// slackIDs are an alert's identities, each as it stands in the alert's
+// values once they are shown (slackShown, in full) and as the message
+// shows it (cut to maxShownID), the longest first.
+type slackIDs []slackID
+
+type slackID struct{ full, cut string }
+
+// slackIdentities returns a's identities but the empty one.
+func slackIdentities(a Alert) slackIDs {
+	var ids slackIDs
+	for _, id := range a.Identities {
+		if id != "" {
+			ids = append(ids, slackID{full: slackShown(id, 0), cut: slackShown(id, maxShownID)})
+		}
 	}
-	return strings.NewReplacer(append(pairs, slackEscapes...)...).Replace(a.Summary)
+	slices.SortStableFunc(ids, func(x, y slackID) int { return cmp.Compare(len(y.full), len(x.full)) })
+	return ids
+}
+
+// replacer returns a replacer of each identity as shown in full by as
+// applied to its cut form, and of escapes' pairs of old and new. A
+// detector may put an identity anywhere in a summary or key (a heavy
+// hitter's leads its summary), so each is looked for rather than its
+// place assumed. It is one pass, the longest identity first, so that an
+// identity that holds another is replaced whole, and what replaces it is
+// not looked at again.
+func (ids slackIDs) replacer(as func(string) string, escapes ...string) *strings.Replacer {
+	pairs := make([]string, 0, 2*len(ids)+len(escapes))
+	for _, id := range ids {
+		pairs = append(pairs, id.full, as(id.cut))
+	}
+	return strings.NewReplacer(append(pairs, escapes...)...)
+}
+
+// maxShownID is the most characters of an identity a Slack message shows:
+// every address whole, and enough of a user id to tell it from others,
+// while ten of them leave room in a section block, whose text Slack
+// refuses past 3000 characters (and with it the alert).
+const maxShownID = 128
+
+// slackShown returns s as a Slack message shows it: each character that
+// is not drawn but acts on the text around it (Unicode's Cc, Cf, Zl and
+// Zp: line breaks, tabs, bidirectional controls, zero-width characters),
+// each byte that is not UTF-8, U+FFFD (which JSON writes for such a byte)
+// and the backslash, as strconv.QuoteToASCII writes it (\n, \u202e, \x00,
+// \ufffd, \\), so that s can neither start a line nor reorder or hide
+// text, and no two strings are shown alike in full. With limit > 0, what
+// is shown past limit characters is cut: it ends with "…" and the length
+// of s. &, < and > count as the escapes the message holds them as
+// (slackEscape), so that the limit bounds what is posted.
+func slackShown(s string, limit int) string {
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		c := s[i : i+size]
+		if r == '\\' || r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
+			c = strconv.QuoteToASCII(c)
+			c = c[1 : len(c)-1]
+		}
+		if n += utf8.RuneCountInString(slackEscape(c)); limit > 0 && n > limit {
+			b.WriteString("… (cut from ")
+			b.WriteString(strconv.Itoa(len(s)))
+			b.WriteString(" bytes)")
+			break
+		}
+		b.WriteString(c)
+		i += size
+	}
+	return b.String()
 }
 
 // slackEscapes are the three characters Slack reads as markup in a
