@@ -244,10 +244,12 @@ func (l *Listener) refused() int64 {
 
 // peerKey is what a client connection is capped under: none for a trusted
 // proxy, else the address its rate-limit counter is kept under (an IPv6
-// client's prefix of identity.ipv6_prefix bits).
+// client's prefix of identity.ipv6_prefix bits; an IPv4 client behind a
+// translator of identity.nat64_prefixes, its IPv4 address).
 func peerKey(id *config.Identity) peercap.Key {
-	trusted, bits := id.TrustedPrefixes(), id.IPv6Prefix
+	trusted, bits, nat := id.TrustedPrefixes(), id.IPv6Prefix, id.NAT64()
 	return func(a netip.Addr) (netip.Addr, bool) {
+		a = nat.Of(a)
 		for _, p := range trusted {
 			if p.Contains(a) {
 				return netip.Addr{}, false

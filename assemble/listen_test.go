@@ -14,9 +14,10 @@ import (
 // TestPeerKey holds the per-address connection cap to the rate limit's
 // idea of a client: an IPv6 client's whole prefix is one key (or an
 // attacker rotating addresses in its /64 would get a cap per address),
-// IPv4 addresses are keyed apart, and trusted proxies are not capped.
+// IPv4 addresses are keyed apart (also behind a NAT64 translator), and
+// trusted proxies are not capped.
 func TestPeerKey(t *testing.T) {
-	key := peerKey(&config.Identity{TrustedProxies: []string{"10.0.0.0/8", "2001:db8:ff::1"}, IPv6Prefix: 48})
+	key := peerKey(&config.Identity{TrustedProxies: []string{"10.0.0.0/8", "2001:db8:ff::1"}, IPv6Prefix: 48, NAT64Prefixes: []string{"2001:db8:64::/96"}})
 	for _, c := range []struct {
 		addr, key string // key "": not capped
 	}{
@@ -28,6 +29,12 @@ func TestPeerKey(t *testing.T) {
 		{"10.1.2.3", ""},
 		{"2001:db8:ff::1", ""},
 		{"2001:db8:ff::2", "2001:db8:ff::"},
+		// IPv4 clients behind a translator of identity.nat64_prefixes are
+		// keyed apart, by their IPv4 address, not as one /48.
+		{"2001:db8:64::192.0.2.1", "192.0.2.1"},
+		{"2001:db8:64::192.0.2.2", "192.0.2.2"},
+		{"2001:db8:64::10.0.0.9", ""},
+		{"2001:db8:64::1:c000:201", "2001:db8:64::"},
 	} {
 		k, capped := key(netip.MustParseAddr(c.addr))
 		if got := map[bool]string{true: k.String(), false: ""}[capped]; got != c.key {

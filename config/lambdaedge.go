@@ -68,6 +68,10 @@ func (c *Config) ValidateLambdaEdge() error {
 		v.report(key("edge", "client", "max_body_bytes"), strconv.FormatInt(c.Edge.Client.MaxBodyBytes, 10), "is not supported at CloudFront's edge",
 			"0: the viewer-request function does not read the body; cap it at the origin, or with an AWS WAF size constraint on the body")
 	}
+	if ps := c.Identity.NAT64Prefixes; len(ps) > 0 {
+		v.report(key("identity", "nat64_prefixes"), strings.Join(ps, ", "), "is not supported at CloudFront's edge",
+			"none: CloudFront states the viewer's own address, which no translator of yours has rewritten")
+	}
 	for _, p := range []struct{ k, v string }{{"addresses", c.Decisions.Privacy.Addresses}, {"users", c.Decisions.Privacy.Users}} {
 		if p.v != "keep" {
 			v.report(key("decisions", "privacy", p.k), p.v, "is not supported at CloudFront's edge", "keep")

@@ -3,6 +3,8 @@ package config
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // ResolvedTiers returns the tiers with extends applied, as the edge enforces
@@ -79,12 +81,26 @@ func (c *Config) TierFor(authenticated bool, plan string) string {
 // left out.
 func (id *Identity) TrustedPrefixes() []netip.Prefix {
 	ps := make([]netip.Prefix, 0, len(id.TrustedProxies))
+	nat := id.NAT64()
 	for _, s := range id.TrustedProxies {
-		if p, ok := parseProxy(s); ok {
+		if p, ok := parseProxy(nat, s); ok {
 			ps = append(ps, p)
 		}
 	}
 	return ps
+}
+
+// NAT64 returns the NAT64 prefixes whose addresses carry IPv4 clients:
+// the well-known one and identity.nat64_prefixes. Entries that Validate
+// rejects are left out.
+func (id *Identity) NAT64() clientip.NAT64 {
+	ps := make([]netip.Prefix, 0, len(id.NAT64Prefixes))
+	for _, s := range id.NAT64Prefixes {
+		if p, err := clientip.ParseNAT64Prefix(s); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	return clientip.NewNAT64(ps)
 }
 
 // GlobalRule is the scope of a tier's global rule in its id (RuleID).

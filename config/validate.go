@@ -353,9 +353,15 @@ func (v *validator) edge(e *Edge) {
 }
 
 func (v *validator) identity(id *Identity) {
+	for i, p := range id.NAT64Prefixes {
+		if _, err := clientip.ParseNAT64Prefix(p); err != nil {
+			v.report(key("identity", "nat64_prefixes", index(i)), p, err.Error(), "an IPv6 /96 prefix such as 2001:db8:64::/96, other than ::/96 and ::ffff:0:0/96 (the well-known 64:ff9b::/96 needs no entry)")
+		}
+	}
+	nat := id.NAT64()
 	for i, p := range id.TrustedProxies {
-		if _, ok := parseProxy(p); !ok {
-			v.report(key("identity", "trusted_proxies", index(i)), p, "is not allowed", "an address or CIDR prefix such as 10.0.0.0/8 or ::1, without a zone; an IPv4-mapped or NAT64 (64:ff9b::/96) prefix needs at least 96 bits")
+		if _, ok := parseProxy(nat, p); !ok {
+			v.report(key("identity", "trusted_proxies", index(i)), p, "is not allowed", "an address or CIDR prefix such as 10.0.0.0/8 or ::1, without a zone; an IPv4-mapped or NAT64 (64:ff9b::/96 or identity.nat64_prefixes) prefix needs at least 96 bits")
 		}
 	}
 	// Header names are case-insensitive, so these values are too.
@@ -601,9 +607,10 @@ func (v *validator) rule(segs []string, r *Rule) {
 
 // parseProxy parses a trusted_proxies entry: a CIDR prefix or a single
 // address, without a zone. Entries that carry IPv4 addresses (IPv4-mapped,
-// NAT64) are IPv4, because the edge compares peers so (internal/clientip).
-func parseProxy(s string) (netip.Prefix, bool) {
-	p, err := clientip.ParseEntry(s)
+// in nat's prefixes) are IPv4, because the edge compares peers so
+// (internal/clientip).
+func parseProxy(nat clientip.NAT64, s string) (netip.Prefix, bool) {
+	p, err := nat.ParseEntry(s)
 	return p, err == nil
 }
 

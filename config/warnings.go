@@ -35,8 +35,9 @@ var privateSpace = []netip.Prefix{
 // concurrent use as long as nothing modifies c.
 func (c *Config) Warnings() ErrorList {
 	v := &validator{collector: collector{file: c.file}, lines: c.lines}
+	nat := c.Identity.NAT64()
 	for i, s := range c.Identity.TrustedProxies {
-		p, ok := parseProxy(s)
+		p, ok := parseProxy(nat, s)
 		if !ok {
 			continue // Validate reports it
 		}

@@ -32,7 +32,6 @@ import (
 	"github.com/ratewarden/ratewarden/edge/lists"
 	"github.com/ratewarden/ratewarden/edge/memstore"
 	"github.com/ratewarden/ratewarden/internal/canonpath"
-	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Store counts hits per key and rule. Implementations are safe for
@@ -1049,7 +1048,7 @@ func (v *Verdict) Holds() bool { return v.held[0].rule != nil || v.held[1].rule 
 // SubjectFor returns the challenge-token subject of a client address or
 // user, counting IPv6 addresses by their configured prefix as Decide does.
 func (l *Limiter) SubjectFor(ip netip.Addr, user string) string {
-	return challenge.Subject(identity.CountingAddr(clientip.Of(ip), l.ipv6Prefix), user)
+	return challenge.Subject(identity.CountingAddr(l.ident.ClientAddr(ip), l.ipv6Prefix), user)
 }
 
 // Identify returns the identity of a client the caller has already
@@ -1059,7 +1058,7 @@ func (l *Limiter) SubjectFor(ip netip.Addr, user string) string {
 // address was forwarded by a trusted proxy, or, with a user, that the user
 // was.
 func (l *Limiter) Identify(ip netip.Addr, user, plan string) identity.Identity {
-	ip = clientip.Of(ip)
+	ip = l.ident.ClientAddr(ip)
 	id := identity.Identity{ClientIP: ip, Addr: identity.CountingAddr(ip, l.ipv6Prefix), Source: decisions.SourceForwarded}
 	if identity.Believes(user, plan) {
 		id.User, id.Plan, id.Source = user, plan, decisions.SourceHeader

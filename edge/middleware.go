@@ -16,7 +16,6 @@ import (
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Middleware returns next behind the limiter: refused requests are answered
@@ -247,7 +246,7 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 				fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "ip: "+err.Error())
 				return
 			}
-			ip = clientip.Of(a)
+			ip = l.ident.ClientAddr(a)
 		default:
 			fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "give ip or user")
 			return

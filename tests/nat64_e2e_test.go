@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,17 +13,26 @@ import (
 
 // TestEdgeNAT64Clients runs the binary behind a trusted proxy that forwards
 // the addresses an IPv6-only host behind a stateless NAT64 translator sees:
-// IPv4 clients as 64:ff9b::a.b.c.d. Each is its own client, counted, listed,
-// challenged and recorded as its IPv4 address, not as one /64 they would all
-// share.
+// IPv4 clients as 64:ff9b::a.b.c.d (the well-known prefix), or in the
+// site's own prefix that identity.nat64_prefixes names. Each is its own
+// client, counted, listed, challenged and recorded as its IPv4 address,
+// not as one /64 they would all share; a proxy of the site behind the
+// translator is trusted by its IPv4 address.
 func TestEdgeNAT64Clients(t *testing.T) {
+	t.Run("well-known", func(t *testing.T) { testEdgeNAT64Clients(t, "64:ff9b::", "") })
+	t.Run("network-specific", func(t *testing.T) {
+		testEdgeNAT64Clients(t, "2001:db8:64::", `  nat64_prefixes: ["2001:db8:64::/96"]`+"\n")
+	})
+}
+
+func testEdgeNAT64Clients(t *testing.T, prefix, identityYAML string) {
 	bin := buildBinary(t)
 	eachServer(t, func(t *testing.T, server string) {
 		origin := newRecordingOrigin(t)
 		dir := t.TempDir()
 		deny := filepath.Join(dir, "deny.txt")
 		os.WriteFile(deny, []byte("203.0.113.66\n"), 0o600)
-		cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  deny_file: "+deny+"\n")
+		cfgPath := seedTrusting(t, "[127.0.0.1, 10.0.0.0/8]", "\nlists:\n  deny_file: "+deny+"\n", "\nidentity:\n", "\nidentity:\n"+identityYAML)
 		decisionsFile := filepath.Join(dir, "decisions.jsonl")
 		base, _ := startEdge(t, bin, challengeEnv, "--server", server, "--config", cfgPath, "--upstream", origin.URL, "--decisions-file", decisionsFile)
 		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -34,7 +44,7 @@ func TestEdgeNAT64Clients(t *testing.T) {
 		// a challenge. Counted as one /64, the second would be challenged at
 		// its first.
 		var statuses []int
-		for _, xff := range []string{"64:ff9b::203.0.113.7", "64:ff9b::203.0.113.8"} {
+		for _, xff := range []string{prefix + "203.0.113.7", prefix + "203.0.113.8"} {
 			for range 4 {
 				statuses = append(statuses, export(xff))
 			}
@@ -44,16 +54,32 @@ func TestEdgeNAT64Clients(t *testing.T) {
 		}
 		// The same client written as its IPv4 address is the same client.
 		if s := export("203.0.113.7"); s != 302 {
-			t.Errorf("203.0.113.7 after four exports as 64:ff9b::203.0.113.7: %d, want 302", s)
+			t.Errorf("203.0.113.7 after four exports as %s203.0.113.7: %d, want 302", prefix, s)
+		}
+		// A proxy of the site behind the translator (10.0.0.5) is trusted
+		// by its IPv4 address: the client is the address before it.
+		if s := export("203.0.113.9, " + prefix + "10.0.0.5"); s != 200 {
+			t.Errorf("203.0.113.9 through %s10.0.0.5: %d, want 200", prefix, s)
+		}
+		// An address of the /64 outside the /96 is a plain IPv6 client, and
+		// all of that /64 is one.
+		for i := range 4 {
+			want := 200
+			if i == 3 {
+				want = 302
+			}
+			if s := export(fmt.Sprintf("%s%x:cb00:710a", prefix, i+1)); s != want {
+				t.Errorf("export %d from %s%x:cb00:710a: %d, want %d", i+1, prefix, i+1, s, want)
+			}
 		}
 		// A token issued for the plain address passes the translated one.
 		tok := issueToken(t, client, base, testVerifierSecret, "203.0.113.8")
-		if s := export("64:ff9b::cb00:7108", "Cookie", tok.Cookie+"="+tok.Token); s != 200 {
-			t.Errorf("token for 203.0.113.8, presented by 64:ff9b::cb00:7108: %d, want 200", s)
+		if s := export(prefix+"cb00:7108", "Cookie", tok.Cookie+"="+tok.Token); s != 200 {
+			t.Errorf("token for 203.0.113.8, presented by %scb00:7108: %d, want 200", prefix, s)
 		}
 		// The deny list's IPv4 entry holds the translated address.
-		if res := get(t, client, base+"/", "X-Forwarded-For", "64:ff9b::203.0.113.66"); res.status != 403 {
-			t.Errorf("deny-listed 203.0.113.66 as 64:ff9b::203.0.113.66: %d, want 403", res.status)
+		if res := get(t, client, base+"/", "X-Forwarded-For", prefix+"203.0.113.66"); res.status != 403 {
+			t.Errorf("deny-listed 203.0.113.66 as %s203.0.113.66: %d, want 403", prefix, res.status)
 		}
 
 		stops[t.Name()]()
@@ -63,7 +89,10 @@ func TestEdgeNAT64Clients(t *testing.T) {
 				clients[d.ClientIP.String()]++
 			}
 		}
-		want := map[string]int{"203.0.113.7": 5, "203.0.113.8": 5, "203.0.113.66": 1, "127.0.0.1": 1} // and the verifier's token request
+		want := map[string]int{"203.0.113.7": 5, "203.0.113.8": 5, "203.0.113.9": 1, "203.0.113.66": 1, "127.0.0.1": 1} // and the verifier's token request
+		for i := range 4 {
+			want[netip.MustParseAddr(fmt.Sprintf("%s%x:cb00:710a", prefix, i+1)).String()] = 1
+		}
 		if fmt.Sprint(clients) != fmt.Sprint(want) {
 			t.Errorf("decisions by client_ip %v, want %v", clients, want)
 		}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/identity"
-	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 func runToken(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -54,7 +53,7 @@ func runToken(args []string, stdout, stderr io.Writer, getenv func(string) strin
 		if addr, err = netip.ParseAddr(*ip); err != nil {
 			return fmt.Errorf("issue token: --ip: %w", err)
 		}
-		addr = identity.CountingAddr(clientip.Of(addr), cfg.Identity.IPv6Prefix)
+		addr = identity.CountingAddr(cfg.Identity.NAT64().Of(addr), cfg.Identity.IPv6Prefix)
 	}
 	fmt.Fprintln(stdout, keys.Issue(challenge.Subject(addr, *user), time.Now(), *ttl))
 	return nil

@@ -75,6 +75,7 @@ type Identity struct {
 // safe for concurrent use. The zero value is not usable; a nil *Resolver
 // resolves every request to its TCP peer.
 type Resolver struct {
+	nat        clientip.NAT64 // the prefixes whose addresses are IPv4 clients
 	trusted    []netip.Prefix
 	cloudFront bool   // read CloudFront-Viewer-Address instead of X-Forwarded-For
 	ipHeader   string // canonical header key of the forwarding header
@@ -95,8 +96,18 @@ func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
 	}
 	r := &Resolver{}
 
+	nat := make([]netip.Prefix, len(cfg.NAT64Prefixes))
+	for i, s := range cfg.NAT64Prefixes {
+		p, err := clientip.ParseNAT64Prefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("identity.nat64_prefixes[%d]: %q %v; want an IPv6 /96 prefix such as 2001:db8:64::/96", i, s, err)
+		}
+		nat[i] = p
+	}
+	r.nat = clientip.NewNAT64(nat)
+
 	for i, s := range cfg.TrustedProxies {
-		p, err := parseTrusted(s)
+		p, err := r.nat.ParseEntry(strings.TrimSpace(s))
 		if err != nil {
 			return nil, fmt.Errorf("identity.trusted_proxies[%d]: %q %v; want an IP address or CIDR such as 10.0.0.0/8", i, s, err)
 		}
@@ -140,13 +151,6 @@ func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
 		}
 	}
 	return r, nil
-}
-
-// parseTrusted parses a trusted proxy entry: an address or a CIDR.
-// Entries that carry IPv4 addresses (IPv4-mapped, NAT64) are IPv4, because
-// peers are (internal/clientip).
-func parseTrusted(s string) (netip.Prefix, error) {
-	return clientip.ParseEntry(strings.TrimSpace(s))
 }
 
 // headerKey validates a header name and returns its canonical key.
@@ -264,7 +268,7 @@ func (r *Resolver) ResolveAddr(remoteAddr string, h http.Header) Identity {
 func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (trusted bool) {
 	// An IPv4 address is its own counting address: the call that says so
 	// is left out for the common peer.
-	peer = clientip.Of(peer)
+	peer = r.ClientAddr(peer)
 	// Field by field: a composite literal would be built on the stack and
 	// copied, and the copy's wide loads wait for the narrow stores.
 	id.ClientIP, id.Addr, id.User, id.Plan, id.Source = peer, peer, "", "", decisions.SourcePeer
@@ -275,7 +279,7 @@ func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (tr
 	if trusted {
 		var a netip.Addr
 		if r.cloudFront {
-			a = viewerAddress(h[r.ipHeader])
+			a = r.nat.Of(viewerAddress(h[r.ipHeader]))
 		} else {
 			a = r.forwardedFor(peer, h[r.ipHeader])
 		}
@@ -290,6 +294,24 @@ func (r *Resolver) resolveAddr(id *Identity, peer netip.Addr, h http.Header) (tr
 	return trusted
 }
 
+// ClientAddr returns a as the resolver counts it (clientip.NAT64.Of): an
+// address that carries an IPv4 client, IPv4-mapped or in a NAT64 prefix
+// (the well-known one, or identity.nat64_prefixes), is that IPv4 address.
+// A nil Resolver knows the well-known prefix alone.
+func (r *Resolver) ClientAddr(a netip.Addr) netip.Addr {
+	if a.Is4() {
+		return a // the common peer: inlined, one comparison
+	}
+	return r.clientAddr6(a)
+}
+
+func (r *Resolver) clientAddr6(a netip.Addr) netip.Addr {
+	if r == nil {
+		return clientip.Of(a)
+	}
+	return r.nat.Of(a)
+}
+
 // Trusts reports whether the peer at remoteAddr ("ip:port") is a trusted
 // proxy, whose forwarding and user headers Resolve reads and the edge may
 // pass on. A nil Resolver trusts no one.
@@ -298,12 +320,12 @@ func (r *Resolver) Trusts(remoteAddr string) bool {
 		return false
 	}
 	peer, _ := parseHostPort(remoteAddr)
-	return r.isTrusted(clientip.Of(peer))
+	return r.isTrusted(r.ClientAddr(peer))
 }
 
 // TrustsPeer is Trusts for a peer address already parsed (ParsePeer).
 func (r *Resolver) TrustsPeer(peer netip.Addr) bool {
-	return r != nil && r.isTrusted(clientip.Of(peer))
+	return r != nil && r.isTrusted(r.ClientAddr(peer))
 }
 
 // Headers returns the canonical keys of the request headers ResolvePeer
@@ -379,7 +401,7 @@ func (r *Resolver) forwardedFor(peer netip.Addr, lines []string) netip.Addr {
 				if !ok || a.Zone() != "" {
 					return last
 				}
-				a = clientip.Of(a)
+				a = r.nat.Of(a)
 				if !r.isTrusted(a) {
 					return a
 				}
@@ -394,7 +416,8 @@ func (r *Resolver) forwardedFor(peer netip.Addr, lines []string) netip.Addr {
 }
 
 // viewerAddress parses CloudFront-Viewer-Address: "198.51.100.10:46532" or
-// "2001:db8::1:46532"; the text after the last colon is the port. CloudFront
+// "2001:db8::1:46532"; the text after the last colon is the port. The
+// address is as sent: the resolver puts it in its form (ClientAddr). CloudFront
 // sets the header once; should there be several lines, the last is the one
 // nearest to us.
 func viewerAddress(lines []string) netip.Addr {
@@ -417,7 +440,7 @@ func viewerAddress(lines []string) netip.Addr {
 	if err != nil || a.Zone() != "" {
 		return netip.Addr{}
 	}
-	return clientip.Of(a)
+	return a
 }
 
 func validPort(s string) bool {

@@ -129,6 +129,63 @@ func TestResolveForwardedFor(t *testing.T) {
 	})
 }
 
+// TestResolveNAT64Specific: behind a translator of the site's own NAT64
+// prefix (identity.nat64_prefixes), a peer, a forwarded entry or a trusted
+// proxy's entry in it is the IPv4 address it carries, as in the
+// well-known prefix; outside its /96 an address is plain IPv6.
+func TestResolveNAT64Specific(t *testing.T) {
+	r := mustNew(t, config.Identity{NAT64Prefixes: []string{"2001:db8:64::/96"},
+		TrustedProxies: []string{"10.0.0.0/8", "2001:db8:64::172.20.0.0/112"}}, nil)
+	const (
+		peer     = decisions.SourcePeer
+		fwd      = decisions.SourceForwarded
+		client   = "203.0.113.7"
+		trusted1 = "10.0.0.1:443"
+	)
+	runResolve(t, r, []resolveCase{
+		{name: "peer as its IPv4 address", remote: "[2001:db8:64::203.0.113.99]:1", h: hdr("X-Forwarded-For", client), ip: "203.0.113.99", source: peer},
+		{name: "peer as its IPv4 address, and trusted", remote: "[2001:db8:64::10.0.0.1]:443", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "entry as its IPv4 address", remote: trusted1, h: hdr("X-Forwarded-For", "2001:db8:64::"+client), ip: client, source: fwd},
+		{name: "hop trusted", remote: trusted1, h: hdr("X-Forwarded-For", client+", 2001:db8:64::10.0.0.5"), ip: client, source: fwd},
+		{name: "trusted prefix written in it", remote: "172.20.3.4:1", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "well-known prefix still", remote: trusted1, h: hdr("X-Forwarded-For", "64:ff9b::"+client), ip: client, source: fwd},
+		{name: "outside the /96 is IPv6", remote: "[2001:db8:64::1:cb00:7163]:1", h: hdr(), ip: "2001:db8:64::1:cb00:7163", key: "2001:db8:64::", source: peer},
+	})
+	for in, want := range map[string]string{"2001:db8:64::10.1.2.3": "10.1.2.3", "2001:db8:65::a01:203": "2001:db8:65::a01:203", "10.1.2.3": "10.1.2.3"} {
+		if got := r.ClientAddr(netip.MustParseAddr(in)); got != netip.MustParseAddr(want) {
+			t.Errorf("ClientAddr(%s) = %v, want %s", in, got, want)
+		}
+	}
+	var none *Resolver
+	if got := none.ClientAddr(netip.MustParseAddr("64:ff9b::10.1.2.3")); got != netip.MustParseAddr("10.1.2.3") {
+		t.Errorf("nil resolver's ClientAddr(64:ff9b::10.1.2.3) = %v, want 10.1.2.3", got)
+	}
+	// Without the configured prefix, the site's addresses are IPv6, and
+	// every IPv4 client of the translator one /64.
+	plain := mustNew(t, config.Identity{}, nil)
+	if id := plain.Resolve("[2001:db8:64::203.0.113.99]:1", hdr(), time.Time{}); id.Addr != netip.MustParseAddr("2001:db8:64::") {
+		t.Errorf("without nat64_prefixes, counted under %v, want 2001:db8:64::", id.Addr)
+	}
+}
+
+func TestNewRefusesNAT64Prefix(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"2001:db8:64::/64", `identity.nat64_prefixes[0]: "2001:db8:64::/64" is not a /96; want an IPv6 /96 prefix such as 2001:db8:64::/96`},
+		{"::/96", `identity.nat64_prefixes[0]: "::/96" holds the loopback and unspecified addresses; want`},
+		{"10.0.0.0/8", `identity.nat64_prefixes[0]: "10.0.0.0/8" is not an IPv6 prefix; want`},
+	} {
+		_, err := New(config.Identity{NAT64Prefixes: []string{tc.in}}, nil)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("New with nat64_prefixes %q: %v, want %s…", tc.in, err, tc.want)
+		}
+	}
+	// A trusted proxy written in a configured prefix needs its 96 bits.
+	_, err := New(config.Identity{NAT64Prefixes: []string{"2001:db8:64::/96"}, TrustedProxies: []string{"2001:db8:64::/80"}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses") {
+		t.Errorf("New with a trusted /80 of a NAT64 prefix: %v, want it refused", err)
+	}
+}
+
 func TestResolveCloudFront(t *testing.T) {
 	r := mustNew(t, config.Identity{TrustedProxies: trustedProxies, ClientIPHeader: "CloudFront-Viewer-Address"}, nil)
 	const (

@@ -45,6 +45,8 @@ func TestCompileRefuses(t *testing.T) {
 			`edge.yaml:2: decisions.privacy.users: "hmac" is not supported at CloudFront's edge; use keep`},
 		{"body cap", "edge:\n  client:\n    max_body_bytes: 1048576\ntiers:\n  anonymous:\n    global: {limit: 60}\n",
 			`edge.yaml:3: edge.client.max_body_bytes: "1048576" is not supported at CloudFront's edge; use 0: the viewer-request function does not read the body; cap it at the origin, or with an AWS WAF size constraint on the body`},
+		{"NAT64 prefixes", "identity:\n  nat64_prefixes: [\"2001:db8:64::/96\"]\ntiers:\n  anonymous:\n    global: {limit: 60}\n",
+			`edge.yaml:2: identity.nat64_prefixes: "2001:db8:64::/96" is not supported at CloudFront's edge; use none: CloudFront states the viewer's own address, which no translator of yours has rewritten`},
 		{"missing list file", "lists:\n  deny_file: /nonexistent/deny.txt\ntiers:\n  anonymous:\n    global: {limit: 60}\n", "lists.deny_file"},
 	}
 	for _, c := range cases {

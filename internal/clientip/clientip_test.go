@@ -113,3 +113,103 @@ func TestParseEntry(t *testing.T) {
 		}
 	}
 }
+
+func TestParseNAT64Prefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"2001:db8:64::/96":       "2001:db8:64::/96",
+		"2001:db8:64::c000:2/96": "2001:db8:64::/96", // masked
+		"64:ff9b::/96":           "64:ff9b::/96",
+		"64:ff9b:1::/96":         "64:ff9b:1::/96", // inside the local-use /48 (RFC 8215)
+		"2001:db8:64::/64":       "error: is not a /96",
+		"2001:db8:64::/128":      "error: is not a /96",
+		"192.0.2.0/24":           "error: is not an IPv6 prefix",
+		"::ffff:0:0/96":          "error: is not an IPv6 prefix",
+		"::/96":                  "error: holds the loopback and unspecified addresses",
+		"2001:db8:64::":          "error: is not a valid CIDR",
+		"2001:db8:64::/96%eth0":  "error: is not a valid CIDR",
+	} {
+		p, err := ParseNAT64Prefix(in)
+		got := p.String()
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != want {
+			t.Errorf("ParseNAT64Prefix(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestNAT64Specific: a network-specific prefix carries IPv4 clients as the
+// well-known one does, and only its own /96 does.
+func TestNAT64Specific(t *testing.T) {
+	n := NewNAT64([]netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96"), netip.MustParsePrefix("64:ff9b::/96")})
+	for in, want := range map[string]string{
+		"2001:db8:64::192.0.2.1":      "192.0.2.1",
+		"2001:db8:64::c000:201%eth0":  "192.0.2.1",
+		"64:ff9b::192.0.2.1":          "192.0.2.1",
+		"::ffff:192.0.2.1":            "192.0.2.1",
+		"192.0.2.1":                   "192.0.2.1",
+		"2001:db8:64::1:c000:201":     "2001:db8:64::1:c000:201", // the same /64, outside the /96
+		"2001:db8:65::c000:201":       "2001:db8:65::c000:201",
+		"2001:db8:64:0:1::c000:201":   "2001:db8:64:0:1::c000:201",
+		"2001:db8::1":                 "2001:db8::1",
+		"fe80::2001:db8:64:0:c000:21": "fe80::2001:db8:64:0:c000:21",
+	} {
+		if got := n.Of(netip.MustParseAddr(in)); got != netip.MustParseAddr(want) {
+			t.Errorf("Of(%s) = %s, want %s", in, got, want)
+		}
+	}
+	// The zero NAT64, and the package's functions, know the well-known
+	// prefix alone.
+	a := netip.MustParseAddr("2001:db8:64::192.0.2.1")
+	if got := Of(a); got != a {
+		t.Errorf("package Of(%s) = %s, want it unchanged", a, got)
+	}
+	for in, want := range map[string]string{
+		"2001:db8:64::192.0.2.0/120": "192.0.2.0/24",
+		"2001:db8:64::/96":           "0.0.0.0/0",
+		"2001:db8:64::/95":           "error: mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses",
+		"2001:db8:64::/64":           "error: mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses",
+		"2001:db8::/32":              "2001:db8::/32", // holds the /96, and is plain IPv6
+		"64:ff9b::/64":               "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
+	} {
+		p, err := n.Prefix(netip.MustParsePrefix(in))
+		got := p.String()
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != want {
+			t.Errorf("Prefix(%s) = %s, want %s", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"2001:db8:64::10.0.0.5":      "10.0.0.5/32",
+		"2001:db8:64::10.0.0.0/104":  "10.0.0.0/8",
+		"2001:db8:64::1:10.0.0.5":    "2001:db8:64::1:a00:5/128",
+		"2001:db8:64::10.0.0.5%eth0": "error: is not an IP address",
+	} {
+		p, err := n.ParseEntry(in)
+		got := p.String()
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != want {
+			t.Errorf("ParseEntry(%q) = %s, want %s", in, got, want)
+		}
+	}
+	if p, err := ParseEntry("2001:db8:64::10.0.0.5"); err != nil || p.String() != "2001:db8:64::a00:5/128" {
+		t.Errorf("package ParseEntry of a network-specific address = %v, %v; want it as IPv6", p, err)
+	}
+}
+
+func BenchmarkNAT64Of(b *testing.B) {
+	n := NewNAT64([]netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")})
+	for _, s := range []string{"192.0.2.1", "2001:db8:64::192.0.2.1", "2001:db8::1"} {
+		a := netip.MustParseAddr(s)
+		b.Run(s, func(b *testing.B) {
+			for b.Loop() {
+				sink = n.Of(a)
+			}
+		})
+	}
+}
