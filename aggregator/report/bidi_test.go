@@ -33,13 +33,13 @@ func TestIdentityBidiControls(t *testing.T) {
 	}
 }
 
-// TestHiddenCharactersAreSpaces: control and format characters in a user
-// id are shown as spaces in the Markdown, HTML and CSV reports alike, and
+// TestHiddenCharactersAreSpaces: control and format characters, and line
+// and paragraph separators, in a user id are shown as spaces in the Markdown, HTML and CSV reports alike, and
 // kept as they are in the JSON one, which is for programs.
 func TestHiddenCharactersAreSpaces(t *testing.T) {
-	const id = "\u202ead\u200bmi\u2066n\u061c\x1b[2J\ufeff"
+	const id = "\u202ead\u200bmi\u2066n\u061c\x1b[2J\ufeff\u2028x\u2029"
 	r := userReport(id)
-	for f, want := range map[Format]string{Markdown: "user: ad mi n  \\[2J ", HTML: "user: ad mi n  [2J ", CSV: "user: ad mi n  [2J "} {
+	for f, want := range map[Format]string{Markdown: "user: ad mi n  \\[2J  x ", HTML: "user: ad mi n  [2J  x ", CSV: "user: ad mi n  [2J  x "} {
 		var b bytes.Buffer
 		if err := r.Render(&b, f); err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestHiddenCharactersAreSpaces(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("%v does not show the user as %q:\n%s", f, want, b.String())
 		}
-		if strings.ContainsAny(b.String(), "\u202e\u200b\u2066\u061c\x1b\ufeff") {
+		if strings.ContainsAny(b.String(), "\u202e\u200b\u2066\u061c\x1b\ufeff\u2028\u2029") {
 			t.Errorf("%v holds a hidden character of the user id:\n%q", f, b.String())
 		}
 	}

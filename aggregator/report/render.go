@@ -175,9 +175,14 @@ func mdEscape(s string) string {
 // reach a terminal, or a format character (unicode.Cf: the bidirectional
 // controls U+200E/F, U+202A–202E, U+2066–2069 and U+061C, zero-width
 // spaces and joiners, ...), which a viewer does not draw but obeys, so that
-// "\u202enimda" would be shown as "admin". A user id or a path is the
-// client's choice; as spaces, such characters are seen and do nothing.
-func hidden(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+// "\u202enimda" would be shown as "admin"; or a line or paragraph
+// separator (unicode.Zl, Zp: U+2028, U+2029), which editors, browsers'
+// script and some Markdown viewers take as a line break. A user id or a
+// path is the client's choice; as spaces, such characters are seen and do
+// nothing.
+func hidden(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
 
 // plain returns s with every hidden character a space.
 func plain(s string) string {
