@@ -11,12 +11,14 @@ window.__rw = { renders: 0, renderMs: 0, payloadBytes: 0, points: 0, error: "" }
 
 const $ = (id) => document.getElementById(id);
 
-// HIDDEN matches control characters (Cc) and format characters (Cf).
-const HIDDEN = /[\p{Cc}\p{Cf}]/gu;
+// HIDDEN matches control characters (Cc), format characters (Cf) and the
+// line and paragraph separators (Zl, Zp: U+2028, U+2029).
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
 
-// plain returns s with every control and format character a space, as the
-// reports show them: a user id is the client's, and a bidirectional
-// control in it (U+202E) would make the browser draw another identity.
+// plain returns s with every hidden character a space, as the reports show
+// them: a user id is the client's, and a bidirectional control in it
+// (U+202E) would make the browser draw another identity, a line separator
+// break its row.
 function plain(s) {
   return String(s).replace(HIDDEN, " ");
 }
