@@ -27,7 +27,10 @@ import (
 // every later change to the bytes a replay, a restart or a takeover
 // reproduce; they were recorded again for partial encoding version 3
 // (each aggregate's encoding whole, and the refusals by tier), whose
-// TestDecodePartialV2 shows every aggregate of version 2 unchanged.
+// TestDecodePartialV2 shows every aggregate of version 2 unchanged, for
+// version 4 (the unlisted tiers) and for version 5 (the checksum: each
+// output less its last 4 bytes, its version byte 4, gave version 4's
+// digests; TestDecodePartialV4 keeps that).
 // -update rewrites the file; do that only for a change meant to change the
 // encoding, never to make a speedup pass.
 func TestPartialsGolden(t *testing.T) {

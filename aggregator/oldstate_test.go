@@ -79,8 +79,7 @@ func TestRunLogResumesOldState(t *testing.T) {
 
 // sameReencoded reports whether two partials hold the same aggregates
 // once both are encoded by this code: a window the old state held open is
-// emitted in the current partial encoding (version 3), the old code's in
-// version 2.
+// emitted in the current partial encoding, the old code's in version 2.
 func sameReencoded(t *testing.T, got, want []byte) bool {
 	t.Helper()
 	if got == nil {

@@ -1,8 +1,10 @@
 package aggregator
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -111,16 +113,24 @@ const partialMagic = "RWP"
 // partialVersion is the version AppendBinary writes: after the magic, the
 // version, the window's start, its length and the events, each aggregate's
 // encoding whole, in the order of parts, then the tiers whose refusals by
-// tier are unlisted (Offenders.TiersUnlisted), sorted. Versions 1 and 2,
-// which DecodePartial still reads, wrote each aggregate's version 1 part
-// in that order, then (version 2) the distinct clients by rule, the
-// requests by rule and the challenged and token-passing clients; version
-// 3 added the refusals by tier, which partials of the earlier versions
-// have empty (and their refusing tiers unlisted), as version 1's have the
-// lists of version 2; version 4 the unlisted tiers, which version 3 lost
-// when it encoded a partial that held some (a window of an earlier
-// version restored from a state and emitted).
-const partialVersion = 4
+// tier are unlisted (Offenders.TiersUnlisted), sorted, then the CRC-32C of
+// all that, magic and version included (partialSumLen bytes,
+// little-endian). Versions 1 and 2, which DecodePartial still reads, wrote
+// each aggregate's version 1 part in that order, then (version 2) the
+// distinct clients by rule, the requests by rule and the challenged and
+// token-passing clients; version 3 added the refusals by tier, which
+// partials of the earlier versions have empty (and their refusing tiers
+// unlisted), as version 1's have the lists of version 2; version 4 the
+// unlisted tiers, which version 3 lost when it encoded a partial that held
+// some (a window of an earlier version restored from a state and
+// emitted); version 5 the checksum, without which a flipped bit that left
+// the bytes well formed (a count's varint, a client's name) was read as
+// other figures. Versions 1 to 4 have none.
+const partialVersion = 5
+
+// partialSumLen is the length of the checksum that ends a partial of
+// version 5 or later.
+const partialSumLen = 4
 
 // AppendBinary appends p's encoding. Equal partials encode to equal bytes.
 func (p *Partial) AppendBinary(b []byte) ([]byte, error) { return p.appendBinary(b, false) }
@@ -128,6 +138,7 @@ func (p *Partial) AppendBinary(b []byte) ([]byte, error) { return p.appendBinary
 // appendBinary is AppendBinary with, when layout, the top-K lists in
 // their own order (see TopK).
 func (p *Partial) appendBinary(b []byte, layout bool) ([]byte, error) {
+	start := len(b)
 	b = append(b, partialMagic...)
 	b = append(b, partialVersion)
 	b = appendUvarint(b, uint64(p.Start.UnixNano()))
@@ -146,7 +157,7 @@ func (p *Partial) appendBinary(b []byte, layout bool) ([]byte, error) {
 	for _, tier := range unlisted {
 		b = appendString(b, tier)
 	}
-	return b, nil
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
 }
 
 // appendPartial appends p's encoding as appendBytes would, encoded in
@@ -163,7 +174,8 @@ func appendPartial(b []byte, p *Partial, layout bool) ([]byte, error) {
 	return closeFrame(b, at), nil
 }
 
-// DecodePartial reads a partial AppendBinary wrote, of any version.
+// DecodePartial reads a partial AppendBinary wrote, of any version. It
+// refuses one of version 5 or later whose checksum does not match.
 func DecodePartial(b []byte) (*Partial, error) {
 	if len(b) < len(partialMagic)+1 || string(b[:len(partialMagic)]) != partialMagic {
 		return nil, errors.New("decode partial: not a partial")
@@ -171,6 +183,16 @@ func DecodePartial(b []byte) (*Partial, error) {
 	v := b[len(partialMagic)]
 	if v < 1 || v > partialVersion {
 		return nil, fmt.Errorf("decode partial: version %d, want 1 to %d", v, partialVersion)
+	}
+	if v >= 5 {
+		n := len(b) - partialSumLen
+		if n < len(partialMagic)+1 {
+			return nil, errors.New("decode partial: cut short")
+		}
+		if crc32.Checksum(b[:n], castagnoli) != binary.LittleEndian.Uint32(b[n:]) {
+			return nil, errors.New("decode partial: checksum mismatch")
+		}
+		b = b[:n]
 	}
 	r := &reader{b: b[len(partialMagic)+1:]}
 	p := &Partial{Offenders: new(Offenders)}

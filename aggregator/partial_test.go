@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,8 +114,8 @@ func TestDecodePartialV2(t *testing.T) {
 // TestRestoreV2Partial: a Rollup snapshot taken before partial encoding
 // version 3 (its open window's partial of version 2; the snapshot's own
 // layout did not change) restores, and its window goes on counting and
-// is emitted as version 3 with the refusals by tier of the events added
-// after the restore.
+// is emitted in the current version with the refusals by tier of the
+// events added after the restore.
 func TestRestoreV2Partial(t *testing.T) {
 	ds := fixtureDecisions()
 	r := NewRollup(Options{Window: time.Hour, TopK: 4})
@@ -211,6 +212,106 @@ func TestRefusalsByTier(t *testing.T) {
 	if len(r.Offenders.RefusalsByTier) != 2 {
 		t.Errorf("refusals in %d tiers, want 2", len(r.Offenders.RefusalsByTier))
 	}
+}
+
+// TestDecodePartialV4: a partial of encoding version 4 (kept in testdata,
+// of fixtureDecisions, written by the aggregator before version 5) holds
+// the bytes of version 5 without the checksum, and decodes to the partial
+// the same events make now; so does a version 5 encoding made version 4
+// by hand (asV4).
+func TestDecodePartialV4(t *testing.T) {
+	old := decodeFixture(t, "testdata/partial-v4.rwp", 4)
+	now := NewPartial(t0, time.Hour, 4)
+	for _, d := range fixtureDecisions() {
+		now.Update(&d)
+	}
+	want := encode(t, now)
+	b, err := os.ReadFile("testdata/partial-v4.rwp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(asV4(want), b) {
+		t.Error("version 5 less its checksum differs from the version 4 fixture of the same events")
+	}
+	byHand, err := DecodePartial(asV4(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := encode(t, old); !bytes.Equal(got, want) {
+		t.Errorf("the version 4 fixture decodes to %d bytes differing from the same events' %d now", len(got), len(want))
+	}
+	if got := encode(t, byHand); !bytes.Equal(got, want) {
+		t.Errorf("a version 4 encoding made by hand decodes to %d bytes differing from %d", len(got), len(want))
+	}
+}
+
+// TestPartialChecksum: flipping any one bit of a version 5 partial makes
+// it fail to decode, with a checksum mismatch past the magic and version;
+// without the checksum (version 4) some of the same flips decode, as
+// other figures.
+func TestPartialChecksum(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 4)
+	ds := fixtureDecisions()
+	for i := range ds[:40] {
+		p.Update(&ds[i])
+	}
+	b := encode(t, p)
+	flipped := func(b []byte, bit int) []byte {
+		c := bytes.Clone(b)
+		c[bit/8] ^= 1 << (bit % 8)
+		return c
+	}
+	header := 8 * (len(partialMagic) + 1)
+	for bit := range header {
+		if _, err := DecodePartial(flipped(b, bit)); err == nil {
+			t.Errorf("bit %d (byte %d) flipped: decoded", bit, bit/8)
+		}
+	}
+	for bit := header; bit < 8*len(b); bit++ {
+		if _, err := DecodePartial(flipped(b, bit)); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+			t.Errorf("bit %d (byte %d of %d) flipped: %v, want a checksum mismatch", bit, bit/8, len(b), err)
+		}
+	}
+	v4 := asV4(b)
+	someDecode := func() bool {
+		for bit := header; bit < 8*len(v4); bit++ {
+			if _, err := DecodePartial(flipped(v4, bit)); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	if !someDecode() {
+		t.Error("no flip of the partial's version 4 encoding decodes: the test tests nothing")
+	}
+}
+
+// asV4 returns the version 5 partial b as version 4 wrote it: without
+// its checksum, its version byte 4.
+func asV4(b []byte) []byte {
+	c := bytes.Clone(b[:len(b)-partialSumLen])
+	c[len(partialMagic)] = 4
+	return c
+}
+
+// eventsFlipped returns the encoded partial b (version 5) with the low bit
+// of its event count flipped: bytes that version 4 would have read as a
+// window of one event more or fewer.
+func eventsFlipped(t testing.TB, b []byte) []byte {
+	t.Helper()
+	r := &reader{b: b[len(partialMagic)+1:]}
+	r.uvarint() // start
+	r.uvarint() // length
+	c := bytes.Clone(b)
+	c[len(b)-len(r.b)] ^= 1
+	p, err := DecodePartial(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := DecodePartial(asV4(c)); err != nil || q.Events != p.Events^1 {
+		t.Fatalf("the flip is not a well-formed change of the events: %v", err)
+	}
+	return c
 }
 
 // decodeFixture decodes the partial of encoding version v in the file

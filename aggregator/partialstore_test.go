@@ -231,20 +231,30 @@ func runPartialStoreSuite(t *testing.T, c storeCase) {
 	})
 	t.Run("corrupt skipped and counted", func(t *testing.T) {
 		bad := Output{Partial: parts["shard-2"][4], From: 400, To: 499}
-		for name, data := range map[string][]byte{"garbage": []byte("not a partial"), "latency bin far out": farLatencyBin(t, bad.Partial)} {
+		for _, bc := range []struct {
+			name string
+			data []byte
+			why  string // in the problem's error
+		}{
+			{"garbage", []byte("not a partial"), "not a partial"},
+			{"latency bin far out", farLatencyBin(t, bad.Partial), "decode store latency"},
+			// A flip that version 4, without a checksum, read as a window
+			// of one event more or fewer.
+			{"events bit flipped", eventsFlipped(t, encodeP(t, bad.Partial)), "checksum mismatch"},
+		} {
 			s := c.new(t)
 			writeAll(t, s)
-			c.corrupt(t, s, "shard-2", bad, data)
+			c.corrupt(t, s, "shard-2", bad, bc.data)
 			got, problems, err := s.Read(ctx, size, start, start.Add(windows*size))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(problems) != 1 || !strings.Contains(problems[0].Path, "shard-2") {
-				t.Fatalf("%s: problems %v, want the corrupt partial of shard-2", name, problems)
+			if len(problems) != 1 || !strings.Contains(problems[0].Path, "shard-2") || !strings.Contains(problems[0].Err.Error(), bc.why) {
+				t.Fatalf("%s: problems %v, want the corrupt partial of shard-2, %q", bc.name, problems, bc.why)
 			}
 			w4 := start.Add(4 * size)
 			if want := parts["shard-0"][4].Events + parts["shard-1"][4].Events; got[w4] == nil || got[w4].Events != want || len(got) != windows {
-				t.Fatalf("%s: window 4 without its corrupt partial: %+v, want %d events, and %d windows", name, got[w4], want, windows)
+				t.Fatalf("%s: window 4 without its corrupt partial: %+v, want %d events, and %d windows", bc.name, got[w4], want, windows)
 			}
 		}
 	})

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -178,6 +179,58 @@ func TestStateRefusesWhatNoWriterMakes(t *testing.T) {
 		err := NewRollup(Options{Window: time.Second, TopK: 10}).Restore(snapshot(2))
 		if err == nil || !strings.Contains(err.Error(), "twice") {
 			t.Fatalf("one window twice: %v, want it refused", err)
+		}
+	})
+}
+
+// TestStatePartialChecksum: under a valid state checksum, a state whose
+// pending output's partial, or whose snapshot's window, fails its own
+// checksum is refused as a corrupt state is, not resumed with other
+// counts: Load names the file, and a Rollup does not restore the
+// snapshot.
+func TestStatePartialChecksum(t *testing.T) {
+	seed := stateSeed(t)
+	st, err := decodeState(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRollup(Options{Window: time.Second, Lateness: 100 * time.Millisecond, TopK: 2})
+	if err := r.Restore(st.Snapshot); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Pending) == 0 || len(r.open) == 0 {
+		t.Fatalf("the seed holds %d pending outputs and %d open windows, want some of each", len(st.Pending), len(r.open))
+	}
+	window, err := r.open[sortedKeys(r.open)[0]].p.appendBinary(nil, true) // as snapshots hold it
+	if err != nil {
+		t.Fatal(err)
+	}
+	// damaged returns the seed with the partial enc in it damaged, under
+	// a valid state checksum.
+	damaged := func(t *testing.T, enc []byte) []byte {
+		t.Helper()
+		at := bytes.Index(seed, enc)
+		if at < 0 {
+			t.Fatal("the partial is not in the state")
+		}
+		return withCRC(slices.Concat(seed[:at], eventsFlipped(t, enc), seed[at+len(enc):]))
+	}
+	t.Run("pending", func(t *testing.T) {
+		s := &StateDir{Dir: t.TempDir()}
+		writeFile(t, s.path("p"), damaged(t, encode(t, st.Pending[0].Partial)))
+		_, ok, err := s.Load(t.Context(), "p")
+		if ok || err == nil || !strings.Contains(err.Error(), "checksum mismatch") || !strings.Contains(err.Error(), s.path("p")) {
+			t.Fatalf("ok %v, %v: want the state refused, its file named", ok, err)
+		}
+	})
+	t.Run("snapshot", func(t *testing.T) {
+		st, err := decodeState(damaged(t, window))
+		if err != nil {
+			t.Fatal(err) // the snapshot's bytes are the Rollup's to read
+		}
+		err = NewRollup(Options{Window: time.Second, Lateness: 100 * time.Millisecond, TopK: 2}).Restore(st.Snapshot)
+		if err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+			t.Fatalf("restored: %v, want a checksum mismatch", err)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/netip"
@@ -81,6 +82,40 @@ func damage(t *testing.T, dir string, gap time.Time) {
 	corrupt := filepath.Join(day, strconv.FormatInt(gap.Add(2*time.Minute).UnixNano(), 10)+".log2.0-0.rwp")
 	if err := os.WriteFile(corrupt, []byte("RWP\x01garbage"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReportSkipsFlippedPartial: a partial file with one bit of its event
+// count flipped (bytes that stay well formed) is listed unreadable, for
+// its checksum, and its window missing; the other windows are read.
+func TestReportSkipsFlippedPartial(t *testing.T) {
+	dir := storePartials(t, fixedEvents())
+	flipped := t0.Add(4 * time.Minute)
+	files, _ := filepath.Glob(filepath.Join(dir, "1m0s", flipped.Format(time.DateOnly), strconv.FormatInt(flipped.UnixNano(), 10)+".*"))
+	if len(files) != 1 {
+		t.Fatalf("partials of %v: %q, want one", flipped, files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := aggregator.DecodePartial(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The event count follows the magic, the version, the start and the length.
+	b[4+len(binary.AppendUvarint(nil, uint64(p.Start.UnixNano())))+len(binary.AppendUvarint(nil, uint64(p.Size)))] ^= 1
+	if err := os.WriteFile(files[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	from, to := t0, t0.Add(11*time.Minute)
+	w, err := ReadDir(t.Context(), dir, time.Minute, from, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Build(w, nil, Options{From: from, To: to, Source: "partials dir", Top: 5, TopK: 20}).Coverage
+	if len(c.Unreadable) != 1 || !strings.Contains(c.Unreadable[0].Error, "checksum mismatch") || c.Missing != 1 || c.Read != 10 {
+		t.Fatalf("coverage %+v: want the flipped file unreadable for its checksum, its window missing, 10 read", c)
 	}
 }
 
