@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"slices"
 )
 
@@ -13,6 +14,25 @@ import (
 // idempotent rewrites byte-identical.
 
 var errTruncated = errors.New("truncated")
+
+// castagnoli is CRC-32C's table: the checksum that ends a state and a
+// partial (sumLen bytes, little-endian).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// sumLen is the length of the checksum appendSum appends.
+const sumLen = 4
+
+// appendSum appends the CRC-32C of b[start:].
+func appendSum(b []byte, start int) []byte {
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// checkSum returns b without the checksum that ends it, and whether the
+// checksum matches; b holds at least sumLen bytes.
+func checkSum(b []byte) ([]byte, bool) {
+	body := b[:len(b)-sumLen]
+	return body, crc32.Checksum(body, castagnoli) == binary.LittleEndian.Uint32(b[len(body):])
+}
 
 func appendUvarint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
 

@@ -1,10 +1,8 @@
 package aggregator
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -114,8 +112,7 @@ const partialMagic = "RWP"
 // version, the window's start, its length and the events, each aggregate's
 // encoding whole, in the order of parts, then the tiers whose refusals by
 // tier are unlisted (Offenders.TiersUnlisted), sorted, then the CRC-32C of
-// all that, magic and version included (partialSumLen bytes,
-// little-endian). Versions 1 and 2, which DecodePartial still reads, wrote
+// all that, magic and version included (appendSum). Versions 1 and 2, which DecodePartial still reads, wrote
 // each aggregate's version 1 part in that order, then (version 2) the
 // distinct clients by rule, the requests by rule and the challenged and
 // token-passing clients; version 3 added the refusals by tier, which
@@ -127,10 +124,6 @@ const partialMagic = "RWP"
 // the bytes well formed (a count's varint, a client's name) was read as
 // other figures. Versions 1 to 4 have none.
 const partialVersion = 5
-
-// partialSumLen is the length of the checksum that ends a partial of
-// version 5 or later.
-const partialSumLen = 4
 
 // AppendBinary appends p's encoding. Equal partials encode to equal bytes.
 func (p *Partial) AppendBinary(b []byte) ([]byte, error) { return p.appendBinary(b, false) }
@@ -157,7 +150,7 @@ func (p *Partial) appendBinary(b []byte, layout bool) ([]byte, error) {
 	for _, tier := range unlisted {
 		b = appendString(b, tier)
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
+	return appendSum(b, start), nil
 }
 
 // appendPartial appends p's encoding as appendBytes would, encoded in
@@ -185,14 +178,13 @@ func DecodePartial(b []byte) (*Partial, error) {
 		return nil, fmt.Errorf("decode partial: version %d, want 1 to %d", v, partialVersion)
 	}
 	if v >= 5 {
-		n := len(b) - partialSumLen
-		if n < len(partialMagic)+1 {
+		if len(b) < len(partialMagic)+1+sumLen {
 			return nil, errors.New("decode partial: cut short")
 		}
-		if crc32.Checksum(b[:n], castagnoli) != binary.LittleEndian.Uint32(b[n:]) {
+		var ok bool
+		if b, ok = checkSum(b); !ok {
 			return nil, errors.New("decode partial: checksum mismatch")
 		}
-		b = b[:n]
 	}
 	r := &reader{b: b[len(partialMagic)+1:]}
 	p := &Partial{Offenders: new(Offenders)}

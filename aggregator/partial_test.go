@@ -289,7 +289,7 @@ func TestPartialChecksum(t *testing.T) {
 // asV4 returns the version 5 partial b as version 4 wrote it: without
 // its checksum, its version byte 4.
 func asV4(b []byte) []byte {
-	c := bytes.Clone(b[:len(b)-partialSumLen])
+	c := bytes.Clone(b[:len(b)-sumLen])
 	c[len(partialMagic)] = 4
 	return c
 }

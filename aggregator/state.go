@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,8 +63,6 @@ const (
 	stateVersion = 2
 	stateExt     = ".state"
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func (s *StateDir) path(partition string) string { return filepath.Join(s.Dir, partition+stateExt) }
 
@@ -137,16 +134,16 @@ func appendState(b []byte, st State) ([]byte, error) {
 		}
 	}
 	b = appendBytes(b, st.Cursor)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
+	return appendSum(b, start), nil
 }
 
 // decodeState decodes a state; the error says why it is not one.
 func decodeState(b []byte) (st State, err error) {
-	if len(b) < len(stateMagic)+1+4 || string(b[:len(stateMagic)]) != stateMagic {
+	if len(b) < len(stateMagic)+1+sumLen || string(b[:len(stateMagic)]) != stateMagic {
 		return st, errors.New("not a state file")
 	}
-	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
+	body, ok := checkSum(b)
+	if !ok {
 		return st, errors.New("checksum mismatch")
 	}
 	v := b[len(stateMagic)]

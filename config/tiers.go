@@ -3,6 +3,7 @@ package config
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/ratewarden/ratewarden/internal/clientip"
 )
@@ -91,12 +92,13 @@ func (id *Identity) TrustedPrefixes() []netip.Prefix {
 }
 
 // NAT64 returns the NAT64 prefixes whose addresses carry IPv4 clients:
-// the well-known one and identity.nat64_prefixes. Entries that Validate
-// rejects are left out.
+// the well-known one and identity.nat64_prefixes (white space around an
+// entry trimmed, as identity.New trims it). Entries that Validate rejects
+// are left out.
 func (id *Identity) NAT64() clientip.NAT64 {
 	ps := make([]netip.Prefix, 0, len(id.NAT64Prefixes))
 	for _, s := range id.NAT64Prefixes {
-		if p, err := clientip.ParseNAT64Prefix(s); err == nil {
+		if p, err := clientip.ParseNAT64Prefix(strings.TrimSpace(s)); err == nil {
 			ps = append(ps, p)
 		}
 	}

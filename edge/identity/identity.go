@@ -96,15 +96,12 @@ func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
 	}
 	r := &Resolver{}
 
-	nat := make([]netip.Prefix, len(cfg.NAT64Prefixes))
 	for i, s := range cfg.NAT64Prefixes {
-		p, err := clientip.ParseNAT64Prefix(strings.TrimSpace(s))
-		if err != nil {
+		if _, err := clientip.ParseNAT64Prefix(strings.TrimSpace(s)); err != nil {
 			return nil, fmt.Errorf("identity.nat64_prefixes[%d]: %q %v; want an IPv6 /96 prefix such as 2001:db8:64::/96", i, s, err)
 		}
-		nat[i] = p
 	}
-	r.nat = clientip.NewNAT64(nat)
+	r.nat = cfg.NAT64()
 
 	for i, s := range cfg.TrustedProxies {
 		p, err := r.nat.ParseEntry(strings.TrimSpace(s))

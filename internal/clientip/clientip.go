@@ -84,20 +84,22 @@ func (n NAT64) of6(a netip.Addr) netip.Addr {
 		return a.Unmap()
 	}
 	a = a.WithZone("")
-	if wellKnown.Contains(a) || n.specificHolds(a) {
+	if wellKnown.Contains(a) || n.specificOf(a) >= 0 {
 		b := a.As16()
 		return netip.AddrFrom4([4]byte(b[12:]))
 	}
 	return a
 }
 
-func (n NAT64) specificHolds(a netip.Addr) bool {
-	for _, p := range n.specific {
+// specificOf returns the index of n's network-specific prefix that holds
+// a, or -1.
+func (n NAT64) specificOf(a netip.Addr) int {
+	for i, p := range n.specific {
 		if p.Contains(a) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // holder returns the NAT64 prefix of n that holds a.
@@ -105,10 +107,8 @@ func (n NAT64) holder(a netip.Addr) (netip.Prefix, bool) {
 	if wellKnown.Contains(a) {
 		return wellKnown, true
 	}
-	for _, p := range n.specific {
-		if p.Contains(a) {
-			return p, true
-		}
+	if i := n.specificOf(a); i >= 0 {
+		return n.specific[i], true
 	}
 	return netip.Prefix{}, false
 }
