@@ -113,6 +113,22 @@ func (n NAT64) holder(a netip.Addr) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
+// HeldBy returns the network-specific prefix of n that p holds with fewer
+// bits, if any, such as 2001:db8:64::/96 for 2001:db8::/32 or ::/0. Such a
+// p is plain IPv6 (Prefix refuses it, or returns it as it is): it holds
+// none of the IPv4 clients that n reads the addresses of that prefix as.
+func (n NAT64) HeldBy(p netip.Prefix) (netip.Prefix, bool) {
+	if p.Bits() >= 96 || !p.Addr().Is6() {
+		return netip.Prefix{}, false
+	}
+	for _, s := range n.specific {
+		if p.Contains(s.Addr()) {
+			return s, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
 // Prefix returns p as the zero NAT64's Prefix does.
 func Prefix(p netip.Prefix) (netip.Prefix, error) { return NAT64{}.Prefix(p) }
 

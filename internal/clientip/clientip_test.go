@@ -213,3 +213,33 @@ func BenchmarkNAT64Of(b *testing.B) {
 		})
 	}
 }
+
+// TestHeldBy: a prefix shorter than a network-specific prefix that holds
+// it is reported with it; one inside it, the well-known prefix's, or one
+// apart is not.
+func TestHeldBy(t *testing.T) {
+	n := NewNAT64([]netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96"), netip.MustParsePrefix("2001:db8:ff::/96")})
+	for in, want := range map[string]string{
+		"2001:db8:64::/48":           "2001:db8:64::/96",
+		"2001:db8:64::/95":           "2001:db8:64::/96",
+		"2001:db8::/32":              "2001:db8:64::/96",
+		"::/0":                       "2001:db8:64::/96",
+		"2001:db8:ff::/64":           "2001:db8:ff::/96",
+		"2001:db8:64::/96":           "none",
+		"2001:db8:64::192.0.2.0/120": "none",
+		"2001:db8:65::/48":           "none",
+		"64:ff9b::/64":               "none", // the well-known prefix has always been so
+		"0.0.0.0/0":                  "none",
+	} {
+		got := "none"
+		if p, ok := n.HeldBy(netip.MustParsePrefix(in)); ok {
+			got = p.String()
+		}
+		if got != want {
+			t.Errorf("HeldBy(%s) = %s, want %s", in, got, want)
+		}
+	}
+	if p, ok := (NAT64{}).HeldBy(netip.MustParsePrefix("::/0")); ok {
+		t.Errorf("zero NAT64: HeldBy(::/0) = %v, want none", p)
+	}
+}
