@@ -43,13 +43,13 @@ type fileStore struct {
 	src map[string]*FileSource
 }
 
-func (f *fileStore) Read(ctx context.Context, list string, now time.Time, ifChanged bool) (*List, error) {
+func (f *fileStore) Read(ctx context.Context, list string, ifChanged bool) ([]Entry, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.src[list] == nil {
 		f.src[list] = f.Source(list)
 	}
-	return f.src[list].Read(ctx, list, now, ifChanged)
+	return f.src[list].Read(ctx, list, ifChanged)
 }
 
 func (f *fileStore) Name() string { return "files" }

@@ -193,12 +193,9 @@ func (s *TableStore) Entries(ctx context.Context, list string) ([]Entry, error) 
 // Read reads list for a Watcher: the table cannot tell whether it changed,
 // so every refresh reads it. An item that is not a valid entry fails the
 // read, naming its key, and the watcher keeps its last good list.
-func (s *TableStore) Read(ctx context.Context, list string, now time.Time, _ bool) (*List, error) {
+func (s *TableStore) Read(ctx context.Context, list string, _ bool) ([]Entry, bool, error) {
 	es, err := s.Entries(ctx, list)
-	if err != nil {
-		return nil, err
-	}
-	return New(es, now), nil
+	return es, false, err
 }
 
 func checkList(list string) error {

@@ -55,10 +55,12 @@ type WatchOptions struct {
 }
 
 // Source is where a Watcher reads its list from: a file (FileSource) or a
-// DynamoDB table (TableStore). Read returns nil and no error when ifChanged
-// and the source can tell that it has not changed since the last read.
+// DynamoDB table (TableStore). Read returns the entries of list, as
+// ParseEntries does, or unchanged true and no entries when ifChanged and
+// the source can tell that it has not changed since the last read. The
+// Watcher builds the list (New).
 type Source interface {
-	Read(ctx context.Context, list string, now time.Time, ifChanged bool) (*List, error)
+	Read(ctx context.Context, list string, ifChanged bool) (es []Entry, unchanged bool, err error)
 	Name() string
 }
 
@@ -219,12 +221,13 @@ func (w *Watcher) load(ctx context.Context, ifChanged bool) error {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	now := w.opts.Now()
-	l, err := w.src.Read(ctx, w.opts.List, now, ifChanged && !w.retry)
+	es, unchanged, err := w.src.Read(ctx, w.opts.List, ifChanged && !w.retry)
 	switch {
 	case err != nil:
 		w.failures.Add(1)
 		return fmt.Errorf("load list: %w", err)
-	case l != nil:
+	case !unchanged:
+		l := New(es, now)
 		if w.opts.Record != nil {
 			w.record(l, now)
 		}
@@ -330,14 +333,14 @@ func NewFileSource(path string) *FileSource { return &FileSource{path: path} }
 // Name returns the file's path.
 func (s *FileSource) Name() string { return s.path }
 
-// Read parses the file, or returns nil when ifChanged and the file looks as
-// it did at the last attempt. A file that fails to parse is recorded as
-// seen, so that it is reported once, not at every interval.
-func (s *FileSource) Read(_ context.Context, list string, now time.Time, ifChanged bool) (*List, error) {
+// Read parses the file, or returns unchanged when ifChanged and the file
+// looks as it did at the last attempt. A file that fails to parse is
+// recorded as seen, so that it is reported once, not at every interval.
+func (s *FileSource) Read(_ context.Context, list string, ifChanged bool) ([]Entry, bool, error) {
 	f, err := os.Open(s.path)
 	if err != nil {
 		s.seen = nil
-		return nil, err
+		return nil, false, err
 	}
 	defer f.Close()
 	// The opened file is stat'ed, not the path, so that what is recorded is
@@ -345,13 +348,14 @@ func (s *FileSource) Read(_ context.Context, list string, now time.Time, ifChang
 	fi, err := f.Stat()
 	if err != nil {
 		s.seen = nil
-		return nil, err
+		return nil, false, err
 	}
 	if ifChanged && s.seen != nil && sameVersion(s.seen, fi) {
-		return nil, nil
+		return nil, true, nil
 	}
 	s.seen = fi
-	return ParseAt(f, s.path, list, now)
+	es, err := ParseEntries(f, s.path, list)
+	return es, false, err
 }
 
 // sameVersion reports whether two looks at a file saw the same version.
