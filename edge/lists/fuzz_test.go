@@ -2,6 +2,7 @@ package lists
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("\xff\xfe\x00"))
 	f.Add([]byte(`"user:a b" expires=2026-12-01T18:00:00Z by=alice reason="x \"y\" # z" pending=true` + "\n"))
 	f.Add([]byte("203.0.113.9 removed=2026-12-01T17:40:00Z by=\"\\n203.0.113.10\"\n"))
+	f.Add([]byte("2001:db8:64::cb00:7142\n2001:db8:64::c633:6400/120\n203.0.113.66 pending=true\n2001:db8:64::/96\n"))
+	f.Add([]byte("2001:db8:64::/48\n2001:db8:64::1:0:0/96\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		es, err := ParseEntries(bytes.NewReader(data), "fuzz", Deny)
 		if err != nil {
@@ -47,6 +50,25 @@ func FuzzParse(f *testing.F) {
 		l := New(es, time.Unix(0, 0))
 		if l.Len() > len(es) {
 			t.Fatalf("Len %d > %d entries", l.Len(), len(es))
+		}
+		// Read through a site's NAT64 prefix, the list holds every address
+		// it held as written, unless an entry holds the prefix (Wide).
+		site := NewNAT64(es, time.Unix(0, 0), siteNAT64)
+		if site.Len() > l.Len() {
+			t.Fatalf("through %s, Len %d > %d", sitePrefix, site.Len(), l.Len())
+		}
+		if len(site.Wide()) > 0 {
+			return
+		}
+		for _, e := range es {
+			p, err := netip.ParsePrefix(e.Target)
+			if err != nil {
+				a, _ := netip.ParseAddr(e.Target)
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			if a := p.Addr(); l.Contains(a, "") && !site.Contains(a, "") {
+				t.Fatalf("through %s, %s is off the list", sitePrefix, a)
+			}
 		}
 	})
 }

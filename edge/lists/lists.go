@@ -31,10 +31,14 @@
 // store (DynamoDB deletes expired items only some time later). A removed
 // entry stays as a tombstone for TombstoneAge, so that every reader sees
 // who removed it. Blank lines are ignored and surrounding whitespace is
-// trimmed. IPv4-mapped IPv6 targets (::ffff:203.0.113.7) are stored as
-// IPv4, since clients are. A bad line rejects the whole file with its
-// file:line, so that a typo never half-applies a list; a watcher then keeps
-// the last good list.
+// trimmed. IPv4-mapped IPv6 targets (::ffff:203.0.113.7), and those in
+// NAT64's well-known prefix (64:ff9b::203.0.113.7), are stored as IPv4,
+// since clients are. One in a site's own NAT64 prefix
+// (identity.nat64_prefixes) is stored as written, since writers do not
+// know every edge's setting, and read as IPv4 by an edge that has it
+// (NewNAT64, WatchOptions.NAT64). A bad line rejects the whole file with
+// its file:line, so that a typo never half-applies a list; a watcher then
+// keeps the last good list.
 //
 // # Recording changes
 //
@@ -94,8 +98,10 @@ type List struct {
 	bits4    []int // prefix lengths in use for IPv4, longest first
 	bits6    []int // prefix lengths in use for IPv6, longest first
 	users    map[string]int64
-	entries  []Entry   // as read, pending and removed ones included
-	read     time.Time // when the list was read
+	entries  []Entry        // as read, pending and removed ones included
+	read     time.Time      // when the list was read
+	nat      clientip.NAT64 // the NAT64 prefixes addresses and entries are read through
+	wide     []WideEntry    // entries that hold a network-specific prefix of nat
 }
 
 // Parse reads a list from r at time now. name is the file name for error
@@ -114,12 +120,26 @@ func ParseAt(r io.Reader, name, list string, now time.Time) (*List, error) {
 	return New(es, now), nil
 }
 
-// New builds a list of the entries, read at now. The entries must have
-// normalized targets (as ParseEntries and the stores return them); one
-// that does not is left out. Of several entries for one target the
-// longest-lived applies.
-func New(es []Entry, now time.Time) *List {
-	l := &List{prefixes: map[netip.Prefix]int64{}, users: map[string]int64{}, entries: es, read: now}
+// New builds a list of the entries, read at now, as an edge without
+// identity.nat64_prefixes reads it: NewNAT64 with the zero NAT64.
+func New(es []Entry, now time.Time) *List { return NewNAT64(es, now, clientip.NAT64{}) }
+
+// NewNAT64 builds a list of the entries, read at now, through the NAT64
+// prefixes nat, as the edge reads client addresses: an address or prefix
+// of at least 96 bits inside one of nat's network-specific prefixes is the
+// IPv4 address or prefix it carries (2001:db8:64::203.0.113.0/120 is
+// 203.0.113.0/24), so that an entry matches the same clients on every
+// edge, whether it reads that prefix as IPv4 or not. What is stored is not
+// changed: Entries returns the targets as written. A shorter prefix that
+// holds one of nat's prefixes stays IPv6 and is reported by Wide.
+//
+// The entries must have normalized targets (as ParseEntries and the stores
+// return them); one that does not is left out. Of several entries for one
+// address or prefix (as read: 203.0.113.66 and 2001:db8:64::cb00:7142 are
+// one) the longest-lived applies; a pending or removed one is left out
+// whatever the others say.
+func NewNAT64(es []Entry, now time.Time, nat clientip.NAT64) *List {
+	l := &List{prefixes: map[netip.Prefix]int64{}, users: map[string]int64{}, entries: es, read: now, nat: nat}
 	for i := range es {
 		e := &es[i]
 		if e.Pending || !e.Removed.IsZero() {
@@ -141,7 +161,14 @@ func New(es []Entry, now time.Time) *List {
 			}
 			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		l.prefixes[p] = max(l.prefixes[p], exp)
+		if q, err := nat.Prefix(p); err == nil {
+			p = q
+		}
+		old, seen := l.prefixes[p]
+		if s, ok := nat.HeldBy(p); ok && !seen {
+			l.wide = append(l.wide, WideEntry{Target: e.Target, NAT64: s})
+		}
+		l.prefixes[p] = max(old, exp)
 	}
 	l.bits4 = lengths(l.prefixes, true)
 	l.bits6 = lengths(l.prefixes, false)
@@ -199,8 +226,10 @@ func lengths(m map[netip.Prefix]int64, v4 bool) []int {
 }
 
 // Contains reports whether the list holds addr (as an address or inside a
-// prefix) or user (when not "") at the time it was read. It is nil-safe
-// and does not allocate.
+// prefix) or user (when not "") at the time it was read. An address that
+// carries an IPv4 address, IPv4-mapped or in one of the NAT64 prefixes the
+// list was read through, is that IPv4 address. It is nil-safe and does
+// not allocate.
 func (l *List) Contains(addr netip.Addr, user string) bool {
 	if l == nil {
 		return false
@@ -209,8 +238,8 @@ func (l *List) Contains(addr netip.Addr, user string) bool {
 }
 
 // ContainsAt reports whether the list holds addr or user (when not "") in
-// an entry that has not expired at now. It is nil-safe and does not
-// allocate.
+// an entry that has not expired at now, addr read as Contains reads it.
+// It is nil-safe and does not allocate.
 func (l *List) ContainsAt(addr netip.Addr, user string, now time.Time) bool {
 	if l == nil {
 		return false
@@ -224,7 +253,7 @@ func (l *List) ContainsAt(addr netip.Addr, user string, now time.Time) bool {
 	if !addr.IsValid() {
 		return false
 	}
-	addr = clientip.Of(addr)
+	addr = l.nat.Of(addr)
 	bits := l.bits6
 	if addr.Is4() {
 		bits = l.bits4
@@ -241,8 +270,9 @@ func (l *List) ContainsAt(addr netip.Addr, user string, now time.Time) bool {
 	return false
 }
 
-// Len returns the number of distinct targets that apply or may apply (not
-// pending, not removed; expiry is not compared).
+// Len returns the number of distinct addresses and prefixes (as read, see
+// NewNAT64) and user ids that apply or may apply (not pending, not
+// removed; expiry is not compared).
 func (l *List) Len() int {
 	if l == nil {
 		return 0
@@ -259,6 +289,38 @@ func (l *List) Entries() []Entry {
 	return l.entries
 }
 
+// A WideEntry is an entry that holds a network-specific NAT64 prefix the
+// list was read through with fewer bits, such as 2001:db8::/32 for
+// 2001:db8:64::/96: it is plain IPv6, and matches none of the IPv4 clients
+// behind that translator, which the edge reads as their IPv4 addresses
+// (clientip.NAT64). Read as IPv4 it would have to match every IPv4
+// client, those that reach the edge without the translator too: a deny
+// entry would refuse them, an allow entry exempt them. So it is read as
+// written, and reported.
+type WideEntry struct {
+	Target string       // the entry's target, as written
+	NAT64  netip.Prefix // the network-specific prefix it holds
+}
+
+// String says what the entry does not match, and how to list those
+// clients.
+func (w WideEntry) String() string {
+	return w.Target + " holds identity.nat64_prefixes " + w.NAT64.String() +
+		" but not the IPv4 clients behind that translator, which the edge reads as their IPv4 addresses;" +
+		" list those by IPv4 address or prefix, or as " + w.NAT64.String() + " (every IPv4 client)"
+}
+
+// Wide returns the entries that apply or may apply (as Len counts them)
+// and hold a network-specific prefix of the NAT64 the list was read
+// through, one per target, in the order read: at most 96 for each such
+// prefix, one of each length. The caller must not modify them.
+func (l *List) Wide() []WideEntry {
+	if l == nil {
+		return nil
+	}
+	return l.wide
+}
+
 // Read returns when the list was read.
 func (l *List) Read() time.Time {
 	if l == nil {
@@ -268,9 +330,9 @@ func (l *List) Read() time.Time {
 }
 
 // Targets returns the addresses and prefixes (an address as a prefix of
-// its full length, masked) and the user ids that apply at now, each
-// sorted: what another implementation of the list needs, such as the
-// viewer-request function's compiled configuration.
+// its full length, masked, each as read: see NewNAT64) and the user ids
+// that apply at now, each sorted: what another implementation of the list
+// needs, such as the viewer-request function's compiled configuration.
 func (l *List) Targets(now time.Time) (prefixes []netip.Prefix, users []string) {
 	if l == nil {
 		return nil, nil

@@ -192,6 +192,21 @@ func BenchmarkContains(b *testing.B) {
 			})
 		})
 	}
+	// Read through a site's NAT64 prefix, an IPv6 client is looked for in
+	// that prefix first.
+	site := NewNAT64(bigList(b, 10_000).Entries(), t0, siteNAT64)
+	b.Run("nat64/entries=10000/v4-miss", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			site.Contains(miss4, "")
+		}
+	})
+	b.Run("nat64/entries=10000/v6-miss-user", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			site.Contains(miss6, "alice")
+		}
+	})
 	l := mustParse(b, "198.51.100.0/24\n")
 	hit := netip.MustParseAddr("198.51.100.7")
 	b.Run("hit", func(b *testing.B) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/internal/atomicfile"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // Recorder receives the feedback events of the changes a Watcher observes.
@@ -52,13 +53,23 @@ type WatchOptions struct {
 	StateFile string
 	// Now reads the clock; default time.Now.
 	Now func() time.Time
+	// NAT64 is the NAT64 prefixes the list is read through (NewNAT64),
+	// those the edge reads client addresses through
+	// (config.Identity.NAT64); the zero value has the well-known prefix
+	// alone.
+	NAT64 clientip.NAT64
+	// Wide, when not nil, receives each entry that holds a
+	// network-specific prefix of NAT64 (List.Wide) once, at the first
+	// read whose list has it: a changed list says again only what is new.
+	Wide func(WideEntry)
 }
 
 // Source is where a Watcher reads its list from: a file (FileSource) or a
 // DynamoDB table (TableStore). Read returns the entries of list, as
 // ParseEntries does, or unchanged true and no entries when ifChanged and
 // the source can tell that it has not changed since the last read. The
-// Watcher builds the list (New).
+// Watcher builds the list (NewNAT64): how an edge reads entries is its
+// own, not the source's.
 type Source interface {
 	Read(ctx context.Context, list string, ifChanged bool) (es []Entry, unchanged bool, err error)
 	Name() string
@@ -227,14 +238,30 @@ func (w *Watcher) load(ctx context.Context, ifChanged bool) error {
 		w.failures.Add(1)
 		return fmt.Errorf("load list: %w", err)
 	case !unchanged:
-		l := New(es, now)
+		l := NewNAT64(es, now, w.opts.NAT64)
 		if w.opts.Record != nil {
 			w.record(l, now)
+		}
+		if w.opts.Wide != nil && len(l.Wide()) > 0 {
+			w.warnWide(w.list.Load(), l)
 		}
 		w.list.Store(l)
 		w.loads.Add(1)
 	}
 	return nil
+}
+
+// warnWide hands Wide the wide entries of l that prev did not have.
+func (w *Watcher) warnWide(prev, l *List) {
+	seen := map[string]bool{}
+	for _, e := range prev.Wide() {
+		seen[e.Target] = true
+	}
+	for _, e := range l.Wide() {
+		if !seen[e.Target] {
+			w.opts.Wide(e)
+		}
+	}
 }
 
 // record hands the changes from the list last recorded to l to the
