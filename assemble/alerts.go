@@ -194,7 +194,10 @@ func (a *Alerts) policies(ctx context.Context, cfg *config.Config, o AlertsOptio
 	}
 	var allow alerts.AllowList
 	if path := cfg.Lists.AllowFile; path != "" {
-		watch, err := lists.Watch(path, cfg.Lists.Refresh, func(err error) { o.Log.Warn("allow list", "error", err) })
+		// Read as the edge reads it, so that a client it lets through
+		// unlimited is one the policies leave alone.
+		watch, err := lists.WatchSource(lists.NewFileSource(path), lists.WatchOptions{List: lists.Allow, Every: cfg.Lists.Refresh,
+			Report: func(err error) { o.Log.Warn("allow list", "error", err) }, NAT64: cfg.Identity.NAT64()})
 		if err != nil {
 			return nil, fmt.Errorf("feedback: %w", err)
 		}

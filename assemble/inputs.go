@@ -18,7 +18,8 @@ type Inputs struct {
 	Keys           *challenge.Keyring // nil: no challenges, or no keys to pass them with
 	VerifierSecret string             // "": the token endpoint is closed
 	// Warnings are what starts but is most likely a mistake, one sentence
-	// each: trusted proxy ranges that are too wide, challenges without keys.
+	// each: trusted proxy ranges that are too wide, challenges without keys,
+	// list entries that hold a NAT64 prefix of identity.nat64_prefixes.
 	Warnings []string
 }
 
@@ -48,11 +49,14 @@ func ReadInputs(cfg *config.Config, getenv func(string) string) (*Inputs, error)
 	if _, err := identity.New(cfg.Identity, getenv); err != nil {
 		errs = append(errs, err)
 	}
+	nat := cfg.Identity.NAT64()
 	for _, l := range []struct{ key, path string }{{"lists.allow_file", cfg.Lists.AllowFile}, {"lists.deny_file", cfg.Lists.DenyFile}, {"lists.challenge_file", cfg.Lists.ChallengeFile}} {
 		if l.path == "" {
 			continue
 		}
-		w, err := lists.Watch(l.path, 0, nil) // polls nothing: one load, as at start-up
+		// Every ≤ 0 polls nothing: one load, as at start-up.
+		w, err := lists.WatchSource(lists.NewFileSource(l.path), lists.WatchOptions{NAT64: nat,
+			Wide: func(e lists.WideEntry) { warn(l.key + ": " + l.path + ": " + e.String()) }})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", l.key, err))
 			continue

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 // ListStore is what `ratewarden lists` needs of a store of feedback lists:
@@ -78,10 +79,13 @@ func openTable(ctx context.Context, cfg *config.Config, table string, now func()
 
 // watchLists starts a watcher for each list cfg names, refreshed every
 // lists.refresh, recording the changes it sees through record (nil: not
-// recorded). With a decision log, what was recorded is kept in
-// decisions.dir/lists/<list>.recorded, so that changes made while the edge
-// was stopped are recorded when it starts. A list that fails to load the first time fails the start; a
-// failed refresh keeps the last good list and is logged.
+// recorded). Entries are read through identity.nat64_prefixes, as client
+// addresses are, and an entry that holds one of those prefixes
+// (lists.WideEntry) is logged once. With a decision log, what was recorded
+// is kept in decisions.dir/lists/<list>.recorded, so that changes made
+// while the edge was stopped are recorded when it starts. A list that
+// fails to load the first time fails the start; a failed refresh keeps the
+// last good list and is logged.
 func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, record lists.Recorder) (map[string]*lists.Watcher, error) {
 	out := map[string]*lists.Watcher{}
 	if len(ListFiles(cfg.Lists)) == 0 && cfg.Lists.Table == "" {
@@ -91,6 +95,7 @@ func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, recor
 	if err != nil {
 		return nil, err
 	}
+	nat := cfg.Identity.NAT64()
 	for _, name := range names {
 		if name == lists.Challenge && !cfg.Challenge.Enabled {
 			continue // a table's challenge list needs challenge tokens
@@ -103,6 +108,10 @@ func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, recor
 		w, err := lists.WatchSource(src(name), lists.WatchOptions{List: name, Every: cfg.Lists.Refresh, Record: record, StateFile: state,
 			Report: func(err error) {
 				log.Error("list refresh failed; keeping the last good list", "list", name, "err", err)
+			},
+			NAT64: nat,
+			Wide: func(e lists.WideEntry) {
+				log.Warn("list entry does not match the IPv4 clients behind a NAT64 translator", "list", name, "entry", e.Target, "warning", e.String())
 			}})
 		if err != nil {
 			for _, o := range out {
@@ -187,6 +196,36 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s: %s %s\n", a.List, a.Action, a.Target)
+	if _, err = fmt.Fprintf(w, "%s: %s %s\n", a.List, a.Action, a.Target); err != nil || a.Action != "add" {
+		return err
+	}
+	if note := nat64Note(a.Target, cfg.Identity.NAT64(), now()); note != "" {
+		_, err = fmt.Fprintln(w, "note:", note)
+	}
 	return err
+}
+
+// nat64Note says how an edge with identity.nat64_prefixes reads target
+// when that is not as written: an entry in one of them as the IPv4
+// address or prefix it carries, and one that holds one of them without
+// the IPv4 clients behind it; "" otherwise. What is stored stays as
+// written.
+func nat64Note(target string, nat clientip.NAT64, now time.Time) string {
+	t, err := lists.NormalizeTarget(target)
+	if err != nil {
+		return ""
+	}
+	l := lists.NewNAT64([]lists.Entry{{Target: t}}, now, nat)
+	if wide := l.Wide(); len(wide) > 0 {
+		return wide[0].String()
+	}
+	ps, _ := l.Targets(now)
+	if len(ps) != 1 || !ps[0].Addr().Is4() || !strings.Contains(t, ":") {
+		return ""
+	}
+	read := "the IPv4 clients " + ps[0].String()
+	if ps[0].IsSingleIP() {
+		read = "the IPv4 client " + ps[0].Addr().String()
+	}
+	return "identity.nat64_prefixes: an edge with this configuration reads " + t + " as " + read + "; one without the setting reads it as written"
 }

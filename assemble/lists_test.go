@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -269,5 +271,73 @@ func TestEdgeKeepsLastGoodList(t *testing.T) {
 		if s := statusOf(e.Handler(), "198.51.100.7:1"); s != http.StatusOK {
 			t.Errorf("a target of the bad file applies: %d", s)
 		}
+	}
+}
+
+// TestEdgeReadsListsThroughNAT64: an edge with identity.nat64_prefixes
+// reads a list entry in one of them as the IPv4 client it carries, as it
+// reads the client, and logs once an entry that holds one of them; the
+// aggregator's allow list is read alike; `lists add` says so.
+func TestEdgeReadsListsThroughNAT64(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	deny, allow := filepath.Join(dir, "deny.list"), filepath.Join(dir, "allow.list")
+	for path, text := range map[string]string{deny: "2001:db8:64::cb00:7142\n2001:db8:64::/48\n", allow: "2001:db8:64::198.51.100.0/120\n"} {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := loadConfig(t, "edge: {upstream: ORIGIN}\nidentity: {nat64_prefixes: [\"2001:db8:64::/96\"]}\n"+
+		"lists: {deny_file: "+deny+", allow_file: "+allow+"}\n"+unlimited)
+	var logged strings.Builder
+	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	for addr, want := range map[string]int{
+		"203.0.113.66:1":             http.StatusForbidden,
+		"[2001:db8:64::cb00:7142]:1": http.StatusForbidden,
+		"[::ffff:203.0.113.66]:1":    http.StatusForbidden,
+		"[64:ff9b::203.0.113.66]:1":  http.StatusForbidden,
+		"[2001:db8:64:1::1]:1":       http.StatusForbidden, // plain IPv6 in the /48
+		"203.0.113.67:1":             http.StatusOK,
+		"[2001:db8:64::cb00:7143]:1": http.StatusOK, // 203.0.113.67: the /48 holds no IPv4 client
+		"[2001:db8:64::c633:6407]:1": http.StatusOK,
+	} {
+		if s := statusOf(e.Handler(), addr); s != want {
+			t.Errorf("%s: %d, want %d", addr, s, want)
+		}
+	}
+	if !e.Lists[lists.Allow].List().Contains(netip.MustParseAddr("198.51.100.7"), "") {
+		t.Errorf("the allow list's 2001:db8:64::198.51.100.0/120 does not hold 198.51.100.7")
+	}
+	if err := e.Lists[lists.Deny].Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logged.String(), "entry=2001:db8:64::/48"); n != 1 || !strings.Contains(logged.String(), "level=WARN") {
+		t.Errorf("logged the /48 %d times, want once as a warning:\n%s", n, logged.String())
+	}
+	in, err := assemble.ReadInputs(cfg, func(string) string { return "" })
+	if err != nil || len(in.Warnings) != 1 || !strings.Contains(in.Warnings[0], "lists.deny_file: "+deny+": 2001:db8:64::/48 holds identity.nat64_prefixes 2001:db8:64::/96 but not the IPv4 clients") {
+		t.Errorf("ReadInputs: %q, %v; want a warning of the /48", in.Warnings, err)
+	}
+
+	var out strings.Builder
+	for _, target := range []string{"2001:db8:64::203.0.113.9", "2001:db8:64::198.51.100.0/120", "2001:db8:64::/64", "203.0.113.10"} {
+		a := assemble.ListsAction{Action: "add", List: lists.Deny, Target: target, By: "tester"}
+		if err := a.Run(ctx, cfg, nil, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "deny: add 2001:db8:64::203.0.113.9\n" +
+		"note: identity.nat64_prefixes: an edge with this configuration reads 2001:db8:64::cb00:7109 as the IPv4 client 203.0.113.9; one without the setting reads it as written\n" +
+		"deny: add 2001:db8:64::198.51.100.0/120\n" +
+		"note: identity.nat64_prefixes: an edge with this configuration reads 2001:db8:64::c633:6400/120 as the IPv4 clients 198.51.100.0/24; one without the setting reads it as written\n" +
+		"deny: add 2001:db8:64::/64\n" +
+		"note: 2001:db8:64::/64 holds identity.nat64_prefixes 2001:db8:64::/96 but not the IPv4 clients behind that translator, which the edge reads as their IPv4 addresses; list those by IPv4 address or prefix, or as 2001:db8:64::/96 (every IPv4 client)\n" +
+		"deny: add 203.0.113.10\n"
+	if out.String() != want {
+		t.Errorf("lists add printed\n%s\nwant\n%s", out.String(), want)
 	}
 }
