@@ -38,8 +38,8 @@ type Options struct {
 	// collects); nil leaves them unrecorded.
 	Fallback io.Writer
 	// Clock, if set, is the edge's clock for decision times
-	// (edge.Options.Clock): the demo's story time. Default: the wall
-	// clock.
+	// (edge.Options.Clock) and for the feedback events its list watchers
+	// record: the demo's story time. Default: the wall clock.
 	Clock func() time.Time
 	// DecisionLog, if set, is the log of decisions.dir, opened by the
 	// caller, that the edge writes its decisions to; the caller closes it
@@ -96,12 +96,12 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 		opts.Sink = e.Sinks.Emitter
 	}
 	// The edge owns the decision stream, so it records the changes to the
-	// lists it reads (see package lists).
+	// lists it reads (see package lists), on its decisions' clock.
 	var record lists.Recorder
 	if e.Sinks.Emitter != nil && (cfg.Lists.Record == nil || *cfg.Lists.Record) {
 		record = e.Sinks.Emitter
 	}
-	if e.Lists, err = watchLists(ctx, cfg, log, record); err != nil {
+	if e.Lists, err = watchLists(ctx, cfg, log, record, o.Clock); err != nil {
 		return nil, err
 	}
 	for name, w := range e.Lists {

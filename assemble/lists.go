@@ -79,14 +79,15 @@ func openTable(ctx context.Context, cfg *config.Config, table string, now func()
 
 // watchLists starts a watcher for each list cfg names, refreshed every
 // lists.refresh, recording the changes it sees through record (nil: not
-// recorded). Entries are read through identity.nat64_prefixes, as client
-// addresses are, and an entry that holds one of those prefixes
+// recorded), each stamped with now (nil: the wall clock), the clock of the
+// edge's decisions. Entries are read through identity.nat64_prefixes, as
+// client addresses are, and an entry that holds one of those prefixes
 // (lists.WideEntry) is logged once. With a decision log, what was recorded
 // is kept in decisions.dir/lists/<list>.recorded, so that changes made
 // while the edge was stopped are recorded when it starts. A list that
 // fails to load the first time fails the start; a failed refresh keeps the
 // last good list and is logged.
-func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, record lists.Recorder) (map[string]*lists.Watcher, error) {
+func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, record lists.Recorder, now func() time.Time) (map[string]*lists.Watcher, error) {
 	out := map[string]*lists.Watcher{}
 	if len(ListFiles(cfg.Lists)) == 0 && cfg.Lists.Table == "" {
 		return out, nil
@@ -105,7 +106,7 @@ func watchLists(ctx context.Context, cfg *config.Config, log *slog.Logger, recor
 			// What the log was told, beside the log: seglog ignores it.
 			state = filepath.Join(cfg.Decisions.Dir, "lists", name+".recorded")
 		}
-		w, err := lists.WatchSource(src(name), lists.WatchOptions{List: name, Every: cfg.Lists.Refresh, Record: record, StateFile: state,
+		w, err := lists.WatchSource(src(name), lists.WatchOptions{List: name, Every: cfg.Lists.Refresh, Record: record, StateFile: state, Now: now,
 			Report: func(err error) {
 				log.Error("list refresh failed; keeping the last good list", "list", name, "err", err)
 			},

@@ -70,6 +70,12 @@ func listsConfig(tb testing.TB, kind, logDir string, refresh time.Duration) stri
 // `ratewarden lists` does.
 func listsEdge(tb testing.TB, kind, logDir string, refresh time.Duration, edits ...func(*config.Config)) (*assemble.Edge, assemble.ListStore) {
 	tb.Helper()
+	return listsEdgeAt(tb, kind, logDir, refresh, nil, edits...)
+}
+
+// listsEdgeAt is listsEdge with the edge on clock (nil: the wall clock).
+func listsEdgeAt(tb testing.TB, kind, logDir string, refresh time.Duration, clock func() time.Time, edits ...func(*config.Config)) (*assemble.Edge, assemble.ListStore) {
+	tb.Helper()
 	cfg := loadConfig(tb, listsConfig(tb, kind, logDir, refresh))
 	for _, edit := range edits {
 		edit(cfg)
@@ -80,7 +86,7 @@ func listsEdge(tb testing.TB, kind, logDir string, refresh time.Duration, edits 
 		}
 		return ""
 	}
-	e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{Getenv: getenv})
+	e, err := assemble.NewEdge(context.Background(), cfg, assemble.Options{Getenv: getenv, Clock: clock})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -232,6 +238,41 @@ func challengeListed(t *testing.T, e *assemble.Edge, store assemble.ListStore, t
 		t.Fatal(err)
 	}
 	return w
+}
+
+// TestEdgeListsOnItsClock: the feedback event of a list change is stamped
+// on the edge's clock, as its decisions are (the demo's story time), not
+// the wall clock: in one log, on another clock, it would be a late event
+// of a window long closed.
+func TestEdgeListsOnItsClock(t *testing.T) {
+	ctx := context.Background()
+	logDir := filepath.Join(t.TempDir(), "log")
+	at := time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)
+	e, store := listsEdgeAt(t, "file", logDir, time.Hour, func() time.Time { return at })
+	challengeListed(t, e, store, "203.0.113.7")
+	statusOf(e.Handler(), "203.0.113.8:1")
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := decisionlog.Open(logDir, decisionlog.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var got []string
+	for {
+		d, _, err := rd.Next(ctx, false)
+		if decisionlog.IsEnd(err) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Kind.String()+" "+d.Time.UTC().Format(time.RFC3339))
+	}
+	if want := "feedback 2031-05-01T12:00:00Z, decision 2031-05-01T12:00:00Z"; strings.Join(got, ", ") != want {
+		t.Errorf("events %s, want %s", strings.Join(got, ", "), want)
+	}
 }
 
 // TestEdgeListsRecordOff: with lists.record false the edge obeys the list
