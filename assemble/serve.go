@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/dashboards"
 	"github.com/ratewarden/ratewarden/edge/lists"
@@ -97,7 +98,8 @@ func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions
 // serve.state_dir; their JSON lines go to alerts.sinks.file, by default
 // serve.dashboard.alerts_file or else alerts.jsonl in serve.state_dir,
 // which the dashboard then shows; their metrics join the aggregator's on
-// the dashboard's /metrics. The dashboard's lists view reads the list
+// the dashboard's /metrics. The edge reads a list again as soon as a
+// policy has written it, not at its next lists.refresh. The dashboard's lists view reads the list
 // store the lists section names (OpenLists), the challenge list included.
 // Shutting down, it drains the edge, flushes its decisions to the log,
 // lets the aggregator read them to the log's end and emit every open
@@ -137,7 +139,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		}
 		defer dashLn.Close() // after a failed start; Serve closes it otherwise
 	}
-	al, err := serveAlerts(ctx, cfg, &sv, o)
+	toEdge := &edgeLists{log: log}
+	al, err := serveAlerts(ctx, cfg, &sv, o, toEdge)
 	if err != nil {
 		return err
 	}
@@ -217,6 +220,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if err != nil {
 		return err
 	}
+	toEdge.edge = e // before the aggregator, which runs the policies, starts
 	edgeClosed := false
 	closeEdge := func() {
 		if edgeClosed {
@@ -399,8 +403,9 @@ func (s storeLists) Entries(ctx context.Context) ([]dashboards.ListEntry, error)
 
 // serveAlerts assembles the alerts runner when cfg has an alerts or a
 // feedback section (nil otherwise), defaulting where its JSON lines go
-// and what the dashboard sv shows.
-func serveAlerts(ctx context.Context, cfg *config.Config, sv *config.Serve, o ServeOptions) (*Alerts, error) {
+// and what the dashboard sv shows. Policies that write (feedback.dry_run
+// false) write through toEdge.
+func serveAlerts(ctx context.Context, cfg *config.Config, sv *config.Serve, o ServeOptions, toEdge *edgeLists) (*Alerts, error) {
 	if !cfg.Has("alerts") && !cfg.Has("feedback") {
 		return nil, nil
 	}
@@ -420,5 +425,59 @@ func serveAlerts(ctx context.Context, cfg *config.Config, sv *config.Serve, o Se
 			return nil, fmt.Errorf("alerts: %w", err)
 		}
 	}
-	return NewAlerts(ctx, cfg, AlertsOptions{Window: sv.Window, StateDir: sv.StateDir, Log: o.Log, Watch: o.Alerts})
+	ao := AlertsOptions{Window: sv.Window, StateDir: sv.StateDir, Log: o.Log, Watch: o.Alerts}
+	if len(cfg.Feedback.Policies) > 0 && !*cfg.Feedback.DryRun {
+		w, err := FeedbackLists(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		toEdge.ListWriter = w
+		ao.Lists = toEdge
+	}
+	return NewAlerts(ctx, cfg, ao)
+}
+
+// edgeLists is the list store serve's feedback policies write: after each
+// change it has serve's own edge read that list again at once
+// (lists.Watcher.Reload, which records the change as a refresh does)
+// rather than at its next lists.refresh, so that in one process the loop
+// closes in the aggregator's pass that raised the alert. The policies run
+// in the aggregator's goroutine, so a lists table costs that goroutine a
+// read after each write. Set edge before the aggregator starts.
+type edgeLists struct {
+	alerts.ListWriter
+	edge *Edge
+	log  *slog.Logger
+}
+
+var _ alerts.ListWriter = (*edgeLists)(nil)
+
+// Put writes e, then has the edge read its list.
+func (l *edgeLists) Put(ctx context.Context, e lists.Entry) error {
+	if err := l.ListWriter.Put(ctx, e); err != nil {
+		return err
+	}
+	l.reload(e.List)
+	return nil
+}
+
+// Remove removes the entry, then has the edge read its list.
+func (l *edgeLists) Remove(ctx context.Context, list, target, by string) error {
+	if err := l.ListWriter.Remove(ctx, list, target, by); err != nil {
+		return err
+	}
+	l.reload(list)
+	return nil
+}
+
+// reload has the edge read list, if it reads it (the challenge list is
+// not read with challenges off); a failed read leaves it to the next
+// refresh.
+func (l *edgeLists) reload(list string) {
+	if l.edge == nil || l.edge.Lists[list] == nil {
+		return
+	}
+	if err := l.edge.Lists[list].Reload(); err != nil {
+		l.log.Error("list reload after a policy's change failed; the edge reads it at its next refresh", "list", list, "err", err)
+	}
 }

@@ -357,3 +357,94 @@ func TestServeEMFMetrics(t *testing.T) {
 		t.Errorf("/metrics counted %d EMF documents written, the file holds %d", n, lines)
 	}
 }
+
+// actionsSeen is an AlertWatcher that passes on the actions applied.
+type actionsSeen chan alerts.Action
+
+func (actionsSeen) Alert(context.Context, alerts.Alert) error { return nil }
+func (c actionsSeen) Action(_ context.Context, a alerts.Action) error {
+	if a.Applied {
+		select {
+		case c <- a:
+		default:
+		}
+	}
+	return nil
+}
+
+// TestServeEdgeReadsPolicyListsAtOnce: serve's edge reads a list its
+// feedback policy wrote as soon as the policy wrote it, not at its next
+// lists.refresh (an hour here): once the policy has put the scraper on the
+// challenge list, its next request is challenged by the list (302), not
+// blocked by its limit (429, factor 1), and the change is a feedback event
+// in the decision log.
+func TestServeEdgeReadsPolicyListsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "challenge.list")
+	if err := os.WriteFile(list, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadConfig(t, strings.ReplaceAll(strings.ReplaceAll(serveAlertsYAML, "LIST", list), "refresh: 1s", "refresh: 1h"))
+	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
+	cfg.Serve.Dashboard.Listen = ""
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan assemble.ServeAddrs, 1)
+	acted := make(actionsSeen, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- assemble.Serve(ctx, cfg, assemble.ServeOptions{Ready: func(a assemble.ServeAddrs) { ready <- a }, Alerts: acted,
+			Options: assemble.Options{Getenv: func(string) string { return "" }}})
+	}()
+	var a assemble.ServeAddrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	const scraper = "203.0.113.7"
+	get := func() int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+a.Edge+"/x", nil)
+		req.Header.Set("X-Forwarded-For", scraper)
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 40 {
+		get()
+	}
+	// The window closes on the aggregator's idle tick; a minute only
+	// guards against a hang.
+	select {
+	case act := <-acted:
+		if act.List != "challenge" || act.Target != scraper {
+			t.Fatalf("action %+v", act)
+		}
+	case err := <-done:
+		t.Fatalf("serve stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no action applied in a minute")
+	}
+	if s := get(); s != http.StatusFound {
+		t.Errorf("the scraper's request after the policy listed it: %d, want 302 from the challenge list", s)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ps, _, err := (&aggregator.PartialsDir{Dir: cfg.Serve.PartialsDir}).Read(t.Context(), time.Second, time.Time{}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var adds uint64
+	for _, p := range ps {
+		adds += p.Counts.Feedback["challenge/add"]
+	}
+	if adds != 1 {
+		t.Errorf("%d challenge/add feedback events aggregated, want 1", adds)
+	}
+}
