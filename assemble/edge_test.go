@@ -33,6 +33,27 @@ func loadConfig(t testing.TB, yaml string) *config.Config {
 	return cfg
 }
 
+// logEvents returns every event of the decision log in dir.
+func logEvents(t testing.TB, dir string) []decisions.Decision {
+	t.Helper()
+	rd, err := decisionlog.Open(dir, decisionlog.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var ds []decisions.Decision
+	for {
+		d, _, err := rd.Next(context.Background(), false)
+		if decisionlog.IsEnd(err) {
+			return ds
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+}
+
 // TestEdgeRecordsThroughEveryConfiguredPart serves requests through an
 // assembled Edge and reads the decision log back: the lists, the privacy
 // setting and the node name reach the recorded decisions.
@@ -73,24 +94,11 @@ lists:
 	if want := []int{200, 200, 429, 403}; !equal(codes, want) {
 		t.Fatalf("statuses %v, want %v", codes, want)
 	}
-	rd, err := decisionlog.Open(logDir, decisionlog.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
 	var got []string
-	for {
-		d, _, err := rd.Next(context.Background(), false)
-		if decisionlog.IsEnd(err) {
-			break
+	for _, d := range logEvents(t, logDir) {
+		if d.Kind == decisions.KindDecision {
+			got = append(got, d.Outcome.String()+" "+d.ClientIP.String()+" "+d.Node)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Kind != decisions.KindDecision {
-			continue
-		}
-		got = append(got, d.Outcome.String()+" "+d.ClientIP.String()+" "+d.Node)
 	}
 	want := []string{"allow 192.0.2.0 node-a", "allow 192.0.2.0 node-a", "block 192.0.2.0 node-a", "deny_listed 192.0.2.0 node-a"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -25,7 +25,6 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/edge/lists"
 )
 
@@ -144,19 +143,7 @@ func TestEdgeObeysListStores(t *testing.T) {
 			}
 			var events []string
 			var counts aggregator.Counts
-			rd, err := decisionlog.Open(logDir, decisionlog.Filter{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rd.Close()
-			for {
-				d, _, err := rd.Next(ctx, false)
-				if decisionlog.IsEnd(err) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+			for _, d := range logEvents(t, logDir) {
 				counts.Update(&d)
 				if d.Kind == decisions.KindFeedback {
 					events = append(events, d.Action+" "+d.List+" "+d.Target+" "+d.Node+" "+d.Reason)
@@ -254,20 +241,8 @@ func TestEdgeListsOnItsClock(t *testing.T) {
 	if err := e.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := decisionlog.Open(logDir, decisionlog.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
 	var got []string
-	for {
-		d, _, err := rd.Next(ctx, false)
-		if decisionlog.IsEnd(err) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, d := range logEvents(t, logDir) {
 		got = append(got, d.Kind.String()+" "+d.Time.UTC().Format(time.RFC3339))
 	}
 	if want := "feedback 2031-05-01T12:00:00Z, decision 2031-05-01T12:00:00Z"; strings.Join(got, ", ") != want {

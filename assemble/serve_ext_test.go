@@ -20,6 +20,7 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/dashboards"
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 )
@@ -32,6 +33,23 @@ tiers:
   anonymous:
     global: {limit: 3, window: 1m}
 `
+
+// startServe runs Serve on cfg with o until ctx is done; it returns
+// Serve's addresses once it is ready, and where its error will come.
+func startServe(t *testing.T, ctx context.Context, cfg *config.Config, o assemble.ServeOptions) (assemble.ServeAddrs, <-chan error) {
+	t.Helper()
+	ready := make(chan assemble.ServeAddrs, 1)
+	done := make(chan error, 1)
+	o.Ready = func(a assemble.ServeAddrs) { ready <- a }
+	go func() { done <- assemble.Serve(ctx, cfg, o) }()
+	select {
+	case a := <-ready:
+		return a, done
+	case err := <-done:
+		t.Fatal(err)
+		return assemble.ServeAddrs{}, nil
+	}
+}
 
 // TestServeRunsAndStops: Serve answers through the edge and the dashboard,
 // and when ctx is done it returns with every decision in the partials,
@@ -69,18 +87,7 @@ func testServeRunsAndStops(t *testing.T, spec string, store assemble.PartialsSto
 		cfg.Serve.PartialsDir = store.(*aggregator.PartialsDir).Dir
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan assemble.ServeAddrs, 1)
-	done := make(chan error, 1)
-	o.Ready = func(a assemble.ServeAddrs) { ready <- a }
-	go func() {
-		done <- assemble.Serve(ctx, cfg, o)
-	}()
-	var a assemble.ServeAddrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	a, done := startServe(t, ctx, cfg, o)
 	codes := map[int]int{}
 	for range 5 {
 		resp, err := http.Get("http://" + a.Edge + "/x")
@@ -129,16 +136,7 @@ func TestServeWakesOnAppend(t *testing.T) {
 	cfg.Serve.Dashboard.Listen = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan assemble.ServeAddrs, 1)
-	done := make(chan error, 1)
-	o := assemble.ServeOptions{LogPoll: time.Hour, Tick: time.Hour, Ready: func(a assemble.ServeAddrs) { ready <- a }}
-	go func() { done <- assemble.Serve(ctx, cfg, o) }()
-	var a assemble.ServeAddrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{LogPoll: time.Hour, Tick: time.Hour})
 	const requests = 7
 	for range requests {
 		resp, err := http.Get("http://" + a.Edge + "/x")
@@ -214,18 +212,7 @@ func TestServeAlertsReachTheDashboard(t *testing.T) {
 	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan assemble.ServeAddrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- assemble.Serve(ctx, cfg, assemble.ServeOptions{Ready: func(a assemble.ServeAddrs) { ready <- a },
-			Options: assemble.Options{Getenv: func(string) string { return "" }}})
-	}()
-	var a assemble.ServeAddrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Options: assemble.Options{Getenv: func(string) string { return "" }}})
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	get := func(url, xff string) (int, []byte) {
 		t.Helper()
@@ -310,17 +297,7 @@ func TestServeEMFMetrics(t *testing.T) {
 	ao.EMF = "file:" + emfFile
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan assemble.ServeAddrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- assemble.Serve(ctx, cfg, assemble.ServeOptions{Aggregator: &ao, Ready: func(a assemble.ServeAddrs) { ready <- a }})
-	}()
-	var a assemble.ServeAddrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Aggregator: &ao})
 	get := func(url string) []byte {
 		t.Helper()
 		resp, err := http.Get(url)
@@ -389,19 +366,8 @@ func TestServeEdgeReadsPolicyListsAtOnce(t *testing.T) {
 	cfg.Serve.Dashboard.Listen = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan assemble.ServeAddrs, 1)
 	acted := make(actionsSeen, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- assemble.Serve(ctx, cfg, assemble.ServeOptions{Ready: func(a assemble.ServeAddrs) { ready <- a }, Alerts: acted,
-			Options: assemble.Options{Getenv: func(string) string { return "" }}})
-	}()
-	var a assemble.ServeAddrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Alerts: acted, Options: assemble.Options{Getenv: func(string) string { return "" }}})
 	const scraper = "203.0.113.7"
 	get := func() int {
 		t.Helper()
