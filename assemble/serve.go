@@ -69,6 +69,12 @@ type ServeOptions struct {
 	// idle watermark (aggregator.LogOptions.Tick), and looks at the files
 	// again; default 200 ms.
 	Tick time.Duration
+	// CaughtUp, if set, is called each time the aggregator has read the
+	// decision log to the end the edge had written and delivered every
+	// window that closed to the sinks, the alerts runner and its policies
+	// included: after a batch, and every Tick at the log's end. The demo's
+	// story clock waits for it. It must not block.
+	CaughtUp func()
 }
 
 // ServeAggregator returns the options of serve's aggregator: o (nil:
@@ -259,6 +265,9 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 				default:
 				}
 				progress <- s
+				if o.CaughtUp != nil && s.Next >= dlog.NextOffset() {
+					o.CaughtUp()
+				}
 			},
 		})
 		latest.Store(&st)

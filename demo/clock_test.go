@@ -5,20 +5,51 @@ import (
 	"time"
 )
 
-// TestStoryClock: story time runs speed times as fast from start; at
-// speed 1 it is the wall clock itself.
-func TestStoryClock(t *testing.T) {
+// TestStory: story time runs speed times as fast as wall time, stops
+// ahead past the last CaughtUp, counting the wall time it waits, and goes
+// on from where it stopped (no jump) once caught up; with ahead 0 it never
+// waits, and at speed 1 it is wall time.
+func TestStory(t *testing.T) {
 	start := time.Unix(1_700_000_000, 0)
-	wall := start
-	clock := StoryClock(start, 10, func() time.Time { return wall })
-	for _, el := range []time.Duration{0, 100 * time.Millisecond, 6 * time.Second} {
-		wall = start.Add(el)
-		if got, want := clock().Sub(start), 10*el; got != want {
-			t.Errorf("%v of wall time: %v of story time, want %v", el, got, want)
-		}
+	type step struct {
+		wall  time.Duration  // since start
+		then  func(s *Story) // before Now
+		story time.Duration  // Now, since start
+		held  time.Duration  // Held
 	}
-	wall = start.Add(3 * time.Second)
-	if got := StoryClock(start, 1, func() time.Time { return wall })(); !got.Equal(wall) {
-		t.Errorf("speed 1: %v, want the wall clock's %v", got, wall)
+	run, caughtUp := func(*Story) {}, (*Story).CaughtUp
+	for _, c := range []struct {
+		name  string
+		speed float64
+		ahead time.Duration
+		steps []step
+	}{
+		{"speed 10, 5 s ahead", 10, 5 * time.Second, []step{
+			{200 * time.Millisecond, run, 2 * time.Second, 0},
+			{500 * time.Millisecond, run, 5 * time.Second, 0},
+			{time.Second, run, 5 * time.Second, 500 * time.Millisecond},
+			{1500 * time.Millisecond, caughtUp, 5 * time.Second, time.Second},
+			{1600 * time.Millisecond, run, 6 * time.Second, time.Second},
+			{3 * time.Second, run, 10 * time.Second, 2 * time.Second},
+			{3 * time.Second, caughtUp, 10 * time.Second, 2 * time.Second},
+			{3100 * time.Millisecond, run, 11 * time.Second, 2 * time.Second},
+		}},
+		{"speed 10, never waiting", 10, 0, []step{
+			{6 * time.Second, caughtUp, time.Minute, 0},
+			{7 * time.Second, run, 70 * time.Second, 0},
+		}},
+		{"speed 1", 1, time.Hour, []step{
+			{3 * time.Second, run, 3 * time.Second, 0},
+		}},
+	} {
+		wall := start
+		s := NewStory(start, c.speed, c.ahead, func() time.Time { return wall })
+		for _, st := range c.steps {
+			wall = start.Add(st.wall)
+			st.then(s)
+			if got, held := s.Now().Sub(start), s.Held(); got != st.story || held != st.held {
+				t.Errorf("%s: %v of wall time: %v of story time, held %v; want %v, held %v", c.name, st.wall, got, held, st.story, st.held)
+			}
+		}
 	}
 }

@@ -66,7 +66,7 @@ func TestTrafficStory(t *testing.T) {
 	defer edge.Close()
 	tr := &Traffic{Target: edge.URL, InFlight: 64}
 	start := time.Now()
-	story := StoryClock(start, 20, time.Now)
+	story := NewStory(start, 20, 0, time.Now).Now
 	tr.Run(context.Background(), 27*time.Second, story)
 	users, scraper, stuffing := tr.Stats(ActorUsers), tr.Stats(ActorScraper), tr.Stats(ActorStuffing)
 	if users.Sent.Load() == 0 || users.OK.Load()+users.Errors.Load()+users.Skipped.Load() == 0 || users.Blocked.Load() != 0 {

@@ -19,7 +19,7 @@ import (
 // safe for concurrent use.
 type Loop struct {
 	W   io.Writer
-	Now func() time.Time // the wall clock
+	Now func() time.Time // the story clock
 	// Listed, if set, is called once, when the scraper is put on the
 	// challenge list, with the time.
 	Listed func(time.Time)

@@ -115,10 +115,11 @@ type request struct {
 // Run sends the story's traffic for d (or until ctx is done), reading the
 // story's clock through now: the phases start and end, and the rates are
 // per second, in now's time. With the wall clock that is the story as
-// told; with an accelerated clock (StoryClock) the story plays out faster
+// told; with an accelerated clock (Story) the story plays out faster
 // at the same rates per story second, so speed times as many requests a
 // wall second (as many as the machine can send: what the in-flight bound
-// refuses is counted as not sent).
+// refuses is counted as not sent); while the clock waits, nothing is
+// sent.
 func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time) {
 	if t.Client == nil {
 		t.Client = &http.Client{Timeout: 10 * time.Second,

@@ -13,7 +13,7 @@ import (
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlags("demo", "demo [--duration D] [--speed X] [--dashboard-listen ADDR|off] [--dir DIR]", stderr)
 	duration := fs.Duration("duration", time.Minute, "how long the simulated traffic runs, in story time (`duration`)")
-	speed := fs.Float64("speed", 1, "run the story on a clock `X` times as fast as wall time: --duration of story in duration ÷ X, decisions, windows and rates in story time; the challenge list is still read every second of wall time (X s of story)")
+	speed := fs.Float64("speed", 1, "run the story on a clock `X` times as fast as wall time: --duration of story in duration ÷ X, decisions, windows and rates in story time; the story waits when the aggregator falls behind")
 	dash := fs.String("dashboard-listen", "127.0.0.1:9092", "the live dashboard's `address`, \"off\" for none")
 	dir := fs.String("dir", "", "keep the decision log, state, partials, alerts and challenge list (emptied at the start) in `directory` (default: a temporary one, removed)")
 	if err := parseFlags(fs, args); err != nil {
