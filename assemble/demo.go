@@ -110,11 +110,16 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	ready := make(chan ServeAddrs, 1)
 	serveCtx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
+	// Serve stopping early stops the traffic too: its story would wait
+	// for an aggregator that is gone.
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	defer stopTraffic()
 	done := make(chan error, 1)
 	go func() {
 		done <- Serve(serveCtx, cfg, ServeOptions{Options: Options{Log: o.Log, Getenv: o.Getenv, Clock: story.Now},
 			Ready: func(a ServeAddrs) { ready <- a }, Now: story.Now, CaughtUp: story.CaughtUp,
 			Sinks: []aggregator.Sink{&demo.Windows{W: o.Out}}, Alerts: loop})
+		stopTraffic()
 	}()
 	var addrs ServeAddrs
 	select {
@@ -137,7 +142,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 		cfg.Serve.Window, cfg.Alerts.Sinks.File, cfg.Lists.ChallengeFile)
 	traffic.Target = "http://" + addrs.Edge
 	start := story.Now()
-	traffic.Run(ctx, o.Duration, story.Now)
+	traffic.Run(trafficCtx, o.Duration, story.Now)
 	stopServe()
 	if err := <-done; err != nil {
 		return err
