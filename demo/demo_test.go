@@ -86,6 +86,41 @@ func TestTrafficStory(t *testing.T) {
 	}
 }
 
+// TestTrafficCountsListChallenges: a 302 counts as the challenge list's
+// (ChallengedSinceMark) only without rate-limit headers, as the edge
+// answers for a list, and only for a request sent at or after the mark: a
+// 302 of the limits after a new minute began does not.
+func TestTrafficCountsListChallenges(t *testing.T) {
+	edge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/limit" {
+			w.Header().Set("X-Ratelimit-Limit", "60")
+		}
+		w.WriteHeader(http.StatusFound)
+	}))
+	defer edge.Close()
+	start := time.Unix(1_700_000_000, 0)
+	now := start
+	tr := &Traffic{Target: edge.URL, now: func() time.Time { return now },
+		Client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	tr.Mark(start.Add(10 * time.Second))
+	st := tr.Stats(ActorScraper)
+	f := func(sent time.Duration, path string, want uint64) {
+		t.Helper()
+		now = start.Add(sent)
+		tr.send(context.Background(), st, request{method: "GET", path: path, addr: ScraperAddr})
+		if got := st.ChallengedSinceMark.Load(); got != want {
+			t.Errorf("after a 302 to %s sent at +%v: %d challenged since the mark, want %d", path, sent, got, want)
+		}
+	}
+	f(5*time.Second, "/list", 0)
+	f(10*time.Second, "/limit", 0)
+	f(10*time.Second, "/list", 1)
+	f(11*time.Second, "/limit", 1)
+	if st.Challenged.Load() != 4 {
+		t.Errorf("%d challenged, want 4", st.Challenged.Load())
+	}
+}
+
 // TestWindowsLine: a window's line has its counts and the client refused
 // most.
 func TestWindowsLine(t *testing.T) {

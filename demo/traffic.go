@@ -47,10 +47,10 @@ type Traffic struct {
 	now   func() time.Time
 }
 
-// Mark counts, from at on, the 302s of requests sent at or after at apart
-// (ActorStats.ChallengedSinceMark): the demo marks when the challenge
-// list has been read with the scraper on it, so that the 302s after it
-// are the list's. The first mark holds.
+// Mark counts, from at on, the list's 302s of requests sent at or after
+// at apart (ActorStats.ChallengedSinceMark): the demo marks when the
+// challenge list has been read with the scraper on it. The first mark
+// holds.
 func (t *Traffic) Mark(at time.Time) { t.mark.CompareAndSwap(0, at.UnixNano()) }
 
 // ActorStats count one actor's requests by what the edge answered.
@@ -63,8 +63,10 @@ type ActorStats struct {
 	Other      atomic.Uint64 // any other status
 	Errors     atomic.Uint64 // no answer
 	Skipped    atomic.Uint64 // not sent: too many in flight
-	// ChallengedSinceMark counts the 302s answered to requests sent at or
-	// after the traffic's mark (Traffic.Mark).
+	// ChallengedSinceMark counts the 302s of a list answered to requests
+	// sent at or after the traffic's mark (Traffic.Mark): those without
+	// rate-limit headers, which the edge sets on an answer that counted
+	// against a limit, its own challenges included.
 	ChallengedSinceMark atomic.Uint64
 
 	// When each was first seen, Unix nanoseconds (0: not yet): the first
@@ -212,6 +214,11 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 	wg.Wait()
 }
 
+// limitHeader is the first of the rate-limit headers the edge sets on an
+// answer that counted against a limit (edge.RateLimitHeaders), and not
+// on a list's.
+const limitHeader = "X-Ratelimit-Limit"
+
 func (t *Traffic) send(ctx context.Context, st *ActorStats, r request) {
 	var body io.Reader
 	if r.form != nil {
@@ -248,7 +255,7 @@ func (t *Traffic) send(ctx context.Context, st *ActorStats, r request) {
 		st.Challenged.Add(1)
 		at := t.now()
 		first(&st.firstChallenged, at)
-		if m := t.mark.Load(); m != 0 && sent.UnixNano() >= m {
+		if m := t.mark.Load(); m != 0 && sent.UnixNano() >= m && resp.Header.Get(limitHeader) == "" {
 			st.ChallengedSinceMark.Add(1)
 			first(&st.firstSinceMark, at)
 		}
