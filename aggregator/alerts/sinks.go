@@ -15,11 +15,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 	"github.com/ratewarden/ratewarden/internal/backoff"
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // Sink receives alerts. A sink that sends them away must not block: it
@@ -326,26 +326,18 @@ func (ids slackIDs) replacer(as func(string) string, escapes ...string) *strings
 // refuses past 3000 characters (and with it the alert).
 const maxShownID = 128
 
-// slackShown returns s as a Slack message shows it: each character that
-// is not drawn but acts on the text around it (Unicode's Cc, Cf, Zl and
-// Zp: line breaks, tabs, bidirectional controls, zero-width characters),
-// each byte that is not UTF-8, U+FFFD (which JSON writes for such a byte)
-// and the backslash, as strconv.QuoteToASCII writes it (\n, \u202e, \x00,
-// \ufffd, \\), so that s can neither start a line nor reorder or hide
-// text, and no two strings are shown alike in full. With limit > 0, what
-// is shown past limit characters is cut: it ends with "…" and the length
-// of s. &, < and > count as the escapes the message holds them as
-// (slackEscape), so that the limit bounds what is posted.
+// slackShown returns s as a Slack message shows it: as visible.Escape
+// writes it (each character that is not drawn but acts on the text around
+// it, each byte that is not UTF-8, U+FFFD and the backslash as an escape:
+// \n, \u202e, \x00, \ufffd, \\), so that s can neither start a line nor
+// reorder or hide text, and no two strings are shown alike in full. With
+// limit > 0, what is shown past limit characters is cut: it ends with "…"
+// and the length of s. &, < and > count as the escapes the message holds
+// them as (slackEscape), so that the limit bounds what is posted.
 func slackShown(s string, limit int) string {
 	var b strings.Builder
 	n := 0
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		c := s[i : i+size]
-		if r == '\\' || r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
-			c = strconv.QuoteToASCII(c)
-			c = c[1 : len(c)-1]
-		}
+	for c := range visible.Chars(s) {
 		if n += utf8.RuneCountInString(slackEscape(c)); limit > 0 && n > limit {
 			b.WriteString("… (cut from ")
 			b.WriteString(strconv.Itoa(len(s)))
@@ -353,7 +345,6 @@ func slackShown(s string, limit int) string {
 			break
 		}
 		b.WriteString(c)
-		i += size
 	}
 	return b.String()
 }

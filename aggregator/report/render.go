@@ -10,7 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // Format is a report's output format.
@@ -150,14 +151,14 @@ func (d *document) markdown(b *bytes.Buffer) {
 
 // mdEscape makes s plain text in Markdown: every character that could
 // start markup (emphasis, links, HTML, tables, headings) is escaped, and
-// line breaks, control and format characters become spaces (hidden), so
+// line breaks, control and format characters become spaces (plain), so
 // that a hostile user id or path renders as itself and cannot break the
 // table it is in.
 func mdEscape(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		switch {
-		case hidden(r):
+		case visible.Hidden(r):
 			b.WriteByte(' ')
 		case strings.ContainsRune("\\`*_{}[]<>()#+!|~&", r):
 			b.WriteByte('\\')
@@ -169,25 +170,15 @@ func mdEscape(s string) string {
 	return b.String()
 }
 
-// hidden reports whether r is a character the reports show as a space
-// in every format but JSON: a control character (unicode.Cc: line breaks,
-// tabs, the ESC of a terminal escape sequence), which would break a row or
-// reach a terminal, or a format character (unicode.Cf: the bidirectional
-// controls U+200E/F, U+202A–202E, U+2066–2069 and U+061C, zero-width
-// spaces and joiners, ...), which a viewer does not draw but obeys, so that
-// "\u202enimda" would be shown as "admin"; or a line or paragraph
-// separator (unicode.Zl, Zp: U+2028, U+2029), which editors, browsers'
-// script and some Markdown viewers take as a line break. A user id or a
-// path is the client's choice; as spaces, such characters are seen and do
-// nothing.
-func hidden(r rune) bool {
-	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
-}
-
-// plain returns s with every hidden character a space.
+// plain returns s with every hidden character (visible.Hidden: a control
+// or format character, a line or paragraph separator) a space, as the
+// reports show them in every format but JSON: such a character would
+// break a row, reach a terminal, or be obeyed and not drawn by a viewer
+// ("\u202enimda" shown as "admin"). A user id or a path is the client's
+// choice; as spaces, such characters are seen and do nothing.
 func plain(s string) string {
 	return strings.Map(func(r rune) rune {
-		if hidden(r) {
+		if visible.Hidden(r) {
 			return ' '
 		}
 		return r
