@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -118,6 +119,34 @@ func TestTrafficCountsListChallenges(t *testing.T) {
 	f(11*time.Second, "/limit", 1)
 	if st.Challenged.Load() != 4 {
 		t.Errorf("%d challenged, want 4", st.Challenged.Load())
+	}
+}
+
+// TestLinesShowHostileText: an alert's summary, an action's target and a
+// window's most refused client hold the client's choice (here a user id
+// with a line break, a terminal's colour escape, a line separator and a
+// bidirectional override): each line shows them as escapes, and stays one
+// line, its text in its order.
+func TestLinesShowHostileText(t *testing.T) {
+	const id = "user:evil\n22:13:20  action challenge list + 192.0.2.1\x1b[31m\u2028\u202e"
+	const shown = `user:evil\n22:13:20  action challenge list + 192.0.2.1\x1b[31m\u2028\u202e`
+	ctx := context.Background()
+	var out bytes.Buffer
+	now := time.Unix(1_700_000_000, 0)
+	l := &Loop{W: &out, Now: func() time.Time { return now }}
+	l.Alert(ctx, alerts.Alert{Type: alerts.TypeHeavyHitter, State: alerts.Firing, Severity: "warning", Identities: []string{id}, Summary: id + " made 318 requests"})
+	l.Action(ctx, alerts.Action{List: "challenge", Target: id, Policy: "p", TTL: "10m0s", Applied: true})
+	user, _ := json.Marshal(strings.TrimPrefix(id, "user:"))
+	line := `{"v":1,"kind":"decision","time":"2026-03-01T12:00:00.1Z","client_ip":"203.0.113.7","user_id":` + string(user) + `,"tier":"anonymous","rule":"anonymous:global","outcome":"block"}`
+	w := &Windows{W: &out}
+	if _, err := aggregator.RunLines(ctx, strings.NewReader(line), aggregator.Options{Window: time.Second}, []aggregator.Sink{w}); err != nil {
+		t.Fatal(err)
+	}
+	want := "22:13:20  alert  firing warning heavy_hitter: " + shown + " made 318 requests\n" +
+		"22:13:20  action challenge list + " + shown + " for 10m0s by policy p (applied)\n" +
+		"12:00:00  decisions     1  allowed     0  challenged    0  blocked     1  other    0  most refused " + shown + " (1)\n"
+	if out.String() != want {
+		t.Errorf("lines\n%q\nwant\n%q", out.String(), want)
 	}
 }
 

@@ -10,13 +10,15 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // Loop prints a line for each alert and feedback action as they are
-// recorded, and keeps what the demo checks at the end: the scraper's
-// heavy_hitter alert, the policy's entry putting it on the challenge list,
-// the credential-stuffing alert. It is an assemble.AlertWatcher and is
-// safe for concurrent use.
+// recorded, the identities in them escaped (visible.Escape: they are the
+// client's choice, and a terminal obeys what it is sent), and keeps what
+// the demo checks at the end: the scraper's heavy_hitter alert, the
+// policy's entry putting it on the challenge list, the credential-stuffing
+// alert. It is an assemble.AlertWatcher and is safe for concurrent use.
 type Loop struct {
 	W   io.Writer
 	Now func() time.Time // the story clock
@@ -60,7 +62,8 @@ func (l *Loop) Alert(_ context.Context, a alerts.Alert) error {
 			l.st.Stuffing = now
 		}
 	}
-	_, err := fmt.Fprintf(l.W, "%s  alert  %s %s %s: %s\n", now.UTC().Format(time.TimeOnly), a.State, a.Severity, a.Type, a.Summary)
+	// The summary names identities, which are the client's choice.
+	_, err := fmt.Fprintf(l.W, "%s  alert  %s %s %s: %s\n", now.UTC().Format(time.TimeOnly), a.State, a.Severity, a.Type, visible.Escape(a.Summary))
 	return err
 }
 
@@ -87,7 +90,7 @@ func (l *Loop) Action(_ context.Context, a alerts.Action) error {
 	if a.TTL != "" {
 		ttl = " for " + a.TTL
 	}
-	_, err := fmt.Fprintf(l.W, "%s  action %s list + %s%s by policy %s (%s)\n", now.UTC().Format(time.TimeOnly), a.List, a.Target, ttl, a.Policy, what)
+	_, err := fmt.Fprintf(l.W, "%s  action %s list + %s%s by policy %s (%s)\n", now.UTC().Format(time.TimeOnly), a.List, visible.Escape(a.Target), ttl, a.Policy, what)
 	return err
 }
 

@@ -10,10 +10,11 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // Windows prints one line per aggregated window: its time, the decisions
-// by outcome and the client refused most. It is an aggregator.Sink and is
+// by outcome and the client refused most (escaped: visible.Escape). It is an aggregator.Sink and is
 // safe for concurrent use.
 type Windows struct {
 	W  io.Writer
@@ -43,7 +44,7 @@ func (p *Windows) Write(_ context.Context, _ string, o aggregator.Output) error 
 		part.Start.UTC().Format(time.TimeOnly), allow+chal+block+other, allow, chal, block, other)
 	if part.Offenders != nil {
 		if top := part.Offenders.Refusals.Top(1); len(top) > 0 {
-			fmt.Fprintf(&b, "  most refused %s (%d)", top[0].Client, top[0].Count)
+			fmt.Fprintf(&b, "  most refused %s (%d)", visible.Escape(top[0].Client.String()), top[0].Count)
 		}
 	}
 	if o.Correction {
