@@ -6,6 +6,8 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // The states Show gives an entry.
@@ -49,9 +51,11 @@ func opt(t time.Time) *time.Time {
 }
 
 // Show writes entries for people: a table, or with asJSON a JSON array,
-// with each entry's state at now. Every string it prints was checked
-// printable when read, so nothing in an entry can reach the terminal as a
-// control sequence.
+// with each entry's state at now. Every string it prints was checked free
+// of control characters when read, so nothing in an entry can reach the
+// terminal as a control sequence; the table also shows the format
+// characters and line separators a target, a writer or a reason may hold
+// (a bidirectional override reorders what follows it) as escapes.
 func Show(w io.Writer, es []Entry, now time.Time, asJSON bool) error {
 	if asJSON {
 		out := make([]shown, len(es))
@@ -71,9 +75,11 @@ func Show(w io.Writer, es []Entry, now time.Time, asJSON bool) error {
 			never = "-"
 		}
 		// Targets are written as in a list file, quoted when they hold
-		// spaces, so that a column is one target.
+		// spaces, so that a column is one target. A policy's reason holds
+		// its alert's key, and with it the identity: what of it acts on
+		// the text without being drawn is an escape.
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.List, appendField(nil, e.Target), e.State(now), stamp(e.Expires, never),
-			stamp(e.Added, "-"), dash(e.By), dash(e.Reason))
+			stamp(e.Added, "-"), dash(visible.Escape(e.By)), dash(visible.Escape(e.Reason)))
 	}
 	return tw.Flush()
 }

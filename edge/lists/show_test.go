@@ -13,12 +13,16 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // TestShow checks what `ratewarden lists show` prints, as a table and as
-// JSON, against testdata/show.*.
+// JSON, against testdata/show.*. A policy's reason names its alert's key,
+// which holds the identity: in the table, a character of it that is not
+// drawn but acts on the text (a bidirectional override, a line separator)
+// is an escape, as the target's are.
 func TestShow(t *testing.T) {
 	es, err := ParseEntries(strings.NewReader(`203.0.113.7 expires=2026-12-01T18:00:00Z added=2026-12-01T17:00:00Z by=alice reason="scraper: 800 rps"
 "user:carol smith" pending=true by=policy:stuffing
 198.51.100.0/24 expires=2026-12-01T17:10:00Z
 203.0.113.9 removed=2026-12-01T17:20:00Z by=bob reason=mistake
+"user:\u202etsinimda\u2028x" by=policy:challenge-scrapers reason="alert heavy_hitter/anonymous:global/user:\u202etsinimda\u2028x"
 `), "t.list", Challenge)
 	if err != nil {
 		t.Fatal(err)
