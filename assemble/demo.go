@@ -33,8 +33,8 @@ type DemoOptions struct {
 	// Default 1.
 	Speed float64
 	// Dir keeps the decision log, the aggregator's state and partials,
-	// the alerts and the challenge list (emptied at the start); "" uses a
-	// temporary directory, removed at the end.
+	// the alerts and the challenge list (emptied at the start), made if it
+	// does not exist; "" uses a temporary directory, removed at the end.
 	Dir             string
 	DashboardListen string    // default 127.0.0.1:9092; "" for none
 	Out             io.Writer // a line per window, and the report; default discard
@@ -73,6 +73,8 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
 	cfg.Decisions.Dir = filepath.Join(dir, "decision-log")
 	cfg.Serve.StateDir = filepath.Join(dir, "state")

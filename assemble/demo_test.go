@@ -21,7 +21,7 @@ import (
 // machine, at any speed).
 func TestDemoSpeed(t *testing.T) {
 	const speed = 5
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "new", "demo") // --dir of a directory that does not exist yet
 	var out bytes.Buffer
 	wallStart := time.Now()
 	err := RunDemo(context.Background(), DemoOptions{Duration: time.Minute, Speed: speed, Dir: dir, Out: &out})
