@@ -97,19 +97,16 @@ type Watcher struct {
 	closeOnce sync.Once
 }
 
-// Watch loads the list file at path and starts a goroutine that, every
-// interval, re-reads the file if its modification time, size or identity
-// (an atomic rename) changed. An error loading the file the first time is
-// returned, so that start-up fails on a bad list. A failed refresh keeps
-// the last good list and is passed to report (the caller logs and counts
-// it; report may be nil); each change of the file is reported once, and a
-// file that cannot be read is reported at every interval. every ≤ 0
-// disables polling: the file is then re-read only by Reload.
-func Watch(path string, every time.Duration, report func(error)) (*Watcher, error) {
-	return WatchSource(NewFileSource(path), WatchOptions{Every: every, Report: report})
-}
-
-// WatchSource loads the list from src and re-reads it as o says; see Watch.
+// WatchSource loads the list from src and starts a goroutine that, every
+// o.Every, reads it again (a file only if its modification time, size or
+// identity, an atomic rename, changed). An error loading it the first time
+// is returned, so that start-up fails on a bad list. A failed refresh
+// keeps the last good list and is passed to o.Report (the caller logs and
+// counts it; Report may be nil); each change of a file is reported once,
+// and a file that cannot be read is reported at every interval. Every ≤ 0
+// disables polling: the source is then read again only by Reload. There
+// is no shorthand for a file without options: a list is read through the
+// NAT64 prefixes of the edge that obeys it (o.NAT64).
 func WatchSource(src Source, o WatchOptions) (*Watcher, error) {
 	if o.Every <= 0 {
 		return watch(src, o, nil, nil, nil)

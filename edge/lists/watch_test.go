@@ -59,7 +59,7 @@ func TestWatchReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "deny.list")
 	writeList(t, path, "203.0.113.7\n", 1)
 	var rep reports
-	w, err := Watch(path, time.Hour, rep.report)
+	w, err := WatchSource(NewFileSource(path), WatchOptions{Every: time.Hour, Report: rep.report})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +112,10 @@ func TestWatchStartFails(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.list")
 	writeList(t, bad, "# ok\nnot-an-address\n", 1)
-	if w, err := Watch(bad, time.Hour, nil); err == nil || !strings.Contains(err.Error(), bad+`:2: "not-an-address"`) {
+	if w, err := WatchSource(NewFileSource(bad), WatchOptions{Every: time.Hour}); err == nil || !strings.Contains(err.Error(), bad+`:2: "not-an-address"`) {
 		t.Errorf("Watch of a bad file: %v, %v; want an error naming %s:2", w, err, bad)
 	}
-	if w, err := Watch(filepath.Join(dir, "missing"), time.Hour, nil); !errors.Is(err, os.ErrNotExist) {
+	if w, err := WatchSource(NewFileSource(filepath.Join(dir, "missing")), WatchOptions{Every: time.Hour}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Watch of a missing file: %v, %v; want ErrNotExist", w, err)
 	}
 }
@@ -220,7 +220,7 @@ func TestWatchCloseContext(t *testing.T) {
 func TestWatchNoPolling(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l")
 	writeList(t, path, "203.0.113.7\n", 1)
-	w, err := Watch(path, 0, nil)
+	w, err := WatchSource(NewFileSource(path), WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func BenchmarkWatcherList(b *testing.B) {
 	if err := os.WriteFile(path, []byte("203.0.113.7\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	w, err := Watch(path, 0, nil)
+	w, err := WatchSource(NewFileSource(path), WatchOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
