@@ -169,6 +169,7 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	if a.List != "" && !slices.Contains(names, a.List) {
 		return fmt.Errorf("--list %s: not configured (lists.%s_file); configured: %s", a.List, a.List, strings.Join(names, ", "))
 	}
+	nat := cfg.Identity.NAT64()
 	switch a.Action {
 	case "show":
 		var all []lists.Entry
@@ -182,51 +183,165 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 			}
 			all = append(all, es...)
 		}
-		return lists.Show(w, all, now(), a.JSON)
-	case "add":
-		e := lists.Entry{List: a.List, Target: a.Target, Reason: a.Reason, By: a.By, Pending: a.Pending}
-		if a.TTL > 0 {
-			e.Expires = now().Add(a.TTL)
-		}
-		err = store.Put(ctx, e)
+		return lists.Show(w, all, now(), nat, a.JSON)
 	case "remove":
-		err = store.Remove(ctx, a.List, a.Target, a.By)
+		return a.remove(ctx, store, nat, now(), w)
 	case "approve":
-		err = store.Approve(ctx, a.List, a.Target, a.By)
+		return a.approve(ctx, store, nat, now(), w)
 	}
+	return a.add(ctx, store, nat, now(), w)
+}
+
+// add puts a's entry, and says how an edge reading through nat reads it
+// when that is not as written (nat64Note).
+func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT64, now time.Time, w io.Writer) error {
+	e := lists.Entry{List: a.List, Target: a.Target, Reason: a.Reason, By: a.By, Pending: a.Pending}
+	if a.TTL > 0 {
+		e.Expires = now.Add(a.TTL)
+	}
+	if err := store.Put(ctx, e); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "%s: add %s\n", a.List, a.Target); err != nil {
+		return err
+	}
+	if note := nat64Note(a.Target, nat, now); note != "" {
+		_, err := fmt.Fprintln(w, "note:", note)
+		return err
+	}
+	return nil
+}
+
+// remove removes every entry of a.List that applies or waits for approval
+// and that an edge reading through nat reads as a.Target (lists.Alike),
+// printing each stored target it removed: such an edge reads
+// 2001:db8:64::cb00:7142 and 203.0.113.66 as one client, and removing one
+// of them would leave the client listed by the other. It returns
+// lists.ErrNotFound when there is none.
+func (a ListsAction) remove(ctx context.Context, store ListStore, nat clientip.NAT64, now time.Time, w io.Writer) error {
+	t, es, err := a.alike(ctx, store, nat)
 	if err != nil {
 		return err
 	}
-	if _, err = fmt.Fprintf(w, "%s: %s %s\n", a.List, a.Action, a.Target); err != nil || a.Action != "add" {
+	removed := false
+	for _, e := range es {
+		if s := e.State(now); s != lists.StateActive && s != lists.StatePending {
+			continue
+		}
+		err := store.Remove(ctx, a.List, e.Target, a.By)
+		if errors.Is(err, lists.ErrNotFound) {
+			continue // removed or expired since it was read
+		}
+		if err != nil {
+			return err
+		}
+		removed = true
+		if _, err := fmt.Fprintf(w, "%s: remove %s%s\n", a.List, e.Target, alikeNote(e.Target, t, nat)); err != nil {
+			return err
+		}
+	}
+	if !removed {
+		return fmt.Errorf("remove %s from %s: %w", t, a.List, lists.ErrNotFound)
+	}
+	return nil
+}
+
+// approve approves the pending entry of a.Target on a.List, printing the
+// target it approved: the entry of that target when there is one (the
+// store says what is wrong with it, if anything), else the one pending
+// entry that an edge reading through nat reads as a.Target (lists.Alike).
+// Of several, it approves none and names them, since each was proposed
+// with its own expiry and reason.
+func (a ListsAction) approve(ctx context.Context, store ListStore, nat clientip.NAT64, now time.Time, w io.Writer) error {
+	t, es, err := a.alike(ctx, store, nat)
+	if err != nil {
 		return err
 	}
-	if note := nat64Note(a.Target, cfg.Identity.NAT64(), now()); note != "" {
-		_, err = fmt.Fprintln(w, "note:", note)
+	var pending []string
+	for _, e := range es {
+		if e.Target == t && e.Removed.IsZero() {
+			pending = []string{t}
+			break
+		}
+		if e.State(now) == lists.StatePending {
+			pending = append(pending, e.Target)
+		}
 	}
+	switch len(pending) {
+	case 0:
+		return fmt.Errorf("approve %s on %s: %w", t, a.List, lists.ErrNotFound)
+	case 1:
+	default:
+		return fmt.Errorf("approve %s on %s: an edge with this configuration reads %d pending entries as it (identity.nat64_prefixes): %s; approve one by its target as stored",
+			t, a.List, len(pending), strings.Join(pending, ", "))
+	}
+	if err := store.Approve(ctx, a.List, pending[0], a.By); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s: approve %s%s\n", a.List, pending[0], alikeNote(pending[0], t, nat))
 	return err
+}
+
+// alike checks a's target and who makes the change, and returns the
+// target normalized and the entries of a.List that an edge reading through
+// nat reads as it (lists.Alike): the one of that target first, then the
+// others by target.
+func (a ListsAction) alike(ctx context.Context, store ListStore, nat clientip.NAT64) (string, []lists.Entry, error) {
+	key := lists.Entry{List: a.List, Target: a.Target, By: a.By}
+	if err := key.Validate(); err != nil {
+		return "", nil, err
+	}
+	es, err := store.Entries(ctx, a.List)
+	if err != nil {
+		return "", nil, err
+	}
+	es = lists.Alike(es, key.Target, nat)
+	slices.SortStableFunc(es, func(x, y lists.Entry) int {
+		if (x.Target == key.Target) != (y.Target == key.Target) {
+			if x.Target == key.Target {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.Target, y.Target)
+	})
+	return key.Target, es, nil
+}
+
+// alikeNote says why an edge reading through nat reads stored, an entry
+// lists.Alike found for target, as it reads target; "" when they are one.
+func alikeNote(stored, target string, nat clientip.NAT64) string {
+	switch {
+	case stored == target:
+		return ""
+	case lists.NAT64Target(stored, nat) != "":
+		return ": an edge with this configuration reads it as " + lists.NAT64Target(stored, nat) + " (identity.nat64_prefixes)"
+	case lists.NAT64Target(target, nat) != "":
+		return ": an edge with this configuration reads " + target + " as it (identity.nat64_prefixes)"
+	}
+	return ": the same clients as " + target
 }
 
 // nat64Note says how an edge with identity.nat64_prefixes reads target
 // when that is not as written: an entry in one of them as the IPv4
-// address or prefix it carries, and one that holds one of them without
-// the IPv4 clients behind it; "" otherwise. What is stored stays as
-// written.
+// address or prefix it carries (lists.NAT64Target), and one that holds one
+// of them without the IPv4 clients behind it; "" otherwise. What is
+// stored stays as written.
 func nat64Note(target string, nat clientip.NAT64, now time.Time) string {
 	t, err := lists.NormalizeTarget(target)
 	if err != nil {
 		return ""
 	}
-	l := lists.NewNAT64([]lists.Entry{{Target: t}}, now, nat)
-	if wide := l.Wide(); len(wide) > 0 {
+	if wide := lists.NewNAT64([]lists.Entry{{Target: t}}, now, nat).Wide(); len(wide) > 0 {
 		return wide[0].String()
 	}
-	ps, _ := l.Targets(now)
-	if len(ps) != 1 || !ps[0].Addr().Is4() || !strings.Contains(t, ":") {
+	read := lists.NAT64Target(t, nat)
+	if read == "" {
 		return ""
 	}
-	read := "the IPv4 clients " + ps[0].String()
-	if ps[0].IsSingleIP() {
-		read = "the IPv4 client " + ps[0].Addr().String()
+	what := "the IPv4 clients "
+	if !strings.Contains(read, "/") {
+		what = "the IPv4 client "
 	}
-	return "identity.nat64_prefixes: an edge with this configuration reads " + t + " as " + read + "; one without the setting reads it as written"
+	return "identity.nat64_prefixes: an edge with this configuration reads " + t + " as " + what + read + "; one without the setting reads it as written"
 }

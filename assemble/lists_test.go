@@ -75,6 +75,14 @@ func listsEdge(tb testing.TB, kind, logDir string, refresh time.Duration, edits 
 // listsEdgeAt is listsEdge with the edge on clock (nil: the wall clock).
 func listsEdgeAt(tb testing.TB, kind, logDir string, refresh time.Duration, clock func() time.Time, edits ...func(*config.Config)) (*assemble.Edge, assemble.ListStore) {
 	tb.Helper()
+	e, store, _ := listsEdgeConfig(tb, kind, logDir, refresh, clock, edits...)
+	return e, store
+}
+
+// listsEdgeConfig is listsEdgeAt that returns the configuration too, for
+// `ratewarden lists` (assemble.ListsAction) to run on.
+func listsEdgeConfig(tb testing.TB, kind, logDir string, refresh time.Duration, clock func() time.Time, edits ...func(*config.Config)) (*assemble.Edge, assemble.ListStore, *config.Config) {
+	tb.Helper()
 	cfg := loadConfig(tb, listsConfig(tb, kind, logDir, refresh))
 	for _, edit := range edits {
 		edit(cfg)
@@ -93,7 +101,7 @@ func listsEdgeAt(tb testing.TB, kind, logDir string, refresh time.Duration, cloc
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return e, store
+	return e, store, cfg
 }
 
 func statusOf(h http.Handler, addr string) int {

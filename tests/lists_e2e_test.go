@@ -190,3 +190,55 @@ func TestListsCommandRefuses(t *testing.T) {
 		t.Errorf("lists show:\n%s", out)
 	}
 }
+
+// TestListsNAT64Spellings runs `ratewarden lists` beside a running edge
+// whose identity.nat64_prefixes names the site's translator, on a deny
+// entry written by hand in that prefix, in capitals, as an origin's log
+// shows the client: `lists show` says the edge reads it as the IPv4
+// client, `lists remove` of that IPv4 client removes it and says which
+// spelling it removed, and the edge lets the client through; a second
+// remove finds nothing and says so.
+func TestListsNAT64Spellings(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin") }))
+	defer origin.Close()
+	deny := filepath.Join(t.TempDir(), "deny.list")
+	if err := os.WriteFile(deny, []byte("2001:DB8:64::CB00:7142 by=alice reason=\"scraper \u202e\"\n2001:db8:65::cb00:7142 by=alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  deny_file: "+deny+"\n  refresh: 1s\n",
+		"\nidentity:\n", "\nidentity:\n  nat64_prefixes: [\"2001:db8:64::/96\"]\n")
+	base, _ := startEdge(t, bin, challengeEnv, "--config", cfgPath, "--upstream", origin.URL)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	xff := []string{"X-Forwarded-For", "203.0.113.66"}
+	if s := get(t, client, base+"/api/search", xff...).status; s != http.StatusForbidden {
+		t.Fatalf("203.0.113.66 before lists remove: %d, want 403", s)
+	}
+	run := func(args ...string) (int, string) {
+		return runBinaryStatus(t, bin, []string{"USER=bob"}, append([]string{"lists"}, append(args, "--config", cfgPath)...)...)
+	}
+
+	_, show := run("show", "--json")
+	if !strings.Contains(show, `"target": "2001:db8:64::cb00:7142",
+    "read_as": "203.0.113.66",`) || strings.Count(show, "read_as") != 1 || !strings.Contains(show, `"reason": "scraper \u202e"`) {
+		t.Errorf("lists show --json:\n%s\nwant 2001:db8:64::cb00:7142 read as 203.0.113.66, and U+202E escaped", show)
+	}
+	_, show = run("show")
+	if !strings.Contains(show, "READ AS") || !strings.Contains(show, "2001:db8:64::cb00:7142  203.0.113.66") {
+		t.Errorf("lists show:\n%s\nwant 2001:db8:64::cb00:7142 read as 203.0.113.66", show)
+	}
+
+	code, out := run("remove", "--list", "deny", "203.0.113.66")
+	if want := "deny: remove 2001:db8:64::cb00:7142: an edge with this configuration reads it as 203.0.113.66 (identity.nat64_prefixes)\n"; code != 0 || out != want {
+		t.Errorf("lists remove 203.0.113.66: exit %d, %q; want exit 0, %q", code, out, want)
+	}
+	if s := waitStatus(t, client, base+"/api/search", http.StatusOK, xff...); s != http.StatusOK {
+		t.Errorf("203.0.113.66 after lists remove: %d, want 200", s)
+	}
+	if s := get(t, client, base+"/api/search", "X-Forwarded-For", "2001:db8:65::cb00:7142").status; s != http.StatusForbidden {
+		t.Errorf("2001:db8:65::cb00:7142, outside the prefix: %d, want 403", s)
+	}
+	if code, out := run("remove", "--list", "deny", "2001:db8:64::203.0.113.66"); code == 0 || !strings.Contains(out, "remove 2001:db8:64::cb00:7142 from deny: no such entry") {
+		t.Errorf("a second lists remove: exit %d, %s; want no such entry", code, out)
+	}
+}

@@ -36,7 +36,9 @@
 // since clients are. One in a site's own NAT64 prefix
 // (identity.nat64_prefixes) is stored as written, since writers do not
 // know every edge's setting, and read as IPv4 by an edge that has it
-// (NewNAT64, WatchOptions.NAT64). A bad line rejects the whole file with
+// (NewNAT64, WatchOptions.NAT64); Alike finds the entries such an edge
+// reads as one target, for a writer that removes or approves a client
+// whatever spelling its entries were written in. A bad line rejects the whole file with
 // its file:line, so that a typo never half-applies a list; a watcher then
 // keeps the last good list.
 //
@@ -153,16 +155,9 @@ func NewNAT64(es []Entry, now time.Time, nat clientip.NAT64) *List {
 			l.users[id] = max(l.users[id], exp)
 			continue
 		}
-		p, err := netip.ParsePrefix(e.Target)
-		if err != nil {
-			a, aerr := netip.ParseAddr(e.Target)
-			if aerr != nil {
-				continue
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		if q, err := nat.Prefix(p); err == nil {
-			p = q
+		p, ok := readPrefix(e.Target, nat)
+		if !ok {
+			continue
 		}
 		old, seen := l.prefixes[p]
 		if s, ok := nat.HeldBy(p); ok && !seen {
@@ -173,6 +168,66 @@ func NewNAT64(es []Entry, now time.Time, nat clientip.NAT64) *List {
 	l.bits4 = lengths(l.prefixes, true)
 	l.bits6 = lengths(l.prefixes, false)
 	return l
+}
+
+// readPrefix returns the address or prefix an edge reading through nat
+// reads target, a normalized address or prefix, as (an address as a prefix
+// of all its bits); false for a user id or any other text.
+func readPrefix(target string, nat clientip.NAT64) (netip.Prefix, bool) {
+	p, err := netip.ParsePrefix(target)
+	if err != nil {
+		a, aerr := netip.ParseAddr(target)
+		if aerr != nil {
+			return netip.Prefix{}, false
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if q, err := nat.Prefix(p); err == nil {
+		p = q
+	}
+	return p, true
+}
+
+// writeTarget writes p as a target: an address of one IP without its
+// length.
+func writeTarget(p netip.Prefix) string {
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// NAT64Target returns the IPv4 address or prefix, written as a target,
+// that an edge reading through nat reads target as when target lies in one
+// of nat's network-specific prefixes (through 2001:db8:64::/96,
+// 2001:db8:64::cb00:7142 is 203.0.113.66 and 2001:db8:64::cb00:7100/120 is
+// 203.0.113.0/24), and "" for every other target: one that every edge
+// reads alike, as written. target must be normalized (NormalizeTarget).
+func NAT64Target(target string, nat clientip.NAT64) string {
+	p, ok := readPrefix(target, nat)
+	if !ok || !p.Addr().Is4() || !strings.Contains(target, ":") {
+		return ""
+	}
+	return writeTarget(p)
+}
+
+// Alike returns the entries of es that an edge reading through nat reads
+// as it reads target, in the order of es: for an address or prefix, those
+// read as the same address or prefix (203.0.113.66 and
+// 2001:db8:64::cb00:7142 through 2001:db8:64::/96; not 203.0.113.0/24,
+// which holds it, nor an address outside nat's prefixes), and for a user
+// id, its entries. target and the entries' targets must be normalized
+// (NormalizeTarget), as the stores return them. Entries of every state
+// are returned.
+func Alike(es []Entry, target string, nat clientip.NAT64) []Entry {
+	want, ok := readPrefix(target, nat)
+	var out []Entry
+	for _, e := range es {
+		if p, pok := readPrefix(e.Target, nat); e.Target == target || ok && pok && p == want {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // unixNano is t in Unix nanoseconds, clamped to what an int64 holds

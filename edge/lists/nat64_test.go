@@ -214,3 +214,40 @@ func TestWatchNAT64(t *testing.T) {
 	step("2001:db8:64::cb00:7142\n", 3)                           // gone
 	step("2001:db8:64::/48\n", 4, "2001:db8:64::/48")             // back
 }
+
+// TestAlike: Alike finds the entries an edge with the site's NAT64 prefix
+// reads as the target reads, whichever spelling each was written in, and
+// NAT64Target names the IPv4 address or prefix of an entry in the site's
+// prefix; an address outside it (another /96 of the same /64, the
+// deprecated IPv4-compatible ::a.b.c.d), a prefix that holds the target
+// and one wider than the site's prefix are other clients, and without
+// the setting an entry in the prefix is itself alone.
+func TestAlike(t *testing.T) {
+	es := mustEntries(t, "203.0.113.66\n2001:DB8:64::CB00:7142\n2001:db8:64:0:0:0:203.0.113.66 removed=2026-12-01T17:00:00Z\n"+
+		"2001:db8:64:1::cb00:7142\n::203.0.113.66\n203.0.113.0/24\n2001:db8:64::cb00:7100/120\n2001:db8:64::/64\n203.0.113.66/32\nuser:203.0.113.66\n")
+	f := func(target string, nat clientip.NAT64, want string) {
+		t.Helper()
+		norm, err := NormalizeTarget(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range Alike(es, norm, nat) {
+			got = append(got, e.Target+"="+NAT64Target(e.Target, nat))
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("Alike(%s) = %s, want %s", target, strings.Join(got, " "), want)
+		}
+	}
+	f("203.0.113.66", siteNAT64, "203.0.113.66= 2001:db8:64::cb00:7142=203.0.113.66 2001:db8:64::cb00:7142=203.0.113.66 203.0.113.66/32=")
+	f("::FFFF:CB00:7142", siteNAT64, "203.0.113.66= 2001:db8:64::cb00:7142=203.0.113.66 2001:db8:64::cb00:7142=203.0.113.66 203.0.113.66/32=")
+	f("64:ff9b::203.0.113.66", siteNAT64, "203.0.113.66= 2001:db8:64::cb00:7142=203.0.113.66 2001:db8:64::cb00:7142=203.0.113.66 203.0.113.66/32=")
+	f("2001:db8:64::cb00:7142", clientip.NAT64{}, "2001:db8:64::cb00:7142= 2001:db8:64::cb00:7142=")
+	f("203.0.113.66", clientip.NAT64{}, "203.0.113.66= 203.0.113.66/32=")
+	f("203.0.113.0/24", siteNAT64, "203.0.113.0/24= 2001:db8:64::cb00:7100/120=203.0.113.0/24")
+	f("2001:db8:64:1::cb00:7142", siteNAT64, "2001:db8:64:1::cb00:7142=")
+	f("::cb00:7142", siteNAT64, "::cb00:7142=")
+	f("2001:db8:64::/64", siteNAT64, "2001:db8:64::/64=")
+	f("user:203.0.113.66", siteNAT64, "user:203.0.113.66=")
+	f("198.51.100.7", siteNAT64, "")
+}

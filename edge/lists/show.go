@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratewarden/ratewarden/internal/clientip"
 	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
@@ -33,8 +34,12 @@ func (e *Entry) State(now time.Time) string {
 
 // shown is an entry as `ratewarden lists show --json` prints it.
 type shown struct {
-	List    string     `json:"list"`
-	Target  string     `json:"target"`
+	List   string `json:"list"`
+	Target string `json:"target"`
+	// ReadAs is the IPv4 address or prefix an edge with the configuration's
+	// identity.nat64_prefixes reads a target in one of them as
+	// (NAT64Target); none for other targets.
+	ReadAs  string     `json:"read_as,omitempty"`
 	State   string     `json:"state"`
 	Expires *time.Time `json:"expires,omitempty"`
 	Added   *time.Time `json:"added,omitempty"`
@@ -51,25 +56,45 @@ func opt(t time.Time) *time.Time {
 }
 
 // Show writes entries for people: a table, or with asJSON a JSON array,
-// with each entry's state at now. Every string it prints was checked free
-// of control characters when read, so nothing in an entry can reach the
-// terminal as a control sequence; the table also shows the format
-// characters and line separators a target, a writer or a reason may hold
-// (a bidirectional override reorders what follows it) as escapes.
-func Show(w io.Writer, es []Entry, now time.Time, asJSON bool) error {
+// with each entry's state at now, and for an entry in one of nat's
+// network-specific prefixes the IPv4 address or prefix an edge reading
+// through nat reads it as (NAT64Target: a READ AS column, read_as in
+// JSON), since that is the client it refuses, exempts or challenges.
+// Every string it prints was checked free of control characters when
+// read, so nothing in an entry can reach the terminal as a control
+// sequence; the format characters and line separators a target, a writer
+// or a reason may hold (a bidirectional override reorders what follows
+// it) are escapes, in the table (visible.Escape) and in JSON
+// (visible.AppendJSON).
+func Show(w io.Writer, es []Entry, now time.Time, nat clientip.NAT64, asJSON bool) error {
+	readAs := make([]string, len(es))
+	column := false
+	for i, e := range es {
+		readAs[i] = NAT64Target(e.Target, nat)
+		column = column || readAs[i] != ""
+	}
 	if asJSON {
 		out := make([]shown, len(es))
 		for i, e := range es {
-			out[i] = shown{List: e.List, Target: e.Target, State: e.State(now), Expires: opt(e.Expires),
+			out[i] = shown{List: e.List, Target: e.Target, ReadAs: readAs[i], State: e.State(now), Expires: opt(e.Expires),
 				Added: opt(e.Added), Removed: opt(e.Removed), By: e.By, Reason: e.Reason}
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		js, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(visible.AppendJSON(nil, js), '\n'))
+		return err
+	}
+	// The READ AS column is there when an entry needs it: most sites have
+	// no NAT64 prefix of their own.
+	head, read := "", func(int) string { return "" }
+	if column {
+		head, read = "READ AS\t", func(i int) string { return dash(readAs[i]) + "\t" }
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIST\tTARGET\tSTATE\tEXPIRES\tADDED\tBY\tREASON")
-	for _, e := range es {
+	fmt.Fprintf(tw, "LIST\tTARGET\t%sSTATE\tEXPIRES\tADDED\tBY\tREASON\n", head)
+	for i, e := range es {
 		never := "never"
 		if !e.Removed.IsZero() {
 			never = "-"
@@ -78,7 +103,7 @@ func Show(w io.Writer, es []Entry, now time.Time, asJSON bool) error {
 		// spaces, so that a column is one target. A policy's reason holds
 		// its alert's key, and with it the identity: what of it acts on
 		// the text without being drawn is an escape.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.List, appendField(nil, e.Target), e.State(now), stamp(e.Expires, never),
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\t%s\t%s\n", e.List, appendField(nil, e.Target), read(i), e.State(now), stamp(e.Expires, never),
 			stamp(e.Added, "-"), dash(visible.Escape(e.By)), dash(visible.Escape(e.Reason)))
 	}
 	return tw.Flush()

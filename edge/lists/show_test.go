@@ -8,31 +8,41 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // TestShow checks what `ratewarden lists show` prints, as a table and as
-// JSON, against testdata/show.*. A policy's reason names its alert's key,
-// which holds the identity: in the table, a character of it that is not
-// drawn but acts on the text (a bidirectional override, a line separator)
-// is an escape, as the target's are.
+// JSON, against testdata/show*. A policy's reason names its alert's key,
+// which holds the identity: in the table and in JSON, a character of it
+// that is not drawn but acts on the text (a bidirectional override, a
+// line separator) is an escape, as the target's are. An entry in the
+// site's NAT64 prefix shows the IPv4 client or prefix an edge with
+// identity.nat64_prefixes reads it as; one outside it, and every entry on
+// an edge without the setting, shows none, and then the table has no
+// READ AS column.
 func TestShow(t *testing.T) {
 	es, err := ParseEntries(strings.NewReader(`203.0.113.7 expires=2026-12-01T18:00:00Z added=2026-12-01T17:00:00Z by=alice reason="scraper: 800 rps"
 "user:carol smith" pending=true by=policy:stuffing
 198.51.100.0/24 expires=2026-12-01T17:10:00Z
 203.0.113.9 removed=2026-12-01T17:20:00Z by=bob reason=mistake
 "user:\u202etsinimda\u2028x" by=policy:challenge-scrapers reason="alert heavy_hitter/anonymous:global/user:\u202etsinimda\u2028x"
+2001:DB8:64::CB00:7142 by=alice reason="as the origin logs it"
+2001:db8:64::198.51.100.0/120
+2001:db8:65::cb00:7142 by=alice reason="another translator's, not named"
 `), "t.list", Challenge)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		file   string
+		nat    clientip.NAT64
 		asJSON bool
-	}{{"show.txt", false}, {"show.json", true}} {
+	}{{"show.txt", siteNAT64, false}, {"show.json", siteNAT64, true}, {"show-plain.txt", clientip.NAT64{}, false}} {
 		var b bytes.Buffer
-		if err := Show(&b, es, t0.Add(30*time.Minute), c.asJSON); err != nil {
+		if err := Show(&b, es, t0.Add(30*time.Minute), c.nat, c.asJSON); err != nil {
 			t.Fatal(err)
 		}
 		path := filepath.Join("testdata", c.file)

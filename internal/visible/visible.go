@@ -3,8 +3,10 @@
 // names the characters that are not drawn but act on the text around them,
 // and Escape and Chars write text with those characters escaped, so that it
 // can neither start a line, colour or move a terminal's text, nor reorder
-// or hide what is shown. A report that must keep a table's cells shows
-// them as spaces instead. Its functions are safe for concurrent use.
+// or hide what is shown; AppendJSON writes them as escapes in JSON text,
+// whose strings otherwise carry them raw. A report that must keep a
+// table's cells shows them as spaces instead. Its functions are safe for
+// concurrent use.
 package visible
 
 import (
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -59,6 +62,37 @@ func Chars(s string) iter.Seq[string] {
 			i += size
 		}
 	}
+}
+
+// AppendJSON appends the JSON text js to dst with each hidden character
+// (Hidden) that JSON encoders write raw, U+007F and above (encoding/json
+// escapes only U+2028 and U+2029 of them), written as a \u escape (a
+// surrogate pair above U+FFFF), and returns the extended buffer. A
+// character outside ASCII can only be inside a string of valid JSON, so
+// the text decodes to the same values, and a reader who looks at it (a
+// terminal, a browser, an editor) sees every such character as an escape.
+func AppendJSON(dst, js []byte) []byte {
+	for i := 0; i < len(js); {
+		r, size := utf8.DecodeRune(js[i:])
+		if r < 0x7f || !Hidden(r) {
+			dst = append(dst, js[i:i+size]...)
+			i += size
+			continue
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			dst = appendU(dst, r1)
+			r = r2
+		}
+		dst = appendU(dst, r)
+		i += size
+	}
+	return dst
+}
+
+// appendU appends \uXXXX of the UTF-16 code unit u.
+func appendU(dst []byte, u rune) []byte {
+	const hex = "0123456789abcdef"
+	return append(dst, '\\', 'u', hex[u>>12&0xf], hex[u>>8&0xf], hex[u>>4&0xf], hex[u&0xf])
 }
 
 // escaped reports whether Escape writes r as an escape; an invalid byte is

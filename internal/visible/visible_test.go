@@ -1,6 +1,7 @@
 package visible
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 )
@@ -60,5 +61,47 @@ func TestHidden(t *testing.T) {
 		if got := Hidden(c.r); got != c.want {
 			t.Errorf("Hidden(%U) = %v, want %v", c.r, got, c.want)
 		}
+	}
+}
+
+// TestAppendJSON: in JSON text, each hidden character that encoding/json
+// writes raw (a bidirectional override, a zero-width space, a tag
+// character above U+FFFF, DEL and the C1 controls) is a \u escape, and
+// the text decodes to the same values; other scripts, U+FFFD and the
+// structure are left as they are.
+func TestAppendJSON(t *testing.T) {
+	values := []string{
+		"203.0.113.7",
+		"user:\u202etsinimda",
+		"zero\u200bwidth\ufeff \u2066x\u2069",
+		"tag\U000e0041 and \U0001d173",
+		"del\x7f c1\u0085\u009b",
+		"x\u2028y\u2029z",
+		"user:émile 王 \ufffd",
+		"a\nb\x1b[31m",
+	}
+	js, err := json.MarshalIndent(map[string][]string{"values": values}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := AppendJSON([]byte("prefix:"), js)
+	want := `prefix:{
+  "values": [
+    "203.0.113.7",
+    "user:\u202etsinimda",
+    "zero\u200bwidth\ufeff \u2066x\u2069",
+    "tag\udb40\udc41 and \ud834\udd73",
+    "del\u007f c1\u0085\u009b",
+    "x\u2028y\u2029z",
+    "user:émile 王 ` + "\ufffd" + `",
+    "a\nb\u001b[31m"
+  ]
+}`
+	if string(got) != want {
+		t.Errorf("AppendJSON:\n%s\nwant\n%s", got, want)
+	}
+	var back map[string][]string
+	if err := json.Unmarshal(got[len("prefix:"):], &back); err != nil || !slices.Equal(back["values"], values) {
+		t.Errorf("AppendJSON's text decodes to %q, %v; want %q", back["values"], err, values)
 	}
 }
