@@ -123,7 +123,7 @@ type Identity struct {
 	UserHeader     string   `yaml:"user_header"`      // default X-User-Id; believed from trusted proxies only
 	PlanHeader     string   `yaml:"plan_header"`      // default X-User-Plan; believed from trusted proxies only
 	IPv6Prefix     int      `yaml:"ipv6_prefix"`      // anonymous IPv6 clients are counted per prefix of this length; default 64
-	NAT64Prefixes  []string `yaml:"nat64_prefixes"`   // /96 prefixes of stateless NAT64 translators in front of the edge: a peer, forwarded address or list entry in one is the IPv4 client it carries
+	NAT64Prefixes  []string `yaml:"nat64_prefixes"`   // prefixes (/32, /40, /48, /56, /64 or /96, RFC 6052) of stateless NAT64 translators in front of the edge: a peer, forwarded address or list entry in one is the IPv4 client it carries
 	JWT            *JWT     `yaml:"jwt"`              // optional bearer-token authentication
 }
 

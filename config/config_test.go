@@ -577,12 +577,29 @@ tiers:
 		{"trusted proxy", "identity:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - proxy.local # <-\n" + anonymous, "identity.trusted_proxies[1]", `"proxy.local" is not allowed; use an address or CIDR prefix`},
 		{"trusted proxy zone", "identity:\n  trusted_proxies: [\"fe80::1%eth0\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "without a zone"},
 		{"trusted proxy mapped", "identity:\n  trusted_proxies: [\"::ffff:0:0/80\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "is not allowed"},
-		{"trusted proxy NAT64", "identity:\n  trusted_proxies: [\"64:ff9b::/64\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "NAT64 (64:ff9b::/96 or identity.nat64_prefixes) prefix needs at least 96 bits"},
-		{"trusted proxy in a NAT64 prefix of the site", "identity:\n  nat64_prefixes: [\"2001:db8:64::/96\"]\n  trusted_proxies: [\"2001:db8:64::/80\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "prefix needs at least 96 bits"},
-		{"NAT64 prefix not a /96", "identity:\n  nat64_prefixes: [\"2001:db8:64::/64\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", `"2001:db8:64::/64" is not a /96; use an IPv6 /96 prefix such as 2001:db8:64::/96`},
+		{"trusted proxy NAT64", "identity:\n  trusted_proxies: [\"64:ff9b::/64\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "an IPv4-mapped or NAT64 (64:ff9b::/96) prefix needs at least 96 bits"},
+		{"trusted proxy in a NAT64 prefix of the site", "identity:\n  nat64_prefixes: [\"2001:db8:64::/96\"]\n  trusted_proxies: [\"2001:db8:64::/80\"] # <-\n" + anonymous, "identity.trusted_proxies[0]",
+			`"2001:db8:64::/80" holds identity.nat64_prefixes 2001:db8:64::/96, whose addresses are IPv4 clients, and IPv6 addresses around it; use the addresses or prefixes of your proxies, leaving 2001:db8:64::/96 out`},
+		// A wider prefix that holds the site's prefix is refused alike,
+		// wherever its first address lies.
+		{"trusted proxy holding a NAT64 prefix of the site", "identity:\n  nat64_prefixes: [\"2001:db8:64::/96\"]\n  trusted_proxies: [10.0.0.0/8, \"2001:db8::/32\"] # <-\n" + anonymous, "identity.trusted_proxies[1]",
+			`"2001:db8::/32" holds identity.nat64_prefixes 2001:db8:64::/96, whose addresses are IPv4 clients, and IPv6 addresses around it; use the addresses or prefixes of your proxies, leaving 2001:db8:64::/96 out; a proxy behind that translator by its IPv4 address or prefix, or by one written inside 2001:db8:64::/96`},
+		{"trusted proxy every IPv6 address with a NAT64 prefix", "identity:\n  nat64_prefixes: [\"2001:db8:64::/96\"]\n  trusted_proxies: [\"::/0\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "holds identity.nat64_prefixes 2001:db8:64::/96"},
+		{"trusted proxy holding a /64 NAT64 prefix", "identity:\n  nat64_prefixes: [\"2001:db8:122:344::/64\"]\n  trusted_proxies: [\"2001:db8:122::/48\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "holds identity.nat64_prefixes 2001:db8:122:344::/64, whose"},
+		{"trusted proxy starting in a /64 NAT64 prefix", "identity:\n  nat64_prefixes: [\"2001:db8:122:344::/64\"]\n  trusted_proxies: [\"2001:db8:122:344::/63\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "holds identity.nat64_prefixes 2001:db8:122:344::/64, whose"},
+		{"trusted proxy holding a /32 NAT64 prefix", "identity:\n  nat64_prefixes: [\"2001:db8::/32\"]\n  trusted_proxies: [\"2001:db8::/31\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "holds identity.nat64_prefixes 2001:db8::/32, whose"},
+		{"NAT64 prefix of a length RFC 6052 does not define", "identity:\n  nat64_prefixes: [\"2001:db8:64::/80\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]",
+			`"2001:db8:64::/80" is not a /32, /40, /48, /56, /64 or /96; use an IPv6 prefix of 32, 40, 48, 56, 64 or 96 bits (RFC 6052) such as 2001:db8:64::/96 or 2001:db8:122:344::/64`},
+		{"NAT64 prefix of 128 bits", "identity:\n  nat64_prefixes: [\"2001:db8:64::1/128\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "is not a /32, /40, /48, /56, /64 or /96"},
+		{"NAT64 prefix holding the well-known prefix", "identity:\n  nat64_prefixes: [\"64:ff9b::/64\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", `"64:ff9b::/64" holds the well-known prefix 64:ff9b::/96; use`},
+		{"NAT64 prefix inside another", "identity:\n  nat64_prefixes:\n    - 2001:db8::/32\n    - 2001:db8:64::/96 # <-\n" + anonymous, "identity.nat64_prefixes[1]",
+			`"2001:db8:64::/96" overlaps identity.nat64_prefixes[0] (2001:db8::/32); use prefixes apart: an address in both would carry a different IPv4 address in each`},
+		{"NAT64 prefix around another", "identity:\n  nat64_prefixes:\n    - 2001:db8:122:344::/64\n    - 2001:db8:122::/48 # <-\n" + anonymous, "identity.nat64_prefixes[1]", `overlaps identity.nat64_prefixes[0] (2001:db8:122:344::/64)`},
+		{"NAT64 prefix twice", "identity:\n  nat64_prefixes:\n    - 2001:db8:64::/96\n    - 2001:db8:64::1/96 # <-\n" + anonymous, "identity.nat64_prefixes[1]", `overlaps identity.nat64_prefixes[0] (2001:db8:64::/96)`},
 		{"NAT64 prefix IPv4", "identity:\n  nat64_prefixes: [\"192.0.2.0/24\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "is not an IPv6 prefix"},
 		{"NAT64 prefix mapped", "identity:\n  nat64_prefixes: [\"::ffff:0:0/96\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "is not an IPv6 prefix"},
 		{"NAT64 prefix of loopback", "identity:\n  nat64_prefixes: [\"::/96\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "holds the loopback and unspecified addresses"},
+		{"NAT64 /64 prefix of loopback", "identity:\n  nat64_prefixes: [\"::/64\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "holds the loopback and unspecified addresses"},
 		{"NAT64 prefix not a CIDR", "identity:\n  nat64_prefixes: [\"2001:db8:64::\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "is not a valid CIDR"},
 		{"same user and plan header", "identity:\n  user_header: X-Who\n  plan_header: x-who # <-\n" + anonymous, "identity.plan_header", `"x-who" is also the user header; use a different header`},
 		{"same user and plan claim", "identity:\n  jwt: {algorithm: HS256, key_env: K, user_claim: sub, plan_claim: sub} # <-\n" + anonymous, "identity.jwt.plan_claim", "is also the user claim"},
@@ -658,6 +675,8 @@ tiers:
 		{"admin listener disabled", "edge: {admin_listen: \"\"}\n" + anonymous},
 		{"null values take defaults", "edge:\n  listen:\nstore:\n" + anonymous},
 		{"proxies", "identity: {trusted_proxies: [10.0.0.0/8, 192.168.1.1, \"::1\", \"2001:db8::/32\"]}\n" + anonymous},
+		{"NAT64 prefixes of every length RFC 6052 defines", "identity:\n  nat64_prefixes: [\"2001:db8::/32\", \"2001:db9:100::/40\", \"2001:dba:122::/48\", \"2001:dbb:122:300::/56\", \"2001:dbc:122:344::/64\", \"2001:dbd:64::/96\", \"64:ff9b::/96\", \"64:ff9b:1::/48\"]\n" + anonymous},
+		{"proxies beside and inside a /64 NAT64 prefix", "identity:\n  nat64_prefixes: [\"2001:db8:122:344::/64\"]\n  trusted_proxies: [\"2001:db8:122:345::/64\", \"2001:db8:122:344:a::/80\", \"2001:db8:122:344:ff00::/72\", \"2001:db8:123::/48\"]\n" + anonymous},
 		{"header names ignore case", "identity: {client_ip_header: CloudFront-Viewer-Address}\n" + anonymous},
 		{"jwt algorithm ignores case", "identity: {jwt: {algorithm: es256, public_key_file: k.pem}}\n" + anonymous},
 		{"plan tier extends anonymous", anonymous + "  free: {extends: anonymous}\n"},
@@ -868,6 +887,32 @@ func TestTrustedPrefixes(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestTrustedPrefixesNAT64: a trusted proxy written in a /64 NAT64 prefix
+// of the site is the IPv4 address or prefix it carries (RFC 6052's
+// layout: the u octet, then the IPv4 address); one whose u octet is not
+// zero is plain IPv6; the prefix itself is every IPv4 client behind the
+// translator, and warned about as such.
+func TestTrustedPrefixesNAT64(t *testing.T) {
+	c := mustParse(t, "identity:\n  nat64_prefixes: [\"2001:db8:122:344::/64\"]\n  trusted_proxies:\n    - 2001:db8:122:344:a::/80\n    - \"2001:db8:122:344:c0:2:2100::\"\n    - 2001:db8:122:344:ff00::/72\n    - 2001:db8:122:344::/64\n"+anonymous)
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("192.0.2.33/32"),
+		netip.MustParsePrefix("2001:db8:122:344:ff00::/72"),
+		netip.MustParsePrefix("0.0.0.0/0"),
+	}
+	if got := c.Identity.TrustedPrefixes(); !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	ws := c.Warnings()
+	if len(ws) != 1 || !strings.HasPrefix(ws[0].Error(), `test.yaml:7: identity.trusted_proxies[3]: "2001:db8:122:344::/64" trusts every address`) {
+		t.Errorf("warnings %v, want one that the /64 trusts every address", ws)
 	}
 }
 

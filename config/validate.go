@@ -353,16 +353,34 @@ func (v *validator) edge(e *Edge) {
 }
 
 func (v *validator) identity(id *Identity) {
-	for i, p := range id.NAT64Prefixes {
-		if _, err := clientip.ParseNAT64Prefix(p); err != nil {
-			v.report(key("identity", "nat64_prefixes", index(i)), p, err.Error(), "an IPv6 /96 prefix such as 2001:db8:64::/96, other than ::/96 and ::ffff:0:0/96 (the well-known 64:ff9b::/96 needs no entry)")
+	nats := make([]netip.Prefix, len(id.NAT64Prefixes))
+	for i, s := range id.NAT64Prefixes {
+		p, err := clientip.ParseNAT64Prefix(s)
+		if err != nil {
+			v.report(key("identity", "nat64_prefixes", index(i)), s, err.Error(), "an IPv6 prefix of 32, 40, 48, 56, 64 or 96 bits (RFC 6052) such as 2001:db8:64::/96 or 2001:db8:122:344::/64, that holds none of ::1, ::ffff:0:0/96 and 64:ff9b::/96 (the well-known prefix, which needs no entry)")
+			continue
+		}
+		nats[i] = p
+		// An address in two prefixes of different lengths would carry a
+		// different IPv4 address in each.
+		if j := slices.IndexFunc(nats[:i], func(q netip.Prefix) bool { return q.IsValid() && q.Overlaps(p) }); j >= 0 {
+			v.report(key("identity", "nat64_prefixes", index(i)), s, "overlaps identity.nat64_prefixes"+index(j)+" ("+nats[j].String()+")",
+				"prefixes apart: an address in both would carry a different IPv4 address in each")
 		}
 	}
 	nat := id.NAT64()
-	for i, p := range id.TrustedProxies {
-		if _, ok := parseProxy(nat, p); !ok {
-			v.report(key("identity", "trusted_proxies", index(i)), p, "is not allowed", "an address or CIDR prefix such as 10.0.0.0/8 or ::1, without a zone; an IPv4-mapped or NAT64 (64:ff9b::/96 or identity.nat64_prefixes) prefix needs at least 96 bits")
+	for i, s := range id.TrustedProxies {
+		if _, ok := parseProxy(nat, s); ok {
+			continue
 		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			if h, ok := nat.HeldBy(p); ok {
+				v.report(key("identity", "trusted_proxies", index(i)), s, "holds identity.nat64_prefixes "+h.String()+", whose addresses are IPv4 clients, and IPv6 addresses around it",
+					"the addresses or prefixes of your proxies, leaving "+h.String()+" out; a proxy behind that translator by its IPv4 address or prefix, or by one written inside "+h.String())
+				continue
+			}
+		}
+		v.report(key("identity", "trusted_proxies", index(i)), s, "is not allowed", "an address or CIDR prefix such as 10.0.0.0/8 or ::1, without a zone; an IPv4-mapped or NAT64 (64:ff9b::/96) prefix needs at least 96 bits")
 	}
 	// Header names are case-insensitive, so these values are too.
 	v.oneOfFold(key("identity", "client_ip_header"), id.ClientIPHeader, ClientIPHeaders)

@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,10 +97,18 @@ func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
 	}
 	r := &Resolver{}
 
+	nats := make([]netip.Prefix, 0, len(cfg.NAT64Prefixes))
 	for i, s := range cfg.NAT64Prefixes {
-		if _, err := clientip.ParseNAT64Prefix(strings.TrimSpace(s)); err != nil {
-			return nil, fmt.Errorf("identity.nat64_prefixes[%d]: %q %v; want an IPv6 /96 prefix such as 2001:db8:64::/96", i, s, err)
+		p, err := clientip.ParseNAT64Prefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("identity.nat64_prefixes[%d]: %q %v; want an IPv6 prefix of 32, 40, 48, 56, 64 or 96 bits (RFC 6052) such as 2001:db8:64::/96 or 2001:db8:122:344::/64", i, s, err)
 		}
+		// An address in two prefixes would carry a different IPv4
+		// address in each.
+		if j := slices.IndexFunc(nats, p.Overlaps); j >= 0 {
+			return nil, fmt.Errorf("identity.nat64_prefixes[%d]: %q overlaps identity.nat64_prefixes[%d] (%v); want prefixes apart", i, s, j, nats[j])
+		}
+		nats = append(nats, p)
 	}
 	r.nat = cfg.NAT64()
 

@@ -169,21 +169,56 @@ func TestResolveNAT64Specific(t *testing.T) {
 }
 
 func TestNewRefusesNAT64Prefix(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"2001:db8:64::/64", `identity.nat64_prefixes[0]: "2001:db8:64::/64" is not a /96; want an IPv6 /96 prefix such as 2001:db8:64::/96`},
-		{"::/96", `identity.nat64_prefixes[0]: "::/96" holds the loopback and unspecified addresses; want`},
-		{"10.0.0.0/8", `identity.nat64_prefixes[0]: "10.0.0.0/8" is not an IPv6 prefix; want`},
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"2001:db8:64::/80"}, `identity.nat64_prefixes[0]: "2001:db8:64::/80" is not a /32, /40, /48, /56, /64 or /96; want an IPv6 prefix of 32, 40, 48, 56, 64 or 96 bits (RFC 6052) such as 2001:db8:64::/96 or 2001:db8:122:344::/64`},
+		{[]string{"::/96"}, `identity.nat64_prefixes[0]: "::/96" holds the loopback and unspecified addresses; want`},
+		{[]string{"10.0.0.0/8"}, `identity.nat64_prefixes[0]: "10.0.0.0/8" is not an IPv6 prefix; want`},
+		{[]string{"64:ff9b::/64"}, `identity.nat64_prefixes[0]: "64:ff9b::/64" holds the well-known prefix 64:ff9b::/96; want`},
+		{[]string{"2001:db8::/32", " 2001:db8:64::/96"}, `identity.nat64_prefixes[1]: " 2001:db8:64::/96" overlaps identity.nat64_prefixes[0] (2001:db8::/32); want prefixes apart`},
 	} {
-		_, err := New(config.Identity{NAT64Prefixes: []string{tc.in}}, nil)
+		_, err := New(config.Identity{NAT64Prefixes: tc.in}, nil)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("New with nat64_prefixes %q: %v, want %s…", tc.in, err, tc.want)
 		}
 	}
-	// A trusted proxy written in a configured prefix needs its 96 bits.
-	_, err := New(config.Identity{NAT64Prefixes: []string{"2001:db8:64::/96"}, TrustedProxies: []string{"2001:db8:64::/80"}}, nil)
-	if err == nil || !strings.Contains(err.Error(), "mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses") {
-		t.Errorf("New with a trusted /80 of a NAT64 prefix: %v, want it refused", err)
+	// A trusted proxy prefix wider than a configured prefix is refused,
+	// whether its first address lies inside it or not.
+	for _, tc := range []struct{ nat, proxy string }{
+		{"2001:db8:64::/96", "2001:db8:64::/80"},
+		{"2001:db8:64::/96", "2001:db8::/32"},
+		{"2001:db8:122:344::/64", "2001:db8:122:344::/63"},
+		{"2001:db8:122:344::/64", "2001:db8:122::/48"},
+	} {
+		_, err := New(config.Identity{NAT64Prefixes: []string{tc.nat}, TrustedProxies: []string{tc.proxy}}, nil)
+		if want := "mixes NAT64 (" + tc.nat + ") and plain IPv6 addresses"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New with nat64_prefixes %s and trusted %s: %v, want %s", tc.nat, tc.proxy, err, want)
+		}
 	}
+}
+
+// TestResolveNAT64Lengths: behind a translator of a /64 (or /32) prefix,
+// a peer or forwarded address is the IPv4 client RFC 6052 embeds in it;
+// one whose u octet (bits 64 to 71) is not zero is a plain IPv6 client,
+// counted by its /64.
+func TestResolveNAT64Lengths(t *testing.T) {
+	r := mustNew(t, config.Identity{NAT64Prefixes: []string{"2001:db8:122:344::/64", "2001:db9::/32"},
+		TrustedProxies: []string{"2001:db8:122:344:a::/80"}}, nil)
+	const (
+		peer   = decisions.SourcePeer
+		fwd    = decisions.SourceForwarded
+		client = "203.0.113.7"
+	)
+	runResolve(t, r, []resolveCase{
+		{name: "peer as its IPv4 address", remote: "[2001:db8:122:344:c0:2:2100::]:1", h: hdr("X-Forwarded-For", client), ip: "192.0.2.33", source: peer},
+		{name: "peer of a /32 as its IPv4 address", remote: "[2001:db9:c000:221::]:1", h: hdr(), ip: "192.0.2.33", source: peer},
+		{name: "trusted peer (10.1.2.3)", remote: "[2001:db8:122:344:a:102:300::]:443", h: hdr("X-Forwarded-For", client), ip: client, source: fwd},
+		{name: "forwarded entry as its IPv4 address", remote: "[2001:db8:122:344:a:102:300::]:443", h: hdr("X-Forwarded-For", "2001:db8:122:344:cb:71:700:0"), ip: client, source: fwd},
+		{name: "u octet not zero is IPv6", remote: "[2001:db8:122:344:1c0:2:2100::]:1", h: hdr("X-Forwarded-For", client), ip: "2001:db8:122:344:1c0:2:2100::", key: "2001:db8:122:344::", source: peer},
+		{name: "next /64 is IPv6", remote: "[2001:db8:122:345:c0:2:2100::]:1", h: hdr(), ip: "2001:db8:122:345:c0:2:2100::", key: "2001:db8:122:345::", source: peer},
+	})
 }
 
 func TestResolveCloudFront(t *testing.T) {

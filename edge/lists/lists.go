@@ -128,12 +128,14 @@ func New(es []Entry, now time.Time) *List { return NewNAT64(es, now, clientip.NA
 
 // NewNAT64 builds a list of the entries, read at now, through the NAT64
 // prefixes nat, as the edge reads client addresses: an address or prefix
-// of at least 96 bits inside one of nat's network-specific prefixes is the
-// IPv4 address or prefix it carries (2001:db8:64::203.0.113.0/120 is
-// 203.0.113.0/24), so that an entry matches the same clients on every
-// edge, whether it reads that prefix as IPv4 or not. What is stored is not
-// changed: Entries returns the targets as written. A shorter prefix that
-// holds one of nat's prefixes stays IPv6 and is reported by Wide.
+// inside one of nat's network-specific prefixes, no shorter than it, is
+// the IPv4 address or prefix it carries (clientip.NAT64.Prefix:
+// 2001:db8:64::203.0.113.0/120 inside a /96 is 203.0.113.0/24, as is
+// 2001:db8:122:344:cb:71::/96 inside a /64), so that an entry matches the
+// same clients on every edge, whether it reads that prefix as IPv4 or
+// not. What is stored is not changed: Entries returns the targets as
+// written. A shorter prefix that holds one of nat's prefixes stays IPv6
+// and is reported by Wide.
 //
 // The entries must have normalized targets (as ParseEntries and the stores
 // return them); one that does not is left out. Of several entries for one
@@ -367,8 +369,8 @@ func (w WideEntry) String() string {
 
 // Wide returns the entries that apply or may apply (as Len counts them)
 // and hold a network-specific prefix of the NAT64 the list was read
-// through, one per target, in the order read: at most 96 for each such
-// prefix, one of each length. The caller must not modify them.
+// through, one per target, in the order read: for each such prefix, at
+// most one of each length shorter than it. The caller must not modify them.
 func (l *List) Wide() []WideEntry {
 	if l == nil {
 		return nil

@@ -251,3 +251,57 @@ func TestAlike(t *testing.T) {
 	f("user:203.0.113.66", siteNAT64, "user:203.0.113.66=")
 	f("198.51.100.7", siteNAT64, "")
 }
+
+// TestNAT64EntriesLengths: through a site prefix of /64 (or /32), an entry
+// written in it is the IPv4 address or prefix RFC 6052 embeds there (after
+// the u octet, bits 64 to 71), and matches its clients however their
+// addresses are spelt; one whose u octet is not zero is plain IPv6, as are
+// the addresses that have one; a wider entry is reported as at /96.
+func TestNAT64EntriesLengths(t *testing.T) {
+	nat := clientip.NewNAT64([]netip.Prefix{netip.MustParsePrefix("2001:db8:122:344::/64"), netip.MustParsePrefix("2001:db9::/32")})
+	es := mustEntries(t, "2001:DB8:122:344:CB:71:4200:0\n"+ // 203.0.113.66
+		"2001:db8:122:344:c6:3364::/96\n"+ // 198.51.100.0/24
+		"2001:db8:122:344:1cb:71:4300:0\n"+ // u octet 01: IPv6
+		"2001:db9:c000:200::/56\n") // 192.0.2.0/24 through the /32
+	l := NewNAT64(es, t0, nat)
+	for addr, listed := range map[string]bool{
+		"203.0.113.66":                    true,
+		"2001:db8:122:344:cb:71:4200:0":   true,
+		"2001:db8:122:344:cb:71:4200:1":   true, // the suffix is ignored
+		"::ffff:203.0.113.66":             true,
+		"64:ff9b::203.0.113.66":           true,
+		"2001:db9:cb00:7142::":            true,
+		"203.0.113.67":                    false,
+		"2001:db8:122:344:1cb:71:4200:0":  false, // u octet 01: not 203.0.113.66
+		"2001:db8:122:344:1cb:71:4300:0":  true,  // listed as IPv6
+		"198.51.100.200":                  true,
+		"2001:db8:122:344:c6:3364:c800:0": true,
+		"198.51.101.0":                    false,
+		"192.0.2.33":                      true,
+		"2001:db8:122:344:c0:2:2100::":    true,
+		"2001:db8:122:345:cb:71:4200::":   false, // the next /64: plain IPv6
+		"2001:db8:123::1":                 false, // outside everything
+	} {
+		a, err := netip.ParseAddr(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.ContainsAt(a, "", t0); got != listed {
+			t.Errorf("ContainsAt(%s) = %v, want %v", addr, got, listed)
+		}
+	}
+	ps, _ := l.Targets(t0)
+	if got := fmt.Sprint(ps); got != "[192.0.2.0/24 198.51.100.0/24 2001:db8:122:344:1cb:71:4300:0/128 203.0.113.66/32]" {
+		t.Errorf("Targets = %s", got)
+	}
+	if len(l.Wide()) != 0 {
+		t.Errorf("Wide = %v, want none", l.Wide())
+	}
+	wide := NewNAT64(mustEntries(t, "2001:db8:122::/48\n"), t0, nat)
+	if !wide.ContainsAt(netip.MustParseAddr("2001:db8:122:1::1"), "", t0) || wide.ContainsAt(netip.MustParseAddr("2001:db8:122:344:cb:71:4200:0"), "", t0) {
+		t.Errorf("2001:db8:122::/48 does not hold its plain IPv6 addresses, or holds an IPv4 client of the /64")
+	}
+	if got := fmt.Sprint(wide.Wide()); got != "[2001:db8:122::/48 holds identity.nat64_prefixes 2001:db8:122:344::/64 but not the IPv4 clients behind that translator, which the edge reads as their IPv4 addresses; list those by IPv4 address or prefix, or as 2001:db8:122:344::/64 (every IPv4 client)]" {
+		t.Errorf("Wide = %s", got)
+	}
+}

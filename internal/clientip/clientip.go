@@ -6,14 +6,23 @@
 // IPv4 peer), and NAT64's (RFC 6052), which an IPv6-only host behind a
 // stateless translator (SIIT-DC, RFC 7755) sees for every IPv4 client:
 // the well-known prefix 64:ff9b::/96 always, and a site's own
-// network-specific /96 prefixes when configured (NAT64). Without that,
-// every IPv4 client of such a host would be one client: the edge counts
-// an IPv6 client by its /64, and a /96 is inside one /64.
+// network-specific prefixes when configured (NAT64), of any length RFC
+// 6052 defines (32, 40, 48, 56, 64 or 96 bits). Without that, every IPv4
+// client of such a host would be one client: the edge counts an IPv6
+// client by its /64, and a /96 is inside one /64.
+//
+// Under a prefix shorter than /96 the IPv4 address is split around bits
+// 64 to 71, the u octet, which must be zero (RFC 6052, section 2.2): an
+// address of the prefix whose u octet is not zero is not a translated
+// address, and is read as the plain IPv6 address it is. The suffix after
+// the IPv4 address is ignored, as the RFC says translators should.
 package clientip
 
 import (
+	"cmp"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -21,20 +30,26 @@ import (
 // of an address in it are an IPv4 address.
 var wellKnown = netip.MustParsePrefix("64:ff9b::/96")
 
-// NAT64 is the NAT64 prefixes whose addresses carry an IPv4 address in
-// their last 32 bits: the well-known prefix 64:ff9b::/96, and the
-// network-specific /96 prefixes of the site's stateless translators
-// (identity.nat64_prefixes). The zero NAT64 has the well-known prefix
-// alone; it is what the package's functions use.
+// errLength is the error for a prefix of a length RFC 6052 does not define.
+var errLength = errors.New("is not a /32, /40, /48, /56, /64 or /96")
+
+// NAT64 is the NAT64 prefixes whose addresses carry an IPv4 address: the
+// well-known prefix 64:ff9b::/96, and the network-specific prefixes of the
+// site's stateless translators (identity.nat64_prefixes), each of 32, 40,
+// 48, 56, 64 or 96 bits, the IPv4 address embedded as RFC 6052 says for
+// that length. The zero NAT64 has the well-known prefix alone; it is what
+// the package's functions use. A NAT64 is safe for concurrent use.
 type NAT64 struct {
-	specific []netip.Prefix // masked /96 prefixes, without the well-known one
+	specific []netip.Prefix // masked, without the well-known one, longest first
 }
 
-// ParseNAT64Prefix parses a network-specific NAT64 prefix: an IPv6 /96
-// (RFC 6052 defines shorter ones, whose IPv4 bits straddle a reserved
-// octet; translators for a data centre use /96). It is masked. A /96
-// that holds other kinds of address is refused: IPv4-mapped addresses,
-// and ::/96, which holds the loopback address ::1.
+// ParseNAT64Prefix parses a network-specific NAT64 prefix: an IPv6 prefix
+// of one of the lengths RFC 6052 defines, 32, 40, 48, 56, 64 or 96 bits
+// (sites deploy /96 and /64 most). It is masked. A prefix that holds other
+// kinds of address is refused: IPv4-mapped addresses, the loopback
+// address ::1 (::/96, ::/64 and the like), and the well-known prefix
+// 64:ff9b::/96, whose addresses always carry their IPv4 address in their
+// last 32 bits (64:ff9b::/96 itself is accepted, and needs no entry).
 func ParseNAT64Prefix(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
 	switch {
@@ -42,18 +57,32 @@ func ParseNAT64Prefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, errors.New("is not a valid CIDR")
 	case !p.Addr().Is6() || p.Addr().Is4In6():
 		return netip.Prefix{}, errors.New("is not an IPv6 prefix")
-	case p.Bits() != 96:
-		return netip.Prefix{}, errors.New("is not a /96")
+	case !nat64Length(p.Bits()):
+		return netip.Prefix{}, errLength
 	}
 	p = p.Masked()
-	if p.Addr().IsUnspecified() {
+	switch {
+	case p.Addr().IsUnspecified():
 		return netip.Prefix{}, errors.New("holds the loopback and unspecified addresses")
+	case p != wellKnown && p.Overlaps(wellKnown):
+		return netip.Prefix{}, errors.New("holds the well-known prefix " + wellKnown.String())
 	}
 	return p, nil
 }
 
+// nat64Length reports whether RFC 6052 defines NAT64 prefixes of bits.
+func nat64Length(bits int) bool {
+	switch bits {
+	case 32, 40, 48, 56, 64, 96:
+		return true
+	}
+	return false
+}
+
 // NewNAT64 returns the NAT64 of the well-known prefix and the
-// network-specific prefixes ps, as ParseNAT64Prefix returns them.
+// network-specific prefixes ps, as ParseNAT64Prefix returns them. Of two
+// that overlap (which configuration refuses), the longer reads the
+// addresses of both.
 func NewNAT64(ps []netip.Prefix) NAT64 {
 	var n NAT64
 	for _, p := range ps {
@@ -61,7 +90,64 @@ func NewNAT64(ps []netip.Prefix) NAT64 {
 			n.specific = append(n.specific, p)
 		}
 	}
+	slices.SortStableFunc(n.specific, func(a, b netip.Prefix) int { return cmp.Compare(b.Bits(), a.Bits()) })
 	return n
+}
+
+// Embed returns the address that a translator of the NAT64 prefix p gives
+// the IPv4 address a (RFC 6052, section 2.2): under a /96, a in the last
+// 32 bits; under a shorter prefix, a's bits after the prefix, skipping
+// bits 64 to 71, which are zero, as is the suffix after a. p is masked;
+// its length must be one RFC 6052 defines.
+func Embed(p netip.Prefix, a netip.Addr) (netip.Addr, error) {
+	switch {
+	case !p.Addr().Is6() || !nat64Length(p.Bits()):
+		return netip.Addr{}, errLength
+	case !a.Is4():
+		return netip.Addr{}, errors.New(a.String() + " is not an IPv4 address")
+	}
+	b, v := p.Masked().Addr().As16(), a.As4()
+	i := p.Bits() / 8
+	for _, x := range v {
+		if i == 8 {
+			i++ // the u octet, zero
+		}
+		b[i] = x
+		i++
+	}
+	return netip.AddrFrom16(b), nil
+}
+
+// carried returns the IPv4 address that b, an address in a NAT64 prefix of
+// bits bits, carries (the inverse of Embed), and false when b's u octet is
+// not zero: such an address is not a translated address.
+func carried(b *[16]byte, bits int) (netip.Addr, bool) {
+	if bits == 96 {
+		return netip.AddrFrom4([4]byte(b[12:])), true
+	}
+	if b[8] != 0 {
+		return netip.Addr{}, false
+	}
+	var v [4]byte
+	i := bits / 8
+	for k := range v {
+		if i == 8 {
+			i++
+		}
+		v[k] = b[i]
+		i++
+	}
+	return netip.AddrFrom4(v), true
+}
+
+// carriedBits returns how many bits of the IPv4 address the first bits
+// bits of an address in a NAT64 prefix of n bits fix, bits being n or
+// more.
+func carriedBits(n, bits int) int {
+	if n == 96 {
+		return bits - 96
+	}
+	return min(bits, 64) - n + min(max(bits-72, 0), 32-(64-n))
 }
 
 // Of returns a as the edge counts it: without a zone, and an address that
@@ -70,8 +156,8 @@ func NewNAT64(ps []netip.Prefix) NAT64 {
 func Of(a netip.Addr) netip.Addr { return NAT64{}.Of(a) }
 
 // Of returns a as the edge counts it: without a zone, and an address that
-// carries an IPv4 address (IPv4-mapped, or in one of n's prefixes) as
-// that address.
+// carries an IPv4 address (IPv4-mapped, or in one of n's prefixes with a
+// u octet of zero) as that address.
 func (n NAT64) Of(a netip.Addr) netip.Addr {
 	if a.Is4() {
 		return a // the common peer: inlined, one comparison
@@ -84,22 +170,23 @@ func (n NAT64) of6(a netip.Addr) netip.Addr {
 		return a.Unmap()
 	}
 	a = a.WithZone("")
-	if wellKnown.Contains(a) || n.specificOf(a) >= 0 {
+	if wellKnown.Contains(a) {
 		b := a.As16()
 		return netip.AddrFrom4([4]byte(b[12:]))
 	}
-	return a
-}
-
-// specificOf returns the index of n's network-specific prefix that holds
-// a, or -1.
-func (n NAT64) specificOf(a netip.Addr) int {
-	for i, p := range n.specific {
+	for _, p := range n.specific {
 		if p.Contains(a) {
-			return i
+			b := a.As16()
+			if p.Bits() == 96 {
+				return netip.AddrFrom4([4]byte(b[12:])) // inline: the common length
+			}
+			if v, ok := carried(&b, p.Bits()); ok {
+				return v
+			}
+			return a
 		}
 	}
-	return -1
+	return a
 }
 
 // holder returns the NAT64 prefix of n that holds a.
@@ -107,22 +194,25 @@ func (n NAT64) holder(a netip.Addr) (netip.Prefix, bool) {
 	if wellKnown.Contains(a) {
 		return wellKnown, true
 	}
-	if i := n.specificOf(a); i >= 0 {
-		return n.specific[i], true
+	for _, p := range n.specific {
+		if p.Contains(a) {
+			return p, true
+		}
 	}
 	return netip.Prefix{}, false
 }
 
 // HeldBy returns the network-specific prefix of n that p holds with fewer
-// bits, if any, such as 2001:db8:64::/96 for 2001:db8::/32 or ::/0. Such a
-// p is plain IPv6 (Prefix refuses it, or returns it as it is): it holds
-// none of the IPv4 clients that n reads the addresses of that prefix as.
+// bits, if any, such as 2001:db8:64::/96 for 2001:db8::/32, 2001:db8:64::/64
+// or ::/0. Such a p is plain IPv6, and Prefix refuses it: it holds none of
+// the IPv4 clients that n reads the addresses of that prefix as, and read
+// as IPv4 it would have to hold every IPv4 client.
 func (n NAT64) HeldBy(p netip.Prefix) (netip.Prefix, bool) {
-	if p.Bits() >= 96 || !p.Addr().Is6() {
+	if !p.Addr().Is6() {
 		return netip.Prefix{}, false
 	}
 	for _, s := range n.specific {
-		if p.Contains(s.Addr()) {
+		if p.Bits() < s.Bits() && p.Contains(s.Addr()) {
 			return s, true
 		}
 	}
@@ -134,11 +224,16 @@ func Prefix(p netip.Prefix) (netip.Prefix, error) { return NAT64{}.Prefix(p) }
 
 // Prefix returns p, a configured or listed prefix, masked, and as the IPv4
 // prefix it is when it lies inside ::ffff:0:0/96 or one of n's NAT64
-// prefixes, so that it matches addresses as Of returns them. A prefix of
-// one of those shorter than /96 holds IPv6 addresses too, and is an
-// error: the IPv4 clients inside it could not be matched by one prefix.
-// (A wider prefix that merely holds them, such as ::/0, is plain IPv6,
-// and does not match them, as it never matched IPv4 peers.)
+// prefixes, so that it matches addresses as Of returns them: the IPv4
+// bits its own bits fix (2001:db8:122:344:c0:2::/96 inside
+// 2001:db8:122:344::/64 is 192.0.2.0/24, and the /64 itself 0.0.0.0/0).
+// One that fixes a u octet other than zero holds no translated address,
+// and is the plain IPv6 prefix it is. A prefix with fewer bits than one
+// of those it overlaps holds IPv6 addresses around it, and is an error:
+// the IPv4 clients inside could not be matched by one prefix, and read as
+// IPv4 it would hold every IPv4 client. (Around the well-known prefix
+// alone, a wider prefix that merely holds it, such as ::/0, is plain IPv6,
+// and does not match its clients, as it never matched IPv4 peers.)
 func (n NAT64) Prefix(p netip.Prefix) (netip.Prefix, error) {
 	a := p.Addr()
 	switch {
@@ -148,16 +243,24 @@ func (n NAT64) Prefix(p netip.Prefix) (netip.Prefix, error) {
 		if p.Bits() < 96 {
 			return netip.Prefix{}, errors.New("mixes IPv4-mapped and plain IPv6 addresses")
 		}
-	default:
-		h, ok := n.holder(p.Masked().Addr())
-		if !ok {
-			return p.Masked(), nil
-		}
-		if p.Bits() < 96 {
-			return netip.Prefix{}, errors.New("mixes NAT64 (" + h.String() + ") and plain IPv6 addresses")
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked(), nil
+	}
+	m := p.Masked()
+	h, ok := n.HeldBy(m)
+	if !ok {
+		if h, ok = n.holder(m.Addr()); !ok {
+			return m, nil
 		}
 	}
-	return netip.PrefixFrom(n.Of(a), p.Bits()-96).Masked(), nil
+	if m.Bits() < h.Bits() {
+		return netip.Prefix{}, errors.New("mixes NAT64 (" + h.String() + ") and plain IPv6 addresses")
+	}
+	b := m.Addr().As16()
+	v, ok := carried(&b, h.Bits())
+	if !ok {
+		return m, nil // masked, so a u octet other than zero is in m's bits
+	}
+	return netip.PrefixFrom(v, carriedBits(h.Bits(), m.Bits())).Masked(), nil
 }
 
 // ParseEntry parses an entry as the zero NAT64's ParseEntry does.

@@ -45,11 +45,7 @@ func TestPrefix(t *testing.T) {
 		"64:ff9b::/64":           "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
 		"64:ff9b::192.0.2.0/95":  "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
 	} {
-		p, err := Prefix(netip.MustParsePrefix(in))
-		got := p.String()
-		if err != nil {
-			got = "error: " + err.Error()
-		}
+		got := result(Prefix(netip.MustParsePrefix(in)))
 		if got != want {
 			t.Errorf("Prefix(%s) = %s, want %s", in, got, want)
 		}
@@ -90,6 +86,15 @@ func BenchmarkOf(b *testing.B) {
 
 var sink netip.Addr
 
+// result is a prefix or address as a test compares it: its text, or
+// "error: " and the error's.
+func result[T interface{ String() string }](v T, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return v.String()
+}
+
 func TestParseEntry(t *testing.T) {
 	for in, want := range map[string]string{
 		"10.0.0.0/8":            "10.0.0.0/8",
@@ -103,11 +108,7 @@ func TestParseEntry(t *testing.T) {
 		"10.0.0.0/33":           "error: is not a valid CIDR",
 		"64:ff9b::/64":          "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
 	} {
-		p, err := ParseEntry(in)
-		got := p.String()
-		if err != nil {
-			got = "error: " + err.Error()
-		}
+		got := result(ParseEntry(in))
 		if got != want {
 			t.Errorf("ParseEntry(%q) = %s, want %s", in, got, want)
 		}
@@ -116,23 +117,29 @@ func TestParseEntry(t *testing.T) {
 
 func TestParseNAT64Prefix(t *testing.T) {
 	for in, want := range map[string]string{
-		"2001:db8:64::/96":       "2001:db8:64::/96",
-		"2001:db8:64::c000:2/96": "2001:db8:64::/96", // masked
-		"64:ff9b::/96":           "64:ff9b::/96",
-		"64:ff9b:1::/96":         "64:ff9b:1::/96", // inside the local-use /48 (RFC 8215)
-		"2001:db8:64::/64":       "error: is not a /96",
-		"2001:db8:64::/128":      "error: is not a /96",
-		"192.0.2.0/24":           "error: is not an IPv6 prefix",
-		"::ffff:0:0/96":          "error: is not an IPv6 prefix",
-		"::/96":                  "error: holds the loopback and unspecified addresses",
-		"2001:db8:64::":          "error: is not a valid CIDR",
-		"2001:db8:64::/96%eth0":  "error: is not a valid CIDR",
+		"2001:db8:64::/96":        "2001:db8:64::/96",
+		"2001:db8:64::c000:2/96":  "2001:db8:64::/96", // masked
+		"64:ff9b::/96":            "64:ff9b::/96",
+		"64:ff9b:1::/96":          "64:ff9b:1::/96", // inside the local-use /48 (RFC 8215)
+		"2001:db8:64::/64":        "2001:db8:64::/64",
+		"2001:db8::/32":           "2001:db8::/32",
+		"2001:db8:100::/40":       "2001:db8:100::/40",
+		"2001:db8:122::/48":       "2001:db8:122::/48",
+		"2001:db8:122:300::/56":   "2001:db8:122:300::/56",
+		"2001:db8:122:344:1::/64": "2001:db8:122:344::/64", // masked
+		"64:ff9b:1::/48":          "64:ff9b:1::/48",        // the local-use prefix (RFC 8215) itself
+		"2001:db8:64::/128":       "error: is not a /32, /40, /48, /56, /64 or /96",
+		"2001:db8:64::/80":        "error: is not a /32, /40, /48, /56, /64 or /96",
+		"2001:db8::/24":           "error: is not a /32, /40, /48, /56, /64 or /96",
+		"64:ff9b::/64":            "error: holds the well-known prefix 64:ff9b::/96",
+		"::/32":                   "error: holds the loopback and unspecified addresses",
+		"192.0.2.0/24":            "error: is not an IPv6 prefix",
+		"::ffff:0:0/96":           "error: is not an IPv6 prefix",
+		"::/96":                   "error: holds the loopback and unspecified addresses",
+		"2001:db8:64::":           "error: is not a valid CIDR",
+		"2001:db8:64::/96%eth0":   "error: is not a valid CIDR",
 	} {
-		p, err := ParseNAT64Prefix(in)
-		got := p.String()
-		if err != nil {
-			got = "error: " + err.Error()
-		}
+		got := result(ParseNAT64Prefix(in))
 		if got != want {
 			t.Errorf("ParseNAT64Prefix(%q) = %s, want %s", in, got, want)
 		}
@@ -170,14 +177,12 @@ func TestNAT64Specific(t *testing.T) {
 		"2001:db8:64::/96":           "0.0.0.0/0",
 		"2001:db8:64::/95":           "error: mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses",
 		"2001:db8:64::/64":           "error: mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses",
-		"2001:db8::/32":              "2001:db8::/32", // holds the /96, and is plain IPv6
+		"2001:db8::/32":              "error: mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses", // holds the /96 as 2001:db8:64::/64 does
+		"::/0":                       "error: mixes NAT64 (2001:db8:64::/96) and plain IPv6 addresses",
+		"2001:db8:65::/48":           "2001:db8:65::/48",
 		"64:ff9b::/64":               "error: mixes NAT64 (64:ff9b::/96) and plain IPv6 addresses",
 	} {
-		p, err := n.Prefix(netip.MustParsePrefix(in))
-		got := p.String()
-		if err != nil {
-			got = "error: " + err.Error()
-		}
+		got := result(n.Prefix(netip.MustParsePrefix(in)))
 		if got != want {
 			t.Errorf("Prefix(%s) = %s, want %s", in, got, want)
 		}
@@ -188,11 +193,7 @@ func TestNAT64Specific(t *testing.T) {
 		"2001:db8:64::1:10.0.0.5":    "2001:db8:64::1:a00:5/128",
 		"2001:db8:64::10.0.0.5%eth0": "error: is not an IP address",
 	} {
-		p, err := n.ParseEntry(in)
-		got := p.String()
-		if err != nil {
-			got = "error: " + err.Error()
-		}
+		got := result(n.ParseEntry(in))
 		if got != want {
 			t.Errorf("ParseEntry(%q) = %s, want %s", in, got, want)
 		}
