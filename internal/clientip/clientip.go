@@ -174,19 +174,36 @@ func (n NAT64) of6(a netip.Addr) netip.Addr {
 		b := a.As16()
 		return netip.AddrFrom4([4]byte(b[12:]))
 	}
-	for _, p := range n.specific {
-		if p.Contains(a) {
-			b := a.As16()
-			if p.Bits() == 96 {
-				return netip.AddrFrom4([4]byte(b[12:])) // inline: the common length
-			}
-			if v, ok := carried(&b, p.Bits()); ok {
-				return v
-			}
-			return a
+	if i := n.specificOf(a); i >= 0 {
+		if bits := n.specific[i].Bits(); bits != 96 {
+			return split(a, bits)
 		}
+		b := a.As16()
+		return netip.AddrFrom4([4]byte(b[12:]))
 	}
 	return a
+}
+
+// split returns the IPv4 address that a, in a NAT64 prefix of bits bits
+// shorter than 96, carries, or a when its u octet is not zero. It is apart
+// from of6 so that a /96, the common length, costs what it did.
+func split(a netip.Addr, bits int) netip.Addr {
+	b := a.As16()
+	if v, ok := carried(&b, bits); ok {
+		return v
+	}
+	return a
+}
+
+// specificOf returns the index of n's network-specific prefix that holds
+// a, or -1.
+func (n NAT64) specificOf(a netip.Addr) int {
+	for i, p := range n.specific {
+		if p.Contains(a) {
+			return i
+		}
+	}
+	return -1
 }
 
 // holder returns the NAT64 prefix of n that holds a.
@@ -194,10 +211,8 @@ func (n NAT64) holder(a netip.Addr) (netip.Prefix, bool) {
 	if wellKnown.Contains(a) {
 		return wellKnown, true
 	}
-	for _, p := range n.specific {
-		if p.Contains(a) {
-			return p, true
-		}
+	if i := n.specificOf(a); i >= 0 {
+		return n.specific[i], true
 	}
 	return netip.Prefix{}, false
 }
