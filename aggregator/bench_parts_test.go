@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -77,5 +78,42 @@ func BenchmarkKnownHashes(b *testing.B) {
 		}
 		k.insert(sk, seq[i%len(seq)])
 		i++
+	}
+}
+
+// BenchmarkSketchFill is a new window's sketch meeting its clients: n
+// distinct hashes into an empty precision-14 sketch, one by one
+// (InsertHash: a sparse sketch merges its new keys into its list every
+// 163 inserts) or as the columnar path does (knownHashes.add, flushed
+// every 1,200 hashes: a batch's new clients early in a window).
+func BenchmarkSketchFill(b *testing.B) {
+	for _, n := range []int{5000, 35_000} {
+		r := rand.New(rand.NewPCG(1, 2))
+		hs := make([]uint64, n)
+		for i := range hs {
+			hs[i] = r.Uint64()
+		}
+		b.Run(fmt.Sprintf("%d/one-by-one", n), func(b *testing.B) {
+			for b.Loop() {
+				sk := hyperloglog.New14()
+				for _, h := range hs {
+					sk.InsertHash(h)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
+		})
+		b.Run(fmt.Sprintf("%d/deferred", n), func(b *testing.B) {
+			for b.Loop() {
+				sk, k := hyperloglog.New14(), &knownHashes{}
+				for i, h := range hs {
+					k.add(sk, h)
+					if (i+1)%1200 == 0 {
+						k.flush(sk)
+					}
+				}
+				k.flush(sk)
+			}
+			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
+		})
 	}
 }

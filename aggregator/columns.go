@@ -449,7 +449,7 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 				}
 				allKnown = s.knownOf(s.All)
 			}
-			allKnown.insert(s.All, h)
+			allKnown.add(s.All, h)
 			seen.all = true
 		}
 		if refused[c.Outcome[i]] && !seen.ref {
@@ -459,12 +459,23 @@ func (s *Distinct) UpdateColumns(b *Batch, lo, hi int) {
 				}
 				refKnown = s.knownOf(s.Refused)
 			}
-			refKnown.insert(s.Refused, h)
+			refKnown.add(s.Refused, h)
 			seen.ref = true
 		}
 		if seen.tier != t+1 {
-			b.tierKnown[t].insert(hll, h)
+			b.tierKnown[t].add(hll, h)
 			seen.tier = t + 1
+		}
+	}
+	if allKnown != nil {
+		allKnown.flush(s.All)
+	}
+	if refKnown != nil {
+		refKnown.flush(s.Refused)
+	}
+	for t, k := range b.tierKnown {
+		if k != nil {
+			k.flush(b.tierHLL[t])
 		}
 	}
 }

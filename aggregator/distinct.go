@@ -1,7 +1,9 @@
 package aggregator
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 
 	"github.com/axiomhq/hyperloglog"
 	metro "github.com/dgryski/go-metro"
@@ -38,10 +40,20 @@ type Distinct struct {
 // seenClient), so skipping one it holds changes nothing. Once it held
 // knownMax hashes the sketch is dense, or will be at its next merge, and
 // its inserts are cheap: the set is dropped.
+//
+// The columnar path also defers its inserts (add, then flush once a
+// call): a sparse sketch merges its pending keys into its sorted list
+// every m/100 inserts, a walk of the whole list each time, so that
+// filling one key by key costs 270–440 ns an insert until it turns
+// dense (BENCHMARKS.md), against 5–9 ns for a dense one. Each new
+// window's sketches start sparse. flush inserts a call's new hashes into
+// a sketch of their own and merges that in: one walk of the list a call.
 type knownHashes struct {
-	slots []uint64 // open addressing, linear probing; 0 is empty (the hash 0 is always inserted)
-	n     int
-	off   bool
+	slots   []uint64 // open addressing, linear probing; 0 is empty (the hash 0 is always inserted)
+	n       int
+	off     bool
+	pending []uint64 // added, not yet in the sketch (see flush)
+	scratch []byte   // flush's
 }
 
 // knownMax is the register count of a precision-14 sketch: a sparse one
@@ -50,15 +62,118 @@ const knownMax = 1 << 14
 
 // insert inserts h into sk unless k holds it.
 func (k *knownHashes) insert(sk *hyperloglog.Sketch, h uint64) {
-	if k.off || h == 0 {
+	if k.hold(sk, h) {
 		sk.InsertHash(h)
+	}
+}
+
+// add is insert deferred: sk holds h once flush ran.
+func (k *knownHashes) add(sk *hyperloglog.Sketch, h uint64) {
+	if k.hold(sk, h) {
+		if k.off {
+			sk.InsertHash(h)
+		} else {
+			k.pending = append(k.pending, h)
+		}
+	}
+}
+
+// flushDirect is the fewest pending hashes flush inserts through a sketch
+// of their own, rather than one by one.
+const flushDirect = 64
+
+// flush inserts the hashes add left pending into sk, their sketch (of
+// precision 14, knownMax). Many go in as one sparse sketch holding them
+// all in its set of keys not yet merged, made from the library's
+// documented encoding (sparsePart), and merged in: the sketch then merges
+// them into its list once. The result is the one inserting each makes: a
+// sketch's state depends only on the set of hashes inserted (see
+// seenClient), and merging sketches of one precision adds their sets.
+func (k *knownHashes) flush(sk *hyperloglog.Sketch) {
+	if len(k.pending) == 0 {
 		return
+	}
+	if len(k.pending) < flushDirect {
+		for _, h := range k.pending {
+			sk.InsertHash(h)
+		}
+	} else {
+		var part hyperloglog.Sketch
+		k.scratch = sparsePart(k.scratch[:0], k.pending)
+		if err := part.UnmarshalBinary(k.scratch); err != nil {
+			panic(fmt.Sprintf("a sparse sketch of its own encoding: %v", err))
+		}
+		if err := sk.Merge(&part); err != nil {
+			panic(err) // both of precision 14
+		}
+	}
+	k.pending = k.pending[:0]
+	if k.n >= denseFrom {
+		// A dense sketch inserts cheaply, and skipping what it holds
+		// costs a probe of a set larger than the cache: drop the set once
+		// the sketch turned dense (its encoding says so: the byte after
+		// the version, precision and b bytes).
+		var err error
+		if k.scratch, err = sk.AppendBinary(k.scratch[:0]); err == nil && len(k.scratch) > 3 && k.scratch[3] == 0 {
+			*k = knownHashes{off: true}
+		}
+	}
+}
+
+// denseFrom is the fewest hashes after which flush asks whether the
+// sketch turned dense: a sparse precision-14 sketch does once its list of
+// keys takes more than 2^14 bytes, about 11,700 keys.
+const denseFrom = 1 << 13
+
+// emptySparse is the encoding of an empty precision-14 sketch: the
+// header (version 2, precision, 0, sparse), the count of the set of keys
+// not yet merged (4 bytes, 0), then the empty list of merged keys.
+var emptySparse = func() []byte {
+	b, err := hyperloglog.New14().MarshalBinary()
+	if err != nil || len(b) < 8 || b[0] != 2 || b[1] != 14 || b[3] != 1 {
+		panic(fmt.Sprintf("the library's encoding changed: % x, %v", b, err))
+	}
+	return b
+}()
+
+// sparsePart appends the encoding of a precision-14 sparse sketch whose
+// set of keys not yet merged holds the keys of hs (in any order, which the
+// encoding allows; a key twice is one).
+func sparsePart(b []byte, hs []uint64) []byte {
+	b = append(b, emptySparse[:4]...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(hs)))
+	for _, h := range hs {
+		b = binary.BigEndian.AppendUint32(b, sparseKey(h))
+	}
+	return append(b, emptySparse[8:]...)
+}
+
+// sparseKey is the key a precision-14 sketch's sparse representation
+// holds for the hash x: its index at the sparse precision 25, and, when
+// the bits between the two precisions are zero, the count of leading
+// zeros after them (the library's encodeHash, which its encoding version
+// 2 pins; TestSparseKey holds it to the library).
+func sparseKey(x uint64) uint32 {
+	const p, pp = 14, 25
+	idx := uint32(x >> (64 - pp))
+	if idx&(1<<(pp-p)-1) == 0 {
+		zeros := bits.LeadingZeros64(x<<pp|(1<<pp-1)) + 1
+		return idx<<7 | uint32(zeros<<1) | 1
+	}
+	return idx << 1
+}
+
+// hold adds h to the hashes k holds and reports whether it must go into
+// sk, their sketch: when it was missing, or k no longer keeps them (off).
+func (k *knownHashes) hold(sk *hyperloglog.Sketch, h uint64) bool {
+	if k.off || h == 0 {
+		return true
 	}
 	if 2*(k.n+1) > len(k.slots) {
 		if k.n >= knownMax {
+			k.flush(sk)
 			*k = knownHashes{off: true}
-			sk.InsertHash(h)
-			return
+			return true
 		}
 		old := k.slots
 		k.slots = make([]uint64, max(256, 2*len(old)))
@@ -70,8 +185,9 @@ func (k *knownHashes) insert(sk *hyperloglog.Sketch, h uint64) {
 	}
 	if k.put(h) {
 		k.n++
-		sk.InsertHash(h)
+		return true
 	}
+	return false
 }
 
 // put adds h to the slots and reports whether it was missing.

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
@@ -48,18 +49,34 @@ func TestHyperLogLogSetOnly(t *testing.T) {
 			// The same sequence straight into a sketch, and through
 			// knownHashes, which inserts each hash once until it holds
 			// knownMax.
+			// And through knownHashes deferred (add, then flush after
+			// runs of random lengths, some below flushDirect), as the
+			// columnar path inserts, into precision-14 sketches.
 			sk, filtered, k := c.sketch(), c.sketch(), &knownHashes{}
+			deferred, kd := c.sketch(), &knownHashes{}
+			p14 := c.n != 5000
 			for i, h := range seq {
 				sk.InsertHash(h)
 				k.insert(filtered, h)
+				if p14 {
+					kd.add(deferred, h)
+					if r.IntN(1+r.IntN(3000)) == 0 {
+						kd.flush(deferred)
+					}
+				}
 				if r.IntN(len(seq)/3+1) == 0 || i == len(seq)/2 {
 					sk.Estimate()
 				}
 			}
+			kd.flush(deferred)
 			if k.off != (c.n > knownMax) || (!k.off && k.n != c.n) {
 				t.Errorf("%d hashes: the known set holds %d, off %v", c.n, k.n, k.off)
 			}
-			for name, sk := range map[string]*hyperloglog.Sketch{"repeats": sk, "known": filtered} {
+			sketches := map[string]*hyperloglog.Sketch{"repeats": sk, "known": filtered}
+			if p14 {
+				sketches["deferred"] = deferred
+			}
+			for name, sk := range sketches {
 				got, err := appendHLL(nil, sk)
 				if err != nil {
 					t.Fatal(err)
@@ -68,6 +85,37 @@ func TestHyperLogLogSetOnly(t *testing.T) {
 					t.Errorf("%d hashes, round %d, %s: %d bytes differ from the %d of each hash once", c.n, round, name, len(got), len(want))
 				}
 			}
+		}
+	}
+}
+
+// TestSparseKey holds sparseKey to the key the library's sparse sketch
+// keeps for a hash (read from the encoding of a sketch of that hash
+// alone), for random hashes and for hashes whose bits between the two
+// precisions are zero (the key then carries a count of zeros).
+func TestSparseKey(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 20_000 {
+		x := r.Uint64()
+		switch i % 4 {
+		case 1:
+			x &^= (1<<11 - 1) << 39 // the bits between precisions 14 and 25
+		case 2:
+			x &^= (1<<11-1)<<39 | (1<<39 - 1) // and every bit after them
+		case 3:
+			x &^= (1<<11-1)<<39 | (1<<uint(r.IntN(39)) - 1)
+		}
+		sk := hyperloglog.New14()
+		sk.InsertHash(x)
+		b, err := sk.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := binary.BigEndian.Uint32(b[4:8]); n != 1 {
+			t.Fatalf("the sketch of one hash holds %d keys not yet merged", n)
+		}
+		if want, got := binary.BigEndian.Uint32(b[8:12]), sparseKey(x); got != want {
+			t.Fatalf("sparseKey(%#016x) = %#08x, the library keeps %#08x", x, got, want)
 		}
 	}
 }

@@ -74,9 +74,15 @@ func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 		// Each distinct client once per call (see seenClient).
 		id := b.cid[i]
 		if seen := b.seenIn(gen, id); !seen.all {
-			s.insert(b.hashes[id])
+			if s.Clients == nil {
+				s.Clients = hyperloglog.New14()
+			}
+			s.known.add(s.Clients, b.hashes[id])
 			seen.all = true
 		}
+	}
+	if s.Clients != nil {
+		s.known.flush(s.Clients)
 	}
 	b.outcomes.drain(func(k int, n uint64) {
 		tr := k / decisions.NumOutcomes
