@@ -276,7 +276,7 @@ func (h *partitions) load(ctx context.Context, name string) (*partition, error) 
 	}
 	last, err := decodeCursor(pt.p.cursor)
 	if err != nil {
-		return nil, fmt.Errorf("aggregate: partition %s: %w", name, err)
+		return nil, fmt.Errorf("aggregate: partition %s: %w", name, pt.p.stateError(err))
 	}
 	pt.last = last
 	pt.observe()

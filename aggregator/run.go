@@ -275,7 +275,7 @@ func (p *partitionRun) resume(ctx context.Context) error {
 		return err
 	}
 	if err := p.r.Restore(st.Snapshot); err != nil {
-		return err
+		return p.stateError(err)
 	}
 	p.resumed = true
 	p.cursor = st.Cursor
@@ -284,6 +284,15 @@ func (p *partitionRun) resume(ctx context.Context) error {
 	}
 	p.redeliver += uint64(len(st.Pending))
 	return p.deliver(ctx, st)
+}
+
+// stateError returns err, an error of the state the partition loaded,
+// naming where the store keeps it when the store can say.
+func (p *partitionRun) stateError(err error) error {
+	if n, ok := p.store.(stateNamer); ok {
+		return n.stateError(p.name, err)
+	}
+	return err
 }
 
 // save writes the state with outs, then delivers outs and writes the state

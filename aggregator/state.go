@@ -39,6 +39,16 @@ type StateStore interface {
 	Save(ctx context.Context, partition string, st State) error
 }
 
+// stateNamer is a StateStore that can say where it keeps a partition's
+// state, so that a state it loaded that cannot be restored (a snapshot of
+// another window length, a cursor that does not decode) is reported with
+// the file or item an operator must look at.
+type stateNamer interface {
+	// stateError returns err, an error of the partition's state, naming
+	// where that state is kept.
+	stateError(partition string, err error) error
+}
+
 // StateDir keeps each partition's state in a file of a directory,
 // <Dir>/<partition>.state, replaced whole (written aside, synced,
 // renamed). Processes on one machine may share it; it is safe for
@@ -47,7 +57,10 @@ type StateDir struct {
 	Dir string
 }
 
-var _ StateStore = (*StateDir)(nil)
+var (
+	_ StateStore = (*StateDir)(nil)
+	_ stateNamer = (*StateDir)(nil)
+)
 
 // A state file (or item) holds, after the magic and version:
 //
@@ -101,9 +114,15 @@ func (s *StateDir) Load(_ context.Context, partition string) (State, bool, error
 	}
 	st, err := decodeState(b)
 	if err != nil {
-		return State{}, false, fmt.Errorf("read state %s: %w; move it away to start over from the beginning of the source", path, err)
+		return State{}, false, s.stateError(partition, err)
 	}
 	return st, true, nil
+}
+
+// stateError says that err is an error of the partition's state file: it
+// names the file, which an operator inspects or moves aside.
+func (s *StateDir) stateError(partition string, err error) error {
+	return fmt.Errorf("state %s: %w; move it away to start over from the beginning of the source", s.path(partition), err)
 }
 
 // stateBuf returns b emptied, grown if needed to hold st's encoding but

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions/awstest"
+	"github.com/ratewarden/ratewarden/decisions/stream"
 )
 
 // testStateStore is the conformance suite of StateStore: every
@@ -123,6 +125,56 @@ func TestStateTable(t *testing.T) {
 	}
 	if got, _, _ := a.Load(ctx, "p"); string(got.Snapshot) != "b1" {
 		t.Fatalf("state %q, want b's", got.Snapshot)
+	}
+}
+
+// TestOpenNamesTheState: a partition whose state loads but cannot be
+// restored (a snapshot of windows of another length, a cursor that does
+// not decode) fails to open with an error that names where the state is
+// kept: the file of a StateDir, the table and key of a StateTable.
+func TestOpenNamesTheState(t *testing.T) {
+	ctx := context.Background()
+	r := NewRollup(Options{Window: time.Second})
+	for i, d := range testEvents(200) {
+		r.Add(&d, uint64(i))
+	}
+	snap, err := r.AppendSnapshot(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := newStandIns(t)
+	table := newStateTable(t, s)
+	stores := []struct {
+		name  string
+		store StateStore
+		where string
+	}{
+		{"dir", &StateDir{Dir: dir}, "state " + filepath.Join(dir, "p.state") + ": "},
+		{"table", &StateTable{API: s.dc, Table: table, Prefix: "named"}, "state in table " + table + `, key partition "named/p": `},
+	}
+	for _, st := range stores {
+		for _, c := range []struct {
+			name   string
+			state  State
+			window time.Duration
+			want   string
+		}{
+			{"window", State{Snapshot: snap}, 2 * time.Second, "restore rollup: a window of 1s, configured 2s"},
+			{"cursor", State{Snapshot: snap, Cursor: []byte{0xff}}, time.Second, "cursor: "},
+		} {
+			if err := st.store.Save(ctx, "p", c.state); err != nil {
+				t.Fatal(err)
+			}
+			h, err := newPartitions(RunOptions{Store: st.store, Rollup: Options{Window: c.window}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.Open(ctx, "p", stream.Position{})
+			if err == nil || !strings.Contains(err.Error(), st.where+c.want) {
+				t.Errorf("%s, %s: %v, want an error holding %q", st.name, c.name, err, st.where+c.want)
+			}
+		}
 	}
 }
 

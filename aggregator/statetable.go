@@ -73,7 +73,10 @@ type StateTable struct {
 	seen map[string]stateHeadInfo // by partition
 }
 
-var _ StateStore = (*StateTable)(nil)
+var (
+	_ StateStore = (*StateTable)(nil)
+	_ stateNamer = (*StateTable)(nil)
+)
 
 type stateHeadInfo struct {
 	gen, chunks int64
@@ -118,16 +121,22 @@ func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, e
 			return State{}, false, fmt.Errorf("load state %s: %w", partition, err)
 		}
 		if it == nil {
-			return State{}, false, fmt.Errorf("load state %s: chunk %d of generation %d is missing", partition, i, h.gen)
+			return State{}, false, s.stateError(partition, fmt.Errorf("chunk %d of generation %d is missing", i, h.gen))
 		}
 		b = append(b, ddbtable.Bytes(it, stateAttrData)...)
 	}
 	st, err := decodeState(b)
 	if err != nil {
-		return State{}, false, fmt.Errorf("load state %s (table %s, generation %d): %w", partition, s.Table, h.gen, err)
+		return State{}, false, s.stateError(partition, fmt.Errorf("generation %d: %w", h.gen, err))
 	}
 	s.remember(partition, h)
 	return st, true, nil
+}
+
+// stateError says that err is an error of the partition's state: it
+// names the table and the key of the state's items.
+func (s *StateTable) stateError(partition string, err error) error {
+	return fmt.Errorf("state in table %s, key %s %q: %w", s.Table, stateAttrPartition, s.Prefix+"/"+partition, err)
 }
 
 func (s *StateTable) remember(partition string, h stateHeadInfo) {

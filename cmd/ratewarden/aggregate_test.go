@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
@@ -130,6 +131,68 @@ func TestAggregateStateFromRemovedLog(t *testing.T) {
 	code, errs := aggregate(filepath.Join(tmp, "fresh"), "--no-follow")
 	if code != 0 || !strings.Contains(errs, "aggregate: events 300,") {
 		t.Fatalf("a fresh state: exit %d, want 300 events read\n%s", code, errs)
+	}
+}
+
+// TestAggregateStateNotRestored: `aggregate --decisions-dir` with a state
+// it cannot restore (saved with another window length, or with bytes
+// flipped) exits 1 with an error that names the state file, so that an
+// operator knows which file to inspect or move aside, and leaves the file
+// as it was.
+func TestAggregateStateNotRestored(t *testing.T) {
+	tmp := t.TempDir()
+	dir, state := filepath.Join(tmp, "log"), filepath.Join(tmp, "state")
+	file := filepath.Join(state, "log.state")
+	aggregate := func(window string) (int, string) {
+		t.Helper()
+		code, _, errs := runCLI(t, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", dir,
+			"--state-dir", state, "--partials", "dir:"+filepath.Join(tmp, "partials"), "--window", window)
+		return code, errs
+	}
+	writeDecisionLog(t, dir, 1200)
+	// A state with open windows of 1s, as a run killed mid-way leaves it
+	// (a run that ends emits its windows and keeps none).
+	r := aggregator.NewRollup(aggregator.Options{Window: time.Second})
+	ds := decisiontest.NewGenerator(5, time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)).Batch(600)
+	for i := range ds {
+		r.Add(&ds[i], uint64(i))
+	}
+	snap, err := r.AppendSnapshot(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&aggregator.StateDir{Dir: state}).Save(context.Background(), "log", aggregator.State{Snapshot: snap}); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(saved)
+	flipped[len(flipped)/2] ^= 0xff
+	for _, c := range []struct {
+		name, window string
+		state        []byte
+		want         string
+	}{
+		{"another window length", "2s", saved, "a window of 1s, configured 2s"},
+		{"bytes flipped", "1s", flipped, "checksum mismatch"},
+	} {
+		if err := os.WriteFile(file, c.state, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, errs := aggregate(c.window)
+		for _, want := range []string{c.want, "state " + file + ":", "move it away to start over"} {
+			if !strings.Contains(errs, want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", c.name, want, errs)
+			}
+		}
+		if code != 1 {
+			t.Errorf("%s: exit %d, want 1", c.name, code)
+		}
+		if b, _ := os.ReadFile(file); !bytes.Equal(b, c.state) {
+			t.Errorf("%s: the state file changed", c.name)
+		}
 	}
 }
 
