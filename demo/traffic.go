@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/limitheaders"
 )
 
 // The actors of the story.
@@ -214,11 +216,6 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 	wg.Wait()
 }
 
-// limitHeader is the first of the rate-limit headers the edge sets on an
-// answer that counted against a limit (edge.RateLimitHeaders), and not
-// on a list's.
-const limitHeader = "X-Ratelimit-Limit"
-
 func (t *Traffic) send(ctx context.Context, st *ActorStats, r request) {
 	var body io.Reader
 	if r.form != nil {
@@ -255,7 +252,9 @@ func (t *Traffic) send(ctx context.Context, st *ActorStats, r request) {
 		st.Challenged.Add(1)
 		at := t.now()
 		first(&st.firstChallenged, at)
-		if m := t.mark.Load(); m != 0 && sent.UnixNano() >= m && resp.Header.Get(limitHeader) == "" {
+		// The edge sets its rate-limit headers on an answer that counted
+		// against a limit, and not on a list's.
+		if m := t.mark.Load(); m != 0 && sent.UnixNano() >= m && resp.Header.Get(limitheaders.Limit) == "" {
 			st.ChallengedSinceMark.Add(1)
 			first(&st.firstSinceMark, at)
 		}

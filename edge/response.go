@@ -11,6 +11,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/internal/canonpath"
 	"github.com/ratewarden/ratewarden/internal/jsonstr"
+	"github.com/ratewarden/ratewarden/internal/limitheaders"
 )
 
 // SetHeaders sets the rate-limit headers of v on h: the de-facto
@@ -43,7 +44,7 @@ func SetHeaders(h http.Header, v *Verdict) {
 
 // RateLimitHeaders are the canonical keys of the rate-limit headers, in
 // the order of AppendRateLimitValues's values.
-var RateLimitHeaders = [5]string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit"}
+var RateLimitHeaders = [5]string{limitheaders.Limit, limitheaders.Remaining, limitheaders.Reset, limitheaders.Policy, limitheaders.RateLimit}
 
 // AppendRateLimitValues appends the values of v's rate-limit headers
 // (RateLimitHeaders) to b one after the other, and returns where each
