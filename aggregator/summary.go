@@ -74,10 +74,7 @@ func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 		// Each distinct client once per call (see seenClient).
 		id := b.cid[i]
 		if seen := b.seenIn(gen, id); !seen.all {
-			if s.Clients == nil {
-				s.Clients = hyperloglog.New14()
-			}
-			s.known.add(s.Clients, b.hashes[id])
+			s.known.add(s.sketch(), b.hashes[id])
 			seen.all = true
 		}
 	}
@@ -98,11 +95,14 @@ func (s *Summary) add(k SummaryKey, n uint64) {
 }
 
 // insert inserts the hash of a client into Clients, made if needed.
-func (s *Summary) insert(h uint64) {
+func (s *Summary) insert(h uint64) { s.known.insert(s.sketch(), h) }
+
+// sketch returns Clients, made if needed.
+func (s *Summary) sketch() *hyperloglog.Sketch {
 	if s.Clients == nil {
 		s.Clients = hyperloglog.New14()
 	}
-	s.known.insert(s.Clients, h)
+	return s.Clients
 }
 
 // Merge adds o's counts and clients to s.

@@ -311,11 +311,12 @@ func (a ListsAction) alike(ctx context.Context, store ListStore, nat clientip.NA
 // alikeNote says why an edge reading through nat reads stored, an entry
 // lists.Alike found for target, as it reads target; "" when they are one.
 func alikeNote(stored, target string, nat clientip.NAT64) string {
+	read := lists.NAT64Target(stored, nat)
 	switch {
 	case stored == target:
 		return ""
-	case lists.NAT64Target(stored, nat) != "":
-		return ": an edge with this configuration reads it as " + lists.NAT64Target(stored, nat) + " (identity.nat64_prefixes)"
+	case read != "":
+		return ": an edge with this configuration reads it as " + read + " (identity.nat64_prefixes)"
 	case lists.NAT64Target(target, nat) != "":
 		return ": an edge with this configuration reads " + target + " as it (identity.nat64_prefixes)"
 	}
