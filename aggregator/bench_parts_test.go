@@ -84,10 +84,12 @@ func BenchmarkKnownHashes(b *testing.B) {
 // BenchmarkSketchFill is a new window's sketch meeting its clients: n
 // distinct hashes into an empty precision-14 sketch, one by one
 // (InsertHash: a sparse sketch merges its new keys into its list every
-// 163 inserts) or as the columnar path does (knownHashes.add, flushed
-// every 1,200 hashes: a batch's new clients early in a window).
+// 163 inserts, and stays sparse to about 11,700 keys), as the columnar
+// path does (knownHashes.add, flushed every 1,200 hashes: a batch's new
+// clients early in a window; dense past sparseMax keys), or into a sketch
+// dense from the start, for reference.
 func BenchmarkSketchFill(b *testing.B) {
-	for _, n := range []int{5000, 35_000} {
+	for _, n := range []int{2000, 5000, 35_000} {
 		r := rand.New(rand.NewPCG(1, 2))
 		hs := make([]uint64, n)
 		for i := range hs {
@@ -112,6 +114,15 @@ func BenchmarkSketchFill(b *testing.B) {
 					}
 				}
 				k.flush(sk)
+			}
+			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
+		})
+		b.Run(fmt.Sprintf("%d/dense", n), func(b *testing.B) {
+			for b.Loop() {
+				sk := hyperloglog.NewNoSparse()
+				for _, h := range hs {
+					sk.InsertHash(h)
+				}
 			}
 			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
 		})

@@ -119,3 +119,90 @@ func TestSparseKey(t *testing.T) {
 		}
 	}
 }
+
+// TestSettle holds the canonical form of a precision-14 sketch (settle,
+// sparseMax): of sparseMax keys it encodes sparse; of more, dense, to the
+// bytes of a sketch that was dense from the start and took the same
+// hashes, whether it took them one by one, as two halves merged or
+// deferred as the columnar path inserts them; and Estimate gives the
+// estimate its encoding gives once decoded. Many hashes of a few keys (an
+// attacker's users chosen to collide) keep it sparse.
+func TestSettle(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		n, keys int
+	}{{1, 1}, {sparseMax - 1, sparseMax - 1}, {sparseMax, sparseMax}, {sparseMax + 1, sparseMax + 1}, {3 * sparseMax, 3 * sparseMax}, {11_000, 11_000}, {3 * sparseMax, 100}} {
+		// Hashes of c.keys distinct sparse keys: distinct top 25 bits,
+		// the 11 below the top 14 not all zero, so that each is its key.
+		tops := map[uint64]bool{}
+		for len(tops) < c.keys {
+			if top := r.Uint64() >> 39; top&(1<<11-1) != 0 {
+				tops[top] = true
+			}
+		}
+		var topList []uint64
+		for top := range tops {
+			topList = append(topList, top)
+		}
+		hs := make([]uint64, c.n)
+		for i := range hs {
+			hs[i] = topList[i%len(topList)]<<39 | r.Uint64()>>25
+		}
+		one, dense, a, b := hyperloglog.New14(), hyperloglog.NewNoSparse(), hyperloglog.New14(), hyperloglog.New14()
+		deferred, k := hyperloglog.New14(), &knownHashes{}
+		for i, h := range hs {
+			one.InsertHash(h)
+			dense.InsertHash(h)
+			if i%2 == 0 {
+				a.InsertHash(h)
+			} else {
+				b.InsertHash(h)
+			}
+			k.add(deferred, h)
+			if i%700 == 699 {
+				k.flush(deferred)
+			}
+		}
+		k.flush(deferred)
+		if err := a.Merge(b); err != nil {
+			t.Fatal(err)
+		}
+		wantDense := c.keys > sparseMax
+		if k.off != wantDense {
+			t.Errorf("%d hashes of %d keys: the columnar path's set dropped %v, want %v", c.n, c.keys, k.off, wantDense)
+		}
+		var want []byte
+		for name, sk := range map[string]*hyperloglog.Sketch{"one by one": one, "halves merged": a, "deferred": deferred} {
+			est := Estimate(sk.Clone())
+			enc, err := appendHLL(nil, sk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, w := binary.Uvarint(enc)
+			if w <= 0 || int(n) != len(enc)-w {
+				t.Fatalf("frame % x", enc[:4])
+			}
+			body := enc[w:]
+			if sparse := body[3] == 1; sparse == wantDense {
+				t.Errorf("%d hashes of %d keys, %s: encoded sparse %v", c.n, c.keys, name, sparse)
+			}
+			var decoded hyperloglog.Sketch
+			if err := decoded.UnmarshalBinary(body); err != nil {
+				t.Fatal(err)
+			}
+			if d := decoded.Estimate(); est != d {
+				t.Errorf("%d hashes of %d keys, %s: Estimate %d, its encoding decoded %d", c.n, c.keys, name, est, d)
+			}
+			if want == nil {
+				want = enc
+			} else if !bytes.Equal(enc, want) {
+				t.Errorf("%d hashes of %d keys, %s: encodes to other bytes", c.n, c.keys, name)
+			}
+		}
+		if wantDense {
+			if d, err := appendHLL(nil, dense); err != nil || !bytes.Equal(d, want) {
+				t.Errorf("%d hashes of %d keys: not the bytes of a sketch dense from the start (%v)", c.n, c.keys, err)
+			}
+		}
+	}
+}
