@@ -41,14 +41,13 @@ type Batch struct {
 	// row's client is clients[cid[row]], hashClient'ed as hashes[cid[row]];
 	// each distinct client is made and hashed once a batch. seen holds
 	// what Distinct.UpdateColumns inserted of each; slots is the table
-	// (open addressing on fps, the clients' fingerprint, linear probing)
-	// that holds 1 + the id of each, 0 when empty.
+	// (open addressing on the clients' fingerprints, linear probing) that
+	// finds each.
 	cid     []int32
 	clients []Client
 	hashes  []uint64
-	fps     []uint64
 	seen    []seenClient
-	slots   []int32
+	slots   []idSlot
 	used    []int32 // the slots in use, cleared at the next identify
 	seenGen uint32
 
@@ -257,6 +256,16 @@ type seenClient struct {
 	tier, rule int32
 }
 
+// idSlot is a place of Batch's table of clients: a client's fingerprint
+// and 1 + its id (0: empty), and whether it is an IPv4 address, whose
+// fingerprint is a bijection of the address (v4Fingerprint), so that a
+// probe for an address compares the slot alone.
+type idSlot struct {
+	fp uint64
+	id int32
+	v4 bool
+}
+
 // fingerprintSeed and mixSeed key the fingerprints of clients and the
 // places of hashes in tables, per process: clients are the edge's
 // untrusted input, and a table whose places an attacker can predict can
@@ -272,7 +281,8 @@ func mix64(x uint64) uint64 { return hashmix.Fmix64(x ^ mixSeed) }
 
 // fingerprint returns a cheap 64-bit digest of c, to find its id in a
 // batch (equal clients, equal fingerprints; the table compares the
-// clients themselves). identify computes the same from the columns for
+// clients themselves, or for IPv4 addresses the fingerprints, a
+// bijection of them). identify computes the same from the columns for
 // users and IPv4 addresses.
 func fingerprint(c Client) uint64 {
 	if c.User != "" {
@@ -288,6 +298,8 @@ func fingerprint(c Client) uint64 {
 
 func userFingerprint(u string) uint64 { return maphash.String(fingerprintSeed, u) }
 
+// v4Fingerprint is the fingerprint of the IPv4 address a (big-endian):
+// mix64 is a bijection, so two addresses have two fingerprints.
 func v4Fingerprint(a uint32) uint64 { return mix64(uint64(a)) }
 
 // identify makes b.cid, b.clients and b.hashes: the batch's distinct
@@ -308,13 +320,13 @@ func (b *Batch) identify() {
 		for size < 2*n {
 			size *= 2
 		}
-		b.slots = make([]int32, size)
+		b.slots = make([]idSlot, size)
 	} else {
 		for _, i := range b.used {
-			b.slots[i] = 0
+			b.slots[i] = idSlot{}
 		}
 	}
-	b.used, b.clients, b.hashes, b.fps = b.used[:0], b.clients[:0], b.hashes[:0], b.fps[:0]
+	b.used, b.clients, b.hashes = b.used[:0], b.clients[:0], b.hashes[:0]
 	b.makeUsers()
 	mask := uint64(len(b.slots) - 1)
 	c := b.c
@@ -344,16 +356,16 @@ func (b *Batch) identify() {
 		}
 		j := fp & mask
 		for {
-			id := b.slots[j] - 1
-			if id < 0 {
+			slot := &b.slots[j]
+			if slot.id == 0 {
 				switch {
 				case u != "":
 					cl = Client{User: u}
 				case v4ok:
 					cl = Client{Addr: netip.AddrFrom4(v4b)}
 				}
-				id = int32(len(b.clients))
-				b.slots[j] = id + 1
+				id := int32(len(b.clients))
+				*slot = idSlot{fp: fp, id: id + 1, v4: v4ok}
 				b.used = append(b.used, int32(j))
 				b.clients = append(b.clients, cl)
 				if v4ok {
@@ -361,20 +373,19 @@ func (b *Batch) identify() {
 				} else {
 					b.hashes = append(b.hashes, hashClientInto(cl, &b.scratch))
 				}
-				b.fps = append(b.fps, fp)
 				b.cid[i] = id
 				break
 			}
-			if b.fps[id] == fp {
-				o := &b.clients[id]
+			if slot.fp == fp && slot.v4 == v4ok {
+				id := slot.id - 1
 				var same bool
 				switch {
-				case u != "":
-					same = o.User == u
 				case v4ok:
-					same = o.User == "" && o.Addr.Is4() && o.Addr.As4() == v4b
+					same = true // one fingerprint, one address
+				case u != "":
+					same = b.clients[id].User == u
 				default:
-					same = *o == cl
+					same = b.clients[id] == cl
 				}
 				if same {
 					b.cid[i] = id
