@@ -135,12 +135,12 @@ func (k *knownHashes) mergePending(sk *hyperloglog.Sketch) bool {
 // estimated (Estimate), and by the columnar path once it inserted more
 // hashes. The library keeps a sketch sparse until its list of keys takes
 // more than 2^14 bytes, about 11,700 keys, and inserting into a sparse
-// sketch costs 30 to 50 times what a dense one does
+// sketch costs 10 to 80 times what a dense one does
 // (BenchmarkSketchFill, BENCHMARKS.md): in a new window with more than a
 // few thousand clients, most of the distinct clients' time. Past 2,048
 // keys a dense sketch estimates within 0.81 % (one standard error) where
 // the sparse one is nearly exact, and takes 16 KiB where the sparse list
-// took 3 to 20 KiB. The rule depends on the set of keys alone, so equal
+// took 3 to 16 KiB. The rule depends on the set of keys alone, so equal
 // contents still encode to equal bytes, wherever they were made.
 const sparseMax = 2048
 
@@ -154,8 +154,7 @@ func settle(sk *hyperloglog.Sketch, scratch []byte) ([]byte, bool) {
 	if err != nil || len(scratch) < 4 {
 		return scratch, false // not a sketch the library encodes: left as it is
 	}
-	if overSparse(scratch) {
-		densify(sk)
+	if overSparse(scratch) && densify(sk) {
 		return scratch, true
 	}
 	return scratch, scratch[3] == 0
@@ -174,12 +173,16 @@ func overSparse(enc []byte) bool {
 
 // densify makes sk, a sparse precision-14 sketch, dense, holding the same
 // keys: a dense sketch that merges a sparse one inserts each of its keys'
-// register and value, as inserting their hashes would (TestSettle).
-func densify(sk *hyperloglog.Sketch) {
+// register and value, as inserting their hashes would (TestSettle). It
+// reports whether it did: the library refuses to merge sketches of two
+// precisions, and sk is then left as it was.
+func densify(sk *hyperloglog.Sketch) bool {
 	d := hyperloglog.NewNoSparse()
-	if d.Merge(sk) == nil {
-		*sk = *d
+	if d.Merge(sk) != nil {
+		return false
 	}
+	*sk = *d
+	return true
 }
 
 // emptySparse is the encoding of an empty precision-14 sketch: the
@@ -401,10 +404,16 @@ func mergeHLL(dst **hyperloglog.Sketch, src *hyperloglog.Sketch) error {
 
 // Estimate returns the estimated number of distinct clients in sk (0 for
 // nil), in its canonical form (settle): the estimate its encoding gives
-// once decoded.
+// once decoded. A sparse sketch estimates at least its number of keys, so
+// one estimated at sparseMax or fewer is canonical as it is, and so is a
+// dense one: only a larger estimate costs a settle (the dashboard and the
+// reports estimate every partial they read).
 func Estimate(sk *hyperloglog.Sketch) uint64 {
 	if sk == nil {
 		return 0
+	}
+	if n := sk.Estimate(); n <= sparseMax {
+		return n
 	}
 	settle(sk, nil)
 	return sk.Estimate()
