@@ -128,3 +128,22 @@ func BenchmarkSketchFill(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSettle is what the columnar path pays once a call for a sketch
+// whose set holds more than sparseMax hashes but which stays sparse, as
+// hashes chosen to share their keys keep it (TestSettle): a settle of a
+// sparse sketch of sparseMax keys.
+func BenchmarkSettle(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 10))
+	sk := hyperloglog.New14()
+	for range sparseMax {
+		sk.InsertHash(r.Uint64())
+	}
+	var scratch []byte
+	for b.Loop() {
+		var dense bool
+		if scratch, dense = settle(sk, scratch); dense {
+			b.Fatal("a sketch of sparseMax keys settled dense")
+		}
+	}
+}
