@@ -95,37 +95,31 @@ func BenchmarkSketchFill(b *testing.B) {
 		for i := range hs {
 			hs[i] = r.Uint64()
 		}
-		b.Run(fmt.Sprintf("%d/one-by-one", n), func(b *testing.B) {
-			for b.Loop() {
-				sk := hyperloglog.New14()
-				for _, h := range hs {
-					sk.InsertHash(h)
+		fill := func(name string, fill func()) {
+			b.Run(fmt.Sprintf("%d/%s", n, name), func(b *testing.B) {
+				for b.Loop() {
+					fill()
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
+			})
+		}
+		insertAll := func(sk *hyperloglog.Sketch) {
+			for _, h := range hs {
+				sk.InsertHash(h)
+			}
+		}
+		fill("one-by-one", func() { insertAll(hyperloglog.New14()) })
+		fill("deferred", func() {
+			sk, k := hyperloglog.New14(), &knownHashes{}
+			for i, h := range hs {
+				k.add(sk, h)
+				if (i+1)%1200 == 0 {
+					k.flush(sk)
 				}
 			}
-			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
+			k.flush(sk)
 		})
-		b.Run(fmt.Sprintf("%d/deferred", n), func(b *testing.B) {
-			for b.Loop() {
-				sk, k := hyperloglog.New14(), &knownHashes{}
-				for i, h := range hs {
-					k.add(sk, h)
-					if (i+1)%1200 == 0 {
-						k.flush(sk)
-					}
-				}
-				k.flush(sk)
-			}
-			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
-		})
-		b.Run(fmt.Sprintf("%d/dense", n), func(b *testing.B) {
-			for b.Loop() {
-				sk := hyperloglog.NewNoSparse()
-				for _, h := range hs {
-					sk.InsertHash(h)
-				}
-			}
-			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*n), "ns/hash")
-		})
+		fill("dense", func() { insertAll(hyperloglog.NewNoSparse()) })
 	}
 }
 

@@ -406,17 +406,21 @@ func mergeHLL(dst **hyperloglog.Sketch, src *hyperloglog.Sketch) error {
 // nil), in its canonical form (settle): the estimate its encoding gives
 // once decoded. A sparse sketch estimates at least its number of keys, so
 // one estimated at sparseMax or fewer is canonical as it is, and so is a
-// dense one: only a larger estimate costs a settle (the dashboard and the
-// reports estimate every partial they read).
+// dense one: only a larger estimate costs an encoding, to tell (the
+// dashboard and the reports estimate every partial they read), and only a
+// sketch made dense is estimated again.
 func Estimate(sk *hyperloglog.Sketch) uint64 {
 	if sk == nil {
 		return 0
 	}
-	if n := sk.Estimate(); n <= sparseMax {
+	n := sk.Estimate() // compacts a sparse sketch, as settle does
+	if n <= sparseMax {
 		return n
 	}
-	settle(sk, nil)
-	return sk.Estimate()
+	if enc, err := sk.AppendBinary(nil); err == nil && overSparse(enc) && densify(sk) {
+		return sk.Estimate()
+	}
+	return n
 }
 
 // AppendBinary appends s's encoding: the sketches of partial encoding

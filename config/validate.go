@@ -361,9 +361,7 @@ func (v *validator) identity(id *Identity) {
 			continue
 		}
 		nats[i] = p
-		// An address in two prefixes of different lengths would carry a
-		// different IPv4 address in each.
-		if j := slices.IndexFunc(nats[:i], func(q netip.Prefix) bool { return q.IsValid() && q.Overlaps(p) }); j >= 0 {
+		if j := clientip.Overlapping(nats[:i], p); j >= 0 {
 			v.report(key("identity", "nat64_prefixes", index(i)), s, "overlaps identity.nat64_prefixes"+index(j)+" ("+nats[j].String()+")",
 				"prefixes apart: an address in both would carry a different IPv4 address in each")
 		}

@@ -22,7 +22,6 @@ import (
 	"net/netip"
 	"net/textproto"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -103,9 +102,7 @@ func New(cfg config.Identity, env func(string) string) (*Resolver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("identity.nat64_prefixes[%d]: %q %v; want an IPv6 prefix of 32, 40, 48, 56, 64 or 96 bits (RFC 6052) such as 2001:db8:64::/96 or 2001:db8:122:344::/64", i, s, err)
 		}
-		// An address in two prefixes would carry a different IPv4
-		// address in each.
-		if j := slices.IndexFunc(nats, p.Overlaps); j >= 0 {
+		if j := clientip.Overlapping(nats, p); j >= 0 {
 			return nil, fmt.Errorf("identity.nat64_prefixes[%d]: %q overlaps identity.nat64_prefixes[%d] (%v); want prefixes apart", i, s, j, nats[j])
 		}
 		nats = append(nats, p)

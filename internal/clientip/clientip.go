@@ -79,10 +79,17 @@ func nat64Length(bits int) bool {
 	return false
 }
 
+// Overlapping returns the index of the first of ps, network-specific
+// prefixes, that overlaps p, or -1. The prefixes of a NAT64 must lie
+// apart: an address in two would carry a different IPv4 address in each.
+// Configuration refuses such a pair with this; an invalid prefix overlaps
+// none.
+func Overlapping(ps []netip.Prefix, p netip.Prefix) int { return slices.IndexFunc(ps, p.Overlaps) }
+
 // NewNAT64 returns the NAT64 of the well-known prefix and the
 // network-specific prefixes ps, as ParseNAT64Prefix returns them. Of two
-// that overlap (which configuration refuses), the longer reads the
-// addresses of both.
+// that overlap (which configuration refuses: Overlapping), the longer
+// reads the addresses of both.
 func NewNAT64(ps []netip.Prefix) NAT64 {
 	var n NAT64
 	for _, p := range ps {
@@ -107,15 +114,21 @@ func Embed(p netip.Prefix, a netip.Addr) (netip.Addr, error) {
 		return netip.Addr{}, errors.New(a.String() + " is not an IPv4 address")
 	}
 	b, v := p.Masked().Addr().As16(), a.As4()
-	i := p.Bits() / 8
-	for _, x := range v {
-		if i == 8 {
-			i++ // the u octet, zero
-		}
-		b[i] = x
-		i++
+	for k, x := range v {
+		b[v4Byte(p.Bits(), k)] = x
 	}
 	return netip.AddrFrom16(b), nil
+}
+
+// v4Byte returns where byte k of the IPv4 address lies in an address of a
+// NAT64 prefix of bits bits: right after the prefix, past bits 64 to 71
+// (the u octet, zero) under a prefix shorter than /96.
+func v4Byte(bits, k int) int {
+	i := bits/8 + k
+	if bits < 96 && i >= 8 {
+		i++
+	}
+	return i
 }
 
 // carried returns the IPv4 address that b, an address in a NAT64 prefix of
@@ -129,13 +142,8 @@ func carried(b *[16]byte, bits int) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	var v [4]byte
-	i := bits / 8
 	for k := range v {
-		if i == 8 {
-			i++
-		}
-		v[k] = b[i]
-		i++
+		v[k] = b[v4Byte(bits, k)]
 	}
 	return netip.AddrFrom4(v), true
 }

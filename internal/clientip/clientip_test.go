@@ -220,7 +220,7 @@ func BenchmarkNAT64Of(b *testing.B) {
 // apart is not.
 func TestHeldBy(t *testing.T) {
 	n := NewNAT64([]netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96"), netip.MustParsePrefix("2001:db8:ff::/96")})
-	for in, want := range map[string]string{
+	checkHeldBy(t, n, map[string]string{
 		"2001:db8:64::/48":           "2001:db8:64::/96",
 		"2001:db8:64::/95":           "2001:db8:64::/96",
 		"2001:db8::/32":              "2001:db8:64::/96",
@@ -231,16 +231,23 @@ func TestHeldBy(t *testing.T) {
 		"2001:db8:65::/48":           "none",
 		"64:ff9b::/64":               "none", // the well-known prefix has always been so
 		"0.0.0.0/0":                  "none",
-	} {
+	})
+	if p, ok := (NAT64{}).HeldBy(netip.MustParsePrefix("::/0")); ok {
+		t.Errorf("zero NAT64: HeldBy(::/0) = %v, want none", p)
+	}
+}
+
+// checkHeldBy checks n.HeldBy of each prefix of want against the prefix
+// it should return, "none" for none.
+func checkHeldBy(t *testing.T, n NAT64, want map[string]string) {
+	t.Helper()
+	for in, w := range want {
 		got := "none"
 		if p, ok := n.HeldBy(netip.MustParsePrefix(in)); ok {
 			got = p.String()
 		}
-		if got != want {
-			t.Errorf("HeldBy(%s) = %s, want %s", in, got, want)
+		if got != w {
+			t.Errorf("HeldBy(%s) = %s, want %s", in, got, w)
 		}
-	}
-	if p, ok := (NAT64{}).HeldBy(netip.MustParsePrefix("::/0")); ok {
-		t.Errorf("zero NAT64: HeldBy(::/0) = %v, want none", p)
 	}
 }

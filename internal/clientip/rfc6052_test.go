@@ -190,22 +190,14 @@ func TestEmbed(t *testing.T) {
 
 func TestHeldByLengths(t *testing.T) {
 	n := NewNAT64([]netip.Prefix{netip.MustParsePrefix("2001:db8:122:344::/64"), netip.MustParsePrefix("2001:db9::/32")})
-	for in, want := range map[string]string{
+	checkHeldBy(t, n, map[string]string{
 		"2001:db8:122:344::/63":  "2001:db8:122:344::/64",
 		"2001:db8::/32":          "2001:db8:122:344::/64",
 		"2001:db8:122:344::/64":  "none",
 		"2001:db8:122:344::/72":  "none",
 		"2001:db9:c000:221::/64": "none",
 		"2001:db9::/33":          "none",
-	} {
-		got := "none"
-		if p, ok := n.HeldBy(netip.MustParsePrefix(in)); ok {
-			got = p.String()
-		}
-		if got != want {
-			t.Errorf("HeldBy(%s) = %s, want %s", in, got, want)
-		}
-	}
+	})
 }
 
 func BenchmarkNAT64OfLengths(b *testing.B) {

@@ -24,6 +24,12 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
+// AppendU appends \uXXXX, the JSON escape of the UTF-16 code unit u, and
+// returns the extended buffer.
+func AppendU(dst []byte, u rune) []byte {
+	return append(dst, '\\', 'u', hexDigits[u>>12&0xf], hexDigits[u>>8&0xf], hexDigits[u>>4&0xf], hexDigits[u&0xf])
+}
+
 // Append appends s to dst as a JSON string and returns the extended
 // buffer.
 func Append(dst []byte, s string) []byte { return appendString(dst, s, false) }
@@ -55,7 +61,7 @@ func appendString(dst []byte, s string, lineSeps bool) []byte {
 			case '\t':
 				dst = append(dst, '\\', 't')
 			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+				dst = AppendU(dst, rune(c))
 			}
 			i++
 			start = i
@@ -71,7 +77,7 @@ func appendString(dst []byte, s string, lineSeps bool) []byte {
 		}
 		if (r == '\u2028' || r == '\u2029') && lineSeps {
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			dst = AppendU(dst, r)
 			i += size
 			start = i
 			continue

@@ -16,6 +16,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/ratewarden/ratewarden/internal/jsonstr"
 )
 
 // Hidden reports whether r is not drawn but acts on the text around it: a
@@ -80,19 +82,13 @@ func AppendJSON(dst, js []byte) []byte {
 			continue
 		}
 		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
-			dst = appendU(dst, r1)
+			dst = jsonstr.AppendU(dst, r1)
 			r = r2
 		}
-		dst = appendU(dst, r)
+		dst = jsonstr.AppendU(dst, r)
 		i += size
 	}
 	return dst
-}
-
-// appendU appends \uXXXX of the UTF-16 code unit u.
-func appendU(dst []byte, u rune) []byte {
-	const hex = "0123456789abcdef"
-	return append(dst, '\\', 'u', hex[u>>12&0xf], hex[u>>8&0xf], hex[u>>4&0xf], hex[u&0xf])
 }
 
 // escaped reports whether Escape writes r as an escape; an invalid byte is
