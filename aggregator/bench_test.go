@@ -367,6 +367,30 @@ func BenchmarkTopKAdd(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "hits/s")
 }
 
+// BenchmarkTopKAddIDs is one top-K list of 100 fed the generator's
+// clients as the columnar path feeds it: by runs of a record batch's
+// client ids (addIDs), 4,096 hits a run, a new list every 65,536 hits:
+// the cost of a hit where most come from clients the list does not hold.
+func BenchmarkTopKAddIDs(b *testing.B) {
+	cs := genClients(1 << 16)
+	var batches []*Batch
+	var runs [][]int32
+	for lo := 0; lo < len(cs); lo += 4096 {
+		bt, ids := idBatch(cs[lo : lo+4096])
+		batches, runs = append(batches, bt), append(runs, ids)
+	}
+	b.ReportAllocs()
+	hits := 0
+	for b.Loop() {
+		t := NewTopK(100)
+		for j := range batches {
+			t.addIDs(batches[j], runs[j])
+			hits += len(runs[j])
+		}
+	}
+	b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(hits), "ns/hit")
+}
+
 // BenchmarkRunLog is what `ratewarden aggregate --no-follow` does with a
 // decision log of 200,000 generator events in records of 1,024 (ZstdDict,
 // as the edge writes them at high rates): read, decode, roll up into 1 min

@@ -135,6 +135,43 @@ func (o *Offenders) appendBinary(b []byte, layout bool) []byte {
 	return o.appendTopKs(b, o.RefusalsByTier, layout)
 }
 
+// lists calls f with each of o's lists, in the order of appendBinary.
+func (o *Offenders) lists(f func(*TopK) error) error {
+	for _, l := range [...]any{o.Requests, o.Refusals, o.RequestsByTier, o.RefusalsByRule,
+		o.RequestsByRule, o.Challenged, o.TokenPassed, o.RefusalsByTier} {
+		switch l := l.(type) {
+		case *TopK:
+			if err := f(l); err != nil {
+				return err
+			}
+		case map[string]*TopK:
+			for _, k := range sortedKeys(l) {
+				if err := f(l[k]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// appendFilters appends each list's filter (TopK.appendFilter), in the
+// order of appendBinary: what a state save keeps beside the lists' layout
+// encoding.
+func (o *Offenders) appendFilters(b []byte) []byte {
+	_ = o.lists(func(t *TopK) error {
+		b = t.appendFilter(b)
+		return nil
+	})
+	return b
+}
+
+// decodeFilters reads what appendFilters wrote into o, decoded from its
+// layout encoding.
+func (o *Offenders) decodeFilters(r *reader) error {
+	return o.lists(func(t *TopK) error { return t.decodeFilter(r) })
+}
+
 // appendTopKs appends m's lists by name, in sorted order.
 func (o *Offenders) appendTopKs(b []byte, m map[string]*TopK, layout bool) []byte {
 	keys := sortedKeys(m)

@@ -597,11 +597,13 @@ func minKey(m map[int64]*pending) int64 {
 const snapshotMagic = "RWR"
 
 // snapshotVersion 2 added the Future and Folded counts and the events
-// held ahead; 3 the AheadDropped and CorrectionsDropped counts.
-// Restore reads versions 1 and 2 too. Each window's partial carries its
+// held ahead; 3 the AheadDropped and CorrectionsDropped counts; 4 each
+// window's top-K filters after its partial (Offenders.appendFilters),
+// without which a restored list starts its filter's bounds at its Floor.
+// Restore reads versions 1 to 3 too. Each window's partial carries its
 // own encoding version (DecodePartial reads every one), so a new partial
 // version needs no new snapshot version.
-const snapshotVersion = 3
+const snapshotVersion = 4
 
 // Next is one past the highest sequence number added: where a restored
 // Rollup's caller resumes reading.
@@ -629,6 +631,7 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 			if b, err = appendPartial(b, w.p, true); err != nil {
 				return b, fmt.Errorf("snapshot rollup: %w", err)
 			}
+			b = w.p.Offenders.appendFilters(b)
 		}
 	}
 	b = appendUvarint(b, r.stats.Events)
@@ -680,6 +683,11 @@ func (r *Rollup) Restore(snapshot []byte) error {
 			p, err := DecodePartial(pb)
 			if err != nil {
 				return fmt.Errorf("restore rollup: %w", err)
+			}
+			if v >= 4 {
+				if err := p.Offenders.decodeFilters(rd); err != nil {
+					return fmt.Errorf("restore rollup: %w", err)
+				}
 			}
 			if p.Size != r.o.Window {
 				return fmt.Errorf("restore rollup: a window of %v, configured %v", p.Size, r.o.Window)

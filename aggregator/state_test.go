@@ -219,6 +219,7 @@ func TestStateRefusesWhatNoWriterMakes(t *testing.T) {
 				b = appendUvarint(b, 0)
 				b = appendUvarint(b, 19)
 				b, _ = appendPartial(b, p, true)
+				b = p.Offenders.appendFilters(b)
 			}
 			for range 1 + 7 + 1 + 1 + 2 { // no late windows; the counts; nothing held or emitted ahead
 				b = appendUvarint(b, 0)

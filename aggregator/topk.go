@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -46,26 +47,41 @@ type Hitter struct {
 	Err    uint64
 }
 
-// TopK finds the heaviest clients of a stream with the Space-Saving
-// algorithm in k counters: every client with more than n/k of the n hits is
-// in it, and each count is over by at most Err ≤ n/k. While it holds fewer
-// than k clients, counts are exact. Two TopKs merge; when they count
-// disjoint clients (the edge partitions Kinesis records by identity, so
-// shards do) and neither overflowed, the merge is exact. The zero value is
-// not usable: use NewTopK. It is not safe for concurrent use.
+// TopK finds the heaviest clients of a stream with Filtered Space-Saving
+// (Homem and Carvalho, 2010) in k counters: every client with more than
+// n/k of the n hits is in it, and each count is over by at most Err ≤ n/k.
+// While it holds fewer than k clients, counts are exact. Two TopKs merge;
+// when they count disjoint clients (the edge partitions Kinesis records by
+// identity, so shards do) and neither overflowed, the merge is exact. The
+// zero value is not usable: use NewTopK. It is not safe for concurrent
+// use.
+//
+// Once the list is full, a client it does not hold counts in a filter: a
+// bucket of its hash (filterBuckets of them) keeps a bound of the hits of
+// each client of the bucket not held (alpha), and how many clients the
+// list holds from it. A newcomer whose bucket's bound and hits exceed the
+// least count takes the counter of the least count, with that bound as
+// its Err; any other newcomer only adds its hits to the bound. The client
+// evicted leaves its count in its bucket's bound (the greater of the two),
+// so the bounds stay bounds and never exceed the least count (Floor). On
+// traffic of many clients each seen a few times, most hits then cost an
+// increment rather than an eviction, and Err is the bucket's bound rather
+// than the least count: smaller. A TopK decoded from a partial or merged,
+// whose filter is gone, starts its bounds at Floor, which bounds every
+// client it does not hold.
 //
 // A newcomer replaces the counter of the least count that comes first in
 // the list's order: the order in which counters were made, a counter
 // keeping its place when a newcomer takes it over. That order depends on
 // the hits alone, and a state save keeps it (the layout encoding, see
-// appendBinary), so a TopK restored from a save evicts exactly as the one
-// saved would have. A hit on a client held is one increment. The counters
-// of the least count are found once that count is reached (see collect),
-// in their order, and evictions take them in turn, skipping counters
-// whose count has grown since: counts only grow, and a newcomer takes
-// more than the least count, so none joins them (a hit of weight 0 finds
-// them again). Choosing among equal counts by place rather than by client
-// needs no sort: evicting by client cost a fifth of the rollup's time
+// appendBinary) and the filter (appendFilters), so a TopK restored from a
+// save evicts exactly as the one saved would have. A hit on a client held
+// is one increment. The counters of the least count are found once that
+// count is reached (see collect), in their order, and evictions take them
+// in turn, skipping counters whose count has grown since: counts only
+// grow, and a newcomer takes more than the least count, so none joins
+// them. Choosing among equal counts by place rather than by client needs
+// no sort: evicting by client cost a fifth of the rollup's time
 // (BENCHMARKS.md).
 type TopK struct {
 	k     int
@@ -78,6 +94,10 @@ type TopK struct {
 	lowAt    int
 	lowCount uint64
 	mins     []uint64 // see collect
+	// The filter, made when the list is full and a newcomer comes (see
+	// TopK), nil before; base is each bucket's bound when it is made.
+	filter []bucket
+	base   uint64
 	// In a run of addIDs: the counters moved, the batch and the stamp.
 	dirty []moved
 	run   *Batch
@@ -101,6 +121,41 @@ type slot struct {
 type cell struct {
 	hash uint64
 	pos  int32
+}
+
+// bucket is one bucket of a TopK's filter: a bound of the hits of each of
+// its clients the list does not hold, and how many the list holds.
+type bucket struct {
+	alpha uint64
+	held  uint32
+}
+
+// filterBuckets is the number of buckets of a TopK's filter: four per
+// counter, a power of two. Each takes 16 bytes: 8 KiB for a list of 100.
+func filterBuckets(k int) int {
+	n := 64
+	for n < 4*k {
+		n *= 2
+	}
+	return n
+}
+
+// bucketOf returns the bucket of the hash h in a filter of n buckets, a
+// power of two: from h's high bits, as the index takes its low ones.
+func bucketOf(h uint64, n int) int {
+	return int(h >> (64 - bits.TrailingZeros(uint(n))))
+}
+
+// makeFilter makes t's filter: each bucket's bound base, and the clients
+// held counted in their buckets.
+func (t *TopK) makeFilter() {
+	t.filter = make([]bucket, filterBuckets(t.k))
+	for i := range t.filter {
+		t.filter[i].alpha = t.base
+	}
+	for p := range t.slots {
+		t.filter[bucketOf(t.slots[p].hash, len(t.filter))].held++
+	}
 }
 
 // NewTopK returns a TopK of k counters.
@@ -169,28 +224,50 @@ func (t *TopK) Add(c Client, n uint64) { t.add(c, hashClient(c), n) }
 
 // add counts n hits of c, whose hashClient is h.
 func (t *TopK) add(c Client, h uint64, n uint64) {
-	if p := t.lookup(h, c); p >= 0 {
-		t.count[p] += n
+	if t.filter == nil {
+		if p := t.lookup(h, c); p >= 0 {
+			t.count[p] += n
+			return
+		}
+		if len(t.slots) < t.k {
+			t.slots = append(t.slots, slot{Client: c, hash: h, Err: t.base})
+			t.count = append(t.count, t.base+n)
+			t.link(int32(len(t.slots) - 1))
+			return
+		}
+		t.makeFilter()
+	}
+	f := &t.filter[bucketOf(h, len(t.filter))]
+	if f.held > 0 {
+		if p := t.lookup(h, c); p >= 0 {
+			t.count[p] += n
+			return
+		}
+	}
+	a := f.alpha
+	if a+n <= t.least() {
+		f.alpha = a + n
 		return
 	}
-	if len(t.slots) < t.k {
-		t.slots = append(t.slots, slot{Client: c, hash: h})
-		t.count = append(t.count, n)
-		t.link(int32(len(t.slots) - 1))
-		return
-	}
-	// Replace the counter lowest picks: the newcomer may have been counted
-	// there before it was evicted, which is what Err bounds.
+	// Replace the counter lowest picks: the newcomer's bucket bounds its
+	// hits before these, which is what Err bounds.
 	p := t.lowest()
-	t.unlinkAt(p, t.slots[p].hash)
-	low := t.count[p]
+	old := t.slots[p].hash
+	t.evicted(old, t.count[p])
+	t.unlinkAt(p, old)
 	s := &t.slots[p]
-	s.Client, s.Err, s.hash = c, low, h
-	t.count[p] = low + n
-	if n == 0 { // among the least, maybe before those left: found again
-		t.low, t.lowAt = t.low[:0], 0
-	}
+	s.Client, s.Err, s.hash = c, a, h
+	t.count[p] = a + n
+	f.held++
 	t.put(p)
+}
+
+// evicted leaves the count of a client whose hash is h, evicted, in its
+// bucket.
+func (t *TopK) evicted(h, count uint64) {
+	e := &t.filter[bucketOf(h, len(t.filter))]
+	e.held--
+	e.alpha = max(e.alpha, count)
 }
 
 // addIDs counts one hit of each client of b whose id (Batch.cid) ids
@@ -200,7 +277,9 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 // that the run has not met is either where the index says, or evicted
 // (its counter then moved, which the probe tells apart). A counter that
 // takes a client in the run holds its id only, its client
-// and hash copied from b once, at the end, with the index set right.
+// and hash copied from b once, at the end, with the index set right. The
+// filter's counts of clients held are kept right at every step, so a
+// client whose bucket holds none is not looked up.
 func (t *TopK) addIDs(b *Batch, ids []int32) {
 	if len(ids) == 0 {
 		return
@@ -213,26 +292,49 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 		m := &memo[id]
 		if m.gen != gen {
 			m.gen, m.pos = gen, 0
-			if p := t.lookupStale(b.hashes[id], &b.clients[id], gen); p >= 0 {
-				m.pos = p + 1
-				s := &t.slots[p]
-				s.cid, s.gen = id, gen
+			if h := b.hashes[id]; t.filter == nil || t.filter[bucketOf(h, len(t.filter))].held > 0 {
+				if p := t.lookupStale(h, &b.clients[id], gen); p >= 0 {
+					m.pos = p + 1
+					s := &t.slots[p]
+					s.cid, s.gen = id, gen
+				}
 			}
 		}
 		if m.pos > 0 {
 			t.count[m.pos-1]++
 			continue
 		}
+		h := b.hashes[id]
 		if len(t.slots) < t.k { // before any eviction: the index is right
-			t.add(b.clients[id], b.hashes[id], 1)
+			t.add(b.clients[id], h, 1)
 			p := int32(len(t.slots) - 1)
 			m.pos = p + 1
 			s := &t.slots[p]
 			s.cid, s.gen = id, gen
 			continue
 		}
+		if t.filter == nil {
+			t.makeFilter()
+		}
+		f := &t.filter[bucketOf(h, len(t.filter))]
+		a := f.alpha
+		// least without a call while the counter it left first still has
+		// the least count: what most hits of clients not held find.
+		mu := t.lowCount
+		if t.lowAt >= len(t.low) || t.count[t.low[t.lowAt]] != mu {
+			mu = t.least()
+		}
+		if a+1 <= mu {
+			f.alpha = a + 1
+			continue
+		}
 		p := t.lowest()
 		s := &t.slots[p]
+		old := s.hash
+		if s.moved == gen {
+			old = b.hashes[s.cid]
+		}
+		t.evicted(old, t.count[p])
 		if s.gen == gen {
 			memo[s.cid].pos = 0
 		}
@@ -240,9 +342,9 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 			s.moved = gen
 			t.dirty = append(t.dirty, moved{p, s.hash})
 		}
-		low := t.count[p]
-		s.Err, s.cid, s.gen = low, id, gen
-		t.count[p] = low + 1
+		s.Err, s.cid, s.gen = a, id, gen
+		t.count[p] = a + 1
+		f.held++
 		m.pos = p + 1
 	}
 	for _, d := range t.dirty {
@@ -370,11 +472,19 @@ func (t *TopK) unlinkAt(p int32, h uint64) {
 // lowest returns the counter to evict: the first, in the list's order,
 // of the least count. t is full.
 func (t *TopK) lowest() int32 {
+	t.least()
+	p := t.low[t.lowAt]
+	t.lowAt++
+	return p
+}
+
+// least returns the least count, leaving t.low[t.lowAt] the first
+// counter of it in the list's order. t is full.
+func (t *TopK) least() uint64 {
 	for {
 		for ; t.lowAt < len(t.low); t.lowAt++ {
-			if p := t.low[t.lowAt]; t.count[p] == t.lowCount {
-				t.lowAt++
-				return p
+			if t.count[t.low[t.lowAt]] == t.lowCount {
+				return t.lowCount
 			}
 		}
 		// Those of the least count have all gone or grown: the next.
@@ -496,11 +606,13 @@ func (t *TopK) reset(hs []Hitter) {
 	t.index = make([]cell, 16)
 	t.slots, t.count, t.low, t.lowAt = t.slots[:0], t.count[:0], t.low[:0], 0
 	clear(t.mins) // counts may be lower: 0 bounds them all
+	t.filter, t.base = nil, 0
 	for _, h := range hs {
 		t.slots = append(t.slots, slot{Client: h.Client, Err: h.Err, hash: hashClient(h.Client)})
 		t.count = append(t.count, h.Count)
 		t.link(int32(len(t.slots) - 1))
 	}
+	t.base = t.Floor() // bounds every client not held (see Floor)
 }
 
 // sortHitters orders by count, largest first, then by client, so that the
@@ -623,4 +735,42 @@ func decodeTopK(r *reader) (*TopK, error) {
 	}
 	t.reset(hs) // in the encoding's order: a state save's is the list's own
 	return t, nil
+}
+
+// appendFilter appends what a state save keeps of t beside its layout
+// encoding so that a TopK restored evicts as t would: its bound base and
+// its filter's bounds (none before the filter is made). The counts of
+// clients held are made again from the clients.
+func (t *TopK) appendFilter(b []byte) []byte {
+	b = appendUvarint(b, t.base)
+	b = appendUvarint(b, uint64(len(t.filter)))
+	for _, f := range t.filter {
+		b = appendUvarint(b, f.alpha)
+	}
+	return b
+}
+
+// decodeFilter reads what appendFilter wrote into t, decoded from its
+// layout encoding.
+func (t *TopK) decodeFilter(r *reader) error {
+	base := r.uvarint()
+	n := r.count(1)
+	if r.err == nil && n != 0 && (n != uint64(filterBuckets(t.k)) || len(t.slots) < t.k) {
+		r.fail(fmt.Errorf("a filter of %d buckets for a list of %d holding %d", n, t.k, len(t.slots)))
+	}
+	if r.err != nil {
+		return fmt.Errorf("decode top-k filter: %w", r.err)
+	}
+	t.base, t.filter = base, nil
+	if n == 0 {
+		return nil
+	}
+	t.makeFilter()
+	for i := range t.filter {
+		t.filter[i].alpha = r.uvarint()
+	}
+	if r.err != nil {
+		return fmt.Errorf("decode top-k filter: %w", r.err)
+	}
+	return nil
 }

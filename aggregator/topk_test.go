@@ -2,20 +2,26 @@ package aggregator
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 )
 
-// refTopK is Space-Saving written plainly: the reference TopK must match.
+// refTopK is Filtered Space-Saving written plainly: the reference TopK
+// must match. Its filter is a bound per bucket of the client's hash and
+// the count of clients held from that bucket is read from the list.
 type refTopK struct {
-	k  int
-	hs []Hitter
+	k     int
+	hs    []Hitter
+	alpha []uint64
 }
 
 func (r *refTopK) add(c Client, n uint64) {
@@ -29,13 +35,24 @@ func (r *refTopK) add(c Client, n uint64) {
 		r.hs = append(r.hs, Hitter{Client: c, Count: n})
 		return
 	}
+	if r.alpha == nil {
+		r.alpha = make([]uint64, filterBuckets(r.k))
+	}
 	low := 0 // the first of the least count
 	for i, h := range r.hs {
 		if h.Count < r.hs[low].Count {
 			low = i
 		}
 	}
-	r.hs[low] = Hitter{Client: c, Count: r.hs[low].Count + n, Err: r.hs[low].Count}
+	b := bucketOf(hashClient(c), len(r.alpha))
+	a := r.alpha[b]
+	if a+n <= r.hs[low].Count {
+		r.alpha[b] += n
+		return
+	}
+	e := bucketOf(hashClient(r.hs[low].Client), len(r.alpha))
+	r.alpha[e] = max(r.alpha[e], r.hs[low].Count)
+	r.hs[low] = Hitter{Client: c, Count: a + n, Err: a}
 }
 
 func (r *refTopK) top() []Hitter {
@@ -46,8 +63,11 @@ func (r *refTopK) top() []Hitter {
 
 // hostileHits is a stream that keeps the least count's counters few: the
 // list filled with counts all different, then each newcomer hit twice, so
-// that it leaves the least count at once and the next eviction takes the
-// counter of the next count.
+// that it enters the list, leaves the least count at once, and the next
+// eviction takes the counter of the next count. The newcomers are chosen,
+// as an attacker may choose them (the hash is public), in one bucket of
+// the list's filter, so that none stays out of the list in the filter;
+// they are drawn from a pool of 2k+1, each back after it was evicted.
 func hostileHits(k, n int) []Client {
 	var cs []Client
 	for i := range k {
@@ -55,19 +75,33 @@ func hostileHits(k, n int) []Client {
 			cs = append(cs, Client{Addr: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})})
 		}
 	}
+	pool := sameBucket(k, 0, min(2*k+1, (n-len(cs)+1)/2))
 	for i := 0; len(cs) < n; i++ {
-		c := Client{User: fmt.Sprintf("newcomer-%d", i)}
+		c := pool[i%len(pool)]
 		cs = append(cs, c, c)
 	}
 	return cs
 }
 
+// sameBucket returns n users whose hashes fall in bucket b of the filter
+// of a TopK of k.
+func sameBucket(k, b, n int) []Client {
+	var cs []Client
+	for i := 0; len(cs) < n; i++ {
+		c := Client{User: fmt.Sprintf("newcomer-%d", i)}
+		if bucketOf(hashClient(c), filterBuckets(k)) == b {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
 // TestTopKMatchesReference: TopK, by Add and by runs of a batch's client
-// ids (addIDs), holds exactly what plain Space-Saving holds, with the same
+// ids (addIDs), holds exactly what plain Filtered Space-Saving holds, with the same
 // client evicted among equal counts (the first in the list's order), after every step of streams of the
 // generator's clients (most hits evict), of a stream that keeps the least
 // count's counters few (hostileHits), and of hits of any weight
-// (including 0, which leaves a newcomer among the least).
+// (including 0, which no newcomer enters with).
 func TestTopKMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	ds := genClients(20_000)
@@ -226,5 +260,167 @@ func TestRollupRestoreEvicting(t *testing.T) {
 	}
 	if got := run(true); bytes.Equal(got, want) {
 		t.Fatal("restored from lists in Top order, the window is the same: the test does not tell the orders apart")
+	}
+}
+
+// snapshotV3 returns snap, a snapshot of r, as version 3 wrote it: without
+// each window's top-K filters after its partial.
+func snapshotV3(tb testing.TB, r *Rollup, snap []byte) []byte {
+	out := slices.Clone(snap)
+	for _, m := range []map[int64]*pending{r.open, r.late} {
+		for _, w := range m {
+			p, err := appendPartial(nil, w.p, true)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			f := w.p.Offenders.appendFilters(nil)
+			at := bytes.Index(out, slices.Concat(p, f))
+			if at < 0 {
+				tb.Fatal("the snapshot does not hold a window's partial and filters")
+			}
+			out = slices.Delete(out, at+len(p), at+len(p)+len(f))
+		}
+	}
+	out[len(snapshotMagic)] = 3
+	return out
+}
+
+// restartedPartial returns p as a state save keeps it and a restore reads it
+// back (Rollup.AppendSnapshot and Restore): its partial with the lists in
+// their own order, then their filters.
+func restartedPartial(tb testing.TB, p *Partial) *Partial {
+	b, err := p.appendBinary(nil, true)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	back, err := DecodePartial(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := &reader{b: p.Offenders.appendFilters(nil)}
+	if err := back.Offenders.decodeFilters(r); err != nil || len(r.b) != 0 {
+		tb.Fatalf("filters: %v, %d bytes left", err, len(r.b))
+	}
+	return back
+}
+
+// TestTopKBounds: after every chunk of hits, by Add and by runs of ids,
+// each client held has had at most Count hits and at least Count-Err, and
+// each client not held at most Floor: on the generator's clients, on
+// hostileHits, and on a victim whose bucket of the filter an attacker
+// fills with clients of his own, hit in turn with the victim.
+func TestTopKBounds(t *testing.T) {
+	for _, k := range []int{1, 17, 100} {
+		victim := sameBucket(k, 7, 1)[0]
+		var collide []Client
+		for i, c := range sameBucket(k, 7, 3000) {
+			collide = append(collide, c, c)
+			if i%3 == 0 {
+				collide = append(collide, victim)
+			}
+		}
+		streams := map[string][]Client{"generator": genClients(20_000), "hostile": hostileHits(k, 3*k*k/2+2000), "collide": collide}
+		for name, cs := range streams {
+			for _, byIDs := range []bool{false, true} {
+				tk, truth := NewTopK(k), map[Client]uint64{}
+				for lo := 0; lo < len(cs); lo += 500 {
+					chunk := cs[lo:min(lo+500, len(cs))]
+					if byIDs {
+						b, ids := idBatch(chunk)
+						tk.addIDs(b, ids)
+					} else {
+						for _, c := range chunk {
+							tk.Add(c, 1)
+						}
+					}
+					for _, c := range chunk {
+						truth[c]++
+					}
+					held := map[Client]bool{}
+					for _, h := range tk.Top(k) {
+						held[h.Client] = true
+						if n := truth[h.Client]; h.Count < n || h.Count-h.Err > n {
+							t.Fatalf("k %d, %s, by ids %v, after %d hits: %v counts %d, %d after %d", k, name, byIDs, lo+len(chunk), h.Client, h.Count, h.Err, n)
+						}
+					}
+					for c, n := range truth {
+						if !held[c] && n > tk.Floor() {
+							t.Fatalf("k %d, %s, by ids %v, after %d hits: %v not held with %d hits, floor %d", k, name, byIDs, lo+len(chunk), c, n, tk.Floor())
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTopKAccuracy: over two 1 min windows of the generator's traffic
+// (about 171,500 events and 32,000 clients each), rolled up as the
+// aggregator does, the ten heaviest clients each list by requests
+// (overall, per tier and per rule, lists of 100) shows are the true ten
+// heaviest (ties at the tenth place included) in at least 97 % of places,
+// and the clients of those lists are counted over by at most 20 hits on
+// average. Space-Saving in the same lists placed 85 to 88 % and counted
+// over by 155 to 160 (BENCHMARKS.md).
+func TestTopKAccuracy(t *testing.T) {
+	ds := decisiontest.NewGenerator(1, t0).Batch(360_000)
+	windows, _ := windowRanges(t, ds, time.Minute)
+	var bt Batch
+	start := 0
+	for wi, w := range windows[:2] {
+		p := NewPartial(t0, time.Minute, 100)
+		n := 0
+		for _, r := range w {
+			bt.Prepare(r.c)
+			p.UpdateColumns(&bt, r.lo, r.hi)
+			n += r.hi - r.lo
+		}
+		truth := map[string]map[Client]uint64{}
+		count := func(list string, c Client) {
+			if truth[list] == nil {
+				truth[list] = map[Client]uint64{}
+			}
+			truth[list][c]++
+		}
+		for i := range ds[start : start+n] {
+			d := &ds[start+i]
+			if d.Kind != decisions.KindDecision {
+				continue
+			}
+			c := ClientOf(d)
+			count("requests", c)
+			count("tier "+d.Tier, c)
+			if d.Rule != "" {
+				count("rule "+d.Rule, c)
+			}
+		}
+		start += n
+		lists := map[string]*TopK{"requests": p.Offenders.Requests}
+		for name, l := range p.Offenders.RequestsByTier {
+			lists["tier "+name] = l
+		}
+		for name, l := range p.Offenders.RequestsByRule {
+			lists["rule "+name] = l
+		}
+		var right, places, over, held int
+		for name, l := range lists {
+			counts := slices.Collect(maps.Values(truth[name]))
+			slices.SortFunc(counts, func(a, b uint64) int { return cmp.Compare(b, a) })
+			tenth := counts[min(9, len(counts)-1)]
+			for _, h := range l.Top(10) {
+				places++
+				if truth[name][h.Client] >= tenth {
+					right++
+				}
+			}
+			for _, h := range l.Top(l.Len()) {
+				held++
+				over += int(h.Count - truth[name][h.Client])
+			}
+		}
+		t.Logf("window %d: %d lists, top ten right in %d of %d places, counted over by %.1f on average", wi, len(lists), right, places, float64(over)/float64(held))
+		if len(lists) < 10 || 100*right < 97*places || over > 20*held {
+			t.Errorf("window %d: %d lists, top ten right in %d of %d places, counted over by %.1f on average", wi, len(lists), right, places, float64(over)/float64(held))
+		}
 	}
 }
