@@ -95,7 +95,8 @@ type TopK struct {
 	lowCount uint64
 	mins     []uint64 // see collect
 	// The filter, made when the list is full and a newcomer comes (see
-	// TopK), nil before; base is each bucket's bound when it is made.
+	// TopK), nil before; base is each bucket's bound when it is made: 0,
+	// or for a list decoded or merged (reset) its floor then.
 	filter []bucket
 	base   uint64
 	// In a run of addIDs: the counters moved, the batch and the stamp.
@@ -230,8 +231,8 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 			return
 		}
 		if len(t.slots) < t.k {
-			t.slots = append(t.slots, slot{Client: c, hash: h, Err: t.base})
-			t.count = append(t.count, t.base+n)
+			t.slots = append(t.slots, slot{Client: c, hash: h})
+			t.count = append(t.count, n)
 			t.link(int32(len(t.slots) - 1))
 			return
 		}
@@ -245,8 +246,7 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 		}
 	}
 	a := f.alpha
-	if a+n <= t.least() {
-		f.alpha = a + n
+	if !t.admits(f, n) {
 		return
 	}
 	// Replace the counter lowest picks: the newcomer's bucket bounds its
@@ -260,6 +260,17 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 	t.count[p] = a + n
 	f.held++
 	t.put(p)
+}
+
+// admits reports whether a newcomer of n hits, whose bucket is f, takes
+// the counter of the least count: when its bucket's bound and its hits
+// exceed that count. Otherwise its hits raise the bound. t is full.
+func (t *TopK) admits(f *bucket, n uint64) bool {
+	if f.alpha+n > t.least() {
+		return true
+	}
+	f.alpha += n
+	return false
 }
 
 // evicted leaves the count of a client whose hash is h, evicted, in its
@@ -318,14 +329,7 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 		}
 		f := &t.filter[bucketOf(h, len(t.filter))]
 		a := f.alpha
-		// least without a call while the counter it left first still has
-		// the least count: what most hits of clients not held find.
-		mu := t.lowCount
-		if t.lowAt >= len(t.low) || t.count[t.low[t.lowAt]] != mu {
-			mu = t.least()
-		}
-		if a+1 <= mu {
-			f.alpha = a + 1
+		if !t.admits(f, 1) {
 			continue
 		}
 		p := t.lowest()
@@ -606,7 +610,7 @@ func (t *TopK) reset(hs []Hitter) {
 	t.index = make([]cell, 16)
 	t.slots, t.count, t.low, t.lowAt = t.slots[:0], t.count[:0], t.low[:0], 0
 	clear(t.mins) // counts may be lower: 0 bounds them all
-	t.filter, t.base = nil, 0
+	t.filter = nil
 	for _, h := range hs {
 		t.slots = append(t.slots, slot{Client: h.Client, Err: h.Err, hash: hashClient(h.Client)})
 		t.count = append(t.count, h.Count)
@@ -755,8 +759,12 @@ func (t *TopK) appendFilter(b []byte) []byte {
 func (t *TopK) decodeFilter(r *reader) error {
 	base := r.uvarint()
 	n := r.count(1)
-	if r.err == nil && n != 0 && (n != uint64(filterBuckets(t.k)) || len(t.slots) < t.k) {
+	switch {
+	case r.err != nil:
+	case n != 0 && (n != uint64(filterBuckets(t.k)) || len(t.slots) < t.k):
 		r.fail(fmt.Errorf("a filter of %d buckets for a list of %d holding %d", n, t.k, len(t.slots)))
+	case base > t.Floor(): // counts only grow: the floor it was taken at is no more
+		r.fail(fmt.Errorf("a bound of %d above the list's floor %d", base, t.Floor()))
 	}
 	if r.err != nil {
 		return fmt.Errorf("decode top-k filter: %w", r.err)

@@ -424,3 +424,39 @@ func TestTopKAccuracy(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeFilterRefuses: a saved filter no TopK writes is refused: one
+// of the wrong size, one for a list not full, and a bound above the
+// list's floor (a bound is taken at the floor, which only grows).
+func TestDecodeFilterRefuses(t *testing.T) {
+	tk := NewTopK(17)
+	for _, c := range genClients(2000) {
+		tk.Add(c, 1)
+	}
+	if tk.filter == nil {
+		t.Fatal("no filter after 2,000 hits on a list of 17")
+	}
+	decoded := func() *TopK {
+		d, err := decodeTopK(&reader{b: tk.appendBinary(nil, new([]ranked), true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if err := decoded().decodeFilter(&reader{b: tk.appendFilter(nil)}); err != nil {
+		t.Fatalf("its own filter: %v", err)
+	}
+	short := appendUvarint(appendUvarint(nil, 0), uint64(filterBuckets(17)/2))
+	short = append(short, make([]byte, filterBuckets(17)/2)...)
+	above := appendUvarint(appendUvarint(nil, tk.Floor()+1), 0)
+	notFull := NewTopK(17)
+	notFull.Add(Client{User: "u"}, 1)
+	for name, c := range map[string]struct {
+		t *TopK
+		b []byte
+	}{"half the buckets": {decoded(), short}, "above the floor": {decoded(), above}, "list not full": {notFull, tk.appendFilter(nil)}} {
+		if err := c.t.decodeFilter(&reader{b: c.b}); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
