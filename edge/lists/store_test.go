@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/gofrs/flock"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -291,6 +292,75 @@ func TestTableBadItem(t *testing.T) {
 	}
 	if !w.List().ContainsAt(addrA, "", t0) {
 		t.Error("the last good list was dropped")
+	}
+}
+
+// TestTableOtherSpellings: items put by hand under another spelling of a
+// target (upper case, zeros written out, spaces), which Entries and the
+// edge read as the target, are removed and approved through the target,
+// also when an item of the target itself is there too (two Removes, as
+// `lists remove` makes for the two entries Entries returns).
+func TestTableOtherSpellings(t *testing.T) {
+	s := newTableStore(t, func() time.Time { return t0 }).(*TableStore)
+	ctx := context.Background()
+	hand := func(list, k string, pending bool) {
+		t.Helper()
+		it := key(list, k)
+		if pending {
+			it[TablePendingAttribute] = &types.AttributeValueMemberBOOL{Value: true}
+		}
+		if _, err := s.calls.Put(ctx, &dynamodb.PutItemInput{Item: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := func(list string, a netip.Addr) bool {
+		t.Helper()
+		es, err := s.Entries(ctx, list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return New(es, t0).ContainsAt(a, "", t0)
+	}
+	a7, a8, a9 := netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("2001:db8::8"), netip.MustParseAddr("2001:db8::9")
+	hand(Deny, "2001:DB8::7", false)
+	hand(Deny, " 2001:0db8:0:0::9", false)
+	if err := s.Put(ctx, Entry{List: Deny, Target: "2001:db8::9"}); err != nil {
+		t.Fatal(err)
+	}
+	hand(Challenge, "2001:0DB8::8", true)
+	if !listed(Deny, a7) || !listed(Deny, a9) {
+		t.Fatal("the edge does not read the items put by hand")
+	}
+
+	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops"); err != nil {
+		t.Fatalf("Remove of an item put by hand: %v", err)
+	}
+	if listed(Deny, a7) {
+		t.Error("2001:db8::7 is still listed after its removal")
+	}
+	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Remove: %v, want ErrNotFound", err)
+	}
+	for i := range 2 {
+		if err := s.Remove(ctx, Deny, "2001:db8::9", "ops"); err != nil {
+			t.Fatalf("Remove %d of 2001:db8::9: %v", i+1, err)
+		}
+	}
+	if listed(Deny, a9) {
+		t.Error("2001:db8::9 is still listed after both its entries were removed")
+	}
+
+	if listed(Challenge, a8) {
+		t.Fatal("a pending entry applies")
+	}
+	if err := s.Approve(ctx, Challenge, "2001:db8::8", "ops"); err != nil {
+		t.Fatalf("Approve of an item put by hand: %v", err)
+	}
+	if !listed(Challenge, a8) {
+		t.Error("2001:db8::8 does not apply once approved")
+	}
+	if err := s.Approve(ctx, Challenge, "2001:db8::8", "ops"); !errors.Is(err, ErrNotPending) {
+		t.Errorf("second Approve: %v, want ErrNotPending", err)
 	}
 }
 

@@ -104,40 +104,99 @@ func (s *TableStore) Put(ctx context.Context, e Entry) error {
 
 // Remove marks the entry of target on list removed by by, a tombstone that
 // time to live deletes after TombstoneAge. It returns ErrNotFound when no
-// entry for target applies or waits for approval.
+// entry for target applies or waits for approval. An item put by hand
+// under another spelling of target (2001:DB8::7 for 2001:db8::7, which
+// Entries reads as target) is removed when the item of target is not
+// there to remove.
 func (s *TableStore) Remove(ctx context.Context, list, target, by string) error {
-	t, now, err := s.key(list, target, by)
-	if err != nil {
-		return err
-	}
-	_, err = s.calls.Update(ctx, &dynamodb.UpdateItemInput{
-		Key:                 key(list, t),
-		UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending"),
-		ConditionExpression: aws.String("attribute_exists(#entry) AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
-		ExpressionAttributeNames: map[string]string{"#removed": TableRemovedAttribute, "#by": TableByAttribute,
-			"#expires": TableExpiresAttribute, "#pending": TablePendingAttribute, "#entry": TableEntryAttribute},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":now": unix(now), ":by": str(by),
-			":drop": unix(now.Add(TombstoneAge))},
+	return s.update(ctx, list, target, by, "remove %s from %s", ErrNotFound, func(now time.Time) *dynamodb.UpdateItemInput {
+		return &dynamodb.UpdateItemInput{
+			UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending"),
+			ConditionExpression: aws.String("attribute_exists(#entry) AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
+			ExpressionAttributeNames: map[string]string{"#removed": TableRemovedAttribute, "#by": TableByAttribute,
+				"#expires": TableExpiresAttribute, "#pending": TablePendingAttribute, "#entry": TableEntryAttribute},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":now": unix(now), ":by": str(by),
+				":drop": unix(now.Add(TombstoneAge))},
+		}
 	})
-	return conditional(err, fmt.Sprintf("remove %s from %s", t, list), ErrNotFound)
 }
 
-// Approve makes the pending entry of target on list apply, approved by by.
+// Approve makes the pending entry of target on list apply, approved by by;
+// like Remove, it approves an item put by hand under another spelling of
+// target when the item of target is not pending.
 func (s *TableStore) Approve(ctx context.Context, list, target, by string) error {
+	return s.update(ctx, list, target, by, "approve %s on %s", ErrNotPending, func(now time.Time) *dynamodb.UpdateItemInput {
+		return &dynamodb.UpdateItemInput{
+			UpdateExpression:    aws.String("SET #by = :by REMOVE #pending"),
+			ConditionExpression: aws.String("#pending = :true AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
+			ExpressionAttributeNames: map[string]string{"#by": TableByAttribute, "#pending": TablePendingAttribute,
+				"#removed": TableRemovedAttribute, "#expires": TableExpiresAttribute},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":by": str(by), ":true": &types.AttributeValueMemberBOOL{Value: true},
+				":now": unix(now)},
+		}
+	})
+}
+
+// update makes the conditional update of target's item on list that
+// request returns (for the time now), named by the format what (of t and
+// list) in errors, which fail
+// with notFound when its condition does. When it does, the items of other
+// spellings of target get it too, each on its own condition: it fails
+// only if all do.
+func (s *TableStore) update(ctx context.Context, list, target, by, what string, notFound error, request func(now time.Time) *dynamodb.UpdateItemInput) error {
 	t, now, err := s.key(list, target, by)
 	if err != nil {
 		return err
 	}
-	_, err = s.calls.Update(ctx, &dynamodb.UpdateItemInput{
-		Key:                 key(list, t),
-		UpdateExpression:    aws.String("SET #by = :by REMOVE #pending"),
-		ConditionExpression: aws.String("#pending = :true AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
-		ExpressionAttributeNames: map[string]string{"#by": TableByAttribute, "#pending": TablePendingAttribute,
-			"#removed": TableRemovedAttribute, "#expires": TableExpiresAttribute},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":by": str(by), ":true": &types.AttributeValueMemberBOOL{Value: true},
-			":now": unix(now)},
+	do := func(k string) error {
+		in := request(now)
+		in.Key = key(list, k)
+		_, err := s.calls.Update(ctx, in)
+		return conditional(err, fmt.Sprintf(what, t, list), notFound)
+	}
+	err = do(t)
+	if !errors.Is(err, notFound) {
+		return err
+	}
+	others, qerr := s.spellings(ctx, list, t)
+	if qerr != nil {
+		return qerr
+	}
+	for _, k := range others {
+		switch e := do(k); {
+		case e == nil:
+			err = nil
+		case !errors.Is(e, notFound):
+			return e
+		}
+	}
+	return err
+}
+
+// spellings returns the keys of list's items other than t that name
+// target t: items put by hand, since every writer here normalizes.
+func (s *TableStore) spellings(ctx context.Context, list, t string) ([]string, error) {
+	var out []string
+	in := &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#list = :list"),
+		ProjectionExpression:      aws.String("#entry"),
+		ExpressionAttributeNames:  map[string]string{"#list": TableListAttribute, "#entry": TableEntryAttribute},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":list": str(list)},
+	}
+	err := s.calls.Query(ctx, in, func(items []map[string]types.AttributeValue) error {
+		for _, it := range items {
+			if k, ok := it[TableEntryAttribute].(*types.AttributeValueMemberS); ok && k.Value != t {
+				if n, err := NormalizeTarget(k.Value); err == nil && n == t {
+					out = append(out, k.Value)
+				}
+			}
+		}
+		return nil
 	})
-	return conditional(err, fmt.Sprintf("approve %s on %s", t, list), ErrNotPending)
+	if err != nil {
+		return nil, fmt.Errorf("read list %s from %s: %w", list, s.calls.Table, err)
+	}
+	return out, nil
 }
 
 func (s *TableStore) key(list, target, by string) (string, time.Time, error) {
