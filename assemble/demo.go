@@ -35,12 +35,21 @@ type DemoOptions struct {
 	// Dir keeps the decision log, the aggregator's state and partials,
 	// the alerts and the challenge list (emptied at the start), made if it
 	// does not exist; "" uses a temporary directory, removed at the end.
-	Dir             string
+	Dir string
+	// Stall is how long the story may wait for the aggregator at once
+	// (demo.Story.Stalled) before the demo stops and fails, naming it: a
+	// stuck aggregator would otherwise hold the story, and the demo, until
+	// interrupted. Default DefaultDemoStall.
+	Stall           time.Duration
 	DashboardListen string    // default 127.0.0.1:9092; "" for none
 	Out             io.Writer // a line per window, and the report; default discard
 	Log             *slog.Logger
 	Getenv          func(string) string
 }
+
+// DefaultDemoStall is DemoOptions.Stall's default: the aggregator
+// catches up with the edge within a second on a busy machine.
+const DefaultDemoStall = 30 * time.Second
 
 // RunDemo runs `ratewarden serve` (Serve, the same assembly) on the demo
 // configuration in front of the demo's sample origin, sends the story's
@@ -58,6 +67,9 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	}
 	if o.Out == nil {
 		o.Out = io.Discard
+	}
+	if o.Stall <= 0 {
+		o.Stall = DefaultDemoStall
 	}
 	cfg, err := config.Parse(demo.Config, "built-in demo.yaml")
 	if err != nil {
@@ -144,10 +156,24 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 		cfg.Serve.Window, cfg.Alerts.Sinks.File, cfg.Lists.ChallengeFile)
 	traffic.Target = "http://" + addrs.Edge
 	start := story.Now()
+	// A stuck aggregator would hold the story, and serve's shutdown, for
+	// ever: the demo stops once the story has waited o.Stall at once, and
+	// gives serve what an edge gets to drain.
+	stalled := make(chan struct{})
+	go watchStall(trafficCtx, story, o.Stall, func() { close(stalled); stopTraffic() })
 	traffic.Run(trafficCtx, o.Duration, story.Now)
 	stopServe()
-	if err := <-done; err != nil {
-		return err
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+	case <-stalled:
+		select {
+		case <-done:
+		case <-time.After(cfg.Edge.ShutdownGrace + time.Second):
+		}
+		return fmt.Errorf("demo: the aggregator did not catch up with the edge's decisions for %v, and the story waited for it: stopped", o.Stall)
 	}
 
 	fmt.Fprintln(o.Out, "\ndemo: what the edge answered")
@@ -179,6 +205,24 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 	}
 	fmt.Fprintln(o.Out, "demo: the loop was shown: the scraper challenged, blocked, alerted, put on the challenge list and challenged by it")
 	return nil
+}
+
+// watchStall calls stop once story has waited stall for the pipeline at
+// once, checking ten times a stall, until ctx is done.
+func watchStall(ctx context.Context, story *demo.Story, stall time.Duration, stop func()) {
+	tick := time.NewTicker(stall / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if story.Stalled() >= stall {
+				stop()
+				return
+			}
+		}
+	}
 }
 
 // printLoop prints when each step of the loop happened, from the demo's

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +85,48 @@ func TestDemoServeStops(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "aggregator stopped") {
 		t.Errorf("RunDemo = %v, want the aggregator's error\n%s", err, out.String())
 	}
+}
+
+// stuckWindows is the demo's output with the windows' sink stuck: a
+// window's line blocks its writer (the aggregator) until release is
+// closed. The rest is kept.
+type stuckWindows struct {
+	release chan struct{}
+	mu      sync.Mutex
+	b       bytes.Buffer
+}
+
+func (w *stuckWindows) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("  decisions ")) {
+		<-w.release
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *stuckWindows) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestDemoStuckAggregator: an aggregator stuck in a sink (here the window
+// lines' writer) holds the story; the demo stops once it has waited Stall,
+// gives serve the edge's shutdown grace, and fails naming the aggregator,
+// where it waited for it until interrupted.
+func TestDemoStuckAggregator(t *testing.T) {
+	out := &stuckWindows{release: make(chan struct{})}
+	defer close(out.release) // the stuck aggregator, and serve, end after the test
+	const stall = 2 * time.Second
+	start := time.Now()
+	err := RunDemo(context.Background(), DemoOptions{Duration: time.Minute, Speed: 10, Stall: stall, Out: out})
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "the aggregator did not catch up with the edge's decisions for 2s") {
+		t.Fatalf("RunDemo = %v after %v, want the stall named\n%s", err, took, out.String())
+	}
+	if strings.Contains(out.String(), "what the edge answered") {
+		t.Errorf("the demo went on to its summary:\n%s", out.String())
+	}
+	t.Logf("stopped after %v: %v", took, err)
 }

@@ -21,6 +21,7 @@ type Story struct {
 	at, atWall time.Time     // story time was at when wall time was atWall
 	until      time.Time     // story time does not pass it
 	held       time.Duration // wall time spent waiting
+	heldSince  time.Time     // wall time the story reached until, zero while it runs
 }
 
 // NewStory returns a story clock that starts at start (story time is wall
@@ -43,6 +44,7 @@ func (s *Story) CaughtUp() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.until = s.now().Add(s.ahead)
+	s.heldSince = time.Time{}
 }
 
 // Held returns the wall time the story has spent waiting so far.
@@ -51,6 +53,18 @@ func (s *Story) Held() time.Duration {
 	defer s.mu.Unlock()
 	s.now()
 	return s.held
+}
+
+// Stalled returns the wall time the story has been waiting since the
+// pipeline last caught up: 0 while it runs.
+func (s *Story) Stalled() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now()
+	if s.heldSince.IsZero() {
+		return 0
+	}
+	return s.wall().Sub(s.heldSince)
 }
 
 // now is Now with s.mu held. A story past until is held there, and goes on
@@ -63,6 +77,9 @@ func (s *Story) now() time.Time {
 	}
 	reached := s.atWall.Add(time.Duration(float64(s.until.Sub(s.at)) / s.speed))
 	s.held += max(w.Sub(reached), 0)
+	if s.heldSince.IsZero() {
+		s.heldSince = reached
+	}
 	s.at, s.atWall = s.until, w
 	return s.until
 }
