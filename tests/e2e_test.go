@@ -91,24 +91,14 @@ func startEdgeCommand(t *testing.T, cmd *exec.Cmd) (string, string) {
 		t.Fatal(err)
 	}
 	addr, admin := make(chan string, 1), make(chan string, 1)
-	var logs strings.Builder
-	var logsMu sync.Mutex
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logsMu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			logsMu.Unlock()
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-			if m := adminRE.FindStringSubmatch(sc.Text()); m != nil {
-				admin <- m[1]
-			}
+	logs, logDone := scanLog(stderr, func(line string) {
+		if m := listenRE.FindStringSubmatch(line); m != nil {
+			addr <- m[1]
 		}
-	}()
+		if m := adminRE.FindStringSubmatch(line); m != nil {
+			admin <- m[1]
+		}
+	})
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -120,31 +110,52 @@ func startEdgeCommand(t *testing.T, cmd *exec.Cmd) (string, string) {
 			select {
 			case err := <-done:
 				if err != nil {
-					t.Errorf("edge exited with %v\n%s", err, logs.String())
+					t.Errorf("edge exited with %v\n%s", err, logs())
 				}
 			case <-time.After(30 * time.Second):
 				cmd.Process.Kill()
-				t.Errorf("edge did not stop on SIGINT\n%s", logs.String())
+				t.Errorf("edge did not stop on SIGINT\n%s", logs())
 			}
 		})
 	}
 	t.Cleanup(stop)
 	stops[t.Name()] = stop
-	edgeLogs[t.Name()] = func() string {
-		logsMu.Lock()
-		defer logsMu.Unlock()
-		return logs.String()
-	}
+	edgeLogs[t.Name()] = logs
 	var urls [2]string
 	for i, ch := range []chan string{addr, admin} {
 		select {
 		case a := <-ch:
 			urls[i] = "http://" + a
 		case <-time.After(30 * time.Second):
-			t.Fatalf("edge did not start\n%s", logs.String())
+			t.Fatalf("edge did not start\n%s", logs())
 		}
 	}
 	return urls[0], urls[1]
+}
+
+// scanLog reads a process's stderr r to its end in the background,
+// calling each with every line: it returns the lines read so far, and a
+// channel closed at the end (before cmd.Wait, which closes the pipe, or
+// the last lines may be lost).
+func scanLog(r io.Reader, each func(line string)) (logs func() string, done <-chan struct{}) {
+	var b strings.Builder
+	var mu sync.Mutex
+	end := make(chan struct{})
+	go func() {
+		defer close(end)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			mu.Lock()
+			b.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			each(sc.Text())
+		}
+	}()
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.String()
+	}, end
 }
 
 type result struct {

@@ -41,10 +41,34 @@ var version = "dev"
 var errUsage = errors.New("usage")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(os.Stderr)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
+}
+
+// stopOnSignal returns a context done at the first SIGINT or SIGTERM,
+// when the commands stop cleanly (the edge drains its connections within
+// edge.shutdown_grace and flushes its decisions, the aggregator emits its
+// open windows), and a function that stops catching them. The first
+// signal says so on stderr and gives the signals their default action
+// back: a second one ends the process at once, so that a shutdown that
+// hangs (an origin that never answers within a long grace, a sink that
+// never returns) does not need SIGKILL.
+func stopOnSignal(stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		signal.Stop(sigs)
+		fmt.Fprintf(stderr, "ratewarden: %v: stopping cleanly; a second signal stops at once\n", s)
+		cancel()
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		cancel()
+	}
 }
 
 func exitCode(err error, stderr io.Writer) int {
