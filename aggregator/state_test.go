@@ -242,7 +242,7 @@ func TestStateRefusesWhatNoWriterMakes(t *testing.T) {
 // counts: Load names the file, and a Rollup does not restore the
 // snapshot.
 func TestStatePartialChecksum(t *testing.T) {
-	seed := stateSeed(t)
+	seed := stateSeed(t, time.Second)
 	st, err := decodeState(seed)
 	if err != nil {
 		t.Fatal(err)

@@ -11,11 +11,13 @@ import (
 )
 
 // stateSeed returns the encoding of a state as a run saves it: a
-// Rollup's snapshot with open and late windows, the outputs of its last
-// flush pending, and a cursor.
-func stateSeed(tb testing.TB) []byte {
+// Rollup's snapshot with open and late windows of size window, the
+// outputs of its last flush pending, and a cursor. In windows of a
+// second each holds two clients, as many as its lists; in longer ones
+// the lists are full and their filters in the snapshot.
+func stateSeed(tb testing.TB, window time.Duration) []byte {
 	tb.Helper()
-	r := NewRollup(Options{Window: time.Second, Lateness: 100 * time.Millisecond, TopK: 2})
+	r := NewRollup(Options{Window: window, Lateness: 100 * time.Millisecond, TopK: 2})
 	// Two events a second for four seconds, then one late for the first.
 	ds := at(append(seconds(0, 3), 200*time.Millisecond)...)
 	for i := range ds {
@@ -61,7 +63,8 @@ func withCRC(b []byte) []byte {
 // Rollup. The old state seed is large: run with -fuzzminimizetime 10x, or
 // minimizing what it finds takes most of the time.
 func FuzzDecodeState(f *testing.F) {
-	f.Add(stateSeed(f))
+	f.Add(stateSeed(f, time.Second))
+	f.Add(stateSeed(f, 10*time.Second))
 	if old, err := os.ReadFile(filepath.Join("testdata", "oldstate", "state", "log.state")); err == nil {
 		f.Add(old) // written by an earlier RunLog
 	}

@@ -6,10 +6,10 @@ import (
 )
 
 // TestStory: story time runs speed times as fast as wall time, stops
-// ahead past the last CaughtUp, counting the wall time it waits, and goes
-// on from where it stopped (no jump) once caught up, Stalled the wall time
-// of the present wait; with ahead 0 it never
-// waits, and at speed 1 it is wall time.
+// ahead past the last CaughtUp, counting the wall time it waits (Held, and
+// Stalled for the present wait alone), and goes on from where it stopped
+// (no jump) once caught up; with ahead 0 it never waits, and at speed 1 it
+// is wall time.
 func TestStory(t *testing.T) {
 	start := time.Unix(1_700_000_000, 0)
 	type step struct {
