@@ -230,7 +230,7 @@ func BenchmarkColumnsPartialWindows(b *testing.B) {
 		p.Events += uint64(hi - lo)
 		bt.foldColumns(p, lo, hi)
 		parts := p.parts()
-		for _, a := range parts[:len(parts)-1] {
+		for _, a := range parts[:len(parts)-1] { // the lists are last
 			if a != &p.Clients {
 				a.UpdateColumns(bt, lo, hi)
 			}

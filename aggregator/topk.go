@@ -147,6 +147,11 @@ func bucketOf(h uint64, n int) int {
 	return int(h >> (64 - bits.TrailingZeros(uint(n))))
 }
 
+// bucketFor returns the bucket of the hash h in t's filter, made.
+func (t *TopK) bucketFor(h uint64) *bucket {
+	return &t.filter[bucketOf(h, len(t.filter))]
+}
+
 // makeFilter makes t's filter: each bucket's bound base, and the clients
 // held counted in their buckets.
 func (t *TopK) makeFilter() {
@@ -155,7 +160,7 @@ func (t *TopK) makeFilter() {
 		t.filter[i].alpha = t.base
 	}
 	for p := range t.slots {
-		t.filter[bucketOf(t.slots[p].hash, len(t.filter))].held++
+		t.bucketFor(t.slots[p].hash).held++
 	}
 }
 
@@ -238,7 +243,7 @@ func (t *TopK) add(c Client, h uint64, n uint64) {
 		}
 		t.makeFilter()
 	}
-	f := &t.filter[bucketOf(h, len(t.filter))]
+	f := t.bucketFor(h)
 	if f.held > 0 {
 		if p := t.lookup(h, c); p >= 0 {
 			t.count[p] += n
@@ -276,7 +281,7 @@ func (t *TopK) admits(f *bucket, n uint64) bool {
 // evicted leaves the count of a client whose hash is h, evicted, in its
 // bucket.
 func (t *TopK) evicted(h, count uint64) {
-	e := &t.filter[bucketOf(h, len(t.filter))]
+	e := t.bucketFor(h)
 	e.held--
 	e.alpha = max(e.alpha, count)
 }
@@ -303,7 +308,7 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 		m := &memo[id]
 		if m.gen != gen {
 			m.gen, m.pos = gen, 0
-			if h := b.hashes[id]; t.filter == nil || t.filter[bucketOf(h, len(t.filter))].held > 0 {
+			if h := b.hashes[id]; t.filter == nil || t.bucketFor(h).held > 0 {
 				if p := t.lookupStale(h, &b.clients[id], gen); p >= 0 {
 					m.pos = p + 1
 					s := &t.slots[p]
@@ -327,7 +332,7 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 		if t.filter == nil {
 			t.makeFilter()
 		}
-		f := &t.filter[bucketOf(h, len(t.filter))]
+		f := t.bucketFor(h)
 		a := f.alpha
 		if !t.admits(f, 1) {
 			continue

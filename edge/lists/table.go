@@ -139,10 +139,9 @@ func (s *TableStore) Approve(ctx context.Context, list, target, by string) error
 
 // update makes the conditional update of target's item on list that
 // request returns (for the time now), named by the format what (of t and
-// list) in errors, which fail
-// with notFound when its condition does. When it does, the items of other
-// spellings of target get it too, each on its own condition: it fails
-// only if all do.
+// list) in errors, which fail with notFound when its condition does. When
+// it does, the items of other spellings of target get it too, each on its
+// own condition: it fails only if all do.
 func (s *TableStore) update(ctx context.Context, list, target, by, what string, notFound error, request func(now time.Time) *dynamodb.UpdateItemInput) error {
 	t, now, err := s.key(list, target, by)
 	if err != nil {
@@ -177,26 +176,15 @@ func (s *TableStore) update(ctx context.Context, list, target, by, what string, 
 // target t: items put by hand, since every writer here normalizes.
 func (s *TableStore) spellings(ctx context.Context, list, t string) ([]string, error) {
 	var out []string
-	in := &dynamodb.QueryInput{
-		KeyConditionExpression:    aws.String("#list = :list"),
-		ProjectionExpression:      aws.String("#entry"),
-		ExpressionAttributeNames:  map[string]string{"#list": TableListAttribute, "#entry": TableEntryAttribute},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":list": str(list)},
-	}
-	err := s.calls.Query(ctx, in, func(items []map[string]types.AttributeValue) error {
-		for _, it := range items {
-			if k, ok := it[TableEntryAttribute].(*types.AttributeValueMemberS); ok && k.Value != t {
-				if n, err := NormalizeTarget(k.Value); err == nil && n == t {
-					out = append(out, k.Value)
-				}
+	err := s.items(ctx, list, TableEntryAttribute, func(it map[string]types.AttributeValue) error {
+		if k, ok := it[TableEntryAttribute].(*types.AttributeValueMemberS); ok && k.Value != t {
+			if n, err := NormalizeTarget(k.Value); err == nil && n == t {
+				out = append(out, k.Value)
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("read list %s from %s: %w", list, s.calls.Table, err)
-	}
-	return out, nil
+	return out, err
 }
 
 func (s *TableStore) key(list, target, by string) (string, time.Time, error) {
@@ -225,28 +213,48 @@ func (s *TableStore) Entries(ctx context.Context, list string) ([]Entry, error) 
 		return nil, err
 	}
 	var out []Entry
+	err := s.items(ctx, list, "", func(it map[string]types.AttributeValue) error {
+		e, err := entry(list, it)
+		if err != nil {
+			return err
+		}
+		if len(out) >= MaxEntries {
+			return fmt.Errorf("more than %d entries", MaxEntries)
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// items calls f with each item of list in the table, of the attributes
+// projection names ("" for all), with a paginated strongly consistent
+// Query.
+func (s *TableStore) items(ctx context.Context, list, projection string, f func(map[string]types.AttributeValue) error) error {
 	in := &dynamodb.QueryInput{
 		KeyConditionExpression:    aws.String("#list = :list"),
 		ExpressionAttributeNames:  map[string]string{"#list": TableListAttribute},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":list": str(list)},
 	}
+	if projection != "" {
+		in.ProjectionExpression = aws.String("#p")
+		in.ExpressionAttributeNames["#p"] = projection
+	}
 	err := s.calls.Query(ctx, in, func(items []map[string]types.AttributeValue) error {
 		for _, it := range items {
-			e, err := entry(list, it)
-			if err != nil {
+			if err := f(it); err != nil {
 				return err
 			}
-			if len(out) >= MaxEntries {
-				return fmt.Errorf("more than %d entries", MaxEntries)
-			}
-			out = append(out, e)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read list %s from %s: %w", list, s.calls.Table, err)
+		return fmt.Errorf("read list %s from %s: %w", list, s.calls.Table, err)
 	}
-	return out, nil
+	return nil
 }
 
 // Read reads list for a Watcher: the table cannot tell whether it changed,
