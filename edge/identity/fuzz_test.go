@@ -29,6 +29,11 @@ func candidates(xff string) []netip.Addr {
 			if ap, err := netip.ParseAddrPort(e); err == nil {
 				out = append(out, ap.Addr().Unmap())
 			}
+			if inner, ok := strings.CutPrefix(e, "["); ok { // [2001:db8::1], as Forwarded writes it
+				if a, err := netip.ParseAddr(strings.TrimSuffix(inner, "]")); err == nil && strings.HasSuffix(inner, "]") {
+					out = append(out, a.Unmap())
+				}
+			}
 		}
 	}
 	return out
