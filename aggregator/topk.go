@@ -612,7 +612,11 @@ func (t *TopK) hitter(p int) Hitter {
 
 // reset makes t hold hs.
 func (t *TopK) reset(hs []Hitter) {
-	t.index = make([]cell, 16)
+	n := 16 // the index link would grow to for hs, at once
+	for 4*len(hs) > n && n < 4*t.k {
+		n *= 2
+	}
+	t.index = make([]cell, n)
 	t.slots, t.count, t.low, t.lowAt = t.slots[:0], t.count[:0], t.low[:0], 0
 	clear(t.mins) // counts may be lower: 0 bounds them all
 	t.filter = nil
