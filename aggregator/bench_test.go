@@ -219,23 +219,24 @@ func scrapeDecisions(n int) []decisions.Decision {
 // 65,536 events over and over, each window here starts with empty lists
 // and sketches and meets each of its clients for the first time.
 //
-// The -floor runs are what the full rollup pays before any sketch or
-// list: the batch's preparation, folding names, the counts, both
-// latencies, and finding each row's client among the batch's (identify,
-// which the distinct clients and the lists share), with each window
-// encoded alike. No layout of the sketches and lists can make the full
-// rollup faster than that.
+// The -without-clients runs are the full rollup without its distinct
+// clients and lists: the batch's preparation, folding names, the counts
+// and both latencies, each window encoded alike; what any layout of the
+// clients' aggregates adds to. The -floor runs add finding each row's
+// client among the batch's (identify, which the rollup's distinct
+// clients and lists share): what the rollup pays before any sketch or
+// list. The -sorted runs are a layout measured and not adopted (see
+// sortedFold): records of each decision, sorted and folded at the
+// window's close.
 func BenchmarkColumnsPartialWindows(b *testing.B) {
 	floor := func(p *Partial, bt *Batch, lo, hi int) {
-		p.Events += uint64(hi - lo)
-		bt.foldColumns(p, lo, hi)
-		parts := p.parts()
-		for _, a := range parts[:len(parts)-1] { // the lists are last
-			if a != &p.Clients {
-				a.UpdateColumns(bt, lo, hi)
-			}
-		}
+		withoutClients(p, bt, lo, hi)
 		bt.identify()
+	}
+	var f sortedFold
+	sorted := func(p *Partial, bt *Batch, lo, hi int) {
+		withoutClients(p, bt, lo, hi)
+		f.add(bt, lo, hi)
 	}
 	full := func(p *Partial, bt *Batch, lo, hi int) { p.UpdateColumns(bt, lo, hi) }
 	for _, c := range []struct {
@@ -249,7 +250,8 @@ func BenchmarkColumnsPartialWindows(b *testing.B) {
 		for _, r := range []struct {
 			suffix string
 			update func(p *Partial, bt *Batch, lo, hi int)
-		}{{"", full}, {"-floor", floor}} {
+			close  func(p *Partial) // at the window's end, before it is encoded
+		}{{"", full, nil}, {"-floor", floor, nil}, {"-sorted", sorted, f.close}, {"-without-clients", withoutClients, nil}} {
 			b.Run(c.name+r.suffix, func(b *testing.B) {
 				var bt Batch
 				var out []byte
@@ -257,9 +259,13 @@ func BenchmarkColumnsPartialWindows(b *testing.B) {
 				for b.Loop() {
 					for _, w := range windows {
 						p := NewPartial(t0, time.Minute, 100)
+						f.reset()
 						for _, rr := range w {
 							bt.Prepare(rr.c)
 							r.update(p, &bt, rr.lo, rr.hi)
+						}
+						if r.close != nil {
+							r.close(p)
 						}
 						var err error
 						if out, err = p.AppendBinary(out[:0]); err != nil {
