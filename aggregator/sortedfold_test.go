@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"testing"
@@ -103,8 +104,7 @@ func (f *sortedFold) add(b *Batch, lo, hi int) {
 			r.fp, r.ref, r.oc = userFingerprint(u), uint32(len(f.users)), r.oc|1<<6
 			f.users = append(f.users, u)
 		case c.ClientIPFamily[i] == 4:
-			a := c.ClientIP[16*i+12 : 16*i+16]
-			v4 := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+			v4 := binary.BigEndian.Uint32(c.ClientIP[16*i+12 : 16*i+16])
 			r.fp, r.ref = v4Fingerprint(v4), v4
 		default:
 			cl := b.client(i)
@@ -165,29 +165,19 @@ func (f *sortedFold) sort() {
 }
 
 // exactTop keeps the k largest counts offered, by a min-heap whose root
-// is the worst: which clients it keeps does not depend on the order they
-// are offered in (ties go to the client first by compareClients). A
-// client is its record until the heap is read.
+// is the last by byRank: which clients it keeps does not depend on the
+// order they are offered in. A client is its record's place until the
+// heap is read.
 type exactTop struct {
 	k int
-	h []topEntry
+	h []ranked
 }
 
-type topEntry struct {
-	n, key uint64 // the count, and the client's sortKey
-	rec    int32
-}
+// worse reports whether a goes after b by byRank.
+func (f *sortedFold) worse(a, b *ranked) bool { return byRank(*a, *b, f.clientAt) > 0 }
 
-// worse reports whether a goes before b in the heap.
-func (f *sortedFold) worse(a, b *topEntry) bool {
-	if a.n != b.n {
-		return a.n < b.n
-	}
-	if a.key != b.key {
-		return a.key > b.key
-	}
-	return compareClients(f.client(&f.recs[a.rec]), f.client(&f.recs[b.rec])) > 0
-}
+// clientAt returns the client of record p.
+func (f *sortedFold) clientAt(p int32) Client { return f.client(&f.recs[p]) }
 
 func (f *sortedFold) sortKey(r *foldRec) uint64 {
 	if r.oc>>6 == 0 {
@@ -198,10 +188,10 @@ func (f *sortedFold) sortKey(r *foldRec) uint64 {
 
 func (f *sortedFold) offer(t *exactTop, rec int32, n uint64) {
 	h := t.h
-	if len(h) == t.k && n < h[0].n {
+	if len(h) == t.k && n < h[0].count {
 		return
 	}
-	x := topEntry{n: n, key: f.sortKey(&f.recs[rec]), rec: rec}
+	x := ranked{count: n, key: f.sortKey(&f.recs[rec]), pos: rec}
 	if len(h) < t.k {
 		h = append(h, x)
 		for i := len(h) - 1; i > 0; {
@@ -238,7 +228,7 @@ func (f *sortedFold) offer(t *exactTop, rec int32, n uint64) {
 // tops returns n empty heaps of k, reusing the last window's.
 func (f *sortedFold) tops(n, k int) []exactTop {
 	for len(f.heaps) < n {
-		f.heaps = append(f.heaps, exactTop{h: make([]topEntry, 0, k)})
+		f.heaps = append(f.heaps, exactTop{h: make([]ranked, 0, k)})
 	}
 	t := f.heaps[f.used : f.used+n]
 	f.used += n
@@ -385,7 +375,7 @@ func (f *sortedFold) close(p *Partial) {
 	list := func(t *TopK, e *exactTop) {
 		f.order = f.order[:0]
 		for _, x := range e.h {
-			f.order = append(f.order, Hitter{Client: f.client(&f.recs[x.rec]), Count: x.n})
+			f.order = append(f.order, Hitter{Client: f.clientAt(x.pos), Count: x.count})
 		}
 		sortHitters(f.order)
 		t.reset(f.order)

@@ -652,16 +652,24 @@ func (t *TopK) rank(r []ranked) []ranked {
 	for p := range t.slots {
 		r = append(r, ranked{t.count[p], sortKey(t.slots[p].Client), int32(p)})
 	}
-	slices.SortFunc(r, func(a, b ranked) int {
-		if a.count != b.count {
-			return cmp.Compare(b.count, a.count)
-		}
-		if a.key != b.key {
-			return cmp.Compare(a.key, b.key)
-		}
-		return compareClients(t.slots[a.pos].Client, t.slots[b.pos].Client)
-	})
+	slices.SortFunc(r, func(a, b ranked) int { return byRank(a, b, t.clientAt) })
 	return r
+}
+
+// clientAt returns counter p's client.
+func (t *TopK) clientAt(p int32) Client { return t.slots[p].Client }
+
+// byRank orders heaviest first: by count, largest first, then by client
+// (sortKey, and compareClients of the clients client returns for two
+// places when their keys tie), the order a list encodes its counters in.
+func byRank(a, b ranked, client func(pos int32) Client) int {
+	if a.count != b.count {
+		return cmp.Compare(b.count, a.count)
+	}
+	if a.key != b.key {
+		return cmp.Compare(a.key, b.key)
+	}
+	return compareClients(client(a.pos), client(b.pos))
 }
 
 // Top returns up to n clients, heaviest first.
