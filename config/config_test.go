@@ -1122,3 +1122,33 @@ func TestRuleNamesFitTheReaders(t *testing.T) {
 		t.Errorf("a rule name of %d bytes, readers believe %d", longest, decisions.MaxRuleLen)
 	}
 }
+
+// TestDerivedDefaultNotBlamed: a key the file leaves out, whose default is
+// derived from another key set out of range, is not reported: the error is
+// the key the user wrote (edge.client.max_connections_per_address defaults
+// to at most edge.client.max_connections, and was reported as "-4 is not
+// allowed; use 1 to 1" on the line of `client:`).
+func TestDerivedDefaultNotBlamed(t *testing.T) {
+	for _, tc := range []struct{ yaml, key string }{
+		{"edge:\n  client:\n    max_connections: -4 # <-\n" + anonymous, "edge.client.max_connections"},
+		{"edge:\n  client:\n    max_connections: 10000001 # <-\n" + anonymous, "edge.client.max_connections"},
+		// decisions.batch and decisions.kinesis.batch default to at most the queue.
+		{"edge:\n  decision_queue: -5 # <-\n" + anonymous, "edge.decision_queue"},
+		// A token bucket's burst defaults to its limit.
+		{"tiers:\n  anonymous:\n    global: {limit: -3, algorithm: token_bucket} # <-\n", "tiers.anonymous.global.limit"},
+		{"tiers:\n  anonymous:\n    global: {limit: 2000000000, algorithm: token_bucket} # <-\n", "tiers.anonymous.global.limit"},
+	} {
+		var list ErrorList
+		if !errors.As(check(tc.yaml), &list) {
+			t.Fatalf("%q: no ErrorList", tc.yaml)
+		}
+		if want := markedLine(tc.yaml); len(list) != 1 || list[0].Key != tc.key || list[0].Line != want {
+			t.Errorf("%q: got %v, want one error, %s on line %d", tc.yaml, list, tc.key, want)
+		}
+	}
+	// Set beside it, the per-address cap is still checked on its own line.
+	e := find(t, check("edge:\n  client:\n    max_connections: -4\n    max_connections_per_address: -1\n"+anonymous), "edge.client.max_connections_per_address")
+	if e.Line != 4 || !strings.Contains(e.Error(), `"-1" is not allowed`) {
+		t.Errorf("per-address cap: %v", e)
+	}
+}

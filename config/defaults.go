@@ -33,7 +33,7 @@ func (c *Config) Defaults() {
 	def(&e.Client.IdleTimeout, 2*time.Minute)
 	def(&e.Client.SendTimeout, time.Minute)
 	def(&e.Client.MaxConnections, 10_000)
-	def(&e.Client.MaxConnectionsPerAddress, min(1000, e.Client.MaxConnections))
+	def(&e.Client.MaxConnectionsPerAddress, min(1000, max(1, e.Client.MaxConnections))) // a max_connections out of range is reported, not this
 	def(&e.Origin.ConnectTimeout, 5*time.Second)
 	def(&e.Origin.ResponseHeaderTimeout, 30*time.Second)
 	def(&e.Origin.ReadTimeout, time.Minute)
@@ -172,7 +172,7 @@ func (c *Config) ruleDefaults(r *Rule) {
 	def(&r.Window, time.Minute)
 	def(&r.Algorithm, limitspec.FixedWindow.String())
 	if r.Algorithm == limitspec.TokenBucket.String() {
-		def(&r.Burst, r.Limit)
+		def(&r.Burst, min(max(r.Limit, 0), MaxLimit)) // a limit out of range is reported, not this
 	}
 	if r.Challenge == nil {
 		enabled := c.Challenge.Enabled

@@ -181,9 +181,10 @@ func validEnvName(s string) bool {
 }
 
 // batch checks a sink's batch size: a batch is taken from the sink's
-// queue, so it cannot be larger.
+// queue, so it cannot be larger (a queue out of range is reported on its
+// own key).
 func (v *validator) batch(segs []string, got, queue int) {
-	if got > queue && got <= 65536 {
+	if queue >= 1 && got > queue && got <= 65536 {
 		v.report(segs, strconv.Itoa(got), "is more than edge.decision_queue", "at most "+strconv.Itoa(queue))
 		return
 	}
@@ -343,9 +344,16 @@ func (v *validator) edge(e *Edge) {
 	v.durationRange(key("edge", "client", "idle_timeout"), c.IdleTimeout, 10*time.Millisecond, 24*time.Hour)
 	v.durationRange(key("edge", "client", "send_timeout"), c.SendTimeout, 10*time.Millisecond, time.Hour)
 	v.intRange(key("edge", "client", "max_body_bytes"), c.MaxBodyBytes, 0, 1<<40)
-	v.intRange(key("edge", "client", "max_connections"), int64(c.MaxConnections), 1, 10_000_000)
-	if n := c.MaxConnectionsPerAddress; n < 1 || n > max(1, c.MaxConnections) {
-		v.report(key("edge", "client", "max_connections_per_address"), strconv.Itoa(n), "is not allowed", "1 to "+strconv.Itoa(max(1, c.MaxConnections))+" (edge.client.max_connections; that is no cap per address)")
+	const maxConns = 10_000_000
+	v.intRange(key("edge", "client", "max_connections"), int64(c.MaxConnections), 1, maxConns)
+	// The per-address cap is at most max_connections, or when that is out
+	// of range (and reported), at most what it may be.
+	capHi := c.MaxConnections
+	if capHi < 1 || capHi > maxConns {
+		capHi = maxConns
+	}
+	if n := c.MaxConnectionsPerAddress; n < 1 || n > capHi {
+		v.report(key("edge", "client", "max_connections_per_address"), strconv.Itoa(n), "is not allowed", "1 to "+strconv.Itoa(capHi)+" (edge.client.max_connections; that is no cap per address)")
 	}
 	v.durationRange(key("edge", "origin", "connect_timeout"), e.Origin.ConnectTimeout, 10*time.Millisecond, 5*time.Minute)
 	v.durationRange(key("edge", "origin", "response_header_timeout"), e.Origin.ResponseHeaderTimeout, 10*time.Millisecond, time.Hour)
