@@ -541,6 +541,11 @@ tiers:
 		{"fail closed not canonical", "fail_closed:\n  - /api//admin/ # <-\n" + anonymous, "fail_closed[0]", `"/api//admin/" is not a canonical path; use /api/admin/: no dot segments`},
 		{"fail closed encoded slash", "fail_closed:\n  - /api%2Fadmin/ # <-\n" + anonymous, "fail_closed[0]", `"/api%2Fadmin/" is not allowed: has an encoded slash or backslash; use a path prefix such as /api/admin/`},
 		{"path prefix dot segment", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/./reports: {limit: 1} # <-\n", "tiers.anonymous.paths./api/./reports", `is not a canonical path; use /api/reports`},
+		// A prefix is matched as a prefix, not a pattern: a * in it would
+		// make a rule that never matches the paths it was written for.
+		{"path prefix glob", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/reports/*: {limit: 1} # <-\n", "tiers.anonymous.paths./api/reports/*", `"/api/reports/*" is not allowed as a path prefix; use a prefix without *: rules match by prefix, not by pattern, and /api/reports/ covers every path under it`},
+		{"path prefix glob inside", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/*/export: {limit: 1} # <-\n", "tiers.anonymous.paths./api/*/export", `use a prefix without *: rules match by prefix, not by pattern, and /api/ covers every path under it`},
+		{"fail closed glob", "fail_closed:\n  - /admin* # <-\n" + anonymous, "fail_closed[0]", `"/admin*" is not allowed; use a prefix without *: rules match by prefix, not by pattern, and /admin covers every path under it`},
 		{"path prefix parameter", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api;v=1/: {limit: 1} # <-\n", "tiers.anonymous.paths./api;v=1/", `use a prefix without ;`},
 		{"prefixes one without case", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /API/x: {limit: 1}\n      /api/x: {limit: 1} # <-\n", "tiers.anonymous.paths./api/x", `"/api/x" is /API/x when paths.case is insensitive; use one of the two, or paths.case: sensitive`},
 		{"paths case", "paths:\n  case: lower # <-\n" + anonymous, "paths.case", `"lower" is not allowed; use one of insensitive, sensitive`},

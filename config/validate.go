@@ -528,6 +528,10 @@ func (v *validator) pathPrefix(segs []string, prefix, problem, example string) {
 		v.report(segs, prefix, "is not a canonical path", c+": no dot segments, repeated slashes, backslashes or encoded unreserved characters")
 	case strings.Contains(prefix, ";"):
 		v.report(segs, prefix, "is not allowed as a path prefix", "a prefix without ; (segment parameters are ignored when matching)")
+	case strings.Contains(prefix, "*"):
+		// A glob written as a prefix would match only paths that hold a
+		// literal *: a rule that never fires where it was meant to.
+		v.report(segs, prefix, problem, "a prefix without *: rules match by prefix, not by pattern, and "+prefix[:strings.IndexByte(prefix, '*')]+" covers every path under it")
 	}
 }
 
