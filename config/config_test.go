@@ -546,6 +546,9 @@ tiers:
 		{"path prefix glob", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/reports/*: {limit: 1} # <-\n", "tiers.anonymous.paths./api/reports/*", `"/api/reports/*" is not allowed as a path prefix; use a prefix without *: rules match by prefix, not by pattern, and /api/reports/ covers every path under it`},
 		{"path prefix glob inside", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/*/export: {limit: 1} # <-\n", "tiers.anonymous.paths./api/*/export", `use a prefix without *: rules match by prefix, not by pattern, and /api/ covers every path under it`},
 		{"fail closed glob", "fail_closed:\n  - /admin* # <-\n" + anonymous, "fail_closed[0]", `"/admin*" is not allowed; use a prefix without *: rules match by prefix, not by pattern, and /admin covers every path under it`},
+		// A query or a fragment is never part of the path a rule matches.
+		{"path prefix query", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api/search?q=: {limit: 1} # <-\n", "tiers.anonymous.paths./api/search?q=", `"/api/search?q=" is not allowed as a path prefix; use /api/search: rules match the path alone, without its query (?…) or fragment (#…)`},
+		{"fail closed fragment", "fail_closed:\n  - '/admin#x' # <-\n" + anonymous, "fail_closed[0]", `"/admin#x" is not allowed; use /admin: rules match the path alone`},
 		{"path prefix parameter", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /api;v=1/: {limit: 1} # <-\n", "tiers.anonymous.paths./api;v=1/", `use a prefix without ;`},
 		{"prefixes one without case", "tiers:\n  anonymous:\n    global: {limit: 1}\n    paths:\n      /API/x: {limit: 1}\n      /api/x: {limit: 1} # <-\n", "tiers.anonymous.paths./api/x", `"/api/x" is /API/x when paths.case is insensitive; use one of the two, or paths.case: sensitive`},
 		{"paths case", "paths:\n  case: lower # <-\n" + anonymous, "paths.case", `"lower" is not allowed; use one of insensitive, sensitive`},

@@ -520,6 +520,8 @@ func (v *validator) tiers(tiers map[string]*Tier) {
 func (v *validator) pathPrefix(segs []string, prefix, problem, example string) {
 	c, _, err := canonpath.Clean(prefix)
 	switch {
+	case strings.HasPrefix(prefix, "/") && strings.ContainsAny(prefix, "?#"):
+		v.report(segs, prefix, problem, prefix[:strings.IndexAny(prefix, "?#")]+": rules match the path alone, without its query (?…) or fragment (#…)")
 	case errors.Is(err, canonpath.ErrNotAbsolute):
 		v.report(segs, prefix, problem, "a path prefix starting with /, such as "+example)
 	case err != nil:
