@@ -146,14 +146,20 @@ func (b *Batch) admitRows(dims *[4]foldDim, lo, hi int) {
 	if !marking {
 		return
 	}
-	for i := lo; i < hi; i++ {
-		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
+	// A pass over the rows per dimension: the dictionaries hold names
+	// that only other kinds of events use (a feedback event's reason and
+	// node), which decision rows never admit, so most batches mark.
+	kinds, outcomes := c.Kind[lo:hi], c.Outcome[lo:hi]
+	for j := range dims {
+		if !mark[j] {
 			continue
 		}
-		for j := range dims {
+		seen, ids := dims[j].t.seen, dims[j].ids[lo:hi]
+		ids = ids[:len(kinds)]
+		for i, k := range kinds {
 			// nodes: admitted for known outcomes only (see keySets)
-			if mark[j] && (j != 3 || int(c.Outcome[i]) < decisions.NumOutcomes) {
-				dims[j].t.seen[dims[j].ids[i]] = gen
+			if decisions.Kind(k) == decisions.KindDecision && (j != 3 || int(outcomes[i]) < decisions.NumOutcomes) {
+				seen[ids[i]] = gen
 			}
 		}
 	}
