@@ -155,7 +155,7 @@ func (b *Batch) admitRows(dims *[4]foldDim, lo, hi int) {
 			continue
 		}
 		seen, ids := dims[j].t.seen, dims[j].ids[lo:hi]
-		ids = ids[:len(kinds)]
+		ids = ids[:len(kinds)] // one length: ids[i] needs no bounds check
 		for i, k := range kinds {
 			// nodes: admitted for known outcomes only (see keySets)
 			if decisions.Kind(k) == decisions.KindDecision && (j != 3 || int(outcomes[i]) < decisions.NumOutcomes) {
