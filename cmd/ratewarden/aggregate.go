@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
@@ -172,13 +174,13 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			}
 			if s.Outputs != printed {
 				printed = s.Outputs
-				printRun(stderr, s)
+				printRun(stderr, "aggregate", s)
 			}
 		}})
 	if bar != nil {
 		bar.update(time.Now(), st.Read.Bytes, st.Rollup.Events, st.Watermark, true)
 	}
-	printRun(stderr, st)
+	printRun(stderr, "aggregate", st)
 	problems.summary()
 	return err
 }
@@ -241,37 +243,91 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if ents, err := os.ReadDir(*out); err == nil && len(ents) > 0 {
 		return fmt.Errorf("replay: --out %s is not empty: give a new directory", *out)
 	}
+	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("replay: --decisions-dir %s is not a decision log directory", *dir)
+	}
+	// A window the range cuts would be stored under the window's key as
+	// if it were whole, and a report over it would call it complete: the
+	// range is widened to whole windows, as report widens its own.
+	size := ro.Window
+	if f, t := wholeWindows(from.t, to.t, size); !f.Equal(from.t) || !t.Equal(to.t) {
+		from.t, to.t = f, t
+		fmt.Fprintf(stderr, "replay: range widened to whole %v windows: %s\n", size, rangeString(f, t))
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	state, err := os.MkdirTemp(*out, ".state-")
+	st, err := replayInto(ctx, *out, *dir, from.t, to.t, ao, ro, stdout, stderr)
+	printRun(stderr, "replay", st)
 	if err != nil {
-		return err
+		// What a failed replay wrote is not the range's outputs, and
+		// left there it would make the retry refuse --out as not empty.
+		if ents, rerr := os.ReadDir(*out); rerr == nil {
+			for _, e := range ents {
+				os.RemoveAll(filepath.Join(*out, e.Name()))
+			}
+		}
+	}
+	return err
+}
+
+// replayInto runs a replay of the log dir's events in [since, until) into
+// out, an empty directory.
+func replayInto(ctx context.Context, out, dir string, since, until time.Time, ao assemble.AggregatorOptions, ro aggregator.Options, stdout, stderr io.Writer) (aggregator.RunStats, error) {
+	state, err := os.MkdirTemp(out, ".state-")
+	if err != nil {
+		return aggregator.RunStats{}, err
 	}
 	defer os.RemoveAll(state)
 	opened, err := ao.OpenSinks(ctx, stdout, "log")
 	if err != nil {
 		opened.Close(context.WithoutCancel(ctx))
-		return err
+		return aggregator.RunStats{}, err
 	}
 	problems := newProblemPrinter(stderr, "replay")
-	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: *dir, StateDir: state, Since: from.t, Until: to.t,
+	defer problems.summary()
+	st, err := aggregator.RunLog(ctx, aggregator.LogOptions{Dir: dir, StateDir: state, Since: since, Until: until,
 		Problem: problems.Problem, Rollup: ro, Sinks: opened.Sinks})
 	if cerr := opened.Close(context.WithoutCancel(ctx)); err == nil {
 		err = cerr
 	}
-	printRun(stderr, st)
-	problems.summary()
-	return err
+	return st, err
 }
 
-func printRun(w io.Writer, s aggregator.RunStats) {
+// wholeWindows returns [from, to) widened to whole windows of size, a
+// bound left zero (none) left zero.
+func wholeWindows(from, to time.Time, size time.Duration) (time.Time, time.Time) {
+	f, t := report.Align(cmp.Or(from, to), cmp.Or(to, from), size)
+	if from.IsZero() {
+		f = time.Time{}
+	}
+	if to.IsZero() {
+		t = time.Time{}
+	}
+	return f, t
+}
+
+// rangeString says [from, to) in RFC 3339, a zero bound as the log's
+// start or end.
+func rangeString(from, to time.Time) string {
+	f, t := "the log's start", "its end"
+	if !from.IsZero() {
+		f = from.UTC().Format(time.RFC3339Nano)
+	}
+	if !to.IsZero() {
+		t = to.UTC().Format(time.RFC3339Nano)
+	}
+	return "from " + f + " to " + t
+}
+
+// printRun prints the summary line of a run of the command cmd.
+func printRun(w io.Writer, cmd string, s aggregator.RunStats) {
 	wm := "-"
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "aggregate: events %d, late %d (dropped %d), %s, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
-		s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, heldBack(s.Rollup), s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
+	fmt.Fprintf(w, "%s: events %d, late %d (dropped %d), %s, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
+		cmd, s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, heldBack(s.Rollup), s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
 }
 
 // heldBack says what a run's rollup took in but did not count as it

@@ -234,7 +234,7 @@ func writeDecisions(t *testing.T, dir string, ds []decisions.Decision) {
 	}
 }
 
-// snapshot returns the files under dir by path.
+// snapshot returns the files under dir by path relative to dir.
 func snapshot(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
@@ -242,11 +242,117 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		out[p], err = os.ReadFile(p)
+		rel, err := filepath.Rel(dir, p)
+		if err == nil {
+			out[rel], err = os.ReadFile(p)
+		}
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestDecisionsExportLeavesFilesAlone: `decisions export` that fails (here
+// interrupted before it read anything) leaves a file already at --out as
+// it was, and an --out inside the log's directory (a segment's name,
+// which it would replace) is refused with the log untouched; a good
+// export then writes the events.
+func TestDecisionsExportLeavesFilesAlone(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "log")
+	writeDecisionLog(t, dir, 300)
+	out := filepath.Join(tmp, "prev.parquet")
+	if err := os.WriteFile(out, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	code, _, errs := runCLIContext(t, ctx, nil, "decisions", "export", "--dir", dir, "--out", out)
+	if code != 1 || !strings.Contains(errs, "context canceled") {
+		t.Errorf("interrupted export: exit %d, stderr %q; want 1 and the reason", code, errs)
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "precious" {
+		t.Errorf("after an interrupted export --out holds %q (%v), want its old content", b, err)
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 2 {
+		t.Errorf("%d entries beside the log, want 2 (no temporary file left)", len(ents))
+	}
+
+	before := snapshot(t, dir)
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	for _, o := range []string{segs[0], filepath.Join(dir, "export.parquet"), filepath.Join(dir, ".", "x", "..", "y.parquet")} {
+		code, out, errs := runCLI(t, nil, "decisions", "export", "--dir", dir, "--out", o)
+		if code != 1 || out != "" || !strings.Contains(errs, "is inside the decision log") {
+			t.Errorf("--out %s: exit %d, stdout %q, stderr %q; want a refusal", o, code, out, errs)
+		}
+	}
+	if after := snapshot(t, dir); !maps.EqualFunc(before, after, bytes.Equal) {
+		t.Errorf("the log changed under refused exports: %d files before, %d after", len(before), len(after))
+	}
+
+	code, stdout, errs := runCLI(t, nil, "decisions", "export", "--dir", dir, "--out", out)
+	if code != 0 || !strings.Contains(stdout, "300 events") {
+		t.Fatalf("export: exit %d, stdout %q, stderr %q", code, stdout, errs)
+	}
+	if b, _ := os.ReadFile(out); len(b) < 4 || string(b[:4]) != "PAR1" {
+		t.Errorf("--out does not hold a Parquet file after the export")
+	}
+}
+
+// TestReplayWholeWindows: a replay of a range that cuts windows widens it
+// to whole windows and says so, so that each window it stores is the
+// whole window (the partials equal those of the aligned range, byte for
+// byte), never a part stored under the window's key as if whole.
+func TestReplayWholeWindows(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "log")
+	start := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	writeDecisions(t, dir, decisiontest.NewGenerator(5, start).Batch(3000))
+	replay := func(name, from, to string) (map[string][]byte, string) {
+		t.Helper()
+		out := filepath.Join(tmp, name)
+		code, _, errs := runCLI(t, nil, "replay", "--decisions-dir", dir, "--out", out, "--window", "1s", "--from", from, "--to", to)
+		if code != 0 {
+			t.Fatalf("replay %s to %s: exit %d, stderr %q", from, to, code, errs)
+		}
+		return snapshot(t, filepath.Join(out, "partials")), errs
+	}
+	cut, errs := replay("cut", "2026-12-01T03:00:00.3Z", "2026-12-01T03:00:01.6Z")
+	if !strings.Contains(errs, "replay: range widened to whole 1s windows: from 2026-12-01T03:00:00Z to 2026-12-01T03:00:02Z") {
+		t.Errorf("stderr %q does not say the range was widened", errs)
+	}
+	whole, errs := replay("whole", "2026-12-01T03:00:00Z", "2026-12-01T03:00:02Z")
+	if strings.Contains(errs, "widened") {
+		t.Errorf("an aligned range was said to be widened: %q", errs)
+	}
+	if len(whole) != 2 || !maps.EqualFunc(cut, whole, bytes.Equal) {
+		t.Errorf("the cut range stored %d partials, the aligned one %d; want the same 2, byte for byte", len(cut), len(whole))
+	}
+}
+
+// TestReplayFailureLeavesOutEmpty: a replay that fails (here interrupted)
+// leaves --out empty, so that the retry is not refused for a non-empty
+// --out; a log directory that is not there is refused before --out is
+// made.
+func TestReplayFailureLeavesOutEmpty(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "log")
+	writeDecisionLog(t, dir, 3000)
+	out := filepath.Join(tmp, "out")
+	code, _, errs := runCLI(t, nil, "replay", "--decisions-dir", filepath.Join(tmp, "nope"), "--out", out)
+	if _, err := os.Stat(out); code != 1 || !strings.Contains(errs, "is not a decision log directory") || err == nil {
+		t.Errorf("a missing log: exit %d, stderr %q, --out made: %v", code, errs, err == nil)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	code, _, errs = runCLIContext(t, ctx, nil, "replay", "--decisions-dir", dir, "--out", out)
+	ents, err := os.ReadDir(out)
+	if code != 1 || err != nil || len(ents) != 0 {
+		t.Errorf("an interrupted replay: exit %d, stderr %q, %d entries left in --out (%v); want 1 and none", code, errs, len(ents), err)
+	}
+	if code, _, errs := runCLI(t, nil, "replay", "--decisions-dir", dir, "--out", out); code != 0 {
+		t.Errorf("the retry: exit %d, stderr %q", code, errs)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/stream"
+	"github.com/ratewarden/ratewarden/internal/atomicfile"
 )
 
 const decisionsUsage = `Usage:
@@ -381,15 +383,14 @@ func runDecisionsExport(ctx context.Context, args []string, stdout, stderr io.Wr
 		fs.Usage()
 		return errUsage
 	}
+	if err := outsideLog(*out, *dir); err != nil {
+		return err
+	}
 	r, err := decisionlog.Open(*dir, decisionlog.Filter{Since: since.t, Until: until.t})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	f, err := os.Create(*out)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
 	var n int
 	var readErr error
 	batches := func(yield func([]decisions.Decision) bool) {
@@ -416,14 +417,36 @@ func runDecisionsExport(ctx context.Context, args []string, stdout, stderr io.Wr
 			yield(batch)
 		}
 	}
-	// The Parquet writer closes what it is given if it can; the file is
-	// ours to sync and close.
-	werr := columnar.WriteParquet(struct{ io.Writer }{f}, batches)
-	if err := errors.Join(werr, readErr, f.Sync(), f.Close()); err != nil {
-		os.Remove(*out)
+	// Written aside and renamed over --out when whole: an export that
+	// fails or is interrupted leaves a file already there as it was.
+	err = atomicfile.WriteFrom(*out, 0o644, func(w io.Writer) error {
+		return errors.Join(columnar.WriteParquet(w, batches), readErr)
+	})
+	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	reportProblems(stderr, r)
 	fmt.Fprintf(stdout, "%s: %d events\n", *out, n)
+	return nil
+}
+
+// outsideLog refuses an output path inside the decision log's directory
+// dir: a file written there is read as a segment (or replaces one), so an
+// export named after a segment would destroy the events it exports.
+func outsideLog(out, dir string) error {
+	o, err1 := filepath.Abs(out)
+	d, err2 := filepath.Abs(dir)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	if rd, err := filepath.EvalSymlinks(d); err == nil {
+		d = rd
+	}
+	if ro, err := filepath.EvalSymlinks(filepath.Dir(o)); err == nil {
+		o = filepath.Join(ro, filepath.Base(o))
+	}
+	if rel, err := filepath.Rel(d, o); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("--out %s is inside the decision log %s: write it elsewhere", out, dir)
+	}
 	return nil
 }

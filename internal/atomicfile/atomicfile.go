@@ -4,6 +4,7 @@ package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -12,6 +13,18 @@ import (
 // the same directory, syncs it, renames it over path and syncs the
 // directory, so the replacement is durable when Write returns.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return WriteFrom(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFrom replaces the file at path with what write writes, as Write
+// does, for content too large to hold in memory: on any error, write's
+// or its own, the file at path is left as it was and the temporary file
+// is removed. write gets a plain io.Writer: a writer that closes what it
+// is given when it can (a Parquet writer) cannot close the file.
+func WriteFrom(path string, perm os.FileMode, write func(io.Writer) error) error {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -21,7 +34,7 @@ func Write(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	tmp := f.Name()
-	_, err = f.Write(data)
+	err = write(struct{ io.Writer }{f}) // f is WriteFrom's to sync and close
 	if err == nil {
 		err = f.Chmod(perm)
 	}
