@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/ratewarden/ratewarden/config"
@@ -46,6 +48,11 @@ type Options struct {
 	// after the edge. Serve opens it so that its aggregator reads through
 	// the same Log and wakes at each append (aggregator.LogOptions.Log).
 	DecisionLog *seglog.Log
+	// Reload, if set, has the edge re-read every list it reads at each
+	// value received, whether or not the lists' files or table changed:
+	// main's SIGHUP, so that a list written by hand or by `lists add`
+	// applies now rather than at the next lists.refresh.
+	Reload <-chan struct{}
 }
 
 // Edge is the limiter with everything the configuration asks of it: the
@@ -103,6 +110,9 @@ func NewEdge(ctx context.Context, cfg *config.Config, o Options) (_ *Edge, err e
 	}
 	if e.Lists, err = watchLists(ctx, cfg, log, record, o.Clock); err != nil {
 		return nil, err
+	}
+	if o.Reload != nil && len(e.Lists) > 0 {
+		go reloadLists(ctx, o.Reload, e.Lists, log)
 	}
 	for name, w := range e.Lists {
 		e.closers = append(e.closers, w.Close)
@@ -271,5 +281,25 @@ func refusalLog(log *slog.Logger, interval time.Duration) func(netip.Addr, int64
 			return // refused counts the lines held back
 		}
 		log.Warn("connections refused", "addr", a.String(), "over", "edge.client.max_connections_per_address", "refused_total", refused)
+	}
+}
+
+// reloadLists re-reads every list of ws at each value of reload, until ctx
+// is done; a list that fails to read keeps its last good content, as at a
+// refresh.
+func reloadLists(ctx context.Context, reload <-chan struct{}, ws map[string]*lists.Watcher, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+		}
+		for _, name := range slices.Sorted(maps.Keys(ws)) {
+			if err := ws[name].Reload(); err != nil {
+				log.Error("list reload failed; keeping the last good list", "list", name, "err", err)
+				continue
+			}
+			log.Info("list reloaded", "list", name)
+		}
 	}
 }

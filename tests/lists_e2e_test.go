@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,5 +242,75 @@ func TestListsNAT64Spellings(t *testing.T) {
 	}
 	if code, out := run("remove", "--list", "deny", "2001:db8:64::203.0.113.66"); code == 0 || !strings.Contains(out, "remove 2001:db8:64::cb00:7142 from deny: no such entry") {
 		t.Errorf("a second lists remove: exit %d, %s; want no such entry", code, out)
+	}
+}
+
+// TestEdgeHangupReloadsLists: SIGHUP has the edge re-read its lists at
+// once (an entry written by hand applies well before lists.refresh, an
+// hour here) and does not end it: SIGHUP's default action ended the edge
+// at once, the decisions it held unwritten. The edge then stops cleanly
+// with every request in its log.
+func TestEdgeHangupReloadsLists(t *testing.T) {
+	bin := buildBinary(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin") }))
+	defer origin.Close()
+	dir := t.TempDir()
+	list, logDir := filepath.Join(dir, "deny.list"), filepath.Join(dir, "log")
+	if err := os.WriteFile(list, []byte("# denied clients\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := seedTrusting(t, "[127.0.0.1]", "\nlists:\n  deny_file: "+list+"\n  refresh: 1h\n")
+	cmd := exec.Command(bin, "edge", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--config", cfgPath, "--upstream", origin.URL, "--decisions-dir", logDir)
+	base, _ := startEdgeCommand(t, cmd)
+	client := &http.Client{}
+	const ip = "203.0.113.9"
+	xff := []string{"X-Forwarded-For", ip}
+	sent := 0
+	status := func() int { sent++; return get(t, client, base+"/api/search", xff...).status }
+	if s := status(); s != 200 {
+		t.Fatalf("before the list: %d, want 200", s)
+	}
+	if err := os.WriteFile(list, []byte(ip+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s := 0
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if s = status(); s != 200 {
+			break
+		}
+	}
+	if s != 403 {
+		t.Fatalf("after SIGHUP: %d, want 403 from the re-read deny list\n%s", s, edgeLogs[t.Name()]())
+	}
+	for range 3 {
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := status(); s != 403 {
+		t.Errorf("after three more SIGHUPs: %d, want 403 from a running edge", s)
+	}
+	stops[t.Name()]()
+	var n, feedback int
+	for _, line := range strings.Split(strings.TrimSpace(runBinary(t, bin, nil, "decisions", "cat", "--dir", logDir)), "\n") {
+		d, _, err := decisions.ParseJSON([]byte(line))
+		switch {
+		case err != nil:
+			t.Fatalf("%v: %s", err, line)
+		case d.Kind == decisions.KindDecision:
+			n++
+		case d.Kind == decisions.KindFeedback && d.Target == ip:
+			feedback++
+		}
+	}
+	if n != sent || feedback != 1 {
+		t.Errorf("%d decisions in the log, %d requests sent; %d feedback events for the entry, want 1", n, sent, feedback)
+	}
+	if logs := edgeLogs[t.Name()](); !strings.Contains(logs, "list reloaded") {
+		t.Errorf("the edge did not log the reload:\n%s", logs)
 	}
 }

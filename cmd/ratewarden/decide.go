@@ -64,7 +64,7 @@ func runRLS(ctx context.Context, args []string, stderr io.Writer, getenv func(st
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	s, err := assemble.NewRLS(ctx, cfg, assemble.Options{Log: log, Getenv: getenv})
+	s, err := assemble.NewRLS(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Reload: hangups})
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 	cfg.Edge.Upstream = ""
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv})
+	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Reload: hangups})
 	if err != nil {
 		return err
 	}

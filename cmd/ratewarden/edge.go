@@ -101,7 +101,7 @@ func loadConfig(path string) (*config.Config, error) {
 }
 
 func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, pprofAddr string) (err error) {
-	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv})
+	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Reload: hangups})
 	if err != nil {
 		return err
 	}

@@ -41,10 +41,32 @@ var version = "dev"
 var errUsage = errors.New("usage")
 
 func main() {
+	catchHangups()
 	ctx, stop := stopOnSignal(os.Stderr)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
+}
+
+// hangups receives a value at each SIGHUP (one held while none reads):
+// the commands that read lists (edge, serve, rls, authz) re-read them then
+// (assemble.Options.Reload). The others ignore it, as they do a closed
+// terminal's: SIGHUP's default action would end them at once, without
+// the clean stop that flushes decisions and emits open windows.
+var hangups = make(chan struct{}, 1)
+
+// catchHangups makes SIGHUP send to hangups for the rest of the process.
+func catchHangups() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			select {
+			case hangups <- struct{}{}:
+			default: // one is waiting already: it reloads what this one would
+			}
+		}
+	}()
 }
 
 // stopOnSignal returns a context done at the first SIGINT or SIGTERM,

@@ -66,7 +66,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv}, Aggregator: &af.o, Stdout: stdout}
+	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv, Reload: hangups}, Aggregator: &af.o, Stdout: stdout}
 	if *partialsSpec != "" {
 		if *partials != "" {
 			return errors.New("serve: give --partials-dir or --partials, not both")
