@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator/report"
@@ -48,7 +50,7 @@ const WhatIfIdentity = "Identities are replayed as logged: the client address, u
 
 // whatIfNotes are the rest of a replay's conditions.
 var whatIfNotes = []string{
-	"Counters start empty at the start of the range and live in memory; time is each event's own. Store failures are not replayed: the candidate's store never fails, so requests logged fail_open, fail_closed or local_limit are decided on their counts.",
+	"The counters are filled first by the requests logged in the warm-up before the range (as long as the candidate's rules remember: a window, two for a sliding window, a token bucket's time to fill), decided and not reported; they live in memory; time is each event's own. Store failures are not replayed: the candidate's store never fails, so requests logged fail_open, fail_closed or local_limit are decided on their counts.",
 	"Requests the allow, deny or challenge list decided (allow_listed, deny_listed, challenge by the challenge list) are kept as logged and not counted against limits, as the edge does not count them: the lists of the time are what the log records.",
 	"A request logged token_pass carried a valid challenge token, and carries one in the replay; no other request does. A concurrency slot is held for the request's logged upstream latency. Requests are replayed in decision-time order (the log holds them as their responses ended).",
 }
@@ -85,7 +87,11 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 		return nil, fmt.Errorf("whatif: candidate: %w", err)
 	}
 	defer lim.Close(context.WithoutCancel(ctx))
-	rd, err := decisionlog.Open(o.DecisionsDir, decisionlog.Filter{Since: o.From, Until: o.To})
+	// Read from the warm-up on: a range that starts inside a window
+	// would otherwise start the candidate's counters empty, and report the
+	// requests the window's earlier ones refused as changed to allowed,
+	// even for the configuration the edge ran.
+	rd, err := decisionlog.Open(o.DecisionsDir, decisionlog.Filter{Since: o.From.Add(-warmUp(&cfg)), Until: o.To})
 	if err != nil {
 		return nil, fmt.Errorf("whatif: %w", err)
 	}
@@ -99,7 +105,7 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 	}
 	horizon := o.Reorder
 	if horizon <= 0 {
-		horizon = 30 * time.Second
+		horizon = reorderDefault
 	}
 	var v edge.Verdict
 	// pending orders by decision time, then by place in the log; the
@@ -116,7 +122,9 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 			done = d.Time
 		}
 		r.decide(ctx, d, &v)
-		tally.Add(clientOf(d), d, &v.Decision)
+		if !d.Time.Before(o.From) {
+			tally.Add(clientOf(d), d, &v.Decision)
+		}
 	}
 	take := func(q queued) {
 		replay(&slab[q.slot])
@@ -134,19 +142,20 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 		if o.Progress != nil && n%4096 == 4095 {
 			o.Progress(rd.Stats().Bytes)
 		}
+		inRange := !d.Time.Before(o.From) // not the warm-up's
 		if d.Kind != decisions.KindDecision {
-			out.Skipped++
+			out.Skipped += count(inRange)
 			continue
 		}
 		if listDecided(&d) {
-			out.Kept++
+			out.Kept += count(inRange)
 			continue
 		}
 		if d.Time.After(latest) {
 			latest = d.Time
 		}
 		if d.Time.Before(done) {
-			out.OutOfOrder++ // later than the horizon: its turn has passed
+			out.OutOfOrder += count(inRange) // later than the horizon: its turn has passed
 		}
 		var slot int32
 		if k := len(free); k > 0 {
@@ -174,6 +183,52 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*report.WhatIf, error) {
 	tally.Fill(out, o.Top)
 	return out, nil
 }
+
+// count is 1 for true.
+func count(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// warmUp is how long before a range the replay reads to fill the
+// candidate's counters: the longest any of its rules remembers. A fixed
+// window's count starts at its window's start; a sliding window's also
+// weighs the previous window's; a token bucket's level is what the
+// requests of the time it takes to fill from empty left; a concurrency
+// rule's slots are held by requests decided within the reorder horizon,
+// 30 s by default, about as long as a response lasts. It reads at most
+// maxWarmUp, whatever a token bucket's burst.
+func warmUp(cfg *config.Config) time.Duration {
+	w := reorderDefault
+	for _, t := range cfg.Tiers {
+		for _, r := range append(slices.Collect(maps.Values(t.Paths)), t.Global) {
+			if r == nil {
+				continue
+			}
+			switch r.Algorithm {
+			case "concurrency":
+			case "sliding_window":
+				w = max(w, 2*r.Window)
+			case "token_bucket":
+				fill := r.Window
+				if r.Limit > 0 && r.Burst > r.Limit {
+					fill = time.Duration(float64(r.Window) * float64(r.Burst) / float64(r.Limit))
+				}
+				w = max(w, fill)
+			default:
+				w = max(w, r.Window)
+			}
+		}
+	}
+	return min(w, maxWarmUp)
+}
+
+const (
+	reorderDefault = 30 * time.Second // WhatIfOptions.Reorder's default
+	maxWarmUp      = 48 * time.Hour   // two of the longest windows
+)
 
 // queued is a logged request waiting in slot for its turn in decision-time
 // order (at, Unix nanoseconds); seq, its place in the log, orders the

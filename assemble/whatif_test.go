@@ -154,6 +154,24 @@ func TestWhatIfSameConfigChangesNothing(t *testing.T) {
 	}
 }
 
+// TestWhatIfFromInsideAWindow: a range starting inside the windows its
+// requests were counted in (after 203.0.113.1's first ten requests, its
+// last two logged refused) changes nothing under the configuration the
+// edge ran: the counters were filled by the requests before the range,
+// which are not reported. They started empty, and reported
+// 203.0.113.1's refusals as allowed.
+func TestWhatIfFromInsideAWindow(t *testing.T) {
+	from := whatifT0.Add(1050 * time.Millisecond)
+	w, err := assemble.WhatIf(context.Background(), assemble.WhatIfOptions{Config: loadConfig(t, whatifConfig(5, 3)),
+		DecisionsDir: whatifLog(t), From: from, To: whatifT0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Replayed != 21 || w.Changed != 0 || len(w.Identities) != 0 {
+		t.Fatalf("from %v: replayed %d changed %d (want 21 and 0): %s", from, w.Replayed, w.Changed, identities(w))
+	}
+}
+
 // TestWhatIfTightened: /api/search down from 5 to 2 (challenges up to 4).
 func TestWhatIfTightened(t *testing.T) {
 	w := runWhatIf(t, whatifLog(t), 2, 3)
