@@ -45,8 +45,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"decisions", "cat", "--kinesis-stream", "s", "--from", "0"}, 2, "--from is an offset in a decision log"},
 		{[]string{"edge", "--help"}, 0, "-upstream"},
 		{[]string{"edge", "--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"edge", "--server", "nginx", "--listen", "127.0.0.1:0", "--admin-listen", "off"}, 1, `--server "nginx": want one of fasthttp, net/http`},
-		{[]string{"serve", "--server", "http2", "--listen", "127.0.0.1:0", "--admin-listen", "off"}, 1, `--server "http2": want one of fasthttp, net/http`},
+		{[]string{"edge", "--server", "nginx", "--listen", "127.0.0.1:0", "--admin-listen", "off"}, 2, `--server "nginx": want one of fasthttp, net/http`},
+		{[]string{"serve", "--server", "http2", "--listen", "127.0.0.1:0", "--admin-listen", "off"}, 2, `--server "http2": want one of fasthttp, net/http`},
 		{[]string{"config", "--help"}, 0, "config check FILE"},
 		{[]string{"config", "check", "--help"}, 0, "Usage: ratewarden config check"},
 		{[]string{"config"}, 2, "Usage: ratewarden config check"},
@@ -62,22 +62,22 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
-		{[]string{"lambda", "--aggregate", "--commit-records", "-1"}, 1, "--commit-records -1: want 0 (the whole batch) to 10000"},
+		{[]string{"lambda", "--aggregate", "--commit-records", "-1"}, 2, "--commit-records -1: want 0 (the whole batch) to 10000"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 1, `--partials "x": want dir:PATH or dynamodb:TABLE`},
 		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 1, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 1, "--alerts needs whole windows"},
-		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 1, `--rules "global": want rule ids`},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 2, `--rules "global": want rule ids`},
 		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
-		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "100ms"}, 1, "--poll 100ms: want 200ms to 1m"},
-		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "2m"}, 1, "--poll 2m0s: want 200ms to 1m"},
-		{[]string{"aggregate", "--decisions-dir", "l", "--state-dir", "d", "--linger", "0s"}, 1, "--linger 0s: want 1ms to 10s"},
-		{[]string{"aggregate", "--decisions-dir", "l", "--state-dir", "d", "--linger", "11s"}, 1, "--linger 11s: want 1ms to 10s"},
-		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "50ms"}, 1, "--idle 50ms: want 100ms to 1h"},
-		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "2h"}, 1, "--idle 2h0m0s: want 100ms to 1h"},
+		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "100ms"}, 2, "--poll 100ms: want 200ms to 1m"},
+		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "2m"}, 2, "--poll 2m0s: want 200ms to 1m"},
+		{[]string{"aggregate", "--decisions-dir", "l", "--state-dir", "d", "--linger", "0s"}, 2, "--linger 0s: want 1ms to 10s"},
+		{[]string{"aggregate", "--decisions-dir", "l", "--state-dir", "d", "--linger", "11s"}, 2, "--linger 11s: want 1ms to 10s"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "50ms"}, 2, "--idle 50ms: want 100ms to 1h"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "2h"}, 2, "--idle 2h0m0s: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `invalid value "soon" for flag -idle`},
 		{[]string{"aggregate", "--help"}, 0, "-idle duration"},
-		{[]string{"serve", "--idle", "0s"}, 1, "--idle 0s: want 100ms to 1h"},
+		{[]string{"serve", "--idle", "0s"}, 2, "--idle 0s: want 100ms to 1h"},
 		{[]string{"serve", "--help"}, 0, "-dashboard-listen"},
 		{[]string{"serve", "extra"}, 2, "Usage: ratewarden serve"},
 		{[]string{"serve", "--dashboard-listen", "0.0.0.0:0"}, 1, `dashboard listen "0.0.0.0:0": not a loopback address, and no token protects the dashboard`},
@@ -135,7 +135,7 @@ func TestTokenIssue(t *testing.T) {
 			t.Errorf("%v: token does not verify for %s: %v", c.args, c.subject, err)
 		}
 	}
-	if code, _, errs := runCLI(t, env, "token", "issue", "--ip", "nope"); code != 1 || !strings.Contains(errs, "--ip") {
+	if code, _, errs := runCLI(t, env, "token", "issue", "--ip", "nope"); code != 2 || !strings.Contains(errs, "--ip") {
 		t.Errorf("bad ip: exit %d %s", code, errs)
 	}
 }

@@ -52,12 +52,23 @@ func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
 		to = f.to.now()
 	}
 	if f.from.t.IsZero() {
-		return time.Time{}, time.Time{}, fmt.Errorf("--from is required")
+		return time.Time{}, time.Time{}, badFlag(fmt.Errorf("--from is required"))
 	}
-	if !f.from.t.Before(to) {
-		return time.Time{}, time.Time{}, fmt.Errorf("--from %s is not before --to %s", f.from.t.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	if err := checkRange("from", f.from.t, "to", to); err != nil {
+		return time.Time{}, time.Time{}, err
 	}
 	return f.from.t, to, nil
+}
+
+// checkRange refuses a range whose start, the flag named startFlag, is not
+// before its end, endFlag, as bad flags (badFlag) naming both and their
+// values: such a range holds nothing, and reading it would say so only as
+// an empty result. A zero time is an end not given, and fits any range.
+func checkRange(startFlag string, start time.Time, endFlag string, end time.Time) error {
+	if start.IsZero() || end.IsZero() || start.Before(end) {
+		return nil
+	}
+	return badFlag(fmt.Errorf("--%s %s is not before --%s %s", startFlag, start.UTC().Format(time.RFC3339Nano), endFlag, end.UTC().Format(time.RFC3339Nano)))
 }
 
 // runReport makes the abuse report of a time range (package report).
@@ -77,7 +88,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	format, err := report.ParseFormat(*rf.format)
 	if err != nil {
-		return fmt.Errorf("--%w", err)
+		return badFlag(fmt.Errorf("--%w", err))
 	}
 	_, ro, err := opts.options()
 	if err != nil {
@@ -155,7 +166,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	format, err := report.ParseFormat(*rf.format)
 	if err != nil {
-		return fmt.Errorf("--%w", err)
+		return badFlag(fmt.Errorf("--%w", err))
 	}
 	from, to, err := rf.rangeOrDefault()
 	if err != nil {

@@ -61,13 +61,19 @@ func TestReportCommand(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"report", "--partials", "dir:" + partials, "--from", to, "--to", from, "--out", out}, 1, "is not before"},
-		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--to", to, "--format", "pdf", "--out", out}, 1, "want md, html, json or csv"},
+		{[]string{"report", "--partials", "dir:" + partials, "--from", to, "--to", from, "--out", out}, 2, "--from " + to + " is not before --to " + from},
+		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--to", from, "--out", out}, 2, "is not before"},
+		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--to", to, "--format", "pdf", "--out", out}, 2, `--format "pdf": want md, html, json or csv`},
+		{[]string{"report", "--decisions-dir", logDir, "--from", "1h", "--format", "xml", "--out", out}, 2, `--format "xml": want md, html, json or csv`},
+		{[]string{"report", "--decisions-dir", logDir, "--from", from, "--window", "7s", "--out", out}, 2, "--window 7s: want 1s to 24h, dividing an hour"},
+		{[]string{"report", "--decisions-dir", logDir, "--to", "1h", "--out", out}, 2, "--from is required"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--window", "10s", "--out", out}, 1, "holds no partials of 10s windows; it holds 1m0s"},
 		{[]string{"report", "--partials", "dir:" + partials, "--decisions-dir", logDir, "--from", from}, 2, "Usage: ratewarden report"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", "yesterday"}, 2, "invalid value"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--alerts", filepath.Join(dir, "none.jsonl"), "--out", out}, 1, "none.jsonl"},
-		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", to, "--to", from}, 1, "is not before"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", to, "--to", from}, 2, "is not before"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--format", "xml"}, 2, `--format "xml": want md, html, json or csv`},
+		{[]string{"whatif", "--config", "no-such.yaml", "--decisions-dir", logDir, "--from", from}, 1, "no-such.yaml"},
 		{[]string{"whatif", "--decisions-dir", logDir, "--from", from}, 2, "Usage: ratewarden whatif"},
 		{[]string{"lambda", "--help"}, 0, "-report-range"},
 	}
