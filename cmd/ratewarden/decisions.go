@@ -113,6 +113,9 @@ func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, "ratewarden decisions cat: --from is an offset in a decision log (--dir); a Kinesis stream is read from its oldest record, use --since")
 		return errUsage
 	}
+	if err := checkRange("since", since.t, "until", until.t); err != nil {
+		return err
+	}
 	p := newEventPrinter(stdout, *format, *follow, *stream != "")
 	defer p.flush()
 	if *stream != "" {
