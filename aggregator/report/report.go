@@ -2,6 +2,7 @@ package report
 
 import (
 	"cmp"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ type Options struct {
 	From, To time.Time // the range; Build widens it to whole windows
 	Title    string    // default "Abuse report"
 	Source   string    // what was read, for the header, such as "partials dir:/var/lib/ratewarden/partials"
-	Top      int       // rows of each offenders table; default 10
+	Top      int       // rows of each top table; default 10; AllRows for every row
 	// TopK is how many clients the range's merged top-K lists hold;
 	// default 100, the aggregator's.
 	TopK int
@@ -25,6 +26,10 @@ type Options struct {
 	// summed into that many buckets of equal length. Default 360.
 	Points int
 }
+
+// AllRows, as Options.Top, lists every row of each top table: every
+// client the range's merged top-K lists hold, every rule.
+const AllRows = math.MaxInt
 
 func (o Options) withDefaults() Options {
 	if o.Title == "" {

@@ -31,7 +31,7 @@ func addReportFlags(fs *flag.FlagSet, title string) *reportFlags {
 	f.format = fs.String("format", "md", "output `format`: md, html, json or csv")
 	f.out = fs.String("out", "", "write to `file` (replaced whole when complete; untouched on error) instead of standard output")
 	f.title = fs.String("title", title, "the report's `title`")
-	f.top = fs.Int("top", 10, "rows of each top table (`n`)")
+	f.top = fs.Int("top", 10, "rows of each top table (`n`; 0: every row)")
 	return f
 }
 
@@ -58,6 +58,18 @@ func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
 		return time.Time{}, time.Time{}, err
 	}
 	return f.from.t, to, nil
+}
+
+// rows returns --top as the reports take it, 0 meaning every row
+// (report.AllRows), and refuses a negative one.
+func (f *reportFlags) rows() (int, error) {
+	switch {
+	case *f.top < 0:
+		return 0, badFlag(fmt.Errorf("--top %d: want 0 (every row) or more", *f.top))
+	case *f.top == 0:
+		return report.AllRows, nil
+	}
+	return *f.top, nil
 }
 
 // checkRange refuses a range whose start, the flag named startFlag, is not
@@ -98,8 +110,12 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	top, err := rf.rows()
+	if err != nil {
+		return err
+	}
 	job := &report.Job{DecisionsDir: *dir, Rollup: ro, AlertsFile: *alertsFile, Format: format,
-		Options: report.Options{From: from, To: to, Title: *rf.title, Top: *rf.top}}
+		Options: report.Options{From: from, To: to, Title: *rf.title, Top: top}}
 	if *partials != "" {
 		s, err := assemble.Partials(ctx, *partials)
 		if err != nil {
@@ -155,7 +171,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("whatif", "whatif --config candidate.yaml --decisions-dir DIR --from T [--to T] [--format md|html|json|csv] [--out FILE]", stderr)
 	cfgPath := fs.String("config", "", "the candidate configuration `file`")
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to replay")
-	reorder := fs.Duration("reorder", 30*time.Second, "how far out of decision-time order the log may hold requests (a decision is written when its response ends): the replay puts them back in order within this `horizon`")
+	reorder := fs.Duration("reorder", 30*time.Second, "how far out of decision-time order the log may hold requests (a decision is written when its response ends): the replay puts them back in order within this `horizon` (more than 0)")
 	rf := addReportFlags(fs, "What-if")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -172,6 +188,15 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	top, err := rf.rows()
+	if err != nil {
+		return err
+	}
+	// WhatIf takes a horizon of 0 for its default; here it would be a
+	// horizon given and silently replaced.
+	if *reorder <= 0 {
+		return badFlag(fmt.Errorf("--reorder %v: want more than 0", *reorder))
+	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return err
@@ -179,7 +204,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	bar, done := reportBar(stderr, "whatif")
 	total := logBytes(*dir)
 	w, err := assemble.WhatIf(ctx, assemble.WhatIfOptions{Config: cfg, DecisionsDir: *dir, From: from, To: to,
-		Top: *rf.top, Title: *rf.title, Source: "decision log " + *dir, Reorder: *reorder,
+		Top: top, Title: *rf.title, Source: "decision log " + *dir, Reorder: *reorder,
 		Progress: func(read uint64) { bar(read, total) }})
 	done()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +68,7 @@ func TestReportCommand(t *testing.T) {
 		{[]string{"report", "--decisions-dir", logDir, "--from", "1h", "--format", "xml", "--out", out}, 2, `--format "xml": want md, html, json or csv`},
 		{[]string{"report", "--decisions-dir", logDir, "--from", from, "--window", "7s", "--out", out}, 2, "--window 7s: want 1s to 24h, dividing an hour"},
 		{[]string{"report", "--decisions-dir", logDir, "--to", "1h", "--out", out}, 2, "--from is required"},
+		{[]string{"report", "--decisions-dir", logDir, "--from", from, "--top", "-1", "--out", out}, 2, "--top -1: want 0 (every row) or more"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--window", "10s", "--out", out}, 1, "holds no partials of 10s windows; it holds 1m0s"},
 		{[]string{"report", "--partials", "dir:" + partials, "--decisions-dir", logDir, "--from", from}, 2, "Usage: ratewarden report"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", "yesterday"}, 2, "invalid value"},
@@ -74,6 +76,9 @@ func TestReportCommand(t *testing.T) {
 		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", to, "--to", from}, 2, "is not before"},
 		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--format", "xml"}, 2, `--format "xml": want md, html, json or csv`},
 		{[]string{"whatif", "--config", "no-such.yaml", "--decisions-dir", logDir, "--from", from}, 1, "no-such.yaml"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--top", "-1"}, 2, "--top -1: want 0 (every row) or more"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--reorder", "0s"}, 2, "--reorder 0s: want more than 0"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--reorder", "-1s"}, 2, "--reorder -1s: want more than 0"},
 		{[]string{"whatif", "--decisions-dir", logDir, "--from", from}, 2, "Usage: ratewarden whatif"},
 		{[]string{"lambda", "--help"}, 0, "-report-range"},
 	}
@@ -85,6 +90,22 @@ func TestReportCommand(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(out); string(after) != string(stored) {
 		t.Error("a failed run changed --out")
+	}
+	// --top 0 is every row, in report as in whatif: every client the
+	// merged lists hold, where the default is 10.
+	ips := func(top string) int {
+		t.Helper()
+		code, stdout, errs := runCLI(t, nil, "report", "--decisions-dir", logDir, "--from", from, "--to", to, "--format", "json", "--top", top)
+		var r struct {
+			ByIP []json.RawMessage `json:"offenders_by_ip"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &r); code != 0 || err != nil {
+			t.Fatalf("report --top %s: exit %d, %v: %s", top, code, err, errs)
+		}
+		return len(r.ByIP)
+	}
+	if all, ten, many := ips("0"), ips("10"), ips("100000"); all != many || ten != 10 || all <= ten {
+		t.Errorf("report --top 0 lists %d addresses, --top 100000 %d, --top 10 %d", all, many, ten)
 	}
 	code, stdout, errs = runCLI(t, nil, "whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--to", to, "--format", "csv")
 	if code != 0 || !strings.Contains(stdout, "summary,row,requests replayed,") || !strings.Contains(errs, "whatif: replayed") {
