@@ -18,11 +18,14 @@ func (r *Report) document() *document {
 	d.meta = append(d.meta,
 		[2]string{"Range", stamp(r.From) + " to " + stamp(r.To)},
 		[2]string{"Window", r.Window},
-		[2]string{"Windows read", strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows)},
+		[2]string{"Windows read", c.WindowsRead()},
 	)
 	if !c.Complete {
-		d.warnings = append(d.warnings, "totals are partial: "+strconv.Itoa(c.Missing)+" of "+strconv.Itoa(c.Windows)+
-			" windows have no partial (no traffic, or not aggregated) and "+strconv.Itoa(len(c.Unreadable))+
+		missing := ""
+		if c.Missing > 0 {
+			missing = strconv.Itoa(c.Missing) + " of " + strconv.Itoa(c.Windows) + " windows have no partial (no traffic, or not aggregated) and "
+		}
+		d.warnings = append(d.warnings, "totals are partial: "+missing+strconv.Itoa(len(c.Unreadable))+
 			" inputs could not be read; see Coverage. Nothing missing is estimated.")
 	}
 	if c.NoClientChallenges > 0 {
@@ -122,11 +125,29 @@ func (r *Report) document() *document {
 }
 
 func coverageText(c Coverage) string {
-	s := strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows) + " windows have a partial; " + strconv.Itoa(len(c.Gaps)+c.MoreGaps) + " gaps."
-	if c.Complete {
+	s := strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows) + " windows have a partial" + emptyWindows(c) + "; " + strconv.Itoa(len(c.Gaps)+c.MoreGaps) + " gaps."
+	switch {
+	case c.Complete:
 		return s + " The totals are complete."
+	case c.Missing == 0:
+		return s + " Some input could not be read: the totals are marked partial and nothing is estimated for it."
 	}
 	return s + " A window without a partial had no traffic or was not aggregated: the partials cannot tell which, so the totals are marked partial and nothing is estimated for it."
+}
+
+// WindowsRead says how many windows of the range have a partial, and how
+// many of the others had no events, if any: "2 of 10 (8 had no events)".
+func (c Coverage) WindowsRead() string {
+	return strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows) + emptyWindows(c)
+}
+
+// emptyWindows says how many windows are known to have had no events, if
+// any: " (8 had no events)".
+func emptyWindows(c Coverage) string {
+	if c.Empty == 0 {
+		return ""
+	}
+	return " (" + strconv.Itoa(c.Empty) + " had no events)"
 }
 
 func problemTable(name string, ps []Problem) table {

@@ -73,21 +73,24 @@ type Report struct {
 
 // Coverage says which windows of the range the report rests on.
 type Coverage struct {
-	Windows    int       `json:"windows"`      // windows in the range
-	Read       int       `json:"windows_read"` // windows with a partial
-	Missing    int       `json:"windows_missing"`
-	Gaps       []Gap     `json:"gaps"`        // runs of windows without a partial, oldest first
-	MoreGaps   int       `json:"more_gaps"`   // gaps beyond those listed
-	Unreadable []Problem `json:"unreadable"`  // partial files or log records skipped
-	AlertLines int       `json:"alert_lines"` // lines of the alerts file read
+	Windows int `json:"windows"`      // windows in the range
+	Read    int `json:"windows_read"` // windows with a partial
+	// Empty are the windows without a partial known to have had no
+	// events: a report of the log itself (Windows.Rolled) has no other.
+	Empty      int       `json:"windows_empty"`
+	Missing    int       `json:"windows_missing"` // windows without a partial, not known empty
+	Gaps       []Gap     `json:"gaps"`            // runs of missing windows, oldest first
+	MoreGaps   int       `json:"more_gaps"`       // gaps beyond those listed
+	Unreadable []Problem `json:"unreadable"`      // partial files or log records skipped
+	AlertLines int       `json:"alert_lines"`     // lines of the alerts file read
 	AlertSkips []Problem `json:"alert_lines_skipped"`
 	AlertSkipN int       `json:"alert_lines_skipped_count"`
 	// NoClientChallenges counts the windows with challenges or token
 	// passes whose partial lists no client by either (partial encoding
 	// version 1): per-client challenges and solve rates leave them out.
 	NoClientChallenges int `json:"windows_without_client_challenges"`
-	// Complete is false when a window has no partial or an input could not
-	// be read: the totals may then undercount, and the report says so.
+	// Complete is false when a window is missing or an input could not be
+	// read: the totals may then undercount, and the report says so.
 	Complete bool `json:"complete"`
 }
 
@@ -412,10 +415,13 @@ const maxListed = 50
 
 func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time, unmerged []Problem) Coverage {
 	c := Coverage{Windows: int(to.Sub(from) / w.Size), Read: len(starts), Gaps: []Gap{}}
-	c.Missing = c.Windows - c.Read
+	if w.Rolled {
+		c.Empty = c.Windows - c.Read
+	}
+	c.Missing = c.Windows - c.Read - c.Empty
 	i := 0
 	var open *Gap
-	for s := from; s.Before(to); s = s.Add(w.Size) {
+	for s := from; c.Missing > 0 && s.Before(to); s = s.Add(w.Size) {
 		if i < len(starts) && starts[i].Equal(s) {
 			i++
 			open = nil
@@ -730,7 +736,9 @@ func trends(w *Windows, from, to time.Time, points int) map[string][]Point {
 		b := i / per
 		p := w.Parts[from.Add(time.Duration(i)*w.Size)]
 		if p == nil {
-			missing[b]++
+			if !w.Rolled { // else the window is empty: a zero, not a blank
+				missing[b]++
+			}
 			continue
 		}
 		for k, c := range p.Counts.Cells {

@@ -145,8 +145,8 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !c.Complete {
 		state = "partial"
 	}
-	fmt.Fprintf(stderr, "report: %s to %s, windows %d of %d, unreadable %d, alert lines skipped %d: %s\n",
-		r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), c.Read, c.Windows, len(c.Unreadable), c.AlertSkipN, state)
+	fmt.Fprintf(stderr, "report: %s to %s, windows %s, unreadable %d, alert lines skipped %d: %s\n",
+		r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), c.WindowsRead(), len(c.Unreadable), c.AlertSkipN, state)
 	return nil
 }
 
