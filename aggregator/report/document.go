@@ -62,14 +62,14 @@ func (r *Report) document() *document {
 		text: []string{"Solve rate: of the requests over a challenge rule's limit, the share that carried a valid challenge token (token passes ÷ (challenges + token passes)). Distinct clients are HyperLogLog estimates."}})
 
 	cov := section{title: "Coverage", text: []string{coverageText(c)}}
-	gaps := table{name: "gaps", cols: []string{"from", "to", "windows"}}
+	gaps := table{name: "gaps", title: "Missing windows", cols: []string{"from", "to", "windows"}}
 	for _, g := range c.Gaps {
 		gaps.rows = append(gaps.rows, []string{stamp(g.From), stamp(g.To), strconv.Itoa(g.Windows)})
 	}
 	if c.MoreGaps > 0 {
 		cov.text = append(cov.text, strconv.Itoa(c.MoreGaps)+" more gaps are not listed.")
 	}
-	cov.tables = append(cov.tables, gaps, problemTable("unreadable", c.Unreadable), problemTable("alert_lines_skipped", c.AlertSkips))
+	cov.tables = append(cov.tables, gaps, problemTable("unreadable", "Unreadable inputs", c.Unreadable), problemTable("alert_lines_skipped", "Skipped alert lines", c.AlertSkips))
 	d.sections = append(d.sections, cov)
 
 	d.sections = append(d.sections, section{title: "Trends", charts: []chart{{name: "trend", title: "Requests, refused and challenged per " + pointLen(r.Trend), points: r.Trend}}})
@@ -83,11 +83,11 @@ func (r *Report) document() *document {
 		section{title: "Top offenders by path", text: []string{"Each rule is a tier's path rule or global rule; counts are exact."}, tables: []table{pathTable("offenders_path", r.ByPath)}},
 	)
 
-	acts := table{name: "actions", cols: []string{"time", "policy", "list", "target", "ttl", "applied", "why", "alert"}}
+	acts := table{name: "actions", title: "Policy actions", cols: []string{"time", "policy", "list", "target", "ttl", "applied", "why", "alert"}}
 	for _, a := range r.Actions {
 		acts.rows = append(acts.rows, []string{stamp(a.Time), a.Policy, a.List, a.Target, a.TTL, strconv.FormatBool(a.Applied), a.Why, a.Alert})
 	}
-	fb := table{name: "feedback_events", cols: []string{"list", "action", "events"}}
+	fb := table{name: "feedback_events", title: "Feedback events", cols: []string{"list", "action", "events"}}
 	for _, f := range r.Feedback {
 		fb.rows = append(fb.rows, []string{f.List, f.Action, u(f.Events)})
 	}
@@ -150,8 +150,8 @@ func emptyWindows(c Coverage) string {
 	return " (" + strconv.Itoa(c.Empty) + " had no events)"
 }
 
-func problemTable(name string, ps []Problem) table {
-	t := table{name: name, cols: []string{"source", "error"}}
+func problemTable(name, title string, ps []Problem) table {
+	t := table{name: name, title: title, cols: []string{"source", "error"}}
 	for _, p := range ps {
 		t.rows = append(t.rows, []string{p.Source, p.Error})
 	}

@@ -560,12 +560,17 @@ func TestRangeTopK(t *testing.T) {
 }
 
 // TestEmptyRange: a range with no partial renders, lists empty and the
-// totals marked partial, in every format.
+// totals marked partial, in every format; each empty table of a section
+// of several says which it is.
 func TestEmptyRange(t *testing.T) {
 	w := &Windows{Size: time.Minute, Parts: map[time.Time]*aggregator.Partial{}}
 	r := Build(w, nil, Options{From: t0, To: t0.Add(time.Hour)})
 	if r.Coverage.Complete || r.Coverage.Missing != 60 || len(r.Coverage.Gaps) != 1 || r.Summary.Requests != 0 {
 		t.Errorf("coverage %+v", r.Coverage)
+	}
+	empty := map[Format][]string{
+		Markdown: {"**Unreadable inputs:** none.", "**Skipped alert lines:** none.", "**Policy actions:** none.", "**Feedback events:** none."},
+		HTML:     {"<p><b>Unreadable inputs:</b> none.</p>", "<p><b>Skipped alert lines:</b> none.</p>", "<p><b>Policy actions:</b> none.</p>"},
 	}
 	for _, f := range []Format{Markdown, HTML, JSON, CSV} {
 		var b bytes.Buffer
@@ -574,6 +579,11 @@ func TestEmptyRange(t *testing.T) {
 		}
 		if f == JSON && strings.Contains(strings.ReplaceAll(b.String(), `"solve_rate": null`, ""), "null") {
 			t.Errorf("json has null lists:\n%s", b.String())
+		}
+		for _, want := range empty[f] {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("%s lacks %q:\n%s", f, want, b.String())
+			}
 		}
 	}
 }
