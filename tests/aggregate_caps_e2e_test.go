@@ -17,9 +17,10 @@ import (
 
 // TestAggregatorCapFlags: every command that runs the aggregator
 // (aggregate, replay, serve, and lambda --aggregate, on the stand-in of
-// the Lambda runtime) refuses an aggregator flag out of range, naming the
-// flag and the allowed range, before it reads, serves or polls anything:
-// one table of cases, each run by the commands that have its flag.
+// the Lambda runtime) refuses an aggregator flag out of range as bad
+// flags (exit 2), naming the flag and the allowed range, before it reads,
+// serves or polls anything: one table of cases, each run by the commands
+// that have its flag.
 func TestAggregatorCapFlags(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -54,8 +55,8 @@ func TestAggregatorCapFlags(t *testing.T) {
 			cmd.Dir = dir
 			cmd.Env = append(cmd.Environ(), "AWS_LAMBDA_RUNTIME_API="+strings.TrimPrefix(rt.srv.URL, "http://"))
 			out, err := cmd.CombinedOutput()
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !bytes.Contains(out, []byte(c.msg)) {
-				t.Errorf("%s %s %s: %v\n%s\nwant exit 1 and %q", name, c.flag, c.value, err, out, c.msg)
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !bytes.Contains(out, []byte(c.msg)) {
+				t.Errorf("%s %s %s: %v\n%s\nwant exit 2 (bad flags) and %q", name, c.flag, c.value, err, out, c.msg)
 			}
 		}
 	}

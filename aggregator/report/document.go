@@ -18,11 +18,14 @@ func (r *Report) document() *document {
 	d.meta = append(d.meta,
 		[2]string{"Range", stamp(r.From) + " to " + stamp(r.To)},
 		[2]string{"Window", r.Window},
-		[2]string{"Windows read", strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows)},
+		[2]string{"Windows read", c.WindowsRead()},
 	)
 	if !c.Complete {
-		d.warnings = append(d.warnings, "totals are partial: "+strconv.Itoa(c.Missing)+" of "+strconv.Itoa(c.Windows)+
-			" windows have no partial (no traffic, or not aggregated) and "+strconv.Itoa(len(c.Unreadable))+
+		missing := ""
+		if c.Missing > 0 {
+			missing = strconv.Itoa(c.Missing) + " of " + strconv.Itoa(c.Windows) + " windows have no partial (no traffic, or not aggregated) and "
+		}
+		d.warnings = append(d.warnings, "totals are partial: "+missing+strconv.Itoa(len(c.Unreadable))+
 			" inputs could not be read; see Coverage. Nothing missing is estimated.")
 	}
 	if c.NoClientChallenges > 0 {
@@ -59,14 +62,14 @@ func (r *Report) document() *document {
 		text: []string{"Solve rate: of the requests over a challenge rule's limit, the share that carried a valid challenge token (token passes ÷ (challenges + token passes)). Distinct clients are HyperLogLog estimates."}})
 
 	cov := section{title: "Coverage", text: []string{coverageText(c)}}
-	gaps := table{name: "gaps", cols: []string{"from", "to", "windows"}}
+	gaps := table{name: "gaps", title: "Missing windows", cols: []string{"from", "to", "windows"}}
 	for _, g := range c.Gaps {
 		gaps.rows = append(gaps.rows, []string{stamp(g.From), stamp(g.To), strconv.Itoa(g.Windows)})
 	}
 	if c.MoreGaps > 0 {
 		cov.text = append(cov.text, strconv.Itoa(c.MoreGaps)+" more gaps are not listed.")
 	}
-	cov.tables = append(cov.tables, gaps, problemTable("unreadable", c.Unreadable), problemTable("alert_lines_skipped", c.AlertSkips))
+	cov.tables = append(cov.tables, gaps, problemTable("unreadable", "Unreadable inputs", c.Unreadable), problemTable("alert_lines_skipped", "Skipped alert lines", c.AlertSkips))
 	d.sections = append(d.sections, cov)
 
 	d.sections = append(d.sections, section{title: "Trends", charts: []chart{{name: "trend", title: "Requests, refused and challenged per " + pointLen(r.Trend), points: r.Trend}}})
@@ -80,11 +83,11 @@ func (r *Report) document() *document {
 		section{title: "Top offenders by path", text: []string{"Each rule is a tier's path rule or global rule; counts are exact."}, tables: []table{pathTable("offenders_path", r.ByPath)}},
 	)
 
-	acts := table{name: "actions", cols: []string{"time", "policy", "list", "target", "ttl", "applied", "why", "alert"}}
+	acts := table{name: "actions", title: "Policy actions", cols: []string{"time", "policy", "list", "target", "ttl", "applied", "why", "alert"}}
 	for _, a := range r.Actions {
 		acts.rows = append(acts.rows, []string{stamp(a.Time), a.Policy, a.List, a.Target, a.TTL, strconv.FormatBool(a.Applied), a.Why, a.Alert})
 	}
-	fb := table{name: "feedback_events", cols: []string{"list", "action", "events"}}
+	fb := table{name: "feedback_events", title: "Feedback events", cols: []string{"list", "action", "events"}}
 	for _, f := range r.Feedback {
 		fb.rows = append(fb.rows, []string{f.List, f.Action, u(f.Events)})
 	}
@@ -122,15 +125,33 @@ func (r *Report) document() *document {
 }
 
 func coverageText(c Coverage) string {
-	s := strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows) + " windows have a partial; " + strconv.Itoa(len(c.Gaps)+c.MoreGaps) + " gaps."
-	if c.Complete {
+	s := strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows) + " windows have a partial" + emptyWindows(c) + "; " + strconv.Itoa(len(c.Gaps)+c.MoreGaps) + " gaps."
+	switch {
+	case c.Complete:
 		return s + " The totals are complete."
+	case c.Missing == 0:
+		return s + " Some input could not be read: the totals are marked partial and nothing is estimated for it."
 	}
 	return s + " A window without a partial had no traffic or was not aggregated: the partials cannot tell which, so the totals are marked partial and nothing is estimated for it."
 }
 
-func problemTable(name string, ps []Problem) table {
-	t := table{name: name, cols: []string{"source", "error"}}
+// WindowsRead says how many windows of the range have a partial, and how
+// many of the others had no events, if any: "2 of 10 (8 had no events)".
+func (c Coverage) WindowsRead() string {
+	return strconv.Itoa(c.Read) + " of " + strconv.Itoa(c.Windows) + emptyWindows(c)
+}
+
+// emptyWindows says how many windows are known to have had no events, if
+// any: " (8 had no events)".
+func emptyWindows(c Coverage) string {
+	if c.Empty == 0 {
+		return ""
+	}
+	return " (" + strconv.Itoa(c.Empty) + " had no events)"
+}
+
+func problemTable(name, title string, ps []Problem) table {
+	t := table{name: name, title: title, cols: []string{"source", "error"}}
 	for _, p := range ps {
 		t.rows = append(t.rows, []string{p.Source, p.Error})
 	}

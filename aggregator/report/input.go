@@ -25,6 +25,11 @@ type Windows struct {
 	Size     time.Duration
 	Parts    map[time.Time]*aggregator.Partial // by window start
 	Problems []Problem                         // unreadable partial files or log records
+	// Rolled is true when the windows were rolled up from the log itself
+	// (RollLog): every window of the range was aggregated, so one without
+	// a partial had no events. Stored partials cannot tell such a window
+	// from one that was not aggregated.
+	Rolled bool
 }
 
 // Problem is one input that could not be read: a partial file, a log
@@ -134,7 +139,7 @@ func RollLog(ctx context.Context, dir string, o aggregator.Options, from, to tim
 	}
 	defer rd.Close()
 	r := aggregator.NewRollup(o)
-	w := &Windows{Size: r.Options().Window, Parts: map[time.Time]*aggregator.Partial{}}
+	w := &Windows{Size: r.Options().Window, Parts: map[time.Time]*aggregator.Partial{}, Rolled: true}
 	collect := func(out aggregator.Output) error {
 		if acc := w.Parts[out.Partial.Start]; acc != nil {
 			return acc.Merge(out.Partial, false)

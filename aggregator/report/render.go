@@ -59,8 +59,12 @@ type section struct {
 
 type table struct {
 	name string // the csv's table column
-	cols []string
-	rows [][]string
+	// title labels the table, or says it is empty ("Title: none."), in
+	// a section of several, where a bare "None." would not say which
+	// is; "" in a section whose title says what its one table is.
+	title string
+	cols  []string
+	rows  [][]string
 }
 
 type chart struct {
@@ -124,9 +128,15 @@ func (d *document) markdown(b *bytes.Buffer) {
 				spark(c.points, func(p Point) uint64 { return p.Challenged }, 0))
 		}
 		for _, t := range s.tables {
-			if len(t.rows) == 0 {
+			switch {
+			case len(t.rows) == 0 && t.title != "":
+				fmt.Fprintf(b, "**%s:** none.\n\n", mdEscape(t.title))
+				continue
+			case len(t.rows) == 0:
 				b.WriteString("None.\n\n")
 				continue
+			case t.title != "":
+				fmt.Fprintf(b, "**%s:**\n\n", mdEscape(t.title))
 			}
 			row := func(cells []string) {
 				b.WriteString("|")
@@ -268,10 +278,12 @@ svg text{font:11px system-ui,sans-serif;fill:#444}
 {{end}}{{range .Sections}}{{if .Sub}}<h3>{{.Title}}</h3>{{else}}<h2>{{.Title}}</h2>{{end}}
 {{range .Text}}<p>{{.}}</p>
 {{end}}{{range .Charts}}{{.}}
-{{end}}{{range .Tables}}{{if .Rows}}<table>
+{{end}}{{range .Tables}}{{if .Rows}}{{if .Title}}<p><b>{{.Title}}:</b></p>
+{{end}}<table>
 <tr>{{range .Cols}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}{{if .N}}<td class="n">{{.S}}</td>{{else}}<td>{{.S}}</td>{{end}}{{end}}</tr>
 {{end}}</table>
+{{else if .Title}}<p><b>{{.Title}}:</b> none.</p>
 {{else}}<p>None.</p>
 {{end}}{{end}}{{end}}</body>
 </html>
@@ -285,8 +297,9 @@ type htmlCell struct {
 // html writes d as one HTML page; every string of d is plain.
 func (d *document) html(b *bytes.Buffer) error {
 	type htmlTable struct {
-		Cols []string
-		Rows [][]htmlCell
+		Title string
+		Cols  []string
+		Rows  [][]htmlCell
 	}
 	type htmlSection struct {
 		Title  string
@@ -310,7 +323,7 @@ func (d *document) html(b *bytes.Buffer) error {
 			hs.Charts = append(hs.Charts, svgChart(c))
 		}
 		for _, t := range s.tables {
-			ht := htmlTable{Cols: plainAll(t.cols)}
+			ht := htmlTable{Title: plain(t.title), Cols: plainAll(t.cols)}
 			for _, r := range t.rows {
 				cells := make([]htmlCell, len(r))
 				for i, c := range r {

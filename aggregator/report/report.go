@@ -2,6 +2,7 @@ package report
 
 import (
 	"cmp"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ type Options struct {
 	From, To time.Time // the range; Build widens it to whole windows
 	Title    string    // default "Abuse report"
 	Source   string    // what was read, for the header, such as "partials dir:/var/lib/ratewarden/partials"
-	Top      int       // rows of each offenders table; default 10
+	Top      int       // rows of each top table; default 10; AllRows for every row
 	// TopK is how many clients the range's merged top-K lists hold;
 	// default 100, the aggregator's.
 	TopK int
@@ -25,6 +26,10 @@ type Options struct {
 	// summed into that many buckets of equal length. Default 360.
 	Points int
 }
+
+// AllRows, as Options.Top, lists every row of each top table: every
+// client the range's merged top-K lists hold, every rule.
+const AllRows = math.MaxInt
 
 func (o Options) withDefaults() Options {
 	if o.Title == "" {
@@ -68,21 +73,24 @@ type Report struct {
 
 // Coverage says which windows of the range the report rests on.
 type Coverage struct {
-	Windows    int       `json:"windows"`      // windows in the range
-	Read       int       `json:"windows_read"` // windows with a partial
-	Missing    int       `json:"windows_missing"`
-	Gaps       []Gap     `json:"gaps"`        // runs of windows without a partial, oldest first
-	MoreGaps   int       `json:"more_gaps"`   // gaps beyond those listed
-	Unreadable []Problem `json:"unreadable"`  // partial files or log records skipped
-	AlertLines int       `json:"alert_lines"` // lines of the alerts file read
+	Windows int `json:"windows"`      // windows in the range
+	Read    int `json:"windows_read"` // windows with a partial
+	// Empty are the windows without a partial known to have had no
+	// events: a report of the log itself (Windows.Rolled) has no other.
+	Empty      int       `json:"windows_empty"`
+	Missing    int       `json:"windows_missing"` // windows without a partial, not known empty
+	Gaps       []Gap     `json:"gaps"`            // runs of missing windows, oldest first
+	MoreGaps   int       `json:"more_gaps"`       // gaps beyond those listed
+	Unreadable []Problem `json:"unreadable"`      // partial files or log records skipped
+	AlertLines int       `json:"alert_lines"`     // lines of the alerts file read
 	AlertSkips []Problem `json:"alert_lines_skipped"`
 	AlertSkipN int       `json:"alert_lines_skipped_count"`
 	// NoClientChallenges counts the windows with challenges or token
 	// passes whose partial lists no client by either (partial encoding
 	// version 1): per-client challenges and solve rates leave them out.
 	NoClientChallenges int `json:"windows_without_client_challenges"`
-	// Complete is false when a window has no partial or an input could not
-	// be read: the totals may then undercount, and the report says so.
+	// Complete is false when a window is missing or an input could not be
+	// read: the totals may then undercount, and the report says so.
 	Complete bool `json:"complete"`
 }
 
@@ -407,10 +415,13 @@ const maxListed = 50
 
 func coverage(w *Windows, a *Alerts, from, to time.Time, starts []time.Time, unmerged []Problem) Coverage {
 	c := Coverage{Windows: int(to.Sub(from) / w.Size), Read: len(starts), Gaps: []Gap{}}
-	c.Missing = c.Windows - c.Read
+	if w.Rolled {
+		c.Empty = c.Windows - c.Read
+	}
+	c.Missing = c.Windows - c.Read - c.Empty
 	i := 0
 	var open *Gap
-	for s := from; s.Before(to); s = s.Add(w.Size) {
+	for s := from; c.Missing > 0 && s.Before(to); s = s.Add(w.Size) {
 		if i < len(starts) && starts[i].Equal(s) {
 			i++
 			open = nil
@@ -725,7 +736,9 @@ func trends(w *Windows, from, to time.Time, points int) map[string][]Point {
 		b := i / per
 		p := w.Parts[from.Add(time.Duration(i)*w.Size)]
 		if p == nil {
-			missing[b]++
+			if !w.Rolled { // else the window is empty: a zero, not a blank
+				missing[b]++
+			}
 			continue
 		}
 		for k, c := range p.Counts.Cells {

@@ -302,7 +302,10 @@ func TestCompleteRange(t *testing.T) {
 }
 
 // TestRollLogMatchesStoredPartials: the report of a log rolled up on the
-// fly equals the report of the partials `aggregate` stores from it.
+// fly equals the report of the partials `aggregate` stores from it, but
+// for the range's last window, which has no events: the partials cannot
+// tell it from a window not aggregated, and mark the totals partial; the
+// log read whole can, and says it had no events.
 func TestRollLogMatchesStoredPartials(t *testing.T) {
 	ds := fixedEvents()
 	logDir := t.TempDir()
@@ -333,9 +336,20 @@ func TestRollLogMatchesStoredPartials(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := Options{From: from, To: to, TopK: 20}
+	r := Build(rolled, nil, o)
+	var md bytes.Buffer
+	r.Render(&md, Markdown)
+	if c := r.Coverage; !c.Complete || c.Empty != 1 || c.Missing != 0 || len(c.Gaps) != 0 || c.Read != 11 || r.Trend[len(r.Trend)-1].Missing != 0 ||
+		strings.Contains(md.String(), "partial:") || !strings.Contains(md.String(), `11 of 12 windows have a partial \(1 had no events\); 0 gaps. The totals are complete.`) {
+		t.Errorf("coverage of the log %+v, last trend point %+v:\n%s", c, r.Trend[len(r.Trend)-1], md.String())
+	}
+	if c := Build(stored, nil, o).Coverage; c.Complete || c.Missing != 1 || c.Empty != 0 {
+		t.Errorf("coverage of the partials %+v", c)
+	}
+	stored.Rolled = true // the rest alike
 	var a, b bytes.Buffer
 	Build(stored, nil, o).Render(&a, JSON)
-	Build(rolled, nil, o).Render(&b, JSON)
+	r.Render(&b, JSON)
 	if a.String() != b.String() || calls == 0 {
 		t.Errorf("on the fly (%d progress calls):\n%s\nstored:\n%s", calls, b.String(), a.String())
 	}
@@ -546,12 +560,17 @@ func TestRangeTopK(t *testing.T) {
 }
 
 // TestEmptyRange: a range with no partial renders, lists empty and the
-// totals marked partial, in every format.
+// totals marked partial, in every format; each empty table of a section
+// of several says which it is.
 func TestEmptyRange(t *testing.T) {
 	w := &Windows{Size: time.Minute, Parts: map[time.Time]*aggregator.Partial{}}
 	r := Build(w, nil, Options{From: t0, To: t0.Add(time.Hour)})
 	if r.Coverage.Complete || r.Coverage.Missing != 60 || len(r.Coverage.Gaps) != 1 || r.Summary.Requests != 0 {
 		t.Errorf("coverage %+v", r.Coverage)
+	}
+	empty := map[Format][]string{
+		Markdown: {"**Unreadable inputs:** none.", "**Skipped alert lines:** none.", "**Policy actions:** none.", "**Feedback events:** none."},
+		HTML:     {"<p><b>Unreadable inputs:</b> none.</p>", "<p><b>Skipped alert lines:</b> none.</p>", "<p><b>Policy actions:</b> none.</p>"},
 	}
 	for _, f := range []Format{Markdown, HTML, JSON, CSV} {
 		var b bytes.Buffer
@@ -561,6 +580,30 @@ func TestEmptyRange(t *testing.T) {
 		if f == JSON && strings.Contains(strings.ReplaceAll(b.String(), `"solve_rate": null`, ""), "null") {
 			t.Errorf("json has null lists:\n%s", b.String())
 		}
+		for _, want := range empty[f] {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("%s lacks %q:\n%s", f, want, b.String())
+			}
+		}
+	}
+}
+
+// TestRolledEmptyRange: a range of the log itself with no event is
+// complete, every window empty; only an input it could not read marks its
+// totals partial.
+func TestRolledEmptyRange(t *testing.T) {
+	w := &Windows{Size: time.Minute, Parts: map[time.Time]*aggregator.Partial{}, Rolled: true}
+	o := Options{From: t0, To: t0.Add(time.Hour)}
+	if c := Build(w, nil, o).Coverage; !c.Complete || c.Empty != 60 || c.Missing != 0 || len(c.Gaps) != 0 {
+		t.Errorf("coverage %+v", c)
+	}
+	w.Problems = []Problem{{Source: "log", Error: "checksum mismatch"}}
+	r := Build(w, nil, o)
+	var md bytes.Buffer
+	r.Render(&md, Markdown)
+	if c := r.Coverage; c.Complete || c.Missing != 0 || !strings.Contains(md.String(), "totals are partial: 1 inputs could not be read") ||
+		!strings.Contains(md.String(), "Some input could not be read") {
+		t.Errorf("coverage %+v:\n%s", c, md.String())
 	}
 }
 

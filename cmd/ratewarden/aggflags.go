@@ -97,13 +97,19 @@ func (f *aggregatorFlags) rulesFlag(fs *flag.FlagSet, cfgPath *string) {
 }
 
 // options returns the checked options and their rollup; with an EMF sink,
-// the rules of --config and --rules read.
+// the rules of --config and --rules read. A flag out of range is a
+// flagError.
 func (f *aggregatorFlags) options() (assemble.AggregatorOptions, aggregator.Options, error) {
 	ro, err := f.o.Rollup()
 	if err != nil {
-		return f.o, ro, err
+		return f.o, ro, badFlag(err)
 	}
 	if f.cfgPath != nil && f.o.EMF != "" {
+		// The list alone first: a bad id is a bad flag, where a bad
+		// --config file is an error in what was read.
+		if _, err := assemble.ConfiguredRules("", *f.rules); err != nil {
+			return f.o, ro, badFlag(err)
+		}
 		if f.o.Rules, err = assemble.ConfiguredRules(*f.cfgPath, *f.rules); err != nil {
 			return f.o, ro, err
 		}

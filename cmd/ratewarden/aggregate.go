@@ -78,10 +78,10 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return err
 	}
 	if *linger < time.Millisecond || *linger > 10*time.Second {
-		return fmt.Errorf("aggregate: --linger %v: want 1ms to 10s", *linger)
+		return badFlag(fmt.Errorf("aggregate: --linger %v: want 1ms to 10s", *linger))
 	}
 	if *poll < 200*time.Millisecond || *poll > time.Minute {
-		return fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll)
+		return badFlag(fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll))
 	}
 	opened, err := ao.OpenSinks(ctx, stdout, source)
 	defer opened.Close(context.WithoutCancel(ctx))

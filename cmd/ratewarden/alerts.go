@@ -33,7 +33,7 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errUsage
 	}
 	if *window <= 0 || *settle < 1 || *poll <= 0 {
-		return fmt.Errorf("alerts: --window, --settle and --poll must be positive")
+		return badFlag(fmt.Errorf("alerts: --window, --settle and --poll must be positive"))
 	}
 	store, err := assemble.Partials(ctx, *partials)
 	if err != nil {

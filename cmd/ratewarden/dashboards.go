@@ -42,11 +42,11 @@ func runDashboards(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	switch {
 	case !(*blockRatio > 0 && *blockRatio < 1):
-		return fmt.Errorf("dashboards: --block-ratio %v: want more than 0 and less than 1", *blockRatio)
+		return badFlag(fmt.Errorf("dashboards: --block-ratio %v: want more than 0 and less than 1", *blockRatio))
 	case !(*failOpen > 0 && *failOpen < 1):
-		return fmt.Errorf("dashboards: --fail-open-ratio %v: want more than 0 and less than 1", *failOpen)
+		return badFlag(fmt.Errorf("dashboards: --fail-open-ratio %v: want more than 0 and less than 1", *failOpen))
 	case *lag < 1 || *lag > 60:
-		return fmt.Errorf("dashboards: --lag-minutes %d: want 1 to 60", *lag)
+		return badFlag(fmt.Errorf("dashboards: --lag-minutes %d: want 1 to 60", *lag))
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {

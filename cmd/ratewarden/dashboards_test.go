@@ -175,8 +175,8 @@ func TestDashboardsFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"dashboards"}, 2, "Usage: ratewarden dashboards"},
-		{[]string{"dashboards", "--out", t.TempDir(), "--block-ratio", "2"}, 1, "--block-ratio 2: want more than 0 and less than 1"},
-		{[]string{"dashboards", "--out", t.TempDir(), "--lag-minutes", "0"}, 1, "--lag-minutes 0: want 1 to 60"},
+		{[]string{"dashboards", "--out", t.TempDir(), "--block-ratio", "2"}, 2, "--block-ratio 2: want more than 0 and less than 1"},
+		{[]string{"dashboards", "--out", t.TempDir(), "--lag-minutes", "0"}, 2, "--lag-minutes 0: want 1 to 60"},
 		{[]string{"dashboards", "--out", t.TempDir(), "--config", "nope.yaml"}, 1, "nope.yaml"},
 	} {
 		code, out, errs := runCLI(t, nil, c.args...)

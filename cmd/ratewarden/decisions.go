@@ -107,13 +107,21 @@ func runDecisionsCat(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if (*dir == "") == (*stream == "") || fs.NArg() > 0 || (*format != "json" && *format != "table") {
+	switch {
+	case *dir != "" && *stream != "":
+		return badFlag(errors.New("--dir and --kinesis-stream: give one source, not both"))
+	case *dir == "" && *stream == "" || fs.NArg() > 0:
 		fs.Usage()
 		return errUsage
+	case *format != "json" && *format != "table":
+		return badFlag(fmt.Errorf("--format %q: want json or table", *format))
 	}
 	if *stream != "" && flagSet(fs, "from") {
 		fmt.Fprintln(stderr, "ratewarden decisions cat: --from is an offset in a decision log (--dir); a Kinesis stream is read from its oldest record, use --since")
 		return errUsage
+	}
+	if err := checkRange("since", since.t, "until", until.t); err != nil {
+		return err
 	}
 	p := newEventPrinter(stdout, *format, *follow, *stream != "")
 	defer p.flush()

@@ -25,9 +25,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	}
 	switch {
 	case *duration < time.Second || *duration > 24*time.Hour:
-		return fmt.Errorf("demo: --duration %v: want 1s to 24h", *duration)
+		return badFlag(fmt.Errorf("demo: --duration %v: want 1s to 24h", *duration))
 	case !(*speed >= 1 && *speed <= 1000):
-		return fmt.Errorf("demo: --speed %v: want 1 to 1000", *speed)
+		return badFlag(fmt.Errorf("demo: --speed %v: want 1 to 1000", *speed))
 	}
 	if *dash == "off" {
 		*dash = ""

@@ -81,7 +81,7 @@ func overrideServer(cfg *config.Config, server string) error {
 		return nil
 	}
 	if !slices.Contains(config.EdgeServers, server) {
-		return fmt.Errorf("--server %q: want one of %s", server, strings.Join(config.EdgeServers, ", "))
+		return badFlag(fmt.Errorf("--server %q: want one of %s", server, strings.Join(config.EdgeServers, ", ")))
 	}
 	cfg.Edge.Server = server
 	return nil

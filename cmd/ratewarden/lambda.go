@@ -45,7 +45,7 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	if *commitRecords < 0 || *commitRecords > 10_000 {
-		return fmt.Errorf("lambda: --commit-records %d: want 0 (the whole batch) to 10000", *commitRecords)
+		return badFlag(fmt.Errorf("lambda: --commit-records %d: want 0 (the whole batch) to 10000", *commitRecords))
 	}
 	if getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return errors.New("lambda: AWS_LAMBDA_RUNTIME_API is not set: run this inside AWS Lambda (use \"ratewarden edge\" elsewhere)")
@@ -56,7 +56,7 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if *reportMode {
 		f, err := report.ParseFormat(*format)
 		if err != nil {
-			return fmt.Errorf("--%w", err)
+			return badFlag(fmt.Errorf("--%w", err))
 		}
 		store, err := assemble.Partials(ctx, af.o.Partials)
 		if err != nil {

@@ -40,6 +40,19 @@ var version = "dev"
 // errUsage marks errors whose message is a usage text: exit 2.
 var errUsage = errors.New("usage")
 
+// flagError is a bad flag value, or flags that do not go together, with a
+// message that names them, what they got and what is allowed: it exits 2,
+// as errUsage does, but with its message printed where the usage would
+// hide which flag was wrong. Exit 1 is left to errors in what a command
+// read or did (README, "From cron").
+type flagError struct{ err error }
+
+func (e flagError) Error() string   { return e.err.Error() }
+func (e flagError) Unwrap() []error { return []error{e.err, errUsage} }
+
+// badFlag marks err, which names the flag, as a flagError.
+func badFlag(err error) error { return flagError{err} }
+
 func main() {
 	catchHangups()
 	ctx, stop := stopOnSignal(os.Stderr)
@@ -97,10 +110,13 @@ func exitCode(err error, stderr io.Writer) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case err == errUsage: // the usage has been printed
 		return 2
 	}
 	fmt.Fprintln(stderr, "ratewarden:", err)
+	if errors.Is(err, errUsage) {
+		return 2
+	}
 	return 1
 }
 

@@ -31,7 +31,7 @@ func addReportFlags(fs *flag.FlagSet, title string) *reportFlags {
 	f.format = fs.String("format", "md", "output `format`: md, html, json or csv")
 	f.out = fs.String("out", "", "write to `file` (replaced whole when complete; untouched on error) instead of standard output")
 	f.title = fs.String("title", title, "the report's `title`")
-	f.top = fs.Int("top", 10, "rows of each top table (`n`)")
+	f.top = fs.Int("top", 10, "rows of each top table (`n`; 0: every row)")
 	return f
 }
 
@@ -52,12 +52,35 @@ func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
 		to = f.to.now()
 	}
 	if f.from.t.IsZero() {
-		return time.Time{}, time.Time{}, fmt.Errorf("--from is required")
+		return time.Time{}, time.Time{}, badFlag(fmt.Errorf("--from is required"))
 	}
-	if !f.from.t.Before(to) {
-		return time.Time{}, time.Time{}, fmt.Errorf("--from %s is not before --to %s", f.from.t.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	if err := checkRange("from", f.from.t, "to", to); err != nil {
+		return time.Time{}, time.Time{}, err
 	}
 	return f.from.t, to, nil
+}
+
+// rows returns --top as the reports take it, 0 meaning every row
+// (report.AllRows), and refuses a negative one.
+func (f *reportFlags) rows() (int, error) {
+	switch {
+	case *f.top < 0:
+		return 0, badFlag(fmt.Errorf("--top %d: want 0 (every row) or more", *f.top))
+	case *f.top == 0:
+		return report.AllRows, nil
+	}
+	return *f.top, nil
+}
+
+// checkRange refuses a range whose start, the flag named startFlag, is not
+// before its end, endFlag, as bad flags (badFlag) naming both and their
+// values: such a range holds nothing, and reading it would say so only as
+// an empty result. A zero time is an end not given, and fits any range.
+func checkRange(startFlag string, start time.Time, endFlag string, end time.Time) error {
+	if start.IsZero() || end.IsZero() || start.Before(end) {
+		return nil
+	}
+	return badFlag(fmt.Errorf("--%s %s is not before --%s %s", startFlag, start.UTC().Format(time.RFC3339Nano), endFlag, end.UTC().Format(time.RFC3339Nano)))
 }
 
 // runReport makes the abuse report of a time range (package report).
@@ -77,7 +100,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	format, err := report.ParseFormat(*rf.format)
 	if err != nil {
-		return fmt.Errorf("--%w", err)
+		return badFlag(fmt.Errorf("--%w", err))
 	}
 	_, ro, err := opts.options()
 	if err != nil {
@@ -87,8 +110,12 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	top, err := rf.rows()
+	if err != nil {
+		return err
+	}
 	job := &report.Job{DecisionsDir: *dir, Rollup: ro, AlertsFile: *alertsFile, Format: format,
-		Options: report.Options{From: from, To: to, Title: *rf.title, Top: *rf.top}}
+		Options: report.Options{From: from, To: to, Title: *rf.title, Top: top}}
 	if *partials != "" {
 		s, err := assemble.Partials(ctx, *partials)
 		if err != nil {
@@ -118,8 +145,8 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !c.Complete {
 		state = "partial"
 	}
-	fmt.Fprintf(stderr, "report: %s to %s, windows %d of %d, unreadable %d, alert lines skipped %d: %s\n",
-		r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), c.Read, c.Windows, len(c.Unreadable), c.AlertSkipN, state)
+	fmt.Fprintf(stderr, "report: %s to %s, windows %s, unreadable %d, alert lines skipped %d: %s\n",
+		r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), c.WindowsRead(), len(c.Unreadable), c.AlertSkipN, state)
 	return nil
 }
 
@@ -144,7 +171,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("whatif", "whatif --config candidate.yaml --decisions-dir DIR --from T [--to T] [--format md|html|json|csv] [--out FILE]", stderr)
 	cfgPath := fs.String("config", "", "the candidate configuration `file`")
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to replay")
-	reorder := fs.Duration("reorder", 30*time.Second, "how far out of decision-time order the log may hold requests (a decision is written when its response ends): the replay puts them back in order within this `horizon`")
+	reorder := fs.Duration("reorder", 30*time.Second, "how far out of decision-time order the log may hold requests (a decision is written when its response ends): the replay puts them back in order within this `horizon` (more than 0)")
 	rf := addReportFlags(fs, "What-if")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -155,11 +182,20 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	format, err := report.ParseFormat(*rf.format)
 	if err != nil {
-		return fmt.Errorf("--%w", err)
+		return badFlag(fmt.Errorf("--%w", err))
 	}
 	from, to, err := rf.rangeOrDefault()
 	if err != nil {
 		return err
+	}
+	top, err := rf.rows()
+	if err != nil {
+		return err
+	}
+	// WhatIf takes a horizon of 0 for its default; here it would be a
+	// horizon given and silently replaced.
+	if *reorder <= 0 {
+		return badFlag(fmt.Errorf("--reorder %v: want more than 0", *reorder))
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
@@ -168,7 +204,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	bar, done := reportBar(stderr, "whatif")
 	total := logBytes(*dir)
 	w, err := assemble.WhatIf(ctx, assemble.WhatIfOptions{Config: cfg, DecisionsDir: *dir, From: from, To: to,
-		Top: *rf.top, Title: *rf.title, Source: "decision log " + *dir, Reorder: *reorder,
+		Top: top, Title: *rf.title, Source: "decision log " + *dir, Reorder: *reorder,
 		Progress: func(read uint64) { bar(read, total) }})
 	done()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,13 +62,23 @@ func TestReportCommand(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"report", "--partials", "dir:" + partials, "--from", to, "--to", from, "--out", out}, 1, "is not before"},
-		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--to", to, "--format", "pdf", "--out", out}, 1, "want md, html, json or csv"},
+		{[]string{"report", "--partials", "dir:" + partials, "--from", to, "--to", from, "--out", out}, 2, "--from " + to + " is not before --to " + from},
+		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--to", from, "--out", out}, 2, "is not before"},
+		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--to", to, "--format", "pdf", "--out", out}, 2, `--format "pdf": want md, html, json or csv`},
+		{[]string{"report", "--decisions-dir", logDir, "--from", "1h", "--format", "xml", "--out", out}, 2, `--format "xml": want md, html, json or csv`},
+		{[]string{"report", "--decisions-dir", logDir, "--from", from, "--window", "7s", "--out", out}, 2, "--window 7s: want 1s to 24h, dividing an hour"},
+		{[]string{"report", "--decisions-dir", logDir, "--to", "1h", "--out", out}, 2, "--from is required"},
+		{[]string{"report", "--decisions-dir", logDir, "--from", from, "--top", "-1", "--out", out}, 2, "--top -1: want 0 (every row) or more"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--window", "10s", "--out", out}, 1, "holds no partials of 10s windows; it holds 1m0s"},
 		{[]string{"report", "--partials", "dir:" + partials, "--decisions-dir", logDir, "--from", from}, 2, "Usage: ratewarden report"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", "yesterday"}, 2, "invalid value"},
 		{[]string{"report", "--partials", "dir:" + partials, "--from", from, "--alerts", filepath.Join(dir, "none.jsonl"), "--out", out}, 1, "none.jsonl"},
-		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", to, "--to", from}, 1, "is not before"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", to, "--to", from}, 2, "is not before"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--format", "xml"}, 2, `--format "xml": want md, html, json or csv`},
+		{[]string{"whatif", "--config", "no-such.yaml", "--decisions-dir", logDir, "--from", from}, 1, "no-such.yaml"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--top", "-1"}, 2, "--top -1: want 0 (every row) or more"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--reorder", "0s"}, 2, "--reorder 0s: want more than 0"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--reorder", "-1s"}, 2, "--reorder -1s: want more than 0"},
 		{[]string{"whatif", "--decisions-dir", logDir, "--from", from}, 2, "Usage: ratewarden whatif"},
 		{[]string{"lambda", "--help"}, 0, "-report-range"},
 	}
@@ -79,6 +90,28 @@ func TestReportCommand(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(out); string(after) != string(stored) {
 		t.Error("a failed run changed --out")
+	}
+	// The log's quiet windows around its events are empty, not missing:
+	// the totals are complete.
+	code, stdout, errs = runCLI(t, nil, "report", "--decisions-dir", logDir, "--from", t0.Add(-3*time.Minute).Format(time.RFC3339), "--to", t0.Add(5*time.Minute).Format(time.RFC3339))
+	if code != 0 || !strings.Contains(errs, "windows 2 of 8 (6 had no events), unreadable 0, alert lines skipped 0: complete") || strings.Contains(stdout, "partial:") {
+		t.Errorf("report of a log with quiet windows: exit %d, stderr %s\n%s", code, errs, stdout)
+	}
+	// --top 0 is every row, in report as in whatif: every client the
+	// merged lists hold, where the default is 10.
+	ips := func(top string) int {
+		t.Helper()
+		code, stdout, errs := runCLI(t, nil, "report", "--decisions-dir", logDir, "--from", from, "--to", to, "--format", "json", "--top", top)
+		var r struct {
+			ByIP []json.RawMessage `json:"offenders_by_ip"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &r); code != 0 || err != nil {
+			t.Fatalf("report --top %s: exit %d, %v: %s", top, code, err, errs)
+		}
+		return len(r.ByIP)
+	}
+	if all, ten, many := ips("0"), ips("10"), ips("100000"); all != many || ten != 10 || all <= ten {
+		t.Errorf("report --top 0 lists %d addresses, --top 100000 %d, --top 10 %d", all, many, ten)
 	}
 	code, stdout, errs = runCLI(t, nil, "whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", logDir, "--from", from, "--to", to, "--format", "csv")
 	if code != 0 || !strings.Contains(stdout, "summary,row,requests replayed,") || !strings.Contains(errs, "whatif: replayed") {

@@ -35,7 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return errUsage
 	}
 	if _, err := af.o.Rollup(); err != nil { // the flags' values; serve.* are checked with the configuration
-		return err
+		return badFlag(err)
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {

@@ -46,12 +46,12 @@ func runToken(args []string, stdout, stderr io.Writer, getenv func(string) strin
 		*ttl = cfg.Challenge.TokenTTL
 	}
 	if *ttl <= 0 || *ttl > 24*time.Hour {
-		return fmt.Errorf("issue token: --ttl %s: want a duration from 1s to 24h", *ttl)
+		return badFlag(fmt.Errorf("issue token: --ttl %s: want a duration from 1s to 24h", *ttl))
 	}
 	var addr netip.Addr
 	if *ip != "" {
 		if addr, err = netip.ParseAddr(*ip); err != nil {
-			return fmt.Errorf("issue token: --ip: %w", err)
+			return badFlag(fmt.Errorf("issue token: --ip: %w", err))
 		}
 		addr = identity.CountingAddr(cfg.Identity.NAT64().Of(addr), cfg.Identity.IPv6Prefix)
 	}
