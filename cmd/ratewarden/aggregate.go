@@ -240,6 +240,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if err := checkRange("from", from.t, "to", to.t); err != nil {
+		return err
+	}
 	if ents, err := os.ReadDir(*out); err == nil && len(ents) > 0 {
 		return fmt.Errorf("replay: --out %s is not empty: give a new directory", *out)
 	}

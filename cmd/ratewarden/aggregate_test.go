@@ -284,12 +284,16 @@ func TestDecisionsExportLeavesFilesAlone(t *testing.T) {
 	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
 	for _, o := range []string{segs[0], filepath.Join(dir, "export.parquet"), filepath.Join(dir, ".", "x", "..", "y.parquet")} {
 		code, out, errs := runCLI(t, nil, "decisions", "export", "--dir", dir, "--out", o)
-		if code != 1 || out != "" || !strings.Contains(errs, "is inside the decision log") {
+		if code != 2 || out != "" || !strings.Contains(errs, "is inside the decision log") {
 			t.Errorf("--out %s: exit %d, stdout %q, stderr %q; want a refusal", o, code, out, errs)
 		}
 	}
 	if after := snapshot(t, dir); !maps.EqualFunc(before, after, bytes.Equal) {
 		t.Errorf("the log changed under refused exports: %d files before, %d after", len(before), len(after))
+	}
+	code, _, errs = runCLI(t, nil, "decisions", "export", "--dir", dir, "--out", out, "--since", "2026-12-01T03:01:00Z", "--until", "2026-12-01T03:00:00Z")
+	if code != 2 || !strings.Contains(errs, "--since 2026-12-01T03:01:00Z is not before --until 2026-12-01T03:00:00Z") {
+		t.Errorf("an inverted range: exit %d, stderr %q; want 2 and both flags", code, errs)
 	}
 
 	code, stdout, errs := runCLI(t, nil, "decisions", "export", "--dir", dir, "--out", out)
@@ -344,6 +348,10 @@ func TestReplayFailureLeavesOutEmpty(t *testing.T) {
 	code, _, errs := runCLI(t, nil, "replay", "--decisions-dir", filepath.Join(tmp, "nope"), "--out", out)
 	if _, err := os.Stat(out); code != 1 || !strings.Contains(errs, "is not a decision log directory") || err == nil {
 		t.Errorf("a missing log: exit %d, stderr %q, --out made: %v", code, errs, err == nil)
+	}
+	code, _, errs = runCLI(t, nil, "replay", "--decisions-dir", dir, "--out", out, "--from", "2026-12-01T03:01:00Z", "--to", "2026-12-01T03:00:00Z")
+	if _, err := os.Stat(out); code != 2 || !strings.Contains(errs, "--from 2026-12-01T03:01:00Z is not before --to 2026-12-01T03:00:00Z") || err == nil {
+		t.Errorf("an inverted range: exit %d, stderr %q, --out made: %v; want 2, both flags, none", code, errs, err == nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

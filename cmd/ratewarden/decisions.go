@@ -391,7 +391,7 @@ func runDecisionsExport(ctx context.Context, args []string, stdout, stderr io.Wr
 		fs.Usage()
 		return errUsage
 	}
-	if err := outsideLog(*out, *dir); err != nil {
+	if err := errors.Join(checkRange("since", since.t, "until", until.t), outsideLog(*out, *dir)); err != nil {
 		return err
 	}
 	r, err := decisionlog.Open(*dir, decisionlog.Filter{Since: since.t, Until: until.t})
@@ -454,7 +454,7 @@ func outsideLog(out, dir string) error {
 		o = filepath.Join(ro, filepath.Base(o))
 	}
 	if rel, err := filepath.Rel(d, o); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return fmt.Errorf("--out %s is inside the decision log %s: write it elsewhere", out, dir)
+		return badFlag(fmt.Errorf("--out %s is inside the decision log %s: write it elsewhere", out, dir))
 	}
 	return nil
 }
