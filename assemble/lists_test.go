@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -363,5 +364,72 @@ func TestEdgeReadsListsThroughNAT64(t *testing.T) {
 		"deny: add 203.0.113.10\n"
 	if out.String() != want {
 		t.Errorf("lists add printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// TestListsAddOverActive: `lists add --pending` over an entry of the
+// target that applies is refused, saying what is there and what to do,
+// and the list and the edge are left as they were: before, the proposal
+// replaced the entry, and the edge let the client through until someone
+// approved it. A plain add over it still replaces it, and says what it
+// replaced, so that an add --ttl that shortens a permanent entry shows.
+func TestListsAddOverActive(t *testing.T) {
+	at := time.Now().UTC().Truncate(time.Second)
+	later := at.Add(time.Hour).Format(time.RFC3339)
+	cases := []struct {
+		name     string
+		first    assemble.ListsAction // run before, by alice
+		then     assemble.ListsAction // the add of the case, by bob
+		out, err string
+		left     []string // the list's entries after, with states
+		denied   bool     // whether the edge refuses 110.0.0.1 after
+	}{{
+		name:  "a proposal over an entry that applies",
+		first: assemble.ListsAction{Reason: "x"}, then: assemble.ListsAction{Pending: true, Reason: "proposal"},
+		err:  "add 110.0.0.1 to deny as pending: the entry 110.0.0.1 applies (until removed, by alice, reason \"x\"), and a proposal would replace it, so that it would not apply until approved; add without --pending to change it, or remove it first (lists remove) to propose another",
+		left: []string{"110.0.0.1 active"}, denied: true,
+	}, {
+		name:  "a proposal over a proposal",
+		first: assemble.ListsAction{Pending: true}, then: assemble.ListsAction{Pending: true, Reason: "proposal"},
+		out:  "deny: add 110.0.0.1\n",
+		left: []string{"110.0.0.1 pending"},
+	}, {
+		name:  "an entry with a TTL over a permanent one",
+		first: assemble.ListsAction{Reason: "x"}, then: assemble.ListsAction{TTL: time.Hour},
+		out:  "deny: add 110.0.0.1\nnote: replaced the entry 110.0.0.1 that applied (until removed, by alice, reason \"x\")\n",
+		left: []string{"110.0.0.1 active"}, denied: true,
+	}, {
+		name:  "a permanent entry over one with a TTL",
+		first: assemble.ListsAction{TTL: time.Hour}, then: assemble.ListsAction{},
+		out:  "deny: add 110.0.0.1\nnote: replaced the entry 110.0.0.1 that applied (until " + later + ", by alice)\n",
+		left: []string{"110.0.0.1 active"}, denied: true,
+	}}
+	for _, kind := range []string{"file", "table"} {
+		for _, c := range cases {
+			t.Run(kind+"/"+c.name, func(t *testing.T) {
+				ctx := context.Background()
+				e, store, cfg := listsEdgeConfig(t, kind, filepath.Join(t.TempDir(), "log"), time.Hour, nil)
+				defer e.Close(ctx)
+				now := func() time.Time { return at }
+				run := func(a assemble.ListsAction, by string, w *strings.Builder) error {
+					a.Action, a.List, a.Target, a.By = "add", lists.Deny, "110.0.0.1", by
+					return a.Run(ctx, cfg, now, w)
+				}
+				if err := run(c.first, "alice", &strings.Builder{}); err != nil {
+					t.Fatal(err)
+				}
+				var out strings.Builder
+				err := run(c.then, "bob", &out)
+				if errText(err) != c.err || out.String() != c.out {
+					t.Errorf("lists add: printed %q, error %q; want %q, error %q", out.String(), errText(err), c.out, c.err)
+				}
+				if got := listStates(t, store, lists.Deny); !slices.Equal(got, c.left) {
+					t.Errorf("after lists add the list holds %q, want %q", got, c.left)
+				}
+				if got := denied(t, e, "110.0.0.1:1"); got != c.denied {
+					t.Errorf("after lists add the edge refuses 110.0.0.1: %v, want %v", got, c.denied)
+				}
+			})
+		}
 	}
 }
