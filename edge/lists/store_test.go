@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -541,5 +542,86 @@ func TestTableThrottled(t *testing.T) {
 		if n := th.Calls(op); n != 3 {
 			t.Errorf("%s: %d calls, want 3 (two throttled, then the one that went through)", op, n)
 		}
+	}
+}
+
+// TestSingleAddressPrefix: an address written with its full length
+// (90.0.0.1/32, 2001:db8::1/128), which earlier writers stored under that
+// key, is the address: read as it, replaced by a Put of it (or of the other
+// spelling), and removed through it. Before, the two spellings were two
+// entries of one client, so that an add --ttl over a permanent entry
+// left it applying, and a remove of the address left the /32.
+func TestSingleAddressPrefix(t *testing.T) {
+	stored := map[string]func(*testing.T, store, string){ // puts an entry as earlier writers stored it
+		"file": func(t *testing.T, s store, k string) {
+			path := s.(*fileStore).paths[Deny]
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString(k + " by=old\n"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"table": func(t *testing.T, s store, k string) {
+			it := key(Deny, k)
+			it[TableByAttribute] = str("old")
+			if _, err := s.(*TableStore).calls.Put(context.Background(), &dynamodb.PutItemInput{Item: it}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, open := range map[string]func(*testing.T, func() time.Time) store{"file": newFileStore, "table": newTableStore} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := open(t, func() time.Time { return t0 })
+			entries := func() string {
+				t.Helper()
+				es, err := s.Entries(ctx, Deny)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []string
+				for _, e := range es {
+					out = append(out, e.Target+" "+e.State(t0)+" by="+e.By)
+				}
+				slices.Sort(out)
+				return strings.Join(out, ", ")
+			}
+			denied := func(addr string) bool {
+				t.Helper()
+				es, err := s.Entries(ctx, Deny)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return New(es, t0).ContainsAt(netip.MustParseAddr(addr), "", t0.Add(2*time.Hour))
+			}
+			stored[name](t, s, "90.0.0.1/32")
+			stored[name](t, s, "2001:db8::1/128")
+			if !denied("90.0.0.1") || !denied("2001:db8::1") {
+				t.Fatalf("the entries stored with their full length do not apply: %s", entries())
+			}
+			if err := s.Put(ctx, Entry{List: Deny, Target: "90.0.0.1", By: "bob", Expires: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Put(ctx, Entry{List: Deny, Target: "90.0.0.2", By: "bob"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Put(ctx, Entry{List: Deny, Target: "::ffff:90.0.0.2/128", By: "carol", Expires: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Remove(ctx, Deny, "2001:db8::1", "bob"); err != nil {
+				t.Fatalf("Remove of the address of a /128: %v", err)
+			}
+			if got, want := entries(), "2001:db8::1 removed by=bob, 90.0.0.1 active by=bob, 90.0.0.2 active by=carol"; got != want {
+				t.Errorf("entries %s, want %s", got, want)
+			}
+			for _, a := range []string{"90.0.0.1", "90.0.0.2", "2001:db8::1"} {
+				if denied(a) {
+					t.Errorf("%s is still denied after the entry that replaced it expired, or after its removal", a)
+				}
+			}
+		})
 	}
 }

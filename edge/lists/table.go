@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -98,6 +99,16 @@ func (s *TableStore) Put(ctx context.Context, e Entry) error {
 	}
 	if _, err := s.calls.Put(ctx, &dynamodb.PutItemInput{Item: item(&e)}); err != nil {
 		return fmt.Errorf("put %s on %s: %w", e.Target, e.List, err)
+	}
+	// Writers kept an address typed with its length (203.0.113.7/32)
+	// under that key until NormalizeTarget made it the address. Entries
+	// and the edge read that item as the address, so it is replaced too,
+	// as a file's line in either spelling is.
+	if p, err := netip.ParseAddr(e.Target); err == nil {
+		old := netip.PrefixFrom(p, p.BitLen()).String()
+		if err := s.calls.Delete(ctx, key(e.List, old)); err != nil {
+			return fmt.Errorf("put %s on %s: delete its item %s: %w", e.Target, e.List, old, err)
+		}
 	}
 	return nil
 }
