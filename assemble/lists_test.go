@@ -433,3 +433,34 @@ func TestListsAddOverActive(t *testing.T) {
 		}
 	}
 }
+
+// TestListsRemoveHandEditedLines: `lists remove` of a client whose deny
+// file, edited by hand, holds two lines of it (one that applies and one
+// that expired, or two that apply) removes it, says so once, and the edge
+// lets it through: before, when the last line had expired, it said no
+// such entry and exited 1 while the edge refused the client.
+func TestListsRemoveHandEditedLines(t *testing.T) {
+	ctx := context.Background()
+	e, store, cfg := listsEdgeConfig(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, nil)
+	defer e.Close(ctx)
+	expired, later := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	for _, file := range []string{"50.0.0.1\n50.0.0.1 expires=" + expired + "\n", "50.0.0.1 expires=" + expired + "\n50.0.0.1\n", "50.0.0.1\n50.0.0.1 expires=" + later + "\n"} {
+		if err := os.WriteFile(cfg.Lists.DenyFile, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if !denied(t, e, "50.0.0.1:1") {
+			t.Fatalf("the edge does not refuse 50.0.0.1 with\n%s", file)
+		}
+		var out strings.Builder
+		err := assemble.ListsAction{Action: "remove", List: lists.Deny, Target: "50.0.0.1", By: "bob"}.Run(ctx, cfg, nil, &out)
+		if err != nil || out.String() != "deny: remove 50.0.0.1\n" {
+			t.Errorf("lists remove of\n%s: printed %q, error %v; want %q", file, out.String(), err, "deny: remove 50.0.0.1\n")
+		}
+		if got := listStates(t, store, lists.Deny); !slices.Equal(got, []string{"50.0.0.1 removed"}) {
+			t.Errorf("after lists remove the list holds %q, want one tombstone", got)
+		}
+		if denied(t, e, "50.0.0.1:1") {
+			t.Error("the edge refuses 50.0.0.1 after lists remove")
+		}
+	}
+}

@@ -69,18 +69,25 @@ func (s *FileStore) Put(ctx context.Context, e Entry) error {
 
 // Remove marks the entry of target on list removed by by, leaving a
 // tombstone for TombstoneAge. It returns ErrNotFound when no entry for
-// target applies or waits for approval.
+// target applies or waits for approval. A file edited by hand may hold
+// several lines of target, of which the edge applies the longest-lived:
+// when one of them applies or waits, the tombstone replaces them all.
 func (s *FileStore) Remove(ctx context.Context, list, target, by string) error {
 	t, now, err := s.key(list, target, by)
 	if err != nil {
 		return err
 	}
-	return s.edit(ctx, list, func(es []Entry, at map[string]int) (string, *Entry, error) {
-		i, ok := at[t]
-		if !ok || !es[i].Removed.IsZero() || (!es[i].Expires.IsZero() && !now.Before(es[i].Expires)) {
+	return s.edit(ctx, list, func(es []Entry, _ map[string]int) (string, *Entry, error) {
+		var live *Entry
+		for i := range es {
+			if e := &es[i]; e.Target == t && e.Removed.IsZero() && (e.Expires.IsZero() || now.Before(e.Expires)) {
+				live = e
+			}
+		}
+		if live == nil {
 			return "", nil, fmt.Errorf("remove %s from %s: %w", t, list, ErrNotFound)
 		}
-		return t, tombstone(es[i], by, now), nil
+		return t, tombstone(*live, by, now), nil
 	})
 }
 

@@ -625,3 +625,33 @@ func TestSingleAddressPrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestFileStoreRemovesEveryLine: a hand-edited file with several lines of
+// one target is read as the longest-lived of them, and Remove removes them
+// all when any applies or waits for approval, whichever line it is: before,
+// it looked at the last line alone, said no such entry when that one had
+// expired, and the edge went on applying the other.
+func TestFileStoreRemovesEveryLine(t *testing.T) {
+	past, later := t0.Add(-time.Hour).Format(time.RFC3339), t1.Format(time.RFC3339)
+	f := func(file string, removed bool) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "deny.list")
+		if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := NewFileStore(map[string]string{Deny: path}, func() time.Time { return t0 })
+		err := s.Remove(context.Background(), Deny, "50.0.0.1", "bob")
+		got, _ := os.ReadFile(path)
+		want := file
+		if removed {
+			want = "# hand-edited\n50.0.0.1 by=bob removed=2026-12-01T17:00:00Z\n"
+		}
+		if (err == nil) != removed || string(got) != want {
+			t.Errorf("Remove of\n%s: %v; the file holds\n%s\nwant\n%s", file, err, got, want)
+		}
+	}
+	f("# hand-edited\n50.0.0.1\n50.0.0.1 expires="+past+"\n", true)
+	f("# hand-edited\n50.0.0.1 expires="+past+"\n50.0.0.1 expires="+later+"\n", true)
+	f("# hand-edited\n50.0.0.1 pending=true\n50.0.0.1 removed="+past+"\n", true)
+	f("# hand-edited\n50.0.0.1 removed="+past+"\n50.0.0.1 expires="+past+"\n", false)
+}
