@@ -25,7 +25,7 @@ import (
 // policies through their own Put and Remove.
 type ListStore interface {
 	Put(ctx context.Context, e lists.Entry) error
-	Remove(ctx context.Context, list, target, by string) error
+	Remove(ctx context.Context, list, target, by, reason string) error
 	Approve(ctx context.Context, list, target, by string) error
 	Entries(ctx context.Context, list string) ([]lists.Entry, error)
 }
@@ -134,7 +134,7 @@ type ListsAction struct {
 	List    string        // allow, deny or challenge; "" with show: every list
 	Target  string        // an address, a CIDR prefix or user:<id>; not for show
 	TTL     time.Duration // add: how long the entry applies; 0: until removed
-	Reason  string        // add: why
+	Reason  string        // add, remove: why
 	By      string        // who
 	Pending bool          // add: proposed, applies once approved
 	JSON    bool          // show: JSON instead of a table
@@ -163,6 +163,9 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	}
 	if a.TTL < 0 || (a.TTL != 0 && a.Action != "add") {
 		return fmt.Errorf("--ttl %s: want a positive duration, with add only", a.TTL)
+	}
+	if a.Pending && a.Action != "add" {
+		return fmt.Errorf("--pending: with add only (lists %s takes effect at once)", a.Action)
 	}
 	store, names, _, err := OpenLists(ctx, cfg, now)
 	if err != nil {
@@ -275,7 +278,7 @@ func (a ListsAction) remove(ctx context.Context, store ListStore, nat clientip.N
 		if s := e.State(now); s != lists.StateActive && s != lists.StatePending {
 			continue
 		}
-		err := store.Remove(ctx, a.List, e.Target, a.By)
+		err := store.Remove(ctx, a.List, e.Target, a.By, a.Reason)
 		if errors.Is(err, lists.ErrNotFound) {
 			continue // removed or expired since it was read
 		}

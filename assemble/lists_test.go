@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -138,7 +139,7 @@ func TestEdgeObeysListStores(t *testing.T) {
 			}
 			reload()
 			got = append(got, statusOf(h, client), statusOf(h, "203.0.113.8:1000"))
-			if err := store.Remove(ctx, lists.Challenge, "203.0.113.7", "bob"); err != nil {
+			if err := store.Remove(ctx, lists.Challenge, "203.0.113.7", "bob", "resolved"); err != nil {
 				t.Fatal(err)
 			}
 			reload()
@@ -158,7 +159,7 @@ func TestEdgeObeysListStores(t *testing.T) {
 					events = append(events, d.Action+" "+d.List+" "+d.Target+" "+d.Node+" "+d.Reason)
 				}
 			}
-			if want := "add challenge 203.0.113.7 alice scraper\nremove challenge 203.0.113.7 bob scraper"; strings.Join(events, "\n") != want {
+			if want := "add challenge 203.0.113.7 alice scraper\nremove challenge 203.0.113.7 bob resolved"; strings.Join(events, "\n") != want {
 				t.Errorf("feedback events:\n%s\nwant\n%s", strings.Join(events, "\n"), want)
 			}
 			if fmt.Sprint(counts.Feedback) != "map[challenge/add:1 challenge/remove:1]" {
@@ -190,7 +191,7 @@ func BenchmarkListPropagation(b *testing.B) {
 				time.Sleep(time.Duration(phase.Int64N(int64(time.Second))))
 				var err error
 				if listed {
-					err = store.Remove(ctx, lists.Challenge, "203.0.113.7", "bench")
+					err = store.Remove(ctx, lists.Challenge, "203.0.113.7", "bench", "")
 				} else {
 					err = store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "bench"})
 				}
@@ -462,5 +463,65 @@ func TestListsRemoveHandEditedLines(t *testing.T) {
 		if denied(t, e, "50.0.0.1:1") {
 			t.Error("the edge refuses 50.0.0.1 after lists remove")
 		}
+	}
+}
+
+// TestListsRemoveReason: `lists remove --reason` is recorded as why the
+// entry was removed, on its tombstone and in the feedback event, and a
+// remove without one records none: before, the reason given was dropped
+// and both carried the add's ("bob removed it: scraper"). --pending, which
+// only an add can be, is refused with remove as --ttl is.
+func TestListsRemoveReason(t *testing.T) {
+	for _, kind := range []string{"file", "table"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			logDir := filepath.Join(t.TempDir(), "log")
+			e, store, cfg := listsEdgeConfig(t, kind, logDir, time.Hour, nil)
+			run := func(a assemble.ListsAction) error {
+				a.List = lists.Deny
+				return a.Run(ctx, cfg, nil, io.Discard)
+			}
+			for _, a := range []assemble.ListsAction{
+				{Action: "add", Target: "203.0.113.7", By: "alice", Reason: "scraper"},
+				{Action: "add", Target: "203.0.113.8", By: "alice", Reason: "scraper"},
+				{Action: "remove", Target: "203.0.113.7", By: "bob", Reason: "a false positive"},
+				{Action: "remove", Target: "203.0.113.8", By: "bob"},
+			} {
+				if err := run(a); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Lists[lists.Deny].Reload(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := run(assemble.ListsAction{Action: "remove", Target: "203.0.113.9", By: "bob", Pending: true})
+			if want := "--pending: with add only (lists remove takes effect at once)"; errText(err) != want {
+				t.Errorf("lists remove --pending: %v, want %s", err, want)
+			}
+			es, err := store.Entries(ctx, lists.Deny)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tombs []string
+			for _, x := range es {
+				tombs = append(tombs, fmt.Sprintf("%s %s by=%s reason=%q", x.Target, x.State(time.Now()), x.By, x.Reason))
+			}
+			sort.Strings(tombs)
+			if want := "203.0.113.7 removed by=bob reason=\"a false positive\"\n203.0.113.8 removed by=bob reason=\"\""; strings.Join(tombs, "\n") != want {
+				t.Errorf("entries\n%s\nwant\n%s", strings.Join(tombs, "\n"), want)
+			}
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var events []string
+			for _, d := range logEvents(t, logDir) {
+				if d.Kind == decisions.KindFeedback && d.Action == "remove" {
+					events = append(events, fmt.Sprintf("%s %s by=%s reason=%q", d.Action, d.Target, d.Node, d.Reason))
+				}
+			}
+			if want := "remove 203.0.113.7 by=bob reason=\"a false positive\"\nremove 203.0.113.8 by=bob reason=\"\""; strings.Join(events, "\n") != want {
+				t.Errorf("feedback events\n%s\nwant\n%s", strings.Join(events, "\n"), want)
+			}
+		})
 	}
 }

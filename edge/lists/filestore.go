@@ -67,14 +67,19 @@ func (s *FileStore) Put(ctx context.Context, e Entry) error {
 	})
 }
 
-// Remove marks the entry of target on list removed by by, leaving a
-// tombstone for TombstoneAge. It returns ErrNotFound when no entry for
+// Remove marks the entry of target on list removed by by because of
+// reason ("" for none), leaving a tombstone for TombstoneAge: it says who
+// removed the entry and why, not why it was added. It returns
+// ErrNotFound when no entry for
 // target applies or waits for approval. A file edited by hand may hold
 // several lines of target, of which the edge applies the longest-lived:
 // when one of them applies or waits, the tombstone replaces them all.
-func (s *FileStore) Remove(ctx context.Context, list, target, by string) error {
+func (s *FileStore) Remove(ctx context.Context, list, target, by, reason string) error {
 	t, now, err := s.key(list, target, by)
 	if err != nil {
+		return err
+	}
+	if _, err := checkText(attrReason, reason, MaxReasonLen); err != nil {
 		return err
 	}
 	return s.edit(ctx, list, func(es []Entry, _ map[string]int) (string, *Entry, error) {
@@ -87,7 +92,7 @@ func (s *FileStore) Remove(ctx context.Context, list, target, by string) error {
 		if live == nil {
 			return "", nil, fmt.Errorf("remove %s from %s: %w", t, list, ErrNotFound)
 		}
-		return t, tombstone(*live, by, now), nil
+		return t, tombstone(*live, by, reason, now), nil
 	})
 }
 
@@ -285,9 +290,9 @@ func prepare(e *Entry, now time.Time) error {
 	return e.Validate()
 }
 
-// tombstone is e removed by by at now.
-func tombstone(e Entry, by string, now time.Time) *Entry {
-	e.Removed, e.By, e.Pending = now, by, false
+// tombstone is e removed by by at now because of reason.
+func tombstone(e Entry, by, reason string, now time.Time) *Entry {
+	e.Removed, e.By, e.Reason, e.Pending = now, by, reason, false
 	e.Expires = time.Time{}
 	return &e
 }

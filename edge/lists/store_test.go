@@ -27,7 +27,7 @@ import (
 // reader's, and a Source for a Watcher.
 type store interface {
 	Put(ctx context.Context, e Entry) error
-	Remove(ctx context.Context, list, target, by string) error
+	Remove(ctx context.Context, list, target, by, reason string) error
 	Approve(ctx context.Context, list, target, by string) error
 	Entries(ctx context.Context, list string) ([]Entry, error)
 	Source
@@ -172,14 +172,14 @@ func testStore(t *testing.T, open func(*testing.T, func() time.Time) store) {
 	clk.set(t0.Add(30 * time.Minute)) // bob's entry expires: no event, it carried its TTL
 	in("expired", true, false)
 	events("expired")
-	if err := s.Remove(ctx, Challenge, u, "dave"); !errors.Is(err, ErrNotFound) {
+	if err := s.Remove(ctx, Challenge, u, "dave", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Remove of an expired entry: %v, want ErrNotFound", err)
 	}
 
-	must(s.Remove(ctx, Challenge, "203.0.113.7", "dave"))
+	must(s.Remove(ctx, Challenge, "203.0.113.7", "dave", "a false positive"))
 	in("removed", false, false)
-	events("removed", `challenge remove 203.0.113.7 by=dave ttl=0s reason="scraper"`)
-	if err := s.Remove(ctx, Challenge, "203.0.113.7", "dave"); !errors.Is(err, ErrNotFound) {
+	events("removed", `challenge remove 203.0.113.7 by=dave ttl=0s reason="a false positive"`)
+	if err := s.Remove(ctx, Challenge, "203.0.113.7", "dave", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second Remove: %v, want ErrNotFound", err)
 	}
 
@@ -333,17 +333,17 @@ func TestTableOtherSpellings(t *testing.T) {
 		t.Fatal("the edge does not read the items put by hand")
 	}
 
-	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops"); err != nil {
+	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops", ""); err != nil {
 		t.Fatalf("Remove of an item put by hand: %v", err)
 	}
 	if listed(Deny, a7) {
 		t.Error("2001:db8::7 is still listed after its removal")
 	}
-	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops"); !errors.Is(err, ErrNotFound) {
+	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second Remove: %v, want ErrNotFound", err)
 	}
 	for i := range 2 {
-		if err := s.Remove(ctx, Deny, "2001:db8::9", "ops"); err != nil {
+		if err := s.Remove(ctx, Deny, "2001:db8::9", "ops", ""); err != nil {
 			t.Fatalf("Remove %d of 2001:db8::9: %v", i+1, err)
 		}
 	}
@@ -389,7 +389,7 @@ func TestWatchStateFile(t *testing.T) {
 	}
 	w.Close(ctx)
 	rec.take() // Close reads once more: nothing changed
-	if err := s.Remove(ctx, Challenge, "203.0.113.7", "bob"); err != nil {
+	if err := s.Remove(ctx, Challenge, "203.0.113.7", "bob", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Put(ctx, Entry{List: Challenge, Target: "user:eve", By: "carol", Expires: t1}); err != nil {
@@ -611,7 +611,7 @@ func TestSingleAddressPrefix(t *testing.T) {
 			if err := s.Put(ctx, Entry{List: Deny, Target: "::ffff:90.0.0.2/128", By: "carol", Expires: t0.Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Remove(ctx, Deny, "2001:db8::1", "bob"); err != nil {
+			if err := s.Remove(ctx, Deny, "2001:db8::1", "bob", ""); err != nil {
 				t.Fatalf("Remove of the address of a /128: %v", err)
 			}
 			if got, want := entries(), "2001:db8::1 removed by=bob, 90.0.0.1 active by=bob, 90.0.0.2 active by=carol"; got != want {
@@ -640,7 +640,7 @@ func TestFileStoreRemovesEveryLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := NewFileStore(map[string]string{Deny: path}, func() time.Time { return t0 })
-		err := s.Remove(context.Background(), Deny, "50.0.0.1", "bob")
+		err := s.Remove(context.Background(), Deny, "50.0.0.1", "bob", "")
 		got, _ := os.ReadFile(path)
 		want := file
 		if removed {

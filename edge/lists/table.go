@@ -113,22 +113,32 @@ func (s *TableStore) Put(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// Remove marks the entry of target on list removed by by, a tombstone that
-// time to live deletes after TombstoneAge. It returns ErrNotFound when no
+// Remove marks the entry of target on list removed by by because of
+// reason ("" for none), a tombstone that time to live deletes after
+// TombstoneAge: it says who removed the entry and why, not why it was
+// added. It returns ErrNotFound when no
 // entry for target applies or waits for approval. An item put by hand
 // under another spelling of target (2001:DB8::7 for 2001:db8::7, which
 // Entries reads as target) is removed when the item of target is not
 // there to remove.
-func (s *TableStore) Remove(ctx context.Context, list, target, by string) error {
+func (s *TableStore) Remove(ctx context.Context, list, target, by, reason string) error {
+	if _, err := checkText(attrReason, reason, MaxReasonLen); err != nil {
+		return err
+	}
 	return s.update(ctx, list, target, by, "remove %s from %s", ErrNotFound, func(now time.Time) *dynamodb.UpdateItemInput {
-		return &dynamodb.UpdateItemInput{
-			UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending"),
+		in := &dynamodb.UpdateItemInput{
+			UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending, #reason"),
 			ConditionExpression: aws.String("attribute_exists(#entry) AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
 			ExpressionAttributeNames: map[string]string{"#removed": TableRemovedAttribute, "#by": TableByAttribute,
-				"#expires": TableExpiresAttribute, "#pending": TablePendingAttribute, "#entry": TableEntryAttribute},
+				"#expires": TableExpiresAttribute, "#pending": TablePendingAttribute, "#entry": TableEntryAttribute, "#reason": TableReasonAttribute},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":now": unix(now), ":by": str(by),
 				":drop": unix(now.Add(TombstoneAge))},
 		}
+		if reason != "" { // DynamoDB keeps no empty string in a non-key attribute
+			in.UpdateExpression = aws.String("SET #removed = :now, #by = :by, #expires = :drop, #reason = :reason REMOVE #pending")
+			in.ExpressionAttributeValues[":reason"] = str(reason)
+		}
+		return in
 	})
 }
 
