@@ -24,7 +24,8 @@ var (
 
 // FileStore writes list files: each list (Allow, Deny, Challenge) is one
 // file in the file format. A change rewrites the file to a temporary file
-// and renames it over the old one (internal/atomicfile), so a reader sees
+// and renames it over the old one (internal/atomicfile; over the file a
+// symbolic link leads to, for a list file that is one), so a reader sees
 // the old file or the new one, never half of one; lines the change does not
 // concern, comments included, are kept as they are. Writers in any number of
 // processes exclude one another with an flock on PATH.lock beside the file

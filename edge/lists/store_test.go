@@ -655,3 +655,29 @@ func TestFileStoreRemovesEveryLine(t *testing.T) {
 	f("# hand-edited\n50.0.0.1 pending=true\n50.0.0.1 removed="+past+"\n", true)
 	f("# hand-edited\n50.0.0.1 removed="+past+"\n50.0.0.1 expires="+past+"\n", false)
 }
+
+// TestFileStoreWritesThroughSymlink: a list file that is a symbolic link
+// stays one after a write, and the file it leads to holds the entry, as
+// the edge reads it through the link: before, `lists add` replaced the
+// link with a regular file.
+func TestFileStoreWritesThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "checkout.list"), filepath.Join(dir, "deny.list")
+	if err := os.WriteFile(target, []byte("# kept in a checkout\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("checkout.list", link); err != nil {
+		t.Fatal(err)
+	}
+	s := NewFileStore(map[string]string{Deny: link}, func() time.Time { return t0 })
+	if err := s.Put(context.Background(), Entry{List: Deny, Target: "203.0.113.7", By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("%s is no longer a symbolic link: %v, %v", link, fi.Mode(), err)
+	}
+	got, _ := os.ReadFile(target)
+	if want := "# kept in a checkout\n203.0.113.7 added=2026-12-01T17:00:00Z by=alice\n"; string(got) != want {
+		t.Errorf("the file the link leads to holds\n%s\nwant\n%s", got, want)
+	}
+}
