@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/edge/lists"
 	"github.com/ratewarden/ratewarden/internal/clientip"
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // ListStore is what `ratewarden lists` needs of a store of feedback lists:
@@ -23,7 +25,7 @@ import (
 // policies through their own Put and Remove.
 type ListStore interface {
 	Put(ctx context.Context, e lists.Entry) error
-	Remove(ctx context.Context, list, target, by string) error
+	Remove(ctx context.Context, list, target, by, reason string) error
 	Approve(ctx context.Context, list, target, by string) error
 	Entries(ctx context.Context, list string) ([]lists.Entry, error)
 }
@@ -132,7 +134,7 @@ type ListsAction struct {
 	List    string        // allow, deny or challenge; "" with show: every list
 	Target  string        // an address, a CIDR prefix or user:<id>; not for show
 	TTL     time.Duration // add: how long the entry applies; 0: until removed
-	Reason  string        // add: why
+	Reason  string        // add, remove: why
 	By      string        // who
 	Pending bool          // add: proposed, applies once approved
 	JSON    bool          // show: JSON instead of a table
@@ -161,6 +163,9 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	}
 	if a.TTL < 0 || (a.TTL != 0 && a.Action != "add") {
 		return fmt.Errorf("--ttl %s: want a positive duration, with add only", a.TTL)
+	}
+	if a.Pending && a.Action != "add" {
+		return fmt.Errorf("--pending: with add only (lists %s takes effect at once)", a.Action)
 	}
 	store, names, _, err := OpenLists(ctx, cfg, now)
 	if err != nil {
@@ -192,12 +197,32 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	return a.add(ctx, store, nat, now(), w)
 }
 
-// add puts a's entry, and says how an edge reading through nat reads it
-// when that is not as written (nat64Note).
+// add puts a's entry, says which entry that applied it replaced, and how
+// an edge reading through nat reads it when that is not as written
+// (nat64Note). A store's Put replaces the entries of the target whatever
+// they are, so add refuses a proposal (--pending) where an entry of the
+// target applies: the proposal would lift it until approved, as the
+// feedback policies' stronger_entry guards against.
 func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT64, now time.Time, w io.Writer) error {
 	e := lists.Entry{List: a.List, Target: a.Target, Reason: a.Reason, By: a.By, Pending: a.Pending}
 	if a.TTL > 0 {
 		e.Expires = now.Add(a.TTL)
+	}
+	var replaced []lists.Entry
+	if t, err := lists.NormalizeTarget(a.Target); err == nil { // else Put says what is wrong
+		es, err := store.Entries(ctx, a.List)
+		if err != nil {
+			return err
+		}
+		for _, o := range es {
+			if o.Target == t && o.State(now) == lists.StateActive {
+				replaced = append(replaced, o)
+			}
+		}
+	}
+	if a.Pending && len(replaced) > 0 {
+		return fmt.Errorf("add %s to %s as pending: the entry %s applies (%s), and a proposal would replace it, so that it would not apply until approved; "+
+			"add without --pending to change it, or remove it first (lists remove) to propose another", a.Target, a.List, replaced[0].Target, described(replaced[0]))
 	}
 	if err := store.Put(ctx, e); err != nil {
 		return err
@@ -205,11 +230,36 @@ func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT6
 	if _, err := fmt.Fprintf(w, "%s: add %s\n", a.List, a.Target); err != nil {
 		return err
 	}
+	for _, o := range replaced {
+		// An operator who shortens a permanent entry by accident (add
+		// --ttl over it) sees it here.
+		if _, err := fmt.Fprintf(w, "note: replaced the entry %s that applied (%s)\n", o.Target, described(o)); err != nil {
+			return err
+		}
+	}
 	if note := nat64Note(a.Target, nat, now); note != "" {
 		_, err := fmt.Fprintln(w, "note:", note)
 		return err
 	}
 	return nil
+}
+
+// described says of e how long it applies, who wrote it and why, as a
+// note to people: the characters of what they wrote that act on the text
+// without being drawn are escapes, as in lists show (Go quoting escapes
+// them in the reason).
+func described(e lists.Entry) string {
+	s := "until removed"
+	if !e.Expires.IsZero() {
+		s = "until " + e.Expires.UTC().Format(time.RFC3339)
+	}
+	if e.By != "" {
+		s += ", by " + visible.Escape(e.By)
+	}
+	if e.Reason != "" {
+		s += ", reason " + strconv.Quote(e.Reason)
+	}
+	return s
 }
 
 // remove removes every entry of a.List that applies or waits for approval
@@ -228,7 +278,7 @@ func (a ListsAction) remove(ctx context.Context, store ListStore, nat clientip.N
 		if s := e.State(now); s != lists.StateActive && s != lists.StatePending {
 			continue
 		}
-		err := store.Remove(ctx, a.List, e.Target, a.By)
+		err := store.Remove(ctx, a.List, e.Target, a.By, a.Reason)
 		if errors.Is(err, lists.ErrNotFound) {
 			continue // removed or expired since it was read
 		}

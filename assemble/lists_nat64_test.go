@@ -165,7 +165,7 @@ func TestListsRemoveThroughNAT64(t *testing.T) {
 					}
 				}
 				for _, target := range c.gone {
-					if err := store.Remove(ctx, lists.Deny, target, "alice"); err != nil {
+					if err := store.Remove(ctx, lists.Deny, target, "alice", ""); err != nil {
 						t.Fatal(err)
 					}
 				}

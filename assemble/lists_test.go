@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -137,7 +139,7 @@ func TestEdgeObeysListStores(t *testing.T) {
 			}
 			reload()
 			got = append(got, statusOf(h, client), statusOf(h, "203.0.113.8:1000"))
-			if err := store.Remove(ctx, lists.Challenge, "203.0.113.7", "bob"); err != nil {
+			if err := store.Remove(ctx, lists.Challenge, "203.0.113.7", "bob", "resolved"); err != nil {
 				t.Fatal(err)
 			}
 			reload()
@@ -157,7 +159,7 @@ func TestEdgeObeysListStores(t *testing.T) {
 					events = append(events, d.Action+" "+d.List+" "+d.Target+" "+d.Node+" "+d.Reason)
 				}
 			}
-			if want := "add challenge 203.0.113.7 alice scraper\nremove challenge 203.0.113.7 bob scraper"; strings.Join(events, "\n") != want {
+			if want := "add challenge 203.0.113.7 alice scraper\nremove challenge 203.0.113.7 bob resolved"; strings.Join(events, "\n") != want {
 				t.Errorf("feedback events:\n%s\nwant\n%s", strings.Join(events, "\n"), want)
 			}
 			if fmt.Sprint(counts.Feedback) != "map[challenge/add:1 challenge/remove:1]" {
@@ -189,7 +191,7 @@ func BenchmarkListPropagation(b *testing.B) {
 				time.Sleep(time.Duration(phase.Int64N(int64(time.Second))))
 				var err error
 				if listed {
-					err = store.Remove(ctx, lists.Challenge, "203.0.113.7", "bench")
+					err = store.Remove(ctx, lists.Challenge, "203.0.113.7", "bench", "")
 				} else {
 					err = store.Put(ctx, lists.Entry{List: lists.Challenge, Target: "203.0.113.7", By: "bench"})
 				}
@@ -363,5 +365,163 @@ func TestEdgeReadsListsThroughNAT64(t *testing.T) {
 		"deny: add 203.0.113.10\n"
 	if out.String() != want {
 		t.Errorf("lists add printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// TestListsAddOverActive: `lists add --pending` over an entry of the
+// target that applies is refused, saying what is there and what to do,
+// and the list and the edge are left as they were: before, the proposal
+// replaced the entry, and the edge let the client through until someone
+// approved it. A plain add over it still replaces it, and says what it
+// replaced, so that an add --ttl that shortens a permanent entry shows.
+func TestListsAddOverActive(t *testing.T) {
+	at := time.Now().UTC().Truncate(time.Second)
+	later := at.Add(time.Hour).Format(time.RFC3339)
+	cases := []struct {
+		name     string
+		first    assemble.ListsAction // run before, by alice
+		then     assemble.ListsAction // the add of the case, by bob
+		out, err string
+		left     []string // the list's entries after, with states
+		denied   bool     // whether the edge refuses 110.0.0.1 after
+	}{{
+		name:  "a proposal over an entry that applies",
+		first: assemble.ListsAction{Reason: "x"}, then: assemble.ListsAction{Pending: true, Reason: "proposal"},
+		err:  "add 110.0.0.1 to deny as pending: the entry 110.0.0.1 applies (until removed, by alice, reason \"x\"), and a proposal would replace it, so that it would not apply until approved; add without --pending to change it, or remove it first (lists remove) to propose another",
+		left: []string{"110.0.0.1 active"}, denied: true,
+	}, {
+		name:  "a proposal over a proposal",
+		first: assemble.ListsAction{Pending: true}, then: assemble.ListsAction{Pending: true, Reason: "proposal"},
+		out:  "deny: add 110.0.0.1\n",
+		left: []string{"110.0.0.1 pending"},
+	}, {
+		name:  "an entry with a TTL over a permanent one",
+		first: assemble.ListsAction{Reason: "x"}, then: assemble.ListsAction{TTL: time.Hour},
+		out:  "deny: add 110.0.0.1\nnote: replaced the entry 110.0.0.1 that applied (until removed, by alice, reason \"x\")\n",
+		left: []string{"110.0.0.1 active"}, denied: true,
+	}, {
+		name:  "a permanent entry over one with a TTL",
+		first: assemble.ListsAction{TTL: time.Hour}, then: assemble.ListsAction{},
+		out:  "deny: add 110.0.0.1\nnote: replaced the entry 110.0.0.1 that applied (until " + later + ", by alice)\n",
+		left: []string{"110.0.0.1 active"}, denied: true,
+	}}
+	for _, kind := range []string{"file", "table"} {
+		for _, c := range cases {
+			t.Run(kind+"/"+c.name, func(t *testing.T) {
+				ctx := context.Background()
+				e, store, cfg := listsEdgeConfig(t, kind, filepath.Join(t.TempDir(), "log"), time.Hour, nil)
+				defer e.Close(ctx)
+				now := func() time.Time { return at }
+				run := func(a assemble.ListsAction, by string, w *strings.Builder) error {
+					a.Action, a.List, a.Target, a.By = "add", lists.Deny, "110.0.0.1", by
+					return a.Run(ctx, cfg, now, w)
+				}
+				if err := run(c.first, "alice", &strings.Builder{}); err != nil {
+					t.Fatal(err)
+				}
+				var out strings.Builder
+				err := run(c.then, "bob", &out)
+				if errText(err) != c.err || out.String() != c.out {
+					t.Errorf("lists add: printed %q, error %q; want %q, error %q", out.String(), errText(err), c.out, c.err)
+				}
+				if got := listStates(t, store, lists.Deny); !slices.Equal(got, c.left) {
+					t.Errorf("after lists add the list holds %q, want %q", got, c.left)
+				}
+				if got := denied(t, e, "110.0.0.1:1"); got != c.denied {
+					t.Errorf("after lists add the edge refuses 110.0.0.1: %v, want %v", got, c.denied)
+				}
+			})
+		}
+	}
+}
+
+// TestListsRemoveHandEditedLines: `lists remove` of a client whose deny
+// file, edited by hand, holds two lines of it (one that applies and one
+// that expired, or two that apply) removes it, says so once, and the edge
+// lets it through: before, when the last line had expired, it said no
+// such entry and exited 1 while the edge refused the client.
+func TestListsRemoveHandEditedLines(t *testing.T) {
+	ctx := context.Background()
+	e, store, cfg := listsEdgeConfig(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, nil)
+	defer e.Close(ctx)
+	expired, later := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	for _, file := range []string{"50.0.0.1\n50.0.0.1 expires=" + expired + "\n", "50.0.0.1 expires=" + expired + "\n50.0.0.1\n", "50.0.0.1\n50.0.0.1 expires=" + later + "\n"} {
+		if err := os.WriteFile(cfg.Lists.DenyFile, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if !denied(t, e, "50.0.0.1:1") {
+			t.Fatalf("the edge does not refuse 50.0.0.1 with\n%s", file)
+		}
+		var out strings.Builder
+		err := assemble.ListsAction{Action: "remove", List: lists.Deny, Target: "50.0.0.1", By: "bob"}.Run(ctx, cfg, nil, &out)
+		if err != nil || out.String() != "deny: remove 50.0.0.1\n" {
+			t.Errorf("lists remove of\n%s: printed %q, error %v; want %q", file, out.String(), err, "deny: remove 50.0.0.1\n")
+		}
+		if got := listStates(t, store, lists.Deny); !slices.Equal(got, []string{"50.0.0.1 removed"}) {
+			t.Errorf("after lists remove the list holds %q, want one tombstone", got)
+		}
+		if denied(t, e, "50.0.0.1:1") {
+			t.Error("the edge refuses 50.0.0.1 after lists remove")
+		}
+	}
+}
+
+// TestListsRemoveReason: `lists remove --reason` is recorded as why the
+// entry was removed, on its tombstone and in the feedback event, and a
+// remove without one records none: before, the reason given was dropped
+// and both carried the add's ("bob removed it: scraper"). --pending, which
+// only an add can be, is refused with remove as --ttl is.
+func TestListsRemoveReason(t *testing.T) {
+	for _, kind := range []string{"file", "table"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			logDir := filepath.Join(t.TempDir(), "log")
+			e, store, cfg := listsEdgeConfig(t, kind, logDir, time.Hour, nil)
+			run := func(a assemble.ListsAction) error {
+				a.List = lists.Deny
+				return a.Run(ctx, cfg, nil, io.Discard)
+			}
+			for _, a := range []assemble.ListsAction{
+				{Action: "add", Target: "203.0.113.7", By: "alice", Reason: "scraper"},
+				{Action: "add", Target: "203.0.113.8", By: "alice", Reason: "scraper"},
+				{Action: "remove", Target: "203.0.113.7", By: "bob", Reason: "a false positive"},
+				{Action: "remove", Target: "203.0.113.8", By: "bob"},
+			} {
+				if err := run(a); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Lists[lists.Deny].Reload(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := run(assemble.ListsAction{Action: "remove", Target: "203.0.113.9", By: "bob", Pending: true})
+			if want := "--pending: with add only (lists remove takes effect at once)"; errText(err) != want {
+				t.Errorf("lists remove --pending: %v, want %s", err, want)
+			}
+			es, err := store.Entries(ctx, lists.Deny)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tombs []string
+			for _, x := range es {
+				tombs = append(tombs, fmt.Sprintf("%s %s by=%s reason=%q", x.Target, x.State(time.Now()), x.By, x.Reason))
+			}
+			sort.Strings(tombs)
+			if want := "203.0.113.7 removed by=bob reason=\"a false positive\"\n203.0.113.8 removed by=bob reason=\"\""; strings.Join(tombs, "\n") != want {
+				t.Errorf("entries\n%s\nwant\n%s", strings.Join(tombs, "\n"), want)
+			}
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var events []string
+			for _, d := range logEvents(t, logDir) {
+				if d.Kind == decisions.KindFeedback && d.Action == "remove" {
+					events = append(events, fmt.Sprintf("%s %s by=%s reason=%q", d.Action, d.Target, d.Node, d.Reason))
+				}
+			}
+			if want := "remove 203.0.113.7 by=bob reason=\"a false positive\"\nremove 203.0.113.8 by=bob reason=\"\""; strings.Join(events, "\n") != want {
+				t.Errorf("feedback events\n%s\nwant\n%s", strings.Join(events, "\n"), want)
+			}
+		})
 	}
 }

@@ -471,8 +471,8 @@ func (l *edgeLists) Put(ctx context.Context, e lists.Entry) error {
 }
 
 // Remove removes the entry, then has the edge read its list.
-func (l *edgeLists) Remove(ctx context.Context, list, target, by string) error {
-	if err := l.ListWriter.Remove(ctx, list, target, by); err != nil {
+func (l *edgeLists) Remove(ctx context.Context, list, target, by, reason string) error {
+	if err := l.ListWriter.Remove(ctx, list, target, by, reason); err != nil {
 		return err
 	}
 	l.reload(list)

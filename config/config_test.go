@@ -352,6 +352,10 @@ tiers:
 // TestErrors checks that each problem is reported with its key path, the
 // line marked "# <-" (0 when no line is marked) and the message text.
 func TestErrors(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, yaml, key, want string
 	}{
@@ -636,6 +640,12 @@ tiers:
 		{"lists refresh", "lists:\n  refresh: 10ms # <-\n" + anonymous, "lists.refresh", `"10ms" is not allowed; use 1s or more`},
 		{"challenge list without challenges", "lists:\n  challenge_file: c.list # <-\n" + anonymous, "lists.challenge_file", `"c.list" needs challenge.enabled: true; use challenge.enabled: true`},
 		{"lists table name", "lists:\n  table: a # <-\n" + anonymous, "lists.table", `"a" is not allowed; use 3 to 255 of`},
+		{"one file for two lists", "challenge: {enabled: true}\nlists:\n  allow_file: /etc/rw/l.list\n  challenge_file: /etc/rw/c.list\n  deny_file: /etc/rw/l.list # <-\n" + anonymous,
+			"lists.deny_file", `"/etc/rw/l.list" is also lists.allow_file; use a file of its own for each list`},
+		{"one file for two lists, spelled apart", "lists:\n  allow_file: ./rw//l.list\n  deny_file: rw/x/../l.list # <-\n" + anonymous,
+			"lists.deny_file", `"rw/x/../l.list" is also lists.allow_file; use a file of its own for each list`},
+		{"one file for two lists, relative and absolute", "lists:\n  allow_file: l.list\n  deny_file: " + wd + "/l.list # <-\n" + anonymous,
+			"lists.deny_file", `/l.list" is also lists.allow_file; use a file of its own for each list`},
 		{"lists table and files", "lists:\n  table: ratewarden-lists\n  deny_file: d.list # <-\n" + anonymous, "lists.deny_file", `"d.list" cannot be used with lists.table; use either lists.table or list files`},
 		{"serve window", "serve:\n  window: 7s # <-\n" + anonymous, "serve.window", `"7s" is not allowed; use 1s to 1h, dividing an hour`},
 		{"serve window long", "serve:\n  window: 2h # <-\n" + anonymous, "serve.window", `"2h" is not allowed`},

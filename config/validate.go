@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,13 +72,32 @@ func (v *validator) lists(l *Lists, challenge bool) {
 	if l.ChallengeFile != "" && !challenge {
 		v.report(key("lists", "challenge_file"), l.ChallengeFile, "needs challenge.enabled: true", "challenge.enabled: true, so challenged clients can pass with a token")
 	}
+	files := []struct{ key, path string }{{"allow_file", l.AllowFile}, {"deny_file", l.DenyFile}, {"challenge_file", l.ChallengeFile}}
+	// A file holds one list: two lists in one file would be one list, and
+	// an entry added to the allow list would deny the client too. Paths
+	// are compared as the process opens them, relative to its directory.
+	seen := map[string]string{}
+	for _, f := range files {
+		if f.path == "" {
+			continue
+		}
+		p, err := filepath.Abs(f.path)
+		if err != nil {
+			p = filepath.Clean(f.path)
+		}
+		if other, dup := seen[p]; dup {
+			v.report(key("lists", f.key), f.path, "is also lists."+other, "a file of its own for each list")
+			continue
+		}
+		seen[p] = f.key
+	}
 	if l.Table == "" {
 		return
 	}
 	if !validTableName(l.Table) {
 		v.report(key("lists", "table"), l.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
 	}
-	for _, f := range []struct{ key, path string }{{"allow_file", l.AllowFile}, {"deny_file", l.DenyFile}, {"challenge_file", l.ChallengeFile}} {
+	for _, f := range files {
 		if f.path != "" {
 			v.report(key("lists", f.key), f.path, "cannot be used with lists.table", "either lists.table or list files")
 		}

@@ -106,7 +106,7 @@ func TestChallengeListEndToEnd(t *testing.T) {
 	if err := os.WriteFile(list, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run("remove", "--list", "challenge", ip, "--by", "bob")
+	run("remove", "--list", "challenge", ip, "--by", "bob", "--reason", "resolved")
 	if s := waitStatus(t, client, base+"/api/search", 200, xff...); s != 200 {
 		t.Fatalf("after lists remove: %d, want 200", s)
 	}
@@ -127,7 +127,7 @@ func TestChallengeListEndToEnd(t *testing.T) {
 			listed = append(listed, d.Outcome.String()+" "+d.Reason)
 		}
 	}
-	want := "challenge add 203.0.113.7 by=alice reason=scraper ttl≤1h=true\nchallenge remove 203.0.113.7 by=bob reason=scraper ttl≤1h=false"
+	want := "challenge add 203.0.113.7 by=alice reason=scraper ttl≤1h=true\nchallenge remove 203.0.113.7 by=bob reason=resolved ttl≤1h=false"
 	if got := strings.Join(feedback, "\n"); got != want {
 		t.Errorf("feedback events:\n%s\nwant\n%s", got, want)
 	}

@@ -17,7 +17,7 @@ import (
 // stores implement it.
 type ListWriter interface {
 	Put(ctx context.Context, e lists.Entry) error
-	Remove(ctx context.Context, list, target, by string) error
+	Remove(ctx context.Context, list, target, by, reason string) error
 	Entries(ctx context.Context, list string) ([]lists.Entry, error)
 }
 

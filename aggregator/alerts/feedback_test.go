@@ -39,7 +39,7 @@ func (s *listStore) Put(_ context.Context, e lists.Entry) error {
 	return nil
 }
 
-func (s *listStore) Remove(_ context.Context, list, target, _ string) error {
+func (s *listStore) Remove(_ context.Context, list, target, _, _ string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.entries, [2]string{list, target})

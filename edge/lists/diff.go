@@ -15,8 +15,8 @@ import (
 //     an approved one, a renewed one), or its expiry changed; TTL is what
 //     is left of it at now, Node who wrote it;
 //   - remove, when a target that applied in prev, and had not expired by
-//     now, no longer does; Node is who removed it, as its tombstone says
-//     ("unknown" without one: a hand-edited file).
+//     now, no longer does; Node is who removed it and Reason why, as its
+//     tombstone says ("unknown" and none without one: a hand-edited file).
 //
 // An entry that expires is no change: its add event carried its TTL, so
 // replay expires it too. Pending entries are no change until approved.

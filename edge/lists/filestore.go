@@ -24,7 +24,8 @@ var (
 
 // FileStore writes list files: each list (Allow, Deny, Challenge) is one
 // file in the file format. A change rewrites the file to a temporary file
-// and renames it over the old one (internal/atomicfile), so a reader sees
+// and renames it over the old one (internal/atomicfile; over the file a
+// symbolic link leads to, for a list file that is one), so a reader sees
 // the old file or the new one, never half of one; lines the change does not
 // concern, comments included, are kept as they are. Writers in any number of
 // processes exclude one another with an flock on PATH.lock beside the file
@@ -67,20 +68,32 @@ func (s *FileStore) Put(ctx context.Context, e Entry) error {
 	})
 }
 
-// Remove marks the entry of target on list removed by by, leaving a
-// tombstone for TombstoneAge. It returns ErrNotFound when no entry for
-// target applies or waits for approval.
-func (s *FileStore) Remove(ctx context.Context, list, target, by string) error {
+// Remove marks the entry of target on list removed by by because of
+// reason ("" for none), leaving a tombstone for TombstoneAge: it says who
+// removed the entry and why, not why it was added. It returns
+// ErrNotFound when no entry for
+// target applies or waits for approval. A file edited by hand may hold
+// several lines of target, of which the edge applies the longest-lived:
+// when one of them applies or waits, the tombstone replaces them all.
+func (s *FileStore) Remove(ctx context.Context, list, target, by, reason string) error {
 	t, now, err := s.key(list, target, by)
 	if err != nil {
 		return err
 	}
-	return s.edit(ctx, list, func(es []Entry, at map[string]int) (string, *Entry, error) {
-		i, ok := at[t]
-		if !ok || !es[i].Removed.IsZero() || (!es[i].Expires.IsZero() && !now.Before(es[i].Expires)) {
+	if _, err := checkText(attrReason, reason, MaxReasonLen); err != nil {
+		return err
+	}
+	return s.edit(ctx, list, func(es []Entry, _ map[string]int) (string, *Entry, error) {
+		var live *Entry
+		for i := range es {
+			if e := &es[i]; e.Target == t && e.Removed.IsZero() && (e.Expires.IsZero() || now.Before(e.Expires)) {
+				live = e
+			}
+		}
+		if live == nil {
 			return "", nil, fmt.Errorf("remove %s from %s: %w", t, list, ErrNotFound)
 		}
-		return t, tombstone(es[i], by, now), nil
+		return t, tombstone(*live, by, reason, now), nil
 	})
 }
 
@@ -278,9 +291,9 @@ func prepare(e *Entry, now time.Time) error {
 	return e.Validate()
 }
 
-// tombstone is e removed by by at now.
-func tombstone(e Entry, by string, now time.Time) *Entry {
-	e.Removed, e.By, e.Pending = now, by, false
+// tombstone is e removed by by at now because of reason.
+func tombstone(e Entry, by, reason string, now time.Time) *Entry {
+	e.Removed, e.By, e.Reason, e.Pending = now, by, reason, false
 	e.Expires = time.Time{}
 	return &e
 }

@@ -231,7 +231,8 @@ var errEntry = errors.New("not an IP address, a CIDR or user:<id>")
 
 // NormalizeTarget checks a target and returns its canonical form: an
 // address without zone and unmapped from IPv4-mapped IPv6, a masked CIDR
-// prefix (host bits are an error), or user:<id> with an id the edge
+// prefix (host bits are an error; one of a single address, /32 or /128,
+// is that address), or user:<id> with an id the edge
 // believes (decisions.CheckUserID: printable, without white space at
 // either end, at most MaxUserLen bytes). Two targets that match the same
 // clients normalize alike, which is what writers and readers key on. An
@@ -261,7 +262,10 @@ func NormalizeTarget(s string) (string, error) {
 		if p, err = clientip.Prefix(p); err != nil {
 			return "", err
 		}
-		return p.String(), nil
+		// 203.0.113.7/32 matches the clients 203.0.113.7 matches, so it
+		// is keyed as that: a second add in the other spelling replaces
+		// the first, and remove finds it.
+		return writeTarget(p), nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {

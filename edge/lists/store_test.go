@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,7 @@ import (
 // reader's, and a Source for a Watcher.
 type store interface {
 	Put(ctx context.Context, e Entry) error
-	Remove(ctx context.Context, list, target, by string) error
+	Remove(ctx context.Context, list, target, by, reason string) error
 	Approve(ctx context.Context, list, target, by string) error
 	Entries(ctx context.Context, list string) ([]Entry, error)
 	Source
@@ -171,14 +172,14 @@ func testStore(t *testing.T, open func(*testing.T, func() time.Time) store) {
 	clk.set(t0.Add(30 * time.Minute)) // bob's entry expires: no event, it carried its TTL
 	in("expired", true, false)
 	events("expired")
-	if err := s.Remove(ctx, Challenge, u, "dave"); !errors.Is(err, ErrNotFound) {
+	if err := s.Remove(ctx, Challenge, u, "dave", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Remove of an expired entry: %v, want ErrNotFound", err)
 	}
 
-	must(s.Remove(ctx, Challenge, "203.0.113.7", "dave"))
+	must(s.Remove(ctx, Challenge, "203.0.113.7", "dave", "a false positive"))
 	in("removed", false, false)
-	events("removed", `challenge remove 203.0.113.7 by=dave ttl=0s reason="scraper"`)
-	if err := s.Remove(ctx, Challenge, "203.0.113.7", "dave"); !errors.Is(err, ErrNotFound) {
+	events("removed", `challenge remove 203.0.113.7 by=dave ttl=0s reason="a false positive"`)
+	if err := s.Remove(ctx, Challenge, "203.0.113.7", "dave", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second Remove: %v, want ErrNotFound", err)
 	}
 
@@ -332,17 +333,17 @@ func TestTableOtherSpellings(t *testing.T) {
 		t.Fatal("the edge does not read the items put by hand")
 	}
 
-	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops"); err != nil {
+	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops", ""); err != nil {
 		t.Fatalf("Remove of an item put by hand: %v", err)
 	}
 	if listed(Deny, a7) {
 		t.Error("2001:db8::7 is still listed after its removal")
 	}
-	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops"); !errors.Is(err, ErrNotFound) {
+	if err := s.Remove(ctx, Deny, "2001:db8::7", "ops", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second Remove: %v, want ErrNotFound", err)
 	}
 	for i := range 2 {
-		if err := s.Remove(ctx, Deny, "2001:db8::9", "ops"); err != nil {
+		if err := s.Remove(ctx, Deny, "2001:db8::9", "ops", ""); err != nil {
 			t.Fatalf("Remove %d of 2001:db8::9: %v", i+1, err)
 		}
 	}
@@ -388,7 +389,7 @@ func TestWatchStateFile(t *testing.T) {
 	}
 	w.Close(ctx)
 	rec.take() // Close reads once more: nothing changed
-	if err := s.Remove(ctx, Challenge, "203.0.113.7", "bob"); err != nil {
+	if err := s.Remove(ctx, Challenge, "203.0.113.7", "bob", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Put(ctx, Entry{List: Challenge, Target: "user:eve", By: "carol", Expires: t1}); err != nil {
@@ -541,5 +542,142 @@ func TestTableThrottled(t *testing.T) {
 		if n := th.Calls(op); n != 3 {
 			t.Errorf("%s: %d calls, want 3 (two throttled, then the one that went through)", op, n)
 		}
+	}
+}
+
+// TestSingleAddressPrefix: an address written with its full length
+// (90.0.0.1/32, 2001:db8::1/128), which earlier writers stored under that
+// key, is the address: read as it, replaced by a Put of it (or of the other
+// spelling), and removed through it. Before, the two spellings were two
+// entries of one client, so that an add --ttl over a permanent entry
+// left it applying, and a remove of the address left the /32.
+func TestSingleAddressPrefix(t *testing.T) {
+	stored := map[string]func(*testing.T, store, string){ // puts an entry as earlier writers stored it
+		"file": func(t *testing.T, s store, k string) {
+			path := s.(*fileStore).paths[Deny]
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString(k + " by=old\n"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"table": func(t *testing.T, s store, k string) {
+			it := key(Deny, k)
+			it[TableByAttribute] = str("old")
+			if _, err := s.(*TableStore).calls.Put(context.Background(), &dynamodb.PutItemInput{Item: it}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, open := range map[string]func(*testing.T, func() time.Time) store{"file": newFileStore, "table": newTableStore} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := open(t, func() time.Time { return t0 })
+			entries := func() string {
+				t.Helper()
+				es, err := s.Entries(ctx, Deny)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []string
+				for _, e := range es {
+					out = append(out, e.Target+" "+e.State(t0)+" by="+e.By)
+				}
+				slices.Sort(out)
+				return strings.Join(out, ", ")
+			}
+			denied := func(addr string) bool {
+				t.Helper()
+				es, err := s.Entries(ctx, Deny)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return New(es, t0).ContainsAt(netip.MustParseAddr(addr), "", t0.Add(2*time.Hour))
+			}
+			stored[name](t, s, "90.0.0.1/32")
+			stored[name](t, s, "2001:db8::1/128")
+			if !denied("90.0.0.1") || !denied("2001:db8::1") {
+				t.Fatalf("the entries stored with their full length do not apply: %s", entries())
+			}
+			if err := s.Put(ctx, Entry{List: Deny, Target: "90.0.0.1", By: "bob", Expires: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Put(ctx, Entry{List: Deny, Target: "90.0.0.2", By: "bob"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Put(ctx, Entry{List: Deny, Target: "::ffff:90.0.0.2/128", By: "carol", Expires: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Remove(ctx, Deny, "2001:db8::1", "bob", ""); err != nil {
+				t.Fatalf("Remove of the address of a /128: %v", err)
+			}
+			if got, want := entries(), "2001:db8::1 removed by=bob, 90.0.0.1 active by=bob, 90.0.0.2 active by=carol"; got != want {
+				t.Errorf("entries %s, want %s", got, want)
+			}
+			for _, a := range []string{"90.0.0.1", "90.0.0.2", "2001:db8::1"} {
+				if denied(a) {
+					t.Errorf("%s is still denied after the entry that replaced it expired, or after its removal", a)
+				}
+			}
+		})
+	}
+}
+
+// TestFileStoreRemovesEveryLine: a hand-edited file with several lines of
+// one target is read as the longest-lived of them, and Remove removes them
+// all when any applies or waits for approval, whichever line it is: before,
+// it looked at the last line alone, said no such entry when that one had
+// expired, and the edge went on applying the other.
+func TestFileStoreRemovesEveryLine(t *testing.T) {
+	past, later := t0.Add(-time.Hour).Format(time.RFC3339), t1.Format(time.RFC3339)
+	f := func(file string, removed bool) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "deny.list")
+		if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := NewFileStore(map[string]string{Deny: path}, func() time.Time { return t0 })
+		err := s.Remove(context.Background(), Deny, "50.0.0.1", "bob", "")
+		got, _ := os.ReadFile(path)
+		want := file
+		if removed {
+			want = "# hand-edited\n50.0.0.1 by=bob removed=2026-12-01T17:00:00Z\n"
+		}
+		if (err == nil) != removed || string(got) != want {
+			t.Errorf("Remove of\n%s: %v; the file holds\n%s\nwant\n%s", file, err, got, want)
+		}
+	}
+	f("# hand-edited\n50.0.0.1\n50.0.0.1 expires="+past+"\n", true)
+	f("# hand-edited\n50.0.0.1 expires="+past+"\n50.0.0.1 expires="+later+"\n", true)
+	f("# hand-edited\n50.0.0.1 pending=true\n50.0.0.1 removed="+past+"\n", true)
+	f("# hand-edited\n50.0.0.1 removed="+past+"\n50.0.0.1 expires="+past+"\n", false)
+}
+
+// TestFileStoreWritesThroughSymlink: a list file that is a symbolic link
+// stays one after a write, and the file it leads to holds the entry, as
+// the edge reads it through the link: before, `lists add` replaced the
+// link with a regular file.
+func TestFileStoreWritesThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "checkout.list"), filepath.Join(dir, "deny.list")
+	if err := os.WriteFile(target, []byte("# kept in a checkout\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("checkout.list", link); err != nil {
+		t.Fatal(err)
+	}
+	s := NewFileStore(map[string]string{Deny: link}, func() time.Time { return t0 })
+	if err := s.Put(context.Background(), Entry{List: Deny, Target: "203.0.113.7", By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("%s is no longer a symbolic link: %v, %v", link, fi.Mode(), err)
+	}
+	got, _ := os.ReadFile(target)
+	if want := "# kept in a checkout\n203.0.113.7 added=2026-12-01T17:00:00Z by=alice\n"; string(got) != want {
+		t.Errorf("the file the link leads to holds\n%s\nwant\n%s", got, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -99,25 +100,45 @@ func (s *TableStore) Put(ctx context.Context, e Entry) error {
 	if _, err := s.calls.Put(ctx, &dynamodb.PutItemInput{Item: item(&e)}); err != nil {
 		return fmt.Errorf("put %s on %s: %w", e.Target, e.List, err)
 	}
+	// Writers kept an address typed with its length (203.0.113.7/32)
+	// under that key until NormalizeTarget made it the address. Entries
+	// and the edge read that item as the address, so it is replaced too,
+	// as a file's line in either spelling is.
+	if p, err := netip.ParseAddr(e.Target); err == nil {
+		old := netip.PrefixFrom(p, p.BitLen()).String()
+		if err := s.calls.Delete(ctx, key(e.List, old)); err != nil {
+			return fmt.Errorf("put %s on %s: delete its item %s: %w", e.Target, e.List, old, err)
+		}
+	}
 	return nil
 }
 
-// Remove marks the entry of target on list removed by by, a tombstone that
-// time to live deletes after TombstoneAge. It returns ErrNotFound when no
+// Remove marks the entry of target on list removed by by because of
+// reason ("" for none), a tombstone that time to live deletes after
+// TombstoneAge: it says who removed the entry and why, not why it was
+// added. It returns ErrNotFound when no
 // entry for target applies or waits for approval. An item put by hand
 // under another spelling of target (2001:DB8::7 for 2001:db8::7, which
 // Entries reads as target) is removed when the item of target is not
 // there to remove.
-func (s *TableStore) Remove(ctx context.Context, list, target, by string) error {
+func (s *TableStore) Remove(ctx context.Context, list, target, by, reason string) error {
+	if _, err := checkText(attrReason, reason, MaxReasonLen); err != nil {
+		return err
+	}
 	return s.update(ctx, list, target, by, "remove %s from %s", ErrNotFound, func(now time.Time) *dynamodb.UpdateItemInput {
-		return &dynamodb.UpdateItemInput{
-			UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending"),
+		in := &dynamodb.UpdateItemInput{
+			UpdateExpression:    aws.String("SET #removed = :now, #by = :by, #expires = :drop REMOVE #pending, #reason"),
 			ConditionExpression: aws.String("attribute_exists(#entry) AND attribute_not_exists(#removed) AND (attribute_not_exists(#expires) OR #expires > :now)"),
 			ExpressionAttributeNames: map[string]string{"#removed": TableRemovedAttribute, "#by": TableByAttribute,
-				"#expires": TableExpiresAttribute, "#pending": TablePendingAttribute, "#entry": TableEntryAttribute},
+				"#expires": TableExpiresAttribute, "#pending": TablePendingAttribute, "#entry": TableEntryAttribute, "#reason": TableReasonAttribute},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":now": unix(now), ":by": str(by),
 				":drop": unix(now.Add(TombstoneAge))},
 		}
+		if reason != "" { // DynamoDB keeps no empty string in a non-key attribute
+			in.UpdateExpression = aws.String("SET #removed = :now, #by = :by, #expires = :drop, #reason = :reason REMOVE #pending")
+			in.ExpressionAttributeValues[":reason"] = str(reason)
+		}
+		return in
 	})
 }
 

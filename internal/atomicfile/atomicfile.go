@@ -11,7 +11,10 @@ import (
 
 // Write replaces the file at path with data: it writes a temporary file in
 // the same directory, syncs it, renames it over path and syncs the
-// directory, so the replacement is durable when Write returns.
+// directory, so the replacement is durable when Write returns. A path that
+// is a symbolic link stays one: the file it leads to is replaced, in that
+// file's directory, as a write through the link would change it; a link
+// that leads to no file is an error.
 func Write(path string, data []byte, perm os.FileMode) error {
 	return WriteFrom(path, perm, func(w io.Writer) error {
 		_, err := w.Write(data)
@@ -25,6 +28,16 @@ func Write(path string, data []byte, perm os.FileMode) error {
 // is removed. write gets a plain io.Writer: a writer that closes what it
 // is given when it can (a Parquet writer) cannot close the file.
 func WriteFrom(path string, perm os.FileMode, write func(io.Writer) error) error {
+	// A rename over the link would replace the link itself with a regular
+	// file, cutting it from the file an operator linked it to (a list
+	// kept in a checkout), which keeps the old content.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		to, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		path = to
+	}
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."

@@ -63,3 +63,52 @@ func TestWriteFromFailureKeepsOld(t *testing.T) {
 		t.Fatalf("after a write the file holds %q, want %q", got, "new")
 	}
 }
+
+// TestWriteThroughSymlink: a path that is a symbolic link (a list file
+// linked from a checkout) stays a link, and the file it leads to, through
+// any number of links, absolute or relative, gets the data, replaced in its
+// own directory: before, the rename replaced the link with a regular file,
+// and the file it led to kept the old content.
+func TestWriteThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	real, links := filepath.Join(dir, "real"), filepath.Join(dir, "links")
+	for _, d := range []string{real, links} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := filepath.Join(real, "deny.list")
+	if err := os.WriteFile(target, []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	abs, rel, chain := filepath.Join(links, "abs.list"), filepath.Join(links, "rel.list"), filepath.Join(links, "chain.list")
+	for link, to := range map[string]string{abs: target, rel: "../real/deny.list", chain: "rel.list"} {
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, link := range []string{abs, rel, chain} {
+		want := "written through " + filepath.Base(link) + "\n"
+		if err := Write(link, []byte(want), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s is no longer a symbolic link: %v, %v", link, fi.Mode(), err)
+		}
+		if got, err := os.ReadFile(target); err != nil || string(got) != want {
+			t.Errorf("after Write(%s) the file it leads to holds %q, %v; want %q", link, got, err, want)
+		}
+	}
+	for d, n := range map[string]int{real: 1, links: 3} {
+		if ents, _ := os.ReadDir(d); len(ents) != n {
+			t.Errorf("%d files in %s, want %d (no temporary files)", len(ents), d, n)
+		}
+	}
+	dangling := filepath.Join(links, "dangling.list")
+	if err := os.Symlink("../real/missing.list", dangling); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dangling, []byte("x"), 0o600); err == nil {
+		t.Error("a write through a link that leads nowhere succeeded")
+	}
+}
