@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -174,6 +175,9 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	if a.List != "" && !slices.Contains(names, a.List) {
 		return fmt.Errorf("--list %s: not configured (lists.%s_file); configured: %s", a.List, a.List, strings.Join(names, ", "))
 	}
+	if err := listFilesThere(cfg.Lists, a.List); err != nil {
+		return err
+	}
 	nat := cfg.Identity.NAT64()
 	switch a.Action {
 	case "show":
@@ -195,6 +199,27 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 		return a.approve(ctx, store, nat, now(), w)
 	}
 	return a.add(ctx, store, nat, now(), w)
+}
+
+// listFilesThere returns an error naming the file of list (of every list
+// when list is "") that does not exist. The store reads a missing file as
+// an empty list and a write creates it, but the edge does not start
+// without it and a running one keeps the list it last read: show would
+// print an empty list where the edge applies entries, and an add would
+// write a file of one entry that lifts every other the edge applied.
+func listFilesThere(l config.Lists, list string) error {
+	files := ListFiles(l)
+	for _, n := range lists.Names {
+		p, ok := files[n]
+		if !ok || list != "" && n != list {
+			continue
+		}
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("lists.%s_file %s does not exist: the edge does not start without it, and one running applies the list it read last; "+
+				"restore it, or create it (an empty file is an empty list)", n, p)
+		}
+	}
+	return nil
 }
 
 // add puts a's entry, says which entry that applied it replaced, and how

@@ -3,6 +3,7 @@ package assemble_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -523,5 +524,45 @@ func TestListsRemoveReason(t *testing.T) {
 				t.Errorf("feedback events\n%s\nwant\n%s", strings.Join(events, "\n"), want)
 			}
 		})
+	}
+}
+
+// TestListsMissingFile: with a list's file gone (moved, deleted) while an
+// edge still applies what it read last, lists show and add refuse, naming
+// the file, and add does not create it: show printed an empty list, and
+// add wrote a file of its one entry, which the edge then read, lifting
+// every entry it applied.
+func TestListsMissingFile(t *testing.T) {
+	ctx := context.Background()
+	e, _, cfg := listsEdgeConfig(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, nil)
+	defer e.Close(ctx)
+	if err := os.WriteFile(cfg.Lists.DenyFile, []byte("5.6.7.9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !denied(t, e, "5.6.7.9:1") {
+		t.Fatal("the edge does not refuse 5.6.7.9")
+	}
+	if err := os.Remove(cfg.Lists.DenyFile); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []assemble.ListsAction{
+		{Action: "show"},
+		{Action: "show", List: lists.Deny},
+		{Action: "add", List: lists.Deny, Target: "1.1.1.1", By: "bob"},
+	} {
+		var out strings.Builder
+		err := a.Run(ctx, cfg, nil, &out)
+		if err == nil || !strings.Contains(err.Error(), "lists.deny_file "+cfg.Lists.DenyFile+" does not exist") {
+			t.Errorf("lists %s --list %q: printed %q, error %v; want the missing file named", a.Action, a.List, out.String(), err)
+		}
+	}
+	if _, err := os.Stat(cfg.Lists.DenyFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lists add made the missing file (%v)", err)
+	}
+	if err := e.Lists[lists.Deny].Reload(); err == nil {
+		t.Error("the edge read a deny list")
+	}
+	if statusOf(e.Handler(), "5.6.7.9:1") != http.StatusForbidden {
+		t.Error("the edge no longer refuses 5.6.7.9")
 	}
 }
