@@ -156,6 +156,9 @@ func TestListsCommandRefuses(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	list := filepath.Join(dir, "deny.list")
+	if err := os.WriteFile(list, nil, 0o600); err != nil { // an empty list: lists refuses a missing file
+		t.Fatal(err)
+	}
 	cfgPath := seedTrusting(t, "[]", "\nlists:\n  deny_file: "+list+"\n")
 	cases := []struct {
 		args []string
