@@ -120,3 +120,32 @@ alerts:
 		t.Errorf("emf validate: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// TestAlertsWindowFlag: alerts --window takes the lengths aggregate
+// --window takes (assemble.CheckWindow), and refuses the others as a bad
+// flag (exit 2) naming the flag and what it wants, where alerts took any
+// positive length and ran, finding no partials of it.
+func TestAlertsWindowFlag(t *testing.T) {
+	const want = "want 1s to 24h, dividing an hour or a multiple of one"
+	for _, w := range []string{"0s", "-1m", "500ms", "7s", "90m", "25h"} {
+		t.Run(w, func(t *testing.T) {
+			code, out, errs := runCLI(t, nil, "alerts", "--config", "x.yaml", "--partials", "dir:p", "--state-dir", "s", "--window", w)
+			if code != 2 || !strings.Contains(errs, "alerts: --window ") || !strings.Contains(errs, want) {
+				t.Errorf("alerts --window %s: exit %d, want 2 and %q:\n%s%s", w, code, want, out, errs)
+			}
+			// aggregate refuses the same length with the same words.
+			code, out, errs = runCLI(t, nil, "aggregate", "--stdin", "--emf", "stdout", "--window", w)
+			if code != 2 || !strings.Contains(errs, want) {
+				t.Errorf("aggregate --window %s: exit %d, want 2 and %q:\n%s%s", w, code, want, out, errs)
+			}
+		})
+	}
+	// A length aggregate takes passes the flags; the missing --config is
+	// then an error in what was read (exit 1).
+	for _, w := range []string{"1s", "10s", "1m", "2h"} {
+		code, out, errs := runCLI(t, nil, "alerts", "--config", filepath.Join(t.TempDir(), "none.yaml"), "--partials", "dir:p", "--state-dir", "s", "--window", w)
+		if code != 1 || strings.Contains(errs, "--window") {
+			t.Errorf("alerts --window %s: exit %d, want 1 (no such --config):\n%s%s", w, code, out, errs)
+		}
+	}
+}
