@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,6 +42,15 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	store, err := assemble.Partials(ctx, *partials)
 	if err != nil {
 		return err
+	}
+	// A directory without partials of --window would run nothing and
+	// exit 0, as if there had been no traffic. Following, a directory
+	// with none yet is waited on (the aggregators may not have stored
+	// their first window); one holding only other lengths never will.
+	if d, ok := store.(*aggregator.PartialsDir); ok {
+		if err := d.HasWindow(*window); err != nil && !(*follow && errors.Is(err, aggregator.ErrNoPartials)) {
+			return fmt.Errorf("alerts: %w", err)
+		}
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
@@ -146,6 +147,77 @@ func TestAlertsWindowFlag(t *testing.T) {
 		code, out, errs := runCLI(t, nil, "alerts", "--config", filepath.Join(t.TempDir(), "none.yaml"), "--partials", "dir:p", "--state-dir", "s", "--window", w)
 		if code != 1 || strings.Contains(errs, "--window") {
 			t.Errorf("alerts --window %s: exit %d, want 1 (no such --config):\n%s%s", w, code, out, errs)
+		}
+	}
+}
+
+// TestAlertsRefusesWhatItCannotRead: alerts over a partials directory
+// that is missing, empty, or holds windows of another length than
+// --window exits 1 naming the directory and the lengths asked and found,
+// where it ran no window and exited 0, as if there had been no traffic;
+// report says the same of the same directories (PartialsDir.HasWindow).
+func TestAlertsRefusesWhatItCannotRead(t *testing.T) {
+	tmp := t.TempDir()
+	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
+	yaml := `
+tiers:
+  anonymous:
+    global: {limit: 120, window: 1m}
+alerts:
+  sinks:
+    file: "-"
+`
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing, empty, tens := filepath.Join(tmp, "missing"), filepath.Join(tmp, "empty"), filepath.Join(tmp, "tens")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	store := &aggregator.PartialsDir{Dir: tens}
+	for i := range 4 {
+		o := aggregator.Output{Partial: aggregator.NewPartial(t0.Add(time.Duration(i)*10*time.Second), 10*time.Second, 10), From: uint64(i), To: uint64(i + 1)}
+		if err := store.Write(context.Background(), "log", o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		dir    string
+		follow bool
+		want   []string
+	}{
+		{missing, false, []string{missing, "does not exist", "1m0s windows"}},
+		{empty, false, []string{empty, "holds no partials", "1m0s windows"}},
+		{tens, false, []string{tens, "holds no partials of 1m0s windows; it holds 10s: give --window"}},
+		// Following waits for a directory's first partials, but not for a
+		// length the aggregators do not write.
+		{tens, true, []string{tens, "holds no partials of 1m0s windows; it holds 10s"}},
+	}
+	for _, c := range cases {
+		args := []string{"alerts", "--config", cfgPath, "--partials", "dir:" + c.dir, "--state-dir", filepath.Join(t.TempDir(), "state")}
+		if c.follow {
+			args = append(args, "--follow")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code, out, errs := runCLIContext(t, ctx, nil, args...)
+		cancel()
+		for _, w := range c.want {
+			if code != 1 || !strings.Contains(errs, w) {
+				t.Errorf("%s: exit %d, want 1 and %q:\n%s%s", strings.Join(args, " "), code, w, out, errs)
+			}
+		}
+	}
+	// The same directory read at its own length runs its windows.
+	code, out, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+tens, "--state-dir", filepath.Join(tmp, "state"), "--window", "10s")
+	if code != 0 || !strings.Contains(errs, "windows 4") {
+		t.Errorf("alerts --window 10s: exit %d, want 0 and 4 windows:\n%s%s", code, out, errs)
+	}
+	// report names what it does not find the same way.
+	for _, dir := range []string{missing, empty} {
+		code, out, errs := runCLI(t, nil, "report", "--partials", "dir:"+dir, "--from", t0.Format(time.RFC3339), "--to", t0.Add(time.Hour).Format(time.RFC3339))
+		if code != 1 || !strings.Contains(errs, "report: partials directory "+dir) || !strings.Contains(errs, "want partials of 1m0s windows") {
+			t.Errorf("report --partials dir:%s: exit %d, want 1 naming the directory and 1m0s:\n%s%s", dir, code, out, errs)
 		}
 	}
 }
