@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge"
 )
 
@@ -99,7 +101,7 @@ alerts:
 	if hh == nil || !hh.WindowStart.Equal(t0.Add(8*time.Minute)) {
 		t.Fatalf("no heavy hitter on the scraper's first window; stdout:\n%s\nstderr:\n%s", live, errs)
 	}
-	if !strings.Contains(errs, "aggregate: alerts: windows 15 (empty 0") {
+	if !strings.Contains(errs, "aggregate: alerts: this run: windows 15 (empty 0") {
 		t.Errorf("stderr lacks the alerts' report:\n%s", errs)
 	}
 
@@ -219,5 +221,82 @@ alerts:
 		if code != 1 || !strings.Contains(errs, "report: partials directory "+dir) || !strings.Contains(errs, "want partials of 1m0s windows") {
 			t.Errorf("report --partials dir:%s: exit %d, want 1 naming the directory and 1m0s:\n%s%s", dir, code, out, errs)
 		}
+	}
+}
+
+// TestAlertsSummaryIsThisRun: the summary of alerts says what this run
+// did on one line and what its state holds on another, where one line
+// mixed them: a rerun that ran no window and raised nothing said
+// "windows 6 ..., raised 6", the counts of the runs before it.
+func TestAlertsSummaryIsThisRun(t *testing.T) {
+	tmp := t.TempDir()
+	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
+	yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  sinks:\n    file: \"-\"\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	partials := &aggregator.PartialsDir{Dir: filepath.Join(tmp, "partials")}
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	// Window i holds a scraper of its own, 700 requests against a limit
+	// of 120: a heavy hitter each.
+	store := func(from, to int) {
+		for i := from; i < to; i++ {
+			p := aggregator.NewPartial(t0.Add(time.Duration(i)*time.Minute), time.Minute, 10)
+			for range 700 {
+				d := decisions.Decision{Time: p.Start, Tier: "anonymous", Rule: "anonymous:global",
+					ClientIP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Outcome: decisions.Block}
+				p.Update(&d)
+			}
+			if err := partials.Write(context.Background(), "log", aggregator.Output{Partial: p, From: uint64(i), To: uint64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	state := filepath.Join(tmp, "state")
+	alertsRun := func() (string, string) {
+		t.Helper()
+		code, out, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+partials.Dir, "--state-dir", state)
+		if code != 0 {
+			t.Fatalf("alerts: exit %d\n%s%s", code, out, errs)
+		}
+		return out, errs
+	}
+	lines := func(errs string) (run, st string) {
+		for l := range strings.Lines(errs) {
+			if after, ok := strings.CutPrefix(l, "alerts: this run: "); ok {
+				run = strings.TrimSpace(after)
+			}
+			if after, ok := strings.CutPrefix(l, "alerts: state: "); ok {
+				st = strings.TrimSpace(after)
+			}
+		}
+		return run, st
+	}
+	raised := func(out string) int { return strings.Count(out, `"state":"firing"`) }
+
+	store(0, 6)
+	out, errs := alertsRun()
+	run, st := lines(errs)
+	n := raised(out)
+	if n < 6 || !strings.HasPrefix(run, "windows 6 (empty 0, seen before 0, corrections left out 0), raised "+strconv.Itoa(n)+",") ||
+		!strings.HasPrefix(st, "windows 6 (empty 0), raised "+strconv.Itoa(n)+",") || !strings.Contains(st, ", open ") {
+		t.Errorf("first run raised %d; summary:\n%s", n, errs)
+	}
+
+	// Nothing new: this run ran nothing, the state is as it was.
+	out, errs = alertsRun()
+	run2, st2 := lines(errs)
+	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, actions 0 (applied 0), sink errors 0" || st2 != st {
+		t.Errorf("rerun with no new window: stdout %q; summary:\n%s\nwant this run empty and the state line %q", out, errs, st)
+	}
+
+	// Two windows more: this run counts those two, the state all eight.
+	store(6, 8)
+	out, errs = alertsRun()
+	run3, st3 := lines(errs)
+	m := raised(out)
+	if m < 2 || !strings.HasPrefix(run3, "windows 2 (empty 0, seen before 0, corrections left out 0), raised "+strconv.Itoa(m)+",") ||
+		!strings.HasPrefix(st3, "windows 8 (empty 0), raised "+strconv.Itoa(n+m)+",") {
+		t.Errorf("third run raised %d (%d before); summary:\n%s", m, n, errs)
 	}
 }
