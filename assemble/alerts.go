@@ -92,7 +92,7 @@ func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Ale
 	var sinks []alerts.Sink
 	var jl *alerts.JSONLines
 	switch {
-	case s.File == "-" || s.File == "" && s.Webhook.URL == "" && s.EMF == "":
+	case AlertsToStdout(cfg):
 		jl = alerts.NewJSONLines(o.Stdout, nil)
 	case s.File != "":
 		f, err := os.OpenFile(s.File, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -167,6 +167,16 @@ func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Ale
 		return nil, err
 	}
 	return a, nil
+}
+
+// AlertsToStdout reports whether the alerts runner of cfg writes its JSON
+// lines (alerts, and actions without feedback.actions) to standard
+// output: alerts.sinks.file is "-", or no sink is set. A command that
+// writes something else there (aggregate --emf stdout) refuses that
+// configuration, since the two would interleave line by line.
+func AlertsToStdout(cfg *config.Config) bool {
+	s := cfg.Alerts.Sinks
+	return s.File == "-" || s.File == "" && s.Webhook.URL == "" && s.EMF == ""
 }
 
 // actionsOrNil keeps a nil *JSONLines from becoming a non-nil interface.

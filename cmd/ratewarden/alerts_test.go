@@ -300,3 +300,44 @@ func TestAlertsSummaryIsThisRun(t *testing.T) {
 		t.Errorf("third run raised %d (%d before); summary:\n%s", m, n, errs)
 	}
 }
+
+// TestAggregateEMFStdoutRefusesAlertsThere: aggregate --emf stdout with
+// --alerts whose JSON lines go to standard output too (alerts.sinks.file
+// "-", or no sink set) is refused as bad flags (exit 2) naming both, before
+// anything is read or written, where the alert lines were interleaved with
+// the EMF documents, which CloudWatch's agent then read as EMF. Either
+// written elsewhere runs.
+func TestAggregateEMFStdoutRefusesAlertsThere(t *testing.T) {
+	tmp := t.TempDir()
+	logDir := filepath.Join(tmp, "log")
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := func(name, sinks string) string {
+		path := filepath.Join(tmp, name)
+		yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n" + sinks
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	dash := config("dash.yaml", "  sinks:\n    file: \"-\"\n")
+	none := config("none.yaml", "  min_history: 3\n")
+	file := config("file.yaml", "  sinks:\n    file: "+filepath.Join(tmp, "alerts.jsonl")+"\n")
+	aggregate := func(emf, alertsCfg string) (int, string, string) {
+		return runCLI(t, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir,
+			"--state-dir", filepath.Join(t.TempDir(), "state"), "--emf", emf, "--alerts", alertsCfg)
+	}
+	for _, c := range []struct{ cfg, why string }{{dash, `alerts.sinks.file is "-"`}, {none, "sets no alerts sink"}} {
+		code, out, errs := aggregate("stdout", c.cfg)
+		want := "aggregate: --emf stdout and --alerts " + c.cfg + " both write to standard output"
+		if code != 2 || !strings.Contains(errs, want) || !strings.Contains(errs, c.why) || out != "" {
+			t.Errorf("--emf stdout --alerts %s: exit %d, want 2 and %q (%s):\n%s%s", c.cfg, code, want, c.why, out, errs)
+		}
+	}
+	for _, c := range []struct{ emf, cfg string }{{"stdout", file}, {"file:" + filepath.Join(tmp, "emf.jsonl"), dash}} {
+		if code, out, errs := aggregate(c.emf, c.cfg); code != 0 {
+			t.Errorf("--emf %s --alerts %s: exit %d, want 0:\n%s%s", c.emf, c.cfg, code, out, errs)
+		}
+	}
+}
