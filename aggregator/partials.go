@@ -81,6 +81,41 @@ func checkPartition(partition string) error {
 // Flush does nothing: every Write is durable when it returns.
 func (s *PartialsDir) Flush(context.Context) error { return nil }
 
+// ErrNoPartials is HasWindow's error for a directory that is missing or
+// holds no partials of any window length.
+var ErrNoPartials = errors.New("no partials")
+
+// HasWindow checks that the directory holds partials of windows of size,
+// naming the directory, size and the lengths it does hold when not: a
+// reader given another --window, or the wrong directory, would otherwise
+// find no window and say nothing, as if there had been no traffic. A
+// directory that is missing or holds no partials at all is ErrNoPartials.
+func (s *PartialsDir) HasWindow(size time.Duration) error {
+	ents, err := os.ReadDir(s.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("partials directory %s does not exist (want partials of %v windows): %w", s.Dir, size, ErrNoPartials)
+	}
+	if err != nil {
+		return fmt.Errorf("partials directory %s: %w", s.Dir, err)
+	}
+	var sizes []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if d, err := time.ParseDuration(e.Name()); err == nil {
+			if d == size {
+				return nil
+			}
+			sizes = append(sizes, e.Name())
+		}
+	}
+	if len(sizes) == 0 {
+		return fmt.Errorf("partials directory %s holds no partials (want partials of %v windows): %w", s.Dir, size, ErrNoPartials)
+	}
+	return fmt.Errorf("partials directory %s holds no partials of %v windows; it holds %s: give --window", s.Dir, size, strings.Join(sizes, ", "))
+}
+
 // ReadProblem is a partial file that could not be read; the rest were.
 type ReadProblem struct {
 	Path string

@@ -71,15 +71,30 @@ func DefaultAggregatorOptions() AggregatorOptions {
 		MaxCorrections: aggregator.DefaultMaxCorrections, Namespace: "Ratewarden", RuleBudget: 50}
 }
 
+// CheckWindow refuses a window length (--window) the aggregator does not
+// roll up, naming the flag and the lengths it takes: windows start on
+// multiples of their length, so a length that neither divides an hour nor
+// is a multiple of one would start windows at other minutes every hour.
+// Every command that takes --window (aggregate, replay, report, serve,
+// lambda, alerts) checks it here, so that alerts refuses the lengths the
+// aggregator would never have stored.
+func CheckWindow(w time.Duration) error {
+	if w < time.Second || w > 24*time.Hour || time.Hour%w != 0 && w%time.Hour != 0 {
+		return fmt.Errorf("--window %v: want 1s to 24h, dividing an hour or a multiple of one", w)
+	}
+	return nil
+}
+
 // Rollup returns the rollup options, or an error naming the flag whose
 // value is out of range.
 func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	p, ok := aggregator.ParseLatePolicy(o.Late)
+	windowErr := CheckWindow(o.Window)
 	switch {
 	case !ok:
 		return aggregator.Options{}, fmt.Errorf("--late %q: want correct or drop", o.Late)
-	case o.Window < time.Second || o.Window > 24*time.Hour || time.Hour%o.Window != 0 && o.Window%time.Hour != 0:
-		return aggregator.Options{}, fmt.Errorf("--window %v: want 1s to 24h, dividing an hour or a multiple of one", o.Window)
+	case windowErr != nil:
+		return aggregator.Options{}, windowErr
 	case o.Lateness < 0 || o.Lateness > o.Window*10:
 		return aggregator.Options{}, fmt.Errorf("--lateness %v: want 0 to ten windows", o.Lateness)
 	case o.TopK < 1 || o.TopK > 100_000:

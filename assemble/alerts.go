@@ -92,7 +92,7 @@ func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Ale
 	var sinks []alerts.Sink
 	var jl *alerts.JSONLines
 	switch {
-	case s.File == "-" || s.File == "" && s.Webhook.URL == "" && s.EMF == "":
+	case AlertsToStdout(cfg):
 		jl = alerts.NewJSONLines(o.Stdout, nil)
 	case s.File != "":
 		f, err := os.OpenFile(s.File, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -169,6 +169,16 @@ func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Ale
 	return a, nil
 }
 
+// AlertsToStdout reports whether the alerts runner of cfg writes its JSON
+// lines (alerts, and actions without feedback.actions) to standard
+// output: alerts.sinks.file is "-", or no sink is set. A command that
+// writes something else there (aggregate --emf stdout) refuses that
+// configuration, since the two would interleave line by line.
+func AlertsToStdout(cfg *config.Config) bool {
+	s := cfg.Alerts.Sinks
+	return s.File == "-" || s.File == "" && s.Webhook.URL == "" && s.EMF == ""
+}
+
 // actionsOrNil keeps a nil *JSONLines from becoming a non-nil interface.
 func actionsOrNil(l alerts.ActionLog) alerts.ActionLog {
 	if j, ok := l.(*alerts.JSONLines); ok && j == nil {
@@ -231,13 +241,20 @@ func FeedbackLists(ctx context.Context, cfg *config.Config) (alerts.ListWriter, 
 	return store, nil
 }
 
-// Report writes one line of what the runner did, and one of the
-// webhook's deliveries (drops included) when there is a webhook.
+// Report writes a line of what the runner did in this run, one of its
+// state (the counts since the state began, across runs, and the alerts
+// firing now), and one of the webhook's deliveries (drops included) when
+// there is a webhook. The first two are kept apart because a rerun that
+// raised nothing would otherwise repeat the raised alerts of the runs
+// before it.
 func (a *Alerts) Report(w io.Writer, prefix string) {
 	st := a.Runner.Stats()
-	fmt.Fprintf(w, "%s: windows %d (empty %d, seen before %d, corrections left out %d), raised %d, resolved %d, suppressed %d, actions %d (applied %d), sink errors %d\n",
-		prefix, st.Engine.Windows, st.Engine.Empty, st.Engine.Skipped, st.Corrections, st.Engine.Firing, st.Engine.Resolved,
-		st.Engine.Suppressed, st.Actions, st.Applied, st.SinkErrors)
+	run, total := st.Run, st.Total
+	fmt.Fprintf(w, "%s: this run: windows %d (empty %d, seen before %d, corrections left out %d), raised %d, resolved %d, suppressed %d, actions %d (applied %d), sink errors %d\n",
+		prefix, run.Windows, run.Empty, run.Skipped, st.Corrections, run.Firing, run.Resolved,
+		run.Suppressed, st.Actions, st.Applied, st.SinkErrors)
+	fmt.Fprintf(w, "%s: state: windows %d (empty %d), raised %d, resolved %d, suppressed %d, open %d\n",
+		prefix, total.Windows, total.Empty, total.Firing, total.Resolved, total.Suppressed, st.Open)
 	if a.Webhook != nil {
 		h := a.Webhook.Stats()
 		fmt.Fprintf(w, "%s: webhook sent %d, retries %d, failed %d, dropped %d\n", prefix, h.Sent, h.Retries, h.Failed, h.Dropped)
@@ -260,10 +277,10 @@ func (a *Alerts) RegisterMetrics(meter metric.Meter) error {
 		return s
 	}
 	return registerObservables(meter, take, []observable[snapshot]{
-		{"ratewarden.alerts.windows", "Windows the detectors ran.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Engine.Windows) }},
-		{"ratewarden.alerts.raised", "Alerts raised.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Firing) }},
-		{"ratewarden.alerts.resolved", "Alerts resolved.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Resolved) }},
-		{"ratewarden.alerts.suppressed", "Alerts not raised during their cooldown.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Engine.Suppressed) }},
+		{"ratewarden.alerts.windows", "Windows the detectors ran.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Total.Windows) }},
+		{"ratewarden.alerts.raised", "Alerts raised.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Total.Firing) }},
+		{"ratewarden.alerts.resolved", "Alerts resolved.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Total.Resolved) }},
+		{"ratewarden.alerts.suppressed", "Alerts not raised during their cooldown.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Total.Suppressed) }},
 		{"ratewarden.alerts.actions", "Feedback actions recorded.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Actions) }},
 		{"ratewarden.alerts.actions.applied", "Feedback actions applied to a list.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Applied) }},
 		{"ratewarden.alerts.sink.errors", "Alerts a sink failed to take.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.SinkErrors) }},

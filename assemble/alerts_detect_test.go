@@ -158,7 +158,7 @@ func TestDiurnalWeekRaisesNothing(t *testing.T) {
 	if len(as) > 0 {
 		t.Errorf("%d alerts for a week of legitimate traffic:%s", len(as), keys(as))
 	}
-	st := s.runner.Stats().Engine
+	st := s.runner.Stats().Total
 	if st.Windows != 7*24*6 {
 		t.Errorf("%d windows, want %d", st.Windows, 7*24*6)
 	}

@@ -73,7 +73,7 @@ func TestRestartGivesTheSameAlerts(t *testing.T) {
 	if !bytes.Equal(parts.Bytes(), whole.Bytes()) {
 		t.Errorf("after a restart:\n%s\nwithout:\n%s", parts.Bytes(), whole.Bytes())
 	}
-	if st := s.runner.Stats().Engine; st.Skipped != 3 {
+	if st := s.runner.Stats().Run; st.Skipped != 3 {
 		t.Errorf("skipped %d windows given again, want 3", st.Skipped)
 	}
 }

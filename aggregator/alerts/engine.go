@@ -127,6 +127,13 @@ type Stats struct {
 	Evicted    uint64 `json:"evicted"`    // series dropped for max_series
 }
 
+// sub returns s less t: what an engine did between t and s, two of its
+// Stats.
+func (s Stats) sub(t Stats) Stats {
+	return Stats{Windows: s.Windows - t.Windows, Empty: s.Empty - t.Empty, Skipped: s.Skipped - t.Skipped, Firing: s.Firing - t.Firing,
+		Resolved: s.Resolved - t.Resolved, Suppressed: s.Suppressed - t.Suppressed, Evicted: s.Evicted - t.Evicted}
+}
+
 // Series is one measure of one tier and rule over time: its recent values
 // (the median/MAD baseline), a moving mean, and an hour-of-week profile.
 type Series struct {

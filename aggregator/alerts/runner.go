@@ -46,12 +46,18 @@ type Runner struct {
 	mu     sync.Mutex
 	e      *Engine
 	stats  RunnerStats
+	before Stats // the engine's Stats as the state held them at NewRunner
 	closed bool
 }
 
-// RunnerStats count what a Runner did, beside the engine's Stats.
+// RunnerStats count what a Runner did. The engine's Stats are kept in its
+// state and go on across restarts (Total); Run is their share of this
+// Runner alone, so that a rerun over the same windows says it raised
+// nothing, not what the runs before it raised. The other counts are this
+// Runner's.
 type RunnerStats struct {
-	Engine      Stats
+	Run, Total  Stats
+	Open        int    // alerts firing now (the state's, whichever run raised them)
 	Corrections uint64 // outputs correcting a window already given to the engine: not re-run
 	SinkErrors  uint64
 	Actions     uint64 // actions recorded
@@ -70,7 +76,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{o: o, e: e}, nil
+	return &Runner{o: o, e: e, before: e.st.Stats}, nil
 }
 
 // LoadState reads the state kept in dir; nil (a fresh start) when there is
@@ -121,7 +127,9 @@ func (r *Runner) Stats() RunnerStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.stats
-	s.Engine = r.e.st.Stats
+	s.Total = r.e.st.Stats
+	s.Run = s.Total.sub(r.before)
+	s.Open = len(r.e.st.Open)
 	return s
 }
 

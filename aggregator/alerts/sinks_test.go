@@ -159,7 +159,7 @@ func TestWebhookHangDoesNotBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	raised := r.Stats().Engine.Firing
+	raised := r.Stats().Total.Firing
 	if raised < 5 {
 		t.Fatalf("only %d alerts raised", raised)
 	}

@@ -89,8 +89,77 @@ func testFollowSettles(t *testing.T, dir interface {
 	if err := r.Follow(t.Context(), alerts.FollowOptions{Partials: dir}); err != nil {
 		t.Fatal(err)
 	}
-	st := r.Stats().Engine
+	st := r.Stats().Total
 	if got := r.Last(); !got.Equal(t0.Add(5*time.Minute)) || st.Windows != 6 || st.Empty != 1 {
 		t.Errorf("ran up to %v, %d windows (%d empty), want up to 5 minutes, 6 windows, 1 empty", got, st.Windows, st.Empty)
+	}
+}
+
+// TestRunnerStatsRunAndTotal: a Runner resumed from a state counts what
+// it ran itself (Run) apart from what the state counted since it began
+// (Total, across runs), and says how many alerts are firing (Open), where
+// its one set of engine counts began at the state's, so that a rerun that
+// ran nothing reported the windows and alerts of the runs before it.
+func TestRunnerStatsRunAndTotal(t *testing.T) {
+	cfg := testConfig(t)
+	dir := t.TempDir()
+	newRunner := func() *alerts.Runner {
+		r, err := alerts.NewRunner(alerts.RunnerOptions{Engine: alerts.Options{Config: cfg.Alerts, Window: time.Minute, Limits: alerts.RuleLimits(cfg)},
+			StateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Window i holds a scraper of its own: each raises a heavy hitter.
+	window := func(r *alerts.Runner, i int) {
+		p := aggregator.NewPartial(t0.Add(time.Duration(i)*time.Minute), time.Minute, 10)
+		for j := range 700 {
+			d := decisionOf(p.Start, addr(i), "anonymous:global", j)
+			p.Update(&d)
+		}
+		if err := r.Window(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() int {
+		st, err := alerts.LoadState(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Open)
+	}
+
+	first := newRunner()
+	for i := range 5 {
+		window(first, i)
+	}
+	s1 := first.Stats()
+	if s1.Run != s1.Total || s1.Run.Windows != 5 || s1.Run.Firing < 5 || s1.Open != open() || s1.Open == 0 {
+		t.Fatalf("a fresh state's runner: %+v; want Run = Total, 5 windows, 5 or more raised, %d open", s1, open())
+	}
+
+	second := newRunner()
+	if s := second.Stats(); s.Run != (alerts.Stats{}) || s.Total != s1.Total || s.Open != s1.Open {
+		t.Errorf("resumed, before any window: %+v; want Run zero, Total and Open the first runner's", s)
+	}
+	window(second, 3) // seen before
+	window(second, 4) // seen before
+	window(second, 5)
+	window(second, 6)
+	s2 := second.Stats()
+	if s2.Run.Windows != 2 || s2.Run.Skipped != 2 || s2.Run.Firing < 2 {
+		t.Errorf("resumed: Run %+v; want 2 windows, 2 seen before, 2 or more raised", s2.Run)
+	}
+	want := s1.Total
+	want.Windows += s2.Run.Windows
+	want.Skipped += s2.Run.Skipped
+	want.Firing += s2.Run.Firing
+	want.Resolved += s2.Run.Resolved
+	want.Suppressed += s2.Run.Suppressed
+	want.Empty += s2.Run.Empty
+	want.Evicted += s2.Run.Evicted
+	if s2.Total != want || s2.Open != open() {
+		t.Errorf("resumed: Total %+v, Open %d; want %+v, %d open", s2.Total, s2.Open, want, open())
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
@@ -68,8 +66,8 @@ func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
 	}
 	switch {
 	case dir != "":
-		if err := hasWindow(dir, o.Window); err != nil {
-			return nil, nil, err
+		if err := (&aggregator.PartialsDir{Dir: dir}).HasWindow(o.Window); err != nil {
+			return nil, nil, fmt.Errorf("report: %w", err)
 		}
 		w, err = ReadDir(ctx, dir, o.Window, from, to, progress)
 	case j.Partials != nil:
@@ -100,29 +98,4 @@ func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
 		return nil, nil, err
 	}
 	return r, b.Bytes(), nil
-}
-
-// hasWindow checks that dir holds partials of windows of size, naming the
-// sizes it does hold when not.
-func hasWindow(dir string, size time.Duration) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("report: partials: %w", err)
-	}
-	var sizes []string
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		if d, err := time.ParseDuration(e.Name()); err == nil {
-			if d == size {
-				return nil
-			}
-			sizes = append(sizes, e.Name())
-		}
-	}
-	if len(sizes) == 0 {
-		return fmt.Errorf("report: %s holds no partials", dir)
-	}
-	return fmt.Errorf("report: %s holds no partials of %v windows; it holds %s: give --window", dir, size, strings.Join(sizes, ", "))
 }

@@ -83,6 +83,24 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if *poll < 200*time.Millisecond || *poll > time.Minute {
 		return badFlag(fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll))
 	}
+	// The alerts' configuration is read before any sink is opened: what
+	// it asks of stdout may rule out --emf stdout.
+	var alertsConf *config.Config
+	if *alertsCfg != "" {
+		if *dir == "" || *stateDir == "" {
+			return errors.New("aggregate: --alerts needs whole windows: with --decisions-dir and --state-dir only; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials")
+		}
+		if alertsConf, err = config.Load(*alertsCfg); err != nil {
+			return err
+		}
+		if ao.EMF == "stdout" && assemble.AlertsToStdout(alertsConf) {
+			why := `its alerts.sinks.file is "-"`
+			if alertsConf.Alerts.Sinks.File == "" {
+				why = "it sets no alerts sink, so its alerts go there"
+			}
+			return badFlag(fmt.Errorf("aggregate: --emf stdout and --alerts %s both write to standard output (%s): the alert lines would interleave with the EMF documents; give --emf a sink other than stdout, or alerts.sinks.file a file", *alertsCfg, why))
+		}
+	}
 	opened, err := ao.OpenSinks(ctx, stdout, source)
 	defer opened.Close(context.WithoutCancel(ctx))
 	if err != nil {
@@ -90,15 +108,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	sinks, emfWriter := opened.Sinks, opened.EMF
 	var extraMetrics []func(metric.Meter) error
-	if *alertsCfg != "" {
-		if *dir == "" || *stateDir == "" {
-			return errors.New("aggregate: --alerts needs whole windows: with --decisions-dir and --state-dir only; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials")
-		}
-		cfg, err := config.Load(*alertsCfg)
-		if err != nil {
-			return err
-		}
-		al, err := assemble.NewAlerts(ctx, cfg, assemble.AlertsOptions{Window: ro.Window, StateDir: *stateDir, Stdout: stdout,
+	if alertsConf != nil {
+		al, err := assemble.NewAlerts(ctx, alertsConf, assemble.AlertsOptions{Window: ro.Window, StateDir: *stateDir, Stdout: stdout,
 			Log: slog.New(slog.NewTextHandler(stderr, nil))})
 		if err != nil {
 			return err

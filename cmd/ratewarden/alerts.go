@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +22,7 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfgPath := fs.String("config", "", "the configuration `file` whose alerts and feedback sections apply")
 	partials := fs.String("partials", "", "the stored partials to read: "+assemble.PartialsSpecs+" (as aggregate --partials writes them)")
 	stateDir := fs.String("state-dir", "", "where the detectors keep their state (`directory`), so that a rerun goes on where the last stopped")
-	window := fs.Duration("window", time.Minute, "the partials' window `length`")
+	window := fs.Duration("window", time.Minute, "the partials' window `length` (as aggregate --window: 1s to 24h, dividing an hour or a multiple of one)")
 	follow := fs.Bool("follow", false, "keep running windows as their partials arrive")
 	settle := fs.Int("settle", 2, "with --follow: a window runs once a partial `n` windows later is stored (partitions lag one another)")
 	poll := fs.Duration("poll", time.Second, "with --follow: how often to look for new partials")
@@ -32,12 +33,24 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	if *window <= 0 || *settle < 1 || *poll <= 0 {
-		return badFlag(fmt.Errorf("alerts: --window, --settle and --poll must be positive"))
+	if err := assemble.CheckWindow(*window); err != nil {
+		return badFlag(fmt.Errorf("alerts: %w", err))
+	}
+	if *settle < 1 || *poll <= 0 {
+		return badFlag(fmt.Errorf("alerts: --settle and --poll must be positive"))
 	}
 	store, err := assemble.Partials(ctx, *partials)
 	if err != nil {
 		return err
+	}
+	// A directory without partials of --window would run nothing and
+	// exit 0, as if there had been no traffic. Following, a directory
+	// with none yet is waited on (the aggregators may not have stored
+	// their first window); one holding only other lengths never will.
+	if d, ok := store.(*aggregator.PartialsDir); ok {
+		if err := d.HasWindow(*window); err != nil && !(*follow && errors.Is(err, aggregator.ErrNoPartials)) {
+			return fmt.Errorf("alerts: %w", err)
+		}
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/alerts"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge"
 )
 
@@ -98,7 +101,7 @@ alerts:
 	if hh == nil || !hh.WindowStart.Equal(t0.Add(8*time.Minute)) {
 		t.Fatalf("no heavy hitter on the scraper's first window; stdout:\n%s\nstderr:\n%s", live, errs)
 	}
-	if !strings.Contains(errs, "aggregate: alerts: windows 15 (empty 0") {
+	if !strings.Contains(errs, "aggregate: alerts: this run: windows 15 (empty 0") {
 		t.Errorf("stderr lacks the alerts' report:\n%s", errs)
 	}
 
@@ -118,5 +121,223 @@ alerts:
 	}
 	if code, out, errs := runCLI(t, nil, "emf", "validate", "--ignore-time", emfPath); code != 0 {
 		t.Errorf("emf validate: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// TestAlertsWindowFlag: alerts --window takes the lengths aggregate
+// --window takes (assemble.CheckWindow), and refuses the others as a bad
+// flag (exit 2) naming the flag and what it wants, where alerts took any
+// positive length and ran, finding no partials of it.
+func TestAlertsWindowFlag(t *testing.T) {
+	const want = "want 1s to 24h, dividing an hour or a multiple of one"
+	for _, w := range []string{"0s", "-1m", "500ms", "7s", "90m", "25h"} {
+		t.Run(w, func(t *testing.T) {
+			code, out, errs := runCLI(t, nil, "alerts", "--config", "x.yaml", "--partials", "dir:p", "--state-dir", "s", "--window", w)
+			if code != 2 || !strings.Contains(errs, "alerts: --window ") || !strings.Contains(errs, want) {
+				t.Errorf("alerts --window %s: exit %d, want 2 and %q:\n%s%s", w, code, want, out, errs)
+			}
+			// aggregate refuses the same length with the same words.
+			code, out, errs = runCLI(t, nil, "aggregate", "--stdin", "--emf", "stdout", "--window", w)
+			if code != 2 || !strings.Contains(errs, want) {
+				t.Errorf("aggregate --window %s: exit %d, want 2 and %q:\n%s%s", w, code, want, out, errs)
+			}
+		})
+	}
+	// A length aggregate takes passes the flags; the missing --config is
+	// then an error in what was read (exit 1).
+	for _, w := range []string{"1s", "10s", "1m", "2h"} {
+		code, out, errs := runCLI(t, nil, "alerts", "--config", filepath.Join(t.TempDir(), "none.yaml"), "--partials", "dir:p", "--state-dir", "s", "--window", w)
+		if code != 1 || strings.Contains(errs, "--window") {
+			t.Errorf("alerts --window %s: exit %d, want 1 (no such --config):\n%s%s", w, code, out, errs)
+		}
+	}
+}
+
+// TestAlertsRefusesWhatItCannotRead: alerts over a partials directory
+// that is missing, empty, or holds windows of another length than
+// --window exits 1 naming the directory and the lengths asked and found,
+// where it ran no window and exited 0, as if there had been no traffic;
+// report says the same of the same directories (PartialsDir.HasWindow).
+func TestAlertsRefusesWhatItCannotRead(t *testing.T) {
+	tmp := t.TempDir()
+	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
+	yaml := `
+tiers:
+  anonymous:
+    global: {limit: 120, window: 1m}
+alerts:
+  sinks:
+    file: "-"
+`
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing, empty, tens := filepath.Join(tmp, "missing"), filepath.Join(tmp, "empty"), filepath.Join(tmp, "tens")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	store := &aggregator.PartialsDir{Dir: tens}
+	for i := range 4 {
+		o := aggregator.Output{Partial: aggregator.NewPartial(t0.Add(time.Duration(i)*10*time.Second), 10*time.Second, 10), From: uint64(i), To: uint64(i + 1)}
+		if err := store.Write(context.Background(), "log", o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		dir    string
+		follow bool
+		want   []string
+	}{
+		{missing, false, []string{missing, "does not exist", "1m0s windows"}},
+		{empty, false, []string{empty, "holds no partials", "1m0s windows"}},
+		{tens, false, []string{tens, "holds no partials of 1m0s windows; it holds 10s: give --window"}},
+		// Following waits for a directory's first partials, but not for a
+		// length the aggregators do not write.
+		{tens, true, []string{tens, "holds no partials of 1m0s windows; it holds 10s"}},
+	}
+	for _, c := range cases {
+		args := []string{"alerts", "--config", cfgPath, "--partials", "dir:" + c.dir, "--state-dir", filepath.Join(t.TempDir(), "state")}
+		if c.follow {
+			args = append(args, "--follow")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code, out, errs := runCLIContext(t, ctx, nil, args...)
+		cancel()
+		for _, w := range c.want {
+			if code != 1 || !strings.Contains(errs, w) {
+				t.Errorf("%s: exit %d, want 1 and %q:\n%s%s", strings.Join(args, " "), code, w, out, errs)
+			}
+		}
+	}
+	// The same directory read at its own length runs its windows.
+	code, out, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+tens, "--state-dir", filepath.Join(tmp, "state"), "--window", "10s")
+	if code != 0 || !strings.Contains(errs, "windows 4") {
+		t.Errorf("alerts --window 10s: exit %d, want 0 and 4 windows:\n%s%s", code, out, errs)
+	}
+	// report names what it does not find the same way.
+	for _, dir := range []string{missing, empty} {
+		code, out, errs := runCLI(t, nil, "report", "--partials", "dir:"+dir, "--from", t0.Format(time.RFC3339), "--to", t0.Add(time.Hour).Format(time.RFC3339))
+		if code != 1 || !strings.Contains(errs, "report: partials directory "+dir) || !strings.Contains(errs, "want partials of 1m0s windows") {
+			t.Errorf("report --partials dir:%s: exit %d, want 1 naming the directory and 1m0s:\n%s%s", dir, code, out, errs)
+		}
+	}
+}
+
+// TestAlertsSummaryIsThisRun: the summary of alerts says what this run
+// did on one line and what its state holds on another, where one line
+// mixed them: a rerun that ran no window and raised nothing said
+// "windows 6 ..., raised 6", the counts of the runs before it.
+func TestAlertsSummaryIsThisRun(t *testing.T) {
+	tmp := t.TempDir()
+	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
+	yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  sinks:\n    file: \"-\"\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	partials := &aggregator.PartialsDir{Dir: filepath.Join(tmp, "partials")}
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	// Window i holds a scraper of its own, 700 requests against a limit
+	// of 120: a heavy hitter each.
+	store := func(from, to int) {
+		for i := from; i < to; i++ {
+			p := aggregator.NewPartial(t0.Add(time.Duration(i)*time.Minute), time.Minute, 10)
+			for range 700 {
+				d := decisions.Decision{Time: p.Start, Tier: "anonymous", Rule: "anonymous:global",
+					ClientIP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Outcome: decisions.Block}
+				p.Update(&d)
+			}
+			if err := partials.Write(context.Background(), "log", aggregator.Output{Partial: p, From: uint64(i), To: uint64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	state := filepath.Join(tmp, "state")
+	alertsRun := func() (string, string) {
+		t.Helper()
+		code, out, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+partials.Dir, "--state-dir", state)
+		if code != 0 {
+			t.Fatalf("alerts: exit %d\n%s%s", code, out, errs)
+		}
+		return out, errs
+	}
+	lines := func(errs string) (run, st string) {
+		for l := range strings.Lines(errs) {
+			if after, ok := strings.CutPrefix(l, "alerts: this run: "); ok {
+				run = strings.TrimSpace(after)
+			}
+			if after, ok := strings.CutPrefix(l, "alerts: state: "); ok {
+				st = strings.TrimSpace(after)
+			}
+		}
+		return run, st
+	}
+	raised := func(out string) int { return strings.Count(out, `"state":"firing"`) }
+
+	store(0, 6)
+	out, errs := alertsRun()
+	run, st := lines(errs)
+	n := raised(out)
+	if n < 6 || !strings.HasPrefix(run, "windows 6 (empty 0, seen before 0, corrections left out 0), raised "+strconv.Itoa(n)+",") ||
+		!strings.HasPrefix(st, "windows 6 (empty 0), raised "+strconv.Itoa(n)+",") || !strings.Contains(st, ", open ") {
+		t.Errorf("first run raised %d; summary:\n%s", n, errs)
+	}
+
+	// Nothing new: this run ran nothing, the state is as it was.
+	out, errs = alertsRun()
+	run2, st2 := lines(errs)
+	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, actions 0 (applied 0), sink errors 0" || st2 != st {
+		t.Errorf("rerun with no new window: stdout %q; summary:\n%s\nwant this run empty and the state line %q", out, errs, st)
+	}
+
+	// Two windows more: this run counts those two, the state all eight.
+	store(6, 8)
+	out, errs = alertsRun()
+	run3, st3 := lines(errs)
+	m := raised(out)
+	if m < 2 || !strings.HasPrefix(run3, "windows 2 (empty 0, seen before 0, corrections left out 0), raised "+strconv.Itoa(m)+",") ||
+		!strings.HasPrefix(st3, "windows 8 (empty 0), raised "+strconv.Itoa(n+m)+",") {
+		t.Errorf("third run raised %d (%d before); summary:\n%s", m, n, errs)
+	}
+}
+
+// TestAggregateEMFStdoutRefusesAlertsThere: aggregate --emf stdout with
+// --alerts whose JSON lines go to standard output too (alerts.sinks.file
+// "-", or no sink set) is refused as bad flags (exit 2) naming both, before
+// anything is read or written, where the alert lines were interleaved with
+// the EMF documents, which CloudWatch's agent then read as EMF. Either
+// written elsewhere runs.
+func TestAggregateEMFStdoutRefusesAlertsThere(t *testing.T) {
+	tmp := t.TempDir()
+	logDir := filepath.Join(tmp, "log")
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := func(name, sinks string) string {
+		path := filepath.Join(tmp, name)
+		yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n" + sinks
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	dash := config("dash.yaml", "  sinks:\n    file: \"-\"\n")
+	none := config("none.yaml", "  min_history: 3\n")
+	file := config("file.yaml", "  sinks:\n    file: "+filepath.Join(tmp, "alerts.jsonl")+"\n")
+	aggregate := func(emf, alertsCfg string) (int, string, string) {
+		return runCLI(t, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir,
+			"--state-dir", filepath.Join(t.TempDir(), "state"), "--emf", emf, "--alerts", alertsCfg)
+	}
+	for _, c := range []struct{ cfg, why string }{{dash, `alerts.sinks.file is "-"`}, {none, "sets no alerts sink"}} {
+		code, out, errs := aggregate("stdout", c.cfg)
+		want := "aggregate: --emf stdout and --alerts " + c.cfg + " both write to standard output"
+		if code != 2 || !strings.Contains(errs, want) || !strings.Contains(errs, c.why) || out != "" {
+			t.Errorf("--emf stdout --alerts %s: exit %d, want 2 and %q (%s):\n%s%s", c.cfg, code, want, c.why, out, errs)
+		}
+	}
+	for _, c := range []struct{ emf, cfg string }{{"stdout", file}, {"file:" + filepath.Join(tmp, "emf.jsonl"), dash}} {
+		if code, out, errs := aggregate(c.emf, c.cfg); code != 0 {
+			t.Errorf("--emf %s --alerts %s: exit %d, want 0:\n%s%s", c.emf, c.cfg, code, out, errs)
+		}
 	}
 }
