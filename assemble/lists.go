@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -138,7 +139,10 @@ type ListsAction struct {
 	Reason  string        // add, remove: why
 	By      string        // who
 	Pending bool          // add: proposed, applies once approved
-	JSON    bool          // show: JSON instead of a table
+	// Everyone is add's consent to a prefix holding every address of
+	// its family (0.0.0.0/0, ::/0): without it such an add is refused.
+	Everyone bool
+	JSON     bool // show: JSON instead of a table
 }
 
 // ListsActions are the actions of ListsAction.
@@ -245,6 +249,9 @@ func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT6
 			}
 		}
 	}
+	if err := everyone(a); err != nil {
+		return err
+	}
 	if a.Pending && len(replaced) > 0 {
 		return fmt.Errorf("add %s to %s as pending: the entry %s applies (%s), and a proposal would replace it, so that it would not apply until approved; "+
 			"add without --pending to change it, or remove it first (lists remove) to propose another", a.Target, a.List, replaced[0].Target, described(replaced[0]))
@@ -267,6 +274,33 @@ func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT6
 		return err
 	}
 	return nil
+}
+
+// everyone refuses a's add of a prefix that holds every address of its
+// family (0.0.0.0/0, ::/0 and their spellings, such as ::ffff:0:0/96)
+// unless a.Everyone consents: one such entry refuses, challenges or frees
+// every client, which a typo in a prefix length should not do unseen (AWS
+// WAF refuses /0 in its IP sets altogether). A list file may hold one,
+// written on purpose: challenging everyone is a measure against a flood.
+func everyone(a ListsAction) error {
+	t, err := lists.NormalizeTarget(a.Target)
+	if err != nil || a.Everyone {
+		return nil // Put says what is wrong with a bad target
+	}
+	p, err := netip.ParsePrefix(t)
+	if err != nil || p.Bits() != 0 {
+		return nil
+	}
+	family := "IPv4"
+	if p.Addr().Is6() {
+		family = "IPv6"
+	}
+	does := map[string]string{
+		lists.Deny:      "the edge would refuse every one of them",
+		lists.Challenge: "the edge would challenge every one of them",
+		lists.Allow:     "every one of them would pass every limit",
+	}[a.List]
+	return fmt.Errorf("add %s to %s: it holds every %s client, and %s; give --everyone to mean it", a.Target, a.List, family, does)
 }
 
 // described says of e how long it applies, who wrote it and why, as a

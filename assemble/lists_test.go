@@ -566,3 +566,49 @@ func TestListsMissingFile(t *testing.T) {
 		t.Error("the edge no longer refuses 5.6.7.9")
 	}
 }
+
+// TestListsAddEveryone: an add of a prefix holding every address of its
+// family (0.0.0.0/0, ::/0, and ::ffff:0:0/96, which is read as 0.0.0.0/0)
+// is refused unless Everyone consents, and the list and the edge are left
+// as they were; with the consent the edge applies it; a prefix one bit
+// longer is added without it.
+func TestListsAddEveryone(t *testing.T) {
+	for _, kind := range []string{"file", "table"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			e, store, cfg := listsEdgeConfig(t, kind, filepath.Join(t.TempDir(), "log"), time.Hour, nil)
+			defer e.Close(ctx)
+			add := func(list, target string, everyone bool) (string, error) {
+				var out strings.Builder
+				a := assemble.ListsAction{Action: "add", List: list, Target: target, By: "alice", Everyone: everyone}
+				err := a.Run(ctx, cfg, nil, &out)
+				return out.String(), err
+			}
+			for _, c := range []struct{ list, target, err string }{
+				{lists.Deny, "0.0.0.0/0", "add 0.0.0.0/0 to deny: it holds every IPv4 client, and the edge would refuse every one of them; give --everyone to mean it"},
+				{lists.Deny, "::ffff:0:0/96", "add ::ffff:0:0/96 to deny: it holds every IPv4 client, and the edge would refuse every one of them; give --everyone to mean it"},
+				{lists.Deny, "::/0", "add ::/0 to deny: it holds every IPv6 client, and the edge would refuse every one of them; give --everyone to mean it"},
+				{lists.Allow, "0.0.0.0/0", "add 0.0.0.0/0 to allow: it holds every IPv4 client, and every one of them would pass every limit; give --everyone to mean it"},
+			} {
+				if out, err := add(c.list, c.target, false); errText(err) != c.err || out != "" {
+					t.Errorf("add %s to %s: printed %q, error %q; want error %q", c.target, c.list, out, errText(err), c.err)
+				}
+				if got := listStates(t, store, c.list); len(got) != 0 {
+					t.Errorf("after a refused add of %s the %s list holds %q", c.target, c.list, got)
+				}
+			}
+			if denied(t, e, "110.0.0.1:1") {
+				t.Fatal("the edge refuses 110.0.0.1 after refused adds")
+			}
+			if _, err := add(lists.Deny, "0.0.0.0/1", false); err != nil {
+				t.Fatalf("add 0.0.0.0/1: %v", err)
+			}
+			if _, err := add(lists.Deny, "0.0.0.0/0", true); err != nil {
+				t.Fatalf("add 0.0.0.0/0 with consent: %v", err)
+			}
+			if !denied(t, e, "200.0.0.1:1") {
+				t.Error("the edge does not refuse 200.0.0.1 after 0.0.0.0/0 was added with consent")
+			}
+		})
+	}
+}

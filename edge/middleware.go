@@ -16,6 +16,8 @@ import (
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
+
+	"github.com/ratewarden/ratewarden/decisions"
 )
 
 // Middleware returns next behind the limiter: refused requests are answered
@@ -236,8 +238,12 @@ func (l *Limiter) TokenHandler(secret string) http.Handler {
 			fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "give ip or user, not both")
 			return
 		case tr.User != "":
-			if len(tr.User) > 256 {
-				fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "user: longer than 256 bytes")
+			// Only an id the edge believes (decisions.CheckUserID): a
+			// request claiming any other is counted by its address, so a
+			// token for it would let no client through, and " bob" would
+			// be a subject apart from "bob".
+			if err := decisions.CheckUserID(tr.User); err != nil {
+				fail(reasonTokenBadBody, http.StatusBadRequest, "bad_request", "user: "+err.Error())
 				return
 			}
 		case tr.IP != "":

@@ -161,6 +161,10 @@ func TestTokenEndpointStrictBody(t *testing.T) {
 		{"second object", ip + `{"ip":"198.51.100.66"}`, `400 token endpoint: bad request: body: jsontext: invalid character '{' after top-level value after offset 20`},
 		{"trailing garbage", ip + ` garbage`, `400 token endpoint: bad request: body: jsontext: invalid character 'g' after top-level value after offset 21`},
 		{"4097 bytes", pad(ip, 4097), "400 token endpoint: bad request: body: larger than 4096 bytes"},
+		{"user", `{"user":"u_1"}`, "200 token endpoint: token issued: user:u_1"},
+		{"user too long", `{"user":"` + strings.Repeat("u", 257) + `"}`, "400 token endpoint: bad request: user: user id of 257 bytes, at most 256"},
+		{"user with a control character", `{"user":"u_1\u0007"}`, "400 token endpoint: bad request: user: user id with a control character at byte 4; want printable text"},
+		{"user with leading space", `{"user":" u_1"}`, "400 token endpoint: bad request: user: user id with white space at its start or end"},
 		{"unknown field", `{"ip":"203.0.113.7","admin":true}`, `400 token endpoint: bad request: body: unknown field "admin" (names are case-sensitive)`},
 	} {
 		if got := post(c.body); got != c.want {

@@ -14,6 +14,7 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 // runLambda serves API Gateway and ALB events: the limiter in front of a
@@ -47,6 +48,30 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if *commitRecords < 0 || *commitRecords > 10_000 {
 		return badFlag(fmt.Errorf("lambda: --commit-records %d: want 0 (the whole batch) to 10000", *commitRecords))
 	}
+	// Everything that can be checked without Lambda is, before the
+	// runtime is required: a bad flag or configuration tried on a laptop
+	// says so, not that this is not Lambda.
+	var (
+		f   report.Format
+		ao  assemble.AggregatorOptions
+		cfg *config.Config
+		err error
+	)
+	switch {
+	case *reportMode:
+		if f, err = report.ParseFormat(*format); err != nil {
+			return badFlag(fmt.Errorf("--%w", err))
+		}
+	case *aggregate:
+		af.o.EMF = assemble.LambdaEMF
+		if ao, _, err = af.options(); err != nil {
+			return err
+		}
+	default:
+		if cfg, err = loadConfig(*cfgPath); err != nil {
+			return err
+		}
+	}
 	if getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return errors.New("lambda: AWS_LAMBDA_RUNTIME_API is not set: run this inside AWS Lambda (use \"ratewarden edge\" elsewhere)")
 	}
@@ -54,10 +79,6 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	ctx = assemble.WithLog(ctx, log)
 	if *reportMode {
-		f, err := report.ParseFormat(*format)
-		if err != nil {
-			return badFlag(fmt.Errorf("--%w", err))
-		}
 		store, err := assemble.Partials(ctx, af.o.Partials)
 		if err != nil {
 			return fmt.Errorf("lambda --report: %w", err)
@@ -68,11 +89,6 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return nil
 	}
 	if *aggregate {
-		af.o.EMF = assemble.LambdaEMF
-		ao, _, err := af.options()
-		if err != nil {
-			return err
-		}
 		kl, sinks, err := ao.Lambda(ctx, stdout)
 		defer sinks.Close(context.Background())
 		if err != nil {
@@ -84,10 +100,6 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 		awslambda.StartWithOptions(kl.Handle, awslambda.WithContext(ctx))
 		return nil
-	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
 	}
 	override(&cfg.Edge.Upstream, *upstream)
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Fallback: stdout})

@@ -10,7 +10,7 @@ import (
 	"github.com/ratewarden/ratewarden/assemble"
 )
 
-const listsSynopsis = "lists show|add|remove|approve --config FILE [--list allow|deny|challenge] [TARGET] [--ttl D] [--reason TEXT] [--by NAME] [--pending] [--json]"
+const listsSynopsis = "lists show|add|remove|approve --config FILE [--list allow|deny|challenge] [TARGET] [--ttl D] [--reason TEXT] [--by NAME] [--pending] [--everyone] [--json]"
 
 func runLists(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 || !slices.Contains(assemble.ListsActions, args[0]) {
@@ -28,6 +28,7 @@ func runLists(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.StringVar(&a.Reason, "reason", "", "add, remove: why, for people")
 	fs.StringVar(&a.By, "by", getenv("USER"), "who makes the change")
 	fs.BoolVar(&a.Pending, "pending", false, "add: propose the entry; it applies once approved")
+	fs.BoolVar(&a.Everyone, "everyone", false, "add: consent to a prefix holding every address of its family (0.0.0.0/0, ::/0), which is refused without it")
 	fs.BoolVar(&a.JSON, "json", false, "show: print JSON")
 	// The target may come before or after the flags.
 	rest := args[1:]

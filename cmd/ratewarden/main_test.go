@@ -69,6 +69,11 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"lambda", "--aggregate", "--commit-records", "-1"}, 2, "--commit-records -1: want 0 (the whole batch) to 10000"},
+		// Checked before the runtime is required (no AWS_LAMBDA_RUNTIME_API here).
+		{[]string{"lambda", "--aggregate", "--window", "7s"}, 2, "--window 7s"},
+		{[]string{"lambda", "--report", "--format", "xml"}, 2, `--format "xml"`},
+		{[]string{"lambda", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
+		{[]string{"lambda", "--aggregate", "--window", "1m"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 1, `--partials "x": want dir:PATH or dynamodb:TABLE`},
 		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 1, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
