@@ -341,3 +341,28 @@ func TestAggregateEMFStdoutRefusesAlertsThere(t *testing.T) {
 		}
 	}
 }
+
+// TestServeEMFStdoutRefusesAlertsThere: serve --emf stdout with a
+// configuration whose alerts.sinks.file is "-" is refused before anything
+// starts (exit 2), as aggregate refuses it: both would write lines to
+// standard output.
+func TestServeEMFStdoutRefusesAlertsThere(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := filepath.Join(tmp, "dash.yaml")
+	yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  sinks:\n    file: \"-\"\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded: a serve that is not refused runs until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	code, out, errs := runCLIContext(t, ctx, nil, "serve", "--config", cfg, "--emf", "stdout", "--listen", "127.0.0.1:0", "--admin-listen", "off",
+		"--dashboard-listen", "off", "--decisions-dir", filepath.Join(tmp, "log"), "--state-dir", filepath.Join(tmp, "state"), "--partials-dir", filepath.Join(tmp, "partials"))
+	want := `serve: --emf stdout and the configuration's alerts.sinks.file "-" both write to standard output`
+	if code != 2 || !strings.Contains(errs, want) || out != "" {
+		t.Errorf("serve --emf stdout with alerts.sinks.file \"-\": exit %d, want 2 and %q:\n%s%s", code, want, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "log")); !os.IsNotExist(err) {
+		t.Errorf("the refused serve made its decision log: %v", err)
+	}
+}

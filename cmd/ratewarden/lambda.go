@@ -62,6 +62,12 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if f, err = report.ParseFormat(*format); err != nil {
 			return badFlag(fmt.Errorf("--%w", err))
 		}
+		if err := assemble.CheckWindow(af.o.Window); err != nil {
+			return badFlag(err)
+		}
+		if *reportRange < af.o.Window {
+			return badFlag(fmt.Errorf("--report-range %v: want at least one window (--window %v)", *reportRange, af.o.Window))
+		}
 	case *aggregate:
 		af.o.EMF = assemble.LambdaEMF
 		if ao, _, err = af.options(); err != nil {

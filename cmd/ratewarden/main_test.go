@@ -72,6 +72,8 @@ func TestUsageAndHelp(t *testing.T) {
 		// Checked before the runtime is required (no AWS_LAMBDA_RUNTIME_API here).
 		{[]string{"lambda", "--aggregate", "--window", "7s"}, 2, "--window 7s"},
 		{[]string{"lambda", "--report", "--format", "xml"}, 2, `--format "xml"`},
+		{[]string{"lambda", "--report", "--window", "7s"}, 2, "--window 7s: want 1s to 24h"},
+		{[]string{"lambda", "--report", "--report-range", "0s"}, 2, "--report-range 0s: want at least one window"},
 		{[]string{"lambda", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"lambda", "--aggregate", "--window", "1m"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
