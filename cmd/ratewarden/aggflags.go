@@ -78,7 +78,7 @@ func (f *aggregatorFlags) namespaceFlag(fs *flag.FlagSet) {
 
 // ruleBudgetFlag adds --rule-budget.
 func (f *aggregatorFlags) ruleBudgetFlag(fs *flag.FlagSet) {
-	fs.IntVar(&f.o.RuleBudget, "rule-budget", f.o.RuleBudget, f.prefix+"(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
+	fs.IntVar(&f.o.RuleBudget, "rule-budget", f.o.RuleBudget, f.prefix+"(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`, 1 to "+strconv.Itoa(assemble.MaxRuleBudget)+")")
 }
 
 // ruleFlags adds --config and --rules to the flags of a command that

@@ -83,6 +83,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "2h"}, 2, "--idle 2h0m0s: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `invalid value "soon" for flag -idle`},
 		{[]string{"aggregate", "--help"}, 0, "-idle duration"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "0"}, 2, "--rule-budget 0: want 1 to 65536"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "-1"}, 2, "--rule-budget -1: want 1 to 65536"},
 		{[]string{"serve", "--idle", "0s"}, 2, "--idle 0s: want 100ms to 1h"},
 		{[]string{"serve", "--help"}, 0, "-dashboard-listen"},
 		{[]string{"serve", "extra"}, 2, "Usage: ratewarden serve"},
