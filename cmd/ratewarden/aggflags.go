@@ -25,9 +25,9 @@ func newAggregatorFlags(prefix string) *aggregatorFlags {
 // rollupFlags adds the window flags that aggregate, replay and report share.
 func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
 	f := newAggregatorFlags("")
-	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window `length` in event time (1s, 10s, 1m, ...)")
-	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its `window`")
-	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
+	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window length in event time (`duration`: 1s, 10s, 1m, ...)")
+	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its window (`duration`)")
+	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that (`correct|drop`): \"correct\" (a correction of their window) or \"drop\" (counted)")
 	f.topKFlag(fs)
 	fs.DurationVar(&f.o.MaxSkew, "max-skew", f.o.MaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
 	f.capFlags(fs)
@@ -63,7 +63,7 @@ func (f *aggregatorFlags) caps(fs *flag.FlagSet, ahead, corrections string) {
 
 // topKFlag adds --top-k.
 func (f *aggregatorFlags) topKFlag(fs *flag.FlagSet) {
-	fs.IntVar(&f.o.TopK, "top-k", f.o.TopK, f.prefix+"clients held by each top-offenders `list`")
+	fs.IntVar(&f.o.TopK, "top-k", f.o.TopK, f.prefix+"clients held by each top-offenders list (`n`, 1 to 100000)")
 }
 
 // idleFlag adds --idle, for the commands that follow a live source.

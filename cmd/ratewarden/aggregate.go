@@ -37,7 +37,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
 	af := rollupFlags(fs)
-	fs.StringVar(&af.o.Partials, "partials", "", "store each window's partial aggregates: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
+	fs.StringVar(&af.o.Partials, "partials", "", "store each window's partial aggregates in `store`: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
 	fs.StringVar(&af.o.EMF, "emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
 	af.namespaceFlag(fs)
 	af.ruleBudgetFlag(fs)

@@ -25,8 +25,8 @@ func runLists(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	cfgPath := fs.String("config", "", "configuration `file` naming the lists (lists.*_file or lists.table)")
 	fs.StringVar(&a.List, "list", "", "the `list`: allow, deny or challenge")
 	fs.DurationVar(&a.TTL, "ttl", 0, "add: how long the entry applies (default: until removed)")
-	fs.StringVar(&a.Reason, "reason", "", "add, remove: why, for people")
-	fs.StringVar(&a.By, "by", getenv("USER"), "who makes the change")
+	fs.StringVar(&a.Reason, "reason", "", "add, remove: why, for people (`text`)")
+	fs.StringVar(&a.By, "by", getenv("USER"), "who makes the change (`name`)")
 	fs.BoolVar(&a.Pending, "pending", false, "add: propose the entry; it applies once approved")
 	fs.BoolVar(&a.JSON, "json", false, "show: print JSON")
 	// The target may come before or after the flags.
