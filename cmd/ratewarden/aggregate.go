@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,18 +49,15 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	sources := 0
-	for _, given := range []bool{*dir != "", *stream != "", *stdinSrc} {
-		if given {
-			sources++
-		}
-	}
-	stateOK := *dir != "" && *stateDir != "" && *stateTable == "" ||
-		*stream != "" && (*stateDir == "") != (*stateTable == "") ||
-		*stdinSrc && *stateDir == "" && *stateTable == ""
-	if sources != 1 || !stateOK || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if err := (aggregateSource{fs}).check(); err != nil {
+		if err == errUsage {
+			fs.Usage()
+		}
+		return err
 	}
 	source := "log"
 	if *stdinSrc {
@@ -69,9 +65,6 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	if *stream != "" {
 		source = *stream
-		if *noFollow {
-			return errors.New("aggregate: --no-follow reads a log to its end; a Kinesis stream has none")
-		}
 	}
 	ao, ro, err := af.options()
 	if err != nil {
@@ -90,10 +83,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	sinks, emfWriter := opened.Sinks, opened.EMF
 	var extraMetrics []func(metric.Meter) error
-	if *alertsCfg != "" {
-		if *dir == "" || *stateDir == "" {
-			return errors.New("aggregate: --alerts needs whole windows: with --decisions-dir and --state-dir only; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials")
-		}
+	if *alertsCfg != "" { // with --decisions-dir and --state-dir (aggregateSource.check)
 		cfg, err := config.Load(*alertsCfg)
 		if err != nil {
 			return err

@@ -72,7 +72,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 1, `--partials "x": want dir:PATH or dynamodb:TABLE`},
 		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 1, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
-		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 1, "--alerts needs whole windows"},
+		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 2, "--alerts with --kinesis-stream: --alerts is for --decisions-dir only (it needs whole windows"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 2, `--rules "global": want rule ids`},
 		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "100ms"}, 2, "--poll 100ms: want 200ms to 1m"},
