@@ -223,7 +223,7 @@ func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
 		case decisions.KindDecision:
 			b.count(c, i, cols.Outcome[i])
 		case decisions.KindDrops:
-			c.Dropped += cols.Dropped.Uint(i)
+			c.Dropped = decisions.AddDropped(c.Dropped, cols.Dropped.Uint(i))
 		case decisions.KindFeedback:
 			if c.Feedback == nil {
 				c.Feedback = map[string]uint64{}

@@ -39,7 +39,7 @@ type Counts struct {
 func (c *Counts) Update(d *decisions.Decision) {
 	switch d.Kind {
 	case decisions.KindDrops:
-		c.Dropped += d.Dropped
+		c.Dropped = decisions.AddDropped(c.Dropped, d.Dropped)
 		return
 	case decisions.KindFeedback:
 		if c.Feedback == nil {
@@ -105,7 +105,7 @@ func (c *Counts) Merge(o *Counts, _ MergeMode) error {
 		}
 		c.Errors[k] += n
 	}
-	c.Dropped += o.Dropped
+	c.Dropped = decisions.AddDropped(c.Dropped, o.Dropped) // stored partials are read back: no wrap to a small loss
 	for k, n := range o.Feedback {
 		if c.Feedback == nil {
 			c.Feedback = map[string]uint64{}

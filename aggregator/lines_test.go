@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -309,5 +310,81 @@ func TestLinesSourceResume(t *testing.T) {
 	}
 	if len(h.at) != 4 || !decisiontest.Equal(h.at[7], ds[6]) {
 		t.Errorf("handed lines %v, want 7 to 10", slices.Sorted(maps.Keys(h.at)))
+	}
+}
+
+// TestRunLinesForgedDrops: a drops event claiming more than
+// decisions.MaxDropped (2^64-1, which would wrap a window's sum into a
+// small one, or the cap plus one) is a corrupt line: skipped, counted and
+// named; the cap itself and the other events are counted.
+func TestRunLinesForgedDrops(t *testing.T) {
+	drops := func(n uint64) string {
+		d := decisions.Decision{Kind: decisions.KindDrops, Time: t0, Node: "edge-1", Reason: "decision queue full", Dropped: n}
+		return string(decisions.AppendJSON(nil, &d)) + "\n"
+	}
+	in := strings.NewReader(drops(5) + drops(1<<64-1) + drops(decisions.MaxDropped) + drops(decisions.MaxDropped+1) + drops(7))
+	dir := t.TempDir()
+	st, err := RunLines(context.Background(), in, Options{Window: time.Second}, []Sink{&PartialsDir{Dir: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Skipped != 2 || len(st.First) != 2 || st.First[0].Line != 2 || st.First[1].Line != 4 ||
+		!strings.Contains(st.First[0].Error(), "dropped 18446744073709551615, at most 1099511627776") {
+		t.Fatalf("skipped %d: %v", st.Skipped, st.First)
+	}
+	ps, problems, err := (&PartialsDir{Dir: dir}).Read(t.Context(), time.Second, time.Time{}, t0.Add(time.Hour))
+	if err != nil || len(problems) > 0 || len(ps) != 1 {
+		t.Fatal(err, problems, len(ps))
+	}
+	if p, want := ps[t0], uint64(decisions.MaxDropped+12); p == nil || p.Counts.Dropped != want || p.Events != 3 {
+		t.Errorf("window: %+v; want 3 events, %d dropped", p, want)
+	}
+}
+
+// TestRunLogForgedDrops: in the log's columnar records, a drops event over
+// decisions.MaxDropped makes its record corrupt: skipped, counted as
+// undecodable and reported, and the records around it are read.
+func TestRunLogForgedDrops(t *testing.T) {
+	ds := testEvents(1500)
+	ds[700] = decisions.Decision{Kind: decisions.KindDrops, Time: ds[700].Time, Node: "edge-1", Reason: "decision queue full", Dropped: 1<<64 - 1}
+	logDir := filepath.Join(t.TempDir(), "log")
+	writeLog(t, logDir, ds) // records of 500: the second holds the forged event
+	var problems []error
+	out := t.TempDir()
+	st, err := RunLog(context.Background(), LogOptions{Dir: logDir, StateDir: t.TempDir(),
+		Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond}, Sinks: []Sink{&PartialsDir{Dir: out}},
+		Problem: func(err error) { problems = append(problems, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Read.BadBatch != 1 || st.Read.BadEvents != 500 || st.Rollup.Events != 1000 {
+		t.Fatalf("bad records %d, bad events %d, rolled up %d; want 1, 500 and 1000", st.Read.BadBatch, st.Read.BadEvents, st.Rollup.Events)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0].Error(), "column dropped: row 200: dropped 18446744073709551615, at most 1099511627776") {
+		t.Fatalf("problems %v", problems)
+	}
+	if e, _ := totals(t, out, time.Second); e != 1000 {
+		t.Errorf("partials hold %d events, want 1000", e)
+	}
+}
+
+// TestAddDroppedSaturates: sums of dropped counts, stored partials merged
+// and a batch's drops events, stop at the largest uint64 rather than wrap
+// into a small loss.
+func TestAddDroppedSaturates(t *testing.T) {
+	a, b := &Counts{Dropped: 1<<64 - 10}, &Counts{Dropped: 20}
+	if err := a.Merge(b, MergeOverlapping); err != nil || a.Dropped != 1<<64-1 {
+		t.Errorf("merge: %d, %v; want %d", a.Dropped, err, uint64(1<<64-1))
+	}
+	c := &Counts{Dropped: 1<<64 - 3}
+	c.Update(&decisions.Decision{Kind: decisions.KindDrops, Dropped: decisions.MaxDropped})
+	if c.Dropped != 1<<64-1 {
+		t.Errorf("update: %d", c.Dropped)
+	}
+	ds := []decisions.Decision{{Kind: decisions.KindDrops, Time: t0, Dropped: decisions.MaxDropped}}
+	c = &Counts{Dropped: 1<<64 - 3}
+	eachBatch(t, ds, 1, func(b *Batch) { c.UpdateColumns(b, 0, b.Len()) })
+	if c.Dropped != 1<<64-1 {
+		t.Errorf("update columns: %d", c.Dropped)
 	}
 }

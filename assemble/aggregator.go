@@ -64,6 +64,12 @@ const (
 	MaxMaxCorrections = 16_384
 )
 
+// MaxRuleBudget bounds --rule-budget: a window keeps at most --max-names
+// rules apart, each of one tier, so no window has more (tier, rule) pairs
+// than that to keep. The lower bound is 1: the EMF sink took 0 or less
+// for its default of 50, so --rule-budget 0 kept 50, silently.
+const MaxRuleBudget = MaxMaxKeys
+
 // DefaultAggregatorOptions returns the defaults of the aggregator's flags.
 func DefaultAggregatorOptions() AggregatorOptions {
 	return AggregatorOptions{Window: time.Minute, Lateness: 500 * time.Millisecond, Late: "correct", MaxSkew: aggregator.DefaultMaxSkew,
@@ -86,7 +92,8 @@ func CheckWindow(w time.Duration) error {
 }
 
 // Rollup returns the rollup options, or an error naming the flag whose
-// value is out of range.
+// value is out of range (the EMF's --rule-budget too: every command that
+// has it checks its flags here).
 func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	p, ok := aggregator.ParseLatePolicy(o.Late)
 	windowErr := CheckWindow(o.Window)
@@ -109,6 +116,8 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 		return aggregator.Options{}, fmt.Errorf("--max-ahead %d: want 1 to %d", o.MaxAhead, MaxMaxAhead)
 	case o.MaxCorrections < 1 || o.MaxCorrections > MaxMaxCorrections:
 		return aggregator.Options{}, fmt.Errorf("--max-corrections %d: want 1 to %d", o.MaxCorrections, MaxMaxCorrections)
+	case o.RuleBudget < 1 || o.RuleBudget > MaxRuleBudget:
+		return aggregator.Options{}, fmt.Errorf("--rule-budget %d: want 1 to %d", o.RuleBudget, MaxRuleBudget)
 	}
 	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
 		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil

@@ -48,6 +48,9 @@ func TestAggregatorRollup(t *testing.T) {
 	bad(func(o *AggregatorOptions) { o.MaxAhead = MaxMaxAhead + 1 }, "--max-ahead 16385: want 1 to 16384")
 	bad(func(o *AggregatorOptions) { o.MaxCorrections = 0 }, "--max-corrections 0: want 1 to 16384")
 	bad(func(o *AggregatorOptions) { o.MaxCorrections = MaxMaxCorrections + 1 }, "--max-corrections 16385: want 1 to 16384")
+	bad(func(o *AggregatorOptions) { o.RuleBudget = 0 }, "--rule-budget 0: want 1 to 65536")
+	bad(func(o *AggregatorOptions) { o.RuleBudget = -3 }, "--rule-budget -3: want 1 to 65536")
+	bad(func(o *AggregatorOptions) { o.RuleBudget = MaxRuleBudget + 1 }, "--rule-budget 65537: want 1 to 65536")
 
 	// The defaults are the aggregator's.
 	if ro, err := DefaultAggregatorOptions().Rollup(); err != nil || ro.MaxKeys != aggregator.DefaultMaxKeys || ro.MaxAhead != aggregator.DefaultMaxAhead ||

@@ -26,6 +26,11 @@ const (
 	MaxLimit = 1_000_000_000
 	// MaxFactor bounds challenge.factor, for the same reason.
 	MaxFactor = 100
+	// MaxTokenTTL bounds a challenge token's lifetime: challenge.token_ttl
+	// and the --ttl of ratewarden token issue. A token is a bearer
+	// credential that cannot be revoked but by rotating the key, so no
+	// solved challenge lets a client through for longer than a day.
+	MaxTokenTTL = 24 * time.Hour
 )
 
 // Validate checks every value against its allowed range, after Defaults.
@@ -488,7 +493,7 @@ func (v *validator) challenge(ch *Challenge) {
 		v.pathPrefix(key("challenge", "page"), p, "is not allowed", "/captcha")
 	}
 	v.required(key("challenge", "param"), ch.Param, "a query parameter name such as redirect")
-	v.durationRange(key("challenge", "token_ttl"), ch.TokenTTL, time.Minute, 24*time.Hour)
+	v.durationRange(key("challenge", "token_ttl"), ch.TokenTTL, time.Minute, MaxTokenTTL)
 	if !isToken(ch.Cookie) {
 		v.report(key("challenge", "cookie"), ch.Cookie, "is not allowed", "a cookie name such as rw_challenge")
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -356,6 +357,36 @@ func TestEmitterReportsDropsPeriodically(t *testing.T) {
 		}
 		if dropped := e.Stats().Dropped; len(reports) != 1 || reports[0] != dropped || dropped == 0 {
 			t.Errorf("reports %v, dropped %d", reports, dropped)
+		}
+	})
+}
+
+// TestEmitterReportsDropsCapped: drops beyond MaxDropped since the last
+// report, more than readers believe of one event, are reported MaxDropped
+// at a time, the rest carried to the next report, and on Close in as many
+// reports as it takes; every report is one a reader accepts.
+func TestEmitterReportsDropsCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &memWriter{}
+		e := NewEmitter(w, EmitterOptions{Interval: time.Hour, DropReport: 10 * time.Second, Node: "n"})
+		e.dropped.Add(MaxDropped + 5)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		time.Sleep(10 * time.Second) // the 5 carried over
+		synctest.Wait()
+		e.dropped.Add(2*MaxDropped + 1)
+		e.Close(context.Background())
+		var reports []uint64
+		for _, d := range w.got {
+			if d.Kind == KindDrops {
+				reports = append(reports, d.Dropped)
+				if err := d.Check(); err != nil {
+					t.Errorf("report of %d: %v", d.Dropped, err)
+				}
+			}
+		}
+		if want := []uint64{MaxDropped, 5, MaxDropped, MaxDropped, 1}; !slices.Equal(reports, want) {
+			t.Errorf("reports %v, want %v", reports, want)
 		}
 	})
 }

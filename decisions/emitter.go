@@ -250,10 +250,12 @@ func (e *Emitter) flushNow(spare []Decision, reply chan<- error) []Decision {
 	return spare
 }
 
-// finish writes what is queued and the last drop report, and flushes.
+// finish writes what is queued and the last drop reports, and flushes.
 func (e *Emitter) finish(spare []Decision) {
 	spare = e.drain(spare, false, false)
-	e.reportDrops(time.Now())
+	for now := time.Now(); e.reportDrops(now); {
+		// No next report comes: write the rest now.
+	}
 	e.drain(spare, true, false)
 }
 
@@ -307,18 +309,23 @@ func (e *Emitter) queued() int {
 }
 
 // reportDrops writes a KindDrops event for the decisions dropped since the
-// last report, if any.
-func (e *Emitter) reportDrops(now time.Time) {
-	n := e.dropped.Load()
-	if n == e.reported {
-		return
+// last report, if any: at most MaxDropped of them, the most readers
+// believe of one event (a larger count would be skipped as corrupt); the
+// rest go in the next report. It reports whether it wrote one and drops
+// remain unreported.
+func (e *Emitter) reportDrops(now time.Time) (more bool) {
+	all := e.dropped.Load() - e.reported
+	n := min(all, MaxDropped)
+	if n == 0 {
+		return false
 	}
-	ev := []Decision{{Kind: KindDrops, Time: now, Node: e.opts.Node, Reason: "decision queue full", Dropped: n - e.reported}}
+	ev := []Decision{{Kind: KindDrops, Time: now, Node: e.opts.Node, Reason: "decision queue full", Dropped: n}}
 	if err := e.w.WriteBatch(ev); err != nil {
 		e.fail(err)
-		return
+		return false
 	}
-	e.reported = n
+	e.reported += n
+	return all > n
 }
 
 // drain writes everything queued, then flushes if asked to or if anything

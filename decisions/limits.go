@@ -42,6 +42,25 @@ const (
 	MaxRuleLen = MaxNameLen + 1 + canonpath.MaxLen
 )
 
+// MaxDropped bounds the count of a drops event (Decision.Dropped), which
+// readers add up: an emitter reports at most this many decisions a
+// report and carries the rest to the next one (Emitter), so a record
+// claiming more, on any kind of event, is corrupt or forged. At a
+// million drops a second an edge would need 12 days between reports to
+// reach it, and sums of 2^24 reports at the cap still fit a uint64;
+// sums of counts read back from stored aggregates saturate (AddDropped).
+const MaxDropped = 1 << 40
+
+// AddDropped returns a + b, or the largest uint64 where that would wrap:
+// sums of dropped counts over many windows and partials saturate rather
+// than turn a huge loss into a small one.
+func AddDropped(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
 // CheckUserID says why s is not a user id the edge believes, nil when it
 // is one: an id is at most MaxUserIDLen bytes of valid UTF-8, holds no
 // control character (C0, DEL, C1, or U+FFFD, the mark of a mangled
@@ -112,7 +131,8 @@ func FieldTooLong(name string, n, max int) error {
 }
 
 // Check reports the first problem that makes d a corrupt record for a
-// reader: a time out of range, or a field longer than its cap.
+// reader: a time out of range, a field longer than its cap, or a dropped
+// count over MaxDropped.
 func (d *Decision) Check() error {
 	if !TimeInRange(d.Time) {
 		return fmt.Errorf("time %s is outside %s to %s, the range of int64 nanoseconds since 1970",
@@ -123,5 +143,13 @@ func (d *Decision) Check() error {
 			return FieldTooLong(f.Name, n, f.Max)
 		}
 	}
+	if d.Dropped > MaxDropped {
+		return DroppedTooMany(d.Dropped)
+	}
 	return nil
+}
+
+// DroppedTooMany is the error of a dropped count over MaxDropped.
+func DroppedTooMany(n uint64) error {
+	return fmt.Errorf("dropped %d, at most %d", n, uint64(MaxDropped))
 }

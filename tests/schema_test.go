@@ -51,6 +51,8 @@ func TestJSONSchemaAjv(t *testing.T) {
 		{"client_ip with a zone", with("203.0.113.7", "fe80::1%eth0"), false},
 		{"client_ip with a port", with("203.0.113.7", "203.0.113.7:443"), false},
 		{"target not an address", strings.Replace(feedback, "203.0.113.0/24", "everyone", 1), false},
+		{"drops at the cap", `{"v":1,"kind":"drops","time":"2026-11-30T03:00:01Z","node":"edge-1","dropped":1099511627776}`, true},
+		{"drops over the cap", `{"v":1,"kind":"drops","time":"2026-11-30T03:00:01Z","node":"edge-1","dropped":1099511627777}`, false},
 	}
 	lines := bytes.Clone(good)
 	for _, c := range cases {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"strconv"
 
 	"github.com/ratewarden/ratewarden/aggregator"
@@ -25,9 +27,9 @@ func newAggregatorFlags(prefix string) *aggregatorFlags {
 // rollupFlags adds the window flags that aggregate, replay and report share.
 func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
 	f := newAggregatorFlags("")
-	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window `length` in event time (1s, 10s, 1m, ...)")
-	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its `window`")
-	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that: \"correct\" (a correction of their window) or \"drop\" (counted)")
+	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window length in event time (`duration`: 1s, 10s, 1m, ...)")
+	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its window (`duration`)")
+	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that (`correct|drop`): \"correct\" (a correction of their window) or \"drop\" (counted)")
 	f.topKFlag(fs)
 	fs.DurationVar(&f.o.MaxSkew, "max-skew", f.o.MaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum (`duration`)")
 	f.capFlags(fs)
@@ -63,7 +65,7 @@ func (f *aggregatorFlags) caps(fs *flag.FlagSet, ahead, corrections string) {
 
 // topKFlag adds --top-k.
 func (f *aggregatorFlags) topKFlag(fs *flag.FlagSet) {
-	fs.IntVar(&f.o.TopK, "top-k", f.o.TopK, f.prefix+"clients held by each top-offenders `list`")
+	fs.IntVar(&f.o.TopK, "top-k", f.o.TopK, f.prefix+"clients held by each top-offenders list (`n`, 1 to 100000)")
 }
 
 // idleFlag adds --idle, for the commands that follow a live source.
@@ -78,7 +80,7 @@ func (f *aggregatorFlags) namespaceFlag(fs *flag.FlagSet) {
 
 // ruleBudgetFlag adds --rule-budget.
 func (f *aggregatorFlags) ruleBudgetFlag(fs *flag.FlagSet) {
-	fs.IntVar(&f.o.RuleBudget, "rule-budget", f.o.RuleBudget, f.prefix+"(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`)")
+	fs.IntVar(&f.o.RuleBudget, "rule-budget", f.o.RuleBudget, f.prefix+"(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`, 1 to "+strconv.Itoa(assemble.MaxRuleBudget)+")")
 }
 
 // ruleFlags adds --config and --rules to the flags of a command that
@@ -115,4 +117,70 @@ func (f *aggregatorFlags) options() (assemble.AggregatorOptions, aggregator.Opti
 		}
 	}
 	return f.o, ro, nil
+}
+
+// aggregateSource is what aggregate reads and where it keeps its state:
+// one source (--decisions-dir, --kinesis-stream or --stdin) and the state
+// that source takes. Flags of another source, or a state the source has
+// no use for, are refused rather than ignored: a user who gave both
+// --stdin and --decisions-dir, or --poll to a log, meant something the
+// command would not do.
+type aggregateSource struct{ fs *flag.FlagSet }
+
+// onlyWith are aggregate's flags that apply to one source alone.
+var onlyWith = []struct{ flag, source, why string }{
+	{"linger", "decisions-dir", "it paces the reads of a followed log's tail"},
+	{"no-follow", "decisions-dir", "a log is read to its end; a stream and standard input have none to stop at"},
+	{"alerts", "decisions-dir", "it needs whole windows; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials"},
+	{"poll", "kinesis-stream", "it paces the reads of a stream's shards"},
+	{"leases-table", "kinesis-stream", "leases share a stream's shards"},
+	{"consumer-group", "kinesis-stream", "a group shares a stream's shards"},
+	{"lease-duration", "kinesis-stream", "leases share a stream's shards"},
+}
+
+// check refuses sources and states that do not go together, as a
+// flagError naming both flags; no source at all is errUsage (the usage
+// says what to give).
+func (s aggregateSource) check() error {
+	fs := s.fs
+	// given: on the command line with a value; --stdin=false is not.
+	given := func(name string) bool {
+		v := fs.Lookup(name).Value.String()
+		return flagSet(fs, name) && v != "" && v != "false"
+	}
+	var sources []string
+	for _, name := range []string{"decisions-dir", "kinesis-stream", "stdin"} {
+		if given(name) {
+			sources = append(sources, name)
+		}
+	}
+	switch len(sources) {
+	case 0:
+		return errUsage
+	case 1:
+	default:
+		return badFlag(fmt.Errorf("aggregate: --%s and --%s: give one source, not both", sources[0], sources[1]))
+	}
+	source := sources[0]
+	for _, o := range onlyWith {
+		if given(o.flag) && source != o.source {
+			return badFlag(fmt.Errorf("aggregate: --%s with --%s: --%s is for --%s only (%s)", o.flag, source, o.flag, o.source, o.why))
+		}
+	}
+	switch dir, table := given("state-dir"), given("state-table"); {
+	case source == "stdin" && (dir || table):
+		state := map[bool]string{true: "state-dir", false: "state-table"}[dir]
+		return badFlag(fmt.Errorf("aggregate: --%s with --stdin: standard input has no position to resume from; leave --%s out", state, state))
+	case source == "decisions-dir" && table:
+		return badFlag(errors.New("aggregate: --state-table with --decisions-dir: a state table is for --kinesis-stream; give --state-dir"))
+	case source == "kinesis-stream" && dir && table:
+		return badFlag(errors.New("aggregate: --state-dir and --state-table: give one state, not both"))
+	case source != "stdin" && !dir && !table:
+		want := "--state-dir DIR"
+		if source == "kinesis-stream" {
+			want += " or --state-table NAME"
+		}
+		return badFlag(fmt.Errorf("aggregate: --%s needs %s, where the aggregator keeps its position and open windows", source, want))
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,7 +36,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
 	stateTable := fs.String("state-table", "", "with --kinesis-stream: keep the shards' states in the DynamoDB table `name` instead (aws init creates "+defaultStateTable+"), for aggregators on several machines")
 	af := rollupFlags(fs)
-	fs.StringVar(&af.o.Partials, "partials", "", "store each window's partial aggregates: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
+	fs.StringVar(&af.o.Partials, "partials", "", "store each window's partial aggregates in `store`: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
 	fs.StringVar(&af.o.EMF, "emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
 	af.namespaceFlag(fs)
 	af.ruleBudgetFlag(fs)
@@ -50,18 +49,15 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	sources := 0
-	for _, given := range []bool{*dir != "", *stream != "", *stdinSrc} {
-		if given {
-			sources++
-		}
-	}
-	stateOK := *dir != "" && *stateDir != "" && *stateTable == "" ||
-		*stream != "" && (*stateDir == "") != (*stateTable == "") ||
-		*stdinSrc && *stateDir == "" && *stateTable == ""
-	if sources != 1 || !stateOK || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if err := (aggregateSource{fs}).check(); err != nil {
+		if err == errUsage {
+			fs.Usage()
+		}
+		return err
 	}
 	source := "log"
 	if *stdinSrc {
@@ -69,9 +65,6 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	if *stream != "" {
 		source = *stream
-		if *noFollow {
-			return errors.New("aggregate: --no-follow reads a log to its end; a Kinesis stream has none")
-		}
 	}
 	ao, ro, err := af.options()
 	if err != nil {
@@ -86,10 +79,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	// The alerts' configuration is read before any sink is opened: what
 	// it asks of stdout may rule out --emf stdout.
 	var alertsConf *config.Config
-	if *alertsCfg != "" {
-		if *dir == "" || *stateDir == "" {
-			return errors.New("aggregate: --alerts needs whole windows: with --decisions-dir and --state-dir only; with a Kinesis stream, run `ratewarden alerts --partials` over the merged partials")
-		}
+	if *alertsCfg != "" { // with --decisions-dir and --state-dir (aggregateSource.check)
 		if alertsConf, err = config.Load(*alertsCfg); err != nil {
 			return err
 		}

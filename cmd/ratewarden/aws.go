@@ -48,7 +48,7 @@ func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	kinesisEP := fs.String("kinesis-endpoint", "", "send Kinesis calls to `URL`")
 	dynamoEP := fs.String("dynamodb-endpoint", "", "send DynamoDB calls to `URL`")
 	stream := fs.String("stream", defaultStream, "decision stream `name`; \"\" to skip")
-	shards := fs.Int("shards", 1, "shards of a new stream")
+	shards := fs.Int("shards", 1, "shards of a new stream (`n`)")
 	counters := fs.String("counters-table", defaultCountersTable, "counter store table `name`; \"\" to skip")
 	listsTable := fs.String("lists-table", defaultListsTable, "lists table `name`; \"\" to skip")
 	leases := fs.String("leases-table", defaultLeasesTable, "stream consumers' lease and checkpoint table `name`; \"\" to skip")

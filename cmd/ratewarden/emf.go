@@ -36,9 +36,9 @@ func runEmf(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	fs := newFlags("emf validate", "emf validate [flags] FILE...", stderr)
-	nowFlag := fs.String("now", "", "validate timestamps as of this RFC 3339 time (default: the current time)")
+	nowFlag := fs.String("now", "", "validate timestamps as of `T`, an RFC 3339 time (default: the current time)")
 	ignoreTime := fs.Bool("ignore-time", false, "skip the check that timestamps lie from 14 days before to 2 hours after now")
-	maxSize := fs.Int("max-size", int(emf.DefaultMaxDocumentSize), "largest document allowed, in bytes (at most 1048576)")
+	maxSize := fs.Int("max-size", int(emf.DefaultMaxDocumentSize), "largest document allowed (`bytes`, at most 1048576)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}

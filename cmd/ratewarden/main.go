@@ -218,6 +218,11 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// flagSetMade, when set, is called with every flag set newFlags makes: a
+// test collects them, once the command has defined its flags, to hold
+// every command's --help to the same placeholders (TestHelpPlaceholders).
+var flagSetMade func(*flag.FlagSet)
+
 // newFlags returns a flag set that prints its usage to stderr and returns
 // errors instead of exiting.
 func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
@@ -226,6 +231,9 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ratewarden %s\n\nFlags:\n", synopsis)
 		fs.PrintDefaults()
+	}
+	if flagSetMade != nil {
+		flagSetMade(fs)
 	}
 	return fs
 }

@@ -79,7 +79,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 1, `--partials "x": want dir:PATH or dynamodb:TABLE`},
 		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 1, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
-		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 1, "--alerts needs whole windows"},
+		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 2, "--alerts with --kinesis-stream: --alerts is for --decisions-dir only (it needs whole windows"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 2, `--rules "global": want rule ids`},
 		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "100ms"}, 2, "--poll 100ms: want 200ms to 1m"},
@@ -90,6 +90,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "2h"}, 2, "--idle 2h0m0s: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `invalid value "soon" for flag -idle`},
 		{[]string{"aggregate", "--help"}, 0, "-idle duration"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "0"}, 2, "--rule-budget 0: want 1 to 65536"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "-1"}, 2, "--rule-budget -1: want 1 to 65536"},
 		{[]string{"serve", "--idle", "0s"}, 2, "--idle 0s: want 100ms to 1h"},
 		{[]string{"serve", "--help"}, 0, "-dashboard-listen"},
 		{[]string{"serve", "extra"}, 2, "Usage: ratewarden serve"},
@@ -150,5 +152,39 @@ func TestTokenIssue(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, env, "token", "issue", "--ip", "nope"); code != 2 || !strings.Contains(errs, "--ip") {
 		t.Errorf("bad ip: exit %d %s", code, errs)
+	}
+}
+
+// TestTokenIssueRefuses: a user id the edge would not believe, and a
+// --ttl outside 1s to config.MaxTokenTTL, are bad flags (exit 2) naming
+// the flag and what it wants, with or without keys: such a token would
+// never let its client through, or would outlive what the configuration
+// allows.
+func TestTokenIssueRefuses(t *testing.T) {
+	env := map[string]string{"RATEWARDEN_CHALLENGE_KEYS": testKey}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--user", " bob"}, `--user " bob": user id with white space at its start or end`},
+		{[]string{"--user", "bob\n"}, `--user "bob\n": user id with a control character`},
+		{[]string{"--user", "b\xffb"}, "user id is not valid UTF-8"},
+		{[]string{"--user", strings.Repeat("u", 257)}, "user id of 257 bytes, at most 256"},
+		{[]string{"--ip", "203.0.113.7", "--ttl", "500ms"}, "--ttl 500ms: want a duration from 1s to 24h"},
+		{[]string{"--ip", "203.0.113.7", "--ttl", "0s"}, "--ttl 0s: want a duration from 1s to 24h"},
+		{[]string{"--ip", "203.0.113.7", "--ttl", "-1m"}, "--ttl -1m0s: want a duration from 1s to 24h"},
+		{[]string{"--user", "u_1", "--ttl", "24h1s"}, "--ttl 24h0m1s: want a duration from 1s to 24h"},
+	} {
+		for _, env := range []map[string]string{env, nil} {
+			code, out, errs := runCLI(t, env, append([]string{"token", "issue"}, c.args...)...)
+			if code != 2 || out != "" || !strings.Contains(errs, c.want) {
+				t.Errorf("%q (keys %t): exit %d, want 2; stdout %q; stderr lacks %q:\n%s", c.args, env != nil, code, out, c.want, errs)
+			}
+		}
+	}
+	for _, ttl := range []string{"1s", "24h"} {
+		if code, _, errs := runCLI(t, env, "token", "issue", "--user", "u_1", "--ttl", ttl); code != 0 {
+			t.Errorf("--ttl %s: exit %d %s", ttl, code, errs)
+		}
 	}
 }

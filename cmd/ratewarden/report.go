@@ -27,7 +27,7 @@ func addReportFlags(fs *flag.FlagSet, title string) *reportFlags {
 	now := time.Now
 	f := &reportFlags{from: &timeFlag{now: now}, to: &timeFlag{now: now}}
 	fs.Var(f.from, "from", "start of the range: `T` as RFC 3339, \"now\", or a duration before now (24h or -24h)")
-	fs.Var(f.to, "to", "end of the range (excluded), as --from; default now")
+	fs.Var(f.to, "to", "end of the range (excluded), `T` as --from; default now")
 	f.format = fs.String("format", "md", "output `format`: md, html, json or csv")
 	f.out = fs.String("out", "", "write to `file` (replaced whole when complete; untouched on error) instead of standard output")
 	f.title = fs.String("title", title, "the report's `title`")
@@ -86,7 +86,7 @@ func checkRange(startFlag string, start time.Time, endFlag string, end time.Time
 // runReport makes the abuse report of a time range (package report).
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("report", "report --from T [--to T] (--partials dir:PATH|dynamodb:TABLE | --decisions-dir DIR) [--alerts FILE] [--format md|html|json|csv] [--out FILE] [flags]", stderr)
-	partials := fs.String("partials", "", "read the stored partial aggregates: "+assemble.PartialsSpecs+" (as aggregate --partials wrote them)")
+	partials := fs.String("partials", "", "read the stored partial aggregates from `store`: "+assemble.PartialsSpecs+" (as aggregate --partials wrote them)")
 	dir := fs.String("decisions-dir", "", "or roll the decision log `directory` up on the fly, in memory, with the aggregator's own code")
 	alertsFile := fs.String("alerts", "", "JSON lines `file` of alerts and feedback actions to include")
 	rf := addReportFlags(fs, "Abuse report")
@@ -171,7 +171,7 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("whatif", "whatif --config candidate.yaml --decisions-dir DIR --from T [--to T] [--format md|html|json|csv] [--out FILE]", stderr)
 	cfgPath := fs.String("config", "", "the candidate configuration `file`")
 	dir := fs.String("decisions-dir", "", "the decision log `directory` to replay")
-	reorder := fs.Duration("reorder", 30*time.Second, "how far out of decision-time order the log may hold requests (a decision is written when its response ends): the replay puts them back in order within this `horizon` (more than 0)")
+	reorder := fs.Duration("reorder", 30*time.Second, "how far out of decision-time order the log may hold requests (a decision is written when its response ends): the replay puts them back in order within this horizon (`duration`, more than 0)")
 	rf := addReportFlags(fs, "What-if")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -20,7 +20,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	decisionsDir := fs.String("decisions-dir", "", "the decision log `directory` (overrides decisions.dir; default "+assemble.DefaultServeLog+")")
 	stateDir := fs.String("state-dir", "", "the aggregator's state `directory` (overrides serve.state_dir)")
 	partials := fs.String("partials-dir", "", "the aggregator's partials `directory` (overrides serve.partials_dir)")
-	partialsSpec := fs.String("partials", "", "or store the partials in "+assemble.PartialsSpecs+" instead")
+	partialsSpec := fs.String("partials", "", "or store the partials in `store`, "+assemble.PartialsSpecs+", instead")
 	server := fs.String("server", "", "the edge's HTTP `server`: net/http or fasthttp (overrides edge.server)")
 	af := newAggregatorFlags("")
 	fs.StringVar(&af.o.EMF, "emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs+"; each rule of the configuration gets [Tier, Rule] documents of its own")

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/challenge"
 	"github.com/ratewarden/ratewarden/edge/identity"
 )
@@ -21,7 +23,7 @@ func runToken(args []string, stdout, stderr io.Writer, getenv func(string) strin
 	fs := newFlags("token issue", "token issue (--ip ADDR | --user ID) [--ttl DURATION] [--config FILE]", stderr)
 	ip := fs.String("ip", "", "client `address` the token is bound to")
 	user := fs.String("user", "", "user `id` the token is bound to")
-	ttl := fs.Duration("ttl", 0, "token lifetime (default challenge.token_ttl)")
+	ttl := fs.Duration("ttl", 0, "token lifetime, 1s to 24h (default challenge.token_ttl)")
 	cfgPath := fs.String("config", "", "configuration `file` (default: the built-in seed configuration)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -29,6 +31,22 @@ func runToken(args []string, stdout, stderr io.Writer, getenv func(string) strin
 	if (*ip == "") == (*user == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "ratewarden token issue: give exactly one of --ip or --user")
 		return errUsage
+	}
+	// The flags are checked before the configuration and the keys are
+	// read: a token the edge would not honour as issued is a bad flag,
+	// whatever else is wrong.
+	if *user != "" {
+		// The edge counts a client whose id it does not believe by its
+		// address (identity.Believes), so a token for such an id would
+		// never let anyone through.
+		if err := decisions.CheckUserID(*user); err != nil {
+			return badFlag(fmt.Errorf("issue token: --user %q: %v; want printable text of at most %d bytes, without white space at either end", *user, err, decisions.MaxUserIDLen))
+		}
+	}
+	if flagSet(fs, "ttl") {
+		if err := checkTokenTTL(*ttl); err != nil {
+			return err
+		}
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
@@ -42,11 +60,8 @@ func runToken(args []string, stdout, stderr io.Writer, getenv func(string) strin
 	if err != nil {
 		return fmt.Errorf("issue token: %s: %w", cfg.Challenge.KeysEnv, err)
 	}
-	if *ttl == 0 {
+	if !flagSet(fs, "ttl") {
 		*ttl = cfg.Challenge.TokenTTL
-	}
-	if *ttl <= 0 || *ttl > 24*time.Hour {
-		return badFlag(fmt.Errorf("issue token: --ttl %s: want a duration from 1s to 24h", *ttl))
 	}
 	var addr netip.Addr
 	if *ip != "" {
@@ -56,5 +71,18 @@ func runToken(args []string, stdout, stderr io.Writer, getenv func(string) strin
 		addr = identity.CountingAddr(cfg.Identity.NAT64().Of(addr), cfg.Identity.IPv6Prefix)
 	}
 	fmt.Fprintln(stdout, keys.Issue(challenge.Subject(addr, *user), time.Now(), *ttl))
+	return nil
+}
+
+// minTokenTTL is the shortest --ttl: a token expires at a whole second
+// (challenge.Keyring.Issue), so a shorter one could be expired as issued.
+const minTokenTTL = time.Second
+
+// checkTokenTTL refuses a --ttl outside minTokenTTL to config.MaxTokenTTL,
+// the longest challenge.token_ttl the configuration allows.
+func checkTokenTTL(ttl time.Duration) error {
+	if ttl < minTokenTTL || ttl > config.MaxTokenTTL {
+		return badFlag(fmt.Errorf("issue token: --ttl %s: want a duration from %s to %dh", ttl, minTokenTTL, config.MaxTokenTTL/time.Hour))
+	}
 	return nil
 }

@@ -146,7 +146,7 @@ func TestRoundTripWidths(t *testing.T) {
 			case 2:
 				ds[i].Limit, ds[i].Count, ds[i].Dropped = -40_000, 70_000, 70_000
 			case 3:
-				ds[i].Limit, ds[i].Count, ds[i].Dropped = math.MinInt64, math.MaxInt64, math.MaxUint64
+				ds[i].Limit, ds[i].Count, ds[i].Dropped = math.MinInt64, math.MaxInt64, decisions.MaxDropped // the most readers believe: 8 bytes
 			}
 		}
 		for _, c := range compressions {
@@ -541,5 +541,22 @@ func TestUnsealed(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		checkSame(t, got, ds)
+	}
+}
+
+// TestDecodeRefusesForgedDrops: a dropped count over decisions.MaxDropped
+// makes the batch corrupt for either decoder, as a field over its cap
+// does: readers add the counts up.
+func TestDecodeRefusesForgedDrops(t *testing.T) {
+	ds := generate(8, 50)
+	ds[20] = decisions.Decision{Kind: decisions.KindDrops, Time: ds[20].Time, Node: "edge-1", Dropped: decisions.MaxDropped + 1}
+	data, err := Encode(nil, ds, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range decoders() {
+		if _, err := d.Decode(data, nil); err == nil || !strings.Contains(err.Error(), "column dropped: row 20: dropped 1099511627777, at most 1099511627776") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

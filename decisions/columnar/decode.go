@@ -363,6 +363,16 @@ func (d *Decoder) setView(c int, dt arrow.DataType, raw rawCol, dict *rawCol, n 
 			v.intW = uintWidth8(dt)
 		}
 		v.ints, err = fixedBuf(raw.values, n, v.intW)
+		if err == nil && c == cDropped && v.intW == 8 {
+			// Readers add dropped counts up: one over the cap makes the
+			// batch corrupt, as a field over its cap does (Decision.Check).
+			for i, x := range ints[uint64](v.ints, n) {
+				if x > decisions.MaxDropped {
+					err = fmt.Errorf("row %d: %w", i, decisions.DroppedTooMany(x))
+					break
+				}
+			}
+		}
 		if err == nil && raw.nulls > 0 {
 			if raw.nulls > n || len(raw.validity)*8 < n {
 				err = fmt.Errorf("%d nulls, validity bitmap of %d bytes for %d rows", raw.nulls, len(raw.validity), n)

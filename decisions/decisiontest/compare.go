@@ -117,7 +117,7 @@ func EdgeCases() []decisions.Decision {
 		}),
 		{Kind: decisions.KindFeedback, Time: t0, Node: "aggregator-1", Reason: "scraper alert", List: "challenge", Action: "add", Target: "203.0.113.0/24", TTL: 30 * time.Minute},
 		{Kind: decisions.KindFeedback, Time: t0, Node: "operator", Reason: "expired", List: "deny", Action: "remove", Target: "user:u_1"},
-		{Kind: decisions.KindDrops, Time: t0, Node: "edge-fra-1", Reason: "decision queue full", Dropped: 1<<64 - 1},
+		{Kind: decisions.KindDrops, Time: t0, Node: "edge-fra-1", Reason: "decision queue full", Dropped: decisions.MaxDropped}, // the most readers believe
 		{Kind: 200, Time: t0, Outcome: 250}, // from a newer writer
 	}
 	for o := decisions.Outcome(0); int(o) < decisions.NumOutcomes; o++ {
