@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 
 	"github.com/ratewarden/ratewarden/internal/atomicfile"
+	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
 // State is what a partition keeps between runs: the Rollup's snapshot,
@@ -51,10 +53,32 @@ type stateNamer interface {
 
 // StateDir keeps each partition's state in a file of a directory,
 // <Dir>/<partition>.state, replaced whole (written aside, synced,
-// renamed). Processes on one machine may share it; it is safe for
-// concurrent use.
+// renamed). Processes on one machine may share it when each saves
+// partitions of its own (Kinesis aggregators, a shard each); a process
+// that owns the directory (the log's aggregator, the alerts) takes
+// LockStateDir first. It is safe for concurrent use.
 type StateDir struct {
 	Dir string
+}
+
+// LockStateDir keeps the state directory dir to this process until the
+// returned lock is closed (or the process ends, however abruptly): two
+// processes saving the same partition, or the same alerts state,
+// overwrite each other's positions and open windows, and each delivers
+// outputs the other's state does not know of. A directory another process
+// holds is refused with an error wrapping dirlock.ErrLocked that names it
+// and that process's pid. One lock per process: the aggregator and the
+// alerts of one process share it. Kinesis aggregators, which share a
+// directory a shard each, take none.
+func LockStateDir(dir string) (io.Closer, error) {
+	l, err := dirlock.Acquire(dir)
+	if errors.Is(err, dirlock.ErrLocked) {
+		return nil, fmt.Errorf("state directory: %w; one process per state directory", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	return l, nil
 }
 
 var (

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/stream"
+	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
 // testStateStore is the conformance suite of StateStore: every
@@ -286,4 +288,34 @@ func TestStatePartialChecksum(t *testing.T) {
 			t.Fatalf("restored: %v, want a checksum mismatch", err)
 		}
 	})
+}
+
+// TestLockStateDir: a state directory held is refused to a second
+// holder, naming the directory and the pid and saying why; one that
+// cannot be locked at all (a file) is an error without that advice; a
+// lock closed lets the directory go.
+func TestLockStateDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	lk, err := LockStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LockStateDir(dir)
+	if !errors.Is(err, dirlock.ErrLocked) || !strings.Contains(err.Error(), dir) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(err.Error(), "one process per state directory") {
+		t.Errorf("second LockStateDir = %v", err)
+	}
+	if err := lk.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lk, err = LockStateDir(dir)
+	if err != nil {
+		t.Fatalf("LockStateDir after Close: %v", err)
+	}
+	lk.Close()
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	if _, err := LockStateDir(file); err == nil || errors.Is(err, dirlock.ErrLocked) || strings.Contains(err.Error(), "one process") {
+		t.Errorf("LockStateDir(a file) = %v, want its own error", err)
+	}
 }

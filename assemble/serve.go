@@ -107,10 +107,12 @@ func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions
 // the dashboard's /metrics. The edge reads a list again as soon as a
 // policy has written it, not at its next lists.refresh. The dashboard's lists view reads the list
 // store the lists section names (OpenLists), the challenge list included.
-// Shutting down, it drains the edge, flushes its decisions to the log,
-// lets the aggregator read them to the log's end and emit every open
-// window, closes the alerts' sinks (the webhook's queue flushed), then
-// stops the dashboard and closes the log.
+// It holds serve.state_dir while it runs (aggregator.LockStateDir), and
+// refuses to start on one another process holds. Shutting down, it
+// drains the edge, flushes its decisions to the log, lets the aggregator
+// read them to the log's end and emit every open window, closes the
+// alerts' sinks (the webhook's queue flushed), then stops the dashboard
+// and closes the log.
 func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) {
 	log := o.Log
 	if log == nil {
@@ -145,6 +147,14 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		}
 		defer dashLn.Close() // after a failed start; Serve closes it otherwise
 	}
+	// The aggregator and the alerts own the state directory: a second
+	// serve (or aggregate) there would overwrite their states. Released
+	// last, once everything that saves there has stopped.
+	stateLock, err := aggregator.LockStateDir(sv.StateDir)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer stateLock.Close()
 	toEdge := &edgeLists{log: log}
 	al, err := serveAlerts(ctx, cfg, &sv, o, toEdge)
 	if err != nil {

@@ -163,13 +163,14 @@ func TestServeWakesOnAppend(t *testing.T) {
 }
 
 // TestServeAggregatorFails: an aggregator that cannot start (its state
-// directory is a file) stops serve with its error, and the edge with it.
+// file is not one) stops serve with its error, and the edge with it.
 func TestServeAggregatorFails(t *testing.T) {
 	dir := t.TempDir()
 	cfg := loadConfig(t, serveYAML)
 	cfg.Decisions.Dir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "partials")
-	cfg.Serve.StateDir = filepath.Join(dir, "file")
-	os.WriteFile(cfg.Serve.StateDir, []byte("not a directory"), 0o644)
+	cfg.Serve.StateDir = filepath.Join(dir, "state")
+	os.MkdirAll(cfg.Serve.StateDir, 0o755)
+	os.WriteFile(filepath.Join(cfg.Serve.StateDir, "log.state"), []byte("not a state"), 0o644)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := assemble.Serve(ctx, cfg, assemble.ServeOptions{})

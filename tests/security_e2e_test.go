@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,7 +24,14 @@ import (
 // and output instead of failing the test when it fails.
 func runBinaryStatus(t *testing.T, bin string, env []string, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	return runBinaryStatusContext(t, context.Background(), bin, env, args...)
+}
+
+// runBinaryStatusContext is runBinaryStatus, the process killed when ctx
+// is done (exit code -1).
+func runBinaryStatusContext(t *testing.T, ctx context.Context, bin string, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(cmd.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError

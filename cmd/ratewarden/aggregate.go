@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
+	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
 func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -90,6 +92,17 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			}
 			return badFlag(fmt.Errorf("aggregate: --emf stdout and --alerts %s both write to standard output (%s): the alert lines would interleave with the EMF documents; give --emf a sink other than stdout, or alerts.sinks.file a file", *alertsCfg, why))
 		}
+	}
+	if *dir != "" {
+		// The log's aggregator (and its alerts) own the state directory:
+		// a second process there would overwrite its position and open
+		// windows. Taken before anything is written, released last.
+		// Kinesis aggregators share theirs, a shard each, and lock none.
+		lk, err := aggregator.LockStateDir(*stateDir)
+		if err != nil {
+			return fmt.Errorf("aggregate: %w", err)
+		}
+		defer lk.Close()
 	}
 	opened, err := ao.OpenSinks(ctx, stdout, source)
 	defer opened.Close(context.WithoutCancel(ctx))
@@ -244,8 +257,17 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkRange("from", from.t, "to", to.t); err != nil {
 		return err
 	}
-	if ents, err := os.ReadDir(*out); err == nil && len(ents) > 0 {
-		return fmt.Errorf("replay: --out %s is not empty: give a new directory", *out)
+	// outUsed refuses an --out holding anything but a LOCK file, which
+	// every replay leaves there (a failed one too) and is no output.
+	outUsed := func() error {
+		ents, err := os.ReadDir(*out)
+		if err == nil && slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() != dirlock.File }) {
+			return fmt.Errorf("replay: --out %s is not empty: give a new directory", *out)
+		}
+		return nil
+	}
+	if err := outUsed(); err != nil {
+		return err
 	}
 	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("replay: --decisions-dir %s is not a decision log directory", *dir)
@@ -258,7 +280,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		from.t, to.t = f, t
 		fmt.Fprintf(stderr, "replay: range widened to whole %v windows: %s\n", size, rangeString(f, t))
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	// Two replays into one --out, both past the check above, would write
+	// each other's files: --out is locked (and made), then checked again
+	// for a replay that ended in between.
+	lk, err := dirlock.Acquire(*out)
+	if err != nil {
+		return fmt.Errorf("replay: --out: %w", err)
+	}
+	defer lk.Close()
+	if err := outUsed(); err != nil {
 		return err
 	}
 	st, err := replayInto(ctx, *out, *dir, from.t, to.t, ao, ro, stdout, stderr)
@@ -268,7 +298,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// left there it would make the retry refuse --out as not empty.
 		if ents, rerr := os.ReadDir(*out); rerr == nil {
 			for _, e := range ents {
-				os.RemoveAll(filepath.Join(*out, e.Name()))
+				if e.Name() != dirlock.File { // held until the return
+					os.RemoveAll(filepath.Join(*out, e.Name()))
+				}
 			}
 		}
 	}

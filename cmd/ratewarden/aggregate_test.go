@@ -17,6 +17,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
+	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
 // TestAggregateReportsLoss: `aggregate` over a log with bytes flipped in
@@ -337,9 +338,9 @@ func TestReplayWholeWindows(t *testing.T) {
 }
 
 // TestReplayFailureLeavesOutEmpty: a replay that fails (here interrupted)
-// leaves --out empty, so that the retry is not refused for a non-empty
-// --out; a log directory that is not there is refused before --out is
-// made.
+// leaves nothing in --out but its LOCK file (which locks nothing once it
+// has exited), so that the retry is not refused for a non-empty --out; a
+// log directory that is not there is refused before --out is made.
 func TestReplayFailureLeavesOutEmpty(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "log")
@@ -357,8 +358,8 @@ func TestReplayFailureLeavesOutEmpty(t *testing.T) {
 	cancel()
 	code, _, errs = runCLIContext(t, ctx, nil, "replay", "--decisions-dir", dir, "--out", out)
 	ents, err := os.ReadDir(out)
-	if code != 1 || err != nil || len(ents) != 0 {
-		t.Errorf("an interrupted replay: exit %d, stderr %q, %d entries left in --out (%v); want 1 and none", code, errs, len(ents), err)
+	if code != 1 || err != nil || len(ents) != 1 || ents[0].Name() != dirlock.File {
+		t.Errorf("an interrupted replay: exit %d, stderr %q, %d entries left in --out (%v); want 1 and its LOCK alone", code, errs, len(ents), err)
 	}
 	if code, _, errs := runCLI(t, nil, "replay", "--decisions-dir", dir, "--out", out); code != 0 {
 		t.Errorf("the retry: exit %d, stderr %q", code, errs)

@@ -56,6 +56,13 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	// Two runners on one state would each save over the other's open
+	// alerts and series, and fire and resolve alerts twice.
+	lk, err := aggregator.LockStateDir(*stateDir)
+	if err != nil {
+		return fmt.Errorf("alerts: %w", err)
+	}
+	defer lk.Close()
 	al, err := assemble.NewAlerts(ctx, cfg, assemble.AlertsOptions{Window: *window, StateDir: *stateDir, Stdout: stdout,
 		Log: slog.New(slog.NewTextHandler(stderr, nil)), Archive: !*follow})
 	if err != nil {

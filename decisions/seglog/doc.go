@@ -32,7 +32,7 @@
 //
 //	<20-digit first offset>.seg   segments, in offset order
 //	offsets/<consumer>.off       consumer offsets
-//	LOCK                         locked by the writing process
+//	LOCK                         locked by the writing process, which writes its pid there
 //	quarantine/                  files named like segments that are not ([QuarantineDir])
 //
 // Names are zero-padded so that their lexical and numeric orders agree.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
 // FormatVersion is the version of the segment format this package writes and
@@ -56,7 +58,9 @@ var (
 	ErrVersion    = errors.New("unsupported format version")
 	ErrMissing    = errors.New("events missing")
 	ErrClosed     = errors.New("closed")
-	ErrLocked     = errors.New("log directory locked by another process")
+	// ErrLocked marks Open's refusal of a log another writer has open;
+	// the error names the writer's pid (internal/dirlock).
+	ErrLocked = dirlock.ErrLocked
 	// ErrPastEnd marks a reader asked for an offset past the log's end: a
 	// position kept from a log that was since removed, replaced or cut
 	// short.

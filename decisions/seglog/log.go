@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
 // Record is one entry of the log: a payload holding Count events, whose
@@ -205,7 +207,7 @@ type Log struct {
 	dir   string
 	opts  Options
 	every int64
-	lock  *os.File
+	lock  *dirlock.Lock
 
 	mu      sync.Mutex
 	segs    []*segment // oldest first; the last is the active one
@@ -285,7 +287,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := os.MkdirAll(filepath.Join(dir, offsetsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
-	lock, err := lockDir(dir)
+	// One writer per log: a second would append at offsets the first
+	// has used. A writer killed however abruptly lets the log go.
+	lock, err := dirlock.Acquire(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}

@@ -542,8 +542,9 @@ func TestAppendInvalid(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir, Options{})
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
-		t.Errorf("second writer: %v", err)
+	// The refusal says which process writes the log.
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("second writer: %v, want ErrLocked naming pid %d", err, os.Getpid())
 	}
 	l.Close()
 	if _, err := l.Append(mkRec(0, 1, 1)); !errors.Is(err, ErrClosed) {
