@@ -128,7 +128,9 @@ func TestStateDirInUse(t *testing.T) {
 	}{
 		{"aggregate", []string{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", held, "--partials", partials}},
 		{"aggregate --alerts", []string{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", held, "--alerts", cfg}},
-		{"alerts", []string{"alerts", "--config", cfg, "--partials", partials, "--state-dir", held}},
+		// --follow: without it, alerts refuses the partials directory (none
+		// yet) before it comes to the state directory.
+		{"alerts", []string{"alerts", "--follow", "--config", cfg, "--partials", partials, "--state-dir", held}},
 		{"replay", []string{"replay", "--decisions-dir", logDir, "--out", held}},
 	} {
 		code, out := runBounded(t, bin, c.args...)
