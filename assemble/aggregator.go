@@ -128,6 +128,18 @@ type AggregatorSinks struct {
 	// after a store failure does not emit it twice.
 	Sinks []aggregator.Sink
 	EMF   *emf.Writer // nil without an EMF sink
+	// EMFSink writes through EMF (nil without one): what it rejected,
+	// and its Warn, which the command sets before the run.
+	EMFSink *aggregator.EMFSink
+}
+
+// EMFRejected returns what the EMF sink rejected so far (none without
+// one).
+func (s *AggregatorSinks) EMFRejected() aggregator.EMFRejected {
+	if s == nil || s.EMFSink == nil {
+		return aggregator.EMFRejected{}
+	}
+	return s.EMFSink.Rejected()
 }
 
 // Close flushes and closes the EMF writer, if any.
@@ -159,8 +171,8 @@ func (o AggregatorOptions) OpenSinks(ctx context.Context, stdout io.Writer, sour
 		if err != nil {
 			return s, err
 		}
-		s.EMF = w
-		s.Sinks = append(s.Sinks, &aggregator.EMFSink{W: w, Opts: o.EMFOptions(source)})
+		s.EMF, s.EMFSink = w, &aggregator.EMFSink{W: w, Opts: o.EMFOptions(source)}
+		s.Sinks = append(s.Sinks, s.EMFSink)
 	}
 	return s, nil
 }

@@ -214,6 +214,13 @@ func TestAppendDocumentsRefuses(t *testing.T) {
 			if string(out) != "kept\n" {
 				t.Errorf("appended %q to a refused document", out[len(dst):])
 			}
+			// A timestamp out of range says which side it is on.
+			var te *TimestampError
+			if got, want := errors.As(err, &te), strings.HasPrefix(c.name, "timestamp too "); got != want {
+				t.Errorf("error %v: a *TimestampError %v, want %v", err, got, want)
+			} else if got && te.Ahead != (c.name == "timestamp too new") {
+				t.Errorf("error %v: Ahead %v", err, te.Ahead)
+			}
 		})
 	}
 }
