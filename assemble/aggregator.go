@@ -2,6 +2,7 @@ package assemble
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -72,9 +73,12 @@ func DefaultAggregatorOptions() AggregatorOptions {
 }
 
 // Rollup returns the rollup options, or an error naming the flag whose
-// value is out of range.
+// value is out of range (--namespace too, which CheckNamespace checks).
 func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	p, ok := aggregator.ParseLatePolicy(o.Late)
+	if err := CheckNamespace(o.Namespace); err != nil {
+		return aggregator.Options{}, err
+	}
 	switch {
 	case !ok:
 		return aggregator.Options{}, fmt.Errorf("--late %q: want correct or drop", o.Late)
@@ -97,6 +101,20 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	}
 	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
 		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil
+}
+
+// CheckNamespace checks the value of a --namespace flag with
+// emf.CheckNamespace, the rule CloudWatch and every EMF document hold
+// it to: an error names the flag, what is wrong and the rule, so that a
+// namespace CloudWatch would refuse stops the command at the start
+// (aggregate, serve, lambda --aggregate, dashboards), where it made
+// every document invalid.
+func CheckNamespace(ns string) error {
+	var inv *emf.InvalidError
+	if err := emf.CheckNamespace(ns); errors.As(err, &inv) {
+		return fmt.Errorf("--namespace %q %s: want %s", ns, inv.Problem, inv.Allowed)
+	}
+	return nil
 }
 
 // EMFOptions returns the EMF options of the documents of source (the

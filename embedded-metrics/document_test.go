@@ -173,7 +173,7 @@ func TestAppendDocumentsRefuses(t *testing.T) {
 		lim   Limits
 		field string // InvalidError.Field
 	}{
-		{"namespace", valid(func(d *Document) { d.Namespace = "a b" }), Limits{}, "namespace"},
+		{"namespace", valid(func(d *Document) { d.Namespace = ":a" }), Limits{}, "namespace"},
 		{"timestamp not set", valid(func(d *Document) { d.Timestamp = time.Time{} }), Limits{IgnoreTimestampWindow: true}, "timestamp"},
 		{"timestamp too old", valid(func(d *Document) { d.Timestamp = testNow.Add(-MaxTimestampPast - time.Millisecond) }), Limits{}, "timestamp"},
 		{"timestamp too new", valid(func(d *Document) { d.Timestamp = testNow.Add(MaxTimestampFuture + time.Millisecond) }), Limits{}, "timestamp"},
@@ -316,7 +316,7 @@ func TestWriter(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("write error %v, want the sink's error", err)
 	}
-	doc.Namespace = "a b"
+	doc.Namespace = "a\tb"
 	var ie *InvalidError
 	if err := w.Write(context.Background(), doc, testNow); !errors.As(err, &ie) {
 		t.Errorf("write error %v, want an *InvalidError", err)
