@@ -271,3 +271,23 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestAggregateEMFFileNewDirectory: `ratewarden aggregate --emf
+// file:DIR/emf.jsonl` with DIR not made yet makes it, as --decisions-dir
+// and --state-dir are made, and writes the window's documents there,
+// where it failed at the start with "no such file or directory".
+func TestAggregateEMFFileNewDirectory(t *testing.T) {
+	bin := buildBinary(t)
+	var ds []decisions.Decision
+	start := time.Now().UTC().Add(-5 * time.Minute)
+	for i := range 5 {
+		ds = append(ds, decisions.Decision{Time: start.Add(time.Duration(i) * time.Second), Outcome: decisions.Allow, Tier: "anonymous",
+			Rule: "anonymous:global", Node: "edge-1", ClientIP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})})
+	}
+	emfFile := filepath.Join(t.TempDir(), "metrics", "emf", "emf.jsonl")
+	out := runBinary(t, bin, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", writeLog(t, ds),
+		"--state-dir", t.TempDir(), "--emf", "file:"+emfFile, "--window", "1m")
+	if docs := readEMF(t, emfFile); len(docs) == 0 {
+		t.Errorf("no documents in %s\n%s", emfFile, out)
+	}
+}
