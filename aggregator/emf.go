@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -404,6 +405,67 @@ type EMFSink struct {
 	// Now is when CloudWatch reads the documents (the timestamp check);
 	// default time.Now.
 	Now func() time.Time
+	// Warn, if set, is called the first time documents are rejected for
+	// each reason (EMFRejectReasons), with the error of that document, so
+	// that a run says once why its documents vanish, not once for each.
+	// It is called from Write; set it before the first.
+	Warn func(reason string, err error)
+
+	rejected [NumEMFRejects]atomic.Uint64
+}
+
+// The reasons an EMFSink rejects a document, indexes of
+// EMFRejectReasons, as EMFRejected counts them.
+const (
+	EMFTooOld     = iota // stamped more than 14 days before now
+	EMFTooNew            // more than 2 hours after now
+	EMFInvalid           // any other rule of the specification broken
+	NumEMFRejects        // how many reasons there are
+)
+
+// EMFRejectReasons name the reasons an EMFSink rejects documents, in the
+// words of EMFRejected.String and EMFSink.Warn: older than 14 days, over
+// 2h ahead, invalid.
+var EMFRejectReasons = [NumEMFRejects]string{EMFTooOld: "older than 14 days", EMFTooNew: "over 2h ahead", EMFInvalid: "invalid"}
+
+// EMFRejected counts the documents an EMFSink did not write, or wrote in
+// part, because CloudWatch would refuse them: stamped out of the time it
+// accepts (a window older than 14 days, as when an old log is read again,
+// or more than 2 hours ahead of the clock), or invalid otherwise (a
+// metric left out counts its document). A plain value.
+type EMFRejected struct {
+	TooOld, TooNew, Invalid uint64
+}
+
+// Total is the documents rejected for any reason.
+func (r EMFRejected) Total() uint64 { return r.TooOld + r.TooNew + r.Invalid }
+
+// String says "emf rejected N (older than 14 days N, over 2h ahead N,
+// invalid N)", as the summary lines of the commands print it.
+func (r EMFRejected) String() string {
+	return fmt.Sprintf("emf rejected %d (%s %d, %s %d, %s %d)", r.Total(), EMFRejectReasons[EMFTooOld], r.TooOld,
+		EMFRejectReasons[EMFTooNew], r.TooNew, EMFRejectReasons[EMFInvalid], r.Invalid)
+}
+
+// Rejected returns what s has rejected so far. It is safe for concurrent
+// use.
+func (s *EMFSink) Rejected() EMFRejected {
+	return EMFRejected{TooOld: s.rejected[EMFTooOld].Load(), TooNew: s.rejected[EMFTooNew].Load(), Invalid: s.rejected[EMFInvalid].Load()}
+}
+
+// reject counts a document refused with err, which holds nothing but
+// *emf.InvalidError, and warns the first time for its reason.
+func (s *EMFSink) reject(err error) {
+	reason := EMFInvalid
+	if te := (*emf.TimestampError)(nil); errors.As(err, &te) {
+		reason = EMFTooOld
+		if te.Ahead {
+			reason = EMFTooNew
+		}
+	}
+	if s.rejected[reason].Add(1) == 1 && s.Warn != nil {
+		s.Warn(EMFRejectReasons[reason], err)
+	}
 }
 
 var _ Sink = (*EMFSink)(nil)
@@ -422,6 +484,8 @@ func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
 		// retry may mend, fails the write.
 		if err := s.W.Write(ctx, &d, t); err != nil && !onlyInvalid(err) {
 			return fmt.Errorf("write emf: %w", err)
+		} else if err != nil {
+			s.reject(err)
 		}
 	}
 	return nil

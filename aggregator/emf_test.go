@@ -187,6 +187,57 @@ func TestEMFSinkSkipsWhatCanNeverBeValid(t *testing.T) {
 	}
 }
 
+// TestEMFSinkCountsRejected: the documents of a window CloudWatch would
+// refuse are counted by why: stamped more than 14 days before the sink's
+// clock (an old log read again), more than 2 hours after it, or invalid
+// otherwise; Warn is called once for each reason, however many
+// documents, and a window CloudWatch accepts counts none.
+func TestEMFSinkCountsRejected(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 10)
+	for _, d := range decisiontest.NewGenerator(3, t0).Batch(200) {
+		d.Time = t0
+		p.Update(&d)
+	}
+	out := Output{Partial: p, From: 0, To: 199}
+	n := uint64(len(Documents(EMFOptions{}, "log", out)))
+	if n < 2 {
+		t.Fatalf("%d documents: not what this test needs", n)
+	}
+	w, _ := emf.NewWriter(emf.WriterOptions{}, emf.NewStdoutSink(io.Discard))
+	var warned []string
+	s := &EMFSink{W: w, Warn: func(reason string, err error) {
+		if err == nil {
+			t.Errorf("warned %q without the error", reason)
+		}
+		warned = append(warned, reason)
+	}}
+	write := func(now time.Time, opts EMFOptions) {
+		t.Helper()
+		s.Now, s.Opts = func() time.Time { return now }, opts
+		if err := s.Write(context.Background(), "log", out); err != nil {
+			t.Fatalf("a rejected document failed the write: %v", err)
+		}
+	}
+	write(t0.Add(time.Minute), EMFOptions{})
+	if got := s.Rejected(); got != (EMFRejected{}) || len(warned) > 0 {
+		t.Fatalf("a window of a minute ago: rejected %+v, warned %q", got, warned)
+	}
+	write(t0.Add(15*24*time.Hour), EMFOptions{}) // the log read again 15 days on
+	write(t0.Add(20*24*time.Hour), EMFOptions{})
+	write(t0.Add(-3*time.Hour), EMFOptions{}) // a clock 3 h behind the edges'
+	write(t0, EMFOptions{Namespace: "a namespace\x00with a NUL"})
+	want := EMFRejected{TooOld: 2 * n, TooNew: n, Invalid: n}
+	if got := s.Rejected(); got != want {
+		t.Errorf("rejected %+v, want %+v", got, want)
+	}
+	if fmt.Sprint(warned) != "[older than 14 days over 2h ahead invalid]" {
+		t.Errorf("warned %q, want each reason once", warned)
+	}
+	if got, wantS := want.String(), fmt.Sprintf("emf rejected %d (older than 14 days %d, over 2h ahead %d, invalid %d)", 4*n, 2*n, n, n); got != wantS {
+		t.Errorf("String() = %q, want %q", got, wantS)
+	}
+}
+
 // TestDocumentsResolution: the metrics of 1 s and 10 s windows are
 // high-resolution (StorageResolution 1 on every metric of every
 // document), or CloudWatch would fold a minute's windows into one

@@ -2,6 +2,7 @@ package assemble
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -93,9 +94,13 @@ func CheckWindow(w time.Duration) error {
 
 // Rollup returns the rollup options, or an error naming the flag whose
 // value is out of range (the EMF's --rule-budget too: every command that
-// has it checks its flags here).
+// has it checks its flags here; and --namespace, which CheckNamespace
+// checks).
 func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	p, ok := aggregator.ParseLatePolicy(o.Late)
+	if err := CheckNamespace(o.Namespace); err != nil {
+		return aggregator.Options{}, err
+	}
 	windowErr := CheckWindow(o.Window)
 	switch {
 	case !ok:
@@ -121,6 +126,20 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	}
 	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
 		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil
+}
+
+// CheckNamespace checks the value of a --namespace flag with
+// emf.CheckNamespace, the rule CloudWatch and every EMF document hold
+// it to: an error names the flag, what is wrong and the rule, so that a
+// namespace CloudWatch would refuse stops the command at the start
+// (aggregate, serve, lambda --aggregate, dashboards), where it made
+// every document invalid.
+func CheckNamespace(ns string) error {
+	var inv *emf.InvalidError
+	if err := emf.CheckNamespace(ns); errors.As(err, &inv) {
+		return fmt.Errorf("--namespace %q %s: want %s", ns, inv.Problem, inv.Allowed)
+	}
+	return nil
 }
 
 // EMFOptions returns the EMF options of the documents of source (the
@@ -152,6 +171,18 @@ type AggregatorSinks struct {
 	// after a store failure does not emit it twice.
 	Sinks []aggregator.Sink
 	EMF   *emf.Writer // nil without an EMF sink
+	// EMFSink writes through EMF (nil without one): what it rejected,
+	// and its Warn, which the command sets before the run.
+	EMFSink *aggregator.EMFSink
+}
+
+// EMFRejected returns what the EMF sink rejected so far (none without
+// one).
+func (s *AggregatorSinks) EMFRejected() aggregator.EMFRejected {
+	if s == nil || s.EMFSink == nil {
+		return aggregator.EMFRejected{}
+	}
+	return s.EMFSink.Rejected()
 }
 
 // Close flushes and closes the EMF writer, if any.
@@ -183,8 +214,8 @@ func (o AggregatorOptions) OpenSinks(ctx context.Context, stdout io.Writer, sour
 		if err != nil {
 			return s, err
 		}
-		s.EMF = w
-		s.Sinks = append(s.Sinks, &aggregator.EMFSink{W: w, Opts: o.EMFOptions(source)})
+		s.EMF, s.EMFSink = w, &aggregator.EMFSink{W: w, Opts: o.EMFOptions(source)}
+		s.Sinks = append(s.Sinks, s.EMFSink)
 	}
 	return s, nil
 }

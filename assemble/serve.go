@@ -189,6 +189,11 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if err != nil {
 		return err
 	}
+	if opened.EMFSink != nil {
+		opened.EMFSink.Warn = func(reason string, err error) {
+			log.Warn("emf documents rejected; counted, not written, and not said again", "reason", reason, "first", err.Error())
+		}
+	}
 	o.Sinks = append(o.Sinks[:len(o.Sinks):len(o.Sinks)], opened.Sinks...)
 	if al != nil {
 		o.Sinks = append(o.Sinks[:len(o.Sinks):len(o.Sinks)], al.Runner)
@@ -357,7 +362,11 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	// Every window has reached the alerts: their sinks flush.
 	closeAlerts()
 	if st := latest.Load(); st != nil {
-		log.Info("aggregator stopped", "events", st.Rollup.Events, "windows", st.Rollup.Windows, "outputs", st.Outputs, "next_offset", st.Next)
+		args := []any{"events", st.Rollup.Events, "windows", st.Rollup.Windows, "outputs", st.Outputs, "next_offset", st.Next}
+		if opened.EMFSink != nil {
+			args = append(args, "emf_rejected", opened.EMFRejected().Total())
+		}
+		log.Info("aggregator stopped", args...)
 	}
 	if dash != nil {
 		// The page's requests are short; whatever is left of the grace

@@ -126,7 +126,8 @@ const (
 // A document that breaks a rule (a name, value, unit, resolution,
 // dimension set or property the specification does not allow, a timestamp
 // out of range, repeated names) appends nothing and returns an
-// *InvalidError. A metric that has no room even for one value next to the
+// *InvalidError; for a timestamp out of range, a *TimestampError holding
+// one. A metric that has no room even for one value next to the
 // dimensions and properties, or that would bring the document over 2^20
 // values once Counts are expanded, is left out, with an *InvalidError in
 // the joined error; the rest is appended. A document without values appends
@@ -330,8 +331,8 @@ func checkTimestamp(ts time.Time, lim Limits) error {
 		return nil
 	}
 	if ts.Before(lim.Now.Add(-MaxTimestampPast)) || ts.After(lim.Now.Add(MaxTimestampFuture)) {
-		return &InvalidError{"timestamp", ts.UTC().Format(time.RFC3339Nano),
-			"is out of range at " + lim.Now.UTC().Format(time.RFC3339), "14 days before to 2 hours after now"}
+		return &TimestampError{InvalidError{"timestamp", ts.UTC().Format(time.RFC3339Nano),
+			"is out of range at " + lim.Now.UTC().Format(time.RFC3339), "14 days before to 2 hours after now"}, ts.After(lim.Now)}
 	}
 	return nil
 }

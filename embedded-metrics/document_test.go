@@ -173,7 +173,7 @@ func TestAppendDocumentsRefuses(t *testing.T) {
 		lim   Limits
 		field string // InvalidError.Field
 	}{
-		{"namespace", valid(func(d *Document) { d.Namespace = "a b" }), Limits{}, "namespace"},
+		{"namespace", valid(func(d *Document) { d.Namespace = ":a" }), Limits{}, "namespace"},
 		{"timestamp not set", valid(func(d *Document) { d.Timestamp = time.Time{} }), Limits{IgnoreTimestampWindow: true}, "timestamp"},
 		{"timestamp too old", valid(func(d *Document) { d.Timestamp = testNow.Add(-MaxTimestampPast - time.Millisecond) }), Limits{}, "timestamp"},
 		{"timestamp too new", valid(func(d *Document) { d.Timestamp = testNow.Add(MaxTimestampFuture + time.Millisecond) }), Limits{}, "timestamp"},
@@ -213,6 +213,13 @@ func TestAppendDocumentsRefuses(t *testing.T) {
 			}
 			if string(out) != "kept\n" {
 				t.Errorf("appended %q to a refused document", out[len(dst):])
+			}
+			// A timestamp out of range says which side it is on.
+			var te *TimestampError
+			if got, want := errors.As(err, &te), strings.HasPrefix(c.name, "timestamp too "); got != want {
+				t.Errorf("error %v: a *TimestampError %v, want %v", err, got, want)
+			} else if got && te.Ahead != (c.name == "timestamp too new") {
+				t.Errorf("error %v: Ahead %v", err, te.Ahead)
 			}
 		})
 	}
@@ -309,7 +316,7 @@ func TestWriter(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("write error %v, want the sink's error", err)
 	}
-	doc.Namespace = "a b"
+	doc.Namespace = "a\tb"
 	var ie *InvalidError
 	if err := w.Write(context.Background(), doc, testNow); !errors.As(err, &ie) {
 		t.Errorf("write error %v, want an *InvalidError", err)

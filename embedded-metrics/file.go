@@ -105,7 +105,8 @@ type FileSink struct {
 
 var _ Sink = (*FileSink)(nil)
 
-// NewFileSink opens (or creates) cfg.Path for appending.
+// NewFileSink opens (or creates) cfg.Path for appending, and its
+// directory (0o755) when missing, as the decision log makes its own.
 func NewFileSink(cfg FileConfig) (*FileSink, error) {
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -121,6 +122,9 @@ func NewFileSink(cfg FileConfig) (*FileSink, error) {
 }
 
 func (s *FileSink) openLocked() error {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("open emf file: %w", err)
+	}
 	f, err := os.OpenFile(s.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("open emf file: %w", err)

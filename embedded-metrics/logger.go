@@ -37,6 +37,22 @@ func (e *InvalidError) Error() string {
 	return e.Field + " " + strconv.Quote(e.Value) + " " + e.Problem + "; allowed: " + e.Allowed
 }
 
+// TimestampError is the *InvalidError of a document whose timestamp lies
+// outside the time CloudWatch accepts, from MaxTimestampPast before to
+// MaxTimestampFuture after now: it says which side, so that a caller can
+// tell an old window replayed from a clock ahead. errors.As finds the
+// InvalidError in it too. It is not modified once returned, so it is safe
+// for concurrent use.
+type TimestampError struct {
+	InvalidError
+	// Ahead is true for a timestamp more than MaxTimestampFuture after
+	// now, false for one more than MaxTimestampPast before it.
+	Ahead bool
+}
+
+// Unwrap returns the InvalidError.
+func (e *TimestampError) Unwrap() error { return &e.InvalidError }
+
 var (
 	// ErrBufferFull is returned when Config.MaxBufferedValues values wait
 	// for a flush; the value was dropped and counted.

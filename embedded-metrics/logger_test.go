@@ -330,7 +330,7 @@ func TestRejected(t *testing.T) {
 		{"dimension key 250", func(l *Logger) error { return l.PutDimensions(Dimension{long(250), "v"}) }, ""},
 		{"dimension key 251", func(l *Logger) error { return l.PutDimensions(Dimension{long(251), "v"}) }, "dimension name"},
 		{"dimension key colon", func(l *Logger) error { return l.PutDimensions(Dimension{":d", "v"}) }, "dimension name"},
-		{"namespace", func(l *Logger) error { return l.SetNamespace("my app") }, "namespace"},
+		{"namespace", func(l *Logger) error { return l.SetNamespace(":my app") }, "namespace"},
 		{"namespace 257", func(l *Logger) error { return l.SetNamespace(long(257)) }, "namespace"},
 		{"property _aws", func(l *Logger) error { return l.SetProperty("_aws", 1) }, "property name"},
 		{"property NaN", func(l *Logger) error { return l.SetProperty("p", math.NaN()) }, "property value"},
@@ -513,7 +513,8 @@ func TestConfigValidate(t *testing.T) {
 		want string // in the error; "" means valid
 	}{
 		{Config{}, ""},
-		{Config{Namespace: "a b"}, `namespace: "a b" is not allowed`},
+		{Config{Namespace: "a\tb"}, `namespace: "a\tb" is not allowed`},
+		{Config{Namespace: "My App"}, ""},
 		{Config{Environment: "k8s"}, `environment: "k8s" is not allowed; use one of local, lambda, ecs, ec2`},
 		{Config{MaxDocumentSize: 2 * MiB}, "max_document_size: 2097152 is not allowed"},
 		{Config{MaxDocumentSize: 100}, "max_document_size: 100 is not allowed"},

@@ -17,39 +17,49 @@ type fault struct {
 func (f fault) ok() bool { return f.problem == "" }
 
 const (
-	allowedNamespace = "1 to 256 characters from A-Z a-z 0-9 . _ - / # :"
+	allowedNamespace = "1 to 255 printable ASCII characters, not only spaces, not starting with ':'"
 	allowedDimName   = "1 to 250 printable ASCII characters, not only spaces, not starting with ':'"
 	allowedDimValue  = "1 to 1024 printable ASCII characters, not only spaces"
 	allowedMetric    = "1 to 1024 UTF-8 characters, not only spaces"
 	allowedValue     = "a finite number between -1.174271e+108 and 1.174271e+108, and 0 or at least 8.515920e-109 in magnitude"
 )
 
-// checkNamespace applies the rules of the official client libraries, which
-// are those of CloudWatch namespaces.
+// CheckNamespace reports, as an *InvalidError, what is wrong with ns as a
+// CloudWatch namespace, or nil: CloudWatch (PutMetricData, and the
+// metrics it extracts from EMF) takes 1 to 255 printable ASCII characters,
+// not only spaces, not starting with ':'. It is the rule every document
+// is held to; a command checks its --namespace flag with it, so that a
+// namespace CloudWatch would refuse is refused at the start, not in every
+// document.
+func CheckNamespace(ns string) error {
+	if f := checkNamespace(ns); !f.ok() {
+		return &InvalidError{"namespace", ns, f.problem, f.allowed}
+	}
+	return nil
+}
+
+// checkNamespace applies the CloudWatch Namespace rules, those of
+// PutMetricData: the official client libraries' A-Z a-z 0-9 . _ - / # :
+// refuses namespaces CloudWatch takes (a space), and their 256 characters
+// one it does not.
 func checkNamespace(s string) fault {
-	if s == "" {
-		return fault{"is empty", allowedNamespace}
-	}
-	if len(s) > MaxNamespaceLen {
-		return fault{"is " + strconv.Itoa(len(s)) + " characters long", allowedNamespace}
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.IndexByte("._-/#:", c) >= 0) {
-			return fault{"contains " + quoteChar(s, i), allowedNamespace}
-		}
-	}
-	return fault{}
+	return checkName(s, MaxNamespaceLen, allowedNamespace)
 }
 
 // checkDimensionName applies the CloudWatch Dimension rules to a key.
 func checkDimensionName(s string) fault {
-	if f := checkPrintableASCII(s, MaxDimensionNameLen, allowedDimName); !f.ok() {
+	return checkName(s, MaxDimensionNameLen, allowedDimName)
+}
+
+// checkName applies the rules CloudWatch shares for namespaces and
+// dimension keys: 1 to max printable ASCII characters, not only spaces,
+// not starting with ':'.
+func checkName(s string, max int, allowed string) fault {
+	if f := checkPrintableASCII(s, max, allowed); !f.ok() {
 		return f
 	}
 	if s[0] == ':' {
-		return fault{"starts with ':'", allowedDimName}
+		return fault{"starts with ':'", allowed}
 	}
 	return fault{}
 }

@@ -372,6 +372,32 @@ func TestFileSinkAppendsToExisting(t *testing.T) {
 	must(t, s.Close(context.Background()))
 }
 
+// TestFileSinkCreatesDirectory: a file in directories that do not exist
+// yet gets them (0o755 less the umask), as the decision log makes its own
+// directory, where NewFileSink failed with "no such file or directory";
+// a rotation after the directory was removed makes it again.
+func TestFileSinkCreatesDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "emf", "2026")
+	path := filepath.Join(dir, "emf.log")
+	clock := &manualClock{t: testNow}
+	s, err := NewFileSink(FileConfig{Path: path, MaxAge: time.Minute, Now: clock.now})
+	must(t, err)
+	fi, err := os.Stat(dir)
+	must(t, err)
+	if !fi.IsDir() || fi.Mode().Perm()&0o700 != 0o700 || fi.Mode().Perm()&^0o755 != 0 {
+		t.Errorf("%s: mode %v, want a directory of 0o755 less the umask", dir, fi.Mode())
+	}
+	must(t, s.Write(context.Background(), []byte(`{"a":1}`)))
+	must(t, s.Flush(context.Background()))
+	must(t, os.RemoveAll(dir))
+	clock.set(testNow.Add(time.Hour))
+	must(t, s.Write(context.Background(), []byte(`{"b":1}`)))
+	must(t, s.Close(context.Background()))
+	if b, err := os.ReadFile(path); err != nil || string(b) != "{\"b\":1}\n" {
+		t.Errorf("after the directory was removed: %q, %v", b, err)
+	}
+}
+
 func TestFileConfigValidate(t *testing.T) {
 	cases := []struct {
 		cfg  FileConfig

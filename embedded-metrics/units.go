@@ -110,8 +110,9 @@ const (
 	MaxDimensionValueLen = 1024
 	// MaxMetricNameLen is the longest metric name, in characters.
 	MaxMetricNameLen = 1024
-	// MaxNamespaceLen is the longest namespace, in characters.
-	MaxNamespaceLen = 256
+	// MaxNamespaceLen is the longest namespace, in characters
+	// (PutMetricData's Namespace).
+	MaxNamespaceLen = 255
 	// MaxTimestampPast is how far before now a document's timestamp may be.
 	MaxTimestampPast = 14 * 24 * time.Hour
 	// MaxTimestampFuture is how far after now a document's timestamp may be.

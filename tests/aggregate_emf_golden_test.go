@@ -6,9 +6,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
@@ -40,6 +45,13 @@ func fixedLog(t *testing.T, path string) (string, []decisions.Decision) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
+	return writeLog(t, ds), ds
+}
+
+// writeLog writes ds into a new decision log, in one batch, and returns
+// the log's directory.
+func writeLog(t *testing.T, ds []decisions.Decision) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "log")
 	l, err := seglog.Open(dir, seglog.Options{})
 	if err != nil {
@@ -51,7 +63,7 @@ func fixedLog(t *testing.T, path string) (string, []decisions.Decision) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return dir, ds
+	return dir
 }
 
 // emfDoc is what the totals below read of an EMF document.
@@ -108,7 +120,9 @@ func readEMF(t *testing.T, path string) []emfDoc {
 // accepts every document; and every dimension set's totals equal the
 // log's. (`replay`, not `aggregate`, because the windows of a fixed log
 // are older than the 14 days CloudWatch accepts: replay stamps them as
-// they are, aggregate would refuse them.)
+// they are, aggregate would refuse them and count them as emf rejected.
+// Replay checks no timestamp against the clock, so the test passes
+// whatever the date.)
 func TestAggregateEMFGolden(t *testing.T) {
 	bin := buildBinary(t)
 	logDir, ds := fixedLog(t, filepath.Join("testdata", "aggregate", "decisions.jsonl"))
@@ -189,5 +203,91 @@ func TestAggregateEMFGolden(t *testing.T) {
 			t.Errorf("%s: DecisionsDropped %v and OriginErrors %v, the log %v and %v", c.name,
 				service["DecisionsDropped"], service["OriginErrors"], want.dropped, want.originErrors)
 		}
+	}
+}
+
+// TestAggregateOldLogEMFRejected: `ratewarden aggregate --emf file:`
+// over a log whose windows are 20 days old, and one decision stamped 3
+// hours ahead of the clock, writes no document CloudWatch would drop:
+// its summary line counts them by reason, "emf rejected N (older than 14
+// days N, over 2h ahead N, invalid 0)", and stderr says once for each
+// reason why, however many documents; a log of the last minutes rejects
+// none and its summary says nothing of it.
+func TestAggregateOldLogEMFRejected(t *testing.T) {
+	bin := buildBinary(t)
+	now := time.Now().UTC()
+	at := func(start time.Time, n int) []decisions.Decision {
+		var ds []decisions.Decision
+		for i := range n {
+			ds = append(ds, decisions.Decision{Time: start.Add(time.Duration(i) * 20 * time.Second), Outcome: decisions.Allow, Tier: "anonymous",
+				Rule: "anonymous:global", Node: "edge-1", ClientIP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})})
+		}
+		return ds
+	}
+	run := func(ds []decisions.Decision) (string, []byte) {
+		t.Helper()
+		emfFile := filepath.Join(t.TempDir(), "emf.jsonl")
+		out := runBinary(t, bin, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", writeLog(t, ds),
+			"--state-dir", t.TempDir(), "--emf", "file:"+emfFile, "--window", "1m")
+		b, err := os.ReadFile(emfFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, b
+	}
+
+	// 6 windows 20 days old, then a decision 3 h ahead, a window of its own.
+	out, written := run(append(at(now.Add(-20*24*time.Hour), 18), at(now.Add(3*time.Hour), 1)...))
+	// The last summary line is the run's; those before it, its progress.
+	ms := regexp.MustCompile(`aggregate: events 19, .*, emf rejected (\d+) \(older than 14 days (\d+), over 2h ahead (\d+), invalid 0\)\n`).FindAllStringSubmatch(out, -1)
+	if ms == nil {
+		t.Fatalf("no summary of the rejected documents:\n%s", out)
+	}
+	m := ms[len(ms)-1]
+	total, old, ahead := atoi(t, m[1]), atoi(t, m[2]), atoi(t, m[3])
+	if old < 6 || ahead < 1 || total != old+ahead {
+		t.Errorf("rejected %d: %d older than 14 days (want one a window or more, of 6), %d ahead\n%s", total, old, ahead, out)
+	}
+	if len(bytes.TrimSpace(written)) > 0 {
+		t.Errorf("the EMF file holds documents CloudWatch drops:\n%s", written)
+	}
+	for _, reason := range []string{"older than 14 days", "over 2h ahead"} {
+		if n := strings.Count(out, "aggregate: warning: emf documents "+reason+" "); n != 1 {
+			t.Errorf("%d warnings of documents %s, want 1:\n%s", n, reason, out)
+		}
+	}
+
+	out, written = run(at(now.Add(-5*time.Minute), 6))
+	if strings.Contains(out, "emf rejected") || strings.Contains(out, "warning") || len(bytes.TrimSpace(written)) == 0 {
+		t.Errorf("a log of the last minutes: the EMF file holds %d bytes\n%s", len(written), out)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAggregateEMFFileNewDirectory: `ratewarden aggregate --emf
+// file:DIR/emf.jsonl` with DIR not made yet makes it, as --decisions-dir
+// and --state-dir are made, and writes the window's documents there,
+// where it failed at the start with "no such file or directory".
+func TestAggregateEMFFileNewDirectory(t *testing.T) {
+	bin := buildBinary(t)
+	var ds []decisions.Decision
+	start := time.Now().UTC().Add(-5 * time.Minute)
+	for i := range 5 {
+		ds = append(ds, decisions.Decision{Time: start.Add(time.Duration(i) * time.Second), Outcome: decisions.Allow, Tier: "anonymous",
+			Rule: "anonymous:global", Node: "edge-1", ClientIP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})})
+	}
+	emfFile := filepath.Join(t.TempDir(), "metrics", "emf", "emf.jsonl")
+	out := runBinary(t, bin, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", writeLog(t, ds),
+		"--state-dir", t.TempDir(), "--emf", "file:"+emfFile, "--window", "1m")
+	if docs := readEMF(t, emfFile); len(docs) == 0 {
+		t.Errorf("no documents in %s\n%s", emfFile, out)
 	}
 }

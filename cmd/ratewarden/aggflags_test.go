@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
 // TestAggregatorFlags: the shared flags reach the rollup and the EMF
@@ -46,6 +49,9 @@ func TestAggregatorFlags(t *testing.T) {
 // flag (--poll, --linger or --lease-duration of another source), and
 // takes the combinations the README gives.
 func TestAggregateSourceConflicts(t *testing.T) {
+	// The combinations past the check run as far as their state
+	// directory's lock, made where they name it: here, not in the source.
+	t.Chdir(t.TempDir())
 	for _, c := range []struct {
 		args []string
 		want string // "" for none: check passes
@@ -90,5 +96,51 @@ func TestAggregateSourceConflicts(t *testing.T) {
 	// No source at all is the usage.
 	if code, _, errs := runCLI(t, nil, "aggregate", "--state-dir", "d"); code != 2 || !strings.Contains(errs, "Usage: ratewarden aggregate") {
 		t.Errorf("no source: exit %d\n%s", code, errs)
+	}
+}
+
+// TestNamespaceFlag: a --namespace CloudWatch would refuse (empty, over
+// 255 characters, a control character, a leading ':') is a bad flag of
+// aggregate, serve, lambda --aggregate and dashboards alike: exit 2 at
+// the start, naming the flag, what is wrong and the rule of
+// emf.CheckNamespace, where aggregate ran and made every document
+// invalid, and dashboards wrote dashboards of metrics that could never
+// exist. A namespace CloudWatch takes, a space in it, passes.
+func TestNamespaceFlag(t *testing.T) {
+	const rule = ": want 1 to 255 printable ASCII characters, not only spaces, not starting with ':'"
+	long := strings.Repeat("n", 256)
+	lambdaEnv := map[string]string{"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:1"}
+	// Were the flag passed, serve would run until the context ends.
+	serve := func() []string {
+		dir := t.TempDir()
+		return []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "off",
+			"--decisions-dir", filepath.Join(dir, "log"), "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials")}
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"aggregate", "--stdin", "--emf", "stdout", "--namespace", ""}, `--namespace "" is empty` + rule},
+		{nil, []string{"aggregate", "--decisions-dir", "l", "--state-dir", "d", "--emf", "stdout", "--namespace", ":Ratewarden"}, `--namespace ":Ratewarden" starts with ':'` + rule},
+		{nil, append(serve(), "--namespace", "Rate\twarden"), `--namespace "Rate\twarden" contains '\t' at byte 4` + rule},
+		{nil, append(serve(), "--namespace", long), `--namespace "` + long + `" is 256 characters long` + rule},
+		{lambdaEnv, []string{"lambda", "--aggregate", "--namespace", "Räte"}, `--namespace "Räte" contains '\u00e4' at byte 1` + rule},
+		{nil, []string{"dashboards", "--out", t.TempDir(), "--namespace", "   "}, `dashboards: --namespace "   " has only spaces` + rule},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		code, out, errs := runCLIContext(t, ctx, c.env, c.args...)
+		cancel()
+		if code != 2 || !strings.Contains(out+errs, c.want) {
+			t.Errorf("%q: exit %d, want 2; output lacks %q:\n%s%s", c.args, code, c.want, out, errs)
+		}
+	}
+	// The flag's rule is the documents': what it refuses, they would.
+	if err := emf.CheckNamespace(":Ratewarden"); err == nil || !strings.HasSuffix(rule, err.(*emf.InvalidError).Allowed) {
+		t.Errorf("emf.CheckNamespace: %v, want the rule %q", err, rule)
+	}
+	dir := t.TempDir()
+	if code, out, errs := runCLI(t, nil, "dashboards", "--out", dir, "--namespace", "My Company/Ratewarden"); code != 0 {
+		t.Errorf("a namespace CloudWatch takes: exit %d\n%s%s", code, out, errs)
 	}
 }

@@ -110,6 +110,9 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return err
 	}
 	sinks, emfWriter := opened.Sinks, opened.EMF
+	if opened.EMFSink != nil {
+		opened.EMFSink.Warn = emfWarn(stderr, "aggregate")
+	}
 	var extraMetrics []func(metric.Meter) error
 	if alertsConf != nil {
 		al, err := assemble.NewAlerts(ctx, alertsConf, assemble.AlertsOptions{Window: ro.Window, StateDir: *stateDir, Stdout: stdout,
@@ -132,8 +135,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if *stdinSrc {
 		problems := newProblemPrinter(stderr, "aggregate: stdin")
 		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.Problem(p) }}).Run(ctx, stdin)
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, %s, windows %d, outputs %d\n",
-			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, heldBack(st.Rollup), st.Rollup.Windows, st.Outputs)
+		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d, %s, windows %d, outputs %d%s\n",
+			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, heldBack(st.Rollup), st.Rollup.Windows, st.Outputs, emfRejected(opened.EMFRejected()))
 		problems.summary()
 		return err
 	}
@@ -165,7 +168,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return aggregateKinesis(ctx, stderr, aggregator.KinesisOptions{
 			Source: dkinesis.SourceOptions{Stream: *stream, Table: *leasesTable, Group: *group, LeaseDuration: *leaseDuration, Poll: *poll},
 			Rollup: ro, Sinks: sinks,
-		}, *stateDir, *stateTable, &live)
+		}, *stateDir, *stateTable, &live, opened)
 	}
 	// On a terminal, a backlog shows as a bar; the plain lines go on once
 	// the log is caught up (following) or at the end.
@@ -188,22 +191,23 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			}
 			if s.Outputs != printed {
 				printed = s.Outputs
-				printRun(stderr, "aggregate", s)
+				printRun(stderr, "aggregate", s, opened.EMFRejected())
 			}
 		}})
 	if bar != nil {
 		bar.update(time.Now(), st.Read.Bytes, st.Rollup.Events, st.Watermark, true)
 	}
-	printRun(stderr, "aggregate", st)
+	printRun(stderr, "aggregate", st, opened.EMFRejected())
 	problems.summary()
 	return err
 }
 
 // aggregateKinesis runs RunKinesis with the SDK's clients, printing a line
-// after every delivery.
+// after every delivery, with what the EMF sink of opened rejected.
 // The shards' states are in stateDir, or in the DynamoDB table stateTable
 // under "<consumer group>/<stream>".
-func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, live *atomic.Pointer[aggregator.Kinesis]) error {
+func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.KinesisOptions, stateDir, stateTable string, live *atomic.Pointer[aggregator.Kinesis],
+	opened *assemble.AggregatorSinks) error {
 	if err := assemble.AggregatorKinesis(ctx, &o, stateDir, stateTable); err != nil {
 		return err
 	}
@@ -211,9 +215,9 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d\n",
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d%s\n",
 			o.Source.Stream, s.Rollup.Events, s.Skipped, heldBack(s.Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
-			s.Source.Batches, s.Source.Checkpoints)
+			s.Source.Batches, s.Source.Checkpoints, emfRejected(opened.EMFRejected()))
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)
@@ -291,8 +295,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := outUsed(); err != nil {
 		return err
 	}
-	st, err := replayInto(ctx, *out, *dir, from.t, to.t, ao, ro, stdout, stderr)
-	printRun(stderr, "replay", st)
+	st, rejected, err := replayInto(ctx, *out, *dir, from.t, to.t, ao, ro, stdout, stderr)
+	printRun(stderr, "replay", st, rejected)
 	if err != nil {
 		// What a failed replay wrote is not the range's outputs, and
 		// left there it would make the retry refuse --out as not empty.
@@ -308,17 +312,21 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // replayInto runs a replay of the log dir's events in [since, until) into
-// out, an empty directory.
-func replayInto(ctx context.Context, out, dir string, since, until time.Time, ao assemble.AggregatorOptions, ro aggregator.Options, stdout, stderr io.Writer) (aggregator.RunStats, error) {
+// out, an empty directory, and returns what its EMF sink rejected too.
+func replayInto(ctx context.Context, out, dir string, since, until time.Time, ao assemble.AggregatorOptions, ro aggregator.Options,
+	stdout, stderr io.Writer) (aggregator.RunStats, aggregator.EMFRejected, error) {
 	state, err := os.MkdirTemp(out, ".state-")
 	if err != nil {
-		return aggregator.RunStats{}, err
+		return aggregator.RunStats{}, aggregator.EMFRejected{}, err
 	}
 	defer os.RemoveAll(state)
 	opened, err := ao.OpenSinks(ctx, stdout, "log")
 	if err != nil {
 		opened.Close(context.WithoutCancel(ctx))
-		return aggregator.RunStats{}, err
+		return aggregator.RunStats{}, aggregator.EMFRejected{}, err
+	}
+	if opened.EMFSink != nil {
+		opened.EMFSink.Warn = emfWarn(stderr, "replay")
 	}
 	problems := newProblemPrinter(stderr, "replay")
 	defer problems.summary()
@@ -327,7 +335,7 @@ func replayInto(ctx context.Context, out, dir string, since, until time.Time, ao
 	if cerr := opened.Close(context.WithoutCancel(ctx)); err == nil {
 		err = cerr
 	}
-	return st, err
+	return st, opened.EMFRejected(), err
 }
 
 // wholeWindows returns [from, to) widened to whole windows of size, a
@@ -356,14 +364,44 @@ func rangeString(from, to time.Time) string {
 	return "from " + f + " to " + t
 }
 
-// printRun prints the summary line of a run of the command cmd.
-func printRun(w io.Writer, cmd string, s aggregator.RunStats) {
+// printRun prints the summary line of a run of the command cmd, and
+// what its EMF sink rejected.
+func printRun(w io.Writer, cmd string, s aggregator.RunStats, rejected aggregator.EMFRejected) {
 	wm := "-"
 	if !s.Watermark.IsZero() {
 		wm = s.Watermark.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(w, "%s: events %d, late %d (dropped %d), %s, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s\n",
-		cmd, s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, heldBack(s.Rollup), s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s))
+	fmt.Fprintf(w, "%s: events %d, late %d (dropped %d), %s, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s%s\n",
+		cmd, s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, heldBack(s.Rollup), s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s),
+		emfRejected(rejected))
+}
+
+// emfRejected says what an EMF sink rejected at the end of a summary
+// line: ", emf rejected N (older than 14 days N, over 2h ahead N,
+// invalid N)", or nothing when it rejected none.
+func emfRejected(r aggregator.EMFRejected) string {
+	if r.Total() == 0 {
+		return ""
+	}
+	return ", " + r.String()
+}
+
+// emfWarn returns the aggregator.EMFSink.Warn of the command cmd: a line
+// on w the first time documents are rejected for each reason, saying
+// what to do about it; the summary line counts them.
+func emfWarn(w io.Writer, cmd string) func(reason string, err error) {
+	advice := [aggregator.NumEMFRejects]string{
+		aggregator.EMFTooOld:  "CloudWatch takes documents of the last 14 days only; to write an old log's EMF to a file, stamped with its windows' times, use ratewarden replay",
+		aggregator.EMFTooNew:  "CloudWatch takes documents up to 2 hours ahead only; is this host's clock behind the edges'?",
+		aggregator.EMFInvalid: "CloudWatch would refuse them",
+	}
+	return func(reason string, err error) {
+		i := slices.Index(aggregator.EMFRejectReasons[:], reason)
+		if i < 0 {
+			i = aggregator.EMFInvalid
+		}
+		fmt.Fprintf(w, "%s: warning: emf documents %s are counted, not written (said once): %s; the first: %v\n", cmd, reason, advice[i], err)
+	}
 }
 
 // heldBack says what a run's rollup took in but did not count as it

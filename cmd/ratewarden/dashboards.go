@@ -48,6 +48,9 @@ func runDashboards(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case *lag < 1 || *lag > 60:
 		return badFlag(fmt.Errorf("dashboards: --lag-minutes %d: want 1 to 60", *lag))
 	}
+	if err := assemble.CheckNamespace(*namespace); err != nil {
+		return badFlag(fmt.Errorf("dashboards: %w", err))
+	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err

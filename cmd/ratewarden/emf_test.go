@@ -20,7 +20,7 @@ func TestEmfValidate(t *testing.T) {
 	const good = `{"_aws":{"Timestamp":1574109732004,"CloudWatchMetrics":[{"Namespace":"lambda-function-metrics","Dimensions":[["functionVersion"]],"Metrics":[{"Name":"time","Unit":"Milliseconds"}]}]},"functionVersion":"$LATEST","time":100}`
 	goodFile := write("good.jsonl", good+"\n\n"+good+"\n")
 	badFile := write("bad.jsonl", good+"\n"+
-		`{"_aws":{"Timestamp":1574109732004,"CloudWatchMetrics":[{"Namespace":"a b","Dimensions":[["Tier"]],"Metrics":[{"Name":"x","Unit":"Requests"}]}]},"x":"1"}`+"\n"+
+		`{"_aws":{"Timestamp":1574109732004,"CloudWatchMetrics":[{"Namespace":":a b","Dimensions":[["Tier"]],"Metrics":[{"Name":"x","Unit":"Requests"}]}]},"x":"1"}`+"\n"+
 		"not json\n")
 	const now = "2019-11-18T20:42:12Z"
 	cases := []struct {
@@ -38,7 +38,7 @@ func TestEmfValidate(t *testing.T) {
 		{"valid, time ignored", []string{"emf", "validate", "-ignore-time", goodFile}, 0, []string{"2 EMF documents are valid"}},
 		{"too old today", []string{"emf", "validate", goodFile}, 1, []string{goodFile + ":1: $._aws.Timestamp: is 1574109732004", goodFile + ":3: $._aws.Timestamp"}},
 		{"invalid", []string{"emf", "validate", "-now", now, goodFile, badFile}, 1, []string{
-			badFile + `:2: $._aws.CloudWatchMetrics[0].Namespace: contains ' ' at byte 1; allowed: 1 to 256 characters`,
+			badFile + `:2: $._aws.CloudWatchMetrics[0].Namespace: starts with ':'; allowed: 1 to 255 printable ASCII characters`,
 			badFile + `:2: $._aws.CloudWatchMetrics[0].Metrics[0].Unit: is "Requests"; allowed: one of Seconds`,
 			badFile + `:2: $.Tier: is missing`,
 			badFile + `:2: $.x: is a string`,
