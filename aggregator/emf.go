@@ -482,29 +482,42 @@ func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
 		// every retry: the writer counts it (Stats().Rejected, on
 		// /metrics) and the output goes on. Only a sink's failure, which a
 		// retry may mend, fails the write.
-		if err := s.W.Write(ctx, &d, t); err != nil && !onlyInvalid(err) {
+		if err := s.W.Write(ctx, &d, t); err != nil && !onlyCounted(err) {
 			return fmt.Errorf("write emf: %w", err)
-		} else if err != nil {
+		} else if err != nil && !errors.Is(err, emf.ErrSinkBehind) {
+			// A sink behind counts its own drops (SinkStats.Dropped);
+			// only documents refused for what they are are rejections.
 			s.reject(err)
 		}
 	}
 	return nil
 }
 
-// onlyInvalid reports whether err, perhaps joined, holds nothing but
-// *emf.InvalidError.
-func onlyInvalid(err error) bool {
+// onlyCounted reports whether err, perhaps joined, holds nothing but
+// documents dropped and counted for good: *emf.InvalidError (refused by
+// the specification), emf.ErrSinkBehind (a sink that could not deliver
+// in time, the CloudWatch agent away or hung). Delivering the output
+// again would not bring them back.
+func onlyCounted(err error) bool {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
-			if e != nil && !onlyInvalid(e) {
+			if e != nil && !onlyCounted(e) {
 				return false
 			}
 		}
 		return true
 	}
 	var inv *emf.InvalidError
-	return errors.As(err, &inv)
+	return errors.As(err, &inv) || errors.Is(err, emf.ErrSinkBehind)
 }
 
-// Flush asks the writer's sinks to deliver what they buffer.
-func (s *EMFSink) Flush(ctx context.Context) error { return s.W.Flush(ctx) }
+// Flush asks the writer's sinks to deliver what they buffer. A sink that
+// is behind has dropped and counted what it could not deliver in time
+// (its Stats, on /metrics, and the aggregate command's last lines): the
+// partials and the checkpoint go on without it.
+func (s *EMFSink) Flush(ctx context.Context) error {
+	if err := s.W.Flush(ctx); err != nil && !onlyCounted(err) {
+		return err
+	}
+	return nil
+}

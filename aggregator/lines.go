@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,9 @@ type Lines struct {
 	// Problem, if set, is called with each skipped line as it is met (the
 	// first 100 are kept in LinesStats.First; all are counted).
 	Problem func(LineProblem)
+	// Grace bounds the last delivery once ctx is done; default
+	// DefaultGrace (LinesSource.Grace).
+	Grace time.Duration
 }
 
 // RunLines is (&Lines{Rollup: o, Sinks: sinks}).Run(ctx, r).
@@ -76,6 +80,11 @@ func RunLines(ctx context.Context, r io.Reader, o Options, sinks []Sink) (LinesS
 
 // LinesPartition is the partition of decisions read as JSON lines.
 const LinesPartition = "stdin"
+
+// DefaultGrace is how long decisions read as lines are still delivered
+// after the run's context ends (Ctrl-C), by default: what was read and
+// the open windows go out, unless a sink holds them up that long.
+const DefaultGrace = 30 * time.Second
 
 // LinesSource serves decisions read as JSON lines to a stream.Handler, as
 // partition LinesPartition, whose positions are line numbers (the first
@@ -101,6 +110,11 @@ type LinesSource struct {
 	// Problem, if set, is called with each skipped line as it is met (the
 	// first 100 are kept in LinesStats.First; all are counted).
 	Problem func(LineProblem)
+	// Grace is how long, once ctx is done, what was read and the open
+	// windows are still handed over; the handler's context then ends, so
+	// that a sink that cannot deliver (a hung network peer) does not keep
+	// the run from ending. Default DefaultGrace.
+	Grace time.Duration
 
 	stats  LinesStats
 	events []decisions.Decision
@@ -118,8 +132,11 @@ func (s *LinesSource) Stats() LinesStats { return s.stats }
 // Run hands over what it read and closes the partition as ended, with a
 // context that is not done (a clean shutdown emits what is open); a read
 // of R that blocks is left behind (R is standard input, which the
-// process's exit closes). An error from h is returned as it is.
+// process's exit closes). That context ends Grace after ctx does. An
+// error from h is returned as it is.
 func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
+	final, cancel := outlive(ctx, cmp.Or(s.Grace, DefaultGrace))
+	defer cancel()
 	every, tick := s.BatchLines, s.Tick
 	if every <= 0 {
 		every = 4096
@@ -154,7 +171,7 @@ func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
 		select {
 		case <-ctx.Done():
 			// What was read goes in before the open windows go out.
-			ctx = context.WithoutCancel(ctx)
+			ctx = final
 			if err := hand(ctx); err != nil {
 				return err
 			}
@@ -169,7 +186,7 @@ func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
 		case c := <-chunks:
 			if c.err != nil {
 				// What was read is delivered, whatever ended the input.
-				ctx = context.WithoutCancel(ctx)
+				ctx = final
 			}
 			if err := s.parse(c, every, func() error { return hand(ctx) }); err != nil {
 				return err
@@ -259,12 +276,12 @@ func (s *LinesSource) batch(pos, from stream.Position) *stream.Batch {
 // Lines carry no position a restart could resume from, so Run keeps no
 // state: outputs are keyed by line numbers (partition LinesPartition).
 // When ctx is done Run delivers the open windows and returns, as at the
-// end of the input; a read of r that blocks is left behind (r is standard
+// end of the input, giving up after Grace; a read of r that blocks is left behind (r is standard
 // input, which the process's exit closes). An output a sink fails to take
 // does not stop the run, which cannot read its input again: the errors
 // are returned at the end.
 func (l *Lines) Run(ctx context.Context, r io.Reader) (LinesStats, error) {
-	src := &LinesSource{R: r, BatchLines: l.FlushEvery, Tick: l.Tick, Problem: l.Problem}
+	src := &LinesSource{R: r, BatchLines: l.FlushEvery, Tick: l.Tick, Problem: l.Problem, Grace: l.Grace}
 	var errs []error
 	sinks := make([]Sink, len(l.Sinks))
 	for i, s := range l.Sinks {
@@ -279,6 +296,26 @@ func (l *Lines) Run(ctx context.Context, r io.Reader) (LinesStats, error) {
 	st, rs := src.Stats(), run.stats()
 	st.Rollup, st.Outputs = rs.Rollup, rs.Outputs
 	return st, errors.Join(append(errs, err)...)
+}
+
+// outlive returns a context that is not done when ctx is, but grace after
+// it: the last delivery of a run that is told to stop, bounded.
+func outlive(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	octx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	timer := make(chan *time.Timer, 1)
+	stop := context.AfterFunc(ctx, func() {
+		timer <- time.AfterFunc(grace, func() {
+			cancel(fmt.Errorf("the shutdown grace of %v is over: %w", grace, context.DeadlineExceeded))
+		})
+	})
+	return octx, func() {
+		if !stop() {
+			if t := <-timer; t != nil {
+				t.Stop()
+			}
+		}
+		cancel(context.Canceled)
+	}
 }
 
 // keepGoing is a Sink that keeps the errors of s rather than return them.

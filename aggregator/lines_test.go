@@ -388,3 +388,43 @@ func TestAddDroppedSaturates(t *testing.T) {
 		t.Errorf("update columns: %d", c.Dropped)
 	}
 }
+
+// hungSink is a sink whose writes and flushes wait for their context to
+// end: a network peer that is not there.
+type hungSink struct{}
+
+func (hungSink) Write(ctx context.Context, _ string, _ Output) error { <-ctx.Done(); return ctx.Err() }
+func (hungSink) Flush(ctx context.Context) error                     { <-ctx.Done(); return ctx.Err() }
+
+// TestRunLinesStopGrace: told to stop (Ctrl-C) with a sink that never
+// takes the open windows, Run gives up after Grace and says why, where it
+// used to wait for ever.
+func TestRunLinesStopGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pr, pw := io.Pipe()
+		defer pw.Close() // ends the read Run leaves behind
+		ctx, cancel := context.WithCancel(context.Background())
+		const grace = 3 * time.Second
+		l := &Lines{Rollup: Options{Window: time.Second}, Sinks: []Sink{hungSink{}}, Grace: grace, Now: time.Now}
+		done := make(chan error, 1)
+		go func() {
+			_, err := l.Run(ctx, pr)
+			done <- err
+		}()
+		for range 10 {
+			d := decisionAt(0, "192.0.2.1")
+			d.Time = time.Now()
+			pw.Write(append(decisions.AppendJSON(nil, &d), '\n'))
+		}
+		synctest.Wait()
+		start := time.Now()
+		cancel()
+		err := <-done
+		if took := time.Since(start); took != grace {
+			t.Errorf("Run returned %v after the stop, want the grace, %v", took, grace)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v, want the sink's error at the end of the grace", err)
+		}
+	})
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+	"github.com/ratewarden/ratewarden/embedded-metrics/agenttest"
 )
 
 // writeLog writes ds to a new decision log in batches of 500, some of
@@ -330,5 +332,51 @@ func TestRunLogStateFromAnotherLog(t *testing.T) {
 	st, err := RunLog(context.Background(), LogOptions{Dir: dir, StateDir: t.TempDir(), Rollup: Options{Window: time.Second}})
 	if err != nil || st.Rollup.Events != 300 {
 		t.Fatalf("a fresh state: %+v %v, want 300 events", st.Rollup, err)
+	}
+}
+
+// TestRunLogEMFAgentAway: with the CloudWatch agent hung (accepts, never
+// reads) or away (a closed port), the EMF documents it cannot take in
+// time are dropped and counted, and the run goes on: every window's
+// partials are stored and the log is read to its end, where the run
+// without the fix stopped at the first flush.
+func TestRunLogEMFAgentAway(t *testing.T) {
+	ds := testEvents(5_000)
+	logDir := filepath.Join(t.TempDir(), "log")
+	writeLog(t, logDir, ds)
+	for _, tc := range []struct {
+		name string
+		addr func(testing.TB) string
+	}{{"hung", agenttest.Hung}, {"closed", agenttest.Closed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			agent, err := emf.NewAgentSink(emf.AgentOptions{Address: tc.addr(t), FlushTimeout: 100 * time.Millisecond,
+				BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { agent.Close(context.Background()) })
+			w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: true}, agent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st, err := RunLog(ctx, LogOptions{Dir: logDir, StateDir: t.TempDir(), Rollup: Options{Window: time.Second},
+				Sinks: []Sink{&PartialsDir{Dir: out}, &EMFSink{W: w}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Next != uint64(len(ds)) || st.Outputs < 3 {
+				t.Fatalf("the run stopped at offset %d of %d after %d outputs", st.Next, len(ds), st.Outputs)
+			}
+			if e, _ := totals(t, out, time.Second); e != uint64(len(ds)) {
+				t.Errorf("partials hold %d events, the log %d", e, len(ds))
+			}
+			as := agent.Stats()
+			if as.Dropped == 0 || as.Written+as.Dropped+as.Buffered != w.Stats().Documents {
+				t.Errorf("agent %+v after %d documents, want them all counted, some dropped", as, w.Stats().Documents)
+			}
+		})
 	}
 }

@@ -49,6 +49,11 @@ type AgentOptions struct {
 	// while documents await acknowledgement (TCP) or a late refusal (UDP),
 	// default 20ms; the first look is after 100µs and the wait doubles.
 	AckPoll time.Duration
+	// FlushTimeout bounds a Flush and a Close, default 5s: an agent that
+	// is away, or has hung (accepts and never reads), cannot hold up the
+	// caller longer. What is not acknowledged by then is dropped and
+	// counted, and the call returns ErrSinkBehind.
+	FlushTimeout time.Duration
 }
 
 func (o *AgentOptions) setDefaults() {
@@ -76,6 +81,9 @@ func (o *AgentOptions) setDefaults() {
 	if o.AckPoll == 0 {
 		o.AckPoll = 20 * time.Millisecond
 	}
+	if o.FlushTimeout == 0 {
+		o.FlushTimeout = 5 * time.Second
+	}
 }
 
 // Validate reports the first option out of range, after defaults.
@@ -86,9 +94,9 @@ func (o *AgentOptions) Validate() error {
 	switch {
 	case o.BufferBytes < 1:
 		return fmt.Errorf("agent.buffer_bytes: %d, want more than 0", o.BufferBytes)
-	case o.DialTimeout < 0, o.WriteTimeout < 0, o.DrainTimeout < 0, o.AckPoll < 0:
-		return fmt.Errorf("agent.dial_timeout, write_timeout, drain_timeout, ack_poll: %v, %v, %v, %v, want 0 or more",
-			o.DialTimeout, o.WriteTimeout, o.DrainTimeout, o.AckPoll)
+	case o.DialTimeout < 0, o.WriteTimeout < 0, o.DrainTimeout < 0, o.AckPoll < 0, o.FlushTimeout < 0:
+		return fmt.Errorf("agent.dial_timeout, write_timeout, drain_timeout, ack_poll, flush_timeout: %v, %v, %v, %v, %v, want 0 or more",
+			o.DialTimeout, o.WriteTimeout, o.DrainTimeout, o.AckPoll, o.FlushTimeout)
 	case o.BaseDelay < 0 || o.MaxDelay < o.BaseDelay:
 		return fmt.Errorf("agent.base_delay, max_delay: %v, %v, want 0 <= base_delay <= max_delay", o.BaseDelay, o.MaxDelay)
 	}
@@ -147,8 +155,12 @@ func agentAddress(s string) (network, addr string, err error) {
 // with a full buffer or by the network are lost without a trace, and
 // documents over 65,507 bytes are dropped and counted.
 //
-// Documents the buffer cannot hold, and those still held when Close runs
-// out of time, are Dropped. An AgentSink is safe for concurrent use.
+// Documents the buffer cannot hold are Dropped. So are, when a Flush or a
+// Close runs out of time (FlushTimeout, or its context's end for Close),
+// every document the sink holds: the writer abandons its connection
+// (reset, so that nothing counted dropped arrives later) and goes on with
+// the documents written after, and the call returns ErrSinkBehind. An
+// AgentSink is safe for concurrent use.
 type AgentSink struct {
 	opts          AgentOptions
 	network, addr string
@@ -168,8 +180,13 @@ type AgentSink struct {
 
 	wake   chan struct{} // capacity 1
 	exited chan struct{}
-	ctx    context.Context // the writer's; cancelled when Close runs out of time
+	ctx    context.Context // cancelled when Close runs out of time: the writer drops what it holds and exits
 	stop   context.CancelFunc
+	// wctx is the writer's context, a child of ctx, read by the writer
+	// only; shed (under mu) cancels it when a Flush runs out of time: the
+	// writer then drops what it holds and goes on with a new one.
+	wctx context.Context
+	shed context.CancelFunc
 }
 
 var _ Sink = (*AgentSink)(nil)
@@ -187,6 +204,7 @@ func NewAgentSink(opts AgentOptions) (*AgentSink, error) {
 		progress: make(chan struct{}), wake: make(chan struct{}, 1), exited: make(chan struct{}),
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
+	s.wctx, s.shed = context.WithCancel(s.ctx)
 	if network == "tcp" {
 		go s.runTCP()
 	} else {
@@ -230,21 +248,36 @@ func (s *AgentSink) Write(_ context.Context, doc []byte) error {
 }
 
 // Flush waits until every document written before it is acknowledged (or
-// dropped), or ctx ends.
+// dropped), or ctx ends. If that takes longer than FlushTimeout, the
+// documents the sink holds are dropped and counted, and Flush returns
+// ErrSinkBehind, saying how many of its documents were not delivered.
 func (s *AgentSink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	target := s.accepted
 	s.mu.Unlock()
 	wakeSender(s.wake)
+	timer := time.NewTimer(s.opts.FlushTimeout)
+	defer timer.Stop()
+	var behind uint64 // documents of this flush not delivered in time
 	for {
 		s.mu.Lock()
 		done, progress := s.finished >= target, s.progress
 		s.mu.Unlock()
+		if done && behind > 0 {
+			return fmt.Errorf("flush %s: %d documents not delivered within %v: %w", s.name, behind, s.opts.FlushTimeout, ErrSinkBehind)
+		}
 		if done {
 			return nil
 		}
 		select {
 		case <-progress:
+		case <-timer.C:
+			// Once: the writer drops what it holds at once.
+			s.mu.Lock()
+			behind = target - s.finished
+			shed := s.shed
+			s.mu.Unlock()
+			shed()
 		case <-s.exited:
 			return fmt.Errorf("flush %s: writer stopped", s.name)
 		case <-ctx.Done():
@@ -254,13 +287,24 @@ func (s *AgentSink) Flush(ctx context.Context) error {
 }
 
 // Close sends what is buffered, waits for its acknowledgement, and closes
-// the connection. If ctx ends first, what is left is dropped and counted.
+// the connection. If ctx ends first, or FlushTimeout passes, what is left
+// is dropped and counted; past FlushTimeout Close returns ErrSinkBehind.
 func (s *AgentSink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
+	dropped := s.dropped
 	s.mu.Unlock()
 	wakeSender(s.wake)
-	return awaitSender(ctx, s.name, s.exited, s.stop)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.FlushTimeout)
+	defer cancel()
+	err := awaitSender(cctx, s.name, s.exited, s.stop)
+	if err != nil && ctx.Err() == nil {
+		s.mu.Lock()
+		dropped = s.dropped - dropped
+		s.mu.Unlock()
+		return fmt.Errorf("close %s: %d documents not delivered within %v: %w", s.name, dropped, s.opts.FlushTimeout, ErrSinkBehind)
+	}
+	return err
 }
 
 // Stats reports the sink's counters. Retries counts documents sent again;
@@ -338,8 +382,25 @@ func (s *AgentSink) idle() bool {
 	return s.closing && len(s.queue) == 0
 }
 
-// sleep waits d or until the sink is stopped.
-func (s *AgentSink) sleep(d time.Duration) error { return backoff.Sleep(s.ctx, d) }
+// sleep waits d or until the writer's context ends.
+func (s *AgentSink) sleep(d time.Duration) error { return backoff.Sleep(s.wctx, d) }
+
+// halted drops everything the sink holds, once the writer's context has
+// ended, and reports whether the sink is stopped (Close ran out of time).
+// Otherwise a Flush ran out of time: the writer goes on with a new
+// context.
+func (s *AgentSink) halted() bool {
+	// A new context first: a Flush that runs out of time meanwhile cancels
+	// it, or finds what it waits for dropped below.
+	if s.ctx.Err() == nil {
+		wctx, shed := context.WithCancel(s.ctx)
+		s.mu.Lock()
+		s.wctx, s.shed = wctx, shed
+		s.mu.Unlock()
+	}
+	s.dropAll()
+	return s.ctx.Err() != nil
+}
 
 // backoff is a full-jitter delay after failures consecutive failures.
 func (s *AgentSink) backoff(failures int) time.Duration {
@@ -357,16 +418,20 @@ func (s *AgentSink) runTCP() {
 		}
 		if failures > 0 {
 			if s.sleep(s.backoff(failures)) != nil {
-				s.dropAll()
-				return
+				if s.halted() {
+					return
+				}
+				continue
 			}
 		}
 		d := net.Dialer{Timeout: s.opts.DialTimeout}
-		c, err := d.DialContext(s.ctx, "tcp", s.addr)
+		c, err := d.DialContext(s.wctx, "tcp", s.addr)
 		if err != nil {
-			if s.ctx.Err() != nil {
-				s.dropAll()
-				return
+			if s.wctx.Err() != nil {
+				if s.halted() {
+					return
+				}
+				continue
 			}
 			s.addErrors(1)
 			failures++
@@ -374,10 +439,6 @@ func (s *AgentSink) runTCP() {
 		}
 		progressed, closed := s.serveTCP(c.(*net.TCPConn))
 		if closed {
-			return
-		}
-		if s.ctx.Err() != nil {
-			s.dropAll()
 			return
 		}
 		if progressed {
@@ -444,12 +505,17 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 			}
 		}
 	}()
-	unblock := context.AfterFunc(s.ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	unblock := context.AfterFunc(s.wctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer unblock()
-	// broken puts back what was not acknowledged and closes c.
+	// broken puts back what was not acknowledged and closes c; when the
+	// writer's context has ended, with a reset, so that what is dropped
+	// next is not delivered after all.
 	broken := func() {
-		retry := s.ctx.Err() == nil
+		retry := s.wctx.Err() == nil
 		t.ack()
+		if !retry {
+			c.SetLinger(0)
+		}
 		c.Close()
 		<-gone
 		docs := make([][]byte, len(t.inflight))
@@ -474,10 +540,9 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 			return t.acked > 0, false
 		default:
 		}
-		if s.ctx.Err() != nil {
+		if s.wctx.Err() != nil {
 			broken()
-			s.dropAll()
-			return t.acked > 0, true
+			return t.acked > 0, s.halted()
 		}
 
 		// Gather queued documents into one write.
@@ -501,9 +566,8 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 			if err != nil {
 				s.addErrors(1)
 				broken()
-				if s.ctx.Err() != nil {
-					s.dropAll()
-					return t.acked > 0, true
+				if s.wctx.Err() != nil {
+					return t.acked > 0, s.halted()
 				}
 				return t.acked > 0, false
 			}
@@ -529,7 +593,7 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 		select {
 		case <-s.wake:
 		case <-gone:
-		case <-s.ctx.Done():
+		case <-s.wctx.Done():
 		case <-tick:
 		}
 		timer.Stop()
@@ -590,19 +654,22 @@ func (s *AgentSink) runUDP() {
 		failures++
 	}
 	for {
-		if s.ctx.Err() != nil {
+		if s.wctx.Err() != nil {
 			if provisional != nil {
 				s.done(1, s.held(provisional), false)
+				provisional = nil
 			}
-			s.dropAll()
-			return
+			if s.halted() {
+				return
+			}
+			continue
 		}
 		if c == nil {
 			if failures > 0 && s.sleep(s.backoff(failures)) != nil {
 				continue
 			}
 			d := net.Dialer{Timeout: s.opts.DialTimeout}
-			conn, err := d.DialContext(s.ctx, "udp", s.addr)
+			conn, err := d.DialContext(s.wctx, "udp", s.addr)
 			if err != nil {
 				s.addErrors(1)
 				failures++
@@ -634,7 +701,7 @@ func (s *AgentSink) runUDP() {
 				poll = min(2*poll, s.opts.AckPoll)
 				select {
 				case <-s.wake:
-				case <-s.ctx.Done():
+				case <-s.wctx.Done():
 				case <-timer.C:
 					if agentRefused(c) {
 						refused(nil)
@@ -650,7 +717,7 @@ func (s *AgentSink) runUDP() {
 			}
 			select {
 			case <-s.wake:
-			case <-s.ctx.Done():
+			case <-s.wctx.Done():
 			}
 			continue
 		}

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratewarden/ratewarden/embedded-metrics/agenttest"
 )
 
 // agentServer stands in for the CloudWatch agent on loopback: it reads EMF
@@ -525,4 +528,74 @@ func TestAgentUDPOversize(t *testing.T) {
 		t.Errorf("received %d datagrams, want the small document only", len(got))
 	}
 	checkStats(t, s.Stats(), 1, 1, 0, 1)
+}
+
+// TestAgentUnreachable: with the agent hung (a real listener on loopback
+// that accepts and never reads) or away (a closed port), a Flush and a
+// Close return ErrSinkBehind within FlushTimeout; what was not delivered
+// is dropped and counted, and the sink takes and flushes documents again.
+func TestAgentUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		addr func(testing.TB) string
+	}{{"hung", agenttest.Hung}, {"closed", agenttest.Closed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "hung" && runtime.GOOS != "linux" {
+				t.Skip("the send queue is read on Linux only: elsewhere a document counts as written once the kernel takes it")
+			}
+			const timeout = 300 * time.Millisecond
+			s, err := NewAgentSink(AgentOptions{Address: tc.addr(t), FlushTimeout: timeout,
+				BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, AckPoll: 2 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				s.Close(ctx)
+			})
+			ctx := testContext(t)
+			write := func(from, n int) {
+				for i := range n {
+					doc, _ := agentDoc(from + i)
+					must(t, s.Write(ctx, doc))
+				}
+			}
+			// within runs f and fails unless it returns ErrSinkBehind in
+			// about FlushTimeout, and the sink holds nothing after it.
+			within := func(what string, f func() error) {
+				t.Helper()
+				start := time.Now()
+				done := make(chan error, 1)
+				go func() { done <- f() }()
+				select {
+				case err := <-done:
+					if took := time.Since(start); took < timeout || took > timeout+2*time.Second {
+						t.Errorf("%s took %v, want about %v", what, took, timeout)
+					}
+					if !errors.Is(err, ErrSinkBehind) {
+						t.Errorf("%s: %v, want ErrSinkBehind", what, err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s still waits after 10s (FlushTimeout %v)", what, timeout)
+				}
+				if st := s.Stats(); st.Buffered != 0 {
+					t.Errorf("after %s: stats %+v, want nothing buffered", what, st)
+				}
+			}
+
+			write(0, 2000) // 450 KB, far more than the hung agent's window
+			within("flush", func() error { return s.Flush(ctx) })
+			st := s.Stats()
+			if st.Written+st.Dropped != 2000 || st.Dropped == 0 {
+				t.Errorf("after the flush: stats %+v, want 2000 written or dropped, some dropped", st)
+			}
+			write(2000, 2000) // taken again, and dropped again at Close
+			within("close", func() error { return s.Close(ctx) })
+			if st2 := s.Stats(); st2.Written+st2.Dropped != 4000 || st2.Dropped <= st.Dropped {
+				t.Errorf("after the close: stats %+v, want 4000 written or dropped, more dropped than %d", st2, st.Dropped)
+			}
+			t.Logf("stats %+v", s.Stats())
+		})
+	}
 }

@@ -15,6 +15,11 @@ var ErrSinkFull = errors.New("sink buffer full")
 // and counted.
 var ErrSinkClosed = errors.New("sink closed")
 
+// ErrSinkBehind is returned by a Flush or Close that ran out of time (an
+// AgentSink's FlushTimeout): the documents not delivered by then were
+// dropped and counted, and the sink goes on with those written after.
+var ErrSinkBehind = errors.New("sink behind: documents dropped")
+
 // throttleDeliver delivers one batch of documents through the throttler and
 // reports, by position, the documents it gave up on.
 type throttleDeliver func(ctx context.Context, docs []string) (dropped []bool)

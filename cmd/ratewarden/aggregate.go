@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
@@ -105,7 +107,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		defer lk.Close()
 	}
 	opened, err := ao.OpenSinks(ctx, stdout, source)
-	defer opened.Close(context.WithoutCancel(ctx))
+	defer closeSinks(ctx, opened, stderr)
 	if err != nil {
 		return err
 	}
@@ -200,6 +202,26 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	printRun(stderr, "aggregate", st, opened.EMFRejected())
 	problems.summary()
 	return err
+}
+
+// closeSinks closes the EMF sink of opened, which delivers what it holds
+// (the CloudWatch agent's sink waits no longer than its flush timeout),
+// and prints what the sink did when it did not deliver everything: the
+// documents dropped and counted while the run went on (a sink that is
+// behind, a full buffer) and at the end. The exit status stays the run's.
+func closeSinks(ctx context.Context, opened *assemble.AggregatorSinks, stderr io.Writer) {
+	if err := opened.Close(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, emf.ErrSinkBehind) {
+		fmt.Fprintln(stderr, "aggregate:", err)
+	}
+	if opened.EMF == nil {
+		return
+	}
+	for _, r := range opened.EMF.Stats().Sinks {
+		if st := r.Sink; st.Dropped+st.Buffered > 0 {
+			fmt.Fprintf(stderr, "aggregate: emf %s: written %d, not delivered %d, errors %d, retries %d\n",
+				st.Sink, st.Written, st.Dropped+st.Buffered, st.Errors, st.Retries)
+		}
+	}
 }
 
 // aggregateKinesis runs RunKinesis with the SDK's clients, printing a line
