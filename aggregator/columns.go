@@ -10,6 +10,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/internal/hashmix"
+	"github.com/ratewarden/ratewarden/internal/sat"
 )
 
 // Batch is one record batch's columns (columnar.Columns, from
@@ -223,7 +224,7 @@ func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
 		case decisions.KindDecision:
 			b.count(c, i, cols.Outcome[i])
 		case decisions.KindDrops:
-			c.Dropped = decisions.AddDropped(c.Dropped, cols.Dropped.Uint(i))
+			c.Dropped = sat.Add(c.Dropped, cols.Dropped.Uint(i))
 		case decisions.KindFeedback:
 			if c.Feedback == nil {
 				c.Feedback = map[string]uint64{}

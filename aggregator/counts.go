@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/sat"
 )
 
 // CountKey is one cell of the outcome counts.
@@ -39,7 +40,7 @@ type Counts struct {
 func (c *Counts) Update(d *decisions.Decision) {
 	switch d.Kind {
 	case decisions.KindDrops:
-		c.Dropped = decisions.AddDropped(c.Dropped, d.Dropped)
+		c.Dropped = sat.Add(c.Dropped, d.Dropped)
 		return
 	case decisions.KindFeedback:
 		if c.Feedback == nil {
@@ -105,7 +106,7 @@ func (c *Counts) Merge(o *Counts, _ MergeMode) error {
 		}
 		c.Errors[k] += n
 	}
-	c.Dropped = decisions.AddDropped(c.Dropped, o.Dropped) // stored partials are read back: no wrap to a small loss
+	c.Dropped = sat.Add(c.Dropped, o.Dropped) // stored partials are read back: no wrap to a small loss
 	for k, n := range o.Feedback {
 		if c.Feedback == nil {
 			c.Feedback = map[string]uint64{}

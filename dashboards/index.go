@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator"
-	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/sat"
 )
 
 // Index holds a compact summary of every window of the aggregator's
@@ -362,7 +362,7 @@ func (x *Index) Totals(from, to time.Time) Totals {
 		for _, c := range w.outputs {
 			s := &c.sum
 			t.Events += s.events
-			t.Dropped = decisions.AddDropped(t.Dropped, s.dropped)
+			t.Dropped = sat.Add(t.Dropped, s.dropped)
 			t.Unique = max(t.Unique, s.unique)
 			t.Latency.Count += s.latN
 			p50sum += s.latP50 * float64(s.latN)
@@ -557,7 +557,7 @@ func (x *Index) Series(from, to time.Time, points int) Series {
 		i := min(max(int(time.Unix(0, starts[j]).Sub(from)/step), 0), n-1)
 		for _, c := range w.outputs {
 			sm := &c.sum
-			s.Dropped[i] = decisions.AddDropped(s.Dropped[i], sm.dropped)
+			s.Dropped[i] = sat.Add(s.Dropped[i], sm.dropped)
 			latN[i] += sm.latN
 			s.LatencyP50[i] += sm.latP50 * float64(sm.latN)
 			s.LatencyP99[i] = max(s.LatencyP99[i], sm.latP99)

@@ -48,18 +48,8 @@ const (
 // claiming more, on any kind of event, is corrupt or forged. At a
 // million drops a second an edge would need 12 days between reports to
 // reach it, and sums of 2^24 reports at the cap still fit a uint64;
-// sums of counts read back from stored aggregates saturate (AddDropped).
+// sums of counts read back from stored aggregates saturate (internal/sat).
 const MaxDropped = 1 << 40
-
-// AddDropped returns a + b, or the largest uint64 where that would wrap:
-// sums of dropped counts over many windows and partials saturate rather
-// than turn a huge loss into a small one.
-func AddDropped(a, b uint64) uint64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return math.MaxUint64
-}
 
 // CheckUserID says why s is not a user id the edge believes, nil when it
 // is one: an id is at most MaxUserIDLen bytes of valid UTF-8, holds no
