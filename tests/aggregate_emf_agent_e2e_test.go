@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
-	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/embedded-metrics/agenttest"
 )
 
@@ -25,20 +23,9 @@ import (
 func TestAggregateEMFAgentHung(t *testing.T) {
 	bin := buildBinary(t)
 	tmp := t.TempDir()
-	logDir := filepath.Join(tmp, "log")
-	l, err := seglog.Open(logDir, seglog.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Stamped now, or CloudWatch's timestamp window refuses the documents
 	// before they reach the agent.
-	g := decisiontest.NewGenerator(11, time.Now().Add(-time.Minute))
-	if err := decisionlog.NewWriter(l, decisionlog.WriterOptions{}).WriteBatch(g.Batch(3000)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	logDir := writeLog(t, decisiontest.NewGenerator(11, time.Now().Add(-time.Minute)).Batch(3000))
 	agent := agenttest.Hung(t)
 	cmd := exec.Command(bin, "aggregate", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", filepath.Join(tmp, "state"),
 		"--partials", "dir:"+filepath.Join(tmp, "partials"), "--emf", "agent:"+agent, "--window", "1s")

@@ -10,27 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
-	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
-// writeStateDirLog writes n generated decisions to a new decision log in
-// dir.
-func writeStateDirLog(t *testing.T, dir string, n int) {
+// stateDirLog writes n generated decisions to a new decision log and
+// returns its directory.
+func stateDirLog(t *testing.T, n int) string {
 	t.Helper()
-	l, err := seglog.Open(dir, seglog.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
-	if err := w.WriteBatch(decisiontest.NewGenerator(3, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)).Batch(n)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	return writeLog(t, decisiontest.NewGenerator(3, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)).Batch(n))
 }
 
 // runBounded runs the binary with args, as runBinaryStatus does, but
@@ -67,8 +55,7 @@ func wantInUse(t *testing.T, what string, code int, out, dir string, pid int) {
 func TestAggregateOneProcessPerStateDir(t *testing.T) {
 	bin := buildBinary(t)
 	tmp := t.TempDir()
-	logDir, state := filepath.Join(tmp, "log"), filepath.Join(tmp, "state")
-	writeStateDirLog(t, logDir, 3000)
+	logDir, state := stateDirLog(t, 3000), filepath.Join(tmp, "state")
 	args := func(partials string) []string {
 		return []string{"--decisions-dir", logDir, "--state-dir", state, "--partials", "dir:" + filepath.Join(tmp, partials)}
 	}
@@ -109,8 +96,7 @@ func TestAggregateOneProcessPerStateDir(t *testing.T) {
 func TestStateDirInUse(t *testing.T) {
 	bin := buildBinary(t)
 	tmp := t.TempDir()
-	logDir, held := filepath.Join(tmp, "log"), filepath.Join(tmp, "held")
-	writeStateDirLog(t, logDir, 100)
+	logDir, held := stateDirLog(t, 100), filepath.Join(tmp, "held")
 	cfg := filepath.Join(tmp, "alerts.yaml")
 	if err := os.WriteFile(cfg, []byte("tiers:\n  anonymous:\n    global: {limit: 60, window: 1m}\nalerts: {}\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			if alertsConf.Alerts.Sinks.File == "" {
 				why = "it sets no alerts sink, so its alerts go there"
 			}
-			return badFlag(fmt.Errorf("aggregate: --emf stdout and --alerts %s both write to standard output (%s): the alert lines would interleave with the EMF documents; give --emf a sink other than stdout, or alerts.sinks.file a file", *alertsCfg, why))
+			return stdoutTwice("aggregate", "--alerts "+*alertsCfg, " ("+why+")")
 		}
 	}
 	if *dir != "" {
@@ -202,6 +202,13 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	printRun(stderr, "aggregate", st, opened.EMFRejected())
 	problems.summary()
 	return err
+}
+
+// stdoutTwice is the bad flags of cmd whose --emf stdout and alerts
+// (named by alerts, why they go there) both write to standard output.
+func stdoutTwice(cmd, alerts, why string) error {
+	return badFlag(fmt.Errorf("%s: --emf stdout and %s both write to standard output%s: the alert lines would interleave with the EMF documents; "+
+		"give --emf a sink other than stdout, or alerts.sinks.file a file", cmd, alerts, why))
 }
 
 // closeSinks closes the EMF sink of opened, which delivers what it holds

@@ -69,7 +69,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	// state directory unless it says "-": standard output, where --emf
 	// stdout writes too.
 	if af.o.EMF == "stdout" && (cfg.Has("alerts") || cfg.Has("feedback")) && cfg.Alerts.Sinks.File == "-" {
-		return badFlag(fmt.Errorf(`serve: --emf stdout and the configuration's alerts.sinks.file "-" both write to standard output: the alert lines would interleave with the EMF documents; give --emf a sink other than stdout, or alerts.sinks.file a file`))
+		return stdoutTwice("serve", `the configuration's alerts.sinks.file "-"`, "")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv, Reload: hangups}, Aggregator: &af.o, Stdout: stdout}
