@@ -17,7 +17,7 @@ type fault struct {
 func (f fault) ok() bool { return f.problem == "" }
 
 const (
-	allowedNamespace = "1 to 255 printable ASCII characters, not only spaces, not starting with ':'"
+	allowedNamespace = "1 to 255 printable ASCII characters, not only spaces, not starting with ':' or \"AWS/\" (reserved for AWS services)"
 	allowedDimName   = "1 to 250 printable ASCII characters, not only spaces, not starting with ':'"
 	allowedDimValue  = "1 to 1024 printable ASCII characters, not only spaces"
 	allowedMetric    = "1 to 1024 UTF-8 characters, not only spaces"
@@ -27,7 +27,8 @@ const (
 // CheckNamespace reports, as an *InvalidError, what is wrong with ns as a
 // CloudWatch namespace, or nil: CloudWatch (PutMetricData, and the
 // metrics it extracts from EMF) takes 1 to 255 printable ASCII characters,
-// not only spaces, not starting with ':'. It is the rule every document
+// not only spaces, not starting with ':', and refuses those starting with
+// "AWS/", which it keeps for AWS services. It is the rule every document
 // is held to; a command checks its --namespace flag with it, so that a
 // namespace CloudWatch would refuse is refused at the start, not in every
 // document.
@@ -39,12 +40,23 @@ func CheckNamespace(ns string) error {
 }
 
 // checkNamespace applies the CloudWatch Namespace rules, those of
-// PutMetricData: the official client libraries' A-Z a-z 0-9 . _ - / # :
+// PutMetricData, "AWS/" reserved among them: the official client
+// libraries' A-Z a-z 0-9 . _ - / # :
 // refuses namespaces CloudWatch takes (a space), and their 256 characters
 // one it does not.
 func checkNamespace(s string) fault {
-	return checkName(s, MaxNamespaceLen, allowedNamespace)
+	if f := checkName(s, MaxNamespaceLen, allowedNamespace); !f.ok() {
+		return f
+	}
+	if strings.HasPrefix(s, reservedNamespace) {
+		return fault{"starts with " + strconv.Quote(reservedNamespace) + ", which CloudWatch keeps for AWS services", allowedNamespace}
+	}
+	return fault{}
 }
+
+// reservedNamespace begins the namespaces of AWS services, which
+// PutMetricData refuses to any other caller.
+const reservedNamespace = "AWS/"
 
 // checkDimensionName applies the CloudWatch Dimension rules to a key.
 func checkDimensionName(s string) fault {

@@ -100,14 +100,15 @@ func TestAggregateSourceConflicts(t *testing.T) {
 }
 
 // TestNamespaceFlag: a --namespace CloudWatch would refuse (empty, over
-// 255 characters, a control character, a leading ':') is a bad flag of
+// 255 characters, a control character, a leading ':', the "AWS/" of AWS
+// services) is a bad flag of
 // aggregate, serve, lambda --aggregate and dashboards alike: exit 2 at
 // the start, naming the flag, what is wrong and the rule of
 // emf.CheckNamespace, where aggregate ran and made every document
 // invalid, and dashboards wrote dashboards of metrics that could never
 // exist. A namespace CloudWatch takes, a space in it, passes.
 func TestNamespaceFlag(t *testing.T) {
-	const rule = ": want 1 to 255 printable ASCII characters, not only spaces, not starting with ':'"
+	const rule = ": want 1 to 255 printable ASCII characters, not only spaces, not starting with ':' or \"AWS/\" (reserved for AWS services)"
 	long := strings.Repeat("n", 256)
 	lambdaEnv := map[string]string{"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:1"}
 	// Were the flag passed, serve would run until the context ends.
@@ -127,6 +128,8 @@ func TestNamespaceFlag(t *testing.T) {
 		{nil, append(serve(), "--namespace", long), `--namespace "` + long + `" is 256 characters long` + rule},
 		{lambdaEnv, []string{"lambda", "--aggregate", "--namespace", "Räte"}, `--namespace "Räte" contains '\u00e4' at byte 1` + rule},
 		{nil, []string{"dashboards", "--out", t.TempDir(), "--namespace", "   "}, `dashboards: --namespace "   " has only spaces` + rule},
+		{nil, []string{"aggregate", "--stdin", "--emf", "stdout", "--namespace", "AWS/Ratewarden"}, `--namespace "AWS/Ratewarden" starts with "AWS/", which CloudWatch keeps for AWS services` + rule},
+		{nil, []string{"dashboards", "--out", t.TempDir(), "--namespace", "AWS/Lambda"}, `dashboards: --namespace "AWS/Lambda" starts with "AWS/", which CloudWatch keeps for AWS services` + rule},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		code, out, errs := runCLIContext(t, ctx, c.env, c.args...)
