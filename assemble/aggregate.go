@@ -25,17 +25,23 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 	// snapshot is what one collection reads: the latest progress report and
 	// the EMF writer's counts.
 	type snapshot struct {
-		run              aggregator.RunStats
-		written, dropped uint64
+		run                        aggregator.RunStats
+		written, dropped, buffered uint64
 	}
 	take := func() snapshot {
 		s := snapshot{run: stats()}
 		if w != nil {
+			// Invalid documents are counted once, by the writer. The rest
+			// is the sink's own account: delivered, held, and dropped
+			// whether at the write (a full buffer) or later (retries
+			// exhausted, a flush out of time), which the writer never
+			// sees.
 			st := w.Stats()
 			s.dropped = st.Rejected
 			for _, r := range st.Sinks {
-				s.written += r.Written
-				s.dropped += r.Dropped + r.Rejected
+				s.written += r.Sink.Written
+				s.dropped += r.Sink.Dropped
+				s.buffered += r.Sink.Buffered
 			}
 		}
 		return s
@@ -65,8 +71,9 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 			}
 			return int64(now().Sub(s.run.Watermark) / time.Second)
 		}},
-		{"ratewarden.aggregator.emf.written", "EMF documents the sink accepted.", "{document}", false, func(s snapshot) int64 { return int64(s.written) }},
-		{"ratewarden.aggregator.emf.dropped", "EMF documents refused as invalid or by the sink.", "{document}", false, func(s snapshot) int64 { return int64(s.dropped) }},
+		{"ratewarden.aggregator.emf.written", "EMF documents the sink delivered.", "{document}", false, func(s snapshot) int64 { return int64(s.written) }},
+		{"ratewarden.aggregator.emf.dropped", "EMF documents refused as invalid, refused by the sink, or given up by it later (retries exhausted, a flush out of time).", "{document}", false, func(s snapshot) int64 { return int64(s.dropped) }},
+		{"ratewarden.aggregator.emf.buffered", "EMF documents the sink holds, not yet delivered.", "{document}", true, func(s snapshot) int64 { return int64(s.buffered) }},
 	}
 	return metricsHandler("github.com/ratewarden/ratewarden/aggregator", func(meter metric.Meter) error {
 		for _, r := range extra {

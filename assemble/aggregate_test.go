@@ -1,8 +1,11 @@
 package assemble
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
 // TestAggregatorMetrics: /metrics shows the latest progress report, and the
@@ -39,6 +43,60 @@ func TestAggregatorMetrics(t *testing.T) {
 		"ratewarden_aggregator_outputs_total": "6", "ratewarden_aggregator_lag_seconds": "90", "ratewarden_aggregator_emf_written_total": "0",
 		"ratewarden_aggregator_shard_behind_milliseconds/shardId-000000000000": "1500",
 		"ratewarden_aggregator_shard_lag_milliseconds/shardId-000000000000":    "88000",
+	} {
+		if values[name] != want {
+			t.Errorf("%s = %q, want %s", name, values[name], want)
+		}
+	}
+}
+
+// TestAggregatorMetricsEMFLater: the EMF counts on /metrics are the
+// sink's own. Documents the CloudWatch agent's sink accepted and then
+// dropped, when a flush ran out of time with the agent away, are dropped
+// (they were counted written before), beside the one document refused as
+// invalid, counted once.
+func TestAggregatorMetricsEMFLater(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	away := ln.Addr().String() // nothing listens there once closed
+	ln.Close()
+	sink, err := emf.NewAgentSink(emf.AgentOptions{Address: "tcp://" + away, FlushTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	w, err := emf.NewWriter(emf.WriterOptions{}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	doc := func(ns string) *emf.Document {
+		return &emf.Document{Namespace: ns, Timestamp: now, Dimensions: [][]emf.Dimension{{}},
+			Metrics: []emf.Metric{{Name: "Requests", Unit: emf.Count, Values: []float64{1}}}}
+	}
+	const accepted = 3
+	for range accepted {
+		if err := w.Write(context.Background(), doc("Ratewarden"), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Write(context.Background(), doc(":Ratewarden"), now); err == nil {
+		t.Fatal("an invalid namespace was written")
+	}
+	if err := w.Flush(context.Background()); !errors.Is(err, emf.ErrSinkBehind) {
+		t.Fatalf("flush with the agent away: %v, want ErrSinkBehind", err)
+	}
+	h, err := AggregatorMetrics(func() aggregator.RunStats { return aggregator.RunStats{} }, w, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := scrapeAggregator(t, h)
+	for name, want := range map[string]string{
+		"ratewarden_aggregator_emf_written_total": "0",
+		"ratewarden_aggregator_emf_dropped_total": fmt.Sprint(accepted + 1),
+		"ratewarden_aggregator_emf_buffered":      "0",
 	} {
 		if values[name] != want {
 			t.Errorf("%s = %q, want %s", name, values[name], want)
