@@ -90,7 +90,7 @@ var ErrNoPartials = errors.New("no partials")
 // reader given another --window, or the wrong directory, would otherwise
 // find no window and say nothing, as if there had been no traffic. A
 // directory that is missing or holds no partials at all is ErrNoPartials.
-func (s *PartialsDir) HasWindow(size time.Duration) error {
+func (s *PartialsDir) HasWindow(_ context.Context, size time.Duration) error {
 	ents, err := os.ReadDir(s.Dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("partials directory %s does not exist (want partials of %v windows): %w", s.Dir, size, ErrNoPartials)

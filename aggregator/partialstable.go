@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,12 @@ import (
 //
 //	window "<window>/days", output "<YYYY-MM-DD>"
 //
+// and an index of the window lengths written, so that a reader given
+// another length can say which the table holds (tables written before it
+// lack it; their lengths are found only when asked for):
+//
+//	window "lengths", output "<window>"
+//
 // "All partials of windows of length W that start in [T1, T2)" is then one
 // Query of the day index and, per day, one Query of
 // window = "W/<day>" AND output BETWEEN "<T1>" AND "<T2>" (the bound T2
@@ -59,6 +66,7 @@ const (
 	partialsAttrChunks    = "chunks"
 	partialsAttrData      = "data"
 	partialsDaysKey       = "days"
+	partialsLengthsKey    = "lengths"
 )
 
 // PartialsTableSpec returns the CreateTable input of a partials table
@@ -82,7 +90,7 @@ type PartialsTable struct {
 	Timeout time.Duration
 
 	mu   sync.Mutex
-	days map[string]bool // day index items written, by hash key + day
+	days map[string]bool // day index items written, by hash key + day; and lengths indexed, by length
 }
 
 var (
@@ -173,6 +181,14 @@ func (s *PartialsTable) markDay(ctx context.Context, size, day string) error {
 	if done {
 		return nil
 	}
+	s.mu.Lock()
+	known := s.days[size]
+	s.mu.Unlock()
+	if !known {
+		if _, err := s.calls().Put(ctx, &dynamodb.PutItemInput{Item: partialsKey(partialsLengthsKey, size)}); err != nil {
+			return fmt.Errorf("store partial: lengths index %s: %w", size, err)
+		}
+	}
 	if _, err := s.calls().Put(ctx, &dynamodb.PutItemInput{Item: partialsKey(size+"/"+partialsDaysKey, day)}); err != nil {
 		return fmt.Errorf("store partial: day index %s: %w", k, err)
 	}
@@ -181,8 +197,43 @@ func (s *PartialsTable) markDay(ctx context.Context, size, day string) error {
 	if s.days == nil {
 		s.days = map[string]bool{}
 	}
-	s.days[k] = true
+	s.days[size], s.days[k] = true, true
 	return nil
+}
+
+// HasWindow checks that the table holds partials of windows of size, as
+// PartialsDir.HasWindow checks a directory: when not, the error names the
+// table, size and the lengths its index holds, and is ErrNoPartials when
+// that index holds none (nothing was written, or only before the index).
+func (s *PartialsTable) HasWindow(ctx context.Context, size time.Duration) error {
+	calls := s.calls()
+	var found bool
+	day := partialsAt(size.String() + "/" + partialsDaysKey)
+	day.Limit = aws.Int32(1)
+	err := calls.Query(ctx, day, func(items []map[string]ddb.AttributeValue) error {
+		found = found || len(items) > 0
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("partials table %s: %w", s.Table, err)
+	}
+	if found {
+		return nil
+	}
+	var sizes []string
+	err = calls.Query(ctx, partialsAt(partialsLengthsKey), func(items []map[string]ddb.AttributeValue) error {
+		for _, it := range items {
+			sizes = append(sizes, ddbtable.Str(it, partialsAttrOutput))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("partials table %s: %w", s.Table, err)
+	}
+	if len(sizes) == 0 {
+		return fmt.Errorf("partials table %s holds no partials (want partials of %v windows): %w", s.Table, size, ErrNoPartials)
+	}
+	return fmt.Errorf("partials table %s holds no partials of %v windows; it holds %s: give --window", s.Table, size, strings.Join(sizes, ", "))
 }
 
 // Flush does nothing: every Write is durable when it returns.
@@ -268,6 +319,15 @@ func partialsBetween(window, lo, hi string) *dynamodb.QueryInput {
 			":a": &ddb.AttributeValueMemberS{Value: lo},
 			":b": &ddb.AttributeValueMemberS{Value: hi},
 		},
+	}
+}
+
+// partialsAt is the Query of the items of hash key window.
+func partialsAt(window string) *dynamodb.QueryInput {
+	return &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#w = :w"),
+		ExpressionAttributeNames:  map[string]string{"#w": partialsAttrWindow},
+		ExpressionAttributeValues: map[string]ddb.AttributeValue{":w": &ddb.AttributeValueMemberS{Value: window}},
 	}
 }
 

@@ -3,7 +3,9 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +13,6 @@ import (
 
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/DataDog/sketches-go/ddsketch/store"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -361,8 +362,8 @@ func TestTableCallsThrottled(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, problems, err := s.Read(t.Context(), time.Minute, t0, t0.Add(time.Minute))
-	if err != nil || len(problems) > 0 || got[t0] == nil || got[t0].Events != p.Events || th.Calls("PutItem") != 4 {
-		t.Fatalf("after 2 throttled puts: %v %v %+v, %d puts (want 4: the day index throttled twice, then it and the head)", err, problems, got, th.Calls("PutItem"))
+	if err != nil || len(problems) > 0 || got[t0] == nil || got[t0].Events != p.Events || th.Calls("PutItem") != 5 {
+		t.Fatalf("after 2 throttled puts: %v %v %+v, %d puts (want 5: the lengths index throttled twice, then it, the day index and the head)", err, problems, got, th.Calls("PutItem"))
 	}
 }
 
@@ -379,11 +380,7 @@ func TestPartialsTableChunks(t *testing.T) {
 	items := func() []string {
 		t.Helper()
 		var keys []string
-		err := s.calls().Query(ctx, &dynamodb.QueryInput{
-			KeyConditionExpression:    aws.String("#w = :w"),
-			ExpressionAttributeNames:  map[string]string{"#w": partialsAttrWindow},
-			ExpressionAttributeValues: map[string]ddb.AttributeValue{":w": &ddb.AttributeValueMemberS{Value: "1m0s/" + t0.Format(time.DateOnly)}},
-		}, func(page []map[string]ddb.AttributeValue) error {
+		err := s.calls().Query(ctx, partialsAt("1m0s/"+t0.Format(time.DateOnly)), func(page []map[string]ddb.AttributeValue) error {
 			for _, it := range page {
 				keys = append(keys, ddbtable.Str(it, partialsAttrOutput))
 			}
@@ -421,6 +418,51 @@ func TestPartialsTableChunks(t *testing.T) {
 	got, problems, err = s.Read(ctx, size, t0, t0.Add(size))
 	if err != nil || len(got) != 0 || len(problems) != 1 || !strings.Contains(problems[0].Err.Error(), "is missing") {
 		t.Fatalf("with a chunk missing: %v, %d windows, problems %v; want the partial skipped and reported", err, len(got), problems)
+	}
+}
+
+// TestHasWindow: a directory and a table say alike whether they hold
+// partials of a window length, and name the lengths they hold when not;
+// one that holds none is ErrNoPartials (which a following reader waits
+// on). A table written before its index of lengths still answers for a
+// length it holds.
+func TestHasWindow(t *testing.T) {
+	st := newStandIns(t)
+	name := fmt.Sprintf("agg-lengths-%d-%d", time.Now().UnixNano(), names.Add(1))
+	awstest.CreateTable(t, st.dc, PartialsTableSpec(name))
+	table := &PartialsTable{API: st.dc, Table: name}
+	ctx := t.Context()
+	for _, c := range []struct {
+		name  string
+		store interface {
+			partialStore
+			HasWindow(context.Context, time.Duration) error
+		}
+	}{{"dir", &PartialsDir{Dir: filepath.Join(t.TempDir(), "partials")}}, {"table", table}} {
+		if err := c.store.HasWindow(ctx, time.Minute); !errors.Is(err, ErrNoPartials) {
+			t.Errorf("%s, nothing written: %v, want ErrNoPartials", c.name, err)
+		}
+		for _, size := range []time.Duration{10 * time.Second, time.Hour} {
+			if err := c.store.Write(ctx, "shard-0", Output{Partial: NewPartial(t0, size, 10), From: 1, To: 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, size := range []time.Duration{10 * time.Second, time.Hour} {
+			if err := c.store.HasWindow(ctx, size); err != nil {
+				t.Errorf("%s, %v written: %v", c.name, size, err)
+			}
+		}
+		err := c.store.HasWindow(ctx, time.Minute)
+		if want := "holds no partials of 1m0s windows; it holds 10s, 1h0m0s: give --window"; err == nil || errors.Is(err, ErrNoPartials) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s, 1m asked: %v, want %q", c.name, err, want)
+		}
+	}
+	// An older table: the day index alone.
+	if _, err := table.calls().Put(ctx, &dynamodb.PutItemInput{Item: partialsKey("1s/"+partialsDaysKey, t0.Format(time.DateOnly))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.HasWindow(ctx, time.Second); err != nil {
+		t.Errorf("a length with a day index and no entry among the lengths: %v", err)
 	}
 }
 

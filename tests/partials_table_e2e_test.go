@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -28,7 +29,9 @@ import (
 // with late events stores partials that the reports' reader merges into
 // the same windows, byte for byte, as the partials the same log gives with
 // --partials dir:PATH; `ratewarden report` prints the same report from
-// either; and a bad spec is refused naming the allowed forms.
+// either; report and alerts at another window length than the table's
+// are refused naming the lengths it holds; and a bad spec is refused
+// naming the allowed forms.
 func TestAggregatePartialsTable(t *testing.T) {
 	bin := buildBinary(t)
 	env := standInEnv(t)
@@ -111,6 +114,23 @@ func TestAggregatePartialsTable(t *testing.T) {
 	}
 	if a, b := reportOf("dynamodb:"+table), reportOf("dir:"+dir); a != b {
 		t.Fatalf("report from the table:\n%s\nfrom the directory:\n%s", a, b)
+	}
+
+	// Read at another length than the table holds (--window left at
+	// 1m), report and alerts exit 1 naming the table and its lengths,
+	// where they read nothing and said the range was quiet.
+	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
+	if err := os.WriteFile(cfgPath, []byte("tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  sinks:\n    file: \"-\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := "partials table " + table + " holds no partials of 1m0s windows; it holds 1s: give --window"
+	for _, args := range [][]string{
+		{"report", "--partials", "dynamodb:" + table, "--from", from.Format(time.RFC3339), "--to", to.Format(time.RFC3339)},
+		{"alerts", "--config", cfgPath, "--partials", "dynamodb:" + table, "--state-dir", filepath.Join(tmp, "alerts-state")},
+	} {
+		if code, out := runBinaryStatus(t, bin, env, args...); code != 1 || !strings.Contains(out, refused) {
+			t.Errorf("%s at 1m over a table of 1s partials: exit %d, want 1 and %q:\n%s", args[0], code, refused, out)
+		}
 	}
 
 	cmd := exec.Command(bin, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir,

@@ -10,6 +10,14 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator"
 )
 
+// windowChecker is a store of partials that can say whether it holds
+// partials of a window length, naming the lengths it does hold when not
+// (aggregator.PartialsDir and PartialsTable): a report of another length
+// would otherwise read nothing and say the range was quiet.
+type windowChecker interface {
+	HasWindow(ctx context.Context, size time.Duration) error
+}
+
 // Job is one report to make: its source of partials (stored ones, or the
 // decision log rolled up on the fly), its alerts, its range, its format.
 // What `ratewarden report` and the scheduled Lambda both run.
@@ -66,11 +74,16 @@ func (j *Job) Run(ctx context.Context) (*Report, []byte, error) {
 	}
 	switch {
 	case dir != "":
-		if err := (&aggregator.PartialsDir{Dir: dir}).HasWindow(o.Window); err != nil {
+		if err := (&aggregator.PartialsDir{Dir: dir}).HasWindow(ctx, o.Window); err != nil {
 			return nil, nil, fmt.Errorf("report: %w", err)
 		}
 		w, err = ReadDir(ctx, dir, o.Window, from, to, progress)
 	case j.Partials != nil:
+		if c, ok := j.Partials.(windowChecker); ok {
+			if err := c.HasWindow(ctx, o.Window); err != nil {
+				return nil, nil, fmt.Errorf("report: %w", err)
+			}
+		}
 		w, err = ReadPartials(ctx, j.Partials, o.Window, from, to, progress)
 	default:
 		var progress func(LogProgress)

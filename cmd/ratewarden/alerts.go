@@ -43,12 +43,14 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	// A directory without partials of --window would run nothing and
-	// exit 0, as if there had been no traffic. Following, a directory
-	// with none yet is waited on (the aggregators may not have stored
-	// their first window); one holding only other lengths never will.
-	if d, ok := store.(*aggregator.PartialsDir); ok {
-		if err := d.HasWindow(*window); err != nil && !(*follow && errors.Is(err, aggregator.ErrNoPartials)) {
+	// A store without partials of --window would run nothing and exit
+	// 0, as if there had been no traffic. Following, a store with none
+	// yet is waited on (the aggregators may not have stored their first
+	// window); one holding only other lengths never will.
+	if c, ok := store.(interface {
+		HasWindow(context.Context, time.Duration) error
+	}); ok {
+		if err := c.HasWindow(ctx, *window); err != nil && !(*follow && errors.Is(err, aggregator.ErrNoPartials)) {
 			return fmt.Errorf("alerts: %w", err)
 		}
 	}
