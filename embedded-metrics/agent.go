@@ -244,6 +244,12 @@ func (s *AgentSink) Flush(ctx context.Context) error { return s.flush(ctx) }
 // is dropped and counted; past FlushTimeout Close returns ErrSinkBehind.
 func (s *AgentSink) Close(ctx context.Context) error { return s.close(ctx) }
 
+// makeRoom waits until doc fits in the buffer, or FlushTimeout passes (see
+// WriterOptions.WaitForRoom).
+func (s *AgentSink) makeRoom(ctx context.Context, doc []byte) error {
+	return s.awaitRoom(ctx, len(doc)+1)
+}
+
 // Stats reports the sink's counters. Retries counts documents sent again;
 // Errors counts failed dials, broken connections and refused datagrams.
 func (s *AgentSink) Stats() SinkStats {

@@ -152,6 +152,12 @@ func (s *LogsSink) Flush(ctx context.Context) error { return s.q.flush(ctx) }
 // FlushTimeout Close returns ErrSinkBehind.
 func (s *LogsSink) Close(ctx context.Context) error { return s.q.close(ctx) }
 
+// makeRoom waits until doc fits in the buffer, or FlushTimeout passes (see
+// WriterOptions.WaitForRoom).
+func (s *LogsSink) makeRoom(ctx context.Context, doc []byte) error {
+	return s.q.awaitRoom(ctx, len(doc))
+}
+
 // Stats reports the sink's counters; Retries and Errors count calls.
 func (s *LogsSink) Stats() SinkStats { return s.q.stats() }
 

@@ -100,6 +100,22 @@ func (p *sender) flush(ctx context.Context) error {
 	return p.await(ctx, "flush", func() uint64 { return target - min(target, p.finished) })
 }
 
+// awaitRoom waits until a document of n bytes fits in the buffer, as a
+// Flush would: past FlushTimeout the sender sheds what it holds, and
+// awaitRoom returns ErrSinkBehind. A document that can never fit does not
+// wait.
+func (p *sender) awaitRoom(ctx context.Context, n int) error {
+	if n > p.maxBytes {
+		return nil
+	}
+	return p.await(ctx, "wait for room in", func() uint64 {
+		if p.bytes+n <= p.maxBytes {
+			return 0
+		}
+		return p.accepted - p.finished
+	})
+}
+
 // await waits until pending, called under mu, returns 0: the documents
 // the caller waits for. Once FlushTimeout passes, it sheds the documents
 // the sender holds and returns ErrSinkBehind with the count pending then.
