@@ -210,7 +210,9 @@ func (o AggregatorOptions) OpenSinks(ctx context.Context, stdout io.Writer, sour
 		if err != nil {
 			return s, err
 		}
-		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: o.Archive}, sink)
+		// Between two outputs the aggregator can wait for a full sink
+		// rather than lose an output's documents to it.
+		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: o.Archive, WaitForRoom: true}, sink)
 		if err != nil {
 			return s, err
 		}
