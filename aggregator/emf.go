@@ -400,6 +400,10 @@ func latencyLadder(l *Latency, n int) []float64 {
 // EMFSink writes each output's documents through an emf.Writer. A rerun of
 // an output writes the same documents with the same rw_key.
 type EMFSink struct {
+	// W should wait for room in a full sink (emf.WriterOptions.WaitForRoom,
+	// as assemble opens it), so that the aggregator goes at the sink's
+	// pace; without it, a document a full sink refuses is dropped and
+	// counted at once.
 	W    *emf.Writer
 	Opts EMFOptions
 	// Now is when CloudWatch reads the documents (the timestamp check);
@@ -484,9 +488,10 @@ func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
 		// retry may mend, fails the write.
 		if err := s.W.Write(ctx, &d, t); err != nil && !onlyCounted(err) {
 			return fmt.Errorf("write emf: %w", err)
-		} else if err != nil && !errors.Is(err, emf.ErrSinkBehind) {
-			// A sink behind counts its own drops (SinkStats.Dropped);
-			// only documents refused for what they are are rejections.
+		} else if err != nil && !sinkDropped(err) {
+			// A sink behind or full counts its own drops
+			// (SinkStats.Dropped); only documents refused for what they
+			// are are rejections.
 			s.reject(err)
 		}
 	}
@@ -495,9 +500,9 @@ func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
 
 // onlyCounted reports whether err, perhaps joined, holds nothing but
 // documents dropped and counted for good: *emf.InvalidError (refused by
-// the specification), emf.ErrSinkBehind (a sink that could not deliver
-// in time, the CloudWatch agent away or hung). Delivering the output
-// again would not bring them back.
+// the specification), and a sink's drops (sinkDropped). Delivering the
+// output again would not bring them back, and would send again, to be
+// summed twice, the documents of the output that the sink took.
 func onlyCounted(err error) bool {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
@@ -508,7 +513,15 @@ func onlyCounted(err error) bool {
 		return true
 	}
 	var inv *emf.InvalidError
-	return errors.As(err, &inv) || errors.Is(err, emf.ErrSinkBehind)
+	return errors.As(err, &inv) || sinkDropped(err)
+}
+
+// sinkDropped reports whether err is a sink's drop, counted in its
+// SinkStats.Dropped: emf.ErrSinkBehind (a sink that could not deliver in
+// time, the CloudWatch agent or API away or hung) or emf.ErrSinkFull (a
+// full buffer that the writer waited for to make room, in vain).
+func sinkDropped(err error) bool {
+	return errors.Is(err, emf.ErrSinkBehind) || errors.Is(err, emf.ErrSinkFull)
 }
 
 // Flush asks the writer's sinks to deliver what they buffer. A sink that

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+	"github.com/ratewarden/ratewarden/embedded-metrics/agenttest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -185,6 +187,67 @@ func TestEMFSinkSkipsWhatCanNeverBeValid(t *testing.T) {
 	if err := (&EMFSink{W: down, Now: now}).Write(context.Background(), "log", out); err == nil {
 		t.Fatal("a failing sink did not fail the write")
 	}
+}
+
+// TestEMFSinkWaitsForFullSink: an output's documents, many times what the
+// sink's buffer holds, go to a real agent sink on loopback. With the
+// agent reading, the writer waits for room whenever the buffer is full,
+// and every document arrives once, none dropped, where the sink refused
+// them (ErrSinkFull) and the output failed, to be delivered again with
+// the documents the sink had already taken. With the agent hung, each
+// wait ends after the sink's flush timeout, which drops what it holds:
+// the documents are dropped and counted, and the output still goes on.
+func TestEMFSinkWaitsForFullSink(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 10)
+	for _, d := range decisiontest.NewGenerator(6, t0).Batch(3000) {
+		p.Update(&d)
+	}
+	out := Output{Partial: p, From: 0, To: 2999}
+	opts := EMFOptions{Source: "test", RuleBudget: 20}
+	want := strings.Split(strings.TrimSuffix(string(encodeDocuments(t, opts, out)), "\n"), "\n")
+	longest := 0
+	for _, d := range want {
+		longest = max(longest, len(d)+1)
+	}
+	buffer := longest // the least that takes every document
+	if total := len(strings.Join(want, "\n")); total < 4*buffer {
+		t.Fatalf("%d bytes of documents in a buffer of %d: not what this test needs", total, buffer)
+	}
+	f := func(name string, agent string, check func(t *testing.T, st emf.SinkStats)) {
+		t.Run(name, func(t *testing.T) {
+			sink, err := emf.NewAgentSink(emf.AgentOptions{Address: agent, BufferBytes: buffer, FlushTimeout: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sink.Close(context.Background()) })
+			w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: true, WaitForRoom: true}, sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &EMFSink{W: w, Opts: opts, Now: func() time.Time { return t0 }}
+			if err := s.Write(context.Background(), "log", out); err != nil {
+				t.Fatalf("the output failed: %v", err)
+			}
+			s.Flush(context.Background())
+			check(t, sink.Stats())
+		})
+	}
+	agent := agenttest.Listen(t)
+	f("agent reading", agent.Addr, func(t *testing.T, st emf.SinkStats) {
+		if st.Written != uint64(len(want)) || st.Dropped != 0 || st.Buffered != 0 {
+			t.Errorf("stats %+v, want %d written, none dropped", st, len(want))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if got := agent.Docs(ctx, len(want)); !slices.Equal(got, want) {
+			t.Errorf("the agent received %d documents, want the %d of the output, once each", len(got), len(want))
+		}
+	})
+	f("agent hung", agenttest.Hung(t), func(t *testing.T, st emf.SinkStats) {
+		if st.Written+st.Dropped != uint64(len(want)) || st.Dropped == 0 {
+			t.Errorf("stats %+v, want the %d documents written or dropped, some dropped", st, len(want))
+		}
+	})
 }
 
 // TestEMFSinkCountsRejected: the documents of a window CloudWatch would

@@ -44,7 +44,20 @@ type AggregatorOptions struct {
 	// backlog older than CloudWatch's 14 days).
 	Partials, EMF string
 	Archive       bool
+	// EMFTimeout bounds a flush or close of the EMF sink (--emf-timeout,
+	// the sink's FlushTimeout): 0 for each sink's own default, else
+	// MinEMFTimeout to MaxEMFTimeout.
+	EMFTimeout time.Duration
 }
+
+// EMF sink timeout bounds (--emf-timeout), when not 0: shorter drops a
+// healthy agent's or API's documents at every flush; longer holds the
+// checkpoint and Ctrl-C for as long.
+const (
+	MinEMFTimeout   = 100 * time.Millisecond
+	MaxEMFTimeout   = 10 * time.Minute
+	EMFTimeoutRange = "100ms to 10m"
+)
 
 // Idle time bounds (--idle): how long a quiet partition waits before its
 // watermark follows the clock.
@@ -93,9 +106,9 @@ func CheckWindow(w time.Duration) error {
 }
 
 // Rollup returns the rollup options, or an error naming the flag whose
-// value is out of range (the EMF's --rule-budget too: every command that
-// has it checks its flags here; and --namespace, which CheckNamespace
-// checks).
+// value is out of range (the EMF's --rule-budget and --emf-timeout too:
+// every command that has them checks its flags here; and --namespace,
+// which CheckNamespace checks).
 func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	p, ok := aggregator.ParseLatePolicy(o.Late)
 	if err := CheckNamespace(o.Namespace); err != nil {
@@ -123,6 +136,8 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 		return aggregator.Options{}, fmt.Errorf("--max-corrections %d: want 1 to %d", o.MaxCorrections, MaxMaxCorrections)
 	case o.RuleBudget < 1 || o.RuleBudget > MaxRuleBudget:
 		return aggregator.Options{}, fmt.Errorf("--rule-budget %d: want 1 to %d", o.RuleBudget, MaxRuleBudget)
+	case o.EMFTimeout != 0 && (o.EMFTimeout < MinEMFTimeout || o.EMFTimeout > MaxEMFTimeout):
+		return aggregator.Options{}, fmt.Errorf("--emf-timeout %v: want 0 (each sink's own) or %s", o.EMFTimeout, EMFTimeoutRange)
 	}
 	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
 		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil
@@ -206,11 +221,13 @@ func (o AggregatorOptions) OpenSinks(ctx context.Context, stdout io.Writer, sour
 		s.Sinks = append(s.Sinks, store)
 	}
 	if o.EMF != "" {
-		sink, err := EMFSink(ctx, o.EMF, stdout)
+		sink, err := EMFSink(ctx, o.EMF, stdout, o.EMFTimeout)
 		if err != nil {
 			return s, err
 		}
-		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: o.Archive}, sink)
+		// Between two outputs the aggregator can wait for a full sink
+		// rather than lose an output's documents to it.
+		w, err := emf.NewWriter(emf.WriterOptions{IgnoreTimestampWindow: o.Archive, WaitForRoom: true}, sink)
 		if err != nil {
 			return s, err
 		}

@@ -51,6 +51,8 @@ func TestAggregatorRollup(t *testing.T) {
 	bad(func(o *AggregatorOptions) { o.RuleBudget = 0 }, "--rule-budget 0: want 1 to 65536")
 	bad(func(o *AggregatorOptions) { o.RuleBudget = -3 }, "--rule-budget -3: want 1 to 65536")
 	bad(func(o *AggregatorOptions) { o.RuleBudget = MaxRuleBudget + 1 }, "--rule-budget 65537: want 1 to 65536")
+	bad(func(o *AggregatorOptions) { o.EMFTimeout = 99 * time.Millisecond }, "--emf-timeout 99ms: want 0 (each sink's own) or 100ms to 10m")
+	bad(func(o *AggregatorOptions) { o.EMFTimeout = MaxEMFTimeout + time.Second }, "--emf-timeout 10m1s: want 0 (each sink's own) or 100ms to 10m")
 
 	// The defaults are the aggregator's.
 	if ro, err := DefaultAggregatorOptions().Rollup(); err != nil || ro.MaxKeys != aggregator.DefaultMaxKeys || ro.MaxAhead != aggregator.DefaultMaxAhead ||

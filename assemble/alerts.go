@@ -110,7 +110,7 @@ func NewAlerts(ctx context.Context, cfg *config.Config, o AlertsOptions) (_ *Ale
 		sinks = append(sinks, a.Webhook)
 	}
 	if s.EMF != "" {
-		sink, err := EMFSink(ctx, s.EMF, o.Stdout)
+		sink, err := EMFSink(ctx, s.EMF, o.Stdout, 0)
 		if err != nil {
 			return nil, fmt.Errorf("alerts: %w", err)
 		}

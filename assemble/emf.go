@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
@@ -20,8 +21,10 @@ const EMFSinkSpecs = "stdout | file:PATH | agent:tcp://HOST:PORT | agent:udp://H
 // EMFSink opens the EMF sink spec names: stdout (w), a file (rotated at 64
 // MiB), the CloudWatch agent, CloudWatch Logs PutLogEvents into GROUP (a
 // stream per host and process, created when missing), or PutMetricData.
-// The AWS sinks take the SDK's configuration the standard way.
-func EMFSink(ctx context.Context, spec string, w io.Writer) (emf.Sink, error) {
+// The AWS sinks take the SDK's configuration the standard way. timeout is
+// the FlushTimeout of the agent's and the AWS sinks, 0 for their own
+// default; stdout and a file do not wait for anyone and ignore it.
+func EMFSink(ctx context.Context, spec string, w io.Writer, timeout time.Duration) (emf.Sink, error) {
 	kind, arg, _ := strings.Cut(spec, ":")
 	switch {
 	case spec == "stdout":
@@ -29,7 +32,7 @@ func EMFSink(ctx context.Context, spec string, w io.Writer) (emf.Sink, error) {
 	case kind == "file" && arg != "":
 		return emf.NewFileSink(emf.FileConfig{Path: arg})
 	case kind == "agent" && arg != "":
-		return emf.NewAgentSink(emf.AgentOptions{Address: arg})
+		return emf.NewAgentSink(emf.AgentOptions{Address: arg, FlushTimeout: timeout})
 	case kind == "logs" && arg != "":
 		acfg, err := AWS(ctx, "")
 		if err != nil {
@@ -37,13 +40,13 @@ func EMFSink(ctx context.Context, spec string, w io.Writer) (emf.Sink, error) {
 		}
 		host, _ := os.Hostname()
 		return emf.NewLogsSink(cloudwatchlogs.NewFromConfig(acfg), emf.LogsOptions{LogGroup: arg,
-			LogStream: "ratewarden-" + host + "-" + strconv.Itoa(os.Getpid()), Create: true})
+			LogStream: "ratewarden-" + host + "-" + strconv.Itoa(os.Getpid()), Create: true, FlushTimeout: timeout})
 	case spec == "metrics":
 		acfg, err := AWS(ctx, "")
 		if err != nil {
 			return nil, fmt.Errorf("emf sink %s: %w", spec, err)
 		}
-		return emf.NewMetricDataSink(cloudwatch.NewFromConfig(acfg), emf.MetricDataOptions{})
+		return emf.NewMetricDataSink(cloudwatch.NewFromConfig(acfg), emf.MetricDataOptions{FlushTimeout: timeout})
 	}
 	return nil, fmt.Errorf("emf sink %q: want %s", spec, EMFSinkSpecs)
 }

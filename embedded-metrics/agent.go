@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -16,6 +15,10 @@ import (
 // DefaultAgentAddress is where the CloudWatch agent listens for EMF by
 // default, in the form of AWS_EMF_AGENT_ENDPOINT.
 const DefaultAgentAddress = "tcp://127.0.0.1:25888"
+
+// DefaultAgentFlushTimeout is the default FlushTimeout of an AgentSink:
+// an agent on this host answers at once or not at all.
+const DefaultAgentFlushTimeout = 5 * time.Second
 
 // errAgentNoQueue says the send queue cannot be read on this system.
 var errAgentNoQueue = errors.New("send queue not readable on this system")
@@ -49,10 +52,11 @@ type AgentOptions struct {
 	// while documents await acknowledgement (TCP) or a late refusal (UDP),
 	// default 20ms; the first look is after 100µs and the wait doubles.
 	AckPoll time.Duration
-	// FlushTimeout bounds a Flush and a Close, default 5s: an agent that
-	// is away, or has hung (accepts and never reads), cannot hold up the
-	// caller longer. What is not acknowledged by then is dropped and
-	// counted, and the call returns ErrSinkBehind.
+	// FlushTimeout bounds a Flush and a Close, default
+	// DefaultAgentFlushTimeout: an agent that is away, or has hung
+	// (accepts and never reads), cannot hold up the caller longer. What
+	// is not acknowledged by then is dropped and counted, and the call
+	// returns ErrSinkBehind.
 	FlushTimeout time.Duration
 }
 
@@ -82,7 +86,7 @@ func (o *AgentOptions) setDefaults() {
 		o.AckPoll = 20 * time.Millisecond
 	}
 	if o.FlushTimeout == 0 {
-		o.FlushTimeout = 5 * time.Second
+		o.FlushTimeout = DefaultAgentFlushTimeout
 	}
 }
 
@@ -162,31 +166,17 @@ func agentAddress(s string) (network, addr string, err error) {
 // the documents written after, and the call returns ErrSinkBehind. An
 // AgentSink is safe for concurrent use.
 type AgentSink struct {
+	// sender's gen is the writer's context: when it ends, the writer
+	// drops what it holds, and either goes on in a new one (a Flush ran
+	// out of time) or exits (Close did).
+	sender
 	opts          AgentOptions
 	network, addr string
-	name          string
 
-	mu       sync.Mutex
-	queue    [][]byte // not yet written on the current connection, oldest first
-	bytes    int      // held: queued and in flight
-	accepted uint64   // documents taken into the buffer
-	finished uint64   // of those, written or dropped
-	written  uint64
-	dropped  uint64
-	retries  uint64
-	errs     uint64
-	closing  bool
-	progress chan struct{} // closed and replaced whenever finished grows
-
-	wake   chan struct{} // capacity 1
-	exited chan struct{}
-	ctx    context.Context // cancelled when Close runs out of time: the writer drops what it holds and exits
-	stop   context.CancelFunc
-	// wctx is the writer's context, a child of ctx, read by the writer
-	// only; shed (under mu) cancels it when a Flush runs out of time: the
-	// writer then drops what it holds and goes on with a new one.
-	wctx context.Context
-	shed context.CancelFunc
+	// Guarded by mu.
+	queue   [][]byte // not yet written on the current connection, oldest first
+	retries uint64
+	errs    uint64
 }
 
 var _ Sink = (*AgentSink)(nil)
@@ -199,12 +189,8 @@ func NewAgentSink(opts AgentOptions) (*AgentSink, error) {
 		return nil, fmt.Errorf("new agent sink: %w", err)
 	}
 	network, addr, _ := agentAddress(opts.Address)
-	s := &AgentSink{
-		opts: opts, network: network, addr: addr, name: "agent " + opts.Address,
-		progress: make(chan struct{}), wake: make(chan struct{}, 1), exited: make(chan struct{}),
-	}
-	s.ctx, s.stop = context.WithCancel(context.Background())
-	s.wctx, s.shed = context.WithCancel(s.ctx)
+	s := &AgentSink{opts: opts, network: network, addr: addr}
+	s.init("agent "+opts.Address, opts.BufferBytes, opts.FlushTimeout)
 	if network == "tcp" {
 		go s.runTCP()
 	} else {
@@ -226,7 +212,7 @@ func (s *AgentSink) Write(_ context.Context, doc []byte) error {
 	case s.network == "udp" && len(doc) > agentMaxDatagram:
 		err = fmt.Errorf("document of %d bytes exceeds the datagram limit of %d", len(doc), agentMaxDatagram)
 		s.errs++ // a refused document, as one the kernel refuses with EMSGSIZE
-	case s.bytes+n > s.opts.BufferBytes:
+	case s.bytes+n > s.maxBytes:
 		err = ErrSinkFull
 	}
 	if err != nil {
@@ -243,7 +229,7 @@ func (s *AgentSink) Write(_ context.Context, doc []byte) error {
 	s.bytes += n
 	s.accepted++
 	s.mu.Unlock()
-	wakeSender(s.wake)
+	s.wakeUp()
 	return nil
 }
 
@@ -251,87 +237,36 @@ func (s *AgentSink) Write(_ context.Context, doc []byte) error {
 // dropped), or ctx ends. If that takes longer than FlushTimeout, the
 // documents the sink holds are dropped and counted, and Flush returns
 // ErrSinkBehind, saying how many of its documents were not delivered.
-func (s *AgentSink) Flush(ctx context.Context) error {
-	s.mu.Lock()
-	target := s.accepted
-	s.mu.Unlock()
-	wakeSender(s.wake)
-	timer := time.NewTimer(s.opts.FlushTimeout)
-	defer timer.Stop()
-	var behind uint64 // documents of this flush not delivered in time
-	for {
-		s.mu.Lock()
-		done, progress := s.finished >= target, s.progress
-		s.mu.Unlock()
-		if done && behind > 0 {
-			return fmt.Errorf("flush %s: %d documents not delivered within %v: %w", s.name, behind, s.opts.FlushTimeout, ErrSinkBehind)
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-progress:
-		case <-timer.C:
-			// Once: the writer drops what it holds at once.
-			s.mu.Lock()
-			behind = target - s.finished
-			shed := s.shed
-			s.mu.Unlock()
-			shed()
-		case <-s.exited:
-			return fmt.Errorf("flush %s: writer stopped", s.name)
-		case <-ctx.Done():
-			return fmt.Errorf("flush %s: %w", s.name, ctx.Err())
-		}
-	}
-}
+func (s *AgentSink) Flush(ctx context.Context) error { return s.flush(ctx) }
 
 // Close sends what is buffered, waits for its acknowledgement, and closes
 // the connection. If ctx ends first, or FlushTimeout passes, what is left
 // is dropped and counted; past FlushTimeout Close returns ErrSinkBehind.
-func (s *AgentSink) Close(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	dropped := s.dropped
-	s.mu.Unlock()
-	wakeSender(s.wake)
-	cctx, cancel := context.WithTimeout(ctx, s.opts.FlushTimeout)
-	defer cancel()
-	err := awaitSender(cctx, s.name, s.exited, s.stop)
-	if err != nil && ctx.Err() == nil {
-		s.mu.Lock()
-		dropped = s.dropped - dropped
-		s.mu.Unlock()
-		return fmt.Errorf("close %s: %d documents not delivered within %v: %w", s.name, dropped, s.opts.FlushTimeout, ErrSinkBehind)
-	}
-	return err
+func (s *AgentSink) Close(ctx context.Context) error { return s.close(ctx) }
+
+// makeRoom waits until doc fits in the buffer, or FlushTimeout passes (see
+// WriterOptions.WaitForRoom).
+func (s *AgentSink) makeRoom(ctx context.Context, doc []byte) error {
+	return s.awaitRoom(ctx, len(doc)+1)
 }
 
 // Stats reports the sink's counters. Retries counts documents sent again;
 // Errors counts failed dials, broken connections and refused datagrams.
 func (s *AgentSink) Stats() SinkStats {
+	st := s.stats()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return SinkStats{Sink: s.name, Written: s.written, Dropped: s.dropped, Buffered: s.accepted - s.finished,
-		Retries: s.retries, Errors: s.errs}
+	st.Retries, st.Errors = s.retries, s.errs
+	s.mu.Unlock()
+	return st
 }
 
 // done counts n documents of size bytes as written or dropped.
 func (s *AgentSink) done(n, size int, written bool) {
-	if n == 0 {
-		return
-	}
-	s.mu.Lock()
 	if written {
-		s.written += uint64(n)
+		s.settle(n, 0, size)
 	} else {
-		s.dropped += uint64(n)
+		s.settle(0, n, size)
 	}
-	s.finished += uint64(n)
-	s.bytes -= size
-	close(s.progress)
-	s.progress = make(chan struct{})
-	s.mu.Unlock()
 }
 
 func (s *AgentSink) addErrors(n int) {
@@ -383,23 +318,16 @@ func (s *AgentSink) idle() bool {
 }
 
 // sleep waits d or until the writer's context ends.
-func (s *AgentSink) sleep(d time.Duration) error { return backoff.Sleep(s.wctx, d) }
+func (s *AgentSink) sleep(d time.Duration) error { return backoff.Sleep(s.gen, d) }
 
 // halted drops everything the sink holds, once the writer's context has
 // ended, and reports whether the sink is stopped (Close ran out of time).
 // Otherwise a Flush ran out of time: the writer goes on with a new
 // context.
 func (s *AgentSink) halted() bool {
-	// A new context first: a Flush that runs out of time meanwhile cancels
-	// it, or finds what it waits for dropped below.
-	if s.ctx.Err() == nil {
-		wctx, shed := context.WithCancel(s.ctx)
-		s.mu.Lock()
-		s.wctx, s.shed = wctx, shed
-		s.mu.Unlock()
-	}
+	stopped := s.renew()
 	s.dropAll()
-	return s.ctx.Err() != nil
+	return stopped
 }
 
 // backoff is a full-jitter delay after failures consecutive failures.
@@ -425,9 +353,9 @@ func (s *AgentSink) runTCP() {
 			}
 		}
 		d := net.Dialer{Timeout: s.opts.DialTimeout}
-		c, err := d.DialContext(s.wctx, "tcp", s.addr)
+		c, err := d.DialContext(s.gen, "tcp", s.addr)
 		if err != nil {
-			if s.wctx.Err() != nil {
+			if s.gen.Err() != nil {
 				if s.halted() {
 					return
 				}
@@ -505,13 +433,13 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 			}
 		}
 	}()
-	unblock := context.AfterFunc(s.wctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	unblock := context.AfterFunc(s.gen, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer unblock()
 	// broken puts back what was not acknowledged and closes c; when the
 	// writer's context has ended, with a reset, so that what is dropped
 	// next is not delivered after all.
 	broken := func() {
-		retry := s.wctx.Err() == nil
+		retry := s.gen.Err() == nil
 		t.ack()
 		if !retry {
 			c.SetLinger(0)
@@ -540,7 +468,7 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 			return t.acked > 0, false
 		default:
 		}
-		if s.wctx.Err() != nil {
+		if s.gen.Err() != nil {
 			broken()
 			return t.acked > 0, s.halted()
 		}
@@ -566,7 +494,7 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 			if err != nil {
 				s.addErrors(1)
 				broken()
-				if s.wctx.Err() != nil {
+				if s.gen.Err() != nil {
 					return t.acked > 0, s.halted()
 				}
 				return t.acked > 0, false
@@ -593,7 +521,7 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 		select {
 		case <-s.wake:
 		case <-gone:
-		case <-s.wctx.Done():
+		case <-s.gen.Done():
 		case <-tick:
 		}
 		timer.Stop()
@@ -654,7 +582,7 @@ func (s *AgentSink) runUDP() {
 		failures++
 	}
 	for {
-		if s.wctx.Err() != nil {
+		if s.gen.Err() != nil {
 			if provisional != nil {
 				s.done(1, s.held(provisional), false)
 				provisional = nil
@@ -669,7 +597,7 @@ func (s *AgentSink) runUDP() {
 				continue
 			}
 			d := net.Dialer{Timeout: s.opts.DialTimeout}
-			conn, err := d.DialContext(s.wctx, "udp", s.addr)
+			conn, err := d.DialContext(s.gen, "udp", s.addr)
 			if err != nil {
 				s.addErrors(1)
 				failures++
@@ -701,7 +629,7 @@ func (s *AgentSink) runUDP() {
 				poll = min(2*poll, s.opts.AckPoll)
 				select {
 				case <-s.wake:
-				case <-s.wctx.Done():
+				case <-s.gen.Done():
 				case <-timer.C:
 					if agentRefused(c) {
 						refused(nil)
@@ -717,7 +645,7 @@ func (s *AgentSink) runUDP() {
 			}
 			select {
 			case <-s.wake:
-			case <-s.wctx.Done():
+			case <-s.gen.Done():
 			}
 			continue
 		}

@@ -45,12 +45,21 @@ type LogsOptions struct {
 	// BufferBytes bounds the documents held for delivery, default 8 MiB;
 	// a Write that would exceed it is dropped and counted.
 	BufferBytes int
-	Throttle    Throttle
+	// FlushTimeout bounds a Flush and a Close, default
+	// DefaultAWSFlushTimeout: a CloudWatch Logs endpoint that hangs or
+	// throttles for good cannot hold up the caller longer. What is not
+	// delivered by then is dropped and counted, and the call returns
+	// ErrSinkBehind.
+	FlushTimeout time.Duration
+	Throttle     Throttle
 }
 
 func (o *LogsOptions) setDefaults() {
 	if o.BufferBytes == 0 {
 		o.BufferBytes = 8 << 20
+	}
+	if o.FlushTimeout == 0 {
+		o.FlushTimeout = DefaultAWSFlushTimeout
 	}
 	o.Throttle.setDefaults()
 }
@@ -64,6 +73,8 @@ func (o *LogsOptions) Validate() error {
 		return errors.New("logs.log_stream: empty, want a log stream name")
 	case o.BufferBytes < logsMaxBatchBytes:
 		return fmt.Errorf("logs.buffer_bytes: %d, want at least %d", o.BufferBytes, logsMaxBatchBytes)
+	case o.FlushTimeout < 0:
+		return fmt.Errorf("logs.flush_timeout: %v, want 0 (the default, %v) or more", o.FlushTimeout, DefaultAWSFlushTimeout)
 	}
 	return o.Throttle.Validate()
 }
@@ -80,10 +91,16 @@ func (o *LogsOptions) Validate() error {
 // Delivery: a document is Written once a PutLogEvents call holding it
 // succeeded and CloudWatch did not reject it as too old, too new or
 // expired; rejected events and batches that fail for good (a refused call,
-// retries exhausted, an open breaker with DropWhenOpen, Close out of time)
-// are Dropped. A call whose response is lost is retried, so a document may
-// be stored twice (at least once within the retry bound). The SDK's own
-// retryer is turned off so that Retries and Errors count every attempt.
+// retries exhausted, an open breaker with DropWhenOpen) are Dropped. So is
+// everything the sink holds when a Flush or a Close runs out of time
+// (FlushTimeout, or its context's end for Close): the buffered documents
+// and the batch in flight, whose call is cut; the sink goes on with the
+// documents written after, and the call returns ErrSinkBehind. A document
+// of a cut call may still have reached CloudWatch, as the request may have
+// arrived before the cut. A call whose response is lost is retried, so a
+// document may be stored twice (at least once within the retry bound). The
+// SDK's own retryer is turned off so that Retries and Errors count every
+// attempt.
 // A LogsSink is safe for concurrent use.
 type LogsSink struct {
 	api      LogsAPI
@@ -110,7 +127,7 @@ func NewLogsSink(api LogsAPI, opts LogsOptions) (*LogsSink, error) {
 	s := &LogsSink{api: api, opts: opts}
 	s.thr = newThrottler(opts.Throttle, &s.counters)
 	name := "logs " + opts.LogGroup + "/" + opts.LogStream
-	s.q = newThrottleQueue(name, opts.BufferBytes, logsMaxBatchEvents, s.thr, &s.counters, s.deliver)
+	s.q = newThrottleQueue(name, opts.BufferBytes, logsMaxBatchEvents, opts.FlushTimeout, s.thr, &s.counters, s.deliver)
 	return s, nil
 }
 
@@ -125,12 +142,21 @@ func (s *LogsSink) Write(_ context.Context, doc []byte) error {
 }
 
 // Flush waits until every document written before it is delivered or
-// dropped, or ctx ends.
+// dropped, or ctx ends. If that takes longer than FlushTimeout, what the
+// sink holds is dropped and counted, and Flush returns ErrSinkBehind,
+// saying how many of its documents were not delivered.
 func (s *LogsSink) Flush(ctx context.Context) error { return s.q.flush(ctx) }
 
 // Close delivers what is buffered and stops the sender. If ctx ends first,
-// what is left is dropped and counted.
+// or FlushTimeout passes, what is left is dropped and counted; past
+// FlushTimeout Close returns ErrSinkBehind.
 func (s *LogsSink) Close(ctx context.Context) error { return s.q.close(ctx) }
+
+// makeRoom waits until doc fits in the buffer, or FlushTimeout passes (see
+// WriterOptions.WaitForRoom).
+func (s *LogsSink) makeRoom(ctx context.Context, doc []byte) error {
+	return s.q.awaitRoom(ctx, len(doc))
+}
 
 // Stats reports the sink's counters; Retries and Errors count calls.
 func (s *LogsSink) Stats() SinkStats { return s.q.stats() }

@@ -35,20 +35,32 @@ type MetricDataOptions struct {
 	// BufferBytes bounds the documents held for delivery, default 8 MiB;
 	// a Write that would exceed it is dropped and counted.
 	BufferBytes int
-	Throttle    Throttle
+	// FlushTimeout bounds a Flush and a Close, default
+	// DefaultAWSFlushTimeout: a CloudWatch endpoint that hangs or
+	// throttles for good cannot hold up the caller longer. What is not
+	// delivered by then is dropped and counted, and the call returns
+	// ErrSinkBehind.
+	FlushTimeout time.Duration
+	Throttle     Throttle
 }
 
 func (o *MetricDataOptions) setDefaults() {
 	if o.BufferBytes == 0 {
 		o.BufferBytes = 8 << 20
 	}
+	if o.FlushTimeout == 0 {
+		o.FlushTimeout = DefaultAWSFlushTimeout
+	}
 	o.Throttle.setDefaults()
 }
 
 // Validate reports the first option out of range, after defaults.
 func (o *MetricDataOptions) Validate() error {
-	if o.BufferBytes < 1 {
+	switch {
+	case o.BufferBytes < 1:
 		return fmt.Errorf("metric_data.buffer_bytes: %d, want more than 0", o.BufferBytes)
+	case o.FlushTimeout < 0:
+		return fmt.Errorf("metric_data.flush_timeout: %v, want 0 (the default, %v) or more", o.FlushTimeout, DefaultAWSFlushTimeout)
 	}
 	return o.Throttle.Validate()
 }
@@ -65,11 +77,17 @@ func (o *MetricDataOptions) Validate() error {
 //
 // Delivery: a document is Written once every call holding its datums
 // succeeded, and Dropped if any of them failed for good (a refused call,
-// retries exhausted, an open breaker with DropWhenOpen, Close out of time)
-// or the document could not be read or holds what PutMetricData would
-// refuse (then it also counts one error); a document whose datums were
-// partly delivered counts as Dropped. A call whose response is lost is retried,
-// so values may be counted twice (at least once within the retry bound).
+// retries exhausted, an open breaker with DropWhenOpen) or the document
+// could not be read or holds what PutMetricData would refuse (then it also
+// counts one error); a document whose datums were partly delivered counts
+// as Dropped. So is everything the sink holds when a Flush or a Close runs
+// out of time (FlushTimeout, or its context's end for Close): the buffered
+// documents and the batch in flight, whose call is cut; the sink goes on
+// with the documents written after, and the call returns ErrSinkBehind.
+// The values of a cut call may still have reached CloudWatch, as the
+// request may have arrived before the cut. A call whose response is lost
+// is retried, so values may be counted twice (at least once within the
+// retry bound).
 // The SDK's own retryer is turned off so that Retries and Errors count
 // every attempt. A MetricDataSink is safe for concurrent use.
 type MetricDataSink struct {
@@ -95,7 +113,7 @@ func NewMetricDataSink(api MetricDataAPI, opts MetricDataOptions) (*MetricDataSi
 	}
 	s := &MetricDataSink{api: api, opts: opts}
 	s.thr = newThrottler(opts.Throttle, &s.counters)
-	s.q = newThrottleQueue("metric data", opts.BufferBytes, metricDataBatchDocs, s.thr, &s.counters, s.deliver)
+	s.q = newThrottleQueue("metric data", opts.BufferBytes, metricDataBatchDocs, opts.FlushTimeout, s.thr, &s.counters, s.deliver)
 	return s, nil
 }
 
@@ -105,12 +123,21 @@ func NewMetricDataSink(api MetricDataAPI, opts MetricDataOptions) (*MetricDataSi
 func (s *MetricDataSink) Write(_ context.Context, doc []byte) error { return s.q.write(doc) }
 
 // Flush waits until every document written before it is delivered or
-// dropped, or ctx ends.
+// dropped, or ctx ends. If that takes longer than FlushTimeout, what the
+// sink holds is dropped and counted, and Flush returns ErrSinkBehind,
+// saying how many of its documents were not delivered.
 func (s *MetricDataSink) Flush(ctx context.Context) error { return s.q.flush(ctx) }
 
 // Close delivers what is buffered and stops the sender. If ctx ends first,
-// what is left is dropped and counted.
+// or FlushTimeout passes, what is left is dropped and counted; past
+// FlushTimeout Close returns ErrSinkBehind.
 func (s *MetricDataSink) Close(ctx context.Context) error { return s.q.close(ctx) }
+
+// makeRoom waits until doc fits in the buffer, or FlushTimeout passes (see
+// WriterOptions.WaitForRoom).
+func (s *MetricDataSink) makeRoom(ctx context.Context, doc []byte) error {
+	return s.q.awaitRoom(ctx, len(doc))
+}
 
 // Stats reports the sink's counters; Retries and Errors count calls.
 func (s *MetricDataSink) Stats() SinkStats { return s.q.stats() }

@@ -36,9 +36,6 @@ type metricDataServer struct {
 
 func (s *metricDataServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := s.t
-	if s.block != nil {
-		s.block(r)
-	}
 	if r.Method != http.MethodPost || r.URL.Path != "/service/GraniteServiceVersion20100801/operation/PutMetricData" {
 		t.Errorf("%s %s, want POST of PutMetricData", r.Method, r.URL.Path)
 	}
@@ -57,6 +54,14 @@ func (s *metricDataServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw, err := io.ReadAll(body)
 	if err != nil {
 		t.Errorf("read body: %v", err)
+	}
+	// The body is read first, so that the server sees the client give up
+	// on a blocked call (the request's context ends).
+	if s.block != nil {
+		s.block(r)
+		if r.Context().Err() != nil {
+			return
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

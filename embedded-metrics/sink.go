@@ -1,9 +1,6 @@
 package emf
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // Sink delivers complete EMF documents somewhere: stdout, a file, the
 // CloudWatch agent, CloudWatch Logs or CloudWatch metrics. Implementations
@@ -43,29 +40,4 @@ type SinkStats struct {
 	Buffered uint64 // documents accepted and not yet delivered
 	Retries  uint64 // delivery attempts repeated after an error
 	Errors   uint64 // failures seen, as described above
-}
-
-// wakeSender wakes a buffering sink's sender goroutine, waiting on wake
-// (capacity 1), unless a wake-up is already pending.
-func wakeSender(wake chan<- struct{}) {
-	select {
-	case wake <- struct{}{}:
-	default:
-	}
-}
-
-// awaitSender waits for a closing sink's sender to deliver what is
-// buffered and exit. If ctx ends first, it stops the sender, which drops
-// and counts what is left, and still waits for it, so that Close never
-// leaves the goroutine behind.
-func awaitSender(ctx context.Context, name string, exited <-chan struct{}, stop context.CancelFunc) error {
-	select {
-	case <-exited:
-		stop()
-		return nil
-	case <-ctx.Done():
-		stop()
-		<-exited
-		return fmt.Errorf("close %s: %w", name, ctx.Err())
-	}
 }

@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -455,35 +457,119 @@ func TestAgentSinkConformance(t *testing.T) {
 }
 
 func TestLogsSinkConformance(t *testing.T) {
-	runSinkConformance(t, func(t *testing.T) sinkHarness {
-		srv := &logsServer{}
-		s := newLogsTest(t, srv, nil)
-		return sinkHarness{sink: s, delivered: func(t *testing.T) []string {
-			srv.mu.Lock()
-			defer srv.mu.Unlock()
-			return slices.Clone(srv.messages)
-		}}
-	})
+	runSinkConformance(t, func(t *testing.T) sinkHarness { return newLogsHarness(t, &logsServer{}, nil) })
 }
 
 func TestMetricDataSinkConformance(t *testing.T) {
-	runSinkConformance(t, func(t *testing.T) sinkHarness {
-		srv := &metricDataServer{}
-		s := newMetricDataTest(t, srv, nil)
-		// Each document is one datum of its own "doc" dimension.
-		return sinkHarness{sink: s, delivered: func(t *testing.T) []string {
-			srv.mu.Lock()
-			defer srv.mu.Unlock()
-			return slices.Clone(srv.series)
-		}, received: func(doc []byte) string {
-			var d struct {
-				Doc string  `json:"doc"`
-				N   float64 `json:"n"`
+	runSinkConformance(t, func(t *testing.T) sinkHarness { return newMetricDataHarness(t, &metricDataServer{}, nil) })
+}
+
+// newLogsHarness is a LogsSink, its options edited by edit, against srv.
+func newLogsHarness(t *testing.T, srv *logsServer, edit func(*LogsOptions)) sinkHarness {
+	s := newLogsTest(t, srv, edit)
+	return sinkHarness{sink: s, delivered: func(t *testing.T) []string {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return slices.Clone(srv.messages)
+	}}
+}
+
+// newMetricDataHarness is a MetricDataSink, its options edited by edit,
+// against srv. Each document is one datum of its own "doc" dimension.
+func newMetricDataHarness(t *testing.T, srv *metricDataServer, edit func(*MetricDataOptions)) sinkHarness {
+	s := newMetricDataTest(t, srv, edit)
+	return sinkHarness{sink: s, delivered: func(t *testing.T) []string {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return slices.Clone(srv.series)
+	}, received: func(doc []byte) string {
+		var d struct {
+			Doc string  `json:"doc"`
+			N   float64 `json:"n"`
+		}
+		if err := json.Unmarshal(doc, &d); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("conformance|n|doc=%s|Count|0|1700000000000 %v×1", d.Doc, d.N)
+	}}
+}
+
+// hangGate makes a test server's calls hang, as an endpoint that accepts
+// a call and never answers: while the gate is shut, each call waits until
+// its client gives up on it (cuts it) and is not recorded. Calls that
+// arrive after open are answered. Its block is a server's block hook.
+type hangGate struct{ shut atomic.Bool }
+
+func (g *hangGate) block(r *http.Request) {
+	if g.shut.Load() {
+		<-r.Context().Done()
+	}
+}
+
+// TestAWSSinksHung: against a CloudWatch endpoint that hangs, a Flush of
+// a LogsSink or MetricDataSink returns ErrSinkBehind once FlushTimeout
+// passes, with every document it waited for dropped and counted and none
+// buffered; the documents written after it are delivered, once each, when
+// the endpoint answers again; and a Close on the hung endpoint returns
+// ErrSinkBehind and counts what it dropped. They used to wait as long as
+// the caller's context let them.
+func TestAWSSinksHung(t *testing.T) {
+	// Short, yet long enough for the flush that the endpoint answers (tens
+	// of milliseconds under the race detector) on a busy machine.
+	const timeout = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T, g *hangGate) sinkHarness
+	}{
+		{"logs", func(t *testing.T, g *hangGate) sinkHarness {
+			return newLogsHarness(t, &logsServer{block: g.block}, func(o *LogsOptions) { o.FlushTimeout = timeout })
+		}},
+		{"metric data", func(t *testing.T, g *hangGate) sinkHarness {
+			return newMetricDataHarness(t, &metricDataServer{block: g.block}, func(o *MetricDataOptions) { o.FlushTimeout = timeout })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &hangGate{}
+			h := tc.open(t, g)
+			ctx := context.Background() // no deadline, as the aggregator's flush and the commands' close
+			write := func(w, n int) [][]byte {
+				var docs [][]byte
+				for i := range n {
+					docs = append(docs, conformanceDoc(w, i, 0))
+					must(t, h.sink.Write(ctx, docs[i]))
+				}
+				return docs
 			}
-			if err := json.Unmarshal(doc, &d); err != nil {
-				t.Fatal(err)
+			behind := func(what string, err error, n int) {
+				t.Helper()
+				if want := fmt.Sprintf("%d documents not delivered within %v", n, timeout); !errors.Is(err, ErrSinkBehind) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v, want ErrSinkBehind saying %q", what, err, want)
+				}
 			}
-			return fmt.Sprintf("conformance|n|doc=%s|Count|0|1700000000000 %v×1", d.Doc, d.N)
-		}}
-	})
+			stats := func(what string, written, dropped uint64) {
+				t.Helper()
+				if st := h.sink.Stats(); st.Written != written || st.Dropped != dropped || st.Buffered != 0 {
+					t.Errorf("after %s: stats %+v, want %d written, %d dropped, none buffered", what, st, written, dropped)
+				}
+			}
+
+			g.shut.Store(true)
+			write(0, 30)
+			behind("flush", h.sink.Flush(ctx), 30)
+			stats("the flush", 0, 30)
+
+			g.shut.Store(false)
+			want := write(1, 20)
+			must(t, h.sink.Flush(ctx))
+			stats("the flush once answered", 20, 30)
+
+			g.shut.Store(true)
+			write(2, 10)
+			behind("close", h.sink.Close(ctx), 10)
+			stats("the close", 20, 40)
+			if got := h.delivered(t); !slices.Equal(got, h.want(want)) {
+				t.Errorf("delivered %d documents, want the %d written after the first flush, once each", len(got), len(want))
+			}
+		})
+	}
 }

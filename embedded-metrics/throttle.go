@@ -13,6 +13,11 @@ import (
 	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
+// DefaultAWSFlushTimeout is the default FlushTimeout of the AWS sinks
+// (LogsSink, MetricDataSink): long enough for a call that takes its whole
+// Throttle.Timeout and a retry or two.
+const DefaultAWSFlushTimeout = 30 * time.Second
+
 // ErrCircuitOpen is returned by the Write of an AWS sink whose Throttle has
 // DropWhenOpen set while its circuit breaker is open: the service kept
 // failing, so the document is dropped and counted instead of held.
@@ -170,6 +175,11 @@ func (t *throttler) admit(ctx context.Context) error {
 // not cure, or has been retried MaxRetries times; it returns the last error.
 func (t *throttler) do(ctx context.Context, call func(ctx context.Context) error) error {
 	for attempt := 0; ; attempt++ {
+		// A sink that shed its batch (a Flush out of time) makes no
+		// more calls for it, so counts no more errors.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := t.admit(ctx); err != nil {
 			return err
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"time"
 )
 
 // ErrSinkFull is returned by Write when a sink's buffer cannot take the
@@ -15,9 +15,9 @@ var ErrSinkFull = errors.New("sink buffer full")
 // and counted.
 var ErrSinkClosed = errors.New("sink closed")
 
-// ErrSinkBehind is returned by a Flush or Close that ran out of time (an
-// AgentSink's FlushTimeout): the documents not delivered by then were
-// dropped and counted, and the sink goes on with those written after.
+// ErrSinkBehind is returned by a Flush or Close that ran out of time (the
+// sink's FlushTimeout): the documents not delivered by then were dropped
+// and counted, and the sink goes on with those written after.
 var ErrSinkBehind = errors.New("sink behind: documents dropped")
 
 // throttleDeliver delivers one batch of documents through the throttler and
@@ -27,36 +27,23 @@ type throttleDeliver func(ctx context.Context, docs []string) (dropped []bool)
 // throttleQueue is the buffer and sender goroutine shared by the AWS sinks:
 // Write appends to a FIFO bounded in bytes; one goroutine takes what is
 // buffered once the throttler admits a call (so a batch grows while the
-// bucket refills) and hands it to deliver. It is safe for concurrent use.
+// bucket refills) and hands it to deliver. A Flush or Close that runs past
+// the flush timeout sheds what the queue holds: the buffered documents and
+// the batch in flight, whose calls are cancelled. It is safe for concurrent
+// use.
 type throttleQueue struct {
-	name     string
-	maxBytes int
+	sender
 	maxBatch int // documents taken at once
 	thr      *throttler
 	deliver  throttleDeliver
 	counters *throttleCounters
 
-	mu        sync.Mutex
-	docs      []string // copies of the documents buffered, oldest first
-	bytes     int
-	accepted  uint64 // documents taken into the buffer
-	finished  uint64 // of those, written or dropped
-	closing   bool
-	progress  chan struct{} // closed and replaced whenever finished grows
-	wake      chan struct{} // capacity 1
-	exited    chan struct{} // closed when the sender returns
-	stop      context.CancelFunc
-	senderCtx context.Context
-
-	written, dropped uint64 // guarded by mu, so that Stats adds up
+	docs []string // copies of the documents buffered, oldest first; guarded by mu
 }
 
-func newThrottleQueue(name string, maxBytes, maxBatch int, thr *throttler, c *throttleCounters, deliver throttleDeliver) *throttleQueue {
-	q := &throttleQueue{
-		name: name, maxBytes: maxBytes, maxBatch: maxBatch, thr: thr, deliver: deliver, counters: c,
-		progress: make(chan struct{}), wake: make(chan struct{}, 1), exited: make(chan struct{}),
-	}
-	q.senderCtx, q.stop = context.WithCancel(context.Background())
+func newThrottleQueue(name string, maxBytes, maxBatch int, flushTimeout time.Duration, thr *throttler, c *throttleCounters, deliver throttleDeliver) *throttleQueue {
+	q := &throttleQueue{maxBatch: maxBatch, thr: thr, deliver: deliver, counters: c}
+	q.init(name, maxBytes, flushTimeout)
 	go q.run()
 	return q
 }
@@ -82,7 +69,7 @@ func (q *throttleQueue) write(doc []byte) error {
 	q.bytes += len(doc)
 	q.accepted++
 	q.mu.Unlock()
-	wakeSender(q.wake)
+	q.wakeUp()
 	return nil
 }
 
@@ -95,62 +82,71 @@ func (q *throttleQueue) refuse(why string) error {
 	return fmt.Errorf("write %s: %s", q.name, why)
 }
 
-// run is the sender goroutine.
+// run is the sender goroutine: one batch a round, in the generation of
+// that round; when the generation ends, what the queue holds is dropped.
 func (q *throttleQueue) run() {
 	defer close(q.exited)
-	ctx := q.senderCtx
 	for {
-		q.mu.Lock()
-		for len(q.docs) == 0 && !q.closing {
-			q.mu.Unlock()
-			select {
-			case <-q.wake:
-			case <-ctx.Done():
-			}
-			if ctx.Err() != nil {
-				q.dropRest()
-				return
-			}
-			q.mu.Lock()
+		ctx := q.gen
+		if !q.waitDocs(ctx) {
+			return // closed and delivered
 		}
-		if len(q.docs) == 0 { // closing and empty
-			q.mu.Unlock()
-			return
+		if ctx.Err() == nil {
+			q.send(ctx)
 		}
-		q.mu.Unlock()
-
-		// Wait for the breaker and a token before taking the batch, so
-		// that what arrives meanwhile goes in the same call.
-		admitErr := q.thr.admit(ctx)
-		if ctx.Err() != nil {
-			q.dropRest()
-			return
-		}
-		q.mu.Lock()
-		n := min(len(q.docs), q.maxBatch)
-		batch := q.docs[:n:n]
-		q.docs = q.docs[n:]
-		if len(q.docs) == 0 {
-			q.docs = nil // let the backing array go
-		}
-		q.mu.Unlock()
-
-		var dropped []bool
-		if admitErr != nil { // open breaker with DropWhenOpen: one error per document, as in write
-			q.counters.errors.Add(uint64(n))
-			dropped = make([]bool, n)
-			for i := range dropped {
-				dropped[i] = true
-			}
-		} else {
-			dropped = q.deliver(ctx, batch)
-		}
-		q.finish(batch, dropped)
-		if ctx.Err() != nil {
-			q.dropRest()
+		if ctx.Err() != nil && q.halted() {
 			return
 		}
 	}
+}
+
+// waitDocs waits until documents are buffered or ctx ends, and reports
+// false when the queue is closing and empty.
+func (q *throttleQueue) waitDocs(ctx context.Context) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.docs) == 0 && !q.closing {
+		q.mu.Unlock()
+		select {
+		case <-q.wake:
+		case <-ctx.Done():
+		}
+		q.mu.Lock()
+		if ctx.Err() != nil {
+			return true
+		}
+	}
+	return len(q.docs) > 0
+}
+
+// send takes one batch once the throttler admits a call and delivers it.
+func (q *throttleQueue) send(ctx context.Context) {
+	// Wait for the breaker and a token before taking the batch, so that
+	// what arrives meanwhile goes in the same call.
+	admitErr := q.thr.admit(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	q.mu.Lock()
+	n := min(len(q.docs), q.maxBatch)
+	batch := q.docs[:n:n]
+	q.docs = q.docs[n:]
+	if len(q.docs) == 0 {
+		q.docs = nil // let the backing array go
+	}
+	q.mu.Unlock()
+
+	var dropped []bool
+	if admitErr != nil { // open breaker with DropWhenOpen: one error per document, as in write
+		q.counters.errors.Add(uint64(n))
+		dropped = make([]bool, n)
+		for i := range dropped {
+			dropped[i] = true
+		}
+	} else {
+		dropped = q.deliver(ctx, batch)
+	}
+	q.finish(batch, dropped)
 }
 
 // finish counts a delivered batch and wakes Flush.
@@ -162,79 +158,29 @@ func (q *throttleQueue) finish(batch []string, dropped []bool) {
 			d++
 		}
 	}
-	q.mu.Lock()
-	q.dropped += uint64(d)
-	q.written += uint64(len(batch) - d)
-	q.bytes -= size
-	q.finished += uint64(len(batch))
-	close(q.progress)
-	q.progress = make(chan struct{})
-	q.mu.Unlock()
+	q.settle(len(batch)-d, d, size)
 }
 
-// dropRest counts what is still buffered as dropped: Close ran out of time.
-func (q *throttleQueue) dropRest() {
+// halted drops what is still buffered, once the sender's generation has
+// ended, and reports whether the sender is stopped (Close ran out of
+// time). Otherwise a Flush ran out of time: the sender goes on in a new
+// generation.
+func (q *throttleQueue) halted() bool {
+	stopped := q.renew()
 	q.mu.Lock()
 	batch := q.docs
 	q.docs = nil
 	q.mu.Unlock()
-	dropped := make([]bool, len(batch))
-	for i := range dropped {
-		dropped[i] = true
+	size := 0
+	for _, d := range batch {
+		size += len(d)
 	}
-	q.finish(batch, dropped)
-}
-
-// flush waits until every document accepted before the call is written or
-// dropped.
-func (q *throttleQueue) flush(ctx context.Context) error {
-	q.mu.Lock()
-	target := q.accepted
-	q.mu.Unlock()
-	wakeSender(q.wake)
-	for {
-		q.mu.Lock()
-		done, progress := q.finished >= target, q.progress
-		q.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-progress:
-		case <-q.exited:
-			q.mu.Lock()
-			done = q.finished >= target
-			q.mu.Unlock()
-			if !done {
-				return fmt.Errorf("flush %s: sender stopped", q.name)
-			}
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("flush %s: %w", q.name, ctx.Err())
-		}
-	}
-}
-
-// close stops taking documents, delivers what is buffered and stops the
-// sender. If ctx ends first, the sender is stopped and what is left is
-// dropped and counted.
-func (q *throttleQueue) close(ctx context.Context) error {
-	q.mu.Lock()
-	q.closing = true
-	q.mu.Unlock()
-	wakeSender(q.wake)
-	return awaitSender(ctx, q.name, q.exited, q.stop)
+	q.settle(0, len(batch), size)
+	return stopped
 }
 
 func (q *throttleQueue) stats() SinkStats {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return SinkStats{
-		Sink:     q.name,
-		Written:  q.written,
-		Dropped:  q.dropped,
-		Buffered: q.accepted - q.finished,
-		Retries:  q.counters.retries.Load(),
-		Errors:   q.counters.errors.Load(),
-	}
+	st := q.sender.stats()
+	st.Retries, st.Errors = q.counters.retries.Load(), q.counters.errors.Load()
+	return st
 }

@@ -22,7 +22,27 @@ type WriterOptions struct {
 	// IgnoreTimestampWindow accepts documents stamped any time, for
 	// replaying old windows into a file; CloudWatch refuses them.
 	IgnoreTimestampWindow bool
+	// WaitForRoom makes Write wait, before it hands a document to a
+	// buffering sink (the agent, Logs and metrics sinks) whose buffer
+	// cannot take it, until the sink has delivered enough, or until its
+	// FlushTimeout passes and it drops what it holds (ErrSinkBehind in the
+	// error). It is for a caller that may wait, such as the aggregator
+	// between two outputs, which then goes at the sink's pace instead of
+	// losing documents to ErrSinkFull. A Logger never waits.
+	WaitForRoom bool
 }
+
+// roomMaker is a buffering sink that can wait for room for a document in
+// its buffer (WriterOptions.WaitForRoom).
+type roomMaker interface {
+	makeRoom(ctx context.Context, doc []byte) error
+}
+
+var (
+	_ roomMaker = (*AgentSink)(nil)
+	_ roomMaker = (*LogsSink)(nil)
+	_ roomMaker = (*MetricDataSink)(nil)
+)
 
 // Writer encodes Documents with AppendDocuments and hands each resulting
 // document to every sink, counting what it built, split, refused and what
@@ -112,6 +132,9 @@ func (w *Writer) writeLines(ctx context.Context, lines []byte, now time.Time) er
 			}
 		}
 		for _, s := range w.sinks {
+			if err := w.makeRoom(ctx, s.sink, doc); err != nil && len(errs) < 10 {
+				errs = append(errs, err)
+			}
 			if err := s.sink.Write(ctx, doc); err != nil {
 				s.dropped.Add(1)
 				if len(errs) < 10 {
@@ -126,6 +149,25 @@ func (w *Writer) writeLines(ctx context.Context, lines []byte, now time.Time) er
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// makeRoom waits, with WaitForRoom, until sink can take doc, and returns
+// ErrSinkBehind if the sink dropped what it held to make room. The wait is
+// for each piece of a split document and each sink apart, before the
+// piece is written, rather than a retry of the whole document after
+// ErrSinkFull: the sink would then get again the pieces it had taken,
+// and the other sinks the whole document, and CloudWatch would count
+// them twice. Any other end of the wait (ctx, a closed sink) is left to
+// the Write that follows, which says what became of the piece.
+func (w *Writer) makeRoom(ctx context.Context, sink Sink, doc []byte) error {
+	r, ok := sink.(roomMaker)
+	if !w.opts.WaitForRoom || !ok {
+		return nil
+	}
+	if err := r.makeRoom(ctx, doc); errors.Is(err, ErrSinkBehind) {
+		return err
+	}
+	return nil
 }
 
 // Flush asks every sink to deliver what it buffers.

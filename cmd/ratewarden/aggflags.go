@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
 // aggregatorFlags are the aggregator's flags of a command that runs it
@@ -81,6 +82,14 @@ func (f *aggregatorFlags) namespaceFlag(fs *flag.FlagSet) {
 // ruleBudgetFlag adds --rule-budget.
 func (f *aggregatorFlags) ruleBudgetFlag(fs *flag.FlagSet) {
 	fs.IntVar(&f.o.RuleBudget, "rule-budget", f.o.RuleBudget, f.prefix+"(tier, rule) pairs per window with EMF documents of their own; the rest are folded into __other__ (`n`, 1 to "+strconv.Itoa(assemble.MaxRuleBudget)+")")
+}
+
+// emfTimeoutFlag adds --emf-timeout, for the commands whose --emf may name
+// the CloudWatch agent or API.
+func (f *aggregatorFlags) emfTimeoutFlag(fs *flag.FlagSet) {
+	fs.DurationVar(&f.o.EMFTimeout, "emf-timeout", 0, f.prefix+"how long a flush or close of the EMF sink may wait for the CloudWatch agent or API before what it holds is dropped and counted (`duration`, "+
+		assemble.EMFTimeoutRange+"; 0: each sink's own, agent "+emf.DefaultAgentFlushTimeout.String()+
+		", logs and metrics "+emf.DefaultAWSFlushTimeout.String()+"; stdout and file do not wait)")
 }
 
 // ruleFlags adds --config and --rules to the flags of a command that

@@ -42,6 +42,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	af := rollupFlags(fs)
 	fs.StringVar(&af.o.Partials, "partials", "", "store each window's partial aggregates in `store`: "+assemble.PartialsSpecs+" (aws init creates "+defaultPartialsTable+")")
 	fs.StringVar(&af.o.EMF, "emf", "", "write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs)
+	af.emfTimeoutFlag(fs)
 	af.namespaceFlag(fs)
 	af.ruleBudgetFlag(fs)
 	af.idleFlag(fs)
@@ -212,7 +213,8 @@ func stdoutTwice(cmd, alerts, why string) error {
 }
 
 // closeSinks closes the EMF sink of opened, which delivers what it holds
-// (the CloudWatch agent's sink waits no longer than its flush timeout),
+// (the CloudWatch agent's and API's sinks wait no longer than their flush
+// timeout, --emf-timeout),
 // and prints what the sink did when it did not deliver everything: the
 // documents dropped and counted while the run went on (a sink that is
 // behind, a full buffer) and at the end. The exit status stays the run's.

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -363,5 +366,58 @@ func TestReplayFailureLeavesOutEmpty(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, nil, "replay", "--decisions-dir", dir, "--out", out); code != 0 {
 		t.Errorf("the retry: exit %d, stderr %q", code, errs)
+	}
+}
+
+// hungPutMetricData is a CloudWatch endpoint that reads each request and
+// never answers: a call ends when its client gives up on it.
+type hungPutMetricData struct {
+	stop  chan struct{} // closed when the test ends
+	calls atomic.Int64
+}
+
+func (h *hungPutMetricData) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body) // so that the server sees the client go
+	h.calls.Add(1)
+	select {
+	case <-r.Context().Done():
+	case <-h.stop:
+	}
+}
+
+// TestAggregateEMFMetricsHung: `aggregate --emf metrics --emf-timeout
+// 300ms --no-follow` with the CloudWatch API hung (PutMetricData accepts
+// the request and never answers) reads the log to its end, its partials
+// stored, and ends by itself with exit 0 (the documents not delivered are
+// the sink's counted drops, not a failure of the run), its last line
+// saying how many documents did not reach CloudWatch. It used to wait for
+// the hung calls at every flush and at the close, for minutes.
+func TestAggregateEMFMetricsHung(t *testing.T) {
+	api := &hungPutMetricData{stop: make(chan struct{})}
+	useCloudWatch(t, api)
+	t.Cleanup(func() { close(api.stop) })
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "log")
+	// Stamped now, or CloudWatch's timestamp window refuses the documents
+	// before they reach the sink.
+	writeDecisions(t, dir, decisiontest.NewGenerator(12, time.Now().Add(-time.Minute)).Batch(9000)) // some 3 s of traffic: windows of 1 s, flushed one after another
+	// The bound of the test: a run that ends by itself ends long before.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	code, _, errs := runCLIContext(t, ctx, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", dir,
+		"--state-dir", filepath.Join(tmp, "state"), "--partials", "dir:"+filepath.Join(tmp, "partials"), "--window", "1s",
+		"--emf", "metrics", "--emf-timeout", "300ms")
+	if ctx.Err() != nil {
+		t.Fatalf("aggregate still ran after a minute with the CloudWatch API hung\n%s", errs)
+	}
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, errs)
+	}
+	if api.calls.Load() == 0 {
+		t.Fatalf("no PutMetricData call reached the endpoint\n%s", errs)
+	}
+	last := regexp.MustCompile(`\naggregate: emf metric data: written 0, not delivered [1-9]\d*, errors \d+, retries \d+\n$`)
+	if !last.MatchString(errs) {
+		t.Errorf("the last line does not say what CloudWatch did not get\n%s", errs)
 	}
 }

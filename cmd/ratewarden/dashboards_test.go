@@ -71,7 +71,15 @@ func (s *cloudWatchServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func newCloudWatchServer(t *testing.T) *cloudWatchServer {
 	s := &cloudWatchServer{t: t, dashboards: map[string]string{}, alarms: map[string]cbor.Map{}, validation: map[string]cbor.List{}}
-	hs := httptest.NewServer(s)
+	useCloudWatch(t, s)
+	return s
+}
+
+// useCloudWatch serves h as the CloudWatch endpoint of the SDK's standard
+// configuration, in region eu-west-1 with static credentials from the
+// environment, until the test ends.
+func useCloudWatch(t *testing.T, h http.Handler) {
+	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	for k, v := range map[string]string{
 		"AWS_ENDPOINT_URL_CLOUDWATCH": hs.URL, "AWS_REGION": "eu-west-1",
@@ -80,7 +88,6 @@ func newCloudWatchServer(t *testing.T) *cloudWatchServer {
 	} {
 		t.Setenv(k, v)
 	}
-	return s
 }
 
 // TestDashboardsApply: --apply puts every dashboard and alarm --out

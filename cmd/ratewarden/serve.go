@@ -24,6 +24,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	server := fs.String("server", "", "the edge's HTTP `server`: net/http or fasthttp (overrides edge.server)")
 	af := newAggregatorFlags("")
 	fs.StringVar(&af.o.EMF, "emf", "", "also write each window's CloudWatch EMF documents to `sink`: "+assemble.EMFSinkSpecs+"; each rule of the configuration gets [Tier, Rule] documents of its own")
+	af.emfTimeoutFlag(fs)
 	af.namespaceFlag(fs)
 	af.idleFlag(fs)
 	af.capFlags(fs)
