@@ -138,6 +138,9 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 		return aggregator.Options{}, fmt.Errorf("--rule-budget %d: want 1 to %d", o.RuleBudget, MaxRuleBudget)
 	case o.EMFTimeout != 0 && (o.EMFTimeout < MinEMFTimeout || o.EMFTimeout > MaxEMFTimeout):
 		return aggregator.Options{}, fmt.Errorf("--emf-timeout %v: want 0 (each sink's own) or %s", o.EMFTimeout, EMFTimeoutRange)
+	case o.EMFTimeout != 0 && !emfSinkWaits(o.EMF):
+		// Given and ignored, it would promise a bound that nothing keeps.
+		return aggregator.Options{}, fmt.Errorf("--emf-timeout %v: only --emf agent:ADDR, logs:GROUP and metrics wait for a flush; --emf is %q", o.EMFTimeout, o.EMF)
 	}
 	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
 		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil

@@ -53,6 +53,15 @@ func TestAggregatorRollup(t *testing.T) {
 	bad(func(o *AggregatorOptions) { o.RuleBudget = MaxRuleBudget + 1 }, "--rule-budget 65537: want 1 to 65536")
 	bad(func(o *AggregatorOptions) { o.EMFTimeout = 99 * time.Millisecond }, "--emf-timeout 99ms: want 0 (each sink's own) or 100ms to 10m")
 	bad(func(o *AggregatorOptions) { o.EMFTimeout = MaxEMFTimeout + time.Second }, "--emf-timeout 10m1s: want 0 (each sink's own) or 100ms to 10m")
+	bad(func(o *AggregatorOptions) { o.EMFTimeout = time.Second }, `--emf-timeout 1s: only --emf agent:ADDR, logs:GROUP and metrics wait for a flush; --emf is ""`)
+	bad(func(o *AggregatorOptions) { o.EMF, o.EMFTimeout = "file:emf.log", time.Second }, `--emf is "file:emf.log"`)
+	for _, spec := range []string{"agent:tcp://127.0.0.1:25888", "logs:ratewarden", "metrics"} {
+		o := DefaultAggregatorOptions()
+		o.EMF, o.EMFTimeout = spec, time.Second
+		if _, err := o.Rollup(); err != nil {
+			t.Errorf("--emf %s --emf-timeout 1s: %v", spec, err)
+		}
+	}
 
 	// The defaults are the aggregator's.
 	if ro, err := DefaultAggregatorOptions().Rollup(); err != nil || ro.MaxKeys != aggregator.DefaultMaxKeys || ro.MaxAhead != aggregator.DefaultMaxAhead ||

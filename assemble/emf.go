@@ -18,6 +18,14 @@ import (
 // EMFSinkSpecs is the help text of an EMF sink specification.
 const EMFSinkSpecs = "stdout | file:PATH | agent:tcp://HOST:PORT | agent:udp://HOST:PORT | logs:GROUP | metrics"
 
+// emfSinkWaits reports whether the EMF sink spec names waits for a
+// delivery, and so has a flush timeout: the CloudWatch agent's, Logs' and
+// PutMetricData's.
+func emfSinkWaits(spec string) bool {
+	kind, arg, _ := strings.Cut(spec, ":")
+	return (kind == "agent" || kind == "logs") && arg != "" || spec == "metrics"
+}
+
 // EMFSink opens the EMF sink spec names: stdout (w), a file (rotated at 64
 // MiB), the CloudWatch agent, CloudWatch Logs PutLogEvents into GROUP (a
 // stream per host and process, created when missing), or PutMetricData.

@@ -96,6 +96,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aggregate", "--stdin", "--emf", "metrics", "--emf-timeout", "11m"}, 2, "--emf-timeout 11m0s: want 0 (each sink's own) or 100ms to 10m"},
 		{[]string{"aggregate", "--stdin", "--emf", "metrics", "--emf-timeout", "-1s"}, 2, "--emf-timeout -1s: want 0 (each sink's own) or 100ms to 10m"},
 		{[]string{"serve", "--emf", "agent:tcp://127.0.0.1:25888", "--emf-timeout", "1h"}, 2, "--emf-timeout 1h0m0s: want 0 (each sink's own) or 100ms to 10m"},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--emf-timeout", "5s"}, 2, `--emf-timeout 5s: only --emf agent:ADDR, logs:GROUP and metrics wait for a flush; --emf is "stdout"`},
 		{[]string{"serve", "--idle", "0s"}, 2, "--idle 0s: want 100ms to 1h"},
 		{[]string{"serve", "--help"}, 0, "-dashboard-listen"},
 		{[]string{"serve", "extra"}, 2, "Usage: ratewarden serve"},
