@@ -22,6 +22,7 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/dashboards"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
 
 // DefaultServeLog is the decision log `ratewarden serve` writes when
@@ -131,6 +132,12 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		cfg.Decisions.Dir = DefaultServeLog
 	}
 	sv := cfg.Serve
+	if dirlock.Same(sv.StateDir, cfg.Decisions.Dir) {
+		// Each is locked by its owner, both in this process: the second
+		// lock would be refused as if another serve held it.
+		return fmt.Errorf("serve: the aggregator's state directory (serve.state_dir, --state-dir) %s is the decision log's (decisions.dir, --decisions-dir) %s: "+
+			"give each a directory of its own", sv.StateDir, cfg.Decisions.Dir)
+	}
 	token := ""
 	if sv.Dashboard.TokenEnv != "" {
 		token = getenv(sv.Dashboard.TokenEnv)

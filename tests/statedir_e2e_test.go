@@ -166,3 +166,45 @@ func TestServeStateDirInUse(t *testing.T) {
 		t.Errorf("the refused serve made its decision log")
 	}
 }
+
+// TestStateDirIsTheLog: an aggregator's state directory that is the
+// decision log's, under whatever name, is refused before anything is
+// locked or written: aggregate exits 2 naming both flags, serve exits 1
+// naming both keys. Before, aggregate took the log's LOCK, so the edge
+// that writes the log could not start while it ran (or aggregate could
+// not start while the edge ran), each told only that the directory was
+// in use.
+func TestStateDirIsTheLog(t *testing.T) {
+	bin := buildBinary(t)
+	logDir := stateDirLog(t, 10)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(logDir, link); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadDir(logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", logDir + "/.", "--emf", "stdout"}, 2,
+			"is the decision log's directory (--decisions-dir " + logDir + ")"},
+		{[]string{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", link, "--emf", "stdout"}, 2,
+			"--state-dir " + link + " is the decision log's directory"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "off",
+			"--decisions-dir", logDir, "--state-dir", link, "--partials-dir", filepath.Join(t.TempDir(), "partials")}, 1,
+			"state directory (serve.state_dir, --state-dir) " + link + " is the decision log's (decisions.dir, --decisions-dir) " + logDir},
+	} {
+		code, out := runBounded(t, bin, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d, want %d and %q:\n%s", strings.Join(c.args, " "), code, c.code, c.want, out)
+		}
+	}
+	after, err := os.ReadDir(logDir)
+	if err != nil || len(after) != len(before) {
+		t.Errorf("the log directory holds %d files after (%v), %d before: something was written there", len(after), err, len(before))
+	}
+}

@@ -101,6 +101,11 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		// a second process there would overwrite its position and open
 		// windows. Taken before anything is written, released last.
 		// Kinesis aggregators share theirs, a shard each, and lock none.
+		if dirlock.Same(*stateDir, *dir) {
+			return badFlag(fmt.Errorf("aggregate: --state-dir %s is the decision log's directory (--decisions-dir %s): "+
+				"the process that writes the log (edge, serve) locks it, and the aggregator its state directory, so the two could not run together; "+
+				"give --state-dir a directory of its own", *stateDir, *dir))
+		}
 		lk, err := aggregator.LockStateDir(*stateDir)
 		if err != nil {
 			return fmt.Errorf("aggregate: %w", err)

@@ -21,6 +21,26 @@ const File = "LOCK"
 // ErrLocked marks Acquire's refusal of a directory another holder has.
 var ErrLocked = errors.New("in use by another process")
 
+// Same reports whether paths a and b name one directory: the same
+// directory on disk when both exist (a symbolic link or another spelling
+// of it included), else the same absolute path. Two holders given one
+// directory under two names would refuse each other at Acquire, the
+// second told only that the directory is in use.
+func Same(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	abs := func(p string) string {
+		if q, err := filepath.Abs(p); err == nil {
+			return q
+		}
+		return filepath.Clean(p)
+	}
+	return abs(a) == abs(b)
+}
+
 // Lock is a directory's lock, held until Close or the end of the process.
 type Lock struct {
 	f *os.File

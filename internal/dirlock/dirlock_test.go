@@ -14,6 +14,40 @@ import (
 	"time"
 )
 
+// TestSame: one directory under other names (a trailing "/.", a
+// symbolic link, a relative path) is the same; another, or one of two
+// paths missing, is not; two missing paths compare as absolute paths.
+func TestSame(t *testing.T) {
+	tmp := t.TempDir()
+	dir, other := filepath.Join(tmp, "log"), filepath.Join(tmp, "state")
+	for _, d := range []string{dir, other} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(tmp, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(tmp)
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{dir, dir + "/.", true},
+		{dir, link, true},
+		{dir, "log", true},
+		{dir, other, false},
+		{dir, filepath.Join(tmp, "missing"), false},
+		{"missing", filepath.Join(tmp, "missing/"), true},
+		{"missing", "missing-too", false},
+	} {
+		if got := Same(c.a, c.b); got != c.want {
+			t.Errorf("Same(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
+
 // TestAcquire: a second Acquire of a held directory, in this process
 // through another file, is refused with ErrLocked, the directory and the
 // holder's pid; once the lock is closed the directory can be taken again,
