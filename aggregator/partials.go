@@ -110,10 +110,17 @@ func (s *PartialsDir) HasWindow(_ context.Context, size time.Duration) error {
 			sizes = append(sizes, e.Name())
 		}
 	}
+	return noWindow("partials directory "+s.Dir, size, sizes)
+}
+
+// noWindow is HasWindow's error for a store (named by store) without
+// partials of windows of size, holding those of sizes: ErrNoPartials
+// when it holds none.
+func noWindow(store string, size time.Duration, sizes []string) error {
 	if len(sizes) == 0 {
-		return fmt.Errorf("partials directory %s holds no partials (want partials of %v windows): %w", s.Dir, size, ErrNoPartials)
+		return fmt.Errorf("%s holds no partials (want partials of %v windows): %w", store, size, ErrNoPartials)
 	}
-	return fmt.Errorf("partials directory %s holds no partials of %v windows; it holds %s: give --window", s.Dir, size, strings.Join(sizes, ", "))
+	return fmt.Errorf("%s holds no partials of %v windows; it holds %s: give --window", store, size, strings.Join(sizes, ", "))
 }
 
 // ReadProblem is a partial file that could not be read; the rest were.

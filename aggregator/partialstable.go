@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -176,14 +175,11 @@ func (s *PartialsTable) Write(ctx context.Context, partition string, o Output) e
 func (s *PartialsTable) markDay(ctx context.Context, size, day string) error {
 	k := size + "/" + day
 	s.mu.Lock()
-	done := s.days[k]
+	done, known := s.days[k], s.days[size]
 	s.mu.Unlock()
 	if done {
 		return nil
 	}
-	s.mu.Lock()
-	known := s.days[size]
-	s.mu.Unlock()
 	if !known {
 		if _, err := s.calls().Put(ctx, &dynamodb.PutItemInput{Item: partialsKey(partialsLengthsKey, size)}); err != nil {
 			return fmt.Errorf("store partial: lengths index %s: %w", size, err)
@@ -230,10 +226,7 @@ func (s *PartialsTable) HasWindow(ctx context.Context, size time.Duration) error
 	if err != nil {
 		return fmt.Errorf("partials table %s: %w", s.Table, err)
 	}
-	if len(sizes) == 0 {
-		return fmt.Errorf("partials table %s holds no partials (want partials of %v windows): %w", s.Table, size, ErrNoPartials)
-	}
-	return fmt.Errorf("partials table %s holds no partials of %v windows; it holds %s: give --window", s.Table, size, strings.Join(sizes, ", "))
+	return noWindow("partials table "+s.Table, size, sizes)
 }
 
 // Flush does nothing: every Write is durable when it returns.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/seglog"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
+	"github.com/ratewarden/ratewarden/embedded-metrics/agenttest"
 )
 
 // TestAggregatorMetrics: /metrics shows the latest progress report, and the
@@ -56,13 +56,7 @@ func TestAggregatorMetrics(t *testing.T) {
 // (they were counted written before), beside the one document refused as
 // invalid, counted once.
 func TestAggregatorMetricsEMFLater(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	away := ln.Addr().String() // nothing listens there once closed
-	ln.Close()
-	sink, err := emf.NewAgentSink(emf.AgentOptions{Address: "tcp://" + away, FlushTimeout: 100 * time.Millisecond})
+	sink, err := emf.NewAgentSink(emf.AgentOptions{Address: agenttest.Closed(t), FlushTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,8 +160,11 @@ func (w *Writer) writeLines(ctx context.Context, lines []byte, now time.Time) er
 // them twice. Any other end of the wait (ctx, a closed sink) is left to
 // the Write that follows, which says what became of the piece.
 func (w *Writer) makeRoom(ctx context.Context, sink Sink, doc []byte) error {
+	if !w.opts.WaitForRoom {
+		return nil
+	}
 	r, ok := sink.(roomMaker)
-	if !w.opts.WaitForRoom || !ok {
+	if !ok {
 		return nil
 	}
 	if err := r.makeRoom(ctx, doc); errors.Is(err, ErrSinkBehind) {
