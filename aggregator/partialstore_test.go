@@ -457,6 +457,15 @@ func TestHasWindow(t *testing.T) {
 			t.Errorf("%s, 1m asked: %v, want %q", c.name, err, want)
 		}
 	}
+	// A writer killed between the lengths index and its first day: that
+	// length holds nothing yet, and is not named as held.
+	if _, err := table.calls().Put(ctx, &dynamodb.PutItemInput{Item: partialsKey(partialsLengthsKey, "5m0s")}); err != nil {
+		t.Fatal(err)
+	}
+	err := table.HasWindow(ctx, 5*time.Minute)
+	if want := "holds no partials of 5m0s windows; it holds 10s, 1h0m0s: give --window"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a length indexed with no day: %v, want %q", err, want)
+	}
 	// An older table: the day index alone.
 	if _, err := table.calls().Put(ctx, &dynamodb.PutItemInput{Item: partialsKey("1s/"+partialsDaysKey, t0.Format(time.DateOnly))}); err != nil {
 		t.Fatal(err)
