@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"strings"
 
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/internal/canonpath"
@@ -18,6 +19,7 @@ type forwarding struct {
 	user, plan     string   // identity.user_header and plan_header, canonical
 	setUser        bool     // forward.user
 	tier, decision string   // forward.tier_header and decision_header, canonical; "" for none
+	aliased        []string // canonical keys whose "_" spellings are removed from every request (IsHeaderAlias)
 }
 
 // alwaysStripped are removed from untrusted peers whatever the
@@ -45,7 +47,53 @@ func newForwarding(cfg *config.Config) forwarding {
 	for _, h := range cfg.Forward.StripHeaders {
 		f.strip = append(f.strip, key(h))
 	}
+	f.aliased = append(f.aliased, f.strip...)
+	f.aliased = append(f.aliased, "X-Forwarded-For")
+	for _, k := range []string{f.tier, f.decision} {
+		if k != "" {
+			f.aliased = append(f.aliased, k)
+		}
+	}
 	return f
+}
+
+// IsHeaderAlias reports whether a request header named name is another
+// spelling, with "_" for "-", of a header the edge removes or sets
+// (X_User_Id for X-User-Id): an origin that reads headers as CGI
+// variables (WSGI, Rack, PHP) reads the two as one HTTP_X_USER_ID, so
+// such a header is removed from every peer's request, trusted or not.
+// Names without "_" are never aliases.
+func (l *Limiter) IsHeaderAlias(name string) bool {
+	if strings.IndexByte(name, '_') < 0 {
+		return false
+	}
+	for _, k := range l.fwd.aliased {
+		if len(k) == len(name) && !strings.EqualFold(k, name) && sameAsCGI(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameAsCGI reports whether a and b, of one length, name one CGI
+// variable: equal but for letter case and "_" read as "-".
+func sameAsCGI(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		if cgiByte(a[i]) != cgiByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func cgiByte(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // forward makes r, which v passed, what the origin is to see: its path
@@ -57,6 +105,11 @@ func (l *Limiter) forward(r *http.Request, v *Verdict) *http.Request {
 	if v.form != canonpath.Canonical {
 		if p, err := url.PathUnescape(v.Path); err == nil {
 			r.URL.Path, r.URL.RawPath = p, v.Path
+		}
+	}
+	for k := range r.Header {
+		if l.IsHeaderAlias(k) {
+			delete(r.Header, k)
 		}
 	}
 	l.ForwardHeaders(canonicalHeader(r.Header), l.ident.Trusts(r.RemoteAddr), v)

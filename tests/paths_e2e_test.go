@@ -344,6 +344,10 @@ func TestEdgeForwardedHeaders(t *testing.T) {
 			"X-Forwarded-For: 198.51.100.9", "Forwarded: for=198.51.100.9", "X-Real-IP: 198.51.100.9",
 			"True-Client-IP: 198.51.100.9", "X-Forwarded-Host: admin.internal", "X-Forwarded-Proto: https",
 		}
+		underscored := []string{
+			"X_User_Id: admin", "X-User_Plan: enterprise", "x_forwarded_for: 198.51.100.9", "X_Real_IP: 198.51.100.9",
+			"X_Forwarded_Host: admin.internal", "CloudFront_Viewer_Address: 198.51.100.9:443",
+		}
 		checkForwarded(t, base, origin, []forwardCase{
 			{"untrusted peer", "127.0.0.2", claims, map[string]string{
 				"X-User-Id": "", "X-User-Plan": "", "Cloudfront-Viewer-Address": "", "X-Real-Ip": "", "True-Client-Ip": "",
@@ -359,6 +363,17 @@ func TestEdgeForwardedHeaders(t *testing.T) {
 				map[string]string{"X-User-Id": "", "X-Forwarded-For": "198.51.100.8"}},
 			{"trusted proxy forwarding IPv6", "127.0.0.1", []string{"X-Forwarded-For: 2001:db8::7"},
 				map[string]string{"X-Forwarded-For": "2001:db8::7", "Forwarded": `for="[2001:db8::7]";host="` + host + `";proto=http`}},
+			// An origin that reads headers as CGI variables (WSGI, Rack,
+			// PHP) reads X_User_Id as X-User-Id: an underscore spelling of a
+			// header the edge removes or sets must not pass either.
+			{"untrusted peer, underscore spellings", "127.0.0.2", underscored, map[string]string{
+				"X_user_id": "", "X-User_plan": "", "X_forwarded_for": "", "X_real_ip": "",
+				"X_forwarded_host": "", "Cloudfront_viewer_address": "", "X-User-Id": "", "X-Forwarded-For": "127.0.0.2",
+			}},
+			{"trusted proxy passing a client's underscore spellings on", "127.0.0.1", append(underscored, "X-Forwarded-For: 198.51.100.7", "X-User-Id: u_1"),
+				map[string]string{"X_user_id": "", "X-User_plan": "", "X_forwarded_for": "", "X_real_ip": "", "X-User-Id": "u_1", "X-Forwarded-For": "198.51.100.7"}},
+			{"underscores elsewhere pass", "127.0.0.2", []string{"X_Trace_Id: t1", "X-User_Idx: 1"},
+				map[string]string{"X_trace_id": "t1", "X-User_idx": "1"}},
 		})
 	})
 }
@@ -372,12 +387,12 @@ func TestEdgeForwardedDecision(t *testing.T) {
 		origin := newRecordingOrigin(t)
 		cfg := seedWith(t, "forward:\n  tier_header: X-Ratewarden-Tier\n  decision_header: X-Ratewarden-Decision\n")
 		base, _ := startEdge(t, bin, nil, "--server", server, "--config", cfg, "--upstream", origin.URL)
-		claims := []string{"X-Ratewarden-Tier: enterprise", "X-Ratewarden-Decision: allow_listed"}
+		claims := []string{"X-Ratewarden-Tier: enterprise", "X-Ratewarden-Decision: allow_listed", "X_Ratewarden_Tier: enterprise", "X-Ratewarden_Decision: allow_listed"}
 		checkForwarded(t, base, origin, []forwardCase{
 			{"untrusted peer", "127.0.0.2", append(claims, "X-User-Id: admin", "X-User-Plan: enterprise"),
-				map[string]string{"X-Ratewarden-Tier": "anonymous", "X-Ratewarden-Decision": "allow", "X-User-Id": ""}},
+				map[string]string{"X-Ratewarden-Tier": "anonymous", "X-Ratewarden-Decision": "allow", "X-User-Id": "", "X_ratewarden_tier": "", "X-Ratewarden_decision": ""}},
 			{"trusted proxy", "127.0.0.1", append(claims, "X-User-Id: u_1", "X-User-Plan: pro"),
-				map[string]string{"X-Ratewarden-Tier": "pro", "X-Ratewarden-Decision": "allow", "X-User-Id": "u_1"}},
+				map[string]string{"X-Ratewarden-Tier": "pro", "X-Ratewarden-Decision": "allow", "X-User-Id": "u_1", "X_ratewarden_tier": "", "X-Ratewarden_decision": ""}},
 		})
 	})
 }

@@ -95,7 +95,7 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 			releaseHeader(kept)
 		}
 	}
-	bad, hop := scanHeaders(&ctx.Request.Header)
+	bad, hop, under := scanHeaders(&ctx.Request.Header)
 	if bad {
 		// fasthttp lets a header name with a space in it through; net/http
 		// refuses it, and so does the edge, before deciding, as net/http's
@@ -110,7 +110,7 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	}
 	x := h.pool.Get().(*exchange)
 	defer recoverPanic(ctx)
-	x.hop = hop
+	x.hop, x.under = hop, under
 	x.start(ctx, ctx.Time())
 	if !x.serve() {
 		x.finish(time.Now())
@@ -140,14 +140,31 @@ func (h *Handler) isEndpoint(ctx *fasthttp.RequestCtx) bool {
 }
 
 // scanHeaders reports, in one pass over the names of a request's headers,
-// whether one has a space or a tab in it (bad), and whether one is
-// hop-by-hop (hop).
-func scanHeaders(h *fasthttp.RequestHeader) (bad, hop bool) {
+// whether one has a space or a tab in it (bad), whether one is hop-by-hop
+// (hop), and whether one has an underscore in it (under), which may make
+// it another spelling of a header the edge removes
+// (edge.Limiter.IsHeaderAlias).
+func scanHeaders(h *fasthttp.RequestHeader) (bad, hop, under bool) {
 	h.VisitAll(func(k, _ []byte) {
 		bad = bad || bytes.ContainsAny(k, " \t")
 		hop = hop || isHop(k)
+		under = under || bytes.IndexByte(k, '_') >= 0
 	})
-	return bad, hop
+	return bad, hop, under
+}
+
+// removeAliases removes from hd the headers that are other spellings of
+// those the edge removes or sets (edge.Limiter.IsHeaderAlias).
+func removeAliases(hd *fasthttp.RequestHeader, l *edge.Limiter) {
+	var aliases []string
+	hd.VisitAll(func(k, _ []byte) {
+		if l.IsHeaderAlias(string(k)) {
+			aliases = append(aliases, string(k))
+		}
+	})
+	for _, k := range aliases {
+		hd.Del(k)
+	}
 }
 
 // hasHopHeader reports whether a response has a hop-by-hop header.
@@ -279,6 +296,7 @@ type exchange struct {
 	stream   io.Reader  // the origin's response body, streamed to the client
 	trusted  bool       // the peer is a trusted proxy
 	hop      bool       // the request has hop-by-hop headers
+	under    bool       // a request header's name has an underscore in it
 	peer     netip.Addr //
 	host     string     // the request's host: an absolute-form target's, or the Host header
 	pathQ    []byte     // path and query as sent (into the request's buffer)
@@ -391,6 +409,9 @@ func (x *exchange) forward(out *fasthttp.Request, cl int) {
 		removeHopHeaders(oh)
 	} else {
 		oh.ResetConnectionClose()
+	}
+	if x.under {
+		removeAliases(oh, h.l)
 	}
 	h.l.ForwardHeaders(oh, x.trusted, v)
 	// What a client says of the forwarding is replaced, trusted or not: one
@@ -586,7 +607,7 @@ func (x *exchange) reset() {
 	x.ctx, x.body, x.stream = nil, nil, nil
 	x.status, x.read, x.respErr, x.bodyFail = 0, 0, "", ""
 	x.handoff, x.began, x.bodyEnd = time.Time{}, time.Time{}, time.Time{}
-	x.pathQ, x.host, x.hop = nil, "", false
+	x.pathQ, x.host, x.hop, x.under = nil, "", false, false
 	x.out.Reset()
 	x.resp.Reset()
 	x.req = edge.Request{}
