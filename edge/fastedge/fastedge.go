@@ -405,6 +405,9 @@ func (x *exchange) forward(out *fasthttp.Request, cl int) {
 	ctx.Request.Header.CopyTo(&out.Header)
 	oh := &out.Header
 	oh.SetNoDefaultContentType(true)
+	// In the edge's own version, whatever the client's (RFC 9110 section
+	// 2.5), as net/http's reverse proxy sends it.
+	oh.SetProtocolBytes(http11)
 	if x.hop {
 		removeHopHeaders(oh)
 	} else {

@@ -374,3 +374,33 @@ func TestPanicDoesNotEndTheServer(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardsHTTP11: the origin gets a request in the edge's own version,
+// HTTP/1.1, whatever the client's (RFC 9110 section 2.5), as under
+// net/http's reverse proxy: before, an HTTP/1.0 request reached the
+// origin as HTTP/1.0, whose connection the origin then closed.
+func TestForwardsHTTP11(t *testing.T) {
+	protos := make(chan string, 1)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos <- r.Proto
+	}))
+	defer origin.Close()
+	base, s := serve(t, origin.URL)
+	for _, version := range []string{"HTTP/1.0", "HTTP/1.1"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "GET /x "+version+"\r\nHost: edge\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.Close()
+		s.next(t)
+		if got := <-protos; resp.StatusCode != 200 || got != "HTTP/1.1" {
+			t.Errorf("a %s request: status %d, the origin got %s, want HTTP/1.1", version, resp.StatusCode, got)
+		}
+	}
+}
