@@ -20,6 +20,7 @@ type forwarding struct {
 	setUser        bool     // forward.user
 	tier, decision string   // forward.tier_header and decision_header, canonical; "" for none
 	aliased        []string // canonical keys whose "_" spellings are removed from every request (IsHeaderAlias)
+	underscored    bool     // one of aliased has "_" in it: its "-" spelling is an alias too
 }
 
 // alwaysStripped are removed from untrusted peers whatever the
@@ -54,6 +55,9 @@ func newForwarding(cfg *config.Config) forwarding {
 			f.aliased = append(f.aliased, k)
 		}
 	}
+	for _, k := range f.aliased {
+		f.underscored = f.underscored || strings.IndexByte(k, '_') >= 0
+	}
 	return f
 }
 
@@ -62,9 +66,10 @@ func newForwarding(cfg *config.Config) forwarding {
 // (X_User_Id for X-User-Id): an origin that reads headers as CGI
 // variables (WSGI, Rack, PHP) reads the two as one HTTP_X_USER_ID, so
 // such a header is removed from every peer's request, trusted or not.
-// Names without "_" are never aliases.
+// A name without "_" is an alias only of a header configured with one
+// (identity.user_header: X_User_Id): AliasesWithoutUnderscore.
 func (l *Limiter) IsHeaderAlias(name string) bool {
-	if strings.IndexByte(name, '_') < 0 {
+	if !l.fwd.underscored && strings.IndexByte(name, '_') < 0 {
 		return false
 	}
 	for _, k := range l.fwd.aliased {
@@ -74,6 +79,11 @@ func (l *Limiter) IsHeaderAlias(name string) bool {
 	}
 	return false
 }
+
+// AliasesWithoutUnderscore reports whether a header name without "_" may
+// be an alias (IsHeaderAlias): a header the edge removes or sets is
+// configured with "_" in its name.
+func (l *Limiter) AliasesWithoutUnderscore() bool { return l.fwd.underscored }
 
 // sameAsCGI reports whether a and b, of one length, name one CGI
 // variable: equal but for letter case and "_" read as "-".

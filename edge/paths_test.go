@@ -183,6 +183,10 @@ func TestForward(t *testing.T) {
 		{"untrusted, user false", func(c *config.Config) { f := false; c.Forward.User = &f }, "203.0.113.7:1", claims,
 			map[string]string{"X-User-Id": "", "X-User-Plan": ""}, "203.0.113.7", "/api/search", "/api/search"},
 		{"encoded path forwarded canonical", nil, "203.0.113.7:1", nil, nil, "203.0.113.7", "/api/%73earch", "/api/search"},
+		// An origin that reads headers as CGI variables reads X-User-Id as
+		// the configured X_User_Id.
+		{"untrusted, a user header named with _", func(c *config.Config) { c.Identity.UserHeader = "X_User_Id" }, "203.0.113.7:1", claims,
+			map[string]string{"X-User-Id": "", "X_user_id": ""}, "203.0.113.7", "/api/search", "/api/search"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := newLimiter(t, seedConfig(t, c.edit), Options{})

@@ -52,6 +52,7 @@ type Handler struct {
 	maxBody     int64
 	bodyTimeout time.Duration
 	idHeader    string
+	aliasAll    bool     // any header name may be an alias (edge.Limiter.AliasesWithoutUnderscore)
 	headers     []string // what Begin reads, canonical
 	// originHost is the Host sent when the client sent none.
 	originHost string
@@ -76,7 +77,7 @@ func NewHandler(l *edge.Limiter, origin Origin, c Config) *Handler {
 		l: l, origin: origin, page: c.ChallengePage, param: c.ChallengeParam,
 		maxBody: c.MaxBodyBytes, bodyTimeout: c.BodyTimeout,
 		idHeader: http.CanonicalHeaderKey(l.RequestIDHeader()), headers: l.DecisionHeaders(),
-		originHost: c.OriginHost,
+		originHost: c.OriginHost, aliasAll: l.AliasesWithoutUnderscore(),
 	}
 	if endpoint, ok := l.TokenEndpoint(); ok {
 		// The token endpoint is rare and not on the request path: it is
@@ -413,7 +414,7 @@ func (x *exchange) forward(out *fasthttp.Request, cl int) {
 	} else {
 		oh.ResetConnectionClose()
 	}
-	if x.under {
+	if x.under || h.aliasAll {
 		removeAliases(oh, h.l)
 	}
 	h.l.ForwardHeaders(oh, x.trusted, v)

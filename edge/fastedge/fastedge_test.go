@@ -404,3 +404,46 @@ func TestForwardsHTTP11(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovesHeaderAliases: a header that an origin reading headers as
+// CGI variables (WSGI, Rack, PHP) reads as one the edge removes does not
+// reach it: X_User_Id for X-User-Id, and, with a user header configured
+// as X_User_Id, X-User-Id.
+func TestRemovesHeaderAliases(t *testing.T) {
+	var got http.Header
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+	}))
+	defer origin.Close()
+	underscored := strings.Replace(testYAML, "trusted_proxies: [127.0.0.1]", "trusted_proxies: [127.0.0.1]\n  user_header: X_User_Id", 1)
+	for _, c := range []struct {
+		name, yaml string
+		sent, gone []string
+	}{
+		{"defaults", testYAML, []string{"X_User_Id", "x_forwarded_for", "X-Real_Ip"}, []string{"X_user_id", "X_forwarded_for", "X-Real_ip"}},
+		{"user header named with _", underscored, []string{"X-User-Id"}, []string{"X-User-Id"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base, s := serveYAML(t, origin.URL, c.yaml)
+			req, _ := http.NewRequest("GET", base+"/x", nil)
+			for _, k := range c.sent {
+				req.Header[k] = []string{"admin"}
+			}
+			req.Header.Set("X_Trace_Id", "t1")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			s.next(t)
+			for _, k := range c.gone {
+				if v := got[k]; v != nil {
+					t.Errorf("the origin got %s %q", k, v)
+				}
+			}
+			if got.Get("X_Trace_Id") != "t1" {
+				t.Errorf("the origin got X_Trace_Id %q, want t1", got.Get("X_Trace_Id"))
+			}
+		})
+	}
+}
