@@ -48,8 +48,9 @@ func newForwarding(cfg *config.Config) forwarding {
 	for _, h := range cfg.Forward.StripHeaders {
 		f.strip = append(f.strip, key(h))
 	}
+	// What an untrusted peer's request loses (the client address headers,
+	// X-Forwarded-For among them), and what the edge sets.
 	f.aliased = append(f.aliased, f.strip...)
-	f.aliased = append(f.aliased, "X-Forwarded-For")
 	for _, k := range []string{f.tier, f.decision} {
 		if k != "" {
 			f.aliased = append(f.aliased, k)
