@@ -20,6 +20,7 @@ type forwarding struct {
 	setUser        bool     // forward.user
 	tier, decision string   // forward.tier_header and decision_header, canonical; "" for none
 	aliased        []string // canonical keys whose "_" spellings are removed from every request (IsHeaderAlias)
+	own            []string // canonical keys the edge sets for the origin (ownConnectionFields)
 	underscored    bool     // one of aliased has "_" in it: its "-" spelling is an alias too
 }
 
@@ -59,7 +60,62 @@ func newForwarding(cfg *config.Config) forwarding {
 	for _, k := range f.aliased {
 		f.underscored = f.underscored || strings.IndexByte(k, '_') >= 0
 	}
+	f.own = append(f.own, key(cfg.Edge.RequestIDHeader))
+	if f.setUser {
+		f.own = append(f.own, f.user, f.plan)
+	}
+	for _, k := range []string{f.tier, f.decision} {
+		if k != "" {
+			f.own = append(f.own, k)
+		}
+	}
 	return f
+}
+
+// unlistOwn removes from h's Connection header the names of the headers
+// the edge sets for the origin (f.own): a client's Connection names fields
+// of its own hop, which the edge's are not, and the reverse proxy removes
+// what Connection names after forward has set them.
+func (f *forwarding) unlistOwn(h http.Header) {
+	conn := h["Connection"]
+	if !f.namesOwn(conn) {
+		return
+	}
+	var kept []string
+	for _, line := range conn {
+		for tok := range strings.SplitSeq(line, ",") {
+			if tok = textproto.TrimString(tok); tok != "" && !f.isOwn(tok) {
+				kept = append(kept, tok)
+			}
+		}
+	}
+	if len(kept) == 0 {
+		delete(h, "Connection")
+		return
+	}
+	h["Connection"] = []string{strings.Join(kept, ", ")}
+}
+
+// namesOwn reports whether the Connection header lines conn name one of
+// the headers the edge sets; it does not allocate.
+func (f *forwarding) namesOwn(conn []string) bool {
+	for _, line := range conn {
+		for tok := range strings.SplitSeq(line, ",") {
+			if f.isOwn(textproto.TrimString(tok)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (f *forwarding) isOwn(name string) bool {
+	for _, k := range f.own {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // IsHeaderAlias reports whether a request header named name is another
@@ -123,6 +179,7 @@ func (l *Limiter) forward(r *http.Request, v *Verdict) *http.Request {
 			delete(r.Header, k)
 		}
 	}
+	l.fwd.unlistOwn(r.Header)
 	l.ForwardHeaders(canonicalHeader(r.Header), l.ident.Trusts(r.RemoteAddr), v)
 	return r
 }

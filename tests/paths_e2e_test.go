@@ -393,6 +393,13 @@ func TestEdgeForwardedDecision(t *testing.T) {
 				map[string]string{"X-Ratewarden-Tier": "anonymous", "X-Ratewarden-Decision": "allow", "X-User-Id": "", "X_ratewarden_tier": "", "X-Ratewarden_decision": ""}},
 			{"trusted proxy", "127.0.0.1", append(claims, "X-User-Id: u_1", "X-User-Plan: pro"),
 				map[string]string{"X-Ratewarden-Tier": "pro", "X-Ratewarden-Decision": "allow", "X-User-Id": "u_1", "X_ratewarden_tier": "", "X-Ratewarden_decision": ""}},
+			// A client's Connection header names fields of its own hop: the
+			// headers the edge sets for the origin are not among them.
+			{"untrusted peer naming the edge's headers hop-by-hop", "127.0.0.2",
+				[]string{"Connection: X-Ratewarden-Tier, X-Ratewarden-Decision, X-Request-Id, X-Hop", "X-Request-Id: r-1", "X-Hop: h"},
+				map[string]string{"X-Ratewarden-Tier": "anonymous", "X-Ratewarden-Decision": "allow", "X-Request-Id": "r-1", "X-Hop": ""}},
+			{"trusted proxy naming the user header hop-by-hop", "127.0.0.1", []string{"Connection: X-User-Id, X-User-Plan", "X-User-Id: u_1", "X-User-Plan: pro"},
+				map[string]string{"X-Ratewarden-Tier": "pro", "X-User-Id": "u_1", "X-User-Plan": "pro"}},
 		})
 	})
 }

@@ -411,6 +411,9 @@ func (x *exchange) forward(out *fasthttp.Request, cl int) {
 	oh.SetProtocolBytes(http11)
 	if x.hop {
 		removeHopHeaders(oh)
+		// The request id is the edge's for the origin, whatever the
+		// client's Connection names.
+		oh.Set(h.idHeader, v.RequestID)
 	} else {
 		oh.ResetConnectionClose()
 	}
