@@ -20,7 +20,7 @@ type forwarding struct {
 	setUser        bool     // forward.user
 	tier, decision string   // forward.tier_header and decision_header, canonical; "" for none
 	aliased        []string // canonical keys whose "_" spellings are removed from every request (IsHeaderAlias)
-	own            []string // canonical keys the edge sets for the origin (ownConnectionFields)
+	own            []string // canonical keys the edge sets for the origin (unlistOwn)
 	underscored    bool     // one of aliased has "_" in it: its "-" spelling is an alias too
 }
 
@@ -49,14 +49,15 @@ func newForwarding(cfg *config.Config) forwarding {
 	for _, h := range cfg.Forward.StripHeaders {
 		f.strip = append(f.strip, key(h))
 	}
-	// What an untrusted peer's request loses (the client address headers,
-	// X-Forwarded-For among them), and what the edge sets.
-	f.aliased = append(f.aliased, f.strip...)
+	var decided []string // the tier and decision headers, when configured
 	for _, k := range []string{f.tier, f.decision} {
 		if k != "" {
-			f.aliased = append(f.aliased, k)
+			decided = append(decided, k)
 		}
 	}
+	// What an untrusted peer's request loses (the client address headers,
+	// X-Forwarded-For among them), and what the edge sets.
+	f.aliased = append(append(f.aliased, f.strip...), decided...)
 	for _, k := range f.aliased {
 		f.underscored = f.underscored || strings.IndexByte(k, '_') >= 0
 	}
@@ -64,11 +65,7 @@ func newForwarding(cfg *config.Config) forwarding {
 	if f.setUser {
 		f.own = append(f.own, f.user, f.plan)
 	}
-	for _, k := range []string{f.tier, f.decision} {
-		if k != "" {
-			f.own = append(f.own, k)
-		}
-	}
+	f.own = append(f.own, decided...)
 	return f
 }
 
