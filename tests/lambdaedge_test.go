@@ -603,6 +603,9 @@ func generateVectors(t *testing.T) vectorFile {
 		{Name: "nat64: a translated client on the deny list gets 403", Event: ev("64:ff9b::192.0.2.66", "GET", "/", "")},
 		{Name: "nat64: an IPv4-mapped client on the deny list gets 403", Event: ev("::ffff:192.0.2.66", "GET", "/", "")},
 		{Name: "nat64: a translated address forwarded by a trusted proxy", Event: ev("10.1.2.3", "GET", "/", "", "X-Forwarded-For", "64:ff9b::198.18.0.9")},
+		{Name: "identity: a viewer's headers spelt with _ for - are not forwarded (an origin reading CGI variables takes X_User_Id for X-User-Id)", Event: ev("203.0.113.29", "GET", "/api/reports", "",
+			"X_User_Id", "admin", "x_user_plan", "enterprise", "X_Forwarded_For", "1.2.3.4", "X_Real_Ip", "1.2.3.4", "X_Ratewarden_Tier", "pro", "X_Ratewarden-Decision", "allow", "X_Custom", "kept")},
+		{Name: "identity: a trusted proxy's headers spelt with _ for - are not forwarded either", Event: ev("10.1.2.4", "GET", "/api/reports", "", "X-Forwarded-For", "198.18.0.2", "X-User-Id", "zoe", "X_User_Id", "admin", "X_Forwarded_For", "1.2.3.4")},
 	}
 	for i := range vs {
 		vs[i].Group, vs[i].Time = "up", at(time.Duration(i)*time.Millisecond)

@@ -105,12 +105,39 @@ function cloudFrontResponse(v, resp) {
   return out;
 }
 
+// headerAliases is edge.Limiter.IsHeaderAlias for the function's
+// lower-case header names: a name that is another spelling, with "_" for
+// "-", of a header the edge removes from untrusted viewers or sets (an
+// origin reading headers as CGI variables reads x_user_id as x-user-id),
+// removed from every viewer's request.
+function headerAliases(f) {
+  const cgi = (k) => k.replaceAll("_", "-");
+  const byCGI = new Map(); // cgi(name) -> the names of that spelling
+  for (const k of [...f.strip, f.tier, f.decision]) {
+    if (!k) continue;
+    const l = k.toLowerCase();
+    const names = byCGI.get(cgi(l)) || new Set();
+    names.add(l);
+    byCGI.set(cgi(l), names);
+  }
+  return {
+    is(k) {
+      const names = byCGI.get(cgi(k));
+      return names !== undefined && (names.size > 1 || !names.has(k));
+    },
+  };
+}
+
 // forward is edge's forward for CloudFront's request: headers of an
 // untrusted viewer that the edge did not believe removed, the identity it
 // resolved set, the path canonical.
 function forward(c, request, v) {
   const f = c.cfg.forward;
   const h = request.headers;
+  c.aliases ??= headerAliases(f);
+  for (const k of Object.keys(h)) {
+    if (c.aliases.is(k)) delete h[k];
+  }
   if (!c.ident.trusts(toBytes(request.clientIp || ""))) {
     for (const k of f.strip) delete h[k];
   }
