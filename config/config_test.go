@@ -563,6 +563,10 @@ tiers:
 		{"upstream scheme", "edge:\n  upstream: ftp://origin # <-\n" + anonymous, "edge.upstream", `"ftp://origin" is not allowed; use an absolute http or https URL`},
 		{"upstream relative", "edge:\n  upstream: 127.0.0.1:3000 # <-\n" + anonymous, "edge.upstream", "is not allowed"},
 		{"listen", "edge:\n  listen: localhost # <-\n" + anonymous, "edge.listen", `"localhost" is not allowed; use host:port`},
+		// A port no listener or dialer takes: config check passed it, and
+		// the edge failed at its listen without naming the key.
+		{"listen port", "edge:\n  listen: 127.0.0.1:99999 # <-\n" + anonymous, "edge.listen", `"127.0.0.1:99999" is not allowed; use host:port with a port from 0 to 65535`},
+		{"listen port name", "edge:\n  admin_listen: localhost:metrics # <-\n" + anonymous, "edge.admin_listen", `"localhost:metrics" is not allowed; use host:port`},
 		{"decision queue", "edge:\n  decision_queue: -1 # <-\n" + anonymous, "edge.decision_queue", `"-1" is not allowed; use 1 or more`},
 		{"request id header", "edge:\n  request_id_header: X Request # <-\n" + anonymous, "edge.request_id_header", "use an HTTP header name"},
 		{"store type", "store:\n  type: dynamo # <-\n" + anonymous, "store.type", `"dynamo" is not allowed; use one of memory, dynamodb, redis`},
@@ -572,6 +576,7 @@ tiers:
 		{"breaker failures", "store:\n  breaker:\n    failures: -1 # <-\n" + anonymous, "store.breaker.failures", "use 1 or more"},
 		{"breaker cooldown", "store:\n  breaker: {cooldown: 50ms} # <-\n" + anonymous, "store.breaker.cooldown", `"50ms" is not allowed; use 100ms or more`},
 		{"redis addr", "store:\n  type: redis\n  redis:\n    addrs: [redis.local] # <-\n" + anonymous, "store.redis.addrs[0]", `"redis.local" is not allowed; use host:port`},
+		{"redis port", "store:\n  type: redis\n  redis:\n    addrs: [redis.local:70000] # <-\n" + anonymous, "store.redis.addrs[0]", `"redis.local:70000" is not allowed; use host:port with a port from 1 to 65535`},
 		{"redis clock", "store:\n  type: redis\n  redis:\n    clock: edge # <-\n" + anonymous, "store.redis.clock", `"edge" is not allowed; use one of server, caller`},
 		{"dynamodb table", "store:\n  type: dynamodb\n  dynamodb:\n    table: a # <-\n" + anonymous, "store.dynamodb.table", "use 3 to 255 of"},
 		{"dynamodb lease", "store:\n  type: dynamodb\n  dynamodb:\n    concurrency_lease: 10s # <-\n" + anonymous, "store.dynamodb.concurrency_lease", `"10s" is not allowed; use 1m to 24h`},

@@ -327,9 +327,25 @@ func (v *validator) oneOfFold(segs []string, got string, allowed []string) {
 }
 
 func (v *validator) hostPort(segs []string, got string) {
-	if _, _, err := net.SplitHostPort(got); err != nil {
-		v.report(segs, got, "is not allowed", "host:port, such as 127.0.0.1:8080 or :8080")
+	if !validHostPort(got, 0) {
+		v.report(segs, got, "is not allowed", "host:port with a port from 0 to 65535, such as 127.0.0.1:8080 or :8080")
 	}
+}
+
+// validHostPort reports whether addr is host:port with a port number from
+// lo to 65535 (or none, when lo is 0: a listener's any port). A name for
+// the port is refused: whether net.Listen knows it depends on the
+// machine's services file, not on the configuration.
+func validHostPort(addr string, lo uint64) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if port == "" {
+		return lo == 0
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n >= lo
 }
 
 func (v *validator) header(segs []string, got string) {
@@ -460,8 +476,8 @@ func (v *validator) store(s *Store) {
 		v.durationRange(key("store", "dynamodb", "concurrency_lease"), s.DynamoDB.ConcurrencyLease, time.Minute, 24*time.Hour)
 	case "redis":
 		for i, a := range s.Redis.Addrs {
-			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-				v.report(key("store", "redis", "addrs", index(i)), a, "is not allowed", "host:port")
+			if !validHostPort(a, 1) {
+				v.report(key("store", "redis", "addrs", index(i)), a, "is not allowed", "host:port with a port from 1 to 65535")
 			}
 		}
 		v.intRange(key("store", "redis", "db"), int64(s.Redis.DB), 0, 15)
