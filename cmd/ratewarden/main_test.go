@@ -64,7 +64,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"rls", "extra"}, 2, "Usage: ratewarden rls"},
 		{[]string{"authz", "--help"}, 0, "-listen"},
 		{[]string{"authz", "--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"rls", "--listen", "nowhere"}, 1, "rls.listen: \"nowhere\" is not allowed"},
+		{[]string{"rls", "--listen", "nowhere"}, 2, `--listen "nowhere": is not allowed; use host:port`},
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
@@ -191,5 +191,46 @@ func TestTokenIssueRefuses(t *testing.T) {
 		if code, _, errs := runCLI(t, env, "token", "issue", "--user", "u_1", "--ttl", ttl); code != 0 {
 			t.Errorf("--ttl %s: exit %d %s", ttl, code, errs)
 		}
+	}
+}
+
+// TestOverridingFlagsChecked holds a flag that overrides a configuration key
+// to the key's check, as a flag: exit 2 naming the flag, its value and what
+// is allowed. Before, the merged configuration's error named the file's line
+// of the value the flag replaced (exit 1), and with the built-in
+// configuration there was no check: edge --node of 300 bytes served, each
+// decision unreadable, and --admin-listen nohost failed after the edge had
+// started. The context is done, so that a command that starts stops at once.
+func TestOverridingFlagsChecked(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	seed := "../../examples/seed.yaml"
+	long := strings.Repeat("n", 300)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"edge", "--config", seed, "--listen", "nohost"}, `--listen "nohost": is not allowed; use host:port`},
+		{[]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "nohost"}, `--admin-listen "nohost": is not allowed; use host:port`},
+		{[]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--node", long}, `--node "nnnn`},
+		{[]string{"edge", "--config", seed, "--upstream", "ftp://x"}, `--upstream "ftp://x": is not allowed; use an absolute http or https URL`},
+		{[]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--kinesis-stream", "no spaces"}, `--kinesis-stream "no spaces": is not allowed`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "nohost"}, `--dashboard-listen "nohost": is not allowed; use host:port`},
+		{[]string{"serve", "--config", seed, "--listen", "127.0.0.1:99999"}, `--listen "127.0.0.1:99999": is not allowed; use host:port with a port from 0 to 65535`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "off", "--upstream", "ftp://x"}, `--upstream "ftp://x": is not allowed`},
+		{[]string{"authz", "--config", seed, "--admin-listen", "nowhere"}, `--admin-listen "nowhere": is not allowed; use host:port`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			dir := t.TempDir()
+			args := append(c.args, "--decisions-dir", filepath.Join(dir, "log"))
+			if c.args[0] == "serve" {
+				args = append(args, "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"))
+			}
+			code, out, errs := runCLIContext(t, ctx, nil, args...)
+			if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(errs, "seed.yaml") {
+				t.Errorf("exit %d, want 2 and %q, no seed.yaml:\n%s%s", code, c.want, out, errs)
+			}
+		})
 	}
 }

@@ -61,10 +61,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if cfg.Edge.Upstream == "" || *cfgPath == "" && *upstream == "" {
 		cfg.Edge.Upstream = assemble.BuiltinUpstream
 	}
-	if cfg.Edge.Upstream != assemble.BuiltinUpstream {
-		if err := cfg.Validate(); err != nil {
-			return err
-		}
+	if err := checkOverrides(cfg, fs, "edge.listen"); err != nil {
+		return err
 	}
 	// serve writes its alert lines to alerts.sinks.file, a file of its
 	// state directory unless it says "-": standard output, where --emf
