@@ -39,6 +39,9 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *settle < 1 || *poll <= 0 {
 		return badFlag(fmt.Errorf("alerts: --settle and --poll must be positive"))
 	}
+	if err := assemble.CheckPartialsSpec(*partials); err != nil {
+		return badFlag(fmt.Errorf("alerts: %w", err))
+	}
 	store, err := assemble.Partials(ctx, *partials)
 	if err != nil {
 		return err

@@ -58,6 +58,8 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		err error
 	)
 	switch {
+	case *reportMode && *aggregate:
+		return badFlag(errors.New("lambda: --aggregate and --report: give one mode, not both"))
 	case *reportMode:
 		if f, err = report.ParseFormat(*format); err != nil {
 			return badFlag(fmt.Errorf("--%w", err))
@@ -67,6 +69,9 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 		if *reportRange < af.o.Window {
 			return badFlag(fmt.Errorf("--report-range %v: want at least one window (--window %v)", *reportRange, af.o.Window))
+		}
+		if err := assemble.CheckPartialsSpec(af.o.Partials); err != nil {
+			return badFlag(fmt.Errorf("lambda --report: %w", err))
 		}
 	case *aggregate:
 		af.o.EMF = assemble.LambdaEMF

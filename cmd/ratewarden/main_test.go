@@ -77,8 +77,20 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lambda", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"lambda", "--aggregate", "--window", "1m"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
-		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 1, `--partials "x": want dir:PATH or dynamodb:TABLE`},
-		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 1, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 2, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
+		// A store or sink spec of the wrong form is a bad flag, found
+		// before anything starts (it exited 1, and lambda's said only
+		// that this is not Lambda).
+		{[]string{"aggregate", "--stdin", "--partials", "x"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"aggregate", "--stdin", "--emf", "bogus"}, 2, `--emf "bogus": want stdout | file:PATH`},
+		{[]string{"serve", "--partials", "dynamodb:x"}, 2, `--partials "dynamodb:x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"serve", "--emf", "file:"}, 2, `--emf "file:": want stdout | file:PATH`},
+		{[]string{"serve", "--partials-dir", "p", "--partials", "dir:q"}, 2, "give --partials-dir or --partials, not both"},
+		{[]string{"lambda", "--report"}, 2, `--partials "": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"lambda", "--report", "--partials", "x"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"lambda", "--aggregate", "--partials", "x"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"lambda", "--aggregate", "--report", "--partials", "dir:p"}, 2, "--aggregate and --report: give one"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 2, "--alerts with --kinesis-stream: --alerts is for --decisions-dir only (it needs whole windows"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 2, `--rules "global": want rule ids`},
 		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
