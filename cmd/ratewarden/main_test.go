@@ -65,6 +65,13 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"authz", "--help"}, 0, "-listen"},
 		{[]string{"authz", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"rls", "--listen", "nowhere"}, 2, `--listen "nowhere": is not allowed; use host:port`},
+		// lists' flags are checked before the configuration is read
+		// (x.yaml does not exist): each exited 1, after reading it.
+		{[]string{"lists", "show", "--config", "x.yaml", "--list", "bogus"}, 2, `--list "bogus": want one of`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--ttl", "-1h"}, 2, "--ttl -1h0m0s: want a positive duration"},
+		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", " "}, 2, "--by is empty"},
+		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--pending"}, 2, "--pending: with add only"},
+		{[]string{"lists", "add", "--config", "x.yaml", "192.0.2.1", "--by", "a"}, 2, "lists add: want --list"},
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
