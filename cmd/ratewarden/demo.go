@@ -15,7 +15,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	duration := fs.Duration("duration", time.Minute, "how long the simulated traffic runs, in story time (`duration`)")
 	speed := fs.Float64("speed", 1, "run the story on a clock `X` times as fast as wall time: --duration of story in duration ÷ X, decisions, windows and rates in story time; the story waits when the aggregator falls behind")
 	dash := fs.String("dashboard-listen", "127.0.0.1:9092", "the live dashboard's `address`, \"off\" for none")
-	dir := fs.String("dir", "", "keep the decision log, state, partials, alerts and challenge list (emptied at the start) in `directory` (default: a temporary one, removed)")
+	dir := fs.String("dir", "", "keep the decision log, state, partials, alerts and challenge list in `directory`, new or without an earlier run's (default: a temporary one, removed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
