@@ -71,8 +71,8 @@ func runConfig(args []string, stdout, stderr io.Writer, getenv func(string) stri
 	return nil
 }
 
-// flagKeys are the configuration keys that the flags of edge, serve, rls
-// and authz override, by flag name; --listen's is the command's own.
+// flagKeys are the configuration keys that the flags of edge, serve, rls,
+// authz and lambda override, by flag name; --listen's is the command's own.
 var flagKeys = map[string]string{
 	"upstream":          "edge.upstream",
 	"admin-listen":      "edge.admin_listen",

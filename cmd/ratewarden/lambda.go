@@ -82,6 +82,10 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if cfg, err = loadConfig(*cfgPath); err != nil {
 			return err
 		}
+		override(&cfg.Edge.Upstream, *upstream)
+		if err := checkOverrides(cfg, fs, ""); err != nil {
+			return err
+		}
 	}
 	if getenv("AWS_LAMBDA_RUNTIME_API") == "" {
 		return errors.New("lambda: AWS_LAMBDA_RUNTIME_API is not set: run this inside AWS Lambda (use \"ratewarden edge\" elsewhere)")
@@ -112,7 +116,6 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		awslambda.StartWithOptions(kl.Handle, awslambda.WithContext(ctx))
 		return nil
 	}
-	override(&cfg.Edge.Upstream, *upstream)
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Fallback: stdout})
 	if err != nil {
 		return err

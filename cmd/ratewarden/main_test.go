@@ -82,6 +82,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lambda", "--report", "--window", "7s"}, 2, "--window 7s: want 1s to 24h"},
 		{[]string{"lambda", "--report", "--report-range", "0s"}, 2, "--report-range 0s: want at least one window"},
 		{[]string{"lambda", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
+		{[]string{"lambda", "--upstream", "ftp://x"}, 2, `--upstream "ftp://x": is not allowed; use an absolute http or https URL`},
 		{[]string{"lambda", "--aggregate", "--window", "1m"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
