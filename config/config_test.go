@@ -592,6 +592,11 @@ tiers:
 		{"ipv6 prefix", "identity:\n  ipv6_prefix: 129 # <-\n" + anonymous, "identity.ipv6_prefix", "use 1 to 128"},
 		{"client ip header", "identity:\n  client_ip_header: x-real-ip # <-\n" + anonymous, "identity.client_ip_header", `"x-real-ip" is not allowed; use one of x-forwarded-for, cloudfront-viewer-address`},
 		{"trusted proxy", "identity:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - proxy.local # <-\n" + anonymous, "identity.trusted_proxies[1]", `"proxy.local" is not allowed; use an address or CIDR prefix`},
+		// A prefix with host bits is the whole prefix to the edge: 10.0.3.7/8
+		// trusted every address of 10.0.0.0/8, silently, where the lists
+		// refuse such an entry.
+		{"trusted proxy host bits", "identity:\n  trusted_proxies: [10.0.3.7/8] # <-\n" + anonymous, "identity.trusted_proxies[0]", `"10.0.3.7/8" has host bits set; use 10.0.0.0/8 for the prefix, or 10.0.3.7 for the one address`},
+		{"trusted proxy host bits IPv6", "identity:\n  trusted_proxies: [\"2001:db8::1/32\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", `"2001:db8::1/32" has host bits set; use 2001:db8::/32 for the prefix`},
 		{"trusted proxy zone", "identity:\n  trusted_proxies: [\"fe80::1%eth0\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "without a zone"},
 		{"trusted proxy mapped", "identity:\n  trusted_proxies: [\"::ffff:0:0/80\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "is not allowed"},
 		{"trusted proxy NAT64", "identity:\n  trusted_proxies: [\"64:ff9b::/64\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "an IPv4-mapped or NAT64 (64:ff9b::/96) prefix needs at least 96 bits"},

@@ -418,6 +418,12 @@ func (v *validator) identity(id *Identity) {
 	nat := id.NAT64()
 	for i, s := range id.TrustedProxies {
 		if _, ok := parseProxy(nat, s); ok {
+			// The edge trusts a prefix's every address: one written with
+			// host bits (10.0.3.7/8) is most likely the address meant.
+			if p, err := netip.ParsePrefix(s); err == nil && p != p.Masked() {
+				v.report(key("identity", "trusted_proxies", index(i)), s, "has host bits set",
+					p.Masked().String()+" for the prefix, or "+p.Addr().String()+" for the one address")
+			}
 			continue
 		}
 		if p, err := netip.ParsePrefix(s); err == nil {
