@@ -86,6 +86,9 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lambda", "--aggregate", "--window", "1m"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		// The configuration is read before the store is looked at: a bad
+		// one was hidden behind the store's error.
+		{[]string{"alerts", "--config", "no-such.yaml", "--partials", "dir:/nonexistent", "--state-dir", "s"}, 1, "no-such.yaml"},
 		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 2, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
 		// A store or sink spec of the wrong form is a bad flag, found
 		// before anything starts (it exited 1, and lambda's said only
