@@ -328,8 +328,21 @@ func (v *validator) oneOfFold(segs []string, got string, allowed []string) {
 
 func (v *validator) hostPort(segs []string, got string) {
 	if !validHostPort(got, 0) {
-		v.report(segs, got, "is not allowed", "host:port with a port from 0 to 65535, such as 127.0.0.1:8080 or :8080")
+		v.report(segs, got, "is not allowed", listenAllowed)
 	}
+}
+
+// listenAllowed is what a listen address may be.
+const listenAllowed = "host:port with a port from 0 to 65535, such as 127.0.0.1:8080 or :8080"
+
+// CheckListen checks a listen address given outside the configuration (a
+// flag) as the configuration's are checked; the error says what is
+// allowed.
+func CheckListen(addr string) error {
+	if !validHostPort(addr, 0) {
+		return errors.New("want " + listenAllowed)
+	}
+	return nil
 }
 
 // validHostPort reports whether addr is host:port with a port number from

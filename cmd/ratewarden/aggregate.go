@@ -81,6 +81,11 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if *poll < 200*time.Millisecond || *poll > time.Minute {
 		return badFlag(fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll))
 	}
+	if *admin != "off" && *admin != "" {
+		if err := config.CheckListen(*admin); err != nil {
+			return badFlag(fmt.Errorf("aggregate: --admin-listen %q: %w", *admin, err))
+		}
+	}
 	// The source would take an empty group or a zero lease for its own
 	// defaults, not the flags': another group, which reads the stream again.
 	if *group == "" {

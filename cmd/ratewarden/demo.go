@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -31,6 +32,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	}
 	if *dash == "off" {
 		*dash = ""
+	}
+	if *dash != "" {
+		if err := config.CheckListen(*dash); err != nil {
+			return badFlag(fmt.Errorf("demo: --dashboard-listen %q: %w", *dash, err))
+		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	return assemble.RunDemo(ctx, assemble.DemoOptions{Duration: *duration, Speed: *speed, Dir: *dir,

@@ -257,3 +257,33 @@ func TestOverridingFlagsChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestListenFlags: aggregate --admin-listen and demo --dashboard-listen
+// are checked as the configuration's listen addresses are, as bad flags
+// (exit 2) before anything starts. Before, each exited 1 with the
+// listener's error ("admin listen: listen tcp: address nohost: missing
+// port in address"), aggregate after taking its state directory's lock
+// and opening its sinks.
+func TestListenFlags(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"aggregate", "--decisions-dir", filepath.Join(dir, "log"), "--state-dir", filepath.Join(dir, "state"), "--no-follow",
+			"--partials", "dir:" + filepath.Join(dir, "partials"), "--admin-listen", "nohost"}, `--admin-listen "nohost": want host:port`},
+		{[]string{"aggregate", "--decisions-dir", filepath.Join(dir, "log"), "--state-dir", filepath.Join(dir, "state"), "--no-follow",
+			"--partials", "dir:" + filepath.Join(dir, "partials"), "--admin-listen", "127.0.0.1:99999"}, `--admin-listen "127.0.0.1:99999": want host:port with a port from 0 to 65535`},
+		{[]string{"demo", "--dir", filepath.Join(dir, "demo"), "--dashboard-listen", "nohost"}, `--dashboard-listen "nohost": want host:port`},
+	} {
+		code, out, errs := runCLIContext(t, ctx, nil, c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%q: exit %d, want 2 and %q:\n%s%s", c.args, code, c.want, out, errs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state")); err == nil {
+		t.Errorf("aggregate made its state directory before refusing its flags")
+	}
+}
