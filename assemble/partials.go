@@ -3,13 +3,13 @@ package assemble
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 // PartialsSpecs names the forms of a partials store's spec (--partials).
@@ -52,11 +52,8 @@ func Partials(ctx context.Context, spec string) (PartialsStore, error) {
 // flag before they start.
 func CheckPartialsSpec(spec string) error {
 	kind, arg, _ := strings.Cut(spec, ":")
-	if kind == "dir" && arg != "" || kind == "dynamodb" && tableName.MatchString(arg) {
+	if kind == "dir" && arg != "" || kind == "dynamodb" && config.ValidTableName(arg) {
 		return nil
 	}
 	return fmt.Errorf("--partials %q: want %s (a table name is 3 to 255 letters, digits, '_', '-' or '.')", spec, PartialsSpecs)
 }
-
-// tableName matches the names DynamoDB allows a table.
-var tableName = regexp.MustCompile(`^[A-Za-z0-9_.-]{3,255}$`)

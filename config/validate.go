@@ -99,7 +99,7 @@ func (v *validator) lists(l *Lists, challenge bool) {
 	if l.Table == "" {
 		return
 	}
-	if !validTableName(l.Table) {
+	if !ValidTableName(l.Table) {
 		v.report(key("lists", "table"), l.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
 	}
 	for _, f := range files {
@@ -169,7 +169,7 @@ func (v *validator) decisions(d *Decisions, queue int) {
 	v.durationRange(key("decisions", "kinesis", "retry"), k.Retry, 100*time.Millisecond, 10*time.Minute)
 	v.durationRange(key("decisions", "kinesis", "linger"), k.Linger, time.Millisecond, time.Minute)
 	v.batch(key("decisions", "kinesis", "batch"), k.Batch, queue)
-	if k.Stream != "" && !validStreamName(k.Stream) {
+	if k.Stream != "" && !ValidStreamName(k.Stream) {
 		v.report(key("decisions", "kinesis", "stream"), k.Stream, "is not allowed", "1 to 128 of a-z, A-Z, 0-9, _ . -")
 	}
 	if k.Stream != "" && k.SpillDir == "" {
@@ -216,8 +216,9 @@ func (v *validator) batch(segs []string, got, queue int) {
 	v.intRange(segs, int64(got), 1, 65536)
 }
 
-// validStreamName reports whether s is a valid Kinesis stream name.
-func validStreamName(s string) bool { return len(s) >= 1 && len(s) <= 128 && validName(s) }
+// ValidStreamName reports whether s is a name Kinesis takes for a stream:
+// 1 to 128 of a-z, A-Z, 0-9, _ . -.
+func ValidStreamName(s string) bool { return len(s) >= 1 && len(s) <= 128 && validName(s) }
 
 // validName reports whether s holds only the characters AWS allows in
 // stream and table names.
@@ -486,7 +487,7 @@ func (v *validator) store(s *Store) {
 	v.durationRange(key("store", "breaker", "cooldown"), s.Breaker.Cooldown, 100*time.Millisecond, math.MaxInt64)
 	switch s.Type {
 	case "dynamodb":
-		if !validTableName(s.DynamoDB.Table) {
+		if !ValidTableName(s.DynamoDB.Table) {
 			v.report(key("store", "dynamodb", "table"), s.DynamoDB.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
 		}
 		if ep := s.DynamoDB.Endpoint; ep != "" && !isHTTPURL(ep) {
@@ -509,8 +510,9 @@ func (v *validator) store(s *Store) {
 	v.intRange(key("store", "sync", "max_keys"), int64(s.Sync.MaxKeys), 1000, math.MaxInt64)
 }
 
-// validTableName reports whether s is a valid DynamoDB table name.
-func validTableName(s string) bool { return len(s) >= 3 && len(s) <= 255 && validName(s) }
+// ValidTableName reports whether s is a name DynamoDB takes for a table:
+// 3 to 255 of a-z, A-Z, 0-9, _ . -.
+func ValidTableName(s string) bool { return len(s) >= 3 && len(s) <= 255 && validName(s) }
 
 func (v *validator) challenge(ch *Challenge) {
 	if f := ch.Factor; math.IsNaN(f) || f < 1 || f > MaxFactor {

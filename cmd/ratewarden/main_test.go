@@ -74,6 +74,14 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lists", "add", "--config", "x.yaml", "192.0.2.1", "--by", "a"}, 2, "lists add: want --list"},
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
+		// Names AWS refuses are bad flags, found before anything is
+		// created: aws init --stream "bad name!" created every table,
+		// then failed on the stream (exit 1).
+		{[]string{"aws", "init", "--stream", "bad name!"}, 2, `--stream "bad name!": want 1 to 128 of a-z, A-Z, 0-9, _ . -, or "" to skip`},
+		{[]string{"aws", "init", "--counters-table", "a"}, 2, `--counters-table "a": want 3 to 255 of a-z, A-Z, 0-9, _ . -, or "" to skip`},
+		{[]string{"aws", "init", "--partials-table", "x/y"}, 2, `--partials-table "x/y": want 3 to 255`},
+		{[]string{"aws", "init", "--wait", "0s"}, 2, "--wait 0s: want more than 0"},
+		{[]string{"aws", "init", "--shards", "0"}, 2, "--shards 0: want 1 or more"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"lambda", "--aggregate", "--commit-records", "-1"}, 2, "--commit-records -1: want 0 (the whole batch) to 10000"},
 		// Checked before the runtime is required (no AWS_LAMBDA_RUNTIME_API here).
