@@ -120,6 +120,12 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "50ms"}, 2, "--idle 50ms: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "2h"}, 2, "--idle 2h0m0s: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `invalid value "soon" for flag -idle`},
+		// A value the flag package cannot parse is named with the kind of
+		// value wanted (it said "parse error", and the usage after it).
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `--idle "soon": want a duration, such as 500ms, 30s or 1h30m`},
+		{[]string{"report", "--from", "1h", "--partials", "dir:p", "--top", "ten"}, 2, `--top "ten": want a whole number`},
+		{[]string{"demo", "--speed", "fast"}, 2, `--speed "fast": want a number, such as 10 or 2.5`},
+		{[]string{"aggregate", "--stdin", "--no-follow=maybe"}, 2, `--no-follow "maybe": want true or false`},
 		{[]string{"aggregate", "--help"}, 0, "-idle duration"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "0"}, 2, "--rule-budget 0: want 1 to 65536"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "-1"}, 2, "--rule-budget -1: want 1 to 65536"},
