@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -299,5 +300,28 @@ func TestListenFlags(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state")); err == nil {
 		t.Errorf("aggregate made its state directory before refusing its flags")
+	}
+}
+
+// TestEdgeAdminPortTaken: an admin address another process holds (9090 is
+// also Prometheus's) stops the edge before it serves: exit 1 naming the
+// admin listener, and no "edge listening". Before, the edge served
+// requests from the moment it listened, then stopped on the admin error.
+func TestEdgeAdminPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, command := range []string{"edge", "serve"} {
+		dir := t.TempDir()
+		args := []string{command, "--listen", "127.0.0.1:0", "--admin-listen", taken.Addr().String(), "--decisions-dir", filepath.Join(dir, "log")}
+		if command == "serve" {
+			args = append(args, "--dashboard-listen", "off", "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"))
+		}
+		code, _, errs := runCLI(t, nil, args...)
+		if code != 1 || !strings.Contains(errs, "admin listen") || strings.Contains(errs, "edge listening") {
+			t.Errorf("%s: exit %d, want 1, the admin listener's error and no edge listening:\n%s", command, code, errs)
+		}
 	}
 }
