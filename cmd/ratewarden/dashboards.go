@@ -37,7 +37,7 @@ func runDashboards(ctx context.Context, args []string, stdout, stderr io.Writer)
 	failOpen := fs.Float64("fail-open-ratio", 0.01, "share of requests failed open that raises the fail-open alarm (`ratio`)")
 	lag := fs.Int("lag-minutes", 5, "`minutes` without an aggregated window that raise the pipeline-lag alarm")
 	var actions listFlag
-	fs.Var(&actions, "alarm-action", "`ARN` (an SNS topic) the alarms notify; repeatable")
+	fs.Var(&actions, "alarm-action", "`ARN` (an SNS topic, arn:aws:sns:REGION:ACCOUNT:NAME) the alarms notify; repeatable")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,6 +57,13 @@ func runDashboards(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if err := assemble.CheckNamespace(*namespace); err != nil {
 		return badFlag(fmt.Errorf("dashboards: %w", err))
+	}
+	for _, a := range actions {
+		// arn:partition:service:region:account:resource, the form
+		// PutMetricAlarm takes (region and account may be empty).
+		if f := strings.SplitN(a, ":", 6); len(f) < 6 || f[0] != "arn" || f[1] == "" || f[2] == "" || f[5] == "" {
+			return badFlag(fmt.Errorf("dashboards: --alarm-action %q: want an ARN, such as arn:aws:sns:us-east-1:123456789012:ops", a))
+		}
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {

@@ -189,6 +189,10 @@ func TestDashboardsFlags(t *testing.T) {
 		// --out failed to open "DIR/dashboard-my prefix/x-overview.json",
 		// exit 1, and --apply had PutDashboard refuse it.
 		{[]string{"dashboards", "--out", t.TempDir(), "--prefix", "my prefix/x"}, 2, `--prefix "my prefix/x": want 1 to 200 of A-Z, a-z, 0-9, - and _`},
+		// Not an ARN: written into every alarm, and with --apply refused by
+		// PutMetricAlarm after the dashboards were put.
+		{[]string{"dashboards", "--out", t.TempDir(), "--alarm-action", "ops-topic"}, 2, `--alarm-action "ops-topic": want an ARN, such as arn:aws:sns:us-east-1:123456789012:ops`},
+		{[]string{"dashboards", "--out", t.TempDir(), "--alarm-action", "arn:aws:sns:us-east-1:123456789012:ops"}, 0, "wrote"},
 	} {
 		code, out, errs := runCLI(t, nil, c.args...)
 		if code != c.code || !strings.Contains(out+errs, c.want) {
