@@ -92,6 +92,12 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lambda", "--report", "--report-range", "0s"}, 2, "--report-range 0s: want at least one window"},
 		{[]string{"lambda", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"lambda", "--upstream", "ftp://x"}, 2, `--upstream "ftp://x": is not allowed; use an absolute http or https URL`},
+		// A flag of another mode is refused, not ignored: --window and
+		// --partials without --aggregate ran the edge's Lambda.
+		{[]string{"lambda", "--window", "5m", "--partials", "dir:p"}, 2, "lambda: --partials is for --aggregate and --report"},
+		{[]string{"lambda", "--aggregate", "--format", "csv"}, 2, "lambda: --format is for --report only"},
+		{[]string{"lambda", "--report", "--partials", "dir:p", "--commit-records", "5"}, 2, "lambda: --commit-records is for --aggregate only"},
+		{[]string{"lambda", "--aggregate", "--upstream", "http://o"}, 2, "lambda: --upstream is for the edge's Lambda (neither --aggregate nor --report)"},
 		{[]string{"lambda", "--aggregate", "--window", "1m"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
 		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
