@@ -107,8 +107,8 @@ func CheckWindow(w time.Duration) error {
 
 // Rollup returns the rollup options, or an error naming the flag whose
 // value is out of range (the EMF's --rule-budget and --emf-timeout too:
-// every command that has them checks its flags here; and --namespace,
-// which CheckNamespace checks).
+// every command that has them checks its flags here; --namespace, which
+// CheckNamespace checks; and the forms of --emf and --partials).
 func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	p, ok := aggregator.ParseLatePolicy(o.Late)
 	if err := CheckNamespace(o.Namespace); err != nil {
@@ -141,6 +141,15 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	case o.EMFTimeout != 0 && !emfSinkWaits(o.EMF):
 		// Given and ignored, it would promise a bound that nothing keeps.
 		return aggregator.Options{}, fmt.Errorf("--emf-timeout %v: only --emf agent:ADDR, logs:GROUP and metrics wait for a flush; --emf is %q", o.EMFTimeout, o.EMF)
+	case o.EMF != "":
+		if err := checkEMFSpec(o.EMF); err != nil {
+			return aggregator.Options{}, err
+		}
+	}
+	if o.Partials != "" {
+		if err := CheckPartialsSpec(o.Partials); err != nil {
+			return aggregator.Options{}, err
+		}
 	}
 	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
 		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil

@@ -55,6 +55,9 @@ func TestAggregatorRollup(t *testing.T) {
 	bad(func(o *AggregatorOptions) { o.EMFTimeout = MaxEMFTimeout + time.Second }, "--emf-timeout 10m1s: want 0 (each sink's own) or 100ms to 10m")
 	bad(func(o *AggregatorOptions) { o.EMFTimeout = time.Second }, `--emf-timeout 1s: only --emf agent:ADDR, logs:GROUP and metrics wait for a flush; --emf is ""`)
 	bad(func(o *AggregatorOptions) { o.EMF, o.EMFTimeout = "file:emf.log", time.Second }, `--emf is "file:emf.log"`)
+	bad(func(o *AggregatorOptions) { o.EMF = "bogus" }, `--emf "bogus": want stdout | file:PATH`)
+	bad(func(o *AggregatorOptions) { o.EMF = "agent:" }, `--emf "agent:": want stdout`)
+	bad(func(o *AggregatorOptions) { o.Partials = "partials" }, `--partials "partials": want dir:PATH or dynamodb:TABLE`)
 	for _, spec := range []string{"agent:tcp://127.0.0.1:25888", "logs:ratewarden", "metrics"} {
 		o := DefaultAggregatorOptions()
 		o.EMF, o.EMFTimeout = spec, time.Second

@@ -34,7 +34,8 @@ type DemoOptions struct {
 	Speed float64
 	// Dir keeps the decision log, the aggregator's state and partials,
 	// the alerts and the challenge list (emptied at the start), made if it
-	// does not exist; "" uses a temporary directory, removed at the end.
+	// does not exist; one holding an earlier run's decision log or state
+	// is refused. "" uses a temporary directory, removed at the end.
 	Dir string
 	// Stall is how long the story may wait for the aggregator at once
 	// (demo.Story.Stalled) before the demo stops and fails, naming it: a
@@ -85,8 +86,17 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	} else {
+		// A run beside an earlier one's alert state would raise no
+		// alert the earlier run raised, and so show no loop.
+		for _, held := range []string{"decision-log", "state"} {
+			if _, err := os.Lstat(filepath.Join(dir, held)); err == nil {
+				return fmt.Errorf("demo: --dir %s holds an earlier run's %s: give a new or empty directory, or remove it", dir, held)
+			}
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
 	}
 	cfg.Decisions.Dir = filepath.Join(dir, "decision-log")
 	cfg.Serve.StateDir = filepath.Join(dir, "state")

@@ -130,3 +130,23 @@ func TestDemoStuckAggregator(t *testing.T) {
 	}
 	t.Logf("stopped after %v: %v", took, err)
 }
+
+// TestDemoDirOfAnEarlierRun: a --dir an earlier run wrote to (its decision
+// log or state) is refused, naming what it holds. Before, the run went on
+// beside the earlier run's alert state, which already held the scraper's
+// alert: no alert was raised, nothing was listed, and the demo failed
+// saying "give it --duration 60s or more".
+func TestDemoDirOfAnEarlierRun(t *testing.T) {
+	for _, held := range []string{"decision-log", "state"} {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, held), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err := RunDemo(context.Background(), DemoOptions{Duration: time.Minute, Speed: 20, Dir: dir, Out: &out})
+		want := "demo: --dir " + dir + " holds an earlier run's " + held
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("RunDemo with %s = %v, want %q", held, err, want)
+		}
+	}
+}

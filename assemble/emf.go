@@ -26,6 +26,16 @@ func emfSinkWaits(spec string) bool {
 	return (kind == "agent" || kind == "logs") && arg != "" || spec == "metrics"
 }
 
+// checkEMFSpec checks the form of an --emf spec, as EMFSink reads it,
+// without opening the sink.
+func checkEMFSpec(spec string) error {
+	kind, arg, _ := strings.Cut(spec, ":")
+	if spec == "stdout" || spec == "metrics" || (kind == "file" || kind == "agent" || kind == "logs") && arg != "" {
+		return nil
+	}
+	return fmt.Errorf("--emf %q: want %s", spec, EMFSinkSpecs)
+}
+
 // EMFSink opens the EMF sink spec names: stdout (w), a file (rotated at 64
 // MiB), the CloudWatch agent, CloudWatch Logs PutLogEvents into GROUP (a
 // stream per host and process, created when missing), or PutMetricData.

@@ -148,12 +148,9 @@ type ListsAction struct {
 // ListsActions are the actions of ListsAction.
 var ListsActions = []string{"show", "add", "remove", "approve"}
 
-// Run does a on the lists cfg names, at now, printing to w what show shows
-// and what the others did.
-func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() time.Time, w io.Writer) error {
-	if now == nil {
-		now = time.Now
-	}
+// Check checks the action and its flags, before any configuration is read:
+// an error names the flag and what it wants.
+func (a ListsAction) Check() error {
 	if !slices.Contains(ListsActions, a.Action) {
 		return fmt.Errorf("lists %q: want one of %s", a.Action, strings.Join(ListsActions, ", "))
 	}
@@ -171,6 +168,18 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	}
 	if a.Pending && a.Action != "add" {
 		return fmt.Errorf("--pending: with add only (lists %s takes effect at once)", a.Action)
+	}
+	return nil
+}
+
+// Run does a on the lists cfg names, at now, printing to w what show shows
+// and what the others did.
+func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() time.Time, w io.Writer) error {
+	if now == nil {
+		now = time.Now
+	}
+	if err := a.Check(); err != nil {
+		return err
 	}
 	store, names, _, err := OpenLists(ctx, cfg, now)
 	if err != nil {

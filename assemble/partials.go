@@ -3,13 +3,13 @@ package assemble
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ratewarden/ratewarden/aggregator"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 // PartialsSpecs names the forms of a partials store's spec (--partials).
@@ -33,19 +33,27 @@ var (
 // configuration (AWS), so that AWS_ENDPOINT_URL_DYNAMODB and the like
 // apply as they do to every other DynamoDB user of the binary.
 func Partials(ctx context.Context, spec string) (PartialsStore, error) {
-	kind, arg, _ := strings.Cut(spec, ":")
-	switch {
-	case kind == "dir" && arg != "":
-		return &aggregator.PartialsDir{Dir: arg}, nil
-	case kind == "dynamodb" && tableName.MatchString(arg):
-		cfg, err := AWS(ctx, "")
-		if err != nil {
-			return nil, fmt.Errorf("partials %s: %w", spec, err)
-		}
-		return &aggregator.PartialsTable{API: dynamodb.NewFromConfig(cfg), Table: arg}, nil
+	if err := CheckPartialsSpec(spec); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("--partials %q: want %s (a table name is 3 to 255 letters, digits, '_', '-' or '.')", spec, PartialsSpecs)
+	kind, arg, _ := strings.Cut(spec, ":")
+	if kind == "dir" {
+		return &aggregator.PartialsDir{Dir: arg}, nil
+	}
+	cfg, err := AWS(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("partials %s: %w", spec, err)
+	}
+	return &aggregator.PartialsTable{API: dynamodb.NewFromConfig(cfg), Table: arg}, nil
 }
 
-// tableName matches the names DynamoDB allows a table.
-var tableName = regexp.MustCompile(`^[A-Za-z0-9_.-]{3,255}$`)
+// CheckPartialsSpec checks the form of a --partials spec, as Partials reads
+// it, without opening the store: the commands refuse a bad one as a bad
+// flag before they start.
+func CheckPartialsSpec(spec string) error {
+	kind, arg, _ := strings.Cut(spec, ":")
+	if kind == "dir" && arg != "" || kind == "dynamodb" && config.ValidTableName(arg) {
+		return nil
+	}
+	return fmt.Errorf("--partials %q: want %s (a table name is 3 to 255 letters, digits, '_', '-' or '.')", spec, PartialsSpecs)
+}

@@ -52,12 +52,15 @@ func StartEdgeServer(cfg *config.Config, e *Edge, log *slog.Logger) (*EdgeServer
 		s.srv = Server(cfg, e.Handler(), ln)
 	}
 	s.addr = ln.Addr()
-	go func() { s.errc <- s.srv.Serve(ln) }()
-	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node, "server", cmp.Or(cfg.Edge.Server, config.EdgeServers[0]))
+	// The admin listener first: an edge whose admin address is taken
+	// must not have served a request before it stops.
 	if s.admin, err = StartAdmin(cfg, func() (http.Handler, error) { return e.AdminHandler(ln) }, s.errc, log); err != nil {
 		s.srv.Close()
+		ln.Close()
 		return nil, err
 	}
+	go func() { s.errc <- s.srv.Serve(ln) }()
+	log.Info("edge listening", "addr", ln.Addr().String(), "upstream", cfg.Edge.Upstream, "node", cfg.Edge.Node, "server", cmp.Or(cfg.Edge.Server, config.EdgeServers[0]))
 	return s, nil
 }
 

@@ -563,6 +563,10 @@ tiers:
 		{"upstream scheme", "edge:\n  upstream: ftp://origin # <-\n" + anonymous, "edge.upstream", `"ftp://origin" is not allowed; use an absolute http or https URL`},
 		{"upstream relative", "edge:\n  upstream: 127.0.0.1:3000 # <-\n" + anonymous, "edge.upstream", "is not allowed"},
 		{"listen", "edge:\n  listen: localhost # <-\n" + anonymous, "edge.listen", `"localhost" is not allowed; use host:port`},
+		// A port no listener or dialer takes: config check passed it, and
+		// the edge failed at its listen without naming the key.
+		{"listen port", "edge:\n  listen: 127.0.0.1:99999 # <-\n" + anonymous, "edge.listen", `"127.0.0.1:99999" is not allowed; use host:port with a port from 0 to 65535`},
+		{"listen port name", "edge:\n  admin_listen: localhost:metrics # <-\n" + anonymous, "edge.admin_listen", `"localhost:metrics" is not allowed; use host:port`},
 		{"decision queue", "edge:\n  decision_queue: -1 # <-\n" + anonymous, "edge.decision_queue", `"-1" is not allowed; use 1 or more`},
 		{"request id header", "edge:\n  request_id_header: X Request # <-\n" + anonymous, "edge.request_id_header", "use an HTTP header name"},
 		{"store type", "store:\n  type: dynamo # <-\n" + anonymous, "store.type", `"dynamo" is not allowed; use one of memory, dynamodb, redis`},
@@ -572,6 +576,7 @@ tiers:
 		{"breaker failures", "store:\n  breaker:\n    failures: -1 # <-\n" + anonymous, "store.breaker.failures", "use 1 or more"},
 		{"breaker cooldown", "store:\n  breaker: {cooldown: 50ms} # <-\n" + anonymous, "store.breaker.cooldown", `"50ms" is not allowed; use 100ms or more`},
 		{"redis addr", "store:\n  type: redis\n  redis:\n    addrs: [redis.local] # <-\n" + anonymous, "store.redis.addrs[0]", `"redis.local" is not allowed; use host:port`},
+		{"redis port", "store:\n  type: redis\n  redis:\n    addrs: [redis.local:70000] # <-\n" + anonymous, "store.redis.addrs[0]", `"redis.local:70000" is not allowed; use host:port with a port from 1 to 65535`},
 		{"redis clock", "store:\n  type: redis\n  redis:\n    clock: edge # <-\n" + anonymous, "store.redis.clock", `"edge" is not allowed; use one of server, caller`},
 		{"dynamodb table", "store:\n  type: dynamodb\n  dynamodb:\n    table: a # <-\n" + anonymous, "store.dynamodb.table", "use 3 to 255 of"},
 		{"dynamodb lease", "store:\n  type: dynamodb\n  dynamodb:\n    concurrency_lease: 10s # <-\n" + anonymous, "store.dynamodb.concurrency_lease", `"10s" is not allowed; use 1m to 24h`},
@@ -587,6 +592,11 @@ tiers:
 		{"ipv6 prefix", "identity:\n  ipv6_prefix: 129 # <-\n" + anonymous, "identity.ipv6_prefix", "use 1 to 128"},
 		{"client ip header", "identity:\n  client_ip_header: x-real-ip # <-\n" + anonymous, "identity.client_ip_header", `"x-real-ip" is not allowed; use one of x-forwarded-for, cloudfront-viewer-address`},
 		{"trusted proxy", "identity:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - proxy.local # <-\n" + anonymous, "identity.trusted_proxies[1]", `"proxy.local" is not allowed; use an address or CIDR prefix`},
+		// A prefix with host bits is the whole prefix to the edge: 10.0.3.7/8
+		// trusted every address of 10.0.0.0/8, silently, where the lists
+		// refuse such an entry.
+		{"trusted proxy host bits", "identity:\n  trusted_proxies: [10.0.3.7/8] # <-\n" + anonymous, "identity.trusted_proxies[0]", `"10.0.3.7/8" has host bits set; use 10.0.0.0/8 for the prefix, or 10.0.3.7 for the one address`},
+		{"trusted proxy host bits IPv6", "identity:\n  trusted_proxies: [\"2001:db8::1/32\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", `"2001:db8::1/32" has host bits set; use 2001:db8::/32 for the prefix`},
 		{"trusted proxy zone", "identity:\n  trusted_proxies: [\"fe80::1%eth0\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "without a zone"},
 		{"trusted proxy mapped", "identity:\n  trusted_proxies: [\"::ffff:0:0/80\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "is not allowed"},
 		{"trusted proxy NAT64", "identity:\n  trusted_proxies: [\"64:ff9b::/64\"] # <-\n" + anonymous, "identity.trusted_proxies[0]", "an IPv4-mapped or NAT64 (64:ff9b::/96) prefix needs at least 96 bits"},

@@ -99,7 +99,7 @@ func (v *validator) lists(l *Lists, challenge bool) {
 	if l.Table == "" {
 		return
 	}
-	if !validTableName(l.Table) {
+	if !ValidTableName(l.Table) {
 		v.report(key("lists", "table"), l.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
 	}
 	for _, f := range files {
@@ -169,7 +169,7 @@ func (v *validator) decisions(d *Decisions, queue int) {
 	v.durationRange(key("decisions", "kinesis", "retry"), k.Retry, 100*time.Millisecond, 10*time.Minute)
 	v.durationRange(key("decisions", "kinesis", "linger"), k.Linger, time.Millisecond, time.Minute)
 	v.batch(key("decisions", "kinesis", "batch"), k.Batch, queue)
-	if k.Stream != "" && !validStreamName(k.Stream) {
+	if k.Stream != "" && !ValidStreamName(k.Stream) {
 		v.report(key("decisions", "kinesis", "stream"), k.Stream, "is not allowed", "1 to 128 of a-z, A-Z, 0-9, _ . -")
 	}
 	if k.Stream != "" && k.SpillDir == "" {
@@ -216,8 +216,9 @@ func (v *validator) batch(segs []string, got, queue int) {
 	v.intRange(segs, int64(got), 1, 65536)
 }
 
-// validStreamName reports whether s is a valid Kinesis stream name.
-func validStreamName(s string) bool { return len(s) >= 1 && len(s) <= 128 && validName(s) }
+// ValidStreamName reports whether s is a name Kinesis takes for a stream:
+// 1 to 128 of a-z, A-Z, 0-9, _ . -.
+func ValidStreamName(s string) bool { return len(s) >= 1 && len(s) <= 128 && validName(s) }
 
 // validName reports whether s holds only the characters AWS allows in
 // stream and table names.
@@ -327,9 +328,38 @@ func (v *validator) oneOfFold(segs []string, got string, allowed []string) {
 }
 
 func (v *validator) hostPort(segs []string, got string) {
-	if _, _, err := net.SplitHostPort(got); err != nil {
-		v.report(segs, got, "is not allowed", "host:port, such as 127.0.0.1:8080 or :8080")
+	if !validHostPort(got, 0) {
+		v.report(segs, got, "is not allowed", listenAllowed)
 	}
+}
+
+// listenAllowed is what a listen address may be.
+const listenAllowed = "host:port with a port from 0 to 65535, such as 127.0.0.1:8080 or :8080"
+
+// CheckListen checks a listen address given outside the configuration (a
+// flag) as the configuration's are checked; the error says what is
+// allowed.
+func CheckListen(addr string) error {
+	if !validHostPort(addr, 0) {
+		return errors.New("want " + listenAllowed)
+	}
+	return nil
+}
+
+// validHostPort reports whether addr is host:port with a port number from
+// lo to 65535 (or none, when lo is 0: a listener's any port). A name for
+// the port is refused: whether net.Listen knows it depends on the
+// machine's services file, not on the configuration.
+func validHostPort(addr string, lo uint64) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if port == "" {
+		return lo == 0
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n >= lo
 }
 
 func (v *validator) header(segs []string, got string) {
@@ -402,6 +432,12 @@ func (v *validator) identity(id *Identity) {
 	nat := id.NAT64()
 	for i, s := range id.TrustedProxies {
 		if _, ok := parseProxy(nat, s); ok {
+			// The edge trusts a prefix's every address: one written with
+			// host bits (10.0.3.7/8) is most likely the address meant.
+			if p, err := netip.ParsePrefix(s); err == nil && p != p.Masked() {
+				v.report(key("identity", "trusted_proxies", index(i)), s, "has host bits set",
+					p.Masked().String()+" for the prefix, or "+p.Addr().String()+" for the one address")
+			}
 			continue
 		}
 		if p, err := netip.ParsePrefix(s); err == nil {
@@ -451,7 +487,7 @@ func (v *validator) store(s *Store) {
 	v.durationRange(key("store", "breaker", "cooldown"), s.Breaker.Cooldown, 100*time.Millisecond, math.MaxInt64)
 	switch s.Type {
 	case "dynamodb":
-		if !validTableName(s.DynamoDB.Table) {
+		if !ValidTableName(s.DynamoDB.Table) {
 			v.report(key("store", "dynamodb", "table"), s.DynamoDB.Table, "is not allowed", "3 to 255 of a-z, A-Z, 0-9, _ . -")
 		}
 		if ep := s.DynamoDB.Endpoint; ep != "" && !isHTTPURL(ep) {
@@ -460,8 +496,8 @@ func (v *validator) store(s *Store) {
 		v.durationRange(key("store", "dynamodb", "concurrency_lease"), s.DynamoDB.ConcurrencyLease, time.Minute, 24*time.Hour)
 	case "redis":
 		for i, a := range s.Redis.Addrs {
-			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-				v.report(key("store", "redis", "addrs", index(i)), a, "is not allowed", "host:port")
+			if !validHostPort(a, 1) {
+				v.report(key("store", "redis", "addrs", index(i)), a, "is not allowed", "host:port with a port from 1 to 65535")
 			}
 		}
 		v.intRange(key("store", "redis", "db"), int64(s.Redis.DB), 0, 15)
@@ -474,8 +510,9 @@ func (v *validator) store(s *Store) {
 	v.intRange(key("store", "sync", "max_keys"), int64(s.Sync.MaxKeys), 1000, math.MaxInt64)
 }
 
-// validTableName reports whether s is a valid DynamoDB table name.
-func validTableName(s string) bool { return len(s) >= 3 && len(s) <= 255 && validName(s) }
+// ValidTableName reports whether s is a name DynamoDB takes for a table:
+// 3 to 255 of a-z, A-Z, 0-9, _ . -.
+func ValidTableName(s string) bool { return len(s) >= 3 && len(s) <= 255 && validName(s) }
 
 func (v *validator) challenge(ch *Challenge) {
 	if f := ch.Factor; math.IsNaN(f) || f < 1 || f > MaxFactor {

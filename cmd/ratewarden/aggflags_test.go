@@ -147,3 +147,30 @@ func TestNamespaceFlag(t *testing.T) {
 		t.Errorf("a namespace CloudWatch takes: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// TestAggregateKinesisFlags: --consumer-group "" and a --lease-duration
+// under the source's 100ms are bad flags, exit 2. Before, the empty group
+// was taken for the source's default, "ratewarden", not the flag's
+// "ratewarden-aggregate": another group, with checkpoints of its own, that
+// read the stream again from its oldest record; --lease-duration 0s was
+// taken for 10s, and 50ms exited 1 as "LeaseDuration: got 50ms". The
+// context is done, so that a run that starts stops at once.
+func TestAggregateKinesisFlags(t *testing.T) {
+	t.Chdir(t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--consumer-group", ""}, `--consumer-group "": want the name of the group`},
+		{[]string{"--lease-duration", "0s"}, "--lease-duration 0s: want 100ms or more"},
+		{[]string{"--lease-duration", "50ms"}, "--lease-duration 50ms: want 100ms or more"},
+	} {
+		args := append([]string{"aggregate", "--admin-listen", "off", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p"}, c.args...)
+		code, _, errs := runCLIContext(t, ctx, map[string]string{"AWS_REGION": "us-east-1"}, args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%q: exit %d, want 2 and %q:\n%s", c.args, code, c.want, errs)
+		}
+	}
+}

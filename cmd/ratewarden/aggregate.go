@@ -34,7 +34,7 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	stream := fs.String("kinesis-stream", "", "read the Kinesis stream `name` instead, sharing its shards with the other aggregators of --consumer-group (AWS SDK credentials, region and endpoints)")
 	leasesTable := fs.String("leases-table", defaultLeasesTable, "with --kinesis-stream: the lease and checkpoint table `name` (aws init creates it)")
 	group := fs.String("consumer-group", "ratewarden-aggregate", "with --kinesis-stream: the aggregators sharing the stream's shards (`name`)")
-	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`)")
+	leaseDuration := fs.Duration("lease-duration", 10*time.Second, "with --kinesis-stream: how long a shard whose lease stops moving stays with its holder before another aggregator takes it (`duration`, 100ms or more)")
 	poll := fs.Duration("poll", dkinesis.DefaultPoll, "with --kinesis-stream: how long to wait after a read that found a shard caught up (`duration`, 200ms to 1m); every read counts against the shard's five a second, shared by all its consumers")
 	stdinSrc := fs.Bool("stdin", false, "read decisions as JSON lines from standard input instead, a live source (no state: closed windows leave as the watermark passes them, after --idle without input it follows the clock, and the open windows leave at the end of the input)")
 	stateDir := fs.String("state-dir", "", "where the aggregator keeps each partition's position and open windows (`directory`); with --kinesis-stream every aggregator of the group must see the same one")
@@ -80,6 +80,19 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	if *poll < 200*time.Millisecond || *poll > time.Minute {
 		return badFlag(fmt.Errorf("aggregate: --poll %v: want 200ms to 1m", *poll))
+	}
+	if *admin != "off" && *admin != "" {
+		if err := config.CheckListen(*admin); err != nil {
+			return badFlag(fmt.Errorf("aggregate: --admin-listen %q: %w", *admin, err))
+		}
+	}
+	// The source would take an empty group or a zero lease for its own
+	// defaults, not the flags': another group, which reads the stream again.
+	if *group == "" {
+		return badFlag(errors.New(`aggregate: --consumer-group "": want the name of the group of aggregators sharing the stream's shards`))
+	}
+	if *leaseDuration < 100*time.Millisecond {
+		return badFlag(fmt.Errorf("aggregate: --lease-duration %v: want 100ms or more", *leaseDuration))
 	}
 	// The alerts' configuration is read before any sink is opened: what
 	// it asks of stdout may rule out --emf stdout.

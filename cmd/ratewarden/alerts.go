@@ -39,6 +39,13 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *settle < 1 || *poll <= 0 {
 		return badFlag(fmt.Errorf("alerts: --settle and --poll must be positive"))
 	}
+	if err := assemble.CheckPartialsSpec(*partials); err != nil {
+		return badFlag(fmt.Errorf("alerts: %w", err))
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
 	store, err := assemble.Partials(ctx, *partials)
 	if err != nil {
 		return err
@@ -53,10 +60,6 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := c.HasWindow(ctx, *window); err != nil && !(*follow && errors.Is(err, aggregator.ErrNoPartials)) {
 			return fmt.Errorf("alerts: %w", err)
 		}
-	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		return err
 	}
 	// Two runners on one state would each save over the other's open
 	// alerts and series, and fire and resolve alerts twice.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/edge/dynamostore"
 	"github.com/ratewarden/ratewarden/edge/lists"
@@ -32,6 +34,22 @@ const (
 	defaultStateTable    = "ratewarden-aggregator-state"
 	defaultPartialsTable = "ratewarden-partials"
 )
+
+// checkAWSNames checks aws init's stream and table names as AWS would: a
+// name it refuses is a bad flag; "" skips the resource.
+func checkAWSNames(fs *flag.FlagSet) error {
+	for _, name := range []string{"stream", "counters-table", "lists-table", "leases-table", "state-table", "partials-table"} {
+		v := fs.Lookup(name).Value.String()
+		switch {
+		case v == "":
+		case name == "stream" && !config.ValidStreamName(v):
+			return badFlag(fmt.Errorf(`aws init: --stream %q: want 1 to 128 of a-z, A-Z, 0-9, _ . -, or "" to skip`, v))
+		case name != "stream" && !config.ValidTableName(v):
+			return badFlag(fmt.Errorf(`aws init: --%s %q: want 3 to 255 of a-z, A-Z, 0-9, _ . -, or "" to skip`, name, v))
+		}
+	}
+	return nil
+}
 
 func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -58,9 +76,20 @@ func runAWS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 || *shards < 1 {
+	if fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	// Every name is checked before anything is created: a name AWS
+	// refuses, found after the rest was made, would leave a half-done init.
+	if err := checkAWSNames(fs); err != nil {
+		return err
+	}
+	switch {
+	case *shards < 1:
+		return badFlag(fmt.Errorf("aws init: --shards %d: want 1 or more", *shards))
+	case *wait <= 0:
+		return badFlag(fmt.Errorf("aws init: --wait %v: want more than 0", *wait))
 	}
 	cfg, err := assemble.AWS(ctx, *region)
 	if err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 
@@ -67,4 +69,62 @@ func runConfig(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		return &checkError{bad: bad, total: fs.NArg()}
 	}
 	return nil
+}
+
+// flagKeys are the configuration keys that the flags of edge, serve, rls,
+// authz and lambda override, by flag name; --listen's is the command's own.
+var flagKeys = map[string]string{
+	"upstream":          "edge.upstream",
+	"admin-listen":      "edge.admin_listen",
+	"decisions-file":    "edge.decisions_file",
+	"decisions-dir":     "decisions.dir",
+	"node":              "edge.node",
+	"kinesis-stream":    "decisions.kinesis.stream",
+	"kinesis-spill-dir": "decisions.kinesis.spill_dir",
+	"dashboard-listen":  "serve.dashboard.listen",
+	"state-dir":         "serve.state_dir",
+	"partials-dir":      "serve.partials_dir",
+}
+
+// checkOverrides validates cfg once the flags of fs have overridden its
+// keys (flagKeys; listenKey for --listen). A problem with a key a flag set
+// is the flag's: exit 2, naming the flag and its value, where the file's
+// error would name the line of the value the flag replaced. The upstream
+// builtin, which only a flag names, is the demo origin, not a URL; the
+// rest of a configuration with it is validated all the same, so that no
+// flag bypasses the checks of the key it sets.
+func checkOverrides(cfg *config.Config, fs *flag.FlagSet, listenKey string) error {
+	err := cfg.Validate()
+	var list config.ErrorList
+	if !errors.As(err, &list) {
+		return err
+	}
+	flags := make(map[string]string) // key → flag
+	fs.Visit(func(f *flag.Flag) {
+		key := flagKeys[f.Name]
+		if f.Name == "listen" {
+			key = listenKey
+		}
+		if key != "" && f.Value.String() != "" { // an empty value overrides nothing
+			flags[key] = f.Name
+		}
+	})
+	var rest config.ErrorList
+	for _, e := range list {
+		if e.Key == "edge.upstream" && e.Value == assemble.BuiltinUpstream {
+			continue
+		}
+		if name, ok := flags[e.Key]; ok {
+			msg := fmt.Sprintf("--%s %q: %s", name, e.Value, e.Problem)
+			if e.Allowed != "" {
+				msg += "; use " + e.Allowed
+			}
+			return badFlag(errors.New(msg))
+		}
+		rest = append(rest, e)
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	return rest
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -13,6 +14,10 @@ import (
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/dashboards"
 )
+
+// dashboardPrefix matches the prefixes whose dashboard names CloudWatch
+// takes (A-Z, a-z, 0-9, - and _, at most 255 with the longest suffix).
+var dashboardPrefix = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
 // listFlag is a flag that may be given several times.
 type listFlag []string
@@ -27,12 +32,12 @@ func runDashboards(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cfgPath := fs.String("config", "", "configuration `file` whose tiers get a row each on the tiers dashboard (default: the built-in seed configuration)")
 	namespace := fs.String("namespace", "Ratewarden", "the aggregator's CloudWatch `namespace` (aggregate --namespace)")
 	region := fs.String("region", "", "the `region` of the metrics (default: the SDK's, else us-east-1 for --out)")
-	prefix := fs.String("prefix", "ratewarden", "`prefix` of every dashboard and alarm name")
+	prefix := fs.String("prefix", "ratewarden", "`prefix` of every dashboard and alarm name (A-Z, a-z, 0-9, - and _)")
 	blockRatio := fs.Float64("block-ratio", 0.25, "share of requests blocked that raises the block-ratio alarm (`ratio`)")
 	failOpen := fs.Float64("fail-open-ratio", 0.01, "share of requests failed open that raises the fail-open alarm (`ratio`)")
 	lag := fs.Int("lag-minutes", 5, "`minutes` without an aggregated window that raise the pipeline-lag alarm")
 	var actions listFlag
-	fs.Var(&actions, "alarm-action", "`ARN` (an SNS topic) the alarms notify; repeatable")
+	fs.Var(&actions, "alarm-action", "`ARN` (an SNS topic, arn:aws:sns:REGION:ACCOUNT:NAME) the alarms notify; repeatable")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,9 +52,18 @@ func runDashboards(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return badFlag(fmt.Errorf("dashboards: --fail-open-ratio %v: want more than 0 and less than 1", *failOpen))
 	case *lag < 1 || *lag > 60:
 		return badFlag(fmt.Errorf("dashboards: --lag-minutes %d: want 1 to 60", *lag))
+	case !dashboardPrefix.MatchString(*prefix):
+		return badFlag(fmt.Errorf("dashboards: --prefix %q: want 1 to 200 of A-Z, a-z, 0-9, - and _ (CloudWatch's dashboard names)", *prefix))
 	}
 	if err := assemble.CheckNamespace(*namespace); err != nil {
 		return badFlag(fmt.Errorf("dashboards: %w", err))
+	}
+	for _, a := range actions {
+		// arn:partition:service:region:account:resource, the form
+		// PutMetricAlarm takes (region and account may be empty).
+		if f := strings.SplitN(a, ":", 6); len(f) < 6 || f[0] != "arn" || f[1] == "" || f[2] == "" || f[5] == "" {
+			return badFlag(fmt.Errorf("dashboards: --alarm-action %q: want an ARN, such as arn:aws:sns:us-east-1:123456789012:ops", a))
+		}
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {

@@ -185,6 +185,14 @@ func TestDashboardsFlags(t *testing.T) {
 		{[]string{"dashboards", "--out", t.TempDir(), "--block-ratio", "2"}, 2, "--block-ratio 2: want more than 0 and less than 1"},
 		{[]string{"dashboards", "--out", t.TempDir(), "--lag-minutes", "0"}, 2, "--lag-minutes 0: want 1 to 60"},
 		{[]string{"dashboards", "--out", t.TempDir(), "--config", "nope.yaml"}, 1, "nope.yaml"},
+		// CloudWatch names a dashboard with A-Z, a-z, 0-9, - and _ only:
+		// --out failed to open "DIR/dashboard-my prefix/x-overview.json",
+		// exit 1, and --apply had PutDashboard refuse it.
+		{[]string{"dashboards", "--out", t.TempDir(), "--prefix", "my prefix/x"}, 2, `--prefix "my prefix/x": want 1 to 200 of A-Z, a-z, 0-9, - and _`},
+		// Not an ARN: written into every alarm, and with --apply refused by
+		// PutMetricAlarm after the dashboards were put.
+		{[]string{"dashboards", "--out", t.TempDir(), "--alarm-action", "ops-topic"}, 2, `--alarm-action "ops-topic": want an ARN, such as arn:aws:sns:us-east-1:123456789012:ops`},
+		{[]string{"dashboards", "--out", t.TempDir(), "--alarm-action", "arn:aws:sns:us-east-1:123456789012:ops"}, 0, "wrote"},
 	} {
 		code, out, errs := runCLI(t, nil, c.args...)
 		if code != c.code || !strings.Contains(out+errs, c.want) {

@@ -53,8 +53,7 @@ func (f *decideFlags) load(fs *flag.FlagSet, args []string, listen func(*config.
 	if cfg.Edge.AdminListen == "off" {
 		cfg.Edge.AdminListen = ""
 	}
-	// Flags bypass the file's validation: check the merged result.
-	return cfg, cfg.Validate()
+	return cfg, checkOverrides(cfg, fs, fs.Name()+".listen")
 }
 
 func runRLS(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {

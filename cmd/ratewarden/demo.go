@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -15,7 +16,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	duration := fs.Duration("duration", time.Minute, "how long the simulated traffic runs, in story time (`duration`)")
 	speed := fs.Float64("speed", 1, "run the story on a clock `X` times as fast as wall time: --duration of story in duration ÷ X, decisions, windows and rates in story time; the story waits when the aggregator falls behind")
 	dash := fs.String("dashboard-listen", "127.0.0.1:9092", "the live dashboard's `address`, \"off\" for none")
-	dir := fs.String("dir", "", "keep the decision log, state, partials, alerts and challenge list (emptied at the start) in `directory` (default: a temporary one, removed)")
+	dir := fs.String("dir", "", "keep the decision log, state, partials, alerts and challenge list in `directory`, new or without an earlier run's (default: a temporary one, removed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -31,6 +32,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	}
 	if *dash == "off" {
 		*dash = ""
+	}
+	if *dash != "" {
+		if err := config.CheckListen(*dash); err != nil {
+			return badFlag(fmt.Errorf("demo: --dashboard-listen %q: %w", *dash, err))
+		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	return assemble.RunDemo(ctx, assemble.DemoOptions{Duration: *duration, Speed: *speed, Dir: *dir,

@@ -57,11 +57,8 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	if cfg.Edge.Upstream == "" {
 		return fmt.Errorf("%s sets no edge.upstream: name the origin there or with --upstream URL (--upstream %s serves a demo origin)", *cfgPath, assemble.BuiltinUpstream)
 	}
-	if cfg.Edge.Upstream != assemble.BuiltinUpstream {
-		// Flags bypass the file's validation: check the merged result.
-		if err := cfg.Validate(); err != nil {
-			return err
-		}
+	if err := checkOverrides(cfg, fs, "edge.listen"); err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	return serveEdge(ctx, cfg, log, getenv, *pprofAddr)

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
@@ -57,6 +60,12 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		cfg *config.Config
 		err error
 	)
+	if *reportMode && *aggregate {
+		return badFlag(errors.New("lambda: --aggregate and --report: give one mode, not both"))
+	}
+	if err := checkLambdaMode(fs, *aggregate, *reportMode); err != nil {
+		return err
+	}
 	switch {
 	case *reportMode:
 		if f, err = report.ParseFormat(*format); err != nil {
@@ -68,6 +77,9 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if *reportRange < af.o.Window {
 			return badFlag(fmt.Errorf("--report-range %v: want at least one window (--window %v)", *reportRange, af.o.Window))
 		}
+		if err := assemble.CheckPartialsSpec(af.o.Partials); err != nil {
+			return badFlag(fmt.Errorf("lambda --report: %w", err))
+		}
 	case *aggregate:
 		af.o.EMF = assemble.LambdaEMF
 		if ao, _, err = af.options(); err != nil {
@@ -75,6 +87,10 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 	default:
 		if cfg, err = loadConfig(*cfgPath); err != nil {
+			return err
+		}
+		override(&cfg.Edge.Upstream, *upstream)
+		if err := checkOverrides(cfg, fs, ""); err != nil {
 			return err
 		}
 	}
@@ -107,7 +123,6 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		awslambda.StartWithOptions(kl.Handle, awslambda.WithContext(ctx))
 		return nil
 	}
-	override(&cfg.Edge.Upstream, *upstream)
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Fallback: stdout})
 	if err != nil {
 		return err
@@ -116,6 +131,58 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	h := e.Lambda(func(err error) { log.Error("decisions", "err", err) })
 	awslambda.StartWithOptions(h.Invoke, awslambda.WithContext(ctx))
 	return nil
+}
+
+// lambdaModes are the modes each of lambda's flags applies to (edge: the
+// edge's Lambda, neither --aggregate nor --report).
+var lambdaModes = map[string][]string{
+	"upstream":        {"edge"},
+	"config":          {"edge", "aggregate"},
+	"window":          {"aggregate", "report"},
+	"partials":        {"aggregate", "report"},
+	"top-k":           {"aggregate"},
+	"max-names":       {"aggregate"},
+	"max-ahead":       {"aggregate"},
+	"max-corrections": {"aggregate"},
+	"rules":           {"aggregate"},
+	"namespace":       {"aggregate"},
+	"rule-budget":     {"aggregate"},
+	"commit-records":  {"aggregate"},
+	"ignore-time":     {"aggregate"},
+	"alerts":          {"report"},
+	"report-range":    {"report"},
+	"format":          {"report"},
+	"out":             {"report"},
+}
+
+// checkLambdaMode refuses a flag given for another mode than the one
+// lambda runs in, as a bad flag: ignored, it would hide a missing
+// --aggregate or --report, and the function would serve the wrong events.
+func checkLambdaMode(fs *flag.FlagSet, aggregate, report bool) error {
+	mode := "edge"
+	switch {
+	case aggregate:
+		mode = "aggregate"
+	case report:
+		mode = "report"
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		modes, ok := lambdaModes[f.Name]
+		if !ok || err != nil || slices.Contains(modes, mode) {
+			return
+		}
+		names := make([]string, len(modes))
+		for i, m := range modes {
+			names[i] = map[string]string{"edge": "the edge's Lambda (neither --aggregate nor --report)", "aggregate": "--aggregate", "report": "--report"}[m]
+		}
+		only := ""
+		if len(modes) == 1 && modes[0] != "edge" {
+			only = " only"
+		}
+		err = badFlag(fmt.Errorf("lambda: --%s is for %s%s", f.Name, strings.Join(names, " and "), only))
+	})
+	return err
 }
 
 // logInvocation writes one JSON line of what a Kinesis aggregate invocation

@@ -49,6 +49,9 @@ func runLists(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprintf(stderr, "ratewarden lists %s: --config is required, to find the lists\n", a.Action)
 		return errUsage
 	}
+	if err := a.Check(); err != nil {
+		return badFlag(err)
+	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err

@@ -29,7 +29,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"syscall"
+	"time"
 
 	"github.com/ratewarden/ratewarden/assemble"
 )
@@ -244,7 +246,45 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
+		if want := wantOf(fs, err); want != "" {
+			fmt.Fprintln(fs.Output(), "ratewarden:", want)
+		}
 		return errUsage
 	}
 	return nil
+}
+
+// badValue matches the flag package's error for a value it could not
+// parse: `invalid value "1x" for flag -window: parse error`, or for a
+// boolean `invalid boolean value "maybe" for -no-follow: parse error`.
+var badValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([a-z0-9-]+): parse error$`)
+
+// wantOf says what the flag whose value err could not parse wants, by the
+// kind of its value, after the usage the flag package printed with its
+// bare "parse error"; "" for another error, or a flag of its own kind
+// (times, lists), whose error says it already.
+func wantOf(fs *flag.FlagSet, err error) string {
+	m := badValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return ""
+	}
+	f := fs.Lookup(m[2])
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	var want string
+	switch g.Get().(type) {
+	case time.Duration:
+		want = "a duration, such as 500ms, 30s or 1h30m"
+	case int, int64, uint, uint64:
+		want = "a whole number"
+	case float64:
+		want = "a number, such as 10 or 2.5"
+	case bool:
+		want = "true or false"
+	default:
+		return ""
+	}
+	return fmt.Sprintf("--%s %s: want %s", m[2], m[1], want)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,9 +65,24 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"rls", "extra"}, 2, "Usage: ratewarden rls"},
 		{[]string{"authz", "--help"}, 0, "-listen"},
 		{[]string{"authz", "--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"rls", "--listen", "nowhere"}, 1, "rls.listen: \"nowhere\" is not allowed"},
+		{[]string{"rls", "--listen", "nowhere"}, 2, `--listen "nowhere": is not allowed; use host:port`},
+		// lists' flags are checked before the configuration is read
+		// (x.yaml does not exist): each exited 1, after reading it.
+		{[]string{"lists", "show", "--config", "x.yaml", "--list", "bogus"}, 2, `--list "bogus": want one of`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--ttl", "-1h"}, 2, "--ttl -1h0m0s: want a positive duration"},
+		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", " "}, 2, "--by is empty"},
+		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--pending"}, 2, "--pending: with add only"},
+		{[]string{"lists", "add", "--config", "x.yaml", "192.0.2.1", "--by", "a"}, 2, "lists add: want --list"},
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
+		// Names AWS refuses are bad flags, found before anything is
+		// created: aws init --stream "bad name!" created every table,
+		// then failed on the stream (exit 1).
+		{[]string{"aws", "init", "--stream", "bad name!"}, 2, `--stream "bad name!": want 1 to 128 of a-z, A-Z, 0-9, _ . -, or "" to skip`},
+		{[]string{"aws", "init", "--counters-table", "a"}, 2, `--counters-table "a": want 3 to 255 of a-z, A-Z, 0-9, _ . -, or "" to skip`},
+		{[]string{"aws", "init", "--partials-table", "x/y"}, 2, `--partials-table "x/y": want 3 to 255`},
+		{[]string{"aws", "init", "--wait", "0s"}, 2, "--wait 0s: want more than 0"},
+		{[]string{"aws", "init", "--shards", "0"}, 2, "--shards 0: want 1 or more"},
 		{[]string{"lambda"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"lambda", "--aggregate", "--commit-records", "-1"}, 2, "--commit-records -1: want 0 (the whole batch) to 10000"},
 		// Checked before the runtime is required (no AWS_LAMBDA_RUNTIME_API here).
@@ -75,10 +91,32 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lambda", "--report", "--window", "7s"}, 2, "--window 7s: want 1s to 24h"},
 		{[]string{"lambda", "--report", "--report-range", "0s"}, 2, "--report-range 0s: want at least one window"},
 		{[]string{"lambda", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
+		{[]string{"lambda", "--upstream", "ftp://x"}, 2, `--upstream "ftp://x": is not allowed; use an absolute http or https URL`},
+		// A flag of another mode is refused, not ignored: --window and
+		// --partials without --aggregate ran the edge's Lambda.
+		{[]string{"lambda", "--window", "5m", "--partials", "dir:p"}, 2, "lambda: --partials is for --aggregate and --report"},
+		{[]string{"lambda", "--aggregate", "--format", "csv"}, 2, "lambda: --format is for --report only"},
+		{[]string{"lambda", "--report", "--partials", "dir:p", "--commit-records", "5"}, 2, "lambda: --commit-records is for --aggregate only"},
+		{[]string{"lambda", "--aggregate", "--upstream", "http://o"}, 2, "lambda: --upstream is for the edge's Lambda (neither --aggregate nor --report)"},
 		{[]string{"lambda", "--aggregate", "--window", "1m"}, 1, "AWS_LAMBDA_RUNTIME_API is not set"},
 		{[]string{"alerts"}, 2, "Usage: ratewarden alerts"},
-		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 1, `--partials "x": want dir:PATH or dynamodb:TABLE`},
-		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 1, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"alerts", "--config", "x.yaml", "--partials", "x", "--state-dir", "s"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		// The configuration is read before the store is looked at: a bad
+		// one was hidden behind the store's error.
+		{[]string{"alerts", "--config", "no-such.yaml", "--partials", "dir:/nonexistent", "--state-dir", "s"}, 1, "no-such.yaml"},
+		{[]string{"report", "--from", "-1h", "--partials", "dynamodb:"}, 2, `--partials "dynamodb:": want dir:PATH or dynamodb:TABLE`},
+		// A store or sink spec of the wrong form is a bad flag, found
+		// before anything starts (it exited 1, and lambda's said only
+		// that this is not Lambda).
+		{[]string{"aggregate", "--stdin", "--partials", "x"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"aggregate", "--stdin", "--emf", "bogus"}, 2, `--emf "bogus": want stdout | file:PATH`},
+		{[]string{"serve", "--partials", "dynamodb:x"}, 2, `--partials "dynamodb:x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"serve", "--emf", "file:"}, 2, `--emf "file:": want stdout | file:PATH`},
+		{[]string{"serve", "--partials-dir", "p", "--partials", "dir:q"}, 2, "give --partials-dir or --partials, not both"},
+		{[]string{"lambda", "--report"}, 2, `--partials "": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"lambda", "--report", "--partials", "x"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"lambda", "--aggregate", "--partials", "x"}, 2, `--partials "x": want dir:PATH or dynamodb:TABLE`},
+		{[]string{"lambda", "--aggregate", "--report", "--partials", "dir:p"}, 2, "--aggregate and --report: give one"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 2, "--alerts with --kinesis-stream: --alerts is for --decisions-dir only (it needs whole windows"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 2, `--rules "global": want rule ids`},
 		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
@@ -89,6 +127,12 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "50ms"}, 2, "--idle 50ms: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "2h"}, 2, "--idle 2h0m0s: want 100ms to 1h"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `invalid value "soon" for flag -idle`},
+		// A value the flag package cannot parse is named with the kind of
+		// value wanted (it said "parse error", and the usage after it).
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `--idle "soon": want a duration, such as 500ms, 30s or 1h30m`},
+		{[]string{"report", "--from", "1h", "--partials", "dir:p", "--top", "ten"}, 2, `--top "ten": want a whole number`},
+		{[]string{"demo", "--speed", "fast"}, 2, `--speed "fast": want a number, such as 10 or 2.5`},
+		{[]string{"aggregate", "--stdin", "--no-follow=maybe"}, 2, `--no-follow "maybe": want true or false`},
 		{[]string{"aggregate", "--help"}, 0, "-idle duration"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "0"}, 2, "--rule-budget 0: want 1 to 65536"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rule-budget", "-1"}, 2, "--rule-budget -1: want 1 to 65536"},
@@ -190,6 +234,100 @@ func TestTokenIssueRefuses(t *testing.T) {
 	for _, ttl := range []string{"1s", "24h"} {
 		if code, _, errs := runCLI(t, env, "token", "issue", "--user", "u_1", "--ttl", ttl); code != 0 {
 			t.Errorf("--ttl %s: exit %d %s", ttl, code, errs)
+		}
+	}
+}
+
+// TestOverridingFlagsChecked holds a flag that overrides a configuration key
+// to the key's check, as a flag: exit 2 naming the flag, its value and what
+// is allowed. Before, the merged configuration's error named the file's line
+// of the value the flag replaced (exit 1), and with the built-in
+// configuration there was no check: edge --node of 300 bytes served, each
+// decision unreadable, and --admin-listen nohost failed after the edge had
+// started. The context is done, so that a command that starts stops at once.
+func TestOverridingFlagsChecked(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	seed := "../../examples/seed.yaml"
+	long := strings.Repeat("n", 300)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"edge", "--config", seed, "--listen", "nohost"}, `--listen "nohost": is not allowed; use host:port`},
+		{[]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "nohost"}, `--admin-listen "nohost": is not allowed; use host:port`},
+		{[]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--node", long}, `--node "nnnn`},
+		{[]string{"edge", "--config", seed, "--upstream", "ftp://x"}, `--upstream "ftp://x": is not allowed; use an absolute http or https URL`},
+		{[]string{"edge", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--kinesis-stream", "no spaces"}, `--kinesis-stream "no spaces": is not allowed`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "nohost"}, `--dashboard-listen "nohost": is not allowed; use host:port`},
+		{[]string{"serve", "--config", seed, "--listen", "127.0.0.1:99999"}, `--listen "127.0.0.1:99999": is not allowed; use host:port with a port from 0 to 65535`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--dashboard-listen", "off", "--upstream", "ftp://x"}, `--upstream "ftp://x": is not allowed`},
+		{[]string{"authz", "--config", seed, "--admin-listen", "nowhere"}, `--admin-listen "nowhere": is not allowed; use host:port`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			dir := t.TempDir()
+			args := append(c.args, "--decisions-dir", filepath.Join(dir, "log"))
+			if c.args[0] == "serve" {
+				args = append(args, "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"))
+			}
+			code, out, errs := runCLIContext(t, ctx, nil, args...)
+			if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(errs, "seed.yaml") {
+				t.Errorf("exit %d, want 2 and %q, no seed.yaml:\n%s%s", code, c.want, out, errs)
+			}
+		})
+	}
+}
+
+// TestListenFlags: aggregate --admin-listen and demo --dashboard-listen
+// are checked as the configuration's listen addresses are, as bad flags
+// (exit 2) before anything starts. Before, each exited 1 with the
+// listener's error ("admin listen: listen tcp: address nohost: missing
+// port in address"), aggregate after taking its state directory's lock
+// and opening its sinks.
+func TestListenFlags(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"aggregate", "--decisions-dir", filepath.Join(dir, "log"), "--state-dir", filepath.Join(dir, "state"), "--no-follow",
+			"--partials", "dir:" + filepath.Join(dir, "partials"), "--admin-listen", "nohost"}, `--admin-listen "nohost": want host:port`},
+		{[]string{"aggregate", "--decisions-dir", filepath.Join(dir, "log"), "--state-dir", filepath.Join(dir, "state"), "--no-follow",
+			"--partials", "dir:" + filepath.Join(dir, "partials"), "--admin-listen", "127.0.0.1:99999"}, `--admin-listen "127.0.0.1:99999": want host:port with a port from 0 to 65535`},
+		{[]string{"demo", "--dir", filepath.Join(dir, "demo"), "--dashboard-listen", "nohost"}, `--dashboard-listen "nohost": want host:port`},
+	} {
+		code, out, errs := runCLIContext(t, ctx, nil, c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%q: exit %d, want 2 and %q:\n%s%s", c.args, code, c.want, out, errs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state")); err == nil {
+		t.Errorf("aggregate made its state directory before refusing its flags")
+	}
+}
+
+// TestEdgeAdminPortTaken: an admin address another process holds (9090 is
+// also Prometheus's) stops the edge before it serves: exit 1 naming the
+// admin listener, and no "edge listening". Before, the edge served
+// requests from the moment it listened, then stopped on the admin error.
+func TestEdgeAdminPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, command := range []string{"edge", "serve"} {
+		dir := t.TempDir()
+		args := []string{command, "--listen", "127.0.0.1:0", "--admin-listen", taken.Addr().String(), "--decisions-dir", filepath.Join(dir, "log")}
+		if command == "serve" {
+			args = append(args, "--dashboard-listen", "off", "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"))
+		}
+		code, _, errs := runCLI(t, nil, args...)
+		if code != 1 || !strings.Contains(errs, "admin listen") || strings.Contains(errs, "edge listening") {
+			t.Errorf("%s: exit %d, want 1, the admin listener's error and no edge listening:\n%s", command, code, errs)
 		}
 	}
 }

@@ -106,6 +106,11 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if *partials != "" {
+		if err := assemble.CheckPartialsSpec(*partials); err != nil {
+			return badFlag(err)
+		}
+	}
 	from, to, err := rf.rangeOrDefault()
 	if err != nil {
 		return err

@@ -38,6 +38,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if _, err := af.o.Rollup(); err != nil { // the flags' values; serve.* are checked with the configuration
 		return badFlag(err)
 	}
+	if *partialsSpec != "" {
+		if *partials != "" {
+			return badFlag(errors.New("serve: give --partials-dir or --partials, not both"))
+		}
+		if err := assemble.CheckPartialsSpec(*partialsSpec); err != nil {
+			return badFlag(err)
+		}
+	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
@@ -61,10 +69,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if cfg.Edge.Upstream == "" || *cfgPath == "" && *upstream == "" {
 		cfg.Edge.Upstream = assemble.BuiltinUpstream
 	}
-	if cfg.Edge.Upstream != assemble.BuiltinUpstream {
-		if err := cfg.Validate(); err != nil {
-			return err
-		}
+	if err := checkOverrides(cfg, fs, "edge.listen"); err != nil {
+		return err
 	}
 	// serve writes its alert lines to alerts.sinks.file, a file of its
 	// state directory unless it says "-": standard output, where --emf
@@ -75,9 +81,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	o := assemble.ServeOptions{Options: assemble.Options{Log: log, Getenv: getenv, Reload: hangups}, Aggregator: &af.o, Stdout: stdout}
 	if *partialsSpec != "" {
-		if *partials != "" {
-			return errors.New("serve: give --partials-dir or --partials, not both")
-		}
 		if o.Partials, err = assemble.Partials(ctx, *partialsSpec); err != nil {
 			return err
 		}

@@ -127,7 +127,7 @@ func (l *leases) list(ctx context.Context) ([]lease, error) {
 	for {
 		page, err := l.api.Query(ctx, in)
 		if err != nil {
-			return nil, fmt.Errorf("list leases: %w", err)
+			return nil, fmt.Errorf("list leases in %s: %w", l.table, err)
 		}
 		for _, it := range page.Items {
 			le, err := parseLease(it)

@@ -292,6 +292,9 @@ func (s *Source) Lags() []ShardLag {
 // Run takes leases and reads the shards it holds, handing batches to h,
 // until ctx is done; then it stops its consumers, which checkpoint what
 // they handled, and releases its leases so that others take them at once.
+// A first discovery of the shards that is refused (no such stream or lease
+// table, access denied) ends Run with its error; one that may succeed if
+// made again (throttling, a network error) is made again.
 //
 // A shard's partition is its shard id. h is called from one goroutine per
 // shard: Open when the worker starts reading a shard it took, with the
@@ -317,8 +320,15 @@ func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	for {
 		now := s.opts.Now()
 		if discovered.IsZero() || now.Sub(discovered) >= s.opts.Discover {
-			if s.discover(ctx) == nil {
+			err := s.discover(ctx)
+			switch {
+			case err == nil:
 				discovered = now
+			case discovered.IsZero() && !retryable(err) && ctx.Err() == nil:
+				// Refused before any discovery (no such stream or lease
+				// table, access denied): tried again, it would read
+				// nothing and say nothing until stopped.
+				return fmt.Errorf("run kinesis source: %w", err)
 			}
 		}
 		s.step(ctx, h, now)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -598,5 +599,28 @@ func TestSourceCountsEventsOnce(t *testing.T) {
 	stop()
 	if st := s.Stats(); st.Events != 300 {
 		t.Fatalf("the source counted %d events, the handler read 300", st.Events)
+	}
+}
+
+// TestSourceRefusedAtStart: a stream or a lease table that does not exist
+// stops Run with an error naming it, when the first discovery is refused.
+// Before, the refusal was dropped and tried again every Discover: an
+// aggregator pointed at a mistyped stream read nothing and said nothing
+// until stopped. The context's deadline only bounds the test.
+func TestSourceRefusedAtStart(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	for _, c := range []struct{ stream, table, want string }{
+		{"no-such-stream-" + name, table, "no-such-stream-" + name},
+		{name, "no-such-table-" + table, "no-such-table-" + table},
+	} {
+		s := newSource(t, kc, dc, sourceOptions(c.stream, c.table, "w1"))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s.Run(ctx, stream.HandleFunc(func(context.Context, *stream.Batch) error { return nil }))
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "ResourceNotFound") {
+			t.Errorf("Run on stream %s, table %s = %v, want an error naming %s", c.stream, c.table, err, c.want)
+		}
 	}
 }
