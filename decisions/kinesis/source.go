@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
@@ -324,7 +325,7 @@ func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 			switch {
 			case err == nil:
 				discovered = now
-			case discovered.IsZero() && !retryable(err) && ctx.Err() == nil:
+			case discovered.IsZero() && refusedForGood(err) && ctx.Err() == nil:
 				// Refused before any discovery (no such stream or lease
 				// table, access denied): tried again, it would read
 				// nothing and say nothing until stopped.
@@ -344,6 +345,18 @@ func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 // discover lists the stream's shards and adds a lease for each new one,
 // but for a shard whose child has a lease already: that shard was read to
 // its end and its lease cleaned (see clean).
+// refusedForGood reports whether a discovery's error will be the same if
+// it is made again: not one retryable says may succeed, nor a stream not
+// yet ACTIVE (ListShards answers ResourceInUseException while a stream is
+// being created, as when the aggregator starts beside aws init).
+func refusedForGood(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "ResourceInUseException" {
+		return false
+	}
+	return !retryable(err)
+}
+
 func (s *Source) discover(ctx context.Context) error {
 	shards, err := listShards(ctx, s.api, s.opts.Stream)
 	if err != nil {

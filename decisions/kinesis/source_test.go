@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
@@ -621,6 +622,28 @@ func TestSourceRefusedAtStart(t *testing.T) {
 		cancel()
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "ResourceNotFound") {
 			t.Errorf("Run on stream %s, table %s = %v, want an error naming %s", c.stream, c.table, err, c.want)
+		}
+	}
+}
+
+// TestRefusedForGood: which first discoveries' errors end Run. A stream
+// still being created (ResourceInUseException, which kinesalite never
+// answers to ListShards) is waited for, as throttling and server errors
+// are; a missing stream or table and a denied call end it.
+func TestRefusedForGood(t *testing.T) {
+	for _, c := range []struct {
+		code string
+		want bool
+	}{
+		{"ResourceInUseException", false},
+		{"LimitExceededException", false},
+		{"InternalFailure", false},
+		{"ResourceNotFoundException", true},
+		{"AccessDeniedException", true},
+	} {
+		err := fmt.Errorf("list shards: %w", &smithy.GenericAPIError{Code: c.code})
+		if got := refusedForGood(err); got != c.want {
+			t.Errorf("refusedForGood(%s) = %v, want %v", c.code, got, c.want)
 		}
 	}
 }
