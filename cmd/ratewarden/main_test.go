@@ -131,6 +131,8 @@ func TestUsageAndHelp(t *testing.T) {
 		// value wanted (it said "parse error", and the usage after it).
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `--idle "soon": want a duration, such as 500ms, 30s or 1h30m`},
 		{[]string{"report", "--from", "1h", "--partials", "dir:p", "--top", "ten"}, 2, `--top "ten": want a whole number`},
+		{[]string{"report", "--from", "-1h", "--partials", "dir:p", "--out", "."}, 2, "--out . is a directory: want the report's file, such as report.md"},
+		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", "d", "--from", "-1h", "--format", "csv", "--out", ".."}, 2, "--out .. is a directory: want the report's file, such as ../report.csv"},
 		{[]string{"demo", "--speed", "fast"}, 2, `--speed "fast": want a number, such as 10 or 2.5`},
 		{[]string{"aggregate", "--stdin", "--no-follow=maybe"}, 2, `--no-follow "maybe": want true or false`},
 		{[]string{"aggregate", "--help"}, 0, "-idle duration"},

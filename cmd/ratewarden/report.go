@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ratewarden/ratewarden/aggregator/report"
@@ -45,8 +47,14 @@ func (f *reportFlags) write(stdout io.Writer, b []byte) error {
 }
 
 // rangeOrDefault returns the range, --to defaulting to now, and refuses
-// one whose --from is missing or not before --to.
+// one whose --from is missing or not before --to, and an --out that names
+// a directory (the report would be made, then fail to replace it).
 func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
+	if *f.out != "" {
+		if fi, err := os.Stat(*f.out); err == nil && fi.IsDir() {
+			return time.Time{}, time.Time{}, badFlag(fmt.Errorf("--out %s is a directory: want the report's file, such as %s", *f.out, filepath.Join(*f.out, "report."+*f.format)))
+		}
+	}
 	to := f.to.t
 	if to.IsZero() {
 		to = f.to.now()
