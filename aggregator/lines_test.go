@@ -295,6 +295,39 @@ func TestLinesSource(t *testing.T) {
 	}
 }
 
+// TestLinesSourceBatchBytes: lines of large decisions (100 KiB paths)
+// are handed in batches of at most DefaultLinesBatchBytes of lines, or of
+// one line, not held until a batch has 4,096 lines (4 GiB of lines of
+// up to MaxLine); every decision is handed once.
+func TestLinesSourceBatchBytes(t *testing.T) {
+	ds := decisiontest.NewGenerator(17, t0).Batch(200)
+	var in bytes.Buffer
+	size := []int{0} // size[l]: the bytes of line l
+	for i := range ds {
+		ds[i].Path = "/" + strings.Repeat("p", 100<<10)
+		n := in.Len()
+		in.Write(decisions.AppendJSON(nil, &ds[i]))
+		in.WriteByte('\n')
+		size = append(size, in.Len()-n)
+	}
+	h := &linesRecorder{}
+	if err := (&LinesSource{R: &in}).Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range h.spans {
+		n := 0
+		for l := s[0]; l < s[1]; l++ {
+			n += size[l]
+		}
+		if n > (4<<20) && s[1]-s[0] > 1 {
+			t.Errorf("lines %d to %d, %d bytes, in one batch; want at most %d bytes", s[0], s[1]-1, n, DefaultLinesBatchBytes)
+		}
+	}
+	if len(h.at) != len(ds) {
+		t.Errorf("%d decisions handed, want %d", len(h.at), len(ds))
+	}
+}
+
 // TestLinesSourceResume: a position the handler returns from Open leaves
 // the lines before it out.
 func TestLinesSourceResume(t *testing.T) {
