@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -369,7 +370,7 @@ type lineBatch struct {
 	data    []byte
 	ends    []int
 	tooLong []bool
-	more    bool  // more input was buffered: the chunk ended at maxBatch lines
+	more    bool  // a whole line more was buffered: the chunk ended at maxBatch lines or its size
 	err     error // the read's end (io.EOF) or failure, after the lines
 }
 
@@ -378,13 +379,16 @@ const maxBatch = 512
 
 // readLines reads r's lines into batches, sent on out, until the end of r
 // or a read error, which ends the last batch, or until ctx is done. A
-// batch goes as soon as no more input is buffered, so that a quiet live
-// source hands over what it has, or once it holds size bytes or more.
+// batch goes as soon as no whole line is buffered, so that a live source
+// hands over what it has before a read that waits for input (one that
+// pauses, or a slow pipe whose reads end inside a line), or once it holds
+// size bytes or more.
 func readLines(ctx context.Context, r io.Reader, size int, out chan<- *lineBatch) {
 	br := bufio.NewReaderSize(r, MaxLine+1)
 	line := 1
 	for {
 		b := &lineBatch{first: line}
+		whole := false // br holds a whole line: reading it does not wait
 		for len(b.ends) < maxBatch && len(b.data) < size {
 			s, err := br.ReadSlice('\n')
 			long := false
@@ -406,11 +410,11 @@ func readLines(ctx context.Context, r io.Reader, size int, out chan<- *lineBatch
 				b.err = err
 				break
 			}
-			if br.Buffered() == 0 {
-				break
+			if whole = lineBuffered(br); !whole {
+				break // what was read goes before a read that may wait
 			}
 		}
-		b.more = b.err == nil && br.Buffered() > 0
+		b.more = b.err == nil && whole
 		select {
 		case out <- b:
 		case <-ctx.Done():
@@ -420,6 +424,12 @@ func readLines(ctx context.Context, r io.Reader, size int, out chan<- *lineBatch
 			return
 		}
 	}
+}
+
+// lineBuffered reports whether br holds a whole line.
+func lineBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // trimEOL returns s without its line end ("\n" or "\r\n").
