@@ -648,7 +648,8 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 		// (see refuses), one by one as Add would, until the window opened.
 		j, first := i, i
 		opens := w == nil && !(late && r.o.Late == LateDrop)
-		for ; j < hi && times[j]-start < size && times[j] >= start; j++ {
+		// uint64: times centuries apart are further apart than int64 holds.
+		for span := uint64(windowSpanNs(start, size)); j < hi && times[j] >= start && uint64(times[j]-start) < span; j++ {
 			t := times[j]
 			if seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
 				latest = max(latest, t) // the present, nothing held ahead

@@ -67,15 +67,23 @@ func (c *Counts) add(k CountKey, node string, n uint64) {
 		c.ByNode = map[string]*[decisions.NumOutcomes]uint64{}
 	}
 	c.Cells[k] += n
-	if int(k.Outcome) >= decisions.NumOutcomes {
-		return
-	}
 	byOutcome := c.ByNode[node]
 	if byOutcome == nil {
 		byOutcome = new([decisions.NumOutcomes]uint64)
 		c.ByNode[node] = byOutcome
 	}
-	byOutcome[k.Outcome] += n
+	byOutcome[OutcomeIndex(k.Outcome)] += n
+}
+
+// OutcomeIndex returns o's index in arrays by outcome: o, or 0 for an
+// outcome this reader does not know (a newer edge's, kept as its number),
+// which Outcome.String names "unknown" as it names 0; so such decisions
+// are counted with every total, as outcome "unknown".
+func OutcomeIndex(o decisions.Outcome) int {
+	if int(o) >= decisions.NumOutcomes {
+		return 0
+	}
+	return int(o)
 }
 
 // Merge adds o's counts to c. Counts merge exactly whatever m says.
@@ -129,9 +137,7 @@ func (c *Counts) Total() uint64 {
 func (c *Counts) ByOutcome() [decisions.NumOutcomes]uint64 {
 	var out [decisions.NumOutcomes]uint64
 	for k, n := range c.Cells {
-		if int(k.Outcome) < len(out) {
-			out[k.Outcome] += n
-		}
+		out[OutcomeIndex(k.Outcome)] += n
 	}
 	return out
 }

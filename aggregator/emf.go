@@ -176,15 +176,13 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 	tiers := map[string]*[decisions.NumOutcomes]uint64{}
 	rules := map[tierRule]*[decisions.NumOutcomes]uint64{}
 	for k, n := range p.Counts.Cells {
-		if int(k.Outcome) >= decisions.NumOutcomes {
-			continue
-		}
+		oc := OutcomeIndex(k.Outcome)
 		t := tiers[k.Tier]
 		if t == nil {
 			t = new([decisions.NumOutcomes]uint64)
 			tiers[k.Tier] = t
 		}
-		t[k.Outcome] += n
+		t[oc] += n
 		if k.Rule == "" {
 			continue // lists decide without a rule
 		}
@@ -193,7 +191,7 @@ func Documents(o EMFOptions, partition string, out Output) []emf.Document {
 			r = new([decisions.NumOutcomes]uint64)
 			rules[tierRule{k.Tier, k.Rule}] = r
 		}
-		r[k.Outcome] += n
+		r[oc] += n
 	}
 	for _, tier := range sortedKeys(tiers) {
 		ms := outcomeCountMetrics(*tiers[tier])
@@ -353,13 +351,15 @@ func countMetric(name string, n uint64) emf.Metric {
 
 // outcomeCountMetrics returns Requests and one metric per outcome, zeros
 // included, so that a dashboard's sums and ratios see every window.
+// Requests counts the unknown outcomes too (OutcomeIndex), which have no
+// metric of their own.
 func outcomeCountMetrics(c [decisions.NumOutcomes]uint64) []emf.Metric {
 	var total uint64
 	ms := make([]emf.Metric, 0, decisions.NumOutcomes)
 	ms = append(ms, emf.Metric{})
 	for oc, n := range c {
+		total += n
 		if name := outcomeMetrics[oc]; name != "" {
-			total += n
 			ms = append(ms, countMetric(name, n))
 		}
 	}

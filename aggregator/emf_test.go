@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -471,5 +472,41 @@ func TestDocumentsRulesAcrossPartitions(t *testing.T) {
 	}
 	if ranked := sum(EMFOptions{RuleBudget: 2}); fmt.Sprint(ranked) == fmt.Sprint(want) {
 		t.Errorf("the per-partition budget kept the same rules in both partitions (%v): the traffic does not test the configured set", ranked)
+	}
+}
+
+// TestUnknownOutcomeCounted: decisions of an outcome this reader does not
+// know (a newer edge's, kept as its number) are counted as outcome
+// "unknown", as `decisions stats` counts them, among the Requests of every
+// EMF document that counts them (service, tier, rule, node) and in
+// ByOutcome, rather than left out of every total.
+func TestUnknownOutcomeCounted(t *testing.T) {
+	p := NewPartial(t0, time.Minute, 10)
+	for i, o := range []decisions.Outcome{decisions.Allow, 99, decisions.Outcome(decisions.NumOutcomes), decisions.Block} {
+		d := decisions.Decision{Time: t0, Tier: "free", Rule: "free:global", Node: "edge-1", Outcome: o,
+			ClientIP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})}
+		p.Update(&d)
+	}
+	if oc := p.Counts.ByOutcome(); oc[0] != 2 || oc[decisions.Allow] != 1 || oc[decisions.Block] != 1 {
+		t.Errorf("by outcome %v, want 2 unknown, 1 allow, 1 block", oc)
+	}
+	requests := map[string]float64{}
+	for _, d := range Documents(EMFOptions{Rules: []string{"free:global"}}, "log", Output{Partial: p, To: 4}) {
+		var dims []string
+		for _, set := range d.Dimensions {
+			for _, dim := range set {
+				dims = append(dims, dim.Name+"="+dim.Value)
+			}
+		}
+		for _, m := range d.Metrics {
+			if m.Name == MetricRequests {
+				requests[strings.Join(dims, ",")] = m.Values[0]
+			}
+		}
+	}
+	want := map[string]float64{"": 4, "Tier=free": 4, "Tier=free,Rule=free:global": 4, "Node=edge-1": 4,
+		"Outcome=allow": 1, "Outcome=block": 1, "Outcome=unknown": 2}
+	if !maps.Equal(requests, want) {
+		t.Errorf("Requests by dimensions %v, want %v", requests, want)
 	}
 }

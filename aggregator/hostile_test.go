@@ -3,6 +3,8 @@ package aggregator
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -446,5 +448,61 @@ func TestRollupFutureEventCorrect(t *testing.T) {
 	}
 	if len(live) != 12 || r.Stats().Late != 0 {
 		t.Errorf("%d windows before shutdown, want 12 (seconds 0 to 11); %d late", len(live), r.Stats().Late)
+	}
+}
+
+// TestRollupEarliestTime: an event at the earliest time readers accept
+// (decisions.MinTime, 1677-09-21T00:12:43Z), whose window would start
+// before the earliest Unix nanosecond, is rolled up into a window that
+// starts at that nanosecond, in 1677, by the event-by-event and the
+// columnar path alike. Before, its window's start wrapped into 2262, the
+// event outside it, and the columnar path looped for ever on it: one
+// such event in the log hung `aggregate` at full CPU, deaf to SIGTERM.
+func TestRollupEarliestTime(t *testing.T) {
+	n := decisions.MinTime.UnixNano()
+	for _, w := range []time.Duration{time.Second, time.Hour, 24 * time.Hour} {
+		if s := windowStartNs(n, int64(w)); s > n || n-s >= int64(w) {
+			t.Fatalf("window of %v: starts at %d, after the event at %d or too far before it", w, s, n)
+		}
+	}
+	ds := at(seconds(0, 5)...)
+	ds[0].Time = decisions.MinTime
+	events, columns := rollFuture(t, ds, false, -1), rollFuture(t, ds, true, -1)
+	if !slices.Equal(columns.outs, events.outs) || columns.stats != events.stats {
+		t.Errorf("columns: %+v %+v\nevents: %+v %+v", columns.outs, columns.stats, events.outs, events.stats)
+	}
+	if len(events.outs) == 0 || events.outs[0].events != 1 || events.stats.Events != uint64(len(ds)) {
+		t.Errorf("outputs %+v, stats %+v: want the first of the earliest event alone", events.outs, events.stats)
+	}
+	// In one batch with the present's events, and with an event of 1700,
+	// whose distance to them overflows int64: each in its own window.
+	ds = append(ds, ds[1])
+	ds[len(ds)-1].Time = time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
+	windows := func(columns bool) map[time.Time]uint64 {
+		r := NewRollup(Options{Window: time.Hour})
+		if columns {
+			if err := columnar.NewDecoder().DecodeColumns(encodeBatches(t, ds, len(ds))[0], func(c *columnar.Columns) error {
+				r.AddBatch(c, 0)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for i := range ds {
+				r.Add(&ds[i], uint64(i))
+			}
+		}
+		out := map[time.Time]uint64{}
+		if err := r.Flush(true, func(o Output) error { out[o.Partial.Start] += o.Partial.Events; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want := map[time.Time]uint64{decisions.MinTime: 1, ds[len(ds)-1].Time: 1, t0: uint64(len(ds) - 2)}
+	if got := windows(false); !maps.Equal(got, want) {
+		t.Errorf("events by window %v, want %v", got, want)
+	}
+	if got := windows(true); !maps.Equal(got, want) {
+		t.Errorf("columns: events by window %v, want %v", got, want)
 	}
 }

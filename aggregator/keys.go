@@ -18,7 +18,7 @@ const OtherKey = OtherRule
 // keySets are the tiers, rules, nodes and reasons a partial holds, to
 // fold new ones past its cap. A name is admitted when an event stores it:
 // the tier, rule and reason of a decision in Counts.Cells, its node in
-// Counts.ByNode (known outcomes only). So the sets are those of the count
+// Counts.ByNode. So the sets are those of the count
 // maps, and a decoded partial rebuilds them from its counts: a restored
 // rollup folds the same names as one that never stopped.
 type keySets struct {
@@ -49,17 +49,14 @@ func (p *Partial) maxKeys() int {
 }
 
 // admit returns name, admitted to set if there is room, or OtherKey.
-// admit false only looks (a node of an event counted under no node).
-func admit(set map[string]struct{}, name string, max int, add bool) (string, bool) {
+func admit(set map[string]struct{}, name string, max int) (string, bool) {
 	if _, ok := set[name]; ok {
 		return name, false
 	}
 	if len(set) >= max {
 		return OtherKey, name != OtherKey // a name of OtherKey is not folded
 	}
-	if add {
-		set[name] = struct{}{}
-	}
+	set[name] = struct{}{}
 	return name, false
 }
 
@@ -68,10 +65,10 @@ func admit(set map[string]struct{}, name string, max int, add bool) (string, boo
 // p.Folded. d must be a decision (KindDecision).
 func (p *Partial) foldDecision(d *decisions.Decision) *decisions.Decision {
 	k, max := p.keys(), p.maxKeys()
-	tier, f1 := admit(k.tiers, d.Tier, max, true)
-	rule, f2 := admit(k.rules, d.Rule, max, true)
-	reason, f3 := admit(k.reasons, d.Reason, max, true)
-	node, f4 := admit(k.nodes, d.Node, max, int(d.Outcome) < decisions.NumOutcomes)
+	tier, f1 := admit(k.tiers, d.Tier, max)
+	rule, f2 := admit(k.rules, d.Rule, max)
+	reason, f3 := admit(k.reasons, d.Reason, max)
+	node, f4 := admit(k.nodes, d.Node, max)
 	if !(f1 || f2 || f3 || f4) {
 		return d
 	}
@@ -149,7 +146,7 @@ func (b *Batch) admitRows(dims *[4]foldDim, lo, hi int) {
 	// A pass over the rows per dimension: the dictionaries hold names
 	// that only other kinds of events use (a feedback event's reason and
 	// node), which decision rows never admit, so most batches mark.
-	kinds, outcomes := c.Kind[lo:hi], c.Outcome[lo:hi]
+	kinds := c.Kind[lo:hi]
 	for j := range dims {
 		if !mark[j] {
 			continue
@@ -157,8 +154,7 @@ func (b *Batch) admitRows(dims *[4]foldDim, lo, hi int) {
 		seen, ids := dims[j].t.seen, dims[j].ids[lo:hi]
 		ids = ids[:len(kinds)] // one length: ids[i] needs no bounds check
 		for i, k := range kinds {
-			// nodes: admitted for known outcomes only (see keySets)
-			if decisions.Kind(k) == decisions.KindDecision && (j != 3 || int(outcomes[i]) < decisions.NumOutcomes) {
+			if decisions.Kind(k) == decisions.KindDecision {
 				seen[ids[i]] = gen
 			}
 		}
@@ -208,12 +204,9 @@ func (b *Batch) foldRows(p *Partial, dims *[4]foldDim, max, lo, hi int) {
 				folded = folded || t.folded[id]
 				continue
 			}
-			add := j != 3 || int(c.Outcome[i]) < decisions.NumOutcomes // nodes: see keySets
-			name, f := admit(d.set, d.vals[id], max, add)
+			name, f := admit(d.set, d.vals[id], max)
 			t.names[id], t.folded[id] = name, f
-			if add || f {
-				t.seen[id] = gen // a node only looked at is looked at again
-			}
+			t.seen[id] = gen
 			folded = folded || f
 		}
 		if folded {

@@ -415,8 +415,8 @@ func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 	}
 	for i := rows.Lo; i < len(times); {
 		start := windowStartNs(times[i], w)
-		j := i + 1
-		for j < len(times) && times[j] >= start && times[j]-start < w {
+		j, span := i+1, uint64(windowSpanNs(start, w)) // uint64: see Rollup.addPrepared
+		for j < len(times) && times[j] >= start && uint64(times[j]-start) < span {
 			j++
 		}
 		p, err := r.window(ctx, start, stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(i)})

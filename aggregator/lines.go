@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -81,6 +82,10 @@ func RunLines(ctx context.Context, r io.Reader, o Options, sinks []Sink) (LinesS
 // LinesPartition is the partition of decisions read as JSON lines.
 const LinesPartition = "stdin"
 
+// DefaultLinesBatchBytes is a LinesSource's default BatchBytes: 4,096
+// lines of the edge's decisions are about 2.5 MB.
+const DefaultLinesBatchBytes = 4 << 20
+
 // DefaultGrace is how long decisions read as lines are still delivered
 // after the run's context ends (Ctrl-C), by default: what was read and
 // the open windows go out, unless a sink holds them up that long.
@@ -103,6 +108,12 @@ type LinesSource struct {
 	// source hands over what it has), before each Idle and at the end;
 	// default 4096.
 	BatchLines int
+	// BatchBytes bounds the bytes of a batch's lines: a batch goes before
+	// a line that would take it past them (a longer line is a batch of
+	// its own), and the lines read ahead of the batches are bounded
+	// alike, so that lines up to MaxLine long cannot make a batch of
+	// BatchLines hold gigabytes. Default DefaultLinesBatchBytes.
+	BatchBytes int
 	// Tick is how often the handler's Idle is called, so that its
 	// watermark follows the clock while the input is quiet; default
 	// 200 ms.
@@ -119,6 +130,7 @@ type LinesSource struct {
 	stats  LinesStats
 	events []decisions.Decision
 	skip   []bool
+	bytes  int // of the lines of events
 }
 
 // Stats returns what the source read so far: Lines, Skipped, TooLong and
@@ -137,9 +149,12 @@ func (s *LinesSource) Stats() LinesStats { return s.stats }
 func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
 	final, cancel := outlive(ctx, cmp.Or(s.Grace, DefaultGrace))
 	defer cancel()
-	every, tick := s.BatchLines, s.Tick
+	every, tick, size := s.BatchLines, s.Tick, s.BatchBytes
 	if every <= 0 {
 		every = 4096
+	}
+	if size <= 0 {
+		size = DefaultLinesBatchBytes
 	}
 	if tick <= 0 {
 		tick = 200 * time.Millisecond
@@ -151,11 +166,11 @@ func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	chunks := make(chan *lineBatch, 1)
-	go readLines(rctx, s.R, chunks)
+	go readLines(rctx, s.R, size, chunks)
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	pos := stream.Position{Sub: 1}
-	s.events, s.skip = s.events[:0], s.skip[:0]
+	s.events, s.skip, s.bytes = s.events[:0], s.skip[:0], 0
 	hand := func(ctx context.Context) error {
 		if len(s.events) == 0 {
 			return nil
@@ -163,7 +178,7 @@ func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
 		b := s.batch(pos, from)
 		pos = b.To
 		err := h.Handle(ctx, b)
-		s.events, s.skip = s.events[:0], s.skip[:0]
+		s.events, s.skip, s.bytes = s.events[:0], s.skip[:0], 0
 		return err
 	}
 	var rerr error
@@ -188,7 +203,7 @@ func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
 				// What was read is delivered, whatever ended the input.
 				ctx = final
 			}
-			if err := s.parse(c, every, func() error { return hand(ctx) }); err != nil {
+			if err := s.parse(c, every, size, func() error { return hand(ctx) }); err != nil {
 				return err
 			}
 			if c.err != nil && !errors.Is(c.err, io.EOF) {
@@ -208,17 +223,18 @@ func (s *LinesSource) Run(ctx context.Context, h stream.Handler) error {
 }
 
 // parse adds a chunk's lines to the batch being made, as decisions or as
-// lines left out, and calls full whenever the batch holds every lines.
-func (s *LinesSource) parse(c *lineBatch, every int, full func() error) error {
+// lines left out, and calls full whenever the batch holds every lines, or
+// before a line that would take its lines past size bytes.
+func (s *LinesSource) parse(c *lineBatch, every, size int, full func() error) error {
 	start := 0
 	for i, end := range c.ends {
-		if len(s.events) >= every {
+		line := c.data[start:end]
+		start = end
+		if len(s.events) >= every || len(s.events) > 0 && s.bytes+len(line) > size {
 			if err := full(); err != nil {
 				return err
 			}
 		}
-		line := c.data[start:end]
-		start = end
 		s.stats.Lines = c.first + i
 		var d decisions.Decision
 		var err error
@@ -234,6 +250,7 @@ func (s *LinesSource) parse(c *lineBatch, every int, full func() error) error {
 		}
 		s.events = append(s.events, d)
 		s.skip = append(s.skip, err != nil || len(line) == 0)
+		s.bytes += len(line)
 	}
 	return nil
 }
@@ -353,7 +370,7 @@ type lineBatch struct {
 	data    []byte
 	ends    []int
 	tooLong []bool
-	more    bool  // more input was buffered: the chunk ended at maxBatch lines
+	more    bool  // a whole line more was buffered: the chunk ended at maxBatch lines or its size
 	err     error // the read's end (io.EOF) or failure, after the lines
 }
 
@@ -362,14 +379,17 @@ const maxBatch = 512
 
 // readLines reads r's lines into batches, sent on out, until the end of r
 // or a read error, which ends the last batch, or until ctx is done. A
-// batch goes as soon as no more input is buffered, so that a quiet live
-// source hands over what it has.
-func readLines(ctx context.Context, r io.Reader, out chan<- *lineBatch) {
+// batch goes as soon as no whole line is buffered, so that a live source
+// hands over what it has before a read that waits for input (one that
+// pauses, or a slow pipe whose reads end inside a line), or once it holds
+// size bytes or more.
+func readLines(ctx context.Context, r io.Reader, size int, out chan<- *lineBatch) {
 	br := bufio.NewReaderSize(r, MaxLine+1)
 	line := 1
 	for {
 		b := &lineBatch{first: line}
-		for len(b.ends) < maxBatch {
+		whole := false // br holds a whole line: reading it does not wait
+		for len(b.ends) < maxBatch && len(b.data) < size {
 			s, err := br.ReadSlice('\n')
 			long := false
 			for errors.Is(err, bufio.ErrBufferFull) {
@@ -390,11 +410,11 @@ func readLines(ctx context.Context, r io.Reader, out chan<- *lineBatch) {
 				b.err = err
 				break
 			}
-			if br.Buffered() == 0 {
-				break
+			if whole = lineBuffered(br); !whole {
+				break // what was read goes before a read that may wait
 			}
 		}
-		b.more = b.err == nil && br.Buffered() > 0
+		b.more = b.err == nil && whole
 		select {
 		case out <- b:
 		case <-ctx.Done():
@@ -404,6 +424,12 @@ func readLines(ctx context.Context, r io.Reader, out chan<- *lineBatch) {
 			return
 		}
 	}
+}
+
+// lineBuffered reports whether br holds a whole line.
+func lineBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // trimEOL returns s without its line end ("\n" or "\r\n").

@@ -89,15 +89,7 @@ func TestRunLinesFlushesClosedWindows(t *testing.T) {
 		s := &chanSink{outs: make(chan Output, 100)}
 		l := &Lines{Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond, Idle: time.Second}, Sinks: []Sink{s},
 			FlushEvery: 10, Now: time.Now}
-		type result struct {
-			st  LinesStats
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			st, err := l.Run(context.Background(), pr)
-			done <- result{st, err}
-		}()
+		done := startLines(l, pr)
 		// Events of seconds 0 to 2 close the windows of seconds 0 and 1
 		// (the watermark is 2.9 s less 100 ms).
 		start := time.Now().Truncate(time.Second)
@@ -125,6 +117,59 @@ func TestRunLinesFlushesClosedWindows(t *testing.T) {
 			t.Fatalf("outputs %d, events %d, %v", r.st.Outputs, r.st.Rollup.Events, r.err)
 		}
 	})
+}
+
+// TestRunLinesSlowInputNotIdle: lines of an hour ago that keep coming,
+// a line about every third of a second in writes that end inside a line (a
+// slow pipe: `ssh host cat decisions.jsonl |`), are handed as each one
+// is whole: the input is never a second without a line, so the
+// watermark does not follow the clock, the window does not leave before
+// its events, and none is late. Before, the lines read waited for the
+// 512th or for a read that ended at a line's end, the input looked idle,
+// and every event after the first was late.
+func TestRunLinesSlowInputNotIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pr, pw := io.Pipe()
+		defer func() { pw.Close(); synctest.Wait() }() // ends Run on failure too
+		l := &Lines{Rollup: Options{Window: time.Minute, Idle: time.Second}, Sinks: []Sink{&countingSink{}}, Now: time.Now}
+		done := startLines(l, pr)
+		start := time.Now().Add(-time.Hour).Truncate(time.Minute)
+		var in []byte
+		for i := range 20 {
+			d := decisionAt(0, "192.0.2.1")
+			d.Time = start.Add(time.Duration(i) * time.Millisecond)
+			in = append(decisions.AppendJSON(in, &d), '\n')
+		}
+		first := bytes.IndexByte(in, '\n') + 1
+		pw.Write(in[:first])
+		for rest := in[first:]; len(rest) > 0; {
+			time.Sleep(100 * time.Millisecond)
+			n := min(len(rest), 150)
+			pw.Write(rest[:n])
+			rest = rest[n:]
+		}
+		pw.Close()
+		r := <-done
+		if r.err != nil || r.st.Rollup.Events != 20 || r.st.Rollup.Late != 0 || r.st.Outputs != 1 {
+			t.Fatalf("events %d, late %d, outputs %d, %v; want 20 events, none late, one output", r.st.Rollup.Events, r.st.Rollup.Late, r.st.Outputs, r.err)
+		}
+	})
+}
+
+// linesResult is what Lines.Run returned.
+type linesResult struct {
+	st  LinesStats
+	err error
+}
+
+// startLines runs l over r and hands over what Run returns.
+func startLines(l *Lines, r io.Reader) <-chan linesResult {
+	done := make(chan linesResult, 1)
+	go func() {
+		st, err := l.Run(context.Background(), r)
+		done <- linesResult{st, err}
+	}()
+	return done
 }
 
 // chanSink hands the outputs written to it over on a channel.
@@ -292,6 +337,39 @@ func TestLinesSource(t *testing.T) {
 	}
 	if !slices.Equal(h.closes, []bool{true}) || h.ctxErr != nil {
 		t.Errorf("closes %v (%v), want one Close(ended)", h.closes, h.ctxErr)
+	}
+}
+
+// TestLinesSourceBatchBytes: lines of large decisions (100 KiB paths)
+// are handed in batches of at most DefaultLinesBatchBytes of lines, or of
+// one line, not held until a batch has 4,096 lines (4 GiB of lines of
+// up to MaxLine); every decision is handed once.
+func TestLinesSourceBatchBytes(t *testing.T) {
+	ds := decisiontest.NewGenerator(17, t0).Batch(200)
+	var in bytes.Buffer
+	size := []int{0} // size[l]: the bytes of line l
+	for i := range ds {
+		ds[i].Path = "/" + strings.Repeat("p", 100<<10)
+		n := in.Len()
+		in.Write(decisions.AppendJSON(nil, &ds[i]))
+		in.WriteByte('\n')
+		size = append(size, in.Len()-n)
+	}
+	h := &linesRecorder{}
+	if err := (&LinesSource{R: &in}).Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range h.spans {
+		n := 0
+		for l := s[0]; l < s[1]; l++ {
+			n += size[l]
+		}
+		if n > (4<<20) && s[1]-s[0] > 1 {
+			t.Errorf("lines %d to %d, %d bytes, in one batch; want at most %d bytes", s[0], s[1]-1, n, DefaultLinesBatchBytes)
+		}
+	}
+	if len(h.at) != len(ds) {
+		t.Errorf("%d decisions handed, want %d", len(h.at), len(ds))
 	}
 }
 

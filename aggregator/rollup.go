@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -385,13 +386,28 @@ func windowStart(t time.Time, size time.Duration) int64 {
 }
 
 // windowStartNs is windowStart of the time n, in Unix nanoseconds, for
-// windows of w nanoseconds.
+// windows of w nanoseconds. The window of the earliest times (readers
+// take times from 1677-09-21T00:12:43Z, decisions.MinTime) would start
+// before the earliest Unix nanosecond: it starts at that nanosecond
+// instead, and reaches windowSpanNs, to the next window's start.
 func windowStartNs(n, w int64) int64 {
-	s := n - n%w
-	if n%w < 0 {
-		s -= w
+	r := n % w
+	switch {
+	case r >= 0:
+		return n - r
+	case n-math.MinInt64 < w+r: // n-r-w would wrap into 2262
+		return math.MinInt64
 	}
-	return s
+	return n - r - w
+}
+
+// windowSpanNs is how far the window starting at start (windowStartNs)
+// reaches: w, or less for the window of the earliest times.
+func windowSpanNs(start, w int64) int64 {
+	if r := start % w; start == math.MinInt64 && r != 0 {
+		return -r
+	}
+	return w
 }
 
 // Add adds the event numbered seq.

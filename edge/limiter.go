@@ -720,7 +720,15 @@ func cookieValue(h http.Header, name string) string {
 	return ""
 }
 
+// finish sets the verdict's outcome and reason. A reason longer than
+// readers believe (decisions.MaxNameLen: an adapter's words about a
+// client's input, such as an Envoy domain quoted) is cut to it, on a
+// character boundary: a longer one would make every reader refuse the
+// whole record that holds it, the other clients' decisions with it.
 func (l *Limiter) finish(v *Verdict, o decisions.Outcome, reason string) {
+	if len(reason) > decisions.MaxNameLen {
+		reason = strings.ToValidUTF8(reason[:decisions.MaxNameLen], "")
+	}
 	v.Outcome, v.Reason = o, reason
 	l.metrics.outcomes[o].Add(1)
 }

@@ -332,8 +332,8 @@ func Build(w *Windows, a *Alerts, o Options) *Report {
 		t := Tier{Name: name, Rules: ws.rules(total, name), Top: []Offender{}}
 		var oc [decisions.NumOutcomes]uint64
 		for k, n := range total.Counts.Cells {
-			if k.Tier == name && int(k.Outcome) < len(oc) {
-				oc[k.Outcome] += n
+			if k.Tier == name {
+				oc[aggregator.OutcomeIndex(k.Outcome)] += n
 			}
 		}
 		t.Requests, _, t.Refused, t.Outcomes = outcomeTotals(oc)
@@ -467,7 +467,8 @@ func summary(p *aggregator.Partial) Summary {
 }
 
 // outcomeTotals sums counts by outcome into requests, passed and refused,
-// and lists the outcomes seen in the schema's order.
+// and lists the outcomes seen in the schema's order; the unknown outcomes
+// count among the requests only.
 func outcomeTotals(oc [decisions.NumOutcomes]uint64) (requests, passed, refused uint64, list []OutcomeCount) {
 	list = []OutcomeCount{}
 	for i, n := range oc {
@@ -476,9 +477,11 @@ func outcomeTotals(oc [decisions.NumOutcomes]uint64) (requests, passed, refused 
 		}
 		o := decisions.Outcome(i)
 		requests += n
-		if aggregator.Refused(o) {
+		switch {
+		case i == 0: // unknown (aggregator.OutcomeIndex): neither passed nor refused
+		case aggregator.Refused(o):
 			refused += n
-		} else {
+		default:
 			passed += n
 		}
 		list = append(list, OutcomeCount{Outcome: o.String(), Requests: n})
@@ -670,9 +673,7 @@ func (ws windowSeq) rules(total *aggregator.Partial, tier string) []Path {
 		if k.Tier < p.Tier {
 			p.Tier = k.Tier // a rule shared by tiers (lists, rejections) names the first
 		}
-		if int(k.Outcome) < decisions.NumOutcomes {
-			counts[k.Rule][k.Outcome] += n
-		}
+		counts[k.Rule][aggregator.OutcomeIndex(k.Outcome)] += n
 	}
 	for rule, p := range byRule {
 		p.Requests, _, p.Refused, _ = outcomeTotals(*counts[rule])

@@ -895,3 +895,24 @@ func TestOffenderBoundsOffTheOtherList(t *testing.T) {
 	// Ten a list: none is ever full, so the floors are 0, every bound exact.
 	f(10)
 }
+
+// TestReportUnknownOutcome: decisions of an outcome this reader does not
+// know (a newer edge's) are requests of outcome "unknown", in the summary,
+// their tier and their rule, and neither passed nor refused; before, they
+// were in no total.
+func TestReportUnknownOutcome(t *testing.T) {
+	p := aggregator.NewPartial(t0, time.Minute, 10)
+	for i, o := range []decisions.Outcome{decisions.Allow, 99, 99, decisions.Block} {
+		d := decisions.Decision{Time: t0, Tier: "free", Rule: "free:global", Outcome: o,
+			ClientIP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})}
+		p.Update(&d)
+	}
+	r := Build(&Windows{Size: time.Minute, Parts: map[time.Time]*aggregator.Partial{t0: p}}, nil, Options{From: t0, To: t0.Add(time.Minute)})
+	s := r.Summary
+	if s.Requests != 4 || s.Passed != 1 || s.Refused != 1 || !slices.Contains(s.Outcomes, OutcomeCount{Outcome: "unknown", Requests: 2}) {
+		t.Errorf("summary: requests %d, passed %d, refused %d, outcomes %v; want 4, 1, 1, 2 unknown", s.Requests, s.Passed, s.Refused, s.Outcomes)
+	}
+	if len(r.Tiers) != 1 || r.Tiers[0].Requests != 4 || len(r.ByPath) != 1 || r.ByPath[0].Requests != 4 {
+		t.Errorf("tiers %+v, rules %+v: want 4 requests each", r.Tiers, r.ByPath)
+	}
+}

@@ -37,6 +37,12 @@ type SourceOptions struct {
 	// (but for the first record read, when the handler resumes inside it).
 	// Default DefaultBatchEvents.
 	BatchEvents int
+	// BatchBytes bounds the payload bytes of a batch's records: a batch
+	// ends before a record that would take it past them (a record larger
+	// than that is a batch of its own), so that what a batch holds is
+	// bounded whatever its events carry (such as the long paths of the
+	// edge's clients). Default DefaultBatchBytes.
+	BatchBytes int
 	// Linger is how long a following source, caught up with the log's
 	// end, holds a batch that is not yet BatchEvents long for more
 	// records, from when it read the batch's first record: a busy tail is
@@ -72,6 +78,13 @@ type SourceOptions struct {
 // (BENCHMARKS.md, the read seam).
 const DefaultBatchEvents = 64 << 10
 
+// DefaultBatchBytes is the payload bytes a Source's batch holds at most by
+// default (SourceOptions.BatchBytes): 65,536 events of the edge's usual
+// traffic are a few MB of records (about 40 bytes an event in Arrow, 600
+// in JSON lines), but 65,536 events that carry 8 KiB paths are hundreds
+// of MB.
+const DefaultBatchBytes = 32 << 20
+
 // DefaultLinger is a following Source's default Linger: at most about five
 // batches a second from a busy tail.
 const DefaultLinger = 200 * time.Millisecond
@@ -92,7 +105,7 @@ type Source struct {
 	// resumed: the read started from a position the handler returned,
 	// not the log's start.
 	resumed bool
-	pending *seglog.Record // read while waiting for more, not yet batched
+	pending *seglog.Record // read while waiting for more, or past a batch's BatchBytes: not yet batched
 	seen    lossSeen
 }
 
@@ -115,6 +128,9 @@ func NewSource(dir string, o SourceOptions) *Source {
 	}
 	if o.BatchEvents <= 0 {
 		o.BatchEvents = DefaultBatchEvents
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = DefaultBatchBytes
 	}
 	if o.Tick <= 0 {
 		o.Tick = 200 * time.Millisecond
@@ -228,7 +244,8 @@ func (s *Source) stop(ctx context.Context, h stream.Handler, err error) error {
 }
 
 // batch reads the next batch from pos: whole records until it holds
-// BatchEvents events or the end of what is written (end); when following,
+// BatchEvents events, or the end of what is written (end), and no more
+// than BatchBytes bytes of them unless one record is more; when following,
 // at the end it waits for more until Linger has passed since the batch's
 // first record. It is nil when nothing was read. On a read error (or
 // shutdown while lingering) it returns the batch read so far with the
@@ -236,7 +253,7 @@ func (s *Source) stop(ctx context.Context, h stream.Handler, err error) error {
 func (s *Source) batch(ctx context.Context, pos stream.Position) (b *stream.Batch, end bool, err error) {
 	next := pos.Offset()
 	var recs []stream.Record
-	events := 0
+	events, bytes := 0, 0
 	var lctx context.Context // following: done when Linger has passed
 	if s.o.Follow {
 		// A batch starts when its first record is there (after wait, or
@@ -256,12 +273,17 @@ func (s *Source) batch(ctx context.Context, pos stream.Position) (b *stream.Batc
 			// ...") or are the context's.
 			return s.batchOf(pos, next, recs), false, err
 		}
+		if len(recs) > 0 && bytes+len(rec.Payload) > s.o.BatchBytes {
+			s.pending = &rec // the next batch's first
+			break
+		}
 		next = max(next, rec.FirstOffset+uint64(rec.Count))
 		if !s.rd.keep(&rec, s.o.Follow) {
 			continue
 		}
 		recs = append(recs, stream.Record{Pos: stream.Offset(rec.FirstOffset), Codec: columnar.Codec(rec.Codec), Data: rec.Payload, Count: int(rec.Count)})
 		events += int(rec.Count) - int(min(pos.Offset()-min(pos.Offset(), rec.FirstOffset), uint64(rec.Count)))
+		bytes += len(rec.Payload)
 	}
 	return s.batchOf(pos, next, recs), end, nil
 }

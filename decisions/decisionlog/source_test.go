@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -28,6 +29,7 @@ type recorder struct {
 	offered []stream.Position
 	dec     *columnar.Decoder
 	batches []batchSeen
+	bytes   []int   // each batch's records' payload bytes
 	events  []event // the rows read, not skipped
 	idles   int
 	closes  []closeSeen
@@ -69,10 +71,12 @@ func (r *recorder) Handle(_ context.Context, b *stream.Batch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	seen := batchSeen{from: b.From, to: b.To}
+	bytes := 0
 	var times []int64
 	for _, rec := range b.Records {
 		seen.recs = append(seen.recs, rec.Pos)
 		seen.events += rec.Count - int(max(b.From.Sub-rec.Pos.Sub, 0))
+		bytes += len(rec.Data)
 	}
 	_, err := b.Rows(r.dec, func(rows *stream.Rows) error {
 		if rows.Columns != nil {
@@ -96,6 +100,7 @@ func (r *recorder) Handle(_ context.Context, b *stream.Batch) error {
 		return err
 	}
 	r.batches = append(r.batches, seen)
+	r.bytes = append(r.bytes, bytes)
 	if r.handle != nil {
 		return r.handle(b)
 	}
@@ -194,6 +199,43 @@ func TestSourceBatchesAtRecords(t *testing.T) {
 	}
 	if !slices.Equal(h.closes, []closeSeen{{true, nil}}) || h.idles != 0 {
 		t.Errorf("closes %v, idles %d: want one Close(ended), no Idle", h.closes, h.idles)
+	}
+}
+
+// TestSourceBatchBytes: records of large events (8 KiB paths, as clients
+// of the edge may send; the JSON codec, which does not compress them) are
+// handed in batches of at most DefaultBatchBytes of records, not held
+// until a batch has 65,536 events (hundreds of MB); every event is handed
+// once.
+func TestSourceBatchBytes(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir)
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{Codec: columnar.CodecJSON})
+	g := decisiontest.NewGenerator(22, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	long := "/" + strings.Repeat("a", 8<<10-1)
+	for range 50 {
+		ds := g.Batch(100)
+		for i := range ds {
+			ds[i].Path = long
+		}
+		if err := w.WriteBatch(ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := &recorder{}
+	if err := decisionlog.NewSource(dir, decisionlog.SourceOptions{}).Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range h.batches {
+		if h.bytes[i] > decisionlog.DefaultBatchBytes {
+			t.Errorf("a batch of %d records holds %d bytes, want at most %d", len(b.recs), h.bytes[i], decisionlog.DefaultBatchBytes)
+		}
+	}
+	if evs, _, _ := readerEvents(t, dir, decisionlog.Filter{}); len(evs) != 5000 || !slices.Equal(h.events, evs) {
+		t.Errorf("%d events handed, want the Reader's %d (5000)", len(h.events), len(evs))
 	}
 }
 

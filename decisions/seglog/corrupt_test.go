@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -199,6 +201,12 @@ func TestCorruption(t *testing.T) {
 					}
 					if s := g.Error(); !strings.Contains(s, w.Segment) || !strings.Contains(s, "at byte ") {
 						t.Errorf("%s: problem %q does not name the file and offset", what, s)
+					}
+					// A gap names the segment after it, which is whole:
+					// the message says which offsets are missing before it.
+					if first, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(w.Segment), ".seg"), 10, 64); errors.Is(w.Err, ErrMissing) &&
+						(err != nil || !strings.Contains(g.Error(), fmt.Sprintf("before this one (offsets %d to %d)", first-w.Events, first-1))) {
+						t.Errorf("%s: problem %q does not name the offsets missing before %s", what, g.Error(), w.Segment)
 					}
 				}
 			}

@@ -13,7 +13,12 @@ import (
 // maxProblems bounds the problems a Reader keeps for Problems.
 const maxProblems = 1000
 
-var errSegmentGap = fmt.Errorf("segment missing or removed: %w", ErrMissing)
+// segmentGap is the error of the events missing between two segments,
+// reported with the segment after them: it names their offsets, so that
+// the message does not read as if that segment were the one missing.
+func segmentGap(from, next uint64) error {
+	return fmt.Errorf("segment missing or removed before this one (offsets %d to %d): %w", from, next-1, ErrMissing)
+}
 
 // Reader reads a log's records in offset order, past corrupt regions,
 // which it reports. It reads what the writer has written, synced or not.
@@ -416,7 +421,7 @@ func (r *Reader) open(n segFile) (bool, error) {
 		r.loss.Removed, r.loss.Start = n.first-r.from, n.first
 	}
 	if named && r.expectKnown && n.first > r.expect {
-		r.problem(Problem{Segment: n.path, Events: n.first - r.expect, Err: errSegmentGap})
+		r.problem(Problem{Segment: n.path, Events: n.first - r.expect, Err: segmentGap(r.expect, n.first)})
 	}
 	expect := n.first
 	switch {

@@ -2,14 +2,18 @@ package rls
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/edge"
 )
 
@@ -130,5 +134,51 @@ func TestCut(t *testing.T) {
 		if got := cut(c.in, c.n); got != c.want {
 			t.Errorf("cut(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
 		}
+	}
+}
+
+// sinkFunc is an edge.Sink of a function.
+type sinkFunc func(decisions.Decision) bool
+
+func (f sinkFunc) Emit(d decisions.Decision) bool { return f(d) }
+
+// TestRejectedCallIsReadable: a call refused for its domain, 64 control
+// characters that the reason quotes four bytes each, is recorded with a
+// reason of at most decisions.MaxNameLen bytes, so that the record that
+// holds it, and the other clients' decisions in it, can be read. Before,
+// its reason of 316 bytes made every reader refuse the whole record.
+func TestRejectedCallIsReadable(t *testing.T) {
+	cfg, err := config.Parse([]byte("rls: {domains: [edge]}\ntiers: {anonymous: {global: {limit: 100}}}\n"), "rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var ds []decisions.Decision
+	l, err := edge.New(cfg, edge.Options{Env: func(string) string { return "" },
+		Sink: sinkFunc(func(d decisions.Decision) bool { ds = append(ds, d); return true })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	s := New(l, Options{})
+	for _, domain := range []string{"edge", strings.Repeat("\x01", 64), "edge"} {
+		s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{
+			entries("remote_address", "192.0.2.1", "path", "/x")}})
+	}
+	if len(ds) != 3 || ds[1].Outcome != decisions.Rejected {
+		t.Fatalf("decisions %+v, want three, the second rejected", ds)
+	}
+	if err := ds[1].Check(); err != nil || !utf8.ValidString(ds[1].Reason) || !strings.HasPrefix(ds[1].Reason, "invalid rate limit call: rate limit domain is not served: ") {
+		t.Errorf("reason %q (%d bytes): %v", ds[1].Reason, len(ds[1].Reason), err)
+	}
+	b, err := columnar.NewEncoder(columnar.Options{}).Encode(nil, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := columnar.DecodeRecord(append([]byte{byte(columnar.CodecArrow)}, b...), nil); err != nil || len(got) != 3 {
+		t.Errorf("the record of the three decodes to %d: %v", len(got), err)
 	}
 }
