@@ -638,7 +638,9 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 	times := b.times
 	for i := lo; i < hi; {
 		start := windowStartNs(times[i], size)
-		late := anyClosed && start+size <= closedNs || r.emittedAheadHas(start)
+		// start+size <= closedNs, without the sum wrapping at the end of
+		// time (Add compares times, which do not wrap).
+		late := anyClosed && closedNs > start && uint64(closedNs-start) >= uint64(size) || r.emittedAheadHas(start)
 		m := r.open
 		if late {
 			m = r.late

@@ -451,6 +451,24 @@ func TestRollupFutureEventCorrect(t *testing.T) {
 	}
 }
 
+// TestRollupLatestTime: an event of the last window readers take (its
+// window ends past decisions.MaxTime, where start + size wraps) is counted
+// in its window through the columnar path as through Add, not dropped as
+// late behind windows of the present that closed.
+func TestRollupLatestTime(t *testing.T) {
+	ds := at(seconds(0, 5)...)
+	ds = append(ds, ds[1], ds[2])
+	ds[len(ds)-2].Time = decisions.MaxTime
+	ds[len(ds)-1].Time = decisions.MaxTime.Add(-90 * time.Minute)
+	events, columns := rollFuture(t, ds, false, -1), rollFuture(t, ds, true, -1)
+	if !slices.Equal(columns.outs, events.outs) || columns.stats != events.stats {
+		t.Errorf("columns: %+v %+v\nevents: %+v %+v", columns.outs, columns.stats, events.outs, events.stats)
+	}
+	if events.stats.Late != 0 || len(events.outs) != 8 {
+		t.Errorf("events: %+v %+v: want 8 windows and none late", events.outs, events.stats)
+	}
+}
+
 // TestRollupEarliestTime: an event at the earliest time readers accept
 // (decisions.MinTime, 1677-09-21T00:12:43Z), whose window would start
 // before the earliest Unix nanosecond, is rolled up into a window that
