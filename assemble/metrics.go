@@ -144,6 +144,11 @@ func registerEmitterMetrics(meter metric.Meter, f *decisions.Fanout) error {
 	if err != nil {
 		return err
 	}
+	clamped, err := meter.Int64ObservableCounter("ratewarden.decisions.clamped",
+		metric.WithDescription("Decisions written with a field cut to what readers take, rather than make them refuse the record."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return err
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		f.Lanes(func(name string, e *decisions.Emitter) {
 			s, attrs := e.Stats(), metric.WithAttributes(attribute.String("sink", name))
@@ -151,9 +156,10 @@ func registerEmitterMetrics(meter metric.Meter, f *decisions.Fanout) error {
 			o.ObserveInt64(errs, int64(s.Errors), attrs)
 			o.ObserveInt64(queued, int64(s.Queued), attrs)
 			o.ObserveInt64(dropped, int64(s.Dropped), attrs)
+			o.ObserveInt64(clamped, int64(s.Clamped), attrs)
 		})
 		return nil
-	}, written, errs, queued, dropped)
+	}, written, errs, queued, dropped, clamped)
 	return err
 }
 

@@ -101,8 +101,8 @@ type Emitter struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	dropped, written, errs atomic.Uint64
-	reported               uint64 // drops already reported in the log; writer goroutine only
+	dropped, written, errs, clamped atomic.Uint64
+	reported                        uint64 // drops already reported in the log; writer goroutine only
 	// Writer goroutine only: how many slots from the start of the buffer
 	// it holds (spare) and of the one it gave Emit (pending) may still
 	// hold written decisions (see drain).
@@ -116,6 +116,10 @@ type EmitterStats struct {
 	Written uint64 // handed to the writer without error
 	Errors  uint64 // write or flush errors
 	Queued  int    // in the queue now
+	// Clamped counts decisions written with a field cut to what readers
+	// take (Decision.Clamp): a longer one would make them refuse the
+	// whole record.
+	Clamped uint64
 }
 
 // NewEmitter starts an Emitter draining into w. Close it to flush. It holds
@@ -196,7 +200,8 @@ func (e *Emitter) Stats() EmitterStats {
 	e.mu.Lock()
 	q, emitted := len(e.pending), e.emitted
 	e.mu.Unlock()
-	return EmitterStats{Emitted: emitted, Dropped: e.dropped.Load(), Written: e.written.Load(), Errors: e.errs.Load(), Queued: q}
+	return EmitterStats{Emitted: emitted, Dropped: e.dropped.Load(), Written: e.written.Load(), Errors: e.errs.Load(), Queued: q,
+		Clamped: e.clamped.Load()}
 }
 
 // swap takes the queued decisions, leaving spare (emptied) in their place.
@@ -352,6 +357,11 @@ func (e *Emitter) drainWhile(spare []Decision, flush, keep bool, min int) []Deci
 	wrote := false
 	for {
 		q := e.swap(spare)
+		for i := range q {
+			if q[i].Clamp() {
+				e.clamped.Add(1)
+			}
+		}
 		for b := q; len(b) > 0; {
 			n := e.cut(b)
 			if err := e.w.WriteBatch(b[:n]); err != nil {

@@ -99,20 +99,57 @@ func IsControl(r rune) bool {
 type FieldCap struct {
 	Name string
 	Max  int
-	Of   func(*Decision) string
+	Of   func(*Decision) *string
 }
 
 // FieldCaps are the capped fields.
 var FieldCaps = []FieldCap{
-	{"user_id", MaxUserIDLen, func(d *Decision) string { return d.UserID }},
-	{"plan", MaxUserIDLen, func(d *Decision) string { return d.Plan }},
-	{"tier", MaxNameLen, func(d *Decision) string { return d.Tier }},
-	{"rule", MaxRuleLen, func(d *Decision) string { return d.Rule }},
-	{"node", MaxNameLen, func(d *Decision) string { return d.Node }},
-	{"reason", MaxNameLen, func(d *Decision) string { return d.Reason }},
-	{"response_error", MaxNameLen, func(d *Decision) string { return d.ResponseError }},
-	{"list", MaxNameLen, func(d *Decision) string { return d.List }},
-	{"action", MaxNameLen, func(d *Decision) string { return d.Action }},
+	{"user_id", MaxUserIDLen, func(d *Decision) *string { return &d.UserID }},
+	{"plan", MaxUserIDLen, func(d *Decision) *string { return &d.Plan }},
+	{"tier", MaxNameLen, func(d *Decision) *string { return &d.Tier }},
+	{"rule", MaxRuleLen, func(d *Decision) *string { return &d.Rule }},
+	{"node", MaxNameLen, func(d *Decision) *string { return &d.Node }},
+	{"reason", MaxNameLen, func(d *Decision) *string { return &d.Reason }},
+	{"response_error", MaxNameLen, func(d *Decision) *string { return &d.ResponseError }},
+	{"list", MaxNameLen, func(d *Decision) *string { return &d.List }},
+	{"action", MaxNameLen, func(d *Decision) *string { return &d.Action }},
+}
+
+// Clamp makes d a decision readers believe (Check), and reports whether
+// it changed anything: a capped field longer than its cap is cut to it,
+// on a character boundary; a time outside MinTime to MaxTime is moved to
+// the nearer; a dropped count over MaxDropped is MaxDropped. A writer
+// clamps what it is handed because readers refuse a whole record for one
+// such decision, every other decision in it with it.
+func (d *Decision) Clamp() bool {
+	changed := false
+	for _, f := range FieldCaps {
+		if v := f.Of(d); len(*v) > f.Max {
+			*v, changed = cutUTF8(*v, f.Max), true
+		}
+	}
+	switch {
+	case d.Time.IsZero():
+	case d.Time.Before(MinTime):
+		d.Time, changed = MinTime, true
+	case d.Time.After(MaxTime):
+		d.Time, changed = MaxTime, true
+	}
+	if d.Dropped > MaxDropped {
+		d.Dropped, changed = MaxDropped, true
+	}
+	return changed
+}
+
+// cutUTF8 returns s, longer than n bytes, cut to at most n, not inside a
+// character (bytes that are not UTF-8 are cut at n).
+func cutUTF8(s string, n int) string {
+	for i := n; i > 0 && i > n-utf8.UTFMax; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i]
+		}
+	}
+	return s[:n]
 }
 
 // FieldTooLong is the error of a field longer than its cap.
@@ -129,7 +166,7 @@ func (d *Decision) Check() error {
 			d.Time.Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano))
 	}
 	for _, f := range FieldCaps {
-		if n := len(f.Of(d)); n > f.Max {
+		if n := len(*f.Of(d)); n > f.Max {
 			return FieldTooLong(f.Name, n, f.Max)
 		}
 	}
