@@ -1,10 +1,13 @@
 package alerts_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/edge/lists"
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // The tests of this file follow a user id the client chose from a
@@ -147,6 +151,38 @@ func TestFeedbackListsTheOffenderNotAnother(t *testing.T) {
 	}
 	if act.Applied || act.Target != "user:"+old || act.Why != alerts.WhyWriteFailed {
 		t.Errorf("action %+v, want one on user:%q, failed to write", act, old)
+	}
+}
+
+// TestJSONLinesShowsFormatCharacters: the alert JSON lines (standard
+// output, or the file an on-call tails) write the format characters and
+// line separators a user id may hold, which the edge believes, as \u
+// escapes, in the summary, the key and the identities of an alert and the
+// target of an action: "user:ad\u200bmin made 700 requests" would read
+// "user:admin" on a terminal. Each line decodes to the values written.
+func TestJSONLinesShowsFormatCharacters(t *testing.T) {
+	for _, user := range []string{"ad\u200bmin", "\u202enimda", "user\u2028admin", "bob\U000e0041"} {
+		a := heavyHitterAlerts(t, user)[0]
+		act := alerts.Action{Kind: "action", Time: a.Time, Policy: "p", Alert: a.Key, List: "deny", Target: "user:" + user}
+		var b bytes.Buffer
+		j := alerts.NewJSONLines(&b, nil)
+		if err := j.Alert(context.Background(), a); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Action(context.Background(), act); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if strings.ContainsFunc(strings.ReplaceAll(out, "\n", ""), visible.Hidden) {
+			t.Errorf("user %q: the JSON lines hold a character that is not drawn:\n%q", user, out)
+		}
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		var gotA alerts.Alert
+		var gotAct alerts.Action
+		if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &gotA) != nil || json.Unmarshal([]byte(lines[1]), &gotAct) != nil ||
+			gotA.Summary != a.Summary || gotA.Key != a.Key || !slices.Equal(gotA.Identities, a.Identities) || gotAct != act {
+			t.Errorf("user %q: the lines do not decode to what was written:\n%s", user, out)
+		}
 	}
 }
 

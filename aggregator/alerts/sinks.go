@@ -36,8 +36,10 @@ type ActionLog interface {
 }
 
 // JSONLines writes alerts and actions as JSON objects, one per line, to a
-// writer (a file opened for appending, or standard output). It is safe for
-// concurrent use.
+// writer (a file opened for appending, or standard output), with the
+// format characters a user id may hold as \u escapes (visible.AppendJSON):
+// people read these lines on a terminal, where "ad\u200bmin" would read
+// "admin". It is safe for concurrent use.
 type JSONLines struct {
 	mu sync.Mutex
 	w  io.Writer
@@ -53,13 +55,14 @@ var (
 func NewJSONLines(w io.Writer, c io.Closer) *JSONLines { return &JSONLines{w: w, c: c} }
 
 func (j *JSONLines) write(v any) error {
-	b, err := json.Marshal(v)
+	js, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("write alert: %w", err)
 	}
+	b := append(visible.AppendJSON(make([]byte, 0, len(js)+1), js), '\n')
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if _, err := j.w.Write(append(b, '\n')); err != nil {
+	if _, err := j.w.Write(b); err != nil {
 		return fmt.Errorf("write alert: %w", err)
 	}
 	return nil

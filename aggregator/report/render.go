@@ -397,8 +397,10 @@ func trendRow(p Point) []string {
 // csvSafe keeps a spreadsheet from reading a cell as a formula: a cell
 // that starts with = + - @ or a tab or carriage return, and is not a
 // number, gets a leading apostrophe. User ids and paths are the client's.
+// A lone "-", the reports' own "no value", is no formula and stays as it
+// is: quoted, every such cell read "'-".
 func csvSafe(s string) string {
-	if s == "" || !strings.ContainsRune("=+-@\t\r", rune(s[0])) || isNumber(s) {
+	if s == "" || s == "-" || !strings.ContainsRune("=+-@\t\r", rune(s[0])) || isNumber(s) {
 		return s
 	}
 	return "'" + s

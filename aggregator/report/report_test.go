@@ -416,6 +416,33 @@ func TestHostileIdentities(t *testing.T) {
 	}
 }
 
+// TestCSVSafe: a cell a spreadsheet would take for a formula gets a
+// leading apostrophe; a number, and the "-" the reports write for no
+// value (a solve rate, a time), which no spreadsheet takes for one, are
+// written as they are.
+func TestCSVSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                 "",
+		"-":                "-",
+		"12":               "12",
+		"-3":               "-3",
+		"0.0 %":            "0.0 %",
+		"user:mallory":     "user:mallory",
+		"=1+1":             "'=1+1",
+		"+cmd|calc":        "'+cmd|calc",
+		"-2+3":             "'-2+3",
+		"--":               "'--",
+		"- 1":              "'- 1",
+		"@SUM(A1)":         "'@SUM(A1)",
+		"\t=1":             "'\t=1",
+		"=HYPERLINK(\"\")": "'=HYPERLINK(\"\")",
+	} {
+		if got := csvSafe(in); got != want {
+			t.Errorf("csvSafe(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestReadDirCancelled: ReadDir stops with ctx's error once ctx is done.
 func TestReadDirCancelled(t *testing.T) {
 	dir := storePartials(t, fixedEvents())

@@ -25,6 +25,7 @@ import (
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/atomicfile"
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 const decisionsUsage = `Usage:
@@ -192,11 +193,15 @@ func catStream(ctx context.Context, p *eventPrinter, name string, since, until t
 	return nil
 }
 
-// eventPrinter prints events as JSON lines or a table.
+// eventPrinter prints events as JSON lines or a table. A JSON line has
+// the format characters and line separators of the client's strings (a
+// user id, a request id) as \u escapes (visible.AppendJSON), as lists
+// show --json does: on a terminal "ad\u200bmin" would read "admin".
 type eventPrinter struct {
 	w      *bufio.Writer
 	tw     *tabwriter.Writer
 	follow bool
+	js     []byte
 	buf    []byte
 }
 
@@ -219,8 +224,8 @@ func (p *eventPrinter) print(pos string, d *decisions.Decision) {
 			cell(d.Node), addrOrDash(*d), cell(d.UserID), cell(d.Tier), cell(d.Method), cell(d.Path), cell(d.Rule), d.Count, d.Limit, cell(kindOutcome(*d)), cell(d.Reason))
 		return
 	}
-	p.buf = decisions.AppendJSON(p.buf[:0], d)
-	p.buf = append(p.buf, '\n')
+	p.js = decisions.AppendJSON(p.js[:0], d)
+	p.buf = append(visible.AppendJSON(p.buf[:0], p.js), '\n')
 	p.w.Write(p.buf)
 	if p.follow {
 		p.w.Flush()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
 // TestDecisionsCatTableIsText: `decisions cat --format table` prints a
@@ -30,6 +31,36 @@ func TestDecisionsCatTableIsText(t *testing.T) {
 	}
 	if lines := strings.Count(out, "\n"); lines != 2 {
 		t.Errorf("the table has %d lines for one decision, want 2 (header, row):\n%s", lines, strings.ReplaceAll(out, "\x1b", "^["))
+	}
+}
+
+// TestDecisionsCatJSONShowsFormatCharacters: `decisions cat` (JSON, the
+// default) writes the format characters and line separators a user id may
+// hold, which the edge believes, as \u escapes, as `lists show --json`
+// does: "ad\u200bmin" on a terminal would read "admin", and U+202E would
+// reorder what follows it. Each line still decodes to the id as logged.
+func TestDecisionsCatJSONShowsFormatCharacters(t *testing.T) {
+	at := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	users := []string{"ad\u200bmin", "\u202enimda", "user\u2028admin", "\u2066root\u2069", "bob\U000e0041"}
+	var ds []decisions.Decision
+	for _, u := range users {
+		ds = append(ds, decisions.Decision{Time: at, Node: "edge-1", ClientIP: netip.MustParseAddr("203.0.113.9"), UserID: u, RequestID: u,
+			Tier: "authenticated", Method: "GET", Path: "/api", Rule: "authenticated:global", Count: 500, Limit: 100, Outcome: decisions.Block})
+	}
+	dir := filepath.Join(t.TempDir(), "log")
+	writeDecisions(t, dir, ds)
+	code, out, errs := runCLI(t, nil, "decisions", "cat", "--dir", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if strings.ContainsFunc(strings.ReplaceAll(out, "\n", ""), visible.Hidden) || strings.Count(out, "\n") != len(users) {
+		t.Errorf("the JSON lines hold a character that is not drawn:\n%q", out)
+	}
+	for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		d, _, err := decisions.ParseJSON([]byte(line))
+		if err != nil || d.UserID != users[i] || d.RequestID != users[i] {
+			t.Errorf("line %d decodes to user %q, request %q (%v), want %q", i+1, d.UserID, d.RequestID, err, users[i])
+		}
 	}
 }
 
