@@ -481,3 +481,14 @@ type batchSizes struct{ sizes []int }
 
 func (b *batchSizes) WriteBatch(ds []Decision) error { b.sizes = append(b.sizes, len(ds)); return nil }
 func (b *batchSizes) Flush() error                   { return nil }
+
+// BenchmarkClamp is what the emitter's writer goroutine pays a decision
+// to find that it has nothing to clamp (Decision.Clamp), before writing.
+func BenchmarkClamp(b *testing.B) {
+	d := sample()
+	for b.Loop() {
+		if d.Clamp() {
+			b.Fatal("clamped a sample decision")
+		}
+	}
+}

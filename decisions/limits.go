@@ -122,6 +122,9 @@ var FieldCaps = []FieldCap{
 // clamps what it is handed because readers refuse a whole record for one
 // such decision, every other decision in it with it.
 func (d *Decision) Clamp() bool {
+	if d.fits() {
+		return false
+	}
 	changed := false
 	for _, f := range FieldCaps {
 		if v := f.Of(d); len(*v) > f.Max {
@@ -140,6 +143,22 @@ func (d *Decision) Clamp() bool {
 	}
 	return changed
 }
+
+// fits reports, without a call per field, whether Clamp would leave d as
+// it is (TestFits holds it to FieldCaps): the emitter asks it of every
+// decision it writes.
+func (d *Decision) fits() bool {
+	sec := d.Time.Unix()
+	return len(d.UserID) <= MaxUserIDLen && len(d.Plan) <= MaxUserIDLen &&
+		len(d.Tier) <= MaxNameLen && len(d.Rule) <= MaxRuleLen && len(d.Node) <= MaxNameLen &&
+		len(d.Reason) <= MaxNameLen && len(d.ResponseError) <= MaxNameLen &&
+		len(d.List) <= MaxNameLen && len(d.Action) <= MaxNameLen &&
+		d.Dropped <= MaxDropped && (minSec < sec && sec < maxSec || d.Time.IsZero())
+}
+
+// minSec and maxSec are the seconds of MinTime and MaxTime: a time between
+// them, exclusive, is within them.
+var minSec, maxSec = MinTime.Unix(), MaxTime.Unix()
 
 // cutUTF8 returns s, longer than n bytes, cut to at most n, not inside a
 // character (bytes that are not UTF-8 are cut at n).

@@ -3,6 +3,7 @@ package decisions
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCheckUserID(t *testing.T) {
@@ -50,5 +51,44 @@ func BenchmarkCheckUserID(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFits: the emitter's quick test agrees with FieldCaps and Check: a
+// decision with any capped field one byte over its cap, a time just past
+// either end, or a drop count over MaxDropped does not fit; at the caps
+// and ends it does.
+func TestFits(t *testing.T) {
+	base := Decision{Time: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)}
+	for _, f := range FieldCaps {
+		d := base
+		*f.Of(&d) = strings.Repeat("x", f.Max)
+		if !d.fits() || d.Check() != nil {
+			t.Errorf("%s of %d bytes: fits %v, Check %v; want it to fit", f.Name, f.Max, d.fits(), d.Check())
+		}
+		*f.Of(&d) += "x"
+		if d.fits() || d.Check() == nil {
+			t.Errorf("%s of %d bytes fits, want not", f.Name, f.Max+1)
+		}
+	}
+	for _, c := range []struct {
+		tm   time.Time
+		want bool
+	}{
+		{time.Time{}, true}, {MinTime, true}, {MaxTime, true},
+		{MinTime.Add(-time.Nanosecond), false}, {MaxTime.Add(time.Nanosecond), false},
+	} {
+		d := base
+		d.Time = c.tm
+		// fits may say no at the ends themselves (seconds compared), where
+		// Clamp then finds nothing to change.
+		if d.fits() && !c.want || (d.Check() == nil) != c.want || d.Clamp() == c.want {
+			t.Errorf("time %v: fits %v, Check %v, clamped %v; want it within %v", c.tm, d.fits(), d.Check(), !c.want, c.want)
+		}
+	}
+	d := base
+	d.Dropped = MaxDropped + 1
+	if d.fits() {
+		t.Errorf("dropped %d fits", d.Dropped)
 	}
 }
