@@ -269,7 +269,10 @@ func covers(outer, target string) bool {
 }
 
 // allowListed reports whether target (an address, a CIDR or user:<id>) is
-// on the allow list.
+// on the allow list: for a CIDR (an IPv6 client's prefix), whether any
+// allow-listed address or prefix overlaps it, since an entry on the
+// prefix would cover that address too, and the edge reads the deny list
+// before the allow list.
 func (p *Policies) allowListed(target string) bool {
 	if p.allow == nil {
 		return false
@@ -282,7 +285,8 @@ func (p *Policies) allowListed(target string) bool {
 		return l.Contains(a, "")
 	}
 	if pf, err := netip.ParsePrefix(target); err == nil {
-		return l.Contains(pf.Addr(), "")
+		allowed, _ := l.Targets(l.Read())
+		return slices.ContainsFunc(allowed, pf.Overlaps)
 	}
 	return false
 }
