@@ -170,10 +170,7 @@ func (e *Engine) heavyHitters(f *findings, w window, k tierRule) {
 	}
 	limit := perWindow(l, w.size)
 	threshold := e.c.HeavyHitter.Factor * limit
-	bits := e.o.IPv6Prefix
-	if bits <= 0 {
-		bits = 64
-	}
+	bits := e.v6bits()
 	var refused []counted // read at the first heavy hitter
 	for _, h := range byCounted(top, bits, uint64(threshold)) {
 		n := float64(h.count - h.err)
@@ -201,6 +198,15 @@ func (e *Engine) heavyHitters(f *findings, w window, k tierRule) {
 			fmt.Sprintf("%s made %.0f requests on %s in the window, %.0f× its limit of %.0f", id, n, subject(k), n/limit, limit),
 			Evidence{Observed: n, Baseline: limit, Score: round(n / limit), Counts: counts}, []string{id}))
 	}
+}
+
+// v6bits is the length of the prefix the edge counts an IPv6 client
+// under (identity.ipv6_prefix; 0 takes 64).
+func (e *Engine) v6bits() int {
+	if e.o.IPv6Prefix <= 0 {
+		return 64
+	}
+	return e.o.IPv6Prefix
 }
 
 // counted is a client of a top-K as the edge counts it: a user, an IPv4
@@ -377,32 +383,38 @@ func (e *Engine) solveRate(f *findings, w window, k tierRule, challenged, passed
 }
 
 // unsolved flags the identities challenged at least Unsolved.Min times in
-// the window that never passed on a token. An identity missing from the
-// token-passing top-K is taken as never passing: the list holds the
-// heaviest solvers, and one who solves often is among them.
+// the window that never passed on a token, an IPv6 client by the prefix
+// the edge counts and challenges it under (as heavyHitters does), so that
+// a client rotating over the addresses of its /64 is flagged as one. An
+// identity missing from the token-passing top-K is taken as never
+// passing: the list holds the heaviest solvers, and one who solves often
+// is among them.
 func (e *Engine) unsolved(f *findings, w window) {
 	ch, tp := w.p.Offenders.Challenged, w.p.Offenders.TokenPassed
 	if ch == nil {
 		return
 	}
+	bits := e.v6bits()
 	passed := map[aggregator.Client]uint64{}
-	if tp != nil {
-		for _, h := range tp.Top(tp.Len()) {
-			passed[h.Client] = h.Count
-		}
+	for _, h := range byCounted(tp, bits, 0) {
+		passed[h.client] = h.count
 	}
-	for _, h := range ch.Top(ch.Len()) {
-		n := h.Count - h.Err
+	for _, h := range byCounted(ch, bits, 0) {
+		n := h.count - h.err
 		if n < uint64(e.c.Unsolved.Min) {
 			continue
 		}
-		if passed[h.Client] > 0 {
+		if passed[h.client] > 0 {
 			continue
 		}
-		id := h.Client.String()
+		id := h.id(bits)
+		counts := map[string]uint64{"challenges": n, "token_passes": 0}
+		if h.addrs > 1 {
+			counts["addresses"] = uint64(h.addrs)
+		}
 		f.alerts = append(f.alerts, w.alert(TypeUnsolved, Warning, id, tierRule{},
 			fmt.Sprintf("%s was challenged %d times in the window and never passed", id, n),
-			Evidence{Observed: float64(n), Counts: map[string]uint64{"challenges": n, "token_passes": 0}}, []string{id}))
+			Evidence{Observed: float64(n), Counts: counts}, []string{id}))
 	}
 }
 

@@ -151,6 +151,10 @@ type Open struct {
 	Alert Alert     `json:"alert"`
 	Clear int       `json:"clear"` // windows in a row its condition was clear
 	Held  time.Time `json:"held"`  // end of the last window its condition held
+	// Deferred are the feedback actions on it that the cap or the store
+	// kept from being written, taken again in later windows while it
+	// fires (Policies.Retry).
+	Deferred []Action `json:"deferred,omitempty"`
 }
 
 // NewEngine returns an engine starting from st (nil: from nothing). It

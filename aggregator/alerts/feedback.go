@@ -117,6 +117,42 @@ func (p *Policies) Act(ctx context.Context, a Alert, applied *[]time.Time) []Act
 	return out
 }
 
+// heldBack returns the actions of acts that a later window takes again
+// while their alert stays open: those the cap or the store kept from
+// being written (cap_reached, read_failed, write_failed), not those a
+// guard rail judged.
+func heldBack(acts []Action) []Action {
+	var out []Action
+	for _, a := range acts {
+		if a.Why == WhyCapReached || a.Why == WhyReadFailed || a.Why == WhyWriteFailed {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Retry takes the deferred actions of a, an alert still firing, again at
+// now (the end of a later window: the entry expires a TTL after it) and
+// returns what it did; nothing, and nothing to record, while the hour's
+// cap is still full.
+func (p *Policies) Retry(ctx context.Context, a Alert, deferred []Action, now time.Time, applied *[]time.Time) []Action {
+	cut := now.Add(-time.Hour)
+	*applied = slices.DeleteFunc(*applied, func(t time.Time) bool { return !t.After(cut) })
+	if len(*applied) >= p.cfg.MaxPerHour {
+		return nil
+	}
+	a.Time = now
+	var out []Action
+	for _, d := range deferred {
+		i := slices.IndexFunc(p.cfg.Policies, func(pol config.FeedbackPolicy) bool { return pol.Name == d.Policy })
+		if i < 0 {
+			continue // a policy no longer configured
+		}
+		out = append(out, p.act(ctx, a, p.cfg.Policies[i], d.Target, applied))
+	}
+	return out
+}
+
 // ListTarget is the target a policy lists for an identity of an alert: an
 // IPv6 address becomes the prefix of ipv6Prefix bits it is counted under at
 // the edge (2001:db8:1:2::/64), so that the client cannot step around its
@@ -233,7 +269,10 @@ func covers(outer, target string) bool {
 }
 
 // allowListed reports whether target (an address, a CIDR or user:<id>) is
-// on the allow list.
+// on the allow list: for a CIDR (an IPv6 client's prefix), whether any
+// allow-listed address or prefix overlaps it, since an entry on the
+// prefix would cover that address too, and the edge reads the deny list
+// before the allow list.
 func (p *Policies) allowListed(target string) bool {
 	if p.allow == nil {
 		return false
@@ -246,7 +285,8 @@ func (p *Policies) allowListed(target string) bool {
 		return l.Contains(a, "")
 	}
 	if pf, err := netip.ParsePrefix(target); err == nil {
-		return l.Contains(pf.Addr(), "")
+		allowed, _ := l.Targets(l.Read())
+		return slices.ContainsFunc(allowed, pf.Overlaps)
 	}
 	return false
 }

@@ -19,7 +19,13 @@ func addr(i int) string { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), by
 // defaults.
 func testConfig(t testing.TB) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse([]byte("tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\n"), "test.yaml")
+	return configOf(t, "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\n")
+}
+
+// configOf is the configuration of text, with its defaults, validated.
+func configOf(t testing.TB, text string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(text), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,6 +147,7 @@ func (r *Runner) Window(ctx context.Context, p *aggregator.Partial) error {
 	if err != nil {
 		return err
 	}
+	raised := map[string]bool{}
 	for _, a := range alerts {
 		for _, s := range r.o.Sinks {
 			if err := s.Alert(ctx, a); err != nil {
@@ -156,19 +157,43 @@ func (r *Runner) Window(ctx context.Context, p *aggregator.Partial) error {
 		if r.o.Policies == nil {
 			continue
 		}
-		for _, act := range r.o.Policies.Act(ctx, a, &r.e.st.Applied) {
-			r.stats.Actions++
-			if act.Applied {
-				r.stats.Applied++
+		acts := r.o.Policies.Act(ctx, a, &r.e.st.Applied)
+		r.record(ctx, acts)
+		if o := r.e.st.Open[a.Key]; o != nil && a.State == Firing {
+			o.Deferred, raised[a.Key] = heldBack(acts), true
+		}
+	}
+	// An alert that stays open is not raised again: what the cap or the
+	// store held back when it was is taken now, or the client it names
+	// would never be listed while it goes on.
+	if r.o.Policies != nil {
+		for _, k := range sortedKeys(r.e.st.Open) {
+			o := r.e.st.Open[k]
+			if raised[k] || len(o.Deferred) == 0 {
+				continue
 			}
-			if r.o.Actions != nil {
-				if err := r.o.Actions.Action(ctx, act); err != nil {
-					r.fail(err)
-				}
+			if acts := r.o.Policies.Retry(ctx, o.Alert, o.Deferred, p.End(), &r.e.st.Applied); acts != nil {
+				r.record(ctx, acts)
+				o.Deferred = heldBack(acts)
 			}
 		}
 	}
 	return r.save()
+}
+
+// record counts acts and writes them to the action log.
+func (r *Runner) record(ctx context.Context, acts []Action) {
+	for _, act := range acts {
+		r.stats.Actions++
+		if act.Applied {
+			r.stats.Applied++
+		}
+		if r.o.Actions != nil {
+			if err := r.o.Actions.Action(ctx, act); err != nil {
+				r.fail(err)
+			}
+		}
+	}
 }
 
 func (r *Runner) fail(err error) {

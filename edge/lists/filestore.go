@@ -229,8 +229,9 @@ func (s *FileStore) edit(ctx context.Context, list string, change func([]Entry, 
 				}
 				continue
 			}
-			if !e.Removed.IsZero() && now.Sub(e.Removed) > TombstoneAge {
-				continue // a tombstone every reader has seen
+			if !e.Removed.IsZero() && now.Sub(e.Removed) > TombstoneAge ||
+				e.Removed.IsZero() && !e.Expires.IsZero() && now.Sub(e.Expires) > TombstoneAge {
+				continue // a tombstone every reader has seen, or an entry long expired
 			}
 		}
 		out = append(out, line...)

@@ -30,7 +30,10 @@
 // readers compare expires with the time of each request, whatever the
 // store (DynamoDB deletes expired items only some time later). A removed
 // entry stays as a tombstone for TombstoneAge, so that every reader sees
-// who removed it. Blank lines are ignored and surrounding whitespace is
+// who removed it; a FileStore's write drops it after that, and the entries
+// expired longer ago than that (as DynamoDB's time to live deletes them),
+// so that a file the feedback policies write does not keep every target
+// they ever listed. Blank lines are ignored and surrounding whitespace is
 // trimmed. IPv4-mapped IPv6 targets (::ffff:203.0.113.7), and those in
 // NAT64's well-known prefix (64:ff9b::203.0.113.7), are stored as IPv4,
 // since clients are. One in a site's own NAT64 prefix

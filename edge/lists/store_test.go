@@ -681,3 +681,28 @@ func TestFileStoreWritesThroughSymlink(t *testing.T) {
 		t.Errorf("the file the link leads to holds\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestFileStoreDropsLongExpired: a write drops the entries that expired
+// more than TombstoneAge ago, as it drops old tombstones (DynamoDB's time
+// to live deletes them from a table): a list file the policies write
+// every hour does not keep every target they ever listed. One that
+// expired within TombstoneAge, and a comment, stay.
+func TestFileStoreDropsLongExpired(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "challenge.list")
+	at := func(d time.Duration) string { return t0.Add(d).Format(time.RFC3339) }
+	orig := "# scrapers\n203.0.113.1 expires=" + at(-30*24*time.Hour) + " by=policy:p\n" +
+		"203.0.113.2 expires=" + at(-time.Hour) + " by=policy:p\n"
+	if err := os.WriteFile(path, []byte(orig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := NewFileStore(map[string]string{Challenge: path}, func() time.Time { return t0 })
+	if err := s.Put(context.Background(), Entry{List: Challenge, Target: "203.0.113.3", Expires: t0.Add(time.Hour), By: "policy:p"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	want := "# scrapers\n203.0.113.2 expires=" + at(-time.Hour) + " by=policy:p\n" +
+		"203.0.113.3 expires=" + at(time.Hour) + " added=" + at(0) + " by=policy:p\n"
+	if string(got) != want {
+		t.Errorf("file after Put:\n%s\nwant\n%s", got, want)
+	}
+}
