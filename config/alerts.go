@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/ratewarden/ratewarden/decisions"
 )
 
 // Alerts configures the anomaly detectors that read the aggregator's
@@ -125,6 +128,11 @@ type Feedback struct {
 	// records each change as one feedback event in its decisions.
 	Policies []FeedbackPolicy `yaml:"policies"`
 }
+
+// MaxPolicyNameLen is the longest feedback policy name: the list entries
+// a policy writes name it as "policy:" + name, and a list holds at most
+// 128 bytes of printable text there (edge/lists.MaxByLen).
+const MaxPolicyNameLen = 128 - len("policy:")
 
 // FeedbackPolicy maps alerts of some types, at or above a severity, to an
 // action on their identities.
@@ -252,6 +260,9 @@ func (v *validator) feedback(f *Feedback) {
 			v.report(at("name"), "", "is missing", "a name for the entries' \"by\", such as challenge-scrapers")
 		case names[p.Name]:
 			v.report(at("name"), p.Name, "names two policies", "a name of its own")
+		case len(p.Name) > MaxPolicyNameLen || strings.IndexFunc(p.Name, decisions.IsControl) >= 0 || !utf8.ValidString(p.Name):
+			v.report(at("name"), p.Name, "is not allowed",
+				"printable text of at most "+strconv.Itoa(MaxPolicyNameLen)+" bytes: the entries it writes say by=\"policy:NAME\", and a list holds at most 128 bytes there")
 		}
 		names[p.Name] = true
 		if len(p.Alerts) == 0 {

@@ -84,3 +84,26 @@ func TestCappedActionIsTakenOnceTheCapFrees(t *testing.T) {
 		t.Errorf("challenge list %q, want %q", strings.Join(entries, ", "), want)
 	}
 }
+
+// TestLongestPolicyName: a policy named with config.MaxPolicyNameLen bytes,
+// the most the configuration takes, writes its entries (by="policy:NAME"
+// fills the list's 128 bytes); one byte more, which the configuration
+// refuses, would fail every write. Before the configuration checked the
+// length, such a policy passed `config check` and wrote nothing.
+func TestLongestPolicyName(t *testing.T) {
+	for _, n := range []int{config.MaxPolicyNameLen, config.MaxPolicyNameLen + 1} {
+		path := filepath.Join(t.TempDir(), "challenge.list")
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		store := lists.NewFileStore(map[string]string{lists.Challenge: path}, func() time.Time { return t0 })
+		pol := challengeHitters
+		pol.Name = strings.Repeat("p", n)
+		ps := alerts.NewPolicies(feedbackConfig(false, 10, pol), store, nil, func(string) bool { return false }, 64)
+		var applied []time.Time
+		acts := ps.Act(context.Background(), hitter("203.0.113.9", "anonymous", t0), &applied)
+		if ok := len(acts) == 1 && acts[0].Applied; ok != (n <= config.MaxPolicyNameLen) {
+			t.Errorf("a policy name of %d bytes: actions %+v", n, acts)
+		}
+	}
+}
