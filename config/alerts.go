@@ -43,8 +43,10 @@ type Alerts struct {
 	// ResolveAfter is how many windows in a row a condition must be clear
 	// before its alert resolves; default 2.
 	ResolveAfter int `yaml:"resolve_after"`
-	// MaxSeries bounds the series (tier × rule × measure) and open alerts
-	// kept; the least recently seen go first. Default 10000.
+	// MaxSeries bounds the series (tier × rule × measure) kept; the least
+	// recently seen go first. Default 10000. (Open alerts are bounded by
+	// what a window can raise: the top-K lists' identities and the names
+	// each window keeps, times resolve_after.)
 	MaxSeries int `yaml:"max_series"`
 	// PayingTiers are the tiers of paying users: their refusals alert
 	// (false_positive, critical) and no policy acts on them without a
