@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -128,7 +129,7 @@ func (d *Decision) Clamp() bool {
 	changed := false
 	for _, f := range FieldCaps {
 		if v := f.Of(d); len(*v) > f.Max {
-			*v, changed = cutUTF8(*v, f.Max), true
+			*v, changed = Cut(*v, f.Max), true
 		}
 	}
 	switch {
@@ -160,15 +161,14 @@ func (d *Decision) fits() bool {
 // them, exclusive, is within them.
 var minSec, maxSec = MinTime.Unix(), MaxTime.Unix()
 
-// cutUTF8 returns s, longer than n bytes, cut to at most n, not inside a
-// character (bytes that are not UTF-8 are cut at n).
-func cutUTF8(s string, n int) string {
-	for i := n; i > 0 && i > n-utf8.UTFMax; i-- {
-		if utf8.RuneStart(s[i]) {
-			return s[:i]
-		}
+// Cut returns s cut to at most n bytes, on a character boundary (and
+// without the bytes of s[:n] that are not UTF-8): how a field past its cap
+// is made one readers take.
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s[:n]
+	return strings.ToValidUTF8(s[:n], "")
 }
 
 // FieldTooLong is the error of a field longer than its cap.

@@ -92,3 +92,20 @@ func TestFits(t *testing.T) {
 		t.Errorf("dropped %d fits", d.Dropped)
 	}
 }
+
+func TestCut(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"edge", 8, "edge"},
+		{"edge", 2, "ed"},
+		{"añb", 2, "a"}, // ñ is two bytes: not split
+		{"añb", 3, "añ"},
+	} {
+		if got := Cut(c.in, c.n); got != c.want {
+			t.Errorf("Cut(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

@@ -726,10 +726,7 @@ func cookieValue(h http.Header, name string) string {
 // character boundary: a longer one would make every reader refuse the
 // whole record that holds it, the other clients' decisions with it.
 func (l *Limiter) finish(v *Verdict, o decisions.Outcome, reason string) {
-	if len(reason) > decisions.MaxNameLen {
-		reason = strings.ToValidUTF8(reason[:decisions.MaxNameLen], "")
-	}
-	v.Outcome, v.Reason = o, reason
+	v.Outcome, v.Reason = o, decisions.Cut(reason, decisions.MaxNameLen)
 	l.metrics.outcomes[o].Add(1)
 }
 

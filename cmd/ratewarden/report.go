@@ -46,15 +46,21 @@ func (f *reportFlags) write(stdout io.Writer, b []byte) error {
 	return atomicfile.Write(*f.out, b, 0o644)
 }
 
-// rangeOrDefault returns the range, --to defaulting to now, and refuses
-// one whose --from is missing or not before --to, and an --out that names
-// a directory (the report would be made, then fail to replace it).
-func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
-	if *f.out != "" {
-		if fi, err := os.Stat(*f.out); err == nil && fi.IsDir() {
-			return time.Time{}, time.Time{}, badFlag(fmt.Errorf("--out %s is a directory: want the report's file, such as %s", *f.out, filepath.Join(*f.out, "report."+*f.format)))
-		}
+// checkOut refuses an --out that names a directory: the report would be
+// made, then fail to replace it.
+func (f *reportFlags) checkOut() error {
+	if *f.out == "" {
+		return nil
 	}
+	if fi, err := os.Stat(*f.out); err == nil && fi.IsDir() {
+		return badFlag(fmt.Errorf("--out %s is a directory: want the report's file, such as %s", *f.out, filepath.Join(*f.out, "report."+*f.format)))
+	}
+	return nil
+}
+
+// rangeOrDefault returns the range, --to defaulting to now, and refuses
+// one whose --from is missing or not before --to.
+func (f *reportFlags) rangeOrDefault() (time.Time, time.Time, error) {
 	to := f.to.t
 	if to.IsZero() {
 		to = f.to.now()
@@ -109,6 +115,9 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	format, err := report.ParseFormat(*rf.format)
 	if err != nil {
 		return badFlag(fmt.Errorf("--%w", err))
+	}
+	if err := rf.checkOut(); err != nil {
+		return err
 	}
 	_, ro, err := opts.options()
 	if err != nil {
@@ -196,6 +205,9 @@ func runWhatIf(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	format, err := report.ParseFormat(*rf.format)
 	if err != nil {
 		return badFlag(fmt.Errorf("--%w", err))
+	}
+	if err := rf.checkOut(); err != nil {
+		return err
 	}
 	from, to, err := rf.rangeOrDefault()
 	if err != nil {

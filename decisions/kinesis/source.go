@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
@@ -349,13 +348,10 @@ func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 // it is made again: not one retryable says may succeed, nor a stream not
 // yet ACTIVE (ListShards answers ResourceInUseException while a stream is
 // being created, as when the aggregator starts beside aws init).
-func refusedForGood(err error) bool {
-	var ae smithy.APIError
-	if errors.As(err, &ae) && ae.ErrorCode() == "ResourceInUseException" {
-		return false
-	}
-	return !retryable(err)
-}
+func refusedForGood(err error) bool { return !awserr.Retryable(err, discoverRetryCodes...) }
+
+// discoverRetryCodes are kinesisRetryCodes and ResourceInUseException.
+var discoverRetryCodes = append(slices.Clip(kinesisRetryCodes), "ResourceInUseException")
 
 func (s *Source) discover(ctx context.Context) error {
 	shards, err := listShards(ctx, s.api, s.opts.Stream)

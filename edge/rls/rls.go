@@ -189,15 +189,7 @@ func (s *Service) read(req *rlsv3.RateLimitRequest, c *call) {
 	if descHits > 0 {
 		c.hits = descHits
 	}
-	c.method = cut(c.method, maxMethod)
-}
-
-// cut returns s cut to at most n bytes, on a character boundary.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
+	c.method = decisions.Cut(c.method, maxMethod)
 }
 
 // Bounds on what a call can make a decision record: the domain (recorded
@@ -222,7 +214,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	var c call
 	s.read(req, &c)
 	var v edge.Verdict
-	r := edge.Request{Method: c.method, Host: cut(req.GetDomain(), maxDomain), Path: c.path, URI: c.path, Shadow: s.cfg.ShadowMode}
+	r := edge.Request{Method: c.method, Host: decisions.Cut(req.GetDomain(), maxDomain), Path: c.path, URI: c.path, Shadow: s.cfg.ShadowMode}
 	id := s.lim.Identify(c.ip, c.user, c.plan)
 	r.Identity = &id
 	if c.invalid != "" {

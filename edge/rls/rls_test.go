@@ -120,23 +120,6 @@ func FuzzShouldRateLimit(f *testing.F) {
 	})
 }
 
-func TestCut(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"edge", 8, "edge"},
-		{"edge", 2, "ed"},
-		{"añb", 2, "a"}, // ñ is two bytes: not split
-		{"añb", 3, "añ"},
-	} {
-		if got := cut(c.in, c.n); got != c.want {
-			t.Errorf("cut(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
-		}
-	}
-}
-
 // sinkFunc is an edge.Sink of a function.
 type sinkFunc func(decisions.Decision) bool
 
