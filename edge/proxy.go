@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,8 +26,8 @@ import (
 // within o.ReadTimeout (package internal/readtimeout): past it, the
 // response to the client is aborted (it sees a truncated one) and,
 // behind Middleware, recorded as upstream_read_timeout; a connection
-// switched to another protocol (WebSocket) on which the origin sends
-// nothing for as long is closed. The forwarding
+// switched to another protocol (WebSocket, the only one it switches to:
+// onlyWebSocket) on which the origin sends nothing for as long is closed. The forwarding
 // headers a client sent never reach the origin.
 func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -40,6 +41,7 @@ func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 			pr.SetURL(origin)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host
+			onlyWebSocket(pr.Out.Header)
 			if x, ok := pr.In.Context().Value(exchangeKey{}).(*exchange); ok && x.v.ClientIP.IsValid() {
 				a := x.v.ClientIP
 				// One address, the client's: leftmost and rightmost readers
@@ -56,6 +58,21 @@ func NewReverseProxy(origin *url.URL, o config.Origin) *httputil.ReverseProxy {
 		Transport:    readtimeout.Transport(tr, o.ReadTimeout, readTimedOut),
 		ErrorHandler: ProxyError,
 		BufferPool:   copyBuffers,
+	}
+}
+
+// onlyWebSocket leaves in h, an outgoing request's headers, a request to
+// switch protocols only when it asks for WebSocket alone; any other it
+// removes, so the origin answers an ordinary request. A switched
+// connection is a tunnel the limiter does not see into: to h2c (HTTP/2
+// without TLS) it would carry any number of requests to the origin on
+// the one the limiter counted. The proxy has set Upgrade to the first
+// value the client sent, whole ("websocket, h2c" lets the origin choose
+// h2c), and Connection to "Upgrade".
+func onlyWebSocket(h http.Header) {
+	if up, ok := h["Upgrade"]; ok && (len(up) != 1 || !strings.EqualFold(up[0], "websocket")) {
+		delete(h, "Upgrade")
+		delete(h, "Connection")
 	}
 }
 

@@ -45,19 +45,7 @@ func TestEdgeUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 		originEnded := make(chan error, 8)
-		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Upgrade") != "test" {
-				io.WriteString(w, "no upgrade")
-				return
-			}
-			conn, rw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer conn.Close()
-			rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
-			rw.Flush()
+		origin := switchingOrigin(t, nil, func(conn net.Conn, rw *bufio.ReadWriter) {
 			line, err := rw.ReadString('\n')
 			if err != nil {
 				originEnded <- err
@@ -69,13 +57,13 @@ func TestEdgeUpgrade(t *testing.T) {
 			conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 			_, err = io.Copy(io.Discard, rw)
 			originEnded <- err
-		}))
+		})
 		defer origin.Close()
 		decisionsFile := filepath.Join(dir, "decisions.jsonl")
 		base, _ := startEdge(t, bin, nil, "--config", cfgPath, "--upstream", origin.URL, "--decisions-file", decisionsFile)
 		inOneMinute(t)
 
-		conn, status, br := sendUpgrade(t, base)
+		conn, status, br := sendUpgrade(t, base, "websocket")
 		defer conn.Close()
 		if server == "fasthttp" {
 			if status != 200 {
@@ -112,7 +100,7 @@ func TestEdgeUpgrade(t *testing.T) {
 		// The limit counts upgrades: two more are switched, the fourth is
 		// refused.
 		for i := 2; i <= 4; i++ {
-			c, status, _ := sendUpgrade(t, base)
+			c, status, _ := sendUpgrade(t, base, "WebSocket")
 			c.Close()
 			if want := map[bool]int{true: 101, false: 429}[i <= 3]; status != want {
 				t.Errorf("upgrade %d: status %d, want %d", i, status, want)
@@ -140,15 +128,15 @@ func TestEdgeUpgrade(t *testing.T) {
 	})
 }
 
-// sendUpgrade sends an upgrade request to the edge at base on a new
-// connection and reads the response's status line and headers.
-func sendUpgrade(t *testing.T, base string) (net.Conn, int, *bufio.Reader) {
+// sendUpgrade sends a request to switch to protocol (the Upgrade
+// header's value) to the edge at base on a new connection and reads the response's status line and headers.
+func sendUpgrade(t *testing.T, base, protocol string) (net.Conn, int, *bufio.Reader) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(conn, "GET /chat HTTP/1.1\r\nHost: example.test\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+	io.WriteString(conn, "GET /chat HTTP/1.1\r\nHost: example.test\r\nConnection: Upgrade\r\nUpgrade: "+protocol+"\r\n\r\n")
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
@@ -159,4 +147,69 @@ func sendUpgrade(t *testing.T, base string) (net.Conn, int, *bufio.Reader) {
 		resp.Body.Close()
 	}
 	return conn, resp.StatusCode, br
+}
+
+// TestEdgeUpgradeOnlyWebSocket asks the edge, in front of an origin that
+// switches to any protocol it is asked for, to switch to protocols other
+// than WebSocket. A switched connection is a tunnel the limiter no longer
+// sees into: switched to h2c (HTTP/2 without TLS), it would carry any
+// number of requests to the origin past every limit, on one counted
+// request ("h2c smuggling"). So the origin never sees such an Upgrade and
+// answers an ordinary request, under both servers, whatever else the
+// header lists.
+func TestEdgeUpgradeOnlyWebSocket(t *testing.T) {
+	bin := buildBinary(t)
+	eachServer(t, func(t *testing.T, server string) {
+		dir := t.TempDir()
+		cfgPath := filepath.Join(dir, "edge.yaml")
+		cfg := strings.Replace(strings.Replace(upgradeYAML, "SERVER", server, 1), "limit: 3", "limit: 100", 1)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		seen := make(chan string, 16)
+		origin := switchingOrigin(t, seen, func(net.Conn, *bufio.ReadWriter) {})
+		defer origin.Close()
+		base, _ := startEdge(t, bin, nil, "--config", cfgPath, "--upstream", origin.URL)
+		for _, protocol := range []string{"h2c", "H2C", "test", "websocket, h2c", "h2c, websocket", "websocket h2c", "websocket/13", ""} {
+			conn, status, _ := sendUpgrade(t, base, protocol)
+			conn.Close()
+			if status != 200 {
+				t.Errorf("Upgrade: %q: status %d, want the origin's 200 to an ordinary request", protocol, status)
+			}
+			select {
+			case up := <-seen:
+				if up != "" {
+					t.Errorf("Upgrade: %q: the origin was asked to switch to %q", protocol, up)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("Upgrade: %q: the origin saw no request", protocol)
+			}
+		}
+	})
+}
+
+// switchingOrigin is an origin that switches to whatever protocol a
+// request asks for (sending each request's Upgrade, "" for none, to seen
+// when it is not nil), then hands the connection to tunnel, and closes it
+// after; a request without Upgrade gets "no upgrade".
+func switchingOrigin(t *testing.T, seen chan<- string, tunnel func(net.Conn, *bufio.ReadWriter)) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up := r.Header.Get("Upgrade")
+		if seen != nil {
+			seen <- up
+		}
+		if up == "" {
+			io.WriteString(w, "no upgrade")
+			return
+		}
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + up + "\r\n\r\n")
+		rw.Flush()
+		tunnel(conn, rw)
+	}))
 }
