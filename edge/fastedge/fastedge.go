@@ -105,6 +105,14 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
+	if p := ctx.Request.Header.Protocol(); len(p) == len("HTTP/1.1") && p[5] != '1' {
+		// fasthttp takes any HTTP/d.d (HTTP/2.0, HTTP/0.9) and reads it as
+		// HTTP/1.1; net/http's server answers 505 to a major version
+		// other than 1, before deciding, and so does the edge.
+		ctx.Error("505 HTTP Version Not Supported: unsupported protocol version", fasthttp.StatusHTTPVersionNotSupported)
+		ctx.SetConnectionClose()
+		return
+	}
 	if h.tokens != nil && h.isEndpoint(ctx) {
 		h.tokens(ctx)
 		return
