@@ -211,7 +211,7 @@ func (a ListsAction) Run(ctx context.Context, cfg *config.Config, now func() tim
 	case "approve":
 		return a.approve(ctx, store, nat, now(), w)
 	}
-	return a.add(ctx, store, nat, now(), w)
+	return a.add(ctx, store, nat, cfg.Identity.IPv6Prefix, now(), w)
 }
 
 // listFilesThere returns an error naming the file of list (of every list
@@ -241,7 +241,7 @@ func listFilesThere(l config.Lists, list string) error {
 // they are, so add refuses a proposal (--pending) where an entry of the
 // target applies: the proposal would lift it until approved, as the
 // feedback policies' stronger_entry guards against.
-func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT64, now time.Time, w io.Writer) error {
+func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT64, v6bits int, now time.Time, w io.Writer) error {
 	e := lists.Entry{List: a.List, Target: a.Target, Reason: a.Reason, By: a.By, Pending: a.Pending}
 	if a.TTL > 0 {
 		e.Expires = now.Add(a.TTL)
@@ -278,11 +278,46 @@ func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT6
 			return err
 		}
 	}
-	if note := nat64Note(a.Target, nat, now); note != "" {
-		_, err := fmt.Fprintln(w, "note:", note)
-		return err
+	for _, note := range []string{nat64Note(a.Target, nat, now), partOfClient(a, nat, v6bits)} {
+		if note == "" {
+			continue
+		}
+		if _, err := fmt.Fprintln(w, "note:", note); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// partOfClient says, of a's add of an IPv6 address or prefix narrower
+// than the prefix of v6bits (identity.ipv6_prefix) the edge counts an
+// IPv6 client by, to the deny or challenge list, that the entry holds
+// part of one client only: the client can go on from any other address
+// of its prefix, as a scraper rotating through its /64 does, and only
+// the whole prefix holds it. "" otherwise (allowing one address of a
+// prefix is a choice, not a leak).
+func partOfClient(a ListsAction, nat clientip.NAT64, v6bits int) string {
+	if a.List != lists.Deny && a.List != lists.Challenge {
+		return ""
+	}
+	t, err := lists.NormalizeTarget(a.Target)
+	if err != nil || lists.NAT64Target(t, nat) != "" {
+		return ""
+	}
+	p, err := netip.ParsePrefix(t)
+	if err != nil {
+		addr, err := netip.ParseAddr(t)
+		if err != nil {
+			return ""
+		}
+		p = netip.PrefixFrom(addr, addr.BitLen())
+	}
+	if !p.Addr().Is6() || p.Bits() <= v6bits {
+		return ""
+	}
+	whole := netip.PrefixFrom(p.Addr(), v6bits).Masked()
+	return fmt.Sprintf("the edge counts an IPv6 client by its /%d (identity.ipv6_prefix): %s is part of %s, and a client there can go on from any other of its addresses; add %s to %s to hold the whole client",
+		v6bits, t, whole, whole, a.List)
 }
 
 // everyone refuses a's add of a prefix that holds every address of its

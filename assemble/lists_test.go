@@ -612,3 +612,40 @@ func TestListsAddEveryone(t *testing.T) {
 		})
 	}
 }
+
+// TestListsAddPartOfClient: an IPv6 address, or a prefix narrower than
+// identity.ipv6_prefix, added to the deny or challenge list gets a note
+// that it holds part of a client, which the edge counts by its prefix;
+// a rotating scraper goes on from the other addresses. The whole prefix,
+// wider ones, the allow list and IPv4 get none.
+func TestListsAddPartOfClient(t *testing.T) {
+	ctx := context.Background()
+	e, _, cfg := listsEdgeConfig(t, "file", filepath.Join(t.TempDir(), "log"), time.Hour, nil)
+	defer e.Close(ctx)
+	for _, c := range []struct {
+		bits         int
+		list, target string
+		note         string
+	}{
+		{64, lists.Deny, "2001:db8:1:2::5", "note: the edge counts an IPv6 client by its /64 (identity.ipv6_prefix): 2001:db8:1:2::5 is part of 2001:db8:1:2::/64, and a client there can go on from any other of its addresses; add 2001:db8:1:2::/64 to deny to hold the whole client\n"},
+		{64, lists.Challenge, "2001:DB8:1:2:8000::/65", "note: the edge counts an IPv6 client by its /64 (identity.ipv6_prefix): 2001:db8:1:2:8000::/65 is part of 2001:db8:1:2::/64, and a client there can go on from any other of its addresses; add 2001:db8:1:2::/64 to challenge to hold the whole client\n"},
+		{56, lists.Deny, "2001:db8:1:2::/64", "note: the edge counts an IPv6 client by its /56 (identity.ipv6_prefix): 2001:db8:1:2::/64 is part of 2001:db8:1::/56, and a client there can go on from any other of its addresses; add 2001:db8:1::/56 to deny to hold the whole client\n"},
+		{64, lists.Deny, "2001:db8:1:3::/64", ""},
+		{64, lists.Deny, "2001:db8:2::/48", ""},
+		{64, lists.Allow, "2001:db8:1:4::5", ""},
+		{64, lists.Deny, "198.51.100.7", ""},
+		{64, lists.Deny, "::ffff:198.51.100.8", ""},
+		{64, lists.Deny, "user:2001:db8::9", ""},
+	} {
+		cfg.Identity.IPv6Prefix = c.bits
+		var out strings.Builder
+		a := assemble.ListsAction{Action: "add", List: c.list, Target: c.target, By: "alice"}
+		if err := a.Run(ctx, cfg, nil, &out); err != nil {
+			t.Fatalf("add %s to %s: %v", c.target, c.list, err)
+		}
+		_, note, _ := strings.Cut(out.String(), "\n")
+		if note != c.note {
+			t.Errorf("add %s to %s (identity.ipv6_prefix %d): notes %q, want %q", c.target, c.list, c.bits, note, c.note)
+		}
+	}
+}
