@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/smithy-go/logging"
+
+	"github.com/ratewarden/ratewarden/internal/sdkhttp"
 )
 
 // AWS loads the SDK's configuration the standard way (environment, shared
@@ -32,6 +34,7 @@ func AWS(ctx context.Context, region string) (aws.Config, error) {
 	if cfg.Region == "" {
 		return cfg, errors.New("load AWS configuration: no region: set AWS_REGION, a profile's region, or --region")
 	}
+	cfg.HTTPClient = sdkhttp.New() // see the package: a lost answer, a record written twice
 	return cfg, nil
 }
 

@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+
+	"github.com/ratewarden/ratewarden/internal/sdkhttp"
 )
 
 // logsServer decodes the CloudWatch Logs wire protocol (awsJson1.1) and
@@ -177,12 +179,14 @@ func (s *logsServer) check(want []string) {
 }
 
 // testAWSConfig is the SDK configuration the AWS sink tests use: a fixed
-// region, static credentials and the test server as endpoint.
+// region, static credentials, the test server as endpoint, and the HTTP
+// client the binary's configuration has (assemble.AWS).
 func testAWSConfig(url string) aws.Config {
 	return aws.Config{
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 		BaseEndpoint: aws.String(url),
+		HTTPClient:   sdkhttp.New(),
 	}
 }
 

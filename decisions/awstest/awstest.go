@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ratewarden/ratewarden/internal/sdkhttp"
 )
 
 // The environment variables tests/run sets to the stand-ins' endpoints.
@@ -49,6 +51,7 @@ func Config(t testing.TB) aws.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.HTTPClient = sdkhttp.New() // as the binary's (assemble.AWS)
 	return cfg
 }
 
