@@ -163,6 +163,11 @@ func lineage(shards []types.Shard) []types.Shard {
 	return out
 }
 
+// scanTries is how many calls in a row of a Scan's GetRecords may fail,
+// each in a way that may pass (awserr.Retryable, throttling aside),
+// before the Scan ends with the error: each after the SDK's own retries.
+const scanTries = 5
+
 // scanShard reads one shard for Scan.
 func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt StartAt, opts ScanOptions, h stream.HandleFunc) error {
 	it, err := api.GetShardIterator(ctx, iteratorAt(name, shard, stream.Position{}, startAt))
@@ -172,20 +177,31 @@ func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt S
 	iter := it.ShardIterator
 	var buf []decisions.Decision
 	dec := columnar.NewDecoder()
+	fails := 0
 	for iter != nil {
 		out, err := api.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
 		if err != nil {
-			if awserr.IsThrottle(err) {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			// Throttling waits as long as it lasts; another failure that
+			// may pass (an answer lost to the transport, a server fault)
+			// is tried again scanTries times in a row before it ends the
+			// Scan, so that a person reading the stream is not stopped by
+			// one lost answer, nor left waiting on one that never comes.
+			throttled := awserr.IsThrottle(err)
+			if !throttled {
+				fails++
+			}
+			if throttled || fails < scanTries && awserr.Retryable(err) {
 				if err := backoff.Sleep(ctx, opts.Poll); err != nil {
 					return nil
 				}
 				continue
 			}
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
 			return fmt.Errorf("scan %s: %w", shard, err)
 		}
+		fails = 0
 		for _, r := range out.Records {
 			seq := aws.ToString(r.SequenceNumber)
 			buf, err = dec.DecodeRecord(r.Data, buf[:0])

@@ -3,6 +3,11 @@ package kinesis
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,5 +136,57 @@ func TestScanLogsRecords(t *testing.T) {
 		if d := decisiontest.Diff(got[i], ds[i]); d != "" {
 			t.Errorf("decision %d:\n%s", i, d)
 		}
+	}
+}
+
+// TestScanGoesOnAfterCutAnswers reads a stream through a proxy that cuts
+// the answers of GetRecords calls short: a 200 whose body stops midway
+// and whose connection closes, the shape of an answer lost to the
+// transport (the SDK's own retries included, the call fails). Scan tries
+// again and reads every event; the same cut on every call ends it with
+// the error, rather than spinning for ever.
+func TestScanGoesOnAfterCutAnswers(t *testing.T) {
+	ep := endpoint(t)
+	kc := client(t, ep)
+	name := newStream(t, kc, 1)
+	newWriter(t, kc, name).write(t, 300)
+	target, err := url.Parse(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cuts int64 // GetRecords calls cut, the SDK's attempts counted
+		fail bool
+	}{{4, false}, {1 << 20, true}} {
+		var cut atomic.Int64
+		pass := httputil.NewSingleHostReverseProxy(target)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Amz-Target") != "Kinesis_20131202.GetRecords" || cut.Add(1) > c.cuts {
+				pass.ServeHTTP(w, r)
+				return
+			}
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(200)
+			io.WriteString(w, `{"Records":[`)
+			w.(http.Flusher).Flush()
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+		}))
+		seen := newSeenLog()
+		err := Scan(context.Background(), client(t, srv.URL), name, ScanOptions{Poll: 10 * time.Millisecond}, seen.handler("scan"))
+		srv.Close()
+		if c.fail {
+			if err == nil || seen.count() != 0 {
+				t.Errorf("every answer cut: read %d events, error %v; want none and an error", seen.count(), err)
+			}
+			continue
+		}
+		if err != nil || seen.count() != 300 {
+			t.Errorf("%d answers cut: read %d events, error %v; want 300", c.cuts, seen.count(), err)
+		}
+		seen.checkOrder(t)
 	}
 }
