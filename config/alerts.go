@@ -53,7 +53,9 @@ type Alerts struct {
 	// open ones are kept and a new alert is neither opened nor raised,
 	// only counted as dropped (it is raised in a later window its
 	// condition holds with room); when a window's new alerts do not all
-	// fit, the most severe are opened first, then by key. Default 10000.
+	// fit, the most severe are opened first, then by key. It bounds the
+	// cooldowns kept as well: past it those ending soonest are dropped,
+	// and their alerts may be raised again early. Default 10000.
 	MaxOpen int `yaml:"max_open"`
 	// PayingTiers are the tiers of paying users: their refusals alert
 	// (false_positive, critical) and no policy acts on them without a

@@ -126,6 +126,9 @@ type Stats struct {
 	Suppressed uint64 `json:"suppressed"` // alerts not raised: their key was cooling down
 	Evicted    uint64 `json:"evicted"`    // series dropped for max_series
 	Dropped    uint64 `json:"dropped"`    // alerts not raised: max_open alerts were open
+	// CooldownsDropped are cooldowns dropped for max_open, those ending
+	// soonest first: their alerts may be raised again before they end.
+	CooldownsDropped uint64 `json:"cooldowns_dropped"`
 }
 
 // sub returns s less t: what an engine did between t and s, two of its
@@ -133,7 +136,7 @@ type Stats struct {
 func (s Stats) sub(t Stats) Stats {
 	return Stats{Windows: s.Windows - t.Windows, Empty: s.Empty - t.Empty, Skipped: s.Skipped - t.Skipped, Firing: s.Firing - t.Firing,
 		Resolved: s.Resolved - t.Resolved, Suppressed: s.Suppressed - t.Suppressed, Evicted: s.Evicted - t.Evicted,
-		Dropped: s.Dropped - t.Dropped}
+		Dropped: s.Dropped - t.Dropped, CooldownsDropped: s.CooldownsDropped - t.CooldownsDropped}
 }
 
 // Series is one measure of one tier and rule over time: its recent values
@@ -314,6 +317,16 @@ func (e *Engine) window(p *aggregator.Partial) []Alert {
 		}
 		e.st.Stats.Resolved++
 		out = append(out, r)
+	}
+	// Past MaxOpen the cooldowns ending soonest go first: their alerts
+	// may be raised again early, which is noise, not a miss.
+	if over := len(e.st.Quiet) - e.c.MaxOpen; over > 0 {
+		keys := sortedKeys(e.st.Quiet)
+		slices.SortStableFunc(keys, func(a, b string) int { return e.st.Quiet[a].Compare(e.st.Quiet[b]) })
+		for _, k := range keys[:over] {
+			delete(e.st.Quiet, k)
+		}
+		e.st.Stats.CooldownsDropped += uint64(over)
 	}
 	e.st.Last = p.Start.UTC()
 	return out

@@ -100,3 +100,38 @@ func TestMaxOpenCapsOpenAlerts(t *testing.T) {
 		t.Errorf("state file %d bytes after 30 windows, %d at the cap: it grows", got, atCap)
 	}
 }
+
+// TestMaxOpenCapsCooldowns: the cooldowns kept (resolved alerts staying
+// quiet) are held to max_open too: a client making new heavy-hitter
+// identities each window, each resolving the next (resolve_after 1) and
+// quiet for a week, leaves at most 25 cooldowns in the state, those ending
+// soonest dropped first and counted. Before, every resolved identity's
+// key stayed in the state for the whole cooldown, ten more a window.
+func TestMaxOpenCapsCooldowns(t *testing.T) {
+	cfg := configOf(t, "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  max_open: 25\n  resolve_after: 1\n  cooldown: 168h\n")
+	e, err := alerts.NewEngine(alerts.Options{Config: cfg.Alerts, Window: time.Minute, Limits: alerts.RuleLimits(cfg)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range 30 {
+		p := aggregator.NewPartial(t0.Add(time.Duration(w)*time.Minute), time.Minute, 100)
+		for i := range 10 {
+			d := decisions.Decision{Time: p.Start, Tier: "anonymous", Rule: "anonymous:global",
+				ClientIP: netip.MustParseAddr(addr(100*w + i)), Outcome: decisions.Block}
+			for range 700 {
+				p.Update(&d)
+			}
+		}
+		if _, err := e.Window(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.State()
+	if len(st.Quiet) != 25 || st.Stats.Resolved != 290 || st.Stats.CooldownsDropped != 290-25 {
+		t.Errorf("%d cooldowns kept, %d resolved, %d cooldowns dropped; want 25, 290, %d", len(st.Quiet), st.Stats.Resolved, st.Stats.CooldownsDropped, 290-25)
+	}
+	// The latest to end are kept: those of window 28's identities.
+	if _, ok := st.Quiet["heavy_hitter/anonymous:global/"+addr(2809)]; !ok {
+		t.Errorf("the cooldown of window 28's last identity was dropped")
+	}
+}

@@ -253,8 +253,8 @@ func TestAlertsMaxOpen(t *testing.T) {
 	state := filepath.Join(tmp, "state")
 	code, out, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+partials.Dir, "--state-dir", state)
 	if n := strings.Count(out, `"state":"firing"`); code != 0 || n != 10 ||
-		!strings.Contains(errs, "alerts: this run: windows 5 (empty 0, seen before 0, corrections left out 0), raised 10, resolved 0, suppressed 0, dropped at max_open 15,") ||
-		!strings.Contains(errs, "alerts: state: windows 5 (empty 0), raised 10, resolved 0, suppressed 0, dropped at max_open 15, open 10\n") {
+		!strings.Contains(errs, "alerts: this run: windows 5 (empty 0, seen before 0, corrections left out 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0,") ||
+		!strings.Contains(errs, "alerts: state: windows 5 (empty 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0, open 10\n") {
 		t.Errorf("alerts: exit %d, %d raised, want 0 and 10 raised, 15 dropped, 10 open:\n%s", code, n, errs)
 	}
 	st, err := alerts.LoadState(state)
@@ -325,7 +325,7 @@ func TestAlertsSummaryIsThisRun(t *testing.T) {
 	// Nothing new: this run ran nothing, the state is as it was.
 	out, errs = alertsRun()
 	run2, st2 := lines(errs)
-	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, dropped at max_open 0, actions 0 (applied 0), sink errors 0" || st2 != st {
+	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, dropped at max_open: alerts 0, cooldowns 0, actions 0 (applied 0), sink errors 0" || st2 != st {
 		t.Errorf("rerun with no new window: stdout %q; summary:\n%s\nwant this run empty and the state line %q", out, errs, st)
 	}
 
