@@ -88,7 +88,7 @@ feedback:
 	if int(posts.Load()) != len(as) {
 		t.Errorf("%d webhook posts for %d alerts", posts.Load(), len(as))
 	}
-	for _, want := range []string{"ratewarden_alerts_raised_total", "ratewarden_alerts_webhook_dropped_total", "ratewarden_alerts_actions_total"} {
+	for _, want := range []string{"ratewarden_alerts_raised_total", "ratewarden_alerts_dropped_total", "ratewarden_alerts_cooldowns_dropped_total", "ratewarden_alerts_webhook_dropped_total", "ratewarden_alerts_actions_total"} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

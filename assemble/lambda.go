@@ -11,10 +11,11 @@ var _ lambda.Flusher = (*Edge)(nil)
 // Lambda is the edge as an AWS Lambda handler (`ratewarden lambda`): API
 // Gateway and ALB events through Handler, and every invocation's decisions
 // written and flushed before it returns, since Lambda freezes the process
-// between invocations and sends no SIGTERM without an extension. onError
-// receives flush errors; it may be nil.
-func (e *Edge) Lambda(onError func(error)) *lambda.Handler {
-	return lambda.New(e.Handler(), lambda.Options{Flush: e, OnError: onError})
+// between invocations and sends no SIGTERM without an extension. o's
+// OnError (flush errors) and OnNoAddress may be nil; its Flush is e.
+func (e *Edge) Lambda(o lambda.Options) *lambda.Handler {
+	o.Flush = e
+	return lambda.New(e.Handler(), o)
 }
 
 // Flush writes every decision recorded so far to the configured sinks and

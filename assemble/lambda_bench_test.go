@@ -47,7 +47,7 @@ func BenchmarkLambdaInvoke(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer e.Close(context.Background())
-			h := e.Lambda(func(err error) { b.Error(err) })
+			h := e.Lambda(lambda.Options{OnError: func(err error) { b.Error(err) }})
 			if !c.flush {
 				h = lambda.New(e.Handler(), lambda.Options{})
 			}

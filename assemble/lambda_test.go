@@ -76,7 +76,7 @@ lists: {allow_file: ` + allow + `, deny_file: ` + deny + `}
 				t.Fatal(err)
 			}
 			defer e.Close(context.Background())
-			h := e.Lambda(func(err error) { t.Error(err) })
+			h := e.Lambda(lambda.Options{OnError: func(err error) { t.Error(err) }})
 			// The anonymous tier allows 2 a minute: the third request of a
 			// client is blocked, whatever the event's shape; the deny list
 			// refuses 192.0.2.66; the allow list lets 198.51.100.9 past the

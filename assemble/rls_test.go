@@ -447,6 +447,11 @@ func TestRLSHostileCalls(t *testing.T) {
 	if got := summary(s.call(t, "not-an-address", "/")); got != "OK/fail_open/" {
 		t.Errorf("no client address: %s", got)
 	}
+	// On a fail_closed path it gets the path's failure mode, as a call the
+	// store cannot count.
+	if got := summary(s.call(t, "not-an-address", "/api/admin/x")); got != "OVER_LIMIT/fail_closed/" {
+		t.Errorf("no client address on a fail_closed path: %s", got)
+	}
 	// A long method and user: the method is cut, the user not believed.
 	if got := summary(s.call(t, "192.0.2.44", "/", "method", strings.Repeat("M", 5000), "user", strings.Repeat("u", 5000))); got != "OK/allow/59" {
 		t.Errorf("long method and user: %s", got)

@@ -44,10 +44,19 @@ type Alerts struct {
 	// before its alert resolves; default 2.
 	ResolveAfter int `yaml:"resolve_after"`
 	// MaxSeries bounds the series (tier × rule × measure) kept; the least
-	// recently seen go first. Default 10000. (Open alerts are bounded by
-	// what a window can raise: the top-K lists' identities and the names
-	// each window keeps, times resolve_after.)
+	// recently seen go first. Default 10000.
 	MaxSeries int `yaml:"max_series"`
+	// MaxOpen bounds the alerts firing at once, which the state keeps and
+	// saves after every window: a client making a new identity each
+	// window, each a heavy hitter, would otherwise keep what every window
+	// can raise open for resolve_after windows. With MaxOpen open, the
+	// open ones are kept and a new alert is neither opened nor raised,
+	// only counted as dropped (it is raised in a later window its
+	// condition holds with room); when a window's new alerts do not all
+	// fit, the most severe are opened first, then by key. It bounds the
+	// cooldowns kept as well: past it those ending soonest are dropped,
+	// and their alerts may be raised again early. Default 10000.
+	MaxOpen int `yaml:"max_open"`
 	// PayingTiers are the tiers of paying users: their refusals alert
 	// (false_positive, critical) and no policy acts on them without a
 	// person's approval. No default.
@@ -170,6 +179,7 @@ func (c *Config) alertDefaults() {
 	def(&a.Cooldown, 10*time.Minute)
 	def(&a.ResolveAfter, 2)
 	def(&a.MaxSeries, 10_000)
+	def(&a.MaxOpen, 10_000)
 	def(&a.HeavyHitter.Factor, 5)
 	def(&a.CredentialStuffing.MinClients, 100)
 	def(&a.CredentialStuffing.Ratio, 5)
@@ -217,6 +227,7 @@ func (v *validator) alerts(a *Alerts, tiers map[string]*Tier) {
 	v.durationRange(key("alerts", "cooldown"), a.Cooldown, 0, 7*24*time.Hour)
 	v.intRange(key("alerts", "resolve_after"), int64(a.ResolveAfter), 1, 1000)
 	v.intRange(key("alerts", "max_series"), int64(a.MaxSeries), 10, 10_000_000)
+	v.intRange(key("alerts", "max_open"), int64(a.MaxOpen), 10, 1_000_000)
 	for i, t := range a.PayingTiers {
 		v.tierName(key("alerts", "paying_tiers", index(i)), t, tiers)
 	}

@@ -32,6 +32,7 @@ func TestAlertErrors(t *testing.T) {
 			"feedback.policies[0].ttl", "1m to 8760h"},
 		{"emf sink", "alerts:\n  sinks: {emf: \"file:\"} # <-\n" + anonymous, "alerts.sinks.emf", "stdout, file:PATH"},
 		{"cap", "feedback:\n  max_per_hour: -1 # <-\n" + anonymous, "feedback.max_per_hour", "1 to 1000000"},
+		{"open alerts cap", "alerts:\n  max_open: 5 # <-\n" + anonymous, "alerts.max_open", `"5" is not allowed; use 10 to 1000000`},
 		{"policy list without store", "feedback:\n  dry_run: false\n  policies:\n    - name: p\n      alerts: [heavy_hitter]\n      action: challenge # <-\n" + anonymous,
 			"feedback.policies[0].action", `"challenge" names a list with no store, and feedback.dry_run is false; use a list with a store: set lists.challenge_file or lists.table`},
 		{"policy deny list without store", "lists: {challenge_file: c.txt}\nchallenge: {enabled: true, secret: " + strings.Repeat("k", 32) + "}\nfeedback:\n  dry_run: false\n  policies:\n    - name: p\n      alerts: [heavy_hitter]\n      action: deny # <-\n" + anonymous,

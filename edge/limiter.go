@@ -327,8 +327,16 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	case !id.ClientIP.IsValid() && id.User == "":
 		// Nothing to count under. Sharing one counter among every
 		// unidentifiable request would refuse them all; this only happens
-		// when a deployment passes no peer address, so pass and say why.
-		l.finish(v, decisions.FailOpen, "no client address")
+		// when a deployment passes no peer address (an ALB that removes
+		// X-Forwarded-For, an Envoy without remote_address), so the
+		// request is one the store cannot count, and the path's failure
+		// mode decides it, as a store failure's: refused under a
+		// fail_closed prefix, passed elsewhere, the decision saying why.
+		if l.isFailClosed(path) {
+			l.finish(v, decisions.FailClosed, ReasonNoClientAddress)
+			return
+		}
+		l.finish(v, decisions.FailOpen, ReasonNoClientAddress)
 		return
 	case l.deny != nil && l.deny.List().ContainsAt(id.ClientIP, id.User, now):
 		l.finish(v, decisions.DenyListed, "deny list")
@@ -410,9 +418,11 @@ func (l *Limiter) Begin(ctx context.Context, now time.Time, r *Request, v *Verdi
 	l.finish(v, outcome, reason)
 }
 
-// The reasons of decisions about challenge-listed clients, and of a
-// request for the challenge page that would have been challenged.
+// The reasons of decisions about challenge-listed clients, of a
+// request for the challenge page that would have been challenged, and of
+// a request with neither a client address nor a user.
 const (
+	ReasonNoClientAddress     = "no client address"
 	ReasonChallengeListed     = "challenge list"
 	ReasonChallengeListedPass = "challenge list: valid challenge token"
 	ReasonChallengePage       = "over the limit: the challenge page"

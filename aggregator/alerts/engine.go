@@ -125,13 +125,18 @@ type Stats struct {
 	Resolved   uint64 `json:"resolved"`   // alerts resolved
 	Suppressed uint64 `json:"suppressed"` // alerts not raised: their key was cooling down
 	Evicted    uint64 `json:"evicted"`    // series dropped for max_series
+	Dropped    uint64 `json:"dropped"`    // alerts not raised: max_open alerts were open
+	// CooldownsDropped are cooldowns dropped for max_open, those ending
+	// soonest first: their alerts may be raised again before they end.
+	CooldownsDropped uint64 `json:"cooldowns_dropped"`
 }
 
 // sub returns s less t: what an engine did between t and s, two of its
 // Stats.
 func (s Stats) sub(t Stats) Stats {
 	return Stats{Windows: s.Windows - t.Windows, Empty: s.Empty - t.Empty, Skipped: s.Skipped - t.Skipped, Firing: s.Firing - t.Firing,
-		Resolved: s.Resolved - t.Resolved, Suppressed: s.Suppressed - t.Suppressed, Evicted: s.Evicted - t.Evicted}
+		Resolved: s.Resolved - t.Resolved, Suppressed: s.Suppressed - t.Suppressed, Evicted: s.Evicted - t.Evicted,
+		Dropped: s.Dropped - t.Dropped, CooldownsDropped: s.CooldownsDropped - t.CooldownsDropped}
 }
 
 // Series is one measure of one tier and rule over time: its recent values
@@ -260,6 +265,7 @@ func (e *Engine) window(p *aggregator.Partial) []Alert {
 	}
 	slices.SortFunc(f.alerts, func(a, b Alert) int { return cmp.Compare(a.Key, b.Key) })
 	held := map[string]bool{}
+	var fresh []Alert
 	for _, a := range f.alerts {
 		if held[a.Key] {
 			continue
@@ -273,6 +279,21 @@ func (e *Engine) window(p *aggregator.Partial) []Alert {
 			e.st.Stats.Suppressed++
 			continue
 		}
+		fresh = append(fresh, a)
+	}
+	// Past MaxOpen the open alerts are kept and the new ones dropped, the
+	// least severe first; the rest are raised in key order.
+	if over := len(e.st.Open) + len(fresh) - e.c.MaxOpen; over > 0 {
+		byRank := slices.Clone(fresh)
+		slices.SortStableFunc(byRank, func(a, b Alert) int { return severityRank(b.Severity) - severityRank(a.Severity) })
+		dropped := map[string]bool{}
+		for _, a := range byRank[max(len(byRank)-over, 0):] {
+			dropped[a.Key] = true
+		}
+		fresh = slices.DeleteFunc(fresh, func(a Alert) bool { return dropped[a.Key] })
+		e.st.Stats.Dropped += uint64(len(dropped))
+	}
+	for _, a := range fresh {
 		a.Kind, a.State, a.Time = "alert", Firing, end
 		e.st.Open[a.Key] = &Open{Alert: a, Held: end}
 		e.st.Stats.Firing++
@@ -296,6 +317,16 @@ func (e *Engine) window(p *aggregator.Partial) []Alert {
 		}
 		e.st.Stats.Resolved++
 		out = append(out, r)
+	}
+	// Past MaxOpen the cooldowns ending soonest go first: their alerts
+	// may be raised again early, which is noise, not a miss.
+	if over := len(e.st.Quiet) - e.c.MaxOpen; over > 0 {
+		keys := sortedKeys(e.st.Quiet)
+		slices.SortStableFunc(keys, func(a, b string) int { return e.st.Quiet[a].Compare(e.st.Quiet[b]) })
+		for _, k := range keys[:over] {
+			delete(e.st.Quiet, k)
+		}
+		e.st.Stats.CooldownsDropped += uint64(over)
 	}
 	e.st.Last = p.Start.UTC()
 	return out

@@ -224,6 +224,45 @@ alerts:
 	}
 }
 
+// TestAlertsMaxOpen: `ratewarden alerts` with alerts.max_open 10 over
+// windows of five new heavy hitters each raises ten alerts, keeps ten
+// open, and says on standard error how many it dropped at the cap; before,
+// every heavy hitter stayed open for resolve_after windows (100 here).
+func TestAlertsMaxOpen(t *testing.T) {
+	tmp := t.TempDir()
+	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
+	yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  max_open: 10\n  resolve_after: 100\n  sinks:\n    file: \"-\"\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	partials := &aggregator.PartialsDir{Dir: filepath.Join(tmp, "partials")}
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	for w := range 5 {
+		p := aggregator.NewPartial(t0.Add(time.Duration(w)*time.Minute), time.Minute, 10)
+		for i := range 5 {
+			d := decisions.Decision{Time: p.Start, Tier: "anonymous", Rule: "anonymous:global",
+				ClientIP: netip.AddrFrom4([4]byte{203, 0, byte(w), byte(i)}), Outcome: decisions.Block}
+			for range 700 {
+				p.Update(&d)
+			}
+		}
+		if err := partials.Write(context.Background(), "log", aggregator.Output{Partial: p, From: uint64(w), To: uint64(w)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := filepath.Join(tmp, "state")
+	code, out, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+partials.Dir, "--state-dir", state)
+	if n := strings.Count(out, `"state":"firing"`); code != 0 || n != 10 ||
+		!strings.Contains(errs, "alerts: this run: windows 5 (empty 0, seen before 0, corrections left out 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0,") ||
+		!strings.Contains(errs, "alerts: state: windows 5 (empty 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0, open 10\n") {
+		t.Errorf("alerts: exit %d, %d raised, want 0 and 10 raised, 15 dropped, 10 open:\n%s", code, n, errs)
+	}
+	st, err := alerts.LoadState(state)
+	if err != nil || st == nil || len(st.Open) != 10 || st.Stats.Dropped != 15 {
+		t.Errorf("state: %v, want 10 open, 15 dropped", err)
+	}
+}
+
 // TestAlertsSummaryIsThisRun: the summary of alerts says what this run
 // did on one line and what its state holds on another, where one line
 // mixed them: a rerun that ran no window and raised nothing said
@@ -286,7 +325,7 @@ func TestAlertsSummaryIsThisRun(t *testing.T) {
 	// Nothing new: this run ran nothing, the state is as it was.
 	out, errs = alertsRun()
 	run2, st2 := lines(errs)
-	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, actions 0 (applied 0), sink errors 0" || st2 != st {
+	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, dropped at max_open: alerts 0, cooldowns 0, actions 0 (applied 0), sink errors 0" || st2 != st {
 		t.Errorf("rerun with no new window: stdout %q; summary:\n%s\nwant this run empty and the state line %q", out, errs, st)
 	}
 

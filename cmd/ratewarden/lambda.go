@@ -18,6 +18,7 @@ import (
 	"github.com/ratewarden/ratewarden/aggregator/report"
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
+	edgelambda "github.com/ratewarden/ratewarden/edge/lambda"
 )
 
 // runLambda serves API Gateway and ALB events: the limiter in front of a
@@ -128,7 +129,10 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	defer e.Close(context.Background())
-	h := e.Lambda(func(err error) { log.Error("decisions", "err", err) })
+	h := e.Lambda(edgelambda.Options{
+		OnError:     func(err error) { log.Error("decisions", "err", err) },
+		OnNoAddress: func(err error) { log.Error("no client address", "err", err) },
+	})
 	awslambda.StartWithOptions(h.Invoke, awslambda.WithContext(ctx))
 	return nil
 }

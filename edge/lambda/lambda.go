@@ -15,10 +15,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -38,13 +40,27 @@ type Options struct {
 	// OnError receives Flush's errors. The response is returned all the
 	// same: recording a decision never fails a request.
 	OnError func(error)
+	// OnNoAddress is told once, at the first ALB event without
+	// X-Forwarded-For (ErrNoForwardedFor), that the load balancer gives no
+	// client address: every such request is decided without one (the
+	// path's failure mode; see edge.Limiter), which only the load
+	// balancer's setting can mend.
+	OnNoAddress func(error)
 }
+
+// ErrNoForwardedFor is what Options.OnNoAddress is told: an ALB event
+// carries the client's address in X-Forwarded-For alone.
+var ErrNoForwardedFor = errors.New("ALB event without X-Forwarded-For: the request has no client address, " +
+	"so it is not counted and its path's failure mode decides it (fail_closed under a fail_closed prefix, else fail_open); " +
+	"set the load balancer's routing.http.xff_header_processing.mode to append (the default): " +
+	"remove sends no X-Forwarded-For, and preserve passes on the client's own")
 
 // Handler adapts an http.Handler (typically Limiter.Handler in front of the
 // application) to Lambda events. It is safe for concurrent use.
 type Handler struct {
-	next http.Handler
-	opts Options
+	next   http.Handler
+	opts   Options
+	noAddr sync.Once
 }
 
 // New returns a Handler serving events with next.
@@ -119,7 +135,11 @@ func (h *Handler) HTTPAPI(ctx context.Context, ev events.APIGatewayV2HTTPRequest
 // ALB handles an Application Load Balancer event. The event carries no
 // peer address: the ALB appends the address it accepted the connection
 // from to X-Forwarded-For, so that last hop is taken as the peer, and the
-// hops before it are believed only if that peer is a trusted proxy.
+// hops before it are believed only if that peer is a trusted proxy. That
+// takes the load balancer's default routing.http.xff_header_processing.mode,
+// append: with remove no event has the header, and with preserve the
+// client's own header (or none) is passed on. An event without it has no
+// client address (Options.OnNoAddress).
 func (h *Handler) ALB(ctx context.Context, ev events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
 	hdr := headerOf(ev.Headers, ev.MultiValueHeaders)
 	q := queryOf(ev.QueryStringParameters, ev.MultiValueQueryStringParameters)
@@ -130,6 +150,9 @@ func (h *Handler) ALB(ctx context.Context, ev events.ALBTargetGroupRequest) (eve
 			last = last[i+1:]
 		}
 		peer = strings.TrimSpace(last)
+	}
+	if peer == "" && h.opts.OnNoAddress != nil {
+		h.noAddr.Do(func() { h.opts.OnNoAddress(ErrNoForwardedFor) })
 	}
 	r, err := newRequest(ctx, ev.HTTPMethod, ev.Path, q, hdr, ev.Body, ev.IsBase64Encoded, peer)
 	if err != nil {

@@ -51,6 +51,12 @@ func (s *sink) statuses() []string {
 func newHandler(t *testing.T) *lambda.Handler { return newHandlerSink(t, nil) }
 
 func newHandlerSink(t *testing.T, s edge.Sink) *lambda.Handler {
+	return newHandlerOpts(t, s, lambda.Options{})
+}
+
+// newHandlerOpts is the seed's limiter, its decisions told to s, in front
+// of an application that echoes the request, served with o.
+func newHandlerOpts(t *testing.T, s edge.Sink, o lambda.Options) *lambda.Handler {
 	t.Helper()
 	cfg, err := config.Load("../../examples/seed.yaml")
 	if err != nil {
@@ -68,7 +74,7 @@ func newHandlerSink(t *testing.T, s edge.Sink) *lambda.Handler {
 		http.NewResponseController(w).Flush()
 		fmt.Fprintf(w, "%s %s?%s body=%s", r.Method, r.URL.Path, r.URL.RawQuery, b)
 	})
-	return lambda.New(lim.Handler(app, ""), lambda.Options{})
+	return lambda.New(lim.Handler(app, ""), o)
 }
 
 // invoke sends ev as raw JSON through Invoke and returns status, headers
@@ -210,5 +216,50 @@ func TestFlushEveryEvent(t *testing.T) {
 				t.Errorf("flushes saw %v served (want [1 2]); reported %v", f.seen, reported)
 			}
 		})
+	}
+}
+
+// TestALBWithoutForwardedFor: an ALB event without X-Forwarded-For (the
+// load balancer's xff_header_processing.mode remove) has no client
+// address: it passes uncounted as fail_open, but under a fail_closed
+// prefix (the seed's /api/admin/) it is refused with 503 as fail_closed,
+// the path's failure mode; OnNoAddress is told once, naming the ALB's
+// setting, and not for an event with the header or of API Gateway.
+// Before, every such event passed, fail_closed paths too, and nothing
+// told the operator.
+func TestALBWithoutForwardedFor(t *testing.T) {
+	decided := &sink{}
+	var told []error
+	h := newHandlerOpts(t, decided, lambda.Options{OnNoAddress: func(err error) { told = append(told, err) }})
+	alb := func(path, xff string) events.ALBTargetGroupRequest {
+		ev := events.ALBTargetGroupRequest{HTTPMethod: "GET", Path: path, Headers: map[string]string{}}
+		if xff != "" {
+			ev.Headers["x-forwarded-for"] = xff
+		}
+		ev.RequestContext.ELB.TargetGroupArn = "tg"
+		return ev
+	}
+	rest := events.APIGatewayProxyRequest{HTTPMethod: "GET", Path: "/"}
+	rest.RequestContext.Identity.SourceIP = "203.0.113.5"
+	var statuses []int
+	for _, ev := range []any{rest, alb("/", "203.0.113.6"), alb("/", ""), alb("/", ""), alb("/api/admin/users", "")} {
+		status, _, _ := invoke(t, h, ev)
+		statuses = append(statuses, status)
+	}
+	if got := fmt.Sprint(statuses); got != "[200 200 200 200 503]" {
+		t.Errorf("statuses %s, want [200 200 200 200 503]", got)
+	}
+	decided.mu.Lock()
+	var outcomes []string
+	for _, d := range decided.ds {
+		outcomes = append(outcomes, d.Outcome.String()+" "+d.Reason)
+	}
+	decided.mu.Unlock()
+	if want := []string{"fail_open no client address", "fail_open no client address", "fail_closed no client address"}; len(outcomes) != 5 ||
+		fmt.Sprint(outcomes[2:]) != fmt.Sprint(want) {
+		t.Errorf("decisions %q, want the last three %q", outcomes, want)
+	}
+	if len(told) != 1 || !errors.Is(told[0], lambda.ErrNoForwardedFor) || !strings.Contains(told[0].Error(), "routing.http.xff_header_processing.mode") {
+		t.Errorf("OnNoAddress told %v, want ErrNoForwardedFor once", told)
 	}
 }

@@ -896,7 +896,7 @@ export class Core {
       d.path = req.path.length > 256 ? req.path.slice(0, 256) : req.path;
       return finish(v, "rejected", "ambiguous path: dot segments, repeated slashes or backslashes");
     }
-    if (!id.clientIp && id.user === "") return finish(v, "fail_open", "no client address");
+    if (!id.clientIp && id.user === "") return finish(v, this.isFailClosed(c.path) ? "fail_closed" : "fail_open", "no client address");
     if (this.lists.deny.contains(id.clientIp, id.user)) return finish(v, "deny_listed", "deny list");
     if (this.lists.allow.contains(id.clientIp, id.user)) return finish(v, "allow_listed", "allow list");
 
