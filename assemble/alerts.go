@@ -250,11 +250,11 @@ func FeedbackLists(ctx context.Context, cfg *config.Config) (alerts.ListWriter, 
 func (a *Alerts) Report(w io.Writer, prefix string) {
 	st := a.Runner.Stats()
 	run, total := st.Run, st.Total
-	fmt.Fprintf(w, "%s: this run: windows %d (empty %d, seen before %d, corrections left out %d), raised %d, resolved %d, suppressed %d, dropped at max_open: alerts %d, cooldowns %d, actions %d (applied %d), sink errors %d\n",
+	fmt.Fprintf(w, "%s: this run: windows %d (empty %d, seen before %d, corrections left out %d), raised %d, resolved %d, suppressed %d, dropped at max_open: alerts %d, cooldowns %d, series evicted at max_series %d, actions %d (applied %d), sink errors %d\n",
 		prefix, run.Windows, run.Empty, run.Skipped, st.Corrections, run.Firing, run.Resolved,
-		run.Suppressed, run.Dropped, run.CooldownsDropped, st.Actions, st.Applied, st.SinkErrors)
-	fmt.Fprintf(w, "%s: state: windows %d (empty %d), raised %d, resolved %d, suppressed %d, dropped at max_open: alerts %d, cooldowns %d, open %d\n",
-		prefix, total.Windows, total.Empty, total.Firing, total.Resolved, total.Suppressed, total.Dropped, total.CooldownsDropped, st.Open)
+		run.Suppressed, run.Dropped, run.CooldownsDropped, run.Evicted, st.Actions, st.Applied, st.SinkErrors)
+	fmt.Fprintf(w, "%s: state: windows %d (empty %d), raised %d, resolved %d, suppressed %d, dropped at max_open: alerts %d, cooldowns %d, series evicted at max_series %d, open %d\n",
+		prefix, total.Windows, total.Empty, total.Firing, total.Resolved, total.Suppressed, total.Dropped, total.CooldownsDropped, total.Evicted, st.Open)
 	if a.Webhook != nil {
 		h := a.Webhook.Stats()
 		fmt.Fprintf(w, "%s: webhook sent %d, retries %d, failed %d, dropped %d\n", prefix, h.Sent, h.Retries, h.Failed, h.Dropped)
@@ -262,7 +262,7 @@ func (a *Alerts) Report(w io.Writer, prefix string) {
 }
 
 // RegisterMetrics makes the alerts' instruments on meter: alerts raised,
-// resolved, suppressed and dropped at alerts.max_open, cooldowns dropped, actions, sink errors, and the webhook's sent,
+// resolved, suppressed and dropped at alerts.max_open, cooldowns dropped, series evicted at alerts.max_series, actions, sink errors, and the webhook's sent,
 // failed and dropped alerts.
 func (a *Alerts) RegisterMetrics(meter metric.Meter) error {
 	type snapshot struct {
@@ -283,6 +283,7 @@ func (a *Alerts) RegisterMetrics(meter metric.Meter) error {
 		{"ratewarden.alerts.suppressed", "Alerts not raised during their cooldown.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Total.Suppressed) }},
 		{"ratewarden.alerts.dropped", "Alerts not raised: alerts.max_open alerts were open.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Total.Dropped) }},
 		{"ratewarden.alerts.cooldowns.dropped", "Cooldowns dropped past alerts.max_open, those ending soonest first.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.Total.CooldownsDropped) }},
+		{"ratewarden.alerts.series.evicted", "Series dropped past alerts.max_series, the least recently non-zero first: their history starts again.", "{series}", false, func(s snapshot) int64 { return int64(s.run.Total.Evicted) }},
 		{"ratewarden.alerts.actions", "Feedback actions recorded.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Actions) }},
 		{"ratewarden.alerts.actions.applied", "Feedback actions applied to a list.", "{action}", false, func(s snapshot) int64 { return int64(s.run.Applied) }},
 		{"ratewarden.alerts.sink.errors", "Alerts a sink failed to take.", "{alert}", false, func(s snapshot) int64 { return int64(s.run.SinkErrors) }},

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
@@ -229,16 +230,7 @@ alerts:
 // open, and says on standard error how many it dropped at the cap; before,
 // every heavy hitter stayed open for resolve_after windows (100 here).
 func TestAlertsMaxOpen(t *testing.T) {
-	tmp := t.TempDir()
-	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
-	yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  max_open: 10\n  resolve_after: 100\n  sinks:\n    file: \"-\"\n"
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	partials := &aggregator.PartialsDir{Dir: filepath.Join(tmp, "partials")}
-	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	for w := range 5 {
-		p := aggregator.NewPartial(t0.Add(time.Duration(w)*time.Minute), time.Minute, 10)
+	cfgPath, partials, state := alertsOver(t, "max_open: 10\n  resolve_after: 100", 5, func(p *aggregator.Partial, w int) {
 		for i := range 5 {
 			d := decisions.Decision{Time: p.Start, Tier: "anonymous", Rule: "anonymous:global",
 				ClientIP: netip.AddrFrom4([4]byte{203, 0, byte(w), byte(i)}), Outcome: decisions.Block}
@@ -246,15 +238,11 @@ func TestAlertsMaxOpen(t *testing.T) {
 				p.Update(&d)
 			}
 		}
-		if err := partials.Write(context.Background(), "log", aggregator.Output{Partial: p, From: uint64(w), To: uint64(w)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	state := filepath.Join(tmp, "state")
+	})
 	code, out, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+partials.Dir, "--state-dir", state)
 	if n := strings.Count(out, `"state":"firing"`); code != 0 || n != 10 ||
-		!strings.Contains(errs, "alerts: this run: windows 5 (empty 0, seen before 0, corrections left out 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0,") ||
-		!strings.Contains(errs, "alerts: state: windows 5 (empty 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0, open 10\n") {
+		!strings.Contains(errs, "alerts: this run: windows 5 (empty 0, seen before 0, corrections left out 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0, series evicted at max_series 0,") ||
+		!strings.Contains(errs, "alerts: state: windows 5 (empty 0), raised 10, resolved 0, suppressed 0, dropped at max_open: alerts 15, cooldowns 0, series evicted at max_series 0, open 10\n") {
 		t.Errorf("alerts: exit %d, %d raised, want 0 and 10 raised, 15 dropped, 10 open:\n%s", code, n, errs)
 	}
 	st, err := alerts.LoadState(state)
@@ -325,7 +313,7 @@ func TestAlertsSummaryIsThisRun(t *testing.T) {
 	// Nothing new: this run ran nothing, the state is as it was.
 	out, errs = alertsRun()
 	run2, st2 := lines(errs)
-	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, dropped at max_open: alerts 0, cooldowns 0, actions 0 (applied 0), sink errors 0" || st2 != st {
+	if out != "" || run2 != "windows 0 (empty 0, seen before 0, corrections left out 0), raised 0, resolved 0, suppressed 0, dropped at max_open: alerts 0, cooldowns 0, series evicted at max_series 0, actions 0 (applied 0), sink errors 0" || st2 != st {
 		t.Errorf("rerun with no new window: stdout %q; summary:\n%s\nwant this run empty and the state line %q", out, errs, st)
 	}
 
@@ -404,4 +392,51 @@ func TestServeEMFStdoutRefusesAlertsThere(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tmp, "log")); !os.IsNotExist(err) {
 		t.Errorf("the refused serve made its decision log: %v", err)
 	}
+}
+
+// TestAlertsSeriesEvicted: past alerts.max_series the series dropped are
+// counted on both summary lines, as the state counts them; before, only
+// the state file held the count.
+func TestAlertsSeriesEvicted(t *testing.T) {
+	cfgPath, partials, state := alertsOver(t, "max_series: 10", 3, func(p *aggregator.Partial, _ int) {
+		for r := range 20 {
+			d := decisions.Decision{Time: p.Start, Tier: "anonymous", Rule: fmt.Sprintf("anonymous:/p%d", r),
+				ClientIP: netip.AddrFrom4([4]byte{203, 0, 113, byte(r)}), Outcome: decisions.Allow}
+			p.Update(&d)
+		}
+	})
+	code, _, errs := runCLI(t, nil, "alerts", "--config", cfgPath, "--partials", "dir:"+partials.Dir, "--state-dir", state)
+	st, err := alerts.LoadState(state)
+	if err != nil || st == nil || st.Stats.Evicted == 0 {
+		t.Fatalf("state: %v; want series evicted (exit %d):\n%s", err, code, errs)
+	}
+	want := fmt.Sprintf("series evicted at max_series %d,", st.Stats.Evicted)
+	if code != 0 || strings.Count(errs, want) != 2 {
+		t.Errorf("alerts: exit %d; want 0 and %q on both summary lines:\n%s", code, want, errs)
+	}
+}
+
+// alertsOver writes a configuration whose alerts section has settings
+// (YAML lines under alerts:) and a file sink to standard output, and the
+// partials of windows one-minute windows from 2026-11-02 09:00 UTC, each
+// filled by fill; it returns the configuration's path, the partials and
+// a state directory.
+func alertsOver(t *testing.T, settings string, windows int, fill func(p *aggregator.Partial, w int)) (string, *aggregator.PartialsDir, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	cfgPath := filepath.Join(tmp, "ratewarden.yaml")
+	yaml := "tiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\nalerts:\n  " + settings + "\n  sinks:\n    file: \"-\"\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	partials := &aggregator.PartialsDir{Dir: filepath.Join(tmp, "partials")}
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	for w := range windows {
+		p := aggregator.NewPartial(t0.Add(time.Duration(w)*time.Minute), time.Minute, 10)
+		fill(p, w)
+		if err := partials.Write(context.Background(), "log", aggregator.Output{Partial: p, From: uint64(w), To: uint64(w)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfgPath, partials, filepath.Join(tmp, "state")
 }
