@@ -15,6 +15,12 @@
 // is lost so is sent again, and its records are written twice. Client
 // hides WriterTo, so the transport reads the body with Read, which ends
 // with a plain io.EOF after the close (aws/aws-sdk-go-v2#2737).
+//
+// A service client given an HTTP client other than the SDK's own leaves
+// it as it is: the connect and TLS timeouts of AWS_DEFAULTS_MODE
+// (standard, in-region, cross-region, mobile) are not applied to it. The
+// default mode, legacy, has none; the project's calls carry deadlines of
+// their own.
 package sdkhttp
 
 import (
