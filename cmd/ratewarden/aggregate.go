@@ -94,6 +94,9 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if *leaseDuration < 100*time.Millisecond {
 		return badFlag(fmt.Errorf("aggregate: --lease-duration %v: want 100ms or more", *leaseDuration))
 	}
+	if af.o.Partials == "" && af.o.EMF == "" && *alertsCfg == "" {
+		return badFlag(errors.New("aggregate: nothing to write: give --partials, --emf, --alerts or several"))
+	}
 	// The alerts' configuration is read before any sink is opened: what
 	// it asks of stdout may rule out --emf stdout.
 	var alertsConf *config.Config
@@ -149,9 +152,6 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		}()
 		sinks = append(sinks, al.Runner)
 		extraMetrics = append(extraMetrics, al.RegisterMetrics)
-	}
-	if len(sinks) == 0 {
-		return fmt.Errorf("aggregate: nothing to write: give --partials, --emf, --alerts or several")
 	}
 	if *stdinSrc {
 		problems := newProblemPrinter(stderr, "aggregate: stdin")

@@ -119,6 +119,9 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lambda", "--aggregate", "--report", "--partials", "dir:p"}, 2, "--aggregate and --report: give one"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--partials", "dir:p", "--alerts", "x.yaml"}, 2, "--alerts with --kinesis-stream: --alerts is for --decisions-dir only (it needs whole windows"},
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--rules", "anonymous:global,global"}, 2, `--rules "global": want rule ids`},
+		// Found before anything is opened; it exited 1, as if it had run.
+		{[]string{"aggregate", "--stdin"}, 2, "aggregate: nothing to write: give --partials, --emf, --alerts or several"},
+		{[]string{"aggregate", "--decisions-dir", "l", "--state-dir", "d"}, 2, "aggregate: nothing to write"},
 		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--config", "no-such.yaml"}, 1, "no-such.yaml"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "100ms"}, 2, "--poll 100ms: want 200ms to 1m"},
 		{[]string{"aggregate", "--kinesis-stream", "s", "--state-dir", "d", "--poll", "2m"}, 2, "--poll 2m0s: want 200ms to 1m"},
