@@ -258,14 +258,7 @@ func TestRestoredWindowKeepsPrefix(t *testing.T) {
 		ev := d(i)
 		r.Add(&ev, uint64(i))
 	}
-	snap, err := r.AppendSnapshot(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r = NewRollup(o)
-	if err := r.Restore(snap); err != nil {
-		t.Fatal(err)
-	}
+	r = restarted(t, r)
 	for i := 10; i < 20; i++ {
 		ev := d(i)
 		r.Add(&ev, uint64(i))

@@ -717,7 +717,9 @@ func (r *Rollup) Restore(snapshot []byte) error {
 			if m[start] != nil {
 				return fmt.Errorf("restore rollup: the window of %v twice", p.Start.UTC().Format(time.RFC3339Nano))
 			}
-			p.IPv6Prefix = r.o.IPv6Prefix // its events to come, as the configuration says
+			// Its events to come, as the configuration says: neither is
+			// encoded.
+			p.MaxKeys, p.IPv6Prefix = r.o.MaxKeys, r.o.IPv6Prefix
 			w.p = p
 			m[start] = w
 		}
