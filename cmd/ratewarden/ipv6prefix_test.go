@@ -22,7 +22,8 @@ import (
 // or else --alerts, and by its /64 without either: a client moving over
 // the /64s of its /56 is one client, 2001:db8:1:200::/56, to an edge and
 // an aggregator configured with 56. A --config and an --alerts file that
-// disagree are refused, naming both.
+// disagree are refused, naming both. report --decisions-dir counts them
+// by its --config likewise.
 func TestAggregateCountsIPv6ByConfiguredPrefix(t *testing.T) {
 	tmp := t.TempDir()
 	logDir := filepath.Join(tmp, "log")
@@ -81,6 +82,23 @@ func TestAggregateCountsIPv6ByConfiguredPrefix(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s: requests %s, want %s", c.name, got, c.want)
 		}
+	}
+	// report --decisions-dir rolls the log up by the same prefix.
+	for _, c := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"--config", cfg56}, "| 2001:db8:1:200::/56 | 256 |", "::/64"},
+		{nil, "::/64 | 1 |", "::/56"},
+	} {
+		args := append([]string{"report", "--decisions-dir", logDir, "--from", t0.Format(time.RFC3339), "--to", t0.Add(time.Minute).Format(time.RFC3339), "--format", "md"}, c.args...)
+		code, out, errs := runCLI(t, nil, args...)
+		if code != 0 || !strings.Contains(out, c.want) || strings.Contains(out, c.not) {
+			t.Errorf("report %v: exit %d, want %q and no %q in:\n%s%s", c.args, code, c.want, c.not, out, errs)
+		}
+	}
+	if code, _, errs := runCLI(t, nil, "report", "--partials", "dir:"+filepath.Join(tmp, "partials---config"), "--from", t0.Format(time.RFC3339), "--config", cfg56); code != 2 || !strings.Contains(errs, "--config with --partials") {
+		t.Errorf("report --partials --config: exit %d, want 2:\n%s", code, errs)
 	}
 	code, _, errs := runCLI(t, nil, "aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir,
 		"--state-dir", filepath.Join(tmp, "state-both"), "--partials", "dir:"+filepath.Join(tmp, "partials-both"), "--config", cfg64, "--alerts", alerts56)
