@@ -43,7 +43,7 @@ func checkAggregate[T aggregate[T]](t *testing.T, ds []decisions.Decision, batch
 	for i := range ds {
 		d := &ds[i]
 		whole.Update(d)
-		byIdentity[hashClient(ClientOf(d))%2].Update(d)
+		byIdentity[hashClient(ClientOf(d, 0))%2].Update(d)
 		byArrival[i%2].Update(d)
 	}
 	want := enc(whole)

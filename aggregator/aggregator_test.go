@@ -42,7 +42,7 @@ func TestMergeEqualsWhole(t *testing.T) {
 		d := &ds[i]
 		whole.Update(d)
 		var kb []byte
-		kb = identityKey(kb, d)
+		kb = identityKey(kb, d, 0)
 		byIdentity[int(kb[len(kb)-1])%2].Update(d)
 		byArrival[i%2].Update(d)
 	}
@@ -79,8 +79,8 @@ func TestMergeEqualsWhole(t *testing.T) {
 
 // TestPartialRoundTrip: decoding gives a partial that encodes to the same
 // bytes, every truncation is refused, and every flipped byte of the
-// encoding without its checksum (version 4, which reaches the aggregates'
-// decoders) is refused or decodes to something (never a panic).
+// encoding, its checksum made again (so that it reaches the aggregates'
+// decoders), is refused or decodes to something (never a panic).
 func TestPartialRoundTrip(t *testing.T) {
 	p := NewPartial(t0, time.Minute, 10)
 	for _, d := range decisiontest.NewGenerator(2, t0).Batch(5000) {
@@ -99,11 +99,10 @@ func TestPartialRoundTrip(t *testing.T) {
 			t.Fatalf("a partial cut at %d of %d bytes decoded", n, len(b))
 		}
 	}
-	v4 := asV4(b)
-	for i := 0; i < len(v4); i += 7 {
-		c := slices.Clone(v4)
+	for i := len(partialMagic) + 1; i < len(b)-sumLen; i += 7 {
+		c := slices.Clone(b)
 		c[i] ^= 0x55
-		DecodePartial(c) // must not panic
+		DecodePartial(withCRC(c)) // must not panic
 	}
 }
 
@@ -122,6 +121,16 @@ func FuzzDecodePartial(f *testing.F) {
 	}
 	if v4, err := os.ReadFile("testdata/partial-v4.rwp"); err == nil {
 		f.Add(v4) // without a checksum: its mutations reach the decoders
+	}
+	if v5, err := os.ReadFile("testdata/partial-v5.rwp"); err == nil {
+		f.Add(v5) // IPv6 clients by address, before their prefix lengths
+	}
+	q := NewPartial(t0, time.Minute, 4)
+	for _, d := range v6FixtureDecisions() {
+		q.Update(&d)
+	}
+	if b, err := q.AppendBinary(nil); err == nil {
+		f.Add(b) // IPv6 clients by prefix
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, b := range [][]byte{b, withCRC(b)} { // past the checksum too

@@ -385,7 +385,7 @@ func BenchmarkTopKAdd(b *testing.B) {
 	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 16)
 	cs := make([]Client, len(ds))
 	for i := range ds {
-		cs[i] = ClientOf(&ds[i])
+		cs[i] = ClientOf(&ds[i], 0)
 	}
 	t := NewTopK(100)
 	b.ReportAllocs()

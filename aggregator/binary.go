@@ -79,6 +79,9 @@ func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
 type reader struct {
 	b   []byte
 	err error
+	// addrsOnly says that the clients of top-K lists carry no prefix
+	// length (Client.Bits): a partial of encoding version 5 or earlier.
+	addrsOnly bool
 }
 
 func (r *reader) fail(err error) {

@@ -51,6 +51,10 @@ type Batch struct {
 	slots   []idSlot
 	used    []int32 // the slots in use, cleared at the next identify
 	seenGen uint32
+	// v6bits is the prefix length identify counts an IPv6 client under
+	// (0: DefaultIPv6Prefix; see Partial.IPv6Prefix), set by
+	// countIPv6Under.
+	v6bits int
 
 	// Count cells, by dictionary ids: cells[((tier*nRule+rule)*NumOutcomes+outcome)*nReason+reason],
 	// byNode[node*NumOutcomes+outcome] and errs[(tier*nRule+rule)*nErr+error],
@@ -195,7 +199,8 @@ func (b *Batch) user(i int) string {
 	return ""
 }
 
-// client returns row i's client.
+// client returns row i's client, an IPv6 address by its prefix of
+// b.v6bits (AddrClient).
 func (b *Batch) client(i int) Client {
 	if u := b.user(i); u != "" {
 		return Client{User: u}
@@ -207,12 +212,24 @@ func (b *Batch) client(i int) Client {
 		return Client{Addr: netip.AddrFrom4([4]byte(a))}
 	case 6:
 		a := netip.AddrFrom16([16]byte(c.ClientIP[16*i : 16*i+16]))
+		if v6Bits(b.v6bits) < 128 && !a.Is4In6() {
+			return AddrClient(a, b.v6bits) // a prefix, which has no zone
+		}
 		if z := c.ClientIPZone.Values[c.ClientIPZone.At(i)]; z != "" {
 			a = a.WithZone(z)
 		}
 		return Client{Addr: a}
 	}
 	return Client{}
+}
+
+// countIPv6Under makes identify count an IPv6 client under its prefix of
+// ipv6Prefix bits (Partial.IPv6Prefix), identifying the batch again if it
+// was identified under another.
+func (b *Batch) countIPv6Under(ipv6Prefix int) {
+	if b.v6bits != ipv6Prefix {
+		b.v6bits, b.identified = ipv6Prefix, false
+	}
 }
 
 // UpdateColumns counts rows [lo, hi) of b, as Update would count each of
@@ -238,6 +255,7 @@ func (c *Counts) UpdateColumns(b *Batch, lo, hi int) {
 // UpdateColumns adds rows [lo, hi) of b, as Update would add each of
 // their events in order.
 func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
+	b.countIPv6Under(p.IPv6Prefix)
 	p.Events += uint64(hi - lo)
 	b.foldColumns(p, lo, hi)
 	for _, a := range p.parts() {

@@ -157,7 +157,7 @@ func checkOnePartial(t *testing.T, ds []decisions.Decision, size int, check func
 	}
 }
 
-// TestSortKey: sortKey orders clients as compareClients does wherever two
+// TestSortKey: sortKey orders clients as CompareClients does wherever two
 // keys differ, so that the lowest counters sort on integers.
 func TestSortKey(t *testing.T) {
 	var cs []Client
@@ -172,8 +172,8 @@ func TestSortKey(t *testing.T) {
 	for _, a := range cs {
 		for _, b := range cs {
 			ka, kb := sortKey(a), sortKey(b)
-			if ka != kb && (ka < kb) != (compareClients(a, b) < 0) {
-				t.Errorf("%v, %v: keys %x, %x disagree with compareClients %d", a, b, ka, kb, compareClients(a, b))
+			if ka != kb && (ka < kb) != (CompareClients(a, b) < 0) {
+				t.Errorf("%v, %v: keys %x, %x disagree with CompareClients %d", a, b, ka, kb, CompareClients(a, b))
 			}
 		}
 	}

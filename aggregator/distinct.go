@@ -284,9 +284,11 @@ func Refused(o decisions.Outcome) bool {
 	return o != 0 && int(o) < decisions.NumOutcomes && !o.Passed()
 }
 
-// identityKey appends the bytes that identify d's client: 'u' and the user
-// id, or 'a' and the 16-byte address.
-func identityKey(b []byte, d *decisions.Decision) []byte { return appendIdentity(b, ClientOf(d)) }
+// identityKey appends the bytes that identify d's client, an IPv6 client
+// by its prefix of ipv6Prefix bits (appendIdentity of ClientOf).
+func identityKey(b []byte, d *decisions.Decision, ipv6Prefix int) []byte {
+	return appendIdentity(b, ClientOf(d, ipv6Prefix))
+}
 
 // hashKey is the hash the HyperLogLog library gives an element on
 // Insert (MetroHash64, seed 1337): the rollup hashes each client once and
@@ -294,12 +296,13 @@ func identityKey(b []byte, d *decisions.Decision) []byte { return appendIdentity
 // the sketches exactly what Insert would.
 func hashKey(b []byte) uint64 { return metro.Hash64(b, 1337) }
 
-// Update counts d's client.
+// Update counts d's client, an IPv6 client by its prefix of
+// DefaultIPv6Prefix bits (Partial.Update takes the partial's).
 func (s *Distinct) Update(d *decisions.Decision) {
 	if d.Kind != decisions.KindDecision {
 		return
 	}
-	s.add(hashClientInto(ClientOf(d), &s.scratch), Refused(d.Outcome), s.tier(d.Tier), s.rule(d.Rule))
+	s.add(hashClientInto(ClientOf(d, 0), &s.scratch), Refused(d.Outcome), s.tier(d.Tier), s.rule(d.Rule))
 }
 
 // tier returns the sketch of the tier named name, made if needed.

@@ -42,13 +42,15 @@ func TestAppendAddr(t *testing.T) {
 // TestTopKEncodingOrder: a TopK's encoding and Top list its clients in
 // the order of sortHitters (count, then client) where the sort keys do
 // not tell clients apart: user ids alike in their first 7 bytes, an
-// address with and without a zone, equal counts. The encoding is
+// address with and without a zone, an address and its prefixes, equal
+// counts. The encoding is
 // compared with one built from sortHitters' order, as the encoding was
 // built before it ordered the counters in scratch.
 func TestTopKEncodingOrder(t *testing.T) {
 	clients := []Client{{User: "abcdefgZ"}, {User: "abcdefg"}, {User: "abcdefg\x00"}, {User: "abcdefgA"}, {User: "b"},
 		{Addr: netip.MustParseAddr("fe80::1%b")}, {Addr: netip.MustParseAddr("fe80::1")}, {Addr: netip.MustParseAddr("fe80::1%a")},
-		{Addr: netip.MustParseAddr("fe80::2")}, {Addr: netip.MustParseAddr("10.0.0.1")}, {Addr: netip.MustParseAddr("::ffff:10.0.0.1")}, {}}
+		{Addr: netip.MustParseAddr("fe80::2")}, {Addr: netip.MustParseAddr("10.0.0.1")}, {Addr: netip.MustParseAddr("::ffff:10.0.0.1")}, {},
+		{Addr: netip.MustParseAddr("fe80::"), Bits: 64}, {Addr: netip.MustParseAddr("fe80::"), Bits: 10}, {Addr: netip.MustParseAddr("fe80::")}}
 	tk := NewTopK(len(clients))
 	for i, c := range clients {
 		tk.Add(c, uint64(1+i%3)) // three counts, each shared by several clients
@@ -92,6 +94,7 @@ func refTopKEncoding(b []byte, t *TopK) []byte {
 		b = appendString(b, h.Client.User)
 		a, _ := h.Client.Addr.MarshalBinary()
 		b = appendBytes(b, a)
+		b = append(b, h.Client.Bits)
 		b = appendUvarint(b, h.Count)
 		b = appendUvarint(b, h.Err)
 	}

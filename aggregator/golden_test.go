@@ -28,9 +28,12 @@ import (
 // reproduce; they were recorded again for partial encoding version 3
 // (each aggregate's encoding whole, and the refusals by tier), whose
 // TestDecodePartialV2 shows every aggregate of version 2 unchanged, for
-// version 4 (the unlisted tiers) and for version 5 (the checksum: each
+// version 4 (the unlisted tiers), for version 5 (the checksum: each
 // output less its last 4 bytes, its version byte 4, gave version 4's
-// digests; TestDecodePartialV4 keeps that).
+// digests; TestDecodePartialV4 keeps that) and for version 6 (each IPv6
+// client by its /64, the lists' prefix lengths: rolled up with each IPv6
+// address its own client, each output made version 5 by asV5 gives
+// version 5's digests, kept in testdata/partials-v5.golden).
 // -update rewrites the file; do that only for a change meant to change the
 // encoding, never to make a speedup pass.
 func TestPartialsGolden(t *testing.T) {
@@ -48,10 +51,19 @@ func TestPartialsGolden(t *testing.T) {
 		{"window=1m/topk=100", Options{Window: time.Minute, TopK: 100}, false},
 		{"window=1m/topk=1000", Options{Window: time.Minute, TopK: 1000}, false},
 	}
-	var got strings.Builder
+	var got, v5 strings.Builder
 	for _, c := range cases {
-		sum, n, size := goldenDigest(t, batches, c.o, c.perEvent)
+		sum, n, size := goldenDigest(t, batches, c.o, c.perEvent, nil)
 		fmt.Fprintf(&got, "%s %d outputs %d bytes sha256:%x\n", c.name, n, size, sum)
+		perAddr := c.o
+		perAddr.IPv6Prefix = 128
+		sum, n, size = goldenDigest(t, batches, perAddr, c.perEvent, asV5)
+		fmt.Fprintf(&v5, "%s %d outputs %d bytes sha256:%x\n", c.name, n, size, sum)
+	}
+	// Each IPv6 address its own client, as before version 6, and each
+	// output made version 5 (asV5): version 5's digests.
+	if want, err := os.ReadFile(filepath.Join("testdata", "partials-v5.golden")); err != nil || v5.String() != string(want) {
+		t.Errorf("partials of IPv6 addresses, as version 5, differ from testdata/partials-v5.golden (%v):\n got %s\nwant %s", err, v5.String(), want)
 	}
 	golden := filepath.Join("testdata", "partials.golden")
 	if *update {
@@ -70,8 +82,9 @@ func TestPartialsGolden(t *testing.T) {
 
 // goldenDigest rolls the batches up with o, through AddBatch or (perEvent)
 // event by event through Add, flushing after each batch, and returns the
-// digest, number and total size of the outputs.
-func goldenDigest(t *testing.T, batches [][]byte, o Options, perEvent bool) (sum [sha256.Size]byte, n, size int) {
+// digest, number and total size of the outputs, each encoded partial
+// made as (when not nil) says.
+func goldenDigest(t *testing.T, batches [][]byte, o Options, perEvent bool, as func([]byte) []byte) (sum [sha256.Size]byte, n, size int) {
 	t.Helper()
 	r := NewRollup(o)
 	h := sha256.New()
@@ -79,6 +92,9 @@ func goldenDigest(t *testing.T, batches [][]byte, o Options, perEvent bool) (sum
 		b, err := out.Partial.AppendBinary(nil)
 		if err != nil {
 			return err
+		}
+		if as != nil {
+			b = as(b)
 		}
 		fmt.Fprintf(h, "%v %d-%d %d\n", out.Correction, out.From, out.To, len(b))
 		h.Write(b)

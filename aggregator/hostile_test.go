@@ -524,3 +524,37 @@ func TestRollupEarliestTime(t *testing.T) {
 		t.Errorf("columns: events by window %v, want %v", got, want)
 	}
 }
+
+// TestRestoredWindowKeepsKeyCap: a window restored from a snapshot keeps
+// Options.MaxKeys names apart, as it did before the restart, and folds
+// the rest; before, it took DefaultMaxKeys once restored, kept all 300
+// rules of hostileNames apart where the uninterrupted run kept 8 and
+// __other__, and wrote a partial 21 times its size.
+func TestRestoredWindowKeepsKeyCap(t *testing.T) {
+	ds, _ := hostileNames(300)
+	o := Options{Window: time.Hour, MaxKeys: 8}
+	whole := NewRollup(o)
+	for i := range ds {
+		whole.Add(&ds[i], uint64(i))
+	}
+	r := NewRollup(o)
+	for i := range ds[:4] {
+		r.Add(&ds[i], uint64(i))
+	}
+	r = restarted(t, r)
+	for i := 4; i < len(ds); i++ {
+		r.Add(&ds[i], uint64(i))
+	}
+	only := func(r *Rollup) *Partial {
+		var out []*Partial
+		if err := r.Flush(true, func(o Output) error { out = append(out, o.Partial); return nil }); err != nil || len(out) != 1 {
+			t.Fatalf("%d outputs, %v; want 1", len(out), err)
+		}
+		return out[0]
+	}
+	want, got := only(whole), only(r)
+	if g, w := encode(t, got), encode(t, want); !bytes.Equal(g, w) {
+		t.Errorf("restarted: %d rules kept apart, %d bytes; uninterrupted: %d rules, %d bytes",
+			len(got.Offenders.RequestsByRule), len(g), len(want.Offenders.RequestsByRule), len(w))
+	}
+}

@@ -95,6 +95,9 @@ type KinesisLambda struct {
 	// group holds (see above). Defaults DefaultMaxAhead and
 	// DefaultMaxCorrections.
 	MaxAhead, MaxCorrections int
+	// IPv6Prefix is the length of the prefix an IPv6 client is counted
+	// under (Options.IPv6Prefix): 0 takes DefaultIPv6Prefix.
+	IPv6Prefix int
 
 	// OnInvocation, when set, is called at the end of each invocation with
 	// what it did.
@@ -148,7 +151,8 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	if len(ev.Records) == 0 {
 		return events.KinesisEventResponse{}, nil
 	}
-	o := Options{Window: l.Window, TopK: l.TopK, MaxKeys: l.MaxKeys, MaxAhead: l.MaxAhead, MaxCorrections: l.MaxCorrections}.withDefaults()
+	o := Options{Window: l.Window, TopK: l.TopK, MaxKeys: l.MaxKeys, MaxAhead: l.MaxAhead, MaxCorrections: l.MaxCorrections,
+		IPv6Prefix: l.IPv6Prefix}.withDefaults()
 	run := &lambdaRun{l: l, o: o, dec: columnar.NewDecoder(), touched: map[int64]bool{}}
 	read := kinesis.NewLambdaHandler(run, kinesis.LambdaOptions{CommitRecords: l.CommitRecords})
 	resp, err := read.Handle(ctx, ev)

@@ -51,12 +51,13 @@ func (o *Offenders) topk(m map[string]*TopK, key string) *TopK {
 	return t
 }
 
-// Update counts d's client.
+// Update counts d's client, an IPv6 client by its prefix of
+// DefaultIPv6Prefix bits (Partial.Update takes the partial's).
 func (o *Offenders) Update(d *decisions.Decision) {
 	if d.Kind != decisions.KindDecision {
 		return
 	}
-	c := ClientOf(d)
+	c := ClientOf(d, 0)
 	o.add(c, hashClient(c), d.Tier, d.Outcome, d.Rule)
 }
 

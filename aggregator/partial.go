@@ -32,6 +32,12 @@ type Partial struct {
 	// Folded counts the decisions Update and UpdateColumns counted with a
 	// name folded into OtherKey. Not encoded.
 	Folded uint64
+	// IPv6Prefix is the length of the prefix Update and UpdateColumns
+	// count an IPv6 client under in the top-K lists and the distinct
+	// clients, as the edge counts it (identity.ipv6_prefix): 0 takes
+	// DefaultIPv6Prefix, 128 counts each address. Not encoded: each
+	// client of a list carries its own (Client.Bits).
+	IPv6Prefix int
 
 	keySets *keySets           // see keys
 	scratch decisions.Decision // foldDecision's
@@ -65,7 +71,7 @@ func (p *Partial) Update(d *decisions.Decision) {
 	p.Latency.Add(d.StoreLatency)
 	p.Upstream.Add(d.UpstreamLatency)
 	// The client is hashed once, for the sketches and the top-K lists.
-	c := ClientOf(d)
+	c := ClientOf(d, p.IPv6Prefix)
 	h := hashClientInto(c, &p.Clients.scratch)
 	p.Clients.add(h, Refused(d.Outcome), p.Clients.tier(d.Tier), p.Clients.rule(d.Rule))
 	p.Offenders.add(c, h, d.Tier, d.Outcome, d.Rule)
@@ -122,8 +128,10 @@ const partialMagic = "RWP"
 // some (a window of an earlier version restored from a state and
 // emitted); version 5 the checksum, without which a flipped bit that left
 // the bytes well formed (a count's varint, a client's name) was read as
-// other figures. Versions 1 to 4 have none.
-const partialVersion = 5
+// other figures. Versions 1 to 4 have none. Version 6 gives each client of
+// a top-K list its prefix length (Client.Bits) after its address: a list
+// of version 5 or earlier holds addresses alone.
+const partialVersion = 6
 
 // AppendBinary appends p's encoding. Equal partials encode to equal bytes.
 func (p *Partial) AppendBinary(b []byte) ([]byte, error) { return p.appendBinary(b, false) }
@@ -186,7 +194,7 @@ func DecodePartial(b []byte) (*Partial, error) {
 			return nil, errors.New("decode partial: checksum mismatch")
 		}
 	}
-	r := &reader{b: b[len(partialMagic)+1:]}
+	r := &reader{b: b[len(partialMagic)+1:], addrsOnly: v < 6}
 	p := &Partial{Offenders: new(Offenders)}
 	p.Start = time.Unix(0, int64(r.uvarint())).UTC()
 	p.Size = time.Duration(r.uvarint())

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
 	"net/netip"
 	"os"
@@ -287,12 +288,81 @@ func TestPartialChecksum(t *testing.T) {
 	}
 }
 
-// asV4 returns the version 5 partial b as version 4 wrote it: without
-// its checksum, its version byte 4.
+// asV4 returns the partial b (version 6) as version 4 wrote it: as
+// version 5 (asV5), without its checksum, its version byte 4.
 func asV4(b []byte) []byte {
-	c := bytes.Clone(b[:len(b)-sumLen])
+	v5 := asV5(b)
+	c := bytes.Clone(v5[:len(v5)-sumLen])
 	c[len(partialMagic)] = 4
 	return c
+}
+
+// asV5 returns the partial b (version 6), whose lists hold no prefix
+// (every Client.Bits 0), as version 5 wrote it: each client of a list
+// without its prefix length, the checksum made again. It panics on bytes
+// it cannot walk: a test's own encoding.
+func asV5(b []byte) []byte {
+	if b[len(partialMagic)] != 6 {
+		panic(fmt.Sprintf("asV5 of a partial of version %d", b[len(partialMagic)]))
+	}
+	body := b[:len(b)-sumLen]
+	r := &reader{b: body[len(partialMagic)+1:]}
+	r.uvarint() // start
+	r.uvarint() // length
+	r.uvarint() // events
+	var p Partial
+	parts := p.parts()
+	for _, a := range parts[:len(parts)-1] {
+		if err := a.decode(r); err != nil {
+			panic(err)
+		}
+	}
+	out := bytes.Clone(body[:len(body)-len(r.b)])
+	out[len(partialMagic)] = 5
+	copyTo := func(rest []byte) { // the bytes read since rest
+		out = append(out, rest[:len(rest)-len(r.b)]...)
+	}
+	list := func() {
+		at := r.b
+		r.uvarint() // k
+		n := r.uvarint()
+		copyTo(at)
+		for range n {
+			at = r.b
+			r.string()
+			r.bytes()
+			copyTo(at)
+			if bits := r.byte(); bits != 0 {
+				panic(fmt.Sprintf("asV5 of a list holding a prefix of %d bits", bits))
+			}
+			at = r.b
+			r.uvarint()
+			r.uvarint()
+			copyTo(at)
+		}
+	}
+	lists := func() {
+		at := r.b
+		n := r.uvarint()
+		copyTo(at)
+		for range n {
+			at = r.b
+			r.string()
+			copyTo(at)
+			list()
+		}
+	}
+	at := r.b
+	r.uvarint() // the offenders' k
+	copyTo(at)
+	for _, f := range []func(){list, list, lists, lists, lists, list, list, lists} {
+		f()
+	}
+	out = append(out, r.b...) // the unlisted tiers
+	if r.err != nil {
+		panic(r.err)
+	}
+	return appendSum(out, 0)
 }
 
 // eventsFlipped returns the encoded partial b (version 5) with the low bit

@@ -55,7 +55,7 @@ func testPartials(start time.Time, size time.Duration, windows int, partitions i
 		}
 		for _, d := range g.Batch(400) {
 			d.Time = ws.Add(time.Duration(d.Time.UnixNano() % int64(size)))
-			c := ClientOf(&d).String()
+			c := ClientOf(&d, 0).String()
 			ps[int(c[len(c)-1])%partitions].Update(&d)
 		}
 		for i, p := range ps {

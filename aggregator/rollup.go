@@ -89,6 +89,11 @@ type Options struct {
 	// window, each; the rest are counted under OtherKey (Partial.MaxKeys).
 	// Default DefaultMaxKeys.
 	MaxKeys int
+	// IPv6Prefix is the length of the prefix an IPv6 client is counted
+	// under in the top-K lists and distinct clients, the edge's
+	// identity.ipv6_prefix (Partial.IPv6Prefix): 0 takes
+	// DefaultIPv6Prefix, 128 counts each address.
+	IPv6Prefix int
 }
 
 // DefaultMaxSkew is Options.MaxSkew's default.
@@ -445,7 +450,7 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 // (Unix nanoseconds), of o's window length, top-K length and names cap.
 func (o Options) newPartial(start int64) *Partial {
 	p := NewPartial(time.Unix(0, start), o.Window, o.TopK)
-	p.MaxKeys = o.MaxKeys
+	p.MaxKeys, p.IPv6Prefix = o.MaxKeys, o.IPv6Prefix
 	return p
 }
 
@@ -712,6 +717,9 @@ func (r *Rollup) Restore(snapshot []byte) error {
 			if m[start] != nil {
 				return fmt.Errorf("restore rollup: the window of %v twice", p.Start.UTC().Format(time.RFC3339Nano))
 			}
+			// Its events to come, as the configuration says: neither is
+			// encoded.
+			p.MaxKeys, p.IPv6Prefix = r.o.MaxKeys, r.o.IPv6Prefix
 			w.p = p
 			m[start] = w
 		}

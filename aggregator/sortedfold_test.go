@@ -43,7 +43,7 @@ type foldRec struct {
 type sortedFold struct {
 	recs, tmp      []foldRec
 	users          []string
-	addrs          []netip.Addr
+	addrs          []Client // IPv6 addresses or prefixes
 	tierIdx        map[string]uint8
 	ruleIdx        map[string]uint16
 	tiers, rules   []string
@@ -109,7 +109,7 @@ func (f *sortedFold) add(b *Batch, lo, hi int) {
 		default:
 			cl := b.client(i)
 			r.fp, r.ref, r.oc = fingerprint(cl), uint32(len(f.addrs)), r.oc|2<<6
-			f.addrs = append(f.addrs, cl.Addr)
+			f.addrs = append(f.addrs, cl)
 		}
 		f.recs = append(f.recs, r)
 	}
@@ -122,7 +122,7 @@ func (f *sortedFold) client(r *foldRec) Client {
 	case 1:
 		return Client{User: f.users[r.ref]}
 	}
-	return Client{Addr: f.addrs[r.ref]}
+	return f.addrs[r.ref]
 }
 
 // sort orders the records by fingerprint: two passes of a radix sort on

@@ -28,12 +28,16 @@ const SummaryColumns = columnar.ColumnKind | columnar.ColumnTier | columnar.Colu
 // families of sketches: from records, it reads only SummaryColumns. The
 // same events give the same counts as a Partial and a Clients sketch
 // that encodes to the same bytes as its Clients.All (a client is its user
-// id when authenticated, else its address, and is hashed as Distinct
-// hashes it). The zero value is ready to use; it is not safe for
+// id when authenticated, else its address or IPv6 prefix, and is hashed
+// as Distinct hashes it). The zero value is ready to use; it is not safe for
 // concurrent use.
 type Summary struct {
 	Counts  map[SummaryKey]uint64
 	Clients *hyperloglog.Sketch // precision 14, as Distinct.All; nil before the first decision
+
+	// IPv6Prefix is the length of the prefix an IPv6 client is counted
+	// under, as Partial.IPv6Prefix: 0 takes DefaultIPv6Prefix.
+	IPv6Prefix int
 
 	known   knownHashes // the hashes inserted into Clients (see knownHashes)
 	scratch []byte
@@ -46,7 +50,7 @@ func (s *Summary) Update(d *decisions.Decision) {
 		return
 	}
 	s.add(SummaryKey{Tier: d.Tier, Rule: d.Rule, Outcome: d.Outcome}, 1)
-	s.scratch = identityKey(s.scratch[:0], d)
+	s.scratch = identityKey(s.scratch[:0], d, s.IPv6Prefix)
 	s.insert(hashKey(s.scratch))
 }
 
@@ -54,6 +58,7 @@ func (s *Summary) Update(d *decisions.Decision) {
 // their events. b needs only SummaryColumns.
 func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
+	b.countIPv6Under(s.IPv6Prefix)
 	b.identify()
 	gen := b.nextGen()
 	nt, nr := len(c.Tier.Values), len(c.Rule.Values)

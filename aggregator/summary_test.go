@@ -146,7 +146,7 @@ func TestSummaryMerge(t *testing.T) {
 	for i := range ds {
 		d := &ds[i]
 		whole.Update(d)
-		kb := identityKey(nil, d)
+		kb := identityKey(nil, d, 0)
 		byIdentity[int(kb[len(kb)-1])%2].Update(d)
 		byArrival[i%2].Update(d)
 	}

@@ -13,30 +13,67 @@ import (
 )
 
 // Client identifies a client as the edge counts it: its user id when
-// authenticated, else its address.
+// authenticated, else its address, or for an IPv6 address the prefix the
+// edge counts it under (identity.ipv6_prefix): Bits, when not 0, is that
+// prefix's length and Addr its first address.
 type Client struct {
 	Addr netip.Addr
 	User string
+	Bits uint8
 }
 
-// ClientOf returns d's client.
-func ClientOf(d *decisions.Decision) Client {
+// DefaultIPv6Prefix is the length of the prefix an IPv6 client is counted
+// under when none is configured: identity.ipv6_prefix's default.
+const DefaultIPv6Prefix = 64
+
+// ClientOf returns d's client as the edge counts it, an IPv6 address by
+// its prefix of ipv6Prefix bits (0 takes DefaultIPv6Prefix, 128 keeps
+// the address).
+func ClientOf(d *decisions.Decision, ipv6Prefix int) Client {
 	if d.UserID != "" {
 		return Client{User: d.UserID}
 	}
-	return Client{Addr: d.ClientIP}
+	return AddrClient(d.ClientIP, ipv6Prefix)
 }
 
-// String returns "user:<id>" or the address, the form the lists take.
+// AddrClient returns the client of the address a, an IPv6 address by its
+// prefix of ipv6Prefix bits (0 takes DefaultIPv6Prefix, 128 keeps the
+// address). An IPv4 address, IPv4-mapped or not, is its own client: the
+// edge counts it per address (it unmaps one before it decides).
+func AddrClient(a netip.Addr, ipv6Prefix int) Client {
+	bits := v6Bits(ipv6Prefix)
+	if !a.Is6() || a.Is4In6() || bits >= 128 {
+		return Client{Addr: a}
+	}
+	p, _ := a.Prefix(bits) // drops a zone; bits is in range
+	return Client{Addr: p.Addr(), Bits: uint8(bits)}
+}
+
+// v6Bits is the prefix length of a configured ipv6Prefix: 0 (or less)
+// takes DefaultIPv6Prefix, more than 128 is 128.
+func v6Bits(ipv6Prefix int) int {
+	if ipv6Prefix <= 0 {
+		return DefaultIPv6Prefix
+	}
+	return min(ipv6Prefix, 128)
+}
+
+// String returns "user:<id>", the address, or the prefix
+// ("2001:db8:1:2::/64"): the form the lists take.
 func (c Client) String() string {
 	if c.User != "" {
 		return "user:" + c.User
 	}
+	if c.Bits != 0 {
+		return netip.PrefixFrom(c.Addr, int(c.Bits)).String()
+	}
 	return c.Addr.String()
 }
 
-func compareClients(a, b Client) int {
-	return cmp.Or(cmp.Compare(a.User, b.User), a.Addr.Compare(b.Addr))
+// CompareClients orders clients: by user, then address, then prefix
+// length (an address before its prefixes).
+func CompareClients(a, b Client) int {
+	return cmp.Or(cmp.Compare(a.User, b.User), a.Addr.Compare(b.Addr), cmp.Compare(a.Bits, b.Bits))
 }
 
 // Hitter is one client of a TopK: Count is an upper bound of its true count
@@ -184,17 +221,21 @@ func hashClientInto(c Client, scratch *[]byte) uint64 {
 	return hashKey(*scratch)
 }
 
-// appendIdentity appends c's identity key: 'u' and the user id, or 'a'
-// and the 16-byte address.
+// appendIdentity appends c's identity key: 'u' and the user id, 'a' and
+// the 16-byte address, or 'p', the prefix length and the 16-byte first
+// address of the prefix.
 func appendIdentity(b []byte, c Client) []byte {
 	if c.User != "" {
 		return append(append(b, 'u'), c.User...)
 	}
 	a := c.Addr.As16()
+	if c.Bits != 0 {
+		return append(append(b, 'p', c.Bits), a[:]...)
+	}
 	return append(append(b, 'a'), a[:]...)
 }
 
-// sortKey maps clients to integers in the order of compareClients, except
+// sortKey maps clients to integers in the order of CompareClients, except
 // that clients with the same key may differ (compare them then): addresses
 // before users; among addresses the zero Addr, IPv4 (exactly, by value),
 // then IPv6 (by its first 61 bits); users by their first 7 bytes.
@@ -632,7 +673,7 @@ func (t *TopK) reset(hs []Hitter) {
 // order (and the encoding) does not depend on arrival order.
 func sortHitters(hs []Hitter) {
 	slices.SortFunc(hs, func(a, b Hitter) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), compareClients(a.Client, b.Client))
+		return cmp.Or(cmp.Compare(b.Count, a.Count), CompareClients(a.Client, b.Client))
 	})
 }
 
@@ -645,7 +686,7 @@ type ranked struct {
 
 // rank returns t's counters in r's array, in the order of sortHitters:
 // by count, largest first, then by client (by sortKey, then the rare
-// equal keys by compareClients), a total order, so the order of the
+// equal keys by CompareClients), a total order, so the order of the
 // encoding does not depend on the sort.
 func (t *TopK) rank(r []ranked) []ranked {
 	r = r[:0]
@@ -660,7 +701,7 @@ func (t *TopK) rank(r []ranked) []ranked {
 func (t *TopK) clientAt(p int32) Client { return t.slots[p].Client }
 
 // byRank orders heaviest first: by count, largest first, then by client
-// (sortKey, and compareClients of the clients client returns for two
+// (sortKey, and CompareClients of the clients client returns for two
 // places when their keys tie), the order a list encodes its counters in.
 func byRank(a, b ranked, client func(pos int32) Client) int {
 	if a.count != b.count {
@@ -669,7 +710,7 @@ func byRank(a, b ranked, client func(pos int32) Client) int {
 	if a.key != b.key {
 		return cmp.Compare(a.key, b.key)
 	}
-	return compareClients(client(a.pos), client(b.pos))
+	return CompareClients(client(a.pos), client(b.pos))
 }
 
 // Top returns up to n clients, heaviest first.
@@ -706,11 +747,14 @@ func (t *TopK) appendBinary(b []byte, order *[]ranked, layout bool) []byte {
 	return b
 }
 
-// appendCounter appends counter p, whose count is n.
+// appendCounter appends counter p, whose count is n: its client (user,
+// address and, since partial encoding version 6, prefix length), count
+// and error.
 func (t *TopK) appendCounter(b []byte, p int, n uint64) []byte {
 	s := &t.slots[p]
 	b = appendString(b, s.Client.User)
 	b = appendAddr(b, s.Client.Addr)
+	b = append(b, s.Client.Bits)
 	b = appendUvarint(b, n)
 	return appendUvarint(b, s.Err)
 }
@@ -739,11 +783,18 @@ func decodeTopK(r *reader) (*TopK, error) {
 		var h Hitter
 		h.Client.User = r.string()
 		a := r.bytes()
+		if !r.addrsOnly {
+			h.Client.Bits = r.byte()
+		}
 		h.Count, h.Err = r.uvarint(), r.uvarint()
 		if r.err != nil {
 			return nil, fmt.Errorf("decode top-k: %w", r.err)
 		}
 		if err := h.Client.Addr.UnmarshalBinary(a); err != nil {
+			r.fail(err)
+			return nil, fmt.Errorf("decode top-k: %w", err)
+		}
+		if err := checkPrefix(h.Client); err != nil {
 			r.fail(err)
 			return nil, fmt.Errorf("decode top-k: %w", err)
 		}
@@ -756,6 +807,21 @@ func decodeTopK(r *reader) (*TopK, error) {
 	}
 	t.reset(hs) // in the encoding's order: a state save's is the list's own
 	return t, nil
+}
+
+// checkPrefix refuses a client of a prefix length (Bits) that is not an
+// IPv6 prefix's first address, as AddrClient makes them.
+func checkPrefix(c Client) error {
+	if c.Bits == 0 {
+		return nil
+	}
+	if c.User != "" || !c.Addr.Is6() || c.Addr.Is4In6() || c.Addr.Zone() != "" || c.Bits >= 128 {
+		return fmt.Errorf("client %q with a prefix length of %d", c.Addr, c.Bits)
+	}
+	if p, _ := c.Addr.Prefix(int(c.Bits)); p.Addr() != c.Addr {
+		return fmt.Errorf("client %s/%d is not a prefix's first address", c.Addr, c.Bits)
+	}
+	return nil
 }
 
 // appendFilter appends what a state save keeps of t beside its layout

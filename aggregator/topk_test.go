@@ -163,7 +163,7 @@ func genClients(n int) []Client {
 	ds := decisiontest.NewGenerator(5, t0).Batch(n)
 	cs := make([]Client, n)
 	for i := range ds {
-		cs[i] = ClientOf(&ds[i])
+		cs[i] = ClientOf(&ds[i], 0)
 	}
 	return cs
 }
@@ -387,7 +387,7 @@ func TestTopKAccuracy(t *testing.T) {
 			if d.Kind != decisions.KindDecision {
 				continue
 			}
-			c := ClientOf(d)
+			c := ClientOf(d, 0)
 			count("requests", c)
 			count("tier "+d.Tier, c)
 			if d.Rule != "" {

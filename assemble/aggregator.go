@@ -31,6 +31,11 @@ type AggregatorOptions struct {
 	MaxSkew, Idle            time.Duration
 	TopK, MaxKeys            int
 	MaxAhead, MaxCorrections int
+	// IPv6Prefix is the length of the prefix the rollup counts an IPv6
+	// client under in its top-K lists and distinct clients: the edges'
+	// identity.ipv6_prefix, read from their configuration file (0: its
+	// default, 64).
+	IPv6Prefix int
 
 	// The EMF documents (aggregator.EMFOptions): namespace, the rule
 	// budget and the configured rules' ids, which replace the budget.
@@ -136,6 +141,8 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 		return aggregator.Options{}, fmt.Errorf("--max-corrections %d: want 1 to %d", o.MaxCorrections, MaxMaxCorrections)
 	case o.RuleBudget < 1 || o.RuleBudget > MaxRuleBudget:
 		return aggregator.Options{}, fmt.Errorf("--rule-budget %d: want 1 to %d", o.RuleBudget, MaxRuleBudget)
+	case o.IPv6Prefix < 0 || o.IPv6Prefix > 128:
+		return aggregator.Options{}, fmt.Errorf("identity.ipv6_prefix %d: want 1 to 128", o.IPv6Prefix)
 	case o.EMFTimeout != 0 && (o.EMFTimeout < MinEMFTimeout || o.EMFTimeout > MaxEMFTimeout):
 		return aggregator.Options{}, fmt.Errorf("--emf-timeout %v: want 0 (each sink's own) or %s", o.EMFTimeout, EMFTimeoutRange)
 	case o.EMFTimeout != 0 && !emfSinkWaits(o.EMF):
@@ -152,7 +159,7 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 		}
 	}
 	return aggregator.Options{Window: o.Window, Lateness: o.Lateness, Late: p, Idle: o.Idle, MaxSkew: o.MaxSkew, TopK: o.TopK, MaxKeys: o.MaxKeys,
-		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections}, nil
+		MaxAhead: o.MaxAhead, MaxCorrections: o.MaxCorrections, IPv6Prefix: o.IPv6Prefix}, nil
 }
 
 // CheckNamespace checks the value of a --namespace flag with
@@ -303,5 +310,5 @@ func (o AggregatorOptions) Lambda(ctx context.Context, stdout io.Writer) (*aggre
 		return nil, sinks, err
 	}
 	return &aggregator.KinesisLambda{Window: ro.Window, TopK: ro.TopK, MaxKeys: ro.MaxKeys, MaxAhead: ro.MaxAhead,
-		MaxCorrections: ro.MaxCorrections, Sinks: sinks.Sinks}, sinks, nil
+		MaxCorrections: ro.MaxCorrections, IPv6Prefix: ro.IPv6Prefix, Sinks: sinks.Sinks}, sinks, nil
 }

@@ -147,14 +147,15 @@ func TestConfiguredRules(t *testing.T) {
 }
 
 // TestServeAggregator: serve's aggregator takes the serve section's
-// window, lateness and top-K and the configuration's rules, and the
-// flags' idle time and namespace.
+// window, lateness and top-K, the configuration's rules and the prefix its
+// edge counts an IPv6 client under (identity.ipv6_prefix), and the flags'
+// idle time and namespace.
 func TestServeAggregator(t *testing.T) {
 	cfg, err := config.Load(filepath.Join("..", "examples", "seed.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Serve.Window, cfg.Serve.Lateness, cfg.Serve.TopK = 10*time.Second, 3*time.Second, 9
+	cfg.Serve.Window, cfg.Serve.Lateness, cfg.Serve.TopK, cfg.Identity.IPv6Prefix = 10*time.Second, 3*time.Second, 9, 56
 	flags := DefaultAggregatorOptions()
 	flags.Idle, flags.Namespace, flags.MaxKeys, flags.MaxAhead, flags.MaxCorrections = 5*time.Second, "NS", 9, 10, 11
 	ao := ServeAggregator(cfg, &flags)
@@ -163,7 +164,7 @@ func TestServeAggregator(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := aggregator.Options{Window: 10 * time.Second, Lateness: 3 * time.Second, Late: aggregator.LateCorrect, Idle: 5 * time.Second,
-		MaxSkew: aggregator.DefaultMaxSkew, TopK: 9, MaxKeys: 9, MaxAhead: 10, MaxCorrections: 11}
+		MaxSkew: aggregator.DefaultMaxSkew, TopK: 9, MaxKeys: 9, MaxAhead: 10, MaxCorrections: 11, IPv6Prefix: 56}
 	if ro != want {
 		t.Errorf("rollup %+v, want %+v", ro, want)
 	}

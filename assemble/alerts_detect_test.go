@@ -167,7 +167,8 @@ func TestDiurnalWeekRaisesNothing(t *testing.T) {
 // TestIPv6ScraperIsListedByPrefix: the edge counts an IPv6 client per
 // /64, so a scraper rotating over 20 addresses of one /64, none of them
 // over the heavy-hitter threshold alone (10 requests a second each, 600 a
-// minute against 5 × 120), is one heavy hitter named by its prefix, and
+// minute against 5 × 120), is one heavy hitter named by its prefix (one
+// client of the aggregator's lists, as of the edge's counters), and
 // the challenge policy lists the prefix: every address of the /64 is
 // challenged, none outside it.
 func TestIPv6ScraperIsListedByPrefix(t *testing.T) {
@@ -196,7 +197,7 @@ func TestIPv6ScraperIsListedByPrefix(t *testing.T) {
 	if !ok {
 		t.Fatalf("no %s among:%s", key, keys(as))
 	}
-	if !slices.Equal(a.Identities, []string{"2001:db8:1:2::/64"}) || a.Evidence.Counts["addresses"] != 20 || a.Evidence.Observed < 10_000 {
+	if !slices.Equal(a.Identities, []string{"2001:db8:1:2::/64"}) || a.Evidence.Observed < 10_000 {
 		t.Errorf("identities %v, evidence %+v", a.Identities, a.Evidence)
 	}
 	for _, x := range as {

@@ -202,7 +202,7 @@ func RunDemo(ctx context.Context, o DemoOptions) error {
 
 	// The abuse report, as `ratewarden report` makes it.
 	job := &report.Job{PartialsDir: cfg.Serve.PartialsDir, AlertsFile: cfg.Alerts.Sinks.File, Format: report.Markdown,
-		Rollup: aggregator.Options{Window: cfg.Serve.Window, TopK: cfg.Serve.TopK},
+		Rollup: aggregator.Options{Window: cfg.Serve.Window, TopK: cfg.Serve.TopK, IPv6Prefix: cfg.Identity.IPv6Prefix},
 		Options: report.Options{From: start, To: story.Now(), Title: "ratewarden demo: abuse report",
 			Source: "partials " + cfg.Serve.PartialsDir, Top: 5, TopK: cfg.Serve.TopK}}
 	if _, b, err := job.Run(ctx); err != nil {

@@ -80,13 +80,15 @@ type ServeOptions struct {
 
 // ServeAggregator returns the options of serve's aggregator: o (nil:
 // DefaultAggregatorOptions) with the window, lateness and top-K of the
-// configuration's serve section and its rules (config.Config.RuleIDs).
+// configuration's serve section, its rules (config.Config.RuleIDs) and
+// the prefix its edge counts an IPv6 client under (identity.ipv6_prefix).
 func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions {
 	ao := DefaultAggregatorOptions()
 	if o != nil {
 		ao = *o
 	}
 	ao.Window, ao.Lateness, ao.TopK, ao.Rules = cfg.Serve.Window, cfg.Serve.Lateness, cfg.Serve.TopK, cfg.RuleIDs()
+	ao.IPv6Prefix = cfg.Identity.IPv6Prefix
 	return ao
 }
 

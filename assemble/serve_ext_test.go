@@ -370,17 +370,7 @@ func TestServeEdgeReadsPolicyListsAtOnce(t *testing.T) {
 	acted := make(actionsSeen, 1)
 	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Alerts: acted, Options: assemble.Options{Getenv: func(string) string { return "" }}})
 	const scraper = "203.0.113.7"
-	get := func() int {
-		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+a.Edge+"/x", nil)
-		req.Header.Set("X-Forwarded-For", scraper)
-		resp, err := http.DefaultTransport.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	get := func() int { return statusVia(t, a.Edge, scraper) }
 	for range 40 {
 		get()
 	}
@@ -414,4 +404,77 @@ func TestServeEdgeReadsPolicyListsAtOnce(t *testing.T) {
 	if adds != 1 {
 		t.Errorf("%d challenge/add feedback events aggregated, want 1", adds)
 	}
+}
+
+// TestServeListsRotatingIPv6Prefix: a scraper that takes a new address of
+// its /64 for each of its 400 requests, after 100 IPv4 clients of 3
+// requests each filled the top-K lists (serve.top_k 100), is one client to
+// the aggregator as it is to the edge (identity.ipv6_prefix, 64): its
+// heavy_hitter alert fires, the policy puts 2001:db8:1:2::/64 on the
+// challenge list, and the edge challenges an address of that /64 it never
+// saw (302 by the list, where its shared counter alone refuses it with
+// 429), and not an address of the next /64. Before, each address was a
+// client of one request that never entered the full lists: no alert, no
+// entry.
+func TestServeListsRotatingIPv6Prefix(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "challenge.list")
+	if err := os.WriteFile(list, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.NewReplacer("LIST", list, "window: 1s", "window: 10s", "limit: 3,", "limit: 30,").Replace(serveAlertsYAML)
+	cfg := loadConfig(t, yaml)
+	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
+	cfg.Serve.Dashboard.Listen = ""
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	acted := make(actionsSeen, 1)
+	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Alerts: acted, Options: assemble.Options{Getenv: func(string) string { return "" }}})
+	get := func(client string) int { return statusVia(t, a.Edge, client) }
+	for i := range 300 {
+		get(fmt.Sprintf("198.51.100.%d", i%100))
+	}
+	refused := 0
+	for i := range 400 {
+		if get(fmt.Sprintf("2001:db8:1:2:%x:%x::1", i>>4, i)) == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	if refused < 300 {
+		t.Fatalf("the edge refused %d of the /64's 400 requests: want all but its limit of 30", refused)
+	}
+	select {
+	case act := <-acted:
+		if act.List != "challenge" || act.Target != "2001:db8:1:2::/64" {
+			t.Fatalf("action %+v, want the /64 on the challenge list", act)
+		}
+	case err := <-done:
+		t.Fatalf("serve stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no action applied in a minute")
+	}
+	if s := get("2001:db8:1:2:ffff:ffff:ffff:fffe"); s != http.StatusFound {
+		t.Errorf("a new address of the listed /64: %d, want 302 from the challenge list", s)
+	}
+	if s := get("2001:db8:1:3::1"); s != http.StatusOK {
+		t.Errorf("an address of the next /64: %d, want 200", s)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// statusVia returns the status of a request to the edge at addr for
+// client, as a trusted proxy forwards it (X-Forwarded-For).
+func statusVia(t *testing.T, addr, client string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/x", nil)
+	req.Header.Set("X-Forwarded-For", client)
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,7 +179,7 @@ func (e *Engine) heavyHitters(f *findings, w window, k tierRule) {
 		if refused == nil {
 			refused = byCounted(w.p.Offenders.RefusalsByRule[k.rule], bits, 0)
 		}
-		id := h.id(bits)
+		id := h.id()
 		sev := Warning
 		if n > 4*threshold {
 			sev = Critical
@@ -210,35 +209,37 @@ func (e *Engine) v6bits() int {
 }
 
 // counted is a client of a top-K as the edge counts it: a user, an IPv4
-// address, or an IPv6 prefix (client.Addr its first address) with the
-// addresses of it the top-K holds added up: their upper bounds, and their
-// errors, so that count - err stays a lower bound.
+// address, or an IPv6 prefix (client.Bits its length) with the clients of
+// it the top-K holds added up: their upper bounds, and their errors, so
+// that count - err stays a lower bound. A partial's lists hold IPv6
+// clients by their prefix already (aggregator.Partial.IPv6Prefix); one of
+// encoding version 5 or earlier, or one rolled up with a longer prefix,
+// holds addresses or longer prefixes, added up here.
 type counted struct {
 	client     aggregator.Client
-	prefix     bool
 	count, err uint64
 	addrs      int
 }
 
-// id is the client as lists name it: ListTarget of it.
-func (c *counted) id(bits int) string {
-	if c.prefix {
-		return netip.PrefixFrom(c.client.Addr, bits).String()
-	}
-	return c.client.String()
-}
+// id is the client as lists name it: "2001:db8:1:2::/64" for a prefix.
+func (c *counted) id() string { return c.client.String() }
 
 // byCounted returns the clients of top as the edge counts them, IPv6
-// addresses by their prefix of bits, whose count (an upper bound) is over
-// over, heaviest first by count (ties by client). Without IPv6 clients it
-// is top's own order, cut at the first not over over.
+// clients by their prefix of bits, whose count (an upper bound) is over
+// over, heaviest first by count (ties by client). Without IPv6 clients to
+// widen it is top's own order, cut at the first not over over.
 func byCounted(top *aggregator.TopK, bits int, over uint64) []counted {
 	if top == nil {
 		return nil
 	}
 	hs := top.Top(top.Len())
-	six := func(c aggregator.Client) bool { return c.User == "" && c.Addr.Is6() && !c.Addr.Is4In6() && bits < 128 }
-	if !slices.ContainsFunc(hs, func(h aggregator.Hitter) bool { return six(h.Client) }) {
+	wider := func(c aggregator.Client) (aggregator.Client, bool) {
+		if c.User != "" || !c.Addr.Is6() || c.Addr.Is4In6() || bits >= 128 || c.Bits != 0 && int(c.Bits) <= bits {
+			return c, false
+		}
+		return aggregator.AddrClient(c.Addr, bits), true
+	}
+	if !slices.ContainsFunc(hs, func(h aggregator.Hitter) bool { _, ok := wider(h.Client); return ok }) {
 		var out []counted
 		for _, h := range hs {
 			if h.Count <= over {
@@ -250,14 +251,10 @@ func byCounted(top *aggregator.TopK, bits int, over uint64) []counted {
 	}
 	out := make([]counted, len(hs))
 	for i, h := range hs {
-		out[i] = counted{client: h.Client, count: h.Count, err: h.Err, addrs: 1}
-		if six(h.Client) {
-			if p, err := h.Client.Addr.Prefix(bits); err == nil {
-				out[i].client.Addr, out[i].prefix = p.Addr(), true
-			}
-		}
+		c, _ := wider(h.Client)
+		out[i] = counted{client: c, count: h.Count, err: h.Err, addrs: 1}
 	}
-	slices.SortFunc(out, func(a, b counted) int { return compareClient(a.client, b.client) })
+	slices.SortFunc(out, func(a, b counted) int { return aggregator.CompareClients(a.client, b.client) })
 	merged := out[:0]
 	for _, c := range out {
 		if n := len(merged); n > 0 && merged[n-1].client == c.client {
@@ -273,10 +270,6 @@ func byCounted(top *aggregator.TopK, bits int, over uint64) []counted {
 		merged = merged[:cut]
 	}
 	return merged
-}
-
-func compareClient(a, b aggregator.Client) int {
-	return cmp.Or(strings.Compare(a.User, b.User), a.Addr.Compare(b.Addr))
 }
 
 // stuffing is the credential-stuffing detector: many distinct clients on
@@ -407,7 +400,7 @@ func (e *Engine) unsolved(f *findings, w window) {
 		if passed[h.client] > 0 {
 			continue
 		}
-		id := h.id(bits)
+		id := h.id()
 		counts := map[string]uint64{"challenges": n, "token_passes": 0}
 		if h.addrs > 1 {
 			counts["addresses"] = uint64(h.addrs)

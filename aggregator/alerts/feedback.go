@@ -154,12 +154,21 @@ func (p *Policies) Retry(ctx context.Context, a Alert, deferred []Action, now ti
 }
 
 // ListTarget is the target a policy lists for an identity of an alert: an
-// IPv6 address becomes the prefix of ipv6Prefix bits it is counted under at
-// the edge (2001:db8:1:2::/64), so that the client cannot step around its
-// entry by moving within its prefix; anything else is kept as it is.
+// IPv6 address, or a longer IPv6 prefix, becomes the prefix of ipv6Prefix
+// bits it is counted under at the edge (2001:db8:1:2::/64), so that the
+// client cannot step around its entry by moving within its prefix;
+// anything else (a prefix as the aggregator's lists name it already) is
+// kept as it is.
 func ListTarget(id string, ipv6Prefix int) string {
 	a, err := netip.ParseAddr(id)
-	if err != nil || !a.Is6() || a.Is4In6() || ipv6Prefix >= 128 {
+	if err != nil {
+		pf, perr := netip.ParsePrefix(id)
+		if perr != nil || !pf.Addr().Is6() || pf.Addr().Is4In6() || pf.Bits() <= ipv6Prefix {
+			return id
+		}
+		a = pf.Addr()
+	}
+	if !a.Is6() || a.Is4In6() || ipv6Prefix >= 128 {
 		return id
 	}
 	pf, err := a.WithZone("").Prefix(ipv6Prefix)

@@ -90,7 +90,7 @@ func (r *rangeTopK) top(n int) []aggregator.Hitter {
 	}
 	slices.SortFunc(hs, func(a, b aggregator.Hitter) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(b.Count-b.Err, a.Count-a.Err),
-			cmp.Compare(a.Client.User, b.Client.User), a.Client.Addr.Compare(b.Client.Addr))
+			aggregator.CompareClients(a.Client, b.Client))
 	})
 	return hs[:min(n, len(hs))]
 }

@@ -633,15 +633,25 @@ func (ws windowSeq) seen(tables [][]Offender, actions []alerts.Action) {
 }
 
 // actionsOn lists the actions whose target is identity or a prefix that
-// holds it.
+// holds it; for an identity that is an IPv6 prefix (a client the edge
+// counts by its prefix), also a target inside it, such as one of its
+// addresses.
 func actionsOn(identity string, actions []alerts.Action) []string {
 	out := []string{}
 	addr, addrErr := netip.ParseAddr(identity)
+	prefix, prefixErr := netip.ParsePrefix(identity)
 	for _, a := range actions {
 		hit := a.Target == identity
 		if !hit && addrErr == nil {
 			if p, err := netip.ParsePrefix(a.Target); err == nil && p.Contains(addr) {
 				hit = true
+			}
+		}
+		if !hit && prefixErr == nil {
+			if p, err := netip.ParsePrefix(a.Target); err == nil {
+				hit = p.Overlaps(prefix)
+			} else if t, err := netip.ParseAddr(a.Target); err == nil {
+				hit = prefix.Contains(t)
 			}
 		}
 		if !hit {

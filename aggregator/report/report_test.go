@@ -179,17 +179,17 @@ func TestReportCountsTheEvents(t *testing.T) {
 			if refusedByTier[d.Tier] == nil {
 				refusedByTier[d.Tier] = map[string]uint64{}
 			}
-			refusedByTier[d.Tier][aggregator.ClientOf(&d).String()]++
+			refusedByTier[d.Tier][aggregator.ClientOf(&d, 0).String()]++
 			if d.UserID == "" {
-				byIP[d.ClientIP.String()]++
+				byIP[aggregator.ClientOf(&d, 0).String()]++ // an IPv6 client by its /64
 			}
 		}
 		if d.Outcome == decisions.Challenge {
 			challenges++
-			challenged[aggregator.ClientOf(&d).String()]++
+			challenged[aggregator.ClientOf(&d, 0).String()]++
 		}
 		if d.Outcome == decisions.TokenPass {
-			passed[aggregator.ClientOf(&d).String()]++
+			passed[aggregator.ClientOf(&d, 0).String()]++
 		}
 	}
 	s := r.Summary
@@ -207,8 +207,8 @@ func TestReportCountsTheEvents(t *testing.T) {
 	if c.AlertSkipN != 2 || len(c.AlertSkips) != 2 || !strings.HasSuffix(c.AlertSkips[0].Source, "alerts.jsonl:3") {
 		t.Errorf("alert lines skipped %d %v: want lines 3 and 6", c.AlertSkipN, c.AlertSkips)
 	}
-	// The heaviest refused address leads the IP table with its exact
-	// refusals (its count is far above the lists' floors).
+	// The heaviest refused address (or IPv6 /64) leads the IP table with
+	// its exact refusals (its count is far above the lists' floors).
 	var top string
 	for ip, n := range byIP {
 		if n > byIP[top] || n == byIP[top] && ip < top {
@@ -555,7 +555,7 @@ func TestRangeTopK(t *testing.T) {
 			tk := aggregator.NewTopK(k)
 			for _, d := range ds[w : w+1000] {
 				if d.Kind == decisions.KindDecision {
-					c := aggregator.ClientOf(&d)
+					c := aggregator.ClientOf(&d, 0)
 					tk.Add(c, 1)
 					exact[c]++
 				}
@@ -677,9 +677,9 @@ func TestReportChallengeBoundsOverflow(t *testing.T) {
 		switch {
 		case d.Kind != decisions.KindDecision || !d.Time.Before(to):
 		case d.Outcome == decisions.Challenge:
-			challenged[aggregator.ClientOf(&d).String()]++
+			challenged[aggregator.ClientOf(&d, 0).String()]++
 		case d.Outcome == decisions.TokenPass:
-			passed[aggregator.ClientOf(&d).String()]++
+			passed[aggregator.ClientOf(&d, 0).String()]++
 		}
 	}
 	tables := [][]Offender{r.ByIP, r.ByUser, r.NeverSolved}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratewarden/ratewarden/aggregator"
 	"github.com/ratewarden/ratewarden/assemble"
+	"github.com/ratewarden/ratewarden/config"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 )
 
@@ -97,7 +98,7 @@ func (f *aggregatorFlags) emfTimeoutFlag(fs *flag.FlagSet) {
 // never folded into __other__ (aggregator.EMFOptions.Rules); none means
 // the busiest of each output (--rule-budget).
 func (f *aggregatorFlags) ruleFlags(fs *flag.FlagSet) {
-	f.rulesFlag(fs, fs.String("config", "", "the edges' configuration `file`: each of its rules gets [Tier, Rule] EMF documents of its own in every window and partition, and rules it does not have are folded into __other__ (without it or --rules, each partition keeps its --rule-budget busiest, which may differ between shards)"))
+	f.rulesFlag(fs, fs.String("config", "", "the edges' configuration `file`: an IPv6 client is counted in the top-K lists and distinct clients by its identity.ipv6_prefix (without it or --alerts, by its /64), and each of its rules gets [Tier, Rule] EMF documents of its own in every window and partition, and rules it does not have are folded into __other__ (without it or --rules, each partition keeps its --rule-budget busiest, which may differ between shards)"))
 }
 
 // rulesFlag adds --rules beside cfgPath, the value of a --config flag the
@@ -107,13 +108,22 @@ func (f *aggregatorFlags) rulesFlag(fs *flag.FlagSet, cfgPath *string) {
 	f.rules = fs.String("rules", "", f.prefix+"rule ids kept as --config keeps its rules (comma-separated `list`, such as anonymous:global,pro:/api/search)")
 }
 
-// options returns the checked options and their rollup; with an EMF sink,
-// the rules of --config and --rules read. A flag out of range is a
-// flagError.
+// options returns the checked options and their rollup: the prefix an
+// IPv6 client is counted under that of --config (identity.ipv6_prefix,
+// as the edges count it), and with an EMF sink, the rules of --config and
+// --rules read. A flag out of range is a flagError.
 func (f *aggregatorFlags) options() (assemble.AggregatorOptions, aggregator.Options, error) {
 	ro, err := f.o.Rollup()
 	if err != nil {
 		return f.o, ro, badFlag(err)
+	}
+	if f.cfgPath != nil && *f.cfgPath != "" {
+		cfg, err := config.Load(*f.cfgPath)
+		if err != nil {
+			return f.o, ro, err
+		}
+		f.o.IPv6Prefix = cfg.Identity.IPv6Prefix
+		ro.IPv6Prefix = f.o.IPv6Prefix
 	}
 	if f.cfgPath != nil && f.o.EMF != "" {
 		// The list alone first: a bad id is a bad flag, where a bad

@@ -104,6 +104,16 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		if alertsConf, err = config.Load(*alertsCfg); err != nil {
 			return err
 		}
+		// The alerts' configuration is the edges' too: the rollup counts
+		// an IPv6 client by the prefix it says the edge counts it under,
+		// as its detectors and policies do.
+		switch p := alertsConf.Identity.IPv6Prefix; {
+		case *af.cfgPath == "":
+			ao.IPv6Prefix, ro.IPv6Prefix = p, p
+		case p != ro.IPv6Prefix:
+			return badFlag(fmt.Errorf("aggregate: --alerts %s counts an IPv6 client by its /%d (identity.ipv6_prefix), --config %s by its /%d: give the edges' configuration to both",
+				*alertsCfg, p, *af.cfgPath, ro.IPv6Prefix))
+		}
 		if ao.EMF == "stdout" && assemble.AlertsToStdout(alertsConf) {
 			why := `its alerts.sinks.file is "-"`
 			if alertsConf.Alerts.Sinks.File == "" {

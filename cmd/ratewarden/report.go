@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -105,12 +106,16 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	alertsFile := fs.String("alerts", "", "JSON lines `file` of alerts and feedback actions to include")
 	rf := addReportFlags(fs, "Abuse report")
 	opts := rollupFlags(fs)
+	opts.cfgPath = fs.String("config", "", "with --decisions-dir: the edges' configuration `file`, whose identity.ipv6_prefix an IPv6 client is counted by, as the edge counts it (without it, by its /64)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if (*partials == "") == (*dir == "") || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if *partials != "" && *opts.cfgPath != "" {
+		return badFlag(errors.New("report: --config with --partials: the stored partials hold their clients as they were rolled up; --config is for --decisions-dir"))
 	}
 	format, err := report.ParseFormat(*rf.format)
 	if err != nil {
