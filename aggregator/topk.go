@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
 )
 
@@ -24,7 +25,7 @@ type Client struct {
 
 // DefaultIPv6Prefix is the length of the prefix an IPv6 client is counted
 // under when none is configured: identity.ipv6_prefix's default.
-const DefaultIPv6Prefix = 64
+const DefaultIPv6Prefix = config.DefaultIPv6Prefix
 
 // ClientOf returns d's client as the edge counts it, an IPv6 address by
 // its prefix of ipv6Prefix bits (0 takes DefaultIPv6Prefix, 128 keeps

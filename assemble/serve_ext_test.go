@@ -357,34 +357,16 @@ func (c actionsSeen) Action(_ context.Context, a alerts.Action) error {
 // blocked by its limit (429, factor 1), and the change is a feedback event
 // in the decision log.
 func TestServeEdgeReadsPolicyListsAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	list := filepath.Join(dir, "challenge.list")
-	if err := os.WriteFile(list, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := loadConfig(t, strings.ReplaceAll(strings.ReplaceAll(serveAlertsYAML, "LIST", list), "refresh: 1s", "refresh: 1h"))
-	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
-	cfg.Serve.Dashboard.Listen = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	acted := make(actionsSeen, 1)
-	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Alerts: acted, Options: assemble.Options{Getenv: func(string) string { return "" }}})
+	cfg, a, done, acted := servePolicy(t, ctx, strings.NewReplacer("refresh: 1s", "refresh: 1h"))
 	const scraper = "203.0.113.7"
 	get := func() int { return statusVia(t, a.Edge, scraper) }
 	for range 40 {
 		get()
 	}
-	// The window closes on the aggregator's idle tick; a minute only
-	// guards against a hang.
-	select {
-	case act := <-acted:
-		if act.List != "challenge" || act.Target != scraper {
-			t.Fatalf("action %+v", act)
-		}
-	case err := <-done:
-		t.Fatalf("serve stopped: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("no action applied in a minute")
+	if act := appliedAction(t, acted, done); act.List != "challenge" || act.Target != scraper {
+		t.Fatalf("action %+v", act)
 	}
 	if s := get(); s != http.StatusFound {
 		t.Errorf("the scraper's request after the policy listed it: %d, want 302 from the challenge list", s)
@@ -417,19 +399,9 @@ func TestServeEdgeReadsPolicyListsAtOnce(t *testing.T) {
 // client of one request that never entered the full lists: no alert, no
 // entry.
 func TestServeListsRotatingIPv6Prefix(t *testing.T) {
-	dir := t.TempDir()
-	list := filepath.Join(dir, "challenge.list")
-	if err := os.WriteFile(list, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	yaml := strings.NewReplacer("LIST", list, "window: 1s", "window: 10s", "limit: 3,", "limit: 30,").Replace(serveAlertsYAML)
-	cfg := loadConfig(t, yaml)
-	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
-	cfg.Serve.Dashboard.Listen = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	acted := make(actionsSeen, 1)
-	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Alerts: acted, Options: assemble.Options{Getenv: func(string) string { return "" }}})
+	_, a, done, acted := servePolicy(t, ctx, strings.NewReplacer("window: 1s", "window: 10s", "limit: 3,", "limit: 30,"))
 	get := func(client string) int { return statusVia(t, a.Edge, client) }
 	for i := range 300 {
 		get(fmt.Sprintf("198.51.100.%d", i%100))
@@ -443,15 +415,8 @@ func TestServeListsRotatingIPv6Prefix(t *testing.T) {
 	if refused < 300 {
 		t.Fatalf("the edge refused %d of the /64's 400 requests: want all but its limit of 30", refused)
 	}
-	select {
-	case act := <-acted:
-		if act.List != "challenge" || act.Target != "2001:db8:1:2::/64" {
-			t.Fatalf("action %+v, want the /64 on the challenge list", act)
-		}
-	case err := <-done:
-		t.Fatalf("serve stopped: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("no action applied in a minute")
+	if act := appliedAction(t, acted, done); act.List != "challenge" || act.Target != "2001:db8:1:2::/64" {
+		t.Fatalf("action %+v, want the /64 on the challenge list", act)
 	}
 	if s := get("2001:db8:1:2:ffff:ffff:ffff:fffe"); s != http.StatusFound {
 		t.Errorf("a new address of the listed /64: %d, want 302 from the challenge list", s)
@@ -463,6 +428,41 @@ func TestServeListsRotatingIPv6Prefix(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// servePolicy starts Serve, without its dashboard, on serveAlertsYAML
+// edited by edit, its policy writing to an empty challenge list file in a
+// new directory that holds the log, state and partials too; it returns
+// the configuration, Serve's addresses and end, and the actions applied.
+func servePolicy(t *testing.T, ctx context.Context, edit *strings.Replacer) (*config.Config, assemble.ServeAddrs, <-chan error, actionsSeen) {
+	t.Helper()
+	dir := t.TempDir()
+	list := filepath.Join(dir, "challenge.list")
+	if err := os.WriteFile(list, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadConfig(t, edit.Replace(strings.ReplaceAll(serveAlertsYAML, "LIST", list)))
+	cfg.Decisions.Dir, cfg.Serve.StateDir, cfg.Serve.PartialsDir = filepath.Join(dir, "log"), filepath.Join(dir, "state"), filepath.Join(dir, "partials")
+	cfg.Serve.Dashboard.Listen = ""
+	acted := make(actionsSeen, 1)
+	a, done := startServe(t, ctx, cfg, assemble.ServeOptions{Alerts: acted, Options: assemble.Options{Getenv: func(string) string { return "" }}})
+	return cfg, a, done, acted
+}
+
+// appliedAction returns the first action the policy applied. The window
+// closes on the aggregator's idle tick; a minute only guards against a
+// hang.
+func appliedAction(t *testing.T, acted actionsSeen, done <-chan error) alerts.Action {
+	t.Helper()
+	select {
+	case act := <-acted:
+		return act
+	case err := <-done:
+		t.Fatalf("serve stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no action applied in a minute")
+	}
+	return alerts.Action{}
 }
 
 // statusVia returns the status of a request to the edge at addr for

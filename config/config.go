@@ -122,7 +122,7 @@ type Identity struct {
 	ClientIPHeader string   `yaml:"client_ip_header"` // x-forwarded-for (default) or cloudfront-viewer-address
 	UserHeader     string   `yaml:"user_header"`      // default X-User-Id; believed from trusted proxies only
 	PlanHeader     string   `yaml:"plan_header"`      // default X-User-Plan; believed from trusted proxies only
-	IPv6Prefix     int      `yaml:"ipv6_prefix"`      // anonymous IPv6 clients are counted per prefix of this length; default 64
+	IPv6Prefix     int      `yaml:"ipv6_prefix"`      // anonymous IPv6 clients are counted per prefix of this length; default DefaultIPv6Prefix
 	NAT64Prefixes  []string `yaml:"nat64_prefixes"`   // prefixes (/32, /40, /48, /56, /64 or /96, RFC 6052) of stateless NAT64 translators in front of the edge: a peer, forwarded address or list entry in one is the IPv4 client it carries
 	JWT            *JWT     `yaml:"jwt"`              // optional bearer-token authentication
 }
@@ -490,3 +490,8 @@ type Dashboard struct {
 	// memory; default 24h.
 	Retain time.Duration `yaml:"retain"`
 }
+
+// DefaultIPv6Prefix is identity.ipv6_prefix's default: the length of the
+// prefix an anonymous IPv6 client is counted under, at the edge and in the
+// aggregator alike.
+const DefaultIPv6Prefix = 64

@@ -42,7 +42,7 @@ func (c *Config) Defaults() {
 	def(&id.ClientIPHeader, ClientIPHeaders[0])
 	def(&id.UserHeader, "X-User-Id")
 	def(&id.PlanHeader, "X-User-Plan")
-	def(&id.IPv6Prefix, 64)
+	def(&id.IPv6Prefix, DefaultIPv6Prefix)
 	if j := id.JWT; j != nil {
 		def(&j.UserClaim, "sub")
 		def(&j.PlanClaim, "plan")

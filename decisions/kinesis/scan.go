@@ -184,10 +184,10 @@ func scanShard(ctx context.Context, api StreamAPI, name, shard string, startAt S
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
-			// Throttling waits as long as it lasts; another failure that
-			// may pass (an answer lost to the transport, a server fault)
-			// is tried again scanTries times in a row before it ends the
-			// Scan, so that a person reading the stream is not stopped by
+			// Throttling waits as long as it lasts; a call that fails in
+			// another way that may pass (an answer lost to the transport,
+			// a server fault) is made up to scanTries times in a row
+			// before its error ends the Scan, so that a person reading the stream is not stopped by
 			// one lost answer, nor left waiting on one that never comes.
 			throttled := awserr.IsThrottle(err)
 			if !throttled {

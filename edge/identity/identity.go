@@ -46,7 +46,7 @@ const (
 	DefaultClientIPHeader = "x-forwarded-for"
 	DefaultUserHeader     = "X-User-Id"
 	DefaultPlanHeader     = "X-User-Plan"
-	DefaultIPv6Prefix     = 64
+	DefaultIPv6Prefix     = config.DefaultIPv6Prefix
 	DefaultUserClaim      = "sub"
 	DefaultPlanClaim      = "plan"
 	DefaultLeeway         = 30 * time.Second
