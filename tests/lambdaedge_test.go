@@ -607,7 +607,7 @@ func generateVectors(t *testing.T) vectorFile {
 			"X_User_Id", "admin", "x_user_plan", "enterprise", "X_Forwarded_For", "1.2.3.4", "X_Real_Ip", "1.2.3.4", "X_Ratewarden_Tier", "pro", "X_Ratewarden-Decision", "allow", "X_Custom", "kept")},
 		{Name: "identity: a trusted proxy's headers spelt with _ for - are not forwarded either", Event: ev("10.1.2.4", "GET", "/api/reports", "", "X-Forwarded-For", "198.18.0.2", "X-User-Id", "zoe", "X_User_Id", "admin", "X_Forwarded_For", "1.2.3.4")},
 		{Name: "identity: a request with no client address passes uncounted (fail_open)", Event: ev("", "GET", "/api/reports", "")},
-		{Name: "identity: a request with no client address on a fail-closed path gets 503", Event: ev("", "GET", "/api/admin/x", "")},
+		{Name: "identity: a request with no client address on a fail-closed path gets 503 without Retry-After (retrying cannot give it one)", Event: ev("", "GET", "/api/admin/x", "")},
 	}
 	for i := range vs {
 		vs[i].Group, vs[i].Time = "up", at(time.Duration(i)*time.Millisecond)

@@ -223,7 +223,7 @@ func TestFlushEveryEvent(t *testing.T) {
 // load balancer's xff_header_processing.mode remove) has no client
 // address: it passes uncounted as fail_open, but under a fail_closed
 // prefix (the seed's /api/admin/) it is refused with 503 as fail_closed,
-// the path's failure mode; OnNoAddress is told once, naming the ALB's
+// the path's failure mode, without Retry-After; OnNoAddress is told once, naming the ALB's
 // setting, and not for an event with the header or of API Gateway.
 // Before, every such event passed, fail_closed paths too, and nothing
 // told the operator.
@@ -242,12 +242,20 @@ func TestALBWithoutForwardedFor(t *testing.T) {
 	rest := events.APIGatewayProxyRequest{HTTPMethod: "GET", Path: "/"}
 	rest.RequestContext.Identity.SourceIP = "203.0.113.5"
 	var statuses []int
+	var headers map[string]string
+	var body string
 	for _, ev := range []any{rest, alb("/", "203.0.113.6"), alb("/", ""), alb("/", ""), alb("/api/admin/users", "")} {
-		status, _, _ := invoke(t, h, ev)
+		var status int
+		status, headers, body = invoke(t, h, ev)
 		statuses = append(statuses, status)
 	}
 	if got := fmt.Sprint(statuses); got != "[200 200 200 200 503]" {
 		t.Errorf("statuses %s, want [200 200 200 200 503]", got)
+	}
+	// Retrying cannot give the request an address: the 503 says why and
+	// has no Retry-After (before: "Retry-After: 1", "Try again in 1 seconds").
+	if _, ok := headers["Retry-After"]; ok || !strings.Contains(body, `"error":"no_client_address"`) || strings.Contains(body, "retry_after") {
+		t.Errorf("the 503's headers %v, body %s; want no Retry-After, error no_client_address", headers, body)
 	}
 	decided.mu.Lock()
 	var outcomes []string
