@@ -576,6 +576,8 @@ func generateVectors(t *testing.T) vectorFile {
 		{Name: "paths: case does not escape a rule", State: st(reports, "203.0.113.41", 10), Event: ev("203.0.113.41", "GET", "/API/REPORTS/2026", "")},
 		{Name: "paths: a configured upper-case prefix matches folded", State: st("anonymous:/api/Export", "203.0.113.42", 3), Event: ev("203.0.113.42", "GET", "/api/export", "")},
 		{Name: "paths: a segment parameter does not escape a rule", State: st(reports, "203.0.113.43", 10), Event: ev("203.0.113.43", "GET", "/api;x=1/reports", "")},
+		{Name: "paths: an escaped delimiter does not escape a rule (%3A is :)", State: st("anonymous:/v1/things:batchGet", "203.0.113.46", 4), Event: ev("203.0.113.46", "GET", "/v1/things%3AbatchGet", "")},
+		{Name: "paths: a prefix's %2A matches a literal *", State: st("anonymous:/api/x%2A", "203.0.113.47", 4), Event: ev("203.0.113.47", "GET", "/api/x*/y", "")},
 		{Name: "paths: a non-ASCII path is encoded", Event: ev("203.0.113.44", "GET", "/café/ü", "")},
 		{Name: "paths: an encoded slash is rejected", Event: ev("203.0.113.45", "GET", "/api%2Freports", "")},
 		{Name: "paths: an encoded backslash is rejected", Event: ev("203.0.113.45", "GET", "/api%5creports", "")},

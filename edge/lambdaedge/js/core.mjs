@@ -252,6 +252,11 @@ function utf8Next(u, b) {
 const foldsToASCII = [["%E2%84%AA", "k"], ["%C5%BF", "s"], ["%C4%B1", "i"], ["%C4%B0", "i"]];
 const lower = (ch) => (ch >= "A" && ch <= "Z" ? String.fromCharCode(ch.charCodeAt(0) + 32) : ch);
 
+// delimiters are the escapes canonpath.HasPrefix reads as the delimiter
+// (canonpath's delimiter): sub-delimiters but ";", ":" and "@".
+const delimiters = new Map([["%21", "!"], ["%24", "$"], ["%26", "&"], ["%27", "'"], ["%28", "("], ["%29", ")"],
+  ["%2A", "*"], ["%2B", "+"], ["%2C", ","], ["%3A", ":"], ["%3D", "="], ["%40", "@"]]);
+
 // hasPrefix is canonpath.HasPrefix; prefix is in match form already.
 export function hasPrefix(p, prefix, insensitive) {
   let i = 0, j = 0;
@@ -260,6 +265,11 @@ export function hasPrefix(p, prefix, insensitive) {
     let b = p[i];
     if (b === ";") {
       while (i < p.length && p[i] !== "/") i++;
+      continue;
+    }
+    if (b === "%" && delimiters.get(p.substr(i, 3)) === prefix[j]) {
+      i += 3;
+      j++;
       continue;
     }
     if (insensitive) {
