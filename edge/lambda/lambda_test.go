@@ -271,3 +271,27 @@ func TestALBWithoutForwardedFor(t *testing.T) {
 		t.Errorf("OnNoAddress told %v, want ErrNoForwardedFor once", told)
 	}
 }
+
+// TestALBQueryIsDecoded: an ALB passes the query parameters as the client
+// encoded them (its documentation: "the load balancer does not decode
+// them"), where API Gateway decodes them; the request the handler builds
+// has the client's query, not one encoded twice. Before, ?q=a%20b%26c
+// reached the origin as q=a%2520b%2526c, the literal "a%20b%26c".
+func TestALBQueryIsDecoded(t *testing.T) {
+	h := lambda.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%q %q %q", r.URL.Query()["q"], r.URL.Query()["a b"], r.URL.Query()["x"])
+	}), lambda.Options{})
+	ev := events.ALBTargetGroupRequest{HTTPMethod: "GET", Path: "/search", Headers: map[string]string{"x-forwarded-for": "203.0.113.9"},
+		QueryStringParameters: map[string]string{"q": "a%20b%26c", "a%20b": "1+2", "x": "%zz"}}
+	ev.RequestContext.ELB.TargetGroupArn = "tg"
+	multi := ev
+	multi.QueryStringParameters, multi.Headers = nil, nil
+	multi.MultiValueHeaders = map[string][]string{"x-forwarded-for": {"203.0.113.9"}}
+	multi.MultiValueQueryStringParameters = map[string][]string{"q": {"a%20b%26c"}, "a%20b": {"1+2"}, "x": {"%zz"}}
+	for _, ev := range []events.ALBTargetGroupRequest{ev, multi} {
+		// An escape that is not one is kept as sent.
+		if _, _, body := invoke(t, h, ev); body != `["a b&c"] ["1 2"] ["%zz"]` {
+			t.Errorf("the handler got the query %s, want [\"a b&c\"] [\"1 2\"] [\"%%zz\"]", body)
+		}
+	}
+}
