@@ -323,7 +323,9 @@ type Forward struct {
 	// proxy, besides the identity headers (identity.user_header,
 	// plan_header and client_ip_header), which always are. Default
 	// X-Real-Ip, True-Client-Ip, X-Client-Ip, Cf-Connecting-Ip,
-	// Fastly-Client-Ip, X-Cluster-Client-Ip.
+	// Fastly-Client-Ip, X-Cluster-Client-Ip, and X-Original-Url and
+	// X-Rewrite-Url, from which some origins take the path (Symfony before
+	// 3.4.14, Zend Framework), which the edge did not count.
 	StripHeaders []string `yaml:"strip_headers"`
 	// User sets identity.user_header and plan_header to the user and plan
 	// the edge resolved (JWT or trusted proxy), and removes them for
@@ -459,7 +461,8 @@ var (
 	AmbiguousPaths = []string{"reject", "rewrite"}
 	// DefaultStripHeaders is forward.strip_headers' default: headers that
 	// carry a client address and that origins are known to believe.
-	DefaultStripHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip"}
+	DefaultStripHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip",
+		"X-Original-Url", "X-Rewrite-Url"}
 )
 
 // Serve is what `ratewarden serve` runs beside the edge: the aggregator

@@ -595,16 +595,14 @@ func (v *validator) pathPrefix(segs []string, prefix, problem, example string) {
 	case strings.Contains(prefix, "*"):
 		// A glob written as a prefix would match only paths that hold a
 		// literal *: a rule that never fires where it was meant to.
-		v.report(segs, prefix, problem, "a prefix without *: rules match by prefix, not by pattern, and "+prefix[:strings.IndexByte(prefix, '*')]+" covers every path under it")
+		v.report(segs, prefix, problem, "a prefix without *: rules match by prefix, not by pattern, and "+prefix[:strings.IndexByte(prefix, '*')]+" covers every path under it (a literal * is written %2A)")
 	}
 }
 
 // foldedPrefixes checks that no two path prefixes of a tier are one when
-// case is ignored: they would count the same requests twice over.
+// matched (case ignored, escaped delimiters read as the delimiter): they
+// would count the same requests twice over.
 func (v *validator) foldedPrefixes(c *Config) {
-	if c.Paths.Case == canonpath.Sensitive {
-		return
-	}
 	for _, name := range sortedKeys(c.Tiers) {
 		t := c.Tiers[name]
 		if t == nil {
@@ -612,8 +610,12 @@ func (v *validator) foldedPrefixes(c *Config) {
 		}
 		seen := map[string]string{}
 		for _, prefix := range sortedKeys(t.Paths) {
-			f := canonpath.Fold(prefix)
-			if other, ok := seen[f]; ok {
+			f := canonpath.MatchForm(prefix, c.Paths.Case)
+			switch other, ok := seen[f]; {
+			case !ok:
+			case canonpath.MatchForm(prefix, canonpath.Sensitive) == canonpath.MatchForm(other, canonpath.Sensitive):
+				v.report(key("tiers", name, "paths", prefix), prefix, "is "+other+" when matched: an escaped delimiter (%2A, %3A...) matches as the delimiter (*, :...)", "one of the two")
+			default:
 				v.report(key("tiers", name, "paths", prefix), prefix, "is "+other+" when paths.case is insensitive", "one of the two, or paths.case: sensitive")
 			}
 			seen[f] = prefix

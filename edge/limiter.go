@@ -105,7 +105,7 @@ type Limiter struct {
 	tiers           map[string]*tier
 	anonymous       *tier
 	authed          *tier    // may be nil
-	failClosed      []string // in their match form (matchForm)
+	failClosed      []string // in their match form (canonpath.MatchForm)
 	challengePage   string   // challengePagePrefix, "" for none
 	pathCase        canonpath.Case
 	rejectAmbiguous bool // paths.ambiguous: reject
@@ -145,7 +145,7 @@ func New(cfg *config.Config, opts Options) (*Limiter, error) {
 	}
 	failClosed := make([]string, len(cfg.FailClosed))
 	for i, p := range cfg.FailClosed {
-		failClosed[i] = matchForm(p, pathCase)
+		failClosed[i] = canonpath.MatchForm(p, pathCase)
 	}
 	env := opts.Env
 	if env == nil {
@@ -669,7 +669,7 @@ func challengePagePrefix(pagePath string, c canonpath.Case) string {
 	if !strings.HasSuffix(p, "/") {
 		p += "/"
 	}
-	return matchForm(p, c)
+	return canonpath.MatchForm(p, c)
 }
 
 func (l *Limiter) isFailClosed(path string) bool {

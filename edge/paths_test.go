@@ -72,6 +72,55 @@ func TestFailClosedPaths(t *testing.T) {
 	}
 }
 
+// TestEscapedDelimitersMatchRules: a path rule counts a request whatever
+// the spelling of a sub-delimiter, ":" or "@" in its path: origins decode
+// %3A to ":", so /v1/things%3AbatchGet must not escape the tighter rule on
+// /v1/things:batchGet (before, it was counted by the global rule alone).
+// A literal "*", which a prefix cannot hold raw (it would read as a glob),
+// is written %2A and matches both spellings; a prefix may escape the
+// others too. %3B is not the ";" of a segment parameter.
+func TestEscapedDelimitersMatchRules(t *testing.T) {
+	const yaml = `
+tiers:
+  anonymous:
+    global: {limit: 100, window: 1m}
+    paths:
+      /v1/things:batchGet: {limit: 50, window: 1m}
+      /api/x%2A: {limit: 50, window: 1m}
+      /v1/a%3Ab/: {limit: 50, window: 1m}
+      /v1/a:b/c: {limit: 50, window: 1m}
+fail_closed: [/api/admin@x/]
+`
+	const batch, star, ab, abc, global = "anonymous:/v1/things:batchGet", "anonymous:/api/x%2A", "anonymous:/v1/a%3Ab/", "anonymous:/v1/a:b/c", "anonymous:global"
+	l := newLimiter(t, stackConfig(t, yaml), Options{})
+	down := newLimiter(t, stackConfig(t, yaml), Options{Store: &failingStore{err: errors.New("down")}})
+	for _, c := range []struct {
+		path, rule string
+		failClosed bool // with the store down
+	}{
+		{"/v1/things:batchGet", batch, false},
+		{"/v1/things%3AbatchGet", batch, false},
+		{"/v1/things%3abatchGet/x", batch, false},
+		{"/V1/THINGS%3ABATCHGET", batch, false},
+		{"/v1/things%3BbatchGet", global, false},
+		{"/api/x*", star, false},
+		{"/api/x%2A/y", star, false},
+		{"/api/x", global, false},
+		{"/v1/a:b", ab, false},
+		{"/v1/a%3Ab/d", ab, false},
+		{"/v1/a%3Ab/c", abc, false},
+		{"/api/admin%40x/users", global, true},
+		{"/api/admin@x", global, true},
+	} {
+		if v := decide(l, context.Background(), t0, req("203.0.113.7:1", c.path)); v.Outcome != decisions.Allow || v.Rule != c.rule {
+			t.Errorf("%q: %v by %q, want allow by %q", c.path, v.Outcome, v.Rule, c.rule)
+		}
+		if v := decide(down, context.Background(), t0, req("203.0.113.7:1", c.path)); (v.Outcome == decisions.FailClosed) != c.failClosed {
+			t.Errorf("%q with the store down: %v; fail_closed wanted: %v", c.path, v.Outcome, c.failClosed)
+		}
+	}
+}
+
 func TestRefusalRejected(t *testing.T) {
 	for _, c := range []struct {
 		err    error

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/config"
+	"github.com/ratewarden/ratewarden/internal/canonpath"
 )
 
 // RulePlan is one compiled rule as the Limiter counts it: what another
@@ -27,7 +28,7 @@ type RulePlan struct {
 }
 
 // PathPlan is a path rule of a tier: its prefix in the form
-// canonpath.HasPrefix compares (folded for case-insensitive paths).
+// canonpath.HasPrefix compares (canonpath.MatchForm).
 type PathPlan struct {
 	Prefix string
 	Match  string
@@ -75,7 +76,7 @@ func Compile(cfg *config.Config) (Plan, error) {
 		return 0
 	})
 	for _, fc := range cfg.FailClosed {
-		p.FailClosed = append(p.FailClosed, matchForm(fc, cfg.Paths.Case))
+		p.FailClosed = append(p.FailClosed, canonpath.MatchForm(fc, cfg.Paths.Case))
 	}
 	p.ChallengePage = challengePagePrefix(cfg.Challenge.PagePath(), cfg.Paths.Case)
 	return p, nil

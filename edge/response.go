@@ -125,6 +125,9 @@ type Response struct {
 	Status   int
 	Location string // for challenges
 	Body     []byte // JSON; empty for challenges
+	// RetryAfter is the Retry-After header's value, whole seconds as the
+	// header has them; 0 for none: a refusal that waiting does not lift.
+	RetryAfter int64
 }
 
 // Refusal returns the response for a refused verdict (block, local limit,
@@ -135,7 +138,7 @@ func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
 	switch v.Outcome {
 	case decisions.Block, decisions.LocalLimit:
 		return Response{Status: http.StatusTooManyRequests, Body: errorBody("rate_limit_exceeded",
-			"Too many requests. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry)}, true
+			"Too many requests. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry), RetryAfter: retry}, true
 	case decisions.Challenge:
 		sep := "?"
 		if strings.Contains(challengePage, "?") {
@@ -145,8 +148,13 @@ func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
 	case decisions.DenyListed:
 		return Response{Status: http.StatusForbidden, Body: errorBody("forbidden", "Access denied.", 0)}, true
 	case decisions.FailClosed:
+		if v.Reason == ReasonNoClientAddress {
+			// The request will never have an address: retrying cannot help.
+			return Response{Status: http.StatusServiceUnavailable, Body: errorBody("no_client_address",
+				"Service unavailable: the request has no client address, which this path needs. Retrying will not help.", 0)}, true
+		}
 		return Response{Status: http.StatusServiceUnavailable, Body: errorBody("service_unavailable",
-			"Service temporarily unavailable. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry)}, true
+			"Service temporarily unavailable. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry), RetryAfter: retry}, true
 	case decisions.Rejected:
 		if errors.Is(v.pathErr, canonpath.ErrTooLong) {
 			return Response{Status: http.StatusRequestURITooLong, Body: errorBody("uri_too_long", "The request path is too long.", 0)}, true
@@ -173,7 +181,7 @@ func errorBody(code, msg string, retry int64) []byte {
 func (resp *Response) Write(w http.ResponseWriter, v *Verdict) {
 	h := w.Header()
 	SetHeaders(h, v)
-	resp.EachHeader(v, h.Set)
+	resp.EachHeader(h.Set)
 	if resp.Location != "" {
 		w.WriteHeader(resp.Status)
 		return
@@ -186,9 +194,9 @@ func (resp *Response) Write(w http.ResponseWriter, v *Verdict) {
 // EachHeader calls set with each header of resp but the rate-limit headers
 // (SetHeaders) and Content-Length: Retry-After, Location, Content-Type
 // and Cache-Control. It is Write's, for servers other than net/http's.
-func (resp *Response) EachHeader(v *Verdict, set func(key, value string)) {
-	if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
-		set("Retry-After", strconv.FormatInt(v.RetryAfterSeconds(), 10))
+func (resp *Response) EachHeader(set func(key, value string)) {
+	if resp.RetryAfter > 0 {
+		set("Retry-After", strconv.FormatInt(resp.RetryAfter, 10))
 	}
 	if resp.Location != "" {
 		set("Location", resp.Location)

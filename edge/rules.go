@@ -25,7 +25,7 @@ type rule struct {
 
 type pathRule struct {
 	prefix string // as configured, canonical
-	match  string // prefix as canonpath.HasPrefix compares it: folded for case-insensitive paths
+	match  string // prefix as canonpath.HasPrefix compares it (canonpath.MatchForm)
 	rule   *rule
 }
 
@@ -55,14 +55,6 @@ func (t *tier) match(path string, plain bool, c canonpath.Case) *rule {
 	return nil
 }
 
-// matchForm returns prefix as canonpath.HasPrefix compares it under c.
-func matchForm(prefix string, c canonpath.Case) string {
-	if c == canonpath.Insensitive {
-		return canonpath.Fold(prefix)
-	}
-	return prefix
-}
-
 func compileTiers(cfg *config.Config, c canonpath.Case) (map[string]*tier, error) {
 	out := make(map[string]*tier, len(cfg.Tiers))
 	for name, ct := range cfg.ResolvedTiers() {
@@ -77,14 +69,14 @@ func compileTiers(cfg *config.Config, c canonpath.Case) (map[string]*tier, error
 			if err != nil {
 				return nil, err
 			}
-			t.paths = append(t.paths, pathRule{prefix: prefix, match: matchForm(prefix, c), rule: r})
+			t.paths = append(t.paths, pathRule{prefix: prefix, match: canonpath.MatchForm(prefix, c), rule: r})
 		}
 		slices.SortFunc(t.paths, func(a, b pathRule) int {
 			return cmp.Or(cmp.Compare(len(b.match), len(a.match)), strings.Compare(a.match, b.match))
 		})
 		for i := 1; i < len(t.paths); i++ {
 			if t.paths[i].match == t.paths[i-1].match {
-				return nil, fmt.Errorf("compile rules: tier %s: %s and %s are one prefix when case is ignored", name, t.paths[i-1].prefix, t.paths[i].prefix)
+				return nil, fmt.Errorf("compile rules: tier %s: %s and %s are one prefix when matched", name, t.paths[i-1].prefix, t.paths[i].prefix)
 			}
 		}
 		out[name] = t

@@ -576,6 +576,8 @@ func generateVectors(t *testing.T) vectorFile {
 		{Name: "paths: case does not escape a rule", State: st(reports, "203.0.113.41", 10), Event: ev("203.0.113.41", "GET", "/API/REPORTS/2026", "")},
 		{Name: "paths: a configured upper-case prefix matches folded", State: st("anonymous:/api/Export", "203.0.113.42", 3), Event: ev("203.0.113.42", "GET", "/api/export", "")},
 		{Name: "paths: a segment parameter does not escape a rule", State: st(reports, "203.0.113.43", 10), Event: ev("203.0.113.43", "GET", "/api;x=1/reports", "")},
+		{Name: "paths: an escaped delimiter does not escape a rule (%3A is :)", State: st("anonymous:/v1/things:batchGet", "203.0.113.46", 4), Event: ev("203.0.113.46", "GET", "/v1/things%3AbatchGet", "")},
+		{Name: "paths: a prefix's %2A matches a literal *", State: st("anonymous:/api/x%2A", "203.0.113.47", 4), Event: ev("203.0.113.47", "GET", "/api/x*/y", "")},
 		{Name: "paths: a non-ASCII path is encoded", Event: ev("203.0.113.44", "GET", "/café/ü", "")},
 		{Name: "paths: an encoded slash is rejected", Event: ev("203.0.113.45", "GET", "/api%2Freports", "")},
 		{Name: "paths: an encoded backslash is rejected", Event: ev("203.0.113.45", "GET", "/api%5creports", "")},
@@ -607,7 +609,7 @@ func generateVectors(t *testing.T) vectorFile {
 			"X_User_Id", "admin", "x_user_plan", "enterprise", "X_Forwarded_For", "1.2.3.4", "X_Real_Ip", "1.2.3.4", "X_Ratewarden_Tier", "pro", "X_Ratewarden-Decision", "allow", "X_Custom", "kept")},
 		{Name: "identity: a trusted proxy's headers spelt with _ for - are not forwarded either", Event: ev("10.1.2.4", "GET", "/api/reports", "", "X-Forwarded-For", "198.18.0.2", "X-User-Id", "zoe", "X_User_Id", "admin", "X_Forwarded_For", "1.2.3.4")},
 		{Name: "identity: a request with no client address passes uncounted (fail_open)", Event: ev("", "GET", "/api/reports", "")},
-		{Name: "identity: a request with no client address on a fail-closed path gets 503", Event: ev("", "GET", "/api/admin/x", "")},
+		{Name: "identity: a request with no client address on a fail-closed path gets 503 without Retry-After (retrying cannot give it one)", Event: ev("", "GET", "/api/admin/x", "")},
 	}
 	for i := range vs {
 		vs[i].Group, vs[i].Time = "up", at(time.Duration(i)*time.Millisecond)

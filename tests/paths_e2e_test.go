@@ -330,8 +330,10 @@ func TestEdgeHostilePaths(t *testing.T) {
 
 // TestEdgeForwardedHeaders runs the binary with examples/seed.yaml in
 // front of a recording origin and checks the headers the origin gets: what
-// an untrusted peer claims about itself is removed, and the identity the
-// edge resolved is what the origin sees.
+// an untrusted peer claims about itself is removed, and so are the headers
+// that some origins take the path from (X-Original-URL: before, they
+// passed, and such an origin served a path the edge had not counted); the
+// identity the edge resolved is what the origin sees.
 func TestEdgeForwardedHeaders(t *testing.T) {
 	bin := buildBinary(t)
 	eachServer(t, func(t *testing.T, server string) {
@@ -343,6 +345,9 @@ func TestEdgeForwardedHeaders(t *testing.T) {
 			"X-User-Id: admin", "X-User-Plan: enterprise", "CloudFront-Viewer-Address: 198.51.100.9:443",
 			"X-Forwarded-For: 198.51.100.9", "Forwarded: for=198.51.100.9", "X-Real-IP: 198.51.100.9",
 			"True-Client-IP: 198.51.100.9", "X-Forwarded-Host: admin.internal", "X-Forwarded-Proto: https",
+			// Origins that take the path from these (Symfony before 3.4.14,
+			// Zend Framework) would serve a path the edge did not count.
+			"X-Original-URL: /api/admin/users", "X-Rewrite-URL: /api/admin/users",
 		}
 		underscored := []string{
 			"X_User_Id: admin", "X-User_Plan: enterprise", "x_forwarded_for: 198.51.100.9", "X_Real_IP: 198.51.100.9",
@@ -351,12 +356,12 @@ func TestEdgeForwardedHeaders(t *testing.T) {
 		checkForwarded(t, base, origin, []forwardCase{
 			{"untrusted peer", "127.0.0.2", claims, map[string]string{
 				"X-User-Id": "", "X-User-Plan": "", "Cloudfront-Viewer-Address": "", "X-Real-Ip": "", "True-Client-Ip": "",
-				"X-Forwarded-For": "127.0.0.2", "Forwarded": forwarded("127.0.0.2"),
+				"X-Original-Url": "", "X-Rewrite-Url": "", "X-Forwarded-For": "127.0.0.2", "Forwarded": forwarded("127.0.0.2"),
 				"X-Forwarded-Host": host, "X-Forwarded-Proto": "http",
 			}},
-			{"trusted proxy", "127.0.0.1", []string{"X-Forwarded-For: 198.51.100.7", "X-User-Id: u_1", "X-User-Plan: pro", "X-Real-IP: 198.51.100.7"},
+			{"trusted proxy", "127.0.0.1", []string{"X-Forwarded-For: 198.51.100.7", "X-User-Id: u_1", "X-User-Plan: pro", "X-Real-IP: 198.51.100.7", "X-Original-URL: /a"},
 				map[string]string{
-					"X-User-Id": "u_1", "X-User-Plan": "pro", "X-Real-Ip": "198.51.100.7",
+					"X-User-Id": "u_1", "X-User-Plan": "pro", "X-Real-Ip": "198.51.100.7", "X-Original-Url": "/a",
 					"X-Forwarded-For": "198.51.100.7", "Forwarded": forwarded("198.51.100.7"),
 				}},
 			{"trusted proxy passing a client's user header on", "127.0.0.1", []string{"X-Forwarded-For: 198.51.100.8", "X-User-Id: admin", "X-User-Id: u_2"},

@@ -103,8 +103,8 @@ func Handler(lim *edge.Limiter) http.Handler {
 			if resp.Location != "" {
 				h.Set(HeaderLocation, resp.Location)
 			}
-			if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
-				h.Set("Retry-After", strconv.FormatInt(v.RetryAfterSeconds(), 10))
+			if resp.RetryAfter > 0 {
+				h.Set("Retry-After", strconv.FormatInt(resp.RetryAfter, 10))
 			}
 			// What the client gets, not what nginx got.
 			v.Status = resp.Status

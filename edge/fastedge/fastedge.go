@@ -398,7 +398,7 @@ func (x *exchange) serve() bool {
 func (x *exchange) refuse(resp edge.Response) {
 	ctx := x.ctx
 	x.setRateLimitHeaders()
-	resp.EachHeader(&x.v, ctx.Response.Header.Set)
+	resp.EachHeader(ctx.Response.Header.Set)
 	x.status = resp.Status
 	ctx.SetStatusCode(resp.Status)
 	if len(resp.Body) > 0 {

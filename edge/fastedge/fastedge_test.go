@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +76,37 @@ func serve(t *testing.T, origin string) (string, *sink) {
 // serveYAML is serve with the configuration yaml.
 func serveYAML(t *testing.T, origin, yaml string) (string, *sink) {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + ln.Addr().String(), serveOn(t, ln, origin, yaml)
+}
+
+// serveOn is serveYAML on the listener ln.
+func serveOn(t *testing.T, ln net.Listener, origin, yaml string) *sink {
+	t.Helper()
+	cfg, l, s := newLimiter(t, yaml)
+	u, _ := url.Parse(origin)
+	oc, err := NewOriginClient(u, cfg.Edge.Origin, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(l, oc, Config{MaxBodyBytes: cfg.Edge.Client.MaxBodyBytes, BodyTimeout: cfg.Edge.Client.BodyTimeout, OriginHost: oc.Host()})
+	srv := NewServer(cfg.Edge.Client, h, nil)
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.ShutdownWithContext(ctx)
+	})
+	return s
+}
+
+// newLimiter returns the configuration yaml and a limiter on it, which
+// emits its decisions to the sink returned.
+func newLimiter(t *testing.T, yaml string) (*config.Config, *edge.Limiter, *sink) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -89,24 +121,7 @@ func serveYAML(t *testing.T, origin, yaml string) (string, *sink) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close(context.Background()) })
-	u, _ := url.Parse(origin)
-	oc, err := NewOriginClient(u, cfg.Edge.Origin, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := NewHandler(l, oc, Config{MaxBodyBytes: cfg.Edge.Client.MaxBodyBytes, BodyTimeout: cfg.Edge.Client.BodyTimeout, OriginHost: oc.Host()})
-	srv := NewServer(cfg.Edge.Client, h, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.ShutdownWithContext(ctx)
-	})
-	return "http://" + ln.Addr().String(), s
+	return cfg, l, s
 }
 
 // TestStreamsLargeResponses: a response reaches the client as the origin
@@ -443,6 +458,50 @@ func TestRemovesHeaderAliases(t *testing.T) {
 			}
 			if got.Get("X_Trace_Id") != "t1" {
 				t.Errorf("the origin got X_Trace_Id %q, want t1", got.Get("X_Trace_Id"))
+			}
+		})
+	}
+}
+
+// TestNoClientAddressIsNotRetried: a request with no client address (a
+// Unix socket peer has none) under a fail_closed prefix is refused with
+// 503 and a body saying why, without Retry-After, on either server: the
+// request will never have an address, so retrying cannot help. Before, it
+// got "Retry-After: 1" and "Try again in 1 seconds", as in a store outage.
+func TestNoClientAddressIsNotRetried(t *testing.T) {
+	const yaml = testYAML + "fail_closed: [/api/admin/]\n"
+	for _, server := range []string{"fasthttp", "net/http"} {
+		t.Run(server, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "edge.sock")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s *sink
+			if server == "fasthttp" {
+				s = serveOn(t, ln, "http://127.0.0.1:1", yaml)
+			} else {
+				var l *edge.Limiter
+				_, l, s = newLimiter(t, yaml)
+				srv := &http.Server{Handler: l.Middleware(http.NotFoundHandler())}
+				go srv.Serve(ln)
+				t.Cleanup(func() { srv.Close() })
+			}
+			client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			}}}
+			resp, err := client.Get("http://edge/api/admin/users")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 503 || resp.Header.Values("Retry-After") != nil ||
+				!strings.Contains(string(body), `"error":"no_client_address"`) || strings.Contains(string(body), "retry_after") {
+				t.Errorf("%d, Retry-After %q, body %s; want 503 without Retry-After, error no_client_address", resp.StatusCode, resp.Header.Values("Retry-After"), body)
+			}
+			if d := s.next(t); d.Outcome != decisions.FailClosed || d.Reason != edge.ReasonNoClientAddress {
+				t.Errorf("decision %v %q, want fail_closed %q", d.Outcome, d.Reason, edge.ReasonNoClientAddress)
 			}
 		})
 	}

@@ -142,7 +142,7 @@ func (h *Handler) HTTPAPI(ctx context.Context, ev events.APIGatewayV2HTTPRequest
 // client address (Options.OnNoAddress).
 func (h *Handler) ALB(ctx context.Context, ev events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
 	hdr := headerOf(ev.Headers, ev.MultiValueHeaders)
-	q := queryOf(ev.QueryStringParameters, ev.MultiValueQueryStringParameters)
+	q := queryOf(unescapeQuery(ev.QueryStringParameters, ev.MultiValueQueryStringParameters))
 	peer := ""
 	if xff := hdr.Values("X-Forwarded-For"); len(xff) > 0 {
 		last := xff[len(xff)-1]
@@ -183,6 +183,39 @@ func headerOf(single map[string]string, multi map[string][]string) http.Header {
 		}
 	}
 	return h
+}
+
+// unescapeQuery returns an ALB event's query parameters decoded: the load
+// balancer passes them as the client encoded them, where API Gateway
+// decodes them (queryOf encodes them). An escape that is not one is kept
+// as sent.
+func unescapeQuery(single map[string]string, multi map[string][]string) (map[string]string, map[string][]string) {
+	unescape := func(s string) string {
+		if u, err := url.QueryUnescape(s); err == nil {
+			return u
+		}
+		return s
+	}
+	var s map[string]string
+	if single != nil {
+		s = make(map[string]string, len(single))
+		for k, v := range single {
+			s[unescape(k)] = unescape(v)
+		}
+	}
+	var m map[string][]string
+	if multi != nil {
+		m = make(map[string][]string, len(multi))
+		for k, vs := range multi {
+			u := make([]string, len(vs))
+			for i, v := range vs {
+				u[i] = unescape(v)
+			}
+			k = unescape(k)
+			m[k] = append(m[k], u...)
+		}
+	}
+	return s, m
 }
 
 func queryOf(single map[string]string, multi map[string][]string) string {

@@ -223,7 +223,7 @@ func TestFlushEveryEvent(t *testing.T) {
 // load balancer's xff_header_processing.mode remove) has no client
 // address: it passes uncounted as fail_open, but under a fail_closed
 // prefix (the seed's /api/admin/) it is refused with 503 as fail_closed,
-// the path's failure mode; OnNoAddress is told once, naming the ALB's
+// the path's failure mode, without Retry-After; OnNoAddress is told once, naming the ALB's
 // setting, and not for an event with the header or of API Gateway.
 // Before, every such event passed, fail_closed paths too, and nothing
 // told the operator.
@@ -242,12 +242,20 @@ func TestALBWithoutForwardedFor(t *testing.T) {
 	rest := events.APIGatewayProxyRequest{HTTPMethod: "GET", Path: "/"}
 	rest.RequestContext.Identity.SourceIP = "203.0.113.5"
 	var statuses []int
+	var headers map[string]string
+	var body string
 	for _, ev := range []any{rest, alb("/", "203.0.113.6"), alb("/", ""), alb("/", ""), alb("/api/admin/users", "")} {
-		status, _, _ := invoke(t, h, ev)
+		var status int
+		status, headers, body = invoke(t, h, ev)
 		statuses = append(statuses, status)
 	}
 	if got := fmt.Sprint(statuses); got != "[200 200 200 200 503]" {
 		t.Errorf("statuses %s, want [200 200 200 200 503]", got)
+	}
+	// Retrying cannot give the request an address: the 503 says why and
+	// has no Retry-After (before: "Retry-After: 1", "Try again in 1 seconds").
+	if _, ok := headers["Retry-After"]; ok || !strings.Contains(body, `"error":"no_client_address"`) || strings.Contains(body, "retry_after") {
+		t.Errorf("the 503's headers %v, body %s; want no Retry-After, error no_client_address", headers, body)
 	}
 	decided.mu.Lock()
 	var outcomes []string
@@ -261,5 +269,29 @@ func TestALBWithoutForwardedFor(t *testing.T) {
 	}
 	if len(told) != 1 || !errors.Is(told[0], lambda.ErrNoForwardedFor) || !strings.Contains(told[0].Error(), "routing.http.xff_header_processing.mode") {
 		t.Errorf("OnNoAddress told %v, want ErrNoForwardedFor once", told)
+	}
+}
+
+// TestALBQueryIsDecoded: an ALB passes the query parameters as the client
+// encoded them (its documentation: "the load balancer does not decode
+// them"), where API Gateway decodes them; the request the handler builds
+// has the client's query, not one encoded twice. Before, ?q=a%20b%26c
+// reached the origin as q=a%2520b%2526c, the literal "a%20b%26c".
+func TestALBQueryIsDecoded(t *testing.T) {
+	h := lambda.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%q %q %q", r.URL.Query()["q"], r.URL.Query()["a b"], r.URL.Query()["x"])
+	}), lambda.Options{})
+	ev := events.ALBTargetGroupRequest{HTTPMethod: "GET", Path: "/search", Headers: map[string]string{"x-forwarded-for": "203.0.113.9"},
+		QueryStringParameters: map[string]string{"q": "a%20b%26c", "a%20b": "1+2", "x": "%zz"}}
+	ev.RequestContext.ELB.TargetGroupArn = "tg"
+	multi := ev
+	multi.QueryStringParameters, multi.Headers = nil, nil
+	multi.MultiValueHeaders = map[string][]string{"x-forwarded-for": {"203.0.113.9"}}
+	multi.MultiValueQueryStringParameters = map[string][]string{"q": {"a%20b%26c"}, "a%20b": {"1+2"}, "x": {"%zz"}}
+	for _, ev := range []events.ALBTargetGroupRequest{ev, multi} {
+		// An escape that is not one is kept as sent.
+		if _, _, body := invoke(t, h, ev); body != `["a b&c"] ["1 2"] ["%zz"]` {
+			t.Errorf("the handler got the query %s, want [\"a b&c\"] [\"1 2\"] [\"%%zz\"]", body)
+		}
 	}
 }

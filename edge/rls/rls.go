@@ -286,8 +286,8 @@ func (s *Service) response(req *rlsv3.RateLimitRequest, v *edge.Verdict) *rlsv3.
 		if refusal.Location != "" {
 			hdrs = append(hdrs, &corev3.HeaderValue{Key: "location", Value: refusal.Location})
 		}
-		if refusal.Status == http.StatusTooManyRequests || refusal.Status == http.StatusServiceUnavailable {
-			hdrs = append(hdrs, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(v.RetryAfterSeconds(), 10)})
+		if refusal.RetryAfter > 0 {
+			hdrs = append(hdrs, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(refusal.RetryAfter, 10)})
 		}
 	}
 	resp.ResponseHeadersToAdd = hdrs

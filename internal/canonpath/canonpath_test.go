@@ -119,9 +119,34 @@ func TestHasPrefix(t *testing.T) {
 		{"/caf%C3%A9/x", Fold("/CAF%C3%A9/"), Insensitive, true},
 		{"/", "/", Insensitive, true},
 		{"/", "/api/", Insensitive, false},
+		{"/v1/things%3AbatchGet", "/v1/things:batchGet", Sensitive, true},
+		{"/V1/Things%3ABatchGet/x", MatchForm("/v1/things%3AbatchGet", Insensitive), Insensitive, true},
+		{"/api/x%2A", "/api/x*", Sensitive, true},
+		{"/api/x%2A%40y", "/api/x*@", Insensitive, true},
+		{"/api/a%3Bb", "/api/a;b", Sensitive, false},
+		{"/api/a%3Bb", "/api/a/", Sensitive, false},
 	} {
 		if got := HasPrefix(tc.p, tc.prefix, tc.c); got != tc.want {
 			t.Errorf("HasPrefix(%q, %q, %v) = %v, want %v", tc.p, tc.prefix, tc.c, got, tc.want)
+		}
+	}
+}
+
+func TestMatchForm(t *testing.T) {
+	for _, tc := range []struct {
+		prefix string
+		c      Case
+		want   string
+	}{
+		{"/api/reports", Sensitive, "/api/reports"},
+		{"/API/Reports", Insensitive, "/api/reports"},
+		{"/v1/a%3Ab/%2A", Sensitive, "/v1/a:b/*"},
+		{"/%21%24%26%27%28%29%2A%2B%2C%3D%3A%40/", Sensitive, "/!$&'()*+,=:@/"},
+		{"/API/%2A%C3%A9", Insensitive, "/api/*%c3%a9"},
+		{"/a%3Bb%3F%23%25", Sensitive, "/a%3Bb%3F%23%25"},
+	} {
+		if got := MatchForm(tc.prefix, tc.c); got != tc.want {
+			t.Errorf("MatchForm(%q, %v) = %q, want %q", tc.prefix, tc.c, got, tc.want)
 		}
 	}
 }

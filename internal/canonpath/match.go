@@ -69,12 +69,57 @@ func Fold(prefix string) string {
 	return prefix
 }
 
+// MatchForm returns the canonical prefix as HasPrefix compares it under c:
+// the escapes of delimiters that origins read as the delimiter (delimiter)
+// decoded, and with Insensitive folded (Fold). It allocates only when it
+// changes prefix.
+func MatchForm(prefix string, c Case) string {
+	for i := 0; i < len(prefix); i++ {
+		if _, ok := delimiter(prefix[i:]); ok {
+			b := []byte(prefix[:i])
+			for ; i < len(prefix); i++ {
+				if d, ok := delimiter(prefix[i:]); ok {
+					b = append(b, d)
+					i += 2
+					continue
+				}
+				b = append(b, prefix[i])
+			}
+			prefix = string(b)
+			break
+		}
+	}
+	if c == Insensitive {
+		return Fold(prefix)
+	}
+	return prefix
+}
+
+// delimiter returns the character that s starts with the escape of, as a
+// canonical path writes it (upper-case hex), when that is a sub-delimiter
+// other than ";", ":" or "@": these may appear raw in a path segment and
+// origins decode their escapes (Go's net/http, nginx, Spring), so
+// /v1/things%3AbatchGet is /v1/things:batchGet to them, and rules match
+// the two alike. ";" is not one: its escape is a character of the segment,
+// the raw ";" starts the segment's parameters.
+func delimiter(s string) (byte, bool) {
+	if len(s) < 3 || s[0] != '%' {
+		return 0, false
+	}
+	switch s[1:3] {
+	case "21", "24", "26", "27", "28", "29", "2A", "2B", "2C", "3A", "3D", "40":
+		return unhex(s[1])<<4 | unhex(s[2]), true
+	}
+	return 0, false
+}
+
 // HasPrefix reports whether the canonical path p falls under the canonical
 // prefix: p starts with prefix, reading each segment without its
 // parameters (";" to the end of the segment, which Tomcat, Jetty and Spring
-// drop), or p is prefix without its trailing slash (a rule for /api/admin/
-// covers /api/admin). With Insensitive, prefix must be folded (Fold). It
-// does not allocate.
+// drop) and an escaped delimiter as the delimiter (delimiter), or p is
+// prefix without its trailing slash (a rule for /api/admin/ covers
+// /api/admin). The prefix must be in match form (MatchForm). It does not
+// allocate.
 func HasPrefix(p, prefix string, c Case) bool {
 	i, j := 0, 0
 	for j < len(prefix) {
@@ -87,6 +132,13 @@ func HasPrefix(p, prefix string, c Case) bool {
 				i++
 			}
 			continue
+		}
+		if b == '%' {
+			if d, ok := delimiter(p[i:]); ok && d == prefix[j] {
+				i += 3
+				j++
+				continue
+			}
 		}
 		if c == Insensitive {
 			if b == '%' {

@@ -252,6 +252,11 @@ function utf8Next(u, b) {
 const foldsToASCII = [["%E2%84%AA", "k"], ["%C5%BF", "s"], ["%C4%B1", "i"], ["%C4%B0", "i"]];
 const lower = (ch) => (ch >= "A" && ch <= "Z" ? String.fromCharCode(ch.charCodeAt(0) + 32) : ch);
 
+// delimiters are the escapes canonpath.HasPrefix reads as the delimiter
+// (canonpath's delimiter): sub-delimiters but ";", ":" and "@".
+const delimiters = new Map([["%21", "!"], ["%24", "$"], ["%26", "&"], ["%27", "'"], ["%28", "("], ["%29", ")"],
+  ["%2A", "*"], ["%2B", "+"], ["%2C", ","], ["%3A", ":"], ["%3D", "="], ["%40", "@"]]);
+
 // hasPrefix is canonpath.HasPrefix; prefix is in match form already.
 export function hasPrefix(p, prefix, insensitive) {
   let i = 0, j = 0;
@@ -260,6 +265,11 @@ export function hasPrefix(p, prefix, insensitive) {
     let b = p[i];
     if (b === ";") {
       while (i < p.length && p[i] !== "/") i++;
+      continue;
+    }
+    if (b === "%" && delimiters.get(p.substr(i, 3)) === prefix[j]) {
+      i += 3;
+      j++;
       continue;
     }
     if (insensitive) {
@@ -896,7 +906,7 @@ export class Core {
       d.path = req.path.length > 256 ? req.path.slice(0, 256) : req.path;
       return finish(v, "rejected", "ambiguous path: dot segments, repeated slashes or backslashes");
     }
-    if (!id.clientIp && id.user === "") return finish(v, this.isFailClosed(c.path) ? "fail_closed" : "fail_open", "no client address");
+    if (!id.clientIp && id.user === "") return finish(v, this.isFailClosed(c.path) ? "fail_closed" : "fail_open", reasonNoClientAddress);
     if (this.lists.deny.contains(id.clientIp, id.user)) return finish(v, "deny_listed", "deny list");
     if (this.lists.allow.contains(id.clientIp, id.user)) return finish(v, "allow_listed", "allow list");
 
@@ -1110,6 +1120,9 @@ export function rateLimitHeaders(v) {
   ];
 }
 
+// reasonNoClientAddress is edge.ReasonNoClientAddress.
+const reasonNoClientAddress = "no client address";
+
 function errorBody(code, msg, retry) {
   let b = '{"error":' + jsonString(code) + ',"message":' + jsonString(msg);
   if (retry > 0n) b += ',"retry_after":' + retry;
@@ -1128,20 +1141,24 @@ function queryEscape(s) {
   return out;
 }
 
-// refusal is edge.Refusal: {status, location, body} or null for a verdict
+// refusal is edge.Refusal: {status, location, body, retryAfter} or null for a verdict
 // that passes.
 export function refusal(v, page, param) {
   const retry = bmax(ceilSeconds(v.retryAfter), 1n);
   switch (v.d.outcome) {
     case "block":
     case "local_limit":
-      return { status: 429, body: errorBody("rate_limit_exceeded", "Too many requests. Try again in " + retry + " seconds.", retry) };
+      return { status: 429, body: errorBody("rate_limit_exceeded", "Too many requests. Try again in " + retry + " seconds.", retry), retryAfter: retry };
     case "challenge":
       return { status: 302, location: page + (page.includes("?") ? "&" : "?") + param + "=" + queryEscape(v.uri) };
     case "deny_listed":
       return { status: 403, body: errorBody("forbidden", "Access denied.", 0n) };
     case "fail_closed":
-      return { status: 503, body: errorBody("service_unavailable", "Service temporarily unavailable. Try again in " + retry + " seconds.", retry) };
+      if (v.d.reason === reasonNoClientAddress) {
+        // The request will never have an address: retrying cannot help.
+        return { status: 503, body: errorBody("no_client_address", "Service unavailable: the request has no client address, which this path needs. Retrying will not help.", 0n), retryAfter: 0n };
+      }
+      return { status: 503, body: errorBody("service_unavailable", "Service temporarily unavailable. Try again in " + retry + " seconds.", retry), retryAfter: retry };
     case "rejected":
       if (v.pathErr === PathErrors.tooLong) return { status: 414, body: errorBody("uri_too_long", "The request path is too long.", 0n) };
       return { status: 400, body: errorBody("bad_request", "Bad request path: " + v.d.reason + ".", 0n) };
@@ -1153,7 +1170,7 @@ export function refusal(v, page, param) {
 // (Content-Length is CloudFront's to set).
 export function responseHeaders(v, resp) {
   const h = rateLimitHeaders(v);
-  if (resp.status === 429 || resp.status === 503) h.push(["Retry-After", bmax(ceilSeconds(v.retryAfter), 1n).toString()]);
+  if (resp.retryAfter > 0n) h.push(["Retry-After", resp.retryAfter.toString()]);
   if (resp.location) {
     h.push(["Location", resp.location], ["Cache-Control", "no-store"]);
     return h;
