@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"net/netip"
+	"strings"
+	"unsafe"
 
 	"github.com/axiomhq/hyperloglog"
 
@@ -184,12 +186,23 @@ func (b *Batch) makeUsers() {
 	if !b.usersMade {
 		var data []byte
 		data, b.userAt = b.c.UserID.Data()
-		b.users = string(data) // kept by the top-K lists: one allocation per batch
+		// A view of the column's bytes, valid while c is: a list that
+		// keeps a client copies its user id (keep).
+		b.users = unsafe.String(unsafe.SliceData(data), len(data))
 		b.usersMade = true
 	}
 }
 
-// user returns row i's user id, "" for none.
+// keep returns the client id of b, to be kept past the batch: its user
+// id copied out of the column's bytes.
+func (b *Batch) keep(id int32) Client {
+	c := b.clients[id]
+	c.User = strings.Clone(c.User)
+	return c
+}
+
+// user returns row i's user id, "" for none: a view of the batch's
+// bytes (makeUsers).
 func (b *Batch) user(i int) string {
 	b.makeUsers()
 	if at := b.userAt; at != nil && at[i+1] > at[i] {

@@ -364,7 +364,7 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 		}
 		h := b.hashes[id]
 		if len(t.slots) < t.k { // before any eviction: the index is right
-			t.add(b.clients[id], h, 1)
+			t.add(b.keep(id), h, 1)
 			p := int32(len(t.slots) - 1)
 			m.pos = p + 1
 			s := &t.slots[p]
@@ -400,7 +400,7 @@ func (t *TopK) addIDs(b *Batch, ids []int32) {
 	}
 	for _, d := range t.dirty {
 		s := &t.slots[d.pos]
-		s.Client, s.hash = b.clients[s.cid], b.hashes[s.cid]
+		s.Client, s.hash = b.keep(s.cid), b.hashes[s.cid]
 	}
 	t.reindex()
 	t.run = nil
