@@ -130,6 +130,14 @@ type Response struct {
 	RetryAfter int64
 }
 
+// seconds spells n seconds: "1 second", "30 seconds".
+func seconds(n int64) string {
+	if n == 1 {
+		return "1 second"
+	}
+	return strconv.FormatInt(n, 10) + " seconds"
+}
+
 // Refusal returns the response for a refused verdict (block, local limit,
 // challenge, deny list, fail closed, rejected path), or ok false for a verdict that
 // passes. challengePage and param build the challenge redirect.
@@ -138,7 +146,7 @@ func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
 	switch v.Outcome {
 	case decisions.Block, decisions.LocalLimit:
 		return Response{Status: http.StatusTooManyRequests, Body: errorBody("rate_limit_exceeded",
-			"Too many requests. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry), RetryAfter: retry}, true
+			"Too many requests. Try again in "+seconds(retry)+".", retry), RetryAfter: retry}, true
 	case decisions.Challenge:
 		sep := "?"
 		if strings.Contains(challengePage, "?") {
@@ -154,7 +162,7 @@ func Refusal(v *Verdict, challengePage, param string) (resp Response, ok bool) {
 				"Service unavailable: the request has no client address, which this path needs. Retrying will not help.", 0)}, true
 		}
 		return Response{Status: http.StatusServiceUnavailable, Body: errorBody("service_unavailable",
-			"Service temporarily unavailable. Try again in "+strconv.FormatInt(retry, 10)+" seconds.", retry), RetryAfter: retry}, true
+			"Service temporarily unavailable. Try again in "+seconds(retry)+".", retry), RetryAfter: retry}, true
 	case decisions.Rejected:
 		if errors.Is(v.pathErr, canonpath.ErrTooLong) {
 			return Response{Status: http.StatusRequestURITooLong, Body: errorBody("uri_too_long", "The request path is too long.", 0)}, true

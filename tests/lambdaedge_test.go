@@ -614,6 +614,10 @@ func generateVectors(t *testing.T) vectorFile {
 	for i := range vs {
 		vs[i].Group, vs[i].Time = "up", at(time.Duration(i)*time.Millisecond)
 	}
+	// Last of its group, the clock moved on to within a second of the
+	// window's end.
+	vs = append(vs, vector{Name: "block: in the window's last second, try again in 1 second", Group: "up", Time: at(29_500 * time.Millisecond),
+		State: st(reports, "203.0.113.48", 10), Event: ev("203.0.113.48", "GET", "/api/reports", "")})
 	// The store is down: the breaker (2 failures, 10 s cooldown) opens
 	// and the local fallback limit (5 a minute for /api/reports) counts.
 	downs := []vector{

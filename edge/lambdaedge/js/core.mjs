@@ -1141,6 +1141,9 @@ function queryEscape(s) {
   return out;
 }
 
+// seconds is edge's seconds: "1 second", "30 seconds".
+const seconds = (n) => (n === 1n ? "1 second" : n + " seconds");
+
 // refusal is edge.Refusal: {status, location, body, retryAfter} or null for a verdict
 // that passes.
 export function refusal(v, page, param) {
@@ -1148,7 +1151,7 @@ export function refusal(v, page, param) {
   switch (v.d.outcome) {
     case "block":
     case "local_limit":
-      return { status: 429, body: errorBody("rate_limit_exceeded", "Too many requests. Try again in " + retry + " seconds.", retry), retryAfter: retry };
+      return { status: 429, body: errorBody("rate_limit_exceeded", "Too many requests. Try again in " + seconds(retry) + ".", retry), retryAfter: retry };
     case "challenge":
       return { status: 302, location: page + (page.includes("?") ? "&" : "?") + param + "=" + queryEscape(v.uri) };
     case "deny_listed":
@@ -1158,7 +1161,7 @@ export function refusal(v, page, param) {
         // The request will never have an address: retrying cannot help.
         return { status: 503, body: errorBody("no_client_address", "Service unavailable: the request has no client address, which this path needs. Retrying will not help.", 0n), retryAfter: 0n };
       }
-      return { status: 503, body: errorBody("service_unavailable", "Service temporarily unavailable. Try again in " + retry + " seconds.", retry), retryAfter: retry };
+      return { status: 503, body: errorBody("service_unavailable", "Service temporarily unavailable. Try again in " + seconds(retry) + ".", retry), retryAfter: retry };
     case "rejected":
       if (v.pathErr === PathErrors.tooLong) return { status: 414, body: errorBody("uri_too_long", "The request path is too long.", 0n) };
       return { status: 400, body: errorBody("bad_request", "Bad request path: " + v.d.reason + ".", 0n) };
