@@ -73,6 +73,17 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", " "}, 2, "--by is empty"},
 		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--pending"}, 2, "--pending: with add only"},
 		{[]string{"lists", "add", "--config", "x.yaml", "192.0.2.1", "--by", "a"}, 2, "lists add: want --list"},
+		// A bad target, and a /0 without --everyone, are bad input too,
+		// found before the configuration is read; they exited 1.
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "bogus", "--by", "a"}, 2, `target "bogus": not an IP address, a CIDR or user:<id>`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "10.0.0.1/8", "--by", "a"}, 2, `target "10.0.0.1/8": host bits set; want 10.0.0.0/8, or 10.0.0.1 for the one address`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "10.0.0.0/33", "--by", "a"}, 2, `target "10.0.0.0/33": not an IP address`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "user:", "--by", "a"}, 2, `target "user:": empty user id; want user:<id>`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "allow", "0.0.0.0/0", "--by", "a"}, 2, "add 0.0.0.0/0 to allow: it holds every IPv4 client, and every one of them would pass every limit; give --everyone to mean it"},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "::/0", "--by", "a"}, 2, "add ::/0 to deny: it holds every IPv6 client"},
+		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "bogus", "--by", "a"}, 2, `target "bogus": not an IP address`},
+		{[]string{"lists", "approve", "--config", "x.yaml", "--list", "deny", "10.0.0.1/8", "--by", "a"}, 2, `target "10.0.0.1/8": host bits set`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--reason", "a\x1b[2Jb"}, 2, "reason"},
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		// Names AWS refuses are bad flags, found before anything is
