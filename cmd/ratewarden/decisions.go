@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -25,6 +24,7 @@ import (
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/atomicfile"
+	"github.com/ratewarden/ratewarden/internal/texttable"
 	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
@@ -199,7 +199,7 @@ func catStream(ctx context.Context, p *eventPrinter, name string, since, until t
 // show --json does: on a terminal "ad\u200bmin" would read "admin".
 type eventPrinter struct {
 	w      *bufio.Writer
-	tw     *tabwriter.Writer
+	tw     *texttable.Writer
 	follow bool
 	js     []byte
 	buf    []byte
@@ -208,7 +208,7 @@ type eventPrinter struct {
 func newEventPrinter(out io.Writer, format string, follow, shards bool) *eventPrinter {
 	p := &eventPrinter{w: bufio.NewWriterSize(out, 64<<10), follow: follow}
 	if format == "table" {
-		p.tw = tabwriter.NewWriter(p.w, 0, 8, 1, ' ', 0)
+		p.tw = texttable.NewWriter(p.w, 1)
 		pos := "OFFSET"
 		if shards {
 			pos = "SHARD"
@@ -329,7 +329,7 @@ func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	loss := r.Loss() // every problem, where Corrupt keeps the first 1000
-	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	tw := texttable.NewWriter(stdout, 2)
 	fmt.Fprintf(tw, "events\t%d\n", n)
 	fmt.Fprintf(tw, "records\t%d\n", st.Records)
 	fmt.Fprintf(tw, "segments\t%d\n", segments)
