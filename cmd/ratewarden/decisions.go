@@ -193,6 +193,11 @@ func catStream(ctx context.Context, p *eventPrinter, name string, since, until t
 	return nil
 }
 
+// tableBlock is how many rows of a table the printer holds at most before
+// it writes them: a table is lined up a block at a time (texttable keeps
+// the widths of the blocks before), not held whole in memory.
+const tableBlock = 1024
+
 // eventPrinter prints events as JSON lines or a table. A JSON line has
 // the format characters and line separators of the client's strings (a
 // user id, a request id) as \u escapes (visible.AppendJSON), as lists
@@ -201,6 +206,7 @@ type eventPrinter struct {
 	w      *bufio.Writer
 	tw     *texttable.Writer
 	follow bool
+	rows   int // of the table, printed
 	js     []byte
 	buf    []byte
 }
@@ -222,6 +228,14 @@ func (p *eventPrinter) print(pos string, d *decisions.Decision) {
 	if p.tw != nil {
 		fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", cell(pos), d.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
 			cell(d.Node), addrOrDash(*d), cell(d.UserID), cell(d.Tier), cell(d.Method), cell(d.Path), cell(d.Rule), d.Count, d.Limit, cell(kindOutcome(*d)), cell(d.Reason))
+		// A follower sees each row as it comes; otherwise a block at a
+		// time.
+		if p.rows++; p.follow || p.rows%tableBlock == 0 {
+			p.tw.Flush()
+			if p.follow {
+				p.w.Flush()
+			}
+		}
 		return
 	}
 	p.js = decisions.AppendJSON(p.js[:0], d)

@@ -6,7 +6,10 @@
 //
 // Write a table as lines of cells, each cell but a line's last ended by a
 // tab; Flush writes it with each column as wide as its widest cell plus
-// the padding, the last cell of each line as it is. Cells must hold no
+// the padding, the last cell of each line as it is. A column keeps the
+// width of the flushes before, widening when a wider cell comes, so that
+// a table written in parts (followed as it grows, or too long to hold
+// whole) stays lined up as far as its parts allow. Cells must hold no
 // tab, newline or other control character (quote or escape them first):
 // those are not drawn as their width says.
 package texttable
@@ -24,6 +27,7 @@ type Writer struct {
 	w       io.Writer
 	padding int
 	buf     []byte
+	widths  []int // of each column, so far
 }
 
 // NewWriter returns a Writer that writes to w, with padding spaces after
@@ -44,7 +48,7 @@ func (t *Writer) Flush() error {
 		return nil
 	}
 	var rows [][]string
-	var widths []int
+	widths := t.widths
 	for line := range strings.Lines(string(t.buf)) {
 		cells := strings.Split(line, "\t")
 		for i, c := range cells[:len(cells)-1] { // the last cell is no column's
@@ -55,7 +59,7 @@ func (t *Writer) Flush() error {
 		}
 		rows = append(rows, cells)
 	}
-	t.buf = t.buf[:0]
+	t.buf, t.widths = t.buf[:0], widths
 	var out bytes.Buffer
 	for _, cells := range rows {
 		last := len(cells) - 1

@@ -43,3 +43,19 @@ func TestWidth(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// TestWidthsKept: a table flushed in parts keeps each column's width from
+// the parts before, and widens it for a wider cell.
+func TestWidthsKept(t *testing.T) {
+	var b bytes.Buffer
+	w := NewWriter(&b, 1)
+	for _, part := range []string{"A\tB\nx\ty\n", "longer\tz\n", "x\ty\n"} {
+		fmt.Fprint(w, part)
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := "A B\nx y\nlonger z\nx      y\n"; b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
