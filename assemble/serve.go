@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -145,22 +143,10 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return fmt.Errorf("serve: the aggregator's state directory (serve.state_dir, --state-dir) %s is the decision log's (decisions.dir, --decisions-dir) %s: "+
 			"give each a directory of its own", sv.StateDir, cfg.Decisions.Dir)
 	}
-	// A start that fails leaves nothing it made: of each path serve may
-	// create, the outermost directory (or file) missing now is removed
-	// again, last, once every lock and file is closed. Nothing that was
-	// there before is touched, and once serve is up its files stay. A
-	// directory another process holds (dirlock.ErrLocked) is left alone:
-	// that process may have made it since it was found missing.
+	// A start that fails leaves nothing it made (StartUndo).
 	emfFile, _ := strings.CutPrefix(cmp.Or(o.Aggregator, &AggregatorOptions{}).EMF, "file:")
-	made := missingRoots(cfg.Decisions.Dir, sv.StateDir, sv.PartialsDir, cfg.Alerts.Sinks.File, sv.Dashboard.AlertsFile, emfFile)
-	started := false
-	defer func() {
-		if err != nil && !started && !errors.Is(err, dirlock.ErrLocked) {
-			for _, p := range made {
-				os.RemoveAll(p)
-			}
-		}
-	}()
+	undo := NewStartUndo(append(EdgePaths(cfg), sv.StateDir, sv.PartialsDir, cfg.Alerts.Sinks.File, sv.Dashboard.AlertsFile, emfFile)...)
+	defer func() { undo.Undo(err) }()
 	token := ""
 	if sv.Dashboard.TokenEnv != "" {
 		token = getenv(sv.Dashboard.TokenEnv)
@@ -355,7 +341,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		go func() { dashErr <- dash.Serve(dashLn) }()
 		log.Info("dashboard listening", "addr", addrs.Dashboard, "url", "http://"+addrs.Dashboard+"/", "token", token != "")
 	}
-	started = true
+	undo.Started()
 	if o.Ready != nil {
 		o.Ready(addrs)
 	}
@@ -407,34 +393,6 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		dash.Shutdown(dctx)
 	}
 	return errors.Join(runErr, aggErr)
-}
-
-// missingRoots returns, for each path that does not exist, the outermost
-// of its missing ancestors (the path itself when its parent exists): what
-// making it would create. Empty paths and "-" (standard output) are skipped.
-func missingRoots(paths ...string) []string {
-	var roots []string
-	for _, p := range paths {
-		if p == "" || p == "-" {
-			continue
-		}
-		root := ""
-		for p = filepath.Clean(p); ; {
-			if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
-				break
-			}
-			root = p
-			parent := filepath.Dir(p)
-			if parent == p {
-				break
-			}
-			p = parent
-		}
-		if root != "" && !slices.Contains(roots, root) {
-			roots = append(roots, root)
-		}
-	}
-	return roots
 }
 
 // catchUp waits until the aggregator has read the log to its end, the

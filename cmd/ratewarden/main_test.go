@@ -347,3 +347,31 @@ func TestEdgeAdminPortTaken(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedStartLeavesNothing: edge, rls, authz and serve that cannot
+// listen (their port taken) exit 1 and leave none of the directories they
+// made for their decisions (and serve's state and partials), the missing
+// parents included, and nothing that was there before is touched. Before,
+// each left the decision log it had opened in a fresh directory.
+func TestFailedStartLeavesNothing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, command := range []string{"edge", "rls", "authz", "serve"} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "kept"), []byte("mine"), 0o644)
+		args := []string{command, "--listen", taken.Addr().String(), "--admin-listen", "off", "--decisions-dir", filepath.Join(dir, "new", "log")}
+		if command == "serve" {
+			args = append(args, "--dashboard-listen", "off", "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"))
+		}
+		code, _, errs := runCLI(t, nil, args...)
+		if code != 1 || !strings.Contains(errs, "address already in use") {
+			t.Errorf("%s: exit %d, want 1 and the port in use:\n%s", command, code, errs)
+		}
+		if es, _ := os.ReadDir(dir); len(es) != 1 || es[0].Name() != "kept" {
+			t.Errorf("%s: after a failed start the directory holds %v, want kept alone", command, es)
+		}
+	}
+}
