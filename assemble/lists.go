@@ -170,9 +170,19 @@ func (a ListsAction) Check() error {
 		return fmt.Errorf("--pending: with add only (lists %s takes effect at once)", a.Action)
 	}
 	if a.Action != "show" {
-		e := lists.Entry{List: a.List, Target: a.Target, By: a.By, Reason: a.Reason}
-		if err := e.Validate(); err != nil {
-			return err
+		// The target first, then each flag alone, so that the error
+		// names the flag it is about.
+		for _, c := range []struct {
+			flag string
+			e    lists.Entry
+		}{
+			{"", lists.Entry{List: a.List, Target: a.Target}},
+			{"--by: ", lists.Entry{List: a.List, Target: a.Target, By: a.By}},
+			{"--reason: ", lists.Entry{List: a.List, Target: a.Target, Reason: a.Reason}},
+		} {
+			if err := c.e.Validate(); err != nil {
+				return fmt.Errorf("%s%w", c.flag, err)
+			}
 		}
 	}
 	if a.Action == "add" {

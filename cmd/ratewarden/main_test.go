@@ -83,7 +83,8 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "::/0", "--by", "a"}, 2, "add ::/0 to deny: it holds every IPv6 client"},
 		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "bogus", "--by", "a"}, 2, `target "bogus": not an IP address`},
 		{[]string{"lists", "approve", "--config", "x.yaml", "--list", "deny", "10.0.0.1/8", "--by", "a"}, 2, `target "10.0.0.1/8": host bits set`},
-		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--reason", "a\x1b[2Jb"}, 2, "reason"},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--reason", "a\x1b[2Jb"}, 2, "--reason: reason with a control character at byte 2; want printable text"},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a\tb"}, 2, "--by: by with a control character at byte 2; want printable text"},
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		// Names AWS refuses are bad flags, found before anything is
