@@ -169,6 +169,25 @@ func (a ListsAction) Check() error {
 	if a.Pending && a.Action != "add" {
 		return fmt.Errorf("--pending: with add only (lists %s takes effect at once)", a.Action)
 	}
+	if a.Action != "show" {
+		// The target first, then each flag alone, so that the error
+		// names the flag it is about.
+		for _, c := range []struct {
+			flag string
+			e    lists.Entry
+		}{
+			{"", lists.Entry{List: a.List, Target: a.Target}},
+			{"--by: ", lists.Entry{List: a.List, Target: a.Target, By: a.By}},
+			{"--reason: ", lists.Entry{List: a.List, Target: a.Target, Reason: a.Reason}},
+		} {
+			if err := c.e.Validate(); err != nil {
+				return fmt.Errorf("%s%w", c.flag, err)
+			}
+		}
+	}
+	if a.Action == "add" {
+		return everyone(a)
+	}
 	return nil
 }
 
@@ -247,7 +266,7 @@ func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT6
 		e.Expires = now.Add(a.TTL)
 	}
 	var replaced []lists.Entry
-	if t, err := lists.NormalizeTarget(a.Target); err == nil { // else Put says what is wrong
+	if t, err := lists.NormalizeTarget(a.Target); err == nil { // else Check has said what is wrong
 		es, err := store.Entries(ctx, a.List)
 		if err != nil {
 			return err
@@ -257,9 +276,6 @@ func (a ListsAction) add(ctx context.Context, store ListStore, nat clientip.NAT6
 				replaced = append(replaced, o)
 			}
 		}
-	}
-	if err := everyone(a); err != nil {
-		return err
 	}
 	if a.Pending && len(replaced) > 0 {
 		return fmt.Errorf("add %s to %s as pending: the entry %s applies (%s), and a proposal would replace it, so that it would not apply until approved; "+
@@ -329,7 +345,7 @@ func partOfClient(a ListsAction, nat clientip.NAT64, v6bits int) string {
 func everyone(a ListsAction) error {
 	t, err := lists.NormalizeTarget(a.Target)
 	if err != nil || a.Everyone {
-		return nil // Put says what is wrong with a bad target
+		return nil // Check says what is wrong with a bad target
 	}
 	p, err := netip.ParsePrefix(t)
 	if err != nil || p.Bits() != 0 {

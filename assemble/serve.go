@@ -111,7 +111,10 @@ func ServeAggregator(cfg *config.Config, o *AggregatorOptions) AggregatorOptions
 // policy has written it, not at its next lists.refresh. The dashboard's lists view reads the list
 // store the lists section names (OpenLists), the challenge list included.
 // It holds serve.state_dir while it runs (aggregator.LockStateDir), and
-// refuses to start on one another process holds. Shutting down, it
+// refuses to start on one another process holds. A start that fails (a
+// port in use, say) removes what it made (a missing decision log, state
+// or partials directory, alerts or EMF file, with the parents it made)
+// and nothing that was there before. Shutting down, it
 // drains the edge, flushes its decisions to the log, lets the aggregator
 // read them to the log's end and emit every open window, closes the
 // alerts' sinks (the webhook's queue flushed), then stops the dashboard
@@ -140,6 +143,10 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return fmt.Errorf("serve: the aggregator's state directory (serve.state_dir, --state-dir) %s is the decision log's (decisions.dir, --decisions-dir) %s: "+
 			"give each a directory of its own", sv.StateDir, cfg.Decisions.Dir)
 	}
+	// A start that fails leaves nothing it made (StartUndo).
+	emfFile, _ := strings.CutPrefix(cmp.Or(o.Aggregator, &AggregatorOptions{}).EMF, "file:")
+	undo := NewStartUndo(append(EdgePaths(cfg), sv.StateDir, sv.PartialsDir, cfg.Alerts.Sinks.File, sv.Dashboard.AlertsFile, emfFile)...)
+	defer func() { undo.Undo(err) }()
 	token := ""
 	if sv.Dashboard.TokenEnv != "" {
 		token = getenv(sv.Dashboard.TokenEnv)
@@ -334,6 +341,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		go func() { dashErr <- dash.Serve(dashLn) }()
 		log.Info("dashboard listening", "addr", addrs.Dashboard, "url", "http://"+addrs.Dashboard+"/", "token", token != "")
 	}
+	undo.Started()
 	if o.Ready != nil {
 		o.Ready(addrs)
 	}

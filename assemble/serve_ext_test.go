@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -477,4 +479,50 @@ func statusVia(t *testing.T, addr, client string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestServeFailedStartLeavesNothing: a serve that cannot start (its edge's
+// or its admin's port taken) leaves none of the directories and files it
+// made for the decision log, the state, the partials, the alerts and the
+// EMF documents, the missing parents of a nested path included, and
+// removes nothing that was there before it.
+func TestServeFailedStartLeavesNothing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	f := func(t *testing.T, edit func(*config.Config)) {
+		dir := t.TempDir()
+		kept := filepath.Join(dir, "kept")
+		os.MkdirAll(kept, 0o755)
+		os.WriteFile(filepath.Join(kept, "old"), []byte("mine"), 0o644)
+		cfg := loadConfig(t, serveYAML+"alerts: {}\n")
+		cfg.Decisions.Dir = filepath.Join(dir, "new", "nested", "log")
+		cfg.Serve.StateDir = filepath.Join(dir, "state")
+		cfg.Serve.PartialsDir = filepath.Join(kept, "partials")
+		cfg.Alerts.Sinks.File = filepath.Join(dir, "alerts", "alerts.jsonl")
+		edit(cfg)
+		ao := assemble.DefaultAggregatorOptions()
+		ao.EMF = "file:" + filepath.Join(dir, "emf", "out.jsonl")
+		err := assemble.Serve(t.Context(), cfg, assemble.ServeOptions{Aggregator: &ao})
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("Serve = %v, want the port in use", err)
+		}
+		var left []string
+		filepath.WalkDir(dir, func(path string, _ fs.DirEntry, _ error) error {
+			rel, _ := filepath.Rel(dir, path)
+			left = append(left, filepath.ToSlash(rel))
+			return nil
+		})
+		if want := []string{".", "kept", "kept/old"}; !slices.Equal(left, want) {
+			t.Errorf("after a failed start the directory holds %q, want %q", left, want)
+		}
+	}
+	t.Run("edge listen", func(t *testing.T) {
+		f(t, func(cfg *config.Config) { cfg.Edge.Listen = taken.Addr().String() })
+	})
+	t.Run("admin listen", func(t *testing.T) {
+		f(t, func(cfg *config.Config) { cfg.Edge.AdminListen = taken.Addr().String() })
+	})
 }

@@ -619,6 +619,10 @@ tiers:
 			`"2001:db8:64::/96" overlaps identity.nat64_prefixes[0] (2001:db8::/32); use prefixes apart: an address in both would carry a different IPv4 address in each`},
 		{"NAT64 prefix around another", "identity:\n  nat64_prefixes:\n    - 2001:db8:122:344::/64\n    - 2001:db8:122::/48 # <-\n" + anonymous, "identity.nat64_prefixes[1]", `overlaps identity.nat64_prefixes[0] (2001:db8:122:344::/64)`},
 		{"NAT64 prefix twice", "identity:\n  nat64_prefixes:\n    - 2001:db8:64::/96\n    - 2001:db8:64::1/96 # <-\n" + anonymous, "identity.nat64_prefixes[1]", `overlaps identity.nat64_prefixes[0] (2001:db8:64::/96)`},
+		// A prefix with host bits was masked silently, as trusted_proxies
+		// refuse it: 64:ff9b::1/96 read as the well-known prefix.
+		{"NAT64 prefix host bits", "identity:\n  nat64_prefixes: [\"2001:db8:64::7/96\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", `"2001:db8:64::7/96" has host bits set; use 2001:db8:64::/96 for the prefix`},
+		{"NAT64 well-known prefix host bits", "identity:\n  nat64_prefixes:\n    - 2001:db8:122:344::/64\n    - 64:ff9b::1/96 # <-\n" + anonymous, "identity.nat64_prefixes[1]", `"64:ff9b::1/96" has host bits set; use 64:ff9b::/96 for the prefix`},
 		{"NAT64 prefix IPv4", "identity:\n  nat64_prefixes: [\"192.0.2.0/24\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "is not an IPv6 prefix"},
 		{"NAT64 prefix mapped", "identity:\n  nat64_prefixes: [\"::ffff:0:0/96\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "is not an IPv6 prefix"},
 		{"NAT64 prefix of loopback", "identity:\n  nat64_prefixes: [\"::/96\"] # <-\n" + anonymous, "identity.nat64_prefixes[0]", "holds the loopback and unspecified addresses"},

@@ -428,6 +428,12 @@ func (v *validator) identity(id *Identity) {
 			v.report(key("identity", "nat64_prefixes", index(i)), s, "overlaps identity.nat64_prefixes"+index(j)+" ("+nats[j].String()+")",
 				"prefixes apart: an address in both would carry a different IPv4 address in each")
 		}
+		// The translator's prefix is the masked one: host bits
+		// (2001:db8:64::7/96) are most likely a typo, as in
+		// trusted_proxies.
+		if w, err := netip.ParsePrefix(s); err == nil && w != w.Masked() {
+			v.report(key("identity", "nat64_prefixes", index(i)), s, "has host bits set", p.String()+" for the prefix")
+		}
 	}
 	nat := id.NAT64()
 	for i, s := range id.TrustedProxies {

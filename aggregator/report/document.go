@@ -83,7 +83,7 @@ func (r *Report) document() *document {
 		section{title: "Top offenders by path", text: []string{"Each rule is a tier's path rule or global rule; counts are exact."}, tables: []table{pathTable("offenders_path", r.ByPath)}},
 	)
 
-	acts := table{name: "actions", title: "Policy actions", cols: []string{"time", "policy", "list", "target", "ttl", "applied", "why", "alert"}}
+	acts := table{name: "actions", title: "Policy actions", cols: []string{"time", "policy", "list", "target", "ttl", "applied", "why", "alert"}, code: []string{"target", "alert"}}
 	for _, a := range r.Actions {
 		acts.rows = append(acts.rows, []string{stamp(a.Time), a.Policy, a.List, a.Target, a.TTL, strconv.FormatBool(a.Applied), a.Why, a.Alert})
 	}
@@ -95,7 +95,8 @@ func (r *Report) document() *document {
 		text:   []string{"Policy actions from the alerts file, then the feedback events of the decision log (list changes) by list and action."},
 		tables: []table{acts, fb}})
 
-	al := table{name: "alerts", cols: []string{"time", "state", "severity", "type", "key", "tier", "rule", "summary", "identities"}}
+	al := table{name: "alerts", cols: []string{"time", "state", "severity", "type", "key", "tier", "rule", "summary", "identities"},
+		code: []string{"key", "rule", "summary", "identities"}}
 	for _, a := range r.Alerts {
 		al.rows = append(al.rows, []string{stamp(a.Time), a.State, a.Severity, a.Type, a.Key, a.Tier, a.Rule, a.Summary, strings.Join(a.Identities, " ")})
 	}
@@ -151,7 +152,7 @@ func emptyWindows(c Coverage) string {
 }
 
 func problemTable(name, title string, ps []Problem) table {
-	t := table{name: name, title: title, cols: []string{"source", "error"}}
+	t := table{name: name, title: title, cols: []string{"source", "error"}, code: []string{"source"}}
 	for _, p := range ps {
 		t.rows = append(t.rows, []string{p.Source, p.Error})
 	}
@@ -160,7 +161,7 @@ func problemTable(name, title string, ps []Problem) table {
 
 func offenderTable(name string, os []Offender) table {
 	t := table{name: name, cols: []string{"identity", "requests", "requests (min)", "refusals", "refusals (min)",
-		"challenges", "challenges (min)", "token passes", "token passes (min)", "solve rate", "first seen", "last seen", "actions"}}
+		"challenges", "challenges (min)", "token passes", "token passes (min)", "solve rate", "first seen", "last seen", "actions"}, code: []string{"identity"}}
 	for _, o := range os {
 		refusals := u(o.Refusals)
 		if o.RefusalsUnknown {
@@ -174,7 +175,7 @@ func offenderTable(name string, os []Offender) table {
 }
 
 func neverSolvedTable(name string, os []Offender) table {
-	t := table{name: name, cols: []string{"identity", "challenges", "challenges (min)", "token passes (max)", "first seen", "last seen", "actions"}}
+	t := table{name: name, cols: []string{"identity", "challenges", "challenges (min)", "token passes (max)", "first seen", "last seen", "actions"}, code: []string{"identity"}}
 	for _, o := range os {
 		t.rows = append(t.rows, []string{o.Identity, u(o.Challenges), u(o.ChallengesMin), u(o.TokenPasses), stamp(o.FirstSeen), stamp(o.LastSeen), strings.Join(o.Actions, " ")})
 	}
@@ -191,7 +192,7 @@ func rateRange(lo, hi *float64) string {
 }
 
 func pathTable(name string, ps []Path) table {
-	t := table{name: name, cols: []string{"rule", "tier", "requests", "refused", "challenges", "token passes", "solve rate", "first seen", "last seen"}}
+	t := table{name: name, cols: []string{"rule", "tier", "requests", "refused", "challenges", "token passes", "solve rate", "first seen", "last seen"}, code: []string{"rule"}}
 	for _, p := range ps {
 		t.rows = append(t.rows, []string{p.Rule, p.Tier, u(p.Requests), u(p.Refused), u(p.Challenges), u(p.TokenPasses), rate(p.SolveRate), stamp(p.FirstSeen), stamp(p.LastSeen)})
 	}

@@ -49,7 +49,7 @@ func tierRows(md, tier string) map[string][]string {
 	for line := range strings.Lines(md) {
 		cells := strings.Split(strings.TrimSpace(line), " | ")
 		if len(cells) == 14 && cells[0] == "| "+tier {
-			rows[strings.ReplaceAll(cells[1], `\`, "")] = cells // Markdown escapes _
+			rows[strings.Trim(cells[1], "`")] = cells // the identity is a code span
 		}
 	}
 	return rows

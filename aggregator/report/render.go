@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,10 @@ type table struct {
 	title string
 	cols  []string
 	rows  [][]string
+	// code are the columns whose cells are a client's text or a path (an
+	// identity, a list target, an alert's key, a rule id, a file), which
+	// the Markdown report shows as code spans (mdCode).
+	code []string
 }
 
 type chart struct {
@@ -138,21 +143,26 @@ func (d *document) markdown(b *bytes.Buffer) {
 			case t.title != "":
 				fmt.Fprintf(b, "**%s:**\n\n", mdEscape(t.title))
 			}
-			row := func(cells []string) {
+			row := func(cells []string, head bool) {
 				b.WriteString("|")
-				for _, c := range cells {
-					b.WriteString(" " + mdEscape(c) + " |")
+				for i, c := range cells {
+					if !head && slices.Contains(t.code, t.cols[i]) {
+						c = mdCode(c)
+					} else {
+						c = mdEscape(c)
+					}
+					b.WriteString(" " + c + " |")
 				}
 				b.WriteString("\n")
 			}
-			row(t.cols)
+			row(t.cols, true)
 			b.WriteString("|")
 			for range t.cols {
 				b.WriteString(" --- |")
 			}
 			b.WriteString("\n")
 			for _, r := range t.rows {
-				row(r)
+				row(r, false)
 			}
 			b.WriteString("\n")
 		}
@@ -178,6 +188,36 @@ func mdEscape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// mdCode returns s as a code span of a Markdown table's cell: shown as it
+// is, and not read as text, where GitHub turns @name into a mention,
+// #123 into an issue link and a bare URL into a link, escaped or not.
+// Hidden characters are spaces (plain). By CommonMark's rules the fence
+// is one backtick longer than the longest run of backticks in s, and s
+// gets a space at each end when it starts or ends with a backtick (which
+// would join the fence) or starts and ends with a space (one of which,
+// at each end, CommonMark strips); a pipe is \|, as a GFM table wants it
+// even in code. "" stays "": an empty code span would show its fence.
+func mdCode(s string) string {
+	s = plain(s)
+	if s == "" {
+		return ""
+	}
+	longest, run := 0, 0
+	for i := range len(s) {
+		if s[i] != '`' {
+			run = 0
+			continue
+		}
+		run++
+		longest = max(longest, run)
+	}
+	if s[0] == '`' || s[len(s)-1] == '`' || s[0] == ' ' && s[len(s)-1] == ' ' && strings.Trim(s, " ") != "" {
+		s = " " + s + " "
+	}
+	fence := strings.Repeat("`", longest+1)
+	return fence + strings.ReplaceAll(s, "|", `\|`) + fence
 }
 
 // plain returns s with every hidden character (visible.Hidden: a control

@@ -212,12 +212,12 @@ func (w *WhatIf) document() *document {
 		tr.rows = append(tr.rows, []string{t.From, t.To, u(t.Requests), strconv.Itoa(t.Identities)})
 	}
 	d.sections = append(d.sections, section{title: "Changes", tables: []table{tr}})
-	rt := table{name: "rules", cols: []string{"logged rule", "candidate rule", "from", "to", "requests", "identities"}}
+	rt := table{name: "rules", cols: []string{"logged rule", "candidate rule", "from", "to", "requests", "identities"}, code: []string{"logged rule", "candidate rule"}}
 	for _, r := range w.Rules {
 		rt.rows = append(rt.rows, []string{r.LoggedRule, r.CandidateRule, r.From, r.To, u(r.Requests), strconv.Itoa(r.Identities)})
 	}
 	d.sections = append(d.sections, section{title: "Changes by rule", tables: []table{rt}})
-	it := table{name: "identities", cols: []string{"identity", "tier", "from", "to", "requests", "first", "last"}}
+	it := table{name: "identities", cols: []string{"identity", "tier", "from", "to", "requests", "first", "last"}, code: []string{"identity"}}
 	for _, i := range w.Identities {
 		it.rows = append(it.rows, []string{i.Identity, i.Tier, i.From, i.To, u(i.Requests), stamp(i.FirstSeen), stamp(i.LastSeen)})
 	}

@@ -56,13 +56,15 @@ func (f *decideFlags) load(fs *flag.FlagSet, args []string, listen func(*config.
 	return cfg, checkOverrides(cfg, fs, fs.Name()+".listen")
 }
 
-func runRLS(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+func runRLS(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) (err error) {
 	fs, f := newDecideFlags("rls", "rls [--config FILE] [--listen ADDR] [flags]", stderr)
 	cfg, err := f.load(fs, args, func(c *config.Config) *string { return &c.RLS.Listen })
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	undo := assemble.NewStartUndo(assemble.EdgePaths(cfg)...)
+	defer func() { undo.Undo(err) }()
 	s, err := assemble.NewRLS(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Reload: hangups})
 	if err != nil {
 		return err
@@ -78,11 +80,12 @@ func runRLS(ctx context.Context, args []string, stderr io.Writer, getenv func(st
 		return err
 	}
 	defer shutdownAdmin(admin, cfg)
+	undo.Started()
 	log.Info("rate limit service listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService", "node", cfg.Edge.Node)
 	return s.Serve(ctx, ln, cfg.Edge.ShutdownGrace, log)
 }
 
-func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) (err error) {
 	fs, f := newDecideFlags("authz", "authz [--config FILE] [--listen ADDR] [flags]", stderr)
 	cfg, err := f.load(fs, args, func(c *config.Config) *string { return &c.Authz.Listen })
 	if err != nil {
@@ -90,6 +93,8 @@ func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 	cfg.Edge.Upstream = ""
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	undo := assemble.NewStartUndo(assemble.EdgePaths(cfg)...)
+	defer func() { undo.Undo(err) }()
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Reload: hangups})
 	if err != nil {
 		return err
@@ -108,6 +113,7 @@ func runAuthz(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return err
 	}
 	defer shutdownAdmin(admin, cfg)
+	undo.Started()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("auth_request endpoint listening", "addr", ln.Addr().String(), "node", cfg.Edge.Node)

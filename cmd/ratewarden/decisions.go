@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -25,6 +24,7 @@ import (
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
 	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/atomicfile"
+	"github.com/ratewarden/ratewarden/internal/texttable"
 	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
@@ -193,14 +193,20 @@ func catStream(ctx context.Context, p *eventPrinter, name string, since, until t
 	return nil
 }
 
+// tableBlock is how many rows of a table the printer holds at most before
+// it writes them: a table is lined up a block at a time (texttable keeps
+// the widths of the blocks before), not held whole in memory.
+const tableBlock = 1024
+
 // eventPrinter prints events as JSON lines or a table. A JSON line has
 // the format characters and line separators of the client's strings (a
 // user id, a request id) as \u escapes (visible.AppendJSON), as lists
 // show --json does: on a terminal "ad\u200bmin" would read "admin".
 type eventPrinter struct {
 	w      *bufio.Writer
-	tw     *tabwriter.Writer
+	tw     *texttable.Writer
 	follow bool
+	rows   int // of the table, printed
 	js     []byte
 	buf    []byte
 }
@@ -208,7 +214,7 @@ type eventPrinter struct {
 func newEventPrinter(out io.Writer, format string, follow, shards bool) *eventPrinter {
 	p := &eventPrinter{w: bufio.NewWriterSize(out, 64<<10), follow: follow}
 	if format == "table" {
-		p.tw = tabwriter.NewWriter(p.w, 0, 8, 1, ' ', 0)
+		p.tw = texttable.NewWriter(p.w, 1)
 		pos := "OFFSET"
 		if shards {
 			pos = "SHARD"
@@ -222,6 +228,14 @@ func (p *eventPrinter) print(pos string, d *decisions.Decision) {
 	if p.tw != nil {
 		fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", cell(pos), d.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
 			cell(d.Node), addrOrDash(*d), cell(d.UserID), cell(d.Tier), cell(d.Method), cell(d.Path), cell(d.Rule), d.Count, d.Limit, cell(kindOutcome(*d)), cell(d.Reason))
+		// A follower sees each row as it comes; otherwise a block at a
+		// time.
+		if p.rows++; p.follow || p.rows%tableBlock == 0 {
+			p.tw.Flush()
+			if p.follow {
+				p.w.Flush()
+			}
+		}
 		return
 	}
 	p.js = decisions.AppendJSON(p.js[:0], d)
@@ -329,7 +343,7 @@ func runDecisionsStats(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	loss := r.Loss() // every problem, where Corrupt keeps the first 1000
-	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	tw := texttable.NewWriter(stdout, 2)
 	fmt.Fprintf(tw, "events\t%d\n", n)
 	fmt.Fprintf(tw, "records\t%d\n", st.Records)
 	fmt.Fprintf(tw, "segments\t%d\n", segments)

@@ -98,6 +98,8 @@ func loadConfig(path string) (*config.Config, error) {
 }
 
 func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv func(string) string, pprofAddr string) (err error) {
+	undo := assemble.NewStartUndo(assemble.EdgePaths(cfg)...)
+	defer func() { undo.Undo(err) }()
 	e, err := assemble.NewEdge(ctx, cfg, assemble.Options{Log: log, Getenv: getenv, Reload: hangups})
 	if err != nil {
 		return err
@@ -117,6 +119,7 @@ func serveEdge(ctx context.Context, cfg *config.Config, log *slog.Logger, getenv
 		defer psrv.Close()
 		log.Info("pprof listening", "addr", paddr.String())
 	}
+	undo.Started()
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")

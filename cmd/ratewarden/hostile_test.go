@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivo/uniseg"
+
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/internal/visible"
 )
@@ -88,5 +90,47 @@ func TestTableCell(t *testing.T) {
 		if got := cell(in); got != want {
 			t.Errorf("cell(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestDecisionsCatTableWideCharacters: `decisions cat --format table`
+// lines its columns up as a terminal draws them: a user id or path of
+// CJK characters (two columns each), emoji, or letters with combining
+// marks (none) starts the next column where the header's does. It padded
+// by characters (text/tabwriter), so each such field shifted every
+// column after it.
+func TestDecisionsCatTableWideCharacters(t *testing.T) {
+	at := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	var ds []decisions.Decision
+	for _, u := range []string{"alice", "山田太郎", "e\u0301e\u0301e\u0301x", "😀😀", "👩\u200d👩\u200d👧fam", "ｆｕｌｌ"} {
+		ds = append(ds, decisions.Decision{Time: at, Node: "edge-1", ClientIP: netip.MustParseAddr("203.0.113.9"), UserID: u,
+			Tier: "anonymous", Method: "GET", Path: "/api/" + u, Rule: "anonymous:global", Count: 5, Limit: 100, Outcome: decisions.Allow})
+	}
+	dir := filepath.Join(t.TempDir(), "log")
+	writeDecisions(t, dir, ds)
+	code, out, errs := runCLI(t, nil, "decisions", "cat", "--dir", dir, "--format", "table")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	// Where each column after a client's field starts, in terminal
+	// columns: the header's name, then each row's value.
+	at2 := func(line, s string) int {
+		i := strings.Index(line, s)
+		if i < 0 {
+			return -1
+		}
+		return uniseg.StringWidth(line[:i])
+	}
+	for _, col := range [][2]string{{"TIER", " anonymous "}, {"RULE", " anonymous:global "}} {
+		want := at2(lines[0], col[0])
+		for i, line := range lines[1:] {
+			if got := at2(line, col[1]) + 1; got != want {
+				t.Errorf("row %d: %s starts at column %d, want %d (the header's)", i+1, col[0], got, want)
+			}
+		}
+	}
+	if len(lines) != len(ds)+1 || t.Failed() {
+		t.Errorf("%d lines, want %d:\n%s", len(lines), len(ds)+1, out)
 	}
 }

@@ -88,8 +88,8 @@ func TestAggregateCountsIPv6ByConfiguredPrefix(t *testing.T) {
 		args      []string
 		want, not string
 	}{
-		{[]string{"--config", cfg56}, "| 2001:db8:1:200::/56 | 256 |", "::/64"},
-		{nil, "::/64 | 1 |", "::/56"},
+		{[]string{"--config", cfg56}, "| `2001:db8:1:200::/56` | 256 |", "::/64"},
+		{nil, "::/64` | 1 |", "::/56"},
 	} {
 		args := append([]string{"report", "--decisions-dir", logDir, "--from", t0.Format(time.RFC3339), "--to", t0.Add(time.Minute).Format(time.RFC3339), "--format", "md"}, c.args...)
 		code, out, errs := runCLI(t, nil, args...)

@@ -73,6 +73,18 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", " "}, 2, "--by is empty"},
 		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--pending"}, 2, "--pending: with add only"},
 		{[]string{"lists", "add", "--config", "x.yaml", "192.0.2.1", "--by", "a"}, 2, "lists add: want --list"},
+		// A bad target, and a /0 without --everyone, are bad input too,
+		// found before the configuration is read; they exited 1.
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "bogus", "--by", "a"}, 2, `target "bogus": not an IP address, a CIDR or user:<id>`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "10.0.0.1/8", "--by", "a"}, 2, `target "10.0.0.1/8": host bits set; want 10.0.0.0/8, or 10.0.0.1 for the one address`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "10.0.0.0/33", "--by", "a"}, 2, `target "10.0.0.0/33": not an IP address`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "user:", "--by", "a"}, 2, `target "user:": empty user id; want user:<id>`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "allow", "0.0.0.0/0", "--by", "a"}, 2, "add 0.0.0.0/0 to allow: it holds every IPv4 client, and every one of them would pass every limit; give --everyone to mean it"},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "::/0", "--by", "a"}, 2, "add ::/0 to deny: it holds every IPv6 client"},
+		{[]string{"lists", "remove", "--config", "x.yaml", "--list", "deny", "bogus", "--by", "a"}, 2, `target "bogus": not an IP address`},
+		{[]string{"lists", "approve", "--config", "x.yaml", "--list", "deny", "10.0.0.1/8", "--by", "a"}, 2, `target "10.0.0.1/8": host bits set`},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a", "--reason", "a\x1b[2Jb"}, 2, "--reason: reason with a control character at byte 2; want printable text"},
+		{[]string{"lists", "add", "--config", "x.yaml", "--list", "deny", "192.0.2.1", "--by", "a\tb"}, 2, "--by: by with a control character at byte 2; want printable text"},
 		{[]string{"aws", "--help"}, 0, "Usage: ratewarden aws init"},
 		{[]string{"aws"}, 2, "Usage: ratewarden aws init"},
 		// Names AWS refuses are bad flags, found before anything is
@@ -333,6 +345,34 @@ func TestEdgeAdminPortTaken(t *testing.T) {
 		code, _, errs := runCLI(t, nil, args...)
 		if code != 1 || !strings.Contains(errs, "admin listen") || strings.Contains(errs, "edge listening") {
 			t.Errorf("%s: exit %d, want 1, the admin listener's error and no edge listening:\n%s", command, code, errs)
+		}
+	}
+}
+
+// TestFailedStartLeavesNothing: edge, rls, authz and serve that cannot
+// listen (their port taken) exit 1 and leave none of the directories they
+// made for their decisions (and serve's state and partials), the missing
+// parents included, and nothing that was there before is touched. Before,
+// each left the decision log it had opened in a fresh directory.
+func TestFailedStartLeavesNothing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, command := range []string{"edge", "rls", "authz", "serve"} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "kept"), []byte("mine"), 0o644)
+		args := []string{command, "--listen", taken.Addr().String(), "--admin-listen", "off", "--decisions-dir", filepath.Join(dir, "new", "log")}
+		if command == "serve" {
+			args = append(args, "--dashboard-listen", "off", "--state-dir", filepath.Join(dir, "state"), "--partials-dir", filepath.Join(dir, "partials"))
+		}
+		code, _, errs := runCLI(t, nil, args...)
+		if code != 1 || !strings.Contains(errs, "address already in use") {
+			t.Errorf("%s: exit %d, want 1 and the port in use:\n%s", command, code, errs)
+		}
+		if es, _ := os.ReadDir(dir); len(es) != 1 || es[0].Name() != "kept" {
+			t.Errorf("%s: after a failed start the directory holds %v, want kept alone", command, es)
 		}
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratewarden/ratewarden/internal/clientip"
+	"github.com/ratewarden/ratewarden/internal/texttable"
 	"github.com/ratewarden/ratewarden/internal/visible"
 )
 
@@ -92,7 +92,7 @@ func Show(w io.Writer, es []Entry, now time.Time, nat clientip.NAT64, asJSON boo
 	if column {
 		head, read = "READ AS\t", func(i int) string { return dash(readAs[i]) + "\t" }
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := texttable.NewWriter(w, 2)
 	fmt.Fprintf(tw, "LIST\tTARGET\t%sSTATE\tEXPIRES\tADDED\tBY\tREASON\n", head)
 	for i, e := range es {
 		never := "never"

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivo/uniseg"
+
 	"github.com/ratewarden/ratewarden/internal/clientip"
 )
 
@@ -61,5 +63,42 @@ func TestShow(t *testing.T) {
 		if !bytes.Equal(b.Bytes(), want) {
 			t.Errorf("%s:\n%s\nwant\n%s", c.file, b.Bytes(), want)
 		}
+	}
+}
+
+// TestShowWideCharacters: the table of `lists show` lines its columns up
+// as a terminal draws them: a target, a writer or a reason in CJK (two
+// columns a character), emoji or letters with combining marks (none)
+// starts the next column where the header's does. It padded by
+// characters (text/tabwriter), so such an entry shifted the columns after
+// it.
+func TestShowWideCharacters(t *testing.T) {
+	es, err := ParseEntries(strings.NewReader(`user:alice by=alice reason=x
+user:山田太郎 by=山田 reason=x
+"user:e\u0301e\u0301x" by=😀😀 reason=x
+`), "t.list", Challenge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := Show(&b, es, t0, clientip.NAT64{}, false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	column := func(line, s string) int { return uniseg.StringWidth(line[:strings.Index(line, s)]) }
+	for _, col := range [][2]string{{"STATE", "active"}, {"REASON", " x"}} {
+		want := column(lines[0], col[0])
+		for i, line := range lines[1:] {
+			got := column(line, col[1])
+			if col[1][0] == ' ' {
+				got++
+			}
+			if got != want {
+				t.Errorf("row %d: %s starts at column %d, want %d (the header's)", i+1, col[0], got, want)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Log("\n" + b.String())
 	}
 }
