@@ -168,3 +168,42 @@ func TestRunLogBadTime(t *testing.T) {
 	}
 	sameFiles(t, "by record batch", outs[1], outs[0])
 }
+
+// TestKinesisLambdaBadTime: the Lambda aggregator skips and counts
+// (Invocation.BadTime, LambdaStats.BadTime) events without a time and
+// events of the last window of int64 time, as the Rollup does, from Arrow
+// columns and event by event alike, as the first event of a record and
+// alone in one; before, the zero time opened a window of 1754, written as
+// a partial and as EMF CloudWatch refuses.
+func TestKinesisLambdaBadTime(t *testing.T) {
+	ds := testEvents(1201)
+	for _, i := range []int{0, 7, 500, 501, 777, 1200} { // 500: a record's first; 1200: the JSON record, alone
+		ds[i].Time = time.Time{}
+	}
+	ds[900].Time, ds[901].Time = decisions.MaxTime, lastWindow
+	const bad = 8
+	ev := kinesisEvent(t, ds)
+	var outs [2]map[string][]byte
+	for i, perEvent := range []bool{true, false} {
+		dir := t.TempDir()
+		var inv Invocation
+		l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}}, Window: time.Second, perEvent: perEvent,
+			OnInvocation: func(_ context.Context, got Invocation) { inv = got }}
+		if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%v %+v", err, resp)
+		}
+		if st := l.Stats(); st.Events != uint64(len(ds)) || st.BadTime != bad || inv.BadTime != bad {
+			t.Errorf("per event %v: stats %+v, invocation %d of bad time; want %d events, %d of bad time", perEvent, st, inv.BadTime, len(ds), bad)
+		}
+		if n := storedEvents(t, dir); n != uint64(len(ds)-bad) {
+			t.Errorf("per event %v: %d events stored, want %d", perEvent, n, len(ds)-bad)
+		}
+		outs[i] = files(t, dir)
+		for name := range outs[i] {
+			if filepath.Base(filepath.Dir(name)) != t0.Format(time.DateOnly) {
+				t.Errorf("per event %v: %s: want only windows of %s", perEvent, name, t0.Format(time.DateOnly))
+			}
+		}
+	}
+	sameFiles(t, "columns", outs[1], outs[0])
+}
