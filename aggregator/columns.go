@@ -668,7 +668,12 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 	var future uint64
 	times := b.times
 	for i := lo; i < hi; {
-		start := windowStartNs(times[i], size)
+		start, ok := windowOf(times[i], size)
+		if !ok {
+			r.stats.BadTime++
+			i++
+			continue
+		}
 		// start+size <= closedNs, without the sum wrapping at the end of
 		// time (Add compares times, which do not wrap).
 		late := anyClosed && closedNs > start && uint64(closedNs-start) >= uint64(size) || r.emittedAheadHas(start)
@@ -682,7 +687,9 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 		j, first := i, i
 		opens := w == nil && !(late && r.o.Late == LateDrop)
 		// uint64: times centuries apart are further apart than int64 holds.
-		for span := uint64(windowSpanNs(start, size)); j < hi && times[j] >= start && uint64(times[j]-start) < span; j++ {
+		// A row without a time (NullTime) ends the run: the window of
+		// 1754 it falls in may be open.
+		for span := uint64(windowSpanNs(start, size)); j < hi && times[j] >= start && uint64(times[j]-start) < span && times[j] != columnar.NullTime; j++ {
 			t := times[j]
 			if seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
 				latest = max(latest, t) // the present, nothing held ahead
@@ -778,8 +785,12 @@ func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 	ahead, skew := r.ahead, int64(r.o.MaxSkew) // a copy: only simulated
 	for i := lo; i < hi; i++ {
 		t := b.times[i]
+		start, ok := windowOf(t, size)
+		if !ok {
+			continue // skipped (BadTime)
+		}
 		latest, seen, _ = ahead.observe(latest, seen, t, skew)
-		if start := windowStartNs(t, size); (!anyClosed || start+size > closedNs) && !r.emittedAheadHas(start) {
+		if (!anyClosed || start+size > closedNs) && !r.emittedAheadHas(start) {
 			// A window refused with the windows open before the batch is
 			// refused (the windows the batch opens only add to them).
 			if (!open || start < oldest) && (r.open[start] != nil || !r.refuses(false, start, latest, seen)) {

@@ -223,26 +223,31 @@ func TestDueEndFuture(t *testing.T) {
 }
 
 // TestRestoreSnapshotV1: snapshots of version 1 (before MaxSkew), 2
-// (before MaxAhead) and 3 (before the top-K filters) still restore.
+// (before MaxAhead), 3 (before the top-K filters) and 4 (before BadTime)
+// still restore.
 func TestRestoreSnapshotV1(t *testing.T) {
 	r := NewRollup(Options{})
 	for i, d := range at(seconds(0, 70)...) {
 		r.Add(&d, uint64(i))
 	}
 	collect(t, r, false)
-	v4, err := r.AppendSnapshot(nil)
+	now, err := r.AppendSnapshot(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v3 := snapshotV3(t, r, v4)
+	v4, v3 := snapshotV4(t, r, now), snapshotV3(t, r, now)
 	// Version 3 appended the AheadDropped and CorrectionsDropped counts;
 	// version 2 the Future and Folded counts, the number held ahead and
 	// the number of windows emitted ahead: all 0.
 	for _, old := range []struct {
 		v    byte
 		drop int
-	}{{3, 0}, {2, 2}, {1, 6}} {
-		b := append([]byte(nil), v3[:len(v3)-old.drop]...)
+	}{{4, 0}, {3, 0}, {2, 2}, {1, 6}} {
+		from := v3
+		if old.v == 4 {
+			from = v4
+		}
+		b := append([]byte(nil), from[:len(from)-old.drop]...)
 		b[len(snapshotMagic)] = old.v
 		back := NewRollup(Options{})
 		if err := back.Restore(b); err != nil {
@@ -252,8 +257,8 @@ func TestRestoreSnapshotV1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(again, v4) || back.Stats().Windows != 1 {
-			t.Errorf("restored from version %d: %d windows; snapshot differs: %v", old.v, back.Stats().Windows, !bytes.Equal(again, v4))
+		if !bytes.Equal(again, now) || back.Stats().Windows != 1 {
+			t.Errorf("restored from version %d: %d windows; snapshot differs: %v", old.v, back.Stats().Windows, !bytes.Equal(again, now))
 		}
 	}
 }
@@ -452,9 +457,11 @@ func TestRollupFutureEventCorrect(t *testing.T) {
 }
 
 // TestRollupLatestTime: an event of the last window readers take (its
-// window ends past decisions.MaxTime, where start + size wraps) is counted
-// in its window through the columnar path as through Add, not dropped as
-// late behind windows of the present that closed.
+// window ends past decisions.MaxTime, where start + size wraps) is skipped
+// and counted as BadTime through the columnar path as through Add (see
+// TestRollupLastWindowRestart), not dropped as late behind windows of the
+// present that closed; an event 90 minutes before it is counted in its
+// window.
 func TestRollupLatestTime(t *testing.T) {
 	ds := at(seconds(0, 5)...)
 	ds = append(ds, ds[1], ds[2])
@@ -464,8 +471,8 @@ func TestRollupLatestTime(t *testing.T) {
 	if !slices.Equal(columns.outs, events.outs) || columns.stats != events.stats {
 		t.Errorf("columns: %+v %+v\nevents: %+v %+v", columns.outs, columns.stats, events.outs, events.stats)
 	}
-	if events.stats.Late != 0 || len(events.outs) != 8 {
-		t.Errorf("events: %+v %+v: want 8 windows and none late", events.outs, events.stats)
+	if events.stats.Late != 0 || len(events.outs) != 7 || events.stats.BadTime != 1 {
+		t.Errorf("events: %+v %+v: want 7 windows, none late and 1 of bad time", events.outs, events.stats)
 	}
 }
 
@@ -496,31 +503,11 @@ func TestRollupEarliestTime(t *testing.T) {
 	// whose distance to them overflows int64: each in its own window.
 	ds = append(ds, ds[1])
 	ds[len(ds)-1].Time = time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
-	windows := func(columns bool) map[time.Time]uint64 {
-		r := NewRollup(Options{Window: time.Hour})
-		if columns {
-			if err := columnar.NewDecoder().DecodeColumns(encodeBatches(t, ds, len(ds))[0], func(c *columnar.Columns) error {
-				r.AddBatch(c, 0)
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			for i := range ds {
-				r.Add(&ds[i], uint64(i))
-			}
-		}
-		out := map[time.Time]uint64{}
-		if err := r.Flush(true, func(o Output) error { out[o.Partial.Start] += o.Partial.Events; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	want := map[time.Time]uint64{decisions.MinTime: 1, ds[len(ds)-1].Time: 1, t0: uint64(len(ds) - 2)}
-	if got := windows(false); !maps.Equal(got, want) {
+	if got, _ := windowEvents(t, ds, Options{Window: time.Hour}, false); !maps.Equal(got, want) {
 		t.Errorf("events by window %v, want %v", got, want)
 	}
-	if got := windows(true); !maps.Equal(got, want) {
+	if got, _ := windowEvents(t, ds, Options{Window: time.Hour}, true); !maps.Equal(got, want) {
 		t.Errorf("columns: events by window %v, want %v", got, want)
 	}
 }

@@ -134,6 +134,10 @@ type Invocation struct {
 	// MaxCorrections + 1 windows (a group's last part is written at its
 	// end, as a group in one part is).
 	EarlyWrites uint64
+	// BadTime counts decisions skipped for their time, as
+	// RollupStats.BadTime: the zero time, or the last window of int64
+	// nanoseconds.
+	BadTime uint64
 }
 
 // LambdaStats count what a KinesisLambda did: the decoding counts of the
@@ -141,8 +145,8 @@ type Invocation struct {
 type LambdaStats struct {
 	kinesis.LambdaStats
 	Outputs uint64 // partials written to every sink
-	// Folded and EarlyWrites sum the invocations'.
-	Folded, EarlyWrites uint64
+	// Folded, EarlyWrites and BadTime sum the invocations'.
+	Folded, EarlyWrites, BadTime uint64
 }
 
 // Handle handles one invocation: a kinesis.LambdaHandler hands its commit
@@ -168,6 +172,7 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	l.stats.Outputs += uint64(inv.Outputs)
 	l.stats.Folded += inv.Folded
 	l.stats.EarlyWrites += inv.EarlyWrites
+	l.stats.BadTime += inv.BadTime
 	for _, p := range inv.Problems {
 		if len(l.problems) < 100 {
 			l.problems = append(l.problems, p)
@@ -384,17 +389,27 @@ func (r *lambdaRun) addEvents(ctx context.Context, b *stream.Batch) error {
 }
 
 // addDecisions rolls decisions up one by one, the first at position pos.
+// Those windowOf refuses are counted (BadTime) and skipped: the record
+// enters with its first other event, and a record of none is as one of
+// no events.
 func (r *lambdaRun) addDecisions(ctx context.Context, ds []decisions.Decision, pos stream.Position) error {
-	if len(ds) == 0 {
-		return nil
-	}
-	if err := r.enter(ctx, pos.Seq, windowStart(ds[0].Time, r.o.Window)); err != nil {
-		return err
-	}
+	w := int64(r.o.Window)
+	entered := false
 	for j := range ds {
 		d := &ds[j]
+		start, ok := windowOf(d.Time.UnixNano(), w)
+		if !ok {
+			r.inv.BadTime++
+			continue
+		}
+		if !entered {
+			if err := r.enter(ctx, pos.Seq, start); err != nil {
+				return err
+			}
+			entered = true
+		}
 		at := stream.Position{Seq: pos.Seq, Sub: pos.Sub + int64(j)}
-		p, err := r.window(ctx, windowStart(d.Time, r.o.Window), at)
+		p, err := r.window(ctx, start, at)
 		if err != nil {
 			return err
 		}
@@ -414,13 +429,23 @@ func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 	}
 	r.batch.Prepare(rows.Columns)
 	times, w := r.batch.Times(), int64(r.o.Window)
-	if err := r.enter(ctx, rows.Pos.Seq, windowStartNs(times[rows.Lo], w)); err != nil {
-		return err
-	}
+	entered := false
 	for i := rows.Lo; i < len(times); {
-		start := windowStartNs(times[i], w)
-		j, span := i+1, uint64(windowSpanNs(start, w)) // uint64: see Rollup.addPrepared
-		for j < len(times) && times[j] >= start && uint64(times[j]-start) < span {
+		start, ok := windowOf(times[i], w)
+		if !ok {
+			r.inv.BadTime++ // as addDecisions
+			i++
+			continue
+		}
+		if !entered {
+			if err := r.enter(ctx, rows.Pos.Seq, start); err != nil {
+				return err
+			}
+			entered = true
+		}
+		// uint64: see Rollup.addPrepared; so is NullTime.
+		j, span := i+1, uint64(windowSpanNs(start, w))
+		for j < len(times) && times[j] >= start && uint64(times[j]-start) < span && times[j] != columnar.NullTime {
 			j++
 		}
 		p, err := r.window(ctx, start, stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(i)})

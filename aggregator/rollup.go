@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/columnar"
 )
 
 // LatePolicy says what becomes of an event whose window was already
@@ -290,6 +291,12 @@ type RollupStats struct {
 	// because their window had no pending correction and
 	// Options.MaxCorrections corrections were pending already.
 	CorrectionsDropped uint64
+	// BadTime counts events skipped for their time (see windowOf): the
+	// zero time, which only a hand-made or hostile record carries, or a
+	// time in the last window of int64 nanoseconds, which ends past
+	// decisions.MaxTime. They are in no window and do not move the
+	// watermark.
+	BadTime uint64
 }
 
 // add adds t's counts to s.
@@ -303,6 +310,7 @@ func (s *RollupStats) add(t RollupStats) {
 	s.Folded += t.Folded
 	s.AheadDropped += t.AheadDropped
 	s.CorrectionsDropped += t.CorrectionsDropped
+	s.BadTime += t.BadTime
 }
 
 // sub returns s less t: what a rollup did between t and s, two of its
@@ -310,7 +318,8 @@ func (s *RollupStats) add(t RollupStats) {
 func (s RollupStats) sub(t RollupStats) RollupStats {
 	return RollupStats{Events: s.Events - t.Events, Late: s.Late - t.Late, LateDropped: s.LateDropped - t.LateDropped,
 		Windows: s.Windows - t.Windows, Corrections: s.Corrections - t.Corrections, Future: s.Future - t.Future,
-		Folded: s.Folded - t.Folded, AheadDropped: s.AheadDropped - t.AheadDropped, CorrectionsDropped: s.CorrectionsDropped - t.CorrectionsDropped}
+		Folded: s.Folded - t.Folded, AheadDropped: s.AheadDropped - t.AheadDropped, CorrectionsDropped: s.CorrectionsDropped - t.CorrectionsDropped,
+		BadTime: s.BadTime - t.BadTime}
 }
 
 // OverCap returns the events dropped past a cap on the windows held:
@@ -382,8 +391,6 @@ func (r *Rollup) Watermark() time.Time {
 	return r.latest.Add(-r.o.Lateness)
 }
 
-func (r *Rollup) windowStart(t time.Time) int64 { return windowStart(t, r.o.Window) }
-
 // windowStart is the start, in Unix nanoseconds, of the window of length
 // size that holds t: windows are aligned on the Unix epoch.
 func windowStart(t time.Time, size time.Duration) int64 {
@@ -406,6 +413,24 @@ func windowStartNs(n, w int64) int64 {
 	return n - r - w
 }
 
+// windowOf returns the start (windowStartNs) of the window of w
+// nanoseconds holding an event at t (Unix nanoseconds), and whether a
+// rollup takes the event: not when it has no time, the zero time.Time,
+// which only a hand-made or hostile record carries (its UnixNano is
+// columnar.NullTime, in 1754: a window there is one CloudWatch refuses),
+// nor when its window ends past decisions.MaxTime (the last window of
+// int64 nanoseconds, in 2262), since that end, the rollup's closing time
+// once the window is emitted, would wrap into 1677 as Unix nanoseconds, in
+// the columnar path and in the snapshot. Every path through which an
+// event enters a window asks it first; what it refuses is counted as
+// RollupStats.BadTime. The columnar path reads an event of
+// 1754-08-30T22:43:41.128654848Z, the zero time's UnixNano, as the zero
+// time, and so does Add.
+func windowOf(t, w int64) (int64, bool) {
+	start := windowStartNs(t, w)
+	return start, t != columnar.NullTime && start <= math.MaxInt64-w
+}
+
 // windowSpanNs is how far the window starting at start (windowStartNs)
 // reaches: w, or less for the window of the earliest times.
 func windowSpanNs(start, w int64) int64 {
@@ -419,11 +444,16 @@ func windowSpanNs(start, w int64) int64 {
 func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 	r.next = max(r.next, seq+1)
 	r.active = true
-	start := r.windowStart(d.Time)
+	r.stats.Events++
+	t := d.Time.UnixNano()
+	start, ok := windowOf(t, int64(r.o.Window))
+	if !ok {
+		r.stats.BadTime++
+		return
+	}
 	end := time.Unix(0, start).Add(r.o.Window)
 	closed := r.isClosed(start, end)
-	r.stats.Events++
-	r.see(d.Time.UnixNano())
+	r.see(t)
 	m := r.open
 	if closed {
 		r.stats.Late++
@@ -620,11 +650,11 @@ const snapshotMagic = "RWR"
 // snapshotVersion 2 added the Future and Folded counts and the events
 // held ahead; 3 the AheadDropped and CorrectionsDropped counts; 4 each
 // window's top-K filters after its partial (Offenders.appendFilters),
-// without which a restored list starts its filter's bounds at its Floor.
-// Restore reads versions 1 to 3 too. Each window's partial carries its
-// own encoding version (DecodePartial reads every one), so a new partial
-// version needs no new snapshot version.
-const snapshotVersion = 4
+// without which a restored list starts its filter's bounds at its Floor;
+// 5 the BadTime count. Restore reads versions 1 to 4 too. Each window's
+// partial carries its own encoding version (DecodePartial reads every
+// one), so a new partial version needs no new snapshot version.
+const snapshotVersion = 5
 
 // Next is one past the highest sequence number added: where a restored
 // Rollup's caller resumes reading.
@@ -673,6 +703,7 @@ func (r *Rollup) AppendSnapshot(b []byte) ([]byte, error) {
 	}
 	b = appendUvarint(b, r.stats.AheadDropped)
 	b = appendUvarint(b, r.stats.CorrectionsDropped)
+	b = appendUvarint(b, r.stats.BadTime)
 	return b, nil
 }
 
@@ -747,6 +778,9 @@ func (r *Rollup) Restore(snapshot []byte) error {
 	}
 	if v >= 3 {
 		st.AheadDropped, st.CorrectionsDropped = rd.uvarint(), rd.uvarint()
+	}
+	if v >= 5 {
+		st.BadTime = rd.uvarint()
 	}
 	if rd.err == nil && len(rd.b) != 0 {
 		rd.fail(fmt.Errorf("%d bytes after the end", len(rd.b)))

@@ -223,7 +223,7 @@ func TestStateRefusesWhatNoWriterMakes(t *testing.T) {
 				b, _ = appendPartial(b, p, true)
 				b = p.Offenders.appendFilters(b)
 			}
-			for range 1 + 7 + 1 + 1 + 2 { // no late windows; the counts; nothing held or emitted ahead
+			for range 1 + 7 + 1 + 1 + 2 + 1 { // no late windows; the counts; nothing held or emitted ahead; no bad time
 				b = appendUvarint(b, 0)
 			}
 			return b

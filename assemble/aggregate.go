@@ -53,6 +53,7 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 		{"ratewarden.aggregator.future", "Events more than --max-skew ahead of the latest event time: rolled up, but they did not move the watermark.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Future) }},
 		{"ratewarden.aggregator.ahead.dropped", "Events dropped rather than open one more window ahead of the latest event time, past the cap (256).", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.AheadDropped) }},
 		{"ratewarden.aggregator.corrections.dropped", "Late events dropped rather than open one more pending correction, past the cap (256).", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.CorrectionsDropped) }},
+		{"ratewarden.aggregator.bad.time", "Events skipped for their time: none (the zero time) or in the last window before the end of int64 nanoseconds (2262-04-11T23:47:16Z); in no window.", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.BadTime) }},
 		{"ratewarden.aggregator.folded", "Decisions counted under __other__: a tier, rule, node or reason past a window's distinct names (4096 each).", "{event}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Folded) }},
 		{"ratewarden.aggregator.windows", "Windows emitted.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Windows) }},
 		{"ratewarden.aggregator.corrections", "Corrections of windows emitted.", "{window}", false, func(s snapshot) int64 { return int64(s.run.Rollup.Corrections) }},

@@ -466,9 +466,10 @@ func emfWarn(w io.Writer, cmd string) func(reason string, err error) {
 // heldBack says what a run's rollup took in but did not count as it
 // came, as every summary line (log, stdin, Kinesis) shows it: the events
 // too far ahead to move the watermark, the decisions folded into
-// __other__, and the events dropped past the caps.
+// __other__, the events dropped past the caps, and the events skipped
+// for their time (none, or past the last window of int64 nanoseconds).
 func heldBack(r aggregator.RollupStats) string {
-	return fmt.Sprintf("future %d, folded %d, over cap %d", r.Future, r.Folded, r.OverCap())
+	return fmt.Sprintf("future %d, folded %d, over cap %d, bad time %d", r.Future, r.Folded, r.OverCap(), r.BadTime)
 }
 
 // lossSummary says what the run could not read: "lost 0 events", or the

@@ -208,6 +208,7 @@ func logInvocation(ctx context.Context, log *slog.Logger, inv aggregator.Invocat
 		slog.String("request_id", requestID), slog.String("shard", inv.Shard), slog.String("from", inv.From), slog.String("to", inv.To),
 		slog.Uint64("records", inv.Records), slog.Uint64("events", inv.Events), slog.Uint64("corrupt", inv.Corrupt),
 		slog.Int("outputs", inv.Outputs), slog.Uint64("folded", inv.Folded), slog.Uint64("early_writes", inv.EarlyWrites),
+		slog.Uint64("bad_time", inv.BadTime),
 		slog.String("failed_at", inv.FailedAt), slog.String("err", errText),
 		slog.Uint64("emf_rejected_total", emfRejected), slog.Any("problems", problems))
 }

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratewarden/ratewarden/decisions"
+)
+
+// badTimeDecisions returns decisions of the hour before now, with one
+// whose time is the zero time (no "time" a reader can place) and one at
+// decisions.MaxTime (the last window of int64 nanoseconds) among them.
+func badTimeDecisions() []decisions.Decision {
+	start := time.Now().UTC().Add(-time.Hour).Truncate(time.Minute)
+	var ds []decisions.Decision
+	for i := range 20 {
+		ds = append(ds, decisions.Decision{Kind: decisions.KindDecision, Time: start.Add(time.Duration(i) * 5 * time.Second), Node: "edge-1",
+			Tier: "anonymous", Rule: "anonymous:global", Outcome: decisions.Allow, ClientIP: netip.MustParseAddr("203.0.113.7")})
+	}
+	ds[3].Time, ds[11].Time = time.Time{}, decisions.MaxTime
+	return ds
+}
+
+// TestAggregateBadTime: `aggregate --stdin` and `replay` skip an event
+// whose time is the zero time and one of the last window of int64
+// nanoseconds, count them on the summary line ("bad time 2"), and write no
+// window for them. Before, the zero time opened a window of 1754, whose
+// EMF documents aggregate refused and counted ("emf rejected 5") and
+// replay wrote, and the event of 2262 opened one there.
+func TestAggregateBadTime(t *testing.T) {
+	ds := badTimeDecisions()
+	var in bytes.Buffer
+	for i := range ds {
+		in.Write(append(decisions.AppendJSON(nil, &ds[i]), '\n'))
+	}
+	var out, errs bytes.Buffer
+	if err := runAggregate(context.Background(), []string{"--stdin", "--emf", "stdout", "--admin-listen", "off"}, &in, &out, &errs); err != nil {
+		t.Fatalf("aggregate --stdin: %v\n%s", err, errs.String())
+	}
+	if !strings.Contains(errs.String(), " events 20, late 0, ") || !strings.Contains(errs.String(), " bad time 2,") || strings.Contains(errs.String(), "emf rejected") {
+		t.Errorf("aggregate --stdin: stderr %q, want 20 events, 2 of bad time, no EMF rejected", errs.String())
+	}
+	for _, year := range []string{"1754-", "2262-"} {
+		if strings.Contains(out.String(), year) {
+			t.Errorf("aggregate --stdin: EMF of a window of %s", year)
+		}
+	}
+
+	dir := t.TempDir()
+	writeDecisions(t, filepath.Join(dir, "log"), ds)
+	code, _, stderr := runCLI(t, nil, "replay", "--decisions-dir", filepath.Join(dir, "log"), "--out", filepath.Join(dir, "out"))
+	if code != 0 || !strings.Contains(stderr, "replay: events 20, late 0 (dropped 0), ") || !strings.Contains(stderr, " bad time 2,") {
+		t.Fatalf("replay: exit %d, stderr %q, want 20 events, 2 of bad time", code, stderr)
+	}
+	days := map[string]bool{ds[0].Time.Format(time.DateOnly): true, ds[len(ds)-1].Time.Format(time.DateOnly): true}
+	for name := range snapshot(t, filepath.Join(dir, "out", "partials")) {
+		if !days[filepath.Base(filepath.Dir(name))] {
+			t.Errorf("replay wrote %s, want only windows of %v", name, days)
+		}
+	}
+}
