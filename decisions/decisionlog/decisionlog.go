@@ -175,10 +175,10 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 		if !ok {
 			continue
 		}
-		r.batch, err = r.dec.DecodePayload(columnar.Codec(rec.Codec), rec.Payload, r.batch[:0])
+		r.batch, err = r.dec.DecodeCountedPayload(columnar.Codec(rec.Codec), rec.Payload, int(rec.Count), r.batch[:0])
 		if err != nil {
-			r.undecodable(rec.FirstOffset, int(rec.Count), err)
-			r.batch = r.batch[:0]
+			// A payload of fewer events than its record says keeps them.
+			r.undecodable(rec.FirstOffset, int(rec.Count)-len(r.batch), err)
 		}
 		r.next, r.offset = 0, rec.FirstOffset
 	}
@@ -265,7 +265,7 @@ func (r *Reader) NextRows(ctx context.Context, follow bool, f func(*Rows) error)
 		}
 		off := rec.FirstOffset
 		var ferr error
-		err = r.dec.DecodeRows(columnar.Codec(rec.Codec), rec.Payload, func(rows columnar.Rows) error {
+		err = r.dec.DecodeCountedRows(columnar.Codec(rec.Codec), rec.Payload, int(rec.Count), func(rows columnar.Rows) error {
 			b := &r.rows
 			*b = Rows{Rows: rows, Offset: off, Skip: r.filterRows(rows, off)}
 			off += uint64(rows.Len())
@@ -277,7 +277,8 @@ func (r *Reader) NextRows(ctx context.Context, follow bool, f func(*Rows) error)
 		case ferr != nil && err == ferr:
 			return err
 		case err != nil:
-			r.undecodable(rec.FirstOffset, int(rec.Count), err)
+			// The rows handed before the error are read.
+			r.undecodable(rec.FirstOffset, int(rec.Count)-int(off-rec.FirstOffset), err)
 		}
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
@@ -693,4 +694,95 @@ func TestSourceLingerLogClosed(t *testing.T) {
 			t.Errorf("%d events in %d batches handed, want 10 in 1", evs, len(h.batches))
 		}
 	})
+}
+
+// TestRecordCountDisagrees: a record whose payload holds more events than
+// the record says (their offsets would run into the next record's) is
+// skipped, and one that holds fewer (a payload cut short) gives the events
+// it holds; both are counted and reported with the events the record says
+// it has and could not give, alike by the Reader (Next and NextRows) and
+// the Source.
+func TestRecordCountDisagrees(t *testing.T) {
+	for _, codec := range []columnar.Codec{columnar.CodecArrow, columnar.CodecJSON} {
+		t.Run(codec.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			l := openLog(t, dir)
+			g := decisiontest.NewGenerator(4, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+			var enc columnar.SizedEncoder
+			// declared and held: offsets 0-2, 3-4 (5 held), 5-9 (2 held), 10-12.
+			for _, rec := range []struct{ declared, held int }{{3, 3}, {2, 5}, {5, 2}, {3, 3}} {
+				ds := g.Batch(rec.held)
+				var payload []byte
+				if codec == columnar.CodecArrow {
+					var err error
+					if payload, err = enc.Encode(nil, ds); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					for i := range ds {
+						payload = append(decisions.AppendJSON(payload, &ds[i]), '\n')
+					}
+				}
+				if _, err := l.Append(seglog.Record{Count: uint32(rec.declared), MinTime: ds[0].Time, MaxTime: ds[len(ds)-1].Time, Codec: uint8(codec), Payload: payload}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wantOffs := []uint64{0, 1, 2, 5, 6, 10, 11, 12}
+			offsets := func(evs []event) []uint64 {
+				var out []uint64
+				for _, e := range evs {
+					out = append(out, e.off)
+				}
+				return out
+			}
+			evs, stats, _ := readerEvents(t, dir, decisionlog.Filter{})
+			if got := offsets(evs); !slices.Equal(got, wantOffs) {
+				t.Errorf("Next read offsets %v, want %v", got, wantOffs)
+			}
+			if stats.Events != 8 || stats.BadBatch != 2 || stats.BadEvents != 5 {
+				t.Errorf("Next: stats %+v, want 8 events, 2 bad records of 5 events", stats)
+			}
+
+			r, err := decisionlog.Open(dir, decisionlog.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			var rowOffs []uint64
+			for {
+				err := r.NextRows(context.Background(), false, func(rows *decisionlog.Rows) error {
+					for i := range rows.Len() {
+						rowOffs = append(rowOffs, rows.Offset+uint64(i))
+					}
+					return nil
+				})
+				if decisionlog.IsEnd(err) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !slices.Equal(rowOffs, wantOffs) || r.Stats() != stats || len(r.Undecodable()) != 2 {
+				t.Errorf("NextRows read offsets %v, stats %+v, %d undecodable; want %v, %+v, 2", rowOffs, r.Stats(), len(r.Undecodable()), wantOffs, stats)
+			}
+
+			var problems []error
+			src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Problem: func(err error) { problems = append(problems, err) }})
+			h := &recorder{}
+			if err := src.Run(context.Background(), h); err != nil {
+				t.Fatal(err)
+			}
+			if got := offsets(h.events); !slices.Equal(got, wantOffs) || src.Stats() != stats {
+				t.Errorf("Source handed offsets %v, stats %+v; want %v, %+v", got, src.Stats(), wantOffs, stats)
+			}
+			var ce *columnar.CountError
+			if len(problems) != 2 || !errors.As(problems[0], &ce) || !strings.Contains(problems[1].Error(), "holds 2 events where its record says 5") {
+				t.Errorf("problems %q: want the two records' counts", problems)
+			}
+		})
+	}
 }
