@@ -127,6 +127,54 @@ type reading struct {
 	badRecs []error // undecodable records, the first maxBadRecs
 	skip    []bool
 	times   []int64
+	// last is the time range of the last record read (ok: one was);
+	// placed is the log reader's Loss when its problems were last
+	// placed, and outside what of it place found outside the filter's
+	// time range.
+	last    struct{ min, max time.Time }
+	lastOK  bool
+	placed  seglog.Loss
+	outside seglog.Loss
+}
+
+// place places the problems the log reader met since it last read a
+// record: all of them lie between that record and rec, the record it
+// read next (nil at the end of the log). It returns "before" or "after"
+// when they are outside the filter's time range, and counts them there;
+// "" when they may hold events of it. A region is outside when the
+// records on either side of it are (at the end, the one before it):
+// before Since by their latest event, as a record is skipped whole, or,
+// without follow, at or after Until by their earliest.
+func (r *reading) place(rec *seglog.Record, follow bool) string {
+	lo := r.r.Loss()
+	d := seglog.Loss{Problems: lo.Problems - r.placed.Problems, Bytes: lo.Bytes - r.placed.Bytes,
+		Events: lo.Events - r.placed.Events, Gaps: lo.Gaps - r.placed.Gaps}
+	r.placed = lo
+	f := &r.filter
+	side := ""
+	switch {
+	case d.Problems == 0:
+	case !f.Since.IsZero() && rec != nil && rec.MaxTime.Before(f.Since) && (!r.lastOK || r.last.max.Before(f.Since)):
+		side = "before"
+	case !f.Until.IsZero() && !follow && r.lastOK && !r.last.min.Before(f.Until) && (rec == nil || !rec.MinTime.Before(f.Until)):
+		side = "after"
+	}
+	if side != "" {
+		o := &r.outside
+		o.Problems, o.Bytes, o.Events, o.Gaps = o.Problems+d.Problems, o.Bytes+d.Bytes, o.Events+d.Events, o.Gaps+d.Gaps
+	}
+	if rec != nil {
+		r.last.min, r.last.max, r.lastOK = rec.MinTime, rec.MaxTime, true
+	}
+	return side
+}
+
+// loss is the log reader's Loss without what place found outside the
+// filter's time range.
+func (r *reading) loss() seglog.Loss {
+	lo, o := r.r.Loss(), r.outside
+	lo.Problems, lo.Bytes, lo.Events, lo.Gaps = lo.Problems-o.Problems, lo.Bytes-o.Bytes, lo.Events-o.Events, lo.Gaps-o.Gaps
+	return lo
 }
 
 // maxBadRecs bounds the undecodable records a Reader keeps the errors of;

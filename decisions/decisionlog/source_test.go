@@ -340,16 +340,7 @@ func TestSourceLoss(t *testing.T) {
 	if err := os.Remove(segs[2]); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(segs[4])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := len(b) / 2; i < len(b)/2+16; i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(segs[4], b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	flipMiddle(t, segs[4])
 
 	var problems []error
 	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 100, Problem: func(err error) { problems = append(problems, err) }})
@@ -785,4 +776,64 @@ func TestRecordCountDisagrees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSourceLossOutsideRange: a corrupt region between records wholly
+// before Since, or wholly at or after Until, is counted apart (Outside),
+// not among the range's losses, and its problem says so; one beside a
+// record of the range is the range's.
+func TestSourceLossOutsideRange(t *testing.T) {
+	dir := t.TempDir()
+	l, err := seglog.Open(dir, seglog.Options{SegmentBytes: 1 << 10, Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	start := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	for i := range 10 { // a record of 40 events a minute, a segment each
+		if err := w.WriteBatch(decisiontest.NewGenerator(uint64(i), start.Add(time.Duration(i)*time.Minute)).Batch(40)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if len(segs) != 10 {
+		t.Fatalf("%d segments, want a record a segment", len(segs))
+	}
+	flipMiddle(t, segs[1]) // the record of 03:01
+	flipMiddle(t, segs[8]) // of 03:08
+	// since and until in minutes after 03:00, -1 for no bound.
+	f := func(since, until int, inside, outside uint64) {
+		t.Helper()
+		var problems []string
+		o := decisionlog.SourceOptions{Problem: func(err error) { problems = append(problems, err.Error()) }}
+		if since >= 0 {
+			o.Since = start.Add(time.Duration(since) * time.Minute)
+		}
+		if until >= 0 {
+			o.Until = start.Add(time.Duration(until) * time.Minute)
+		}
+		src := decisionlog.NewSource(dir, o)
+		if err := src.Run(context.Background(), &recorder{}); err != nil {
+			t.Fatal(err)
+		}
+		marked := 0
+		for _, p := range problems {
+			if strings.Contains(p, "the time range read: not counted") {
+				marked++
+			}
+		}
+		if lo, out := src.Loss(), src.Outside(); lo.Problems != inside || lo.Events != 40*inside || out.Problems != outside || out.Events != 40*outside || len(problems) != 2 || marked != int(outside) {
+			t.Errorf("03:%02d to 03:%02d: loss %+v, outside %+v, problems %q; want %d regions lost and %d outside, so marked", since, until, lo, out, problems, inside, outside)
+		}
+	}
+	f(4, 6, 0, 2)
+	f(1, 2, 1, 1)
+	f(0, 9, 2, 0)
+	f(2, 8, 2, 0)   // each beside a record of the range
+	f(-1, -1, 2, 0) // no range
+	f(4, -1, 1, 1)
+	f(-1, 5, 1, 1)
 }
