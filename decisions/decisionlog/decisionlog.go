@@ -135,17 +135,25 @@ type reading struct {
 	lastOK  bool
 	placed  seglog.Loss
 	outside seglog.Loss
+	sides   []problemSide // the problems outside, by number: the first maxBadRecs runs
+}
+
+// problemSide says that the log reader's problems from to to-1 are
+// outside the filter's time range, on side "before" or "after".
+type problemSide struct {
+	from, to uint64
+	side     string
 }
 
 // place places the problems the log reader met since it last read a
 // record: all of them lie between that record and rec, the record it
-// read next (nil at the end of the log). It returns "before" or "after"
-// when they are outside the filter's time range, and counts them there;
-// "" when they may hold events of it. A region is outside when the
+// read next (nil at the end of the log). It counts them Outside, and
+// keeps their side ("before" or "after", for problemErr), when they are
+// outside the filter's time range. A region is outside when the
 // records on either side of it are (at the end, the one before it):
 // before Since by their latest event, as a record is skipped whole, or,
 // without follow, at or after Until by their earliest.
-func (r *reading) place(rec *seglog.Record, follow bool) string {
+func (r *reading) place(rec *seglog.Record, follow bool) {
 	lo := r.r.Loss()
 	d := seglog.Loss{Problems: lo.Problems - r.placed.Problems, Bytes: lo.Bytes - r.placed.Bytes,
 		Events: lo.Events - r.placed.Events, Gaps: lo.Gaps - r.placed.Gaps}
@@ -162,11 +170,41 @@ func (r *reading) place(rec *seglog.Record, follow bool) string {
 	if side != "" {
 		o := &r.outside
 		o.Problems, o.Bytes, o.Events, o.Gaps = o.Problems+d.Problems, o.Bytes+d.Bytes, o.Events+d.Events, o.Gaps+d.Gaps
+		switch n := len(r.sides); {
+		case n > 0 && r.sides[n-1].to == lo.Problems-d.Problems && r.sides[n-1].side == side:
+			r.sides[n-1].to = lo.Problems
+		case n < maxBadRecs:
+			r.sides = append(r.sides, problemSide{lo.Problems - d.Problems, lo.Problems, side})
+		}
 	}
 	if rec != nil {
 		r.last.min, r.last.max, r.lastOK = rec.MinTime, rec.MaxTime, true
 	}
-	return side
+}
+
+// OutsideError is a problem of the log (a corrupt region, a missing
+// segment) between records wholly outside a reader's time range: it held
+// no event of the range, and is not counted as lost (Reader.Outside).
+type OutsideError struct {
+	seglog.Problem
+	Side string // "before" or "after"
+}
+
+func (e *OutsideError) Error() string {
+	return e.Problem.Error() + " (" + e.Side + " the time range read: not counted as lost)"
+}
+
+func (e *OutsideError) Unwrap() error { return e.Problem }
+
+// problemErr returns p, the log reader's problem number i, as an
+// *OutsideError when place found it outside the filter's time range.
+func (r *reading) problemErr(i uint64, p seglog.Problem) error {
+	for _, s := range r.sides {
+		if s.from <= i && i < s.to {
+			return &OutsideError{p, s.side}
+		}
+	}
+	return p
 }
 
 // loss is the log reader's Loss without what place found outside the
@@ -241,8 +279,10 @@ func (r *reading) record(ctx context.Context, follow bool) (rec seglog.Record, o
 		rec, err = r.r.Next(ctx)
 	}
 	if err != nil {
+		r.place(nil, follow)
 		return rec, false, err
 	}
+	r.place(&rec, follow)
 	return rec, r.keep(&rec, follow), nil
 }
 
@@ -385,19 +425,27 @@ func (r *Reader) Stats() ReadStats { return r.stats }
 func (r *Reader) Corrupt() []seglog.Problem { return r.r.Problems() }
 
 // Loss totals what the reader could not read: every corrupt region and
-// missing segment (Corrupt keeps the first 1000), and the events before the
-// log's oldest segment that Filter.From asked for.
-func (r *Reader) Loss() seglog.Loss { return r.r.Loss() }
+// missing segment (Corrupt keeps the first 1000) but those outside the
+// filter's time range (Outside), and the events before the log's oldest
+// segment that Filter.From asked for.
+func (r *Reader) Loss() seglog.Loss { return r.loss() }
+
+// Outside totals the corrupt regions and missing segments the reader met
+// between records wholly outside the filter's time range (Filter.Since
+// and Until): they held no event of it, and Loss does not count them.
+func (r *Reader) Outside() seglog.Loss { return r.outside }
 
 // Undecodable returns the errors of the first records whose payload could
 // not be decoded (ReadStats counts all of them).
 func (r *Reader) Undecodable() []error { return r.badRecs }
 
-// Problems returns Corrupt and Undecodable together, as errors.
+// Problems returns Corrupt and Undecodable together, as errors; a corrupt
+// region or missing segment outside the filter's time range (Outside) is
+// an *OutsideError.
 func (r *Reader) Problems() []error {
 	var out []error
-	for _, p := range r.r.Problems() {
-		out = append(out, p)
+	for i, p := range r.r.Problems() {
+		out = append(out, r.problemErr(uint64(i), p))
 	}
 	return append(out, r.badRecs...)
 }

@@ -397,7 +397,7 @@ func (s *Source) noteLoss(rec *seglog.Record, err error) {
 	if err != nil {
 		rec = nil
 	}
-	side := s.rd.place(rec, s.o.Follow)
+	s.rd.place(rec, s.o.Follow)
 	if s.o.Problem == nil {
 		return
 	}
@@ -410,12 +410,8 @@ func (s *Source) noteLoss(rec *seglog.Record, err error) {
 	if lo.Problems != seen.problems && !seen.corruptFull {
 		seen.problems = lo.Problems
 		ps := s.rd.r.Problems()
-		for _, p := range ps[min(seen.corrupt, len(ps)):] {
-			if side != "" {
-				s.o.Problem(fmt.Errorf("%w (%s the time range read: not counted as lost)", p, side))
-				continue
-			}
-			s.o.Problem(p)
+		for i := min(seen.corrupt, len(ps)); i < len(ps); i++ {
+			s.o.Problem(s.rd.problemErr(uint64(i), ps[i]))
 		}
 		seen.corruptFull = len(ps) == seen.corrupt
 		seen.corrupt = len(ps)

@@ -781,7 +781,7 @@ func TestRecordCountDisagrees(t *testing.T) {
 // TestSourceLossOutsideRange: a corrupt region between records wholly
 // before Since, or wholly at or after Until, is counted apart (Outside),
 // not among the range's losses, and its problem says so; one beside a
-// record of the range is the range's.
+// record of the range is the range's. The Source and the Reader agree.
 func TestSourceLossOutsideRange(t *testing.T) {
 	dir := t.TempDir()
 	l, err := seglog.Open(dir, seglog.Options{SegmentBytes: 1 << 10, Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
@@ -827,6 +827,24 @@ func TestSourceLossOutsideRange(t *testing.T) {
 		}
 		if lo, out := src.Loss(), src.Outside(); lo.Problems != inside || lo.Events != 40*inside || out.Problems != outside || out.Events != 40*outside || len(problems) != 2 || marked != int(outside) {
 			t.Errorf("03:%02d to 03:%02d: loss %+v, outside %+v, problems %q; want %d regions lost and %d outside, so marked", since, until, lo, out, problems, inside, outside)
+		}
+		// The Reader (decisions cat, report, whatif) alike.
+		r, err := decisionlog.Open(dir, decisionlog.Filter{Since: o.Since, Until: o.Until})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for {
+			if _, _, err := r.Next(context.Background(), false); err != nil {
+				break
+			}
+		}
+		var rproblems []string
+		for _, p := range r.Problems() {
+			rproblems = append(rproblems, p.Error())
+		}
+		if r.Loss() != src.Loss() || r.Outside() != src.Outside() || !slices.Equal(rproblems, problems) {
+			t.Errorf("03:%02d to 03:%02d: Reader: loss %+v, outside %+v, problems %q; want the Source's", since, until, r.Loss(), r.Outside(), rproblems)
 		}
 	}
 	f(4, 6, 0, 2)
