@@ -100,6 +100,10 @@ type RunStats struct {
 	// the run resumed. Read.BadEvents counts the events of records that
 	// could not be decoded.
 	Lost seglog.Loss
+	// Outside is what the log reader could not read outside the run's
+	// time range (LogOptions.Since and Until), not counted in Lost
+	// (decisionlog.Source.Outside).
+	Outside seglog.Loss
 }
 
 // RunLog rolls the decision log in o.Dir up and delivers the outputs to
@@ -138,7 +142,7 @@ func RunLog(ctx context.Context, o LogOptions) (RunStats, error) {
 	}
 	stats := func() RunStats {
 		s := run.stats()
-		s.Read, s.Lost, s.Next = src.Stats(), src.Loss(), run.next.Offset()
+		s.Read, s.Lost, s.Outside, s.Next = src.Stats(), src.Loss(), src.Outside(), run.next.Offset()
 		return s
 	}
 	if o.Progress != nil {

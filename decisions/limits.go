@@ -128,8 +128,18 @@ func (d *Decision) Clamp() bool {
 	}
 	changed := false
 	for _, f := range FieldCaps {
-		if v := f.Of(d); len(*v) > f.Max {
-			*v, changed = Cut(*v, f.Max), true
+		v := f.Of(d)
+		if fitsCap(*v, f.Max) {
+			continue
+		}
+		// Cut as readers would see it: each byte that is not UTF-8 a
+		// U+FFFD of three (a plan header of 100 such bytes is read as 300).
+		w := *v
+		if !utf8.ValidString(w) {
+			w = string(AppendValidUTF8(nil, w))
+		}
+		if len(w) > f.Max {
+			*v, changed = Cut(w, f.Max), true
 		}
 	}
 	switch {
@@ -150,11 +160,53 @@ func (d *Decision) Clamp() bool {
 // decision it writes.
 func (d *Decision) fits() bool {
 	sec := d.Time.Unix()
-	return len(d.UserID) <= MaxUserIDLen && len(d.Plan) <= MaxUserIDLen &&
-		len(d.Tier) <= MaxNameLen && len(d.Rule) <= MaxRuleLen && len(d.Node) <= MaxNameLen &&
-		len(d.Reason) <= MaxNameLen && len(d.ResponseError) <= MaxNameLen &&
-		len(d.List) <= MaxNameLen && len(d.Action) <= MaxNameLen &&
+	return fitsCap(d.UserID, MaxUserIDLen) && fitsCap(d.Plan, MaxUserIDLen) &&
+		fitsCap(d.Tier, MaxNameLen) && fitsCap(d.Rule, MaxRuleLen) && fitsCap(d.Node, MaxNameLen) &&
+		fitsCap(d.Reason, MaxNameLen) && fitsCap(d.ResponseError, MaxNameLen) &&
+		fitsCap(d.List, MaxNameLen) && fitsCap(d.Action, MaxNameLen) &&
 		d.Dropped <= MaxDropped && (minSec < sec && sec < maxSec || d.Time.IsZero())
+}
+
+// fitsCap reports whether s is at most max bytes as every codec writes
+// it (WrittenLen), looking at its bytes only when it is over a third of
+// max: the usual short value costs one comparison.
+func fitsCap(s string, max int) bool {
+	return len(s) <= max/3 || len(s) <= max && WrittenLen(s) <= max
+}
+
+// WrittenLen returns the length of s as every codec writes it, and so as
+// every reader reads it: each byte that is not part of valid UTF-8
+// becomes U+FFFD, three bytes (AppendValidUTF8).
+func WrittenLen(s string) int {
+	if utf8.ValidString(s) {
+		return len(s)
+	}
+	n := len(s)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			n += 2
+		}
+		i += size
+	}
+	return n
+}
+
+// AppendValidUTF8 appends s to dst with each byte that is not part of
+// valid UTF-8 replaced by U+FFFD, as every codec writes a string (JSON as
+// encoding/json does, Arrow's utf8 type promising valid UTF-8), and
+// returns the extended buffer.
+func AppendValidUTF8(dst []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, "\uFFFD"...)
+		} else {
+			dst = append(dst, s[i:i+size]...)
+		}
+		i += size
+	}
+	return dst
 }
 
 // minSec and maxSec are the seconds of MinTime and MaxTime: a time between
@@ -185,8 +237,8 @@ func (d *Decision) Check() error {
 			d.Time.Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano))
 	}
 	for _, f := range FieldCaps {
-		if n := len(*f.Of(d)); n > f.Max {
-			return FieldTooLong(f.Name, n, f.Max)
+		if v := *f.Of(d); !fitsCap(v, f.Max) {
+			return FieldTooLong(f.Name, WrittenLen(v), f.Max)
 		}
 	}
 	if d.Dropped > MaxDropped {

@@ -70,6 +70,15 @@ func TestFits(t *testing.T) {
 		if d.fits() || d.Check() == nil {
 			t.Errorf("%s of %d bytes fits, want not", f.Name, f.Max+1)
 		}
+		// A byte that is not UTF-8 is read as U+FFFD, three bytes.
+		*f.Of(&d) = strings.Repeat("\xff", f.Max/3)
+		if !d.fits() || d.Check() != nil {
+			t.Errorf("%s of %d bytes not UTF-8: fits %v, Check %v; want it to fit", f.Name, f.Max/3, d.fits(), d.Check())
+		}
+		*f.Of(&d) += "\xff"
+		if d.fits() || d.Check() == nil || !d.Clamp() || !d.fits() || d.Check() != nil {
+			t.Errorf("%s of %d bytes not UTF-8 fits, or does not once clamped", f.Name, f.Max/3+1)
+		}
 	}
 	for _, c := range []struct {
 		tm   time.Time

@@ -172,6 +172,9 @@ func RollLog(ctx context.Context, dir string, o aggregator.Options, from, to tim
 		progress(rd.Stats())
 	}
 	for _, e := range rd.Problems() {
+		if _, outside := errors.AsType[*decisionlog.OutsideError](e); outside {
+			continue // no event of the range was there
+		}
 		w.Problems = append(w.Problems, Problem{Source: dir, Error: e.Error()})
 	}
 	return w, nil

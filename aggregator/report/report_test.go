@@ -965,3 +965,48 @@ func TestReportUnknownOutcome(t *testing.T) {
 		t.Errorf("tiers %+v, rules %+v: want 4 requests each", r.Tiers, r.ByPath)
 	}
 }
+
+// TestRollLogCorruptionOutsideRange: a corrupt region of the log between
+// records wholly before the report's range held none of its events: the
+// report does not list it as unreadable nor call its totals partial; one
+// in the range it does.
+func TestRollLogCorruptionOutsideRange(t *testing.T) {
+	dir := t.TempDir()
+	l, err := seglog.Open(dir, seglog.Options{SegmentBytes: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	for i := range 6 { // a record a minute, a segment each
+		if err := w.WriteBatch(decisiontest.NewGenerator(uint64(i), t0.Add(time.Duration(i)*time.Minute)).Batch(40)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	b, err := os.ReadFile(segs[1]) // the minute t0+1m
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 2; i < len(b)/2+16; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(segs[1], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		from, to   time.Duration
+		unreadable int
+	}{{3 * time.Minute, 5 * time.Minute, 0}, {time.Minute, 2 * time.Minute, 1}} {
+		from, to := t0.Add(c.from), t0.Add(c.to)
+		rolled, err := RollLog(context.Background(), dir, aggregator.Options{TopK: 5}, from, to, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cov := Build(rolled, nil, Options{From: from, To: to, TopK: 5}).Coverage; len(cov.Unreadable) != c.unreadable || cov.Complete != (c.unreadable == 0) {
+			t.Errorf("%v to %v: unreadable %v, complete %v; want %d unreadable", c.from, c.to, cov.Unreadable, cov.Complete, c.unreadable)
+		}
+	}
+}

@@ -477,11 +477,16 @@ func heldBack(r aggregator.RollupStats) string {
 func lossSummary(s aggregator.RunStats) string {
 	lo := s.Lost
 	lost := lo.Events + lo.Removed + s.Read.BadEvents
-	if lost == 0 && lo.Problems == 0 && s.Read.BadBatch == 0 {
-		return "lost 0 events"
+	out := ""
+	if o := s.Outside; o.Problems > 0 {
+		out = fmt.Sprintf("; outside the time range, not counted: corrupt regions %d, corrupt bytes %d, missing segments %d, events %d",
+			o.Problems-o.Gaps, o.Bytes, o.Gaps, o.Events)
 	}
-	return fmt.Sprintf("lost %d events (corrupt regions %d, corrupt bytes %d, missing segments %d, undecodable records %d, removed before read %d)",
-		lost, lo.Problems-lo.Gaps, lo.Bytes, lo.Gaps, s.Read.BadBatch, lo.Removed)
+	if lost == 0 && lo.Problems == 0 && s.Read.BadBatch == 0 {
+		return "lost 0 events" + out
+	}
+	return fmt.Sprintf("lost %d events (corrupt regions %d, corrupt bytes %d, missing segments %d, undecodable records %d, removed before read %d)%s",
+		lost, lo.Problems-lo.Gaps, lo.Bytes, lo.Gaps, s.Read.BadBatch, lo.Removed, out)
 }
 
 // problemPrinter prints the problems of a run on stderr as they come, one

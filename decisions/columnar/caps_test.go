@@ -1,8 +1,14 @@
 package columnar
 
 import (
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/ratewarden/ratewarden/decisions"
 )
@@ -61,4 +67,51 @@ func colByName(name string) int {
 		}
 	}
 	return -1
+}
+
+// TestDecodeFieldCapsAsRead: another writer's value that is not UTF-8 is
+// capped at its length as it is read, each such byte a U+FFFD of three
+// bytes (as JSON writes it, and the JSON codec's reader then refuses
+// it), in a string column (user_id) and a dictionary (tier) alike; before,
+// a user_id of 100 such bytes decoded, and its JSON line was read as 300
+// bytes and refused.
+func TestDecodeFieldCapsAsRead(t *testing.T) {
+	ds := generate(19, 3)
+	data, _ := Encode(nil, ds, Options{})
+	cols, md := columnsOf(t, data)
+	delete(md, KeyChecksum) // another writer's, decoded unchecked
+	mem := memory.DefaultAllocator
+	for _, n := range []int{decisions.MaxNameLen / 3, decisions.MaxNameLen/3 + 1} {
+		bad := strings.Repeat("\xff", n)
+		sb := array.NewStringBuilder(mem)
+		sb.AppendValues([]string{"u", bad, "u"}, nil)
+		db := array.NewDictionaryBuilder(mem, &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}).(*array.BinaryDictionaryBuilder)
+		for _, v := range []string{"anonymous", bad, "anonymous"} {
+			if err := db.AppendString(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []struct {
+			name string
+			arr  arrow.Array
+		}{{"user_id", sb.NewArray()}, {"tier", db.NewArray()}} {
+			cs := maps.Clone(cols)
+			cs[c.name] = c.arr
+			for name, d := range decoders() {
+				got, err := d.Decode(stream(t, md, false, cs), nil)
+				switch {
+				case n <= decisions.MaxNameLen/3 && err != nil:
+					t.Errorf("%s, %s of %d bytes not UTF-8: %v", name, c.name, n, err)
+				case n <= decisions.MaxNameLen/3 && len(got) == 3:
+					line := decisions.AppendJSON(nil, &got[1])
+					if _, _, err := decisions.ParseJSON(line); err != nil {
+						t.Errorf("%s, %s of %d bytes not UTF-8: its JSON line is refused: %v", name, c.name, n, err)
+					}
+				case n > decisions.MaxNameLen/3 && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("column %s: ", c.name)) || !strings.Contains(err.Error(), fmt.Sprintf("of %d bytes, at most", 3*n))):
+					t.Errorf("%s, %s of %d bytes not UTF-8: error %v, want one naming the column and %d bytes", name, c.name, n, err, 3*n)
+				}
+			}
+			c.arr.Release()
+		}
+	}
 }

@@ -151,6 +151,64 @@ func (d *Decoder) DecodeRows(c Codec, payload []byte, f func(Rows) error) error 
 	return f(Rows{Events: rows})
 }
 
+// CountError says that a decision log record's payload holds another
+// number of events than the record declares (seglog.Record.Count, from
+// which the log's offsets follow): a record written wrong or altered. A
+// reader counts the declared events it could not read as lost.
+type CountError struct {
+	Declared int  // events the record says its payload holds
+	Got      int  // events the payload holds, or at least (More)
+	More     bool // the payload holds Got events or more
+}
+
+func (e *CountError) Error() string {
+	more := ""
+	if e.More {
+		more = " or more"
+	}
+	return "the payload holds " + strconv.Itoa(e.Got) + " events" + more + " where its record says " + strconv.Itoa(e.Declared)
+}
+
+// DecodeCountedPayload is DecodePayload of a payload whose record says it
+// holds count events. A payload of more events appends none and returns
+// a *CountError, as it does any decoding error; a payload of fewer
+// appends them, with a *CountError: they are the record's first events,
+// the rest are lost.
+func (d *Decoder) DecodeCountedPayload(c Codec, payload []byte, count int, dst []decisions.Decision) ([]decisions.Decision, error) {
+	n := len(dst)
+	out, err := d.DecodePayload(c, payload, dst)
+	switch got := len(out) - n; {
+	case err != nil:
+		return out[:n], err
+	case got > count:
+		return out[:n], &CountError{Declared: count, Got: got}
+	case got < count:
+		return out, &CountError{Declared: count, Got: got}
+	}
+	return out, nil
+}
+
+// DecodeCountedRows is DecodeRows of a payload whose record says it holds
+// count events, as DecodeCountedPayload decodes events: rows past the
+// count are not handed to f (the record batch that would take the rows
+// handed past it, and those after it, are not), and a payload of fewer
+// rows is handed over whole; either returns a *CountError.
+func (d *Decoder) DecodeCountedRows(c Codec, payload []byte, count int, f func(Rows) error) error {
+	handed := 0
+	err := d.DecodeRows(c, payload, func(r Rows) error {
+		if handed+r.Len() > count {
+			// Returned as it is, as an error of f would be.
+			return &CountError{Declared: count, Got: handed + r.Len(), More: true}
+		}
+		handed += r.Len()
+		return f(r)
+	})
+	if err == nil && handed != count {
+		err = &CountError{Declared: count, Got: handed}
+	}
+	return err
+}
+
 // DecodeRecordRows is DecodeRows of data, a payload after its Codec byte
 // (the data of a Kinesis record). Decoding errors are DecodeRecord's: a
 // CloudWatch Logs subscription record hands over its decisions as Events

@@ -427,20 +427,28 @@ var colCaps = func() (caps [numCols]int) {
 }()
 
 // checkLens reports a value of string or dictionary column c longer than
-// max bytes: the batch is corrupt, whether a row uses the value or not.
+// max bytes as every reader reads it (decisions.WrittenLen: another
+// writer's bytes that are not UTF-8 are U+FFFD, three bytes, in JSON and
+// to the JSON codec's reader): the batch is corrupt, whether a row uses
+// the value or not. A value of at most max/3 bytes is within max however
+// it is read.
 func (d *Decoder) checkLens(c, max int) error {
 	v := &d.cols[c]
 	if v.typ == tDict {
 		for _, s := range d.values[c] {
-			if len(s) > max {
-				return fmt.Errorf("dictionary: %w", decisions.FieldTooLong(columns[c].name, len(s), max))
+			if len(s) > max/3 && decisions.WrittenLen(s) > max {
+				return fmt.Errorf("dictionary: %w", decisions.FieldTooLong(columns[c].name, decisions.WrittenLen(s), max))
 			}
 		}
 		return nil
 	}
+	base := v.offsets[0]
 	for i := 1; i < len(v.offsets); i++ {
-		if n := int(v.offsets[i] - v.offsets[i-1]); n > max {
-			return fmt.Errorf("row %d: %w", i-1, decisions.FieldTooLong(columns[c].name, n, max))
+		if n := int(v.offsets[i] - v.offsets[i-1]); n > max/3 {
+			b := v.raw[v.offsets[i-1]-base : v.offsets[i]-base]
+			if w := decisions.WrittenLen(unsafe.String(unsafe.SliceData(b), len(b))); w > max {
+				return fmt.Errorf("row %d: %w", i-1, decisions.FieldTooLong(columns[c].name, w, max))
+			}
 		}
 	}
 	return nil

@@ -340,22 +340,9 @@ func (s *strCol) add(v string) {
 	if utf8.ValidString(v) {
 		s.data = append(s.data, v...)
 	} else {
-		s.data = appendValidUTF8(s.data, v)
+		s.data = decisions.AppendValidUTF8(s.data, v)
 	}
 	s.offsets = append(s.offsets, int32(len(s.data))) // lengths are checked after the loop
-}
-
-func appendValidUTF8(dst []byte, s string) []byte {
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, "\uFFFD"...)
-		} else {
-			dst = append(dst, s[i:i+size]...)
-		}
-		i += size
-	}
-	return dst
 }
 
 func (d *dictCol) reset(n int) {

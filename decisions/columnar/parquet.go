@@ -171,5 +171,5 @@ func validUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s
 	}
-	return string(appendValidUTF8(nil, s))
+	return string(decisions.AppendValidUTF8(nil, s))
 }

@@ -127,6 +127,92 @@ type reading struct {
 	badRecs []error // undecodable records, the first maxBadRecs
 	skip    []bool
 	times   []int64
+	// last is the time range of the last record read (ok: one was);
+	// placed is the log reader's Loss when its problems were last
+	// placed, and outside what of it place found outside the filter's
+	// time range.
+	last    struct{ min, max time.Time }
+	lastOK  bool
+	placed  seglog.Loss
+	outside seglog.Loss
+	sides   []problemSide // the problems outside, by number: the first maxBadRecs runs
+}
+
+// problemSide says that the log reader's problems from to to-1 are
+// outside the filter's time range, on side "before" or "after".
+type problemSide struct {
+	from, to uint64
+	side     string
+}
+
+// place places the problems the log reader met since it last read a
+// record: all of them lie between that record and rec, the record it
+// read next (nil at the end of the log). It counts them Outside, and
+// keeps their side ("before" or "after", for problemErr), when they are
+// outside the filter's time range. A region is outside when the
+// records on either side of it are (at the end, the one before it):
+// before Since by their latest event, as a record is skipped whole, or,
+// without follow, at or after Until by their earliest.
+func (r *reading) place(rec *seglog.Record, follow bool) {
+	lo := r.r.Loss()
+	d := seglog.Loss{Problems: lo.Problems - r.placed.Problems, Bytes: lo.Bytes - r.placed.Bytes,
+		Events: lo.Events - r.placed.Events, Gaps: lo.Gaps - r.placed.Gaps}
+	r.placed = lo
+	f := &r.filter
+	side := ""
+	switch {
+	case d.Problems == 0:
+	case !f.Since.IsZero() && rec != nil && rec.MaxTime.Before(f.Since) && (!r.lastOK || r.last.max.Before(f.Since)):
+		side = "before"
+	case !f.Until.IsZero() && !follow && r.lastOK && !r.last.min.Before(f.Until) && (rec == nil || !rec.MinTime.Before(f.Until)):
+		side = "after"
+	}
+	if side != "" {
+		o := &r.outside
+		o.Problems, o.Bytes, o.Events, o.Gaps = o.Problems+d.Problems, o.Bytes+d.Bytes, o.Events+d.Events, o.Gaps+d.Gaps
+		switch n := len(r.sides); {
+		case n > 0 && r.sides[n-1].to == lo.Problems-d.Problems && r.sides[n-1].side == side:
+			r.sides[n-1].to = lo.Problems
+		case n < maxBadRecs:
+			r.sides = append(r.sides, problemSide{lo.Problems - d.Problems, lo.Problems, side})
+		}
+	}
+	if rec != nil {
+		r.last.min, r.last.max, r.lastOK = rec.MinTime, rec.MaxTime, true
+	}
+}
+
+// OutsideError is a problem of the log (a corrupt region, a missing
+// segment) between records wholly outside a reader's time range: it held
+// no event of the range, and is not counted as lost (Reader.Outside).
+type OutsideError struct {
+	seglog.Problem
+	Side string // "before" or "after"
+}
+
+func (e *OutsideError) Error() string {
+	return e.Problem.Error() + " (" + e.Side + " the time range read: not counted as lost)"
+}
+
+func (e *OutsideError) Unwrap() error { return e.Problem }
+
+// problemErr returns p, the log reader's problem number i, as an
+// *OutsideError when place found it outside the filter's time range.
+func (r *reading) problemErr(i uint64, p seglog.Problem) error {
+	for _, s := range r.sides {
+		if s.from <= i && i < s.to {
+			return &OutsideError{p, s.side}
+		}
+	}
+	return p
+}
+
+// loss is the log reader's Loss without what place found outside the
+// filter's time range.
+func (r *reading) loss() seglog.Loss {
+	lo, o := r.r.Loss(), r.outside
+	lo.Problems, lo.Bytes, lo.Events, lo.Gaps = lo.Problems-o.Problems, lo.Bytes-o.Bytes, lo.Events-o.Events, lo.Gaps-o.Gaps
+	return lo
 }
 
 // maxBadRecs bounds the undecodable records a Reader keeps the errors of;
@@ -175,10 +261,10 @@ func (r *Reader) Next(ctx context.Context, follow bool) (decisions.Decision, uin
 		if !ok {
 			continue
 		}
-		r.batch, err = r.dec.DecodePayload(columnar.Codec(rec.Codec), rec.Payload, r.batch[:0])
+		r.batch, err = r.dec.DecodeCountedPayload(columnar.Codec(rec.Codec), rec.Payload, int(rec.Count), r.batch[:0])
 		if err != nil {
-			r.undecodable(rec.FirstOffset, int(rec.Count), err)
-			r.batch = r.batch[:0]
+			// A payload of fewer events than its record says keeps them.
+			r.undecodable(rec.FirstOffset, int(rec.Count)-len(r.batch), err)
 		}
 		r.next, r.offset = 0, rec.FirstOffset
 	}
@@ -193,8 +279,10 @@ func (r *reading) record(ctx context.Context, follow bool) (rec seglog.Record, o
 		rec, err = r.r.Next(ctx)
 	}
 	if err != nil {
+		r.place(nil, follow)
 		return rec, false, err
 	}
+	r.place(&rec, follow)
 	return rec, r.keep(&rec, follow), nil
 }
 
@@ -265,7 +353,7 @@ func (r *Reader) NextRows(ctx context.Context, follow bool, f func(*Rows) error)
 		}
 		off := rec.FirstOffset
 		var ferr error
-		err = r.dec.DecodeRows(columnar.Codec(rec.Codec), rec.Payload, func(rows columnar.Rows) error {
+		err = r.dec.DecodeCountedRows(columnar.Codec(rec.Codec), rec.Payload, int(rec.Count), func(rows columnar.Rows) error {
 			b := &r.rows
 			*b = Rows{Rows: rows, Offset: off, Skip: r.filterRows(rows, off)}
 			off += uint64(rows.Len())
@@ -277,7 +365,8 @@ func (r *Reader) NextRows(ctx context.Context, follow bool, f func(*Rows) error)
 		case ferr != nil && err == ferr:
 			return err
 		case err != nil:
-			r.undecodable(rec.FirstOffset, int(rec.Count), err)
+			// The rows handed before the error are read.
+			r.undecodable(rec.FirstOffset, int(rec.Count)-int(off-rec.FirstOffset), err)
 		}
 		return nil
 	}
@@ -336,19 +425,27 @@ func (r *Reader) Stats() ReadStats { return r.stats }
 func (r *Reader) Corrupt() []seglog.Problem { return r.r.Problems() }
 
 // Loss totals what the reader could not read: every corrupt region and
-// missing segment (Corrupt keeps the first 1000), and the events before the
-// log's oldest segment that Filter.From asked for.
-func (r *Reader) Loss() seglog.Loss { return r.r.Loss() }
+// missing segment (Corrupt keeps the first 1000) but those outside the
+// filter's time range (Outside), and the events before the log's oldest
+// segment that Filter.From asked for.
+func (r *Reader) Loss() seglog.Loss { return r.loss() }
+
+// Outside totals the corrupt regions and missing segments the reader met
+// between records wholly outside the filter's time range (Filter.Since
+// and Until): they held no event of it, and Loss does not count them.
+func (r *Reader) Outside() seglog.Loss { return r.outside }
 
 // Undecodable returns the errors of the first records whose payload could
 // not be decoded (ReadStats counts all of them).
 func (r *Reader) Undecodable() []error { return r.badRecs }
 
-// Problems returns Corrupt and Undecodable together, as errors.
+// Problems returns Corrupt and Undecodable together, as errors; a corrupt
+// region or missing segment outside the filter's time range (Outside) is
+// an *OutsideError.
 func (r *Reader) Problems() []error {
 	var out []error
-	for _, p := range r.r.Problems() {
-		out = append(out, p)
+	for i, p := range r.r.Problems() {
+		out = append(out, r.problemErr(uint64(i), p))
 	}
 	return append(out, r.badRecs...)
 }

@@ -47,6 +47,21 @@ func readAll(dir string, f decisionlog.Filter) ([]decisions.Decision, error) {
 	}
 }
 
+// flipMiddle corrupts the 16 bytes in the middle of the file at path.
+func flipMiddle(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 2; i < len(b)/2+16; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func openLog(t *testing.T, dir string) *seglog.Log {
 	t.Helper()
 	l, err := seglog.Open(dir, seglog.Options{SegmentBytes: 256 << 10, Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
@@ -131,17 +146,7 @@ func TestCorruptRecordLosesOnlyItself(t *testing.T) {
 	if len(segs) != 1 {
 		t.Fatalf("%d segments, want 1", len(segs))
 	}
-	b, err := os.ReadFile(segs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	mid := len(b) / 2
-	for i := mid; i < mid+16; i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(segs[0], b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	flipMiddle(t, segs[0])
 	r, err := decisionlog.Open(dir, decisionlog.Filter{})
 	if err != nil {
 		t.Fatal(err)

@@ -325,7 +325,7 @@ func (s *Source) next(ctx, lctx context.Context, held bool) (seglog.Record, erro
 			err = io.EOF
 		}
 	}
-	s.noteLoss()
+	s.noteLoss(&rec, err)
 	return rec, err
 }
 
@@ -339,7 +339,7 @@ func (s *Source) wait(ctx context.Context, h stream.Handler) error {
 		wctx, cancel := context.WithTimeout(ctx, s.o.Tick)
 		rec, err := s.rd.r.Follow(wctx)
 		cancel()
-		s.noteLoss()
+		s.noteLoss(&rec, err)
 		switch {
 		case err == nil:
 			s.pending = &rec
@@ -370,28 +370,39 @@ func (s *Source) corrupt(rec *stream.Record, lost int, err error) {
 func (s *Source) Stats() ReadStats { return s.rd.stats }
 
 // Loss totals what the source could not read: every corrupt region and
-// missing segment, and, when the handler resumed from a position, the
-// events from it that the log no longer held (a read from the start starts
-// wherever the log starts).
+// missing segment but those outside the time range (Outside), and, when
+// the handler resumed from a position, the events from it that the log no
+// longer held (a read from the start starts wherever the log starts).
 func (s *Source) Loss() seglog.Loss {
 	if s.rd.r == nil {
 		return seglog.Loss{}
 	}
-	lo := s.rd.r.Loss()
+	lo := s.rd.loss()
 	if !s.resumed {
 		lo.Removed, lo.Start = 0, 0
 	}
 	return lo
 }
 
-// noteLoss passes the problems the reader met since the last call to
-// Problem. It costs two counter reads when there are none.
-func (s *Source) noteLoss() {
+// Outside totals the corrupt regions and missing segments that the
+// source met outside its time range (SourceOptions.Since and Until): the
+// records on either side of them are, so their events are not the range's
+// and Loss does not count them. Problem says them so.
+func (s *Source) Outside() seglog.Loss { return s.rd.outside }
+
+// noteLoss places the problems the reader met since the last call
+// (reading.place), before rec if err is nil, and passes them to Problem.
+// It costs two counter reads when there are none.
+func (s *Source) noteLoss(rec *seglog.Record, err error) {
+	if err != nil {
+		rec = nil
+	}
+	s.rd.place(rec, s.o.Follow)
 	if s.o.Problem == nil {
 		return
 	}
-	lo, seen := s.Loss(), &s.seen
-	if lo.Removed > 0 && !seen.removed {
+	lo, seen := s.rd.r.Loss(), &s.seen
+	if lo.Removed > 0 && s.resumed && !seen.removed {
 		seen.removed = true
 		s.o.Problem(fmt.Errorf("%s: events at offsets %d to %d were removed from the log before partition %s read them (it resumed at %d; the log now starts at %d): %w",
 			s.dir, lo.Start-lo.Removed, lo.Start-1, s.o.Partition, lo.Start-lo.Removed, lo.Start, seglog.ErrMissing))
@@ -399,8 +410,8 @@ func (s *Source) noteLoss() {
 	if lo.Problems != seen.problems && !seen.corruptFull {
 		seen.problems = lo.Problems
 		ps := s.rd.r.Problems()
-		for _, p := range ps[min(seen.corrupt, len(ps)):] {
-			s.o.Problem(p)
+		for i := min(seen.corrupt, len(ps)); i < len(ps); i++ {
+			s.o.Problem(s.rd.problemErr(uint64(i), ps[i]))
 		}
 		seen.corruptFull = len(ps) == seen.corrupt
 		seen.corrupt = len(ps)

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	"github.com/ratewarden/ratewarden/decisions/decisiontest"
@@ -339,16 +340,7 @@ func TestSourceLoss(t *testing.T) {
 	if err := os.Remove(segs[2]); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(segs[4])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := len(b) / 2; i < len(b)/2+16; i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(segs[4], b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	flipMiddle(t, segs[4])
 
 	var problems []error
 	src := decisionlog.NewSource(dir, decisionlog.SourceOptions{BatchEvents: 100, Problem: func(err error) { problems = append(problems, err) }})
@@ -693,4 +685,173 @@ func TestSourceLingerLogClosed(t *testing.T) {
 			t.Errorf("%d events in %d batches handed, want 10 in 1", evs, len(h.batches))
 		}
 	})
+}
+
+// TestRecordCountDisagrees: a record whose payload holds more events than
+// the record says (their offsets would run into the next record's) is
+// skipped, and one that holds fewer (a payload cut short) gives the events
+// it holds; both are counted and reported with the events the record says
+// it has and could not give, alike by the Reader (Next and NextRows) and
+// the Source.
+func TestRecordCountDisagrees(t *testing.T) {
+	for _, codec := range []columnar.Codec{columnar.CodecArrow, columnar.CodecJSON} {
+		t.Run(codec.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			l := openLog(t, dir)
+			g := decisiontest.NewGenerator(4, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+			var enc columnar.SizedEncoder
+			// declared and held: offsets 0-2, 3-4 (5 held), 5-9 (2 held), 10-12.
+			for _, rec := range []struct{ declared, held int }{{3, 3}, {2, 5}, {5, 2}, {3, 3}} {
+				ds := g.Batch(rec.held)
+				var payload []byte
+				if codec == columnar.CodecArrow {
+					var err error
+					if payload, err = enc.Encode(nil, ds); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					for i := range ds {
+						payload = append(decisions.AppendJSON(payload, &ds[i]), '\n')
+					}
+				}
+				if _, err := l.Append(seglog.Record{Count: uint32(rec.declared), MinTime: ds[0].Time, MaxTime: ds[len(ds)-1].Time, Codec: uint8(codec), Payload: payload}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wantOffs := []uint64{0, 1, 2, 5, 6, 10, 11, 12}
+			offsets := func(evs []event) []uint64 {
+				var out []uint64
+				for _, e := range evs {
+					out = append(out, e.off)
+				}
+				return out
+			}
+			evs, stats, _ := readerEvents(t, dir, decisionlog.Filter{})
+			if got := offsets(evs); !slices.Equal(got, wantOffs) {
+				t.Errorf("Next read offsets %v, want %v", got, wantOffs)
+			}
+			if stats.Events != 8 || stats.BadBatch != 2 || stats.BadEvents != 5 {
+				t.Errorf("Next: stats %+v, want 8 events, 2 bad records of 5 events", stats)
+			}
+
+			r, err := decisionlog.Open(dir, decisionlog.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			var rowOffs []uint64
+			for {
+				err := r.NextRows(context.Background(), false, func(rows *decisionlog.Rows) error {
+					for i := range rows.Len() {
+						rowOffs = append(rowOffs, rows.Offset+uint64(i))
+					}
+					return nil
+				})
+				if decisionlog.IsEnd(err) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !slices.Equal(rowOffs, wantOffs) || r.Stats() != stats || len(r.Undecodable()) != 2 {
+				t.Errorf("NextRows read offsets %v, stats %+v, %d undecodable; want %v, %+v, 2", rowOffs, r.Stats(), len(r.Undecodable()), wantOffs, stats)
+			}
+
+			var problems []error
+			src := decisionlog.NewSource(dir, decisionlog.SourceOptions{Problem: func(err error) { problems = append(problems, err) }})
+			h := &recorder{}
+			if err := src.Run(context.Background(), h); err != nil {
+				t.Fatal(err)
+			}
+			if got := offsets(h.events); !slices.Equal(got, wantOffs) || src.Stats() != stats {
+				t.Errorf("Source handed offsets %v, stats %+v; want %v, %+v", got, src.Stats(), wantOffs, stats)
+			}
+			var ce *columnar.CountError
+			if len(problems) != 2 || !errors.As(problems[0], &ce) || !strings.Contains(problems[1].Error(), "holds 2 events where its record says 5") {
+				t.Errorf("problems %q: want the two records' counts", problems)
+			}
+		})
+	}
+}
+
+// TestSourceLossOutsideRange: a corrupt region between records wholly
+// before Since, or wholly at or after Until, is counted apart (Outside),
+// not among the range's losses, and its problem says so; one beside a
+// record of the range is the range's. The Source and the Reader agree.
+func TestSourceLossOutsideRange(t *testing.T) {
+	dir := t.TempDir()
+	l, err := seglog.Open(dir, seglog.Options{SegmentBytes: 1 << 10, Sync: seglog.SyncPolicy{Mode: seglog.SyncNever}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
+	start := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	for i := range 10 { // a record of 40 events a minute, a segment each
+		if err := w.WriteBatch(decisiontest.NewGenerator(uint64(i), start.Add(time.Duration(i)*time.Minute)).Batch(40)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if len(segs) != 10 {
+		t.Fatalf("%d segments, want a record a segment", len(segs))
+	}
+	flipMiddle(t, segs[1]) // the record of 03:01
+	flipMiddle(t, segs[8]) // of 03:08
+	// since and until in minutes after 03:00, -1 for no bound.
+	f := func(since, until int, inside, outside uint64) {
+		t.Helper()
+		var problems []string
+		o := decisionlog.SourceOptions{Problem: func(err error) { problems = append(problems, err.Error()) }}
+		if since >= 0 {
+			o.Since = start.Add(time.Duration(since) * time.Minute)
+		}
+		if until >= 0 {
+			o.Until = start.Add(time.Duration(until) * time.Minute)
+		}
+		src := decisionlog.NewSource(dir, o)
+		if err := src.Run(context.Background(), &recorder{}); err != nil {
+			t.Fatal(err)
+		}
+		marked := 0
+		for _, p := range problems {
+			if strings.Contains(p, "the time range read: not counted") {
+				marked++
+			}
+		}
+		if lo, out := src.Loss(), src.Outside(); lo.Problems != inside || lo.Events != 40*inside || out.Problems != outside || out.Events != 40*outside || len(problems) != 2 || marked != int(outside) {
+			t.Errorf("03:%02d to 03:%02d: loss %+v, outside %+v, problems %q; want %d regions lost and %d outside, so marked", since, until, lo, out, problems, inside, outside)
+		}
+		// The Reader (decisions cat, report, whatif) alike.
+		r, err := decisionlog.Open(dir, decisionlog.Filter{Since: o.Since, Until: o.Until})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for {
+			if _, _, err := r.Next(context.Background(), false); err != nil {
+				break
+			}
+		}
+		var rproblems []string
+		for _, p := range r.Problems() {
+			rproblems = append(rproblems, p.Error())
+		}
+		if r.Loss() != src.Loss() || r.Outside() != src.Outside() || !slices.Equal(rproblems, problems) {
+			t.Errorf("03:%02d to 03:%02d: Reader: loss %+v, outside %+v, problems %q; want the Source's", since, until, r.Loss(), r.Outside(), rproblems)
+		}
+	}
+	f(4, 6, 0, 2)
+	f(1, 2, 1, 1)
+	f(0, 9, 2, 0)
+	f(2, 8, 2, 0)   // each beside a record of the range
+	f(-1, -1, 2, 0) // no range
+	f(4, -1, 1, 1)
+	f(-1, 5, 1, 1)
 }

@@ -174,9 +174,12 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 			return err
 		}
 		var derr error
-		if rec.Codec == 0 {
+		switch {
+		case rec.Codec == 0:
 			derr = dec.DecodeRecordRows(rec.Data, decode)
-		} else {
+		case rec.Count > 0:
+			derr = dec.DecodeCountedRows(rec.Codec, rec.Data, rec.Count, decode)
+		default:
 			derr = dec.DecodeRows(rec.Codec, rec.Data, decode)
 		}
 		if ferr != nil {
