@@ -686,10 +686,7 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 		// (see refuses), one by one as Add would, until the window opened.
 		j, first := i, i
 		opens := w == nil && !(late && r.o.Late == LateDrop)
-		// uint64: times centuries apart are further apart than int64 holds.
-		// A row without a time (NullTime) ends the run: the window of
-		// 1754 it falls in may be open.
-		for span := uint64(windowSpanNs(start, size)); j < hi && times[j] >= start && uint64(times[j]-start) < span && times[j] != columnar.NullTime; j++ {
+		for span := uint64(windowSpanNs(start, size)); j < hi && inRun(times[j], start, span); j++ {
 			t := times[j]
 			if seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
 				latest = max(latest, t) // the present, nothing held ahead

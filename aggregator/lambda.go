@@ -443,9 +443,8 @@ func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 			}
 			entered = true
 		}
-		// uint64: see Rollup.addPrepared; so is NullTime.
 		j, span := i+1, uint64(windowSpanNs(start, w))
-		for j < len(times) && times[j] >= start && uint64(times[j]-start) < span && times[j] != columnar.NullTime {
+		for j < len(times) && inRun(times[j], start, span) {
 			j++
 		}
 		p, err := r.window(ctx, start, stream.Position{Seq: rows.Pos.Seq, Sub: rows.Pos.Sub + int64(i)})

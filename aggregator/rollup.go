@@ -431,6 +431,15 @@ func windowOf(t, w int64) (int64, bool) {
 	return start, t != columnar.NullTime && start <= math.MaxInt64-w
 }
 
+// inRun reports whether an event at t (Unix nanoseconds) continues a run
+// of events in the window starting at start, of span windowSpanNs: a time
+// in it, and not the zero time (NullTime, which windowOf refuses, though
+// it falls in a window of 1754). uint64: times centuries apart are
+// further apart than int64 holds.
+func inRun(t, start int64, span uint64) bool {
+	return t >= start && uint64(t-start) < span && t != columnar.NullTime
+}
+
 // windowSpanNs is how far the window starting at start (windowStartNs)
 // reaches: w, or less for the window of the earliest times.
 func windowSpanNs(start, w int64) int64 {

@@ -129,16 +129,12 @@ func (d *Decision) Clamp() bool {
 	changed := false
 	for _, f := range FieldCaps {
 		v := f.Of(d)
-		if fitsCap(*v, f.Max) {
+		if FitsCap(*v, f.Max) {
 			continue
 		}
 		// Cut as readers would see it: each byte that is not UTF-8 a
 		// U+FFFD of three (a plan header of 100 such bytes is read as 300).
-		w := *v
-		if !utf8.ValidString(w) {
-			w = string(AppendValidUTF8(nil, w))
-		}
-		if len(w) > f.Max {
+		if w := string(AppendValidUTF8(nil, *v)); len(w) > f.Max {
 			*v, changed = Cut(w, f.Max), true
 		}
 	}
@@ -160,17 +156,17 @@ func (d *Decision) Clamp() bool {
 // decision it writes.
 func (d *Decision) fits() bool {
 	sec := d.Time.Unix()
-	return fitsCap(d.UserID, MaxUserIDLen) && fitsCap(d.Plan, MaxUserIDLen) &&
-		fitsCap(d.Tier, MaxNameLen) && fitsCap(d.Rule, MaxRuleLen) && fitsCap(d.Node, MaxNameLen) &&
-		fitsCap(d.Reason, MaxNameLen) && fitsCap(d.ResponseError, MaxNameLen) &&
-		fitsCap(d.List, MaxNameLen) && fitsCap(d.Action, MaxNameLen) &&
+	return FitsCap(d.UserID, MaxUserIDLen) && FitsCap(d.Plan, MaxUserIDLen) &&
+		FitsCap(d.Tier, MaxNameLen) && FitsCap(d.Rule, MaxRuleLen) && FitsCap(d.Node, MaxNameLen) &&
+		FitsCap(d.Reason, MaxNameLen) && FitsCap(d.ResponseError, MaxNameLen) &&
+		FitsCap(d.List, MaxNameLen) && FitsCap(d.Action, MaxNameLen) &&
 		d.Dropped <= MaxDropped && (minSec < sec && sec < maxSec || d.Time.IsZero())
 }
 
 // fitsCap reports whether s is at most max bytes as every codec writes
 // it (WrittenLen), looking at its bytes only when it is over a third of
 // max: the usual short value costs one comparison.
-func fitsCap(s string, max int) bool {
+func FitsCap(s string, max int) bool {
 	return len(s) <= max/3 || len(s) <= max && WrittenLen(s) <= max
 }
 
@@ -195,8 +191,11 @@ func WrittenLen(s string) int {
 // AppendValidUTF8 appends s to dst with each byte that is not part of
 // valid UTF-8 replaced by U+FFFD, as every codec writes a string (JSON as
 // encoding/json does, Arrow's utf8 type promising valid UTF-8), and
-// returns the extended buffer.
+// returns the extended buffer. Valid UTF-8 is appended in one copy.
 func AppendValidUTF8(dst []byte, s string) []byte {
+	if utf8.ValidString(s) {
+		return append(dst, s...)
+	}
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
@@ -237,7 +236,7 @@ func (d *Decision) Check() error {
 			d.Time.Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano))
 	}
 	for _, f := range FieldCaps {
-		if v := *f.Of(d); !fitsCap(v, f.Max) {
+		if v := *f.Of(d); !FitsCap(v, f.Max) {
 			return FieldTooLong(f.Name, WrittenLen(v), f.Max)
 		}
 	}

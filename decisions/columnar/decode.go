@@ -436,7 +436,7 @@ func (d *Decoder) checkLens(c, max int) error {
 	v := &d.cols[c]
 	if v.typ == tDict {
 		for _, s := range d.values[c] {
-			if len(s) > max/3 && decisions.WrittenLen(s) > max {
+			if !decisions.FitsCap(s, max) {
 				return fmt.Errorf("dictionary: %w", decisions.FieldTooLong(columns[c].name, decisions.WrittenLen(s), max))
 			}
 		}
@@ -444,11 +444,9 @@ func (d *Decoder) checkLens(c, max int) error {
 	}
 	base := v.offsets[0]
 	for i := 1; i < len(v.offsets); i++ {
-		if n := int(v.offsets[i] - v.offsets[i-1]); n > max/3 {
-			b := v.raw[v.offsets[i-1]-base : v.offsets[i]-base]
-			if w := decisions.WrittenLen(unsafe.String(unsafe.SliceData(b), len(b))); w > max {
-				return fmt.Errorf("row %d: %w", i-1, decisions.FieldTooLong(columns[c].name, w, max))
-			}
+		b := v.raw[v.offsets[i-1]-base : v.offsets[i]-base]
+		if s := unsafe.String(unsafe.SliceData(b), len(b)); !decisions.FitsCap(s, max) {
+			return fmt.Errorf("row %d: %w", i-1, decisions.FieldTooLong(columns[c].name, decisions.WrittenLen(s), max))
 		}
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -337,11 +336,7 @@ func (s *strCol) reset(n int) {
 // by U+FFFD, as the JSON codec does: Arrow's utf8 type promises valid
 // UTF-8 to every reader.
 func (s *strCol) add(v string) {
-	if utf8.ValidString(v) {
-		s.data = append(s.data, v...)
-	} else {
-		s.data = decisions.AppendValidUTF8(s.data, v)
-	}
+	s.data = decisions.AppendValidUTF8(s.data, v)
 	s.offsets = append(s.offsets, int32(len(s.data))) // lengths are checked after the loop
 }
 

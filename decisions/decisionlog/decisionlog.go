@@ -155,8 +155,7 @@ type problemSide struct {
 // without follow, at or after Until by their earliest.
 func (r *reading) place(rec *seglog.Record, follow bool) {
 	lo := r.r.Loss()
-	d := seglog.Loss{Problems: lo.Problems - r.placed.Problems, Bytes: lo.Bytes - r.placed.Bytes,
-		Events: lo.Events - r.placed.Events, Gaps: lo.Gaps - r.placed.Gaps}
+	d := lo.Less(r.placed)
 	r.placed = lo
 	f := &r.filter
 	side := ""
@@ -168,8 +167,7 @@ func (r *reading) place(rec *seglog.Record, follow bool) {
 		side = "after"
 	}
 	if side != "" {
-		o := &r.outside
-		o.Problems, o.Bytes, o.Events, o.Gaps = o.Problems+d.Problems, o.Bytes+d.Bytes, o.Events+d.Events, o.Gaps+d.Gaps
+		r.outside = r.outside.Plus(d)
 		switch n := len(r.sides); {
 		case n > 0 && r.sides[n-1].to == lo.Problems-d.Problems && r.sides[n-1].side == side:
 			r.sides[n-1].to = lo.Problems
@@ -209,11 +207,7 @@ func (r *reading) problemErr(i uint64, p seglog.Problem) error {
 
 // loss is the log reader's Loss without what place found outside the
 // filter's time range.
-func (r *reading) loss() seglog.Loss {
-	lo, o := r.r.Loss(), r.outside
-	lo.Problems, lo.Bytes, lo.Events, lo.Gaps = lo.Problems-o.Problems, lo.Bytes-o.Bytes, lo.Events-o.Events, lo.Gaps-o.Gaps
-	return lo
-}
+func (r *reading) loss() seglog.Loss { return r.r.Loss().Less(r.outside) }
 
 // maxBadRecs bounds the undecodable records a Reader keeps the errors of;
 // all of them are counted in ReadStats.

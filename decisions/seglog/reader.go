@@ -294,6 +294,20 @@ type Loss struct {
 	Start uint64
 }
 
+// Plus returns l with the problems of o added (Problems, Bytes, Events
+// and Gaps); Removed and Start stay l's.
+func (l Loss) Plus(o Loss) Loss {
+	l.Problems, l.Bytes, l.Events, l.Gaps = l.Problems+o.Problems, l.Bytes+o.Bytes, l.Events+o.Events, l.Gaps+o.Gaps
+	return l
+}
+
+// Less returns l without the problems of o, which l counts too (Problems,
+// Bytes, Events and Gaps); Removed and Start stay l's.
+func (l Loss) Less(o Loss) Loss {
+	l.Problems, l.Bytes, l.Events, l.Gaps = l.Problems-o.Problems, l.Bytes-o.Bytes, l.Events-o.Events, l.Gaps-o.Gaps
+	return l
+}
+
 // Loss returns what the reader could not read so far.
 func (r *Reader) Loss() Loss { return r.loss }
 

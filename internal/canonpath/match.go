@@ -96,9 +96,10 @@ func MatchForm(prefix string, c Case) string {
 }
 
 // delimiter returns the character that s starts with the escape of, as a
-// canonical path writes it (upper-case hex), when that is a sub-delimiter
-// other than ";", ":" or "@": these may appear raw in a path segment and
-// origins decode their escapes (Go's net/http, nginx, Spring), so
+// canonical path writes it (upper-case hex), when that is one a path
+// segment may hold raw besides letters, digits and "-._~" (RFC 3986's
+// pchar: a sub-delimiter, ":" or "@"), ";" apart. Origins decode their
+// escapes (Go's net/http, nginx, Spring), so
 // /v1/things%3AbatchGet is /v1/things:batchGet to them, and rules match
 // the two alike. ";" is not one: its escape is a character of the segment,
 // the raw ";" starts the segment's parameters.

@@ -253,7 +253,7 @@ const foldsToASCII = [["%E2%84%AA", "k"], ["%C5%BF", "s"], ["%C4%B1", "i"], ["%C
 const lower = (ch) => (ch >= "A" && ch <= "Z" ? String.fromCharCode(ch.charCodeAt(0) + 32) : ch);
 
 // delimiters are the escapes canonpath.HasPrefix reads as the delimiter
-// (canonpath's delimiter): sub-delimiters but ";", ":" and "@".
+// (canonpath's delimiter): the sub-delimiters but ";", and ":" and "@".
 const delimiters = new Map([["%21", "!"], ["%24", "$"], ["%26", "&"], ["%27", "'"], ["%28", "("], ["%29", ")"],
   ["%2A", "*"], ["%2B", "+"], ["%2C", ","], ["%3A", ":"], ["%3D", "="], ["%40", "@"]]);
 
