@@ -17,6 +17,11 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 
+// standing is a wall clock that stands a day after t0: a run reading it
+// never finds a partition idle, and it vouches for every test event
+// (Rollup.Bound).
+func standing() time.Time { return t0.Add(24 * time.Hour) }
+
 func encode(t *testing.T, p *Partial) []byte {
 	t.Helper()
 	b, err := p.AppendBinary(nil)

@@ -31,7 +31,7 @@ func TestRollupBadTime(t *testing.T) {
 	ds[7].Time = time.Time{}
 	bad := uint64(4)
 	for _, restartAt := range []int{-1, 1, 8} {
-		events, columns := rollFuture(t, ds, false, restartAt), rollFuture(t, ds, true, restartAt)
+		events, columns := rollFuture(t, ds, false, restartAt, 0), rollFuture(t, ds, true, restartAt, 0)
 		if !slices.Equal(columns.outs, events.outs) || columns.stats != events.stats || columns.wm != events.wm {
 			t.Errorf("restart at %d: columns: %+v %+v\nevents: %+v %+v", restartAt, columns.outs, columns.stats, events.outs, events.stats)
 		}

@@ -498,7 +498,7 @@ func BenchmarkRunLinesMemory(b *testing.B) {
 				runtime.GC()
 				s := &peakSink{}
 				l := &Lines{Rollup: Options{Window: time.Second}, Sinks: []Sink{s}, FlushEvery: c.every,
-					Now: func() time.Time { return t0 }, Tick: time.Hour}
+					Now: standing, Tick: time.Hour}
 				if _, err := l.Run(context.Background(), bytes.NewReader(in.Bytes())); err != nil {
 					b.Fatal(err)
 				}
@@ -545,7 +545,7 @@ func BenchmarkRunLines(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(in.Len()))
 	for b.Loop() {
-		l := &Lines{Rollup: Options{Window: time.Minute}, Sinks: []Sink{&countingSink{}}, Now: func() time.Time { return t0 }, Tick: time.Hour}
+		l := &Lines{Rollup: Options{Window: time.Minute}, Sinks: []Sink{&countingSink{}}, Now: standing, Tick: time.Hour}
 		if _, err := l.Run(context.Background(), bytes.NewReader(in.Bytes())); err != nil {
 			b.Fatal(err)
 		}

@@ -664,7 +664,7 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 	size := int64(r.o.Window)
 	closedNs, anyClosed := r.closed.UnixNano(), !r.closed.IsZero()
 	old, seen := r.latestNs()
-	latest, skew := old, int64(r.o.MaxSkew)
+	latest, skew, ceil := old, int64(r.o.MaxSkew), r.ceil
 	var future uint64
 	times := b.times
 	for i := lo; i < hi; {
@@ -688,11 +688,11 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 		opens := w == nil && !(late && r.o.Late == LateDrop)
 		for span := uint64(windowSpanNs(start, size)); j < hi && inRun(times[j], start, span); j++ {
 			t := times[j]
-			if seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
+			if t <= ceil && seen && r.ahead.n == 0 && !aheadOf(t, latest, skew) {
 				latest = max(latest, t) // the present, nothing held ahead
 			} else {
 				var f uint64
-				latest, seen, f = r.ahead.observe(latest, seen, t, skew)
+				latest, seen, f = r.ahead.observe(latest, seen, t, skew, ceil)
 				future += f
 			}
 			if opens {
@@ -786,7 +786,7 @@ func (r *Rollup) dueEnd(b *Batch, lo, hi int) int {
 		if !ok {
 			continue // skipped (BadTime)
 		}
-		latest, seen, _ = ahead.observe(latest, seen, t, skew)
+		latest, seen, _ = ahead.observe(latest, seen, t, skew, r.ceil)
 		if (!anyClosed || start+size > closedNs) && !r.emittedAheadHas(start) {
 			// A window refused with the windows open before the batch is
 			// refused (the windows the batch opens only add to them).

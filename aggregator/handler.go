@@ -30,8 +30,9 @@ type RunOptions struct {
 	Store  StateStore
 	Rollup Options
 	Sinks  []Sink
-	// Now reads the wall clock, for the idle watermark only; default
-	// time.Now.
+	// Now reads the wall clock: for the idle watermark, and as the bound
+	// of the events of records their transport does not date (see
+	// Rollup.Bound); default time.Now.
 	Now func() time.Time
 	// Progress, if set, is called after every delivery, from the
 	// partition's goroutine: calls for different partitions may be
@@ -320,6 +321,7 @@ func (h *partitions) Handle(ctx context.Context, b *stream.Batch) error {
 	}
 	r := pt.p.r
 	before := r.Stats()
+	now := h.o.Now() // what a record whose transport does not date it is bounded by
 	var outs []Output
 	var total, skip uint64
 	// Windows close at the event that passes them (Due after every
@@ -348,6 +350,11 @@ func (h *partitions) Handle(ctx context.Context, b *stream.Batch) error {
 		seq := r.Next() - uint64(lo)
 		if rows.Pos.Seq == "" {
 			seq = rows.Pos.Offset()
+		}
+		if at := rows.Arrived; !at.IsZero() {
+			r.Bound(at)
+		} else {
+			r.Bound(now)
 		}
 		return r.addDecoded(rows.Rows, lo, seq, rows.Skip, limit, after)
 	}

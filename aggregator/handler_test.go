@@ -67,7 +67,7 @@ func TestRunResumesFromItsState(t *testing.T) {
 	parts := map[string][]decisions.Decision{"a": ds[:3000], "b": ds[3000:]}
 	ro := func(state, out string) RunOptions {
 		return RunOptions{Store: &StateDir{Dir: state}, Rollup: Options{Window: time.Second},
-			Sinks: []Sink{&PartialsDir{Dir: out}}, Now: func() time.Time { return t0 }}
+			Sinks: []Sink{&PartialsDir{Dir: out}}, Now: standing}
 	}
 	run := func(src *linesSource, o RunOptions) RunStats {
 		t.Helper()

@@ -49,10 +49,18 @@ type futureRun struct {
 // events dropped, flushing after every event, through Add or (columns)
 // through AddBatch one event a batch; with restartAt >= 0 the rollup is
 // snapshotted after that event and the rest goes to one restored from it.
-func rollFuture(t *testing.T, ds []decisions.Decision, columns bool, restartAt int) futureRun {
+// A bound other than 0 is the time, from t0, every event is vouched for
+// (Rollup.Bound).
+func rollFuture(t *testing.T, ds []decisions.Decision, columns bool, restartAt int, bound time.Duration) futureRun {
 	t.Helper()
 	o := Options{Window: time.Second, Lateness: 500 * time.Millisecond, Late: LateDrop}
 	r := NewRollup(o)
+	vouch := func() {
+		if bound != 0 {
+			r.Bound(t0.Add(bound))
+		}
+	}
+	vouch()
 	var run futureRun
 	dec := columnar.NewDecoder()
 	batches := encodeBatches(t, ds, 1)
@@ -75,6 +83,7 @@ func rollFuture(t *testing.T, ds []decisions.Decision, columns bool, restartAt i
 		}
 		if i == restartAt {
 			r = restarted(t, r)
+			vouch()
 		}
 	}
 	run.wm = r.Watermark().Sub(t0)
@@ -109,37 +118,53 @@ func TestRollupFutureEvents(t *testing.T) {
 		name  string
 		times []time.Duration
 		want  want
+		bound time.Duration // see rollFuture
 	}{
 		// The report: one event a year ahead mid-stream, and the second
 		// event of each later second was dropped as late.
 		{"a year ahead mid-stream", cat(prime, one(year), seconds(1, 12)),
-			want{future: 1, wm: 12 * time.Second, closedBy: futureQuorum + 3}},
+			want{future: 1, wm: 12 * time.Second, closedBy: futureQuorum + 3}, 0},
 		// The first eight events set the watermark: the earliest of them,
 		// and those within MaxSkew of it.
 		{"a year ahead first", cat(one(year), seconds(0, 12)),
-			want{future: 1, wm: 12 * time.Second, closedBy: futureQuorum}},
+			want{future: 1, wm: 12 * time.Second, closedBy: futureQuorum}, 0},
 		// (The last event, 30 s, is still held at the end: not counted.)
 		{"several ahead, interleaved", cat(prime, one(year), seconds(1, 3), one(2*year), one(year+time.Second), seconds(4, 12), one(30*time.Second)),
-			want{future: 3, wm: 12 * time.Second, closedBy: futureQuorum + 3}},
+			want{future: 3, wm: 12 * time.Second, closedBy: futureQuorum + 3}, 0},
 		{"11 s ahead", cat(prime, one(11*time.Second), seconds(1, 12)),
-			want{future: 1, wm: 12 * time.Second, closedBy: futureQuorum + 3}},
+			want{future: 1, wm: 12 * time.Second, closedBy: futureQuorum + 3}, 0},
 		// Within MaxSkew an event moves the watermark as it always did:
 		// 10 s ahead closes the windows before second 9.5, and the second
 		// events of seconds 1 to 8 are dropped as late.
 		{"10 s ahead", cat(prime, one(10*time.Second), seconds(1, 12)),
-			want{dropped: 8, wm: 12 * time.Second, closedBy: futureQuorum + 1}},
+			want{dropped: 8, wm: 12 * time.Second, closedBy: futureQuorum + 1}, 0},
 		// A quiet night: the morning's eighth event moves the watermark
 		// there, and closes the night's windows.
 		{"a quiet night", cat(prime, seconds(8*3600, 8*3600+11)),
-			want{wm: (8*3600 + 11) * time.Second, closedBy: 2 * futureQuorum}},
+			want{wm: (8*3600 + 11) * time.Second, closedBy: 2 * futureQuorum}, 0},
 		// futureQuorum hostile events in a row, with nothing of the
 		// present between them, move it: the documented bound.
 		{"a quorum ahead", cat(prime, repeat(year, futureQuorum), seconds(1, 3)),
-			want{dropped: 3, wm: year - 500*time.Millisecond, closedBy: 2 * futureQuorum}},
+			want{dropped: 3, wm: year - 500*time.Millisecond, closedBy: 2 * futureQuorum}, 0},
+		// Vouched for at second 12 (a Kinesis record's arrival, the wall
+		// clock), the same quorum is in the future: the present closes on
+		// time, none of it late.
+		{"a quorum ahead, vouched for", cat(prime, repeat(year, futureQuorum), seconds(1, 12)),
+			want{future: futureQuorum, wm: 12 * time.Second, closedBy: 2*futureQuorum + 2}, 12 * time.Second},
+		// A partition's first record, stamped ahead: its events do not
+		// make the quorum; the present's first eight events do.
+		{"a record ahead first, vouched for", cat(repeat(year, 3*futureQuorum), seconds(0, 12)),
+			want{future: 3 * futureQuorum, wm: 12 * time.Second, closedBy: 4 * futureQuorum}, 12 * time.Second},
+		// Sparse traffic, 5 s apart under a MaxSkew of 10 s: the first
+		// eight set the watermark through the last of them, and none is
+		// in the future.
+		{"sparse", []time.Duration{0, 5 * time.Second, 10 * time.Second, 15 * time.Second, 20 * time.Second,
+			25 * time.Second, 30 * time.Second, 35 * time.Second, 40 * time.Second, 45 * time.Second},
+			want{wm: 44500 * time.Millisecond, closedBy: futureQuorum}, 0},
 	}
 	for _, c := range cases {
 		ds := at(c.times...)
-		ref := rollFuture(t, ds, false, -1)
+		ref := rollFuture(t, ds, false, -1, c.bound)
 		var events uint64
 		for _, o := range ref.outs {
 			events += o.events
@@ -156,7 +181,7 @@ func TestRollupFutureEvents(t *testing.T) {
 			columns   bool
 			restartAt int
 		}{{"columns", true, -1}, {"restart", false, futureQuorum + 1}, {"columns/restart", true, futureQuorum + 2}} {
-			if got := rollFuture(t, ds, v.columns, v.restartAt); fmt.Sprint(got) != fmt.Sprint(ref) {
+			if got := rollFuture(t, ds, v.columns, v.restartAt, c.bound); fmt.Sprint(got) != fmt.Sprint(ref) {
 				t.Errorf("%s: %s:\n got %v\nwant %v", c.name, v.name, got, ref)
 			}
 		}
@@ -467,7 +492,7 @@ func TestRollupLatestTime(t *testing.T) {
 	ds = append(ds, ds[1], ds[2])
 	ds[len(ds)-2].Time = decisions.MaxTime
 	ds[len(ds)-1].Time = decisions.MaxTime.Add(-90 * time.Minute)
-	events, columns := rollFuture(t, ds, false, -1), rollFuture(t, ds, true, -1)
+	events, columns := rollFuture(t, ds, false, -1, 0), rollFuture(t, ds, true, -1, 0)
 	if !slices.Equal(columns.outs, events.outs) || columns.stats != events.stats {
 		t.Errorf("columns: %+v %+v\nevents: %+v %+v", columns.outs, columns.stats, events.outs, events.stats)
 	}
@@ -492,7 +517,7 @@ func TestRollupEarliestTime(t *testing.T) {
 	}
 	ds := at(seconds(0, 5)...)
 	ds[0].Time = decisions.MinTime
-	events, columns := rollFuture(t, ds, false, -1), rollFuture(t, ds, true, -1)
+	events, columns := rollFuture(t, ds, false, -1, 0), rollFuture(t, ds, true, -1, 0)
 	if !slices.Equal(columns.outs, events.outs) || columns.stats != events.stats {
 		t.Errorf("columns: %+v %+v\nevents: %+v %+v", columns.outs, columns.stats, events.outs, events.stats)
 	}

@@ -25,8 +25,9 @@ type KinesisOptions struct {
 	Store  StateStore
 	Rollup Options
 	Sinks  []Sink
-	// Now reads the wall clock, for the idle watermark only; default
-	// time.Now.
+	// Now reads the wall clock, for the idle watermark and as the bound
+	// of the events of records their transport does not date (see
+	// RunOptions.Now); default time.Now.
 	Now func() time.Time
 	// Progress, if set, is called after every delivery, from the shard's
 	// goroutine: calls for different shards may be concurrent.

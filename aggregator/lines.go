@@ -60,8 +60,8 @@ type Lines struct {
 	// FlushEvery is how many lines are read between flushes of the
 	// windows the watermark closed; default 4096.
 	FlushEvery int
-	// Now reads the wall clock, for the idle watermark only; default
-	// time.Now.
+	// Now reads the wall clock, for the idle watermark and as the bound of
+	// the events read (see RunOptions.Now); default time.Now.
 	Now func() time.Time
 	// Tick is how often, while no line arrives, the idle watermark is
 	// advanced and closed windows flushed; default 200 ms.

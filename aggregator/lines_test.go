@@ -64,7 +64,7 @@ func TestRunLinesLongLine(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var met []LineProblem
-	l := &Lines{Rollup: Options{Window: time.Second}, Sinks: []Sink{&PartialsDir{Dir: dir}}, Now: func() time.Time { return t0 },
+	l := &Lines{Rollup: Options{Window: time.Second}, Sinks: []Sink{&PartialsDir{Dir: dir}}, Now: standing,
 		Problem: func(p LineProblem) { met = append(met, p) }}
 	st, err := l.Run(context.Background(), &in)
 	if err != nil {
@@ -209,7 +209,7 @@ func FuzzRunLines(f *testing.F) {
 	f.Add([]byte("\n\n\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s := &countingSink{}
-		st, err := (&Lines{Sinks: []Sink{s}, Now: func() time.Time { return t0 }}).Run(context.Background(), bytes.NewReader(in))
+		st, err := (&Lines{Sinks: []Sink{s}, Now: standing}).Run(context.Background(), bytes.NewReader(in))
 		if err != nil {
 			t.Fatal(err)
 		}

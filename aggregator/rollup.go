@@ -72,7 +72,12 @@ type Options struct {
 	// each other the edges' clocks and batches may be: the edges' linger
 	// (1 s by default), the idle advance (Idle), Kinesis batching and
 	// NTP-synchronised clocks take a few seconds at most; it bounds how
-	// much of the present one such event can make late.
+	// much of the present one such event can make late. An event more
+	// than MaxSkew past the clock its reader vouches for (Rollup.Bound)
+	// never moves it, however many come together: a record stamped in
+	// 2100 by a broken clock cannot close the present. So the readers'
+	// clocks must be within MaxSkew of the edges' too; an event beyond is
+	// counted in RollupStats.Future.
 	MaxSkew time.Duration
 	// MaxAhead caps the open windows that start after the latest event
 	// time: windows held only by events in the future (see MaxSkew), which
@@ -118,7 +123,9 @@ const DefaultMaxCorrections = 256
 
 // futureQuorum is how many consecutive events more than MaxSkew ahead of
 // the latest event time (with no event near it between them) move it to
-// the earliest of them: the next morning's events after a quiet night in a
+// the earliest of them, and on through those that follow it in time
+// each within MaxSkew of the one before (a quiet period's sparse traffic
+// comes so): the next morning's events after a quiet night in a
 // replay, or a partition's first events, do; fewer hostile events stamped
 // in the future, with an event of the present after them, do not. Eight
 // events of real traffic come within a second; eight consecutive records
@@ -140,10 +147,16 @@ type aheadRun struct {
 // events held ahead before it are in the future (unless the idle advance
 // brought them within skew of latest since). An event further ahead
 // is held; the futureQuorum-th held in a row moves latest to the earliest
-// held and to each held within skew of it, the others being in the
-// future. It depends on the order of the events alone, so a replay moves
-// the watermark at the same events.
-func (a *aheadRun) observe(latest int64, seen bool, t, skew int64) (int64, bool, uint64) {
+// held and on, in time order, through each held within skew of the one
+// before, the others being in the future. An event after ceil, the
+// bound its reader vouched for (Rollup.Bound), is in the future whatever
+// the events around it: it is neither held nor moves latest. It depends
+// on the order of the events and on ceil alone, so a replay moves the
+// watermark at the same events.
+func (a *aheadRun) observe(latest int64, seen bool, t, skew, ceil int64) (int64, bool, uint64) {
+	if t > ceil {
+		return latest, seen, 1
+	}
 	if seen && !aheadOf(t, latest, skew) {
 		var future uint64
 		if a.n > 0 && !aheadOf(latest, t, skew) {
@@ -166,20 +179,19 @@ func (a *aheadRun) observe(latest int64, seen bool, t, skew int64) (int64, bool,
 	if a.n < futureQuorum {
 		return latest, seen, 0
 	}
-	least := slices.Min(a.times[:])
-	if !seen || least > latest {
-		latest = least
-	}
-	var future uint64
-	for _, x := range a.times {
-		if aheadOf(x, least, skew) {
-			future++
-		} else {
-			latest = max(latest, x)
-		}
+	held := a.times
+	slices.Sort(held[:])
+	if !seen || held[0] > latest {
+		latest = held[0]
 	}
 	a.n = 0
-	return latest, true, future
+	for i, x := range held {
+		if aheadOf(x, latest, skew) {
+			return latest, true, uint64(len(held) - i)
+		}
+		latest = max(latest, x)
+	}
+	return latest, true, 0
 }
 
 // aheadOf reports whether t is more than skew after ref (Unix
@@ -264,6 +276,7 @@ type Rollup struct {
 	oldestOK     bool
 	idleSince    time.Time
 	ahead        aheadRun // events held ahead of latest (see Options.MaxSkew)
+	ceil         int64    // see Bound; math.MaxInt64 for none
 	stats        RollupStats
 	batch        Batch // AddBatch's
 }
@@ -276,9 +289,11 @@ type RollupStats struct {
 	Windows     uint64 // windows emitted
 	Corrections uint64 // corrections emitted
 	// Future counts events more than MaxSkew ahead of the latest event
-	// time that no quorum confirmed: each joined its window but did not
-	// move the watermark. A replay of a log whose traffic has gaps longer
-	// than MaxSkew counts the events that came alone after a gap too.
+	// time that no quorum confirmed, and events more than MaxSkew past
+	// the time their reader vouched for (Rollup.Bound): each joined its
+	// window but did not move the watermark. A replay of a log whose
+	// traffic has gaps longer than MaxSkew counts the events that came
+	// alone after a gap too.
 	Future uint64
 	// Folded counts decisions counted with a tier, rule, node or reason
 	// folded into OtherKey, past a window's MaxKeys.
@@ -374,7 +389,24 @@ func (r *Rollup) openWindow(late bool, start int64, seq uint64, latest int64, se
 
 // NewRollup returns an empty Rollup.
 func NewRollup(o Options) *Rollup {
-	return &Rollup{o: o.withDefaults(), open: map[int64]*pending{}, late: map[int64]*pending{}}
+	return &Rollup{o: o.withDefaults(), open: map[int64]*pending{}, late: map[int64]*pending{}, ceil: math.MaxInt64}
+}
+
+// Bound vouches for the time of the events added next: they were decided
+// by at, by a clock their reader trusts more than theirs (a Kinesis
+// record's arrival, or the wall clock when a log record was read). An
+// event more than MaxSkew after at is in the future (RollupStats.Future):
+// it joins its own window, but neither moves the watermark nor counts
+// toward the quorum that moves it (see Options.MaxSkew). The zero time
+// lifts the bound; so does a time outside decisions' range.
+func (r *Rollup) Bound(at time.Time) {
+	r.ceil = math.MaxInt64
+	if at.IsZero() || at.Before(decisions.MinTime) || at.After(decisions.MaxTime) {
+		return
+	}
+	if n, skew := at.UnixNano(), int64(r.o.MaxSkew); n < math.MaxInt64-skew {
+		r.ceil = n + skew
+	}
 }
 
 // Options returns the options in force, defaults filled in.
@@ -511,7 +543,7 @@ func (r *Rollup) setLatest(ns int64, seen bool) {
 // see moves latest for an event at t (Unix nanoseconds): see aheadRun.
 func (r *Rollup) see(t int64) {
 	old, seen := r.latestNs()
-	latest, seen, future := r.ahead.observe(old, seen, t, int64(r.o.MaxSkew))
+	latest, seen, future := r.ahead.observe(old, seen, t, int64(r.o.MaxSkew), r.ceil)
 	r.stats.Future += future
 	if latest != old || r.latest.IsZero() {
 		r.setLatest(latest, seen)

@@ -26,8 +26,9 @@ type LogOptions struct {
 	Until    time.Time // events at or after are skipped; zero: to the end
 	Rollup   Options
 	Sinks    []Sink
-	// Now reads the wall clock, for the idle watermark only; default
-	// time.Now.
+	// Now reads the wall clock, for the idle watermark and as the bound
+	// of the events of records their transport does not date (see
+	// RunOptions.Now); default time.Now.
 	Now func() time.Time
 	// Tick is how often a following run, at the end of the log, advances
 	// an idle watermark and emits the windows it closes; default 200 ms.

@@ -42,7 +42,7 @@ func TestAggregateBadTime(t *testing.T) {
 	if err := runAggregate(context.Background(), []string{"--stdin", "--emf", "stdout", "--admin-listen", "off"}, &in, &out, &errs); err != nil {
 		t.Fatalf("aggregate --stdin: %v\n%s", err, errs.String())
 	}
-	if !strings.Contains(errs.String(), " events 20, late 0, ") || !strings.Contains(errs.String(), " bad time 2,") || strings.Contains(errs.String(), "emf rejected") {
+	if !strings.Contains(errs.String(), " events 20, late 0 (dropped 0), ") || !strings.Contains(errs.String(), " bad time 2,") || strings.Contains(errs.String(), "emf rejected") {
 		t.Errorf("aggregate --stdin: stderr %q, want 20 events, 2 of bad time, no EMF rejected", errs.String())
 	}
 	for _, year := range []string{"1754-", "2262-"} {
@@ -62,5 +62,49 @@ func TestAggregateBadTime(t *testing.T) {
 		if !days[filepath.Base(filepath.Dir(name))] {
 			t.Errorf("replay wrote %s, want only windows of %v", name, days)
 		}
+	}
+}
+
+// TestAggregateRecordAhead: a run of events stamped an hour ahead of the
+// wall clock (an edge whose clock jumped, a hand-made record), between
+// events of the hour before, moves neither `aggregate --stdin`'s
+// watermark nor `replay`'s: its events are counted in the future, none of
+// the present's is late but the last, which is, and is dropped (both
+// summaries say so). Before, the run made a quorum and moved the
+// watermark an hour ahead: the forty events after it were late too.
+func TestAggregateRecordAhead(t *testing.T) {
+	start := time.Now().UTC().Add(-time.Hour).Truncate(time.Minute)
+	decided := func(at time.Time) decisions.Decision {
+		return decisions.Decision{Kind: decisions.KindDecision, Time: at, Node: "edge-1", Tier: "anonymous",
+			Rule: "anonymous:global", Outcome: decisions.Allow, ClientIP: netip.MustParseAddr("203.0.113.7")}
+	}
+	var ds []decisions.Decision
+	for i := range 40 {
+		ds = append(ds, decided(start.Add(time.Duration(i)*250*time.Millisecond)))
+	}
+	for range 20 {
+		ds = append(ds, decided(start.Add(2*time.Hour)))
+	}
+	for i := range 40 {
+		ds = append(ds, decided(start.Add(10*time.Second+time.Duration(i)*250*time.Millisecond)))
+	}
+	ds = append(ds, decided(start)) // its window closed
+	var in bytes.Buffer
+	for i := range ds {
+		in.Write(append(decisions.AppendJSON(nil, &ds[i]), '\n'))
+	}
+	var out, errs bytes.Buffer
+	if err := runAggregate(context.Background(), []string{"--stdin", "--window", "1s", "--late", "drop", "--emf", "stdout", "--admin-listen", "off"}, &in, &out, &errs); err != nil {
+		t.Fatalf("aggregate --stdin: %v\n%s", err, errs.String())
+	}
+	if !strings.Contains(errs.String(), " events 101, late 1 (dropped 1), ") || !strings.Contains(errs.String(), " future 20,") {
+		t.Errorf("aggregate --stdin: stderr %q, want 101 events, one late and dropped, 20 in the future", errs.String())
+	}
+
+	dir := t.TempDir()
+	writeDecisions(t, filepath.Join(dir, "log"), ds)
+	code, _, stderr := runCLI(t, nil, "replay", "--window", "1s", "--late", "drop", "--decisions-dir", filepath.Join(dir, "log"), "--out", filepath.Join(dir, "out"))
+	if code != 0 || !strings.Contains(stderr, "replay: events 101, late 1 (dropped 1), ") || !strings.Contains(stderr, " future 20,") {
+		t.Fatalf("replay: exit %d, stderr %q, want 101 events, one late and dropped, 20 in the future", code, stderr)
 	}
 }

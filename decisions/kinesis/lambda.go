@@ -112,7 +112,8 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	}
 	all := make([]stream.Record, len(recs))
 	for i := range recs {
-		all[i] = stream.Record{Pos: stream.Position{Seq: recs[i].Kinesis.SequenceNumber}, Data: recs[i].Kinesis.Data}
+		all[i] = stream.Record{Pos: stream.Position{Seq: recs[i].Kinesis.SequenceNumber}, Data: recs[i].Kinesis.Data,
+			Arrived: recs[i].Kinesis.ApproximateArrivalTimestamp.Time}
 	}
 	for i := 0; i < len(all); {
 		j := i + 1

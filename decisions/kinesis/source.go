@@ -878,7 +878,7 @@ func (r *shardReader) records(ctx context.Context, recs []types.Record) error {
 			if len(r.recs) == 0 {
 				r.from = stream.Position{Seq: seq, Sub: sub}
 			}
-			r.recs = append(r.recs, stream.Record{Pos: stream.Position{Seq: seq}, Data: rec.Data})
+			r.recs = append(r.recs, stream.Record{Pos: stream.Position{Seq: seq}, Data: rec.Data, Arrived: aws.ToTime(rec.ApproximateArrivalTimestamp)})
 		}
 		return r.deliver(ctx)
 	}

@@ -18,6 +18,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
 	"github.com/ratewarden/ratewarden/decisions/columnar"
@@ -59,6 +60,10 @@ type Record struct {
 	// says so (a log record), else 0. It counts the events lost with a
 	// record that cannot be decoded.
 	Count int
+	// Arrived is when the transport took the record in, by its own clock
+	// (a Kinesis record's ApproximateArrivalTimestamp), or zero when it
+	// does not say (a log record). Its events were decided before it.
+	Arrived time.Time
 }
 
 // Batch is a run of consecutive events of one partition. Partition, From
@@ -100,6 +105,8 @@ type Rows struct {
 	Pos  Position // the position of row 0
 	Lo   int      // rows before Lo are before the batch's From: not the batch's
 	Skip []bool   // when not nil, Skip[i] says the source's filter leaves row i out
+	// Arrived is the record's (Record.Arrived); zero for decoded events.
+	Arrived time.Time
 }
 
 // Handler consumes batches. A source calls a partition's methods from one
@@ -138,9 +145,9 @@ type Handler interface {
 func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error) {
 	var r Rows
 	b.handed = 0
-	hand := func(rows columnar.Rows, pos Position, skip int) (int, error) {
+	hand := func(rows columnar.Rows, pos Position, skip int, arrived time.Time) (int, error) {
 		lo := min(skip, rows.Len())
-		r = Rows{Rows: rows, Pos: pos, Lo: lo}
+		r = Rows{Rows: rows, Pos: pos, Lo: lo, Arrived: arrived}
 		if b.Filter != nil {
 			r.Skip = b.Filter(rows, pos)
 		}
@@ -153,7 +160,7 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 		if len(b.Events) == 0 {
 			return 0, nil
 		}
-		_, err := hand(columnar.Rows{Events: b.Events}, b.From, 0)
+		_, err := hand(columnar.Rows{Events: b.Events}, b.From, 0, time.Time{})
 		return b.handed, err
 	}
 	for i := range b.Records {
@@ -167,7 +174,7 @@ func (b *Batch) Rows(dec *columnar.Decoder, f func(*Rows) error) (uint64, error)
 		pos := rec.Pos
 		var ferr error
 		decode := func(rows columnar.Rows) error {
-			lo, err := hand(rows, pos, skip)
+			lo, err := hand(rows, pos, skip, rec.Arrived)
 			skip -= lo
 			pos.Sub += int64(rows.Len())
 			ferr = err
