@@ -31,16 +31,7 @@ func TestLambdaAggregateIPv6Prefix(t *testing.T) {
 			ClientIP: netip.MustParseAddr(fmt.Sprintf("2001:db8:1:2%02x::%x", i, i+1)), Tier: "anonymous", Rule: "anonymous:global",
 			Method: "GET", Host: "app.example", Path: "/", Outcome: decisions.Allow, Status: 200}
 	}
-	data, err := columnar.Encode([]byte{byte(columnar.CodecArrow)}, ds, columnar.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := ev.Records[0] // a real record's envelope, holding these decisions
-	rec.Kinesis.Data = data
-	payload, err := json.Marshal(events.KinesisEvent{Records: []events.KinesisEventRecord{rec}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	payload := oneRecordEvent(t, ev, ds)
 	cfg56 := filepath.Join(t.TempDir(), "56.yaml")
 	if err := os.WriteFile(cfg56, []byte("edge: {upstream: \"http://127.0.0.1:1\"}\nidentity: {ipv6_prefix: 56}\ntiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -69,4 +60,21 @@ func TestLambdaAggregateIPv6Prefix(t *testing.T) {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}
+}
+
+// oneRecordEvent returns an invocation's event of one record holding ds,
+// in the envelope of ev's first record (a real one).
+func oneRecordEvent(t *testing.T, ev events.KinesisEvent, ds []decisions.Decision) []byte {
+	t.Helper()
+	data, err := columnar.Encode([]byte{byte(columnar.CodecArrow)}, ds, columnar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := ev.Records[0]
+	rec.Kinesis.Data = data
+	payload, err := json.Marshal(events.KinesisEvent{Records: []events.KinesisEventRecord{rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload
 }
