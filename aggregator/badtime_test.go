@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ratewarden/ratewarden/decisions"
-	"github.com/ratewarden/ratewarden/decisions/columnar"
 )
 
 // lastWindow is the start of the last 1 s window of int64 time, which
@@ -73,18 +72,7 @@ func TestRollupBadTime(t *testing.T) {
 func windowEvents(t *testing.T, ds []decisions.Decision, o Options, columns bool) (map[time.Time]uint64, RollupStats) {
 	t.Helper()
 	r := NewRollup(o)
-	if columns {
-		if err := columnar.NewDecoder().DecodeColumns(encodeBatches(t, ds, len(ds))[0], func(c *columnar.Columns) error {
-			r.AddBatch(c, 0)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		for i := range ds {
-			r.Add(&ds[i], uint64(i))
-		}
-	}
+	addAll(t, r, ds, columns, len(ds))
 	out := map[time.Time]uint64{}
 	if err := r.Flush(true, func(o Output) error { out[o.Partial.Start] += o.Partial.Events; return nil }); err != nil {
 		t.Fatal(err)

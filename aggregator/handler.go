@@ -321,9 +321,9 @@ func (h *partitions) Handle(ctx context.Context, b *stream.Batch) error {
 	}
 	r := pt.p.r
 	before := r.Stats()
-	now := h.o.Now() // what a record whose transport does not date it is bounded by
 	var outs []Output
 	var total, skip uint64
+	var now time.Time // read once, for the first record its transport does not date
 	// Windows close at the event that passes them (Due after every
 	// event), however the events were batched.
 	limit := func(pb *Batch, lo, hi int) int {
@@ -351,11 +351,14 @@ func (h *partitions) Handle(ctx context.Context, b *stream.Batch) error {
 		if rows.Pos.Seq == "" {
 			seq = rows.Pos.Offset()
 		}
-		if at := rows.Arrived; !at.IsZero() {
-			r.Bound(at)
-		} else {
-			r.Bound(now)
+		at := rows.Arrived
+		if at.IsZero() {
+			if now.IsZero() {
+				now = h.o.Now()
+			}
+			at = now
 		}
+		r.Bound(at)
 		return r.addDecoded(rows.Rows, lo, seq, rows.Skip, limit, after)
 	}
 	if pt.dec == nil {

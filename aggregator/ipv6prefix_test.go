@@ -52,23 +52,7 @@ func rollV6(t *testing.T, ds []decisions.Decision, o Options) *Partial {
 	o.Window = time.Minute
 	roll := func(columns bool) *Partial {
 		r := NewRollup(o)
-		if columns {
-			dec := columnar.NewDecoder()
-			var seq uint64
-			for _, data := range encodeBatches(t, ds, 97, 1000) {
-				if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
-					r.AddBatch(c, seq)
-					seq += uint64(c.Len)
-					return nil
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		} else {
-			for i := range ds {
-				r.Add(&ds[i], uint64(i))
-			}
-		}
+		addAll(t, r, ds, columns, 97, 1000)
 		var out *Partial
 		if err := r.Flush(true, func(o Output) error {
 			if out != nil {
@@ -292,5 +276,28 @@ func BenchmarkAddrClient(b *testing.B) {
 			}
 			_ = c
 		})
+	}
+}
+
+// addAll adds ds to r, numbered from 0: through record batches of sizes
+// in turn (AddBatch) with columns, else event by event (Add).
+func addAll(t *testing.T, r *Rollup, ds []decisions.Decision, columns bool, sizes ...int) {
+	t.Helper()
+	if !columns {
+		for i := range ds {
+			r.Add(&ds[i], uint64(i))
+		}
+		return
+	}
+	dec := columnar.NewDecoder()
+	var seq uint64
+	for _, data := range encodeBatches(t, ds, sizes...) {
+		if err := dec.DecodeColumns(data, func(c *columnar.Columns) error {
+			r.AddBatch(c, seq)
+			seq += uint64(c.Len)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

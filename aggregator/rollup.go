@@ -179,15 +179,14 @@ func (a *aheadRun) observe(latest int64, seen bool, t, skew, ceil int64) (int64,
 	if a.n < futureQuorum {
 		return latest, seen, 0
 	}
-	held := a.times
-	slices.Sort(held[:])
-	if !seen || held[0] > latest {
-		latest = held[0]
-	}
 	a.n = 0
-	for i, x := range held {
+	slices.Sort(a.times[:])
+	if !seen || a.times[0] > latest {
+		latest = a.times[0]
+	}
+	for i, x := range a.times {
 		if aheadOf(x, latest, skew) {
-			return latest, true, uint64(len(held) - i)
+			return latest, true, uint64(futureQuorum - i)
 		}
 		latest = max(latest, x)
 	}
@@ -401,7 +400,7 @@ func NewRollup(o Options) *Rollup {
 // lifts the bound; so does a time outside decisions' range.
 func (r *Rollup) Bound(at time.Time) {
 	r.ceil = math.MaxInt64
-	if at.IsZero() || at.Before(decisions.MinTime) || at.After(decisions.MaxTime) {
+	if at.IsZero() || !decisions.TimeInRange(at) {
 		return
 	}
 	if n, skew := at.UnixNano(), int64(r.o.MaxSkew); n < math.MaxInt64-skew {

@@ -18,12 +18,7 @@ func TestLambdaAggregateBadTime(t *testing.T) {
 	bin := buildBinary(t)
 	_, ev := readKinesisEvent(t)
 	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	ds := make([]decisions.Decision, 20)
-	for i := range ds {
-		ds[i] = decisions.Decision{Kind: decisions.KindDecision, Time: t0.Add(time.Duration(i) * time.Second), Node: "edge-1",
-			ClientIP: netip.MustParseAddr("203.0.113.7"), Tier: "anonymous", Rule: "anonymous:global",
-			Method: "GET", Host: "app.example", Path: "/", Outcome: decisions.Allow, Status: 200}
-	}
+	ds := allowed(t0, 20, time.Second, func(int) netip.Addr { return netip.MustParseAddr("203.0.113.7") })
 	ds[3].Time, ds[11].Time = time.Time{}, decisions.MaxTime
 	payload := oneRecordEvent(t, ev, ds)
 	partials := t.TempDir()

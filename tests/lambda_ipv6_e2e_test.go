@@ -25,12 +25,9 @@ func TestLambdaAggregateIPv6Prefix(t *testing.T) {
 	bin := buildBinary(t)
 	_, ev := readKinesisEvent(t)
 	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	ds := make([]decisions.Decision, 256)
-	for i := range ds {
-		ds[i] = decisions.Decision{Kind: decisions.KindDecision, Time: t0.Add(time.Duration(i) * time.Millisecond), Node: "edge-1",
-			ClientIP: netip.MustParseAddr(fmt.Sprintf("2001:db8:1:2%02x::%x", i, i+1)), Tier: "anonymous", Rule: "anonymous:global",
-			Method: "GET", Host: "app.example", Path: "/", Outcome: decisions.Allow, Status: 200}
-	}
+	ds := allowed(t0, 256, time.Millisecond, func(i int) netip.Addr {
+		return netip.MustParseAddr(fmt.Sprintf("2001:db8:1:2%02x::%x", i, i+1))
+	})
 	payload := oneRecordEvent(t, ev, ds)
 	cfg56 := filepath.Join(t.TempDir(), "56.yaml")
 	if err := os.WriteFile(cfg56, []byte("edge: {upstream: \"http://127.0.0.1:1\"}\nidentity: {ipv6_prefix: 56}\ntiers:\n  anonymous:\n    global: {limit: 120, window: 1m}\n"), 0o600); err != nil {
@@ -77,4 +74,16 @@ func oneRecordEvent(t *testing.T, ev events.KinesisEvent, ds []decisions.Decisio
 		t.Fatal(err)
 	}
 	return payload
+}
+
+// allowed returns n requests the edge allowed, from t0 on, step apart,
+// request i from the address addr(i).
+func allowed(t0 time.Time, n int, step time.Duration, addr func(i int) netip.Addr) []decisions.Decision {
+	ds := make([]decisions.Decision, n)
+	for i := range ds {
+		ds[i] = decisions.Decision{Kind: decisions.KindDecision, Time: t0.Add(time.Duration(i) * step), Node: "edge-1",
+			ClientIP: addr(i), Tier: "anonymous", Rule: "anonymous:global",
+			Method: "GET", Host: "app.example", Path: "/", Outcome: decisions.Allow, Status: 200}
+	}
+	return ds
 }
