@@ -41,7 +41,8 @@ func (p LineProblem) Unwrap() error { return p.Err }
 // LinesStats are what RunLines did.
 type LinesStats struct {
 	Rollup  RollupStats
-	Lines   int           // lines read
+	Lines   int           // lines read: Blank, Skipped and the events rolled up (Rollup.Events) add up to them
+	Blank   int           // lines empty or of white space alone, passed over (not problems)
 	Skipped int           // lines that were not decisions, skipped
 	TooLong int           // of them, lines longer than MaxLine
 	First   []LineProblem // the first 100 of them
@@ -94,9 +95,10 @@ const DefaultGrace = 30 * time.Second
 // LinesSource serves decisions read as JSON lines to a stream.Handler, as
 // partition LinesPartition, whose positions are line numbers (the first
 // line is 1). A batch's Events hold one decision per line, from From;
-// those of lines that are empty, not decisions or longer than MaxLine
-// are zero and left out by the batch's Filter, and the source counts,
-// keeps and reports the last two as LineProblems. A batch is valid until
+// those of lines that are blank (empty or of JSON's white space alone),
+// not decisions or longer than MaxLine are zero and left out by the
+// batch's Filter; the source counts the first as Blank, and counts, keeps
+// and reports the others as LineProblems. A batch is valid until
 // Handle returns. The zero value is not usable: R is required.
 //
 // A LinesSource is not safe for concurrent use; Stats may be called from
@@ -133,8 +135,8 @@ type LinesSource struct {
 	bytes  int // of the lines of events
 }
 
-// Stats returns what the source read so far: Lines, Skipped, TooLong and
-// First (Rollup and Outputs are the handler's).
+// Stats returns what the source read so far: Lines, Blank, Skipped,
+// TooLong and First (Rollup and Outputs are the handler's).
 func (s *LinesSource) Stats() LinesStats { return s.stats }
 
 // Run reads R to its end and hands its lines to h in batches, then closes
@@ -238,21 +240,36 @@ func (s *LinesSource) parse(c *lineBatch, every, size int, full func() error) er
 		s.stats.Lines = c.first + i
 		var d decisions.Decision
 		var err error
+		blank := false
 		switch {
 		case c.tooLong[i]:
 			s.stats.TooLong++
 			err = ErrLineTooLong
-		case len(line) > 0:
+		case isBlank(line):
+			s.stats.Blank++
+			blank = true
+		default:
 			d, _, err = decisions.ParseJSON(line)
 		}
 		if err != nil {
 			s.skipped(LineProblem{s.stats.Lines, err})
 		}
 		s.events = append(s.events, d)
-		s.skip = append(s.skip, err != nil || len(line) == 0)
+		s.skip = append(s.skip, err != nil || blank)
 		s.bytes += len(line)
 	}
 	return nil
+}
+
+// isBlank reports whether line holds nothing but JSON's white space
+// (space, tab, carriage return), as a blank line between JSON lines.
+func isBlank(line []byte) bool {
+	for _, c := range line {
+		if c != ' ' && c != '\t' && c != '\r' {
+			return false
+		}
+	}
+	return true
 }
 
 // skipped counts, keeps and reports a line left out.
@@ -384,7 +401,7 @@ const maxBatch = 512
 // pauses, or a slow pipe whose reads end inside a line), or once it holds
 // size bytes or more.
 func readLines(ctx context.Context, r io.Reader, size int, out chan<- *lineBatch) {
-	br := bufio.NewReaderSize(r, MaxLine+1)
+	br := bufio.NewReaderSize(r, MaxLine+2) // a line of MaxLine bytes and "\r\n"
 	line := 1
 	for {
 		b := &lineBatch{first: line}
@@ -397,10 +414,12 @@ func readLines(ctx context.Context, r io.Reader, size int, out chan<- *lineBatch
 				s, err = br.ReadSlice('\n')
 			}
 			if len(s) > 0 || long {
+				if s = trimEOL(s); len(s) > MaxLine {
+					long = true // a line of MaxLine+1 bytes and "\n" fits the buffer
+				}
 				if long {
 					s = nil
 				}
-				s = trimEOL(s)
 				b.data = append(b.data, s...)
 				b.ends = append(b.ends, len(b.data))
 				b.tooLong = append(b.tooLong, long)

@@ -178,6 +178,45 @@ type chanSink struct{ outs chan Output }
 func (s *chanSink) Write(_ context.Context, _ string, o Output) error { s.outs <- o; return nil }
 func (s *chanSink) Flush(context.Context) error                       { return nil }
 
+// TestRunLinesBlankAndLong: blank lines (empty, or white space alone) are
+// counted apart, so that lines are blank, skipped and events; a line of
+// MaxLine bytes is read whatever its line end, and one byte more is too
+// long.
+func TestRunLinesBlankAndLong(t *testing.T) {
+	d := decisionAt(0, "192.0.2.1")
+	line := decisions.AppendJSON(nil, &d)
+	// A decision padded with white space inside its object to n bytes.
+	padded := func(n int) string {
+		return "{" + strings.Repeat(" ", n-len(line)) + string(line[1:])
+	}
+	var in strings.Builder
+	for _, l := range []string{
+		string(line) + "\n",
+		"\n", "   \n", "\t\r\n", "\r\n", // blank
+		padded(MaxLine) + "\r\n",   // read
+		padded(MaxLine) + "\n",     // read
+		padded(MaxLine+1) + "\n",   // too long
+		padded(MaxLine+1) + "\r\n", // too long
+		"x\n",                      // skipped
+		string(line),               // the last, without its line end
+	} {
+		in.WriteString(l)
+	}
+	st, err := (&Lines{Sinks: []Sink{&countingSink{}}, Now: standing}).Run(context.Background(), strings.NewReader(in.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lines != 11 || st.Blank != 4 || st.Skipped != 3 || st.TooLong != 2 || st.Rollup.Events != 4 {
+		t.Fatalf("lines %d (want 11), blank %d (4), skipped %d (3), too long %d (2), events %d (4): %v",
+			st.Lines, st.Blank, st.Skipped, st.TooLong, st.Rollup.Events, st.First)
+	}
+	for i, want := range []int{8, 9, 10} {
+		if st.First[i].Line != want {
+			t.Errorf("problem %d at line %d, want %d", i, st.First[i].Line, want)
+		}
+	}
+}
+
 func drain(c chan Output) []Output {
 	var out []Output
 	for {
@@ -217,14 +256,14 @@ func FuzzRunLines(f *testing.F) {
 		if len(in) > 0 && in[len(in)-1] != '\n' {
 			lines++
 		}
-		empty := 0
+		blank := 0
 		for l := range bytes.Lines(in) {
-			if l, ok := bytes.CutSuffix(l, []byte("\n")); len(l) == 0 || ok && string(l) == "\r" {
-				empty++
+			if l := trimEOL(l); len(l) <= MaxLine && isBlank(l) {
+				blank++
 			}
 		}
-		if st.Lines != lines || uint64(st.Skipped)+st.Rollup.Events+uint64(empty) != uint64(lines) || s.events.Load() != st.Rollup.Events {
-			t.Fatalf("lines %d (want %d), skipped %d, events %d, empty %d, sink %d", st.Lines, lines, st.Skipped, st.Rollup.Events, empty, s.events.Load())
+		if st.Lines != lines || st.Blank != blank || uint64(st.Skipped)+st.Rollup.Events+uint64(st.Blank) != uint64(lines) || s.events.Load() != st.Rollup.Events {
+			t.Fatalf("lines %d (want %d), skipped %d, events %d, blank %d (want %d), sink %d", st.Lines, lines, st.Skipped, st.Rollup.Events, st.Blank, blank, s.events.Load())
 		}
 	})
 }

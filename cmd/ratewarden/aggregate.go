@@ -166,8 +166,8 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if *stdinSrc {
 		problems := newProblemPrinter(stderr, "aggregate: stdin")
 		st, err := (&aggregator.Lines{Rollup: ro, Sinks: sinks, Problem: func(p aggregator.LineProblem) { problems.Problem(p) }}).Run(ctx, stdin)
-		fmt.Fprintf(stderr, "aggregate: lines %d, skipped %d (too long %d), events %d, late %d (dropped %d), %s, windows %d, outputs %d%s\n",
-			st.Lines, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.LateDropped, heldBack(st.Rollup), st.Rollup.Windows, st.Outputs, emfRejected(opened.EMFRejected()))
+		fmt.Fprintf(stderr, "aggregate: lines %d (blank %d), skipped %d (too long %d), events %d, late %d (dropped %d), %s, windows %d, outputs %d%s\n",
+			st.Lines, st.Blank, st.Skipped, st.TooLong, st.Rollup.Events, st.Rollup.Late, st.Rollup.LateDropped, heldBack(st.Rollup), st.Rollup.Windows, st.Outputs, emfRejected(opened.EMFRejected()))
 		problems.summary()
 		return err
 	}
