@@ -426,6 +426,36 @@ func TestEmitterReleasesStrings(t *testing.T) {
 	})
 }
 
+// TestParseDurationOverflow: a number past what a time.Duration holds is
+// refused, not wrapped into another (2^61+5 µs read as 5 µs before), and
+// the largest that fits is read exactly.
+func TestParseDurationOverflow(t *testing.T) {
+	for _, c := range []struct {
+		n    string
+		unit time.Duration
+	}{
+		{"2305843009213693957", time.Microsecond}, {"9223372036854775807", time.Microsecond},
+		{"9223372036854776", time.Microsecond}, {"-9223372036854776", time.Microsecond},
+		{"9223372036855", time.Millisecond}, {"9223372036854.775808", time.Millisecond},
+	} {
+		if d, err := parseDuration(json.Number(c.n), c.unit); err == nil {
+			t.Errorf("%s in %v: read %d, want an error", c.n, c.unit, d)
+		}
+	}
+	for _, c := range []struct {
+		n    string
+		unit time.Duration
+	}{{"9223372036854.775807", time.Millisecond}, {"9223372036854775.807", time.Microsecond}} {
+		if d, err := parseDuration(json.Number(c.n), c.unit); err != nil || d != math.MaxInt64 {
+			t.Errorf("%s in %v: read %d, %v; want %d", c.n, c.unit, d, err, int64(math.MaxInt64))
+		}
+	}
+	line := `{"v":1,"kind":"decision","time":"2026-12-05T00:00:00Z","client_ip":"192.0.2.1","outcome":"allow","store_latency_us":2305843009213693957}`
+	if d, _, err := ParseJSON([]byte(line)); err == nil {
+		t.Errorf("a store latency past a duration's range parsed as %v", d.StoreLatency)
+	}
+}
+
 func FuzzDurationJSON(f *testing.F) {
 	for _, d := range []int64{0, 1, 999, 1000, 1_000_000, 60_000_000_000, 42_123_456_789, -5, 1<<62 + 3} {
 		f.Add(d)

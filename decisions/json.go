@@ -3,6 +3,7 @@ package decisions
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -126,6 +127,9 @@ func parseDuration(n json.Number, unit time.Duration) (time.Duration, error) {
 		if f, err = strconv.ParseInt(frac+strings.Repeat("0", digits-len(frac)), 10, 64); err != nil {
 			return 0, fmt.Errorf("duration %q: %w", n, err)
 		}
+	}
+	if w > (math.MaxInt64-f)/int64(unit) {
+		return 0, fmt.Errorf("duration %q: over the %v a duration holds", n, time.Duration(math.MaxInt64))
 	}
 	d := time.Duration(w)*unit + time.Duration(f)
 	if neg {
