@@ -64,6 +64,14 @@ const (
 	EMFTimeoutRange = "100ms to 10m"
 )
 
+// The ranges of --window, --lateness and --max-skew, as their errors and
+// usage lines say them.
+const (
+	WindowRange   = "1s to 24h, dividing an hour or a multiple of one"
+	LatenessRange = "0 to ten windows"
+	MaxSkewRange  = "1s to 24h"
+)
+
 // Idle time bounds (--idle): how long a quiet partition waits before its
 // watermark follows the clock.
 const (
@@ -105,7 +113,7 @@ func DefaultAggregatorOptions() AggregatorOptions {
 // aggregator would never have stored.
 func CheckWindow(w time.Duration) error {
 	if w < time.Second || w > 24*time.Hour || time.Hour%w != 0 && w%time.Hour != 0 {
-		return fmt.Errorf("--window %v: want 1s to 24h, dividing an hour or a multiple of one", w)
+		return fmt.Errorf("--window %v: want %s", w, WindowRange)
 	}
 	return nil
 }
@@ -126,11 +134,11 @@ func (o AggregatorOptions) Rollup() (aggregator.Options, error) {
 	case windowErr != nil:
 		return aggregator.Options{}, windowErr
 	case o.Lateness < 0 || o.Lateness > o.Window*10:
-		return aggregator.Options{}, fmt.Errorf("--lateness %v: want 0 to ten windows", o.Lateness)
+		return aggregator.Options{}, fmt.Errorf("--lateness %v: want %s", o.Lateness, LatenessRange)
 	case o.TopK < 1 || o.TopK > 100_000:
 		return aggregator.Options{}, fmt.Errorf("--top-k %d: want 1 to 100000", o.TopK)
 	case o.MaxSkew < time.Second || o.MaxSkew > 24*time.Hour:
-		return aggregator.Options{}, fmt.Errorf("--max-skew %v: want 1s to 24h", o.MaxSkew)
+		return aggregator.Options{}, fmt.Errorf("--max-skew %v: want %s", o.MaxSkew, MaxSkewRange)
 	case o.Idle < MinIdle || o.Idle > MaxIdle:
 		return aggregator.Options{}, fmt.Errorf("--idle %v: want %s", o.Idle, IdleRange)
 	case o.MaxKeys < 1 || o.MaxKeys > MaxMaxKeys:

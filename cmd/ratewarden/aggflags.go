@@ -29,11 +29,11 @@ func newAggregatorFlags(prefix string) *aggregatorFlags {
 // rollupFlags adds the window flags that aggregate, replay and report share.
 func rollupFlags(fs *flag.FlagSet) *aggregatorFlags {
 	f := newAggregatorFlags("")
-	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window length in event time (`duration`: 1s, 10s, 1m, ...)")
-	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its window (`duration`)")
+	fs.DurationVar(&f.o.Window, "window", f.o.Window, "window length in event time (`duration`: 1s, 10s, 1m, ...; "+assemble.WindowRange+")")
+	fs.DurationVar(&f.o.Lateness, "lateness", f.o.Lateness, "how far behind the latest event an event may be and still join its window (`duration`, "+assemble.LatenessRange+")")
 	fs.StringVar(&f.o.Late, "late", f.o.Late, "events later than that (`correct|drop`): \"correct\" (a correction of their window) or \"drop\" (counted)")
 	f.topKFlag(fs)
-	fs.DurationVar(&f.o.MaxSkew, "max-skew", f.o.MaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum, and events further past the time their record arrived on Kinesis or was read never move it (`duration`)")
+	fs.DurationVar(&f.o.MaxSkew, "max-skew", f.o.MaxSkew, "how far ahead of the latest event an event may be and still move the watermark at once; events further ahead are counted as future and wait for a quorum, and events further past the time their record arrived on Kinesis or was read never move it (`duration`, "+assemble.MaxSkewRange+")")
 	f.capFlags(fs)
 	return f
 }

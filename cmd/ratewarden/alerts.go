@@ -22,7 +22,7 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfgPath := fs.String("config", "", "the configuration `file` whose alerts and feedback sections apply")
 	partials := fs.String("partials", "", "the stored partials to read, a `store`: "+assemble.PartialsSpecs+" (as aggregate --partials writes them)")
 	stateDir := fs.String("state-dir", "", "where the detectors keep their state (`directory`), so that a rerun goes on where the last stopped")
-	window := fs.Duration("window", time.Minute, "the partials' window length (`duration`; as aggregate --window: 1s to 24h, dividing an hour or a multiple of one)")
+	window := fs.Duration("window", time.Minute, "the partials' window length (`duration`; as aggregate --window: "+assemble.WindowRange+")")
 	follow := fs.Bool("follow", false, "keep running windows as their partials arrive")
 	settle := fs.Int("settle", 2, "with --follow: a window runs once a partial `n` windows later is stored (partitions lag one another)")
 	poll := fs.Duration("poll", time.Second, "with --follow: how often to look for new partials")

@@ -32,7 +32,7 @@ func runLambda(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	upstream := fs.String("upstream", getenv("RATEWARDEN_UPSTREAM"), "origin `URL` (default $RATEWARDEN_UPSTREAM, else edge.upstream)")
 	aggregate := fs.Bool("aggregate", getenv("RATEWARDEN_LAMBDA_MODE") == "aggregate", "serve a Kinesis event-source mapping instead: roll each invocation's decisions up and write their EMF to stdout (default: $RATEWARDEN_LAMBDA_MODE=aggregate)")
 	af := newAggregatorFlags("with --aggregate: ")
-	fs.DurationVar(&af.o.Window, "window", af.o.Window, "with --aggregate and --report: window length (`duration`)")
+	fs.DurationVar(&af.o.Window, "window", af.o.Window, "with --aggregate and --report: window length (`duration`, "+assemble.WindowRange+")")
 	af.topKFlag(fs)
 	af.lambdaCapFlags(fs)
 	af.rulesFlag(fs, cfgPath)
