@@ -476,6 +476,17 @@ var _ Sink = (*EMFSink)(nil)
 
 // Write writes o's documents.
 func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
+	return s.write(ctx, partition, o, s.W.Write)
+}
+
+// WriteAgain writes o's documents, delivered again after a crash, except
+// to a sink that holds them already (emf.Writer.WriteAgain): a file
+// written before the crash is not given them twice.
+func (s *EMFSink) WriteAgain(ctx context.Context, partition string, o Output) error {
+	return s.write(ctx, partition, o, s.W.WriteAgain)
+}
+
+func (s *EMFSink) write(ctx context.Context, partition string, o Output, write func(context.Context, *emf.Document, time.Time) error) error {
 	now := time.Now
 	if s.Now != nil {
 		now = s.Now
@@ -486,7 +497,7 @@ func (s *EMFSink) Write(ctx context.Context, partition string, o Output) error {
 		// every retry: the writer counts it (Stats().Rejected, on
 		// /metrics) and the output goes on. Only a sink's failure, which a
 		// retry may mend, fails the write.
-		if err := s.W.Write(ctx, &d, t); err != nil && !onlyCounted(err) {
+		if err := write(ctx, &d, t); err != nil && !onlyCounted(err) {
 			return fmt.Errorf("write emf: %w", err)
 		} else if err != nil && !sinkDropped(err) {
 			// A sink behind or full counts its own drops

@@ -288,7 +288,14 @@ func (p *partitionRun) resume(ctx context.Context) error {
 		return nil
 	}
 	p.redeliver += uint64(len(st.Pending))
-	return p.deliver(ctx, st)
+	return p.deliver(ctx, st, true)
+}
+
+// againWriter is a Sink that can be handed an output delivered again
+// after a crash, and then leaves out what it holds of it already (an EMF
+// file: EMFSink.WriteAgain).
+type againWriter interface {
+	WriteAgain(ctx context.Context, partition string, o Output) error
 }
 
 // stateError returns err, an error of the state the partition loaded,
@@ -307,7 +314,7 @@ func (p *partitionRun) save(ctx context.Context, outs []Output) error {
 		if len(outs) == 0 {
 			return nil
 		}
-		return p.deliver(ctx, State{Pending: outs})
+		return p.deliver(ctx, State{Pending: outs}, false)
 	}
 	// The snapshot's bytes are made once and written over at every save:
 	// a store does not keep them (StateStore).
@@ -323,13 +330,20 @@ func (p *partitionRun) save(ctx context.Context, outs []Output) error {
 	if len(outs) == 0 {
 		return nil
 	}
-	return p.deliver(ctx, st)
+	return p.deliver(ctx, st, false)
 }
 
-func (p *partitionRun) deliver(ctx context.Context, st State) error {
+// deliver hands st's pending outputs to every sink, again when they were
+// pending in the state the run resumed from (see againWriter), flushes the
+// sinks and writes the state without them.
+func (p *partitionRun) deliver(ctx context.Context, st State, again bool) error {
 	for _, o := range st.Pending {
 		for _, s := range p.sinks {
-			if err := s.Write(ctx, p.name, o); err != nil {
+			write := s.Write
+			if a, ok := s.(againWriter); ok && again {
+				write = a.WriteAgain
+			}
+			if err := write(ctx, p.name, o); err != nil {
 				return fmt.Errorf("aggregate %s: deliver: %w", p.name, err)
 			}
 		}

@@ -1,9 +1,13 @@
 package emf
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -101,7 +105,21 @@ type FileSink struct {
 	closed  bool
 	stats   SinkStats
 	rotated uint64
+	// held is the set of the file's lines (their lineKey), read by
+	// Holds, until the next Flush, Close or rotation.
+	held map[lineKey]struct{}
+	cut  int64 // see CutTail
 }
+
+var _ Holder = (*FileSink)(nil)
+
+// lineKey is a line's two 64-bit hashes under the sink's seeds: 128 bits,
+// so that two documents that differ are taken for one with a probability
+// of about n²/2^129 among n lines.
+type lineKey [2]uint64
+
+// lineSeeds are the seeds of lineKey, the process's own.
+var lineSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
 var _ Sink = (*FileSink)(nil)
 
@@ -125,16 +143,116 @@ func (s *FileSink) openLocked() error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("open emf file: %w", err)
 	}
-	f, err := os.OpenFile(s.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(s.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_RDWR, 0o644)
 	if err != nil {
 		return fmt.Errorf("open emf file: %w", err)
 	}
+	var size, cut int64
 	fi, err := f.Stat()
+	if err == nil {
+		size, cut, err = cutTail(f, fi.Size())
+	}
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("open emf file: %w", err)
 	}
-	s.f, s.size, s.opened = f, fi.Size(), s.cfg.Now()
+	s.f, s.size, s.opened = f, size, s.cfg.Now()
+	s.cut += cut
+	return nil
+}
+
+// cutTail cuts an unfinished last line off f, size bytes long: a
+// document whose write was cut short (a kill in the middle of a write),
+// which no reader can take. Left there, the next document would be
+// appended to it and read as one line with it, and lost too. It returns
+// the file's size after and the bytes cut. (The aggregator writes the
+// cut document again on restart, whole.)
+func cutTail(f *os.File, size int64) (int64, int64, error) {
+	var buf [4096]byte
+	for end := size; end > 0; {
+		start := max(0, end-int64(len(buf)))
+		chunk := buf[:end-start]
+		if _, err := f.ReadAt(chunk, start); err != nil {
+			return size, 0, err
+		}
+		if i := bytes.LastIndexByte(chunk, '\n'); i >= 0 || start == 0 {
+			keep := start + int64(i) + 1 // 0 when the file holds no newline
+			if keep == size {
+				return size, 0, nil
+			}
+			if err := f.Truncate(keep); err != nil {
+				return size, 0, err
+			}
+			return keep, size - keep, nil
+		}
+		end = start
+	}
+	return size, 0, nil
+}
+
+// CutTail is the bytes of an unfinished last line the sink cut off its
+// file when it opened it (see cutTail): 0 when the file ended whole.
+func (s *FileSink) CutTail() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut
+}
+
+// Holds reports whether the file holds doc as one of its lines, byte for
+// byte. The first call after a Flush, Close or rotation writes what the
+// sink buffers and reads the file through once; later calls look in what
+// it read. Rotated files are not read: a document written before a
+// rotation is not found.
+func (s *FileSink) Holds(doc []byte) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		if err := s.readHeldLocked(); err != nil {
+			return false, err
+		}
+	}
+	_, ok := s.held[keyOf(doc)]
+	return ok, nil
+}
+
+// keyOf returns the lineKey of line.
+func keyOf(line []byte) lineKey {
+	return lineKey{maphash.Bytes(lineSeeds[0], line), maphash.Bytes(lineSeeds[1], line)}
+}
+
+// readHeldLocked writes the buffer and reads the key of every line of the
+// file into held.
+func (s *FileSink) readHeldLocked() error {
+	if s.f == nil {
+		s.held = map[lineKey]struct{}{}
+		return nil
+	}
+	if err := s.flushLocked(); err != nil {
+		return err
+	}
+	held := map[lineKey]struct{}{}
+	r := bufio.NewReaderSize(io.NewSectionReader(s.f, 0, s.size), int(64*KiB))
+	var long []byte // a line longer than the reader's buffer, gathered
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, line...)
+			continue
+		}
+		if long != nil {
+			line, long = append(long, line...), nil
+		}
+		if l, ok := bytes.CutSuffix(line, []byte{'\n'}); ok {
+			held[keyOf(l)] = struct{}{}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read emf file: %w", err)
+		}
+	}
+	s.held = held
 	return nil
 }
 
@@ -196,6 +314,7 @@ func (s *FileSink) flushLocked() error {
 
 // rotateLocked writes out the buffer, renames the file and opens a new one.
 func (s *FileSink) rotateLocked() error {
+	s.held = nil
 	flushErr := s.flushLocked()
 	if err := s.f.Close(); err != nil {
 		flushErr = errors.Join(flushErr, fmt.Errorf("close emf file: %w", err))
@@ -296,6 +415,7 @@ func (s *FileSink) parseRotated(name string) (rotatedKey, bool) {
 func (s *FileSink) Flush(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.held = nil
 	if s.f == nil {
 		return nil
 	}
@@ -310,6 +430,7 @@ func (s *FileSink) Close(context.Context) error {
 		return nil
 	}
 	s.closed = true
+	s.held = nil
 	if s.f == nil {
 		return nil
 	}

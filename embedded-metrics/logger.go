@@ -539,7 +539,7 @@ func (l *Logger) FlushAt(ctx context.Context, now time.Time) error {
 		err = fmt.Errorf("flush metrics: %w", err)
 	}
 	l.w.count(docs, rejected)
-	return errors.Join(err, l.w.writeLines(ctx, l.out, now))
+	return errors.Join(err, l.w.writeLines(ctx, l.out, now, false))
 }
 
 // documentLocked returns the buffered metrics as a Document, stamped now

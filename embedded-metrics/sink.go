@@ -20,6 +20,15 @@ type Sink interface {
 	Stats() SinkStats
 }
 
+// A Holder is a Sink that can tell whether it already holds a document,
+// byte for byte: a file, which can be read back. Writer.WriteAgain asks it
+// before it writes a document delivered again after a crash, so that the
+// document is not summed twice. Sinks that hand documents on (the agent,
+// CloudWatch) cannot tell, and are not Holders.
+type Holder interface {
+	Holds(doc []byte) (bool, error)
+}
+
 // SinkStats is a sink's self-report, a plain value. Every document handed
 // to Write ends in exactly one of Written or Dropped, or is still
 // Buffered: at any moment Written+Dropped+Buffered is the number of Write

@@ -573,3 +573,103 @@ func TestAWSSinksHung(t *testing.T) {
 		})
 	}
 }
+
+// TestFileSinkHolds: a sink opened on a file tells the documents the file
+// holds, byte for byte, from those it does not, and after a Flush it
+// knows what it wrote since; WriteAgain leaves out of a file what it
+// holds, writes it to a sink that cannot tell, and counts what it left.
+func TestFileSinkHolds(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "emf.log")
+	doc := windowDocument(150) // 4 documents
+	first, err := NewFileSink(FileConfig{Path: path})
+	must(t, err)
+	w1, err := NewWriter(WriterOptions{}, first)
+	must(t, err)
+	doc.Timestamp = testNow
+	must(t, w1.Write(ctx, doc, testNow))
+	must(t, w1.Close(ctx))
+	before, err := os.ReadFile(path)
+	must(t, err)
+	lines := bytes.Split(bytes.TrimSuffix(before, []byte("\n")), []byte("\n"))
+	if len(lines) != 4 {
+		t.Fatalf("the file holds %d documents, want 4", len(lines))
+	}
+
+	s, err := NewFileSink(FileConfig{Path: path})
+	must(t, err)
+	for _, l := range lines {
+		if held, err := s.Holds(l); err != nil || !held {
+			t.Errorf("Holds(%.40s...) = %v, %v; want true", l, held, err)
+		}
+		// A document that differs by a byte is not held.
+		other := bytes.Replace(l, []byte(`"Requests":1200`), []byte(`"Requests":1201`), 1)
+		if held, _ := s.Holds(other); held && !bytes.Equal(other, l) {
+			t.Errorf("Holds of a document the file does not hold: true")
+		}
+	}
+	mem := &memSink{}
+	w, err := NewWriter(WriterOptions{}, s, mem)
+	must(t, err)
+	must(t, w.WriteAgain(ctx, doc, testNow)) // held: not written to the file
+	doc.Timestamp = testNow.Add(time.Minute)
+	must(t, w.WriteAgain(ctx, doc, testNow)) // another minute's: written
+	must(t, w.Flush(ctx))
+	if held, err := s.Holds(firstLine(t, path, 4)); err != nil || !held {
+		t.Errorf("after a Flush, a document written since: Holds %v, %v", held, err)
+	}
+	must(t, w.Close(ctx))
+	after, err := os.ReadFile(path)
+	must(t, err)
+	if n := bytes.Count(after, []byte("\n")); n != 8 || !bytes.HasPrefix(after, before) {
+		t.Errorf("the file holds %d documents after WriteAgain, want the 4 before and the 4 of another minute", n)
+	}
+	st := w.Stats().Sinks
+	if st[0].Held != 4 || st[0].Written != 4 || st[1].Held != 0 || st[1].Written != 8 {
+		t.Errorf("file: held %d, written %d (want 4, 4); memory: held %d, written %d (want 0, 8)", st[0].Held, st[0].Written, st[1].Held, st[1].Written)
+	}
+}
+
+// firstLine returns line i (from 0) of the file at path.
+func firstLine(t *testing.T, path string, i int) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	lines := bytes.Split(b, []byte("\n"))
+	if i >= len(lines) {
+		t.Fatalf("%s holds %d lines", path, len(lines))
+	}
+	return lines[i]
+}
+
+// TestFileSinkCutsTail: a file whose last line has no newline (a write a
+// kill cut short) is cut back to its last whole line when the sink opens
+// it, however long the cut line, and the sink says how much it cut; the
+// next document is a line of its own.
+func TestFileSinkCutsTail(t *testing.T) {
+	for _, c := range []struct {
+		name, in, want string
+		cut            int64
+	}{
+		{"whole", "{\"a\":1}\n", "{\"a\":1}\n{\"new\":1}\n", 0},
+		{"cut", "{\"a\":1}\n{\"b\":", "{\"a\":1}\n{\"new\":1}\n", 5},
+		{"cut long", "{\"a\":1}\n" + strings.Repeat("x", 10_000), "{\"a\":1}\n{\"new\":1}\n", 10_000},
+		{"only a cut line", strings.Repeat("y", 5_000), "{\"new\":1}\n", 5_000},
+		{"empty", "", "{\"new\":1}\n", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "emf.log")
+			must(t, os.WriteFile(path, []byte(c.in), 0o644))
+			s, err := NewFileSink(FileConfig{Path: path})
+			must(t, err)
+			if got := s.CutTail(); got != c.cut {
+				t.Errorf("CutTail %d, want %d", got, c.cut)
+			}
+			must(t, s.Write(context.Background(), []byte(`{"new":1}`)))
+			must(t, s.Close(context.Background()))
+			if b, err := os.ReadFile(path); err != nil || string(b) != c.want {
+				t.Errorf("file %.60q, %v; want %q", b, err, c.want)
+			}
+		})
+	}
+}

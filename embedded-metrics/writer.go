@@ -61,8 +61,19 @@ type Writer struct {
 }
 
 type sinkState struct {
-	sink                              Sink
-	written, split, rejected, dropped atomic.Uint64
+	sink                                    Sink
+	written, split, rejected, dropped, held atomic.Uint64
+}
+
+// holds reports whether the sink is a Holder that holds doc already; one
+// that cannot tell does not.
+func (s *sinkState) holds(doc []byte) bool {
+	h, ok := s.sink.(Holder)
+	if !ok {
+		return false
+	}
+	held, err := h.Holds(doc)
+	return err == nil && held
 }
 
 // NewWriter returns a Writer that writes to sinks. It returns an error
@@ -86,6 +97,19 @@ func NewWriter(opts WriterOptions, sinks ...Sink) (*Writer, error) {
 // refused (counted as rejected) and what sinks refused (counted per sink);
 // a document one sink refuses still goes to the others.
 func (w *Writer) Write(ctx context.Context, doc *Document, now time.Time) error {
+	return w.write(ctx, doc, now, false)
+}
+
+// WriteAgain is Write of a document that a sink may hold already: one
+// written before a crash, delivered again on restart. A sink that is a
+// Holder and holds a resulting document byte for byte does not get it
+// again (counted in SinkReport.Held); every other sink does. If a Holder
+// cannot tell, the document is written.
+func (w *Writer) WriteAgain(ctx context.Context, doc *Document, now time.Time) error {
+	return w.write(ctx, doc, now, true)
+}
+
+func (w *Writer) write(ctx context.Context, doc *Document, now time.Time, again bool) error {
 	e := encoderPool.Get().(*encoder)
 	defer e.release()
 	var (
@@ -94,7 +118,7 @@ func (w *Writer) Write(ctx context.Context, doc *Document, now time.Time) error 
 	)
 	e.buf, docs, rejected, err = e.encode(e.buf[:0], doc, w.limits(now))
 	w.count(docs, rejected)
-	return errors.Join(err, w.writeLines(ctx, e.buf, now))
+	return errors.Join(err, w.writeLines(ctx, e.buf, now, again))
 }
 
 func (w *Writer) limits(now time.Time) Limits {
@@ -113,8 +137,8 @@ func (w *Writer) count(docs, rejected int) {
 }
 
 // writeLines hands each line of lines, the output of one encoding, to
-// every sink, without its newline.
-func (w *Writer) writeLines(ctx context.Context, lines []byte, now time.Time) error {
+// every sink, without its newline; again, not to a Holder that holds it.
+func (w *Writer) writeLines(ctx context.Context, lines []byte, now time.Time, again bool) error {
 	var errs []error
 	for i := 0; len(lines) > 0; i++ {
 		end := bytes.IndexByte(lines, '\n')
@@ -132,6 +156,10 @@ func (w *Writer) writeLines(ctx context.Context, lines []byte, now time.Time) er
 			}
 		}
 		for _, s := range w.sinks {
+			if again && s.holds(doc) {
+				s.held.Add(1)
+				continue
+			}
 			if err := w.makeRoom(ctx, s.sink, doc); err != nil && len(errs) < 10 {
 				errs = append(errs, err)
 			}
@@ -212,6 +240,8 @@ type SinkReport struct {
 	Split    uint64    // of those, extra documents created by splitting
 	Rejected uint64    // documents withheld because validation failed
 	Dropped  uint64    // documents the sink refused with an error
+	Held     uint64    // documents WriteAgain did not write again: the sink held them
+	CutTail  int64     // bytes of an unfinished last document a file sink cut off when it opened its file (FileSink.CutTail)
 	Sink     SinkStats // the sink's own report
 }
 
@@ -229,7 +259,11 @@ func (w *Writer) Stats() Stats {
 			Split:    s.split.Load(),
 			Rejected: s.rejected.Load(),
 			Dropped:  s.dropped.Load(),
+			Held:     s.held.Load(),
 			Sink:     s.sink.Stats(),
+		}
+		if c, ok := s.sink.(interface{ CutTail() int64 }); ok {
+			st.Sinks[i].CutTail = c.CutTail()
 		}
 	}
 	return st

@@ -214,8 +214,9 @@ func emfServiceRequests(t *testing.T, path string) int {
 // TestAggregateKilled: `ratewarden aggregate` killed with SIGKILL twenty
 // times while it reads a 300,000-event log (each life once it has
 // delivered one to three windows more), each time restarted on its state,
-// leaves the same partial files, byte for byte, as one run that was never
-// killed.
+// leaves the same partial files and the same EMF file, byte for byte, as
+// one run that was never killed: the EMF documents of the outputs
+// delivered again after each kill are not written twice.
 func TestAggregateKilled(t *testing.T) {
 	bin := buildBinary(t)
 	tmp := t.TempDir()
@@ -225,7 +226,8 @@ func TestAggregateKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := decisionlog.NewWriter(l, decisionlog.WriterOptions{})
-	g := decisiontest.NewGenerator(11, time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	// An hour ago: CloudWatch takes the windows' EMF (14 days at most).
+	g := decisiontest.NewGenerator(11, time.Now().Add(-time.Hour).Truncate(time.Minute))
 	for i := range 300 {
 		ds := g.Batch(1000)
 		for j := i % 7; j < len(ds); j += 97 {
@@ -240,7 +242,7 @@ func TestAggregateKilled(t *testing.T) {
 	}
 	args := func(state, out string) []string {
 		return []string{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", logDir, "--state-dir", state,
-			"--partials", "dir:" + out, "--window", "1s", "--lateness", "500ms"}
+			"--partials", "dir:" + out, "--emf", "file:" + out + ".emf.jsonl", "--window", "1s", "--lateness", "500ms"}
 	}
 	want := filepath.Join(tmp, "want")
 	runBinary(t, bin, nil, args(filepath.Join(tmp, "state-want"), want)...)
@@ -294,6 +296,21 @@ func TestAggregateKilled(t *testing.T) {
 	}
 	if len(g1) != len(w1) {
 		t.Errorf("%d files after the kills, %d without", len(g1), len(w1))
+	}
+	wantEMF, err := os.ReadFile(want + ".emf.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotEMF, err := os.ReadFile(got + ".emf.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(wantEMF, []byte("\n")); n < 1000 {
+		t.Fatalf("the run never killed wrote %d EMF documents", n)
+	}
+	if !bytes.Equal(gotEMF, wantEMF) {
+		t.Errorf("the EMF file after %d kills holds %d documents, %d bytes; the run never killed %d documents, %d bytes",
+			killed, bytes.Count(gotEMF, []byte("\n")), len(gotEMF), bytes.Count(wantEMF, []byte("\n")), len(wantEMF))
 	}
 }
 

@@ -258,6 +258,12 @@ func closeSinks(ctx context.Context, opened *assemble.AggregatorSinks, stderr io
 			fmt.Fprintf(stderr, "aggregate: emf %s: written %d, not delivered %d, errors %d, retries %d\n",
 				st.Sink, st.Written, st.Dropped+st.Buffered, st.Errors, st.Retries)
 		}
+		if r.CutTail > 0 {
+			fmt.Fprintf(stderr, "aggregate: emf %s: cut an unfinished last document of %d bytes off the file (a write a kill cut short; its output was delivered again)\n", r.Sink.Sink, r.CutTail)
+		}
+		if r.Held > 0 {
+			fmt.Fprintf(stderr, "aggregate: emf %s: %d documents of the outputs delivered again were in it already, not written twice\n", r.Sink.Sink, r.Held)
+		}
 	}
 }
 
