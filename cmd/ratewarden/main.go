@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -255,14 +256,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 // badValue matches the flag package's error for a value it could not
-// parse: `invalid value "1x" for flag -window: parse error`, or for a
-// boolean `invalid boolean value "maybe" for -no-follow: parse error`.
-var badValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([a-z0-9-]+): parse error$`)
+// parse: `invalid value "1x" for flag -window: parse error`, for a
+// boolean `invalid boolean value "maybe" for -no-follow: parse error`,
+// or for a number past its type `invalid value "99999999999999999999"
+// for flag -top-k: value out of range`.
+var badValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([a-z0-9-]+): (?:parse error|value out of range)$`)
 
 // wantOf says what the flag whose value err could not parse wants, by the
-// kind of its value, after the usage the flag package printed with its
-// bare "parse error"; "" for another error, or a flag of its own kind
-// (times, lists), whose error says it already.
+// kind of its value and the range its usage states (usageRange), after
+// the usage the flag package printed with its bare "parse error"; "" for
+// another error, or a flag of its own kind (times, lists), whose error
+// says it already.
 func wantOf(fs *flag.FlagSet, err error) string {
 	m := badValue.FindStringSubmatch(err.Error())
 	if m == nil {
@@ -286,5 +290,30 @@ func wantOf(fs *flag.FlagSet, err error) string {
 	default:
 		return ""
 	}
+	if r := usageRange(f.Usage); r != "" {
+		want += ", " + r
+	}
 	return fmt.Sprintf("--%s %s: want %s", m[2], m[1], want)
+}
+
+// usageRange returns the range a flag's usage states in the parenthesis
+// that names its value, "(`n`, 1 to 100000)" or "(`duration`: 1s, 10s,
+// ...; 1s to 24h, dividing an hour or a multiple of one)": its first part
+// (between semicolons) that says "A to B"; "" when it states none.
+func usageRange(usage string) string {
+	_, rest, ok := strings.Cut(usage, "(`")
+	if !ok {
+		return ""
+	}
+	if _, rest, ok = strings.Cut(rest, "`"); !ok {
+		return ""
+	}
+	rest, _, _ = strings.Cut(rest, ")")
+	rest = strings.TrimLeft(rest, ",: ")
+	for part := range strings.SplitSeq(rest, ";") {
+		if strings.Contains(part, " to ") {
+			return strings.TrimSpace(part)
+		}
+	}
+	return ""
 }

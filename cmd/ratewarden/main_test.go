@@ -146,6 +146,12 @@ func TestUsageAndHelp(t *testing.T) {
 		// value wanted (it said "parse error", and the usage after it).
 		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "soon"}, 2, `--idle "soon": want a duration, such as 500ms, 30s or 1h30m`},
 		{[]string{"report", "--from", "1h", "--partials", "dir:p", "--top", "ten"}, 2, `--top "ten": want a whole number`},
+		// A number past its type, and a value whose flag states a range.
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--top-k", "99999999999999999999"}, 2, `--top-k "99999999999999999999": want a whole number, 1 to 100000`},
+		{[]string{"replay", "--decisions-dir", "d", "--out", "o", "--max-names", "99999999999999999999"}, 2, `--max-names "99999999999999999999": want a whole number, 1 to 65536`},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--window", "9999999999h"}, 2, `--window "9999999999h": want a duration, such as 500ms, 30s or 1h30m, 1s to 24h, dividing an hour or a multiple of one`},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--lateness", "1e9h"}, 2, `--lateness "1e9h": want a duration, such as 500ms, 30s or 1h30m, 0 to ten windows`},
+		{[]string{"aggregate", "--stdin", "--emf", "stdout", "--idle", "x"}, 2, `--idle "x": want a duration, such as 500ms, 30s or 1h30m, 100ms to 1h`},
 		{[]string{"report", "--from", "-1h", "--partials", "dir:p", "--out", "."}, 2, "--out . is a directory: want the report's file, such as report.md"},
 		{[]string{"whatif", "--config", "../../examples/seed.yaml", "--decisions-dir", "d", "--from", "-1h", "--format", "csv", "--out", ".."}, 2, "--out .. is a directory: want the report's file, such as ../report.csv"},
 		{[]string{"demo", "--speed", "fast"}, 2, `--speed "fast": want a number, such as 10 or 2.5`},
