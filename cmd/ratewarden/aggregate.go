@@ -24,6 +24,7 @@ import (
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions/decisionlog"
 	dkinesis "github.com/ratewarden/ratewarden/decisions/kinesis"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 	emf "github.com/ratewarden/ratewarden/embedded-metrics"
 	"github.com/ratewarden/ratewarden/internal/dirlock"
 )
@@ -120,6 +121,13 @@ func runAggregate(ctx context.Context, args []string, stdin io.Reader, stdout, s
 				why = "it sets no alerts sink, so its alerts go there"
 			}
 			return stdoutTwice("aggregate", "--alerts "+*alertsCfg, " ("+why+")")
+		}
+	}
+	if *dir != "" && *noFollow {
+		// Following, it waits for the edge to make the log; read once, a
+		// directory that holds none is a mistake, not an empty log.
+		if err := isLog("aggregate", *dir); err != nil {
+			return err
 		}
 	}
 	if *dir != "" {
@@ -338,8 +346,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := outUsed(); err != nil {
 		return err
 	}
-	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("replay: --decisions-dir %s is not a decision log directory", *dir)
+	if err := isLog("replay", *dir); err != nil {
+		return err
 	}
 	// A window the range cuts would be stored under the window's key as
 	// if it were whole, and a report over it would call it complete: the
@@ -467,6 +475,24 @@ func emfWarn(w io.Writer, cmd string) func(reason string, err error) {
 		}
 		fmt.Fprintf(w, "%s: warning: emf documents %s are counted, not written (said once): %s; the first: %v\n", cmd, reason, advice[i], err)
 	}
+}
+
+// isLog refuses dir, the --decisions-dir of cmd, unless it is a decision
+// log's directory: one that holds a segment (the edge's log makes one
+// when it opens), where another directory would be read as an empty log,
+// and the run would end with nothing and say nothing was wrong.
+func isLog(cmd, dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s: --decisions-dir %s is not a decision log directory", cmd, dir)
+	}
+	ok, err := seglog.HasSegments(dir)
+	if err != nil {
+		return fmt.Errorf("%s: --decisions-dir %s: %w", cmd, dir, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s: --decisions-dir %s is not a decision log directory: it holds no segment (NNNNNNNNNNNNNNNNNNNN.seg); give the directory the edge writes (edge --decisions-dir, serve's decision-log)", cmd, dir)
+	}
+	return nil
 }
 
 // heldBack says what a run's rollup took in but did not count as it

@@ -421,3 +421,42 @@ func TestAggregateEMFMetricsHung(t *testing.T) {
 		t.Errorf("the last line does not say what CloudWatch did not get\n%s", errs)
 	}
 }
+
+// TestNotALogDirectory: `replay` and `aggregate --no-follow` given a
+// directory that holds no segment (a typo'd parent, an empty directory)
+// exit 1 naming it, before they make their output or state directory;
+// before, they read it as an empty log and exited 0 with "events 0". An
+// empty log (one the edge opened and never wrote) is read; `aggregate`
+// that follows waits for the edge to make the log.
+func TestNotALogDirectory(t *testing.T) {
+	tmp := t.TempDir()
+	empty := filepath.Join(tmp, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, state := filepath.Join(tmp, "out"), filepath.Join(tmp, "state")
+	for _, args := range [][]string{
+		{"replay", "--decisions-dir", empty, "--out", out},
+		{"aggregate", "--no-follow", "--admin-listen", "off", "--decisions-dir", empty, "--state-dir", state, "--emf", "stdout"},
+	} {
+		code, _, errs := runCLI(t, nil, args...)
+		if code != 1 || !strings.Contains(errs, "--decisions-dir "+empty+" is not a decision log directory: it holds no segment") {
+			t.Errorf("%s: exit %d, want 1 naming the directory:\n%s", args[0], code, errs)
+		}
+	}
+	for _, d := range []string{out, state} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s was made (%v)", d, err)
+		}
+	}
+	l, err := seglog.Open(filepath.Join(tmp, "log"), seglog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCLI(t, nil, "replay", "--decisions-dir", filepath.Join(tmp, "log"), "--out", out); code != 0 || !strings.Contains(errs, "replay: events 0,") {
+		t.Errorf("replay of an empty log: exit %d:\n%s", code, errs)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/ratewarden/ratewarden/assemble"
 	"github.com/ratewarden/ratewarden/config"
 	"github.com/ratewarden/ratewarden/decisions"
+	"github.com/ratewarden/ratewarden/decisions/seglog"
 	"github.com/ratewarden/ratewarden/edge"
 )
 
@@ -337,7 +338,11 @@ func TestAlertsSummaryIsThisRun(t *testing.T) {
 func TestAggregateEMFStdoutRefusesAlertsThere(t *testing.T) {
 	tmp := t.TempDir()
 	logDir := filepath.Join(tmp, "log")
-	if err := os.Mkdir(logDir, 0o755); err != nil {
+	l, err := seglog.Open(logDir, seglog.Options{}) // an empty log
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	config := func(name, sinks string) string {

@@ -1020,6 +1020,14 @@ type segFile struct {
 }
 
 // listSegments returns the segment files in dir, in offset order.
+// HasSegments reports whether dir holds a segment file: whether it is a
+// log (a log holds one from the moment Open made it), rather than some
+// other directory that a reader would read as an empty log.
+func HasSegments(dir string) (bool, error) {
+	segs, err := listSegments(dir)
+	return len(segs) > 0, err
+}
+
 func listSegments(dir string) ([]segFile, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
