@@ -263,14 +263,7 @@ func (s *LinesSource) parse(c *lineBatch, every, size int, full func() error) er
 
 // isBlank reports whether line holds nothing but JSON's white space
 // (space, tab, carriage return), as a blank line between JSON lines.
-func isBlank(line []byte) bool {
-	for _, c := range line {
-		if c != ' ' && c != '\t' && c != '\r' {
-			return false
-		}
-	}
-	return true
-}
+func isBlank(line []byte) bool { return len(bytes.Trim(line, " \t\r")) == 0 }
 
 // skipped counts, keeps and reports a line left out.
 func (s *LinesSource) skipped(p LineProblem) {

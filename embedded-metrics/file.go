@@ -232,16 +232,8 @@ func (s *FileSink) readHeldLocked() error {
 	}
 	held := map[lineKey]struct{}{}
 	r := bufio.NewReaderSize(io.NewSectionReader(s.f, 0, s.size), int(64*KiB))
-	var long []byte // a line longer than the reader's buffer, gathered
 	for {
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long, line...)
-			continue
-		}
-		if long != nil {
-			line, long = append(long, line...), nil
-		}
+		line, err := r.ReadBytes('\n') // once, at a restart: a copy a line is no cost
 		if l, ok := bytes.CutSuffix(line, []byte{'\n'}); ok {
 			held[keyOf(l)] = struct{}{}
 		}
