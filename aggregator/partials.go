@@ -68,6 +68,20 @@ func (s *PartialsDir) Write(_ context.Context, partition string, o Output) error
 	return atomicfile.Write(path, b, 0o644)
 }
 
+// removeLeftovers removes the temporary files that writes of outs'
+// partial files, cut short by a crash, left (see leftoverRemover).
+func (s *PartialsDir) removeLeftovers(partition string, outs []Output) (int, error) {
+	paths := make([]string, len(outs))
+	for i, o := range outs {
+		paths[i] = s.path(partition, o)
+	}
+	n, err := atomicfile.RemoveTemps(paths...)
+	if err != nil {
+		err = fmt.Errorf("store partial: %w", err)
+	}
+	return n, err
+}
+
 // checkPartition refuses the partition names that would not round-trip
 // through a partial's file name, in either store, so that a name one store
 // takes the other does too.

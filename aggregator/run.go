@@ -88,8 +88,11 @@ type RunStats struct {
 	// source's run (RunLog, RunKinesis, Lines, Run) counts them so.
 	Rollup    RollupStats
 	Read      decisionlog.ReadStats
-	Outputs   uint64    // outputs delivered
-	Redeliver uint64    // outputs of the previous run delivered again on start
+	Outputs   uint64 // outputs delivered
+	Redeliver uint64 // outputs of the previous run delivered again on start
+	// Leftovers are the temporary files that writes of the state or the
+	// partials, cut short by a crash, had left, removed on start.
+	Leftovers uint64
 	Next      uint64    // the next log offset to read
 	Watermark time.Time // the partition's watermark
 	// Shards, of a Kinesis run, are the shards held and their lags; the
@@ -269,15 +272,22 @@ type partitionRun struct {
 	snap      []byte // the last snapshot saved, its bytes reused by the next
 	delivered uint64
 	redeliver uint64
-	resumed   bool // a state was found
+	leftovers uint64 // temporary files removed on resume (removeLeftovers)
+	resumed   bool   // a state was found
 }
 
 // resume restores the rollup and cursor from the partition's state and
 // delivers again the outputs the previous run may not have delivered.
 func (p *partitionRun) resume(ctx context.Context) error {
 	st, ok, err := p.store.Load(ctx, p.name)
-	if err != nil || !ok {
+	if err != nil {
 		return err
+	}
+	if err := p.removeLeftovers(st.Pending); err != nil {
+		return err
+	}
+	if !ok {
+		return nil
 	}
 	if err := p.r.Restore(st.Snapshot); err != nil {
 		return p.stateError(err)
@@ -289,6 +299,41 @@ func (p *partitionRun) resume(ctx context.Context) error {
 	}
 	p.redeliver += uint64(len(st.Pending))
 	return p.deliver(ctx, st, true)
+}
+
+// leftoverRemover is a StateStore or Sink that writes files whole
+// through temporary files (atomicfile): removeLeftovers removes those
+// that writes of the partition's state or of outs, cut short by a crash,
+// left behind, and returns how many. The partition's holder calls it as
+// it resumes, before it saves or delivers anything: it is then the only
+// writer of those files (the state directory's lock, a shard's lease).
+type leftoverRemover interface {
+	removeLeftovers(partition string, outs []Output) (int, error)
+}
+
+// removeLeftovers has the store and the sinks remove what writes of the
+// partition's files cut short by a crash left (see leftoverRemover);
+// outs are the outputs it delivers again.
+func (p *partitionRun) removeLeftovers(outs []Output) error {
+	for _, x := range append([]any{p.store}, anySlice(p.sinks)...) {
+		if r, ok := x.(leftoverRemover); ok {
+			n, err := r.removeLeftovers(p.name, outs)
+			p.leftovers += uint64(n)
+			if err != nil {
+				return fmt.Errorf("aggregate %s: %w", p.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// anySlice returns ss as values of any.
+func anySlice[T any](ss []T) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // againWriter is a Sink that can be handed an output delivered again

@@ -186,6 +186,60 @@ func TestRunLogResumes(t *testing.T) {
 	}
 }
 
+// TestRunLogRemovesLeftovers: the temporary files that a crash in the
+// middle of writing the state and the undelivered outputs' partials left
+// (named as atomicfile names them) are removed when the next run resumes,
+// and counted; the files themselves are written.
+func TestRunLogRemovesLeftovers(t *testing.T) {
+	logDir := filepath.Join(t.TempDir(), "log")
+	writeLog(t, logDir, testEvents(5_000))
+	out, state := t.TempDir(), t.TempDir()
+	opts := func(sink Sink) LogOptions {
+		return LogOptions{Dir: logDir, StateDir: state, FlushEvery: 300,
+			Rollup: Options{Window: time.Second, Lateness: 100 * time.Millisecond}, Sinks: []Sink{sink}}
+	}
+	if _, err := RunLog(t.Context(), opts(&failingSink{PartialsDir{out}, 2})); !errors.Is(err, errCrash) {
+		t.Fatalf("the first run: %v, want the crash", err)
+	}
+	st, ok, err := (&StateDir{Dir: state}).Load(t.Context(), "log")
+	if err != nil || !ok || len(st.Pending) == 0 {
+		t.Fatalf("the state after the crash: %d pending, %v, %v", len(st.Pending), ok, err)
+	}
+	leave := func(path string) {
+		dir, base := filepath.Split(path)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "."+base+".3141592653.tmp"), []byte("half"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pd := &PartialsDir{Dir: out}
+	for _, o := range st.Pending {
+		leave(pd.path("log", o))
+	}
+	leave(filepath.Join(state, "log.state"))
+	run, err := RunLog(t.Context(), opts(pd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(len(st.Pending) + 1); run.Leftovers != want {
+		t.Errorf("the run removed %d temporary files, want %d", run.Leftovers, want)
+	}
+	for _, dir := range []string{out, state} {
+		for name := range files(t, dir) {
+			if strings.HasSuffix(name, ".tmp") {
+				t.Errorf("%s left in %s", name, dir)
+			}
+		}
+	}
+	for _, o := range st.Pending {
+		if _, err := os.Stat(pd.path("log", o)); err != nil {
+			t.Errorf("a pending output was not written: %v", err)
+		}
+	}
+}
+
 // TestRunLogColumnsEqualsEvents: RunLog reading the log by record batch,
 // rolling Arrow records up from their columns and JSON-lines records
 // event by event, writes the same files, byte for byte, and counts the

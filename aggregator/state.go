@@ -121,6 +121,16 @@ func (s *StateDir) Save(_ context.Context, partition string, st State) error {
 	return atomicfile.Write(s.path(partition), b, 0o644)
 }
 
+// removeLeftovers removes the temporary files that saves of the
+// partition's state, cut short by a crash, left (see leftoverRemover).
+func (s *StateDir) removeLeftovers(partition string, _ []Output) (int, error) {
+	n, err := atomicfile.RemoveTemps(s.path(partition))
+	if err != nil {
+		err = fmt.Errorf("state: %w", err)
+	}
+	return n, err
+}
+
 // stateBufs holds the buffers StateDir.Save encodes states in (*[]byte):
 // a state holds every open window's partial, and it is saved at every
 // batch, so its buffer is reused rather than made at each save.

@@ -173,6 +173,23 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// tempFiles returns the temporary files (named *.tmp) under dir.
+func tempFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var left []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".tmp") {
+			rel, _ := filepath.Rel(dir, p)
+			left = append(left, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return left
+}
+
 // countPartials counts the partial files under dir without reading them.
 func countPartials(dir string) int {
 	n := 0
@@ -296,6 +313,14 @@ func TestAggregateKilled(t *testing.T) {
 	}
 	if len(g1) != len(w1) {
 		t.Errorf("%d files after the kills, %d without", len(g1), len(w1))
+	}
+	// A kill during a write leaves its temporary file; the next write of
+	// the same file (the state at every batch, a partial delivered again)
+	// takes it over.
+	for _, dir := range []string{state, got} {
+		if left := tempFiles(t, dir); len(left) > 0 {
+			t.Errorf("%d temporary files left in %s after %d kills: %q", len(left), dir, killed, left)
+		}
 	}
 	wantEMF, err := os.ReadFile(want + ".emf.jsonl")
 	if err != nil {

@@ -66,8 +66,15 @@ type RunnerStats struct {
 
 var _ aggregator.Sink = (*Runner)(nil)
 
-// NewRunner returns a Runner resuming from the state in o.StateDir.
+// NewRunner returns a Runner resuming from the state in o.StateDir, whose
+// holder the caller is (aggregator.LockStateDir): it removes the
+// temporary file a save cut short by a crash left there.
 func NewRunner(o RunnerOptions) (*Runner, error) {
+	if o.StateDir != "" {
+		if _, err := atomicfile.RemoveTemps(filepath.Join(o.StateDir, StateFile)); err != nil {
+			return nil, fmt.Errorf("alerts state: %w", err)
+		}
+	}
 	st, err := LoadState(o.StateDir)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package alerts_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,12 +135,21 @@ func TestRunnerStatsRunAndTotal(t *testing.T) {
 	for i := range 5 {
 		window(first, i)
 	}
+	// A save a kill cut short leaves its temporary file: the next runner
+	// removes it, and the state is the last one saved.
+	leftover := filepath.Join(dir, "."+alerts.StateFile+".2718281828.tmp")
+	if err := os.WriteFile(leftover, []byte(`{"half`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s1 := first.Stats()
 	if s1.Run != s1.Total || s1.Run.Windows != 5 || s1.Run.Firing < 5 || s1.Open != open() || s1.Open == 0 {
 		t.Fatalf("a fresh state's runner: %+v; want Run = Total, 5 windows, 5 or more raised, %d open", s1, open())
 	}
 
 	second := newRunner()
+	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the temporary file a save left is still there: %v", err)
+	}
 	if s := second.Stats(); s.Run != (alerts.Stats{}) || s.Total != s1.Total || s.Open != s1.Open {
 		t.Errorf("resumed, before any window: %+v; want Run zero, Total and Open the first runner's", s)
 	}

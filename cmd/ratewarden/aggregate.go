@@ -290,7 +290,7 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 		defer mu.Unlock()
 		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d%s\n",
 			o.Source.Stream, s.Rollup.Events, s.Skipped, heldBack(s.Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
-			s.Source.Batches, s.Source.Checkpoints, emfRejected(opened.EMFRejected()))
+			s.Source.Batches, s.Source.Checkpoints, leftovers(s.Leftovers)+emfRejected(opened.EMFRejected()))
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)
@@ -446,7 +446,17 @@ func printRun(w io.Writer, cmd string, s aggregator.RunStats, rejected aggregato
 	}
 	fmt.Fprintf(w, "%s: events %d, late %d (dropped %d), %s, windows %d, corrections %d, outputs %d, next offset %d, watermark %s, %s%s\n",
 		cmd, s.Rollup.Events, s.Rollup.Late, s.Rollup.LateDropped, heldBack(s.Rollup), s.Rollup.Windows, s.Rollup.Corrections, s.Outputs, s.Next, wm, lossSummary(s),
-		emfRejected(rejected))
+		leftovers(s.Leftovers)+emfRejected(rejected))
+}
+
+// leftovers says, at the end of a summary line, how many temporary files
+// that writes cut short by a crash had left the run removed as it started
+// (aggregator.RunStats.Leftovers), or nothing when none.
+func leftovers(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", temporary files a crash left removed %d", n)
 }
 
 // emfRejected says what an EMF sink rejected at the end of a summary

@@ -3,10 +3,14 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // Write replaces the file at path with data: it writes a temporary file in
@@ -81,4 +85,59 @@ func SyncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// RemoveTemps removes the temporary files that writes of paths (Write,
+// WriteFrom) left behind when a crash cut them short, and returns how
+// many it removed. Only a file's sole writer may call it, before it
+// writes the file again: a write of the same path in progress elsewhere
+// would fail (its rename finds its temporary file gone), though never
+// leave the file torn. A directory that does not exist holds none.
+func RemoveTemps(paths ...string) (int, error) {
+	byDir := map[string][]string{}
+	for _, p := range paths {
+		dir, base := filepath.Split(p)
+		if dir == "" {
+			dir = "."
+		}
+		byDir[dir] = append(byDir[dir], base)
+	}
+	n := 0
+	for dir, bases := range byDir {
+		ents, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("remove temporary files: %w", err)
+		}
+		for _, e := range ents {
+			if !e.Type().IsRegular() || !isTempOf(e.Name(), bases) {
+				continue
+			}
+			err := os.Remove(filepath.Join(dir, e.Name()))
+			if err == nil {
+				n++
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return n, fmt.Errorf("remove temporary files: %w", err)
+			}
+		}
+	}
+	return n, nil
+}
+
+// isTempOf reports whether name is the name of a temporary file
+// WriteFrom makes for one of bases: "." + base + "." + the digits
+// os.CreateTemp puts for its "*" + ".tmp".
+func isTempOf(name string, bases []string) bool {
+	rest, ok := strings.CutSuffix(name, ".tmp")
+	if !ok || !strings.HasPrefix(rest, ".") {
+		return false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	digits := rest[i+1:]
+	if i <= 0 || digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return false
+	}
+	return slices.Contains(bases, rest[1:i])
 }

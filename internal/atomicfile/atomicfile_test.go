@@ -112,3 +112,54 @@ func TestWriteThroughSymlink(t *testing.T) {
 		t.Error("a write through a link that leads nowhere succeeded")
 	}
 }
+
+// TestRemoveTemps: the temporary file of a write cut short (its name
+// taken from a real WriteFrom, as a kill -9 would leave it) is removed by
+// RemoveTemps of its path, once; the file itself, other files' temporary
+// files and names that only look alike stay.
+func TestRemoveTemps(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "123.log.5-9.rwp")
+	var left []string
+	for range 2 {
+		WriteFrom(p, 0o644, func(io.Writer) error {
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				left = append(left, e.Name())
+			}
+			return errors.New("killed")
+		})
+	}
+	if len(left) != 2 || left[0] == left[1] {
+		t.Fatalf("the writes made the temporary files %q, want two", left)
+	}
+	keep := []string{"123.log.5-9.rwp", ".123.log.5-9.rwp.tmp", ".123.log.5-9.rwp.12x.tmp", ".124.log.5-9.rwp.77.tmp",
+		"123.log.5-9.rwp.77.tmp", ".123.log.5-9.rwp.77.tmp.old"}
+	for _, name := range append(append([]string{}, left...), keep...) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, ".123.log.5-9.rwp.5.tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep = append(keep, ".123.log.5-9.rwp.5.tmp")
+	n, err := RemoveTemps(p, filepath.Join(dir, "other.rwp"))
+	if err != nil || n != 2 {
+		t.Fatalf("RemoveTemps removed %d, %v; want the 2 a write left", n, err)
+	}
+	for _, name := range keep {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s was removed: %v", name, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != len(keep) {
+		t.Errorf("%d files left, want %d", len(ents), len(keep))
+	}
+	if n, err := RemoveTemps(p); n != 0 || err != nil {
+		t.Errorf("RemoveTemps again removed %d, %v", n, err)
+	}
+	if n, err := RemoveTemps(filepath.Join(dir, "missing", "x.state")); n != 0 || err != nil {
+		t.Errorf("RemoveTemps in a missing directory: %d, %v", n, err)
+	}
+}
