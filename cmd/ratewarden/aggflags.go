@@ -88,8 +88,8 @@ func (f *aggregatorFlags) ruleBudgetFlag(fs *flag.FlagSet) {
 // emfTimeoutFlag adds --emf-timeout, for the commands whose --emf may name
 // the CloudWatch agent or API.
 func (f *aggregatorFlags) emfTimeoutFlag(fs *flag.FlagSet) {
-	fs.DurationVar(&f.o.EMFTimeout, "emf-timeout", 0, f.prefix+"how long a flush or close of the EMF sink may wait for the CloudWatch agent or API before what it holds is dropped and counted (`duration`, "+
-		assemble.EMFTimeoutRange+"; 0: each sink's own, agent "+emf.DefaultAgentFlushTimeout.String()+
+	fs.DurationVar(&f.o.EMFTimeout, "emf-timeout", 0, f.prefix+"how long a flush or close of the EMF sink may wait for the CloudWatch agent or API before what it holds is dropped and counted (`duration`: 0 or "+
+		assemble.EMFTimeoutRange+"; 0 is each sink's own, agent "+emf.DefaultAgentFlushTimeout.String()+
 		", logs and metrics "+emf.DefaultAWSFlushTimeout.String()+"; stdout and file do not wait)")
 }
 

@@ -309,7 +309,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("replay", "replay --decisions-dir DIR --out DIR [--from T] [--to T] [flags]", stderr)
 	dir := fs.String("decisions-dir", "", "the decision log `directory`")
 	out := fs.String("out", "", "write the outputs under `directory`: partials/ and emf.jsonl")
-	from, to := &timeFlag{now: time.Now}, &timeFlag{now: time.Now}
+	now := onceNow()
+	from, to := &timeFlag{now: now}, &timeFlag{now: now}
 	fs.Var(from, "from", "events at or after `T` (RFC 3339, or a duration before now)")
 	fs.Var(to, "to", "events before `T`")
 	af := rollupFlags(fs)

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -89,9 +90,16 @@ func (f *timeFlag) Set(s string) error {
 	return nil
 }
 
+// onceNow returns a clock that reads time.Now once, at its first call,
+// and returns that time from then on: the time flags of one command share
+// it, so that "now" is one time in all of them (--from now --to now is an
+// empty range, refused, rather than a few nanoseconds).
+func onceNow() func() time.Time { return sync.OnceValue(time.Now) }
+
 // timeRangeFlags adds --since and --until to fs.
 func timeRangeFlags(fs *flag.FlagSet) (since, until *timeFlag) {
-	since, until = &timeFlag{now: time.Now}, &timeFlag{now: time.Now}
+	now := onceNow()
+	since, until = &timeFlag{now: now}, &timeFlag{now: now}
 	fs.Var(since, "since", "only events at or after `T`")
 	fs.Var(until, "until", "only events before `T`")
 	return since, until

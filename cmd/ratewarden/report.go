@@ -27,7 +27,7 @@ type reportFlags struct {
 }
 
 func addReportFlags(fs *flag.FlagSet, title string) *reportFlags {
-	now := time.Now
+	now := onceNow()
 	f := &reportFlags{from: &timeFlag{now: now}, to: &timeFlag{now: now}}
 	fs.Var(f.from, "from", "start of the range: `T` as RFC 3339, \"now\", or a duration before now (24h or -24h)")
 	fs.Var(f.to, "to", "end of the range (excluded), `T` as --from; default now")
