@@ -85,7 +85,8 @@ type Batch struct {
 	groups rowGroups
 	memo   []memoSlot // by client id: its counter in the list of a run of TopK.addIDs
 
-	latency binCounts // Latency.addColumn's counts by bin
+	latency    binCounts // Latency.addColumn's counts by bin
+	badLatency uint64    // latencies below 0 addColumn left out (Partial.BadLatency)
 }
 
 // memoSlot is what a run of TopK.addIDs stamped gen knows of a client:
@@ -271,9 +272,11 @@ func (p *Partial) UpdateColumns(b *Batch, lo, hi int) {
 	b.countIPv6Under(p.IPv6Prefix)
 	p.Events += uint64(hi - lo)
 	b.foldColumns(p, lo, hi)
+	b.badLatency = 0
 	for _, a := range p.parts() {
 		a.UpdateColumns(b, lo, hi)
 	}
+	p.BadLatency += b.badLatency
 }
 
 // seenClient is what Distinct.UpdateColumns inserted of one distinct
@@ -712,9 +715,10 @@ func (r *Rollup) addPrepared(b *Batch, seq uint64, lo, hi int) {
 			}
 		}
 		if first < j {
-			folded := w.p.Folded
+			folded, bad := w.p.Folded, w.p.BadLatency
 			w.p.UpdateColumns(b, first, j)
 			r.stats.Folded += w.p.Folded - folded
+			r.stats.BadLatency += w.p.BadLatency - bad
 			w.from, w.to = min(w.from, seq+uint64(first)), max(w.to, seq+uint64(j-1))
 		}
 		i = j

@@ -82,19 +82,8 @@ func TestColumnsEqualsDecisions(t *testing.T) {
 			}
 		}
 		var seq uint64
-		var evs []decisions.Decision
 		for _, data := range batches {
-			var err error
-			if evs, err = dec.Decode(data, evs[:0]); err != nil {
-				t.Fatal(err)
-			}
-			for i := range evs {
-				one.Add(&evs[i], seq+uint64(i))
-			}
-			if err := dec.DecodeColumns(data, func(c *columnar.Columns) error { cols.AddBatch(c, seq); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			seq += uint64(len(evs))
+			seq += addBoth(t, dec, data, seq, one, cols)
 			if one.Due() != cols.Due() {
 				t.Fatalf("%+v %v: after event %d, Due %v, want %v", o, sizes, seq, cols.Due(), one.Due())
 			}
@@ -125,6 +114,79 @@ func TestColumnsEqualsDecisions(t *testing.T) {
 
 	// One partial of every event, through UpdateColumns.
 	checkOnePartial(t, ds, 4096, nil)
+}
+
+// TestBadLatencyCounted: latencies below 0 (hand-made or damaged
+// records: no edge measures one) are left out of the latency sketches
+// and counted, their decisions counted all the same, alike event by event
+// and through the columns; before, they were left out without a count.
+func TestBadLatencyCounted(t *testing.T) {
+	ds := decisiontest.NewGenerator(3, t0).Batch(5_000)
+	var bad, decided, store, upstream uint64
+	for i := range ds {
+		d := &ds[i]
+		if d.Kind != decisions.KindDecision {
+			continue
+		}
+		decided++
+		switch i % 97 {
+		case 5:
+			d.StoreLatency = -time.Duration(i) * time.Microsecond
+			bad++
+		case 11:
+			d.UpstreamLatency, d.StoreLatency = -1, -2
+			bad += 2
+		}
+		if d.StoreLatency > 0 {
+			store++
+		}
+		if d.UpstreamLatency > 0 {
+			upstream++
+		}
+	}
+	if bad < 100 || store == 0 || upstream == 0 {
+		t.Fatalf("the traffic has %d bad latencies, %d store and %d origin latencies", bad, store, upstream)
+	}
+	o := Options{Window: time.Hour}
+	one, cols := NewRollup(o), NewRollup(o)
+	dec := columnar.NewDecoder()
+	var seq uint64
+	for _, data := range encodeBatches(t, ds, 777) {
+		seq += addBoth(t, dec, data, seq, one, cols)
+	}
+	for name, r := range map[string]*Rollup{"events": one, "columns": cols} {
+		if got := r.Stats().BadLatency; got != bad {
+			t.Errorf("%s: %d bad latencies counted, want %d", name, got, bad)
+		}
+		var outs []Output
+		r.Flush(true, func(o Output) error { outs = append(outs, o); return nil })
+		if len(outs) != 1 {
+			t.Fatalf("%s: %d outputs", name, len(outs))
+		}
+		p := outs[0].Partial
+		if p.Counts.Total() != decided || p.Latency.Count() != store || p.Upstream.Count() != upstream {
+			t.Errorf("%s: %d decisions, %d store and %d origin latencies; want %d, %d, %d", name,
+				p.Counts.Total(), p.Latency.Count(), p.Upstream.Count(), decided, store, upstream)
+		}
+	}
+}
+
+// addBoth adds the events of the record data, numbered from seq, to one
+// event by event and to cols through its columns, and returns how many
+// it holds.
+func addBoth(t *testing.T, dec *columnar.Decoder, data []byte, seq uint64, one, cols *Rollup) uint64 {
+	t.Helper()
+	evs, err := dec.Decode(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		one.Add(&evs[i], seq+uint64(i))
+	}
+	if err := dec.DecodeColumns(data, func(c *columnar.Columns) error { cols.AddBatch(c, seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(len(evs))
 }
 
 // checkOnePartial rolls ds, in batches of size, into one partial event by

@@ -138,6 +138,9 @@ type Invocation struct {
 	// RollupStats.BadTime: the zero time, or the last window of int64
 	// nanoseconds.
 	BadTime uint64
+	// BadLatency counts latencies below 0 left out of the latency
+	// sketches, as RollupStats.BadLatency.
+	BadLatency uint64
 }
 
 // LambdaStats count what a KinesisLambda did: the decoding counts of the
@@ -145,8 +148,8 @@ type Invocation struct {
 type LambdaStats struct {
 	kinesis.LambdaStats
 	Outputs uint64 // partials written to every sink
-	// Folded, EarlyWrites and BadTime sum the invocations'.
-	Folded, EarlyWrites, BadTime uint64
+	// Folded, EarlyWrites, BadTime and BadLatency sum the invocations'.
+	Folded, EarlyWrites, BadTime, BadLatency uint64
 }
 
 // Handle handles one invocation: a kinesis.LambdaHandler hands its commit
@@ -173,6 +176,7 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	l.stats.Folded += inv.Folded
 	l.stats.EarlyWrites += inv.EarlyWrites
 	l.stats.BadTime += inv.BadTime
+	l.stats.BadLatency += inv.BadLatency
 	for _, p := range inv.Problems {
 		if len(l.problems) < 100 {
 			l.problems = append(l.problems, p)
@@ -270,6 +274,7 @@ func positionKey(pos stream.Position) string {
 func (r *lambdaRun) write(ctx context.Context) error {
 	for _, w := range r.windows {
 		r.inv.Folded += w.p.Folded
+		r.inv.BadLatency += w.p.BadLatency
 	}
 	if err := r.l.write(ctx, r.inv.Shard, r.windows); err != nil {
 		return err

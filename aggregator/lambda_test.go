@@ -524,3 +524,32 @@ func storedEvents(t *testing.T, dir string) (events uint64) {
 	}
 	return events
 }
+
+// TestKinesisLambdaBadLatency: an invocation counts the latencies below 0
+// it left out of the sketches (Invocation.BadLatency, LambdaStats), from
+// Arrow columns and event by event alike, every decision counted.
+func TestKinesisLambdaBadLatency(t *testing.T) {
+	ds := decisiontest.NewGenerator(5, t0).Batch(1201)
+	var bad uint64
+	for i := 3; i < len(ds); i += 50 {
+		ds[i].StoreLatency = -time.Millisecond
+		if ds[i].Kind == decisions.KindDecision {
+			bad++
+		}
+	}
+	if bad < 10 {
+		t.Fatalf("%d bad latencies", bad)
+	}
+	ev := kinesisEvent(t, ds)
+	for _, perEvent := range []bool{false, true} {
+		var inv Invocation
+		l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: t.TempDir()}}, Window: time.Hour, perEvent: perEvent,
+			OnInvocation: func(_ context.Context, i Invocation) { inv = i }}
+		if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%v %+v", err, resp)
+		}
+		if inv.BadLatency != bad || l.Stats().BadLatency != bad || inv.Events != uint64(len(ds)) {
+			t.Errorf("per event %v: bad latencies %d, stats %d, want %d; events %d of %d", perEvent, inv.BadLatency, l.Stats().BadLatency, bad, inv.Events, len(ds))
+		}
+	}
+}

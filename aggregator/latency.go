@@ -73,6 +73,8 @@ func (l *Latency) addColumn(b *Batch, col *columnar.Ints, lo, hi int) {
 		if decisions.Kind(kinds[lo]) == decisions.KindDecision {
 			if v := time.Duration(col.Int(lo)); v > 0 {
 				l.add(v, idx)
+			} else if v < 0 {
+				b.badLatency++
 			}
 		}
 	}
@@ -85,6 +87,8 @@ func (l *Latency) addColumn(b *Batch, col *columnar.Ints, lo, hi int) {
 			if decisions.Kind(kinds[i]) == decisions.KindDecision {
 				if v := time.Duration(col.Int(i)); v > 0 {
 					l.add(v, idx)
+				} else if v < 0 {
+					b.badLatency++
 				}
 			}
 		}
@@ -98,7 +102,9 @@ func (l *Latency) addColumn(b *Batch, col *columnar.Ints, lo, hi int) {
 		}
 		v := time.Duration(col.Int(i))
 		switch {
-		case v <= 0:
+		case v == 0:
+		case v < 0:
+			b.badLatency++
 		case v < latencyTableMax:
 			if k := idx.index(v); !bins.count(k) {
 				bins.flush(st)

@@ -32,6 +32,12 @@ type Partial struct {
 	// Folded counts the decisions Update and UpdateColumns counted with a
 	// name folded into OtherKey. Not encoded.
 	Folded uint64
+	// BadLatency counts the latencies below 0 (the store's or the
+	// origin's) that Update and UpdateColumns left out of the latency
+	// sketches: no edge measures one (its clocks are monotonic), so a
+	// record carrying one is hand-made or damaged. Their decisions are
+	// counted. Not encoded.
+	BadLatency uint64
 	// IPv6Prefix is the length of the prefix Update and UpdateColumns
 	// count an IPv6 client under in the top-K lists and the distinct
 	// clients, as the edge counts it (identity.ipv6_prefix): 0 takes
@@ -70,6 +76,12 @@ func (p *Partial) Update(d *decisions.Decision) {
 	}
 	p.Latency.Add(d.StoreLatency)
 	p.Upstream.Add(d.UpstreamLatency)
+	if d.StoreLatency < 0 {
+		p.BadLatency++
+	}
+	if d.UpstreamLatency < 0 {
+		p.BadLatency++
+	}
 	// The client is hashed once, for the sketches and the top-K lists.
 	c := ClientOf(d, p.IPv6Prefix)
 	h := hashClientInto(c, &p.Clients.scratch)

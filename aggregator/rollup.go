@@ -311,6 +311,10 @@ type RollupStats struct {
 	// decisions.MaxTime. They are in no window and do not move the
 	// watermark.
 	BadTime uint64
+	// BadLatency counts latencies below 0 left out of the latency
+	// sketches (Partial.BadLatency); their decisions are counted. Not in
+	// the snapshot: a run counts its own.
+	BadLatency uint64
 }
 
 // add adds t's counts to s.
@@ -325,6 +329,7 @@ func (s *RollupStats) add(t RollupStats) {
 	s.AheadDropped += t.AheadDropped
 	s.CorrectionsDropped += t.CorrectionsDropped
 	s.BadTime += t.BadTime
+	s.BadLatency += t.BadLatency
 }
 
 // sub returns s less t: what a rollup did between t and s, two of its
@@ -333,7 +338,7 @@ func (s RollupStats) sub(t RollupStats) RollupStats {
 	return RollupStats{Events: s.Events - t.Events, Late: s.Late - t.Late, LateDropped: s.LateDropped - t.LateDropped,
 		Windows: s.Windows - t.Windows, Corrections: s.Corrections - t.Corrections, Future: s.Future - t.Future,
 		Folded: s.Folded - t.Folded, AheadDropped: s.AheadDropped - t.AheadDropped, CorrectionsDropped: s.CorrectionsDropped - t.CorrectionsDropped,
-		BadTime: s.BadTime - t.BadTime}
+		BadTime: s.BadTime - t.BadTime, BadLatency: s.BadLatency - t.BadLatency}
 }
 
 // OverCap returns the events dropped past a cap on the windows held:
@@ -510,9 +515,10 @@ func (r *Rollup) Add(d *decisions.Decision, seq uint64) {
 			return
 		}
 	}
-	folded := w.p.Folded
+	folded, bad := w.p.Folded, w.p.BadLatency
 	w.p.Update(d)
 	r.stats.Folded += w.p.Folded - folded
+	r.stats.BadLatency += w.p.BadLatency - bad
 	w.from, w.to = min(w.from, seq), max(w.to, seq)
 }
 

@@ -22,7 +22,7 @@ import (
 // lag is the wall clock less the watermark.
 func TestAggregatorMetrics(t *testing.T) {
 	wm := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
-	st := aggregator.RunStats{Rollup: aggregator.RollupStats{Events: 42, Late: 3, Future: 7, Folded: 9, Windows: 5, AheadDropped: 11, CorrectionsDropped: 13, BadTime: 17}, Outputs: 6, Watermark: wm,
+	st := aggregator.RunStats{Rollup: aggregator.RollupStats{Events: 42, Late: 3, Future: 7, Folded: 9, Windows: 5, AheadDropped: 11, CorrectionsDropped: 13, BadTime: 17, BadLatency: 19}, Outputs: 6, Watermark: wm,
 		Shards: []aggregator.ShardStats{
 			{Shard: "shardId-000000000000", Behind: 1500 * time.Millisecond, Read: true, Watermark: wm.Add(2 * time.Second)},
 			{Shard: "shardId-000000000001"}, // taken, not read yet
@@ -39,7 +39,7 @@ func TestAggregatorMetrics(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"ratewarden_aggregator_events_total": "42", "ratewarden_aggregator_late_total": "3", "ratewarden_aggregator_future_total": "7", "ratewarden_aggregator_folded_total": "9", "ratewarden_aggregator_windows_total": "5",
-		"ratewarden_aggregator_ahead_dropped_total": "11", "ratewarden_aggregator_corrections_dropped_total": "13", "ratewarden_aggregator_bad_time_total": "17",
+		"ratewarden_aggregator_ahead_dropped_total": "11", "ratewarden_aggregator_corrections_dropped_total": "13", "ratewarden_aggregator_bad_time_total": "17", "ratewarden_aggregator_bad_latency_total": "19",
 		"ratewarden_aggregator_outputs_total": "6", "ratewarden_aggregator_lag_seconds": "90", "ratewarden_aggregator_emf_written_total": "0",
 		"ratewarden_aggregator_shard_behind_milliseconds/shardId-000000000000": "1500",
 		"ratewarden_aggregator_shard_lag_milliseconds/shardId-000000000000":    "88000",

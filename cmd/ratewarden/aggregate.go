@@ -512,7 +512,7 @@ func isLog(cmd, dir string) error {
 // __other__, the events dropped past the caps, and the events skipped
 // for their time (none, or past the last window of int64 nanoseconds).
 func heldBack(r aggregator.RollupStats) string {
-	return fmt.Sprintf("future %d, folded %d, over cap %d, bad time %d", r.Future, r.Folded, r.OverCap(), r.BadTime)
+	return fmt.Sprintf("future %d, folded %d, over cap %d, bad time %d, bad latency %d", r.Future, r.Folded, r.OverCap(), r.BadTime, r.BadLatency)
 }
 
 // lossSummary says what the run could not read: "lost 0 events", or the

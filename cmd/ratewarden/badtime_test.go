@@ -34,14 +34,7 @@ func badTimeDecisions() []decisions.Decision {
 // replay wrote, and the event of 2262 opened one there.
 func TestAggregateBadTime(t *testing.T) {
 	ds := badTimeDecisions()
-	var in bytes.Buffer
-	for i := range ds {
-		in.Write(append(decisions.AppendJSON(nil, &ds[i]), '\n'))
-	}
-	var out, errs bytes.Buffer
-	if err := runAggregate(context.Background(), []string{"--stdin", "--emf", "stdout", "--admin-listen", "off"}, &in, &out, &errs); err != nil {
-		t.Fatalf("aggregate --stdin: %v\n%s", err, errs.String())
-	}
+	out, errs := aggregateLines(t, ds)
 	if !strings.Contains(errs.String(), " events 20, late 0 (dropped 0), ") || !strings.Contains(errs.String(), " bad time 2,") || strings.Contains(errs.String(), "emf rejected") {
 		t.Errorf("aggregate --stdin: stderr %q, want 20 events, 2 of bad time, no EMF rejected", errs.String())
 	}
@@ -107,4 +100,45 @@ func TestAggregateRecordAhead(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "replay: events 101, late 1 (dropped 1), ") || !strings.Contains(stderr, " future 20,") {
 		t.Fatalf("replay: exit %d, stderr %q, want 101 events, one late and dropped, 20 in the future", code, stderr)
 	}
+}
+
+// TestAggregateBadLatency: `aggregate --stdin` and `replay` count the
+// decisions of a latency below 0 (store's or origin's, which no edge
+// measures) with the rest, and say how many latencies they left out
+// ("bad latency 3"); EMF's Requests holds every decision. Before, the
+// latencies were left out without a word.
+func TestAggregateBadLatency(t *testing.T) {
+	ds := badTimeDecisions()[:12]
+	for i := range ds {
+		ds[i].Time = time.Now().Add(-time.Hour).Truncate(time.Minute).Add(time.Duration(i) * time.Millisecond)
+	}
+	ds[2].StoreLatency, ds[5].StoreLatency, ds[5].UpstreamLatency = -time.Millisecond, -1, -time.Second
+	out, errs := aggregateLines(t, ds)
+	if !strings.Contains(errs.String(), " events 12, late 0 (dropped 0), ") || !strings.Contains(errs.String(), " bad latency 3,") {
+		t.Errorf("aggregate --stdin: stderr %q, want 12 events, 3 bad latencies", errs.String())
+	}
+	if !strings.Contains(out.String(), `"Requests":12`) {
+		t.Errorf("aggregate --stdin: no service-wide EMF document of 12 requests in\n%s", out.String())
+	}
+	dir := t.TempDir()
+	writeDecisions(t, filepath.Join(dir, "log"), ds)
+	code, _, stderr := runCLI(t, nil, "replay", "--decisions-dir", filepath.Join(dir, "log"), "--out", filepath.Join(dir, "out"))
+	if code != 0 || !strings.Contains(stderr, "replay: events 12, ") || !strings.Contains(stderr, " bad latency 3,") {
+		t.Fatalf("replay: exit %d, stderr %q, want 12 events, 3 bad latencies", code, stderr)
+	}
+}
+
+// aggregateLines runs `aggregate --stdin --emf stdout` over ds as JSON
+// lines and returns its standard output and error.
+func aggregateLines(t *testing.T, ds []decisions.Decision) (out, errs *bytes.Buffer) {
+	t.Helper()
+	var in bytes.Buffer
+	for i := range ds {
+		in.Write(append(decisions.AppendJSON(nil, &ds[i]), '\n'))
+	}
+	out, errs = new(bytes.Buffer), new(bytes.Buffer)
+	if err := runAggregate(context.Background(), []string{"--stdin", "--emf", "stdout", "--admin-listen", "off"}, &in, out, errs); err != nil {
+		t.Fatalf("aggregate --stdin: %v\n%s", err, errs.String())
+	}
+	return out, errs
 }
