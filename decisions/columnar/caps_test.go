@@ -115,3 +115,34 @@ func TestDecodeFieldCapsAsRead(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeMaxRows: a batch of MaxRows events decodes; one more is
+// refused as corrupt before its rows are read, through the fast reader
+// and arrow-go's, by Decode and DecodeColumns alike. Before, only the
+// bytes a batch decompresses to were bounded: 43 KB of minimal events,
+// five million of them, made a reader hold half a gigabyte.
+func TestDecodeMaxRows(t *testing.T) {
+	ds := make([]decisions.Decision, MaxRows+1)
+	for i := range ds {
+		ds[i].Time = t0
+	}
+	for _, n := range []int{MaxRows, MaxRows + 1} {
+		data, err := Encode(nil, ds[:n], Options{Compression: Zstd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, slow := range []bool{false, true} {
+			d := NewDecoder()
+			d.forceSlow = slow
+			got, err := d.Decode(data, nil)
+			rows := 0
+			cerr := d.DecodeColumns(data, func(c *Columns) error { rows += c.Len; return nil })
+			if n <= MaxRows && (err != nil || len(got) != n || cerr != nil || rows != n) {
+				t.Errorf("%d events, slow %v: decoded %d, %v; columns %d, %v", n, slow, len(got), err, rows, cerr)
+			}
+			if n > MaxRows && (err == nil || cerr == nil || !strings.Contains(err.Error(), "more than the 1048576 a batch may hold")) {
+				t.Errorf("%d events, slow %v: decoded %d, %v; columns %v; want them refused", n, slow, len(got), err, cerr)
+			}
+		}
+	}
+}

@@ -33,6 +33,14 @@ var ErrNewerLayout = errors.New("batch from a newer writer")
 // is arrow-go's default limit on a message body.
 const maxUncompressed = 256 << 20
 
+// MaxRows bounds the events one batch may hold, over all its record
+// batches: sixteen times the most the edge writes in one record
+// (decisions.batch, at most 65536). maxUncompressed alone let a hostile
+// batch of 43 KB, five million minimal events, make its reader hold half
+// a gigabyte; a batch past MaxRows is refused as corrupt before its rows
+// are read.
+const MaxRows = 1 << 20
+
 // Decoder decodes batches, reusing its scratch space, its decompressor
 // and the strings of small dictionaries from one batch to the next. The
 // zero value is ready to use. It is not safe for concurrent use: give
@@ -72,6 +80,7 @@ type Decoder struct {
 	arena   []byte        // decompressed buffers of the current batch
 	used    int           // of arena; total counts every arena
 	total   int
+	nrows   int // the rows of the batch read so far (MaxRows)
 	zstd    *zstd.Decoder
 	frame   []byte // a ZstdStream batch, decompressed
 }
@@ -181,7 +190,17 @@ func (d *Decoder) release() {
 	if d.total > 64<<20 {
 		d.arena = nil
 	}
-	d.used, d.total = 0, 0
+	d.used, d.total, d.nrows = 0, 0, 0
+}
+
+// countRows adds a record batch's n rows to the batch's and refuses them
+// past MaxRows.
+func (d *Decoder) countRows(n int64) error {
+	if n < 0 || n > int64(MaxRows-d.nrows) {
+		return fmt.Errorf("%d rows after %d, more than the %d a batch may hold", n, d.nrows, MaxRows)
+	}
+	d.nrows += int(n)
+	return nil
 }
 
 // checkSchema checks that md is the metadata of a batch of decisions that

@@ -57,6 +57,9 @@ func (d *Decoder) decodeSlow(data []byte, dst []decisions.Decision, sealed bool)
 	for r.Next() {
 		batches++
 		rec := r.RecordBatch()
+		if err := d.countRows(rec.NumRows()); err != nil {
+			return dst, 0, fmt.Errorf("record batch %d: %w", batches, err)
+		}
 		n := int(rec.NumRows())
 		for i, c := range fieldCol {
 			if c < 0 {

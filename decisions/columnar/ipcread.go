@@ -362,8 +362,8 @@ func (d *Decoder) readRecordBatch(info *schemaInfo, t fbTable, body []byte) (int
 	if err != nil {
 		return 0, err
 	}
-	if h.length < 0 || h.length > 1<<31-1 {
-		return 0, fmt.Errorf("%d rows", h.length)
+	if err := d.countRows(h.length); err != nil {
+		return 0, err
 	}
 	n, codec := int(h.length), h.codec
 	nodesAt, nNodes, bufsAt, nBufs := h.nodesAt, h.nNodes, h.bufsAt, h.nBufs
