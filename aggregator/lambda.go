@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,16 +156,15 @@ type LambdaStats struct {
 // Handle handles one invocation: a kinesis.LambdaHandler hands its commit
 // groups, as stream batches, to the invocation's lambdaRun.
 func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (events.KinesisEventResponse, error) {
-	if len(ev.Records) == 0 {
-		return events.KinesisEventResponse{}, nil
-	}
 	o := Options{Window: l.Window, TopK: l.TopK, MaxKeys: l.MaxKeys, MaxAhead: l.MaxAhead, MaxCorrections: l.MaxCorrections,
 		IPv6Prefix: l.IPv6Prefix}.withDefaults()
 	run := &lambdaRun{l: l, o: o, dec: columnar.NewDecoder(), touched: map[int64]bool{}}
 	read := kinesis.NewLambdaHandler(run, kinesis.LambdaOptions{CommitRecords: l.CommitRecords})
 	resp, err := read.Handle(ctx, ev)
 	inv := run.inv
-	inv.From, inv.To = ev.Records[0].Kinesis.SequenceNumber, ev.Records[len(ev.Records)-1].Kinesis.SequenceNumber
+	if n := len(ev.Records); n > 0 { // none: an event that is not Kinesis's, said on its line all the same
+		inv.From, inv.To = clipSeq(ev.Records[0].Kinesis.SequenceNumber), clipSeq(ev.Records[n-1].Kinesis.SequenceNumber)
+	}
 	rs := read.Stats()
 	inv.Records, inv.Events, inv.Corrupt, inv.Problems = rs.Records, rs.Events, rs.Corrupt, read.Problems()
 	l.mu.Lock()
@@ -190,6 +190,16 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 		l.OnInvocation(ctx, inv)
 	}
 	return resp, err
+}
+
+// clipSeq returns seq, or for one longer than any Kinesis gives (129
+// digits; a forged event's) its first 140 bytes and "...", for the
+// invocation's line.
+func clipSeq(seq string) string {
+	if len(seq) <= 140 {
+		return seq
+	}
+	return strings.ToValidUTF8(seq[:140], "") + "..."
 }
 
 // lambdaRun is the stream.Handler of one KinesisLambda invocation: it

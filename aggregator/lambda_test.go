@@ -553,3 +553,16 @@ func TestKinesisLambdaBadLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestKinesisLambdaEmptyEvent: an invocation of no records (an event that
+// is not Kinesis's: a mis-wired trigger) still gets its line, so that it
+// is seen; before, it returned before saying anything.
+func TestKinesisLambdaEmptyEvent(t *testing.T) {
+	var lines []Invocation
+	l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: t.TempDir()}}, Window: time.Second,
+		OnInvocation: func(_ context.Context, i Invocation) { lines = append(lines, i) }}
+	resp, err := l.Handle(context.Background(), events.KinesisEvent{})
+	if err != nil || len(resp.BatchItemFailures) != 0 || len(lines) != 1 || lines[0].Records != 0 || l.Stats().Invocations != 1 {
+		t.Errorf("response %+v, %v; lines %+v; stats %+v", resp, err, lines, l.Stats())
+	}
+}

@@ -86,13 +86,36 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 		return events.KinesisEventResponse{}, nil
 	}
 	shard := eventShard(ev.Records[0].EventID)
-	from := stream.Position{Seq: ev.Records[0].Kinesis.SequenceNumber}
+	corrupt := func(rec *stream.Record, lost int, err error) {
+		l.corrupt.Add(uint64(lost))
+		l.mu.Lock()
+		if len(l.problems) < maxProblems {
+			l.problems = append(l.problems, fmt.Errorf("%s record %.140q: %w", shard, rec.Pos.Seq, err))
+		}
+		l.mu.Unlock()
+	}
+	// What Lambda never sends is skipped and counted, never retried (a
+	// retry would hold the shard for good), and never reaches a file
+	// name: a shard or sequence number is part of the outputs' names.
+	if !validShard(shard) {
+		for i := range ev.Records {
+			corrupt(&stream.Record{Pos: stream.Position{Seq: ev.Records[i].Kinesis.SequenceNumber}}, 1,
+				fmt.Errorf("event id %.140q names no shard", ev.Records[0].EventID))
+		}
+		return events.KinesisEventResponse{}, nil
+	}
+	recs := validRecords(ev.Records, func(i int, err error) {
+		corrupt(&stream.Record{Pos: stream.Position{Seq: ev.Records[i].Kinesis.SequenceNumber}}, 1, err)
+	})
+	if len(recs) == 0 {
+		return events.KinesisEventResponse{}, nil
+	}
+	from := stream.Position{Seq: recs[0].Kinesis.SequenceNumber}
 	at, err := l.h.Open(ctx, shard, from)
 	if err != nil {
-		return l.fail(ev.Records[0].Kinesis.SequenceNumber), nil
+		return l.fail(recs[0].Kinesis.SequenceNumber), nil
 	}
 	defer l.h.Close(context.WithoutCancel(ctx), shard, false)
-	recs := ev.Records
 	for i := range recs {
 		if recs[i].Kinesis.SequenceNumber == at.Seq {
 			recs = recs[i:] // the records before it are the handler's already
@@ -101,14 +124,6 @@ func (l *LambdaHandler) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	}
 	if recs[0].Kinesis.SequenceNumber != at.Seq {
 		at = stream.Position{Seq: recs[0].Kinesis.SequenceNumber}
-	}
-	corrupt := func(rec *stream.Record, lost int, err error) {
-		l.corrupt.Add(uint64(lost))
-		l.mu.Lock()
-		if len(l.problems) < maxProblems {
-			l.problems = append(l.problems, fmt.Errorf("%s record %s: %w", shard, rec.Pos.Seq, err))
-		}
-		l.mu.Unlock()
 	}
 	all := make([]stream.Record, len(recs))
 	for i := range recs {
@@ -177,6 +192,72 @@ func (e *RetryFrom) Unwrap() error { return e.Err }
 func (l *LambdaHandler) fail(seq string) events.KinesisEventResponse {
 	l.failed.Add(1)
 	return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: seq}}}
+}
+
+// validShard reports whether id is a shard id Kinesis gives
+// ("shardId-000000000000"): 1 to 128 letters, digits, '-' and '_'.
+func validShard(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// validSeq reports whether seq is a sequence number Kinesis gives: 0, or
+// up to 129 decimal digits without a leading 0.
+func validSeq(seq string) bool {
+	if seq == "0" {
+		return true
+	}
+	if seq == "" || len(seq) > 129 || seq[0] == '0' {
+		return false
+	}
+	for _, c := range []byte(seq) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// validRecords returns recs less those whose sequence number is not one
+// Kinesis gives, or is one an earlier record of recs has (Kinesis gives
+// each record its own: two outputs of one would overwrite each other),
+// each of which it hands to skip with its index and why. It returns recs
+// itself when none is skipped.
+func validRecords(recs []events.KinesisEventRecord, skip func(i int, err error)) []events.KinesisEventRecord {
+	var out []events.KinesisEventRecord
+	seen := make(map[string]bool, len(recs))
+	for i := range recs {
+		seq := recs[i].Kinesis.SequenceNumber
+		var err error
+		switch {
+		case !validSeq(seq):
+			err = errors.New("not a sequence number (0, or up to 129 decimal digits)")
+		case seen[seq]:
+			err = errors.New("the sequence number of an earlier record of the batch")
+		}
+		if err != nil {
+			if out == nil {
+				out = append(make([]events.KinesisEventRecord, 0, len(recs)), recs[:i]...)
+			}
+			skip(i, err)
+			continue
+		}
+		seen[seq] = true
+		if out != nil {
+			out = append(out, recs[i])
+		}
+	}
+	if out == nil {
+		return recs
+	}
+	return out
 }
 
 // eventShard returns the shard id of a record's event id,

@@ -226,15 +226,7 @@ func (s skipTo) Open(context.Context, string, stream.Position) (stream.Position,
 // the records before it are left out, and the events of that record
 // before the position; a position outside the invocation is ignored.
 func TestLambdaHandlerOpenPosition(t *testing.T) {
-	g := decisiontest.NewGenerator(45, start)
-	var payloads [][]byte
-	for range 3 {
-		api, _ := sendFake(t, Options{Partitions: 1}, g.Batch(50))
-		for _, r := range api.delivered {
-			payloads = append(payloads, r.Data)
-		}
-	}
-	ev := lambdaEvent(t, payloads)
+	ev := lambdaEvent(t, sinkRecords(t, 45, 3, 50))
 	f := func(at stream.Position, wantFrom stream.Position, want int) {
 		t.Helper()
 		var from []stream.Position
@@ -365,4 +357,69 @@ func TestCommitGroups(t *testing.T) {
 	if len(all) < 20 || at < 0 || !slices.Equal(all[at:], late[1:]) || late[0] != ev.Records[37].Kinesis.SequenceNumber {
 		t.Errorf("groups from record 0 %v\nfrom record 37 %v", all, late)
 	}
+}
+
+// TestLambdaHandlerForgedPositions: records whose sequence number Kinesis
+// could not have given (not digits, a path, empty, a leading 0, 130
+// digits) or that an earlier record of the batch has are skipped,
+// counted and named, and never handed on: the sequence number names the
+// outputs' files (a "../" in it wrote one outside the partials
+// directory, and a record twice overwrote the other's). An event id that
+// names no shard skips the whole batch alike. Neither is retried.
+func TestLambdaHandlerForgedPositions(t *testing.T) {
+	payloads := sinkRecords(t, 43, 8, 20)
+	ev := lambdaEvent(t, payloads[:8])
+	forged := map[int]string{1: "../../../outside", 2: "", 3: "0123", 4: strings.Repeat("9", 130), 5: ev.Records[0].Kinesis.SequenceNumber, 6: "12.5"}
+	for i, seq := range forged {
+		ev.Records[i].Kinesis.SequenceNumber = seq
+	}
+	var handed []string
+	l := NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		for _, r := range b.Records {
+			handed = append(handed, r.Pos.Seq)
+		}
+		return nil
+	}), LambdaOptions{CommitRecords: 1})
+	resp, err := l.Handle(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("response %+v, %v: want no failure", resp, err)
+	}
+	want := []string{ev.Records[0].Kinesis.SequenceNumber, ev.Records[7].Kinesis.SequenceNumber}
+	if !slices.Equal(handed, want) {
+		t.Errorf("handed %q, want %q", handed, want)
+	}
+	if st := l.Stats(); st.Corrupt != uint64(len(forged)) {
+		t.Errorf("%d skipped, want %d", st.Corrupt, len(forged))
+	}
+	if p := l.Problems(); len(p) != len(forged) || !strings.Contains(fmt.Sprint(p), "an earlier record of the batch") || !strings.Contains(fmt.Sprint(p), `"../../../outside"`) {
+		t.Errorf("problems %v", p)
+	}
+
+	ev = lambdaEvent(t, payloads[:3])
+	for i := range ev.Records {
+		ev.Records[i].EventID = "../x:" + ev.Records[i].Kinesis.SequenceNumber
+	}
+	handed = nil
+	l = NewLambdaHandler(stream.HandleFunc(func(_ context.Context, b *stream.Batch) error {
+		handed = append(handed, b.Partition)
+		return nil
+	}), LambdaOptions{})
+	if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 || len(handed) != 0 || l.Stats().Corrupt != 3 {
+		t.Errorf("an event id of no shard: response %+v, %v; handed %q; stats %+v", resp, err, handed, l.Stats())
+	}
+}
+
+// sinkRecords returns the records the Sink writes for n batches of size
+// of the generator seeded seed's decisions, one partition.
+func sinkRecords(t *testing.T, seed uint64, n, size int) [][]byte {
+	t.Helper()
+	g := decisiontest.NewGenerator(seed, start)
+	var payloads [][]byte
+	for range n {
+		api, _ := sendFake(t, Options{Partitions: 1}, g.Batch(size))
+		for _, r := range api.delivered {
+			payloads = append(payloads, r.Data)
+		}
+	}
+	return payloads
 }
