@@ -183,8 +183,10 @@ type partition struct {
 	// handler call failed half-way): it is loaded again before the next.
 	broken bool
 	// moved says another reader saved the partition's state
-	// (ErrStateMoved): every call fails until the source, finding its
-	// lease gone, closes the partition.
+	// (ErrStateMoved): every call fails with stream.ErrReopen until the
+	// source opens the partition again, which loads the state the other
+	// reader saved and reads from its position (or, finding its lease
+	// gone, stops reading it).
 	moved bool
 	dec   *columnar.Decoder // reads the batches' records, once needed
 	// watermark is the rollup's, in Unix nanoseconds (0: none yet), for
@@ -295,7 +297,7 @@ func (h *partitions) partition(ctx context.Context, name string) (*partition, er
 	pt := h.parts[name]
 	h.mu.Unlock()
 	if pt != nil && pt.moved {
-		return nil, fmt.Errorf("aggregate: partition %s: %w", name, ErrStateMoved)
+		return nil, fmt.Errorf("aggregate: partition %s: %w (%w)", name, ErrStateMoved, stream.ErrReopen)
 	}
 	if pt != nil && !pt.broken {
 		return pt, nil
@@ -401,7 +403,9 @@ func (h *partitions) save(ctx context.Context, pt *partition, outs []Output) err
 	h.delivered(pt)
 	if err != nil {
 		pt.broken = true
-		pt.moved = errors.Is(err, ErrStateMoved)
+		if pt.moved = errors.Is(err, ErrStateMoved); pt.moved {
+			err = fmt.Errorf("%w (%w)", err, stream.ErrReopen)
+		}
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 
 	"fmt"
@@ -381,6 +382,64 @@ func TestKinesisRedeliveredBatches(t *testing.T) {
 	// Again, as a subset, then the rest in two batches from other
 	// positions: only events 25 on are new.
 	f([]*stream.Batch{batch(pos("2", 0), 10, 4), batch(pos("2", 4), 14, 6), batch(pos("2", 10), 20, 10)}, 30)
+}
+
+// TestKinesisStateMovedReopens: two holders of a shard overlap while its
+// lease changes hands, their states in one table. The first to save wins;
+// the other's save fails with ErrStateMoved, which asks the source to open
+// the shard again (stream.ErrReopen), and every call fails so until it
+// does; opened again, it reads from the state the winner saved, and
+// counts each event once. Before, the holder that lost the race failed
+// every call for good, and, when it was the one keeping the lease, the
+// shard's windows waited until it was restarted.
+func TestKinesisStateMovedReopens(t *testing.T) {
+	s := newStandIns(t)
+	table := newStateTable(t, s)
+	ds := testEvents(100)
+	pos := func(seq string, sub int64) stream.Position { return stream.Position{Seq: seq, Sub: sub} }
+	batch := func(from stream.Position, first, n int) *stream.Batch {
+		return &stream.Batch{Partition: "shardId-000000000000", From: from, To: pos(from.Seq+"'", int64(n)), Events: ds[first : first+n]}
+	}
+	ctx := context.Background()
+	holder := func() *partitions {
+		h, err := newPartitions(RunOptions{Store: &StateTable{API: s.dc, Table: table, Prefix: "overlap"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	const shard = "shardId-000000000000"
+	a, b := holder(), holder()
+	if _, err := a.Open(ctx, shard, stream.Position{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Handle(ctx, batch(pos("1", 0), 0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	at, err := b.Open(ctx, shard, stream.Position{}) // the lease taken: a goes on until it sees so
+	if err != nil || at != pos("1'", 10) {
+		t.Fatalf("b opened at %v, %v", at, err)
+	}
+	if err := a.Handle(ctx, batch(pos("2", 0), 10, 10)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.Handle(ctx, batch(pos("2", 0), 10, 15)); !errors.Is(err, ErrStateMoved) || !errors.Is(err, stream.ErrReopen) {
+			t.Fatalf("b saved over a's state, or did not ask to be opened again: %v", err)
+		}
+	}
+	if at, err = b.Open(ctx, shard, at); err != nil || at != pos("2'", 10) {
+		t.Fatalf("b opened again at %v, %v; want after a's last batch", at, err)
+	}
+	if err := b.Handle(ctx, batch(at, 20, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.parts[shard].p.r.Stats().Events; got != 30 {
+		t.Errorf("b's rollup holds %d events, want 30", got)
+	}
+	if err := a.Handle(ctx, batch(pos("2'", 10), 20, 10)); !errors.Is(err, stream.ErrReopen) {
+		t.Errorf("a saved over b's state: %v", err)
+	}
 }
 
 // handleAll hands the batches of shard 0 to a new holder whose states are

@@ -288,9 +288,9 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d%s\n",
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d, reopened %d%s\n",
 			o.Source.Stream, s.Rollup.Events, s.Skipped, heldBack(s.Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
-			s.Source.Batches, s.Source.Checkpoints, leftovers(s.Leftovers)+emfRejected(opened.EMFRejected()))
+			s.Source.Batches, s.Source.Checkpoints, s.Source.Reopened, leftovers(s.Leftovers)+emfRejected(opened.EMFRejected()))
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)

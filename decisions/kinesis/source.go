@@ -163,7 +163,10 @@ type SourceStats struct {
 	Throttled   uint64 // reads refused for throughput
 	Retries     uint64 // handler calls, reads and checkpoints made again after an error
 	Cleaned     uint64 // leases of ended shards deleted once their children started
-	Held        int64  // leases held now
+	// Reopened counts the shards opened again because the handler's
+	// state moved under it (stream.ErrReopen) while the lease was held.
+	Reopened uint64
+	Held     int64 // leases held now
 }
 
 // maxProblems bounds the corrupt records a Source keeps the errors of.
@@ -191,7 +194,7 @@ type Source struct {
 	seen     map[string]observed
 	problems []error
 
-	records, events, batches, corrupt, checkpoints, taken, lost, throttled, retries, cleaned atomic.Uint64
+	records, events, batches, corrupt, checkpoints, taken, lost, throttled, retries, cleaned, reopened atomic.Uint64
 }
 
 // observed is a lease's counter and when, by this worker's clock, it was
@@ -241,7 +244,7 @@ func (s *Source) Stats() SourceStats {
 	return SourceStats{
 		Records: s.records.Load(), Events: s.events.Load(), Batches: s.batches.Load(), Corrupt: s.corrupt.Load(),
 		Checkpoints: s.checkpoints.Load(), Taken: s.taken.Load(), Lost: s.lost.Load(), Throttled: s.throttled.Load(),
-		Retries: s.retries.Load(), Cleaned: s.cleaned.Load(), Held: int64(held),
+		Retries: s.retries.Load(), Cleaned: s.cleaned.Load(), Reopened: s.reopened.Load(), Held: int64(held),
 	}
 }
 
@@ -749,6 +752,71 @@ func (r *shardReader) retry(ctx context.Context, f func() error) error {
 	}
 }
 
+// errReopened says the reader opened its partition again (reopen): what
+// it was reading is dropped, and it reads on from the position Open gave.
+var errReopened = errors.New("partition opened again")
+
+// call calls f, a handler's Handle, Idle or Close(ended), until it
+// succeeds, as retry does; an error that asks for the partition to be
+// opened again (stream.ErrReopen) makes the reader do so (reopen) and
+// returns errReopened, or errStopped once the consumer should stop.
+func (r *shardReader) call(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			r.fails = 0
+			return nil
+		}
+		if errors.Is(err, stream.ErrReopen) {
+			if err := r.reopen(ctx); err != nil {
+				return err
+			}
+			return errReopened
+		}
+		if err := r.pause(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// reopen opens the partition again once its handler's durable state
+// moved under it (stream.ErrReopen: another worker saved it, the two
+// having overlapped while the lease changed hands). If the lease is gone
+// the consumer stops (errStopped), as renew would have stopped it; if it
+// is still held, the handler's Open, which loads the state the other
+// worker saved, says where to read from, and what was gathered is
+// dropped. Before, the worker that held the lease failed every call on
+// the shard until it was restarted, and the shard's last windows waited.
+func (r *shardReader) reopen(ctx context.Context) error {
+	s := r.s
+	for {
+		rc, cancel := context.WithTimeout(ctx, s.opts.LeaseDuration/3)
+		err := s.leases.renew(rc, r.c.shard, s.opts.Worker)
+		cancel()
+		if err == nil {
+			break
+		}
+		if errors.Is(err, errLeaseLost) {
+			r.c.lost.Store(true)
+			return errStopped
+		}
+		if err := r.pause(ctx, err); err != nil {
+			return err
+		}
+	}
+	s.reopened.Add(1)
+	var at stream.Position
+	if err := r.retry(ctx, func() (err error) { at, err = r.h.Open(ctx, r.c.shard, r.handled); return err }); err != nil {
+		return err
+	}
+	r.pos, r.handled, r.resume, r.skip, r.iter = at, at, at.Seq, at.Sub, nil
+	clear(r.events)
+	r.events = r.events[:0]
+	clear(r.recs)
+	r.recs = r.recs[:0]
+	return nil
+}
+
 // run reads until the shard ends (nil) or the consumer stops (errStopped).
 func (r *shardReader) run(ctx context.Context) error {
 	s := r.s
@@ -787,7 +855,12 @@ func (r *shardReader) run(ctx context.Context) error {
 		}
 		r.fails = 0
 		r.c.behind.Store(aws.ToInt64(out.MillisBehindLatest))
-		if err := r.records(ctx, out.Records); err != nil {
+		if err := r.records(ctx, out.Records); errors.Is(err, errReopened) {
+			if r.pos.Seq == ShardEnd {
+				return r.end(ctx)
+			}
+			continue // from where Open said, with an iterator there
+		} else if err != nil {
 			return err
 		}
 		r.iter = out.NextShardIterator
@@ -795,7 +868,12 @@ func (r *shardReader) run(ctx context.Context) error {
 			return r.end(ctx)
 		}
 		if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 {
-			if err := r.retry(ctx, func() error { return r.h.Idle(ctx, r.c.shard) }); err != nil {
+			if err := r.call(ctx, func() error { return r.h.Idle(ctx, r.c.shard) }); errors.Is(err, errReopened) {
+				if r.pos.Seq == ShardEnd {
+					return r.end(ctx)
+				}
+				continue
+			} else if err != nil {
 				return err
 			}
 			if err := backoff.Sleep(ctx, s.opts.Poll); err != nil {
@@ -807,8 +885,18 @@ func (r *shardReader) run(ctx context.Context) error {
 
 // end closes the handler's shard as ended and checkpoints ShardEnd.
 func (r *shardReader) end(ctx context.Context) error {
-	if err := r.retry(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) }); err != nil {
-		return err
+	for {
+		err := r.call(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) })
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errReopened) {
+			return err
+		}
+		if r.pos.Seq != ShardEnd {
+			// The other reader's state is behind the end: read on from it.
+			return r.run(ctx)
+		}
 	}
 	r.pos = stream.Position{Seq: ShardEnd}
 	return r.checkpoint(ctx)
@@ -954,7 +1042,7 @@ func (r *shardReader) deliver(ctx context.Context) error {
 		}
 		// The same Batch value is handed again after an error, so that a
 		// corrupt record is reported once.
-		if err := r.retry(ctx, func() error { return r.h.Handle(ctx, &b) }); err != nil {
+		if err := r.call(ctx, func() error { return r.h.Handle(ctx, &b) }); err != nil {
 			return err
 		}
 		s.batches.Add(1)

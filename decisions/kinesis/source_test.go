@@ -650,3 +650,80 @@ func TestRefusedForGood(t *testing.T) {
 		}
 	}
 }
+
+// reopener is a handler whose Handle, once it has taken failAfter events,
+// fails once with stream.ErrReopen (its state moved under it); its next
+// Open returns the shard's start.
+type reopener struct {
+	seen      *seenLog
+	failAfter int
+	mu        sync.Mutex
+	handled   int
+	failed    bool
+	from      []stream.Position // the positions Open was called with
+}
+
+func (r *reopener) Open(_ context.Context, _ string, from stream.Position) (stream.Position, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.from = append(r.from, from)
+	if r.failed {
+		return stream.Position{}, nil
+	}
+	return from, nil
+}
+
+func (r *reopener) Handle(ctx context.Context, b *stream.Batch) error {
+	r.mu.Lock()
+	if !r.failed && r.handled >= r.failAfter {
+		r.failed = true
+		r.mu.Unlock()
+		return fmt.Errorf("save state: %w", stream.ErrReopen)
+	}
+	r.handled += len(b.Events)
+	r.mu.Unlock()
+	return r.seen.handler("w1")(ctx, b)
+}
+
+func (r *reopener) Idle(context.Context, string) error        { return nil }
+func (r *reopener) Close(context.Context, string, bool) error { return nil }
+
+// TestSourceReopens: a handler whose state moved under it (another worker
+// saved it while the two overlapped) fails a batch with stream.ErrReopen:
+// the worker, still holding the lease, opens the shard again and reads
+// from the position Open returns (here the shard's start, so the events
+// before come again), every event handled, in order. Before, such a call
+// was made again and again, and failed each time, until the worker was
+// restarted: the shard's last windows waited.
+func TestSourceReopens(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	name, table := newStream(t, kc, 1), newLeaseTable(t, dc)
+	newWriter(t, kc, name).write(t, 1050)
+	seen := newSeenLog()
+	h := &reopener{seen: seen, failAfter: 300}
+	s := newSource(t, kc, dc, sourceOptions(name, table, "w1"))
+	stop := run(t, s, h)
+	waitFor(t, "1050 events", func() bool { return seen.count() == 1050 })
+	twice := func() int {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		n := 0
+		for _, ws := range seen.by {
+			if len(ws) > 1 {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "the events before the reopening twice", func() bool { return twice() >= 300 })
+	stop()
+	st := s.Stats()
+	if st.Reopened != 1 || st.Lost != 0 || len(h.from) != 2 || h.from[1].Seq == "" {
+		t.Fatalf("stats %+v, Open called with %v: want one reopening, at the position handled", st, h.from)
+	}
+	if n := twice(); n >= 1050 {
+		t.Errorf("%d events handled twice, want those before the reopening (300 or a few more)", n)
+	}
+	seen.checkOrder(t)
+}

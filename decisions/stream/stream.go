@@ -16,6 +16,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"time"
@@ -135,6 +136,15 @@ type Handler interface {
 	// or released) and the handler forgets it.
 	Close(ctx context.Context, partition string, ended bool) error
 }
+
+// ErrReopen, wrapped in an error of a Handler's Handle, Idle or
+// Close(ended), says that the handler's durable state of the partition
+// moved under it (another reader saved it: two readers overlapped while
+// a lease changed hands): a long-running source that still holds the
+// partition drops what it gathered and calls Open again, then reads from
+// the position Open returns, as a new holder would. A source that no
+// longer holds it stops reading it. Other sources treat it as any error.
+var ErrReopen = errors.New("the partition's state moved: open it again")
 
 // Rows decodes the batch's records with dec (Events are handed over as
 // they are) and calls f with their rows, one record batch at a time, in
