@@ -394,7 +394,16 @@ func TestKinesisRedeliveredBatches(t *testing.T) {
 // shard's windows waited until it was restarted.
 func TestKinesisStateMovedReopens(t *testing.T) {
 	s := newStandIns(t)
-	table := newStateTable(t, s)
+	table, dir := newStateTable(t, s), t.TempDir()
+	t.Run("table", func(t *testing.T) {
+		testStateMovedReopens(t, func() StateStore { return &StateTable{API: s.dc, Table: table, Prefix: "overlap"} })
+	})
+	t.Run("dir", func(t *testing.T) { testStateMovedReopens(t, func() StateStore { return &StateDir{Dir: dir} }) })
+}
+
+// testStateMovedReopens is TestKinesisStateMovedReopens with the states
+// in the stores newStore makes, one a holder, of one place.
+func testStateMovedReopens(t *testing.T, newStore func() StateStore) {
 	ds := testEvents(100)
 	pos := func(seq string, sub int64) stream.Position { return stream.Position{Seq: seq, Sub: sub} }
 	batch := func(from stream.Position, first, n int) *stream.Batch {
@@ -402,7 +411,7 @@ func TestKinesisStateMovedReopens(t *testing.T) {
 	}
 	ctx := context.Background()
 	holder := func() *partitions {
-		h, err := newPartitions(RunOptions{Store: &StateTable{API: s.dc, Table: table, Prefix: "overlap"}})
+		h, err := newPartitions(RunOptions{Store: newStore()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,9 +57,23 @@ type stateNamer interface {
 // partitions of its own (Kinesis aggregators, a shard each); a process
 // that owns the directory (the log's aggregator, the alerts) takes
 // LockStateDir first. It is safe for concurrent use.
+//
+// As StateTable's, a save is conditioned on the file this StateDir last
+// read or wrote for the partition: two aggregators that overlap on a
+// shard while its lease changes hands do not overwrite each other's
+// state; the second to save gets ErrStateMoved (and opens the shard
+// again). The check and the rename are made under an flock of
+// <Dir>/.save.lock, which stays.
 type StateDir struct {
 	Dir string
+
+	mu   sync.Mutex
+	seen map[string]os.FileInfo // by partition: its state file as last read or written; nil, none
 }
+
+// saveLock is the file whose flock StateDir.Save holds while it checks
+// and replaces a state file.
+const saveLock = ".save.lock"
 
 // LockStateDir keeps the state directory dir to this process until the
 // returned lock is closed (or the process ends, however abruptly): two
@@ -118,7 +132,63 @@ func (s *StateDir) Save(_ context.Context, partition string, st State) error {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
-	return atomicfile.Write(s.path(partition), b, 0o644)
+	release, err := dirlock.Wait(filepath.Join(s.Dir, saveLock))
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	defer release()
+	path := s.path(partition)
+	now, err := statState(path)
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if !sameState(s.seenOf(partition), now) {
+		return fmt.Errorf("save state %s: %w", path, ErrStateMoved)
+	}
+	if err := atomicfile.Write(path, b, 0o644); err != nil {
+		return err
+	}
+	now, err = statState(path)
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	s.setSeen(partition, now)
+	return nil
+}
+
+// statState returns the state file at path's FileInfo, nil if there is
+// none.
+func statState(path string) (os.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return fi, err
+}
+
+// sameState reports whether a and b (nil: no file) are one version of a
+// state file: each save makes a new file and renames it into place, so
+// another process's save changes the file, and its time and size.
+func sameState(a, b os.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+}
+
+func (s *StateDir) seenOf(partition string) os.FileInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[partition]
+}
+
+func (s *StateDir) setSeen(partition string, fi os.FileInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]os.FileInfo{}
+	}
+	s.seen[partition] = fi
 }
 
 // removeLeftovers removes the temporary files that saves of the
@@ -136,16 +206,28 @@ func (s *StateDir) removeLeftovers(partition string, _ []Output) (int, error) {
 // batch, so its buffer is reused rather than made at each save.
 var stateBufs sync.Pool
 
-// Load reads the partition's state file.
+// Load reads the partition's state file, and remembers which file it
+// read (see StateDir).
 func (s *StateDir) Load(_ context.Context, partition string) (State, bool, error) {
 	path := s.path(partition)
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
+		s.setSeen(partition, nil)
 		return State{}, false, nil
 	}
 	if err != nil {
 		return State{}, false, fmt.Errorf("read state: %w", err)
 	}
+	defer f.Close()
+	fi, err := f.Stat()
+	var b []byte
+	if err == nil {
+		b, err = io.ReadAll(f)
+	}
+	if err != nil {
+		return State{}, false, fmt.Errorf("read state: %w", err)
+	}
+	s.setSeen(partition, fi)
 	st, err := decodeState(b)
 	if err != nil {
 		return State{}, false, s.stateError(partition, err)

@@ -90,6 +90,45 @@ func testStateStore(t *testing.T, newStore func(t *testing.T) StateStore) {
 
 func TestStateDir(t *testing.T) {
 	testStateStore(t, func(t *testing.T) StateStore { return &StateDir{Dir: t.TempDir()} })
+	// Two holders of one partition (two processes sharing the directory
+	// while a lease changes hands): the one that did not read the
+	// other's save cannot overwrite it. Before, the last to save won
+	// whatever it had read, and the state went back.
+	dir := t.TempDir()
+	testStateMoved(t, func() StateStore { return &StateDir{Dir: dir} })
+}
+
+// testStateMoved: of two stores of one partition's state made by
+// newStore, the one that did not read the other's save cannot save over
+// it (ErrStateMoved), nor can one that never read the state.
+func testStateMoved(t *testing.T, newStore func() StateStore) {
+	t.Helper()
+	ctx := context.Background()
+	a, b := newStore(), newStore()
+	if _, _, err := a.Load(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(ctx, "p", State{Snapshot: []byte("a1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Load(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Save(ctx, "p", State{Snapshot: []byte("b1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(ctx, "p", State{Snapshot: []byte("a2")}); !errors.Is(err, ErrStateMoved) {
+		t.Fatalf("a saved over b's state: %v", err)
+	}
+	if err := newStore().Save(ctx, "p", State{}); !errors.Is(err, ErrStateMoved) {
+		t.Fatalf("a store that never read the state saved over it: %v", err)
+	}
+	if got, _, _ := a.Load(ctx, "p"); string(got.Snapshot) != "b1" {
+		t.Fatalf("state %q, want b's", got.Snapshot)
+	}
+	if err := a.Save(ctx, "p", State{Snapshot: []byte("a3")}); err != nil {
+		t.Fatalf("a, having read b's state, could not save: %v", err)
+	}
 }
 
 // newStateTable creates a state table on dynalite, deleted after the test.
@@ -107,27 +146,7 @@ func TestStateTable(t *testing.T) {
 	})
 	// Two holders of one partition: the one that did not read the
 	// other's save cannot overwrite it.
-	ctx := context.Background()
-	a := &StateTable{API: s.dc, Table: table, Prefix: "moved"}
-	b := &StateTable{API: s.dc, Table: table, Prefix: "moved"}
-	if err := a.Save(ctx, "p", State{Snapshot: []byte("a1")}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := b.Load(ctx, "p"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Save(ctx, "p", State{Snapshot: []byte("b1")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Save(ctx, "p", State{Snapshot: []byte("a2")}); !errors.Is(err, ErrStateMoved) {
-		t.Fatalf("a saved over b's state: %v", err)
-	}
-	if err := (&StateTable{API: s.dc, Table: table, Prefix: "moved"}).Save(ctx, "p", State{}); !errors.Is(err, ErrStateMoved) {
-		t.Fatalf("a store that never read the state saved over it: %v", err)
-	}
-	if got, _, _ := a.Load(ctx, "p"); string(got.Snapshot) != "b1" {
-		t.Fatalf("state %q, want b's", got.Snapshot)
-	}
+	testStateMoved(t, func() StateStore { return &StateTable{API: s.dc, Table: table, Prefix: "moved"} })
 }
 
 // TestOpenNamesTheState: a partition whose state loads but cannot be

@@ -110,3 +110,19 @@ func (l *Lock) Close() error {
 	l.f = nil
 	return err
 }
+
+// Wait takes the flock of the file at path (made if missing), waiting for
+// another holder, process or goroutine, to release it, and returns the
+// function that releases it: for a short section that two processes
+// sharing a directory must not run at once. The file stays.
+func Wait(path string) (release func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := lockWait(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
