@@ -214,7 +214,19 @@ type consumer struct {
 	lost      atomic.Bool // a checkpoint found the lease gone
 	renewedAt time.Time
 	behind    atomic.Int64 // MillisBehindLatest of the last read, -1 before one
+	// notBefore, for a lease stolen from a live worker, is when the read
+	// may start (see stealWait).
+	notBefore time.Time
 }
+
+// stealWait is how long, in lease durations, a worker that stole a lease
+// waits before it reads the shard: the worker it stole from renews every
+// third of a lease duration, and stops reading at the first renewal that
+// fails, once its batch is handled, its state saved and its checkpoint
+// written. Starting at once, the two read the shard side by side until
+// then, and both delivered the outputs of the windows that closed
+// meanwhile; the thief then opens the shard where the victim left it.
+const stealWait = 2.0 / 3
 
 // NewSource returns a Source reading opts.Stream through api, with leases
 // in opts.Table through db.
@@ -443,7 +455,7 @@ func (s *Source) step(ctx context.Context, h stream.Handler, now time.Time) {
 	s.observe(all, now)
 	s.clean(ctx, all)
 	s.balance(ctx, all, now)
-	s.start(ctx, h, byShard)
+	s.start(ctx, h, byShard, now)
 }
 
 // clean deletes the leases of shards read to their end once every child
@@ -596,7 +608,14 @@ func (s *Source) balance(ctx context.Context, all []lease, now time.Time) {
 	if victim != "" {
 		ls := load[victim]
 		slices.SortFunc(ls, func(a, b *lease) int { return compareShardIDs(a.shard, b.shard) })
-		s.takeLease(ctx, ls[len(ls)-1], now)
+		le := ls[len(ls)-1]
+		if s.takeLease(ctx, le, now) {
+			s.mu.Lock()
+			if c := s.held[le.shard]; c != nil && c.cancel == nil {
+				c.notBefore = now.Add(time.Duration(float64(s.opts.LeaseDuration) * stealWait))
+			}
+			s.mu.Unlock()
+		}
 	}
 }
 
@@ -636,13 +655,14 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
 	return true
 }
 
-// start runs a consumer on every lease held whose parents are read.
-func (s *Source) start(ctx context.Context, h stream.Handler, byShard map[string]*lease) {
+// start runs a consumer on every lease held whose parents are read, once
+// a stolen one's wait is over (stealWait).
+func (s *Source) start(ctx context.Context, h stream.Handler, byShard map[string]*lease, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for shard, c := range s.held {
 		le := byShard[shard]
-		if c.cancel != nil || le == nil || le.owner != s.opts.Worker || !parentsDone(le, byShard) {
+		if c.cancel != nil || le == nil || le.owner != s.opts.Worker || !parentsDone(le, byShard) || now.Before(c.notBefore) {
 			continue
 		}
 		cctx, cancel := context.WithCancel(ctx)

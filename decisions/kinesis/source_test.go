@@ -727,3 +727,139 @@ func TestSourceReopens(t *testing.T) {
 	}
 	seen.checkOrder(t)
 }
+
+// sharedState is a handler's durable state of each shard, as the
+// aggregator keeps it in its state table: a position and a version that
+// each save bumps; stateHandler is one worker's handler over it, which
+// refuses to save over a version it did not read (stream.ErrReopen).
+type sharedState struct {
+	mu  sync.Mutex
+	pos map[string]stream.Position
+	ver map[string]int
+	by  map[string][]string // event id → workers that saved it
+}
+
+type stateHandler struct {
+	st     *sharedState
+	worker string
+	loaded map[string]int // by shard: the version last read or saved
+	work   time.Duration  // each batch's handling before its save
+	opened []time.Time    // when Open was called
+}
+
+func (h *stateHandler) Open(_ context.Context, shard string, from stream.Position) (stream.Position, error) {
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	h.opened = append(h.opened, time.Now())
+	h.loaded[shard] = h.st.ver[shard]
+	if p, ok := h.st.pos[shard]; ok {
+		return p, nil
+	}
+	return from, nil
+}
+
+func (h *stateHandler) Handle(_ context.Context, b *stream.Batch) error {
+	time.Sleep(h.work)
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	if h.st.ver[b.Partition] != h.loaded[b.Partition] {
+		return fmt.Errorf("save %s: %w", b.Partition, stream.ErrReopen)
+	}
+	for i := range b.Events {
+		id := b.Events[i].RequestID
+		h.st.by[id] = append(h.st.by[id], h.worker)
+	}
+	h.st.pos[b.Partition] = b.To
+	h.st.ver[b.Partition]++
+	h.loaded[b.Partition] = h.st.ver[b.Partition]
+	return nil
+}
+
+func (h *stateHandler) Idle(context.Context, string) error        { return nil }
+func (h *stateHandler) Close(context.Context, string, bool) error { return nil }
+
+// TestSourceStealWaits: a worker that steals a shard from a busy one waits
+// two thirds of a lease duration (600 ms here) before it opens it
+// (stealWait), so that the other, which sees the steal at its next
+// checkpoint or renewal, has saved its last batch: the thief opens the
+// shard where the other's state left it, no save of one is refused for
+// the other's (no reopening), and no event is saved twice. Before, the
+// thief opened the shard at once (a few milliseconds after it started),
+// and the two could read it side by side until the other stopped: both
+// delivered what they read meanwhile.
+func TestSourceStealWaits(t *testing.T) {
+	kc := client(t, endpoint(t))
+	dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+	name, table := newStream(t, kc, 2), newLeaseTable(t, dc)
+	st := &sharedState{pos: map[string]stream.Position{}, ver: map[string]int{}, by: map[string][]string{}}
+	// Each batch takes a while before its save, as the aggregator's
+	// rollup, state write and deliveries do.
+	handler := func(w string) *stateHandler {
+		return &stateHandler{st: st, worker: w, loaded: map[string]int{}, work: 150 * time.Millisecond}
+	}
+	w := newWriter(t, kc, name)
+	written := make(chan int)
+	stopWriting := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stopWriting:
+				written <- w.n
+				return
+			case <-time.After(10 * time.Millisecond):
+				ds := w.g.Batch(20)
+				for i := range ds {
+					ds[i].RequestID = fmt.Sprintf("e%d", w.n)
+					w.n++
+				}
+				if err := w.sink.WriteBatch(ds); err != nil {
+					t.Error(err) // not Fatal: not the test's goroutine
+					w.n -= len(ds)
+				}
+			}
+		}
+	}()
+	a := newSource(t, kc, dc, sourceOptions(name, table, "a"))
+	stopA := run(t, a, handler("a"))
+	defer stopA()
+	saved := func() int {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.by)
+	}
+	waitFor(t, "a to read both shards", func() bool { return len(a.Held()) == 2 && saved() > 200 })
+	b, hb := newSource(t, kc, dc, sourceOptions(name, table, "b")), handler("b")
+	bStart := time.Now()
+	stopB := run(t, b, hb)
+	defer stopB()
+	waitFor(t, "b to steal a shard and read it", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		for _, ws := range st.by {
+			if ws[len(ws)-1] == "b" {
+				return len(b.Held()) == 1
+			}
+		}
+		return false
+	})
+	close(stopWriting)
+	n := <-written
+	waitFor(t, "every event", func() bool { return saved() == n })
+	stopA()
+	stopB()
+	twice := 0
+	for _, ws := range st.by {
+		if len(ws) > 1 {
+			twice++
+		}
+	}
+	st.mu.Lock()
+	firstOpen := hb.opened[0]
+	st.mu.Unlock()
+	if wait := 600 * time.Millisecond; firstOpen.Sub(bStart) < wait {
+		t.Errorf("b opened the shard it stole %v after it started, before the %v it waits", firstOpen.Sub(bStart), wait)
+	}
+	if ra, rb := a.Stats().Reopened, b.Stats().Reopened; twice > 0 || ra+rb > 0 {
+		t.Errorf("%d of %d events saved twice, %d and %d reopenings: the thief read beside the worker it stole from", twice, n, ra, rb)
+	}
+}
