@@ -41,6 +41,11 @@ const maxUncompressed = 256 << 20
 // are read.
 const MaxRows = 1 << 20
 
+// maxRows is the bound countRows checks: MaxRows, which a test lowers to
+// prove the check on batches of a few thousand events rather than a
+// million.
+var maxRows = MaxRows
+
 // Decoder decodes batches, reusing its scratch space, its decompressor
 // and the strings of small dictionaries from one batch to the next. The
 // zero value is ready to use. It is not safe for concurrent use: give
@@ -196,8 +201,8 @@ func (d *Decoder) release() {
 // countRows adds a record batch's n rows to the batch's and refuses them
 // past MaxRows.
 func (d *Decoder) countRows(n int64) error {
-	if n < 0 || n > int64(MaxRows-d.nrows) {
-		return fmt.Errorf("%d rows after %d, more than the %d a batch may hold", n, d.nrows, MaxRows)
+	if n < 0 || n > int64(maxRows-d.nrows) {
+		return fmt.Errorf("%d rows after %d, more than the %d a batch may hold", n, d.nrows, maxRows)
 	}
 	d.nrows += int(n)
 	return nil
