@@ -566,3 +566,38 @@ func TestKinesisLambdaEmptyEvent(t *testing.T) {
 		t.Errorf("response %+v, %v; lines %+v; stats %+v", resp, err, lines, l.Stats())
 	}
 }
+
+// BenchmarkKinesisLambdaRows is an invocation of one Arrow record of n
+// minimal decisions (a time each, one client), as a hostile writer to the
+// stream compresses the most events into the fewest bytes: the bytes
+// allocated (-benchmem) are what the handler holds for it at most. At
+// columnar.MaxRows it is the most any record can make it hold; one more
+// event and the record is refused.
+func BenchmarkKinesisLambdaRows(b *testing.B) {
+	for _, n := range []int{1 << 16, columnar.MaxRows, columnar.MaxRows + 1} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			ds := make([]decisions.Decision, n)
+			for i := range ds {
+				ds[i].Time = t0
+			}
+			data, err := columnar.Encode([]byte{byte(columnar.CodecArrow)}, ds, columnar.Options{Compression: columnar.Zstd})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ds = nil
+			seq := "49590000000000000000000100"
+			ev := events.KinesisEvent{Records: []events.KinesisEventRecord{{EventID: "shardId-000000000001:" + seq,
+				EventSource: "aws:kinesis", Kinesis: events.KinesisRecord{Data: data, SequenceNumber: seq}}}}
+			var inv Invocation
+			l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: b.TempDir()}}, Window: time.Minute,
+				OnInvocation: func(_ context.Context, i Invocation) { inv = i }}
+			for b.Loop() {
+				l.Handle(context.Background(), ev)
+			}
+			if want := uint64(n); n > columnar.MaxRows && inv.Corrupt != 1 || n <= columnar.MaxRows && inv.Events != want {
+				b.Fatalf("%d events: handled %d, corrupt %d", n, inv.Events, inv.Corrupt)
+			}
+			b.ReportMetric(float64(len(data)), "record-bytes")
+		})
+	}
+}
