@@ -183,7 +183,7 @@ type partition struct {
 	// handler call failed half-way): it is loaded again before the next.
 	broken bool
 	// moved says another reader saved the partition's state
-	// (ErrStateMoved): every call fails with stream.ErrReopen until the
+	// (ErrStateMoved, a stream.ErrReopen): every call fails so until the
 	// source opens the partition again, which loads the state the other
 	// reader saved and reads from its position (or, finding its lease
 	// gone, stops reading it).
@@ -297,7 +297,7 @@ func (h *partitions) partition(ctx context.Context, name string) (*partition, er
 	pt := h.parts[name]
 	h.mu.Unlock()
 	if pt != nil && pt.moved {
-		return nil, fmt.Errorf("aggregate: partition %s: %w (%w)", name, ErrStateMoved, stream.ErrReopen)
+		return nil, fmt.Errorf("aggregate: partition %s: %w", name, ErrStateMoved)
 	}
 	if pt != nil && !pt.broken {
 		return pt, nil
@@ -403,9 +403,7 @@ func (h *partitions) save(ctx context.Context, pt *partition, outs []Output) err
 	h.delivered(pt)
 	if err != nil {
 		pt.broken = true
-		if pt.moved = errors.Is(err, ErrStateMoved); pt.moved {
-			err = fmt.Errorf("%w (%w)", err, stream.ErrReopen)
-		}
+		pt.moved = errors.Is(err, ErrStateMoved)
 	}
 	return err
 }

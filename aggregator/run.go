@@ -315,25 +315,27 @@ type leftoverRemover interface {
 // partition's files cut short by a crash left (see leftoverRemover);
 // outs are the outputs it delivers again.
 func (p *partitionRun) removeLeftovers(outs []Output) error {
-	for _, x := range append([]any{p.store}, anySlice(p.sinks)...) {
-		if r, ok := x.(leftoverRemover); ok {
-			n, err := r.removeLeftovers(p.name, outs)
-			p.leftovers += uint64(n)
-			if err != nil {
-				return fmt.Errorf("aggregate %s: %w", p.name, err)
-			}
+	remove := func(x any) error {
+		r, ok := x.(leftoverRemover)
+		if !ok {
+			return nil
+		}
+		n, err := r.removeLeftovers(p.name, outs)
+		p.leftovers += uint64(n)
+		if err != nil {
+			return fmt.Errorf("aggregate %s: %w", p.name, err)
+		}
+		return nil
+	}
+	if err := remove(p.store); err != nil {
+		return err
+	}
+	for _, s := range p.sinks {
+		if err := remove(s); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// anySlice returns ss as values of any.
-func anySlice[T any](ss []T) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
 }
 
 // againWriter is a Sink that can be handed an output delivered again

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/ddbtable"
 )
 
@@ -42,10 +43,12 @@ const (
 	stateHead          = "head"
 )
 
-// ErrStateMoved is returned by StateTable.Save when another store saved the
-// partition since this one last read or wrote it: the shard has another
-// holder.
-var ErrStateMoved = errors.New("state saved by another holder since it was read")
+// ErrStateMoved is returned by StateTable.Save and StateDir.Save when
+// another store saved the partition since this one last read or wrote
+// it: the shard has another holder, or had one while the lease changed
+// hands. It wraps stream.ErrReopen: the source opens the partition again
+// (loading the other's state) or, its lease gone, stops reading it.
+var ErrStateMoved = fmt.Errorf("state saved by another holder since it was read: %w", stream.ErrReopen)
 
 // StateTableSpec returns the CreateTable input of a state table named
 // name: the key schema above, billed per request.

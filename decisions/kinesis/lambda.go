@@ -228,10 +228,9 @@ func validSeq(seq string) bool {
 // validRecords returns recs less those whose sequence number is not one
 // Kinesis gives, or is one an earlier record of recs has (Kinesis gives
 // each record its own: two outputs of one would overwrite each other),
-// each of which it hands to skip with its index and why. It returns recs
-// itself when none is skipped.
+// each of which it hands to skip with its index and why.
 func validRecords(recs []events.KinesisEventRecord, skip func(i int, err error)) []events.KinesisEventRecord {
-	var out []events.KinesisEventRecord
+	out := make([]events.KinesisEventRecord, 0, len(recs))
 	seen := make(map[string]bool, len(recs))
 	for i := range recs {
 		seq := recs[i].Kinesis.SequenceNumber
@@ -243,19 +242,11 @@ func validRecords(recs []events.KinesisEventRecord, skip func(i int, err error))
 			err = errors.New("the sequence number of an earlier record of the batch")
 		}
 		if err != nil {
-			if out == nil {
-				out = append(make([]events.KinesisEventRecord, 0, len(recs)), recs[:i]...)
-			}
 			skip(i, err)
 			continue
 		}
 		seen[seq] = true
-		if out != nil {
-			out = append(out, recs[i])
-		}
-	}
-	if out == nil {
-		return recs
+		out = append(out, recs[i])
 	}
 	return out
 }

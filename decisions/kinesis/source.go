@@ -590,7 +590,7 @@ func (s *Source) balance(ctx context.Context, all []lease, now time.Time) {
 		if need <= 0 {
 			break
 		}
-		if s.takeLease(ctx, le, now) {
+		if s.takeLease(ctx, le, now, time.Time{}) {
 			need--
 		}
 	}
@@ -608,14 +608,7 @@ func (s *Source) balance(ctx context.Context, all []lease, now time.Time) {
 	if victim != "" {
 		ls := load[victim]
 		slices.SortFunc(ls, func(a, b *lease) int { return compareShardIDs(a.shard, b.shard) })
-		le := ls[len(ls)-1]
-		if s.takeLease(ctx, le, now) {
-			s.mu.Lock()
-			if c := s.held[le.shard]; c != nil && c.cancel == nil {
-				c.notBefore = now.Add(time.Duration(float64(s.opts.LeaseDuration) * stealWait))
-			}
-			s.mu.Unlock()
-		}
+		s.takeLease(ctx, ls[len(ls)-1], now, now.Add(time.Duration(float64(s.opts.LeaseDuration)*stealWait)))
 	}
 }
 
@@ -634,7 +627,9 @@ func compareShardIDs(a, b string) int {
 }
 
 // takeLease takes le if its counter has not moved since it was listed.
-func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
+// A consumer it makes starts reading no sooner than notBefore (a stolen
+// lease's: see stealWait; zero for others).
+func (s *Source) takeLease(ctx context.Context, le *lease, now, notBefore time.Time) bool {
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := s.leases.take(c, le.shard, s.opts.Worker, le.counter)
 	cancel()
@@ -647,7 +642,7 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now time.Time) bool {
 	s.mu.Lock()
 	s.seen[le.shard] = observed{counter: le.counter, at: now}
 	if s.held[le.shard] == nil {
-		c := &consumer{shard: le.shard, renewedAt: now}
+		c := &consumer{shard: le.shard, renewedAt: now, notBefore: notBefore}
 		c.behind.Store(-1)
 		s.held[le.shard] = c
 	}
@@ -781,22 +776,20 @@ var errReopened = errors.New("partition opened again")
 // opened again (stream.ErrReopen) makes the reader do so (reopen) and
 // returns errReopened, or errStopped once the consumer should stop.
 func (r *shardReader) call(ctx context.Context, f func() error) error {
-	for {
+	again := false
+	if err := r.retry(ctx, func() error {
 		err := f()
-		if err == nil {
-			r.fails = 0
+		if again = errors.Is(err, stream.ErrReopen); again {
 			return nil
 		}
-		if errors.Is(err, stream.ErrReopen) {
-			if err := r.reopen(ctx); err != nil {
-				return err
-			}
-			return errReopened
-		}
-		if err := r.pause(ctx, err); err != nil {
-			return err
-		}
+		return err
+	}); err != nil || !again {
+		return err
 	}
+	if err := r.reopen(ctx); err != nil {
+		return err
+	}
+	return errReopened
 }
 
 // reopen opens the partition again once its handler's durable state
@@ -830,11 +823,16 @@ func (r *shardReader) reopen(ctx context.Context) error {
 		return err
 	}
 	r.pos, r.handled, r.resume, r.skip, r.iter = at, at, at.Seq, at.Sub, nil
+	r.dropGathered()
+	return nil
+}
+
+// dropGathered empties the batch being gathered.
+func (r *shardReader) dropGathered() {
 	clear(r.events)
 	r.events = r.events[:0]
 	clear(r.recs)
 	r.recs = r.recs[:0]
-	return nil
 }
 
 // run reads until the shard ends (nil) or the consumer stops (errStopped).
@@ -843,6 +841,9 @@ func (r *shardReader) run(ctx context.Context) error {
 	var last time.Time
 	for {
 		if r.iter == nil {
+			if r.pos.Seq == ShardEnd { // opened again where another reader ended it
+				return r.end(ctx)
+			}
 			if err := r.iterator(ctx); err != nil {
 				if err := r.pause(ctx, err); err != nil {
 					return err
@@ -876,9 +877,6 @@ func (r *shardReader) run(ctx context.Context) error {
 		r.fails = 0
 		r.c.behind.Store(aws.ToInt64(out.MillisBehindLatest))
 		if err := r.records(ctx, out.Records); errors.Is(err, errReopened) {
-			if r.pos.Seq == ShardEnd {
-				return r.end(ctx)
-			}
 			continue // from where Open said, with an iterator there
 		} else if err != nil {
 			return err
@@ -889,9 +887,6 @@ func (r *shardReader) run(ctx context.Context) error {
 		}
 		if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 {
 			if err := r.call(ctx, func() error { return r.h.Idle(ctx, r.c.shard) }); errors.Is(err, errReopened) {
-				if r.pos.Seq == ShardEnd {
-					return r.end(ctx)
-				}
 				continue
 			} else if err != nil {
 				return err
@@ -905,18 +900,10 @@ func (r *shardReader) run(ctx context.Context) error {
 
 // end closes the handler's shard as ended and checkpoints ShardEnd.
 func (r *shardReader) end(ctx context.Context) error {
-	for {
-		err := r.call(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) })
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errReopened) {
-			return err
-		}
-		if r.pos.Seq != ShardEnd {
-			// The other reader's state is behind the end: read on from it.
-			return r.run(ctx)
-		}
+	if err := r.call(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) }); errors.Is(err, errReopened) {
+		return r.run(ctx) // from where Open said: the end again, or before it
+	} else if err != nil {
+		return err
 	}
 	r.pos = stream.Position{Seq: ShardEnd}
 	return r.checkpoint(ctx)
@@ -1071,10 +1058,7 @@ func (r *shardReader) deliver(ctx context.Context) error {
 			n = b.Handed() // the records' events, known once the handler read them
 		}
 		s.events.Add(n)
-		clear(r.events)
-		r.events = r.events[:0]
-		clear(r.recs)
-		r.recs = r.recs[:0]
+		r.dropGathered()
 	}
 	r.handled = r.pos
 	if r.pos == r.saved || s.opts.Checkpoint > 0 && time.Since(r.savedAt) < s.opts.Checkpoint {

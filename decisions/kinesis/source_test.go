@@ -651,10 +651,17 @@ func TestRefusedForGood(t *testing.T) {
 	}
 }
 
+// quiet is a handler's Idle and Close that do nothing.
+type quiet struct{}
+
+func (quiet) Idle(context.Context, string) error        { return nil }
+func (quiet) Close(context.Context, string, bool) error { return nil }
+
 // reopener is a handler whose Handle, once it has taken failAfter events,
 // fails once with stream.ErrReopen (its state moved under it); its next
 // Open returns the shard's start.
 type reopener struct {
+	quiet
 	seen      *seenLog
 	failAfter int
 	mu        sync.Mutex
@@ -684,9 +691,6 @@ func (r *reopener) Handle(ctx context.Context, b *stream.Batch) error {
 	r.mu.Unlock()
 	return r.seen.handler("w1")(ctx, b)
 }
-
-func (r *reopener) Idle(context.Context, string) error        { return nil }
-func (r *reopener) Close(context.Context, string, bool) error { return nil }
 
 // TestSourceReopens: a handler whose state moved under it (another worker
 // saved it while the two overlapped) fails a batch with stream.ErrReopen:
@@ -740,6 +744,7 @@ type sharedState struct {
 }
 
 type stateHandler struct {
+	quiet
 	st     *sharedState
 	worker string
 	loaded map[string]int // by shard: the version last read or saved
@@ -774,9 +779,6 @@ func (h *stateHandler) Handle(_ context.Context, b *stream.Batch) error {
 	h.loaded[b.Partition] = h.st.ver[b.Partition]
 	return nil
 }
-
-func (h *stateHandler) Idle(context.Context, string) error        { return nil }
-func (h *stateHandler) Close(context.Context, string, bool) error { return nil }
 
 // TestSourceStealWaits: a worker that steals a shard from a busy one waits
 // two thirds of a lease duration (600 ms here) before it opens it
