@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -599,5 +601,37 @@ func BenchmarkKinesisLambdaRows(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(data)), "record-bytes")
 		})
+	}
+}
+
+// TestKinesisLambdaForgedSequence: through the handler and the partials
+// directory as lambda --aggregate assembles them, a record whose sequence
+// number is a path writes nothing outside --partials, and is counted;
+// the records around it are stored. Before, "../../../../../outside"
+// with CommitRecords 1 wrote outside_0.rwp two directories above it.
+func TestKinesisLambdaForgedSequence(t *testing.T) {
+	ds := decisiontest.NewGenerator(13, t0).Batch(1501)
+	ev := kinesisEvent(t, ds)
+	ev.Records[1].Kinesis.SequenceNumber = "../../../../../outside"
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b", "partials")
+	var inv Invocation
+	l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}}, Window: time.Hour, CommitRecords: 1,
+		OnInvocation: func(_ context.Context, i Invocation) { inv = i }}
+	if resp, err := l.Handle(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("%v %+v", err, resp)
+	}
+	var outside []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			outside = append(outside, p)
+		}
+		return err
+	})
+	if len(outside) > 0 || inv.Corrupt < 2 { // the forged record and the garbage one
+		t.Errorf("files outside the partials directory %q; %d records skipped", outside, inv.Corrupt)
+	}
+	if n, _ := totals(t, dir, time.Hour); n == 0 {
+		t.Error("nothing stored of the records around it")
 	}
 }
