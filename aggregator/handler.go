@@ -91,7 +91,7 @@ type partitions struct {
 	// the runs before, which are not counted.
 	rollup RollupStats
 
-	skipped, outputs, redeliver, leftovers, opened, ended atomic.Uint64
+	skipped, outputs, redeliver, awaited, leftovers, opened, ended atomic.Uint64
 	// moved counts the partitions opened at their state's position rather
 	// than the source's.
 	moved atomic.Uint64
@@ -129,7 +129,7 @@ func (h *partitions) figures() RunStats {
 	h.mu.Lock()
 	ro := h.rollup
 	h.mu.Unlock()
-	return RunStats{Rollup: ro, Outputs: h.outputs.Load(), Redeliver: h.redeliver.Load(), Leftovers: h.leftovers.Load()}
+	return RunStats{Rollup: ro, Outputs: h.outputs.Load(), Redeliver: h.redeliver.Load(), Awaited: h.awaited.Load(), Leftovers: h.leftovers.Load()}
 }
 
 // note counts what a call that succeeded did to the partition's rollup,
@@ -273,6 +273,7 @@ func (h *partitions) load(ctx context.Context, name string) (*partition, error) 
 	pt := &partition{p: partitionRun{name: name, store: h.o.Store, sinks: h.o.Sinks, r: NewRollup(h.o.Rollup)}}
 	err := pt.p.resume(ctx)
 	h.redeliver.Add(pt.p.redeliver)
+	h.awaited.Add(pt.p.awaited)
 	h.leftovers.Add(pt.p.leftovers)
 	h.delivered(pt)
 	if err != nil {

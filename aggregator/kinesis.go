@@ -47,6 +47,7 @@ type KinesisStats struct {
 	Skipped   uint64 // events of batches handled before, skipped
 	Outputs   uint64 // outputs delivered
 	Redeliver uint64 // outputs of a previous holder delivered again
+	Awaited   uint64 // outputs of a live previous holder it was waited for to deliver (RunStats.Awaited)
 	Leftovers uint64 // temporary files of writes cut short, removed (RunStats.Leftovers)
 	Opened    uint64 // shards opened: taken and their state loaded
 	// Moved counts the shards opened whose state was ahead of the lease's
@@ -61,7 +62,7 @@ type KinesisStats struct {
 // RunStats returns s as the figures of a run (for self-metrics): the
 // events and outputs, the shards, and the least of their watermarks.
 func (s KinesisStats) RunStats() RunStats {
-	r := RunStats{Rollup: s.Rollup, Outputs: s.Outputs, Redeliver: s.Redeliver, Leftovers: s.Leftovers, Shards: s.Shards}
+	r := RunStats{Rollup: s.Rollup, Outputs: s.Outputs, Redeliver: s.Redeliver, Awaited: s.Awaited, Leftovers: s.Leftovers, Shards: s.Shards}
 	for _, sh := range s.Shards {
 		if !sh.Watermark.IsZero() && (r.Watermark.IsZero() || sh.Watermark.Before(r.Watermark)) {
 			r.Watermark = sh.Watermark
@@ -150,7 +151,7 @@ func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
 func (k *Kinesis) Stats() KinesisStats {
 	rs := k.h.figures()
 	st := KinesisStats{Rollup: rs.Rollup, Skipped: k.h.skipped.Load(), Outputs: rs.Outputs,
-		Redeliver: rs.Redeliver, Leftovers: rs.Leftovers, Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}
+		Redeliver: rs.Redeliver, Awaited: rs.Awaited, Leftovers: rs.Leftovers, Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}
 	lags := k.src.Lags()
 	if len(lags) == 0 {
 		return st

@@ -8,6 +8,7 @@ import (
 
 	"fmt"
 	"math/big"
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -687,4 +688,137 @@ func TestKinesisShardLag(t *testing.T) {
 		t.Errorf("RunStats %+v: want the shards and the least watermark", rs)
 	}
 	t.Logf("shards at the end: %+v", st.Shards)
+}
+
+// TestOpenTakenOverWaits: a shard's lease is stolen while its holder is
+// delivering the windows a batch closed (its state saved with them
+// pending). The new holder's Open, told the old holder may still be
+// handling the shard (stream.TakenOver), waits for it to deliver them
+// rather than delivering them too (each output then made by both, in two
+// processes' sinks); the old holder's delivery is held until the new
+// holder has loaded the state twice. An old holder that never delivers
+// (crashed, or slower than the wait) has its outputs delivered again
+// once the wait is over, as after a crash. Before, the new holder
+// delivered them at once, in both cases.
+func TestOpenTakenOverWaits(t *testing.T) {
+	s := newStandIns(t)
+	table, dir := newStateTable(t, s), t.TempDir()
+	t.Run("table", func(t *testing.T) {
+		testOpenTakenOverWaits(t, func(place string) StateStore { return &StateTable{API: s.dc, Table: table, Prefix: place} })
+	})
+	t.Run("dir", func(t *testing.T) {
+		testOpenTakenOverWaits(t, func(place string) StateStore { return &StateDir{Dir: filepath.Join(dir, place)} })
+	})
+}
+
+// testOpenTakenOverWaits is TestOpenTakenOverWaits with the states in
+// the stores newStore makes, one a holder, of the place named.
+func testOpenTakenOverWaits(t *testing.T, newStore func(place string) StateStore) {
+	const shard = "shardId-000000000000"
+	ds := testEvents(20_000)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name      string
+		delivers  bool          // the old holder delivers once the new one waits
+		wait      time.Duration // how long the new holder may wait
+		redeliver bool          // the new holder delivers the pending outputs
+	}{
+		{"delivered", true, time.Minute, false},
+		{"not delivered", false, 300 * time.Millisecond, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := newStore(c.name)
+			gate := &gatedSink{release: make(chan struct{}), writing: make(chan struct{})}
+			opts := func(store StateStore, sink Sink) RunOptions {
+				return RunOptions{Store: store, Sinks: []Sink{sink}, Rollup: Options{Window: time.Second}}
+			}
+			a, err := newPartitions(opts(store, gate))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Open(ctx, shard, stream.Position{}); err != nil {
+				t.Fatal(err)
+			}
+			to := stream.Position{Seq: "1", Sub: int64(len(ds))}
+			handled := make(chan error, 1)
+			go func() {
+				handled <- a.Handle(ctx, &stream.Batch{Partition: shard, From: stream.Position{Seq: "1"}, To: to, Events: ds})
+			}()
+			<-gate.writing // a's state is saved with the outputs pending
+			saved, _, err := newStore(c.name).Load(ctx, shard)
+			if err != nil || len(saved.Pending) == 0 {
+				t.Fatalf("the old holder's state holds %d outputs pending, %v", len(saved.Pending), err)
+			}
+			var release sync.Once
+			defer func() {
+				release.Do(func() { close(gate.release) })
+				<-handled // the old holder's save after the new one's fails, in one case
+			}()
+			loads := &loadHook{StateStore: newStore(c.name), at: 2, f: func() {
+				if c.delivers {
+					release.Do(func() { close(gate.release) })
+				}
+			}}
+			sink := &countingSink{}
+			b, err := newPartitions(opts(loads, sink))
+			if err != nil {
+				t.Fatal(err)
+			}
+			at, err := b.Open(stream.TakenOver(ctx, c.wait), shard, stream.Position{})
+			if err != nil || at != to {
+				t.Fatalf("opened at %v, %v; want %v", at, err, to)
+			}
+			st := b.stats()
+			if c.redeliver {
+				if st.Redeliver != uint64(len(saved.Pending)) || st.Awaited != 0 || sink.events.Load() == 0 {
+					t.Fatalf("delivered again %d outputs (%d events), awaited %d; want the %d pending delivered again",
+						st.Redeliver, sink.events.Load(), st.Awaited, len(saved.Pending))
+				}
+				return
+			}
+			if st.Redeliver != 0 || sink.events.Load() != 0 || st.Awaited != uint64(len(saved.Pending)) {
+				t.Fatalf("the new holder delivered %d outputs again (%d events) and awaited %d; want none delivered, the %d pending awaited",
+					st.Redeliver, sink.events.Load(), st.Awaited, len(saved.Pending))
+			}
+			if n := gate.written.Load(); n != uint64(len(saved.Pending)) {
+				t.Fatalf("the old holder delivered %d outputs, want %d", n, len(saved.Pending))
+			}
+		})
+	}
+}
+
+// gatedSink holds every write until release is closed, and says on
+// writing when the first write comes.
+type gatedSink struct {
+	release chan struct{}
+	writing chan struct{}
+	once    sync.Once
+	written atomic.Uint64
+}
+
+func (s *gatedSink) Write(ctx context.Context, _ string, _ Output) error {
+	s.once.Do(func() { close(s.writing) })
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.written.Add(1)
+	return nil
+}
+
+func (s *gatedSink) Flush(context.Context) error { return nil }
+
+// loadHook calls f before the at-th Load.
+type loadHook struct {
+	StateStore
+	at, n int
+	f     func()
+}
+
+func (l *loadHook) Load(ctx context.Context, partition string) (State, bool, error) {
+	if l.n++; l.n == l.at {
+		l.f()
+	}
+	return l.StateStore.Load(ctx, partition)
 }

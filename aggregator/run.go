@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -90,6 +91,10 @@ type RunStats struct {
 	Read      decisionlog.ReadStats
 	Outputs   uint64 // outputs delivered
 	Redeliver uint64 // outputs of the previous run delivered again on start
+	// Awaited are the outputs pending in the state of a partition taken
+	// over from a live reader that this run waited for that reader to
+	// deliver, rather than delivering them again (stream.TakenOver).
+	Awaited uint64
 	// Leftovers are the temporary files that writes of the state or the
 	// partials, cut short by a crash, had left, removed on start.
 	Leftovers uint64
@@ -273,16 +278,29 @@ type partitionRun struct {
 	delivered uint64
 	redeliver uint64
 	leftovers uint64 // temporary files removed on resume (removeLeftovers)
-	resumed   bool   // a state was found
+	// awaited counts the outputs pending in the state loaded that the
+	// previous reader, still live, delivered while resume waited for it
+	// (see awaitPending).
+	awaited uint64
+	resumed bool // a state was found
 }
 
 // resume restores the rollup and cursor from the partition's state and
 // delivers again the outputs the previous run may not have delivered.
+// For a partition taken over from a live reader (stream.TakenOver), it
+// first waits for that reader to deliver them (awaitPending).
 func (p *partitionRun) resume(ctx context.Context) error {
 	st, ok, err := p.store.Load(ctx, p.name)
 	if err != nil {
 		return err
 	}
+	if d := stream.TakenOverFor(ctx); ok && len(st.Pending) > 0 && d > 0 {
+		if st, ok, err = p.awaitPending(ctx, st, d); err != nil {
+			return err
+		}
+	}
+	// After the wait: a leftover is then a crash's, not the previous
+	// reader's write under way.
 	if err := p.removeLeftovers(st.Pending); err != nil {
 		return err
 	}
@@ -299,6 +317,47 @@ func (p *partitionRun) resume(ctx context.Context) error {
 	}
 	p.redeliver += uint64(len(st.Pending))
 	return p.deliver(ctx, st, true)
+}
+
+// awaitPollEvery is how often awaitPending loads the state again.
+const awaitPollEvery = 100 * time.Millisecond
+
+// awaitPending loads the partition's state again until it holds no
+// pending outputs, or d has passed, and returns the last loaded. st,
+// loaded, holds some: a reader that is still live saved it, and is
+// delivering them (partitionRun.save), then saves the state without
+// them. Delivering them here as well would make each output twice, in two
+// processes' sinks (an EMF file each), which no sink can tell apart. A
+// state that changes but still holds pending outputs is the reader's next
+// batch: waiting goes on. Past d, what is pending is delivered again, as
+// after a crash.
+func (p *partitionRun) awaitPending(ctx context.Context, st State, d time.Duration) (State, bool, error) {
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	tick := time.NewTicker(min(awaitPollEvery, d))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return st, true, ctx.Err()
+		case <-timeout.C:
+			return st, true, nil
+		case <-tick.C:
+		}
+		next, ok, err := p.store.Load(ctx, p.name)
+		if err != nil {
+			return st, true, err
+		}
+		if !ok {
+			return next, false, nil // removed meanwhile: nothing to deliver
+		}
+		if !bytes.Equal(next.Snapshot, st.Snapshot) || !bytes.Equal(next.Cursor, st.Cursor) || len(next.Pending) == 0 {
+			p.awaited += uint64(len(st.Pending))
+		}
+		if st = next; len(st.Pending) == 0 {
+			return st, true, nil
+		}
+	}
 }
 
 // leftoverRemover is a StateStore or Sink that writes files whole

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/ratewarden/ratewarden/decisions/awstest"
 	"github.com/ratewarden/ratewarden/decisions/stream"
 	"github.com/ratewarden/ratewarden/internal/dirlock"
@@ -336,5 +338,65 @@ func TestLockStateDir(t *testing.T) {
 	os.WriteFile(file, nil, 0o644)
 	if _, err := LockStateDir(file); err == nil || errors.Is(err, dirlock.ErrLocked) || strings.Contains(err.Error(), "one process") {
 		t.Errorf("LockStateDir(a file) = %v, want its own error", err)
+	}
+}
+
+// TestStateTableLoadWhileSaved: a holder saves a chunked state over and
+// over while another loads it (a new holder waiting for the old one to
+// deliver, see partitionRun.awaitPending). A load that meets the chunks
+// of a generation the save has just deleted reads the state again: every
+// load returns one of the states saved, whole. Before, such a load failed
+// with "chunk 0 of generation N is missing". A chunk missing under a head
+// that does not move is still an error.
+func TestStateTableLoadWhileSaved(t *testing.T) {
+	s := newStandIns(t)
+	table := newStateTable(t, s)
+	ctx := context.Background()
+	snap := func(i int) []byte {
+		b := make([]byte, 900<<10) // chunked
+		for j := range b {
+			b[j] = byte(i)
+		}
+		return b
+	}
+	saver := &StateTable{API: s.dc, Table: table, Prefix: "torn"}
+	if err := saver.Save(ctx, "p", State{Snapshot: snap(0)}); err != nil {
+		t.Fatal(err)
+	}
+	const saves = 12
+	done := make(chan error, 1)
+	go func() {
+		for i := 1; i <= saves; i++ {
+			if err := saver.Save(ctx, "p", State{Snapshot: snap(i)}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	loader := &StateTable{API: s.dc, Table: table, Prefix: "torn"}
+	loads := 0
+	for last := -1; last < saves; loads++ {
+		st, ok, err := loader.Load(ctx, "p")
+		if err != nil || !ok {
+			t.Fatalf("load %d, after state %d: ok %v, %v", loads, last, ok, err)
+		}
+		i := int(st.Snapshot[0])
+		if !bytes.Equal(st.Snapshot, snap(i)) || i < last {
+			t.Fatalf("load %d: a state of %d bytes, not one saved whole, or older than %d", loads, len(st.Snapshot), last)
+		}
+		last = i
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d loads over %d saves", loads, saves)
+	// A chunk gone under a head that stays.
+	_, err := s.dc.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: loader.key("p", chunkItem(saves+1, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loader.Load(ctx, "p"); err == nil || !strings.Contains(err.Error(), "chunk 0 of generation 13 is missing") {
+		t.Fatalf("a state whose chunk is gone loaded: %v", err)
 	}
 }

@@ -106,8 +106,40 @@ func (s *StateTable) get(ctx context.Context, partition, item string) (map[strin
 	return s.calls().Get(ctx, s.key(partition, item))
 }
 
-// Load reads the partition's head and chunks.
+// Load reads the partition's head and chunks. A chunk found missing
+// because another holder saved the next generation meanwhile (and
+// deleted the chunks read from) has the state read again, up to
+// loadRetries times; one missing under an unchanged head is an error.
 func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, error) {
+	for try := 0; ; try++ {
+		st, ok, err := s.load(ctx, partition)
+		var torn *tornState
+		if !errors.As(err, &torn) {
+			return st, ok, err
+		}
+		head, herr := s.get(ctx, partition, stateHead)
+		if herr != nil {
+			return State{}, false, fmt.Errorf("load state %s: %w", partition, herr)
+		}
+		if try == loadRetries || head == nil || ddbtable.Num(head, stateAttrGen) == torn.gen {
+			return State{}, false, s.stateError(partition, err)
+		}
+	}
+}
+
+// loadRetries bounds the loads again of a state whose generation moved
+// while it was read.
+const loadRetries = 5
+
+// tornState is a chunk of the generation gen found missing.
+type tornState struct{ chunk, gen int64 }
+
+func (e *tornState) Error() string {
+	return fmt.Sprintf("chunk %d of generation %d is missing", e.chunk, e.gen)
+}
+
+// load is one read of Load.
+func (s *StateTable) load(ctx context.Context, partition string) (State, bool, error) {
 	head, err := s.get(ctx, partition, stateHead)
 	if err != nil {
 		return State{}, false, fmt.Errorf("load state %s: %w", partition, err)
@@ -124,7 +156,7 @@ func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, e
 			return State{}, false, fmt.Errorf("load state %s: %w", partition, err)
 		}
 		if it == nil {
-			return State{}, false, s.stateError(partition, fmt.Errorf("chunk %d of generation %d is missing", i, h.gen))
+			return State{}, false, &tornState{i, h.gen}
 		}
 		b = append(b, ddbtable.Bytes(it, stateAttrData)...)
 	}

@@ -288,8 +288,8 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 	report := func(s aggregator.KinesisStats) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d, reopened %d%s\n",
-			o.Source.Stream, s.Rollup.Events, s.Skipped, heldBack(s.Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Source.Held, s.Ended, s.Source.Taken,
+		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d, by the previous holder %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d, reopened %d%s\n",
+			o.Source.Stream, s.Rollup.Events, s.Skipped, heldBack(s.Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Awaited, s.Source.Held, s.Ended, s.Source.Taken,
 			s.Source.Batches, s.Source.Checkpoints, s.Source.Reopened, leftovers(s.Leftovers)+emfRejected(opened.EMFRejected()))
 	}
 	o.Progress = report

@@ -226,6 +226,9 @@ type consumer struct {
 // written. Starting at once, the two read the shard side by side until
 // then, and both delivered the outputs of the windows that closed
 // meanwhile; the thief then opens the shard where the victim left it.
+// A batch of a backlog, which closes many windows, can take the victim
+// longer to deliver: the thief's Open is told (stream.TakenOver) that the
+// victim may go on for up to one more lease duration.
 const stealWait = 2.0 / 3
 
 // NewSource returns a Source reading opts.Stream through api, with leases
@@ -706,7 +709,13 @@ func (s *Source) consume(ctx context.Context, c *consumer, from stream.Position,
 	}
 	r := shardReader{s: s, c: c, h: h, saved: from}
 	var at stream.Position
-	if r.retry(ctx, func() (err error) { at, err = h.Open(ctx, c.shard, from); return err }) != nil {
+	octx := ctx
+	if !c.notBefore.IsZero() {
+		// Stolen from a live worker, which may still be delivering what
+		// its last batch closed (see stealWait).
+		octx = stream.TakenOver(ctx, s.opts.LeaseDuration)
+	}
+	if r.retry(ctx, func() (err error) { at, err = h.Open(octx, c.shard, from); return err }) != nil {
 		return
 	}
 	r.pos, r.handled, r.resume, r.skip = at, at, at.Seq, at.Sub
@@ -819,7 +828,10 @@ func (r *shardReader) reopen(ctx context.Context) error {
 	}
 	s.reopened.Add(1)
 	var at stream.Position
-	if err := r.retry(ctx, func() (err error) { at, err = r.h.Open(ctx, r.c.shard, r.handled); return err }); err != nil {
+	// The reader that saved the state is live, and may still be
+	// delivering what it saved pending.
+	octx := stream.TakenOver(ctx, s.opts.LeaseDuration)
+	if err := r.retry(ctx, func() (err error) { at, err = r.h.Open(octx, r.c.shard, r.handled); return err }); err != nil {
 		return err
 	}
 	r.pos, r.handled, r.resume, r.skip, r.iter = at, at, at.Seq, at.Sub, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -668,12 +669,14 @@ type reopener struct {
 	handled   int
 	failed    bool
 	from      []stream.Position // the positions Open was called with
+	takenOver []time.Duration   // and what stream.TakenOverFor said
 }
 
-func (r *reopener) Open(_ context.Context, _ string, from stream.Position) (stream.Position, error) {
+func (r *reopener) Open(ctx context.Context, _ string, from stream.Position) (stream.Position, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.from = append(r.from, from)
+	r.takenOver = append(r.takenOver, stream.TakenOverFor(ctx))
 	if r.failed {
 		return stream.Position{}, nil
 	}
@@ -696,7 +699,9 @@ func (r *reopener) Handle(ctx context.Context, b *stream.Batch) error {
 // saved it while the two overlapped) fails a batch with stream.ErrReopen:
 // the worker, still holding the lease, opens the shard again and reads
 // from the position Open returns (here the shard's start, so the events
-// before come again), every event handled, in order. Before, such a call
+// before come again), every event handled, in order; the Open again is
+// told the other worker may still be handling the shard for a lease
+// duration (stream.TakenOver), the first was not. Before, such a call
 // was made again and again, and failed each time, until the worker was
 // restarted: the shard's last windows waited.
 func TestSourceReopens(t *testing.T) {
@@ -726,6 +731,9 @@ func TestSourceReopens(t *testing.T) {
 	if st.Reopened != 1 || st.Lost != 0 || len(h.from) != 2 || h.from[1].Seq == "" {
 		t.Fatalf("stats %+v, Open called with %v: want one reopening, at the position handled", st, h.from)
 	}
+	if want := []time.Duration{0, 900 * time.Millisecond}; !slices.Equal(h.takenOver, want) {
+		t.Errorf("Open told the shard was taken over from a live worker for %v, want %v", h.takenOver, want)
+	}
 	if n := twice(); n >= 1050 {
 		t.Errorf("%d events handled twice, want those before the reopening (300 or a few more)", n)
 	}
@@ -750,12 +758,18 @@ type stateHandler struct {
 	loaded map[string]int // by shard: the version last read or saved
 	work   time.Duration  // each batch's handling before its save
 	opened []time.Time    // when Open was called
+	// takenOver is what stream.TakenOverFor said at each Open, by shard.
+	takenOver map[string][]time.Duration
 }
 
-func (h *stateHandler) Open(_ context.Context, shard string, from stream.Position) (stream.Position, error) {
+func (h *stateHandler) Open(ctx context.Context, shard string, from stream.Position) (stream.Position, error) {
 	h.st.mu.Lock()
 	defer h.st.mu.Unlock()
 	h.opened = append(h.opened, time.Now())
+	if h.takenOver == nil {
+		h.takenOver = map[string][]time.Duration{}
+	}
+	h.takenOver[shard] = append(h.takenOver[shard], stream.TakenOverFor(ctx))
 	h.loaded[shard] = h.st.ver[shard]
 	if p, ok := h.st.pos[shard]; ok {
 		return p, nil
@@ -821,8 +835,8 @@ func TestSourceStealWaits(t *testing.T) {
 			}
 		}
 	}()
-	a := newSource(t, kc, dc, sourceOptions(name, table, "a"))
-	stopA := run(t, a, handler("a"))
+	a, ha := newSource(t, kc, dc, sourceOptions(name, table, "a")), handler("a")
+	stopA := run(t, a, ha)
 	defer stopA()
 	saved := func() int {
 		st.mu.Lock()
@@ -863,5 +877,20 @@ func TestSourceStealWaits(t *testing.T) {
 	}
 	if ra, rb := a.Stats().Reopened, b.Stats().Reopened; twice > 0 || ra+rb > 0 {
 		t.Errorf("%d of %d events saved twice, %d and %d reopenings: the thief read beside the worker it stole from", twice, n, ra, rb)
+	}
+	// The thief's Open is told the worker it stole from may still be
+	// handling the shard, for a lease duration; the first holder's were
+	// not (their leases were free).
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for shard, ds := range hb.takenOver {
+		if want := []time.Duration{900 * time.Millisecond}; !slices.Equal(ds, want) {
+			t.Errorf("b's Open of %s told it was taken over for %v, want %v", shard, ds, want)
+		}
+	}
+	for shard, ds := range ha.takenOver {
+		if ds[0] != 0 {
+			t.Errorf("a's first Open of %s told it was taken over (%v), from no one", shard, ds)
+		}
 	}
 }

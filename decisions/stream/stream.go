@@ -146,6 +146,25 @@ type Handler interface {
 // longer holds it stops reading it. Other sources treat it as any error.
 var ErrReopen = errors.New("the partition's state moved: open it again")
 
+// TakenOver returns ctx for a Handler's Open of a partition taken over
+// from a reader that may still be handling a batch of it (a Kinesis lease
+// stolen from a live worker), and may go on doing so for up to d. A
+// handler that would deliver again what that reader left pending in its
+// durable state may wait up to d for the reader to deliver it, so that
+// the outputs are not made by both.
+func TakenOver(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, takenOverKey{}, d)
+}
+
+// TakenOverFor returns how long the partition's previous reader may go on
+// handling it, as TakenOver set in ctx; 0 when it did not.
+func TakenOverFor(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(takenOverKey{}).(time.Duration)
+	return max(d, 0)
+}
+
+type takenOverKey struct{}
+
 // Rows decodes the batch's records with dec (Events are handed over as
 // they are) and calls f with their rows, one record batch at a time, in
 // order. It returns the number of the batch's rows handed over (those at
