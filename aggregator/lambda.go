@@ -142,6 +142,9 @@ type Invocation struct {
 	// BadLatency counts latencies below 0 left out of the latency
 	// sketches, as RollupStats.BadLatency.
 	BadLatency uint64
+	// Leftovers counts the temporary files of partials that an attempt
+	// cut short by its timeout had left, removed (RunStats.Leftovers).
+	Leftovers uint64
 }
 
 // LambdaStats count what a KinesisLambda did: the decoding counts of the
@@ -149,8 +152,9 @@ type Invocation struct {
 type LambdaStats struct {
 	kinesis.LambdaStats
 	Outputs uint64 // partials written to every sink
-	// Folded, EarlyWrites, BadTime and BadLatency sum the invocations'.
-	Folded, EarlyWrites, BadTime, BadLatency uint64
+	// Folded, EarlyWrites, BadTime, BadLatency and Leftovers sum the
+	// invocations'.
+	Folded, EarlyWrites, BadTime, BadLatency, Leftovers uint64
 }
 
 // Handle handles one invocation: a kinesis.LambdaHandler hands its commit
@@ -177,6 +181,7 @@ func (l *KinesisLambda) Handle(ctx context.Context, ev events.KinesisEvent) (eve
 	l.stats.EarlyWrites += inv.EarlyWrites
 	l.stats.BadTime += inv.BadTime
 	l.stats.BadLatency += inv.BadLatency
+	l.stats.Leftovers += inv.Leftovers
 	for _, p := range inv.Problems {
 		if len(l.problems) < 100 {
 			l.problems = append(l.problems, p)
@@ -286,7 +291,9 @@ func (r *lambdaRun) write(ctx context.Context) error {
 		r.inv.Folded += w.p.Folded
 		r.inv.BadLatency += w.p.BadLatency
 	}
-	if err := r.l.write(ctx, r.inv.Shard, r.windows); err != nil {
+	n, err := r.l.write(ctx, r.inv.Shard, r.windows)
+	r.inv.Leftovers += uint64(n)
+	if err != nil {
 		return err
 	}
 	r.inv.Outputs += len(r.windows)
@@ -473,24 +480,40 @@ func (r *lambdaRun) add(ctx context.Context, rows *stream.Rows) error {
 }
 
 // write writes a group's windows to each sink in turn and flushes it,
-// stopping at the first sink that fails.
-func (l *KinesisLambda) write(ctx context.Context, shard string, windows map[int64]*heldWindow) error {
+// stopping at the first sink that fails. A sink that writes files through
+// temporary files (leftoverRemover) first removes those that an attempt
+// at the same outputs left, cut short by the invocation's timeout: the
+// retry writes the same files, and is their only writer (a shard's
+// batches are handled one at a time, an attempt ended before its retry).
+// It returns how many it removed.
+func (l *KinesisLambda) write(ctx context.Context, shard string, windows map[int64]*heldWindow) (leftovers int, err error) {
 	if len(windows) == 0 {
-		return nil
+		return 0, nil
 	}
 	starts := sortedKeys(windows)
+	outs := make([]Output, len(starts))
+	for i, start := range starts {
+		w := windows[start]
+		outs[i] = Output{Partial: w.p, Range: positionKey(w.first)}
+	}
 	for _, s := range l.Sinks {
-		for _, start := range starts {
-			w := windows[start]
-			if err := s.Write(ctx, shard, Output{Partial: w.p, Range: positionKey(w.first)}); err != nil {
-				return err
+		if r, ok := s.(leftoverRemover); ok {
+			n, err := r.removeLeftovers(shard, outs)
+			leftovers += n
+			if err != nil {
+				return leftovers, err
+			}
+		}
+		for _, o := range outs {
+			if err := s.Write(ctx, shard, o); err != nil {
+				return leftovers, err
 			}
 		}
 		if err := s.Flush(ctx); err != nil {
-			return err
+			return leftovers, err
 		}
 	}
-	return nil
+	return leftovers, nil
 }
 
 // Stats returns the counts so far.

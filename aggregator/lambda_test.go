@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -633,5 +634,46 @@ func TestKinesisLambdaForgedSequence(t *testing.T) {
 	}
 	if n, _ := totals(t, dir, time.Hour); n == 0 {
 		t.Error("nothing stored of the records around it")
+	}
+}
+
+// TestKinesisLambdaRemovesLeftovers: an attempt that its timeout cut
+// short left a temporary file beside each partial it was writing (made
+// here by hand, as atomicfile names them); the retry, writing the same
+// partials, removes them, and counts them on its invocation line.
+// Before, on an EFS mount, they stayed for good.
+func TestKinesisLambdaRemovesLeftovers(t *testing.T) {
+	ds := decisiontest.NewGenerator(12, t0).Batch(3000)
+	ev := kinesisEvent(t, ds)
+	dir := t.TempDir()
+	var invs []Invocation
+	l := &KinesisLambda{Sinks: []Sink{&PartialsDir{Dir: dir}}, Window: time.Second,
+		OnInvocation: func(_ context.Context, inv Invocation) { invs = append(invs, inv) }}
+	if _, err := l.Handle(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	partials := files(t, dir)
+	var temps []string
+	for name := range partials {
+		d, base := filepath.Split(filepath.Join(dir, name))
+		tmp := filepath.Join(d, "."+base+".2718281828.tmp")
+		if err := os.WriteFile(tmp, []byte("cut short"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		temps = append(temps, tmp)
+	}
+	if _, err := l.Handle(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	for _, tmp := range temps {
+		if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want it removed", tmp, err)
+		}
+	}
+	if got := files(t, dir); len(got) != len(partials) {
+		t.Errorf("%d files after the retry, want the %d partials", len(got), len(partials))
+	}
+	if len(invs) != 2 || invs[0].Leftovers != 0 || invs[1].Leftovers != uint64(len(temps)) || l.Stats().Leftovers != uint64(len(temps)) {
+		t.Fatalf("leftovers counted %+v (stats %d), want 0 then %d", invs, l.Stats().Leftovers, len(temps))
 	}
 }

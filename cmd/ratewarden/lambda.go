@@ -209,7 +209,7 @@ func logInvocation(ctx context.Context, log *slog.Logger, inv aggregator.Invocat
 		slog.Uint64("records", inv.Records), slog.Uint64("events", inv.Events), slog.Uint64("corrupt", inv.Corrupt),
 		slog.Int("outputs", inv.Outputs), slog.Uint64("folded", inv.Folded), slog.Uint64("early_writes", inv.EarlyWrites),
 		slog.Uint64("bad_time", inv.BadTime),
-		slog.Uint64("bad_latency", inv.BadLatency),
+		slog.Uint64("bad_latency", inv.BadLatency), slog.Uint64("leftovers", inv.Leftovers),
 		slog.String("failed_at", inv.FailedAt), slog.String("err", errText),
 		slog.Uint64("emf_rejected_total", emfRejected), slog.Any("problems", problems))
 }
