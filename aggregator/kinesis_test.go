@@ -696,10 +696,11 @@ func TestKinesisShardLag(t *testing.T) {
 // handling the shard (stream.TakenOver), waits for it to deliver them
 // rather than delivering them too (each output then made by both, in two
 // processes' sinks); the old holder's delivery is held until the new
-// holder has loaded the state twice. An old holder that never delivers
-// (crashed, or slower than the wait) has its outputs delivered again
-// once the wait is over, as after a crash. Before, the new holder
-// delivered them at once, in both cases.
+// holder has looked at the state twice (loading it, then asking whether
+// it moved). An old holder that never delivers (crashed, or slower than
+// the wait) has its outputs delivered again once the wait is over, as
+// after a crash, its state, which did not move, loaded once. Before, the
+// new holder delivered them at once, in both cases.
 func TestOpenTakenOverWaits(t *testing.T) {
 	s := newStandIns(t)
 	table, dir := newStateTable(t, s), t.TempDir()
@@ -754,7 +755,7 @@ func testOpenTakenOverWaits(t *testing.T, newStore func(place string) StateStore
 				release.Do(func() { close(gate.release) })
 				<-handled // the old holder's save after the new one's fails, in one case
 			}()
-			loads := &loadHook{StateStore: newStore(c.name), at: 2, f: func() {
+			loads := &lookHook{StateStore: newStore(c.name), at: 2, f: func() {
 				if c.delivers {
 					release.Do(func() { close(gate.release) })
 				}
@@ -773,6 +774,11 @@ func testOpenTakenOverWaits(t *testing.T, newStore func(place string) StateStore
 				if st.Redeliver != uint64(len(saved.Pending)) || st.Awaited != 0 || sink.events.Load() == 0 {
 					t.Fatalf("delivered again %d outputs (%d events), awaited %d; want the %d pending delivered again",
 						st.Redeliver, sink.events.Load(), st.Awaited, len(saved.Pending))
+				}
+				// Looked at through its metadata, the state that did not
+				// move was not read again.
+				if loads.looks < 2 || loads.loads != 1 {
+					t.Fatalf("looked at the state %d times, loaded it %d; want it looked at more than once, loaded once", loads.looks, loads.loads)
 				}
 				return
 			}
@@ -809,16 +815,27 @@ func (s *gatedSink) Write(ctx context.Context, _ string, _ Output) error {
 
 func (s *gatedSink) Flush(context.Context) error { return nil }
 
-// loadHook calls f before the at-th Load.
-type loadHook struct {
+// lookHook calls f before the at-th look at a state (a Load, or a
+// stateWatcher's moved), and counts the Loads.
+type lookHook struct {
 	StateStore
-	at, n int
-	f     func()
+	at, looks, loads int
+	f                func()
 }
 
-func (l *loadHook) Load(ctx context.Context, partition string) (State, bool, error) {
-	if l.n++; l.n == l.at {
+func (l *lookHook) look() {
+	if l.looks++; l.looks == l.at {
 		l.f()
 	}
+}
+
+func (l *lookHook) Load(ctx context.Context, partition string) (State, bool, error) {
+	l.look()
+	l.loads++
 	return l.StateStore.Load(ctx, partition)
+}
+
+func (l *lookHook) moved(ctx context.Context, partition string) (bool, error) {
+	l.look()
+	return l.StateStore.(stateWatcher).moved(ctx, partition)
 }

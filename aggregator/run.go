@@ -319,11 +319,27 @@ func (p *partitionRun) resume(ctx context.Context) error {
 	return p.deliver(ctx, st, true)
 }
 
-// awaitPollEvery is how often awaitPending loads the state again.
+// stateWatcher is a StateStore that tells, without reading a
+// partition's state, whether another store saved it since this one last
+// read or wrote it (the check of its Save): a state's metadata, or a
+// table item's generation. awaitPending asks it before it loads the
+// state again: a state of megabytes, chunked in a table, is then read
+// once it moved rather than ten times a second.
+type stateWatcher interface {
+	moved(ctx context.Context, partition string) (bool, error)
+}
+
+var (
+	_ stateWatcher = (*StateDir)(nil)
+	_ stateWatcher = (*StateTable)(nil)
+)
+
+// awaitPollEvery is how often awaitPending looks at the state again.
 const awaitPollEvery = 100 * time.Millisecond
 
-// awaitPending loads the partition's state again until it holds no
-// pending outputs, or d has passed, and returns the last loaded. st,
+// awaitPending loads the partition's state again, each time it moved
+// (stateWatcher), until it holds no pending outputs, or d has passed, and
+// returns the last loaded. st,
 // loaded, holds some: a reader that is still live saved it, and is
 // delivering them (partitionRun.save), then saves the state without
 // them. Delivering them here as well would make each output twice, in two
@@ -343,6 +359,15 @@ func (p *partitionRun) awaitPending(ctx context.Context, st State, d time.Durati
 		case <-timeout.C:
 			return st, true, nil
 		case <-tick.C:
+		}
+		if w, ok := p.store.(stateWatcher); ok {
+			moved, err := w.moved(ctx, p.name)
+			if err != nil {
+				return st, true, err
+			}
+			if !moved {
+				continue
+			}
 		}
 		next, ok, err := p.store.Load(ctx, p.name)
 		if err != nil {

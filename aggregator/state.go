@@ -118,7 +118,7 @@ const (
 func (s *StateDir) path(partition string) string { return filepath.Join(s.Dir, partition+stateExt) }
 
 // Save writes the partition's state file.
-func (s *StateDir) Save(_ context.Context, partition string, st State) error {
+func (s *StateDir) Save(ctx context.Context, partition string, st State) error {
 	bp, _ := stateBufs.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)
@@ -138,22 +138,31 @@ func (s *StateDir) Save(_ context.Context, partition string, st State) error {
 	}
 	defer release()
 	path := s.path(partition)
-	now, err := statState(path)
-	if err != nil {
+	if moved, err := s.moved(ctx, partition); err != nil {
 		return fmt.Errorf("write state: %w", err)
-	}
-	if !sameState(s.seenOf(partition), now) {
+	} else if moved {
 		return fmt.Errorf("save state %s: %w", path, ErrStateMoved)
 	}
 	if err := atomicfile.Write(path, b, 0o644); err != nil {
 		return err
 	}
-	now, err = statState(path)
+	now, err := statState(path)
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
 	s.setSeen(partition, now)
 	return nil
+}
+
+// moved reports whether another store saved the partition since this one
+// last read or wrote it (what Save checks), from the file's metadata (see
+// stateWatcher).
+func (s *StateDir) moved(_ context.Context, partition string) (bool, error) {
+	now, err := statState(s.path(partition))
+	if err != nil {
+		return false, err
+	}
+	return !sameState(s.seenOf(partition), now), nil
 }
 
 // statState returns the state file at path's FileInfo, nil if there is

@@ -119,6 +119,17 @@ func testStateMoved(t *testing.T, newStore func() StateStore) {
 	if err := b.Save(ctx, "p", State{Snapshot: []byte("b1")}); err != nil {
 		t.Fatal(err)
 	}
+	movedFor := func(s StateStore) bool {
+		t.Helper()
+		moved, err := s.(stateWatcher).moved(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return moved
+	}
+	if !movedFor(a) || movedFor(b) {
+		t.Fatal("stateWatcher: a did not see b's save, or b saw its own")
+	}
 	if err := a.Save(ctx, "p", State{Snapshot: []byte("a2")}); !errors.Is(err, ErrStateMoved) {
 		t.Fatalf("a saved over b's state: %v", err)
 	}
@@ -127,6 +138,9 @@ func testStateMoved(t *testing.T, newStore func() StateStore) {
 	}
 	if got, _, _ := a.Load(ctx, "p"); string(got.Snapshot) != "b1" {
 		t.Fatalf("state %q, want b's", got.Snapshot)
+	}
+	if movedFor(a) {
+		t.Fatal("stateWatcher: a, having read b's state, says it moved")
 	}
 	if err := a.Save(ctx, "p", State{Snapshot: []byte("a3")}); err != nil {
 		t.Fatalf("a, having read b's state, could not save: %v", err)

@@ -168,6 +168,23 @@ func (s *StateTable) load(ctx context.Context, partition string) (State, bool, e
 	return st, true, nil
 }
 
+// moved reports whether another store saved the partition since this one
+// last read or wrote it (what Save checks), from the head's generation
+// alone (see stateWatcher).
+func (s *StateTable) moved(ctx context.Context, partition string) (bool, error) {
+	head, err := s.calls().Get(ctx, s.key(partition, stateHead), stateAttrGen)
+	if err != nil {
+		return false, fmt.Errorf("load state %s: %w", partition, err)
+	}
+	var gen int64
+	if head != nil {
+		gen = ddbtable.Num(head, stateAttrGen)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return gen != s.seen[partition].gen, nil
+}
+
 // stateError says that err is an error of the partition's state: it
 // names the table and the key of the state's items.
 func (s *StateTable) stateError(partition string, err error) error {

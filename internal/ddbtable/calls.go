@@ -3,6 +3,7 @@ package ddbtable
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -94,9 +95,20 @@ func call[I, O any](ctx context.Context, c *Calls, op func(context.Context, I, .
 	return out, err
 }
 
-// Get returns the item of key, read consistently, or nil if there is none.
-func (c *Calls) Get(ctx context.Context, key map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
-	out, err := call(ctx, c, c.API.GetItem, &dynamodb.GetItemInput{TableName: aws.String(c.Table), Key: key, ConsistentRead: aws.Bool(true)})
+// Get returns the item of key, read consistently, or nil if there is none:
+// only the attributes names when some are given.
+func (c *Calls) Get(ctx context.Context, key map[string]types.AttributeValue, names ...string) (map[string]types.AttributeValue, error) {
+	in := &dynamodb.GetItemInput{TableName: aws.String(c.Table), Key: key, ConsistentRead: aws.Bool(true)}
+	if len(names) > 0 {
+		in.ExpressionAttributeNames = map[string]string{}
+		refs := make([]string, len(names))
+		for i, n := range names {
+			refs[i] = "#a" + strconv.Itoa(i)
+			in.ExpressionAttributeNames[refs[i]] = n
+		}
+		in.ProjectionExpression = aws.String(strings.Join(refs, ", "))
+	}
+	out, err := call(ctx, c, c.API.GetItem, in)
 	if err != nil {
 		return nil, err
 	}
