@@ -217,6 +217,9 @@ type consumer struct {
 	// notBefore, for a lease stolen from a live worker, is when the read
 	// may start (see stealWait).
 	notBefore time.Time
+	// fromOther says the lease was another worker's (stolen, or expired):
+	// Open is told that worker may still be handling the shard.
+	fromOther bool
 }
 
 // stealWait is how long, in lease durations, a worker that stole a lease
@@ -633,6 +636,10 @@ func compareShardIDs(a, b string) int {
 // A consumer it makes starts reading no sooner than notBefore (a stolen
 // lease's: see stealWait; zero for others).
 func (s *Source) takeLease(ctx context.Context, le *lease, now, notBefore time.Time) bool {
+	// Another worker's, stolen or expired: one that has not renewed it
+	// for a lease duration may be slow rather than gone, and still
+	// handling a batch of the shard.
+	fromOther := le.owner != "" && le.owner != s.opts.Worker
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := s.leases.take(c, le.shard, s.opts.Worker, le.counter)
 	cancel()
@@ -645,7 +652,7 @@ func (s *Source) takeLease(ctx context.Context, le *lease, now, notBefore time.T
 	s.mu.Lock()
 	s.seen[le.shard] = observed{counter: le.counter, at: now}
 	if s.held[le.shard] == nil {
-		c := &consumer{shard: le.shard, renewedAt: now, notBefore: notBefore}
+		c := &consumer{shard: le.shard, renewedAt: now, notBefore: notBefore, fromOther: fromOther}
 		c.behind.Store(-1)
 		s.held[le.shard] = c
 	}
@@ -710,9 +717,9 @@ func (s *Source) consume(ctx context.Context, c *consumer, from stream.Position,
 	r := shardReader{s: s, c: c, h: h, saved: from}
 	var at stream.Position
 	octx := ctx
-	if !c.notBefore.IsZero() {
-		// Stolen from a live worker, which may still be delivering what
-		// its last batch closed (see stealWait).
+	if c.fromOther {
+		// Taken from a worker that may still be delivering what its last
+		// batch closed (see stealWait).
 		octx = stream.TakenOver(ctx, s.opts.LeaseDuration)
 	}
 	if r.retry(ctx, func() (err error) { at, err = h.Open(octx, c.shard, from); return err }) != nil {

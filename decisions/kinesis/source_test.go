@@ -344,10 +344,11 @@ func TestSourceTakeover(t *testing.T) {
 	// a reads everything first, so that b's steals find it idle: a steal
 	// from a busy worker may have the thief handle again the victim's
 	// last batch, which would blur what this test counts.
-	stopA := run(t, a, seen.handler("a"))
+	ha, hb := &openLog{Handler: seen.handler("a")}, &openLog{Handler: seen.handler("b")}
+	stopA := run(t, a, ha)
 	defer stopA()
 	waitFor(t, "a to read the first 2000 events", func() bool { return seen.count() == 2000 })
-	stopB := run(t, b, seen.handler("b"))
+	stopB := run(t, b, hb)
 	defer stopB()
 	waitFor(t, "two shards each", func() bool { return len(a.Held()) == 2 && len(b.Held()) == 2 })
 	w.write(t, 2000)
@@ -378,7 +379,36 @@ func TestSourceTakeover(t *testing.T) {
 	if st := b.Stats(); st.Taken < 4 {
 		t.Fatalf("b took %d leases, want its two and a's two: %+v", st.Taken, st)
 	}
+	// Every shard b opened was a's, stolen or expired: its Open was told
+	// a may still be handling it; a's, free, were not.
+	if ds := hb.takenOver(); len(ds) < 4 || slices.ContainsFunc(ds, func(d time.Duration) bool { return d != 900*time.Millisecond }) {
+		t.Errorf("b's Opens told the shard was taken over for %v, want 900ms each", ds)
+	}
+	if ds := ha.takenOver(); len(ds) < 4 || slices.ContainsFunc(ds, func(d time.Duration) bool { return d != 0 }) {
+		t.Errorf("a's Opens told the shard was taken over for %v, want none", ds)
+	}
 	t.Logf("a %+v; b %+v; %d events handled twice", a.Stats(), b.Stats(), dups)
+}
+
+// openLog is a Handler that records what stream.TakenOverFor says at each
+// Open.
+type openLog struct {
+	stream.Handler
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (o *openLog) Open(ctx context.Context, shard string, from stream.Position) (stream.Position, error) {
+	o.mu.Lock()
+	o.ds = append(o.ds, stream.TakenOverFor(ctx))
+	o.mu.Unlock()
+	return o.Handler.Open(ctx, shard, from)
+}
+
+func (o *openLog) takenOver() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.ds)
 }
 
 // splitShard splits the only shard of stream in two halves of the hash
