@@ -108,8 +108,9 @@ func (s *StateTable) get(ctx context.Context, partition, item string) (map[strin
 
 // Load reads the partition's head and chunks. A chunk found missing
 // because another holder saved the next generation meanwhile (and
-// deleted the chunks read from) has the state read again, up to
-// loadRetries times; one missing under an unchanged head is an error.
+// deleted the chunks read from) has the state read again, as long as the
+// generation moves (up to loadRetries times: each is another save); one
+// missing under an unchanged head is an error.
 func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, error) {
 	for try := 0; ; try++ {
 		st, ok, err := s.load(ctx, partition)
@@ -128,8 +129,10 @@ func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, e
 }
 
 // loadRetries bounds the loads again of a state whose generation moved
-// while it was read.
-const loadRetries = 5
+// while it was read. A holder saves twice a batch (with its outputs
+// pending, then without them), so a load may meet two saves in a row;
+// a loaded machine makes a load as long as several.
+const loadRetries = 100
 
 // tornState is a chunk of the generation gen found missing.
 type tornState struct{ chunk, gen int64 }
