@@ -339,10 +339,9 @@ const awaitPollEvery = 100 * time.Millisecond
 
 // awaitPending loads the partition's state again, each time it moved
 // (stateWatcher), until it holds no pending outputs, or d has passed, and
-// returns the last loaded. st,
-// loaded, holds some: a reader that is still live saved it, and is
-// delivering them (partitionRun.save), then saves the state without
-// them. Delivering them here as well would make each output twice, in two
+// returns the last loaded. st, loaded, holds some: a reader that is still
+// live saved it, and is delivering them (partitionRun.save), then saves
+// the state without them. Delivering them here as well would make each output twice, in two
 // processes' sinks (an EMF file each), which no sink can tell apart. A
 // state that changes but still holds pending outputs is the reader's next
 // batch: waiting goes on. Past d, what is pending is delivered again, as

@@ -118,11 +118,11 @@ func (s *StateTable) Load(ctx context.Context, partition string) (State, bool, e
 		if !errors.As(err, &torn) {
 			return st, ok, err
 		}
-		head, herr := s.get(ctx, partition, stateHead)
-		if herr != nil {
-			return State{}, false, fmt.Errorf("load state %s: %w", partition, herr)
+		gen, gerr := s.generation(ctx, partition)
+		if gerr != nil {
+			return State{}, false, gerr
 		}
-		if try == loadRetries || head == nil || ddbtable.Num(head, stateAttrGen) == torn.gen {
+		if try == loadRetries || gen == 0 || gen == torn.gen {
 			return State{}, false, s.stateError(partition, err)
 		}
 	}
@@ -175,17 +175,26 @@ func (s *StateTable) load(ctx context.Context, partition string) (State, bool, e
 // last read or wrote it (what Save checks), from the head's generation
 // alone (see stateWatcher).
 func (s *StateTable) moved(ctx context.Context, partition string) (bool, error) {
-	head, err := s.calls().Get(ctx, s.key(partition, stateHead), stateAttrGen)
+	gen, err := s.generation(ctx, partition)
 	if err != nil {
-		return false, fmt.Errorf("load state %s: %w", partition, err)
-	}
-	var gen int64
-	if head != nil {
-		gen = ddbtable.Num(head, stateAttrGen)
+		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return gen != s.seen[partition].gen, nil
+}
+
+// generation returns the generation of the partition's state, 0 for none,
+// reading its head's generation alone.
+func (s *StateTable) generation(ctx context.Context, partition string) (int64, error) {
+	head, err := s.calls().Get(ctx, s.key(partition, stateHead), stateAttrGen)
+	if err != nil {
+		return 0, fmt.Errorf("load state %s: %w", partition, err)
+	}
+	if head == nil {
+		return 0, nil
+	}
+	return ddbtable.Num(head, stateAttrGen), nil
 }
 
 // stateError says that err is an error of the partition's state: it
