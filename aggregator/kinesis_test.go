@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"math"
 
 	"fmt"
@@ -838,4 +839,100 @@ func (l *lookHook) Load(ctx context.Context, partition string) (State, bool, err
 func (l *lookHook) moved(ctx context.Context, partition string) (bool, error) {
 	l.look()
 	return l.StateStore.(stateWatcher).moved(ctx, partition)
+}
+
+// TestRunKinesisStealDuringDelivery: two RunKinesis on one stream, states
+// in one table, as two `aggregate --kinesis-stream` processes. The first
+// reads both shards' backlog alone, each batch closing about a dozen
+// windows, and its sink takes 250 ms a write (a file sink's writes, which
+// a lease lost does not cut short); the second starts as the first
+// begins delivering and steals a shard from it while it delivers. The
+// thief waits for the first to deliver what its state holds pending
+// (Awaited), so no output (partition, positions, window: the EMF
+// documents' rw_key) is delivered by both, and every event is delivered
+// once. Before, the thief delivered the outputs pending at once, and both
+// processes' sinks held them.
+func TestRunKinesisStealDuringDelivery(t *testing.T) {
+	s := newStandIns(t)
+	stream, table := s.stream(t, 2)
+	ds := testEvents(20_000)
+	s.put(t, stream, ds)
+	states := newStateTable(t, s)
+	opts := func(worker string, sink Sink) KinesisOptions {
+		o := s.options(stream, table, worker, &StateTable{API: s.dc, Table: states, Prefix: "steal"}, sink)
+		o.Source.Records, o.Source.MaxBatch = 0, 0 // a shard's backlog in one batch
+		// The thief reads 2 s after its steal and waits up to 3 s more:
+		// the first's delivery of about a dozen windows ends in between.
+		o.Source.LeaseDuration = 3 * time.Second
+		return o
+	}
+	a, b := &keySink{delay: 250 * time.Millisecond, writing: make(chan struct{})}, &keySink{}
+	ra := start(opts("a", a))
+	defer ra.cancel()
+	<-a.writing
+	rb := start(opts("b", b))
+	defer rb.cancel()
+	want := uint64(len(ds))
+	deadline := time.Now().Add(90 * time.Second)
+	for a.events()+b.events() < want && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	sa, sb := ra.stop(t), rb.stop(t)
+	if got := a.events() + b.events(); got != want {
+		t.Errorf("the sinks hold %d events, want %d", got, want)
+	}
+	both := 0
+	for k := range a.keys() {
+		if b.keys()[k] > 0 {
+			both++
+		}
+	}
+	if both > 0 || sb.Awaited == 0 {
+		t.Fatalf("%d outputs delivered by both; the thief waited for %d (again %d): want none by both, some waited for (a: %+v, b: %+v)",
+			both, sb.Awaited, sb.Redeliver, sa.Source, sb.Source)
+	}
+	t.Logf("a delivered %d outputs, b %d; b waited for %d", len(a.keys()), len(b.keys()), sb.Awaited)
+}
+
+// keySink counts each output it is written by partition, positions and
+// window, and the events of the first write of each; each write takes
+// delay, whatever its context, and writing is closed at the first.
+type keySink struct {
+	delay   time.Duration
+	writing chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	by      map[string]int
+	n       uint64
+}
+
+func (s *keySink) Write(_ context.Context, partition string, o Output) error {
+	if s.writing != nil {
+		s.once.Do(func() { close(s.writing) })
+	}
+	time.Sleep(s.delay)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[string]int{}
+	}
+	k := fmt.Sprint(partition, "/", o.RangeKey(), "/", o.Partial.End().UnixNano(), "/", o.Correction)
+	if s.by[k]++; s.by[k] == 1 {
+		s.n += o.Partial.Events
+	}
+	return nil
+}
+
+func (s *keySink) Flush(context.Context) error { return nil }
+
+func (s *keySink) events() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func (s *keySink) keys() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.by)
 }
