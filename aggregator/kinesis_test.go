@@ -844,54 +844,63 @@ func (l *lookHook) moved(ctx context.Context, partition string) (bool, error) {
 // TestRunKinesisStealDuringDelivery: two RunKinesis on one stream, states
 // in one table, as two `aggregate --kinesis-stream` processes. The first
 // reads both shards' backlog alone, each batch closing about a dozen
-// windows, and its sink takes 250 ms a write (a file sink's writes, which
-// a lease lost does not cut short); the second starts as the first
+// windows, and its sink takes 250 ms a write; the second starts as the first
 // begins delivering and steals a shard from it while it delivers. The
 // thief waits for the first to deliver what its state holds pending
 // (Awaited), so no output (partition, positions, window: the EMF
 // documents' rw_key) is delivered by both, and every event is delivered
 // once. Before, the thief delivered the outputs pending at once, and both
-// processes' sinks held them.
+// processes' sinks held them; and with a sink that gave up on a cancelled
+// call, the first's delivery stopped when it saw its lease lost, and the
+// thief delivered it all again (3 outputs, 1,409 events by both).
 func TestRunKinesisStealDuringDelivery(t *testing.T) {
-	s := newStandIns(t)
-	stream, table := s.stream(t, 2)
-	ds := testEvents(20_000)
-	s.put(t, stream, ds)
-	states := newStateTable(t, s)
-	opts := func(worker string, sink Sink) KinesisOptions {
-		o := s.options(stream, table, worker, &StateTable{API: s.dc, Table: states, Prefix: "steal"}, sink)
-		o.Source.Records, o.Source.MaxBatch = 0, 0 // a shard's backlog in one batch
-		// The thief reads 2 s after its steal and waits up to 3 s more:
-		// the first's delivery of about a dozen windows ends in between.
-		o.Source.LeaseDuration = 3 * time.Second
-		return o
+	// The first's sink ends its writes whatever their context (as the
+	// file sinks do), or gives up on one whose context is done (as
+	// the EMF sinks waiting for room do): the lease lost must not cut
+	// the delivery short, or the thief delivers it all again.
+	for _, honours := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ctx=%v", honours), func(t *testing.T) {
+			s := newStandIns(t)
+			stream, table := s.stream(t, 2)
+			ds := testEvents(20_000)
+			s.put(t, stream, ds)
+			states := newStateTable(t, s)
+			opts := func(worker string, sink Sink) KinesisOptions {
+				o := s.options(stream, table, worker, &StateTable{API: s.dc, Table: states, Prefix: "steal"}, sink)
+				o.Source.Records, o.Source.MaxBatch = 0, 0 // a shard's backlog in one batch
+				// The thief reads 2 s after its steal and waits up to 3 s more:
+				// the first's delivery of about a dozen windows ends in between.
+				o.Source.LeaseDuration = 3 * time.Second
+				return o
+			}
+			a, b := &keySink{delay: 250 * time.Millisecond, writing: make(chan struct{}), ctx: honours}, &keySink{}
+			ra := start(opts("a", a))
+			defer ra.cancel()
+			<-a.writing
+			rb := start(opts("b", b))
+			defer rb.cancel()
+			want := uint64(len(ds))
+			deadline := time.Now().Add(90 * time.Second)
+			for a.events()+b.events() < want && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			sa, sb := ra.stop(t), rb.stop(t)
+			if got := a.events() + b.events(); got != want {
+				t.Errorf("the sinks hold %d events, want %d", got, want)
+			}
+			both := 0
+			for k := range a.keys() {
+				if b.keys()[k] > 0 {
+					both++
+				}
+			}
+			if both > 0 || sb.Awaited == 0 {
+				t.Fatalf("%d outputs delivered by both; the thief waited for %d (again %d): want none by both, some waited for (a: %+v, b: %+v)",
+					both, sb.Awaited, sb.Redeliver, sa.Source, sb.Source)
+			}
+			t.Logf("a delivered %d outputs, b %d; b waited for %d", len(a.keys()), len(b.keys()), sb.Awaited)
+		})
 	}
-	a, b := &keySink{delay: 250 * time.Millisecond, writing: make(chan struct{})}, &keySink{}
-	ra := start(opts("a", a))
-	defer ra.cancel()
-	<-a.writing
-	rb := start(opts("b", b))
-	defer rb.cancel()
-	want := uint64(len(ds))
-	deadline := time.Now().Add(90 * time.Second)
-	for a.events()+b.events() < want && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	sa, sb := ra.stop(t), rb.stop(t)
-	if got := a.events() + b.events(); got != want {
-		t.Errorf("the sinks hold %d events, want %d", got, want)
-	}
-	both := 0
-	for k := range a.keys() {
-		if b.keys()[k] > 0 {
-			both++
-		}
-	}
-	if both > 0 || sb.Awaited == 0 {
-		t.Fatalf("%d outputs delivered by both; the thief waited for %d (again %d): want none by both, some waited for (a: %+v, b: %+v)",
-			both, sb.Awaited, sb.Redeliver, sa.Source, sb.Source)
-	}
-	t.Logf("a delivered %d outputs, b %d; b waited for %d", len(a.keys()), len(b.keys()), sb.Awaited)
 }
 
 // keySink counts each output it is written by partition, positions and
@@ -900,17 +909,26 @@ func TestRunKinesisStealDuringDelivery(t *testing.T) {
 type keySink struct {
 	delay   time.Duration
 	writing chan struct{}
+	ctx     bool // a write ends early, failed, when its context is done
 	once    sync.Once
 	mu      sync.Mutex
 	by      map[string]int
 	n       uint64
 }
 
-func (s *keySink) Write(_ context.Context, partition string, o Output) error {
+func (s *keySink) Write(ctx context.Context, partition string, o Output) error {
 	if s.writing != nil {
 		s.once.Do(func() { close(s.writing) })
 	}
-	time.Sleep(s.delay)
+	if s.ctx {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(s.delay):
+		}
+	} else {
+		time.Sleep(s.delay)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.by == nil {

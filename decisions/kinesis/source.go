@@ -207,11 +207,15 @@ type observed struct {
 // consumer is a held shard and, once its parents are read, the read of
 // it. cancel and done are nil until the read starts.
 type consumer struct {
-	shard     string
-	cancel    context.CancelFunc
-	done      chan struct{}
-	ended     atomic.Bool // read to its end and checkpointed so
-	lost      atomic.Bool // a checkpoint found the lease gone
+	shard  string
+	cancel context.CancelFunc
+	done   chan struct{}
+	ended  atomic.Bool // read to its end and checkpointed so
+	lost   atomic.Bool // the lease is gone: a checkpoint found it so, or renew
+	// leaving says the lease is lost and the read stopped: the consumer
+	// stays in held until its handler call in progress returns (see
+	// leave), neither renewed nor counted as held. Guarded by Source.mu.
+	leaving   bool
 	renewedAt time.Time
 	behind    atomic.Int64 // MillisBehindLatest of the last read, -1 before one
 	// notBefore, for a lease stolen from a live worker, is when the read
@@ -278,8 +282,10 @@ func (s *Source) Held() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, len(s.held))
-	for sh := range s.held {
-		out = append(out, sh)
+	for sh, c := range s.held {
+		if !c.leaving {
+			out = append(out, sh)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -302,6 +308,9 @@ func (s *Source) Lags() []ShardLag {
 	s.mu.Lock()
 	out := make([]ShardLag, 0, len(s.held))
 	for sh, c := range s.held {
+		if c.leaving {
+			continue
+		}
 		ms := c.behind.Load()
 		out = append(out, ShardLag{Shard: sh, Behind: time.Duration(max(ms, 0)) * time.Millisecond, Read: ms >= 0})
 	}
@@ -329,7 +338,10 @@ func (s *Source) Lags() []ShardLag {
 // Open, Handle, Idle or Close(ended) makes the Source call it again, with
 // the same batch, after a backoff, until it succeeds or the worker stops
 // holding the shard: delivery is at least once, and a batch that always
-// fails holds up its shard.
+// fails holds up its shard. A consumer that stops, its lease lost or ctx
+// done, makes no call again, but the call in progress keeps its context
+// for up to 5/3 of a lease duration more (see graceLeases); Run's
+// shutdown waits for it.
 func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	if h == nil {
 		return errors.New("run kinesis source: nil handler")
@@ -492,7 +504,7 @@ func (s *Source) clean(ctx context.Context, all []lease) {
 // is dropped at once; one that could not be renewed for two thirds of the
 // lease duration is dropped too, before others may take it.
 func (s *Source) renew(ctx context.Context, now time.Time) {
-	for _, c := range s.consumers() {
+	for _, c := range s.consumers(false) {
 		if c.ended.Load() {
 			s.stop(c)
 			rc, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -501,8 +513,7 @@ func (s *Source) renew(ctx context.Context, now time.Time) {
 			continue
 		}
 		if c.lost.Load() {
-			s.lost.Add(1)
-			s.stop(c)
+			s.leave(c)
 			continue
 		}
 		rc, cancel := context.WithTimeout(ctx, s.opts.LeaseDuration/3)
@@ -512,21 +523,48 @@ func (s *Source) renew(ctx context.Context, now time.Time) {
 		case err == nil:
 			c.renewedAt = now
 		case errors.Is(err, errLeaseLost) || now.Sub(c.renewedAt) >= s.opts.LeaseDuration*2/3:
-			s.lost.Add(1)
-			s.stop(c)
+			s.leave(c)
 		}
 	}
 }
 
-// consumers returns the consumers of the leases held.
-func (s *Source) consumers() []*consumer {
+// consumers returns the consumers of the leases held, and with leaving
+// those still finishing a handler call after their lease was lost.
+func (s *Source) consumers(leaving bool) []*consumer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	held := make([]*consumer, 0, len(s.held))
 	for _, c := range s.held {
-		held = append(held, c)
+		if leaving || !c.leaving {
+			held = append(held, c)
+		}
 	}
 	return held
+}
+
+// leave stops a consumer whose lease is lost without waiting for it: its
+// read stops at once, but a handler call in progress keeps its context
+// for up to graceLeases more lease durations, and the consumer is
+// forgotten once it returns. Waiting here held up the renewal of every
+// other lease for as long as that call took (a batch of a backlog can
+// close many windows to deliver), and cancelling the call cut short a
+// delivery that the worker which took the shard waits for (see
+// stream.TakenOver): it then delivered all of it again.
+func (s *Source) leave(c *consumer) {
+	s.lost.Add(1)
+	c.lost.Store(true)
+	s.mu.Lock()
+	c.leaving = true
+	s.mu.Unlock()
+	if c.cancel == nil {
+		s.forget(c)
+		return
+	}
+	c.cancel()
+	go func() {
+		<-c.done
+		s.forget(c)
+	}()
 }
 
 // stop cancels a consumer, waits for it, and forgets it.
@@ -535,6 +573,11 @@ func (s *Source) stop(c *consumer) {
 		c.cancel()
 		<-c.done
 	}
+	s.forget(c)
+}
+
+// forget removes c from the consumers held.
+func (s *Source) forget(c *consumer) {
 	s.mu.Lock()
 	if s.held[c.shard] == c {
 		delete(s.held, c.shard)
@@ -675,7 +718,9 @@ func (s *Source) start(ctx context.Context, h stream.Handler, byShard map[string
 		from := stream.Position{Seq: le.seq, Sub: le.sub}
 		go func() {
 			defer close(c.done)
-			s.consume(cctx, c, from, h)
+			hctx, hcancel := handlerGrace(cctx, time.Duration(float64(s.opts.LeaseDuration)*graceLeases))
+			defer hcancel()
+			s.consume(cctx, hctx, c, from, h)
 		}()
 	}
 }
@@ -691,9 +736,34 @@ func parentsDone(le *lease, byShard map[string]*lease) bool {
 	return true
 }
 
-// shutdown stops every consumer and releases its lease.
+// graceLeases is how long, in lease durations, a handler call in progress
+// keeps its context once its consumer stopped (handlerGrace): until the
+// worker that stole the lease, which reads stealWait after its steal and
+// then waits up to a lease duration for what the call delivers
+// (stream.TakenOver), stops waiting. The steal came before this worker
+// saw it, so the call never gives up while the thief still waits for it.
+const graceLeases = stealWait + 1
+
+// handlerGrace returns the context of a consumer's handler calls: ctx's
+// values, done d after ctx is (or when the returned cancel is called). A
+// call in progress when the consumer stops, on a lease lost or at
+// shutdown, ends what it started (the aggregator delivers the outputs its
+// batch closed) unless that takes longer than d; the consumer reads and
+// retries nothing more meanwhile. At shutdown the lease is released only
+// after the call: the next holder takes it free, and waits for nothing.
+func handlerGrace(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(d, cancel) })
+	return hctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// shutdown stops every consumer, those leaving too, and releases the
+// leases still held.
 func (s *Source) shutdown() {
-	for _, c := range s.consumers() {
+	for _, c := range s.consumers(true) {
 		s.stop(c)
 		if !c.lost.Load() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -708,19 +778,19 @@ var errStopped = errors.New("consumer stopped")
 
 // consume reads one shard from from, or from where h's Open says, hands
 // its events to h in batches and checkpoints after them, until the shard
-// ends or ctx is done.
-func (s *Source) consume(ctx context.Context, c *consumer, from stream.Position, h stream.Handler) {
+// ends or ctx is done; h's calls get hctx (see handlerGrace).
+func (s *Source) consume(ctx, hctx context.Context, c *consumer, from stream.Position, h stream.Handler) {
 	if from.Seq == ShardEnd {
 		c.ended.Store(true)
 		return
 	}
-	r := shardReader{s: s, c: c, h: h, saved: from}
+	r := shardReader{s: s, c: c, h: h, hctx: hctx, saved: from}
 	var at stream.Position
-	octx := ctx
+	octx := hctx
 	if c.fromOther {
 		// Taken from a worker that may still be delivering what its last
 		// batch closed (see stealWait).
-		octx = stream.TakenOver(ctx, s.opts.LeaseDuration)
+		octx = stream.TakenOver(hctx, s.opts.LeaseDuration)
 	}
 	if r.retry(ctx, func() (err error) { at, err = h.Open(octx, c.shard, from); return err }) != nil {
 		return
@@ -754,6 +824,7 @@ type shardReader struct {
 	s       *Source
 	c       *consumer
 	h       stream.Handler
+	hctx    context.Context // h's calls' (see handlerGrace)
 	pos     stream.Position // checkpointed or to be: after the events read
 	handled stream.Position // after the events the handler took
 	resume  string          // the record to resume inside, and skip its first events
@@ -837,7 +908,7 @@ func (r *shardReader) reopen(ctx context.Context) error {
 	var at stream.Position
 	// The reader that saved the state is live, and may still be
 	// delivering what it saved pending.
-	octx := stream.TakenOver(ctx, s.opts.LeaseDuration)
+	octx := stream.TakenOver(r.hctx, s.opts.LeaseDuration)
 	if err := r.retry(ctx, func() (err error) { at, err = r.h.Open(octx, r.c.shard, r.handled); return err }); err != nil {
 		return err
 	}
@@ -905,7 +976,7 @@ func (r *shardReader) run(ctx context.Context) error {
 			return r.end(ctx)
 		}
 		if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 {
-			if err := r.call(ctx, func() error { return r.h.Idle(ctx, r.c.shard) }); errors.Is(err, errReopened) {
+			if err := r.call(ctx, func() error { return r.h.Idle(r.hctx, r.c.shard) }); errors.Is(err, errReopened) {
 				continue
 			} else if err != nil {
 				return err
@@ -919,7 +990,7 @@ func (r *shardReader) run(ctx context.Context) error {
 
 // end closes the handler's shard as ended and checkpoints ShardEnd.
 func (r *shardReader) end(ctx context.Context) error {
-	if err := r.call(ctx, func() error { return r.h.Close(ctx, r.c.shard, true) }); errors.Is(err, errReopened) {
+	if err := r.call(ctx, func() error { return r.h.Close(r.hctx, r.c.shard, true) }); errors.Is(err, errReopened) {
 		return r.run(ctx) // from where Open said: the end again, or before it
 	} else if err != nil {
 		return err
@@ -1068,7 +1139,7 @@ func (r *shardReader) deliver(ctx context.Context) error {
 		}
 		// The same Batch value is handed again after an error, so that a
 		// corrupt record is reported once.
-		if err := r.call(ctx, func() error { return r.h.Handle(ctx, &b) }); err != nil {
+		if err := r.call(ctx, func() error { return r.h.Handle(r.hctx, &b) }); err != nil {
 			return err
 		}
 		s.batches.Add(1)

@@ -924,3 +924,130 @@ func TestSourceStealWaits(t *testing.T) {
 		}
 	}
 }
+
+// holdHandler holds the first batch of the first shard handed to it until
+// released (whatever its context, as a sink that finishes its writes
+// does), and notes whether that context was done when it was released,
+// or when it was done (with release nil).
+type holdHandler struct {
+	mu      sync.Mutex
+	shard   string        // the held shard, once handed
+	holding chan struct{} // closed once the batch is held
+	release chan struct{} // nil: the batch is held until its context is done
+	ctxErr  error         // the held batch's context's error at its end
+	ended   time.Time     // when the held call returned
+}
+
+func (h *holdHandler) Open(_ context.Context, _ string, from stream.Position) (stream.Position, error) {
+	return from, nil
+}
+
+func (h *holdHandler) Handle(ctx context.Context, b *stream.Batch) error {
+	h.mu.Lock()
+	first := h.shard == ""
+	if first {
+		h.shard = b.Partition
+	}
+	h.mu.Unlock()
+	if !first {
+		return nil
+	}
+	close(h.holding)
+	if h.release != nil {
+		<-h.release
+	} else {
+		<-ctx.Done()
+	}
+	h.mu.Lock()
+	h.ctxErr, h.ended = ctx.Err(), time.Now()
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *holdHandler) Idle(context.Context, string) error        { return nil }
+func (h *holdHandler) Close(context.Context, string, bool) error { return nil }
+func (h *holdHandler) held() (string, error, time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.shard, h.ctxErr, h.ended
+}
+
+// TestSourceLostLeaseGrace takes a shard from a worker whose handler is in
+// the middle of a batch of it. The worker goes on renewing its other lease
+// while that call runs, and the call keeps its context for 5/3 of a lease
+// duration (as long as the thief waits for what it delivers), then it is
+// done. The thief here renews nothing, and the worker takes the shard
+// back once the call has ended. Before, the lost lease's consumer was
+// stopped and waited for at the renewal: its handler's context was done
+// at once, and a call that did not end with it held every other renewal
+// up.
+func TestSourceLostLeaseGrace(t *testing.T) {
+	for _, finish := range []bool{true, false} {
+		t.Run(fmt.Sprintf("finish=%v", finish), func(t *testing.T) {
+			kc := client(t, endpoint(t))
+			dc := dynamoClient(t, awstest.Endpoint(t, awstest.DynamoDBEnv))
+			name, table := newStream(t, kc, 2), newLeaseTable(t, dc)
+			newWriter(t, kc, name).write(t, 200)
+			o := sourceOptions(name, table, "a")
+			o.LeaseDuration = 3 * time.Second
+			a := newSource(t, kc, dc, o)
+			h := &holdHandler{holding: make(chan struct{})}
+			release := func() {}
+			if finish {
+				h.release = make(chan struct{})
+				release = sync.OnceFunc(func() { close(h.release) })
+			}
+			stop := run(t, a, h)
+			defer stop()
+			defer release() // before stop, should the test fail first
+			<-h.holding
+			held, _, _ := h.held()
+			waitFor(t, "a to hold both shards", func() bool { return len(a.Held()) == 2 })
+			// Another worker takes the held shard's lease.
+			ls := a.leases
+			counter := func(shard string) (owner string, n int64) {
+				all, err := ls.list(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, le := range all {
+					if le.shard == shard {
+						return le.owner, le.counter
+					}
+				}
+				t.Fatalf("no lease of %s", shard)
+				return "", 0
+			}
+			_, n := counter(held)
+			if err := ls.take(context.Background(), held, "b", n); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "a to find the lease lost", func() bool { return a.Stats().Lost == 1 })
+			lostAt := time.Now()
+			if got := a.Held(); len(got) != 1 || got[0] == held {
+				t.Fatalf("a holds %v after losing %s, want its other shard only", got, held)
+			}
+			other := a.Held()[0]
+			_, before := counter(other)
+			// Two renewals of the other lease (every second) while the call
+			// on the lost shard runs.
+			time.Sleep(2200 * time.Millisecond)
+			owner, after := counter(other)
+			if owner != "a" || after < before+2 {
+				t.Errorf("a's other lease: owner %q, counter %d then %d 2.2 s later, want a's, renewed twice: renewals waited for the lost shard's call", owner, before, after)
+			}
+			release()
+			waitFor(t, "the held call to end", func() bool { _, _, end := h.held(); return !end.IsZero() })
+			_, err, end := h.held()
+			switch {
+			case finish && err != nil:
+				t.Errorf("the held call's context was done (%v) %v after the lease was lost, within the lease duration", err, end.Sub(lostAt))
+			case !finish && (end.Sub(lostAt) < 4500*time.Millisecond || end.Sub(lostAt) > 7*time.Second):
+				t.Errorf("the held call's context was done %v after the lease was lost, want 5/3 of a lease duration (5 s)", end.Sub(lostAt))
+			}
+			// b renews nothing: a takes the lease back once it expires, and
+			// reads the shard again once the call left behind has ended.
+			waitFor(t, "a to hold both shards again", func() bool { return len(a.Held()) == 2 })
+		})
+	}
+}
