@@ -260,9 +260,7 @@ func (s *Source) Worker() string { return s.opts.Worker }
 
 // Stats returns the counters.
 func (s *Source) Stats() SourceStats {
-	s.mu.Lock()
-	held := len(s.held)
-	s.mu.Unlock()
+	held := len(s.Held())
 	return SourceStats{
 		Records: s.records.Load(), Events: s.events.Load(), Batches: s.batches.Load(), Corrupt: s.corrupt.Load(),
 		Checkpoints: s.checkpoints.Load(), Taken: s.taken.Load(), Lost: s.lost.Load(), Throttled: s.throttled.Load(),

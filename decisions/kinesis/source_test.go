@@ -1024,8 +1024,8 @@ func TestSourceLostLeaseGrace(t *testing.T) {
 			}
 			waitFor(t, "a to find the lease lost", func() bool { return a.Stats().Lost == 1 })
 			lostAt := time.Now()
-			if got := a.Held(); len(got) != 1 || got[0] == held {
-				t.Fatalf("a holds %v after losing %s, want its other shard only", got, held)
+			if got, st := a.Held(), a.Stats(); len(got) != 1 || got[0] == held || st.Held != 1 {
+				t.Fatalf("a holds %v (stats: %d) after losing %s, want its other shard only", got, st.Held, held)
 			}
 			other := a.Held()[0]
 			_, before := counter(other)
