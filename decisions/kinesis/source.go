@@ -260,7 +260,7 @@ func (s *Source) Worker() string { return s.opts.Worker }
 
 // Stats returns the counters.
 func (s *Source) Stats() SourceStats {
-	held := len(s.Held())
+	held := len(s.consumers(false))
 	return SourceStats{
 		Records: s.records.Load(), Events: s.events.Load(), Batches: s.batches.Load(), Corrupt: s.corrupt.Load(),
 		Checkpoints: s.checkpoints.Load(), Taken: s.taken.Load(), Lost: s.lost.Load(), Throttled: s.throttled.Load(),
@@ -277,13 +277,10 @@ func (s *Source) Problems() []error {
 
 // Held returns the shards the worker holds, sorted.
 func (s *Source) Held() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.held))
-	for sh, c := range s.held {
-		if !c.leaving {
-			out = append(out, sh)
-		}
+	held := s.consumers(false)
+	out := make([]string, 0, len(held))
+	for _, c := range held {
+		out = append(out, c.shard)
 	}
 	slices.Sort(out)
 	return out
@@ -303,16 +300,12 @@ type ShardLag struct {
 // Lags returns the lag of each shard held, by shard id. It is safe for
 // concurrent use.
 func (s *Source) Lags() []ShardLag {
-	s.mu.Lock()
-	out := make([]ShardLag, 0, len(s.held))
-	for sh, c := range s.held {
-		if c.leaving {
-			continue
-		}
+	held := s.consumers(false)
+	out := make([]ShardLag, 0, len(held))
+	for _, c := range held {
 		ms := c.behind.Load()
-		out = append(out, ShardLag{Shard: sh, Behind: time.Duration(max(ms, 0)) * time.Millisecond, Read: ms >= 0})
+		out = append(out, ShardLag{Shard: c.shard, Behind: time.Duration(max(ms, 0)) * time.Millisecond, Read: ms >= 0})
 	}
-	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b ShardLag) int { return compareShardIDs(a.Shard, b.Shard) })
 	return out
 }
