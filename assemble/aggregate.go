@@ -27,6 +27,7 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 	type snapshot struct {
 		run                        aggregator.RunStats
 		written, dropped, buffered uint64
+		unconfirmed                uint64 // of dropped
 	}
 	take := func() snapshot {
 		s := snapshot{run: stats()}
@@ -42,6 +43,7 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 				s.written += r.Sink.Written
 				s.dropped += r.Sink.Dropped
 				s.buffered += r.Sink.Buffered
+				s.unconfirmed += r.Sink.Unconfirmed
 			}
 		}
 		return s
@@ -75,6 +77,7 @@ func AggregatorMetrics(stats func() aggregator.RunStats, w *emf.Writer, now func
 		}},
 		{"ratewarden.aggregator.emf.written", "EMF documents the sink delivered.", "{document}", false, func(s snapshot) int64 { return int64(s.written) }},
 		{"ratewarden.aggregator.emf.dropped", "EMF documents refused as invalid, refused by the sink, or given up by it later (retries exhausted, a flush out of time).", "{document}", false, func(s snapshot) int64 { return int64(s.dropped) }},
+		{"ratewarden.aggregator.emf.unconfirmed", "Of the EMF documents dropped, those sent whole to the CloudWatch agent and not acknowledged when the sink gave up on them: they may have arrived.", "{document}", false, func(s snapshot) int64 { return int64(s.unconfirmed) }},
 		{"ratewarden.aggregator.emf.buffered", "EMF documents the sink holds, not yet delivered.", "{document}", true, func(s snapshot) int64 { return int64(s.buffered) }},
 	}
 	return metricsHandler("github.com/ratewarden/ratewarden/aggregator", func(meter metric.Meter) error {

@@ -88,9 +88,10 @@ func TestAggregatorMetricsEMFLater(t *testing.T) {
 	}
 	values := scrapeAggregator(t, h)
 	for name, want := range map[string]string{
-		"ratewarden_aggregator_emf_written_total": "0",
-		"ratewarden_aggregator_emf_dropped_total": fmt.Sprint(accepted + 1),
-		"ratewarden_aggregator_emf_buffered":      "0",
+		"ratewarden_aggregator_emf_written_total":     "0",
+		"ratewarden_aggregator_emf_dropped_total":     fmt.Sprint(accepted + 1),
+		"ratewarden_aggregator_emf_buffered":          "0",
+		"ratewarden_aggregator_emf_unconfirmed_total": "0", // nothing was sent
 	} {
 		if values[name] != want {
 			t.Errorf("%s = %q, want %s", name, values[name], want)

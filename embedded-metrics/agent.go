@@ -162,9 +162,14 @@ func agentAddress(s string) (network, addr string, err error) {
 // Documents the buffer cannot hold are Dropped. So are, when a Flush or a
 // Close runs out of time (FlushTimeout, or its context's end for Close),
 // every document the sink holds: the writer abandons its connection
-// (reset, so that nothing counted dropped arrives later) and goes on with
-// the documents written after, and the call returns ErrSinkBehind. An
-// AgentSink is safe for concurrent use.
+// (reset, so that what it had not sent is never sent) and goes on with
+// the documents written after, and the call returns ErrSinkBehind. Of
+// those, the documents sent whole and not yet acknowledged may still
+// reach the agent: its kernel may hold them with its acknowledgement
+// delayed, up to a receive buffer (6 or 7 documents of 2.5 KB in
+// TestAgentTCPAbandonedUnconfirmed, with 16 KiB). Over TCP on Linux they
+// are counted Unconfirmed besides Dropped (SIOCOUTQNSD tells the bytes
+// sent from those queued). An AgentSink is safe for concurrent use.
 type AgentSink struct {
 	// sender's gen is the writer's context: when it ends, the writer
 	// drops what it holds, and either goes on in a new one (a Flush ran
@@ -175,6 +180,7 @@ type AgentSink struct {
 
 	// Guarded by mu.
 	queue   [][]byte // not yet written on the current connection, oldest first
+	unsure  int      // documents at the queue's head sent whole on an abandoned connection
 	retries uint64
 	errs    uint64
 }
@@ -289,17 +295,19 @@ func (s *AgentSink) requeue(docs [][]byte, retry bool) {
 	s.mu.Unlock()
 }
 
-// dropAll counts everything queued as dropped: Close ran out of time.
+// dropAll counts everything queued as dropped: a Flush or Close ran out
+// of time. Those sent whole on the connection abandoned are also counted
+// unconfirmed.
 func (s *AgentSink) dropAll() {
 	s.mu.Lock()
-	q := s.queue
-	s.queue = nil
+	q, unsure := s.queue, s.unsure
+	s.queue, s.unsure = nil, 0
 	s.mu.Unlock()
 	size := 0
 	for _, d := range q {
 		size += s.held(d)
 	}
-	s.done(len(q), size, false)
+	s.settleUnsure(0, len(q), unsure, size)
 }
 
 // held is the size a queued document counts against BufferBytes.
@@ -393,6 +401,25 @@ type agentTCPConn struct {
 	noQueue  bool  // the send queue cannot be read: count on write
 }
 
+// sentWhole returns how many of the documents in flight left this host
+// whole: every byte of them was sent (SIOCOUTQNSD), though not
+// acknowledged. Those the connection's reset cuts off may still arrive:
+// the peer's kernel may hold them, its acknowledgement delayed or on its
+// way. Called just before the reset; what the kernel sends in between is
+// not seen.
+func (t *agentTCPConn) sentWhole() int {
+	unsent, err := agentUnsent(t.c)
+	if err != nil {
+		return 0
+	}
+	wire := t.sent - int64(unsent)
+	n := 0
+	for n < len(t.inflight) && t.inflight[n].end <= wire {
+		n++
+	}
+	return n
+}
+
 // ack counts as written the documents the peer's kernel acknowledged.
 func (t *agentTCPConn) ack() {
 	unacked, err := agentUnacked(t.c)
@@ -441,7 +468,9 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 	broken := func() {
 		retry := s.gen.Err() == nil
 		t.ack()
+		unsure := 0
 		if !retry {
+			unsure = t.sentWhole()
 			c.SetLinger(0)
 		}
 		c.Close()
@@ -451,6 +480,11 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 			docs[i] = t.inflight[i].doc
 		}
 		s.requeue(docs, retry)
+		if unsure > 0 {
+			s.mu.Lock()
+			s.unsure += unsure // dropped next, by halted
+			s.mu.Unlock()
+		}
 	}
 
 	var (

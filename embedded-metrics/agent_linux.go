@@ -13,7 +13,14 @@ import (
 // agentUnacked returns the bytes in c's send queue that the peer has not
 // acknowledged (SIOCOUTQ: write_seq - snd_una). After a reset the count is
 // frozen at what was unacknowledged when the reset came.
-func agentUnacked(c *net.TCPConn) (int, error) {
+func agentUnacked(c *net.TCPConn) (int, error) { return agentQueued(c, unix.SIOCOUTQ) }
+
+// agentUnsent returns the bytes in c's send queue not yet sent
+// (SIOCOUTQNSD: write_seq - snd_nxt).
+func agentUnsent(c *net.TCPConn) (int, error) { return agentQueued(c, unix.SIOCOUTQNSD) }
+
+// agentQueued reads a count of c's send queue with the ioctl req.
+func agentQueued(c *net.TCPConn, req uint) (int, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -22,7 +29,7 @@ func agentUnacked(c *net.TCPConn) (int, error) {
 		n    int
 		ierr error
 	)
-	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), req) }); err != nil {
 		return 0, err
 	}
 	return n, ierr

@@ -28,6 +28,7 @@ type sender struct {
 	finished uint64 // of those, written or dropped
 	written  uint64
 	dropped  uint64 // documents given up on, refused ones included
+	unsure   uint64 // of dropped, those sent whole and not acknowledged (SinkStats.Unconfirmed)
 	closing  bool
 	progress chan struct{} // closed and replaced whenever finished grows
 
@@ -58,13 +59,18 @@ func (p *sender) wakeUp() {
 
 // settle counts written and dropped documents, of size bytes in all, as
 // finished, and wakes those waiting for progress.
-func (p *sender) settle(written, dropped, size int) {
+func (p *sender) settle(written, dropped, size int) { p.settleUnsure(written, dropped, 0, size) }
+
+// settleUnsure is settle with unsure of the dropped documents counted as
+// SinkStats.Unconfirmed.
+func (p *sender) settleUnsure(written, dropped, unsure, size int) {
 	if written+dropped == 0 {
 		return
 	}
 	p.mu.Lock()
 	p.written += uint64(written)
 	p.dropped += uint64(dropped)
+	p.unsure += uint64(unsure)
 	p.finished += uint64(written + dropped)
 	p.bytes -= size
 	close(p.progress)
@@ -191,5 +197,5 @@ func (p *sender) close(ctx context.Context) error {
 func (p *sender) stats() SinkStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return SinkStats{Sink: p.name, Written: p.written, Dropped: p.dropped, Buffered: p.accepted - p.finished}
+	return SinkStats{Sink: p.name, Written: p.written, Dropped: p.dropped, Buffered: p.accepted - p.finished, Unconfirmed: p.unsure}
 }

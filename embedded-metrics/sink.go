@@ -47,6 +47,12 @@ type SinkStats struct {
 	Written  uint64 // documents delivered
 	Dropped  uint64 // documents given up on: buffer full, retries exhausted, refused, closed
 	Buffered uint64 // documents accepted and not yet delivered
-	Retries  uint64 // delivery attempts repeated after an error
-	Errors   uint64 // failures seen, as described above
+	// Unconfirmed counts, of Dropped, the documents the sink had sent
+	// whole when it gave up on them, and whose arrival it could not
+	// confirm: they may have been delivered. Only AgentSink over TCP on
+	// Linux tells them apart (see AgentSink); elsewhere they are in
+	// Dropped alone.
+	Unconfirmed uint64
+	Retries     uint64 // delivery attempts repeated after an error
+	Errors      uint64 // failures seen, as described above
 }

@@ -263,8 +263,12 @@ func closeSinks(ctx context.Context, opened *assemble.AggregatorSinks, stderr io
 	}
 	for _, r := range opened.EMF.Stats().Sinks {
 		if st := r.Sink; st.Dropped+st.Buffered > 0 {
-			fmt.Fprintf(stderr, "aggregate: emf %s: written %d, not delivered %d, errors %d, retries %d\n",
-				st.Sink, st.Written, st.Dropped+st.Buffered, st.Errors, st.Retries)
+			maybe := ""
+			if st.Unconfirmed > 0 {
+				maybe = fmt.Sprintf(" (%d of them sent, not acknowledged: they may have arrived)", st.Unconfirmed)
+			}
+			fmt.Fprintf(stderr, "aggregate: emf %s: written %d, not delivered %d%s, errors %d, retries %d\n",
+				st.Sink, st.Written, st.Dropped+st.Buffered, maybe, st.Errors, st.Retries)
 		}
 		if r.CutTail > 0 {
 			fmt.Fprintf(stderr, "aggregate: emf %s: cut an unfinished last document of %d bytes off the file (a write a kill cut short; its output was delivered again)\n", r.Sink.Sink, r.CutTail)
