@@ -92,6 +92,7 @@ type partitions struct {
 	rollup RollupStats
 
 	skipped, outputs, redeliver, awaited, leftovers, opened, ended atomic.Uint64
+	heartbeats                                                     atomic.Uint64
 	// moved counts the partitions opened at their state's position rather
 	// than the source's.
 	moved atomic.Uint64
@@ -412,6 +413,8 @@ func (h *partitions) save(ctx context.Context, pt *partition, outs []Output) err
 // delivered counts the outputs the partition delivered and reports
 // progress.
 func (h *partitions) delivered(pt *partition) {
+	h.heartbeats.Add(pt.p.heartbeats)
+	pt.p.heartbeats = 0
 	n := pt.p.delivered
 	if n == 0 {
 		return

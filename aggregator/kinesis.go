@@ -49,7 +49,10 @@ type KinesisStats struct {
 	Redeliver uint64 // outputs of a previous holder delivered again
 	Awaited   uint64 // outputs of a live previous holder it was waited for to deliver (RunStats.Awaited)
 	Leftovers uint64 // temporary files of writes cut short, removed (RunStats.Leftovers)
-	Opened    uint64 // shards opened: taken and their state loaded
+	// Heartbeats counts the states written again while a delivery went
+	// on, so that the shard's next holder, if it was taken, waited for it.
+	Heartbeats uint64
+	Opened     uint64 // shards opened: taken and their state loaded
 	// Moved counts the shards opened whose state was ahead of the lease's
 	// checkpoint (a batch handled, its checkpoint not written): read from
 	// the state's position.
@@ -151,7 +154,7 @@ func (k *Kinesis) Run(ctx context.Context) (KinesisStats, error) {
 func (k *Kinesis) Stats() KinesisStats {
 	rs := k.h.figures()
 	st := KinesisStats{Rollup: rs.Rollup, Skipped: k.h.skipped.Load(), Outputs: rs.Outputs,
-		Redeliver: rs.Redeliver, Awaited: rs.Awaited, Leftovers: rs.Leftovers, Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}
+		Redeliver: rs.Redeliver, Awaited: rs.Awaited, Leftovers: rs.Leftovers, Heartbeats: k.h.heartbeats.Load(), Opened: k.h.opened.Load(), Moved: k.h.moved.Load(), Ended: k.h.ended.Load(), Source: k.src.Stats()}
 	lags := k.src.Lags()
 	if len(lags) == 0 {
 		return st

@@ -858,8 +858,18 @@ func TestRunKinesisStealDuringDelivery(t *testing.T) {
 	// file sinks do), or gives up on one whose context is done (as
 	// the EMF sinks waiting for room do): the lease lost must not cut
 	// the delivery short, or the thief delivers it all again.
-	for _, honours := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ctx=%v", honours), func(t *testing.T) {
+	for _, c := range []struct {
+		honours bool
+		delay   time.Duration
+	}{{false, 250 * time.Millisecond}, {true, 250 * time.Millisecond}, {true, 700 * time.Millisecond}} {
+		honours := c.honours
+		name := fmt.Sprintf("ctx=%v", honours)
+		if c.delay > 250*time.Millisecond {
+			// About 9 s of delivery, past the thief's 2 s and 3 s: it
+			// waits on while the first writes its state again.
+			name += "/long"
+		}
+		t.Run(name, func(t *testing.T) {
 			s := newStandIns(t)
 			stream, table := s.stream(t, 2)
 			ds := testEvents(20_000)
@@ -873,7 +883,7 @@ func TestRunKinesisStealDuringDelivery(t *testing.T) {
 				o.Source.LeaseDuration = 3 * time.Second
 				return o
 			}
-			a, b := &keySink{delay: 250 * time.Millisecond, writing: make(chan struct{}), ctx: honours}, &keySink{}
+			a, b := &keySink{delay: c.delay, writing: make(chan struct{}), ctx: honours}, &keySink{}
 			ra := start(opts("a", a))
 			defer ra.cancel()
 			<-a.writing
@@ -898,7 +908,10 @@ func TestRunKinesisStealDuringDelivery(t *testing.T) {
 				t.Fatalf("%d outputs delivered by both; the thief waited for %d (again %d): want none by both, some waited for (a: %+v, b: %+v)",
 					both, sb.Awaited, sb.Redeliver, sa.Source, sb.Source)
 			}
-			t.Logf("a delivered %d outputs, b %d; b waited for %d", len(a.keys()), len(b.keys()), sb.Awaited)
+			if long := c.delay > 250*time.Millisecond; long && sa.Heartbeats == 0 {
+				t.Errorf("the first wrote its state again %d times in a delivery of %v, want some", sa.Heartbeats, time.Duration(len(a.keys()))*c.delay)
+			}
+			t.Logf("a delivered %d outputs, b %d; b waited for %d; a's heartbeats %d", len(a.keys()), len(b.keys()), sb.Awaited, sa.Heartbeats)
 		})
 	}
 }

@@ -282,7 +282,10 @@ type partitionRun struct {
 	// previous reader, still live, delivered while resume waited for it
 	// (see awaitPending).
 	awaited uint64
-	resumed bool // a state was found
+	// heartbeats counts the state written again while a long delivery
+	// went on (see deliver).
+	heartbeats uint64
+	resumed    bool // a state was found
 }
 
 // resume restores the rollup and cursor from the partition's state and
@@ -338,8 +341,10 @@ var (
 const awaitPollEvery = 100 * time.Millisecond
 
 // awaitPending loads the partition's state again, each time it moved
-// (stateWatcher), until it holds no pending outputs, or d has passed, and
-// returns the last loaded. st, loaded, holds some: a reader that is still
+// (stateWatcher), until it holds no pending outputs, or d has passed
+// since the wait began or since the reader last wrote the same state
+// again (its heartbeat while it delivers, see deliver), and returns the
+// last loaded. st, loaded, holds some: a reader that is still
 // live saved it, and is delivering them (partitionRun.save), then saves
 // the state without them. Delivering them here as well would make each output twice, in two
 // processes' sinks (an EMF file each), which no sink can tell apart. A
@@ -375,8 +380,14 @@ func (p *partitionRun) awaitPending(ctx context.Context, st State, d time.Durati
 		if !ok {
 			return next, false, nil // removed meanwhile: nothing to deliver
 		}
-		if !bytes.Equal(next.Snapshot, st.Snapshot) || !bytes.Equal(next.Cursor, st.Cursor) || len(next.Pending) == 0 {
+		switch {
+		case !bytes.Equal(next.Snapshot, st.Snapshot) || !bytes.Equal(next.Cursor, st.Cursor) || len(next.Pending) == 0:
 			p.awaited += uint64(len(st.Pending))
+		default:
+			// The same state written again: the reader's heartbeat
+			// through a long delivery (see deliver). The wait starts
+			// again.
+			timeout.Reset(d)
 		}
 		if st = next; len(st.Pending) == 0 {
 			return st, true, nil
@@ -466,7 +477,35 @@ func (p *partitionRun) save(ctx context.Context, outs []Output) error {
 // deliver hands st's pending outputs to every sink, again when they were
 // pending in the state the run resumed from (see againWriter), flushes the
 // sinks and writes the state without them.
+//
+// A source that lets a call end what it started once the partition is
+// lost asks for progress reports (stream.WithProgress): while it
+// delivers, deliver then writes st again about every so often and
+// reports it (heartbeat). The partition's next reader, which waits for
+// these outputs rather than deliver them too (awaitPending), waits as long
+// as the state is written again, and the source keeps the call's context
+// as long. Before, a delivery longer than a fixed wait (a slow CloudWatch
+// agent, a backlog's hundreds of windows) was made by both readers.
 func (p *partitionRun) deliver(ctx context.Context, st State, again bool) error {
+	stop := func() error { return nil }
+	if every, report := stream.ProgressOf(ctx); every > 0 && len(st.Pending) > 0 {
+		if _, ok := p.store.(noState); !ok {
+			stop = p.heartbeat(ctx, st, every, report)
+		}
+	}
+	err := p.deliverPending(ctx, st, again)
+	if herr := stop(); err == nil {
+		err = herr
+	}
+	if err != nil {
+		return err
+	}
+	return p.store.Save(ctx, p.name, State{Snapshot: st.Snapshot, Cursor: st.Cursor})
+}
+
+// deliverPending writes st's pending outputs to every sink and flushes
+// them (see deliver).
+func (p *partitionRun) deliverPending(ctx context.Context, st State, again bool) error {
 	for _, o := range st.Pending {
 		for _, s := range p.sinks {
 			write := s.Write
@@ -484,5 +523,38 @@ func (p *partitionRun) deliver(ctx context.Context, st State, again bool) error 
 		}
 	}
 	p.delivered += uint64(len(st.Pending))
-	return p.store.Save(ctx, p.name, State{Snapshot: st.Snapshot, Cursor: st.Cursor})
+	return nil
+}
+
+// heartbeat writes st, as it is, every every until the returned stop is
+// called, and reports each write: the partition's next reader, waiting
+// for st's pending outputs, sees that this reader is still delivering
+// them (awaitPending). stop waits for a write under way, never cut short
+// (the store would not know whether it was written), and returns the
+// first write's error, which ends the heartbeat: ErrStateMoved once that
+// reader stopped waiting and wrote the state itself.
+func (p *partitionRun) heartbeat(ctx context.Context, st State, every time.Duration, report func()) (stop func() error) {
+	quit, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			case <-t.C:
+			}
+			if err := p.store.Save(ctx, p.name, st); err != nil {
+				done <- err
+				return
+			}
+			p.heartbeats++
+			report()
+		}
+	}()
+	return func() error {
+		close(quit)
+		return <-done
+	}
 }

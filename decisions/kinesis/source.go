@@ -235,7 +235,8 @@ type consumer struct {
 // meanwhile; the thief then opens the shard where the victim left it.
 // A batch of a backlog, which closes many windows, can take the victim
 // longer to deliver: the thief's Open is told (stream.TakenOver) that the
-// victim may go on for up to one more lease duration.
+// victim may go on for up to one more lease duration, and one more after
+// each progress the victim reports (stream.WithProgress, graceLeases).
 const stealWait = 2.0 / 3
 
 // NewSource returns a Source reading opts.Stream through api, with leases
@@ -331,8 +332,9 @@ func (s *Source) Lags() []ShardLag {
 // holding the shard: delivery is at least once, and a batch that always
 // fails holds up its shard. A consumer that stops, its lease lost or ctx
 // done, makes no call again, but the call in progress keeps its context
-// for up to 5/3 of a lease duration more (see graceLeases); Run's
-// shutdown waits for it.
+// for up to 5/3 of a lease duration more, and as long after each
+// progress the call reports (stream.WithProgress, asked for every third
+// of a lease duration; see graceLeases); Run's shutdown waits for it.
 func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	if h == nil {
 		return errors.New("run kinesis source: nil handler")
@@ -709,7 +711,7 @@ func (s *Source) start(ctx context.Context, h stream.Handler, byShard map[string
 		from := stream.Position{Seq: le.seq, Sub: le.sub}
 		go func() {
 			defer close(c.done)
-			hctx, hcancel := handlerGrace(cctx, time.Duration(float64(s.opts.LeaseDuration)*graceLeases))
+			hctx, hcancel := handlerGrace(cctx, time.Duration(float64(s.opts.LeaseDuration)*graceLeases), s.opts.LeaseDuration/3)
 			defer hcancel()
 			s.consume(cctx, hctx, c, from, h)
 		}()
@@ -728,24 +730,44 @@ func parentsDone(le *lease, byShard map[string]*lease) bool {
 }
 
 // graceLeases is how long, in lease durations, a handler call in progress
-// keeps its context once its consumer stopped (handlerGrace): until the
-// worker that stole the lease, which reads stealWait after its steal and
-// then waits up to a lease duration for what the call delivers
-// (stream.TakenOver), stops waiting. The steal came before this worker
-// saw it, so the call never gives up while the thief still waits for it.
+// keeps its context once its consumer stopped (handlerGrace), and after
+// each progress the call reports: until the worker that stole the lease,
+// which reads stealWait after its steal and then waits up to a lease
+// duration for what the call delivers, and a lease duration after each
+// progress it sees (stream.TakenOver), stops waiting. The steal came
+// before this worker saw it, and a progress is reported once it is
+// saved, before the thief can see it: the call never gives up while the
+// thief still waits for it.
 const graceLeases = stealWait + 1
 
 // handlerGrace returns the context of a consumer's handler calls: ctx's
-// values, done d after ctx is (or when the returned cancel is called). A
-// call in progress when the consumer stops, on a lease lost or at
-// shutdown, ends what it started (the aggregator delivers the outputs its
-// batch closed) unless that takes longer than d; the consumer reads and
-// retries nothing more meanwhile. At shutdown the lease is released only
-// after the call: the next holder takes it free, and waits for nothing.
-func handlerGrace(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// values, done d after ctx is (or when the returned cancel is called), or
+// d after the call's last progress report (stream.WithProgress, asked for
+// every every), whichever is later. A call in progress when the consumer
+// stops, on a lease lost or at shutdown, ends what it started (the
+// aggregator delivers the outputs its batch closed) as long as it
+// reports progress at least every d; the consumer reads and retries
+// nothing more meanwhile. At shutdown the lease is released only after
+// the call: the next holder takes it free, and waits for nothing.
+func handlerGrace(ctx context.Context, d, every time.Duration) (context.Context, context.CancelFunc) {
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(d, cancel) })
-	return hctx, func() {
+	var (
+		mu    sync.Mutex
+		timer *time.Timer // set once ctx is done
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(d, cancel)
+		mu.Unlock()
+	})
+	report := func() {
+		mu.Lock()
+		if timer != nil && hctx.Err() == nil {
+			timer.Reset(d)
+		}
+		mu.Unlock()
+	}
+	return stream.WithProgress(hctx, every, report), func() {
 		stop()
 		cancel()
 	}

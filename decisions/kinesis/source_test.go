@@ -1051,3 +1051,42 @@ func TestSourceLostLeaseGrace(t *testing.T) {
 		})
 	}
 }
+
+// TestHandlerGraceProgress: a handler call's context outlives its
+// consumer's by the grace, and by the grace after each progress the call
+// reports (stream.WithProgress): a call that reports every tenth of it
+// keeps its context for as long as it does, and loses it a grace after
+// its last report; before its consumer stops, reports change nothing.
+func TestHandlerGraceProgress(t *testing.T) {
+	const grace = time.Second
+	for _, reports := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		hctx, hcancel := handlerGrace(ctx, grace, grace/10)
+		every, report := stream.ProgressOf(hctx)
+		if every != grace/10 || report == nil {
+			t.Fatalf("progress asked every %v (report %v), want %v", every, report != nil, grace/10)
+		}
+		report() // the consumer has not stopped: nothing to extend
+		cancel()
+		stopped := time.Now()
+		if reports {
+			for time.Since(stopped) < 3*grace {
+				report()
+				if hctx.Err() != nil {
+					t.Fatalf("the call's context ended %v after its consumer's, reported every %v (grace %v)", time.Since(stopped), every, grace)
+				}
+				time.Sleep(every)
+			}
+		}
+		lastReport := time.Now()
+		select {
+		case <-hctx.Done():
+			if took := time.Since(lastReport); took < grace-grace/10 {
+				t.Errorf("reports %v: the call's context ended %v after the last report, want the grace, %v", reports, took, grace)
+			}
+		case <-time.After(10 * grace):
+			t.Fatalf("reports %v: the call's context still open %v after the last report", reports, 10*grace)
+		}
+		hcancel()
+	}
+}
