@@ -852,7 +852,11 @@ func (l *lookHook) moved(ctx context.Context, partition string) (bool, error) {
 // once. Before, the thief delivered the outputs pending at once, and both
 // processes' sinks held them; and with a sink that gave up on a cancelled
 // call, the first's delivery stopped when it saw its lease lost, and the
-// thief delivered it all again (3 outputs, 1,409 events by both).
+// thief delivered it all again (3 outputs, 1,409 events by both). In
+// /long, the first's sink takes 700 ms a write: its delivery (about 9 s)
+// outlasts the thief's wait (2 s, then 3 s) and the first's grace (5 s);
+// the first's heartbeats (its state written again) keep both going.
+// Before them, 13 outputs were delivered by both.
 func TestRunKinesisStealDuringDelivery(t *testing.T) {
 	// The first's sink ends its writes whatever their context (as the
 	// file sinks do), or gives up on one whose context is done (as

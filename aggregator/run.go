@@ -479,18 +479,18 @@ func (p *partitionRun) save(ctx context.Context, outs []Output) error {
 // sinks and writes the state without them.
 //
 // A source that lets a call end what it started once the partition is
-// lost asks for progress reports (stream.WithProgress): while it
-// delivers, deliver then writes st again about every so often and
-// reports it (heartbeat). The partition's next reader, which waits for
+// lost asks for progress reports (stream.Progress): once it has stopped
+// reading the partition, deliver writes st again about every so often
+// while it delivers, and reports it (heartbeat). The partition's next reader, which waits for
 // these outputs rather than deliver them too (awaitPending), waits as long
 // as the state is written again, and the source keeps the call's context
 // as long. Before, a delivery longer than a fixed wait (a slow CloudWatch
 // agent, a backlog's hundreds of windows) was made by both readers.
 func (p *partitionRun) deliver(ctx context.Context, st State, again bool) error {
 	stop := func() error { return nil }
-	if every, report := stream.ProgressOf(ctx); every > 0 && len(st.Pending) > 0 {
+	if pr, ok := stream.ProgressOf(ctx); ok && len(st.Pending) > 0 {
 		if _, ok := p.store.(noState); !ok {
-			stop = p.heartbeat(ctx, st, every, report)
+			stop = p.heartbeat(ctx, st, pr)
 		}
 	}
 	err := p.deliverPending(ctx, st, again)
@@ -526,17 +526,18 @@ func (p *partitionRun) deliverPending(ctx context.Context, st State, again bool)
 	return nil
 }
 
-// heartbeat writes st, as it is, every every until the returned stop is
-// called, and reports each write: the partition's next reader, waiting
-// for st's pending outputs, sees that this reader is still delivering
-// them (awaitPending). stop waits for a write under way, never cut short
+// heartbeat writes st, as it is, every pr.Every once the source stopped
+// reading the partition (before, nobody waits for it), until the
+// returned stop is called, and reports each write: the partition's next
+// reader, waiting for st's pending outputs, sees that this reader is
+// still delivering them (awaitPending). stop waits for a write under way, never cut short
 // (the store would not know whether it was written), and returns the
 // first write's error, which ends the heartbeat: ErrStateMoved once that
 // reader stopped waiting and wrote the state itself.
-func (p *partitionRun) heartbeat(ctx context.Context, st State, every time.Duration, report func()) (stop func() error) {
+func (p *partitionRun) heartbeat(ctx context.Context, st State, pr stream.Progress) (stop func() error) {
 	quit, done := make(chan struct{}), make(chan error, 1)
 	go func() {
-		t := time.NewTicker(every)
+		t := time.NewTicker(pr.Every)
 		defer t.Stop()
 		for {
 			select {
@@ -545,12 +546,15 @@ func (p *partitionRun) heartbeat(ctx context.Context, st State, every time.Durat
 				return
 			case <-t.C:
 			}
+			if !pr.Stopped() {
+				continue
+			}
 			if err := p.store.Save(ctx, p.name, st); err != nil {
 				done <- err
 				return
 			}
 			p.heartbeats++
-			report()
+			pr.Report()
 		}
 	}()
 	return func() error {

@@ -236,7 +236,7 @@ type consumer struct {
 // A batch of a backlog, which closes many windows, can take the victim
 // longer to deliver: the thief's Open is told (stream.TakenOver) that the
 // victim may go on for up to one more lease duration, and one more after
-// each progress the victim reports (stream.WithProgress, graceLeases).
+// each progress the victim reports (stream.Progress, graceLeases).
 const stealWait = 2.0 / 3
 
 // NewSource returns a Source reading opts.Stream through api, with leases
@@ -333,7 +333,7 @@ func (s *Source) Lags() []ShardLag {
 // fails holds up its shard. A consumer that stops, its lease lost or ctx
 // done, makes no call again, but the call in progress keeps its context
 // for up to 5/3 of a lease duration more, and as long after each
-// progress the call reports (stream.WithProgress, asked for every third
+// progress the call reports (stream.Progress, asked for every third
 // of a lease duration; see graceLeases); Run's shutdown waits for it.
 func (s *Source) Run(ctx context.Context, h stream.Handler) error {
 	if h == nil {
@@ -742,8 +742,8 @@ const graceLeases = stealWait + 1
 
 // handlerGrace returns the context of a consumer's handler calls: ctx's
 // values, done d after ctx is (or when the returned cancel is called), or
-// d after the call's last progress report (stream.WithProgress, asked for
-// every every), whichever is later. A call in progress when the consumer
+// d after the call's last progress report (stream.Progress, asked for
+// every every once ctx is done), whichever is later. A call in progress when the consumer
 // stops, on a lease lost or at shutdown, ends what it started (the
 // aggregator delivers the outputs its batch closed) as long as it
 // reports progress at least every d; the consumer reads and retries
@@ -767,7 +767,8 @@ func handlerGrace(ctx context.Context, d, every time.Duration) (context.Context,
 		}
 		mu.Unlock()
 	}
-	return stream.WithProgress(hctx, every, report), func() {
+	stopped := func() bool { return ctx.Err() != nil }
+	return stream.WithProgress(hctx, stream.Progress{Every: every, Stopped: stopped, Report: report}), func() {
 		stop()
 		cancel()
 	}

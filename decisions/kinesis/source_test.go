@@ -1054,7 +1054,7 @@ func TestSourceLostLeaseGrace(t *testing.T) {
 
 // TestHandlerGraceProgress: a handler call's context outlives its
 // consumer's by the grace, and by the grace after each progress the call
-// reports (stream.WithProgress): a call that reports every tenth of it
+// reports (stream.Progress): a call that reports every tenth of it
 // keeps its context for as long as it does, and loses it a grace after
 // its last report; before its consumer stops, reports change nothing.
 func TestHandlerGraceProgress(t *testing.T) {
@@ -1062,12 +1062,19 @@ func TestHandlerGraceProgress(t *testing.T) {
 	for _, reports := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
 		hctx, hcancel := handlerGrace(ctx, grace, grace/10)
-		every, report := stream.ProgressOf(hctx)
-		if every != grace/10 || report == nil {
-			t.Fatalf("progress asked every %v (report %v), want %v", every, report != nil, grace/10)
+		pr, ok := stream.ProgressOf(hctx)
+		if !ok || pr.Every != grace/10 {
+			t.Fatalf("progress asked every %v (%v), want %v", pr.Every, ok, grace/10)
 		}
+		every, report := pr.Every, pr.Report
 		report() // the consumer has not stopped: nothing to extend
+		if pr.Stopped() {
+			t.Fatal("stopped before the consumer's context ended")
+		}
 		cancel()
+		if !pr.Stopped() {
+			t.Fatal("not stopped once the consumer's context ended")
+		}
 		stopped := time.Now()
 		if reports {
 			for time.Since(stopped) < 3*grace {

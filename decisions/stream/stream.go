@@ -149,7 +149,7 @@ var ErrReopen = errors.New("the partition's state moved: open it again")
 // TakenOver returns ctx for a Handler's Open of a partition taken over
 // from a reader that may still be handling a batch of it (a Kinesis lease
 // stolen from a live worker), and may go on doing so for up to d, and for
-// up to d after each progress it reports (WithProgress). A handler that
+// up to d after each progress it reports (Progress). A handler that
 // would deliver again what that reader left pending in its durable state
 // may wait for the reader to deliver it, as long as its state moves at
 // least every d, so that the outputs are not made by both.
@@ -166,31 +166,34 @@ func TakenOverFor(ctx context.Context) time.Duration {
 
 type takenOverKey struct{}
 
-// WithProgress returns ctx for a Handler's calls from a source that lets
-// a call in progress end what it started once the partition is lost (a
-// Kinesis lease taken by another worker), for a while: report extends
-// that while from the moment it is called. A handler that would need
-// longer (the aggregator delivering the many outputs a backlog's batch
-// closed) shows the partition's next reader that it is still at work
-// about every every, where that reader looks (the aggregator writes its
-// durable state again; TakenOver), and reports it.
-func WithProgress(ctx context.Context, every time.Duration, report func()) context.Context {
-	return context.WithValue(ctx, progressKey{}, progress{every, report})
+// Progress is what a source that lets a handler call in progress end
+// what it started once the partition is lost (a Kinesis lease taken by
+// another worker), for a while, tells the call (WithProgress). A call that
+// would need longer (the aggregator delivering the many outputs a
+// backlog's batch closed) shows the partition's next reader that it is
+// still at work, about every Every once Stopped says the source stopped
+// reading the partition, where that reader looks (the aggregator writes
+// its durable state again; TakenOver), and Reports it: the while is
+// extended from then.
+type Progress struct {
+	Every   time.Duration
+	Stopped func() bool
+	Report  func()
 }
 
-// ProgressOf returns what WithProgress set in ctx: how often to report
-// progress, and the report; 0 and nil when it did not.
-func ProgressOf(ctx context.Context) (every time.Duration, report func()) {
-	p, _ := ctx.Value(progressKey{}).(progress)
-	return p.every, p.report
+// WithProgress returns ctx for a Handler's calls with p.
+func WithProgress(ctx context.Context, p Progress) context.Context {
+	return context.WithValue(ctx, progressKey{}, p)
+}
+
+// ProgressOf returns the Progress WithProgress set in ctx, and whether it
+// did.
+func ProgressOf(ctx context.Context) (Progress, bool) {
+	p, ok := ctx.Value(progressKey{}).(Progress)
+	return p, ok && p.Every > 0 && p.Stopped != nil && p.Report != nil
 }
 
 type progressKey struct{}
-
-type progress struct {
-	every  time.Duration
-	report func()
-}
 
 // Rows decodes the batch's records with dec (Events are handed over as
 // they are) and calls f with their rows, one record batch at a time, in
