@@ -701,7 +701,12 @@ func TestKinesisShardLag(t *testing.T) {
 // it moved). An old holder that never delivers (crashed, or slower than
 // the wait) has its outputs delivered again once the wait is over, as
 // after a crash, its state, which did not move, loaded once. Before, the
-// new holder delivered them at once, in both cases.
+// new holder delivered them at once, in both cases. An old holder that
+// has lost the shard shows its progress (stream.Progress: its state
+// written again, its heartbeat): a delivery four times the wait is waited
+// for; one that hangs is waited for as long as its heartbeats go on,
+// and no longer than stream.MaxProgressWaits times the wait when they
+// never end.
 func TestOpenTakenOverWaits(t *testing.T) {
 	s := newStandIns(t)
 	table, dir := newStateTable(t, s), t.TempDir()
@@ -722,11 +727,24 @@ func testOpenTakenOverWaits(t *testing.T, newStore func(place string) StateStore
 	for _, c := range []struct {
 		name      string
 		delivers  bool          // the old holder delivers once the new one waits
+		after     time.Duration // that long after
+		beats     time.Duration // the old holder has lost the shard: it shows progress for that long (its source's bound)
 		wait      time.Duration // how long the new holder may wait
 		redeliver bool          // the new holder delivers the pending outputs
 	}{
-		{"delivered", true, time.Minute, false},
-		{"not delivered", false, 300 * time.Millisecond, true},
+		{"delivered", true, 0, 0, time.Minute, false},
+		{"not delivered", false, 0, 0, 300 * time.Millisecond, true},
+		// A delivery four times the wait, the old holder's heartbeats
+		// every sixth of it: waited for.
+		{"delivered past the wait", true, 1200 * time.Millisecond, time.Minute, 300 * time.Millisecond, false},
+		// A delivery that hangs: waited for as long as its heartbeats go
+		// on, then delivered again.
+		{"hangs", false, 0, 1500 * time.Millisecond, 300 * time.Millisecond, true},
+		// A delivery that hangs and heartbeats without bound (its source
+		// would stop it): waited for stream.MaxProgressWaits times the
+		// wait, then delivered again; the new holder's save then finds
+		// the state moved by a heartbeat, or not.
+		{"heartbeats forever", false, 0, time.Hour, 200 * time.Millisecond, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			store := newStore(c.name)
@@ -743,8 +761,13 @@ func testOpenTakenOverWaits(t *testing.T, newStore func(place string) StateStore
 			}
 			to := stream.Position{Seq: "1", Sub: int64(len(ds))}
 			handled := make(chan error, 1)
+			actx, began := ctx, time.Now()
+			if c.beats > 0 {
+				actx = stream.WithProgress(ctx, stream.Progress{Every: 50 * time.Millisecond,
+					Stopped: func() bool { return true }, Report: func() bool { return time.Since(began) < c.beats }})
+			}
 			go func() {
-				handled <- a.Handle(ctx, &stream.Batch{Partition: shard, From: stream.Position{Seq: "1"}, To: to, Events: ds})
+				handled <- a.Handle(actx, &stream.Batch{Partition: shard, From: stream.Position{Seq: "1"}, To: to, Events: ds})
 			}()
 			<-gate.writing // a's state is saved with the outputs pending
 			saved, _, err := newStore(c.name).Load(ctx, shard)
@@ -758,19 +781,34 @@ func testOpenTakenOverWaits(t *testing.T, newStore func(place string) StateStore
 			}()
 			loads := &lookHook{StateStore: newStore(c.name), at: 2, f: func() {
 				if c.delivers {
-					release.Do(func() { close(gate.release) })
+					time.AfterFunc(c.after, func() { release.Do(func() { close(gate.release) }) })
 				}
 			}}
+
 			sink := &countingSink{}
 			b, err := newPartitions(opts(loads, sink))
 			if err != nil {
 				t.Fatal(err)
 			}
-			at, err := b.Open(stream.TakenOver(ctx, c.wait), shard, stream.Position{})
+			octx, ocancel := context.WithTimeout(ctx, time.Minute) // a wait that never gives up fails
+			defer ocancel()
+			at, err := b.Open(stream.TakenOver(octx, c.wait), shard, stream.Position{})
+			if c.beats == time.Hour {
+				if took := time.Since(began); took < stream.MaxProgressWaits*c.wait || (err != nil && !errors.Is(err, ErrStateMoved)) {
+					t.Fatalf("opened after %v: %v; want the wait given up after %v", took, err, stream.MaxProgressWaits*c.wait)
+				}
+				if st := b.stats(); st.Redeliver != uint64(len(saved.Pending)) || st.Awaited != 0 {
+					t.Fatalf("delivered again %d outputs, awaited %d; want the %d pending delivered again", st.Redeliver, st.Awaited, len(saved.Pending))
+				}
+				return
+			}
 			if err != nil || at != to {
 				t.Fatalf("opened at %v, %v; want %v", at, err, to)
 			}
 			st := b.stats()
+			if took := time.Since(began); c.beats > 0 && c.redeliver && took < c.beats {
+				t.Fatalf("the new holder stopped waiting %v after the old one began delivering, while its heartbeats went on for %v", took, c.beats)
+			}
 			if c.redeliver {
 				if st.Redeliver != uint64(len(saved.Pending)) || st.Awaited != 0 || sink.events.Load() == 0 {
 					t.Fatalf("delivered again %d outputs (%d events), awaited %d; want the %d pending delivered again",
@@ -778,7 +816,7 @@ func testOpenTakenOverWaits(t *testing.T, newStore func(place string) StateStore
 				}
 				// Looked at through its metadata, the state that did not
 				// move was not read again.
-				if loads.looks < 2 || loads.loads != 1 {
+				if c.beats == 0 && (loads.looks < 2 || loads.loads != 1) {
 					t.Fatalf("looked at the state %d times, loaded it %d; want it looked at more than once, loaded once", loads.looks, loads.loads)
 				}
 				return

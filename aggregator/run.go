@@ -343,8 +343,8 @@ const awaitPollEvery = 100 * time.Millisecond
 // awaitPending loads the partition's state again, each time it moved
 // (stateWatcher), until it holds no pending outputs, or d has passed
 // since the wait began or since the reader last wrote the same state
-// again (its heartbeat while it delivers, see deliver), and returns the
-// last loaded. st, loaded, holds some: a reader that is still
+// again (its heartbeat while it delivers, see deliver; up to
+// stream.MaxProgressWaits times d in all), and returns the last loaded. st, loaded, holds some: a reader that is still
 // live saved it, and is delivering them (partitionRun.save), then saves
 // the state without them. Delivering them here as well would make each output twice, in two
 // processes' sinks (an EMF file each), which no sink can tell apart. A
@@ -352,6 +352,7 @@ const awaitPollEvery = 100 * time.Millisecond
 // batch: waiting goes on. Past d, what is pending is delivered again, as
 // after a crash.
 func (p *partitionRun) awaitPending(ctx context.Context, st State, d time.Duration) (State, bool, error) {
+	began := time.Now()
 	timeout := time.NewTimer(d)
 	defer timeout.Stop()
 	tick := time.NewTicker(min(awaitPollEvery, d))
@@ -383,7 +384,7 @@ func (p *partitionRun) awaitPending(ctx context.Context, st State, d time.Durati
 		switch {
 		case !bytes.Equal(next.Snapshot, st.Snapshot) || !bytes.Equal(next.Cursor, st.Cursor) || len(next.Pending) == 0:
 			p.awaited += uint64(len(st.Pending))
-		default:
+		case time.Since(began) < stream.MaxProgressWaits*d:
 			// The same state written again: the reader's heartbeat
 			// through a long delivery (see deliver). The wait starts
 			// again.
@@ -554,7 +555,10 @@ func (p *partitionRun) heartbeat(ctx context.Context, st State, pr stream.Progre
 				return
 			}
 			p.heartbeats++
-			pr.Report()
+			if !pr.Report() {
+				done <- nil // past the source's bound: the next reader stops waiting
+				return
+			}
 		}
 	}()
 	return func() error {

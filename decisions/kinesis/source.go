@@ -711,7 +711,7 @@ func (s *Source) start(ctx context.Context, h stream.Handler, byShard map[string
 		from := stream.Position{Seq: le.seq, Sub: le.sub}
 		go func() {
 			defer close(c.done)
-			hctx, hcancel := handlerGrace(cctx, time.Duration(float64(s.opts.LeaseDuration)*graceLeases), s.opts.LeaseDuration/3)
+			hctx, hcancel := handlerGrace(cctx, s.opts.LeaseDuration)
 			defer hcancel()
 			s.consume(cctx, hctx, c, from, h)
 		}()
@@ -740,32 +740,47 @@ func parentsDone(le *lease, byShard map[string]*lease) bool {
 // thief still waits for it.
 const graceLeases = stealWait + 1
 
-// handlerGrace returns the context of a consumer's handler calls: ctx's
-// values, done d after ctx is (or when the returned cancel is called), or
-// d after the call's last progress report (stream.Progress, asked for
-// every every once ctx is done), whichever is later. A call in progress when the consumer
-// stops, on a lease lost or at shutdown, ends what it started (the
-// aggregator delivers the outputs its batch closed) as long as it
-// reports progress at least every d; the consumer reads and retries
+// handlerGrace returns the context of a consumer's handler calls, for
+// leases of lease: ctx's values, done graceLeases lease durations after
+// ctx is (or when the returned cancel is called), or as long after the
+// call's last progress report (stream.Progress, asked for every third of
+// a lease duration once ctx is done), whichever is later. Reports stop
+// extending it stream.MaxProgressWaits lease durations after ctx is done:
+// the call stops reporting (stream.Progress), and the worker that stole
+// the lease, which waits a lease duration after the last report it saw,
+// stops waiting before the grace ends. A call
+// in progress when the consumer stops, on a lease lost or at shutdown,
+// ends what it started (the aggregator delivers the outputs its batch
+// closed) as long as it reports progress; the consumer reads and retries
 // nothing more meanwhile. At shutdown the lease is released only after
 // the call: the next holder takes it free, and waits for nothing.
-func handlerGrace(ctx context.Context, d, every time.Duration) (context.Context, context.CancelFunc) {
+func handlerGrace(ctx context.Context, lease time.Duration) (context.Context, context.CancelFunc) {
+	d, every := time.Duration(float64(lease)*graceLeases), lease/3
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var (
 		mu    sync.Mutex
 		timer *time.Timer // set once ctx is done
+		until time.Time   // the last report that extends the grace
 	)
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		timer = time.AfterFunc(d, cancel)
+		until = time.Now().Add(stream.MaxProgressWaits * lease)
 		mu.Unlock()
 	})
-	report := func() {
+	report := func() bool {
 		mu.Lock()
-		if timer != nil && hctx.Err() == nil {
-			timer.Reset(d)
+		defer mu.Unlock()
+		switch {
+		case hctx.Err() != nil:
+			return false
+		case timer == nil: // ctx is not done, or its AfterFunc has yet to run
+			return true
+		case !time.Now().Before(until):
+			return false
 		}
-		mu.Unlock()
+		timer.Reset(d)
+		return true
 	}
 	stopped := func() bool { return ctx.Err() != nil }
 	return stream.WithProgress(hctx, stream.Progress{Every: every, Stopped: stopped, Report: report}), func() {

@@ -1054,20 +1054,25 @@ func TestSourceLostLeaseGrace(t *testing.T) {
 
 // TestHandlerGraceProgress: a handler call's context outlives its
 // consumer's by the grace, and by the grace after each progress the call
-// reports (stream.Progress): a call that reports every tenth of it
+// reports (stream.Progress): a call that reports every third of a lease
 // keeps its context for as long as it does, and loses it a grace after
-// its last report; before its consumer stops, reports change nothing.
+// its last report; before its consumer stops, reports change nothing; a
+// call that reports forever is told to stop reporting
+// stream.MaxProgressWaits lease durations after its consumer stopped,
+// and loses its context a grace after its last report that extended it.
 func TestHandlerGraceProgress(t *testing.T) {
-	const grace = time.Second
-	for _, reports := range []bool{false, true} {
+	const lease = 600 * time.Millisecond
+	const grace = lease * 5 / 3 // graceLeases
+	for _, reports := range []string{"none", "for a while", "forever"} {
 		ctx, cancel := context.WithCancel(context.Background())
-		hctx, hcancel := handlerGrace(ctx, grace, grace/10)
+		hctx, hcancel := handlerGrace(ctx, lease)
 		pr, ok := stream.ProgressOf(hctx)
-		if !ok || pr.Every != grace/10 {
-			t.Fatalf("progress asked every %v (%v), want %v", pr.Every, ok, grace/10)
+		if !ok || pr.Every != lease/3 {
+			t.Fatalf("progress asked every %v (%v), want %v", pr.Every, ok, lease/3)
 		}
-		every, report := pr.Every, pr.Report
-		report() // the consumer has not stopped: nothing to extend
+		if !pr.Report() { // the consumer has not stopped: nothing to extend
+			t.Fatal("a report before the consumer stopped says to stop reporting")
+		}
 		if pr.Stopped() {
 			t.Fatal("stopped before the consumer's context ended")
 		}
@@ -1076,23 +1081,42 @@ func TestHandlerGraceProgress(t *testing.T) {
 			t.Fatal("not stopped once the consumer's context ended")
 		}
 		stopped := time.Now()
-		if reports {
+		lastReport := stopped
+		switch reports {
+		case "for a while":
 			for time.Since(stopped) < 3*grace {
-				report()
+				pr.Report()
+				lastReport = time.Now()
 				if hctx.Err() != nil {
-					t.Fatalf("the call's context ended %v after its consumer's, reported every %v (grace %v)", time.Since(stopped), every, grace)
+					t.Fatalf("the call's context ended %v after its consumer's, reported every %v (grace %v)", time.Since(stopped), pr.Every, grace)
 				}
-				time.Sleep(every)
+				time.Sleep(pr.Every)
 			}
+		case "forever":
+			limit := stream.MaxProgressWaits*lease + grace
+			var refused time.Duration // when a report first said to stop
+			for hctx.Err() == nil && time.Since(stopped) < 10*limit {
+				if !pr.Report() && refused == 0 {
+					refused = time.Since(stopped)
+				}
+				time.Sleep(pr.Every)
+			}
+			took := time.Since(stopped)
+			if hctx.Err() == nil || took < stream.MaxProgressWaits*lease || refused < stream.MaxProgressWaits*lease || refused > took {
+				t.Fatalf("reported forever: the call's context ended %v (%v) after its consumer's, reports refused from %v; want both after %v, about %v",
+					took, hctx.Err(), refused, stream.MaxProgressWaits*lease, limit)
+			}
+			t.Logf("reported forever: reports refused %v, the context ended %v after its consumer's (limit %v)", refused, took, limit)
+			hcancel()
+			continue
 		}
-		lastReport := time.Now()
 		select {
 		case <-hctx.Done():
 			if took := time.Since(lastReport); took < grace-grace/10 {
-				t.Errorf("reports %v: the call's context ended %v after the last report, want the grace, %v", reports, took, grace)
+				t.Errorf("reports %s: the call's context ended %v after the last report, want the grace, %v", reports, took, grace)
 			}
 		case <-time.After(10 * grace):
-			t.Fatalf("reports %v: the call's context still open %v after the last report", reports, 10*grace)
+			t.Fatalf("reports %s: the call's context still open %v after the last report", reports, 10*grace)
 		}
 		hcancel()
 	}

@@ -149,10 +149,11 @@ var ErrReopen = errors.New("the partition's state moved: open it again")
 // TakenOver returns ctx for a Handler's Open of a partition taken over
 // from a reader that may still be handling a batch of it (a Kinesis lease
 // stolen from a live worker), and may go on doing so for up to d, and for
-// up to d after each progress it reports (Progress). A handler that
-// would deliver again what that reader left pending in its durable state
-// may wait for the reader to deliver it, as long as its state moves at
-// least every d, so that the outputs are not made by both.
+// up to d after each progress it reports (Progress), up to
+// MaxProgressWaits times d in all. A handler that would deliver again
+// what that reader left pending in its durable state may wait for the
+// reader to deliver it, as long as that reader shows progress at least
+// every d, so that the outputs are not made by both.
 func TakenOver(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, takenOverKey{}, d)
 }
@@ -174,11 +175,13 @@ type takenOverKey struct{}
 // still at work, about every Every once Stopped says the source stopped
 // reading the partition, where that reader looks (the aggregator writes
 // its durable state again; TakenOver), and Reports it: the while is
-// extended from then.
+// extended from then. Report returns false once it no longer extends it
+// (MaxProgressWaits): the call then stops showing progress, so that the
+// next reader stops waiting before the call's while ends.
 type Progress struct {
 	Every   time.Duration
 	Stopped func() bool
-	Report  func()
+	Report  func() bool
 }
 
 // WithProgress returns ctx for a Handler's calls with p.
@@ -194,6 +197,12 @@ func ProgressOf(ctx context.Context) (Progress, bool) {
 }
 
 type progressKey struct{}
+
+// MaxProgressWaits bounds, in TakenOver's d, how long a reader's progress
+// reports keep it going once it lost its partition (Progress.Report), and
+// the next reader waiting for it: a call that hangs, however it reports,
+// holds up the partition for about that long at most.
+const MaxProgressWaits = 10
 
 // Rows decodes the batch's records with dec (Events are handed over as
 // they are) and calls f with their rows, one record batch at a time, in
