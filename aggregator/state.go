@@ -132,7 +132,7 @@ func (s *StateDir) Save(ctx context.Context, partition string, st State) error {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
-	release, err := dirlock.Wait(filepath.Join(s.Dir, saveLock))
+	release, err := dirlock.Wait(ctx, filepath.Join(s.Dir, saveLock))
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}

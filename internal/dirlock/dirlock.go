@@ -7,11 +7,13 @@ package dirlock
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 )
 
 // File is the name of the lock file Acquire creates in a directory. It
@@ -112,17 +114,32 @@ func (l *Lock) Close() error {
 }
 
 // Wait takes the flock of the file at path (made if missing), waiting for
-// another holder, process or goroutine, to release it, and returns the
-// function that releases it: for a short section that two processes
-// sharing a directory must not run at once. The file stays.
-func Wait(path string) (release func(), err error) {
+// another holder, process or goroutine, to release it, or for ctx to end,
+// and returns the function that releases it: for a short section that two
+// processes sharing a directory must not run at once. The file stays. A
+// holder that stops (SIGSTOP, a debugger) holds up a waiter only as long
+// as its ctx allows.
+func Wait(ctx context.Context, path string) (release func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := lockWait(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		err := lock(f)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, errWouldBlock) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			f.Close()
+			return nil, fmt.Errorf("lock %s: held by another holder: %w", path, ctx.Err())
+		case <-t.C:
+		}
 	}
-	return func() { f.Close() }, nil
 }

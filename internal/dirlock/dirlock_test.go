@@ -2,6 +2,7 @@ package dirlock
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -155,4 +156,49 @@ func TestAcquireKilledHolder(t *testing.T) {
 		t.Fatalf("Acquire after the holder was killed: %v", err)
 	}
 	l.Close()
+}
+
+// TestWait: a second Wait on a lock held waits until it is released, and
+// gives up, with ctx's error, when its ctx ends first (a holder stopped
+// with SIGSTOP holds nobody up past their deadline). Before, Wait
+// ignored any deadline.
+func TestWait(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
+		t.Skip("no flock: nothing is held here")
+	}
+	path := filepath.Join(t.TempDir(), ".save.lock")
+	release, err := Wait(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if r, err := Wait(ctx, path); !errors.Is(err, context.DeadlineExceeded) {
+		if r != nil {
+			r()
+		}
+		t.Fatalf("Wait on a lock held, until a deadline = %v, want context.DeadlineExceeded", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		r, err := Wait(context.Background(), path)
+		if r != nil {
+			r()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("Wait took a lock held: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Wait after the release: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still waits 10 s after the release")
+	}
 }

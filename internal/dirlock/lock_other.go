@@ -13,6 +13,3 @@ var errWouldBlock = errors.New("locked")
 // lock does nothing: without flock a directory is not kept to one
 // process on these systems, and the caller must ensure there is one.
 func lock(*os.File) error { return nil }
-
-// lockWait does nothing, as lock.
-func lockWait(*os.File) error { return nil }

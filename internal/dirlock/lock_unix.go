@@ -16,14 +16,3 @@ var errWouldBlock = syscall.EWOULDBLOCK
 func lock(f *os.File) error {
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 }
-
-// lockWait takes an exclusive flock on f, waiting for another holder to
-// release it.
-func lockWait(f *os.File) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			return err
-		}
-	}
-}
