@@ -294,7 +294,7 @@ func aggregateKinesis(ctx context.Context, stderr io.Writer, o aggregator.Kinesi
 		defer mu.Unlock()
 		fmt.Fprintf(stderr, "aggregate: kinesis %s: events %d (skipped again %d, %s), corrupt %d, outputs %d (again %d, by the previous holder %d), shards held %d, ended %d, leases taken %d, batches %d, checkpoints %d, reopened %d%s\n",
 			o.Source.Stream, s.Rollup.Events, s.Skipped, heldBack(s.Rollup), s.Source.Corrupt, s.Outputs, s.Redeliver, s.Awaited, s.Source.Held, s.Ended, s.Source.Taken,
-			s.Source.Batches, s.Source.Checkpoints, s.Source.Reopened, leftovers(s.Leftovers)+emfRejected(opened.EMFRejected()))
+			s.Source.Batches, s.Source.Checkpoints, s.Source.Reopened, heartbeats(s.Heartbeats)+leftovers(s.Leftovers)+emfRejected(opened.EMFRejected()))
 	}
 	o.Progress = report
 	k, err := aggregator.NewKinesis(o)
@@ -457,6 +457,16 @@ func printRun(w io.Writer, cmd string, s aggregator.RunStats, rejected aggregato
 // leftovers says, at the end of a summary line, how many temporary files
 // that writes cut short by a crash had left the run removed as it started
 // (aggregator.RunStats.Leftovers), or nothing when none.
+// heartbeats says, at the end of a Kinesis progress line, how many times
+// a delivery went on in a shard another process took (the state written
+// again so that it waits: KinesisStats.Heartbeats), or nothing.
+func heartbeats(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", heartbeats to a shard's new holder %d", n)
+}
+
 func leftovers(n uint64) string {
 	if n == 0 {
 		return ""
