@@ -894,22 +894,33 @@ func (l *lookHook) moved(ctx context.Context, partition string) (bool, error) {
 // /long, the first's sink takes 700 ms a write: its delivery (about 9 s)
 // outlasts the thief's wait (2 s, then 3 s) and the first's grace (5 s);
 // the first's heartbeats (its state written again) keep both going.
-// Before them, 13 outputs were delivered by both.
+// Before them, 13 outputs were delivered by both. In /long/shutdown the
+// first is also stopped mid-delivery: the lease of its other shard,
+// renewed no more, expires, and the second takes it and waits for the
+// heartbeats of that delivery too (with heartbeats for lost leases
+// alone, 9 outputs by both).
 func TestRunKinesisStealDuringDelivery(t *testing.T) {
 	// The first's sink ends its writes whatever their context (as the
 	// file sinks do), or gives up on one whose context is done (as
 	// the EMF sinks waiting for room do): the lease lost must not cut
 	// the delivery short, or the thief delivers it all again.
 	for _, c := range []struct {
-		honours bool
-		delay   time.Duration
-	}{{false, 250 * time.Millisecond}, {true, 250 * time.Millisecond}, {true, 700 * time.Millisecond}} {
+		honours  bool
+		delay    time.Duration
+		shutdown bool // the first is stopped (SIGINT) 1.5 s after the second starts
+	}{{false, 250 * time.Millisecond, false}, {true, 250 * time.Millisecond, false}, {true, 700 * time.Millisecond, false}, {true, 700 * time.Millisecond, true}} {
 		honours := c.honours
 		name := fmt.Sprintf("ctx=%v", honours)
 		if c.delay > 250*time.Millisecond {
 			// About 9 s of delivery, past the thief's 2 s and 3 s: it
 			// waits on while the first writes its state again.
 			name += "/long"
+		}
+		if c.shutdown {
+			// The first's shard not stolen: its lease, no longer renewed,
+			// expires during the delivery, and the second takes it and
+			// waits as for the stolen one.
+			name += "/shutdown"
 		}
 		t.Run(name, func(t *testing.T) {
 			s := newStandIns(t)
@@ -931,6 +942,10 @@ func TestRunKinesisStealDuringDelivery(t *testing.T) {
 			<-a.writing
 			rb := start(opts("b", b))
 			defer rb.cancel()
+			if c.shutdown {
+				time.Sleep(1500 * time.Millisecond)
+				ra.cancel()
+			}
 			want := uint64(len(ds))
 			deadline := time.Now().Add(90 * time.Second)
 			for a.events()+b.events() < want && time.Now().Before(deadline) {

@@ -711,7 +711,7 @@ func (s *Source) start(ctx context.Context, h stream.Handler, byShard map[string
 		from := stream.Position{Seq: le.seq, Sub: le.sub}
 		go func() {
 			defer close(c.done)
-			hctx, hcancel := handlerGrace(cctx, s.opts.LeaseDuration, c.lost.Load)
+			hctx, hcancel := handlerGrace(cctx, s.opts.LeaseDuration)
 			defer hcancel()
 			s.consume(cctx, hctx, c, from, h)
 		}()
@@ -742,19 +742,21 @@ const graceLeases = stealWait + 1
 
 // handlerGrace returns the context of a consumer's handler calls, for
 // leases of lease: ctx's values, done graceLeases lease durations after
-// ctx is (or when the returned cancel is called). Once the lease is lost
-// (lost; ctx is then done), the call is asked for progress
-// (stream.Progress, every third of a lease duration), and each report
-// extends that to graceLeases lease durations from then, for up to
-// stream.MaxProgressWaits lease durations: the call then stops reporting,
-// and the worker that stole the lease, which waits a lease duration after
-// the last report it saw, stops waiting before the grace ends. A call in
-// progress when the consumer stops, on a lease lost or at shutdown, ends
-// what it started (the aggregator delivers the outputs its batch closed);
-// the consumer reads and retries nothing more meanwhile. At shutdown the
-// lease is released only after the call: the next holder takes it free,
-// and waits for nothing, so nothing extends the grace.
-func handlerGrace(ctx context.Context, lease time.Duration, lost func() bool) (context.Context, context.CancelFunc) {
+// ctx is (or when the returned cancel is called), or as long after the
+// call's last progress report (stream.Progress, asked for every third of
+// a lease duration once ctx is done), whichever is later. Reports stop
+// extending it stream.MaxProgressWaits lease durations after ctx is done:
+// the call stops reporting (stream.Progress), and the worker that stole
+// the lease, which waits a lease duration after the last report it saw,
+// stops waiting before the grace ends. A call
+// in progress when the consumer stops, on a lease lost or at shutdown,
+// ends what it started (the aggregator delivers the outputs its batch
+// closed) as long as it reports progress; the consumer reads and retries
+// nothing more meanwhile. At shutdown the lease is released only after
+// the call, and no longer renewed: a call longer than a lease duration
+// lets another worker take the lease as expired, and that one waits for
+// it as for a stolen lease's.
+func handlerGrace(ctx context.Context, lease time.Duration) (context.Context, context.CancelFunc) {
 	d, every := time.Duration(float64(lease)*graceLeases), lease/3
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var (
@@ -774,7 +776,7 @@ func handlerGrace(ctx context.Context, lease time.Duration, lost func() bool) (c
 		switch {
 		case hctx.Err() != nil:
 			return false
-		case timer == nil || !lost(): // ctx is not done (or its AfterFunc has yet to run), or the lease is not lost
+		case timer == nil: // ctx is not done, or its AfterFunc has yet to run
 			return true
 		case !time.Now().Before(until):
 			return false
@@ -782,7 +784,7 @@ func handlerGrace(ctx context.Context, lease time.Duration, lost func() bool) (c
 		timer.Reset(d)
 		return true
 	}
-	stopped := func() bool { return ctx.Err() != nil && lost() }
+	stopped := func() bool { return ctx.Err() != nil }
 	return stream.WithProgress(hctx, stream.Progress{Every: every, Stopped: stopped, Report: report}), func() {
 		stop()
 		cancel()
