@@ -180,7 +180,6 @@ type AgentSink struct {
 
 	// Guarded by mu.
 	queue   [][]byte // not yet written on the current connection, oldest first
-	unsure  int      // documents at the queue's head sent whole on an abandoned connection
 	retries uint64
 	errs    uint64
 }
@@ -296,18 +295,17 @@ func (s *AgentSink) requeue(docs [][]byte, retry bool) {
 }
 
 // dropAll counts everything queued as dropped: a Flush or Close ran out
-// of time. Those sent whole on the connection abandoned are also counted
-// unconfirmed.
+// of time.
 func (s *AgentSink) dropAll() {
 	s.mu.Lock()
-	q, unsure := s.queue, s.unsure
-	s.queue, s.unsure = nil, 0
+	q := s.queue
+	s.queue = nil
 	s.mu.Unlock()
 	size := 0
 	for _, d := range q {
 		size += s.held(d)
 	}
-	s.settleUnsure(0, len(q), unsure, size)
+	s.done(len(q), size, false)
 }
 
 // held is the size a queued document counts against BufferBytes.
@@ -462,9 +460,10 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 	}()
 	unblock := context.AfterFunc(s.gen, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer unblock()
-	// broken puts back what was not acknowledged and closes c; when the
-	// writer's context has ended, with a reset, so that what is dropped
-	// next is not delivered after all.
+	// broken closes c and puts back what was not acknowledged, to be
+	// sent again; when the writer's context has ended, it drops it
+	// instead, and resets c so that what was not sent never is (those
+	// sent whole are counted unconfirmed: they may still arrive).
 	broken := func() {
 		retry := s.gen.Err() == nil
 		t.ack()
@@ -475,16 +474,19 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 		}
 		c.Close()
 		<-gone
+		if !retry {
+			size := 0
+			for _, f := range t.inflight {
+				size += len(f.doc)
+			}
+			s.settleUnsure(0, len(t.inflight), unsure, size)
+			return
+		}
 		docs := make([][]byte, len(t.inflight))
 		for i := range t.inflight {
 			docs[i] = t.inflight[i].doc
 		}
-		s.requeue(docs, retry)
-		if unsure > 0 {
-			s.mu.Lock()
-			s.unsure += unsure // dropped next, by halted
-			s.mu.Unlock()
-		}
+		s.requeue(docs, true)
 	}
 
 	var (

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/ratewarden/ratewarden/internal/backoff"
 )
 
 // File is the name of the lock file Acquire creates in a directory. It
@@ -124,7 +126,7 @@ func Wait(ctx context.Context, path string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+	for tries := 1; ; tries++ {
 		err := lock(f)
 		if err == nil {
 			return func() { f.Close() }, nil
@@ -133,13 +135,9 @@ func Wait(ctx context.Context, path string) (release func(), err error) {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if err := backoff.Sleep(ctx, backoff.Bound(time.Millisecond, 50*time.Millisecond, tries)); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("lock %s: held by another holder: %w", path, ctx.Err())
-		case <-t.C:
+			return nil, fmt.Errorf("lock %s: held by another holder: %w", path, err)
 		}
 	}
 }
