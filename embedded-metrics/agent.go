@@ -168,8 +168,9 @@ func agentAddress(s string) (network, addr string, err error) {
 // reach the agent: its kernel may hold them with its acknowledgement
 // delayed, up to a receive buffer (6 or 7 documents of 2.5 KB in
 // TestAgentTCPAbandonedUnconfirmed, with 16 KiB). Over TCP on Linux they
-// are counted Unconfirmed besides Dropped (SIOCOUTQNSD tells the bytes
-// sent from those queued). An AgentSink is safe for concurrent use.
+// are counted Unconfirmed besides Dropped (SIOCOUTQNSD, read in the same
+// call on the socket as the reset is made, tells the bytes sent from those
+// queued). An AgentSink is safe for concurrent use.
 type AgentSink struct {
 	// sender's gen is the writer's context: when it ends, the writer
 	// drops what it holds, and either goes on in a new one (a Flush ran
@@ -399,14 +400,15 @@ type agentTCPConn struct {
 	noQueue  bool  // the send queue cannot be read: count on write
 }
 
-// sentWhole returns how many of the documents in flight left this host
-// whole: every byte of them was sent (SIOCOUTQNSD), though not
-// acknowledged. Those the connection's reset cuts off may still arrive:
-// the peer's kernel may hold them, its acknowledgement delayed or on its
-// way. Called just before the reset; what the kernel sends in between is
-// not seen.
-func (t *agentTCPConn) sentWhole() int {
-	unsent, err := agentUnsent(t.c)
+// abort resets the connection and returns how many of the documents in
+// flight had left this host whole by then: every byte of them was sent,
+// though not acknowledged. The reset cuts them off, but they may still
+// arrive: the peer's kernel may hold them, its acknowledgement delayed or
+// on its way. The count is read in the same call on the socket as the
+// reset is made (agentAbort); where it cannot be, none are counted, and
+// the caller's close resets the connection.
+func (t *agentTCPConn) abort() int {
+	unsent, err := agentAbort(t.c)
 	if err != nil {
 		return 0
 	}
@@ -469,8 +471,8 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 		t.ack()
 		unsure := 0
 		if !retry {
-			unsure = t.sentWhole()
-			c.SetLinger(0)
+			c.SetLinger(0) // so that the close resets c if abort cannot
+			unsure = t.abort()
 		}
 		c.Close()
 		<-gone

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,9 +16,31 @@ import (
 // frozen at what was unacknowledged when the reset came.
 func agentUnacked(c *net.TCPConn) (int, error) { return agentQueued(c, unix.SIOCOUTQ) }
 
-// agentUnsent returns the bytes in c's send queue not yet sent
-// (SIOCOUTQNSD: write_seq - snd_nxt).
-func agentUnsent(c *net.TCPConn) (int, error) { return agentQueued(c, unix.SIOCOUTQNSD) }
+// agentAbort resets c and returns the bytes its send queue held not yet
+// sent (SIOCOUTQNSD: write_seq - snd_nxt) when it did: it reads the count
+// and disconnects the socket (connect to AF_UNSPEC, which sends the reset
+// and purges the queue) in one call on the socket, so that the kernel
+// cannot send more in between, as it could while a Close waits for the
+// goroutine reading c to let go of it. The caller still closes c. If the
+// disconnect fails, c is left as it was and the error returned.
+func agentAbort(c *net.TCPConn) (unsent int, err error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var qerr, derr error
+	cerr := rc.Control(func(fd uintptr) {
+		unsent, qerr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQNSD)
+		sa := unix.RawSockaddr{Family: unix.AF_UNSPEC}
+		if _, _, e := unix.Syscall(unix.SYS_CONNECT, fd, uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa)); e != 0 {
+			derr = e
+		}
+	})
+	if err := errors.Join(cerr, derr); err != nil {
+		return 0, err
+	}
+	return unsent, qerr
+}
 
 // agentQueued reads a count of c's send queue with the ioctl req.
 func agentQueued(c *net.TCPConn, req uint) (int, error) {

@@ -8,8 +8,9 @@ import "net"
 // written once the kernel takes them.
 func agentUnacked(*net.TCPConn) (int, error) { return 0, errAgentNoQueue }
 
-// agentUnsent cannot read the send queue here.
-func agentUnsent(*net.TCPConn) (int, error) { return 0, errAgentNoQueue }
+// agentAbort cannot read the send queue here, and leaves the reset to
+// the caller's close.
+func agentAbort(*net.TCPConn) (int, error) { return 0, errAgentNoQueue }
 
 // agentReset cannot read the TCP state here.
 func agentReset(*net.TCPConn) bool { return false }

@@ -609,7 +609,11 @@ func TestAgentUnreachable(t *testing.T) {
 // counted Written or Unconfirmed, and the agent got every one counted
 // Written; it got them whole and in order. Before, they were counted
 // Dropped alone: 6 or 7 documents of 2.5 KB arrived that the sink said
-// were not delivered.
+// were not delivered. The count is read in the same call on the socket as
+// the reset is made: read before the close, which waits for the reading
+// goroutine, the kernel could send a window more in between, and the agent
+// got more than counted (one round in a hundred or two under load; every
+// round with 20 ms between the two).
 func TestAgentTCPAbandonedUnconfirmed(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the send queue is read on Linux only")
