@@ -97,7 +97,10 @@ func (o *LogsOptions) Validate() error {
 // and the batch in flight, whose call is cut; the sink goes on with the
 // documents written after, and the call returns ErrSinkBehind. A document
 // of a cut call may still have reached CloudWatch, as the request may have
-// arrived before the cut. A call whose response is lost is retried, so a
+// arrived before the cut: when the request was sent whole, the document is
+// counted Unconfirmed besides Dropped, as is one of a call whose attempts
+// all failed after one was sent whole and went unanswered (throttler.do).
+// A call whose response is lost is retried, so a
 // document may be stored twice (at least once within the retry bound). The
 // SDK's own retryer is turned off so that Retries and Errors count every
 // attempt.
@@ -187,8 +190,8 @@ func logsTimestamp(d *jdoc, doc string) (int64, bool) {
 
 // deliver puts docs in as few calls as the limits allow. It runs on the
 // sender goroutine only.
-func (s *LogsSink) deliver(ctx context.Context, docs []string) []bool {
-	dropped := make([]bool, len(docs))
+func (s *LogsSink) deliver(ctx context.Context, docs []string) []docFate {
+	fates := make([]docFate, len(docs))
 	now := s.opts.Throttle.Now().UnixMilli()
 	events := make([]logsEvent, len(docs))
 	for i, doc := range docs {
@@ -209,15 +212,15 @@ func (s *LogsSink) deliver(ctx context.Context, docs []string) []bool {
 			size += sz
 			n++
 		}
-		s.put(ctx, docs, events[:n], dropped)
+		s.put(ctx, docs, events[:n], fates)
 		events = events[n:]
 	}
-	return dropped
+	return fates
 }
 
 // put makes one PutLogEvents call for batch, creating the group and stream
 // if they are missing and Create is set, and marks what it gave up on.
-func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, dropped []bool) {
+func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, fates []docFate) {
 	in := &cloudwatchlogs.PutLogEventsInput{
 		LogGroupName:  aws.String(s.opts.LogGroup),
 		LogStreamName: aws.String(s.opts.LogStream),
@@ -232,17 +235,19 @@ func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, dr
 		out, err = s.api.PutLogEvents(ctx, in, logsCallOptions)
 		return err
 	}
-	err := s.thr.do(ctx, call)
+	unanswered, err := s.thr.do(ctx, call)
 	var nf *types.ResourceNotFoundException
 	if err != nil && s.opts.Create && !s.created && errors.As(err, &nf) {
 		if err = s.create(ctx); err == nil {
 			s.counters.retries.Add(1)
-			err = s.thr.do(ctx, call)
+			var again bool
+			again, err = s.thr.do(ctx, call)
+			unanswered = unanswered || again
 		}
 	}
 	if err != nil {
 		for _, e := range batch {
-			dropped[e.doc] = true
+			give(fates, e.doc, callFate(unanswered, err))
 		}
 		return
 	}
@@ -259,7 +264,7 @@ func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, dr
 		}
 		for i, e := range batch {
 			if int32(i) <= tooOld || int32(i) >= tooNew {
-				dropped[e.doc] = true
+				give(fates, e.doc, docDropped)
 				s.counters.errors.Add(1) // a refused document, as one that does not fit an event
 			}
 		}
@@ -269,7 +274,7 @@ func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, dr
 // create makes the log group and stream, taking "already exists" as done.
 func (s *LogsSink) create(ctx context.Context) error {
 	var exists *types.ResourceAlreadyExistsException
-	err := s.thr.do(ctx, func(ctx context.Context) error {
+	_, err := s.thr.do(ctx, func(ctx context.Context) error {
 		_, err := s.api.CreateLogGroup(ctx, &cloudwatchlogs.CreateLogGroupInput{LogGroupName: aws.String(s.opts.LogGroup)}, logsPlainOptions)
 		if errors.As(err, &exists) {
 			return nil
@@ -279,7 +284,7 @@ func (s *LogsSink) create(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create log group: %w", err)
 	}
-	err = s.thr.do(ctx, func(ctx context.Context) error {
+	_, err = s.thr.do(ctx, func(ctx context.Context) error {
 		_, err := s.api.CreateLogStream(ctx, &cloudwatchlogs.CreateLogStreamInput{
 			LogGroupName: aws.String(s.opts.LogGroup), LogStreamName: aws.String(s.opts.LogStream)}, logsPlainOptions)
 		if errors.As(err, &exists) {

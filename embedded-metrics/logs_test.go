@@ -37,6 +37,10 @@ type logsServer struct {
 	// reject, if set, returns the rejectedLogEventsInfo of an accepted
 	// call of the documents ids, in order ("" for none).
 	reject func(ids []string) string
+	// lose, if set, reports whether the answer to accepted call n is
+	// lost: the call is recorded, then hangs unanswered until its client
+	// gives up on it.
+	lose func(n int) bool
 
 	mu       sync.Mutex
 	calls    int // PutLogEvents requests
@@ -152,6 +156,12 @@ func (s *logsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if n > 0 {
 		span := time.Duration(in.LogEvents[n-1].Timestamp-in.LogEvents[0].Timestamp) * time.Millisecond
 		s.batches = append(s.batches, logsBatch{events: n, bytes: size, span: span})
+	}
+	if s.lose != nil && s.lose(s.calls) {
+		s.mu.Unlock()
+		<-r.Context().Done()
+		s.mu.Lock()
+		return
 	}
 	if s.reject != nil {
 		if info := s.reject(ids); info != "" {

@@ -85,7 +85,8 @@ func (o *MetricDataOptions) Validate() error {
 // documents and the batch in flight, whose call is cut; the sink goes on
 // with the documents written after, and the call returns ErrSinkBehind.
 // The values of a cut call may still have reached CloudWatch, as the
-// request may have arrived before the cut. A call whose response is lost
+// request may have arrived before the cut: its documents are counted
+// Unconfirmed as LogsSink's are. A call whose response is lost
 // is retried, so values may be counted twice (at least once within the
 // retry bound).
 // The SDK's own retryer is turned off so that Retries and Errors count
@@ -484,29 +485,27 @@ func metricDataCalls(aggs []*metricDataAgg, ndocs int) []*metricDataCall {
 
 // deliver turns docs into datums and puts them. It runs on the sender
 // goroutine only.
-func (s *MetricDataSink) deliver(ctx context.Context, docs []string) []bool {
-	dropped := make([]bool, len(docs))
+func (s *MetricDataSink) deliver(ctx context.Context, docs []string) []docFate {
+	fates := make([]docFate, len(docs))
 	aggs := &s.aggs
 	aggs.reset()
 	now := s.opts.Throttle.Now()
 	for i, doc := range docs {
 		if err := aggs.addDoc(doc, i, now); err != nil {
-			dropped[i] = true
+			fates[i] = docDropped
 			s.counters.errors.Add(1)
 		}
 	}
 	for _, c := range metricDataCalls(aggs.order, len(docs)) {
-		err := s.thr.do(ctx, func(ctx context.Context) error {
+		unanswered, err := s.thr.do(ctx, func(ctx context.Context) error {
 			_, err := s.api.PutMetricData(ctx, &c.in, metricDataCallOptions)
 			return err
 		})
-		if err != nil {
-			for _, d := range c.docs {
-				dropped[d] = true
-			}
+		for _, d := range c.docs {
+			give(fates, d, callFate(unanswered, err))
 		}
 	}
-	return dropped
+	return fates
 }
 
 // metricDataCallOptions turn off the client's retryer: the sink retries,

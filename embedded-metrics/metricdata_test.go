@@ -26,6 +26,8 @@ type metricDataServer struct {
 	t     *testing.T
 	fail  func(n int) (status int, errType string)
 	block func(r *http.Request)
+	// lose, as logsServer's: the answer to accepted call n is lost.
+	lose func(n int) bool
 
 	mu     sync.Mutex
 	calls  int
@@ -152,6 +154,11 @@ func (s *metricDataServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("request of %d bytes, the sink reckoned %d", len(raw), size)
 	}
 	s.datums = append(s.datums, len(list))
+	if s.lose != nil && s.lose(s.calls) {
+		s.mu.Unlock()
+		<-r.Context().Done()
+		s.mu.Lock()
+	}
 }
 
 // metricDataDoc returns document i: a latency array with repeated values

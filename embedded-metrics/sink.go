@@ -49,9 +49,10 @@ type SinkStats struct {
 	Buffered uint64 // documents accepted and not yet delivered
 	// Unconfirmed counts, of Dropped, the documents the sink had sent
 	// whole when it gave up on them, and whose arrival it could not
-	// confirm: they may have been delivered. Only AgentSink over TCP on
-	// Linux tells them apart (see AgentSink); elsewhere they are in
-	// Dropped alone.
+	// confirm: they may have been delivered. AgentSink over TCP on Linux
+	// (sent, not acknowledged) and the AWS sinks (a call sent whole that
+	// went unanswered) tell them apart; elsewhere they are in Dropped
+	// alone.
 	Unconfirmed uint64
 	Retries     uint64 // delivery attempts repeated after an error
 	Errors      uint64 // failures seen, as described above

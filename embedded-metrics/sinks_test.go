@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 )
 
 // sinkHarness is one Sink under test and a way to read back, after Close,
@@ -671,5 +675,126 @@ func TestFileSinkCutsTail(t *testing.T) {
 				t.Errorf("file %.60q, %v; want %q", b, err, c.want)
 			}
 		})
+	}
+}
+
+// TestAWSSinksUnanswered: a document an AWS sink gives up on after a call
+// that held it was sent whole and went unanswered (its attempt timed out,
+// or a Flush ran out of time under it) is counted Unconfirmed as well as
+// Dropped: CloudWatch may have taken it, and here it did. One the service
+// refused, or that was answered, is not. Whatever reached the endpoint is
+// counted Written or Unconfirmed, and every document counted Written
+// reached it. Before, a lost answer was counted Dropped alone.
+func TestAWSSinksUnanswered(t *testing.T) {
+	const timeout = 500 * time.Millisecond // of a call, or of the flush
+	type hooks struct {
+		fail func(n int) (int, string)
+		lose func(n int) bool
+	}
+	lost := func(int) bool { return true }
+	for _, sink := range []struct {
+		name    string
+		refusal string
+		open    func(t *testing.T, h hooks, edit func(*Throttle, *time.Duration)) sinkHarness
+	}{
+		{"logs", "InvalidParameterException", func(t *testing.T, h hooks, edit func(*Throttle, *time.Duration)) sinkHarness {
+			return newLogsHarness(t, &logsServer{fail: h.fail, lose: h.lose}, func(o *LogsOptions) { edit(&o.Throttle, &o.FlushTimeout) })
+		}},
+		{"metric data", "InvalidParameterValue", func(t *testing.T, h hooks, edit func(*Throttle, *time.Duration)) sinkHarness {
+			return newMetricDataHarness(t, &metricDataServer{fail: h.fail, lose: h.lose}, func(o *MetricDataOptions) { edit(&o.Throttle, &o.FlushTimeout) })
+		}},
+	} {
+		refused := func(int) (int, string) { return 400, sink.refusal }
+		for _, tc := range []struct {
+			name   string
+			hooks  hooks
+			behind bool // the call outlasts the flush
+			// written and unconfirmed of the 30 documents (unless behind);
+			// copies of each that reach the endpoint
+			written, unconfirmed uint64
+			copies               int
+		}{
+			{"answered", hooks{}, false, 30, 0, 1},
+			{"refused", hooks{fail: refused}, false, 0, 0, 0},
+			{"answer lost, retried, lost", hooks{lose: lost}, false, 0, 30, 2},
+			// Each batch's first call lost and its retry refused, however
+			// the sender batches the documents.
+			{"answer lost, then refused", hooks{lose: func(n int) bool { return n%2 == 1 }, fail: func(n int) (int, string) {
+				if n%2 == 0 {
+					return refused(n)
+				}
+				return 0, ""
+			}}, false, 0, 30, 1},
+			{"answer lost past the flush", hooks{lose: lost}, true, 0, 0, 0},
+		} {
+			t.Run(sink.name+"/"+tc.name, func(t *testing.T) {
+				h := sink.open(t, tc.hooks, func(th *Throttle, flush *time.Duration) {
+					th.MaxRetries, th.Timeout = 1, timeout
+					if tc.behind {
+						th.Timeout, *flush = time.Minute, timeout
+					}
+				})
+				ctx := context.Background()
+				var docs [][]byte
+				for i := range 30 {
+					docs = append(docs, conformanceDoc(0, i, 0))
+					must(t, h.sink.Write(ctx, docs[i]))
+				}
+				if err := h.sink.Flush(ctx); tc.behind != errors.Is(err, ErrSinkBehind) || !tc.behind && err != nil {
+					t.Errorf("flush: %v, want ErrSinkBehind %v", err, tc.behind)
+				}
+				must(t, h.sink.Close(ctx))
+				st := h.sink.Stats()
+				got := make(map[string]int)
+				for _, d := range h.delivered(t) {
+					got[d]++
+				}
+				// Every call sent whole reached the endpoint here: what
+				// reached it is what the sink counts written or unconfirmed.
+				if st.Written != tc.written || st.Dropped != 30-tc.written || st.Buffered != 0 || uint64(len(got)) != st.Written+st.Unconfirmed {
+					t.Errorf("stats %+v, want %d written, %d dropped, %d unconfirmed: those that reached the endpoint", st, tc.written, 30-tc.written, len(got))
+				}
+				if tc.behind { // the call under the flush holds those taken before it: at least one
+					if st.Unconfirmed == 0 {
+						t.Errorf("stats %+v, want the documents of the call cut unconfirmed", st)
+					}
+					return
+				}
+				if st.Unconfirmed != tc.unconfirmed {
+					t.Errorf("stats %+v, want %d unconfirmed", st, tc.unconfirmed)
+				}
+				for _, w := range h.want(docs) {
+					if got[w] != tc.copies {
+						t.Errorf("%s reached the endpoint %d times, want %d", w, got[w], tc.copies)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestAWSSinksDown: a call to an endpoint that refuses the connection
+// never sent its request, so the documents it held are Dropped and not
+// Unconfirmed.
+func TestAWSSinksDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	th := testThrottle(newThrottleClock())
+	th.MaxRetries = 1
+	logs, err := NewLogsSink(cloudwatchlogs.NewFromConfig(testAWSConfig(url)), LogsOptions{LogGroup: "emf", LogStream: "edge-1", Throttle: th})
+	must(t, err)
+	metrics, err := NewMetricDataSink(cloudwatch.NewFromConfig(testAWSConfig(url)), MetricDataOptions{Throttle: th})
+	must(t, err)
+	for _, s := range []Sink{logs, metrics} {
+		ctx := context.Background()
+		for i := range 30 {
+			must(t, s.Write(ctx, conformanceDoc(0, i, 0)))
+		}
+		must(t, s.Close(ctx))
+		if st := s.Stats(); st.Written != 0 || st.Dropped != 30 || st.Unconfirmed != 0 || st.Errors == 0 {
+			t.Errorf("stats %+v, want 30 dropped, none unconfirmed, and errors", st)
+		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptrace"
 	"sync/atomic"
 	"time"
 
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
 
 	"github.com/ratewarden/ratewarden/internal/awserr"
@@ -172,35 +174,49 @@ func (t *throttler) admit(ctx context.Context) error {
 }
 
 // do makes call until it succeeds, fails with an error that retrying will
-// not cure, or has been retried MaxRetries times; it returns the last error.
-func (t *throttler) do(ctx context.Context, call func(ctx context.Context) error) error {
+// not cure, or has been retried MaxRetries times; it returns the last
+// error. When the call failed, unanswered reports whether one of its
+// attempts had sent its request whole and got no answer from the service
+// (it timed out, its connection broke, the context ended): the service may
+// have taken that request. An attempt the service answered with an error
+// status, or whose request was not sent whole, took nothing.
+func (t *throttler) do(ctx context.Context, call func(ctx context.Context) error) (unanswered bool, err error) {
 	for attempt := 0; ; attempt++ {
 		// A sink that shed its batch (a Flush out of time) makes no
 		// more calls for it, so counts no more errors.
 		if err := ctx.Err(); err != nil {
-			return err
+			return unanswered, err
 		}
 		if err := t.admit(ctx); err != nil {
-			return err
+			return unanswered, err
 		}
 		t.admitted = false
 		if attempt > 0 {
 			t.counters.retries.Add(1)
 		}
 		cctx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
+		var sent atomic.Bool // set by the transport's goroutine
+		cctx = httptrace.WithClientTrace(cctx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				sent.Store(true)
+			}
+		}})
 		err := call(cctx)
 		cancel()
 		if err == nil {
 			t.fails, t.openUntil = 0, time.Time{}
 			t.openNanos.Store(0)
-			return nil
+			return false, nil
+		}
+		if sent.Load() && !throttleAnswered(err) {
+			unanswered = true
 		}
 		t.counters.errors.Add(1)
 		if ctx.Err() != nil {
-			return err
+			return unanswered, err
 		}
 		if !throttleRetryable(err) {
-			return err
+			return unanswered, err
 		}
 		t.fails++
 		if t.fails >= t.cfg.BreakerFailures {
@@ -208,12 +224,19 @@ func (t *throttler) do(ctx context.Context, call func(ctx context.Context) error
 			t.openNanos.Store(t.openUntil.UnixNano())
 		}
 		if attempt >= t.cfg.MaxRetries {
-			return err
+			return unanswered, err
 		}
 		if err := t.cfg.Sleep(ctx, t.backoff(attempt+1)); err != nil {
-			return err
+			return unanswered, err
 		}
 	}
+}
+
+// throttleAnswered reports whether err carries the service's answer: an
+// HTTP response with an error status.
+func throttleAnswered(err error) bool {
+	var re *smithyhttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() >= 400
 }
 
 // isOpen reports whether the breaker is open and cooling down at now; it

@@ -21,8 +21,35 @@ var ErrSinkClosed = errors.New("sink closed")
 var ErrSinkBehind = errors.New("sink behind: documents dropped")
 
 // throttleDeliver delivers one batch of documents through the throttler and
-// reports, by position, the documents it gave up on.
-type throttleDeliver func(ctx context.Context, docs []string) (dropped []bool)
+// reports, by position, what became of each.
+type throttleDeliver func(ctx context.Context, docs []string) []docFate
+
+// docFate is what became of a document handed to a throttleDeliver; the
+// later of two is the one that stands (give).
+type docFate uint8
+
+const (
+	docWritten docFate = iota
+	docDropped         // given up on
+	// docUnanswered is given up on after a call that held it went
+	// unanswered (throttler.do): it may have arrived. It is counted
+	// Dropped and Unconfirmed.
+	docUnanswered
+)
+
+// give sets the fate of fates[i] to f, unless it already has a later one.
+func give(fates []docFate, i int, f docFate) { fates[i] = max(fates[i], f) }
+
+// callFate is the fate of the documents of a call that do ended with err.
+func callFate(unanswered bool, err error) docFate {
+	switch {
+	case err == nil:
+		return docWritten
+	case unanswered:
+		return docUnanswered
+	}
+	return docDropped
+}
 
 // throttleQueue is the buffer and sender goroutine shared by the AWS sinks:
 // Write appends to a FIFO bounded in bytes; one goroutine takes what is
@@ -136,29 +163,33 @@ func (q *throttleQueue) send(ctx context.Context) {
 	}
 	q.mu.Unlock()
 
-	var dropped []bool
+	var fates []docFate
 	if admitErr != nil { // open breaker with DropWhenOpen: one error per document, as in write
 		q.counters.errors.Add(uint64(n))
-		dropped = make([]bool, n)
-		for i := range dropped {
-			dropped[i] = true
+		fates = make([]docFate, n)
+		for i := range fates {
+			fates[i] = docDropped
 		}
 	} else {
-		dropped = q.deliver(ctx, batch)
+		fates = q.deliver(ctx, batch)
 	}
-	q.finish(batch, dropped)
+	q.finish(batch, fates)
 }
 
 // finish counts a delivered batch and wakes Flush.
-func (q *throttleQueue) finish(batch []string, dropped []bool) {
-	var d, size int
+func (q *throttleQueue) finish(batch []string, fates []docFate) {
+	var dropped, unsure, size int
 	for i := range batch {
 		size += len(batch[i])
-		if dropped[i] {
-			d++
+		switch fates[i] {
+		case docUnanswered:
+			unsure++
+			dropped++
+		case docDropped:
+			dropped++
 		}
 	}
-	q.settle(len(batch)-d, d, size)
+	q.settleUnsure(len(batch)-dropped, dropped, unsure, size)
 }
 
 // halted drops what is still buffered, once the sender's generation has

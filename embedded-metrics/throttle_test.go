@@ -82,7 +82,7 @@ func TestThrottleBackoffAndBreaker(t *testing.T) {
 			var c throttleCounters
 			thr := newThrottler(cfg, &c)
 			calls := 0
-			err := thr.do(context.Background(), func(context.Context) error {
+			_, err := thr.do(context.Background(), func(context.Context) error {
 				calls++
 				if calls > len(results) {
 					return nil
@@ -128,7 +128,7 @@ func TestThrottleTokenBucket(t *testing.T) {
 	thr := newThrottler(cfg, &c)
 	var at []time.Time
 	for range 6 {
-		if err := thr.do(context.Background(), func(context.Context) error { at = append(at, clock.Now()); return nil }); err != nil {
+		if _, err := thr.do(context.Background(), func(context.Context) error { at = append(at, clock.Now()); return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
