@@ -91,6 +91,40 @@ func TestTrafficStory(t *testing.T) {
 	})
 }
 
+// TestTrafficShortStory: a story that ends before a phase would start
+// (5 s, before the scraper's 10 s and the stuffing's 25 s) ends on time,
+// and that phase sends nothing. Before, the phase waited for its start,
+// which the story's clock, held at its end, never reached: `demo
+// --duration 20s` never ended.
+func TestTrafficShortStory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := NewOrigin(time.Now)
+		tr := &Traffic{Target: "http://edge.test", InFlight: 64, Client: &http.Client{Transport: inProcess{origin}}}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tr.Run(ctx, 5*time.Second, NewStory(time.Now(), 20, 0, time.Now).Now)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Minute): // 5 s of the story take 250 ms
+			t.Error("a 5 s story at speed 20 still runs a minute later")
+			cancel()
+			<-done
+		}
+		if tr.Stats(ActorUsers).Sent.Load() == 0 {
+			t.Error("the users sent nothing")
+		}
+		for _, a := range []string{ActorScraper, ActorStuffing} {
+			if st := tr.Stats(a); st.Sent.Load()+st.Skipped.Load() != 0 {
+				t.Errorf("%s, which starts after the story's end: %s", a, st)
+			}
+		}
+	})
+}
+
 // inProcess is an http.RoundTripper that answers with a handler, without
 // a network: in a synctest bubble its requests take no time.
 type inProcess struct{ h http.Handler }

@@ -144,13 +144,16 @@ func (t *Traffic) Run(ctx context.Context, d time.Duration, now func() time.Time
 	// start+at for length (0: to the end), in ticks of 10 ms of wall time.
 	phase := func(actor string, rate int, at, length time.Duration, next func(i int) request) {
 		defer phases.Done()
-		st := t.Stats(actor)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
 		end := d
 		if length > 0 {
 			end = min(d, at+length)
 		}
+		if at >= end { // the story ends before the phase would start
+			return
+		}
+		st := t.Stats(actor)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
 		i, owed, last := 0, 0.0, at
 		for {
 			select {
