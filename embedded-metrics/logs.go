@@ -247,7 +247,7 @@ func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, fa
 	}
 	if err != nil {
 		for _, e := range batch {
-			give(fates, e.doc, callFate(unanswered, err))
+			markFate(fates, e.doc, callFate(unanswered, err))
 		}
 		return
 	}
@@ -264,7 +264,7 @@ func (s *LogsSink) put(ctx context.Context, docs []string, batch []logsEvent, fa
 		}
 		for i, e := range batch {
 			if int32(i) <= tooOld || int32(i) >= tooNew {
-				give(fates, e.doc, docDropped)
+				markFate(fates, e.doc, docDropped)
 				s.counters.errors.Add(1) // a refused document, as one that does not fit an event
 			}
 		}

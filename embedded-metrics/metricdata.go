@@ -502,7 +502,7 @@ func (s *MetricDataSink) deliver(ctx context.Context, docs []string) []docFate {
 			return err
 		})
 		for _, d := range c.docs {
-			give(fates, d, callFate(unanswered, err))
+			markFate(fates, d, callFate(unanswered, err))
 		}
 	}
 	return fates

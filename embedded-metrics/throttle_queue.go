@@ -24,8 +24,10 @@ var ErrSinkBehind = errors.New("sink behind: documents dropped")
 // reports, by position, what became of each.
 type throttleDeliver func(ctx context.Context, docs []string) []docFate
 
-// docFate is what became of a document handed to a throttleDeliver; the
-// later of two is the one that stands (give).
+// docFate is what became of a document handed to a throttleDeliver. A
+// document in several calls takes the fate furthest down the list of any
+// of them (markFate): one of its calls given up on loses it, and one that
+// went unanswered may have delivered part of it.
 type docFate uint8
 
 const (
@@ -37,8 +39,8 @@ const (
 	docUnanswered
 )
 
-// give sets the fate of fates[i] to f, unless it already has a later one.
-func give(fates []docFate, i int, f docFate) { fates[i] = max(fates[i], f) }
+// markFate sets fates[i] to f, unless it is already further down the list.
+func markFate(fates []docFate, i int, f docFate) { fates[i] = max(fates[i], f) }
 
 // callFate is the fate of the documents of a call that do ended with err.
 func callFate(unanswered bool, err error) docFate {
