@@ -344,10 +344,11 @@ const awaitPollEvery = 100 * time.Millisecond
 // (stateWatcher), until it holds no pending outputs, or d has passed
 // since the wait began or since the reader last wrote the same state
 // again (its heartbeat while it delivers, see deliver; up to
-// stream.MaxProgressWaits times d in all), and returns the last loaded. st, loaded, holds some: a reader that is still
-// live saved it, and is delivering them (partitionRun.save), then saves
-// the state without them. Delivering them here as well would make each output twice, in two
-// processes' sinks (an EMF file each), which no sink can tell apart. A
+// stream.MaxProgressWaits times d in all), and returns the last loaded.
+// st, loaded, holds some: a reader that is still live saved it, and is
+// delivering them (partitionRun.save), then saves the state without
+// them. Delivering them here as well would make each output twice, in
+// two processes' sinks (an EMF file each), which no sink can tell apart. A
 // state that changes but still holds pending outputs is the reader's next
 // batch: waiting goes on. Past d, what is pending is delivered again, as
 // after a crash.
@@ -482,8 +483,9 @@ func (p *partitionRun) save(ctx context.Context, outs []Output) error {
 // A source that lets a call end what it started once the partition is
 // lost asks for progress reports (stream.Progress): once it has stopped
 // reading the partition, deliver writes st again about every so often
-// while it delivers, and reports it (heartbeat). The partition's next reader, which waits for
-// these outputs rather than deliver them too (awaitPending), waits as long
+// while it delivers, and reports it (heartbeat). The partition's next
+// reader, which waits for these outputs rather than deliver them too
+// (awaitPending), waits as long
 // as the state is written again, and the source keeps the call's context
 // as long. Before, a delivery longer than a fixed wait (a slow CloudWatch
 // agent, a backlog's hundreds of windows) was made by both readers.
@@ -531,8 +533,9 @@ func (p *partitionRun) deliverPending(ctx context.Context, st State, again bool)
 // reading the partition (before, nobody waits for it), until the
 // returned stop is called, and reports each write: the partition's next
 // reader, waiting for st's pending outputs, sees that this reader is
-// still delivering them (awaitPending). stop waits for a write under way, never cut short
-// (the store would not know whether it was written), and returns the
+// still delivering them (awaitPending). stop waits for a write under
+// way, never cut short (the store would not know whether it was
+// written), and returns the
 // first write's error, which ends the heartbeat: ErrStateMoved once that
 // reader stopped waiting and wrote the state itself.
 func (p *partitionRun) heartbeat(ctx context.Context, st State, pr stream.Progress) (stop func() error) {

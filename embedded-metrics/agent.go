@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"syscall"
@@ -412,12 +413,18 @@ func (t *agentTCPConn) abort() int {
 	if err != nil {
 		return 0
 	}
-	wire := t.sent - int64(unsent)
-	n := 0
-	for n < len(t.inflight) && t.inflight[n].end <= wire {
+	n, _ := t.through(t.sent - int64(unsent))
+	return n
+}
+
+// through returns how many of the documents in flight, of size bytes in
+// all, end at or before offset off of the connection.
+func (t *agentTCPConn) through(off int64) (n, size int) {
+	for n < len(t.inflight) && t.inflight[n].end <= off {
+		size += len(t.inflight[n].doc)
 		n++
 	}
-	return n
+	return n, size
 }
 
 // ack counts as written the documents the peer's kernel acknowledged.
@@ -430,12 +437,7 @@ func (t *agentTCPConn) ack() {
 		t.noQueue = true
 		unacked = 0
 	}
-	acked := t.sent - int64(unacked)
-	n, size := 0, 0
-	for n < len(t.inflight) && t.inflight[n].end <= acked {
-		size += len(t.inflight[n].doc)
-		n++
-	}
+	n, size := t.through(t.sent - int64(unacked))
 	if n == 0 {
 		return
 	}
@@ -477,11 +479,8 @@ func (s *AgentSink) serveTCP(c *net.TCPConn) (progressed, done bool) {
 		c.Close()
 		<-gone
 		if !retry {
-			size := 0
-			for _, f := range t.inflight {
-				size += len(f.doc)
-			}
-			s.settleUnsure(0, len(t.inflight), unsure, size)
+			n, size := t.through(math.MaxInt64) // all in flight
+			s.settleUnsure(0, n, unsure, size)
 			return
 		}
 		docs := make([][]byte, len(t.inflight))
