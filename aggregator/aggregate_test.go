@@ -15,6 +15,7 @@ import (
 // them) and, with top-K lists that hold every client, by arrival
 // (MergeOverlapping); the encoding decodes back to the same bytes.
 func TestAggregates(t *testing.T) {
+	t.Parallel()
 	ds := decisiontest.NewGenerator(5, t0).Batch(20_000)
 	batches := encodeBatches(t, ds, 1000)
 	const k = 100_000 // every client: the lists are exact

@@ -36,6 +36,7 @@ func encode(t *testing.T, p *Partial) []byte {
 // partial of every event; split by arrival instead, every exact aggregate
 // (counts, events) still matches and the sketches stay within their bounds.
 func TestMergeEqualsWhole(t *testing.T) {
+	t.Parallel()
 	ds := decisiontest.NewGenerator(1, t0).Batch(50_000)
 	// k holds every client, so that the top-K lists are exact and the whole
 	// can be compared byte for byte; TestTopKMergeBounds covers overflow.
@@ -87,6 +88,7 @@ func TestMergeEqualsWhole(t *testing.T) {
 // encoding, its checksum made again (so that it reaches the aggregates'
 // decoders), is refused or decodes to something (never a panic).
 func TestPartialRoundTrip(t *testing.T) {
+	t.Parallel()
 	p := NewPartial(t0, time.Minute, 10)
 	for _, d := range decisiontest.NewGenerator(2, t0).Batch(5000) {
 		p.Update(&d)

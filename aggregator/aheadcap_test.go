@@ -123,6 +123,7 @@ func rollCappedWith(t *testing.T, o Options, size int, ds []decisions.Decision, 
 // passes them; and the columnar path and a restart from a snapshot
 // mid-stream emit the same bytes.
 func TestRollupAheadCap(t *testing.T) {
+	t.Parallel()
 	const n = 100_000
 	ds := hostileWindows(n, false)
 	ref := rollCapped(t, ds, false, -1)
@@ -164,6 +165,7 @@ func otherPaths(t *testing.T, ds []decisions.Decision, restartAt int) map[string
 // the rest is dropped and counted, through Add, columns and a restart
 // alike.
 func TestRollupCorrectionsCap(t *testing.T) {
+	t.Parallel()
 	const n = 100_000
 	ds := hostileWindows(n, true)
 	ref := rollCapped(t, ds, false, -1)
@@ -192,6 +194,7 @@ func TestRollupCorrectionsCap(t *testing.T) {
 // batch, are refused and counted alike through Add, the columnar path in
 // batches of every size that cuts these runs, and a restart.
 func TestRollupAheadCapRuns(t *testing.T) {
+	t.Parallel()
 	cat := func(parts ...[]time.Duration) []time.Duration {
 		var out []time.Duration
 		for _, p := range parts {

@@ -54,6 +54,7 @@ func eachBatch(t testing.TB, ds []decisions.Decision, size int, f func(*Batch)) 
 // drop reports among it), with lists small enough to evict, windows that
 // cut batches, and late events both corrected and dropped.
 func TestColumnsEqualsDecisions(t *testing.T) {
+	t.Parallel()
 	ds := decisiontest.NewGenerator(9, t0).Batch(60_000)
 	for i := 500; i < len(ds); i += 331 { // some late, some out of order within the lateness
 		ds[i].Time = ds[i].Time.Add(-time.Duration(i%7) * 300 * time.Millisecond)
@@ -245,6 +246,7 @@ func TestSortKey(t *testing.T) {
 // cells than the arrays address, and outcomes of a newer writer, are
 // counted through the maps, to the same bytes.
 func TestColumnsLargeDictionaries(t *testing.T) {
+	t.Parallel()
 	ds := decisiontest.NewGenerator(13, t0).Batch(8000)
 	for i := range ds {
 		if ds[i].Kind == decisions.KindDecision {

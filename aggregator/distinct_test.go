@@ -16,6 +16,7 @@ import (
 // the repeats: what lets Distinct.UpdateColumns insert each distinct client
 // of a batch once, and skip the hashes a sketch holds (knownHashes).
 func TestHyperLogLogSetOnly(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, c := range []struct {
 		n      int

@@ -37,6 +37,7 @@ import (
 // -update rewrites the file; do that only for a change meant to change the
 // encoding, never to make a speedup pass.
 func TestPartialsGolden(t *testing.T) {
+	t.Parallel()
 	ds := decisiontest.NewGenerator(21, t0).Batch(300_000)
 	batches := encodeBatches(t, ds, 4096)
 	cases := []struct {

@@ -100,6 +100,7 @@ func rollFuture(t *testing.T, ds []decisions.Decision, columns bool, restartAt i
 // partition's first or comes mid-stream. After a quiet period, the next
 // events do move the watermark, once futureQuorum of them came in a row.
 func TestRollupFutureEvents(t *testing.T) {
+	t.Parallel()
 	type want struct {
 		future, dropped uint64
 		wm              time.Duration // the watermark at the end, from t0
@@ -336,6 +337,7 @@ func hostileNames(n int) ([]decisions.Decision, int) {
 // decisions are counted, and the columnar path and a partial decoded half
 // way (a restart) fold the same names into the same bytes.
 func TestPartialKeyCap(t *testing.T) {
+	t.Parallel()
 	ds, decided := hostileNames(10_000)
 	p := NewPartial(t0, time.Hour, 10)
 	for i := range ds {

@@ -66,6 +66,7 @@ func TestLatencyIndexTable(t *testing.T) {
 // within it, give the bytes of adding each in turn, in batches of one size
 // and another.
 func TestColumnsLatencyRangeChanges(t *testing.T) {
+	t.Parallel()
 	steps := []time.Duration{time.Millisecond, 3 * time.Millisecond, time.Microsecond, 2 * time.Millisecond,
 		1 << 62, 5 * time.Millisecond, 1, latencyTableMax, latencyTableMax - 1, 7 * time.Millisecond,
 		time.Hour, 1 << 50, 0, -time.Second, 40 * time.Nanosecond, 900 * time.Microsecond}

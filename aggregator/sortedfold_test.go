@@ -420,6 +420,7 @@ func withoutClients(p *Partial, b *Batch, lo, hi int) {
 // hashes, one form), and its lists are the exact k heaviest clients
 // (counted here one by one), ties by client.
 func TestSortedFold(t *testing.T) {
+	t.Parallel()
 	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 18) // a first window of 171,500 events, 32,000 clients
 	windows, _ := windowRanges(t, ds, time.Minute)
 	var b Batch

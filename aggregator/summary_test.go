@@ -61,6 +61,7 @@ func checkSummary(t *testing.T, what string, s *Summary, p *Partial) {
 // no client), and dictionaries too large for the arrays with outcomes
 // of a newer writer.
 func TestSummaryEqualsPartial(t *testing.T) {
+	t.Parallel()
 	large := decisiontest.NewGenerator(13, t0).Batch(8000)
 	for i := range large {
 		if large[i].Kind == decisions.KindDecision {

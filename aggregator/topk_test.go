@@ -103,6 +103,7 @@ func sameBucket(k, b, n int) []Client {
 // count's counters few (hostileHits), and of hits of any weight
 // (including 0, which no newcomer enters with).
 func TestTopKMatchesReference(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	ds := genClients(20_000)
 	for _, k := range []int{1, 2, 3, 17, 100} {
@@ -321,6 +322,7 @@ func restartedPartial(tb testing.TB, p *Partial) *Partial {
 // hostileHits, and on a victim whose bucket of the filter an attacker
 // fills with clients of his own, hit in turn with the victim.
 func TestTopKBounds(t *testing.T) {
+	t.Parallel()
 	for _, k := range []int{1, 17, 100} {
 		victim := sameBucket(k, 7, 1)[0]
 		var collide []Client
@@ -374,6 +376,7 @@ func TestTopKBounds(t *testing.T) {
 // average. Space-Saving in the same lists placed 85 to 88 % and counted
 // over by 155 to 160 (BENCHMARKS.md).
 func TestTopKAccuracy(t *testing.T) {
+	t.Parallel()
 	ds := decisiontest.NewGenerator(1, t0).Batch(360_000)
 	windows, _ := windowRanges(t, ds, time.Minute)
 	var bt Batch
