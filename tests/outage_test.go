@@ -135,7 +135,7 @@ func redisServer(t *testing.T, args ...string) *storeProcess {
 	return startProcess(t, "redis-server", func(port int) []string {
 		return append([]string{bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no",
 			"--daemonize", "no", "--loglevel", "warning"}, args...)
-	})
+	}, redisPing)
 }
 
 // redisOutageStore starts a redis-server of the test's own, without
@@ -192,7 +192,7 @@ func dynamoOutageStore(t *testing.T) outageStore {
 	dir := t.TempDir()
 	proc := startProcess(t, "dynalite", func(port int) []string {
 		return []string{node, cli, "--host", "127.0.0.1", "--port", fmt.Sprint(port), "--path", dir, "--createTableMs", "20"}
-	})
+	}, nil)
 	admin := dynamodb.NewFromConfig(awstest.Config(t), func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String("http://" + proc.addr)
 		// Loopback, never through a proxy of the environment.

@@ -3,11 +3,13 @@ package tests
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,25 +27,45 @@ type storeProcess struct {
 	addr string
 	log  string
 
+	ready func(addr string) error // nil: accepting connections is serving
+
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 }
 
 // startProcess picks a free loopback port, starts argv(port) and waits
-// until it accepts connections. The process is killed when the test ends.
-func startProcess(t *testing.T, name string, argv func(port int) []string) *storeProcess {
+// until it serves: until ready(addr) succeeds, or, with ready nil, until it
+// accepts connections. The process is killed when the test ends.
+//
+// A process that exits before it serves because a port it binds is taken
+// is started again on another port, up to five times. The port freePort
+// handed out can go to another process before this one binds it, and a
+// Redis Cluster node also binds its bus port, the port + 10000, which is
+// not checked at all: in CI, among the other packages' connections, a
+// node once listened on its port, then found its bus port taken and
+// exited, and the cluster test failed on a refused connection.
+func startProcess(t *testing.T, name string, argv func(port int) []string, ready func(addr string) error) *storeProcess {
 	t.Helper()
-	port := freePort(t)
-	p := &storeProcess{t: t, name: name, argv: argv(port), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		log: filepath.Join(t.TempDir(), name+".log")}
-	t.Cleanup(p.stop)
-	p.start()
-	return p
+	log := filepath.Join(t.TempDir(), name+".log")
+	for attempt := 1; ; attempt++ {
+		port := freePort(t)
+		p := &storeProcess{t: t, name: name, argv: argv(port), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			log: log, ready: ready}
+		err := p.launch()
+		if err == nil {
+			t.Cleanup(p.stop)
+			return p
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("%v; starting it on another port", err)
+	}
 }
 
 // freePort returns a loopback port the kernel just handed out. Another
-// process could take it before the store binds it; on this scale of test
-// that is rare, and the store's failure to start says so.
+// process could take it before the store binds it (startProcess then
+// starts the store on another).
 func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -54,23 +76,35 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// start starts the process (again, after crash) on its port and waits
-// until it accepts connections.
+// errPortTaken is launch's error for a process that exited before it
+// served, saying that an address it binds is in use.
+var errPortTaken = errors.New("a port it binds is taken")
+
+// start starts the process again, after crash, on its port and waits
+// until it serves.
 func (p *storeProcess) start() {
 	p.t.Helper()
+	if err := p.launch(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// launch starts the process on its port and waits until it serves. On an
+// error the process is no longer running.
+func (p *storeProcess) launch() error {
 	if p.running() {
-		p.t.Fatalf("%s: start: already running", p.name)
+		return fmt.Errorf("%s: start: already running", p.name)
 	}
 	out, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		p.t.Fatalf("%s: start: %v", p.name, err)
+		return fmt.Errorf("%s: start: %v", p.name, err)
 	}
 	defer out.Close()
 	fmt.Fprintf(out, "== %v\n", p.argv)
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("%s: start: %v", p.name, err)
+		return fmt.Errorf("%s: start: %v", p.name, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -81,21 +115,61 @@ func (p *storeProcess) start() {
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", p.addr, 200*time.Millisecond)
+		err := p.serves()
 		if err == nil {
-			c.Close()
-			return
+			return nil
 		}
 		select {
 		case <-done:
-			p.t.Fatalf("%s exited before accepting connections on %s: %v\n%s", p.name, p.addr, cmd.ProcessState, p.output())
+			output := p.output()
+			if strings.Contains(output, "Address already in use") || strings.Contains(output, "EADDRINUSE") {
+				return fmt.Errorf("%s on %s exited before it served, %w (%v):\n%s", p.name, p.addr, errPortTaken, cmd.ProcessState, output)
+			}
+			return fmt.Errorf("%s exited before it served on %s: %v\n%s", p.name, p.addr, cmd.ProcessState, output)
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("%s: not accepting connections on %s after 30s: %v\n%s", p.name, p.addr, err, p.output())
+			p.stop()
+			return fmt.Errorf("%s: not serving on %s after 30s: %v\n%s", p.name, p.addr, err, p.output())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// serves reports whether the process serves: whether its ready check
+// passes, or, with none, whether its port accepts a connection.
+func (p *storeProcess) serves() error {
+	if p.ready != nil {
+		return p.ready(p.addr)
+	}
+	c, err := net.DialTimeout("tcp", p.addr, 200*time.Millisecond)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
+// redisPing is the ready check of a redis-server: it answers PING. A
+// Redis Cluster node accepts connections before it binds its bus port,
+// and exits if it cannot; it answers commands only after.
+func redisPing(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	reply := make([]byte, 7)
+	if _, err := io.ReadFull(c, reply); err != nil {
+		return err
+	}
+	if string(reply) != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", reply)
+	}
+	return nil
 }
 
 // crash kills the process with SIGKILL, as a crash or an OOM kill does: it

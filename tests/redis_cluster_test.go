@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ func TestRedisCluster(t *testing.T) {
 			return []string{bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no",
 				"--daemonize", "no", "--loglevel", "warning", "--cluster-enabled", "yes",
 				"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)), "--dir", dir}
-		})
+		}, redisPing)
 		addrs = append(addrs, p.addr)
 	}
 	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
@@ -68,5 +69,35 @@ func TestRedisCluster(t *testing.T) {
 		if err != nil || n == 0 {
 			t.Errorf("node %s holds %d keys (%v): want the keys spread over every node", a, n, err)
 		}
+	}
+}
+
+// TestStartProcessPortTaken: a Redis Cluster node whose bus port is taken
+// accepts connections on its own port, then exits; startProcess does not
+// take that for serving, and starts it again on other ports.
+func TestStartProcessPortTaken(t *testing.T) {
+	bin := program(t, "redis-server", "tests/run (apt-get install redis-server)")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	var buses []int
+	p := startProcess(t, "redis-bus-taken", func(port int) []string {
+		bus := taken.Addr().(*net.TCPAddr).Port // the first start's bus port is in use
+		if len(buses) > 0 {
+			bus = freePort(t)
+		}
+		buses = append(buses, bus)
+		return []string{bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no",
+			"--daemonize", "no", "--loglevel", "warning", "--cluster-enabled", "yes", "--cluster-port", fmt.Sprint(bus),
+			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)), "--dir", dir}
+	}, redisPing)
+	if len(buses) != 2 {
+		t.Errorf("started %d times (bus ports %v), want twice: once on the taken bus port, then on another", len(buses), buses)
+	}
+	if err := redisPing(p.addr); err != nil {
+		t.Errorf("the node startProcess returned does not serve: %v\n%s", err, p.output())
 	}
 }
