@@ -144,13 +144,9 @@ func redisServer(t *testing.T, args ...string) *storeProcess {
 func redisOutageStore(t *testing.T) outageStore {
 	proc := redisServer(t)
 	return outageStore{
-		proc: proc,
-		yaml: fmt.Sprintf("  type: redis\n  redis: {addrs: [%q], clock: caller}\n", proc.addr),
-		ready: func(ctx context.Context) error {
-			c := redis.NewClient(&redis.Options{Addr: proc.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-			defer c.Close()
-			return c.Ping(ctx).Err()
-		},
+		proc:        proc,
+		yaml:        fmt.Sprintf("  type: redis\n  redis: {addrs: [%q], clock: caller}\n", proc.addr),
+		ready:       func(ctx context.Context) error { return pingRedis(ctx, proc.addr) },
 		keepsCounts: false,
 		restarted: func(t *testing.T) {
 			// The restarted server has no scripts: the first call after it

@@ -1,9 +1,9 @@
 package tests
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // storeProcess is a store server a test owns: started on a loopback port
@@ -153,23 +155,16 @@ func (p *storeProcess) serves() error {
 // Redis Cluster node accepts connections before it binds its bus port,
 // and exits if it cannot; it answers commands only after.
 func redisPing(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return err
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return pingRedis(ctx, addr)
+}
+
+// pingRedis sends one PING to the redis-server at addr, without retries.
+func pingRedis(ctx context.Context, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	reply := make([]byte, 7)
-	if _, err := io.ReadFull(c, reply); err != nil {
-		return err
-	}
-	if string(reply) != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", reply)
-	}
-	return nil
+	return c.Ping(ctx).Err()
 }
 
 // crash kills the process with SIGKILL, as a crash or an OOM kill does: it
