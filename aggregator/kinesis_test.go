@@ -855,27 +855,33 @@ func (s *gatedSink) Write(ctx context.Context, _ string, _ Output) error {
 func (s *gatedSink) Flush(context.Context) error { return nil }
 
 // lookHook calls f before the at-th look at a state (a Load, or a
-// stateWatcher's moved), and counts the Loads.
+// stateWatcher's moved), and counts the Loads. Partitions may look
+// concurrently.
 type lookHook struct {
 	StateStore
+	mu               sync.Mutex
 	at, looks, loads int
 	f                func()
 }
 
-func (l *lookHook) look() {
+func (l *lookHook) look(load bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.looks++; l.looks == l.at {
 		l.f()
+	}
+	if load {
+		l.loads++
 	}
 }
 
 func (l *lookHook) Load(ctx context.Context, partition string) (State, bool, error) {
-	l.look()
-	l.loads++
+	l.look(true)
 	return l.StateStore.Load(ctx, partition)
 }
 
 func (l *lookHook) moved(ctx context.Context, partition string) (bool, error) {
-	l.look()
+	l.look(false)
 	return l.StateStore.(stateWatcher).moved(ctx, partition)
 }
 
@@ -883,7 +889,9 @@ func (l *lookHook) moved(ctx context.Context, partition string) (bool, error) {
 // in one table, as two `aggregate --kinesis-stream` processes. The first
 // reads both shards' backlog alone, each batch closing about a dozen
 // windows, and its sink takes 250 ms a write; the second starts as the first
-// begins delivering and steals a shard from it while it delivers. The
+// begins delivering and steals a shard from it while it delivers (the
+// first's delivery holds at its first write until the second has loaded
+// the stolen shard's state, so that it is so on a loaded machine too). The
 // thief waits for the first to deliver what its state holds pending
 // (Awaited), so no output (partition, positions, window: the EMF
 // documents' rw_key) is delivered by both, and every event is delivered
@@ -936,11 +944,21 @@ func TestRunKinesisStealDuringDelivery(t *testing.T) {
 				o.Source.LeaseDuration = 3 * time.Second
 				return o
 			}
-			a, b := &keySink{delay: c.delay, writing: make(chan struct{}), ctx: honours}, &keySink{}
+			// The first's delivery waits at its first write until the
+			// second has loaded the state of a shard it took: the steal
+			// falls within the delivery however slow the machine. Without
+			// the hold, on a loaded machine the first had delivered all
+			// before the second loaded, and the second had nothing to
+			// wait for.
+			loaded := make(chan struct{})
+			a := &keySink{delay: c.delay, writing: make(chan struct{}), ctx: honours, hold: loaded}
+			b := &keySink{}
 			ra := start(opts("a", a))
 			defer ra.cancel()
 			<-a.writing
-			rb := start(opts("b", b))
+			ob := opts("b", b)
+			ob.Store = &lookHook{StateStore: ob.Store, at: 1, f: func() { close(loaded) }}
+			rb := start(ob)
 			defer rb.cancel()
 			if c.shutdown {
 				time.Sleep(1500 * time.Millisecond)
@@ -975,10 +993,12 @@ func TestRunKinesisStealDuringDelivery(t *testing.T) {
 
 // keySink counts each output it is written by partition, positions and
 // window, and the events of the first write of each; each write takes
-// delay, whatever its context, and writing is closed at the first.
+// delay, whatever its context, and writing is closed at the first, which
+// then waits until hold is closed (up to holdMax), when hold is not nil.
 type keySink struct {
 	delay   time.Duration
 	writing chan struct{}
+	hold    <-chan struct{}
 	ctx     bool // a write ends early, failed, when its context is done
 	once    sync.Once
 	mu      sync.Mutex
@@ -988,7 +1008,15 @@ type keySink struct {
 
 func (s *keySink) Write(ctx context.Context, partition string, o Output) error {
 	if s.writing != nil {
-		s.once.Do(func() { close(s.writing) })
+		s.once.Do(func() {
+			close(s.writing)
+			if s.hold != nil {
+				select {
+				case <-s.hold:
+				case <-time.After(holdMax):
+				}
+			}
+		})
 	}
 	if s.ctx {
 		select {
@@ -1012,6 +1040,10 @@ func (s *keySink) Write(ctx context.Context, partition string, o Output) error {
 }
 
 func (s *keySink) Flush(context.Context) error { return nil }
+
+// holdMax bounds a keySink's hold: past it the write goes on, and the
+// test that held it for an event that never came fails on what follows.
+const holdMax = time.Minute
 
 func (s *keySink) events() uint64 {
 	s.mu.Lock()
