@@ -237,6 +237,15 @@ func (b *Batch) client(i int) Client {
 	return Client{}
 }
 
+// clientHash returns the hash of row i's client, hashClientInto of
+// b.client(i), from the column's bytes for an IPv4 address.
+func (b *Batch) clientHash(i int) uint64 {
+	if b.user(i) == "" && b.c.ClientIPFamily[i] == 4 {
+		return hashV4(binary.BigEndian.Uint32(b.c.ClientIP[16*i+12 : 16*i+16]))
+	}
+	return hashClientInto(b.client(i), &b.scratch)
+}
+
 // countIPv6Under makes identify count an IPv6 client under its prefix of
 // ipv6Prefix bits (Partial.IPv6Prefix), identifying the batch again if it
 // was identified under another.

@@ -56,11 +56,15 @@ func (s *Summary) Update(d *decisions.Decision) {
 
 // UpdateColumns counts rows [lo, hi) of b, as Update would count each of
 // their events. b needs only SummaryColumns.
+//
+// It hashes each row's client from the columns (Batch.clientHash) rather
+// than find the batch's distinct clients first (identify, which the
+// rollup's lists need): in the generator's traffic half a batch's rows
+// are distinct clients, so finding them cost more than the hashing it
+// saved (88 ns an event against 80, BenchmarkColumnsFromLog, zstd-3072).
 func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	b.countIPv6Under(s.IPv6Prefix)
-	b.identify()
-	gen := b.nextGen()
 	nt, nr := len(c.Tier.Values), len(c.Rule.Values)
 	dense := nt*nr <= maxCells/decisions.NumOutcomes
 	if dense {
@@ -76,12 +80,7 @@ func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 		} else {
 			s.add(SummaryKey{Tier: c.Tier.Values[t], Rule: c.Rule.Values[r], Outcome: decisions.Outcome(o)}, 1)
 		}
-		// Each distinct client once per call (see seenClient).
-		id := b.cid[i]
-		if seen := b.seenIn(gen, id); !seen.all {
-			s.known.add(s.sketch(), b.hashes[id])
-			seen.all = true
-		}
+		s.known.add(s.sketch(), b.clientHash(i))
 	}
 	if s.Clients != nil {
 		s.known.flush(s.Clients)
