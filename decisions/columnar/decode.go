@@ -85,9 +85,15 @@ type Decoder struct {
 	arena   []byte        // decompressed buffers of the current batch
 	used    int           // of arena; total counts every arena
 	total   int
-	nrows   int // the rows of the batch read so far (MaxRows)
-	zstd    *zstd.Decoder
-	frame   []byte // a ZstdStream batch, decompressed
+	nrows   int           // the rows of the batch read so far (MaxRows)
+	zstd    *zstd.Decoder // checks each frame's checksum
+	frame   []byte        // a ZstdStream batch, decompressed
+
+	// sealed says whether the batch being decoded carried its checksum,
+	// checked (or skipChecksum): zstdSealed then decompresses its buffers
+	// (zstdReader).
+	sealed     bool
+	zstdSealed *zstd.Decoder
 }
 
 // isZstdFrame reports whether data starts with a zstd frame's magic
@@ -99,10 +105,11 @@ func isZstdFrame(data []byte) bool {
 // unframe decompresses a ZstdStream batch into d.frame, at most
 // maxUncompressed bytes.
 func (d *Decoder) unframe(data []byte) ([]byte, error) {
-	if err := d.zstdReader(); err != nil {
+	z, err := d.zstdReader(false) // the batch's checksum is inside
+	if err != nil {
 		return nil, err
 	}
-	out, err := d.zstd.DecodeAll(data, d.frame[:0])
+	out, err := z.DecodeAll(data, d.frame[:0])
 	if err != nil {
 		return nil, fmt.Errorf("zstd stream: %w", err)
 	}
@@ -166,6 +173,7 @@ func (d *Decoder) Decode(data []byte, dst []decisions.Decision) (out []decisions
 			return dst, fmt.Errorf("decode decisions: %w", err)
 		}
 	}
+	d.sealed = sealed
 	version := 0
 	if !d.forceSlow {
 		dst, version, err = d.decodeFast(data, dst, sealed)

@@ -1,6 +1,8 @@
 package columnar
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"hash/crc32"
 	"os"
@@ -124,6 +126,41 @@ func BenchmarkEncodeSmall(b *testing.B) {
 		ds := generate(1, n)
 		for _, c := range []Compression{ZstdStream, ZstdDict} {
 			b.Run(c.String()+"/batch="+itoa(n), func(b *testing.B) { benchEncode(b, c, ds, NewDecoder()) })
+		}
+	}
+}
+
+// TestZstdFrameChecksum: a buffer's zstd frame is checked against its own
+// checksum unless its batch is sealed, whose CRC-32C, checked before
+// anything is decompressed, covers the compressed bytes (TestCorruption):
+// in a batch without it (another writer's), a frame whose checksum is
+// wrong is refused; in a sealed one the frame's checksum is not read.
+func TestZstdFrameChecksum(t *testing.T) {
+	z, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := bytes.Repeat([]byte("ratewarden "), 200)
+	good := z.EncodeAll(content, nil)
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 1 // the last byte of the frame's checksum
+	d := NewDecoder()
+	dst := make([]byte, len(content))
+	for _, c := range []struct {
+		sealed  bool
+		frame   []byte
+		refused bool
+	}{{false, good, false}, {false, bad, true}, {true, good, false}, {true, bad, false}} {
+		clear(dst)
+		d.sealed = c.sealed
+		err := d.unzstd(c.frame, dst)
+		switch {
+		case c.refused && !errors.Is(err, zstd.ErrCRCMismatch):
+			t.Errorf("sealed %v, checksum flipped: %v, want a checksum mismatch", c.sealed, err)
+		case !c.refused && err != nil:
+			t.Errorf("sealed %v, checksum flipped %v: %v", c.sealed, &c.frame[0] == &bad[0], err)
+		case !c.refused && !bytes.Equal(dst, content):
+			t.Errorf("sealed %v: decompressed to other bytes", c.sealed)
 		}
 	}
 }

@@ -118,7 +118,9 @@
 // own eight characters replaced by '#', and Decode checks it before it
 // parses anything: a truncated or corrupted batch is refused with an error
 // that says so. A stream without the checksum (another writer's) is
-// decoded unchecked.
+// decoded unchecked, but for the checksums its zstd frames carry, which
+// are checked; in a sealed stream they are not read, the CRC-32C covering
+// the compressed bytes already.
 //
 // # Decoding
 //
