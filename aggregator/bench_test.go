@@ -78,7 +78,11 @@ func BenchmarkPartialMemory10MClients(b *testing.B) {
 // BenchmarkPartialUpdate's) in record batches of size events (the last
 // shorter).
 func benchBatches(b *testing.B, c columnar.Compression, size int) [][]byte {
-	ds := decisiontest.NewGenerator(1, t0).Batch(1 << 16)
+	return benchBatchesOf(b, decisiontest.NewGenerator(1, t0).Batch(1<<16), c, size)
+}
+
+// benchBatchesOf encodes ds in record batches of size events.
+func benchBatchesOf(b *testing.B, ds []decisions.Decision, c columnar.Compression, size int) [][]byte {
 	enc := columnar.NewEncoder(columnar.Options{Compression: c})
 	var out [][]byte
 	for i := 0; i < len(ds); i += size {
@@ -342,7 +346,8 @@ func windowRanges(tb testing.TB, ds []decisions.Decision, size time.Duration) (w
 // buffer; and records of 1,024 in a zstd frame with the dictionary, as the
 // log wrote them before and the Kinesis sink writes them): decompression,
 // decoding and either nothing more (decode), the counts, the counts and
-// distinct clients, a Summary (decoding SummaryColumns alone), or the full
+// distinct clients, a Summary (decoding SummaryColumns alone; and over
+// the seed's scrape, where most rows repeat one client), or the full
 // rollup.
 func BenchmarkColumnsFromLog(b *testing.B) {
 	for _, size := range []int{3072, 1024} {
@@ -362,6 +367,11 @@ func BenchmarkColumnsFromLog(b *testing.B) {
 		b.Run(fmt.Sprintf("%v-%d/summary", c, size), func(b *testing.B) {
 			var s Summary
 			benchColumnsOf(b, c, size, SummaryColumns, false, func(bt *Batch) { s.UpdateColumns(bt, 0, bt.Len()) })
+		})
+		b.Run(fmt.Sprintf("%v-%d/summary-scrape", c, size), func(b *testing.B) {
+			var s Summary
+			batches := benchBatchesOf(b, scrapeDecisions(1<<16), c, size)
+			benchColumnsOfBatches(b, batches, SummaryColumns, false, func(bt *Batch) { s.UpdateColumns(bt, 0, bt.Len()) })
 		})
 		b.Run(fmt.Sprintf("%v-%d/rollup", c, size), func(b *testing.B) {
 			p := NewPartial(t0, time.Hour, 100)

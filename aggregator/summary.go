@@ -61,7 +61,10 @@ func (s *Summary) Update(d *decisions.Decision) {
 // than find the batch's distinct clients first (identify, which the
 // rollup's lists need): in the generator's traffic half a batch's rows
 // are distinct clients, so finding them cost more than the hashing it
-// saved (88 ns an event against 80, BenchmarkColumnsFromLog, zstd-3072).
+// saved. A run of rows of one client, as a scraper's, is hashed and
+// inserted once. BenchmarkColumnsFromLog/zstd-3072, summary and
+// summary-scrape, and BENCHMARKS.md: "The query's leg without a table of
+// clients".
 func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 	c := b.c
 	b.countIPv6Under(s.IPv6Prefix)
@@ -70,6 +73,7 @@ func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 	if dense {
 		b.outcomes.grow(nt * nr * decisions.NumOutcomes)
 	}
+	last, inserted := uint64(0), false // the last hash inserted: a run of one client is inserted once
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
@@ -80,7 +84,10 @@ func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 		} else {
 			s.add(SummaryKey{Tier: c.Tier.Values[t], Rule: c.Rule.Values[r], Outcome: decisions.Outcome(o)}, 1)
 		}
-		s.known.add(s.sketch(), b.clientHash(i))
+		if h := b.clientHash(i); !inserted || h != last {
+			s.known.add(s.sketch(), h)
+			last, inserted = h, true
+		}
 	}
 	if s.Clients != nil {
 		s.known.flush(s.Clients)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func checkSummary(t *testing.T, what string, s *Summary, p *Partial) {
 // over every column) summed over reasons, and distinct clients whose
 // sketch encodes to the bytes of its Clients.All: over the generator's
 // traffic (drop reports and feedback among it), edge cases (IPv6 zones,
-// no client), and dictionaries too large for the arrays with outcomes
+// no client), the seed's scrape, and dictionaries too large for the arrays with outcomes
 // of a newer writer.
 func TestSummaryEqualsPartial(t *testing.T) {
 	t.Parallel()
@@ -110,7 +111,15 @@ func TestSummaryEqualsPartial(t *testing.T) {
 		checkSummary(t, name+", columns", cols, full)
 		checkSummary(t, name+", events", one, full)
 	}
+	// Runs of one client (Summary inserts a run once, Batch.clientHash
+	// hashes its address once), the first the unspecified address, whose
+	// address is zero.
+	runs := scrapeDecisions(10_000)
+	for i := range 3 {
+		runs[i].ClientIP, runs[i].UserID = netip.IPv4Unspecified(), ""
+	}
 	f("generator, 3,072 per buffer", traffic, 3072, columnar.Zstd, true)
+	f("the seed's scrape", runs, 3072, columnar.Zstd, true)
 	f("generator, 1,024 ZstdDict", traffic, 1024, columnar.ZstdDict, true)
 	f("large dictionaries", large, 8000, columnar.Zstd, false)
 }
