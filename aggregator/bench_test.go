@@ -78,21 +78,7 @@ func BenchmarkPartialMemory10MClients(b *testing.B) {
 // BenchmarkPartialUpdate's) in record batches of size events (the last
 // shorter).
 func benchBatches(b *testing.B, c columnar.Compression, size int) [][]byte {
-	return benchBatchesOf(b, decisiontest.NewGenerator(1, t0).Batch(1<<16), c, size)
-}
-
-// benchBatchesOf encodes ds in record batches of size events.
-func benchBatchesOf(b *testing.B, ds []decisions.Decision, c columnar.Compression, size int) [][]byte {
-	enc := columnar.NewEncoder(columnar.Options{Compression: c})
-	var out [][]byte
-	for i := 0; i < len(ds); i += size {
-		data, err := enc.Encode(nil, ds[i:min(i+size, len(ds))])
-		if err != nil {
-			b.Fatal(err)
-		}
-		out = append(out, data)
-	}
-	return out
+	return encodeBatchesWith(b, c, decisiontest.NewGenerator(1, t0).Batch(1<<16), size)
 }
 
 // benchColumns runs roll over the batches' columns, one batch of 4,096
@@ -370,7 +356,7 @@ func BenchmarkColumnsFromLog(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("%v-%d/summary-scrape", c, size), func(b *testing.B) {
 			var s Summary
-			batches := benchBatchesOf(b, scrapeDecisions(1<<16), c, size)
+			batches := encodeBatchesWith(b, c, scrapeDecisions(1<<16), size)
 			benchColumnsOfBatches(b, batches, SummaryColumns, false, func(bt *Batch) { s.UpdateColumns(bt, 0, bt.Len()) })
 		})
 		b.Run(fmt.Sprintf("%v-%d/rollup", c, size), func(b *testing.B) {

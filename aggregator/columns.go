@@ -52,7 +52,6 @@ type Batch struct {
 	seen    []seenClient
 	slots   []idSlot
 	used    []int32 // the slots in use, cleared at the next identify
-	lastV4  lastV4
 	seenGen uint32
 	// v6bits is the prefix length identify counts an IPv6 client under
 	// (0: DefaultIPv6Prefix; see Partial.IPv6Prefix), set by
@@ -238,25 +237,13 @@ func (b *Batch) client(i int) Client {
 	return Client{}
 }
 
-// clientHash returns the hash of row i's client, hashClientInto of
-// b.client(i), from the column's bytes for an IPv4 address; the last
-// address's is kept, for a scraper's run of rows.
-func (b *Batch) clientHash(i int) uint64 {
-	if b.user(i) == "" && b.c.ClientIPFamily[i] == 4 {
-		a := binary.BigEndian.Uint32(b.c.ClientIP[16*i+12 : 16*i+16])
-		if !b.lastV4.ok || b.lastV4.addr != a {
-			b.lastV4 = lastV4{addr: a, hash: hashV4(a), ok: true}
-		}
-		return b.lastV4.hash
+// v4 returns row i's IPv4 address, when its client is one: no user id,
+// an address of family 4.
+func (b *Batch) v4(i int) (a [4]byte, ok bool) {
+	if b.c.ClientIPFamily[i] != 4 || b.user(i) != "" {
+		return a, false
 	}
-	return hashClientInto(b.client(i), &b.scratch)
-}
-
-// lastV4 is the last IPv4 address clientHash hashed, and its hash.
-type lastV4 struct {
-	addr uint32
-	ok   bool
-	hash uint64
+	return [4]byte(b.c.ClientIP[16*i+12 : 16*i+16]), true
 }
 
 // countIPv6Under makes identify count an IPv6 client under its prefix of

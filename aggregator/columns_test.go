@@ -16,7 +16,13 @@ import (
 // of the sizes given in turn.
 func encodeBatches(t testing.TB, ds []decisions.Decision, sizes ...int) [][]byte {
 	t.Helper()
-	enc := columnar.NewEncoder(columnar.Options{Compression: columnar.ZstdDict})
+	return encodeBatchesWith(t, columnar.ZstdDict, ds, sizes...)
+}
+
+// encodeBatchesWith is encodeBatches with compression c.
+func encodeBatchesWith(t testing.TB, c columnar.Compression, ds []decisions.Decision, sizes ...int) [][]byte {
+	t.Helper()
+	enc := columnar.NewEncoder(columnar.Options{Compression: c})
 	var out [][]byte
 	for i, k := 0, 0; i < len(ds); k++ {
 		j := min(i+sizes[k%len(sizes)], len(ds))

@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"encoding/binary"
+
 	"github.com/axiomhq/hyperloglog"
 
 	"github.com/ratewarden/ratewarden/decisions"
@@ -57,12 +59,11 @@ func (s *Summary) Update(d *decisions.Decision) {
 // UpdateColumns counts rows [lo, hi) of b, as Update would count each of
 // their events. b needs only SummaryColumns.
 //
-// It hashes each row's client from the columns (Batch.clientHash) rather
-// than find the batch's distinct clients first (identify, which the
-// rollup's lists need): in the generator's traffic half a batch's rows
-// are distinct clients, so finding them cost more than the hashing it
-// saved. A run of rows of one client, as a scraper's, is hashed and
-// inserted once. BenchmarkColumnsFromLog/zstd-3072, summary and
+// It hashes each row's client from the columns rather than find the
+// batch's distinct clients first (identify, which the rollup's lists
+// need): in the generator's traffic half a batch's rows are distinct
+// clients, so finding them cost more than the hashing it saved. A run of
+// rows of one IPv4 address, as a scraper's, is hashed and inserted once. BenchmarkColumnsFromLog/zstd-3072, summary and
 // summary-scrape, and BENCHMARKS.md: "The query's leg without a table of
 // clients".
 func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
@@ -73,7 +74,10 @@ func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 	if dense {
 		b.outcomes.grow(nt * nr * decisions.NumOutcomes)
 	}
-	last, inserted := uint64(0), false // the last hash inserted: a run of one client is inserted once
+	var (
+		last    [4]byte // the last IPv4 address inserted: a run of it is hashed and inserted once
+		hasLast bool
+	)
 	for i := lo; i < hi; i++ {
 		if decisions.Kind(c.Kind[i]) != decisions.KindDecision {
 			continue
@@ -84,9 +88,11 @@ func (s *Summary) UpdateColumns(b *Batch, lo, hi int) {
 		} else {
 			s.add(SummaryKey{Tier: c.Tier.Values[t], Rule: c.Rule.Values[r], Outcome: decisions.Outcome(o)}, 1)
 		}
-		if h := b.clientHash(i); !inserted || h != last {
-			s.known.add(s.sketch(), h)
-			last, inserted = h, true
+		if a, ok := b.v4(i); !ok {
+			s.known.add(s.sketch(), hashClientInto(b.client(i), &b.scratch))
+		} else if !hasLast || a != last {
+			s.known.add(s.sketch(), hashV4(binary.BigEndian.Uint32(a[:])))
+			last, hasLast = a, true
 		}
 	}
 	if s.Clients != nil {

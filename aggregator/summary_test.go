@@ -59,8 +59,8 @@ func checkSummary(t *testing.T, what string, s *Summary, p *Partial) {
 // over every column) summed over reasons, and distinct clients whose
 // sketch encodes to the bytes of its Clients.All: over the generator's
 // traffic (drop reports and feedback among it), edge cases (IPv6 zones,
-// no client), the seed's scrape, and dictionaries too large for the arrays with outcomes
-// of a newer writer.
+// no client), the seed's scrape, and dictionaries too large for the
+// arrays with outcomes of a newer writer.
 func TestSummaryEqualsPartial(t *testing.T) {
 	t.Parallel()
 	large := decisiontest.NewGenerator(13, t0).Batch(8000)
@@ -111,9 +111,8 @@ func TestSummaryEqualsPartial(t *testing.T) {
 		checkSummary(t, name+", columns", cols, full)
 		checkSummary(t, name+", events", one, full)
 	}
-	// Runs of one client (Summary inserts a run once, Batch.clientHash
-	// hashes its address once), the first the unspecified address, whose
-	// address is zero.
+	// Runs of one address (Summary hashes and inserts a run once), the
+	// first the unspecified address, whose address is zero.
 	runs := scrapeDecisions(10_000)
 	for i := range 3 {
 		runs[i].ClientIP, runs[i].UserID = netip.IPv4Unspecified(), ""
